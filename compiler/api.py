@@ -1,0 +1,320 @@
+"""``shardc.compiler.jit``: trace a JAX function and lower it with shardc's shardings.
+
+The stages follow jax's own (``jit(f).lower(*args)`` -> ``Lowered``): jax traces
+the function *unsharded*, then shardc writes the Shardy mesh and sharding
+attributes itself (``shardc.compiler.lowering``). Lowerings are cached on what
+they depend on: static arguments, the abstract signature and the *abstract*
+shardings (mesh shape, axis types, spec), never on devices, so the same
+program on another set of devices reuses the lowering.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import io
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+from jax.sharding import AbstractMesh, Mesh, NamedSharding
+from jaxlib.mlir import ir
+
+from shardc.compiler import lowering, signature
+from shardc.compiler.signature import LeafSignature
+from shardc.dialects import make_context
+from shardc.dialects.errors import InvalidArgumentError
+
+AnyMesh = Mesh | AbstractMesh
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheInfo:
+    """Counts of the lowering cache of one jitted function."""
+
+    hits: int
+    misses: int
+    size: int
+
+
+@dataclasses.dataclass
+class _CachedLowering:
+    """An annotated module, kept as bytecode so every ``Lowered`` gets its own copy."""
+
+    context: ir.Context
+    bytecode: bytes
+    out_tree: Any
+    results: list[LeafSignature]
+    mesh_symbols: dict[str, ir.Attribute]
+
+
+class Lowered:
+    """A function lowered to StableHLO with shardc's ``sdy`` shardings.
+
+    ``module`` is this object's own ``ir.Module``: passes may change it in
+    place without touching the cache or other ``Lowered`` objects.
+    """
+
+    def __init__(
+        self,
+        module: ir.Module,
+        in_tree: Any,
+        args: Sequence[LeafSignature],
+        out_tree: Any,
+        results: Sequence[LeafSignature],
+        meshes: Sequence[AnyMesh],
+    ) -> None:
+        self.module = module
+        self._in_tree = in_tree
+        self._args = tuple(args)
+        self._out_tree = out_tree
+        self._results = tuple(results)
+        self._meshes = tuple(meshes)
+
+    def as_text(self, debug_info: bool = False) -> str:
+        """The module as MLIR text; ``debug_info`` adds the source locations."""
+        return self.module.operation.get_asm(enable_debug_info=debug_info)
+
+    @property
+    def in_shardings(self) -> Any:
+        """Per-argument ``NamedSharding`` (``None`` if unspecified) as ``(args, kwargs)``."""
+        return jax.tree.unflatten(self._in_tree, [leaf.sharding for leaf in self._args])
+
+    @property
+    def out_shardings(self) -> Any:
+        """Per-result ``NamedSharding`` (``None`` if unspecified), in the output's pytree."""
+        return jax.tree.unflatten(self._out_tree, [leaf.sharding for leaf in self._results])
+
+    @property
+    def in_avals(self) -> Any:
+        """The arguments as ``jax.ShapeDtypeStruct``s, as ``(args, kwargs)``."""
+        return jax.tree.unflatten(self._in_tree, [leaf.aval for leaf in self._args])
+
+    @property
+    def out_avals(self) -> Any:
+        """The results as ``jax.ShapeDtypeStruct``s, in the output's pytree."""
+        return jax.tree.unflatten(self._out_tree, [leaf.aval for leaf in self._results])
+
+    @property
+    def meshes(self) -> tuple[AnyMesh, ...]:
+        """Every mesh the shardings use, one per ``sdy.mesh`` symbol, concrete if known."""
+        return self._meshes
+
+    @property
+    def mesh(self) -> AnyMesh | None:
+        """The program's mesh (the first, if it uses several of one device count)."""
+        return self._meshes[0] if self._meshes else None
+
+    def compile(self) -> Any:
+        """Compile through XLA. Not available yet: the runtime is its own issue."""
+        raise NotImplementedError(
+            "Lowered.compile() arrives with shardc's runtime (issue 4: compile through "
+            "XLA and execute); for now inspect the lowering with .as_text()"
+        )
+
+
+class JitFunction:
+    """The object ``jit`` returns: call ``.lower(*args, **kwargs)``."""
+
+    def __init__(
+        self,
+        fun: Callable,
+        *,
+        in_shardings: Any,
+        out_shardings: Any,
+        static_argnums: Sequence[int],
+        static_argnames: Sequence[str],
+        donate_argnums: Sequence[int],
+        mesh: AnyMesh | None,
+    ) -> None:
+        self.fun = fun
+        self.in_shardings = in_shardings
+        self.out_shardings = out_shardings
+        self.static_argnums = tuple(sorted(static_argnums))
+        self.static_argnames = tuple(static_argnames)
+        self.donate_argnums = tuple(donate_argnums)
+        self.mesh = mesh
+        self._jax_jit = jax.jit(
+            fun,
+            static_argnums=self.static_argnums,
+            static_argnames=self.static_argnames,
+            donate_argnums=self.donate_argnums,
+            keep_unused=True,
+        )
+        self._cache: dict[Any, _CachedLowering] = {}
+        self._hits = 0
+        self._misses = 0
+        functools.update_wrapper(self, fun)
+
+    def cache_info(self) -> CacheInfo:
+        """How often ``lower`` reused a cached lowering."""
+        return CacheInfo(self._hits, self._misses, len(self._cache))
+
+    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
+        """Trace (or reuse) and annotate the function for these arguments."""
+        dynamic_args, static_args = self._split_static(args)
+        dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
+        static_kwargs = {k: v for k, v in kwargs.items() if k in self.static_argnames}
+        mesh = signature.context_mesh(self.mesh)
+        arg_leaves = signature.argument_signature(
+            dynamic_args, dynamic_kwargs, self.in_shardings, mesh
+        )
+        in_tree = jax.tree.structure((tuple(dynamic_args), dynamic_kwargs))
+        key = self._cache_key(static_args, static_kwargs, in_tree, arg_leaves, mesh)
+        cached = self._cache.get(key)
+        if cached is None:
+            self._misses += 1
+            cached = self._lower_uncached(args, kwargs, arg_leaves, in_tree, mesh)
+            self._cache[key] = cached
+        else:
+            self._hits += 1
+        return self._make_lowered(cached, in_tree, arg_leaves, mesh)
+
+    # -- steps ---------------------------------------------------------------
+
+    def _split_static(self, args: Sequence[Any]) -> tuple[list[Any], tuple]:
+        positions = [i if i >= 0 else len(args) + i for i in self.static_argnums]
+        for position in positions:
+            if not 0 <= position < len(args):
+                raise InvalidArgumentError(
+                    f"static_argnums={self.static_argnums} but the call passes "
+                    f"{len(args)} positional arguments"
+                )
+        dynamic = [a for i, a in enumerate(args) if i not in positions]
+        return dynamic, tuple(args[i] for i in positions)
+
+    def _cache_key(self, static_args, static_kwargs, in_tree, arg_leaves, mesh) -> tuple:
+        out_given = jax.tree.leaves(
+            self.out_shardings, is_leaf=lambda n: n is None or isinstance(n, NamedSharding)
+        )
+        try:
+            return (
+                static_args,
+                tuple(sorted(static_kwargs.items())),
+                in_tree,
+                tuple(leaf.abstract_key() for leaf in arg_leaves),
+                tuple(
+                    signature.abstract_key(s) if isinstance(s, NamedSharding) else s
+                    for s in out_given
+                ),
+                jax.tree.structure(self.out_shardings, is_leaf=lambda n: n is None),
+                None if mesh is None else mesh.abstract_mesh,
+            )
+        except TypeError as error:
+            raise InvalidArgumentError(
+                f"static arguments must be hashable ({error}); got {static_args!r}"
+            ) from None
+
+    def _lower_uncached(self, args, kwargs, arg_leaves, in_tree, mesh) -> _CachedLowering:
+        avals = iter(leaf.aval for leaf in arg_leaves)
+        trace_args = self._abstract_call_args(args, kwargs, avals)
+        traced = self._jax_jit.trace(*trace_args[0], **trace_args[1])
+        jax_module = traced.lower().compiler_ir("stablehlo")
+        out_tree = jax.tree.structure(traced.out_info)
+        results = signature.result_signature(traced.out_info, self.out_shardings, mesh)
+
+        context = make_context()
+        with context, ir.Location.unknown():
+            module = _copy_module(jax_module)
+            symbols = lowering.annotate(module, arg_leaves, results)
+            buffer = io.BytesIO()
+            module.operation.write_bytecode(buffer)
+        return _CachedLowering(context, buffer.getvalue(), out_tree, results, symbols.attrs)
+
+    def _abstract_call_args(self, args, kwargs, avals) -> tuple[list, dict]:
+        # Replace every dynamic leaf by its unsharded ShapeDtypeStruct, in the
+        # flattening order argument_signature used; static values stay as they are.
+        static = {i if i >= 0 else len(args) + i for i in self.static_argnums}
+        dynamic = [a for i, a in enumerate(args) if i not in static]
+        dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
+        tree = jax.tree.structure((tuple(dynamic), dyn_kwargs))
+        abstract_dynamic, abstract_kwargs = jax.tree.unflatten(tree, list(avals))
+        it = iter(abstract_dynamic)
+        call_args = [a if i in static else next(it) for i, a in enumerate(args)]
+        call_kwargs = {k: (v if k in self.static_argnames else abstract_kwargs[k])
+                       for k, v in kwargs.items()}
+        return call_args, call_kwargs
+
+    def _make_lowered(self, cached, in_tree, arg_leaves, mesh) -> Lowered:
+        with cached.context:
+            module = ir.Module.parse(cached.bytecode)
+        results = signature.result_signature(
+            jax.tree.unflatten(cached.out_tree, [leaf.aval for leaf in cached.results]),
+            self.out_shardings,
+            mesh,
+        )
+        meshes = _meshes_by_symbol(cached.mesh_symbols, [*arg_leaves, *results])
+        return Lowered(module, in_tree, arg_leaves, cached.out_tree, results, meshes)
+
+
+def _copy_module(jax_module: ir.Module) -> ir.Module:
+    """Copy jax's (cached, shared) module into the current context via bytecode."""
+    buffer = io.BytesIO()
+    jax_module.operation.write_bytecode(buffer)
+    return ir.Module.parse(buffer.getvalue())
+
+
+def _meshes_by_symbol(
+    mesh_symbols: dict[str, ir.Attribute], leaves: Sequence[LeafSignature]
+) -> list[AnyMesh]:
+    """One jax mesh per symbol: this call's concrete mesh where a leaf has one."""
+    from shardc.dialects import sdy
+
+    meshes = []
+    for attr in mesh_symbols.values():
+        candidates = [
+            leaf.sharding.mesh
+            for leaf in leaves
+            if leaf.sharding is not None
+            and sdy.mesh_axes(leaf.sharding.mesh) == _attr_axes(attr)
+        ]
+        concrete = [m for m in candidates if isinstance(m, Mesh)]
+        if concrete or candidates:
+            meshes.append((concrete or candidates)[0])
+        else:
+            meshes.append(sdy.mesh_from_attr(attr))
+    return meshes
+
+
+def _attr_axes(attr: ir.Attribute) -> tuple[tuple[str, int], ...]:
+    from shardc.dialects import sdy
+
+    return tuple(
+        (sdy.MeshAxisAttr(a).name, sdy.MeshAxisAttr(a).size) for a in sdy.MeshAttr(attr).axes
+    )
+
+
+def jit(
+    fun: Callable,
+    in_shardings: Any = None,
+    out_shardings: Any = None,
+    *,
+    static_argnums: int | Sequence[int] = (),
+    static_argnames: str | Sequence[str] = (),
+    donate_argnums: int | Sequence[int] = (),
+    mesh: AnyMesh | None = None,
+) -> JitFunction:
+    """Prepare ``fun`` for lowering with shardc.
+
+    ``in_shardings`` / ``out_shardings`` are pytree prefixes of the positional
+    arguments / results whose leaves are ``NamedSharding``, ``PartitionSpec``
+    (resolved against ``mesh`` or the active ``jax.set_mesh``) or ``None``
+    (unspecified: an argument then follows its data's sharding).
+    """
+    if not callable(fun):
+        raise InvalidArgumentError(f"jit expects a callable, got {type(fun).__name__}")
+    return JitFunction(
+        fun,
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
+        static_argnums=_as_tuple(static_argnums),
+        static_argnames=_as_tuple(static_argnames),
+        donate_argnums=_as_tuple(donate_argnums),
+        mesh=mesh,
+    )
+
+
+def _as_tuple(value: Any) -> tuple:
+    if isinstance(value, (int, str)):
+        return (value,)
+    return tuple(value)

@@ -1,0 +1,248 @@
+"""Write shardc's Shardy annotations onto the unsharded module jax traced.
+
+Input: the StableHLO module of ``jax.jit(f).trace(...).lower()`` for
+unsharded abstract arguments, parsed into a shardc context, and the resolved
+argument and result signatures. Output, in place on that module:
+
+* one ``sdy.mesh`` symbol per distinct mesh shape (``@mesh``, ``@mesh_0``,
+  ...), and sdy ops jax emitted in the body (``with_sharding_constraint``,
+  ``shard_map``) re-pointed at those symbols;
+* ``sdy.sharding`` on ``main``'s arguments and results;
+* ``mhlo.num_partitions`` / ``mhlo.num_replicas``;
+* donation attributes that are valid for the shard shapes (see
+  ``fix_donation``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from jaxlib.mlir import ir
+
+from shardc.compiler.signature import LeafSignature, shard_shape
+from shardc.dialects import sdy
+from shardc.dialects.errors import MeshMismatchError, ShardcError
+
+ALIASING_ATTR = "tf.aliasing_output"
+BUFFER_DONOR_ATTR = "jax.buffer_donor"
+
+
+def main_function(module: ir.Module) -> ir.Operation:
+    """Return the module's public entry function ``@main``."""
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and _symbol_name(op) == "main":
+            return op.operation
+    raise ShardcError("the traced module has no func.func @main")
+
+
+def _symbol_name(op) -> str:
+    return ir.StringAttr(op.operation.attributes["sym_name"]).value
+
+
+# ----------------------------------------------------------------------------
+# Mesh symbols
+# ----------------------------------------------------------------------------
+
+
+class MeshSymbols:
+    """The mesh symbols of one module: one per distinct mesh shape, in first-use order.
+
+    Names follow Shardy's import step: ``mesh``, ``mesh_0``, ``mesh_1``, ... and
+    ``empty_mesh`` for a mesh without axes.
+    """
+
+    def __init__(self) -> None:
+        self.attrs: dict[str, ir.Attribute] = {}
+        self.meshes: dict[str, object] = {}
+
+    def symbol_for(self, mesh) -> str:
+        attr = sdy.mesh_attr(mesh, with_device_ids=False)
+        for name, known in self.attrs.items():
+            if known == attr:
+                return name
+        return self._add(attr, mesh)
+
+    def match(self, attr: ir.Attribute) -> str | None:
+        for name, known in self.attrs.items():
+            if sdy.same_mesh_shape(known, attr):
+                return name
+        return None
+
+    def _add(self, attr: ir.Attribute, mesh) -> str:
+        if not sdy.MeshAttr(attr).axes:
+            name = sdy.EMPTY_MESH_SYMBOL
+        else:
+            named = [n for n in self.attrs if n != sdy.EMPTY_MESH_SYMBOL]
+            name = "mesh" if not named else f"mesh_{len(named) - 1}"
+        self.attrs[name] = attr
+        self.meshes[name] = mesh
+        return name
+
+    def device_count(self) -> int | None:
+        counts = {_device_count(a) for a in self.attrs.values() if sdy.MeshAttr(a).axes}
+        if len(counts) > 1:
+            raise MeshMismatchError(
+                "the shardings of this program use meshes of different device counts: "
+                + ", ".join(f"@{n} = {a}" for n, a in self.attrs.items())
+            )
+        return counts.pop() if counts else None
+
+
+def _device_count(attr: ir.Attribute) -> int:
+    return math.prod(sdy.MeshAxisAttr(a).size for a in sdy.MeshAttr(attr).axes)
+
+
+def _is_maximal(attr: ir.Attribute) -> bool:
+    mesh = sdy.MeshAttr(attr)
+    return not mesh.axes and bool(mesh.device_ids)
+
+
+def unify_body_meshes(module: ir.Module, symbols: MeshSymbols) -> None:
+    """Point jax's own ``sdy.mesh`` symbols at ours and write our mesh ops.
+
+    A body mesh with the shape of one of ours is merged into it. When the
+    in/out shardings named no mesh, the body's meshes are adopted. A body mesh
+    of another shape is an error: one program, one device layout. Maximal
+    meshes (host callbacks) are kept as they are.
+    """
+    body_meshes = [
+        op for op in module.body.operations if op.operation.name == "sdy.mesh"
+    ]
+    renames: list[tuple[str, str]] = []
+    for op in body_meshes:
+        name, attr = _symbol_name(op), op.operation.attributes["mesh"]
+        if _is_maximal(attr):
+            continue
+        target = symbols.match(attr)
+        if target is None:
+            if any(sdy.MeshAttr(a).axes for a in symbols.attrs.values()) and sdy.MeshAttr(
+                attr
+            ).axes:
+                raise MeshMismatchError(
+                    f"the function uses mesh {attr} inside its body (from "
+                    "with_sharding_constraint or shard_map) but its in/out shardings use "
+                    + ", ".join(str(a) for a in symbols.attrs.values())
+                    + "; use meshes of the same axes and sizes"
+                )
+            target = symbols._add(attr, None)
+        renames.append((name, target))
+        op.operation.erase()
+    _rename_symbols(module, renames)
+    insert_at = ir.InsertionPoint.at_block_begin(module.body)
+    for name, attr in symbols.attrs.items():
+        sdy.MeshOp(name, attr, ip=insert_at)
+
+
+def _rename_symbols(module: ir.Module, renames: Sequence[tuple[str, str]]) -> None:
+    # Through unique temporary names, so that swapping "mesh" and "mesh_0" works.
+    op = module.operation
+    temporary = [(old, f"__shardc_rename_{i}", new) for i, (old, new) in enumerate(renames)]
+    for old, tmp, _ in temporary:
+        ir.SymbolTable.replace_all_symbol_uses(old, tmp, op)
+    for _, tmp, new in temporary:
+        ir.SymbolTable.replace_all_symbol_uses(tmp, new, op)
+
+
+# ----------------------------------------------------------------------------
+# main's attributes
+# ----------------------------------------------------------------------------
+
+
+def sharding_attr_for(leaf: LeafSignature, symbols: MeshSymbols) -> ir.Attribute | None:
+    """The ``#sdy.sharding`` to write for one argument or result, or ``None``."""
+    sharding = leaf.sharding
+    ndim = len(leaf.aval.shape)
+    if sharding is None or sdy.is_unspecified(sharding.spec, ndim):
+        return None
+    return sdy.sharding_attr(
+        sharding.spec, sharding.mesh, ndim, mesh_symbol=symbols.symbol_for(sharding.mesh)
+    )
+
+
+def _attr_dicts(func: ir.Operation, which: str, count: int) -> list[dict[str, ir.Attribute]]:
+    """The per-argument (or per-result) attribute dicts of ``func`` as Python dicts."""
+    attr_name = "arg_attrs" if which == "args" else "res_attrs"
+    if attr_name not in func.attributes:
+        return [{} for _ in range(count)]
+    array = ir.ArrayAttr(func.attributes[attr_name])
+    return [{named.name: named.attr for named in ir.DictAttr(entry)} for entry in array]
+
+
+def _set_attr_dicts(func: ir.Operation, which: str, dicts: Sequence[dict]) -> None:
+    attr_name = "arg_attrs" if which == "args" else "res_attrs"
+    func.attributes[attr_name] = ir.ArrayAttr.get([ir.DictAttr.get(d) for d in dicts])
+
+
+def set_function_attrs(
+    func: ir.Operation, key: str, values: Sequence[ir.Attribute | None], which: str
+) -> None:
+    """Set (or remove, for ``None``) ``key`` in each arg/result attribute dict."""
+    dicts = _attr_dicts(func, which, len(values))
+    for entries, value in zip(dicts, values):
+        entries.pop(key, None)
+        if value is not None:
+            entries[key] = value
+    _set_attr_dicts(func, which, dicts)
+
+
+def fix_donation(
+    func: ir.Operation, args: Sequence[LeafSignature], results: Sequence[LeafSignature]
+) -> None:
+    """Keep ``tf.aliasing_output = k`` only where the shard buffers really match.
+
+    jax pairs donated inputs with outputs by global shape in the unsharded
+    trace. After sharding, an alias is only valid when both sides have a
+    given, closed sharding and equal shard shapes and dtypes; any other
+    donation becomes ``jax.buffer_donor = true``, which lets XLA pick (an
+    invalid alias fails to compile).
+    """
+    dicts = _attr_dicts(func, "args", len(args))
+    for arg, entries in zip(args, dicts):
+        alias = entries.get(ALIASING_ATTR)
+        if alias is not None and not _shards_match(arg, results[ir.IntegerAttr(alias).value]):
+            del entries[ALIASING_ATTR]
+            entries[BUFFER_DONOR_ATTR] = ir.BoolAttr.get(True)
+    _set_attr_dicts(func, "args", dicts)
+
+
+def _shards_match(arg: LeafSignature, out: LeafSignature) -> bool:
+    for leaf in (arg, out):
+        spec = leaf.sharding.spec if leaf.sharding is not None else None
+        if spec is None or any(e is spec.UNCONSTRAINED for e in sdy.spec_dims(spec)):
+            return False
+    return arg.aval.dtype == out.aval.dtype and shard_shape(
+        arg.sharding, arg.aval.shape
+    ) == shard_shape(out.sharding, out.aval.shape)
+
+
+# ----------------------------------------------------------------------------
+# The whole annotation step
+# ----------------------------------------------------------------------------
+
+
+def annotate(
+    module: ir.Module, args: Sequence[LeafSignature], results: Sequence[LeafSignature]
+) -> MeshSymbols:
+    """Write meshes, shardings, partition counts and donation onto ``module``."""
+    func = main_function(module)
+    num_args = len(ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).inputs)
+    if num_args != len(args):
+        raise ShardcError(
+            f"the traced @main has {num_args} arguments but the call has {len(args)} array "
+            "leaves; functions with ordered effects (io_callback(ordered=True), "
+            "debug.print(ordered=True)) are not supported yet"
+        )
+    symbols = MeshSymbols()
+    arg_attrs = [sharding_attr_for(leaf, symbols) for leaf in args]
+    res_attrs = [sharding_attr_for(leaf, symbols) for leaf in results]
+    unify_body_meshes(module, symbols)
+    set_function_attrs(func, sdy.SHARDING_ATTR, arg_attrs, "args")
+    set_function_attrs(func, sdy.SHARDING_ATTR, res_attrs, "results")
+    partitions = symbols.device_count()
+    if partitions is not None:
+        i32 = ir.IntegerType.get_signless(32)
+        module.operation.attributes["mhlo.num_partitions"] = ir.IntegerAttr.get(i32, partitions)
+        module.operation.attributes["mhlo.num_replicas"] = ir.IntegerAttr.get(i32, 1)
+        fix_donation(func, args, results)
+    return symbols

@@ -1,0 +1,275 @@
+"""What a call of a jitted function looks like to the compiler, leaf by leaf.
+
+``jit`` accepts shardings as pytree prefixes of the arguments and results,
+as ``NamedSharding``s or as ``PartitionSpec``s to be resolved against a mesh,
+and it accepts arguments of several kinds (``jax.Array``, numpy arrays, Python
+scalars, ``jax.ShapeDtypeStruct``). This module turns all of that into one flat
+list of ``LeafSignature``s, each with its pytree path for error messages, and
+checks what can be checked before tracing: pytree structure, ranks, axes,
+divisibility and committed devices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
+
+from shardc.dialects import sdy
+from shardc.dialects.errors import (
+    DeviceMismatchError,
+    InvalidArgumentError,
+    MissingMeshError,
+    PytreeMismatchError,
+    ShardcError,
+)
+from shardc.dialects.jax_private import legacy_context_mesh
+
+AnyMesh = Mesh | AbstractMesh
+
+
+@dataclasses.dataclass(frozen=True)
+class LeafSignature:
+    """One flattened argument or result: where it is, its type, its sharding."""
+
+    path: str
+    aval: jax.ShapeDtypeStruct
+    sharding: NamedSharding | None
+
+    def abstract_key(self) -> tuple:
+        """The part of this leaf a lowering depends on: no devices, only shapes."""
+        return (self.aval.shape, self.aval.dtype, self.aval.weak_type, abstract_key(self.sharding))
+
+
+def abstract_key(sharding: NamedSharding | None) -> tuple | None:
+    """Key a sharding by mesh shape, axis types and spec, never by devices."""
+    if sharding is None:
+        return None
+    return (sharding.mesh.abstract_mesh, canonical_spec(sharding.spec))
+
+
+def canonical_spec(spec: PartitionSpec) -> PartitionSpec:
+    """Drop trailing ``None`` entries: ``P('x', None)`` and ``P('x')`` mean the same."""
+    dims = list(sdy.spec_dims(spec))
+    while dims and dims[-1] is None:
+        dims.pop()
+    unreduced = getattr(spec, "unreduced", frozenset())
+    return PartitionSpec(*dims, unreduced=unreduced) if unreduced else PartitionSpec(*dims)
+
+
+def path_prefix(path: str) -> Callable[[ShardcError], ShardcError]:
+    """Return a function that re-creates an error with ``path`` in front of its message."""
+
+    def add(error: ShardcError) -> ShardcError:
+        return type(error)(f"{path}: {error}")
+
+    return add
+
+
+# ----------------------------------------------------------------------------
+# Meshes and PartitionSpecs
+# ----------------------------------------------------------------------------
+
+
+def context_mesh(explicit: AnyMesh | None) -> AnyMesh | None:
+    """Return the mesh a bare ``PartitionSpec`` refers to, or ``None``.
+
+    Order: ``jit(..., mesh=...)``, then ``jax.set_mesh`` (concrete, then
+    abstract via ``jax.sharding.use_abstract_mesh``), then a legacy
+    ``with mesh:`` block.
+    """
+    if explicit is not None:
+        return explicit
+    for found in (jax.sharding.get_mesh(), jax.sharding.get_abstract_mesh()):
+        if found is not None and not found.empty:
+            return found
+    return legacy_context_mesh()
+
+
+def to_named_sharding(entry: Any, mesh: AnyMesh | None, path: str) -> NamedSharding | None:
+    """Turn one user-given sharding leaf into a ``NamedSharding`` (or ``None``)."""
+    if entry is None or isinstance(entry, NamedSharding):
+        return entry
+    if isinstance(entry, PartitionSpec):
+        if mesh is None:
+            raise MissingMeshError(
+                f"{path}: PartitionSpec {entry} needs a mesh: pass jit(..., mesh=...), "
+                "use a NamedSharding, or call inside `with jax.set_mesh(mesh):`"
+            )
+        return NamedSharding(mesh, entry)
+    raise InvalidArgumentError(
+        f"{path}: expected a NamedSharding, a PartitionSpec or None as a sharding, "
+        f"got {type(entry).__name__} {entry!r}"
+    )
+
+
+def _is_sharding_leaf(node: Any) -> bool:
+    return node is None or isinstance(node, (NamedSharding, PartitionSpec, jax.sharding.Sharding))
+
+
+def broadcast_shardings(
+    prefix: Any, tree: Any, what: str
+) -> list[Any]:
+    """Expand a sharding pytree prefix to one entry per leaf of ``tree``.
+
+    A single sharding (or ``None``) applies to every leaf. Structures that do
+    not fit raise ``PytreeMismatchError`` naming both structures.
+    """
+    if _is_sharding_leaf(prefix):
+        return [prefix] * len(jax.tree.leaves(tree))
+    try:
+        expanded = jax.tree.broadcast(prefix, tree, is_leaf=_is_sharding_leaf)
+    except (ValueError, TypeError) as error:
+        raise PytreeMismatchError(
+            f"{what} must be a pytree prefix of the {what.split('_')[0]}puts: the "
+            f"shardings have structure {jax.tree.structure(prefix, is_leaf=_is_sharding_leaf)}"
+            f" but the values have structure {jax.tree.structure(tree)} ({error})"
+        ) from None
+    return jax.tree.leaves(expanded, is_leaf=lambda n: n is None or _is_sharding_leaf(n))
+
+
+def check_sharding(sharding: NamedSharding, aval: jax.ShapeDtypeStruct, path: str) -> None:
+    """Validate rank, axes and divisibility of ``sharding`` for ``aval``."""
+    try:
+        sdy.validate_spec(sharding.spec, sharding.mesh, len(aval.shape))
+        sdy.validate_divisible(sharding.spec, sharding.mesh, aval.shape)
+    except ShardcError as error:
+        raise path_prefix(path)(error) from None
+
+
+# ----------------------------------------------------------------------------
+# Arguments
+# ----------------------------------------------------------------------------
+
+
+def abstract_value(value: Any, path: str) -> jax.ShapeDtypeStruct:
+    """Return the unsharded abstract value jax traces ``value`` as."""
+    if isinstance(value, jax.ShapeDtypeStruct):
+        return jax.ShapeDtypeStruct(value.shape, value.dtype, weak_type=value.weak_type)
+    try:
+        aval = jax.typeof(value)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"{path}: cannot lower an argument of type {type(value).__name__}; expected "
+            "a jax.Array, a numpy array, a Python scalar or a jax.ShapeDtypeStruct"
+        ) from None
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
+def sharding_of_value(value: Any) -> NamedSharding | None:
+    """The sharding a value brings with it: computation follows data."""
+    sharding = getattr(value, "sharding", None)
+    if isinstance(value, jax.Array) and not value.committed:
+        return None
+    return sharding if isinstance(sharding, NamedSharding) else None
+
+
+def committed_devices(value: Any) -> tuple | None:
+    """The device set a committed ``jax.Array`` lives on, else ``None``."""
+    if isinstance(value, jax.Array) and value.committed:
+        return tuple(sorted(value.sharding.device_set, key=lambda d: d.id))
+    return None
+
+
+def flatten_with_paths(tree: Any, root: str) -> tuple[list[str], list[Any]]:
+    """Flatten a pytree to (path strings, leaves), paths like ``args[0]['w']``."""
+    pairs, _ = jax.tree_util.tree_flatten_with_path(tree)
+    paths = [root + jax.tree_util.keystr(keys) for keys, _ in pairs]
+    return paths, [leaf for _, leaf in pairs]
+
+
+def argument_signature(
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    in_shardings: Any,
+    mesh: AnyMesh | None,
+) -> list[LeafSignature]:
+    """Resolve every dynamic argument leaf to its aval and sharding.
+
+    ``in_shardings`` applies to the positional arguments (as in ``jax.jit``);
+    keyword arguments and leaves given ``None`` follow their data's sharding.
+    """
+    paths, values = flatten_with_paths((tuple(args), kwargs), "")
+    paths = [_argument_path(path) for path in paths]
+    num_positional = len(jax.tree.leaves(tuple(args)))
+    given = broadcast_shardings(in_shardings, tuple(args), "in_shardings")
+    given += [None] * (len(values) - num_positional)
+
+    leaves = []
+    for path, value, entry in zip(paths, values, given):
+        aval = abstract_value(value, path)
+        sharding = to_named_sharding(entry, mesh, path)
+        if sharding is None:
+            sharding = sharding_of_value(value)
+        if sharding is not None:
+            check_sharding(sharding, aval, path)
+        leaves.append(LeafSignature(path, aval, sharding))
+    check_committed_devices(paths, values, leaves)
+    return leaves
+
+
+def _argument_path(path: str) -> str:
+    # keystr of ((args...), {kwargs}) reads "[0][1]['w']"; say "args[1]['w']".
+    if path.startswith("[0]"):
+        return "args" + path[3:]
+    return "kwargs" + path[3:]
+
+
+def check_committed_devices(
+    paths: Sequence[str], values: Sequence[Any], leaves: Sequence[LeafSignature]
+) -> None:
+    """All committed arguments and concrete meshes must use one device set."""
+    first: tuple[str, tuple] | None = None
+    for path, value, leaf in zip(paths, values, leaves):
+        for devices in (committed_devices(value), mesh_devices(leaf.sharding)):
+            if devices is None:
+                continue
+            if first is None:
+                first = (path, devices)
+            elif devices != first[1]:
+                raise DeviceMismatchError(
+                    f"{path} is on devices {_ids(devices)} but {first[0]} is on devices "
+                    f"{_ids(first[1])}; every committed argument and sharding of one "
+                    "program must use the same devices (jax.device_put one of them)"
+                )
+
+
+def mesh_devices(sharding: NamedSharding | None) -> tuple | None:
+    """The sorted devices of a sharding's concrete mesh, ``None`` if abstract."""
+    if sharding is None or not isinstance(sharding.mesh, Mesh):
+        return None
+    return tuple(sorted(sharding.mesh.devices.flat, key=lambda d: d.id))
+
+
+def _ids(devices: Sequence) -> list[int]:
+    return [device.id for device in devices]
+
+
+def result_signature(
+    out_info: Any, out_shardings: Any, mesh: AnyMesh | None
+) -> list[LeafSignature]:
+    """Resolve the results' shardings against the traced output avals."""
+    paths, avals = flatten_with_paths(out_info, "result")
+    given = broadcast_shardings(out_shardings, out_info, "out_shardings")
+    leaves = []
+    for path, aval, entry in zip(paths, avals, given):
+        aval = jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+        sharding = to_named_sharding(entry, mesh, path)
+        if sharding is not None:
+            check_sharding(sharding, aval, path)
+        leaves.append(LeafSignature(path, aval, sharding))
+    return leaves
+
+
+def shard_shape(sharding: NamedSharding, shape: Sequence[int]) -> tuple[int, ...]:
+    """Per-device shape of a value of ``shape`` under ``sharding`` (divisible dims)."""
+    sizes = dict(sdy.mesh_axes(sharding.mesh))
+    dims = sdy.spec_dims(sharding.spec)
+    out = list(shape)
+    for dim, entry in enumerate(dims):
+        out[dim] //= int(np.prod([sizes[name] for name in sdy.dim_axis_names(entry)]))
+    return tuple(out)

@@ -1,0 +1,57 @@
+"""The exception types shardc raises, shared by every layer.
+
+They live in the lowest layer (``shardc.dialects``) so that the sharding
+bridge, the compiler and the runtime can all raise them; ``shardc.compiler``
+re-exports them for users. Every error is also a ``ValueError`` or a
+``TypeError``, so code written against jax's own exceptions keeps working.
+"""
+
+from __future__ import annotations
+
+
+class ShardcError(Exception):
+    """Base of every error shardc raises on purpose."""
+
+
+class ShardingError(ShardcError, ValueError):
+    """A sharding that cannot be applied to a value or a mesh."""
+
+
+class UnknownAxisError(ShardingError):
+    """A sharding names an axis its mesh does not have."""
+
+
+class DuplicateAxisError(ShardingError):
+    """A sharding uses the same mesh axis more than once."""
+
+
+class RankMismatchError(ShardingError):
+    """A sharding has more dimensions than the value it applies to."""
+
+
+class IndivisibleDimensionError(ShardingError):
+    """A dimension's size is not a multiple of the product of its axes."""
+
+
+class NoPartitionSpecFormError(ShardingError):
+    """An sdy sharding that no ``PartitionSpec`` can express (sub-axes, priorities...)."""
+
+
+class MeshMismatchError(ShardingError):
+    """Two meshes in one program that cannot be used together."""
+
+
+class MissingMeshError(ShardingError):
+    """A ``PartitionSpec`` was given but no mesh is known to resolve it against."""
+
+
+class DeviceMismatchError(ShardcError, ValueError):
+    """Arguments or shardings committed to different sets of devices."""
+
+
+class PytreeMismatchError(ShardcError, TypeError):
+    """Shardings or arguments whose pytree structure does not fit the function's."""
+
+
+class InvalidArgumentError(ShardcError, TypeError):
+    """An argument of a type shardc cannot lower or place."""

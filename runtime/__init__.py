@@ -1,0 +1,1 @@
+"""Execution of shardc-compiled programs (compile through XLA, run, wrap results)."""
