@@ -184,26 +184,27 @@ class JitFunction:
         return dynamic, tuple(args[i] for i in positions)
 
     def _cache_key(self, static_args, static_kwargs, in_tree, arg_leaves, mesh) -> tuple:
-        out_given = jax.tree.leaves(
-            self.out_shardings, is_leaf=lambda n: n is None or isinstance(n, NamedSharding)
+        is_leaf = signature.is_sharding_leaf
+        out_given = jax.tree.leaves(self.out_shardings, is_leaf=is_leaf)
+        key = (
+            static_args,
+            tuple(sorted(static_kwargs.items())),
+            in_tree,
+            tuple(leaf.abstract_key() for leaf in arg_leaves),
+            tuple(
+                signature.abstract_key(s) if isinstance(s, NamedSharding) else s
+                for s in out_given
+            ),
+            jax.tree.structure(self.out_shardings, is_leaf=is_leaf),
+            None if mesh is None else mesh.abstract_mesh,
         )
         try:
-            return (
-                static_args,
-                tuple(sorted(static_kwargs.items())),
-                in_tree,
-                tuple(leaf.abstract_key() for leaf in arg_leaves),
-                tuple(
-                    signature.abstract_key(s) if isinstance(s, NamedSharding) else s
-                    for s in out_given
-                ),
-                jax.tree.structure(self.out_shardings, is_leaf=lambda n: n is None),
-                None if mesh is None else mesh.abstract_mesh,
-            )
+            hash(key)
         except TypeError as error:
             raise InvalidArgumentError(
                 f"static arguments must be hashable ({error}); got {static_args!r}"
             ) from None
+        return key
 
     def _lower_uncached(self, args, kwargs, arg_leaves, in_tree, mesh) -> _CachedLowering:
         avals = iter(leaf.aval for leaf in arg_leaves)

@@ -90,8 +90,14 @@ def context_mesh(explicit: AnyMesh | None) -> AnyMesh | None:
     return legacy_context_mesh()
 
 
-def to_named_sharding(entry: Any, mesh: AnyMesh | None, path: str) -> NamedSharding | None:
-    """Turn one user-given sharding leaf into a ``NamedSharding`` (or ``None``)."""
+def to_named_sharding(
+    entry: Any, mesh: AnyMesh | None, path: str, ndim: int
+) -> NamedSharding | None:
+    """Turn one user-given sharding leaf into a ``NamedSharding`` (or ``None``).
+
+    A ``PartitionSpec`` is validated before jax sees it, so a bad spec gets
+    shardc's error (with the path) rather than jax's.
+    """
     if entry is None or isinstance(entry, NamedSharding):
         return entry
     if isinstance(entry, PartitionSpec):
@@ -100,6 +106,10 @@ def to_named_sharding(entry: Any, mesh: AnyMesh | None, path: str) -> NamedShard
                 f"{path}: PartitionSpec {entry} needs a mesh: pass jit(..., mesh=...), "
                 "use a NamedSharding, or call inside `with jax.set_mesh(mesh):`"
             )
+        try:
+            sdy.validate_spec(entry, mesh, ndim)
+        except ShardcError as error:
+            raise path_prefix(path)(error) from None
         return NamedSharding(mesh, entry)
     raise InvalidArgumentError(
         f"{path}: expected a NamedSharding, a PartitionSpec or None as a sharding, "
@@ -107,7 +117,7 @@ def to_named_sharding(entry: Any, mesh: AnyMesh | None, path: str) -> NamedShard
     )
 
 
-def _is_sharding_leaf(node: Any) -> bool:
+def is_sharding_leaf(node: Any) -> bool:
     return node is None or isinstance(node, (NamedSharding, PartitionSpec, jax.sharding.Sharding))
 
 
@@ -119,17 +129,18 @@ def broadcast_shardings(
     A single sharding (or ``None``) applies to every leaf. Structures that do
     not fit raise ``PytreeMismatchError`` naming both structures.
     """
-    if _is_sharding_leaf(prefix):
+    if is_sharding_leaf(prefix):
         return [prefix] * len(jax.tree.leaves(tree))
     try:
-        expanded = jax.tree.broadcast(prefix, tree, is_leaf=_is_sharding_leaf)
-    except (ValueError, TypeError) as error:
+        expanded = jax.tree.broadcast(prefix, tree, is_leaf=is_sharding_leaf)
+    except (ValueError, TypeError):
+        values = "arguments" if what == "in_shardings" else "results"
         raise PytreeMismatchError(
-            f"{what} must be a pytree prefix of the {what.split('_')[0]}puts: the "
-            f"shardings have structure {jax.tree.structure(prefix, is_leaf=_is_sharding_leaf)}"
-            f" but the values have structure {jax.tree.structure(tree)} ({error})"
+            f"{what} must be a pytree prefix of the {values}: the shardings have structure "
+            f"{jax.tree.structure(prefix, is_leaf=is_sharding_leaf)} but the {values} "
+            f"have structure {jax.tree.structure(tree)}"
         ) from None
-    return jax.tree.leaves(expanded, is_leaf=lambda n: n is None or _is_sharding_leaf(n))
+    return jax.tree.leaves(expanded, is_leaf=lambda n: n is None or is_sharding_leaf(n))
 
 
 def check_sharding(sharding: NamedSharding, aval: jax.ShapeDtypeStruct, path: str) -> None:
@@ -202,7 +213,7 @@ def argument_signature(
     leaves = []
     for path, value, entry in zip(paths, values, given):
         aval = abstract_value(value, path)
-        sharding = to_named_sharding(entry, mesh, path)
+        sharding = to_named_sharding(entry, mesh, path, len(aval.shape))
         if sharding is None:
             sharding = sharding_of_value(value)
         if sharding is not None:
@@ -258,7 +269,7 @@ def result_signature(
     leaves = []
     for path, aval, entry in zip(paths, avals, given):
         aval = jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
-        sharding = to_named_sharding(entry, mesh, path)
+        sharding = to_named_sharding(entry, mesh, path, len(aval.shape))
         if sharding is not None:
             check_sharding(sharding, aval, path)
         leaves.append(LeafSignature(path, aval, sharding))
