@@ -23,7 +23,9 @@ from jaxlib.mlir import ir
 from shardc.compiler import lowering, signature
 from shardc.compiler.signature import LeafSignature
 from shardc.dialects import make_context
+from shardc.dialects import jax_private
 from shardc.dialects.errors import InvalidArgumentError
+from shardc.runtime.compiled import Compiled, StaticArguments, compile_program, device_assignment
 
 AnyMesh = Mesh | AbstractMesh
 
@@ -35,6 +37,7 @@ class CacheInfo:
     hits: int
     misses: int
     size: int
+    compiled: int  # executables built by calls, one per (lowering, device order)
 
 
 @dataclasses.dataclass
@@ -46,6 +49,8 @@ class _CachedLowering:
     out_tree: Any
     results: list[LeafSignature]
     mesh_symbols: dict[str, ir.Attribute]
+    host_callbacks: list
+    keepalive: list
 
 
 class Lowered:
@@ -63,8 +68,14 @@ class Lowered:
         out_tree: Any,
         results: Sequence[LeafSignature],
         meshes: Sequence[AnyMesh],
+        static: StaticArguments = StaticArguments(),
+        host_callbacks: Sequence = (),
+        keepalive: Sequence = (),
     ) -> None:
         self.module = module
+        self._static = static
+        self._host_callbacks = tuple(host_callbacks)
+        self._keepalive = tuple(keepalive)
         self._in_tree = in_tree
         self._args = tuple(args)
         self._out_tree = out_tree
@@ -105,11 +116,23 @@ class Lowered:
         """The program's mesh (the first, if it uses several of one device count)."""
         return self._meshes[0] if self._meshes else None
 
-    def compile(self) -> Any:
-        """Compile through XLA. Not available yet: the runtime is its own issue."""
-        raise NotImplementedError(
-            "Lowered.compile() arrives with shardc's runtime (issue 4: compile through "
-            "XLA and execute); for now inspect the lowering with .as_text()"
+    def compile(self, device_assignment: Sequence | None = None) -> Compiled:
+        """Compile through XLA for the mesh's devices (or ``device_assignment``, in order).
+
+        A program lowered for an ``AbstractMesh`` runs on ``device_assignment``
+        when given, else on the first devices of the default backend.
+        """
+        return compile_program(
+            self.module,
+            in_tree=self._in_tree,
+            out_tree=self._out_tree,
+            inputs=self._args,
+            outputs=self._results,
+            meshes=self._meshes,
+            devices=device_assignment,
+            static=self._static,
+            host_callbacks=self._host_callbacks,
+            keepalive=self._keepalive,
         )
 
 
@@ -142,16 +165,29 @@ class JitFunction:
             keep_unused=True,
         )
         self._cache: dict[Any, _CachedLowering] = {}
+        self._compiled: dict[Any, Compiled] = {}
         self._hits = 0
         self._misses = 0
         functools.update_wrapper(self, fun)
 
     def cache_info(self) -> CacheInfo:
         """How often ``lower`` reused a cached lowering."""
-        return CacheInfo(self._hits, self._misses, len(self._cache))
+        return CacheInfo(self._hits, self._misses, len(self._cache), len(self._compiled))
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Trace (or reuse) and annotate the function for these arguments."""
+        return self._lower(args, kwargs)[1]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Lower and compile (both cached), then run on these arguments."""
+        key, lowered = self._lower(args, kwargs)
+        devices = device_assignment(lowered.meshes, _devices_of_arguments(args, kwargs, lowered))
+        compiled = self._compiled.get((key, devices))
+        if compiled is None:
+            compiled = self._compiled[(key, devices)] = lowered.compile(devices)
+        return compiled(*args, **kwargs)
+
+    def _lower(self, args: tuple, kwargs: dict) -> tuple[tuple, Lowered]:
         dynamic_args, static_args = self._split_static(args)
         dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
         static_kwargs = {k: v for k, v in kwargs.items() if k in self.static_argnames}
@@ -168,12 +204,16 @@ class JitFunction:
             self._cache[key] = cached
         else:
             self._hits += 1
-        return self._make_lowered(cached, in_tree, arg_leaves, mesh)
+        static = StaticArguments(self._static_positions(len(args)), static_args)
+        return key, self._make_lowered(cached, in_tree, arg_leaves, mesh, static)
 
     # -- steps ---------------------------------------------------------------
 
+    def _static_positions(self, num_args: int) -> tuple[int, ...]:
+        return tuple(sorted(i if i >= 0 else num_args + i for i in self.static_argnums))
+
     def _split_static(self, args: Sequence[Any]) -> tuple[list[Any], tuple]:
-        positions = [i if i >= 0 else len(args) + i for i in self.static_argnums]
+        positions = self._static_positions(len(args))
         for position in positions:
             if not 0 <= position < len(args):
                 raise InvalidArgumentError(
@@ -210,7 +250,9 @@ class JitFunction:
         avals = iter(leaf.aval for leaf in arg_leaves)
         trace_args = self._abstract_call_args(args, kwargs, avals)
         traced = self._jax_jit.trace(*trace_args[0], **trace_args[1])
-        jax_module = traced.lower().compiler_ir("stablehlo")
+        jax_lowered = traced.lower()
+        jax_module = jax_lowered.compiler_ir("stablehlo")
+        host_callbacks, keepalive = jax_private.host_callbacks_of(jax_lowered)
         out_tree = jax.tree.structure(traced.out_info)
         results = signature.result_signature(traced.out_info, self.out_shardings, mesh)
 
@@ -220,7 +262,9 @@ class JitFunction:
             symbols = lowering.annotate(module, arg_leaves, results)
             buffer = io.BytesIO()
             module.operation.write_bytecode(buffer)
-        return _CachedLowering(context, buffer.getvalue(), out_tree, results, symbols.attrs)
+        return _CachedLowering(
+            context, buffer.getvalue(), out_tree, results, symbols.attrs, host_callbacks, keepalive
+        )
 
     def _abstract_call_args(self, args, kwargs, avals) -> tuple[list, dict]:
         # Replace every dynamic leaf by its unsharded ShapeDtypeStruct, in the
@@ -236,7 +280,7 @@ class JitFunction:
                        for k, v in kwargs.items()}
         return call_args, call_kwargs
 
-    def _make_lowered(self, cached, in_tree, arg_leaves, mesh) -> Lowered:
+    def _make_lowered(self, cached, in_tree, arg_leaves, mesh, static) -> Lowered:
         with cached.context:
             module = ir.Module.parse(cached.bytecode)
         results = signature.result_signature(
@@ -245,7 +289,39 @@ class JitFunction:
             mesh,
         )
         meshes = _meshes_by_symbol(cached.mesh_symbols, [*arg_leaves, *results])
-        return Lowered(module, in_tree, arg_leaves, cached.out_tree, results, meshes)
+        return Lowered(
+            module,
+            in_tree,
+            arg_leaves,
+            cached.out_tree,
+            results,
+            meshes,
+            static=static,
+            host_callbacks=cached.host_callbacks,
+            keepalive=cached.keepalive,
+        )
+
+
+def _devices_of_arguments(args: tuple, kwargs: dict, lowered: Lowered) -> tuple | None:
+    """Devices for a program lowered on an abstract mesh: those of a committed argument.
+
+    An argument already laid out on a concrete mesh of the program's shape
+    decides the device order, so computation follows data.
+    """
+    mesh = lowered.mesh
+    if mesh is None or isinstance(mesh, Mesh):
+        return None
+    for value in jax.tree.leaves((args, kwargs)):
+        sharding = getattr(value, "sharding", None)
+        if (
+            isinstance(value, jax.Array)
+            and value.committed
+            and isinstance(sharding, NamedSharding)
+            and isinstance(sharding.mesh, Mesh)
+            and sharding.mesh.axis_sizes == mesh.axis_sizes
+        ):
+            return tuple(sharding.mesh.devices.flat)
+    return None
 
 
 def _copy_module(jax_module: ir.Module) -> ir.Module:

@@ -149,11 +149,20 @@ def _rename_symbols(module: ir.Module, renames: Sequence[tuple[str, str]]) -> No
 # ----------------------------------------------------------------------------
 
 
-def sharding_attr_for(leaf: LeafSignature, symbols: MeshSymbols) -> ir.Attribute | None:
-    """The ``#sdy.sharding`` to write for one argument or result, or ``None``."""
+def sharding_attr_for(
+    leaf: LeafSignature, value_type: ir.Type, symbols: MeshSymbols
+) -> ir.Attribute | None:
+    """The ``#sdy.sharding`` to write for one argument or result, or ``None``.
+
+    The rank is the one of the value in ``@main`` (its physical type), not of
+    the jax value: a PRNG key array ``key<fry>[8]`` is ``tensor<8x2xui32>`` there
+    and its sharding gets the extra trailing ``{}``.
+    """
     sharding = leaf.sharding
-    ndim = len(leaf.aval.shape)
-    if sharding is None or sdy.is_unspecified(sharding.spec, ndim):
+    if sharding is None or not isinstance(value_type, ir.RankedTensorType):
+        return None  # tokens carry no sharding
+    ndim = value_type.rank
+    if sdy.is_unspecified(sharding.spec, ndim):
         return None
     return sdy.sharding_attr(
         sharding.spec, sharding.mesh, ndim, mesh_symbol=symbols.symbol_for(sharding.mesh)
@@ -226,16 +235,22 @@ def annotate(
 ) -> MeshSymbols:
     """Write meshes, shardings, partition counts and donation onto ``module``."""
     func = main_function(module)
-    num_args = len(ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).inputs)
-    if num_args != len(args):
+    function_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    if len(function_type.inputs) != len(args) or len(function_type.results) != len(results):
         raise ShardcError(
-            f"the traced @main has {num_args} arguments but the call has {len(args)} array "
+            f"the traced @main has {len(function_type.inputs)} arguments but the call has {len(args)} array "
             "leaves; functions with ordered effects (io_callback(ordered=True), "
             "debug.print(ordered=True)) are not supported yet"
         )
     symbols = MeshSymbols()
-    arg_attrs = [sharding_attr_for(leaf, symbols) for leaf in args]
-    res_attrs = [sharding_attr_for(leaf, symbols) for leaf in results]
+    arg_attrs = [
+        sharding_attr_for(leaf, value_type, symbols)
+        for leaf, value_type in zip(args, function_type.inputs)
+    ]
+    res_attrs = [
+        sharding_attr_for(leaf, value_type, symbols)
+        for leaf, value_type in zip(results, function_type.results)
+    ]
     unify_body_meshes(module, symbols)
     set_function_attrs(func, sdy.SHARDING_ATTR, arg_attrs, "args")
     set_function_attrs(func, sdy.SHARDING_ATTR, res_attrs, "results")

@@ -39,3 +39,94 @@ def legacy_context_mesh() -> Any | None:
 
     mesh = mesh_lib.thread_resources.env.physical_mesh
     return None if mesh.empty else mesh
+
+
+# ----------------------------------------------------------------------------
+# Tracing
+# ----------------------------------------------------------------------------
+
+
+def host_callbacks_of(jax_lowered: Any) -> tuple[list, list]:
+    """Return ``(host_callbacks, keepalive)`` of a ``jax.stages.Lowered``.
+
+    Functions with ``jax.debug.print`` / ``pure_callback`` / ``io_callback``
+    lower to custom calls that index into this list; compiling without it
+    crashes the process when a callback runs. It is only reachable through
+    the private ``_lowering.compile_args``; read it defensively.
+    """
+    try:
+        compile_args = jax_lowered._lowering.compile_args
+        return list(compile_args.get("host_callbacks") or []), list(
+            compile_args.get("keepalive") or []
+        )
+    except AttributeError:
+        return [], []
+
+
+# ----------------------------------------------------------------------------
+# Compiling and executing through PJRT (jaxlib.xla_client has no stability promise)
+# ----------------------------------------------------------------------------
+
+
+def compile_executable(
+    module: ir.Module,
+    devices: tuple,
+    *,
+    propagate_to_parameters: list[bool],
+    propagate_to_outputs: list[bool],
+    host_callbacks: list,
+) -> Any:
+    """Compile a StableHLO+sdy module for ``devices`` (the logical device order).
+
+    The module goes in as an ``ir.Module``: jaxlib accepts text and bytecode
+    too, but only without host callbacks.
+    """
+    import numpy as np
+    from jax.extend import backend
+    from jaxlib import xla_client
+
+    options = backend.get_compile_options(
+        num_replicas=1,
+        num_partitions=len(devices),
+        device_assignment=np.array(devices).reshape(1, -1),
+    )
+    build = options.executable_build_options
+    build.use_spmd_partitioning = True
+    build.use_shardy_partitioner = True
+    build.allow_spmd_sharding_propagation_to_parameters = propagate_to_parameters
+    build.allow_spmd_sharding_propagation_to_output = propagate_to_outputs
+    client = backend.get_backend(devices[0].platform)
+    device_list = xla_client.DeviceList(devices)
+    if host_callbacks:
+        return client.compile_and_load(module, device_list, options, host_callbacks=host_callbacks)
+    return client.compile_and_load(module, device_list, options)
+
+
+def spec_from_op_sharding(op_sharding: Any, mesh: Any) -> Any:
+    """Read an XLA ``OpSharding`` back as a ``PartitionSpec`` over ``mesh``."""
+    from jax._src import sharding_impls
+
+    return sharding_impls.parse_flatten_op_sharding(op_sharding, mesh)[0]
+
+
+def hlo_sharding_equivalent(sharding: Any, op_sharding: Any, devices: tuple, ndim: int) -> bool:
+    """Whether a jax sharding and an XLA ``OpSharding`` on ``devices`` place data alike."""
+    from jax.extend.sharding import GSPMDSharding
+    from jaxlib import xla_client
+
+    compiled = GSPMDSharding(xla_client.DeviceList(devices), op_sharding)
+    return sharding.is_equivalent_to(compiled, ndim)
+
+
+def fast_array_result_handler(aval: Any, sharding: Any) -> Any:
+    """jaxlib's C++ handler that wraps output buffers as one global ``jax.Array``."""
+    from jaxlib import xla_client
+
+    return xla_client.array_result_handler(aval, sharding, committed=True, _skip_checks=True)
+
+
+def jax_result_handler(aval: Any, sharding: Any) -> Any:
+    """jax's own global result handler registry (float0, PRNG keys, tokens...)."""
+    from jax._src.interpreters import pxla
+
+    return pxla.global_aval_to_result_handler(aval, sharding, True)

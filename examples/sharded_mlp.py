@@ -2,7 +2,9 @@
 
 Run: python examples/sharded_mlp.py
 Prints the StableHLO module with the Shardy mesh and sharding attributes that
-shardc wrote, then the shardings it recorded for inputs and outputs.
+shardc wrote, then compiles it through XLA, runs it on 8 CPU devices and
+prints the output's sharding, the collectives XLA inserted, and how far the
+result is from jax.jit's.
 """
 
 import os
@@ -12,6 +14,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 from jax.sharding import AxisType, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
@@ -39,8 +42,17 @@ def main() -> None:
         mesh=mesh,
     ).lower(params, x)
     print(lowered.as_text())
-    print("in_shardings: ", lowered.in_shardings)
-    print("out_shardings:", lowered.out_shardings)
+
+    compiled = lowered.compile()
+    rng = np.random.default_rng(0)
+    real_params = {k: rng.standard_normal(v.shape, np.float32) for k, v in params.items()}
+    real_x = rng.standard_normal(x.shape, np.float32)
+    out = compiled(real_params, real_x).block_until_ready()
+    print("output sharding:", out.sharding.spec, "on mesh", dict(out.sharding.mesh.shape))
+    used = {k: (c.count, c.bytes_per_device) for k, c in compiled.collectives().items() if c.count}
+    print("collectives (count, bytes per device):", used)
+    expected = jax.jit(mlp)(real_params, real_x)
+    print("max |shardc - jax.jit|:", float(np.abs(np.asarray(out) - np.asarray(expected)).max()))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,134 @@
+"""Placing call arguments exactly where the executable expects them.
+
+jaxlib's ``execute_sharded`` trusts its inputs completely: a wrongly sharded
+buffer of the same size gives silently wrong numbers and a wrong size or
+device order crashes the process. So every argument goes through a handler,
+chosen by its Python type from a registry (as jax's ``shard_arg``), that
+returns a ``jax.Array`` with exactly the expected sharding or raises a shardc
+error naming the argument.
+
+Users may register handlers for their own types with
+``register_argument_handler``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from shardc.dialects.errors import DeviceMismatchError, InvalidArgumentError
+
+
+@dataclasses.dataclass
+class PlacementCounts:
+    """How often arguments needed work before a call (zero on the fast path)."""
+
+    resharded: int = 0  # committed jax.Arrays moved to another sharding
+    placed: int = 0  # host data and uncommitted arrays put on the devices
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpectedArgument:
+    """What the executable expects for one flattened argument."""
+
+    path: str
+    aval: jax.ShapeDtypeStruct
+    sharding: jax.sharding.Sharding
+    device_set: frozenset
+
+
+ArgumentHandler = Callable[[Any, ExpectedArgument, PlacementCounts], jax.Array]
+
+_HANDLERS: dict[type, ArgumentHandler] = {}
+
+
+def register_argument_handler(kind: type, handler: ArgumentHandler) -> None:
+    """Use ``handler(value, expected, counts)`` for arguments of type ``kind``."""
+    _HANDLERS[kind] = handler
+
+
+def place(value: Any, expected: ExpectedArgument, counts: PlacementCounts) -> jax.Array:
+    """Return ``value`` as a ``jax.Array`` with exactly ``expected.sharding``."""
+    handler = _HANDLERS.get(type(value))
+    if handler is None:
+        handler = next(
+            (h for kind, h in _HANDLERS.items() if isinstance(value, kind)), _unsupported
+        )
+        _HANDLERS[type(value)] = handler
+    return handler(value, expected, counts)
+
+
+def _check_type(value: Any, expected: ExpectedArgument) -> None:
+    shape, dtype = np.shape(value), getattr(value, "dtype", None)
+    if tuple(shape) != tuple(expected.aval.shape) or (
+        dtype is not None and dtype != expected.aval.dtype
+    ):
+        raise InvalidArgumentError(
+            f"{expected.path}: got {_describe(shape, dtype)} but the function was compiled "
+            f"for {_describe(expected.aval.shape, expected.aval.dtype)}; lower it again "
+            "for these arguments"
+        )
+
+
+def _describe(shape, dtype) -> str:
+    return f"{np.dtype(dtype).name if dtype is not None else '?'}{list(shape)}"
+
+
+def _jax_array(value: jax.Array, expected: ExpectedArgument, counts: PlacementCounts):
+    if value.sharding is expected.sharding:  # the fast path: nothing to check twice
+        return value
+    if jax.dtypes.issubdtype(value.dtype, jax.dtypes.extended):
+        # Typed PRNG keys run as their uint32 key data (the physical type in @main).
+        return _jax_array(jax.random.key_data(value), expected, counts)
+    if value.is_deleted():
+        raise InvalidArgumentError(
+            f"{expected.path}: this array was deleted, most likely donated to an "
+            "earlier call (donate_argnums); pass a live array"
+        )
+    _check_type(value, expected)
+    if value.sharding == expected.sharding or value.sharding.is_equivalent_to(
+        expected.sharding, len(expected.aval.shape)
+    ):
+        return value
+    if value.committed:
+        if frozenset(value.sharding.device_set) != expected.device_set:
+            raise DeviceMismatchError(
+                f"{expected.path} is committed to devices "
+                f"{sorted(d.id for d in value.sharding.device_set)} but the program runs "
+                f"on devices {sorted(d.id for d in expected.device_set)}; "
+                "jax.device_put it onto the program's mesh first"
+            )
+        counts.resharded += 1
+    else:
+        counts.placed += 1
+    return jax.device_put(value, expected.sharding)
+
+
+def _host_value(value: Any, expected: ExpectedArgument, counts: PlacementCounts):
+    array = np.asarray(value, dtype=expected.aval.dtype)
+    _check_type(array, expected)
+    counts.placed += 1
+    return jax.device_put(array, expected.sharding)
+
+
+def _unsupported(value: Any, expected: ExpectedArgument, counts: PlacementCounts):
+    if isinstance(value, jax.ShapeDtypeStruct):
+        raise InvalidArgumentError(
+            f"{expected.path}: a jax.ShapeDtypeStruct describes an argument but holds no "
+            "data; call the compiled function with arrays"
+        )
+    raise InvalidArgumentError(
+        f"{expected.path}: cannot pass a {type(value).__name__} to a compiled function; "
+        "expected a jax.Array, a numpy array or a Python scalar"
+    )
+
+
+register_argument_handler(jax.Array, _jax_array)
+register_argument_handler(np.ndarray, _host_value)
+register_argument_handler(np.generic, _host_value)
+for _scalar in (bool, int, float, complex):
+    register_argument_handler(_scalar, _host_value)

@@ -1,0 +1,283 @@
+"""``Compiled``: a program compiled through XLA for a concrete device order, callable.
+
+``compile_program`` turns an annotated module (the ``Lowered``
+after shardc's pipeline) plus the description of its arguments and results
+into an executable: SPMD partitioning with the Shardy partitioner, one
+partition per device in the mesh's order (non-iota orders included). The
+shardings the executable settled on are read back as ``NamedSharding``s on the
+user's mesh; result handlers are built once here, and each call only places
+arguments, executes and wraps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import jax
+import numpy as np
+from jax.sharding import AbstractMesh, Mesh, NamedSharding, SingleDeviceSharding
+from jaxlib.mlir import ir
+
+from shardc.dialects import jax_private
+from shardc.dialects.errors import (
+    DeviceMismatchError,
+    InvalidArgumentError,
+    PytreeMismatchError,
+    ShardcError,
+)
+from shardc.runtime import arguments, collectives, results
+
+
+class ValueInfo(Protocol):
+    """What the compiler knows of one flattened argument or result."""
+
+    path: str
+    aval: jax.ShapeDtypeStruct
+    sharding: NamedSharding | None
+
+
+@dataclasses.dataclass(frozen=True)
+class StaticArguments:
+    """The static positional arguments a program was lowered with."""
+
+    positions: tuple[int, ...] = ()
+    values: tuple = ()
+
+
+def concrete_mesh(mesh: Mesh | AbstractMesh, devices: Sequence) -> Mesh:
+    """``mesh`` itself if concrete, else the abstract mesh laid over ``devices`` in order."""
+    if isinstance(mesh, Mesh):
+        return mesh
+    grid = np.array(list(devices), dtype=object).reshape(mesh.axis_sizes)
+    return Mesh(grid, mesh.axis_names, axis_types=mesh.axis_types)
+
+
+def device_assignment(meshes: Sequence[Mesh | AbstractMesh], devices: Sequence | None) -> tuple:
+    """The logical device order of a program: the partition ``i`` runs on entry ``i``.
+
+    Explicit ``devices`` win; otherwise the first concrete mesh's order; an
+    all-abstract program takes the first devices of the default backend; a
+    program without any mesh runs on one device.
+    """
+    size = int(np.prod(meshes[0].axis_sizes)) if meshes else 1
+    concrete = [tuple(m.devices.flat) for m in meshes if isinstance(m, Mesh)]
+    if devices is not None:
+        concrete.insert(0, tuple(devices))
+    if any(order != concrete[0] for order in concrete):
+        raise DeviceMismatchError(
+            "the devices of this program are given in different orders: "
+            + "; ".join(str([d.id for d in order]) for order in concrete)
+        )
+    if concrete:
+        if len(concrete[0]) != size:
+            raise DeviceMismatchError(
+                f"the program's mesh has {size} devices but {len(concrete[0])} were given"
+            )
+        return concrete[0]
+    available = jax.devices()
+    if len(available) < size:
+        raise DeviceMismatchError(f"the program needs {size} devices; jax has {len(available)}")
+    return tuple(available[:size])
+
+
+class Compiled:
+    """A compiled program: call it like the lowered function."""
+
+    def __init__(
+        self,
+        executable: Any,
+        *,
+        devices: tuple,
+        in_tree: Any,
+        out_tree: Any,
+        inputs: Sequence[ValueInfo],
+        outputs: Sequence[ValueInfo],
+        input_shardings: Sequence[jax.sharding.Sharding],
+        output_shardings: Sequence[jax.sharding.Sharding],
+        static: StaticArguments,
+        uses_host_callbacks: bool,
+    ) -> None:
+        self._executable = executable
+        self.devices = devices
+        self._in_tree = in_tree
+        self._out_tree = out_tree
+        self._static = static
+        self._num_positional = len(in_tree.children()[0].children())
+        self._with_tokens = uses_host_callbacks
+        self._input_shardings = tuple(input_shardings)
+        self._output_shardings = tuple(output_shardings)
+        device_set = frozenset(devices)
+        self._expected = [
+            arguments.ExpectedArgument(info.path, _physical(info.aval), sharding, device_set)
+            for info, sharding in zip(inputs, input_shardings)
+        ]
+        self._handlers = [
+            results.result_handler(_shaped_array(info.aval), sharding)
+            for info, sharding in zip(outputs, output_shardings)
+        ]
+        self.placement = arguments.PlacementCounts()
+
+    # -- calling -----------------------------------------------------------
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Place the arguments, execute, and return the outputs as ``jax.Array``s."""
+        leaves, tree = jax.tree.flatten((self._dynamic(args), kwargs))
+        if tree != self._in_tree:
+            raise PytreeMismatchError(
+                f"the function was compiled for arguments {self._in_tree} but is called "
+                f"with {tree}"
+            )
+        placed = [
+            arguments.place(value, expected, self.placement)
+            for value, expected in zip(leaves, self._expected)
+        ]
+        if self._with_tokens:
+            executed = self._executable.execute_sharded(placed, with_tokens=True)
+            outputs = executed.consume_with_handlers(self._handlers)
+            executed.consume_token().block_until_ready()
+        else:
+            outputs = self._executable.execute_sharded(placed).consume_with_handlers(
+                self._handlers
+            )
+        return jax.tree.unflatten(self._out_tree, outputs)
+
+    def _dynamic(self, args: tuple) -> tuple:
+        """Drop the static arguments if the caller passed them again (they must match)."""
+        static = self._static
+        if not static.positions or len(args) != self._num_positional + len(static.positions):
+            return tuple(args)
+        for position, lowered_value in zip(static.positions, static.values):
+            if args[position] != lowered_value:
+                raise InvalidArgumentError(
+                    f"static argument {position} is {args[position]!r} but the program was "
+                    f"compiled for {lowered_value!r}; lower it again for the new value"
+                )
+        return tuple(a for i, a in enumerate(args) if i not in static.positions)
+
+    # -- inspection ----------------------------------------------------------
+
+    @property
+    def input_shardings(self) -> Any:
+        """The argument shardings the executable expects, as ``(args, kwargs)``."""
+        return jax.tree.unflatten(self._in_tree, list(self._input_shardings))
+
+    @property
+    def output_shardings(self) -> Any:
+        """The output shardings the executable produces, in the output pytree."""
+        return jax.tree.unflatten(self._out_tree, list(self._output_shardings))
+
+    def as_text(self) -> str:
+        """The optimised HLO module after SPMD partitioning (what runs)."""
+        return self._executable.hlo_modules()[0].to_string()
+
+    def memory_analysis(self) -> Any:
+        """XLA's per-device memory statistics (argument, output, temp, alias bytes)."""
+        return self._executable.get_compiled_memory_stats()
+
+    def cost_analysis(self) -> dict[str, float]:
+        """XLA's cost estimate: flops, transcendentals, bytes accessed."""
+        return dict(self._executable.cost_analysis())
+
+    def collectives(self) -> dict[str, collectives.CollectiveSummary]:
+        """Count and bytes per device of each collective kind in the partitioned HLO."""
+        return collectives.summarize(collectives.find_collectives(self.as_text()))
+
+
+# ----------------------------------------------------------------------------
+# Compiling
+# ----------------------------------------------------------------------------
+
+
+def compile_program(
+    module: ir.Module,
+    *,
+    in_tree: Any,
+    out_tree: Any,
+    inputs: Sequence[ValueInfo],
+    outputs: Sequence[ValueInfo],
+    meshes: Sequence[Mesh | AbstractMesh],
+    devices: Sequence | None = None,
+    static: StaticArguments = StaticArguments(),
+    host_callbacks: Sequence = (),
+    keepalive: Sequence = (),
+) -> Compiled:
+    """Compile an annotated module for the program's devices and return ``Compiled``."""
+    order = device_assignment(meshes, devices)
+    program_mesh = concrete_mesh(meshes[0], order) if meshes else None
+    executable = jax_private.compile_executable(
+        module,
+        order,
+        propagate_to_parameters=[_is_open(info.sharding) for info in inputs],
+        propagate_to_outputs=[_is_open(info.sharding) for info in outputs],
+        host_callbacks=list(host_callbacks),
+    )
+    if keepalive:
+        executable.keep_alive(list(keepalive))
+    parameter_ops = _per_value(executable.get_parameter_shardings(), len(inputs))
+    output_ops = _per_value(executable.get_output_shardings(), len(outputs))
+    return Compiled(
+        executable,
+        devices=order,
+        in_tree=in_tree,
+        out_tree=out_tree,
+        inputs=inputs,
+        outputs=outputs,
+        input_shardings=[
+            _decided_sharding(info, op, order, program_mesh)
+            for info, op in zip(inputs, parameter_ops)
+        ],
+        output_shardings=[
+            _decided_sharding(info, op, order, program_mesh)
+            for info, op in zip(outputs, output_ops)
+        ],
+        static=static,
+        uses_host_callbacks=bool(host_callbacks),
+    )
+
+
+def _is_open(sharding: NamedSharding | None) -> bool:
+    if sharding is None:
+        return True
+    return any(entry is jax.sharding.PartitionSpec.UNCONSTRAINED for entry in sharding.spec)
+
+
+def _per_value(op_shardings: Sequence | None, count: int) -> list:
+    # XLA de-duplicates identical shardings of a tuple into a single entry.
+    if not op_shardings:
+        return [None] * count
+    if len(op_shardings) == 1 and count > 1:
+        return list(op_shardings) * count
+    return list(op_shardings)
+
+
+def _decided_sharding(
+    info: ValueInfo, op_sharding: Any, devices: tuple, mesh: Mesh | None
+) -> jax.sharding.Sharding:
+    """The sharding XLA settled on for one value, on the user's mesh where possible."""
+    if mesh is None or op_sharding is None:
+        return SingleDeviceSharding(devices[0])
+    requested = info.sharding
+    ndim = len(_physical(info.aval).shape)
+    if requested is not None and not _is_open(requested):
+        requested = NamedSharding(concrete_mesh(requested.mesh, devices), requested.spec)
+        if not jax_private.hlo_sharding_equivalent(requested, op_sharding, devices, ndim):
+            raise ShardcError(
+                f"{info.path}: XLA compiled a different sharding than the one requested "
+                f"({op_sharding} instead of {requested.spec}); this is a shardc bug"
+            )
+        return requested
+    spec = jax_private.spec_from_op_sharding(op_sharding, mesh)
+    return NamedSharding(mesh, spec)
+
+
+def _shaped_array(aval: jax.ShapeDtypeStruct) -> Any:
+    return jax.core.ShapedArray(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
+def _physical(aval: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
+    """The type a value has inside the module: PRNG keys are their uint32 data."""
+    if jax.dtypes.issubdtype(aval.dtype, jax.dtypes.extended):
+        return jax.eval_shape(jax.random.key_data, aval)
+    return aval

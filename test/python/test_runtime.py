@@ -1,0 +1,326 @@
+"""Compiling and running through shardc's runtime gives what ``jax.jit`` gives.
+
+Every output is blocked on before the next call: with 2 cores, XLA's CPU
+collectives can stall if calls of collective programs overlap.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shardc.compiler import jit
+from shardc.dialects.errors import (
+    DeviceMismatchError,
+    InvalidArgumentError,
+    PytreeMismatchError,
+)
+
+AUTO = AxisType.Auto
+RTOL, ATOL = 1e-5, 1e-5  # float32 sums in a different order across shards
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return jax.make_mesh((4, 2), ("x", "y"), axis_types=(AUTO, AUTO))
+
+
+def put(mesh, value, spec):
+    return jax.device_put(value, NamedSharding(mesh, spec))
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def block(tree):
+    return jax.tree.map(lambda leaf: leaf.block_until_ready(), tree)
+
+
+def check_like_jax(fun, args, in_shardings, out_shardings, mesh, **jit_kwargs):
+    """Run ``fun`` through shardc and jax.jit; compare values and shardings."""
+    ours = block(jit(fun, in_shardings, out_shardings, mesh=mesh, **jit_kwargs)(*args))
+    to_named = lambda s: NamedSharding(mesh, s) if isinstance(s, P) else s  # noqa: E731
+    is_leaf = lambda s: s is None or isinstance(s, (P, NamedSharding))  # noqa: E731
+    theirs = block(
+        jax.jit(
+            fun,
+            in_shardings=jax.tree.map(to_named, in_shardings, is_leaf=is_leaf),
+            out_shardings=jax.tree.map(to_named, out_shardings, is_leaf=is_leaf),
+            **jit_kwargs,
+        )(*args)
+    )
+    assert jax.tree.structure(ours) == jax.tree.structure(theirs)
+    for mine, ref in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+        assert isinstance(mine, jax.Array)
+        assert mine.shape == ref.shape and mine.dtype == ref.dtype
+        np.testing.assert_allclose(np.asarray(mine), np.asarray(ref), rtol=RTOL, atol=ATOL)
+        assert len(mine.addressable_shards) == len(ref.addressable_shards)
+        for shard in mine.addressable_shards:
+            assert shard.data.shape == mine.sharding.shard_shape(mine.shape)
+            np.testing.assert_allclose(np.asarray(shard.data), np.asarray(mine)[shard.index])
+    return ours
+
+
+def test_elementwise(mesh):
+    a, b = put(mesh, rand(16, 8), P("x", "y")), rand(16, 8, seed=1)
+    out = check_like_jax(lambda a, b: jnp.sin(a) * b + 1, (a, b), None, P("x", "y"), mesh)
+    assert out.sharding == NamedSharding(mesh, P("x", "y"))
+
+
+def test_matmul_pinned_output(mesh):
+    a, b = put(mesh, rand(16, 8), P("x", "y")), put(mesh, rand(8, 4), P("y"))
+    out = check_like_jax(lambda a, b: a @ b, (a, b), None, P("x"), mesh)
+    assert out.sharding.spec == P("x")
+
+
+def test_reductions_unpinned(mesh):
+    a = put(mesh, rand(16, 8), P("x", "y"))
+    out = check_like_jax(lambda a: (a.sum(0), a.max(), jnp.mean(a, 1)), (a,), None, None, mesh)
+    scalar = out[1]
+    assert scalar.is_fully_replicated and isinstance(scalar.sharding, NamedSharding)
+
+
+def test_reshape_and_transpose(mesh):
+    a = put(mesh, rand(8, 4, 2), P("x"))
+    check_like_jax(lambda a: (a.reshape(32, 2), a.transpose(2, 0, 1)), (a,), None, None, mesh)
+
+
+def test_concatenate(mesh):
+    a, b = put(mesh, rand(8, 4), P("x")), put(mesh, rand(8, 6), P("x"))
+    check_like_jax(lambda a, b: jnp.concatenate([a, b], 1), (a, b), None, P("x"), mesh)
+
+
+def test_gather_and_scatter(mesh):
+    table = put(mesh, rand(16, 8), P(None, "y"))
+    index = jnp.array([3, 1, 15, 0, 7, 7, 2, 9])
+    check_like_jax(lambda t, i: jnp.take(t, i, axis=0), (table, index), None, None, mesh)
+    updates = rand(8, 8, seed=3)
+    check_like_jax(lambda t, i, u: t.at[i].add(u), (table, index, updates), None, None, mesh)
+
+
+def test_scan(mesh):
+    xs = put(mesh, rand(6, 8, 4), P(None, "x"))
+
+    def cumulative(xs):
+        return jax.lax.scan(lambda c, x: (c + x, c * 2), jnp.zeros((8, 4)), xs)
+
+    check_like_jax(cumulative, (xs,), None, None, mesh)
+
+
+def test_cond(mesh):
+    a = put(mesh, rand(8, 4), P("x"))
+    f = lambda a, p: jax.lax.cond(p > 0, lambda x: x * 2, lambda x: -x, a)  # noqa: E731
+    check_like_jax(f, (a, 1), None, None, mesh)
+    check_like_jax(f, (a, -1), None, None, mesh)
+
+
+def test_with_sharding_constraint_inside(mesh):
+    a = put(mesh, rand(16, 8), P("x"))
+
+    def f(a):
+        b = jax.lax.with_sharding_constraint(a * 3, NamedSharding(mesh, P(None, "y")))
+        return b + 1
+
+    check_like_jax(f, (a,), None, None, mesh)
+
+
+def test_shard_map_inside(mesh):
+    a = put(mesh, rand(16, 4), P("x"))
+
+    def f(a):
+        local = lambda b: jax.lax.psum(b.sum(0), "x")  # noqa: E731
+        return jax.shard_map(local, mesh=mesh, in_specs=P("x"), out_specs=P())(a)
+
+    check_like_jax(f, (a,), None, None, mesh)
+
+
+def test_pytrees_in_and_out(mesh):
+    params = {"w": put(mesh, rand(8, 4), P(None, "y")), "b": rand(4, seed=2)}
+    x = put(mesh, rand(16, 8), P("x"))
+
+    def f(params, x):
+        y = x @ params["w"] + params["b"]
+        return {"y": y, "stats": (y.mean(), y.std())}
+
+    out = check_like_jax(f, (params, x), ({"w": P(None, "y"), "b": P()}, P("x")),
+                         {"y": P("x", "y"), "stats": (P(), P())}, mesh)
+    assert out["y"].sharding.spec == P("x", "y")
+
+
+def test_value_and_grad_train_step(mesh):
+    w = put(mesh, rand(8, 4), P(None, "y"))
+    x = put(mesh, rand(16, 8), P("x"))
+
+    def step(w, x):
+        loss, grad = jax.value_and_grad(lambda w: jnp.mean((x @ w) ** 2))(w)
+        return w - 0.1 * grad, loss
+
+    check_like_jax(step, (w, x), None, None, mesh)
+
+
+def test_prng_keys_in_and_out(mesh):
+    keys = jax.random.split(jax.random.key(0), 8)
+    sharding = NamedSharding(mesh, P(("x", "y")))
+    keys = jax.device_put(keys, sharding)
+    f = lambda k: (jax.random.split(k[0], 8), jax.vmap(jax.random.uniform)(k))  # noqa: E731
+    ours = block(jit(f, sharding, (sharding, None))(keys))
+    theirs = block(jax.jit(f, in_shardings=sharding, out_shardings=(sharding, None))(keys))
+    assert jax.dtypes.issubdtype(ours[0].dtype, jax.dtypes.prng_key)
+    np.testing.assert_array_equal(jax.random.key_data(ours[0]), jax.random.key_data(theirs[0]))
+    np.testing.assert_array_equal(np.asarray(ours[1]), np.asarray(theirs[1]))
+    assert ours[0].sharding.spec == P(("x", "y"))
+
+
+def test_donation_deletes_the_input(mesh):
+    a = put(mesh, rand(16, 8), P("x", "y"))
+    expected = np.asarray(a) * 2
+    j = jit(lambda a: a * 2, P("x", "y"), P("x", "y"), mesh=mesh, donate_argnums=0)
+    out = block(j(a))
+    np.testing.assert_allclose(np.asarray(out), expected)
+    assert a.is_deleted()
+    assert j.lower(out).compile().memory_analysis().alias_size_in_bytes > 0
+    with pytest.raises(InvalidArgumentError, match=r"args\[0\].*deleted.*donated"):
+        j(a)
+
+
+def test_arguments_pass_through_or_are_resharded_and_counted(mesh):
+    a = put(mesh, rand(16, 8), P("x", "y"))
+    compiled = jit(lambda a: a + 1, P("x", "y"), mesh=mesh).lower(a).compile()
+    block(compiled(a))
+    assert (compiled.placement.resharded, compiled.placement.placed) == (0, 0)
+    other = put(mesh, np.asarray(a), P("y"))
+    np.testing.assert_allclose(np.asarray(block(compiled(other))), np.asarray(a) + 1)
+    assert compiled.placement.resharded == 1
+    block(compiled(np.asarray(a)))
+    assert compiled.placement.placed == 1
+
+
+def test_scalars_keep_their_weak_type(mesh):
+    a = put(mesh, jnp.ones(8, jnp.bfloat16), P("x"))
+    out = block(jit(lambda a, s: a * s, mesh=mesh)(a, 3.0))
+    assert out.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(out, np.float32), 3.0)
+
+
+def test_compiled_reports_shardings_text_costs_and_collectives(mesh):
+    a, b = put(mesh, rand(16, 8), P("x", "y")), put(mesh, rand(8, 4), P("y"))
+    compiled = jit(lambda a, b: (jnp.tanh(a @ b), (a * 2).sum(0)), out_shardings=(P("x"), None),
+                   mesh=mesh).lower(a, b).compile()
+    (in_a, in_b), _ = compiled.input_shardings
+    assert in_a.spec == P("x", "y") and in_b.spec == P("y")
+    out0, out1 = compiled.output_shardings
+    assert out0 == NamedSharding(mesh, P("x")) and isinstance(out1, NamedSharding)
+    assert "_spmd" in compiled.as_text()
+    assert compiled.collectives()["all-reduce"].count == 2
+    assert compiled.collectives()["all-reduce"].bytes_per_device > 0
+    assert compiled.cost_analysis()["flops"] > 0
+    assert compiled.memory_analysis().argument_size_in_bytes == (4 * 4 + 4 * 4) * 4
+
+
+def test_non_iota_device_order(mesh):
+    devices = np.array(jax.devices()[::-1]).reshape(4, 2)
+    backwards = Mesh(devices, ("x", "y"), axis_types=(AUTO, AUTO))
+    a = put(backwards, rand(16, 8), P("x", "y"))
+    out = check_like_jax(lambda a: a.T + jnp.arange(16.0), (a,), None, P("y", "x"), backwards)
+    assert out.sharding.mesh.devices.tolist() == devices.tolist()
+
+
+def test_abstract_mesh_one_lowering_two_compiles():
+    abstract = AbstractMesh((4,), ("d",), axis_types=(AUTO,))
+    j = jit(lambda a: a * 2 + 1, NamedSharding(abstract, P("d")), NamedSharding(abstract, P("d")))
+    devices = jax.devices()
+    for subset in (devices[:4], devices[4:]):
+        mesh = Mesh(np.array(subset), ("d",), axis_types=(AUTO,))
+        a = put(mesh, np.arange(8.0, dtype=np.float32), P("d"))
+        out = block(j(a))
+        np.testing.assert_allclose(np.asarray(out), np.arange(8.0) * 2 + 1)
+        assert out.sharding.device_set == set(subset)
+    info = j.cache_info()
+    assert (info.misses, info.hits, info.compiled) == (1, 1, 2)
+
+
+def test_static_arguments_at_call_time(mesh):
+    j = jit(lambda a, n: a * n, static_argnums=1, mesh=mesh)
+    a = put(mesh, rand(8), P("x"))
+    np.testing.assert_allclose(np.asarray(block(j(a, 3))), np.asarray(a) * 3, rtol=1e-6)
+    compiled = j.lower(a, 3).compile()
+    np.testing.assert_allclose(np.asarray(block(compiled(a, 3))), np.asarray(a) * 3, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(block(compiled(a))), np.asarray(a) * 3, rtol=1e-6)
+    with pytest.raises(InvalidArgumentError, match="static argument 1 is 4"):
+        compiled(a, 4)
+
+
+def test_no_mesh_runs_on_one_device():
+    out = block(jit(lambda a: a + 1)(np.ones(4, np.float32)))
+    np.testing.assert_allclose(np.asarray(out), 2.0)
+    assert len(out.sharding.device_set) == 1
+
+
+# -- bad inputs ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compiled_add(mesh):
+    return jit(lambda a, b: a + b, (P("x"), P("x")), mesh=mesh).lower(
+        jax.ShapeDtypeStruct((8,), jnp.float32), jax.ShapeDtypeStruct((8,), jnp.float32)
+    ).compile()
+
+
+def test_argument_on_other_devices(compiled_add):
+    other = Mesh(np.array(jax.devices()[:4]), ("x",))
+    a = jax.device_put(jnp.ones(8), NamedSharding(other, P("x")))
+    with pytest.raises(DeviceMismatchError, match=r"args\[1\] is committed to devices \[0, 1, 2, 3\]"):
+        compiled_add(jnp.ones(8), a)
+
+
+def test_argument_of_wrong_shape_or_dtype(compiled_add):
+    with pytest.raises(InvalidArgumentError, match=r"args\[0\]: got float32\[9\].*float32\[8\]"):
+        compiled_add(np.ones(9, np.float32), np.ones(8, np.float32))
+    with pytest.raises(InvalidArgumentError, match=r"args\[1\]: got int32\[8\]"):
+        compiled_add(np.ones(8, np.float32), jnp.ones(8, jnp.int32))
+
+
+def test_abstract_or_unsupported_arguments(compiled_add):
+    with pytest.raises(InvalidArgumentError, match="ShapeDtypeStruct"):
+        compiled_add(jax.ShapeDtypeStruct((8,), jnp.float32), np.ones(8, np.float32))
+    with pytest.raises(InvalidArgumentError, match=r"args\[0\]: cannot pass a str"):
+        compiled_add("no", np.ones(8, np.float32))
+
+
+def test_wrong_pytree(compiled_add):
+    with pytest.raises(PytreeMismatchError, match="compiled for arguments"):
+        compiled_add((np.ones(8, np.float32),), np.ones(8, np.float32))
+    with pytest.raises(PytreeMismatchError):
+        compiled_add(np.ones(8, np.float32))
+
+
+def test_host_callbacks_run(tmp_path):
+    # In a subprocess: a callback compiled without its host_callbacks kills the
+    # process (SIGSEGV) instead of raising, and must not take pytest down with it.
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import os
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+        import jax, jax.numpy as jnp, numpy as np
+        from jax.sharding import PartitionSpec as P
+        from shardc.compiler import jit
+        mesh = jax.make_mesh((8,), ("d",), axis_types=(jax.sharding.AxisType.Auto,))
+        def f(a):
+            jax.debug.print("total={t}", t=a.sum())
+            return jax.pure_callback(np.sin, jax.ShapeDtypeStruct(a.shape, a.dtype), a) + 1
+        out = jit(f, P("d"), mesh=mesh)(np.arange(8.0, dtype=np.float32))
+        print("out", np.asarray(out, np.float64).round(3).tolist())
+        """
+    )
+    run = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "total=28.0" in run.stdout
+    assert f"out {(np.sin(np.arange(8.0)) + 1).round(3).tolist()}" in run.stdout
