@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding
 from jaxlib.mlir import ir
 
@@ -166,6 +167,7 @@ class JitFunction:
         )
         self._cache: dict[Any, _CachedLowering] = {}
         self._compiled: dict[Any, Compiled] = {}
+        self._by_call: dict[Any, Compiled] = {}
         self._hits = 0
         self._misses = 0
         functools.update_wrapper(self, fun)
@@ -179,13 +181,55 @@ class JitFunction:
         return self._lower(args, kwargs)[1]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Lower and compile (both cached), then run on these arguments."""
+        """Run on these arguments; lowering and compiling happen once per signature.
+
+        Later calls whose arguments have the same types, shapes, shardings and
+        static values go straight to the executable.
+        """
+        key = self._call_key(args, kwargs)
+        compiled = self._by_call.get(key) if key is not None else None
+        if compiled is None:
+            compiled = self._compile_for(args, kwargs)
+            if key is not None:
+                self._by_call[key] = compiled
+        return compiled(*args, **kwargs)
+
+    def _call_key(self, args: tuple, kwargs: dict) -> tuple | None:
+        """A cheap key for the fast call path: what lowering and compiling depend on.
+
+        Static arguments count by value; array leaves by shape, dtype, weak type
+        and (committed arrays) sharding; other leaves (Python scalars) by type.
+        The context mesh, which bare ``PartitionSpec``s resolve against, is
+        included. ``None`` when a static value is unhashable: such calls take
+        the slow path, which reports the error.
+        """
+        positions = self._static_positions(len(args))
+        static = tuple(args[i] for i in positions if i < len(args))
+        static += tuple(kwargs[k] for k in self.static_argnames if k in kwargs)
+        leaves, tree = jax.tree.flatten((args, kwargs))
+        parts: list = [tree, static, jax.sharding.get_abstract_mesh()]
+        for leaf in leaves:
+            if isinstance(leaf, jax.Array):
+                sharding = leaf.sharding if leaf.committed else None
+                parts.append((leaf.shape, leaf.dtype, getattr(leaf, "weak_type", False), sharding))
+            elif isinstance(leaf, np.ndarray):
+                parts.append((leaf.shape, leaf.dtype))
+            else:
+                parts.append(type(leaf))
+        key = tuple(parts)
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
+    def _compile_for(self, args: tuple, kwargs: dict) -> Compiled:
         key, lowered = self._lower(args, kwargs)
         devices = device_assignment(lowered.meshes, _devices_of_arguments(args, kwargs, lowered))
         compiled = self._compiled.get((key, devices))
         if compiled is None:
             compiled = self._compiled[(key, devices)] = lowered.compile(devices)
-        return compiled(*args, **kwargs)
+        return compiled
 
     def _lower(self, args: tuple, kwargs: dict) -> tuple[tuple, Lowered]:
         dynamic_args, static_args = self._split_static(args)

@@ -62,6 +62,13 @@ def place(value: Any, expected: ExpectedArgument, counts: PlacementCounts) -> ja
     return handler(value, expected, counts)
 
 
+def _deleted(expected: ExpectedArgument) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"{expected.path}: this array was deleted, most likely donated to an "
+        "earlier call (donate_argnums); pass a live array"
+    )
+
+
 def _check_type(value: Any, expected: ExpectedArgument) -> None:
     shape, dtype = np.shape(value), getattr(value, "dtype", None)
     if tuple(shape) != tuple(expected.aval.shape) or (
@@ -79,16 +86,18 @@ def _describe(shape, dtype) -> str:
 
 
 def _jax_array(value: jax.Array, expected: ExpectedArgument, counts: PlacementCounts):
-    if value.sharding is expected.sharding:  # the fast path: nothing to check twice
+    sharding = value.sharding
+    if sharding is expected.sharding or (
+        sharding == expected.sharding and value.shape == expected.aval.shape
+    ):  # the fast path: already where it must be
+        if value.is_deleted():
+            raise _deleted(expected)
         return value
     if jax.dtypes.issubdtype(value.dtype, jax.dtypes.extended):
         # Typed PRNG keys run as their uint32 key data (the physical type in @main).
         return _jax_array(jax.random.key_data(value), expected, counts)
     if value.is_deleted():
-        raise InvalidArgumentError(
-            f"{expected.path}: this array was deleted, most likely donated to an "
-            "earlier call (donate_argnums); pass a live array"
-        )
+        raise _deleted(expected)
     _check_type(value, expected)
     if value.sharding == expected.sharding or value.sharding.is_equivalent_to(
         expected.sharding, len(expected.aval.shape)

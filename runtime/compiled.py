@@ -261,7 +261,10 @@ def _decided_sharding(
     requested = info.sharding
     ndim = len(_physical(info.aval).shape)
     if requested is not None and not _is_open(requested):
-        requested = NamedSharding(concrete_mesh(requested.mesh, devices), requested.spec)
+        if not isinstance(requested.mesh, Mesh):
+            # Only rebuild abstract ones: keeping the caller's object keeps the
+            # `arg.sharding is expected` fast path of every later call.
+            requested = NamedSharding(concrete_mesh(requested.mesh, devices), requested.spec)
         if not jax_private.hlo_sharding_equivalent(requested, op_sharding, devices, ndim):
             raise ShardcError(
                 f"{info.path}: XLA compiled a different sharding than the one requested "

@@ -345,12 +345,18 @@ def test_each_lowered_owns_its_module():
     assert "test.marker" not in j.lower(jnp.ones(8)).as_text()
 
 
-def test_debug_info_and_compile_placeholder():
+def test_debug_info_shows_source_locations():
     lowered = jit(lambda a: a + 1, P("d"), mesh=mesh_8()).lower(jnp.ones(8))
-    assert "loc(" in lowered.as_text(debug_info=True)
+    assert "test_jit_lower.py" in lowered.as_text(debug_info=True)
     assert "loc(" not in lowered.as_text()
-    with pytest.raises(NotImplementedError, match="issue 4"):
-        lowered.compile()
+
+
+def test_prng_key_shardings_cover_the_key_data_dimension():
+    mesh = mesh_8()
+    keys = jax.ShapeDtypeStruct((8,), jax.random.key(0).dtype)
+    text = jit(lambda k: k, NamedSharding(mesh, P("d")), P("d"), mesh=mesh).lower(keys).as_text()
+    assert "tensor<8x2xui32>" in text
+    assert arg_shardings(text) == ['#sdy.sharding<@mesh, [{"d"}, {}]>']
 
 
 def test_errors_are_shardc_errors():
