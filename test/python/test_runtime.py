@@ -324,3 +324,21 @@ def test_host_callbacks_run(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "total=28.0" in run.stdout
     assert f"out {(np.sin(np.arange(8.0)) + 1).round(3).tolist()}" in run.stdout
+
+
+def test_user_argument_handler(mesh):
+    from shardc.runtime import register_argument_handler
+    from shardc.runtime.arguments import place
+
+    class Celsius:
+        def __init__(self, values):
+            self.values = np.asarray(values, np.float32)
+
+    def celsius_to_array(value, expected, counts):
+        return place(value.values + 273.15, expected, counts)
+
+    register_argument_handler(Celsius, celsius_to_array)
+    compiled = jit(lambda k: k * 2, P("x"), mesh=mesh).lower(
+        jax.ShapeDtypeStruct((8,), jnp.float32)).compile()
+    out = block(compiled(Celsius(np.zeros(8))))
+    np.testing.assert_allclose(np.asarray(out), 546.3, rtol=1e-6)
