@@ -342,3 +342,15 @@ def test_user_argument_handler(mesh):
         jax.ShapeDtypeStruct((8,), jnp.float32)).compile()
     out = block(compiled(Celsius(np.zeros(8))))
     np.testing.assert_allclose(np.asarray(out), 546.3, rtol=1e-6)
+
+
+def test_float0_outputs_like_jax(mesh):
+    def grads(x, n):
+        return jax.grad(lambda x, n: (x * n).sum(), argnums=(0, 1), allow_int=True)(x, n)
+
+    x, n = put(mesh, jnp.ones(8), P("x")), jnp.arange(8)
+    ours = block(jit(grads, mesh=mesh)(x, n))
+    theirs = jax.jit(grads)(x, n)
+    assert ours[1].dtype == theirs[1].dtype == jax.dtypes.float0
+    assert ours[1].shape == (8,)
+    np.testing.assert_array_equal(np.asarray(ours[0]), np.arange(8.0))
