@@ -36,7 +36,7 @@ def rand(*shape, seed=0):
 
 
 def block(tree):
-    return jax.tree.map(lambda leaf: leaf.block_until_ready(), tree)
+    return jax.block_until_ready(tree)
 
 
 def check_like_jax(fun, args, in_shardings, out_shardings, mesh, **jit_kwargs):
