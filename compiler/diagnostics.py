@@ -1,0 +1,170 @@
+"""Diagnostics of shardc passes and tools: records, MLIR-format printing, collection.
+
+MLIR reports errors through ``ir.MLIRError`` (parse, verify and pass failures)
+but the Python bindings offer no way to emit a warning or a remark, so this
+module owns one record type for all of them. ``Diagnostic`` is what the driver
+prints (in the format of MLIR's ``SourceMgrDiagnosticHandler``:
+``file:L:C: warning: msg`` followed by the source line and a caret) and what
+``--verify-diagnostics`` matches. Passes report through ``PassError`` (an error
+at an op, turned into an MLIR error diagnostic plus a pass failure by the
+adapter) and ``emit_warning`` / ``emit_remark`` (collected by the active sink).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import re
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+from jaxlib.mlir import ir
+
+
+class Severity(enum.Enum):
+    """How serious a diagnostic is, spelled as MLIR prints it."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    REMARK = "remark"
+    NOTE = "note"
+
+
+_SEVERITY_FROM_MLIR = {
+    ir.DiagnosticSeverity.ERROR: Severity.ERROR,
+    ir.DiagnosticSeverity.WARNING: Severity.WARNING,
+    ir.DiagnosticSeverity.REMARK: Severity.REMARK,
+    ir.DiagnosticSeverity.NOTE: Severity.NOTE,
+}
+
+# The first file location inside any printed location (name, call site, fused
+# locations nest it), which is what MLIR's findInstanceOf<FileLineColLoc> picks.
+_FILE_LOC = re.compile(r'"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
+
+
+@dataclass(frozen=True)
+class SourceLoc:
+    """A file:line:col position; line and column are 1-based, 0 meaning unknown."""
+
+    file: str
+    line: int
+    col: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One diagnostic: severity, optional location, message and attached notes."""
+
+    severity: Severity
+    loc: SourceLoc | None
+    message: str
+    notes: tuple[Diagnostic, ...] = ()
+
+
+def source_loc_of(location: ir.Location) -> SourceLoc | None:
+    """Return the first file position inside an MLIR location, or None if it has none."""
+    match = _FILE_LOC.search(str(location))
+    if match is None:
+        return None
+    name = re.sub(r"\\(.)", r"\1", match.group(1))
+    return SourceLoc(name, int(match.group(2)), int(match.group(3)))
+
+
+def from_mlir(diagnostic: ir.DiagnosticInfo | ir.Diagnostic) -> Diagnostic:
+    """Convert a diagnostic reported by MLIR (live or captured in an MLIRError)."""
+    return Diagnostic(
+        severity=_SEVERITY_FROM_MLIR.get(diagnostic.severity, Severity.ERROR),
+        loc=source_loc_of(diagnostic.location),
+        message=diagnostic.message,
+        notes=tuple(from_mlir(note) for note in diagnostic.notes),
+    )
+
+
+class PassError(Exception):
+    """A pass failure at an op or location; the adapter reports it as an MLIR error."""
+
+    def __init__(self, op_or_location: ir.Operation | ir.OpView | ir.Location, message: str):
+        super().__init__(message)
+        self.location = (
+            op_or_location
+            if isinstance(op_or_location, ir.Location)
+            else op_or_location.location
+        )
+        self.message = message
+
+
+@dataclass
+class DiagnosticSink:
+    """Collects the warnings and remarks passes emit while a pipeline runs."""
+
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def add(self, diagnostic: Diagnostic) -> None:
+        """Record one diagnostic."""
+        self.diagnostics.append(diagnostic)
+
+
+_ACTIVE_SINK: ContextVar[DiagnosticSink | None] = ContextVar("shardc_diagnostic_sink", default=None)
+
+
+@contextlib.contextmanager
+def collecting(sink: DiagnosticSink) -> Iterator[DiagnosticSink]:
+    """Route ``emit_warning`` / ``emit_remark`` to ``sink`` for the duration of a block."""
+    token = _ACTIVE_SINK.set(sink)
+    try:
+        yield sink
+    finally:
+        _ACTIVE_SINK.reset(token)
+
+
+def _emit(severity: Severity, where: ir.Operation | ir.OpView | ir.Location, message: str) -> None:
+    location = where if isinstance(where, ir.Location) else where.location
+    diagnostic = Diagnostic(severity, source_loc_of(location), message)
+    sink = _ACTIVE_SINK.get()
+    if sink is None:
+        # Outside a driver (a pass called from a script) nobody collects: say it.
+        import sys
+
+        print(format_diagnostic(diagnostic, {}), end="", file=sys.stderr)
+    else:
+        sink.add(diagnostic)
+
+
+def emit_warning(where: ir.Operation | ir.OpView | ir.Location, message: str) -> None:
+    """Report a warning at an op or location (MLIR has no Python warning emitter)."""
+    _emit(Severity.WARNING, where, message)
+
+
+def emit_remark(where: ir.Operation | ir.OpView | ir.Location, message: str) -> None:
+    """Report a remark at an op or location."""
+    _emit(Severity.REMARK, where, message)
+
+
+def format_message(
+    loc: SourceLoc | None,
+    severity: Severity,
+    message: str,
+    sources: dict[str, Sequence[str]],
+) -> str:
+    """Render one message the way llvm::SourceMgr prints it, with source line and caret."""
+    if loc is None:
+        return f"{severity.value}: {message}\n"
+    text = f"{loc}: {severity.value}: {message}\n"
+    lines = sources.get(loc.file)
+    if lines is None or loc.line < 1 or loc.col < 1 or loc.line > len(lines):
+        return text
+    source_line = lines[loc.line - 1]
+    # Tabs stay tabs in the caret line so the caret lines up in a terminal.
+    indent = "".join(ch if ch == "\t" else " " for ch in source_line[: loc.col - 1])
+    return f"{text}{source_line}\n{indent}^\n"
+
+
+def format_diagnostic(diagnostic: Diagnostic, sources: dict[str, Sequence[str]]) -> str:
+    """Render a diagnostic and its notes in MLIR's textual format."""
+    parts = [format_message(diagnostic.loc, diagnostic.severity, diagnostic.message, sources)]
+    parts += [format_diagnostic(note, sources) for note in diagnostic.notes]
+    return "".join(parts)

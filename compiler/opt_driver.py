@@ -1,0 +1,197 @@
+"""The engine behind ``shardc-opt``: parse, run a pipeline, print, report diagnostics.
+
+``run_opt`` does what ``mlir::MlirOptMain`` does for one input buffer: split it
+(optionally), and for each chunk parse it, run the pass pipeline, print the
+result with the MLIR printer and report diagnostics in MLIR's format (or, with
+``--verify-diagnostics``, match them against ``expected-*`` comments). The
+bindings parse from a string, so locations come back as ``"-":L:C`` relative to
+the chunk; they are mapped back to the real file name and line here.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TextIO
+
+from jaxlib.mlir import ir
+
+from shardc.compiler import pipeline
+from shardc.compiler.diagnostics import (
+    Diagnostic,
+    DiagnosticSink,
+    Severity,
+    SourceLoc,
+    collecting,
+    format_diagnostic,
+    from_mlir,
+)
+from shardc.compiler.split_input import OUTPUT_SPLIT_MARKER, Chunk, split_input
+from shardc.compiler.verify_diagnostics import DiagnosticVerifier
+from shardc.dialects import make_context
+
+PARSER_NAME = "-"
+# MLIR's parser recurses once per nesting level and overflows the C stack a few
+# thousand levels down (a crash, not a diagnostic), so deeper input is refused.
+MAX_NESTING = 1000
+_NESTING_TOKEN = re.compile(rb'"(?:[^"\\\n]|\\.)*"|//[^\n]*|[\[\]{}()]')
+_PRINTED_LOC = re.compile(r'loc\("-":(\d+):(\d+)')
+# The note MLIR attaches to op diagnostics; mlir-opt turns it off under
+# --verify-diagnostics (printOpOnDiagnostic(false)), the bindings cannot.
+_CURRENT_OP_NOTE = "see current operation:"
+
+
+@dataclass(frozen=True)
+class OptConfig:
+    """What one ``shardc-opt`` invocation asks for."""
+
+    specs: tuple[pipeline.PassSpec, ...] = ()
+    split_input_file: bool = False
+    verify_diagnostics: bool = False
+    print_debuginfo: bool = False
+    timing: bool = False
+    print_ir_after_all: bool = False
+    allow_unregistered_dialect: bool = False
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """The printed module (None on failure) and the diagnostics of one chunk."""
+
+    output: str | None
+    diagnostics: tuple[Diagnostic, ...]
+    failed: bool
+
+
+class _ChunkLocations:
+    """Maps chunk-relative parser locations back to the input file."""
+
+    def __init__(self, file_name: str, chunk: Chunk) -> None:
+        self.file_name = file_name
+        self.chunk = chunk
+
+    def loc(self, loc: SourceLoc | None) -> SourceLoc | None:
+        if loc is None or loc.file != PARSER_NAME:
+            return loc
+        if loc.line == 0:
+            return replace(loc, file=self.file_name)
+        column_shift = self.chunk.col - 1 if loc.line == 1 else 0
+        return SourceLoc(self.file_name, loc.line + self.chunk.line - 1, loc.col + column_shift)
+
+    def diagnostic(self, diagnostic: Diagnostic) -> Diagnostic:
+        notes = tuple(self.diagnostic(n) for n in diagnostic.notes)
+        return replace(diagnostic, loc=self.loc(diagnostic.loc), notes=notes)
+
+    def printed(self, text: str) -> str:
+        def sub(match: re.Match[str]) -> str:
+            loc = self.loc(SourceLoc(PARSER_NAME, int(match.group(1)), int(match.group(2))))
+            name = self.file_name.replace("\\", "\\\\").replace('"', '\\"')
+            return f'loc("{name}":{loc.line}:{loc.col}'
+
+        return _PRINTED_LOC.sub(sub, text)
+
+
+def nesting_error(chunk: Chunk) -> Diagnostic | None:
+    """Return an error if the chunk nests brackets deeper than the parser can take."""
+    depth = 0
+    for token in _NESTING_TOKEN.finditer(chunk.text):
+        char = token.group()
+        if char in (b"[", b"{", b"("):
+            depth += 1
+            if depth > MAX_NESTING:
+                line = chunk.text.count(b"\n", 0, token.start()) + 1
+                column = token.start() - (chunk.text.rfind(b"\n", 0, token.start()) + 1) + 1
+                loc = SourceLoc(PARSER_NAME, line, column)
+                message = f"nesting deeper than {MAX_NESTING} levels is not supported"
+                return Diagnostic(Severity.ERROR, loc, message)
+        elif char in (b"]", b"}", b")"):
+            depth = max(depth - 1, 0)
+    return None
+
+
+def _print_module(module: ir.Module, config: OptConfig) -> str:
+    return module.operation.get_asm(enable_debug_info=config.print_debuginfo, assume_verified=True)
+
+
+def process_chunk(chunk: Chunk, context: ir.Context, config: OptConfig) -> ChunkResult:
+    """Parse one chunk, run the pipeline on it and print it (diagnostics chunk-relative)."""
+    guard = nesting_error(chunk)
+    if guard is not None:
+        return ChunkResult(None, (guard,), True)
+    try:
+        module = ir.Module.parse(chunk.text, context)
+    except ir.MLIRError as error:
+        return ChunkResult(None, tuple(from_mlir(d) for d in error.error_diagnostics), True)
+    sink = DiagnosticSink()
+    failed = False
+    with context, collecting(sink):
+        try:
+            pm = pipeline.build(
+                config.specs,
+                pipeline.BuildOptions(
+                    timing=config.timing,
+                    print_ir_after_all=config.print_ir_after_all,
+                    print_debuginfo=config.print_debuginfo,
+                ),
+            )
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pm.run(module.operation)
+        except ir.MLIRError as error:
+            sink.diagnostics.extend(from_mlir(d) for d in error.error_diagnostics)
+            failed = True
+    output = None if failed else _print_module(module, config)
+    return ChunkResult(output, tuple(sink.diagnostics), failed)
+
+
+def _strip_current_op_notes(diagnostic: Diagnostic) -> Diagnostic:
+    notes = tuple(n for n in diagnostic.notes if not n.message.startswith(_CURRENT_OP_NOTE))
+    return replace(diagnostic, notes=notes)
+
+
+def run_opt(data: bytes, file_name: str, config: OptConfig, out: TextIO, err: TextIO) -> bool:
+    """Process one input buffer; write the output and diagnostics; return success."""
+    for spec in config.specs:
+        pipeline.resolve(spec)  # unknown passes and options fail before any parsing
+    sources = {file_name: data.decode("utf-8", errors="replace").split("\n")}
+    chunks, warnings = split_input(data, file_name, enabled=config.split_input_file)
+    for warning in warnings:
+        err.write(format_diagnostic(warning, sources))
+    context = make_context()
+    context.allow_unregistered_dialects = config.allow_unregistered_dialect
+    outputs: list[str] = []
+    all_ok = True
+    for chunk in chunks:
+        locations = _ChunkLocations(file_name, chunk)
+        result = process_chunk(chunk, context, config)
+        diagnostics = [locations.diagnostic(d) for d in result.diagnostics]
+        if config.verify_diagnostics:
+            ok = _verify(chunk, file_name, sources, diagnostics, err)
+        else:
+            for diagnostic in diagnostics:
+                err.write(format_diagnostic(diagnostic, sources))
+            has_error = any(d.severity == Severity.ERROR for d in diagnostics)
+            ok = not result.failed and not has_error
+        all_ok = all_ok and ok
+        outputs.append(locations.printed(result.output) if result.output is not None else "")
+    out.write((OUTPUT_SPLIT_MARKER + "\n").join(outputs))
+    return all_ok
+
+
+def _verify(
+    chunk: Chunk,
+    file_name: str,
+    sources: dict[str, Sequence[str]],
+    diagnostics: Sequence[Diagnostic],
+    err: TextIO,
+) -> bool:
+    lines = chunk.text.decode("utf-8", errors="replace").split("\n")
+    verifier = DiagnosticVerifier.from_source(lines, file_name, chunk.line)
+    for diagnostic in diagnostics:
+        verifier.process(_strip_current_op_notes(diagnostic))
+    failures = verifier.finish()
+    for failure in failures:
+        err.write(format_diagnostic(failure, sources))
+    return not failures

@@ -1,0 +1,29 @@
+"""The registry of shardc passes: ``ALL_PASSES``, one alphabetical tuple of classes.
+
+This tuple is the only list. Names and aliases live in the classes; the lookup
+map below is derived from them and refuses duplicates at import time.
+"""
+
+from __future__ import annotations
+
+from shardc.compiler.pass_base import ModulePass
+from shardc.compiler.passes.drop_shardings import DropShardingsPass
+from shardc.compiler.passes.lift_inlined_meshes import LiftInlinedMeshesPass
+
+ALL_PASSES: tuple[type[ModulePass], ...] = (
+    DropShardingsPass,
+    LiftInlinedMeshesPass,
+)
+
+
+def _by_name(classes: tuple[type[ModulePass], ...]) -> dict[str, type[ModulePass]]:
+    table: dict[str, type[ModulePass]] = {}
+    for pass_class in classes:
+        for name in (pass_class.name, *pass_class.aliases):
+            if name in table:
+                raise RuntimeError(f"pass name '{name}' is declared twice")
+            table[name] = pass_class
+    return table
+
+
+PASSES_BY_NAME: dict[str, type[ModulePass]] = _by_name(ALL_PASSES)

@@ -1,0 +1,112 @@
+"""Find and rewrite every sdy sharding in a module, in Shardy's walk order.
+
+Shardings live in three kinds of places: function argument and result
+attributes (``sdy.sharding`` inside ``arg_attrs`` / ``res_attrs``), the
+``sdy.sharding`` attribute of any op (one sharding per result), and the
+sharding attributes of sdy ops themselves (``sharding_constraint``,
+``reshard``, ``manual_computation``, collectives ...). Ops are visited in
+pre-order; a function's argument then result shardings come before its body,
+which is the order Shardy's ``transformShardings`` uses, so passes that name
+things in visiting order match Shardy's names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import sdy
+
+SHARDING_ATTR = "sdy.sharding"
+FUNC_OP = "func.func"
+FUNC_SHARDING_LISTS = ("arg_attrs", "res_attrs")
+
+ShardingFn = Callable[[sdy.TensorShardingAttr], ir.Attribute]
+
+
+def ops_in_preorder(root: ir.Operation) -> list[ir.Operation]:
+    """Return every op nested in ``root`` (not ``root`` itself), parents first."""
+    ops: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        ops.append(op)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return [op for op in ops if op != root]
+
+
+def named_attributes(op: ir.Operation) -> list[tuple[str, ir.Attribute]]:
+    """Return an op's attributes (inherent and discardable) as name/value pairs."""
+    attributes = op.attributes
+    return [(attributes[i].name, attributes[i].attr) for i in range(len(attributes))]
+
+
+def map_sharding_attr(attr: ir.Attribute, fn: ShardingFn) -> ir.Attribute:
+    """Apply ``fn`` to a sharding or to each sharding of a per-value sharding list."""
+    if sdy.TensorShardingAttr.isinstance(attr):
+        return fn(sdy.TensorShardingAttr(attr))
+    if sdy.TensorShardingPerValueAttr.isinstance(attr):
+        shardings = sdy.TensorShardingPerValueAttr(attr).shardings
+        return sdy.TensorShardingPerValueAttr.get([fn(sdy.TensorShardingAttr(s)) for s in shardings])
+    if isinstance(attr, ir.ArrayAttr):
+        elements = list(ir.ArrayAttr(attr))
+        if elements and all(_is_sharding(e) for e in elements):
+            return ir.ArrayAttr.get([map_sharding_attr(e, fn) for e in elements])
+    return attr
+
+
+def _is_sharding(attr: ir.Attribute) -> bool:
+    return sdy.TensorShardingAttr.isinstance(attr) or sdy.TensorShardingPerValueAttr.isinstance(
+        attr
+    )
+
+
+def _map_func_shardings(func: ir.Operation, list_name: str, fn: ShardingFn) -> None:
+    if list_name not in func.attributes:
+        return
+    new_dicts = []
+    for entry in ir.ArrayAttr(func.attributes[list_name]):
+        entries = ir.DictAttr(entry)
+        values = {entries[i].name: entries[i].attr for i in range(len(entries))}
+        if SHARDING_ATTR in values:
+            values[SHARDING_ATTR] = map_sharding_attr(values[SHARDING_ATTR], fn)
+        new_dicts.append(ir.DictAttr.get(values))
+    func.attributes[list_name] = ir.ArrayAttr.get(new_dicts)
+
+
+def sharding_attr_names(op: ir.Operation) -> list[str]:
+    """Names of the op's own attributes that hold shardings (not func arg/result ones)."""
+    is_sdy_op = op.name.startswith("sdy.")
+    return [
+        name
+        for name, attr in named_attributes(op)
+        if (name == SHARDING_ATTR or is_sdy_op) and _holds_sharding(attr)
+    ]
+
+
+def _holds_sharding(attr: ir.Attribute) -> bool:
+    if _is_sharding(attr):
+        return True
+    if isinstance(attr, ir.ArrayAttr):
+        elements = list(ir.ArrayAttr(attr))
+        return bool(elements) and all(_is_sharding(e) for e in elements)
+    return False
+
+
+def map_shardings(module: ir.Operation, fn: ShardingFn) -> None:
+    """Replace every sharding ``s`` in ``module`` by ``fn(s)``, in Shardy's order."""
+    for op in ops_in_preorder(module):
+        if op.name == FUNC_OP:
+            for list_name in FUNC_SHARDING_LISTS:
+                _map_func_shardings(op, list_name, fn)
+        for name in sharding_attr_names(op):
+            op.attributes[name] = map_sharding_attr(op.attributes[name], fn)
+
+
+def mesh_name_of(sharding: sdy.TensorShardingAttr) -> str | None:
+    """The mesh symbol a sharding refers to, or None for an inline mesh."""
+    mesh_or_ref = sharding.mesh_or_ref
+    if isinstance(mesh_or_ref, ir.FlatSymbolRefAttr):
+        return mesh_or_ref.value
+    return None
