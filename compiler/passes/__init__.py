@@ -9,10 +9,12 @@ from __future__ import annotations
 from shardc.compiler.pass_base import ModulePass
 from shardc.compiler.passes.drop_shardings import DropShardingsPass
 from shardc.compiler.passes.lift_inlined_meshes import LiftInlinedMeshesPass
+from shardc.compiler.passes.populate_op_sharding_rules import PopulateOpShardingRulesPass
 
 ALL_PASSES: tuple[type[ModulePass], ...] = (
     DropShardingsPass,
     LiftInlinedMeshesPass,
+    PopulateOpShardingRulesPass,
 )
 
 

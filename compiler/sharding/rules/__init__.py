@@ -1,0 +1,223 @@
+"""The op sharding rule registry: which ``OpShardingRule`` each op gets.
+
+``rule_for(op, conservative=False)`` answers, in Shardy's order: a rule already
+attached to the op (``sdy.sharding_rule``) as is; else the ``RULES`` entry for
+the op's name; else ``None`` for ops in ``NO_RULE`` (data-flow ops such as
+while/case/optimization_barrier are handled by edges, constants need nothing);
+else ``None`` after warning once per op name. Results are cached per distinct
+(op name, types, attributes, conservative, neighbour facts): a few rules
+(concatenate, dynamic_update_slice, scatter, custom_call X64Combine) also read
+the ops around the op, so those facts are part of the key.
+
+Adding a rule for a new op
+==========================
+
+====================  =========================================================
+Step                  What to do
+====================  =========================================================
+1. Write it           ``def my_op(op, conservative=False) -> OpShardingRule`` in
+                      the family module (``shape.py``, ``indexing.py``, ...),
+                      named after the op, docstring = the factor picture, built
+                      with ``RuleBuilder`` (never mutating ``op``).
+2. Register it        one line ``"stablehlo.my_op": family.my_op`` in ``RULES``
+                      below (alphabetical), or the name in ``POINTWISE_OPS``.
+3. Neighbours?        if it reads other ops, add a key to ``_NEIGHBOUR_KEYS``.
+4. Test it            a generator in the differential test (the native pass is
+                      the oracle) and a CHECK line in ``test/lit/sharding_rules``.
+====================  =========================================================
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Hashable
+
+from jaxlib.mlir import ir
+
+from shardc.compiler.sharding.rule import OpShardingRule
+from shardc.compiler.sharding.rules import (
+    collective,
+    contraction,
+    custom_call,
+    elementwise,
+    indexing,
+    linalg,
+    reduction,
+    shape,
+)
+from shardc.compiler.sharding.rules._attrs import defining_op_name
+
+RuleFn = Callable[..., OpShardingRule | None]
+
+SHARDING_RULE_ATTR = "sdy.sharding_rule"
+
+RULES: dict[str, RuleFn] = {
+    **{name: elementwise.pointwise for name in elementwise.POINTWISE_OPS},
+    "stablehlo.all_gather": collective.all_gather,
+    "stablehlo.all_to_all": collective.all_to_all,
+    "stablehlo.batch_norm_inference": linalg.batch_norm_inference,
+    "stablehlo.bitcast_convert": elementwise.bitcast_convert,
+    "stablehlo.broadcast_in_dim": shape.broadcast_in_dim,
+    "stablehlo.cholesky": linalg.cholesky,
+    "stablehlo.clamp": elementwise.clamp,
+    "stablehlo.concatenate": shape.concatenate,
+    "stablehlo.convolution": contraction.convolution,
+    "stablehlo.custom_call": custom_call.custom_call,
+    "stablehlo.dot": contraction.dot,
+    "stablehlo.dot_general": contraction.dot_general,
+    "stablehlo.dynamic_slice": indexing.dynamic_slice,
+    "stablehlo.dynamic_update_slice": indexing.dynamic_update_slice,
+    "stablehlo.fft": linalg.fft,
+    "stablehlo.gather": indexing.gather,
+    "stablehlo.pad": shape.pad,
+    "stablehlo.reduce": reduction.reduce,
+    "stablehlo.reduce_scatter": collective.reduce_scatter,
+    "stablehlo.reduce_window": reduction.reduce_window,
+    "stablehlo.reshape": shape.reshape,
+    "stablehlo.reverse": shape.reverse,
+    "stablehlo.rng_bit_generator": linalg.rng_bit_generator,
+    "stablehlo.scatter": indexing.scatter,
+    "stablehlo.select": elementwise.select,
+    "stablehlo.select_and_scatter": reduction.select_and_scatter,
+    "stablehlo.slice": shape.slice,
+    "stablehlo.sort": reduction.sort,
+    "stablehlo.transpose": shape.transpose,
+    "stablehlo.triangular_solve": linalg.triangular_solve,
+}
+
+# Ops that get no rule on purpose: structure, terminators, constants, and
+# data-flow ops whose values are linked by edges instead of a rule.
+NO_RULE: frozenset[str] = frozenset({
+    "builtin.module",
+    "func.call",
+    "func.func",
+    "func.return",
+    "sdy.constant",
+    "sdy.data_flow_edge",
+    "sdy.func_data_flow_edge",
+    "sdy.manual_computation",
+    "sdy.mesh",
+    "sdy.named_computation",
+    "sdy.propagation_barrier",
+    "sdy.reshard",
+    "sdy.return",
+    "sdy.sharding_group",
+    "stablehlo.after_all",
+    "stablehlo.case",
+    "stablehlo.constant",
+    "stablehlo.create_token",
+    "stablehlo.get_tuple_element",
+    "stablehlo.infeed",
+    "stablehlo.iota",
+    "stablehlo.optimization_barrier",
+    "stablehlo.outfeed",
+    "stablehlo.partition_id",
+    "stablehlo.recv",
+    "stablehlo.return",
+    "stablehlo.send",
+    "stablehlo.while",
+})
+
+
+class UnknownOpShardingRuleWarning(UserWarning):
+    """An op (or custom call target) the registry has no rule for."""
+
+
+def _concatenate_key(op: ir.Operation) -> Hashable:
+    """Which operands are slices and which share a source (the concat-dim kind)."""
+    sources: list[ir.Value] = []
+    key = []
+    for value in op.operands:
+        name = defining_op_name(value)
+        source = value.owner.operands[0] if name == "stablehlo.slice" else value
+        index = next((i for i, s in enumerate(sources) if s == source), None)
+        if index is None:
+            sources.append(source)
+            index = len(sources) - 1
+        key.append((name == "stablehlo.slice", index))
+    return tuple(key)
+
+
+def _dynamic_update_slice_key(op: ir.Operation) -> Hashable:
+    return tuple(defining_op_name(v) for v in list(op.operands)[2:])
+
+
+def _scatter_key(op: ir.Operation) -> Hashable:
+    return indexing.is_plain_reduction(op.regions[0].blocks[0], len(op.results))
+
+
+def _custom_call_key(op: ir.Operation) -> Hashable:
+    return custom_call.feeds_rng_bit_generator(op)
+
+
+# Facts outside the op's own types and attributes that its rule depends on.
+_NEIGHBOUR_KEYS: dict[str, Callable[[ir.Operation], Hashable]] = {
+    "stablehlo.concatenate": _concatenate_key,
+    "stablehlo.custom_call": _custom_call_key,
+    "stablehlo.dynamic_update_slice": _dynamic_update_slice_key,
+    "stablehlo.scatter": _scatter_key,
+}
+
+# The only mutable module state: names already warned about, and the rule cache.
+_warned: set[str] = set()
+_cache: dict[Hashable, OpShardingRule | None] = {}
+_CACHE_LIMIT = 4096
+
+
+def _cache_key(op: ir.Operation, conservative: bool) -> Hashable:
+    attributes = tuple(
+        (name, str(op.attributes[name]))
+        for name in op.attributes
+        if name != "sdy.sharding"  # a value's sharding never changes its rule
+    )
+    neighbours = _NEIGHBOUR_KEYS[op.name](op) if op.name in _NEIGHBOUR_KEYS else None
+    return (
+        op.name,
+        tuple(str(v.type) for v in op.operands),
+        tuple(str(v.type) for v in op.results),
+        attributes,
+        conservative,
+        neighbours,
+    )
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, UnknownOpShardingRuleWarning, stacklevel=3)
+
+
+def compute_rule(op: ir.Operation, conservative: bool = False) -> OpShardingRule | None:
+    """Compute ``op``'s rule from the registry alone (no attached rule, no cache)."""
+    name = op.name
+    if name in RULES:
+        if name == "stablehlo.custom_call" and not custom_call.is_known_target(op):
+            target = custom_call.target_name(op)
+            _warn_once(
+                f"custom_call@{target}",
+                f"custom call @{target} is unknown to the shardc sharding rule registry",
+            )
+        return RULES[name](op, conservative=conservative)
+    if name not in NO_RULE:
+        _warn_once(name, f"op '{name}' is unknown to the shardc sharding rule registry")
+    return None
+
+
+def rule_for(op: ir.Operation | ir.OpView, conservative: bool = False) -> OpShardingRule | None:
+    """The sharding rule of ``op``: attached rule, else registry (cached), else None."""
+    op = op.operation
+    if SHARDING_RULE_ATTR in op.attributes:
+        return OpShardingRule.from_attr(op.attributes[SHARDING_RULE_ATTR])
+    if op.name in NO_RULE:
+        return None
+    key = _cache_key(op, conservative)
+    if key not in _cache:
+        if len(_cache) >= _CACHE_LIMIT:
+            _cache.clear()
+        _cache[key] = compute_rule(op, conservative)
+    return _cache[key]
+
+
+def clear_cache() -> None:
+    """Forget cached rules (tests use it to measure or to start clean)."""
+    _cache.clear()
