@@ -7,14 +7,22 @@ map below is derived from them and refuses duplicates at import time.
 from __future__ import annotations
 
 from shardc.compiler.pass_base import ModulePass
+from shardc.compiler.passes.aggressive_propagate import AggressivePropagatePass
+from shardc.compiler.passes.basic_propagate import BasicPropagatePass
 from shardc.compiler.passes.drop_shardings import DropShardingsPass
 from shardc.compiler.passes.lift_inlined_meshes import LiftInlinedMeshesPass
+from shardc.compiler.passes.op_priority_propagate import OpPriorityPropagatePass
 from shardc.compiler.passes.populate_op_sharding_rules import PopulateOpShardingRulesPass
+from shardc.compiler.passes.user_priority_propagate import UserPriorityPropagatePass
 
 ALL_PASSES: tuple[type[ModulePass], ...] = (
+    AggressivePropagatePass,
+    BasicPropagatePass,
     DropShardingsPass,
     LiftInlinedMeshesPass,
+    OpPriorityPropagatePass,
     PopulateOpShardingRulesPass,
+    UserPriorityPropagatePass,
 )
 
 

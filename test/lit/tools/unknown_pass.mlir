@@ -2,8 +2,8 @@
 // RUN: not shardc-opt %s --pass-pipeline='builtin.module(shardc-lift-inlined-mesh)' 2>&1 | filecheck %s --check-prefix=PIPE
 // RUN: not shardc-opt %s --shardc-drop-shardings='keep-mesh=true' 2>&1 | filecheck %s --check-prefix=OPTION
 // RUN: not shardc-opt %s --shardc-lift-inlined-meshes='frobnicate=1' 2>&1 | filecheck %s --check-prefix=OPTION2
-// RUN: not shardc-opt %s --sdy-basic-propagate 2>&1 | filecheck %s --check-prefix=NATIVE
-// RUN: not shardc-opt %s --pass-pipeline='builtin.module(sdy-basic-propagate)' 2>&1 | filecheck %s --check-prefix=NATIVE
+// RUN: not shardc-opt %s --sdy-reshard-to-collectives 2>&1 | filecheck %s --check-prefix=NATIVE
+// RUN: not shardc-opt %s --pass-pipeline='builtin.module(sdy-reshard-to-collectives)' 2>&1 | filecheck %s --check-prefix=NATIVE
 // RUN: not shardc-opt %s --split-input-fil 2>&1 | filecheck %s --check-prefix=FLAG
 // RUN: not shardc-opt %s --no-such-pass-at-all 2>&1 | filecheck %s --check-prefix=NOMATCH
 
@@ -11,7 +11,7 @@
 // PIPE: shardc-opt: error: unknown pass 'shardc-lift-inlined-mesh'; did you mean 'shardc-lift-inlined-meshes'
 // OPTION: shardc-opt: error: pass 'shardc-drop-shardings' has no option 'keep-mesh'; did you mean 'keep-meshes'?
 // OPTION2: shardc-opt: error: pass 'shardc-lift-inlined-meshes' has no option 'frobnicate'; its options are 'add-stablehlo-mesh', 'report-duplicates'
-// NATIVE: shardc-opt: error: pass 'sdy-basic-propagate' is a native pass of another project
+// NATIVE: shardc-opt: error: pass 'sdy-reshard-to-collectives' is a native pass of another project
 // FLAG: shardc-opt: error: unknown command line argument '--split-input-fil'; did you mean '--split-input-file'
 // NOMATCH: shardc-opt: error: unknown command line argument '--no-such-pass-at-all'
 func.func @f() {

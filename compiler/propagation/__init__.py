@@ -1,0 +1,104 @@
+"""Shardy-compatible sharding propagation in pure Python.
+
+``propagate(module, strategy=...)`` is the entry point other code calls
+without the pass machinery. It builds the compact graph once
+(``graph.PropagationGraph``), reads every sharding once
+(``ir_access.ShardingStore``), runs the chosen *plan* on the driver
+(``driver.Driver``: Shardy's worklist, one step per op) and writes all
+changes back once. Plans:
+
+=======================  ====================================================
+``basic``                one run with basic factor propagation
+``aggressive``           one run with aggressive factor propagation
+``basic-then-aggressive``  a basic run, then an aggressive run
+``op-priority``          five aggressive runs, heuristics h0..h4 (spec 5)
+``user-priority``        priority rounds (spec 6), each an op-priority plan
+=======================  ====================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from jaxlib.mlir import ir
+
+from shardc.compiler.diagnostics import PassError
+from shardc.compiler.propagation.directions import (
+    OP_PRIORITY_HEURISTICS,
+    propagate_any,
+    union_of,
+)
+from shardc.compiler.propagation.driver import Driver
+from shardc.compiler.propagation.factor_propagation import (
+    aggressive_factor_propagation,
+    basic_factor_propagation,
+)
+from shardc.compiler.propagation.graph import PropagationGraph
+from shardc.compiler.propagation.groups import sharding_groups, split_conflicts
+from shardc.compiler.propagation.ir_access import ShardingStore
+from shardc.compiler.propagation.user_priority import user_priority_propagate
+
+
+def _basic(driver: Driver) -> None:
+    driver.propagate(basic_factor_propagation, propagate_any)
+
+
+def _aggressive(driver: Driver) -> None:
+    driver.propagate(aggressive_factor_propagation, propagate_any)
+
+
+def _basic_then_aggressive(driver: Driver) -> None:
+    _basic(driver)
+    _aggressive(driver)
+
+
+def _op_priority(driver: Driver) -> None:
+    for last in range(len(OP_PRIORITY_HEURISTICS)):
+        driver.propagate(aggressive_factor_propagation,
+                         union_of(OP_PRIORITY_HEURISTICS[: last + 1]))
+
+
+def _user_priority(driver: Driver) -> None:
+    user_priority_propagate(driver, _op_priority)
+
+
+PLANS: dict[str, Callable[[Driver], None]] = {
+    "basic": _basic,
+    "aggressive": _aggressive,
+    "basic-then-aggressive": _basic_then_aggressive,
+    "op-priority": _op_priority,
+    "user-priority": _user_priority,
+}
+
+
+def _check_shapes(graph: PropagationGraph) -> None:
+    if graph.dynamic_values:
+        value = graph.dynamic_values[0]
+        owner = graph.ops[graph.value_owner[value]]
+        raise PassError(owner, "Shardy propagation only supports ranked tensors with a "
+                        f"static shape. type: {graph.values[value].type}")
+
+
+def propagate(
+    module: ir.Operation | ir.Module,
+    *,
+    strategy: str = "basic",
+    conservative: bool = False,
+    keep_sharding_rules: bool = False,
+) -> None:
+    """Propagate shardings through ``module`` in place, as Shardy's pass would."""
+    operation = module.operation
+    if strategy not in PLANS:
+        raise ValueError(f"unknown propagation strategy '{strategy}'; known: {sorted(PLANS)}")
+    graph = PropagationGraph(operation, conservative=conservative)
+    _check_shapes(graph)
+    store = ShardingStore(graph)
+    if split_conflicts(graph, store):
+        graph = PropagationGraph(operation, conservative=conservative)
+        store = ShardingStore(graph)
+    driver = Driver(graph, store, sharding_groups(graph, store))
+    PLANS[strategy](driver)
+    store.write_back(keep_rules=keep_sharding_rules)
+
+
+__all__ = ["PLANS", "propagate"]

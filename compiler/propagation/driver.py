@@ -1,0 +1,304 @@
+"""The propagation driver: Shardy's worklist run, reproduced step for step (spec 3.6, 3.7).
+
+One ``Driver.propagate`` call is one ``BasicPropagationPassImpl::propagate``:
+a func-result step, one run of MLIR's greedy driver (top-down, one
+iteration), and another func-result step. The worklist is a list plus a
+position map: seeded in pre-order and reversed, popped LIFO, ``push`` never
+moves an op already queued and also queues its ancestors. A popped op that
+is trivially dead is erased (queueing producers left with at most one other
+user); otherwise it gets one propagation *step*: read the shardings of its
+operands and results, find the common mesh, project onto the rule's factors,
+run the factor strategy, and write back each changed tensor, notifying its
+producers and users in use-list order. The driver never looks at op names;
+``PropagationGraph``/``ShardingStore`` and the rule registry say what an op is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from jaxlib.mlir import ir
+
+from shardc.compiler.diagnostics import PassError
+from shardc.compiler.propagation.compact_rule import CompactRule, identity_rule
+from shardc.compiler.propagation.directions import BOTH, NONE, DirectionFn
+from shardc.compiler.propagation.factor_propagation import FactorPropagation
+from shardc.compiler.propagation.graph import PropagationGraph
+from shardc.compiler.propagation.ir_access import EDGE_OP, ShardingStore
+from shardc.compiler.propagation.projection import back_project, project
+from shardc.compiler.propagation.sharding import MeshInfo, TensorSharding
+
+_BARRIER = "sdy.propagation_barrier"
+_EDGE_SOURCE_OPS = ("stablehlo.while", "stablehlo.optimization_barrier")
+_EDGE_TERMINATOR_PARENTS = ("stablehlo.while", "stablehlo.case", "sdy.named_computation")
+
+
+class Driver:
+    """Runs propagation steps over a graph and its sharding store."""
+
+    def __init__(self, graph: PropagationGraph, store: ShardingStore,
+                 groups: dict[int, list[int]] | None = None):
+        self.graph = graph
+        self.store = store
+        self.groups = groups or {}
+        self.main_func = self._main_func()
+        self.worklist: list[int | None] = []
+        self.position: dict[int, int] = {}
+        self.current = -1
+
+    def _main_func(self) -> int:
+        funcs = self.store.funcs
+        top = [f for f in funcs if self.graph.op_parent[f] == -1]
+        if len(top) == 1:
+            return top[0]
+        for f in top:
+            if ir.StringAttr(self.graph.ops[f].attributes["sym_name"]).value == "main":
+                return f
+        if not top:
+            return -1
+        raise PassError(self.graph.module, "expected a single func or one named 'main'")
+
+    # ------------------------------------------------------------------ run
+    def propagate(self, strategy: FactorPropagation, direction: DirectionFn) -> None:
+        """Func-result step, one worklist run, func-result step."""
+        self.func_result_step(strategy)
+        self.worklist_run(strategy, direction)
+        self.func_result_step(strategy)
+
+    def worklist_run(self, strategy: FactorPropagation, direction: DirectionFn) -> None:
+        """Visit every live op in pre-order, re-visiting ops as notifications queue them."""
+        graph = self.graph
+        self.worklist = [op for op in range(len(graph.ops) - 1, -1, -1) if not graph.erased[op]]
+        self.position = {op: i for i, op in enumerate(self.worklist)}
+        worklist, position = self.worklist, self.position
+        while worklist:
+            op = worklist.pop()
+            if op is None:
+                continue
+            del position[op]
+            if graph.is_trivially_dead(op):
+                self.erase(op)
+                continue
+            self.current = op
+            self.visit(op, strategy, direction)
+            self.current = -1
+
+    def push(self, op: int) -> None:
+        """Queue ``op`` and its ancestors (unless queued); never the op being visited."""
+        if op == self.current:
+            return
+        parent = self.graph.op_parent
+        while op >= 0:
+            if op not in self.position:
+                self.position[op] = len(self.worklist)
+                self.worklist.append(op)
+            op = parent[op]
+
+    def erase(self, op: int) -> None:
+        """Erase a dead op (nested ops first), queueing producers as MLIR does."""
+        graph = self.graph
+        for dead in graph.erase_order(op):
+            for value in graph.op_operands[dead]:
+                producer = graph.value_def[value]
+                if producer < 0:
+                    continue
+                other, more = -1, False
+                for user, _ in graph.uses[value]:
+                    if user == dead or user == other:
+                        continue
+                    if other < 0:
+                        other = user
+                        continue
+                    more = True
+                    break
+                if not more:
+                    self.push(producer)
+            index = self.position.pop(dead, None)
+            if index is not None:
+                self.worklist[index] = None
+            graph.drop_uses_of(dead)
+            self.store.erase_log.append(dead)
+
+    # ------------------------------------------------------------------ visiting
+    def visit(self, op: int, strategy: FactorPropagation, direction: DirectionFn) -> None:
+        """Try the barrier, data-flow-edge and registered-op patterns on ``op``."""
+        graph, store = self.graph, self.store
+        name = graph.op_name[op]
+        if name == _BARRIER:
+            value = graph.op_results[op][0]
+            shape = graph.value_shape[value]
+            fixed = ir.IntegerAttr(graph.ops[op].attributes["allowed_direction"]).value
+            if shape is not None:
+                self.step(op, graph.op_operands[op], [value], identity_rule(shape),
+                          lambda g, o, f: fixed, strategy, conservative=False)
+            return
+        if name == EDGE_OP:
+            value = graph.op_results[op][0]
+            shape = graph.value_shape[value]
+            sources = store.edge_sources.get(op, [])
+            if shape is not None and sources:
+                self.step(op, sources, [value], identity_rule(shape, len(sources)),
+                          direction, strategy, conservative=False)
+            return
+        rule = graph.rule(op)
+        if rule is not None:
+            self.step(op, graph.op_operands[op], graph.op_results[op], rule, direction,
+                      strategy, conservative=graph.conservative)
+
+    def common_mesh(self, shardings: list[TensorSharding | None]) -> MeshInfo | None:
+        """The first non-empty mesh, if every other non-empty mesh equals it."""
+        meshes = self.store.meshes
+        first = None
+        for sharding in shardings:
+            if sharding is None:
+                continue
+            info = meshes.get(sharding.mesh)
+            if info is None:
+                return None
+            if info.empty:
+                continue
+            if first is None:
+                first = info
+            elif info.key != first.key:
+                return None
+        if first is None or first.maximal:
+            return None
+        return first
+
+    def step(self, op: int, operands: list[int], results: list[int], rule: CompactRule,
+             direction: DirectionFn, strategy: FactorPropagation, *, conservative: bool,
+             notify: bool = True) -> bool:
+        """One propagation step of ``op``; return whether any tensor was updated."""
+        store, graph = self.store, self.graph
+        values = [*operands, *results]
+        shardings = [store.get(v) for v in values]
+        mesh = self.common_mesh(shardings)
+        if mesh is None:
+            return False
+        sizes = rule.factor_sizes
+        mappings = rule.operand_mappings + rule.result_mappings
+        projections = [project(s, m, sizes) for s, m in zip(shardings, mappings)]
+        blocked = rule.blocked
+        n = len(operands)
+
+        def factor_direction(f: int) -> int:
+            return NONE if f in blocked else direction(graph, op, f)
+
+        flags_o, flags_r = strategy(projections[:n], projections[n:], sizes, factor_direction,
+                                    conservative=conservative, elementwise=graph.is_elementwise(op))
+        updated = False
+        for i, flag in enumerate(flags_o + flags_r):
+            if not flag:
+                continue
+            new = back_project(projections[i], mappings[i], sizes, mesh.name)
+            old = shardings[i]
+            if (old is None and new.has_no_axes()) or new == old:
+                continue
+            self.update(values[i], new, notify)
+            updated = True
+        return updated
+
+    def update(self, value: int, sharding: TensorSharding, notify: bool) -> None:
+        """Store ``sharding`` for ``value`` (and its group), notifying if asked."""
+        store = self.store
+        storage = store.storage[value]
+        slot = store.slot_of[storage]
+        if slot < 0:
+            return
+        store.set_slot(slot, sharding)
+        if notify:
+            self.notify(storage)
+        for member in self.groups.get(storage, ()):
+            if member == storage:
+                continue
+            member_slot = store.slot_of[store.storage[member]]
+            if member_slot >= 0:
+                store.set_slot(member_slot, sharding)
+            if notify:
+                self.notify(member)
+
+    # ------------------------------------------------------------------ notifications
+    def notify(self, value: int) -> None:
+        """Queue everything affected by a change of ``value``'s sharding."""
+        graph = self.graph
+        producer = graph.value_def[value]
+        if producer >= 0 and graph.op_name[producer] == EDGE_OP:
+            for target in self.store.edge_targets.get(producer, ()):
+                self.notify_users(target)
+        self.push(producer if producer >= 0 else graph.value_owner[value])
+        self.notify_users(value)
+
+    def notify_users(self, value: int) -> None:
+        """Queue the users of ``value`` (edges for edge sources, parents for terminators)."""
+        graph = self.graph
+        for user, index in graph.uses[value]:
+            edge = self._edge_for_use(user, index)
+            if edge >= 0:
+                self.push(edge)
+            elif graph.op_terminator[user]:
+                self.push(graph.op_parent[user])
+            else:
+                self.push(user)
+
+    def _edge_for_use(self, user: int, index: int) -> int:
+        graph, store = self.graph, self.store
+        name = graph.op_name[user]
+        if name in _EDGE_SOURCE_OPS:
+            return store.edge_of_value(graph.op_results[user][index])
+        if name == "sdy.named_computation":
+            return store.edge_of_value(graph.op_blocks[user][0][0][index])
+        if graph.op_terminator[user]:
+            parent = graph.op_parent[user]
+            if parent < 0 or graph.op_name[parent] not in _EDGE_TERMINATOR_PARENTS:
+                return -1
+            if graph.op_name[parent] == "stablehlo.while":
+                body_ops = graph.op_blocks[parent][1][1]
+                if body_ops[-1] != user:
+                    return -1
+            return store.edge_of_value(graph.op_results[parent][index])
+        return -1
+
+    # ------------------------------------------------------------------ func results
+    def func_result_step(self, strategy: FactorPropagation) -> None:
+        """Sync the main func's returned values with its result attributes (BOTH ways)."""
+        if self.main_func < 0:
+            return
+        graph, store = self.graph, self.store
+        blocks = graph.op_blocks[self.main_func]
+        if not blocks:
+            return
+        ret = blocks[0][1][-1]
+        for i, value in enumerate(graph.op_operands[ret]):
+            shape = graph.value_shape[value]
+            if shape is None:
+                continue
+            slot = store.func_results[self.main_func][i]
+            self._func_result(value, slot, shape, strategy)
+
+    def _func_result(self, value: int, slot: int, shape: tuple[int, ...],
+                     strategy: FactorPropagation) -> None:
+        store = self.store
+        rule = identity_rule(shape)
+        shardings = [store.get(value), store.value[slot]]
+        mesh = self.common_mesh(shardings)
+        if mesh is None:
+            return
+        sizes = rule.factor_sizes
+        mapping = rule.result_mappings[0]
+        projections = [project(s, mapping, sizes) for s in shardings]
+        flags_o, flags_r = strategy(projections[:1], projections[1:], sizes, lambda f: BOTH,
+                                    conservative=False, elementwise=False)
+        for i, flag in enumerate(flags_o + flags_r):
+            if not flag:
+                continue
+            new = back_project(projections[i], mapping, sizes, mesh.name)
+            old = shardings[i]
+            if (old is None and new.has_no_axes()) or new == old:
+                continue
+            if i == 0:
+                self.update(value, new, notify=False)
+            else:
+                store.set_slot(slot, new)
+
+
+PropagateFn = Callable[[Driver], None]

@@ -1,0 +1,260 @@
+"""The compact graph propagation runs on: ops and values as ints, built once.
+
+``PropagationGraph.build(module)`` walks the module one time and records, per
+op (pre-order index): name, parent, operands, results, nested blocks, whether
+it is a terminator and whether it is free of memory effects; per value: its
+defining op or owning block's op, its static shape, and its uses *in MLIR's
+use-list order* (read through the bindings, since that order decides the
+worklist). Where each value's sharding lives (spec 1.4) is the business of
+``ir_access``; this module only holds structure and the few facts the
+op-priority heuristics need. Erasing an op (dead-op removal) only updates
+the graph; ``ir_access.write_back`` applies it to the IR at the end.
+"""
+
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+
+from shardc.compiler.propagation.compact_rule import CompactRule, compact_rule
+from shardc.compiler.sharding.rules import rule_for
+
+# Ops that must never be erased even when unused (MLIR: not memory-effect free).
+_EFFECTFUL = frozenset({
+    "func.call",
+    "sdy.data_flow_edge",
+    "sdy.func_data_flow_edge",
+    "sdy.sharding_constraint",
+    "sdy.sharding_group",
+    "stablehlo.all_gather",
+    "stablehlo.all_reduce",
+    "stablehlo.all_to_all",
+    "stablehlo.collective_broadcast",
+    "stablehlo.collective_permute",
+    "stablehlo.cross-replica-sum",
+    "stablehlo.infeed",
+    "stablehlo.outfeed",
+    "stablehlo.recv",
+    "stablehlo.reduce_scatter",
+    "stablehlo.rng",
+    "stablehlo.send",
+    "stablehlo.trace",
+})
+# Ops whose effects are those of the ops nested in their regions.
+_RECURSIVE = frozenset({
+    "sdy.manual_computation",
+    "sdy.named_computation",
+    "stablehlo.case",
+    "stablehlo.if",
+    "stablehlo.map",
+    "stablehlo.reduce",
+    "stablehlo.reduce_window",
+    "stablehlo.scatter",
+    "stablehlo.select_and_scatter",
+    "stablehlo.sort",
+    "stablehlo.while",
+})
+_KNOWN_DIALECTS = ("stablehlo.", "sdy.", "chlo.", "func.", "arith.", "tensor.", "math.")
+_NEVER_DEAD = frozenset({"func.func", "sdy.mesh", "builtin.module"})
+
+ELEMENTWISE_EXTRA = frozenset({
+    "sdy.propagation_barrier",
+    "sdy.reshard",
+    "sdy.sharding_constraint",
+    "stablehlo.clamp",
+    "stablehlo.select",
+    "stablehlo.uniform_dequantize",
+    "stablehlo.uniform_quantize",
+})
+_NOT_ELEMENTWISE = frozenset({
+    "sdy.sharding_constraint",
+    "stablehlo.all_reduce",
+    "stablehlo.collective_broadcast",
+    "stablehlo.collective_permute",
+    "stablehlo.cross-replica-sum",
+})
+
+
+def _elementwise_names() -> frozenset[str]:
+    from shardc.compiler.sharding.rules.elementwise import POINTWISE_OPS
+
+    return frozenset(n for n in POINTWISE_OPS if n not in _NOT_ELEMENTWISE) | ELEMENTWISE_EXTRA
+
+
+ELEMENTWISE = _elementwise_names()
+
+
+def _shape_of(type_: ir.Type, cache: dict) -> tuple[int, ...] | None:
+    """Static shape of a ranked tensor type, None for anything else (cached)."""
+    try:
+        return cache[type_]
+    except KeyError:
+        pass
+    shape = None
+    if isinstance(type_, ir.RankedTensorType) and type_.has_static_shape:
+        shape = tuple(type_.shape)
+    cache[type_] = shape
+    return shape
+
+
+class PropagationGraph:
+    """Ops and values of one module as parallel lists indexed by ints."""
+
+    def __init__(self, module: ir.Operation, *, conservative: bool = False):
+        self.module = module
+        self.conservative = conservative
+        self.ops: list[ir.Operation] = []
+        self.op_name: list[str] = []
+        self.op_parent: list[int] = []
+        self.op_operands: list[list[int]] = []
+        self.op_results: list[list[int]] = []
+        self.op_blocks: list[list[tuple[list[int], list[int]]]] = []
+        self.op_terminator: list[bool] = []
+        self.erased: list[bool] = []
+        self.values: list[ir.Value] = []
+        self.value_def: list[int] = []      # defining op, or -1 for block args
+        self.value_owner: list[int] = []    # op owning the block of a block arg
+        self.value_arg_index: list[int] = []
+        self.value_shape: list[tuple[int, ...] | None] = []
+        self.uses: list[list[tuple[int, int]]] = []
+        self.dynamic_values: list[int] = []
+        self._rules: dict[int, CompactRule | None] = {}
+        self._build()
+
+    # ------------------------------------------------------------------ build
+    def _new_value(self, value: ir.Value, owner: int, defining: int, index: int, cache) -> int:
+        vid = len(self.values)
+        self.values.append(value)
+        self.value_def.append(defining)
+        self.value_owner.append(owner)
+        self.value_arg_index.append(index)
+        shape = _shape_of(value.type, cache)
+        if shape is None and isinstance(value.type, ir.RankedTensorType):
+            self.dynamic_values.append(vid)
+        self.value_shape.append(shape)
+        return vid
+
+    def _build(self) -> None:
+        ops: list[ir.Operation] = []
+
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            ops.append(op)
+            return ir.WalkResult.ADVANCE
+
+        self.module.walk(visit, ir.WalkOrder.PRE_ORDER)
+        ops = [op for op in ops if op != self.module]
+        op_id = {op: i for i, op in enumerate(ops)}
+        value_id: dict[ir.Value, int] = {}
+        type_cache: dict = {}
+        self.ops = ops
+        terminator = ir.IsTerminatorTrait
+        for i, op in enumerate(ops):
+            self.op_name.append(op.name)
+            parent = op.parent
+            self.op_parent.append(op_id.get(parent.operation, -1) if parent is not None else -1)
+            self.op_terminator.append(op.has_trait(terminator))
+            self.erased.append(False)
+            results = []
+            for k, result in enumerate(op.results):
+                vid = self._new_value(result, i, i, k, type_cache)
+                value_id[result] = vid
+                results.append(vid)
+            self.op_results.append(results)
+            blocks = []
+            for region in op.regions:
+                for block in region.blocks:
+                    args = []
+                    for k, arg in enumerate(block.arguments):
+                        vid = self._new_value(arg, i, -1, k, type_cache)
+                        value_id[arg] = vid
+                        args.append(vid)
+                    blocks.append((args, [op_id[o.operation] for o in block.operations]))
+            self.op_blocks.append(blocks)
+        for op in ops:
+            self.op_operands.append([value_id[v] for v in op.operands])
+        for value in self.values:
+            self.uses.append(
+                [(op_id[u.owner.operation], u.operand_number) for u in value.uses]
+            )
+
+    # ------------------------------------------------------------------ queries
+    def value_rank(self, value: int) -> int:
+        """Rank of a static tensor value; 0 for scalars and non-tensors."""
+        shape = self.value_shape[value]
+        return len(shape) if shape else 0
+
+    def num_uses(self, value: int) -> int:
+        """Number of uses (an op using a value twice counts twice)."""
+        return len(self.uses[value])
+
+    def is_elementwise(self, op: int) -> bool:
+        """Shardy's isElementwise: elementwise trait ops, barriers, constraints."""
+        name = self.op_name[op]
+        if name in ELEMENTWISE:
+            return True
+        if name == "stablehlo.bitcast_convert":
+            operand = self.op_operands[op][0]
+            return self.value_shape[operand] == self.value_shape[self.op_results[op][0]]
+        return False
+
+    def custom_call_target(self, op: int) -> str:
+        """The call target name of a ``stablehlo.custom_call``."""
+        attr = self.ops[op].attributes["call_target_name"]
+        return ir.StringAttr(attr).value
+
+    def cached_rule(self, op: int) -> CompactRule | None:
+        """The rule cached on ``op`` by an earlier visit (None if none yet)."""
+        return self._rules.get(op)
+
+    def rule(self, op: int) -> CompactRule | None:
+        """The op's rule: computed (and cached) on the first visit, as Shardy does."""
+        try:
+            return self._rules[op]
+        except KeyError:
+            rule = rule_for(self.ops[op], self.conservative)
+            compact = compact_rule(rule) if rule is not None else None
+            self._rules[op] = compact
+            return compact
+
+    def visited_rules(self) -> dict[int, CompactRule | None]:
+        """Every rule computed so far, by op."""
+        return self._rules
+
+    # ------------------------------------------------------------------ dead ops
+    def is_trivially_dead(self, op: int) -> bool:
+        """No result has a use and the op (with its regions) has no effects."""
+        if self.op_terminator[op] or self.op_name[op] in _NEVER_DEAD:
+            return False
+        for value in self.op_results[op]:
+            if self.uses[value]:
+                return False
+        return self._effect_free(op)
+
+    def _effect_free(self, op: int) -> bool:
+        name = self.op_name[op]
+        if name in _EFFECTFUL or not name.startswith(_KNOWN_DIALECTS):
+            return False
+        if name == "stablehlo.custom_call":
+            attrs = self.ops[op].attributes
+            if "has_side_effect" in attrs and ir.BoolAttr(attrs["has_side_effect"]).value:
+                return False
+        if name in _RECURSIVE or self.op_blocks[op]:
+            for _, nested in self.op_blocks[op]:
+                for inner in nested:
+                    if not self._effect_free(inner):
+                        return False
+        return True
+
+    def erase_order(self, op: int) -> list[int]:
+        """``op`` and its nested ops in MLIR's erase order (users before defs)."""
+        order: list[int] = []
+        for _, nested in reversed(self.op_blocks[op]):
+            for inner in reversed(nested):
+                order.extend(self.erase_order(inner))
+        order.append(op)
+        return order
+
+    def drop_uses_of(self, op: int) -> None:
+        """Forget the uses ``op`` makes of its operands (it is being erased)."""
+        for value in set(self.op_operands[op]):
+            self.uses[value] = [u for u in self.uses[value] if u[0] != op]
+        self.erased[op] = True

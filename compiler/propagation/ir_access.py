@@ -1,0 +1,284 @@
+"""Where each value's sharding lives, read once from the IR and written back once.
+
+``ShardingStore`` gives every shardable value a *slot* (spec 1.4): func
+argument and result attributes, per-value ``sdy.sharding`` lists of op
+results (with open placeholders for siblings when one entry is first
+written), the own attribute of ``sdy.sharding_constraint``/``sdy.reshard``/
+``sdy.data_flow_edge``, and named-computation in/out shardings. Values that
+a data-flow edge owns (edge owners and non-owner targets, e.g. while body
+arguments) are redirected to the edge's slot. Values with no slot (block
+arguments of reduce bodies, ...) read as None and ignore writes.
+``write_back`` applies dirty slots, erased ops and sharding-rule attributes
+to the IR in one go.
+"""
+
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import sdy
+
+from shardc.compiler.propagation.graph import PropagationGraph
+from shardc.compiler.propagation.sharding import (
+    MeshInfo,
+    TensorSharding,
+    format_per_value,
+    format_sharding,
+    open_sharding,
+    parse_mesh,
+    parse_per_value,
+    parse_sharding,
+)
+
+SHARDING = "sdy.sharding"
+RULE = "sdy.sharding_rule"
+EDGE_OP = "sdy.data_flow_edge"
+_OWN_ATTR = {
+    "sdy.data_flow_edge": "sharding",
+    "sdy.reshard": "sharding",
+    "sdy.sharding_constraint": "sharding",
+    "sdy.all_gather": "out_sharding",
+    "sdy.all_reduce": "out_sharding",
+    "sdy.all_slice": "out_sharding",
+    "sdy.all_to_all": "out_sharding",
+    "sdy.collective_permute": "out_sharding",
+    "sdy.reduce_scatter": "out_sharding",
+}
+_NO_SLOT_RESULTS = frozenset({"sdy.manual_computation"})
+
+ARG, RES, PER_VALUE, OWN = 0, 1, 2, 3
+
+
+def read_meshes(module: ir.Operation) -> dict[str, MeshInfo]:
+    """The module's ``sdy.mesh`` symbols by name."""
+    meshes = {}
+    for op in module.regions[0].blocks[0].operations:
+        if op.operation.name == "sdy.mesh":
+            name = ir.StringAttr(op.attributes["sym_name"]).value
+            meshes[name] = parse_mesh(name, str(op.attributes["mesh"]))
+    return meshes
+
+
+def _dict_entries(attr: ir.Attribute) -> dict[str, ir.Attribute]:
+    entries = ir.DictAttr(attr)
+    return {entries[i].name: entries[i].attr for i in range(len(entries))}
+
+
+class ShardingStore:
+    """Current shardings by slot, plus the edge and func facts the driver needs."""
+
+    def __init__(self, graph: PropagationGraph):
+        self.graph = graph
+        self.meshes = read_meshes(graph.module)
+        n = len(graph.values)
+        self.storage = list(range(n))
+        self.slot_of: list[int] = [-1] * n
+        self.value: list[TensorSharding | None] = []
+        self.where: list[tuple] = []
+        self.rank: list[int] = []
+        self.siblings: list[tuple[int, ...]] = []
+        self.dirty: set[int] = set()
+        self.func_results: dict[int, list[int]] = {}
+        self.funcs: list[int] = []
+        self.edge_sources: dict[int, list[int]] = {}
+        self.edge_targets: dict[int, list[int]] = {}
+        self._attr_cache: dict[str, ir.Attribute] = {}
+        self.erase_log: list[int] = []
+        self._assign_slots()
+        self._assign_edges()
+
+    # ------------------------------------------------------------------ slots
+    def _new_slot(self, where: tuple, rank: int, sharding: TensorSharding | None) -> int:
+        self.where.append(where)
+        self.rank.append(rank)
+        self.value.append(sharding)
+        self.siblings.append(())
+        return len(self.where) - 1
+
+    def _parse(self, attr: ir.Attribute | None) -> TensorSharding | None:
+        return None if attr is None else parse_sharding(str(attr), self.meshes)
+
+    def _per_value_slots(self, op: int, attr_name: str, values: list[int]) -> None:
+        graph = self.graph
+        attrs = graph.ops[op].attributes
+        parsed = (
+            parse_per_value(str(attrs[attr_name]), self.meshes) if attr_name in attrs else None
+        )
+        slots = []
+        for k, value in enumerate(values):
+            sharding = parsed[k] if parsed is not None else None
+            slot = self._new_slot((PER_VALUE, op, attr_name, k), graph.value_rank(value), sharding)
+            self.slot_of[value] = slot
+            slots.append(slot)
+        for slot in slots:
+            self.siblings[slot] = tuple(slots)
+
+    def _func_slots(self, op: int) -> None:
+        graph = self.graph
+        func = graph.ops[op]
+        self.funcs.append(op)
+        args = graph.op_blocks[op][0][0] if graph.op_blocks[op] else []
+        arg_attrs = list(ir.ArrayAttr(func.attributes["arg_attrs"])) if (
+            "arg_attrs" in func.attributes) else []
+        for k, value in enumerate(args):
+            entry = _dict_entries(arg_attrs[k]).get(SHARDING) if k < len(arg_attrs) else None
+            self.slot_of[value] = self._new_slot(
+                (ARG, op, k), graph.value_rank(value), self._parse(entry))
+        res_attrs = list(ir.ArrayAttr(func.attributes["res_attrs"])) if (
+            "res_attrs" in func.attributes) else []
+        func_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+        slots = []
+        for k, result_type in enumerate(func_type.results):
+            entry = _dict_entries(res_attrs[k]).get(SHARDING) if k < len(res_attrs) else None
+            rank = result_type.rank if isinstance(result_type, ir.RankedTensorType) else 0
+            slots.append(self._new_slot((RES, op, k), rank, self._parse(entry)))
+        self.func_results[op] = slots
+
+    def _assign_slots(self) -> None:
+        graph = self.graph
+        for op, name in enumerate(graph.op_name):
+            results = graph.op_results[op]
+            if name == "func.func":
+                self._func_slots(op)
+            elif name in _OWN_ATTR and results:
+                attrs = graph.ops[op].attributes
+                attr_name = _OWN_ATTR[name]
+                sharding = self._parse(attrs[attr_name]) if attr_name in attrs else None
+                self.slot_of[results[0]] = self._new_slot(
+                    (OWN, op, attr_name), graph.value_rank(results[0]), sharding)
+            elif name == "sdy.named_computation":
+                self._per_value_slots(op, "out_shardings", results)
+                if graph.op_blocks[op]:
+                    self._per_value_slots(op, "in_shardings", graph.op_blocks[op][0][0])
+            elif results and name not in _NO_SLOT_RESULTS:
+                self._per_value_slots(op, SHARDING, results)
+
+    # ------------------------------------------------------------------ edges
+    def _terminator_operand(self, op: int, block: int, index: int) -> int:
+        graph = self.graph
+        ops = graph.op_blocks[op][block][1]
+        return graph.op_operands[ops[-1]][index]
+
+    def _assign_edges(self) -> None:
+        graph = self.graph
+        for edge, name in enumerate(graph.op_name):
+            if name != EDGE_OP:
+                continue
+            owner_value = graph.op_operands[edge][0]
+            owner = graph.value_owner[owner_value]
+            index = graph.value_arg_index[owner_value]
+            owner_name = graph.op_name[owner]
+            sources: list[int] = []
+            targets: list[int] = []
+            if graph.value_def[owner_value] == -1:  # block argument owner
+                sources = [graph.op_operands[owner][index]]
+            elif owner_name == "stablehlo.while":
+                sources = [graph.op_operands[owner][index], self._terminator_operand(owner, 1, index)]
+                targets = [graph.op_blocks[owner][0][0][index], graph.op_blocks[owner][1][0][index]]
+            elif owner_name == "stablehlo.case":
+                sources = [self._terminator_operand(owner, b, index)
+                           for b in range(len(graph.op_blocks[owner]))]
+            elif owner_name == "stablehlo.optimization_barrier":
+                sources = [graph.op_operands[owner][index]]
+            else:
+                sources = [self._terminator_operand(owner, 0, index)]
+            edge_result = graph.op_results[edge][0]
+            for value in (owner_value, *targets):
+                self.storage[value] = edge_result
+                self.slot_of[value] = self.slot_of[edge_result]
+            self.edge_sources[edge] = sources
+            self.edge_targets[edge] = targets
+
+    def edge_of_value(self, value: int) -> int:
+        """The ``sdy.data_flow_edge`` whose input is ``value`` (its only use), or -1."""
+        uses = self.graph.uses[value]
+        if len(uses) == 1 and self.graph.op_name[uses[0][0]] == EDGE_OP:
+            return uses[0][0]
+        return -1
+
+    # ------------------------------------------------------------------ access
+    def get(self, value: int) -> TensorSharding | None:
+        """The current sharding of ``value`` (None when absent or not shardable)."""
+        slot = self.slot_of[value]
+        return self.value[slot] if slot >= 0 else None
+
+    def set_slot(self, slot: int, sharding: TensorSharding) -> None:
+        """Store ``sharding``; siblings without a sharding get open placeholders."""
+        self.value[slot] = sharding
+        self.dirty.add(slot)
+        for sibling in self.siblings[slot]:
+            if self.value[sibling] is None:
+                self.value[sibling] = open_sharding(sharding.mesh, self.rank[sibling])
+                self.dirty.add(sibling)
+
+    # ------------------------------------------------------------------ write back
+    def _attr(self, text: str) -> ir.Attribute:
+        attr = self._attr_cache.get(text)
+        if attr is None:
+            attr = ir.Attribute.parse(text, self.graph.module.context)
+            self._attr_cache[text] = attr
+        return attr
+
+    def write_back(self, *, keep_rules: bool) -> None:
+        """Apply shardings, erasures and rule attributes to the IR."""
+        graph = self.graph
+        func_lists: dict[tuple[int, str], dict[int, TensorSharding]] = {}
+        per_value: dict[tuple[int, str], int] = {}
+        for slot in sorted(self.dirty):
+            kind, op = self.where[slot][0], self.where[slot][1]
+            if graph.erased[op]:
+                continue
+            if kind in (ARG, RES):
+                key = (op, "arg_attrs" if kind == ARG else "res_attrs")
+                func_lists.setdefault(key, {})[self.where[slot][2]] = self.value[slot]
+            elif kind == OWN:
+                graph.ops[op].attributes[self.where[slot][2]] = self._attr(
+                    format_sharding(self.value[slot]))
+            else:
+                per_value[(op, self.where[slot][2])] = slot
+        for (op, attr_name), slot in per_value.items():
+            slots = self.siblings[slot]
+            shardings = [self.value[s] for s in slots]
+            graph.ops[op].attributes[attr_name] = self._attr(format_per_value(shardings))
+        for (op, list_name), updates in func_lists.items():
+            self._write_func_list(op, list_name, updates)
+        self._write_rules(keep_rules)
+        self._erase_ops()
+
+    def _write_func_list(self, op: int, list_name: str, updates: dict[int, TensorSharding]) -> None:
+        func = self.graph.ops[op]
+        if list_name == "arg_attrs":
+            count = len(self.graph.op_blocks[op][0][0])
+        else:
+            count = len(self.func_results[op])
+        old = list(ir.ArrayAttr(func.attributes[list_name])) if list_name in func.attributes else []
+        new = []
+        for k in range(count):
+            entries = _dict_entries(old[k]) if k < len(old) else {}
+            if k in updates:
+                entries[SHARDING] = self._attr(format_sharding(updates[k]))
+            new.append(ir.DictAttr.get(entries, context=func.context))
+        func.attributes[list_name] = ir.ArrayAttr.get(new, context=func.context)
+
+    def _write_rules(self, keep_rules: bool) -> None:
+        graph = self.graph
+        if keep_rules:
+            for op, rule in graph.visited_rules().items():
+                if rule is not None and rule.rule is not None and not graph.erased[op]:
+                    attrs = graph.ops[op].attributes
+                    if RULE not in attrs:
+                        attrs[RULE] = rule.rule.to_attr(graph.module.context)
+            return
+        for op, ir_op in enumerate(graph.ops):
+            if graph.erased[op]:
+                continue
+            attrs = ir_op.attributes
+            if RULE in attrs and not sdy.OpShardingRuleAttr(attrs[RULE]).is_custom:
+                del attrs[RULE]
+
+    def _erase_ops(self) -> None:
+        graph = self.graph
+        for op in self.erase_log:
+            parent = graph.op_parent[op]
+            if parent >= 0 and graph.erased[parent]:
+                continue
+            graph.ops[op].erase()

@@ -1,0 +1,68 @@
+"""User-priority propagation: priorities become rounds (spec 6).
+
+Before the first round every sharding is *initialised*: dimensions with a
+priority above 0 become closed and empty and their axes join the tensor's
+replicated list (so nothing can use them yet); explicit ``p0`` is dropped.
+Each later round restores, on every sharding that referenced that priority,
+exactly the dimensions whose original priority it is, then runs op-priority
+propagation again. Afterwards no priority survives on anything rewritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from shardc.compiler.propagation.driver import Driver
+from shardc.compiler.propagation.sharding import DimSharding, TensorSharding
+
+
+def initialised(sharding: TensorSharding, order: dict[str, int]) -> TensorSharding:
+    """Close and empty dims of priority > 0, moving their axes to replicated."""
+    dims = []
+    replicated = list(sharding.replicated)
+    for dim in sharding.dims:
+        if not dim.priority:
+            dims.append(DimSharding(dim.axes, dim.closed))
+        else:
+            replicated.extend(dim.axes)
+            dims.append(DimSharding((), True))
+    replicated.sort(key=lambda a: (order.get(a[0], len(order)), a[0], a[1], a[2]))
+    return sharding._replace(dims=tuple(dims), replicated=tuple(replicated))
+
+
+def restored(current: TensorSharding, original: TensorSharding, priority: int) -> TensorSharding:
+    """Give back the dims whose original priority is ``priority`` (without it)."""
+    dims = list(current.dims)
+    removed = set()
+    for d, dim in enumerate(original.dims):
+        if (dim.priority or 0) == priority:
+            dims[d] = DimSharding(dim.axes, dim.closed)
+            removed.update(dim.axes)
+    replicated = tuple(a for a in current.replicated if a not in removed)
+    return current._replace(dims=tuple(dims), replicated=replicated)
+
+
+def user_priority_propagate(driver: Driver, rounds: Callable[[Driver], None]) -> None:
+    """Initialise, run ``rounds`` (op-priority propagation), then one call per priority."""
+    store = driver.store
+    live = {slot for slot in store.slot_of if slot >= 0}
+    for slots in store.func_results.values():
+        live.update(slots)
+    references: dict[int, list[tuple[int, TensorSharding]]] = {}
+    for slot in sorted(live):
+        sharding = store.value[slot]
+        if sharding is None:
+            continue
+        for priority in {d.priority for d in sharding.dims if d.priority}:
+            references.setdefault(priority, []).append((slot, sharding))
+        mesh = store.meshes.get(sharding.mesh)
+        new = initialised(sharding, mesh.order if mesh else {})
+        if new != sharding:
+            store.set_slot(slot, new)
+    rounds(driver)
+    for priority in sorted(references):
+        for slot, original in references[priority]:
+            new = restored(store.value[slot], original, priority)
+            if new != store.value[slot]:
+                store.set_slot(slot, new)
+        rounds(driver)
