@@ -11,6 +11,7 @@ program on another set of devices reuses the lowering.
 from __future__ import annotations
 
 import dataclasses
+import os
 import functools
 import io
 from collections.abc import Callable, Sequence
@@ -21,6 +22,8 @@ import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding
 from jaxlib.mlir import ir
 
+import shardc.compiler as shardc_compiler
+import shardc.runtime as shardc_runtime
 from shardc.compiler import lowering, signature
 from shardc.compiler.signature import LeafSignature
 from shardc.dialects import make_context
@@ -29,6 +32,11 @@ from shardc.dialects.errors import InvalidArgumentError
 from shardc.runtime.compiled import Compiled, StaticArguments, compile_program, device_assignment
 
 AnyMesh = Mesh | AbstractMesh
+
+# Op locations must name the user's source line, not shardc's jit wrapper.
+jax_private.hide_frames_of(
+    [os.path.dirname(module.__file__) for module in (shardc_compiler, shardc_runtime)]
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,7 +256,9 @@ class JitFunction:
             self._cache[key] = cached
         else:
             self._hits += 1
-        static = StaticArguments(self._static_positions(len(args)), static_args)
+        static = StaticArguments(
+            self._static_positions(len(args)), static_args, tuple(sorted(static_kwargs.items()))
+        )
         return key, self._make_lowered(cached, in_tree, arg_leaves, mesh, static)
 
     # -- steps ---------------------------------------------------------------

@@ -130,3 +130,17 @@ def jax_result_handler(aval: Any, sharding: Any) -> Any:
     from jax._src.interpreters import pxla
 
     return pxla.global_aval_to_result_handler(aval, sharding, True)
+
+
+def hide_frames_of(directories: list[str]) -> None:
+    """Leave shardc's own frames out of source locations and tracebacks.
+
+    jax names the user's file and line in every op location; without this the
+    first non-jax frame is shardc's ``jit`` wrapper. jax registers its own
+    files the same way.
+    """
+    from jax._src import source_info_util, traceback_util
+
+    for directory in directories:
+        source_info_util.register_exclusion(directory)
+        traceback_util.register_exclusion(directory)

@@ -40,10 +40,11 @@ class ValueInfo(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class StaticArguments:
-    """The static positional arguments a program was lowered with."""
+    """The static arguments a program was lowered with, by position and by name."""
 
     positions: tuple[int, ...] = ()
     values: tuple = ()
+    keywords: tuple[tuple[str, object], ...] = ()
 
 
 def concrete_mesh(mesh: Mesh | AbstractMesh, devices: Sequence) -> Mesh:
@@ -123,7 +124,7 @@ class Compiled:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Place the arguments, execute, and return the outputs as ``jax.Array``s."""
-        leaves, tree = jax.tree.flatten((self._dynamic(args), kwargs))
+        leaves, tree = jax.tree.flatten(self._dynamic(args, kwargs))
         if tree != self._in_tree:
             raise PytreeMismatchError(
                 f"the function was compiled for arguments {self._in_tree} but is called "
@@ -143,18 +144,25 @@ class Compiled:
             )
         return jax.tree.unflatten(self._out_tree, outputs)
 
-    def _dynamic(self, args: tuple) -> tuple:
+    def _dynamic(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """Drop the static arguments if the caller passed them again (they must match)."""
         static = self._static
-        if not static.positions or len(args) != self._num_positional + len(static.positions):
-            return tuple(args)
-        for position, lowered_value in zip(static.positions, static.values):
-            if args[position] != lowered_value:
+        given = [(f"static argument {name!r}", kwargs[name], value)
+                 for name, value in static.keywords if name in kwargs]
+        if static.positions and len(args) == self._num_positional + len(static.positions):
+            given += [(f"static argument {position}", args[position], value)
+                      for position, value in zip(static.positions, static.values)]
+            args = tuple(a for i, a in enumerate(args) if i not in static.positions)
+        for what, value, lowered_value in given:
+            if value != lowered_value:
                 raise InvalidArgumentError(
-                    f"static argument {position} is {args[position]!r} but the program was "
-                    f"compiled for {lowered_value!r}; lower it again for the new value"
+                    f"{what} is {value!r} but the program was compiled for "
+                    f"{lowered_value!r}; lower it again for the new value"
                 )
-        return tuple(a for i, a in enumerate(args) if i not in static.positions)
+        if static.keywords:
+            names = {name for name, _ in static.keywords}
+            kwargs = {k: v for k, v in kwargs.items() if k not in names}
+        return tuple(args), kwargs
 
     # -- inspection ----------------------------------------------------------
 

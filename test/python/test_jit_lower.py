@@ -348,6 +348,7 @@ def test_each_lowered_owns_its_module():
 def test_debug_info_shows_source_locations():
     lowered = jit(lambda a: a + 1, P("d"), mesh=mesh_8()).lower(jnp.ones(8))
     assert "test_jit_lower.py" in lowered.as_text(debug_info=True)
+    assert "compiler/api.py" not in lowered.as_text(debug_info=True)  # shardc's frames hidden
     assert "loc(" not in lowered.as_text()
 
 

@@ -354,3 +354,14 @@ def test_float0_outputs_like_jax(mesh):
     assert ours[1].dtype == theirs[1].dtype == jax.dtypes.float0
     assert ours[1].shape == (8,)
     np.testing.assert_array_equal(np.asarray(ours[0]), np.arange(8.0))
+
+
+def test_static_arguments_by_keyword(mesh):
+    a = put(mesh, rand(8), P("x"))
+    j = jit(lambda x, n: x * n, static_argnames="n", mesh=mesh)
+    np.testing.assert_allclose(np.asarray(block(j(a, n=2))), np.asarray(a) * 2, rtol=1e-6)
+    compiled = j.lower(a, n=3).compile()
+    np.testing.assert_allclose(np.asarray(block(compiled(a, n=3))), np.asarray(a) * 3, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(block(compiled(a))), np.asarray(a) * 3, rtol=1e-6)
+    with pytest.raises(InvalidArgumentError, match="static argument 'n' is 4"):
+        compiled(a, n=4)

@@ -1,0 +1,338 @@
+"""Measure one benchmark program compiled by ``jax.jit`` and by shardc, side by side.
+
+Both routes get the same function, the same placed arguments and the same
+shardings, in the same process. ``build`` lowers and compiles one route and
+times both stages; the ``*_of`` functions read one figure from the compiled
+programs; ``compare`` puts it all into one ``Comparison`` row. Every figure is
+taken identically on both sides:
+
+* numerics: ``max |shardc - jax|`` over every output element, and that
+  divided by ``max |jax|`` of the same output (the worst output counts);
+* output shardings: the compiled programs' output shardings, leaf by leaf,
+  with ``Sharding.is_equivalent_to``;
+* communication: ``shardc.runtime.collectives`` on both partitioned HLO
+  texts. Bytes are per device and static: a collective inside a loop body
+  (``lax.scan``) counts once, not once per iteration;
+* memory per device: ``argument + output + temp - alias`` bytes of XLA's
+  ``CompiledMemoryStats`` (one SPMD partition = one device);
+* time: median seconds to lower and to compile over fresh functions (so no
+  trace or compile cache is shared between routes or repeats), after one
+  untimed lowering per route that warms jax's own caches, and the median
+  microseconds per call of the jitted function, dispatch included, from
+  rounds of calls that alternate between the routes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding
+
+from bench.models.program import Program
+from shardc.compiler import jit as shardc_jit
+from shardc.runtime import collectives
+
+ROUTES = ("jax", "shardc")
+
+
+@dataclasses.dataclass
+class Build:
+    """One route's compiled program and how long lowering and compiling took."""
+
+    route: str
+    compiled: Any  # jax.stages.Compiled or shardc.runtime.Compiled: same inspection API
+    lower_seconds: float
+    compile_seconds: float
+
+
+@dataclasses.dataclass
+class Comparison:
+    """Everything measured for one program; ``*_ratio`` is shardc / jax.jit."""
+
+    name: str
+    description: str
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    output_shardings_match: bool | None = None
+    mismatched_outputs: list[str] = dataclasses.field(default_factory=list)
+    collectives: dict[str, dict[str, dict[str, int]]] = dataclasses.field(default_factory=dict)
+    collective_bytes: dict[str, int] = dataclasses.field(default_factory=dict)
+    collective_bytes_ratio: float | None = None
+    memory_bytes: dict[str, int] = dataclasses.field(default_factory=dict)
+    memory_ratio: float | None = None
+    lower_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    lower_ratio: float | None = None
+    compile_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    compile_ratio: float | None = None
+    call_microseconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    call_ratio: float | None = None
+    error: str | None = None
+
+
+# ----------------------------------------------------------------------------
+# Building
+# ----------------------------------------------------------------------------
+
+
+def fresh(fun: Callable) -> Callable:
+    """A new function object calling ``fun``: jax caches traces by function identity."""
+
+    @functools.wraps(fun)
+    def wrapper(*args, **kwargs):
+        return fun(*args, **kwargs)
+
+    return wrapper
+
+
+def abstract(named_shardings: Any) -> Any:
+    """The same shardings on the abstract mesh (no devices named)."""
+    return jax.tree.map(
+        lambda s: NamedSharding(s.mesh.abstract_mesh, s.spec),
+        named_shardings,
+        is_leaf=lambda leaf: isinstance(leaf, NamedSharding),
+    )
+
+
+def jax_jitted(program: Program) -> Callable:
+    """``jax.jit`` of a fresh copy of the program's function, with its shardings."""
+    return jax.jit(
+        fresh(program.fun),
+        in_shardings=program.in_shardings,
+        out_shardings=program.out_shardings,
+    )
+
+
+def shardc_jitted(program: Program) -> Callable:
+    """shardc's ``jit`` of a fresh copy of the function (shardings on the abstract mesh
+    when the program asks to be lowered there)."""
+    in_shardings, out_shardings = program.in_shardings, program.out_shardings
+    if program.lower_on_abstract_mesh:
+        in_shardings, out_shardings = abstract(in_shardings), abstract(out_shardings)
+    return shardc_jit(fresh(program.fun), in_shardings=in_shardings, out_shardings=out_shardings)
+
+
+def prepare(program: Program, route: str) -> tuple[Any, tuple, tuple | None]:
+    """A fresh jitted function of one route, the arguments to lower it with, and the
+    devices to compile it for (``None``: those of its shardings)."""
+    if route == "jax":
+        return jax_jitted(program), program.args, None
+    if route != "shardc":
+        raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
+    if not program.lower_on_abstract_mesh:
+        return shardc_jitted(program), program.args, None
+    # Lower from shapes alone, then pick the devices at compile time.
+    shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), program.args)
+    return shardc_jitted(program), shapes, tuple(program.mesh.devices.flat)
+
+
+def build(program: Program, route: str) -> Build:
+    """Lower and compile ``program`` with one route, timing each stage."""
+    jitted, lower_args, devices = prepare(program, route)
+    start = time.perf_counter()
+    lowered = jitted.lower(*lower_args)
+    lowered_at = time.perf_counter()
+    compiled = lowered.compile() if devices is None else lowered.compile(devices)
+    compiled_at = time.perf_counter()
+    return Build(route, compiled, lowered_at - start, compiled_at - lowered_at)
+
+
+def build_both(program: Program, repeats: int = 1) -> tuple[dict[str, Build], dict, dict]:
+    """Build both routes ``repeats`` times, alternating which goes first.
+
+    Returns the last builds and the median lower / compile seconds per route.
+    One untimed lowering per route first, and the alternating order, keep
+    one-off warm-up costs of jax itself (its own caches of traced helpers)
+    off whichever route happens to go first.
+    """
+    for route in ROUTES:
+        jitted, lower_args, _ = prepare(program, route)
+        jitted.lower(*lower_args)
+    lower = {route: [] for route in ROUTES}
+    compile_ = {route: [] for route in ROUTES}
+    builds: dict[str, Build] = {}
+    for repeat in range(repeats):
+        for route in ROUTES if repeat % 2 == 0 else ROUTES[::-1]:
+            builds[route] = build(program, route)
+            lower[route].append(builds[route].lower_seconds)
+            compile_[route].append(builds[route].compile_seconds)
+    median = {route: statistics.median(lower[route]) for route in ROUTES}
+    return builds, median, {route: statistics.median(compile_[route]) for route in ROUTES}
+
+
+# ----------------------------------------------------------------------------
+# Figures read from the compiled programs
+# ----------------------------------------------------------------------------
+
+
+def run(compiled: Any, program: Program) -> Any:
+    """Call a compiled program and wait for it (collective programs must not overlap)."""
+    return jax.block_until_ready(compiled(*program.args))
+
+
+def errors_of(expected: Any, actual: Any) -> tuple[float, float]:
+    """``(max abs error, max relative error)`` of ``actual`` against ``expected``.
+
+    The relative error of one output is its max abs error over its max abs
+    value; the worst output counts.
+    """
+    expected_leaves, expected_tree = jax.tree.flatten(expected)
+    actual_leaves, actual_tree = jax.tree.flatten(actual)
+    if expected_tree != actual_tree:
+        raise AssertionError(f"output trees differ: {expected_tree} vs {actual_tree}")
+    worst_abs = worst_rel = 0.0
+    for want, got in zip(expected_leaves, actual_leaves):
+        want = np.asarray(want, dtype=np.float64)
+        got = np.asarray(got, dtype=np.float64)
+        if want.shape != got.shape:
+            raise AssertionError(f"output shapes differ: {want.shape} vs {got.shape}")
+        if want.size == 0:
+            continue
+        abs_error = float(np.max(np.abs(want - got)))
+        scale = float(np.max(np.abs(want)))
+        worst_abs = max(worst_abs, abs_error)
+        worst_rel = max(worst_rel, abs_error / scale if scale else abs_error)
+    return worst_abs, worst_rel
+
+
+def mismatched_output_shardings(
+    jax_compiled: Any, shardc_compiled: Any, outputs: Any
+) -> list[str]:
+    """Pytree paths of the outputs whose compiled shardings are not equivalent."""
+    paths_and_outputs, _ = jax.tree_util.tree_flatten_with_path(outputs)
+    expected = jax.tree.leaves(jax_compiled.output_shardings)
+    actual = jax.tree.leaves(shardc_compiled.output_shardings)
+    if len(expected) != len(actual) or len(expected) != len(paths_and_outputs):
+        return ["<different number of outputs>"]
+    return [
+        jax.tree_util.keystr(path) or "<output>"
+        for (path, value), want, got in zip(paths_and_outputs, expected, actual)
+        if not want.is_equivalent_to(got, np.ndim(value))
+    ]
+
+
+def collectives_of(compiled: Any) -> dict[str, collectives.CollectiveSummary]:
+    """Collective kinds in the partitioned HLO (the same parser for both routes)."""
+    return collectives.summarize(collectives.find_collectives(compiled.as_text()))
+
+
+def memory_bytes_of(compiled: Any) -> int:
+    """Bytes per device: arguments + outputs + temporaries - aliased (donated) buffers."""
+    stats = compiled.memory_analysis()
+    return (
+        stats.argument_size_in_bytes
+        + stats.output_size_in_bytes
+        + stats.temp_size_in_bytes
+        - stats.alias_size_in_bytes
+    )
+
+
+def ratio(shardc_value: float, jax_value: float) -> float | None:
+    """shardc / jax.jit; 1 when both are zero, ``None`` when only jax's is."""
+    if jax_value == 0:
+        return 1.0 if shardc_value == 0 else None
+    return shardc_value / jax_value
+
+
+# ----------------------------------------------------------------------------
+# Per-call time
+# ----------------------------------------------------------------------------
+
+
+def call_microseconds(
+    calls: dict[str, Callable[[], Any]], rounds: int, round_seconds: float
+) -> dict[str, float]:
+    """Median microseconds per call of each route, rounds alternating between routes.
+
+    Each round makes enough calls to last about ``round_seconds`` (at least
+    one); every call is waited for before the next.
+    """
+    for call in calls.values():  # compile (jitted functions) and warm up, untimed
+        for _ in range(2):
+            jax.block_until_ready(call())
+    per_round = {}
+    for route, call in calls.items():
+        start = time.perf_counter()
+        jax.block_until_ready(call())
+        one = time.perf_counter() - start
+        per_round[route] = max(1, min(1000, int(round_seconds / max(one, 1e-9))))
+    count = min(per_round.values())  # the same number of calls on both sides
+    samples = {route: [] for route in calls}
+    for round_ in range(rounds):
+        order = list(calls) if round_ % 2 == 0 else list(calls)[::-1]
+        for route in order:
+            call = calls[route]
+            start = time.perf_counter()
+            for _ in range(count):
+                jax.block_until_ready(call())
+            samples[route].append((time.perf_counter() - start) / count * 1e6)
+    return {route: statistics.median(times) for route, times in samples.items()}
+
+
+# ----------------------------------------------------------------------------
+# One row
+# ----------------------------------------------------------------------------
+
+
+def compare(
+    program: Program,
+    *,
+    repeats: int = 3,
+    time_calls: bool = True,
+    rounds: int = 5,
+    round_seconds: float = 0.05,
+    strict: bool = False,
+) -> Comparison:
+    """Measure ``program`` on both routes.
+
+    A failure is recorded in ``error`` (so one broken program does not end a
+    benchmark run), or raised when ``strict``.
+    """
+    row = Comparison(program.name, program.description)
+    try:
+        builds, lower, compile_ = build_both(program, repeats)
+        jax_compiled, shardc_compiled = builds["jax"].compiled, builds["shardc"].compiled
+        expected = run(jax_compiled, program)
+        actual = run(shardc_compiled, program)
+        row.max_abs_error, row.max_rel_error = errors_of(expected, actual)
+        row.mismatched_outputs = mismatched_output_shardings(
+            jax_compiled, shardc_compiled, expected
+        )
+        row.output_shardings_match = not row.mismatched_outputs
+
+        for route, build_ in builds.items():
+            summaries = collectives_of(build_.compiled)
+            row.collectives[route] = {
+                kind: {"count": s.count, "bytes_per_device": s.bytes_per_device}
+                for kind, s in summaries.items()
+                if s.count
+            }
+            row.collective_bytes[route] = sum(s.bytes_per_device for s in summaries.values())
+            row.memory_bytes[route] = memory_bytes_of(build_.compiled)
+        row.collective_bytes_ratio = ratio(
+            row.collective_bytes["shardc"], row.collective_bytes["jax"]
+        )
+        row.memory_ratio = ratio(row.memory_bytes["shardc"], row.memory_bytes["jax"])
+        row.lower_seconds, row.compile_seconds = lower, compile_
+        row.lower_ratio = ratio(lower["shardc"], lower["jax"])
+        row.compile_ratio = ratio(compile_["shardc"], compile_["jax"])
+
+        if time_calls:
+            jitted = {"jax": jax_jitted(program), "shardc": shardc_jitted(program)}
+            row.call_microseconds = call_microseconds(
+                {route: functools.partial(fn, *program.args) for route, fn in jitted.items()},
+                rounds,
+                round_seconds,
+            )
+            row.call_ratio = ratio(row.call_microseconds["shardc"], row.call_microseconds["jax"])
+    except Exception as error:  # noqa: BLE001 - one program's failure must not end the run
+        if strict:
+            raise
+        row.error = f"{type(error).__name__}: {error}"
+    return row
