@@ -49,4 +49,4 @@ def test_resolve_rejects_unknown_and_foreign() -> None:
     with pytest.raises(PipelineError, match="did you mean 'shardc-drop-shardings'"):
         pipeline.resolve(PassSpec("shardc-drop-sharding"))
     with pytest.raises(PipelineError, match="native pass of another project"):
-        pipeline.resolve(PassSpec("sdy-basic-propagate"))
+        pipeline.resolve(PassSpec("sdy-reshard-to-collectives"))
