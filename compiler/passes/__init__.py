@@ -7,21 +7,29 @@ map below is derived from them and refuses duplicates at import time.
 from __future__ import annotations
 
 from shardc.compiler.pass_base import ModulePass
+from shardc.compiler.passes.add_data_flow_edges import AddDataFlowEdgesPass
 from shardc.compiler.passes.aggressive_propagate import AggressivePropagatePass
 from shardc.compiler.passes.basic_propagate import BasicPropagatePass
+from shardc.compiler.passes.close_shardings import CloseShardingsPass
 from shardc.compiler.passes.drop_shardings import DropShardingsPass
 from shardc.compiler.passes.lift_inlined_meshes import LiftInlinedMeshesPass
 from shardc.compiler.passes.op_priority_propagate import OpPriorityPropagatePass
 from shardc.compiler.passes.populate_op_sharding_rules import PopulateOpShardingRulesPass
+from shardc.compiler.passes.propagation_pipeline import PropagationPipelinePass
+from shardc.compiler.passes.sink_data_flow_edges import SinkDataFlowEdgesPass
 from shardc.compiler.passes.user_priority_propagate import UserPriorityPropagatePass
 
 ALL_PASSES: tuple[type[ModulePass], ...] = (
+    AddDataFlowEdgesPass,
     AggressivePropagatePass,
     BasicPropagatePass,
+    CloseShardingsPass,
     DropShardingsPass,
     LiftInlinedMeshesPass,
     OpPriorityPropagatePass,
     PopulateOpShardingRulesPass,
+    PropagationPipelinePass,
+    SinkDataFlowEdgesPass,
     UserPriorityPropagatePass,
 )
 

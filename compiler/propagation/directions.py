@@ -96,6 +96,11 @@ def broadcast_backward(graph: PropagationGraph, op: int, factor: int) -> int:
     return BACKWARD if graph.op_name[op] == "stablehlo.broadcast_in_dim" else BOTH
 
 
+# Heuristics whose answer does not depend on the factor (computed once per op).
+FACTOR_INDEPENDENT = frozenset({
+    pass_through_single_use, pass_through_any_use, broadcast_backward, propagate_any,
+})
+
 OP_PRIORITY_HEURISTICS: tuple[DirectionFn, ...] = (
     pass_through_single_use,
     pass_through_any_use,
@@ -118,4 +123,24 @@ def union_of(heuristics: Sequence[DirectionFn], outer: DirectionFn | None = None
             result = intersection(result, outer(graph, op, factor))
         return result
 
+    def for_factors(graph: PropagationGraph, op: int, factors: Sequence[int]) -> list[int]:
+        """``direction`` for each of ``factors``; factor-independent heuristics run once."""
+        shared = NONE
+        for heuristic in heuristics:
+            if heuristic in FACTOR_INDEPENDENT:
+                shared = union(shared, heuristic(graph, op, 0))
+        per_factor = [h for h in heuristics if h not in FACTOR_INDEPENDENT]
+        out = []
+        for factor in factors:
+            result = shared
+            for heuristic in per_factor:
+                if result == BOTH:
+                    break
+                result = union(result, heuristic(graph, op, factor))
+            if outer is not None:
+                result = intersection(result, outer(graph, op, factor))
+            out.append(result)
+        return out
+
+    direction.for_factors = for_factors  # type: ignore[attr-defined]
     return direction

@@ -30,7 +30,9 @@ from shardc.compiler.propagation.sharding import MeshInfo, TensorSharding
 
 _BARRIER = "sdy.propagation_barrier"
 _EDGE_SOURCE_OPS = ("stablehlo.while", "stablehlo.optimization_barrier")
-_EDGE_TERMINATOR_PARENTS = ("stablehlo.while", "stablehlo.case", "sdy.named_computation")
+_EDGE_TERMINATOR_PARENTS = ("stablehlo.while", "stablehlo.case", "sdy.named_computation",
+                            "sdy.manual_computation")
+_REGION_EDGE_OPS = ("sdy.named_computation", "sdy.manual_computation")
 
 
 class Driver:
@@ -45,6 +47,13 @@ class Driver:
         self.worklist: list[int | None] = []
         self.position: dict[int, int] = {}
         self.current = -1
+        # Memo of steps that changed nothing: op -> (clock, directions, strategy).
+        # A step is a pure function of its tensors' shardings, its factor
+        # directions and the strategy, so while none of those changed it is
+        # skipped without changing the result.
+        self._no_change: dict[int, tuple] = {}
+        self._directions: dict[int, tuple] = {}
+        self.erasures = 0
 
     def _main_func(self) -> int:
         funcs = self.store.funcs
@@ -97,6 +106,7 @@ class Driver:
     def erase(self, op: int) -> None:
         """Erase a dead op (nested ops first), queueing producers as MLIR does."""
         graph = self.graph
+        self.erasures += 1
         for dead in graph.erase_order(op):
             for value in graph.op_operands[dead]:
                 producer = graph.value_def[value]
@@ -138,7 +148,8 @@ class Driver:
             sources = store.edge_sources.get(op, [])
             if shape is not None and sources:
                 self.step(op, sources, [value], identity_rule(shape, len(sources)),
-                          direction, strategy, conservative=False)
+                          direction, strategy, conservative=False,
+                          edge=op if op in store.edge_view else -1)
             return
         rule = graph.rule(op)
         if rule is not None:
@@ -167,25 +178,61 @@ class Driver:
 
     def step(self, op: int, operands: list[int], results: list[int], rule: CompactRule,
              direction: DirectionFn, strategy: FactorPropagation, *, conservative: bool,
-             notify: bool = True) -> bool:
-        """One propagation step of ``op``; return whether any tensor was updated."""
+             notify: bool = True, edge: int = -1) -> bool:
+        """One propagation step of ``op``; return whether any tensor was updated.
+
+        ``edge`` names a data-flow edge whose single result is seen through the
+        owner's view transform (manual computations), -1 for none.
+        """
         store, graph = self.store, self.graph
         values = [*operands, *results]
+        directions = self._factor_directions(op, rule, direction)
+        slot_of, stamp = store.slot_of, store.stamp
+        memo = self._no_change.get(op)
+        if memo is not None and memo[1] == directions and memo[2] is strategy:
+            clock = memo[0]
+            if all(stamp[slot_of[v]] <= clock for v in values if slot_of[v] >= 0):
+                return False
+        updated = self._step(op, values, len(operands), rule, directions, strategy,
+                             conservative=conservative, notify=notify, edge=edge)
+        if updated:
+            self._no_change.pop(op, None)
+        else:
+            self._no_change[op] = (store.clock, directions, strategy)
+        return updated
+
+    def _factor_directions(self, op: int, rule: CompactRule, direction: DirectionFn) -> tuple:
+        cached = self._directions.get(op)
+        if cached is not None and cached[0] is direction and cached[1] == self.erasures:
+            return cached[2]
+        graph, blocked = self.graph, rule.blocked
+        factors = range(len(rule.factor_sizes))
+        for_factors = getattr(direction, "for_factors", None)
+        if for_factors is not None:
+            raw = for_factors(graph, op, factors)
+            directions = tuple(NONE if f in blocked else raw[f] for f in factors)
+        else:
+            directions = tuple(NONE if f in blocked else direction(graph, op, f)
+                               for f in factors)
+        self._directions[op] = (direction, self.erasures, directions)
+        return directions
+
+    def _step(self, op: int, values: list[int], n: int, rule: CompactRule, directions: tuple,
+              strategy: FactorPropagation, *, conservative: bool, notify: bool,
+              edge: int) -> bool:
+        store, graph = self.store, self.graph
         shardings = [store.get(v) for v in values]
+        if edge >= 0:
+            shardings[-1] = store.edge_before(edge, shardings[-1])
         mesh = self.common_mesh(shardings)
         if mesh is None:
             return False
         sizes = rule.factor_sizes
         mappings = rule.operand_mappings + rule.result_mappings
         projections = [project(s, m, sizes) for s, m in zip(shardings, mappings)]
-        blocked = rule.blocked
-        n = len(operands)
-
-        def factor_direction(f: int) -> int:
-            return NONE if f in blocked else direction(graph, op, f)
-
-        flags_o, flags_r = strategy(projections[:n], projections[n:], sizes, factor_direction,
-                                    conservative=conservative, elementwise=graph.is_elementwise(op))
+        flags_o, flags_r = strategy(projections[:n], projections[n:], sizes,
+                                    directions.__getitem__, conservative=conservative,
+                                    elementwise=graph.is_elementwise(op))
         updated = False
         for i, flag in enumerate(flags_o + flags_r):
             if not flag:
@@ -194,6 +241,8 @@ class Driver:
             old = shardings[i]
             if (old is None and new.has_no_axes()) or new == old:
                 continue
+            if edge >= 0 and i == len(values) - 1:
+                new = store.edge_after(edge, new)
             self.update(values[i], new, notify)
             updated = True
         return updated
@@ -245,7 +294,7 @@ class Driver:
         name = graph.op_name[user]
         if name in _EDGE_SOURCE_OPS:
             return store.edge_of_value(graph.op_results[user][index])
-        if name == "sdy.named_computation":
+        if name in _REGION_EDGE_OPS:
             return store.edge_of_value(graph.op_blocks[user][0][0][index])
         if graph.op_terminator[user]:
             parent = graph.op_parent[user]

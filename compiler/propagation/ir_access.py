@@ -18,6 +18,12 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
 from shardc.compiler.propagation.graph import PropagationGraph
+from shardc.compiler.propagation.manual import (
+    MANUAL_OP,
+    add_free_axes,
+    erase_manual_axes,
+    manual_axes_of,
+)
 from shardc.compiler.propagation.sharding import (
     MeshInfo,
     TensorSharding,
@@ -43,9 +49,7 @@ _OWN_ATTR = {
     "sdy.collective_permute": "out_sharding",
     "sdy.reduce_scatter": "out_sharding",
 }
-_NO_SLOT_RESULTS = frozenset({"sdy.manual_computation"})
-
-ARG, RES, PER_VALUE, OWN = 0, 1, 2, 3
+ARG, RES, PER_VALUE, OWN, MANUAL_IN = 0, 1, 2, 3, 4
 
 
 def read_meshes(module: ir.Operation) -> dict[str, MeshInfo]:
@@ -77,10 +81,18 @@ class ShardingStore:
         self.rank: list[int] = []
         self.siblings: list[tuple[int, ...]] = []
         self.dirty: set[int] = set()
+        # Change clock: ``stamp[slot]`` is the clock value of the slot's last write.
+        self.clock = 0
+        self.stamp: list[int] = []
         self.func_results: dict[int, list[int]] = {}
         self.funcs: list[int] = []
         self.edge_sources: dict[int, list[int]] = {}
         self.edge_targets: dict[int, list[int]] = {}
+        # manual computation op -> (manual axes, in shardings, out shardings) as read
+        self.manual: dict[int, tuple[tuple[str, ...], list, list]] = {}
+        # edge op on a manual computation -> (manual axes, outer sharding, is block arg)
+        self.manual_in_slots: dict[int, list[int]] = {}
+        self.edge_view: dict[int, tuple[tuple[str, ...], TensorSharding | None, bool]] = {}
         self._attr_cache: dict[str, ir.Attribute] = {}
         self.erase_log: list[int] = []
         self._assign_slots()
@@ -89,6 +101,7 @@ class ShardingStore:
     # ------------------------------------------------------------------ slots
     def _new_slot(self, where: tuple, rank: int, sharding: TensorSharding | None) -> int:
         self.where.append(where)
+        self.stamp.append(0)
         self.rank.append(rank)
         self.value.append(sharding)
         self.siblings.append(())
@@ -149,8 +162,27 @@ class ShardingStore:
                 self._per_value_slots(op, "out_shardings", results)
                 if graph.op_blocks[op]:
                     self._per_value_slots(op, "in_shardings", graph.op_blocks[op][0][0])
-            elif results and name not in _NO_SLOT_RESULTS:
+            elif name == MANUAL_OP:
+                self._manual_slots(op)
+            elif results:
                 self._per_value_slots(op, SHARDING, results)
+
+    def _manual_slots(self, op: int) -> None:
+        graph = self.graph
+        attrs = graph.ops[op].attributes
+        manual = manual_axes_of(graph.ops[op])
+        ins = parse_per_value(str(attrs["in_shardings"]), self.meshes)
+        outs = parse_per_value(str(attrs["out_shardings"]), self.meshes)
+        self.manual[op] = (manual, ins, outs)
+        self._per_value_slots(op, "out_shardings", graph.op_results[op])
+        slots = []
+        if graph.op_blocks[op]:
+            for k, value in enumerate(graph.op_blocks[op][0][0]):
+                inner = erase_manual_axes(ins[k], manual) if k < len(ins) else None
+                self.slot_of[value] = self._new_slot(
+                    (MANUAL_IN, op, "in_shardings", k), graph.value_rank(value), inner)
+                slots.append(self.slot_of[value])
+        self.manual_in_slots[op] = slots
 
     # ------------------------------------------------------------------ edges
     def _terminator_operand(self, op: int, block: int, index: int) -> int:
@@ -181,12 +213,38 @@ class ShardingStore:
                 sources = [graph.op_operands[owner][index]]
             else:
                 sources = [self._terminator_operand(owner, 0, index)]
+            if owner_name == MANUAL_OP and owner in self.manual:
+                manual, ins, outs = self.manual[owner]
+                is_arg = graph.value_def[owner_value] == -1
+                outer = (ins if is_arg else outs)
+                self.edge_view[edge] = (manual, outer[index] if index < len(outer) else None,
+                                        is_arg)
             edge_result = graph.op_results[edge][0]
             for value in (owner_value, *targets):
                 self.storage[value] = edge_result
                 self.slot_of[value] = self.slot_of[edge_result]
             self.edge_sources[edge] = sources
             self.edge_targets[edge] = targets
+
+    def edge_before(self, edge: int, sharding: TensorSharding | None) -> TensorSharding | None:
+        """The edge's sharding as its sources see it (manual computations: spec 7.1)."""
+        view = self.edge_view.get(edge)
+        if view is None:
+            return sharding
+        manual, outer, is_arg = view
+        if is_arg:
+            return add_free_axes(outer, sharding, manual)
+        return erase_manual_axes(sharding, manual)
+
+    def edge_after(self, edge: int, sharding: TensorSharding) -> TensorSharding:
+        """A sharding computed in the sources' view, as the edge stores it."""
+        view = self.edge_view.get(edge)
+        if view is None:
+            return sharding
+        manual, outer, is_arg = view
+        if is_arg:
+            return erase_manual_axes(sharding, manual)
+        return add_free_axes(outer, sharding, manual)
 
     def edge_of_value(self, value: int) -> int:
         """The ``sdy.data_flow_edge`` whose input is ``value`` (its only use), or -1."""
@@ -203,11 +261,14 @@ class ShardingStore:
 
     def set_slot(self, slot: int, sharding: TensorSharding) -> None:
         """Store ``sharding``; siblings without a sharding get open placeholders."""
+        self.clock += 1
         self.value[slot] = sharding
+        self.stamp[slot] = self.clock
         self.dirty.add(slot)
         for sibling in self.siblings[slot]:
             if self.value[sibling] is None:
                 self.value[sibling] = open_sharding(sharding.mesh, self.rank[sibling])
+                self.stamp[sibling] = self.clock
                 self.dirty.add(sibling)
 
     # ------------------------------------------------------------------ write back
@@ -223,6 +284,7 @@ class ShardingStore:
         graph = self.graph
         func_lists: dict[tuple[int, str], dict[int, TensorSharding]] = {}
         per_value: dict[tuple[int, str], int] = {}
+        manual_ins: set[int] = set()
         for slot in sorted(self.dirty):
             kind, op = self.where[slot][0], self.where[slot][1]
             if graph.erased[op]:
@@ -230,6 +292,8 @@ class ShardingStore:
             if kind in (ARG, RES):
                 key = (op, "arg_attrs" if kind == ARG else "res_attrs")
                 func_lists.setdefault(key, {})[self.where[slot][2]] = self.value[slot]
+            elif kind == MANUAL_IN:
+                manual_ins.add(op)
             elif kind == OWN:
                 graph.ops[op].attributes[self.where[slot][2]] = self._attr(
                     format_sharding(self.value[slot]))
@@ -239,10 +303,19 @@ class ShardingStore:
             slots = self.siblings[slot]
             shardings = [self.value[s] for s in slots]
             graph.ops[op].attributes[attr_name] = self._attr(format_per_value(shardings))
+        for op in sorted(manual_ins):
+            self._write_manual_ins(op)
         for (op, list_name), updates in func_lists.items():
             self._write_func_list(op, list_name, updates)
         self._write_rules(keep_rules)
         self._erase_ops()
+
+    def _write_manual_ins(self, op: int) -> None:
+        # Shardy rewrites every in-sharding when one body argument changes.
+        manual, ins, _ = self.manual[op]
+        slots = self.manual_in_slots[op]
+        new = [add_free_axes(ins[k], self.value[slot], manual) for k, slot in enumerate(slots)]
+        self.graph.ops[op].attributes["in_shardings"] = self._attr(format_per_value(new))
 
     def _write_func_list(self, op: int, list_name: str, updates: dict[int, TensorSharding]) -> None:
         func = self.graph.ops[op]

@@ -352,3 +352,209 @@ def test_jax_programs_agree_with_native(name):
                     mismatches.append((seed, prep_name, strategy))
     assert total > 0
     assert not mismatches, mismatches
+
+
+# ----------------------------------------------------------------------------
+# Manual computations (shard_map): random MLIR and JAX programs
+# ----------------------------------------------------------------------------
+
+MANUAL_MESH = [("a", 2), ("b", 2), ("c", 2)]
+
+
+def _manual_sharding(rng, shape, manual, free_names, open_ok=True):
+    """A random in/out sharding: per dim a manual prefix, then maybe a free axis."""
+    unused_manual = list(manual)
+    unused_free = list(free_names)
+    dims, local = [], []
+    for d in shape:
+        axes = []
+        size = 1
+        for m in list(unused_manual):
+            if rng.random() < 0.4 and d % (size * 2) == 0:
+                axes.append(m); unused_manual.remove(m); size *= 2
+        local.append(d // size)
+        if unused_free and rng.random() < 0.35 and (d // size) % 2 == 0:
+            f = rng.choice(unused_free); unused_free.remove(f); axes.append(f)
+        is_open = open_ok and rng.random() < 0.6
+        inner = ", ".join(f'"{a}"' for a in axes)
+        if is_open:
+            inner = inner + ", ?" if inner else "?"
+        dims.append("{" + inner + "}")
+    text = "<@mesh, [" + ", ".join(dims) + "]"
+    if unused_free and rng.random() < 0.15:
+        text += ', replicated={"' + unused_free[0] + '"}'
+    return text + ">", tuple(local)
+
+
+def gen_manual(seed):
+    """A main func with ops around one manual computation (maybe nested ops inside)."""
+    rng = random.Random(seed)
+    names = [n for n, _ in MANUAL_MESH]
+    manual = sorted(rng.sample(names, rng.choice([1, 1, 2])), key=names.index)
+    free = [n for n in names if n not in manual]
+    shapes = [tuple(rng.choice([8, 16]) for _ in range(2)) for _ in range(rng.randint(1, 2))]
+    args = []
+    for i, shape in enumerate(shapes):
+        attr = ""
+        if rng.random() < 0.6:
+            attr = " {sdy.sharding = #sdy.sharding" + rand_sharding(rng, MANUAL_MESH, shape, False) + "}"
+        args.append(f"%arg{i}: {ty(shape)}{attr}")
+    pre = [f"%p{i} = stablehlo.negate %arg{i} : {ty(s)}" for i, s in enumerate(shapes)]
+    in_sh, locals_ = [], []
+    for shape in shapes:
+        text, local = _manual_sharding(rng, shape, manual, free)
+        in_sh.append(text); locals_.append(local)
+    body, cur, cur_shape, k = [], "%b0", locals_[0], 0
+    for _ in range(rng.randint(1, 4)):
+        k += 1
+        kind = rng.choice(["un", "bin", "wsc", "transpose"])
+        if kind == "bin" and len(locals_) > 1 and locals_[1] == cur_shape:
+            body.append(f"%i{k} = stablehlo.add {cur}, %b1 : {ty(cur_shape)}")
+        elif kind == "wsc":
+            body.append(f"%i{k} = sdy.sharding_constraint {cur} "
+                        f"{_manual_sharding(rng, cur_shape, (), free)[0]} : {ty(cur_shape)}")
+        elif kind == "transpose":
+            new_shape = cur_shape[::-1]
+            body.append(f"%i{k} = stablehlo.transpose {cur}, dims = [1, 0] : "
+                        f"({ty(cur_shape)}) -> {ty(new_shape)}")
+            cur_shape = new_shape
+        else:
+            body.append(f"%i{k} = stablehlo.tanh {cur} : {ty(cur_shape)}")
+        cur = f"%i{k}"
+    # out sharding: global shape from local by multiplying manual axes back in
+    out_dims, glob = [], []
+    unused_manual = list(manual)
+    for d in cur_shape:
+        axes, size = [], 1
+        for m in list(unused_manual):
+            if rng.random() < 0.4:
+                axes.append(m); unused_manual.remove(m); size *= 2
+        glob.append(d * size)
+        if free and rng.random() < 0.3:
+            axes.append(rng.choice(free))
+        if len([a for a in axes if a in free]) > 1:
+            axes = axes[:-1]
+        inner = ", ".join(f'"{a}"' for a in axes)
+        if rng.random() < 0.6:
+            inner = inner + ", ?" if inner else "?"
+        out_dims.append("{" + inner + "}")
+    used_free = [a for dd in out_dims for a in free if f'"{a}"' in dd]
+    if len(used_free) != len(set(used_free)):
+        out_dims = ["{?}" for _ in out_dims]
+    out_sh = "<@mesh, [" + ", ".join(out_dims) + "]>"
+    out_ty = ty(tuple(glob))
+    block_args = ", ".join(f"%b{i}: {ty(l)}" for i, l in enumerate(locals_))
+    operands = ", ".join(f"%p{i}" for i in range(len(shapes)))
+    lines = pre + [
+        f"%m = sdy.manual_computation({operands}) in_shardings=[{', '.join(in_sh)}] "
+        f"out_shardings=[{out_sh}] manual_axes={{{', '.join(chr(34) + m + chr(34) for m in manual)}}} "
+        f"({block_args}) {{",
+        *["  " + b for b in body],
+        f"  sdy.return {cur} : {ty(cur_shape)}",
+        f"}} : ({', '.join(ty(s) for s in shapes)}) -> {out_ty}",
+        f"%r = stablehlo.exponential %m : {out_ty}",
+    ]
+    mesh_text = "sdy.mesh @mesh = <[" + ", ".join(f'"{n}"={s}' for n, s in MANUAL_MESH) + "]>"
+    return (f"{mesh_text}\nfunc.func @main({', '.join(args)}) -> {out_ty} {{\n  "
+            + "\n  ".join(lines) + f"\n  return %r : {out_ty}\n}}\n")
+
+
+MANUAL_PREP = {"raw": None, "edges": "sdy-add-data-flow-edges"}
+NUM_MANUAL = 60
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_random_manual_computations_agree_with_native():
+    stats: Counter = Counter()
+    mismatches = []
+    for seed in range(NUM_MANUAL):
+        text = gen_manual(seed)
+        for prep_name, prep in MANUAL_PREP.items():
+            for strategy in NATIVE:
+                agree = compare(text, strategy, prep)
+                stats[agree] += 1
+                if agree is False:
+                    mismatches.append((seed, prep_name, strategy))
+    print(f"manual computations: {stats[True]} agree, {stats[False]} differ, {stats[None]} skipped")
+    assert stats[True] > NUM_MANUAL * len(NATIVE)
+    assert not mismatches, mismatches
+
+
+# shard_map programs (jax.shard_map lowers to sdy.manual_computation), full and
+# partial-manual (axis_names={...} on a 2-D/3-D mesh).
+
+def sm_psum(mesh, names):
+    a = names[0]
+    def f(x, w):
+        def inner(u, v):
+            return jax.lax.psum(u @ v, a)
+        c = jax.shard_map(inner, mesh=mesh, in_specs=(P(None, a), P(a, None)), out_specs=P(), axis_names={a})(x, w)
+        return jnp.tanh(c) + 1
+    return f, [(16, 32), (32, 8)]
+
+def sm_elementwise(mesh, names):
+    a = names[0]
+    def f(x, y):
+        z = x * 2
+        out = jax.shard_map(lambda u, v: jnp.sin(u) + v, mesh=mesh, in_specs=(P(a), P(a)), out_specs=P(a), axis_names={a})(z, y)
+        return out @ y.T
+    return f, [(16, 16), (16, 16)]
+
+def sm_partial_2d(mesh, names):
+    a = names[0]
+    def f(x, w):
+        def inner(u, v):
+            h = jnp.exp(u) @ v
+            return h * 3.0
+        h = jax.shard_map(inner, mesh=mesh, in_specs=(P(a, None), P()), out_specs=P(a, None), axis_names={a})(x, w)
+        return jnp.maximum(h, 0.0).sum(axis=1)
+    return f, [(16, 32), (32, 16)]
+
+def sm_all_axes(mesh, names):
+    spec0 = names[0] if len(names) == 1 else tuple(names[:2])
+    def f(x):
+        y = jax.shard_map(lambda u: jax.lax.pmax(u, names[0]) * 2, mesh=mesh, in_specs=P(spec0), out_specs=P(spec0))(x)
+        return y + 1.0
+    return f, [(16, 8)]
+
+def sm_nested_scan(mesh, names):
+    a = names[0]
+    def f(x, ws):
+        def inner(u, wv):
+            def body(c, w):
+                return jnp.tanh(c @ w), None
+            out, _ = jax.lax.scan(body, u, wv)
+            return out
+        return jax.shard_map(inner, mesh=mesh, in_specs=(P(a, None), P()), out_specs=P(a, None), axis_names={a})(x, ws) * 2
+    return f, [(16, 16), (3, 16, 16)]
+
+SHARD_MAP_PROGRAMS = {"psum": sm_psum, "elementwise": sm_elementwise, "partial2d": sm_partial_2d,
+            "all_axes": sm_all_axes, "scan": sm_nested_scan}
+
+
+def lower_shard_map(name, seed):
+    rng = random.Random(seed)
+    shape, names = JAX_MESHES[rng.randrange(len(JAX_MESHES))]
+    mesh = jax.sharding.AbstractMesh(shape, names, axis_types=(AxisType.Auto,) * len(names))
+    sizes = dict(zip(names, shape))
+    fn, arg_shapes = SHARD_MAP_PROGRAMS[name](mesh, names)
+    args = [jax.ShapeDtypeStruct(s, jnp.float32) for s in arg_shapes]
+    in_sh = tuple(NamedSharding(mesh, rand_spec(rng, s, names, sizes)) if rng.random() < 0.7
+                  else None for s in arg_shapes)
+    return str(sc.jit(fn, in_shardings=in_sh).lower(*args).module)
+
+
+@pytest.mark.parametrize("name", sorted(SHARD_MAP_PROGRAMS))
+def test_shard_map_programs_agree_with_native(name):
+    mismatches = []
+    total = 0
+    for seed in range(3):
+        text = lower_shard_map(name, seed)
+        for prep_name, prep in PREP.items():
+            for strategy in NATIVE:
+                agree = compare(text, strategy, prep)
+                total += agree is not None
+                if agree is False:
+                    mismatches.append((seed, prep_name, strategy))
+    assert total > 0
+    assert not mismatches, mismatches

@@ -1,0 +1,198 @@
+"""Export steps of the propagation pipeline (spec 7.7), one small function each.
+
+``constant_or_scalar_merger`` undoes the import split where the copies ended
+up with equal attributes; ``remove_sharding_groups`` and
+``sharding_constraint_to_reshard`` drop/convert propagation-only ops;
+``update_non_divisible_io_shardings`` and ``remove_sub_axes_in_io_shardings``
+tidy function boundaries; ``close_shardings`` removes every ``?`` and every
+``replicated=`` list; ``drop_sharding_rules`` strips cached rules. Sinking
+data-flow edges lives in ``data_flow_edges``.
+"""
+
+from __future__ import annotations
+
+from math import gcd
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import sdy
+
+from shardc.compiler.propagation.data_flow_edges import _ops
+from shardc.compiler.propagation.ir_access import RULE, SHARDING, read_meshes
+from shardc.compiler.propagation.sharding import (
+    DimSharding,
+    MeshInfo,
+    TensorSharding,
+    format_sharding,
+    parse_sharding,
+)
+from shardc.compiler.sharding_walker import map_shardings
+
+
+def _attr_key(op: ir.Operation) -> tuple:
+    attrs = op.attributes
+    return tuple(sorted(((attrs[i].name, attrs[i].attr) for i in range(len(attrs))),
+                        key=lambda p: p[0]))
+
+
+def constant_or_scalar_merger(module: ir.Operation) -> None:
+    """Merge constants and scalar broadcasts whose attributes (shardings too) are equal."""
+    for func in _funcs(module):
+        constants: dict = {}
+        broadcasts: dict = {}
+        for op in _ops(func, ir.WalkOrder.POST_ORDER):
+            name = op.name
+            if name in ("sdy.constant", "stablehlo.constant"):
+                key = (_attr_key(op), op.parent)
+                cache = constants
+            elif name == "stablehlo.broadcast_in_dim" and _rank(op.operands[0]) == 0:
+                key = (_attr_key(op), op.parent, op.results[0].type, op.operands[0])
+                cache = broadcasts
+            else:
+                continue
+            kept = cache.setdefault(key, op)
+            if kept is not op:
+                op.results[0].replace_all_uses_with(kept.results[0])
+                op.erase()
+
+
+def _funcs(module: ir.Operation) -> list[ir.Operation]:
+    return [op.operation for op in module.regions[0].blocks[0].operations
+            if op.operation.name == "func.func"]
+
+
+def _rank(value: ir.Value) -> int:
+    return ir.ShapedType(value.type).rank if isinstance(value.type, ir.ShapedType) else 0
+
+
+def remove_sharding_groups(module: ir.Operation) -> None:
+    """Erase every ``sdy.sharding_group``."""
+    for op in _ops(module, ir.WalkOrder.POST_ORDER):
+        if op.name == "sdy.sharding_group":
+            op.erase()
+
+
+def sharding_constraint_to_reshard(module: ir.Operation) -> None:
+    """Replace each ``sdy.sharding_constraint`` by an ``sdy.reshard`` of its sharding."""
+    with module.context:
+        for op in _ops(module, ir.WalkOrder.PRE_ORDER):
+            if op.name != "sdy.sharding_constraint":
+                continue
+            reshard = sdy.ReshardOp(op.operands[0], op.attributes["sharding"],
+                                    ip=ir.InsertionPoint(op), loc=op.location)
+            op.results[0].replace_all_uses_with(reshard.result)
+            op.erase()
+
+
+# ------------------------------------------------------------------ function boundaries
+def divisible_dim(dim: DimSharding, size: int, mesh: MeshInfo) -> DimSharding:
+    """The longest prefix of ``dim``'s axes that divides ``size`` (a sub-axis may end it)."""
+    remaining = size
+    axes = []
+    for axis in dim.axes:
+        g = gcd(remaining, axis[2]) if remaining else axis[2]
+        if g == axis[2]:
+            axes.append(axis)
+            remaining = remaining // axis[2] if remaining else 0
+            continue
+        if g > 1:
+            axes.append(type(axis)(axis[0], axis[1], g, axis[3]))
+        break
+    if len(axes) == len(dim.axes) and tuple(axes) == dim.axes:
+        return dim
+    return DimSharding(tuple(axes), dim.closed)
+
+
+def _map_func_io(func: ir.Operation, meshes: dict[str, MeshInfo], fn) -> None:
+    func_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    for list_name, types in (("arg_attrs", func_type.inputs), ("res_attrs", func_type.results)):
+        if list_name not in func.attributes:
+            continue
+        entries = list(ir.ArrayAttr(func.attributes[list_name]))
+        new_entries, changed = [], False
+        for k, entry in enumerate(entries):
+            d = ir.DictAttr(entry)
+            values = {d[i].name: d[i].attr for i in range(len(d))}
+            if SHARDING in values and k < len(types):
+                sharding = parse_sharding(str(values[SHARDING]), meshes)
+                shape = ir.ShapedType(types[k]).shape if isinstance(types[k], ir.ShapedType) \
+                    else []
+                new = fn(sharding, shape)
+                if new != sharding:
+                    values[SHARDING] = ir.Attribute.parse(format_sharding(new), func.context)
+                    changed = True
+            new_entries.append(ir.DictAttr.get(values, context=func.context))
+        if changed:
+            func.attributes[list_name] = ir.ArrayAttr.get(new_entries, context=func.context)
+
+
+def update_non_divisible_io_shardings(module: ir.Operation) -> None:
+    """Cut function argument/result dims to the axes that divide the dimension."""
+    meshes = read_meshes(module)
+
+    def fix(sharding: TensorSharding, shape) -> TensorSharding:
+        mesh = meshes.get(sharding.mesh)
+        if mesh is None:
+            return sharding
+        dims = tuple(divisible_dim(d, s, mesh) for d, s in zip(sharding.dims, shape))
+        return sharding._replace(dims=dims)
+
+    for func in _funcs(module):
+        _map_func_io(func, meshes, fix)
+
+
+def remove_sub_axes_in_io_shardings(module: ir.Operation, main: ir.Operation | None) -> None:
+    """On the main function's open dims, drop everything from the first sub-axis on."""
+    if main is None:
+        return
+    meshes = read_meshes(module)
+
+    def fix(sharding: TensorSharding, shape) -> TensorSharding:
+        dims = []
+        for dim in sharding.dims:
+            if dim.closed:
+                dims.append(dim)
+                continue
+            cut = next((i for i, a in enumerate(dim.axes) if a[2] != a[3]), len(dim.axes))
+            dims.append(dim if cut == len(dim.axes) else DimSharding(dim.axes[:cut], False))
+        return sharding._replace(dims=tuple(dims))
+
+    _map_func_io(main, meshes, fix)
+
+
+def close_shardings(module: ir.Operation) -> None:
+    """Close every dimension and drop every replicated list (priorities, unreduced kept)."""
+
+    def close(attr: sdy.TensorShardingAttr) -> ir.Attribute:
+        dims = [sdy.DimensionShardingAttr(d) for d in attr.dimension_shardings]
+        if all(d.is_closed for d in dims) and not list(attr.replicated_axes):
+            return attr
+        closed = [sdy.DimensionShardingAttr.get(list(d.axes), True, d.priority) for d in dims]
+        return sdy.TensorShardingAttr.get(attr.mesh_or_ref, closed, [],
+                                          list(attr.unreduced_axes))
+
+    with module.context:
+        map_shardings(module, close)
+
+
+def erase_dead_ops(module: ir.Operation) -> None:
+    """Erase unused effect-free ops, as the export canonicalizer's driver does."""
+    from shardc.compiler.propagation.graph import PropagationGraph
+
+    graph = PropagationGraph(module)
+    changed = True
+    while changed:
+        changed = False
+        for op in reversed(range(len(graph.ops))):
+            if not graph.erased[op] and graph.is_trivially_dead(op):
+                for dead in graph.erase_order(op):
+                    graph.drop_uses_of(dead)
+                graph.ops[op].erase()
+                changed = True
+
+
+def drop_sharding_rules(module: ir.Operation) -> None:
+    """Remove every non-custom ``sdy.sharding_rule``."""
+    for op in _ops(module, ir.WalkOrder.PRE_ORDER):
+        attrs = op.attributes
+        if RULE in attrs and not sdy.OpShardingRuleAttr(attrs[RULE]).is_custom:
+            del attrs[RULE]

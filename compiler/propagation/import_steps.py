@@ -1,0 +1,185 @@
+"""Import steps of the propagation pipeline (spec 7.6), one small function each.
+
+Each function mirrors one Shardy import pass on the bindings and is what the
+pipeline (``shardc.compiler.propagation.pipeline``) calls in order:
+``remove_size_one_axes``, ``constant_or_scalar_splitter``,
+``manual_axes_cleanup``, ``apply_sharding_constraints`` and
+``sharding_group_import``. The data-flow edge step lives in
+``data_flow_edges``; symbol DCE and inlining are MLIR's generic passes.
+"""
+
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+
+from shardc.compiler.propagation.axes import full_axis, mesh_sort_key
+from shardc.compiler.propagation.data_flow_edges import _ops
+from shardc.compiler.propagation.graph import _EFFECTFUL, ELEMENTWISE
+from shardc.compiler.propagation.ir_access import read_meshes
+from shardc.compiler.propagation.sharding import DimSharding, TensorSharding, parse_sharding
+from shardc.compiler.sharding_walker import map_shardings
+
+_CONSTANT_PRESERVING = frozenset({
+    "stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.slice",
+})
+
+
+def _is_scalar(value: ir.Value) -> bool:
+    return isinstance(value.type, ir.ShapedType) and ir.ShapedType(value.type).rank == 0
+
+
+# ------------------------------------------------------------------ size-one axes
+def remove_size_one_axes(module: ir.Operation) -> None:
+    """Drop axes of size 1 from every sharding (only if some mesh has one)."""
+    meshes = read_meshes(module)
+    if not any(1 in info.sizes.values() for info in meshes.values()):
+        return
+
+    def strip(attr):
+        sharding = parse_sharding(str(attr), meshes)
+        if sharding.mesh not in meshes:
+            return attr
+        sizes = meshes[sharding.mesh].sizes
+
+        def keep(axes):
+            return tuple(a for a in axes if sizes.get(a[0], 0) != 1)
+
+        dims = []
+        for dim in sharding.dims:
+            axes = keep(dim.axes)
+            priority = None if (dim.closed and not axes) else dim.priority
+            dims.append(DimSharding(axes, dim.closed, priority))
+        new = TensorSharding(sharding.mesh, tuple(dims), keep(sharding.replicated),
+                             keep(sharding.unreduced))
+        if new == sharding:
+            return attr
+        from shardc.compiler.propagation.sharding import format_sharding
+
+        return ir.Attribute.parse(format_sharding(new), attr.context)
+
+    map_shardings(module, strip)
+
+
+# ------------------------------------------------------------------ constants
+def _to_sdy_constant(op: ir.Operation) -> None:
+    attrs = {op.attributes[i].name: op.attributes[i].attr for i in range(len(op.attributes))}
+    new = ir.Operation.create("sdy.constant", results=[r.type for r in op.results],
+                              attributes=attrs, loc=op.location, ip=ir.InsertionPoint(op))
+    op.results[0].replace_all_uses_with(new.results[0])
+    op.erase()
+
+
+def _is_pure_preserving(op: ir.Operation) -> bool:
+    name = op.name
+    if name in _CONSTANT_PRESERVING:
+        return True
+    return name in ELEMENTWISE and name not in _EFFECTFUL
+
+
+def _clone(result: ir.Value, mapping: dict) -> None:
+    if _is_scalar(result) or result in mapping:
+        return
+    op = result.owner.operation
+    for operand in op.operands:
+        if _def_op(operand) is not None:
+            _clone(operand, mapping)
+    clone = op.clone(ip=ir.InsertionPoint(op))
+    for k, operand in enumerate(op.operands):
+        if operand in mapping:
+            clone.operands[k] = mapping[operand]
+    for old, new in zip(op.results, clone.results):
+        mapping[old] = new
+    for use in list(result.uses):
+        if use.owner.name == "sdy.sharding_group":
+            group = use.owner.clone(ip=ir.InsertionPoint(op))
+            group.operands[0] = mapping[result]
+
+
+def _def_op(value: ir.Value) -> ir.Operation | None:
+    owner = value.owner
+    return None if isinstance(owner, ir.Block) else owner.operation
+
+
+def _process(op: ir.Operation, constants: dict, expansions: dict) -> None:
+    """Classify ``op`` or isolate its constant operands (dicts as ordered sets)."""
+    if op.name == "sdy.sharding_group":
+        return
+    name = op.name
+    if name in ("sdy.constant", "stablehlo.iota") or (_is_pure_preserving(op) and all(
+            _def_op(v) is not None and _def_op(v) in constants for v in op.operands)):
+        constants[op] = None
+        return
+    if name == "stablehlo.broadcast_in_dim" and _is_scalar(op.operands[0]):
+        expansions[op] = None
+        return
+    for k, operand in enumerate(op.operands):
+        owner = _def_op(operand)
+        if owner is not None and (owner in constants or owner in expansions):
+            if _is_scalar(operand):
+                continue
+            mapping: dict = {}
+            _clone(operand, mapping)
+            op.operands[k] = mapping[operand]
+
+
+def _erase_unused(ops: list[ir.Operation]) -> None:
+    for op in ops:
+        users = [u.owner for r in op.results for u in r.uses]
+        if all(u.name == "sdy.sharding_group" for u in users):
+            for user in users:
+                user.erase()
+            op.erase()
+
+
+def constant_or_scalar_splitter(module: ir.Operation) -> None:
+    """Turn constants into ``sdy.constant`` and give every non-constant use its own copy."""
+    with module.context:
+        for op in _ops(module, ir.WalkOrder.PRE_ORDER):
+            if op.name == "stablehlo.constant":
+                _to_sdy_constant(op)
+        for func in module.regions[0].blocks[0].operations:
+            if func.operation.name != "func.func":
+                continue
+            constants: dict = {}
+            expansions: dict = {}
+            for op in _ops(func.operation, ir.WalkOrder.PRE_ORDER):
+                _process(op, constants, expansions)
+            _erase_unused(list(expansions) + list(reversed(list(constants))))
+
+
+# ------------------------------------------------------------------ manual axes
+def manual_axes_cleanup(module: ir.Operation) -> None:
+    """Sort manual axes by mesh order; add unused manual axes to in/out replicated."""
+    from shardc.compiler.propagation.manual import MANUAL_OP, manual_axes_of
+    from shardc.compiler.propagation.sharding import format_per_value, parse_per_value
+
+    meshes = read_meshes(module)
+    for op in _ops(module, ir.WalkOrder.PRE_ORDER):
+        if op.name != MANUAL_OP:
+            continue
+        manual = manual_axes_of(op)
+        for attr_name in ("in_shardings", "out_shardings"):
+            shardings = parse_per_value(str(op.attributes[attr_name]), meshes)
+            changed = []
+            for s in shardings:
+                info = meshes.get(s.mesh)
+                if info is None:
+                    changed.append(s)
+                    continue
+                used = {a[0] for d in s.dims for a in d.axes} | {a[0] for a in s.replicated}
+                extra = [a for a in manual if a not in used and a in info.sizes]
+                if not extra:
+                    changed.append(s)
+                    continue
+                rep = list(s.replicated) + [full_axis(a, info.sizes[a]) for a in extra]
+                rep.sort(key=mesh_sort_key(info.order))
+                changed.append(s._replace(replicated=tuple(rep)))
+            if changed != shardings:
+                op.attributes[attr_name] = ir.Attribute.parse(format_per_value(changed),
+                                                              op.context)
+        if manual:
+            order = meshes[next(iter(meshes))].order if meshes else {}
+            ordered = sorted(manual, key=lambda a: order.get(a, 0))
+            if list(ordered) != list(manual):
+                text = "#sdy<manual_axes{" + ", ".join(f'"{a}"' for a in ordered) + "}>"
+                op.attributes["manual_axes"] = ir.Attribute.parse(text, op.context)

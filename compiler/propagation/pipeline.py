@@ -1,0 +1,85 @@
+"""The propagation pipeline: import steps, user-priority propagation, export steps.
+
+``propagation_pipeline(module)`` is Shardy's ``sdy-propagation-pipeline``
+(spec 7.6, 7.7) with ``dedup-functions-fully=false``, built from the step
+functions of ``import_steps``, ``data_flow_edges`` and ``export_steps``.
+Deliberate differences, documented in ``PIPELINE_DIFFERENCES``: calls are
+inlined with MLIR's generic ``inline`` pass instead of Shardy's
+flatten-call-graph / import-func-calls / export-named-computations round
+trip, and ``sdy-insert-explicit-reshards`` is not run (``EXPLICIT_RESHARDS``
+is the seam where it goes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from jaxlib.mlir import ir, passmanager
+
+from shardc.compiler.propagation import export_steps, import_steps, propagate
+from shardc.compiler.propagation.data_flow_edges import add_data_flow_edges, sink_data_flow_edges
+from shardc.compiler.propagation.apply_constraints import apply_sharding_constraints
+
+PIPELINE_DIFFERENCES = (
+    "func.call ops are inlined (MLIR 'inline') instead of becoming named computations",
+    "sdy-insert-explicit-reshards is skipped: no sdy.reshard is inserted for conflicts",
+    "sharding-group import only syncs groups (no id renumbering or dedupe)",
+)
+EXPLICIT_RESHARDS: Callable[[ir.Operation], None] | None = None
+
+
+def _generic(module: ir.Operation, pipeline: str) -> None:
+    passmanager.PassManager.parse(f"builtin.module({pipeline})", module.context).run(module)
+
+
+def main_func(module: ir.Operation) -> ir.Operation | None:
+    """The single function, or the one named ``main``."""
+    funcs = [op.operation for op in module.regions[0].blocks[0].operations
+             if op.operation.name == "func.func"]
+    if len(funcs) == 1:
+        return funcs[0]
+    for func in funcs:
+        if ir.StringAttr(func.attributes["sym_name"]).value == "main":
+            return func
+    return None
+
+
+def import_pipeline(module: ir.Operation) -> None:
+    """Spec 7.6 with calls inlined."""
+    # Imported here: the passes package imports this module.
+    from shardc.compiler.passes.lift_inlined_meshes import lift_inlined_meshes
+
+    _generic(module, "symbol-dce,inline,symbol-dce")
+    lift_inlined_meshes(module)
+    import_steps.remove_size_one_axes(module)
+    import_steps.constant_or_scalar_splitter(module)
+    import_steps.manual_axes_cleanup(module)
+    add_data_flow_edges(module)
+    apply_sharding_constraints(module)
+
+
+def export_pipeline(module: ir.Operation, *, keep_sharding_rules: bool = False) -> None:
+    """Spec 7.7 without explicit reshards."""
+    export_steps.constant_or_scalar_merger(module)
+    sink_data_flow_edges(module)
+    export_steps.remove_sharding_groups(module)
+    export_steps.sharding_constraint_to_reshard(module)
+    export_steps.update_non_divisible_io_shardings(module)
+    export_steps.remove_sub_axes_in_io_shardings(module, main_func(module))
+    export_steps.close_shardings(module)
+    if EXPLICIT_RESHARDS is not None:
+        EXPLICIT_RESHARDS(module)
+    export_steps.erase_dead_ops(module)
+    if not keep_sharding_rules:
+        export_steps.drop_sharding_rules(module)
+
+
+def propagation_pipeline(module: ir.Operation, *, conservative: bool = False,
+                         keep_sharding_rules: bool = False) -> None:
+    """Import, user-priority propagation (rules kept), export."""
+    operation = module.operation
+    with operation.context:
+        import_pipeline(operation)
+        propagate(operation, strategy="user-priority", conservative=conservative,
+                  keep_sharding_rules=True)
+        export_pipeline(operation, keep_sharding_rules=keep_sharding_rules)
