@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import functools
+import inspect
 import io
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,6 +26,7 @@ from jaxlib.mlir import ir
 import shardc.compiler as shardc_compiler
 import shardc.runtime as shardc_runtime
 from shardc.compiler import lowering, signature
+from shardc.compiler.propagation.pipeline import propagation_pipeline
 from shardc.compiler.signature import LeafSignature
 from shardc.dialects import make_context
 from shardc.dialects import jax_private
@@ -144,6 +146,18 @@ class Lowered:
             keepalive=self._keepalive,
         )
 
+    def check(self, *, raise_on_error: bool = False, **options: Any) -> list:
+        """Run the sharding checks; see ``shardc.compiler.checks.lowered.check_lowered``."""
+        from shardc.compiler.checks.lowered import check_lowered
+
+        return check_lowered(self.module, raise_on_error=raise_on_error, **options)
+
+    def comm_report(self) -> Any:
+        """Predict XLA's collectives per op and source line (a ``CommReport``)."""
+        from shardc.compiler.cost.propagated import predict_collectives
+
+        return predict_collectives(self.module)
+
 
 class JitFunction:
     """The object ``jit`` returns: call ``.lower(*args, **kwargs)``."""
@@ -158,8 +172,13 @@ class JitFunction:
         static_argnames: Sequence[str],
         donate_argnums: Sequence[int],
         mesh: AnyMesh | None,
+        propagate: bool,
     ) -> None:
         self.fun = fun
+        self.propagate = propagate
+        # `lower(..., propagate=False)` is ours unless the function itself takes
+        # a parameter of that name.
+        self._lower_takes_propagate = "propagate" not in _parameter_names(fun)
         self.in_shardings = in_shardings
         self.out_shardings = out_shardings
         self.static_argnums = tuple(sorted(static_argnums))
@@ -185,8 +204,17 @@ class JitFunction:
         return CacheInfo(self._hits, self._misses, len(self._cache), len(self._compiled))
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
-        """Trace (or reuse) and annotate the function for these arguments."""
-        return self._lower(args, kwargs)[1]
+        """Trace (or reuse), annotate and propagate the function for these arguments.
+
+        ``propagate=False`` (a keyword, unless the function has a parameter of
+        that name) skips shardc's propagation pipeline: the module then only
+        carries the shardings given for arguments, results and constraints.
+        """
+        propagate = self.propagate
+        if self._lower_takes_propagate and "propagate" in kwargs:
+            kwargs = dict(kwargs)
+            propagate = bool(kwargs.pop("propagate"))
+        return self._lower(args, kwargs, propagate)[1]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run on these arguments; lowering and compiling happen once per signature.
@@ -239,7 +267,10 @@ class JitFunction:
             compiled = self._compiled[(key, devices)] = lowered.compile(devices)
         return compiled
 
-    def _lower(self, args: tuple, kwargs: dict) -> tuple[tuple, Lowered]:
+    def _lower(
+        self, args: tuple, kwargs: dict, propagate: bool | None = None
+    ) -> tuple[tuple, Lowered]:
+        propagate = self.propagate if propagate is None else propagate
         dynamic_args, static_args = self._split_static(args)
         dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
         static_kwargs = {k: v for k, v in kwargs.items() if k in self.static_argnames}
@@ -248,11 +279,11 @@ class JitFunction:
             dynamic_args, dynamic_kwargs, self.in_shardings, mesh
         )
         in_tree = jax.tree.structure((tuple(dynamic_args), dynamic_kwargs))
-        key = self._cache_key(static_args, static_kwargs, in_tree, arg_leaves, mesh)
+        key = (propagate, self._cache_key(static_args, static_kwargs, in_tree, arg_leaves, mesh))
         cached = self._cache.get(key)
         if cached is None:
             self._misses += 1
-            cached = self._lower_uncached(args, kwargs, arg_leaves, in_tree, mesh)
+            cached = self._lower_uncached(args, kwargs, arg_leaves, mesh, propagate)
             self._cache[key] = cached
         else:
             self._hits += 1
@@ -300,7 +331,7 @@ class JitFunction:
             ) from None
         return key
 
-    def _lower_uncached(self, args, kwargs, arg_leaves, in_tree, mesh) -> _CachedLowering:
+    def _lower_uncached(self, args, kwargs, arg_leaves, mesh, propagate) -> _CachedLowering:
         avals = iter(leaf.aval for leaf in arg_leaves)
         trace_args = self._abstract_call_args(args, kwargs, avals)
         traced = self._jax_jit.trace(*trace_args[0], **trace_args[1])
@@ -314,6 +345,8 @@ class JitFunction:
         with context, ir.Location.unknown():
             module = _copy_module(jax_module)
             symbols = lowering.annotate(module, arg_leaves, results)
+            if propagate and symbols.device_count() is not None:
+                propagation_pipeline(module.operation)
             buffer = io.BytesIO()
             module.operation.write_bytecode(buffer)
         return _CachedLowering(
@@ -424,6 +457,7 @@ def jit(
     static_argnames: str | Sequence[str] = (),
     donate_argnums: int | Sequence[int] = (),
     mesh: AnyMesh | None = None,
+    propagate: bool = True,
 ) -> JitFunction:
     """Prepare ``fun`` for lowering with shardc.
 
@@ -431,6 +465,8 @@ def jit(
     arguments / results whose leaves are ``NamedSharding``, ``PartitionSpec``
     (resolved against ``mesh`` or the active ``jax.set_mesh``) or ``None``
     (unspecified: an argument then follows its data's sharding).
+    ``propagate`` runs shardc's propagation pipeline on every lowering (the
+    default), so the module fixes every value's sharding before XLA sees it.
     """
     if not callable(fun):
         raise InvalidArgumentError(f"jit expects a callable, got {type(fun).__name__}")
@@ -442,7 +478,15 @@ def jit(
         static_argnames=_as_tuple(static_argnames),
         donate_argnums=_as_tuple(donate_argnums),
         mesh=mesh,
+        propagate=propagate,
     )
+
+
+def _parameter_names(fun: Callable) -> set[str]:
+    try:
+        return set(inspect.signature(fun).parameters)
+    except (TypeError, ValueError):  # builtins and some C callables have no signature
+        return set()
 
 
 def _as_tuple(value: Any) -> tuple:

@@ -12,6 +12,7 @@ arguments, executes and wraps.
 from __future__ import annotations
 
 import dataclasses
+import io
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -19,6 +20,7 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, SingleDeviceSharding
 from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import sdy
 
 from shardc.dialects import jax_private
 from shardc.dialects.errors import (
@@ -215,7 +217,7 @@ def compile_program(
     order = device_assignment(meshes, devices)
     program_mesh = concrete_mesh(meshes[0], order) if meshes else None
     executable = jax_private.compile_executable(
-        module,
+        module_for_xla(module),
         order,
         propagate_to_parameters=[_is_open(info.sharding) for info in inputs],
         propagate_to_outputs=[_is_open(info.sharding) for info in outputs],
@@ -243,6 +245,53 @@ def compile_program(
         static=static,
         uses_host_callbacks=bool(host_callbacks),
     )
+
+
+# StableHLO ops whose results XLA's Shardy import shards through its own
+# data-flow edges (spec: sdy ShardableDataFlowOp).
+_DATA_FLOW_OPS = ("stablehlo.case", "stablehlo.optimization_barrier", "stablehlo.while")
+
+
+def module_for_xla(module: ir.Module) -> ir.Module:
+    """A copy of ``module`` in the form XLA's compiler takes it in.
+
+    XLA runs Shardy's import steps again on what it is given, which expects a
+    module as jax writes it, not one that Shardy's export already processed.
+    Two export products break it, so the copy rewrites them (the caller's
+    module is unchanged):
+
+    * ``sdy.sharding`` on while/case/optimization_barrier: XLA hoists
+      loop-invariant while operands without shortening that attribute and fails
+      (or crashes) with "has 7 leaf nodes while this sharding has 11". Those
+      shardings are implied by the closed shardings around and inside the op,
+      so they are dropped and XLA's own data-flow edges re-derive them.
+    * ``sdy.reshard``: XLA's import does not resolve its mesh ("unknown mesh").
+      A closed ``sdy.sharding_constraint`` with the same sharding asks XLA for
+      exactly the same reshard, in the form jax itself emits.
+    """
+    buffer = io.BytesIO()
+    module.operation.write_bytecode(buffer)
+    with module.context:
+        copy = ir.Module.parse(buffer.getvalue())
+
+    reshards: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name in _DATA_FLOW_OPS and "sdy.sharding" in op.attributes:
+            del op.attributes["sdy.sharding"]
+        elif op.name == "sdy.reshard":
+            reshards.append(op)
+        return ir.WalkResult.ADVANCE
+
+    copy.operation.walk(visit)
+    for reshard in reshards:
+        constraint = sdy.ShardingConstraintOp(
+            reshard.operands[0], reshard.attributes["sharding"],
+            loc=reshard.location, ip=ir.InsertionPoint(reshard),
+        )
+        reshard.results[0].replace_all_uses_with(constraint.result)
+        reshard.erase()
+    return copy
 
 
 def _is_open(sharding: NamedSharding | None) -> bool:

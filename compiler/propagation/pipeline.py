@@ -4,7 +4,7 @@
 (spec 7.6, 7.7) with ``dedup-functions-fully=false``, built from the step
 functions of ``import_steps``, ``data_flow_edges`` and ``export_steps``.
 Deliberate differences, documented in ``PIPELINE_DIFFERENCES``: calls are
-inlined with MLIR's generic ``inline`` pass instead of Shardy's
+inlined (``inline_calls``, also inside while/case bodies) instead of Shardy's
 flatten-call-graph / import-func-calls / export-named-computations round
 trip, and ``sdy-insert-explicit-reshards`` is not run (``EXPLICIT_RESHARDS``
 is the seam where it goes).
@@ -19,9 +19,10 @@ from jaxlib.mlir import ir, passmanager
 from shardc.compiler.propagation import export_steps, import_steps, propagate
 from shardc.compiler.propagation.data_flow_edges import add_data_flow_edges, sink_data_flow_edges
 from shardc.compiler.propagation.apply_constraints import apply_sharding_constraints
+from shardc.compiler.propagation.inline_calls import inline_all_calls
 
 PIPELINE_DIFFERENCES = (
-    "func.call ops are inlined (MLIR 'inline') instead of becoming named computations",
+    "func.call ops are inlined (inline_calls) instead of becoming named computations",
     "sdy-insert-explicit-reshards is skipped: no sdy.reshard is inserted for conflicts",
     "sharding-group import only syncs groups (no id renumbering or dedupe)",
 )
@@ -49,7 +50,9 @@ def import_pipeline(module: ir.Operation) -> None:
     # Imported here: the passes package imports this module.
     from shardc.compiler.passes.lift_inlined_meshes import lift_inlined_meshes
 
-    _generic(module, "symbol-dce,inline,symbol-dce")
+    _generic(module, "symbol-dce")
+    inline_all_calls(module)
+    _generic(module, "symbol-dce")
     lift_inlined_meshes(module)
     import_steps.remove_size_one_axes(module)
     import_steps.constant_or_scalar_splitter(module)

@@ -9,7 +9,12 @@ import pytest
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shardc.compiler import jit
+import functools
+
+from shardc.compiler import jit as shardc_jit
+
+# These tests check what lowering writes; propagation has its own tests.
+jit = functools.partial(shardc_jit, propagate=False)
 from shardc.dialects.errors import (
     DeviceMismatchError,
     DuplicateAxisError,
@@ -364,3 +369,23 @@ def test_errors_are_shardc_errors():
     assert issubclass(IndivisibleDimensionError, ShardcError)
     assert issubclass(IndivisibleDimensionError, ValueError)
     assert issubclass(PytreeMismatchError, TypeError)
+
+
+def test_lower_propagates_by_default():
+    mesh = mesh_8()
+    x = jax.ShapeDtypeStruct((16, 4), jnp.float32)
+    lowered = shardc_jit(lambda a: jnp.sin(a) * 2, P("d"), mesh=mesh).lower(x)
+    text = lowered.as_text()
+    # The result and every intermediate get the propagated, closed sharding.
+    assert result_shardings(text) == ['#sdy.sharding<@mesh, [{"d"}, {}]>']
+    assert 'stablehlo.sine %arg0 {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"d"}, {}]>]>}' in text
+    unpropagated = shardc_jit(lambda a: jnp.sin(a) * 2, P("d"), mesh=mesh).lower(x, propagate=False)
+    assert "sharding_per_value" not in unpropagated.as_text()
+
+
+def test_a_function_parameter_named_propagate_is_the_functions():
+    def f(a, propagate):
+        return a * propagate
+
+    lowered = shardc_jit(f, mesh=mesh_8()).lower(jnp.ones(8), propagate=2.0)
+    assert lowered.in_avals[1] == {"propagate": jax.ShapeDtypeStruct((), jnp.float32, weak_type=True)}

@@ -365,3 +365,23 @@ def test_static_arguments_by_keyword(mesh):
     np.testing.assert_allclose(np.asarray(block(compiled(a))), np.asarray(a) * 3, rtol=1e-6)
     with pytest.raises(InvalidArgumentError, match="static argument 'n' is 4"):
         compiled(a, n=4)
+
+
+def test_propagated_scan_and_constraints_compile(mesh):
+    # Regression: after shardc's propagation XLA crashed on a while op carrying
+    # sdy.sharding ("7 leaf nodes while this sharding has 11") and rejected
+    # sdy.reshard ("unknown mesh"); module_for_xla rewrites both.
+    from shardc.runtime.compiled import module_for_xla
+
+    xs = put(mesh, rand(6, 8, 4), P(None, "x"))
+
+    def f(xs):
+        carry, ys = jax.lax.scan(lambda c, x: (c + x, c * 2), jnp.zeros((8, 4)), xs)
+        return jax.lax.with_sharding_constraint(ys, NamedSharding(mesh, P(None, "x", "y"))), carry
+
+    lowered = jit(f, mesh=mesh).lower(xs)
+    assert "sdy.reshard" in lowered.as_text() and "stablehlo.while" in lowered.as_text()
+    for_xla = str(module_for_xla(lowered.module))
+    assert "sdy.reshard" not in for_xla and 'sdy.sharding_constraint' in for_xla
+    assert "sdy.reshard" in lowered.as_text()  # the caller's module is untouched
+    check_like_jax(f, (xs,), None, None, mesh)

@@ -9,7 +9,12 @@ import pytest
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shardc.compiler import jit
+import functools
+
+from shardc.compiler import jit as shardc_jit
+
+# These tests check what lowering writes; propagation has its own tests.
+jit = functools.partial(shardc_jit, propagate=False)
 from shardc.dialects import make_context, sdy
 from shardc.dialects.errors import (
     DuplicateAxisError,
