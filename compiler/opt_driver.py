@@ -93,6 +93,28 @@ class _ChunkLocations:
         return _PRINTED_LOC.sub(sub, text)
 
 
+def _chunk_error(chunk: Chunk, offset: int, message: str) -> Diagnostic:
+    line = chunk.text.count(b"\n", 0, offset) + 1
+    column = offset - (chunk.text.rfind(b"\n", 0, offset) + 1) + 1
+    return Diagnostic(Severity.ERROR, SourceLoc(PARSER_NAME, line, column), message)
+
+
+def encoding_error(chunk: Chunk) -> Diagnostic | None:
+    """Return an error at the first byte that is not UTF-8.
+
+    MLIR text is UTF-8. jaxlib aborts the whole process (a nanobind string
+    conversion in C++) when a parse error message quotes invalid bytes, e.g.
+    an axis name ``"\xe1"``, so such input is refused before it is parsed.
+    """
+    try:
+        chunk.text.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return _chunk_error(
+            chunk, error.start, f"invalid UTF-8 byte 0x{chunk.text[error.start]:02X} in the input"
+        )
+    return None
+
+
 def nesting_error(chunk: Chunk) -> Diagnostic | None:
     """Return an error if the chunk nests brackets deeper than the parser can take."""
     depth = 0
@@ -117,13 +139,18 @@ def _print_module(module: ir.Module, config: OptConfig) -> str:
 
 def process_chunk(chunk: Chunk, context: ir.Context, config: OptConfig) -> ChunkResult:
     """Parse one chunk, run the pipeline on it and print it (diagnostics chunk-relative)."""
-    guard = nesting_error(chunk)
+    guard = encoding_error(chunk) or nesting_error(chunk)
     if guard is not None:
         return ChunkResult(None, (guard,), True)
     try:
         module = ir.Module.parse(chunk.text, context)
     except ir.MLIRError as error:
         return ChunkResult(None, tuple(from_mlir(d) for d in error.error_diagnostics), True)
+    except (ValueError, MemoryError, OverflowError) as error:
+        # The parser itself gave up (e.g. "SmallVector unable to grow" for a
+        # dimension index of 2**32): still the input's fault, so a diagnostic.
+        message = f"the MLIR parser could not build this input: {error}"
+        return ChunkResult(None, (_chunk_error(chunk, 0, message),), True)
     sink = DiagnosticSink()
     failed = False
     with context, collecting(sink):

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.propagation.preconditions import require_mesh_symbols
 from shardc.compiler.pass_base import ModulePass, option
 from shardc.compiler.propagation import propagate
 
@@ -44,6 +45,7 @@ class AggressivePropagatePass(ModulePass):
 
     def run(self, module: ir.Operation) -> None:
         """Propagate through ``module``."""
+        require_mesh_symbols(module, self.name)
         propagate(module, strategy=self.propagation_strategy.value,
                   conservative=self.conservative_propagation,
                   keep_sharding_rules=self.keep_sharding_rules)

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.propagation.preconditions import require_mesh_symbols
 from shardc.compiler.pass_base import ModulePass, option
 from shardc.compiler.propagation import propagate
 
@@ -37,5 +38,6 @@ class BasicPropagatePass(ModulePass):
 
     def run(self, module: ir.Operation) -> None:
         """Propagate through ``module``."""
+        require_mesh_symbols(module, self.name)
         propagate(module, strategy="basic", conservative=self.conservative_propagation,
                   keep_sharding_rules=self.keep_sharding_rules)
