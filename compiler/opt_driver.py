@@ -54,6 +54,7 @@ class OptConfig:
     timing: bool = False
     print_ir_after_all: bool = False
     allow_unregistered_dialect: bool = False
+    comm_report: bool = False
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,10 @@ def process_chunk(chunk: Chunk, context: ir.Context, config: OptConfig) -> Chunk
             sink.diagnostics.extend(from_mlir(d) for d in error.error_diagnostics)
             failed = True
     output = None if failed else _print_module(module, config)
+    if output is not None and config.comm_report:
+        from shardc.compiler.cost.report import comm_report
+
+        output += "".join(f"// {line}\n" for line in comm_report(module).format_text().splitlines())
     return ChunkResult(output, tuple(sink.diagnostics), failed)
 
 

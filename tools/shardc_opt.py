@@ -32,6 +32,7 @@ _SWITCHES = (
     "mlir-timing",
     "mlir-print-ir-after-all",
     "allow-unregistered-dialect",
+    "comm-report",
 )
 
 
@@ -97,6 +98,8 @@ def make_parser() -> argparse.ArgumentParser:
                         help="print the IR after every pass (to stderr)")
     parser.add_argument("--allow-unregistered-dialect", action="store_true",
                         help="accept operations of unregistered dialects")
+    parser.add_argument("--comm-report", action="store_true",
+                        help="after the passes, append the predicted collectives as // comments")
     return parser
 
 
@@ -150,6 +153,7 @@ def _run(argv: Sequence[str]) -> int:
         timing=args.mlir_timing,
         print_ir_after_all=args.mlir_print_ir_after_all,
         allow_unregistered_dialect=args.allow_unregistered_dialect,
+        comm_report=args.comm_report,
     )
     try:
         if args.input == "-":

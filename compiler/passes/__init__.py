@@ -10,8 +10,11 @@ from shardc.compiler.pass_base import ModulePass
 from shardc.compiler.passes.add_data_flow_edges import AddDataFlowEdgesPass
 from shardc.compiler.passes.aggressive_propagate import AggressivePropagatePass
 from shardc.compiler.passes.basic_propagate import BasicPropagatePass
+from shardc.compiler.passes.check_shardings import CheckShardingsPass
 from shardc.compiler.passes.close_shardings import CloseShardingsPass
 from shardc.compiler.passes.drop_shardings import DropShardingsPass
+from shardc.compiler.passes.export_pipeline import ExportPipelinePass
+from shardc.compiler.passes.insert_explicit_reshards import InsertExplicitReshardsPass
 from shardc.compiler.passes.lift_inlined_meshes import LiftInlinedMeshesPass
 from shardc.compiler.passes.op_priority_propagate import OpPriorityPropagatePass
 from shardc.compiler.passes.populate_op_sharding_rules import PopulateOpShardingRulesPass
@@ -23,8 +26,11 @@ ALL_PASSES: tuple[type[ModulePass], ...] = (
     AddDataFlowEdgesPass,
     AggressivePropagatePass,
     BasicPropagatePass,
+    CheckShardingsPass,
     CloseShardingsPass,
     DropShardingsPass,
+    ExportPipelinePass,
+    InsertExplicitReshardsPass,
     LiftInlinedMeshesPass,
     OpPriorityPropagatePass,
     PopulateOpShardingRulesPass,

@@ -6,7 +6,7 @@ functions of ``import_steps``, ``data_flow_edges`` and ``export_steps``.
 Deliberate differences, documented in ``PIPELINE_DIFFERENCES``: calls are
 inlined (``inline_calls``, also inside while/case bodies) instead of Shardy's
 flatten-call-graph / import-func-calls / export-named-computations round
-trip, and ``sdy-insert-explicit-reshards`` is not run (``EXPLICIT_RESHARDS``
+trip, and ``sdy-insert-explicit-reshards`` is not run (``export_pipeline(explicit_reshards=...)``
 is the seam where it goes).
 """
 
@@ -26,7 +26,6 @@ PIPELINE_DIFFERENCES = (
     "sdy-insert-explicit-reshards is skipped: no sdy.reshard is inserted for conflicts",
     "sharding-group import only syncs groups (no id renumbering or dedupe)",
 )
-EXPLICIT_RESHARDS: Callable[[ir.Operation], None] | None = None
 
 
 def _generic(module: ir.Operation, pipeline: str) -> None:
@@ -61,8 +60,18 @@ def import_pipeline(module: ir.Operation) -> None:
     apply_sharding_constraints(module)
 
 
-def export_pipeline(module: ir.Operation, *, keep_sharding_rules: bool = False) -> None:
-    """Spec 7.7 without explicit reshards."""
+def export_pipeline(
+    module: ir.Operation,
+    *,
+    keep_sharding_rules: bool = False,
+    explicit_reshards: Callable[[ir.Operation], None] | None = None,
+) -> None:
+    """Spec 7.7; ``explicit_reshards`` runs where Shardy inserts explicit reshards.
+
+    The propagation pipeline passes none, like jaxlib's native pipeline for the
+    programs we compared; ``shardc-export-pipeline`` passes
+    ``insert_explicit_reshards``.
+    """
     export_steps.constant_or_scalar_merger(module)
     sink_data_flow_edges(module)
     export_steps.remove_sharding_groups(module)
@@ -70,8 +79,8 @@ def export_pipeline(module: ir.Operation, *, keep_sharding_rules: bool = False) 
     export_steps.update_non_divisible_io_shardings(module)
     export_steps.remove_sub_axes_in_io_shardings(module, main_func(module))
     export_steps.close_shardings(module)
-    if EXPLICIT_RESHARDS is not None:
-        EXPLICIT_RESHARDS(module)
+    if explicit_reshards is not None:
+        explicit_reshards(module)
     export_steps.erase_dead_ops(module)
     if not keep_sharding_rules:
         export_steps.drop_sharding_rules(module)

@@ -1,0 +1,172 @@
+"""Predicted communication (``Lowered.comm_report()``) against XLA's real collectives.
+
+For every program of ``bench/models`` plus a few hand-written reshard
+programs, lower it with shardc *without* shardc's own propagation (so XLA
+decides everything, as under ``jax.jit``), predict the collectives from a
+propagated copy, compile, and read XLA's collectives back from the
+partitioned HLO (``Compiled.collectives()``). Prints a table and JSON with
+bytes per device per collective kind and the ratio predicted / XLA; a
+program whose total is off by more than ``TOLERANCE`` must have an entry in
+``EXPLAINED``. Run: ``python bench/comm_report.py [--size small|large]
+[--json out.json] [names...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import sys
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import shardc.compiler as sc  # noqa: E402
+from bench.models import REGISTRY  # noqa: E402
+from bench.models.program import Program, make_mesh, place, shardings  # noqa: E402
+from shardc.runtime.collectives import KINDS  # noqa: E402
+
+TOLERANCE = 0.10
+# Programs whose prediction is known to be off, with the reason (none at present:
+# every program below matches XLA's totals per kind).
+EXPLAINED: dict[str, str] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One program: bytes per device per kind, predicted and measured."""
+
+    name: str
+    predicted: dict[str, int]
+    xla: dict[str, int]
+    predicted_counts: dict[str, int]
+    xla_counts: dict[str, int]
+
+    @property
+    def ratio(self) -> float | None:
+        """Predicted over XLA total bytes (1.0 when both are zero, None when XLA is)."""
+        total, measured = sum(self.predicted.values()), sum(self.xla.values())
+        if measured == 0:
+            return 1.0 if total == 0 else None
+        return total / measured
+
+    @property
+    def within_tolerance(self) -> bool:
+        """Whether the totals agree to ``TOLERANCE``."""
+        return self.ratio is not None and abs(self.ratio - 1.0) <= TOLERANCE
+
+
+def lower(program: Program):
+    """Lower with shardc but leave propagation to XLA (``propagate=False`` when supported)."""
+    jitted = sc.jit(program.fun, in_shardings=program.in_shardings,
+                    out_shardings=program.out_shardings)
+    try:
+        return jitted.lower(*program.args, propagate=False)
+    except TypeError:  # a shardc without the propagate switch
+        return jitted.lower(*program.args)
+
+
+def compare(program: Program) -> Row:
+    """Predict, compile and compare one program."""
+    lowered = lower(program)
+    report = lowered.comm_report()
+    xla = lowered.compile().collectives()
+    predicted = report.totals()
+    return Row(
+        name=program.name,
+        predicted={k: predicted[k].bytes_per_device for k in KINDS},
+        xla={k: xla[k].bytes_per_device for k in KINDS},
+        predicted_counts={k: predicted[k].count for k in KINDS},
+        xla_counts={k: xla[k].count for k in KINDS},
+    )
+
+
+def _reshard(src: P, dst: P, shape=(64, 64), mesh_shape=(4, 2), names=("x", "y")):
+    def make(size: str = "small") -> Program:
+        mesh = make_mesh(mesh_shape, names)
+        rand = np.random.default_rng(0)
+        x = rand.standard_normal(shape).astype(np.float32)
+        ins = shardings(mesh, (src,))
+        target = shardings(mesh, dst)
+        return Program(name=f"reshard {src} -> {dst}", description="one constraint",
+                       fun=lambda a: jax.lax.with_sharding_constraint(a * 2.0, target) + 1.0,
+                       args=place((x,), ins), in_shardings=ins,
+                       out_shardings=shardings(mesh, dst), mesh=mesh)
+    return make
+
+
+def _matmul(lhs: P, rhs: P, out: P):
+    def make(size: str = "small") -> Program:
+        mesh = make_mesh((4, 2), ("x", "y"))
+        rand = np.random.default_rng(1)
+        a = rand.standard_normal((32, 64)).astype(np.float32)
+        b = rand.standard_normal((64, 48)).astype(np.float32)
+        ins = shardings(mesh, (lhs, rhs))
+        return Program(name=f"matmul {lhs} @ {rhs} -> {out}", description="one dot",
+                       fun=lambda a, b: a @ b, args=place((a, b), ins), in_shardings=ins,
+                       out_shardings=shardings(mesh, out), mesh=mesh)
+    return make
+
+
+HANDWRITTEN = {
+    "all-gather": _reshard(P("x", "y"), P()),
+    "all-to-all": _reshard(P("x", None), P(None, "x")),
+    "partial gather": _reshard(P(("x", "y"), None), P("x", None)),
+    "collective-permute": _reshard(P("a", "b"), P("b", "a"), mesh_shape=(2, 2, 2),
+                                   names=("a", "b", "c")),
+    "matmul gather rhs": _matmul(P("x", None), P(None, "x"), P("x", None)),
+    "matmul all-reduce": _matmul(P(None, "x"), P("x", None), P()),
+    "matmul reduce-scatter": _matmul(P(None, "x"), P("x", None), P("x", None)),
+}
+
+
+def all_programs(size: str = "small", only=None) -> list[Program]:
+    """The model suite, then the hand-written reshard programs."""
+    makers = {**REGISTRY, **HANDWRITTEN}
+    names = list(makers) if not only else list(only)
+    return [makers[name](size) for name in names]
+
+
+def format_table(rows: list[Row]) -> str:
+    """One line per program: predicted and XLA bytes per device by kind, and the ratio."""
+    short = {"all-gather": "AG", "all-reduce": "AR", "all-to-all": "A2A",
+             "collective-permute": "CP", "reduce-scatter": "RS"}
+    head = f"{'program':<44}" + "".join(f"{short[k]:>16}" for k in KINDS) + f"{'ratio':>8}  ok"
+    lines = [head, " " * 44 + "".join(f"{'pred/xla':>16}" for _ in KINDS)]
+    for row in rows:
+        cells = "".join(f"{row.predicted[k]:>7}/{row.xla[k]:<8}" for k in KINDS)
+        ratio = "inf" if row.ratio is None else f"{row.ratio:.3f}"
+        ok = "yes" if row.within_tolerance else ("explained" if row.name in EXPLAINED else "NO")
+        lines.append(f"{row.name:<44}{cells}{ratio:>8}  {ok}")
+    for name, why in EXPLAINED.items():
+        lines.append(f"note {name}: {why}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the comparison table and JSON; exit 1 if an unexplained program is off."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*")
+    parser.add_argument("--size", default="small")
+    parser.add_argument("--json", help="also write the JSON here")
+    args = parser.parse_args(argv)
+    rows = [compare(p) for p in all_programs(args.size, args.names)]
+    print(format_table(rows))
+    data = [dict(dataclasses.asdict(r), ratio=r.ratio, within_tolerance=r.within_tolerance,
+                 explanation=EXPLAINED.get(r.name)) for r in rows]
+    text = json.dumps(data, indent=1)
+    print(text)
+    if args.json:
+        pathlib.Path(args.json).write_text(text + "\n")
+    bad = [r.name for r in rows if not r.within_tolerance and r.name not in EXPLAINED]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,17 @@
+"""The communication model: which collectives XLA needs for a module's shardings.
+
+``reshard`` turns one tensor's sharding change into collectives (all-gather,
+all-to-all, collective-permute, or a free slice) with bytes per device;
+``op_comm`` derives, from an op's sharding rule and its result sharding,
+the operand shardings the op needs and the all-reduce of sharded reductions;
+``windows`` adds the halo or gather of sharded windowed dimensions;
+``report`` walks a module and lists every collective with its op and source
+line (``comm_report``); ``propagated`` runs shardc's propagation on a copy
+first (``predict_collectives``, behind ``Lowered.comm_report()``). Bytes are
+counted like ``shardc.runtime.collectives`` counts XLA's instructions, so the
+totals compare directly with ``Compiled.collectives()``.
+"""
+
+from shardc.compiler.cost.report import CommEntry, CommReport, CommTotal, comm_report
+
+__all__ = ["CommEntry", "CommReport", "CommTotal", "comm_report"]

@@ -1,0 +1,165 @@
+"""The communication one op needs, from its sharding rule and its operand/result shardings.
+
+XLA partitions every instruction to its result sharding. Through the op's
+sharding rule (``shardc.compiler.sharding.rules``) each factor gets the axes
+the op must see it sharded on: the result's axes for factors the result
+has, no axes for need-replication factors, and for a reduction factor the
+axes of the operand with the most bytes that is sharded along it (XLA's dot
+handler reshards the smaller operand). Every operand whose sharding differs
+from that requirement is resharded (``reshard.reshard_collectives``), and a
+reduction factor left sharded leaves partial sums that an all-reduce over
+its axes combines. This is the implicit communication Shardy's
+``insert-explicit-reshards`` would make explicit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from shardc.compiler.cost.reshard import (
+    Collective,
+    all_reduce,
+    dim_axes,
+    reshard_collectives,
+)
+from shardc.compiler.propagation.axes import AxisRef
+from shardc.compiler.propagation.projection import AXES, project
+from shardc.compiler.propagation.sharding import DimSharding, TensorSharding
+from shardc.compiler.sharding.rule import OpShardingRule
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """What the cost model needs of one operand or result."""
+
+    shape: tuple[int, ...]
+    element_bytes: int
+    sharding: TensorSharding | None
+
+    @property
+    def global_bytes(self) -> int:
+        """Bytes of the whole (unsharded) tensor."""
+        total = self.element_bytes
+        for size in self.shape:
+            total *= size
+        return total
+
+
+@dataclass(frozen=True)
+class OpCommunication:
+    """One collective an op needs: for which operand (None: the result) and why."""
+
+    operand: int | None
+    reason: str
+    collective: Collective
+    target: tuple | None = None  # per-dimension axes the operand is resharded to
+
+
+def _result_factor_axes(rule: OpShardingRule, results: Sequence[Tensor]) -> dict[int, tuple]:
+    axes: dict[int, tuple] = {}
+    for tensor, mapping in zip(results, rule.result_mappings):
+        if tensor.sharding is None or len(tensor.sharding.dims) != len(mapping):
+            continue
+        proj = project(tensor.sharding, mapping, rule.factor_sizes)
+        for factor, record in proj.factors.items():
+            if not axes.get(factor):
+                axes[factor] = record[AXES]
+    return axes
+
+
+def _reduction_axes(rule: OpShardingRule, operands: Sequence[Tensor],
+                    used: set[AxisRef]) -> dict[int, tuple]:
+    """Per reduction factor, the axes the op computes partial sums over.
+
+    When every operand carrying the factor is sharded the same way along it,
+    XLA keeps that sharding (a local dot, then an all-reduce and a slice of
+    the result). Otherwise the largest operand sharded along it wins, minus
+    axes the result already uses elsewhere.
+    """
+    chosen: dict[int, tuple] = {}
+    projections = [
+        project(t.sharding, m, rule.factor_sizes) if t.sharding is not None else None
+        for t, m in zip(operands, rule.operand_mappings)
+    ]
+    for factor in rule.reduction_factors:
+        seen = [proj.factors[factor][AXES] for proj in projections
+                if proj is not None and factor in proj.factors]
+        if seen and seen[0] and all(axes == seen[0] for axes in seen):
+            chosen[factor] = tuple(seen[0])
+            continue
+        best: tuple[int, tuple] = (-1, ())
+        for tensor, proj in zip(operands, projections):
+            if proj is None or factor not in proj.factors:
+                continue
+            axes = tuple(a for a in proj.factors[factor][AXES] if a not in used)
+            if axes and tensor.global_bytes > best[0]:
+                best = (tensor.global_bytes, axes)
+        chosen[factor] = best[1]
+    return chosen
+
+
+def required_sharding(rule: OpShardingRule, index: int, operand: Tensor,
+                      factor_axes: dict[int, tuple]) -> TensorSharding | None:
+    """The sharding operand ``index`` must have for the op to need no reshard."""
+    if operand.sharding is None:
+        return None
+    mapping = rule.operand_mappings[index]
+    if len(operand.sharding.dims) != len(mapping):
+        return None
+    own = project(operand.sharding, mapping, rule.factor_sizes)
+    need_replication = set(rule.need_replication_factors)
+    dims = []
+    for dim_factors in mapping:
+        axes: list[AxisRef] = []
+        for factor in dim_factors:
+            if factor in need_replication:
+                continue
+            if factor in factor_axes:
+                axes.extend(factor_axes[factor])
+            else:
+                axes.extend(own.factors[factor][AXES])
+        dims.append(DimSharding(tuple(axes), True))
+    return TensorSharding(operand.sharding.mesh, tuple(dims))
+
+
+def dims_text(sharding: TensorSharding | None) -> str:
+    """``[{"x"}, {}]``: the dimension shardings without mesh, closedness or lists."""
+    if sharding is None:
+        return "[unknown]"
+    return "[" + ", ".join("{" + ", ".join(map(str, d.axes)) + "}" for d in sharding.dims) + "]"
+
+
+def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
+                     results: Sequence[Tensor]) -> list[OpCommunication]:
+    """The collectives XLA needs around one op (empty when results are unsharded)."""
+    if all(r.sharding is None for r in results):
+        return []
+    factor_axes = _result_factor_axes(rule, results)
+    used = {axis for axes in factor_axes.values() for axis in axes}
+    reduction = _reduction_axes(rule, operands, used)
+    reduced = {axis for axes in reduction.values() for axis in axes}
+    if reduced & used:  # partial sums first, the result is sliced afterwards
+        factor_axes = {f: tuple(a for a in axes if a not in reduced)
+                       for f, axes in factor_axes.items()}
+    factor_axes.update(reduction)
+    out: list[OpCommunication] = []
+    for index, operand in enumerate(operands):
+        needed = required_sharding(rule, index, operand, factor_axes)
+        if needed is None:
+            continue
+        for collective in reshard_collectives(
+            operand.shape, operand.element_bytes, operand.sharding, needed
+        ):
+            target = tuple(d.axes for d in needed.dims)
+            reason = (f"sharded {dims_text(operand.sharding)}, the op needs "
+                      f"{dims_text(needed)}")
+            out.append(OpCommunication(index, reason, collective, target))
+    over = tuple(axis for axes in reduction.values() for axis in axes)
+    if over:
+        for result in results:
+            axes = dim_axes(result.sharding, len(result.shape))
+            collective = all_reduce(result.shape, result.element_bytes, axes, over)
+            reason = "partial sums of a reduction sharded over " + ", ".join(map(str, over))
+            out.append(OpCommunication(None, reason, collective))
+    return out

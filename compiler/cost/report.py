@@ -1,0 +1,263 @@
+"""The communication report: every reshard point of a module, its collective and bytes.
+
+``comm_report(module)`` reads the shardings the module holds (run
+propagation first for a lowered JAX program: unsharded intermediates count
+as unknown and need nothing) and lists, per op and source line, the
+collectives XLA will need:
+
+* explicit ones: ``sdy.reshard`` / ``sdy.sharding_constraint`` whose operand
+  is sharded differently, values returned with another sharding than the
+  function result's, operands entering an ``sdy.manual_computation`` with
+  another sharding than its in-sharding, and StableHLO collectives written in
+  manual bodies (``psum``, ``ppermute``...);
+* implicit ones: operands whose sharding differs from what the op's rule
+  needs given its result sharding, and sharded reduction factors
+  (``op_comm.op_communication``).
+
+Totals per collective kind use the byte measure of
+``shardc.runtime.collectives``, so they compare directly with
+``Compiled.collectives()``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, fields
+
+from jaxlib.mlir import ir
+
+from shardc.compiler.cost.op_comm import dims_text, op_communication
+from shardc.compiler.cost.reshard import (
+    KINDS,
+    Collective,
+    dim_axes,
+    reshard_collectives,
+    shard_bytes,
+)
+from shardc.compiler.diagnostics import SourceLoc, source_loc_of
+from shardc.compiler.cost.values import ModuleValues, replicated
+from shardc.compiler.cost.windows import window_collectives
+from shardc.compiler.propagation.manual import MANUAL_OP
+from shardc.compiler.sharding.rules import rule_for
+
+_EXPLICIT = {"sdy.reshard": "explicit reshard", "sdy.sharding_constraint": "sharding constraint"}
+# StableHLO collectives (written inside manual computations): kind, and whether
+# XLA's counted side is the result (all-gather) rather than the operand.
+_STABLEHLO_COLLECTIVES = {
+    "stablehlo.all_gather": ("all-gather", True),
+    "stablehlo.all_reduce": ("all-reduce", False),
+    "stablehlo.all_to_all": ("all-to-all", False),
+    "stablehlo.collective_permute": ("collective-permute", False),
+    "stablehlo.reduce_scatter": ("reduce-scatter", False),
+}
+
+
+@dataclass(frozen=True)
+class CommEntry:
+    """One collective at one op: where, why, what and how many bytes per device."""
+
+    op: str
+    loc: SourceLoc | None
+    reason: str
+    kind: str
+    axes: tuple[str, ...]
+    bytes_per_device: int
+    tensor: str
+    implicit: bool = True  # False: the program asked for it (reshard, constraint, psum...)
+    location: ir.Location | None = field(default=None, compare=False, repr=False)
+
+    def as_dict(self) -> dict:
+        """JSON-ready fields (the MLIR location as its file:line:col)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "location"}
+        data["loc"] = str(self.loc) if self.loc else None
+        return data
+
+
+@dataclass(frozen=True)
+class CommTotal:
+    """All predicted collectives of one kind."""
+
+    kind: str
+    count: int
+    bytes_per_device: int
+
+
+@dataclass(frozen=True)
+class CommReport:
+    """Every predicted collective of a module, in program order."""
+
+    entries: tuple[CommEntry, ...]
+    notes: tuple[str, ...] = ()
+
+    def totals(self) -> dict[str, CommTotal]:
+        """Count and bytes per kind (every kind present, zero when absent)."""
+        sums = {kind: [0, 0] for kind in KINDS}
+        for entry in self.entries:
+            sums[entry.kind][0] += 1
+            sums[entry.kind][1] += entry.bytes_per_device
+        return {kind: CommTotal(kind, c, b) for kind, (c, b) in sums.items()}
+
+    def format_text(self) -> str:
+        """A human-readable table: one line per collective, then totals per kind."""
+        lines = [f"{'kind':<19} {'bytes/dev':>10}  {'axes':<12} {'op':<26} location / reason"]
+        for e in self.entries:
+            axes = ",".join(e.axes)
+            where = f'loc("{e.loc.file}":{e.loc.line}:{e.loc.col})' if e.loc else "loc(unknown)"
+            lines.append(f"{e.kind:<19} {e.bytes_per_device:>10}  {axes:<12} {e.op:<26} "
+                         f"{where}: {e.reason} ({e.tensor})")
+        lines.append("totals:")
+        for total in self.totals().values():
+            if total.count:
+                lines.append(f"  {total.kind:<19} x{total.count:<4} "
+                             f"{total.bytes_per_device} bytes/dev")
+        if not self.entries:
+            lines.append("  no communication")
+        lines += [f"note: {note}" for note in self.notes]
+        return "\n".join(lines) + "\n"
+
+    def to_json(self) -> str:
+        """The report as JSON: entries and totals."""
+        entries = [e.as_dict() for e in self.entries]
+        totals = {k: asdict(t) for k, t in self.totals().items()}
+        return json.dumps({"entries": entries, "totals": totals, "notes": list(self.notes)},
+                          indent=1)
+
+
+def _entries(op: ir.Operation, reason: str, collectives, tensor: str,
+             implicit: bool = True) -> Iterator[CommEntry]:
+    loc = source_loc_of(op.location)
+    for c in collectives:
+        yield CommEntry(op.name, loc, reason, c.kind, c.axes, c.bytes_per_device, tensor,
+                        implicit, op.location)
+
+
+def collectives_at(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
+    """The collectives XLA needs at op ``op`` (a graph index) of ``reader``'s module."""
+    graph, store = reader.graph, reader.store
+    name, ir_op = graph.op_name[op], graph.ops[op]
+    operands = graph.op_operands[op]
+    if name in _EXPLICIT and operands:
+        src = reader.tensor(operands[0])
+        dst = reader.sharding(graph.op_results[op][0])
+        if src is not None:
+            found = reshard_collectives(src.shape, src.element_bytes, src.sharding, dst)
+            yield from _entries(ir_op, f"{_EXPLICIT[name]} to {dims_text(dst)}", found,
+                                f"operand 0 ({ir_op.operands[0].type})", implicit=False)
+    elif name == "func.return" and graph.op_name[graph.op_parent[op]] == "func.func":
+        results = store.func_results[graph.op_parent[op]]
+        for k, value in enumerate(operands):
+            src = reader.tensor(value)
+            if src is not None and k < len(results):
+                dst = store.value[results[k]]
+                if dst is None:
+                    if reader.mesh is None:
+                        continue  # an unsharded result is unknown: no reshard to predict
+                    dst = replicated(reader.mesh, len(src.shape))
+                found = reshard_collectives(src.shape, src.element_bytes, src.sharding, dst)
+                reason = (f"returned {dims_text(src.sharding)} as result {k}, "
+                          f"declared {dims_text(dst)}")
+                yield from _entries(ir_op, reason, found, f"result {k} ({ir_op.operands[k].type})")
+    elif name == MANUAL_OP:
+        ins = store.manual[op][1]
+        for k, value in enumerate(operands):
+            src = reader.tensor(value)
+            if src is not None and k < len(ins):
+                found = reshard_collectives(src.shape, src.element_bytes, src.sharding, ins[k])
+                yield from _entries(ir_op, f"in-sharding {dims_text(ins[k])}", found,
+                                    f"operand {k} ({ir_op.operands[k].type})", implicit=False)
+    elif name == "func.call":
+        yield from _call_entries(reader, op)
+    elif name in _STABLEHLO_COLLECTIVES:
+        kind, result_side = _STABLEHLO_COLLECTIVES[name]
+        values = graph.op_results[op] if result_side else operands
+        total = 0
+        for value in values:
+            tensor = reader.tensor(value)
+            if tensor is not None:
+                total += shard_bytes(tensor.shape, tensor.element_bytes,
+                                     dim_axes(tensor.sharding, len(tensor.shape)))
+        yield from _entries(ir_op, "explicit collective", [Collective(kind, (), total)], "",
+                            implicit=False)
+    else:
+        yield from _implicit_entries(reader, op)
+
+
+def _call_entries(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
+    """Operands passed to a callee whose arguments are explicitly sharded differently."""
+    graph, ir_op = reader.graph, reader.graph.ops[op]
+    callee = ir.FlatSymbolRefAttr(ir_op.attributes["callee"]).value
+    func = reader.funcs.get(callee)
+    if func is None or not graph.op_blocks[func]:
+        return
+    args = graph.op_blocks[func][0][0]
+    for k, (value, arg) in enumerate(zip(graph.op_operands[op], args)):
+        src = reader.tensor(value)
+        dst = reader.store.get(arg)  # an unsharded callee argument follows its caller
+        if src is not None and dst is not None:
+            found = reshard_collectives(src.shape, src.element_bytes, src.sharding, dst)
+            yield from _entries(ir_op, f"@{callee} takes it {dims_text(dst)}", found,
+                                f"operand {k} ({ir_op.operands[k].type})")
+
+
+def _implicit_entries(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
+    graph = reader.graph
+    if not graph.op_results[op]:
+        return
+    rule = rule_for(graph.ops[op])
+    if rule is None:
+        return
+    operands = [reader.tensor(v) for v in graph.op_operands[op]]
+    results = [reader.tensor(v) for v in graph.op_results[op]]
+    if any(t is None for t in operands + results):
+        return
+    ir_op = graph.ops[op]
+    if graph.op_name[op] == "stablehlo.reduce_window":
+        found = window_collectives(ir_op, operands[0])
+        yield from _entries(ir_op, "sharded window dimension", found,
+                            f"operand 0 ({ir_op.operands[0].type})")
+    done_before = set(reader.resharded)
+    for need in op_communication(rule, operands, results):
+        if need.target is not None:
+            key = (graph.op_operands[op][need.operand], need.target)
+            if key in done_before:
+                continue  # XLA reuses the value it already resharded for an earlier op
+            reader.resharded.add(key)
+        if need.operand is None:
+            tensor = str(ir_op.results[0].type)
+        else:
+            tensor = f"operand {need.operand} ({ir_op.operands[need.operand].type})"
+        yield from _entries(ir_op, need.reason, [need.collective], tensor)
+
+
+def comm_report(module: ir.Module | ir.Operation, *,
+                missing_as_replicated: bool = True) -> CommReport:
+    """Predict every collective of ``module`` from the shardings it holds.
+
+    With ``missing_as_replicated`` (what XLA does once propagation is over) a
+    value without a sharding counts as replicated on the module's first mesh;
+    otherwise it is unknown and needs nothing.
+    """
+    reader = ModuleValues(module.operation, missing_as_replicated=missing_as_replicated)
+    entries: list[CommEntry] = []
+    for op in range(len(reader.graph.ops)):
+        entries.extend(collectives_at(reader, op))
+    return CommReport(tuple(entries), _notes(reader))
+
+
+def _notes(reader: ModuleValues) -> tuple[str, ...]:
+    """What the prediction cannot see: unsharded callee and loop bodies."""
+    names = reader.graph.op_name
+    notes = []
+    calls = sum(1 for name in names if name == "func.call")
+    if calls:
+        notes.append(f"{calls} func.call op(s) left: values inside callees without shardings "
+                     "are assumed replicated, their communication may be missed")
+    loops = sum(1 for name in names if name == "stablehlo.while")
+    if loops:
+        notes.append(f"{loops} stablehlo.while op(s): collectives in loop bodies count once, "
+                     "not once per iteration")
+    return tuple(notes)
+
+
+__all__ = ["CommEntry", "CommReport", "CommTotal", "collectives_at", "comm_report"]

@@ -1,0 +1,74 @@
+"""Shapes, element sizes and shardings of every value of a module, read once.
+
+``ModuleValues`` wraps the propagation engine's compact graph and sharding
+store (``shardc.compiler.propagation``), so the cost model and the checks
+read shardings exactly where propagation writes them (function arguments and
+results, per-value op attributes, sdy op attributes, data-flow edges, manual
+computations). Values are graph indices.
+"""
+
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+
+from shardc.compiler.cost.op_comm import Tensor
+from shardc.compiler.propagation.graph import PropagationGraph
+from shardc.compiler.propagation.ir_access import ShardingStore
+from shardc.compiler.propagation.sharding import DimSharding, MeshInfo, TensorSharding
+
+
+def element_bytes(type_: ir.Type) -> int:
+    """Bytes of one element of a tensor type (at least 1; i1 counts as a byte)."""
+    element = ir.ShapedType(type_).element_type
+    if isinstance(element, ir.ComplexType):
+        inner = element.element_type
+        return 2 * max(1, getattr(inner, "width", 32) // 8)
+    width = getattr(element, "width", None)
+    return max(1, width // 8) if isinstance(width, int) else 4
+
+
+def replicated(mesh: str, rank: int) -> TensorSharding:
+    """The closed, fully replicated sharding of a rank-``rank`` tensor."""
+    return TensorSharding(mesh, (DimSharding((), True),) * rank)
+
+
+class ModuleValues:
+    """The values of one module: shape, element size and sharding by graph index.
+
+    With ``missing_as_replicated`` a value that carries no sharding reads as
+    replicated on the module's first mesh (what XLA assumes once propagation
+    is over); otherwise it reads as None (unknown).
+    """
+
+    def __init__(self, module: ir.Operation, *, missing_as_replicated: bool = False):
+        self.graph = PropagationGraph(module)
+        self.store = ShardingStore(self.graph)
+        self.meshes: dict[str, MeshInfo] = self.store.meshes
+        self.mesh = next(iter(self.meshes), None) if missing_as_replicated else None
+        # XLA reshards a value to a given sharding once and reuses it (reshard cache).
+        self.resharded: set[tuple[int, tuple]] = set()
+        self.funcs = {
+            ir.StringAttr(self.graph.ops[op].attributes["sym_name"]).value: op
+            for op, name in enumerate(self.graph.op_name) if name == "func.func"
+        }
+
+    def sharding(self, value: int) -> TensorSharding | None:
+        """The value's sharding (see the class docstring for missing ones)."""
+        sharding = self.store.get(value)
+        graph = self.graph
+        if sharding is None and graph.value_def[value] == -1:
+            owner = graph.value_owner[value]
+            if graph.op_name[owner] == "stablehlo.while":
+                # After the edges are sunk, the loop's per-value sharding is also
+                # that of its body and condition arguments.
+                sharding = self.store.get(graph.op_results[owner][graph.value_arg_index[value]])
+        if sharding is None and self.mesh is not None:
+            return replicated(self.mesh, self.graph.value_rank(value))
+        return sharding
+
+    def tensor(self, value: int) -> Tensor | None:
+        """The value as the cost model sees it; None for non-static or non-tensor values."""
+        shape = self.graph.value_shape[value]
+        if shape is None:
+            return None
+        return Tensor(shape, element_bytes(self.graph.values[value].type), self.sharding(value))

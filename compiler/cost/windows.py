@@ -1,0 +1,53 @@
+"""Communication of windowed ops whose windowed dimension is sharded (reduce_window).
+
+The op sharding rule marks such a dimension as a permutation factor: each
+shard needs ``window - 1`` elements of its neighbours. XLA exchanges that halo
+with a collective-permute when it fits in one neighbour's shard and otherwise
+all-gathers the dimension (a cumulative sum's window spans the whole
+dimension, so its operand is gathered).
+"""
+
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+
+from shardc.compiler.cost.op_comm import Tensor
+from shardc.compiler.cost.reshard import (
+    ALL_GATHER,
+    COLLECTIVE_PERMUTE,
+    Collective,
+    dim_axes,
+    shard_bytes,
+    shard_shape,
+)
+from shardc.compiler.propagation.axes import size_product
+
+
+def _window(op: ir.Operation, rank: int) -> list[int]:
+    if "window_dimensions" not in op.attributes:
+        return [1] * rank
+    return list(ir.DenseI64ArrayAttr(op.attributes["window_dimensions"]))
+
+
+def window_collectives(op: ir.Operation, operand: Tensor) -> list[Collective]:
+    """The halo exchange or gather a reduce_window needs on its sharded windowed dims."""
+    rank = len(operand.shape)
+    axes = [list(a) for a in dim_axes(operand.sharding, rank)]
+    local = shard_shape(operand.shape, axes)
+    out: list[Collective] = []
+    for d, window in enumerate(_window(op, rank)):
+        if window <= 1 or size_product(axes[d]) <= 1:
+            continue
+        names = tuple(str(a).strip('"') for a in axes[d])
+        if window - 1 <= local[d]:
+            halo = list(local)
+            halo[d] = window - 1
+            total = operand.element_bytes
+            for size in halo:
+                total *= size
+            out.append(Collective(COLLECTIVE_PERMUTE, names, total))
+        else:
+            axes[d] = []
+            out.append(Collective(ALL_GATHER, names,
+                                  shard_bytes(operand.shape, operand.element_bytes, axes)))
+    return out
