@@ -18,16 +18,13 @@ changes back once. Plans:
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 
 from jaxlib.mlir import ir
 
 from shardc.compiler.diagnostics import PassError
-from shardc.compiler.propagation.directions import (
-    OP_PRIORITY_HEURISTICS,
-    propagate_any,
-    union_of,
-)
+from shardc.compiler.propagation.directions import OP_PRIORITY_CHAIN, propagate_any
 from shardc.compiler.propagation.driver import Driver
 from shardc.compiler.propagation.factor_propagation import (
     aggressive_factor_propagation,
@@ -53,9 +50,9 @@ def _basic_then_aggressive(driver: Driver) -> None:
 
 
 def _op_priority(driver: Driver) -> None:
-    for last in range(len(OP_PRIORITY_HEURISTICS)):
-        driver.propagate(aggressive_factor_propagation,
-                         union_of(OP_PRIORITY_HEURISTICS[: last + 1]))
+    # Built once (with the chain), so the driver's direction caches survive rounds.
+    for direction in OP_PRIORITY_CHAIN.functions:
+        driver.propagate(aggressive_factor_propagation, direction)
 
 
 def _user_priority(driver: Driver) -> None:
@@ -87,9 +84,22 @@ def propagate(
     keep_sharding_rules: bool = False,
 ) -> None:
     """Propagate shardings through ``module`` in place, as Shardy's pass would."""
-    operation = module.operation
     if strategy not in PLANS:
         raise ValueError(f"unknown propagation strategy '{strategy}'; known: {sorted(PLANS)}")
+    # The run allocates many small tuples and frees none of them until the end:
+    # cyclic garbage collection would only rescan the growing heap (time per op
+    # then grows with the module), so it is paused for the run.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        _propagate(module.operation, strategy, conservative, keep_sharding_rules)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _propagate(operation: ir.Operation, strategy: str, conservative: bool,
+               keep_sharding_rules: bool) -> None:
     graph = PropagationGraph(operation, conservative=conservative)
     _check_shapes(graph)
     store = ShardingStore(graph)

@@ -10,7 +10,7 @@ the driver itself never looks at op names.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -24,17 +24,13 @@ DirectionFn = Callable[["PropagationGraph", int, int], int]
 
 
 def union(a: int, b: int) -> int:
-    """Directions allowed by either (FORWARD with BACKWARD gives BOTH)."""
-    if {a, b} == {FORWARD, BACKWARD}:
-        return BOTH
-    return max(a, b)
+    """Directions allowed by either (FORWARD with BACKWARD gives BOTH): ``a | b``."""
+    return a | b
 
 
 def intersection(a: int, b: int) -> int:
-    """Directions allowed by both (FORWARD with BACKWARD gives NONE)."""
-    if {a, b} == {FORWARD, BACKWARD}:
-        return NONE
-    return min(a, b)
+    """Directions allowed by both (FORWARD with BACKWARD gives NONE): ``a & b``."""
+    return a & b
 
 
 def propagate_any(graph: PropagationGraph, op: int, factor: int) -> int:
@@ -128,7 +124,7 @@ def union_of(heuristics: Sequence[DirectionFn], outer: DirectionFn | None = None
         shared = NONE
         for heuristic in heuristics:
             if heuristic in FACTOR_INDEPENDENT:
-                shared = union(shared, heuristic(graph, op, 0))
+                shared |= heuristic(graph, op, 0)
         per_factor = [h for h in heuristics if h not in FACTOR_INDEPENDENT]
         out = []
         for factor in factors:
@@ -136,11 +132,72 @@ def union_of(heuristics: Sequence[DirectionFn], outer: DirectionFn | None = None
             for heuristic in per_factor:
                 if result == BOTH:
                     break
-                result = union(result, heuristic(graph, op, factor))
+                result |= heuristic(graph, op, factor)
             if outer is not None:
-                result = intersection(result, outer(graph, op, factor))
+                result &= outer(graph, op, factor)
             out.append(result)
         return out
 
     direction.for_factors = for_factors  # type: ignore[attr-defined]
     return direction
+
+
+class DirectionChain:
+    """Cumulative unions of a heuristic list: level k is ``union_of(heuristics[:k+1])``.
+
+    ``functions[k]`` is that union as a direction function (with
+    ``chain``/``level`` attributes) and ``for_op`` computes every level of one
+    op in a single pass, which is what op-priority propagation asks for, level
+    after level, for each op.
+    """
+
+    def __init__(self, heuristics: Sequence[DirectionFn],
+                 signature: Callable[[PropagationGraph, int], Hashable] | None = None):
+        self.heuristics = tuple(heuristics)
+        self.signature = signature
+        self.functions = []
+        for level in range(len(self.heuristics)):
+            function = union_of(self.heuristics[: level + 1])
+            function.chain = self  # type: ignore[attr-defined]
+            function.level = level  # type: ignore[attr-defined]
+            self.functions.append(function)
+        self.functions = tuple(self.functions)
+
+    def for_op(self, graph: PropagationGraph, op: int, num_factors: int) -> list[list[int]]:
+        """Per level, the direction of each factor of ``op`` (the left fold of ``|``)."""
+        levels = []
+        current = [NONE] * num_factors
+        for heuristic in self.heuristics:
+            if heuristic in FACTOR_INDEPENDENT:
+                shared = heuristic(graph, op, 0)
+                current = [d | shared for d in current]
+            else:
+                current = [d if d == BOTH else d | heuristic(graph, op, f)
+                           for f, d in enumerate(current)]
+            levels.append(current)
+        return levels
+
+
+def op_priority_signature(graph: PropagationGraph, op: int) -> Hashable:
+    """Everything the op-priority heuristics read about ``op``.
+
+    Ops with equal signatures (and factor counts) get equal directions from
+    every heuristic above, so the driver computes them once per signature.
+    Keep this in step with the heuristics: name, elementwise-ness, custom
+    call target, whether every non-scalar operand has a single use, the
+    cached rule (its factor kinds).
+    """
+    name = graph.op_name[op]
+    single_use = True
+    shapes, uses = graph.value_shape, graph.uses
+    for value in graph.op_operands[op]:
+        if shapes[value] and len(uses[value]) > 1:
+            single_use = False
+            break
+    target = graph.custom_call_target(op) if name == "stablehlo.custom_call" else None
+    rule = graph.cached_rule(op)
+    return (name, graph.is_elementwise(op), target, single_use,
+            None if rule is None else rule.kinds)
+
+
+OP_PRIORITY_CHAIN = DirectionChain(OP_PRIORITY_HEURISTICS, op_priority_signature)

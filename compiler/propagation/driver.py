@@ -47,12 +47,20 @@ class Driver:
         self.worklist: list[int | None] = []
         self.position: dict[int, int] = {}
         self.current = -1
-        # Memo of steps that changed nothing: op -> (clock, directions, strategy).
-        # A step is a pure function of its tensors' shardings, its factor
-        # directions and the strategy, so while none of those changed it is
-        # skipped without changing the result.
-        self._no_change: dict[int, tuple] = {}
-        self._directions: dict[int, tuple] = {}
+        # A step is a pure function of its plan key (rule, flags), its factor
+        # directions, the strategy and its tensors' shardings (interned ids),
+        # so its updates are memoised on exactly those: strategy -> key -> updates.
+        self._memo: dict[FactorPropagation, dict[tuple, tuple]] = {}
+        self._plans: list = [None] * len(graph.ops)
+        self._plan_keys: dict[tuple, int] = {}
+        self._rules_alive: list[CompactRule] = []
+        # direction function -> op -> head (cleared on erasures).
+        self._dir_cache: dict[DirectionFn, dict[int, tuple]] = {}
+        # (plan key, directions) -> head id, and head id -> directions.
+        self._heads: dict[tuple, int] = {}
+        self._head_dirs: list[tuple] = []
+        # (chain, op signature, plan key) -> head per level.
+        self._chain_memo: dict[tuple, list[int]] = {}
         self.erasures = 0
 
     def _main_func(self) -> int:
@@ -77,29 +85,59 @@ class Driver:
     def worklist_run(self, strategy: FactorPropagation, direction: DirectionFn) -> None:
         """Visit every live op in pre-order, re-visiting ops as notifications queue them."""
         graph = self.graph
-        self.worklist = [op for op in range(len(graph.ops) - 1, -1, -1) if not graph.erased[op]]
+        erased = graph.erased
+        self.worklist = [op for op in range(len(graph.ops) - 1, -1, -1) if not erased[op]]
         self.position = {op: i for i, op in enumerate(self.worklist)}
         worklist, position = self.worklist, self.position
+        op_results, uses, terminator = graph.op_results, graph.uses, graph.op_terminator
+        is_dead = graph.is_trivially_dead
+        memo = self._memo.setdefault(strategy, {})
+        plans, plan_for = self._plans, self._plan
+        dir_cache = self._dir_cache.setdefault(direction, {})
+        sid_of = self.store.sid.__getitem__
+        head_dirs = self._head_dirs
         while worklist:
             op = worklist.pop()
             if op is None:
                 continue
             del position[op]
-            if graph.is_trivially_dead(op):
-                self.erase(op)
+            if not terminator[op]:
+                for value in op_results[op]:
+                    if uses[value]:
+                        break
+                else:
+                    if is_dead(op):
+                        self.erase(op)
+                        dir_cache = self._dir_cache.setdefault(direction, {})
+                        continue
+            plan = plans[op]
+            if plan is None:
+                plan = plan_for(op)
+            if plan is False:
                 continue
-            self.current = op
-            self.visit(op, strategy, direction)
-            self.current = -1
+            head = dir_cache.get(op)
+            if head is None:
+                head = self._factor_directions(op, plan, direction)
+            key = (head, tuple(map(sid_of, plan[3])))
+            updates = memo.get(key)
+            if updates is None:
+                updates = memo[key] = self._step(plan, head_dirs[head], strategy)
+            if updates:
+                self.current = op
+                values = plan[1]
+                for i, new in updates:
+                    self.update(values[i], new, True)
+                self.current = -1
 
     def push(self, op: int) -> None:
         """Queue ``op`` and its ancestors (unless queued); never the op being visited."""
         if op == self.current:
             return
         parent = self.graph.op_parent
+        position = self.position
         while op >= 0:
-            if op not in self.position:
-                self.position[op] = len(self.worklist)
+            if op not in position:
+                position[op] = len(self.worklist)
                 self.worklist.append(op)
             op = parent[op]
 
@@ -107,6 +145,8 @@ class Driver:
         """Erase a dead op (nested ops first), queueing producers as MLIR does."""
         graph = self.graph
         self.erasures += 1
+        # Use counts (heuristic h0) may have changed: recompute directions.
+        self._dir_cache.clear()
         for dead in graph.erase_order(op):
             for value in graph.op_operands[dead]:
                 producer = graph.value_def[value]
@@ -130,31 +170,53 @@ class Driver:
             self.store.erase_log.append(dead)
 
     # ------------------------------------------------------------------ visiting
-    def visit(self, op: int, strategy: FactorPropagation, direction: DirectionFn) -> None:
-        """Try the barrier, data-flow-edge and registered-op patterns on ``op``."""
+    def _plan(self, op: int):
+        """What a step of ``op`` reads, computed on its first visit (False: no step).
+
+        A plan is ``(key, values, n_operands, slots, rule, conservative,
+        elementwise, edge, fixed)``: ``key`` names everything but the shardings
+        and directions a step depends on, ``slots`` the store slots of
+        ``values`` (the store's none-slot for values without one) and ``fixed``
+        the barrier's direction (None elsewhere).
+        """
         graph, store = self.graph, self.store
         name = graph.op_name[op]
+        plan = False
         if name == _BARRIER:
             value = graph.op_results[op][0]
             shape = graph.value_shape[value]
-            fixed = ir.IntegerAttr(graph.ops[op].attributes["allowed_direction"]).value
             if shape is not None:
-                self.step(op, graph.op_operands[op], [value], identity_rule(shape),
-                          lambda g, o, f: fixed, strategy, conservative=False)
-            return
-        if name == EDGE_OP:
+                fixed = ir.IntegerAttr(graph.ops[op].attributes["allowed_direction"]).value
+                plan = self._make_plan(op, graph.op_operands[op], [value], identity_rule(shape),
+                                       False, -1, fixed)
+        elif name == EDGE_OP:
             value = graph.op_results[op][0]
             shape = graph.value_shape[value]
             sources = store.edge_sources.get(op, [])
             if shape is not None and sources:
-                self.step(op, sources, [value], identity_rule(shape, len(sources)),
-                          direction, strategy, conservative=False,
-                          edge=op if op in store.edge_view else -1)
-            return
-        rule = graph.rule(op)
-        if rule is not None:
-            self.step(op, graph.op_operands[op], graph.op_results[op], rule, direction,
-                      strategy, conservative=graph.conservative)
+                plan = self._make_plan(op, sources, [value], identity_rule(shape, len(sources)),
+                                       False, op if op in store.edge_view else -1, None)
+        else:
+            rule = graph.rule(op)
+            if rule is not None:
+                plan = self._make_plan(op, graph.op_operands[op], graph.op_results[op], rule,
+                                       graph.conservative, -1, None)
+        self._plans[op] = plan
+        return plan
+
+    def _make_plan(self, op: int, operands: list[int], results: list[int], rule: CompactRule,
+                   conservative: bool, edge: int, fixed: int | None) -> tuple:
+        store = self.store
+        values = (*operands, *results)
+        none_slot = store.none_slot
+        slots = tuple(store.slot_of[v] if store.slot_of[v] >= 0 else none_slot for v in values)
+        elementwise = edge < 0 and fixed is None and self.graph.is_elementwise(op)
+        signature = (id(rule), conservative, elementwise, edge, len(operands))
+        key = self._plan_keys.get(signature)
+        if key is None:
+            key = self._plan_keys[signature] = len(self._plan_keys)
+            self._rules_alive.append(rule)
+        return (key, values, len(operands), slots, rule, conservative, elementwise, edge, fixed)
 
     def common_mesh(self, shardings: list[TensorSharding | None]) -> MeshInfo | None:
         """The first non-empty mesh, if every other non-empty mesh equals it."""
@@ -176,64 +238,87 @@ class Driver:
             return None
         return first
 
-    def step(self, op: int, operands: list[int], results: list[int], rule: CompactRule,
-             direction: DirectionFn, strategy: FactorPropagation, *, conservative: bool,
-             notify: bool = True, edge: int = -1) -> bool:
-        """One propagation step of ``op``; return whether any tensor was updated.
+    def _head(self, plan: tuple, directions: tuple) -> int:
+        """The int naming (plan key, directions): the memo key's first half."""
+        pair = (plan[0], directions)
+        head = self._heads.get(pair)
+        if head is None:
+            head = self._heads[pair] = len(self._head_dirs)
+            self._head_dirs.append(directions)
+        return head
 
-        ``edge`` names a data-flow edge whose single result is seen through the
-        owner's view transform (manual computations), -1 for none.
+    def _factor_directions(self, op: int, plan: tuple, direction: DirectionFn) -> int:
+        """The head (plan key and factor directions) of ``op`` under ``direction``.
+
+        Cached per direction function; for a level of a ``DirectionChain``
+        every level is computed (and cached) at once.
         """
-        store, graph = self.store, self.graph
-        values = [*operands, *results]
-        directions = self._factor_directions(op, rule, direction)
-        slot_of, stamp = store.slot_of, store.stamp
-        memo = self._no_change.get(op)
-        if memo is not None and memo[1] == directions and memo[2] is strategy:
-            clock = memo[0]
-            if all(stamp[slot_of[v]] <= clock for v in values if slot_of[v] >= 0):
-                return False
-        updated = self._step(op, values, len(operands), rule, directions, strategy,
-                             conservative=conservative, notify=notify, edge=edge)
-        if updated:
-            self._no_change.pop(op, None)
-        else:
-            self._no_change[op] = (store.clock, directions, strategy)
-        return updated
+        rule, fixed = plan[4], plan[8]
+        factors = range(len(rule.factor_sizes))
+        if fixed is not None:
+            out = self._head(plan, (fixed,) * len(factors))
+            self._dir_cache.setdefault(direction, {})[op] = out
+            return out
+        graph, blocked = self.graph, rule.blocked
+        chain = getattr(direction, "chain", None)
+        if chain is not None:
+            heads = None
+            if chain.signature is not None:
+                memo_key = (chain, chain.signature(graph, op), plan[0])
+                heads = self._chain_memo.get(memo_key)
+            if heads is None:
+                heads = []
+                for level in chain.for_op(graph, op, len(factors)):
+                    if blocked:
+                        level = [NONE if f in blocked else d for f, d in enumerate(level)]
+                    heads.append(self._head(plan, tuple(level)))
+                if chain.signature is not None:
+                    self._chain_memo[memo_key] = heads
+            out = None
+            dir_cache = self._dir_cache
+            for function, head in zip(chain.functions, heads):
+                cache = dir_cache.get(function)
+                if cache is None:
+                    cache = dir_cache[function] = {}
+                cache[op] = head
+                if function is direction:
+                    out = head
+            return out
+        out = self._head(plan, self._uncached_directions(op, rule, direction))
+        self._dir_cache.setdefault(direction, {})[op] = out
+        return out
 
-    def _factor_directions(self, op: int, rule: CompactRule, direction: DirectionFn) -> tuple:
-        cached = self._directions.get(op)
-        if cached is not None and cached[0] is direction and cached[1] == self.erasures:
-            return cached[2]
+    def _uncached_directions(self, op: int, rule: CompactRule, direction: DirectionFn) -> tuple:
         graph, blocked = self.graph, rule.blocked
         factors = range(len(rule.factor_sizes))
         for_factors = getattr(direction, "for_factors", None)
         if for_factors is not None:
             raw = for_factors(graph, op, factors)
-            directions = tuple(NONE if f in blocked else raw[f] for f in factors)
-        else:
-            directions = tuple(NONE if f in blocked else direction(graph, op, f)
-                               for f in factors)
-        self._directions[op] = (direction, self.erasures, directions)
-        return directions
+            return tuple(NONE if f in blocked else raw[f] for f in factors)
+        return tuple(NONE if f in blocked else direction(graph, op, f) for f in factors)
 
-    def _step(self, op: int, values: list[int], n: int, rule: CompactRule, directions: tuple,
-              strategy: FactorPropagation, *, conservative: bool, notify: bool,
-              edge: int) -> bool:
-        store, graph = self.store, self.graph
+    def _step(self, plan: tuple, directions: tuple, strategy: FactorPropagation) -> tuple:
+        """One step as a pure function: the ``(value index, new sharding)`` updates.
+
+        The result depends only on the plan's key, the directions, the
+        strategy and the shardings of the plan's slots, which is what the
+        caller memoises it on.
+        """
+        _, values, n, _, rule, conservative, elementwise, edge, _ = plan
+        store = self.store
         shardings = [store.get(v) for v in values]
         if edge >= 0:
             shardings[-1] = store.edge_before(edge, shardings[-1])
         mesh = self.common_mesh(shardings)
         if mesh is None:
-            return False
+            return ()
         sizes = rule.factor_sizes
         mappings = rule.operand_mappings + rule.result_mappings
         projections = [project(s, m, sizes) for s, m in zip(shardings, mappings)]
         flags_o, flags_r = strategy(projections[:n], projections[n:], sizes,
                                     directions.__getitem__, conservative=conservative,
-                                    elementwise=graph.is_elementwise(op))
-        updated = False
+                                    elementwise=elementwise)
+        updates = []
         for i, flag in enumerate(flags_o + flags_r):
             if not flag:
                 continue
@@ -243,9 +328,8 @@ class Driver:
                 continue
             if edge >= 0 and i == len(values) - 1:
                 new = store.edge_after(edge, new)
-            self.update(values[i], new, notify)
-            updated = True
-        return updated
+            updates.append((i, new))
+        return tuple(updates)
 
     def update(self, value: int, sharding: TensorSharding, notify: bool) -> None:
         """Store ``sharding`` for ``value`` (and its group), notifying if asked."""

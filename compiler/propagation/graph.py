@@ -16,7 +16,7 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from shardc.compiler.propagation.compact_rule import CompactRule, compact_rule
-from shardc.compiler.sharding.rules import rule_for
+from shardc.compiler.sharding.rules import _NEIGHBOUR_KEYS, rule_for
 
 # Ops that must never be erased even when unused (MLIR: not memory-effect free).
 _EFFECTFUL = frozenset({
@@ -53,6 +53,10 @@ _RECURSIVE = frozenset({
     "stablehlo.sort",
     "stablehlo.while",
 })
+# Ops whose rule also depends on neighbouring ops (never memoised on the op alone):
+# the registry's own list, so that it stays the one place to add them.
+_NEIGHBOUR_DEPENDENT = _NEIGHBOUR_KEYS
+_MISSING = object()
 _KNOWN_DIALECTS = ("stablehlo.", "sdy.", "chlo.", "func.", "arith.", "tensor.", "math.")
 _NEVER_DEAD = frozenset({"func.func", "sdy.mesh", "builtin.module"})
 
@@ -115,25 +119,34 @@ class PropagationGraph:
         self.value_owner: list[int] = []    # op owning the block of a block arg
         self.value_arg_index: list[int] = []
         self.value_shape: list[tuple[int, ...] | None] = []
+        self.value_type_key: list[int] = []  # hash of the (uniqued) type
         self.uses: list[list[tuple[int, int]]] = []
         self.dynamic_values: list[int] = []
         self._rules: dict[int, CompactRule | None] = {}
+        self._rule_memo: dict[tuple, CompactRule | None] = {}
         self._build()
 
     # ------------------------------------------------------------------ build
     def _new_value(self, value: ir.Value, owner: int, defining: int, index: int, cache) -> int:
         vid = len(self.values)
+        type_ = value.type
         self.values.append(value)
+        self.value_type_key.append(hash(type_))
         self.value_def.append(defining)
         self.value_owner.append(owner)
         self.value_arg_index.append(index)
-        shape = _shape_of(value.type, cache)
-        if shape is None and isinstance(value.type, ir.RankedTensorType):
+        try:
+            shape = cache[type_]
+        except KeyError:
+            shape = _shape_of(type_, cache)
+        if shape is None and isinstance(type_, ir.RankedTensorType):
             self.dynamic_values.append(vid)
         self.value_shape.append(shape)
         return vid
 
     def _build(self) -> None:
+        # Ops and values are keyed by their hash (the MLIR pointer): comparing
+        # binding objects for equality in a dict lookup costs a binding call.
         ops: list[ir.Operation] = []
 
         def visit(op: ir.Operation) -> ir.WalkResult:
@@ -141,40 +154,77 @@ class PropagationGraph:
             return ir.WalkResult.ADVANCE
 
         self.module.walk(visit, ir.WalkOrder.PRE_ORDER)
-        ops = [op for op in ops if op != self.module]
-        op_id = {op: i for i, op in enumerate(ops)}
-        value_id: dict[ir.Value, int] = {}
+        module_key = hash(self.module)
+        ops = [op for op in ops if hash(op) != module_key]
+        op_id = {hash(op): i for i, op in enumerate(ops)}
+        if len(op_id) != len(ops):
+            raise AssertionError("operation hashes are not unique")
+        value_id: dict[int, int] = {}
         type_cache: dict = {}
         self.ops = ops
         terminator = ir.IsTerminatorTrait
+        op_parent = self.op_parent = [-1] * len(ops)
+        op_terminator = self.op_terminator = [False] * len(ops)
+        self.erased = [False] * len(ops)
+        op_name, op_results, op_blocks = self.op_name, self.op_results, self.op_blocks
+        new_value = self._new_value
+        block_nested: dict[int, list[int]] = {}
         for i, op in enumerate(ops):
-            self.op_name.append(op.name)
-            parent = op.parent
-            self.op_parent.append(op_id.get(parent.operation, -1) if parent is not None else -1)
-            self.op_terminator.append(op.has_trait(terminator))
-            self.erased.append(False)
+            op_name.append(op.name)
             results = []
-            for k, result in enumerate(op.results):
-                vid = self._new_value(result, i, i, k, type_cache)
-                value_id[result] = vid
+            num_results = len(op.results)
+            if num_results == 1:
+                result = op.result
+                vid = new_value(result, i, i, 0, type_cache)
+                value_id[hash(result)] = vid
                 results.append(vid)
-            self.op_results.append(results)
+            elif num_results:
+                for k, result in enumerate(op.results):
+                    vid = new_value(result, i, i, k, type_cache)
+                    value_id[hash(result)] = vid
+                    results.append(vid)
+            op_results.append(results)
             blocks = []
-            for region in op.regions:
+            regions = op.regions
+            for region in (regions if len(regions) else ()):
                 for block in region.blocks:
                     args = []
                     for k, arg in enumerate(block.arguments):
-                        vid = self._new_value(arg, i, -1, k, type_cache)
-                        value_id[arg] = vid
+                        vid = new_value(arg, i, -1, k, type_cache)
+                        value_id[hash(arg)] = vid
                         args.append(vid)
-                    blocks.append((args, [op_id[o.operation] for o in block.operations]))
-            self.op_blocks.append(blocks)
-        for op in ops:
-            self.op_operands.append([value_id[v] for v in op.operands])
-        for value in self.values:
-            self.uses.append(
-                [(op_id[u.owner.operation], u.operand_number) for u in value.uses]
-            )
+                    nested: list[int] = []
+                    block_nested[hash(block)] = nested
+                    blocks.append((args, nested))
+            op_blocks.append(blocks)
+            # Pre-order: a block's ops arrive in order, after the op owning it.
+            parent_block = block_nested.get(hash(op.block))
+            if parent_block is not None:
+                parent_block.append(i)
+        for i, blocks in enumerate(op_blocks):
+            for _, nested in blocks:
+                for inner in nested:
+                    op_parent[inner] = i
+                # Only the last op of a block can be a terminator.
+                if nested and ops[nested[-1]].has_trait(terminator):
+                    op_terminator[nested[-1]] = True
+        if len(value_id) != len(self.values):
+            raise AssertionError("value hashes are not unique")
+        # Uses from the operand lists; MLIR's use-list order (which decides the
+        # worklist) only matters, and is only read, for values used twice or more.
+        uses: list[list[tuple[int, int]]] = [[] for _ in self.values]
+        op_operands = self.op_operands
+        for i, op in enumerate(ops):
+            operands = [value_id[hash(v)] for v in op.operands]
+            op_operands.append(operands)
+            for k, value in enumerate(operands):
+                uses[value].append((i, k))
+        values = self.values
+        for vid, value_uses in enumerate(uses):
+            if len(value_uses) > 1:
+                uses[vid] = [(op_id[hash(u.owner.operation)], u.operand_number)
+                             for u in values[vid].uses]
+        self.uses = uses
 
     # ------------------------------------------------------------------ queries
     def value_rank(self, value: int) -> int:
@@ -210,10 +260,27 @@ class PropagationGraph:
         try:
             return self._rules[op]
         except KeyError:
-            rule = rule_for(self.ops[op], self.conservative)
-            compact = compact_rule(rule) if rule is not None else None
-            self._rules[op] = compact
-            return compact
+            pass
+        name = self.op_name[op]
+        key = None
+        if name not in _NEIGHBOUR_DEPENDENT:
+            # What the registry's own cache key says, from uniqued pointers
+            # instead of printed text: types and attributes are uniqued per context.
+            attrs = self.ops[op].attributes
+            type_key = self.value_type_key
+            key = (name, tuple(type_key[v] for v in self.op_operands[op]),
+                   tuple(type_key[v] for v in self.op_results[op]),
+                   tuple((n, hash(attrs[n])) for n in attrs if n != "sdy.sharding"))
+            compact = self._rule_memo.get(key, _MISSING)
+            if compact is not _MISSING:
+                self._rules[op] = compact
+                return compact
+        rule = rule_for(self.ops[op], self.conservative)
+        compact = compact_rule(rule) if rule is not None else None
+        self._rules[op] = compact
+        if key is not None:
+            self._rule_memo[key] = compact
+        return compact
 
     def visited_rules(self) -> dict[int, CompactRule | None]:
         """Every rule computed so far, by op."""

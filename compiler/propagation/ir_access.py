@@ -81,6 +81,12 @@ class ShardingStore:
         self.rank: list[int] = []
         self.siblings: list[tuple[int, ...]] = []
         self.dirty: set[int] = set()
+        # Interned shardings: ``sid[slot]`` is a small int naming ``value[slot]``
+        # (0 for None), equal ints for equal shardings, so steps can be memoised
+        # on tuples of ints instead of hashing nested tuples each time.
+        self.sid: list[int] = []
+        self._intern: dict[TensorSharding, int] = {}
+        self._parsed: dict[int, object] = {}
         # Change clock: ``stamp[slot]`` is the clock value of the slot's last write.
         self.clock = 0
         self.stamp: list[int] = []
@@ -97,6 +103,9 @@ class ShardingStore:
         self.erase_log: list[int] = []
         self._assign_slots()
         self._assign_edges()
+        # An always-empty slot id for values without a slot (never written).
+        self.none_slot = len(self.sid)
+        self.sid.append(0)
 
     # ------------------------------------------------------------------ slots
     def _new_slot(self, where: tuple, rank: int, sharding: TensorSharding | None) -> int:
@@ -104,18 +113,42 @@ class ShardingStore:
         self.stamp.append(0)
         self.rank.append(rank)
         self.value.append(sharding)
+        self.sid.append(self.intern(sharding))
         self.siblings.append(())
         return len(self.where) - 1
 
+    def intern(self, sharding: TensorSharding | None) -> int:
+        """The small int naming ``sharding`` (0 for None)."""
+        if sharding is None:
+            return 0
+        sid = self._intern.get(sharding)
+        if sid is None:
+            sid = self._intern[sharding] = len(self._intern) + 1
+        return sid
+
+    # Parsed attributes are cached on the attribute's hash, its uniqued storage
+    # pointer: equal pointers are the same attribute (and printing costs more).
     def _parse(self, attr: ir.Attribute | None) -> TensorSharding | None:
-        return None if attr is None else parse_sharding(str(attr), self.meshes)
+        if attr is None:
+            return None
+        key = hash(attr)
+        parsed = self._parsed.get(key)
+        if parsed is None:
+            parsed = self._parsed[key] = parse_sharding(str(attr), self.meshes)
+        return parsed
+
+    def _parse_per_value(self, attr: ir.Attribute) -> list[TensorSharding]:
+        key = hash(attr)
+        parsed = self._parsed.get(key)
+        if parsed is None:
+            parsed = self._parsed[key] = parse_per_value(str(attr), self.meshes)
+        return parsed
 
     def _per_value_slots(self, op: int, attr_name: str, values: list[int]) -> None:
         graph = self.graph
         attrs = graph.ops[op].attributes
-        parsed = (
-            parse_per_value(str(attrs[attr_name]), self.meshes) if attr_name in attrs else None
-        )
+        attr = attrs.get(attr_name)
+        parsed = self._parse_per_value(attr) if attr is not None else None
         slots = []
         for k, value in enumerate(values):
             sharding = parsed[k] if parsed is not None else None
@@ -263,11 +296,14 @@ class ShardingStore:
         """Store ``sharding``; siblings without a sharding get open placeholders."""
         self.clock += 1
         self.value[slot] = sharding
+        self.sid[slot] = self.intern(sharding)
         self.stamp[slot] = self.clock
         self.dirty.add(slot)
         for sibling in self.siblings[slot]:
             if self.value[sibling] is None:
-                self.value[sibling] = open_sharding(sharding.mesh, self.rank[sibling])
+                placeholder = open_sharding(sharding.mesh, self.rank[sibling])
+                self.value[sibling] = placeholder
+                self.sid[sibling] = self.intern(placeholder)
                 self.stamp[sibling] = self.clock
                 self.dirty.add(sibling)
 
@@ -299,10 +335,15 @@ class ShardingStore:
                     format_sharding(self.value[slot]))
             else:
                 per_value[(op, self.where[slot][2])] = slot
+        formatted: dict[tuple[int, ...], ir.Attribute] = {}
         for (op, attr_name), slot in per_value.items():
             slots = self.siblings[slot]
-            shardings = [self.value[s] for s in slots]
-            graph.ops[op].attributes[attr_name] = self._attr(format_per_value(shardings))
+            sids = tuple(self.sid[s] for s in slots)
+            attr = formatted.get(sids)
+            if attr is None:
+                attr = formatted[sids] = self._attr(
+                    format_per_value([self.value[s] for s in slots]))
+            graph.ops[op].attributes[attr_name] = attr
         for op in sorted(manual_ins):
             self._write_manual_ins(op)
         for (op, list_name), updates in func_lists.items():

@@ -49,16 +49,23 @@ def user_priority_propagate(driver: Driver, rounds: Callable[[Driver], None]) ->
     for slots in store.func_results.values():
         live.update(slots)
     references: dict[int, list[tuple[int, TensorSharding]]] = {}
+    # sharding id -> (priorities, initialised sharding or None when unchanged)
+    seen: dict[int, tuple[set[int], TensorSharding | None]] = {}
     for slot in sorted(live):
         sharding = store.value[slot]
         if sharding is None:
             continue
-        for priority in {d.priority for d in sharding.dims if d.priority}:
+        known = seen.get(store.sid[slot])
+        if known is None:
+            mesh = store.meshes.get(sharding.mesh)
+            new = initialised(sharding, mesh.order if mesh else {})
+            known = seen[store.sid[slot]] = (
+                {d.priority for d in sharding.dims if d.priority},
+                None if new == sharding else new)
+        for priority in known[0]:
             references.setdefault(priority, []).append((slot, sharding))
-        mesh = store.meshes.get(sharding.mesh)
-        new = initialised(sharding, mesh.order if mesh else {})
-        if new != sharding:
-            store.set_slot(slot, new)
+        if known[1] is not None:
+            store.set_slot(slot, known[1])
     rounds(driver)
     for priority in sorted(references):
         for slot, original in references[priority]:

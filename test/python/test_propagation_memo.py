@@ -1,0 +1,108 @@
+"""The exactness assumptions behind the driver's memos (see driver.py, directions.py).
+
+* ``DirectionChain.for_op`` level k equals ``union_of(heuristics[:k+1])``;
+* ops with equal ``op_priority_signature`` get equal directions at every level;
+* a propagation run twice on fresh parses prints the same module, and the
+  memoised run equals a run with the step memo disabled.
+"""
+
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+
+from shardc.compiler.propagation import propagate
+from shardc.compiler.propagation.directions import (
+    OP_PRIORITY_CHAIN,
+    OP_PRIORITY_HEURISTICS,
+    op_priority_signature,
+    union_of,
+)
+from shardc.compiler.propagation.driver import Driver
+from shardc.compiler.propagation.graph import PropagationGraph
+from shardc.dialects import make_context
+
+PROGRAM = """
+sdy.mesh @mesh = <["a"=2, "b"=4]>
+func.func @main(%arg0: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a"}, {?}]>},
+                %arg1: tensor<16x32xf32> {sdy.sharding = #sdy.sharding<@mesh, [{?}, {"b"}p1]>},
+                %arg2: tensor<32xf32>) -> tensor<8x32xf32> {
+  %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0]
+       : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
+  %1 = stablehlo.broadcast_in_dim %arg2, dims = [1] : (tensor<32xf32>) -> tensor<8x32xf32>
+  %2 = stablehlo.add %0, %1 : tensor<8x32xf32>
+  %3 = stablehlo.multiply %2, %2 : tensor<8x32xf32>
+  %4 = stablehlo.transpose %3, dims = [1, 0] : (tensor<8x32xf32>) -> tensor<32x8xf32>
+  %5 = stablehlo.reshape %4 : (tensor<32x8xf32>) -> tensor<256xf32>
+  %6 = stablehlo.reshape %5 : (tensor<256xf32>) -> tensor<8x32xf32>
+  %7 = stablehlo.add %6, %3 : tensor<8x32xf32>
+  %8 = stablehlo.negate %7 : tensor<8x32xf32>
+  %9 = stablehlo.add %8, %2 : tensor<8x32xf32>
+  return %9 : tensor<8x32xf32>
+}
+"""
+
+
+def _graph() -> PropagationGraph:
+    module = ir.Module.parse(PROGRAM, make_context())
+    graph = PropagationGraph(module.operation)
+    graph._module_ref = module  # keep the IR alive with the graph
+    for op in range(len(graph.ops)):
+        graph.rule(op)
+    return graph
+
+
+def test_chain_levels_equal_unions():
+    graph = _graph()
+    for op in range(len(graph.ops)):
+        rule = graph.cached_rule(op)
+        if rule is None:
+            continue
+        factors = range(len(rule.factor_sizes))
+        levels = OP_PRIORITY_CHAIN.for_op(graph, op, len(factors))
+        for k, level in enumerate(levels):
+            union = union_of(OP_PRIORITY_HEURISTICS[: k + 1])
+            assert list(level) == union.for_factors(graph, op, factors)
+            assert list(level) == [union(graph, op, f) for f in factors]
+
+
+def test_equal_signatures_give_equal_directions():
+    graph = _graph()
+    seen: dict = {}
+    for op in range(len(graph.ops)):
+        rule = graph.cached_rule(op)
+        if rule is None:
+            continue
+        key = (op_priority_signature(graph, op), len(rule.factor_sizes))
+        levels = OP_PRIORITY_CHAIN.for_op(graph, op, len(rule.factor_sizes))
+        assert seen.setdefault(key, levels) == levels
+
+
+def test_memo_off_gives_the_same_module(monkeypatch):
+    def run() -> str:
+        module = ir.Module.parse(PROGRAM, make_context())
+        propagate(module.operation, strategy="user-priority")
+        return str(module)
+
+    memoised = run()
+    assert run() == memoised
+
+    class NoMemo(dict):
+        def get(self, key, default=None):
+            return default
+
+    original = Driver.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self._memo = _NoMemoByStrategy(NoMemo)
+
+    class _NoMemoByStrategy(dict):
+        def __init__(self, factory):
+            super().__init__()
+            self.factory = factory
+
+        def setdefault(self, key, default=None):
+            return self.factory()
+
+    monkeypatch.setattr(Driver, "__init__", init)
+    assert run() == memoised
