@@ -66,8 +66,16 @@ def suffix_of(a: AxisRef, b: AxisRef) -> bool:
 
 
 def overlaps(a: AxisRef, b: AxisRef) -> bool:
-    """Whether ``a`` and ``b`` share part of one axis."""
-    return a[0] == b[0] and a[1] < b[1] * b[2] and b[1] < a[1] * a[2]
+    """Whether ``a`` and ``b`` share part of one axis (a full axis overlaps any ref of it).
+
+    The "full" case is not implied by the interval test: a size-1 axis spans
+    the empty interval [1, 1), yet using it twice is a duplicate axis.
+    """
+    if a[0] != b[0]:
+        return False
+    if a[2] == a[3] or b[2] == b[3]:
+        return True
+    return a[1] < b[1] * b[2] and b[1] < a[1] * a[2]
 
 
 def can_coexist(a: AxisRef, b: AxisRef) -> bool:

@@ -46,3 +46,14 @@ def test_merge_and_prefix_lists():
     assert greatest_common_prefix_list([sub(1, 4)], [sub(1, 2), sub(2, 2)]) == (sub(1, 2),)
     assert is_strict_prefix((), (X,)) and not is_strict_prefix((X,), (X,))
     assert is_strict_prefix((sub(1, 2),), (sub(1, 4),))
+
+
+def test_a_size_one_axis_overlaps_itself():
+    # Regression (found by the property test): the interval test alone says an
+    # axis of size 1 spans [1, 1) and overlaps nothing, so propagation used it
+    # on two dimensions of one tensor.
+    from shardc.compiler.propagation.axes import AxisRef, overlaps, prefix_without_overlap
+
+    y = AxisRef("y", 1, 1, 1)
+    assert overlaps(y, y)
+    assert prefix_without_overlap(y, y) is None

@@ -5,10 +5,10 @@
 // and reduced by hand. A size-1 axis "y" reaches %arg0 twice: dim 1 from the
 // result through the negate, dim 0 from the sharding constraint's operand.
 // Shardy (sdy-*-propagate) keeps only dim 1: [{?}, {"y", ?}]. shardc wrote
-// [{"y", ?}, {"y", ?}], which the verifier rejects ("duplicate axis ref").
+// [{"y", ?}, {"y", ?}], which the verifier rejects ("duplicate axis ref"),
+// because a size-1 axis spans an empty interval in axes.overlaps.
 // With a size-2 "y" shardc agrees with Shardy.
-// XFAIL: *
-// (Open bug: remove the XFAIL line when the propagation passes are fixed.)
+// Fixed: axes.overlaps now treats a full axis as overlapping any ref of it.
 // RUN: shardc-opt %s -shardc-basic-propagate | filecheck %s
 // RUN: shardc-opt %s -shardc-aggressive-propagate | filecheck %s
 // RUN: shardc-opt %s -shardc-op-priority-propagate | filecheck %s
