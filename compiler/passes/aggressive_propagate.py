@@ -6,11 +6,8 @@ import enum
 from dataclasses import dataclass
 from typing import ClassVar
 
-from jaxlib.mlir import ir
-
-from shardc.compiler.propagation.preconditions import require_mesh_symbols
-from shardc.compiler.pass_base import ModulePass, option
-from shardc.compiler.propagation import propagate
+from shardc.compiler.passes.propagate_common import PropagatePassBase
+from shardc.compiler.pass_base import option
 
 
 class PropagationStrategy(enum.Enum):
@@ -21,7 +18,7 @@ class PropagationStrategy(enum.Enum):
 
 
 @dataclass(frozen=True)
-class AggressivePropagatePass(ModulePass):
+class AggressivePropagatePass(PropagatePassBase):
     """Propagate shardings, resolving factor conflicts per tensor
 
     Like ``shardc-basic-propagate`` but each tensor decides on its own: an
@@ -38,14 +35,7 @@ class AggressivePropagatePass(ModulePass):
     propagation_strategy: PropagationStrategy = option(
         PropagationStrategy.AGGRESSIVE,
         help="aggressive, or a basic run followed by an aggressive one")
-    conservative_propagation: bool = option(
-        False, help="use conservative rules and never propagate sub-axes")
-    keep_sharding_rules: bool = option(
-        False, help="keep the sdy.sharding_rule attribute of every visited op")
 
-    def run(self, module: ir.Operation) -> None:
-        """Propagate through ``module``."""
-        require_mesh_symbols(module, self.name)
-        propagate(module, strategy=self.propagation_strategy.value,
-                  conservative=self.conservative_propagation,
-                  keep_sharding_rules=self.keep_sharding_rules)
+    def strategy_name(self) -> str:
+        """The engine strategy: aggressive, or basic-then-aggressive."""
+        return self.propagation_strategy.value

@@ -5,15 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from jaxlib.mlir import ir
-
-from shardc.compiler.propagation.preconditions import require_mesh_symbols
-from shardc.compiler.pass_base import ModulePass, option
-from shardc.compiler.propagation import propagate
+from shardc.compiler.passes.propagate_common import PropagatePassBase
 
 
 @dataclass(frozen=True)
-class BasicPropagatePass(ModulePass):
+class BasicPropagatePass(PropagatePassBase):
     """Propagate shardings along compatible axes of every op's factors
 
     Reads ``sdy.sharding`` on func arguments/results and op results, the
@@ -30,14 +26,4 @@ class BasicPropagatePass(ModulePass):
     name: ClassVar[str] = "shardc-basic-propagate"
     aliases: ClassVar[tuple[str, ...]] = ("sdy-basic-propagate",)
     upstream: ClassVar[str] = "sdy-basic-propagate"
-
-    conservative_propagation: bool = option(
-        False, help="use conservative rules and never propagate sub-axes")
-    keep_sharding_rules: bool = option(
-        False, help="keep the sdy.sharding_rule attribute of every visited op")
-
-    def run(self, module: ir.Operation) -> None:
-        """Propagate through ``module``."""
-        require_mesh_symbols(module, self.name)
-        propagate(module, strategy="basic", conservative=self.conservative_propagation,
-                  keep_sharding_rules=self.keep_sharding_rules)
+    strategy: ClassVar[str] = "basic"

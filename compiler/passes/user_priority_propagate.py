@@ -5,15 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from jaxlib.mlir import ir
-
-from shardc.compiler.propagation.preconditions import require_mesh_symbols
-from shardc.compiler.pass_base import ModulePass, option
-from shardc.compiler.propagation import propagate
+from shardc.compiler.passes.propagate_common import PropagatePassBase
 
 
 @dataclass(frozen=True)
-class UserPriorityPropagatePass(ModulePass):
+class UserPriorityPropagatePass(PropagatePassBase):
     """Propagate dimension shardings in the order of their user priorities
 
     Dimensions marked ``pN`` with N > 0 are held back (closed, their axes
@@ -26,14 +22,4 @@ class UserPriorityPropagatePass(ModulePass):
     name: ClassVar[str] = "shardc-user-priority-propagate"
     aliases: ClassVar[tuple[str, ...]] = ("sdy-user-priority-propagate",)
     upstream: ClassVar[str] = "sdy-user-priority-propagate"
-
-    conservative_propagation: bool = option(
-        False, help="use conservative rules and never propagate sub-axes")
-    keep_sharding_rules: bool = option(
-        False, help="keep the sdy.sharding_rule attribute of every visited op")
-
-    def run(self, module: ir.Operation) -> None:
-        """Propagate through ``module``."""
-        require_mesh_symbols(module, self.name)
-        propagate(module, strategy="user-priority", conservative=self.conservative_propagation,
-                  keep_sharding_rules=self.keep_sharding_rules)
+    strategy: ClassVar[str] = "user-priority"

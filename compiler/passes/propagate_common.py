@@ -1,0 +1,41 @@
+"""What the four standalone propagation passes share: their options and ``run``.
+
+``shardc-basic-propagate``, ``-aggressive-``, ``-op-priority-`` and
+``-user-priority-propagate`` differ only in the strategy they hand to the one
+generic engine (``shardc.compiler.propagation.propagate``); this base holds
+the rest. It is not a pass itself and is not in ``ALL_PASSES``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from jaxlib.mlir import ir
+
+from shardc.compiler.pass_base import ModulePass, option
+from shardc.compiler.propagation import propagate
+from shardc.compiler.propagation.preconditions import require_mesh_symbols
+
+
+@dataclass(frozen=True)
+class PropagatePassBase(ModulePass):
+    """Shared options and run of the propagation passes (subclasses set ``strategy``)."""
+
+    strategy: ClassVar[str] = ""
+
+    conservative_propagation: bool = option(
+        False, help="use conservative rules and never propagate sub-axes")
+    keep_sharding_rules: bool = option(
+        False, help="keep the sdy.sharding_rule attribute of every visited op")
+
+    def strategy_name(self) -> str:
+        """The engine strategy this pass runs."""
+        return self.strategy
+
+    def run(self, module: ir.Operation) -> None:
+        """Propagate through ``module``."""
+        require_mesh_symbols(module, self.name)
+        propagate(module, strategy=self.strategy_name(),
+                  conservative=self.conservative_propagation,
+                  keep_sharding_rules=self.keep_sharding_rules)
