@@ -9,6 +9,11 @@ else ``None`` after warning once per op name. Results are cached per distinct
 (concatenate, dynamic_update_slice, scatter, custom_call X64Combine) also read
 the ops around the op, so those facts are part of the key.
 
+One deliberate difference from Shardy: CHLO's elementwise ops (``chlo.erf``,
+``chlo.square``...) get the pointwise rule (``elementwise.CHLO_POINTWISE_OPS``).
+Shardy has none for them, but under ``jax.jit`` it never sees them, because
+XLA decomposes CHLO into StableHLO first; shardc propagates before that.
+
 Adding a rule for a new op
 ==========================
 
@@ -34,6 +39,7 @@ from collections.abc import Callable, Hashable
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.sharding import user_rules
 from shardc.compiler.sharding.rule import OpShardingRule
 from shardc.compiler.sharding.rules import (
     collective,
@@ -53,6 +59,7 @@ SHARDING_RULE_ATTR = "sdy.sharding_rule"
 
 RULES: dict[str, RuleFn] = {
     **{name: elementwise.pointwise for name in elementwise.POINTWISE_OPS},
+    **{name: elementwise.pointwise for name in elementwise.CHLO_POINTWISE_OPS},
     "stablehlo.all_gather": collective.all_gather,
     "stablehlo.all_to_all": collective.all_to_all,
     "stablehlo.batch_norm_inference": linalg.batch_norm_inference,
@@ -190,6 +197,10 @@ def _warn_once(key: str, message: str) -> None:
 def compute_rule(op: ir.Operation, conservative: bool = False) -> OpShardingRule | None:
     """Compute ``op``'s rule from the registry alone (no attached rule, no cache)."""
     name = op.name
+    if name == "stablehlo.custom_call":  # rules users registered come first (user_rules)
+        registered = user_rules.user_rule(op)
+        if registered is not None:
+            return registered
     if name in RULES:
         if name == "stablehlo.custom_call" and not custom_call.is_known_target(op):
             target = custom_call.target_name(op)

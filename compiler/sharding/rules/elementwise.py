@@ -65,6 +65,22 @@ POINTWISE_OPS: tuple[str, ...] = (
     "stablehlo.xor",
 )
 
+# CHLO's same-shape elementwise ops; alphabetical. Shardy's registry has no
+# rule for them (it warns and stops there), but under jax.jit Shardy never sees
+# them: XLA decomposes CHLO into StableHLO elementwise ops before its own
+# propagation. shardc propagates before that decomposition, so it gives them
+# the pointwise rule their decomposition has; otherwise a `jnp.square` or an
+# `erf` in a GELU would stop shardc's propagation where jax.jit's goes on.
+# (The chlo.broadcast_* ops broadcast implicitly and are not listed.)
+CHLO_POINTWISE_OPS: tuple[str, ...] = tuple(
+    f"chlo.{name}"
+    for name in (
+        "acos", "acosh", "asin", "asinh", "atan", "atanh", "bessel_i1e", "conj", "cosh",
+        "digamma", "erf", "erf_inv", "erfc", "is_inf", "is_neg_inf", "is_pos_inf", "lgamma",
+        "next_after", "polygamma", "sinh", "square", "tan", "zeta",
+    )
+)
+
 
 def pointwise(op: ir.Operation, conservative: bool = False) -> OpShardingRule | None:
     """``([i, j], [i, j])->([i, j])``: one pass-through factor per result dim."""
