@@ -21,3 +21,13 @@ def test_tour_output_is_current():
     assert len(outputs) == 2
     for expected in outputs:
         assert expected.strip() in run.stdout
+
+
+def test_command_line_example_is_current():
+    text = README.read_text()
+    block = re.search(r"```console\n\$ (shardc-opt [^\n]*)\n(.*?)```", text, re.S)
+    command, expected = block.group(1), block.group(2)
+    run = subprocess.run(command.split(), capture_output=True, text=True, timeout=120,
+                         cwd=README.parent)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr + run.stdout == expected
