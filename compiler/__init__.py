@@ -13,6 +13,8 @@ _LAZY = {
     "jit": "shardc.compiler.api",
     "Lowered": "shardc.compiler.api",
     "JitFunction": "shardc.compiler.api",
+    "register_sharding_rule": "shardc.compiler.sharding.user_rules",
+    "StrictModeError": "shardc.compiler.checks.strict",
 }
 _ERRORS = "shardc.dialects.errors"
 

@@ -133,7 +133,7 @@ class Lowered:
         A program lowered for an ``AbstractMesh`` runs on ``device_assignment``
         when given, else on the first devices of the default backend.
         """
-        return compile_program(
+        compiled = compile_program(
             self.module,
             in_tree=self._in_tree,
             out_tree=self._out_tree,
@@ -145,6 +145,8 @@ class Lowered:
             host_callbacks=self._host_callbacks,
             keepalive=self._keepalive,
         )
+        compiled.reference = getattr(self, "reference", None)  # for Compiled.verify
+        return compiled
 
     def check(self, *, raise_on_error: bool = False, **options: Any) -> list:
         """Run the sharding checks; see ``shardc.compiler.checks.lowered.check_lowered``."""
@@ -157,6 +159,21 @@ class Lowered:
         from shardc.compiler.cost.propagated import predict_collectives
 
         return predict_collectives(self.module)
+
+    # -- explain (issue 11): thin layers over shardc.compiler.explain ---------
+    def explain(self, **filters: Any) -> Any:
+        """Why each value is sharded as it is (an ``ExplainTable``); ``filters`` as its ``filter``."""
+        from shardc.compiler.explain import explain
+
+        table = explain(self.module, user_args=[a.sharding is not None for a in self._args],
+                        user_results=[r.sharding is not None for r in self._results])
+        return table.filter(**filters) if filters else table
+
+    def memory_estimate(self) -> Any:
+        """Per-device bytes of arguments, outputs and temporaries before compiling."""
+        from shardc.compiler.explain import memory_estimate
+
+        return memory_estimate(self.module)
 
 
 class JitFunction:
@@ -173,9 +190,11 @@ class JitFunction:
         donate_argnums: Sequence[int],
         mesh: AnyMesh | None,
         propagate: bool,
+        strict: Any = False,
     ) -> None:
         self.fun = fun
         self.propagate = propagate
+        self.strict = strict  # bool or shardc.compiler.checks.strict.StrictOptions
         # `lower(..., propagate=False)` is ours unless the function itself takes
         # a parameter of that name.
         self._lower_takes_propagate = "propagate" not in _parameter_names(fun)
@@ -290,7 +309,13 @@ class JitFunction:
         static = StaticArguments(
             self._static_positions(len(args)), static_args, tuple(sorted(static_kwargs.items()))
         )
-        return key, self._make_lowered(cached, in_tree, arg_leaves, mesh, static)
+        lowered = self._make_lowered(cached, in_tree, arg_leaves, mesh, static)
+        lowered.reference = self._jax_jit  # the unsharded program, for Compiled.verify
+        if self.strict:
+            from shardc.compiler.checks.strict import check_strict
+
+            check_strict(lowered.module, self.strict)
+        return key, lowered
 
     # -- steps ---------------------------------------------------------------
 
@@ -458,6 +483,7 @@ def jit(
     donate_argnums: int | Sequence[int] = (),
     mesh: AnyMesh | None = None,
     propagate: bool = True,
+    strict: Any = False,
 ) -> JitFunction:
     """Prepare ``fun`` for lowering with shardc.
 
@@ -467,6 +493,9 @@ def jit(
     (unspecified: an argument then follows its data's sharding).
     ``propagate`` runs shardc's propagation pipeline on every lowering (the
     default), so the module fixes every value's sharding before XLA sees it.
+    ``strict`` (``True`` or a ``checks.strict.StrictOptions``) turns what shardc
+    would do silently (padding, replicating around ops without a rule, implicit
+    reshards) into a ``StrictModeError`` at the user's source line.
     """
     if not callable(fun):
         raise InvalidArgumentError(f"jit expects a callable, got {type(fun).__name__}")
@@ -479,6 +508,7 @@ def jit(
         donate_argnums=_as_tuple(donate_argnums),
         mesh=mesh,
         propagate=propagate,
+        strict=strict,
     )
 
 

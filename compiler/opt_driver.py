@@ -55,6 +55,8 @@ class OptConfig:
     print_ir_after_all: bool = False
     allow_unregistered_dialect: bool = False
     comm_report: bool = False
+    explain: bool = False
+    strict: bool = False
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,14 @@ def process_chunk(chunk: Chunk, context: ir.Context, config: OptConfig) -> Chunk
         from shardc.compiler.cost.report import comm_report
 
         output += "".join(f"// {line}\n" for line in comm_report(module).format_text().splitlines())
+    if output is not None and config.explain:
+        from shardc.compiler.explain import explain
+
+        output += "".join(f"// {line}\n" for line in explain(module).format_text().splitlines())
+    if output is not None and config.strict:
+        from shardc.compiler.checks.strict import strict_diagnostics
+
+        sink.diagnostics.extend(d.to_diagnostic() for d in strict_diagnostics(module))
     return ChunkResult(output, tuple(sink.diagnostics), failed)
 
 

@@ -190,6 +190,23 @@ class Compiled:
         """XLA's cost estimate: flops, transcendentals, bytes accessed."""
         return dict(self._executable.cost_analysis())
 
+    # The unsharded program (``jax.jit`` of the function), set by ``Lowered.compile``.
+    reference: Any = None
+
+    def verify(self, *args: Any, rtol: float = 1e-5, atol: float = 1e-5,
+               reference: Any = None, **kwargs: Any) -> Any:
+        """Run sharded and unsharded on the same inputs; raise above tolerance.
+
+        Returns a ``shardc.runtime.verify.VerifyReport`` (max abs/rel difference
+        per output); ``reference`` overrides the unsharded program.
+        """
+        from shardc.runtime.verify import verify
+
+        reference = reference or self.reference
+        if reference is None:
+            raise InvalidArgumentError("no unsharded reference: pass reference=")
+        return verify(self, reference, args, kwargs, rtol=rtol, atol=atol)
+
     def collectives(self) -> dict[str, collectives.CollectiveSummary]:
         """Count and bytes per device of each collective kind in the partitioned HLO."""
         return collectives.summarize(collectives.find_collectives(self.as_text()))

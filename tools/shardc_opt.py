@@ -33,6 +33,8 @@ _SWITCHES = (
     "mlir-print-ir-after-all",
     "allow-unregistered-dialect",
     "comm-report",
+    "explain",
+    "strict",
 )
 
 
@@ -100,6 +102,12 @@ def make_parser() -> argparse.ArgumentParser:
                         help="accept operations of unregistered dialects")
     parser.add_argument("--comm-report", action="store_true",
                         help="after the passes, append the predicted collectives as // comments")
+    parser.add_argument("--explain", action="store_true",
+                        help="after the passes, append the explain table (per value: sharding, "
+                             "shard bytes, origin, collectives) as // comments")
+    parser.add_argument("--strict", action="store_true",
+                        help="after the passes, report padding, ops without a sharding rule "
+                             "and implicit reshards as errors")
     return parser
 
 
@@ -154,6 +162,8 @@ def _run(argv: Sequence[str]) -> int:
         print_ir_after_all=args.mlir_print_ir_after_all,
         allow_unregistered_dialect=args.allow_unregistered_dialect,
         comm_report=args.comm_report,
+        explain=args.explain,
+        strict=args.strict,
     )
     try:
         if args.input == "-":

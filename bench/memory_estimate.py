@@ -1,0 +1,132 @@
+"""Per-device memory estimated before compiling (``Lowered.memory_estimate()``) against XLA.
+
+For every program of ``bench/models``: lower with shardc, estimate arguments,
+outputs and the live peak of temporaries from the propagated module, compile,
+and compare with ``Compiled.memory_analysis()``. Prints a table and JSON with
+the ratio estimate / XLA per field; a program whose total is off by more than
+``TOLERANCE`` must have an entry in ``EXPLAINED`` saying why.
+Run: ``python bench/memory_estimate.py [--size small|large] [--json out.json] [names...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import sys
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import shardc.compiler as sc  # noqa: E402
+from bench.models import REGISTRY, make_programs  # noqa: E402
+from bench.models.program import Program  # noqa: E402
+
+TOLERANCE = 0.10
+# Arguments match exactly and outputs to XLA's output tuple; the temporaries
+# differ where XLA's fusion and buffer reuse differ from the liveness model.
+EXPLAINED: dict[str, str] = {
+    # Each gap names what the liveness model does; the XLA side is a hypothesis
+    # from the program's structure, not read from XLA's buffer assignment.
+    "mlp_data_parallel": "backward pass: temp 0.54x; the model frees forward activations at "
+                         "their last use and fuses transposes, XLA likely keeps more unfused",
+    "fsdp_train_step": "backward pass with all-gathered weights: temp 0.38x; the model counts "
+                       "one gathered buffer per consumer, XLA likely keeps gathered weights "
+                       "and their transposes live together",
+    "conv_net": "convolutions: temp 0.39x; the model counts only the convolution's result, "
+                "XLA's CPU convolution likely adds padded-input scratch buffers",
+    "scan_rnn": "while loop: temp 3.8x; the model adds the loop body's unfused peak on top "
+                "of the carries, XLA fuses the body and updates carries in place",
+    "shard_map_pipeline": "manual computation: temp 2.75x; the model keeps every stage's "
+                          "values live through the unrolled body, XLA reuses them",
+    "abstract_mesh_constraint": "explicit reshard: temp 0.11x; the model counts "
+                                "sharding_constraint/reshard as free, XLA allocates the "
+                                "resharded copy",
+}
+FIELDS = ("argument", "output", "temp", "total")
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One program: estimated and measured bytes per device per field."""
+
+    name: str
+    estimate: dict[str, int]
+    xla: dict[str, int]
+
+    def ratio(self, field: str) -> float | None:
+        """Estimate over XLA for ``field`` (1.0 when both are zero)."""
+        mine, theirs = self.estimate[field], self.xla[field]
+        return mine / theirs if theirs else (1.0 if mine == 0 else None)
+
+    @property
+    def within_tolerance(self) -> bool:
+        """Whether the totals agree to ``TOLERANCE``."""
+        ratio = self.ratio("total")
+        return ratio is not None and abs(ratio - 1.0) <= TOLERANCE
+
+
+def lower(program: Program):
+    """Lower a benchmark program with shardc (propagation on, as ``jit`` does)."""
+    jitted = sc.jit(program.fun, in_shardings=program.in_shardings,
+                    out_shardings=program.out_shardings)
+    return jitted.lower(*program.args)
+
+
+def compare(program: Program) -> Row:
+    """Estimate, compile and compare one program."""
+    lowered = lower(program)
+    estimate = lowered.memory_estimate()
+    stats = lowered.compile().memory_analysis()
+    mine = {"argument": estimate.argument_bytes, "output": estimate.output_bytes,
+            "temp": estimate.temp_bytes, "total": estimate.total_bytes}
+    theirs = {"argument": stats.argument_size_in_bytes, "output": stats.output_size_in_bytes,
+              "temp": stats.temp_size_in_bytes}
+    theirs["total"] = sum(theirs.values())
+    return Row(program.name, mine, theirs)
+
+
+def format_table(rows: list[Row]) -> str:
+    """Aligned table: per field estimate/XLA bytes and ratio, then the explanation."""
+    head = f"{'program':<26}" + "".join(f"{f + ' est/xla':>24} {'ratio':>6}" for f in FIELDS)
+    lines = [head]
+    for row in rows:
+        cells = "".join(
+            f"{row.estimate[f]:>11}/{row.xla[f]:<12} {_ratio(row.ratio(f)):>6}" for f in FIELDS)
+        lines.append(f"{row.name:<26}{cells}")
+        if not row.within_tolerance:
+            lines.append(f"{'':<26}gap: {EXPLAINED.get(row.name, 'UNEXPLAINED')}")
+    return "\n".join(lines) + "\n"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def to_json(rows: list[Row]) -> str:
+    """Rows as JSON with ratios and explanations."""
+    return json.dumps([{**dataclasses.asdict(row),
+                        "ratio": {f: row.ratio(f) for f in FIELDS},
+                        "within_tolerance": row.within_tolerance,
+                        "explanation": EXPLAINED.get(row.name)} for row in rows], indent=1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: print the table, optionally write JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help=f"programs (default all: {sorted(REGISTRY)})")
+    parser.add_argument("--size", default="small", choices=("small", "large"))
+    parser.add_argument("--json", help="write the rows as JSON to this file")
+    args = parser.parse_args(argv)
+    rows = [compare(p) for p in make_programs(args.size, args.names or None)]
+    sys.stdout.write(format_table(rows))
+    if args.json:
+        pathlib.Path(args.json).write_text(to_json(rows))
+    unexplained = [r.name for r in rows if not r.within_tolerance and r.name not in EXPLAINED]
+    return 1 if unexplained else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Explain and inspect: why every tensor is sharded as it is, and what it costs.
+
+``explain(module)`` returns an ``ExplainTable`` (``table``): one row per value
+with its op and source line, shape, final sharding, per-device shard shape and
+bytes, the user sharding each mesh axis came from (``origins``) and the
+collectives its consumers need; as text, JSON or one HTML page (``html``).
+``memory_estimate(module)`` (``memory``) adds up per-device bytes of
+arguments, outputs and the live peak of intermediates before anything is
+compiled. ``grid`` draws which device holds which shard, for module values
+and for ``jax.Array``s. ``Lowered.explain()`` / ``Lowered.memory_estimate()``
+and ``shardc-opt --explain`` are thin layers over these functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from jaxlib.mlir import ir
+
+from shardc.compiler.explain.grid import ShardGrid, grid_of_array, grid_of_sharding, visualize
+from shardc.compiler.explain.memory import MemoryEstimate, estimate_memory
+from shardc.compiler.explain.table import CollectiveNeed, ExplainRow, ExplainTable, build_table
+
+
+def explain(module: ir.Module | ir.Operation, *, propagate: bool = True,
+            user_args: Sequence[bool] | None = None,
+            user_results: Sequence[bool] | None = None) -> ExplainTable:
+    """The explain table of ``module`` (unchanged).
+
+    With ``propagate`` shardc's propagation runs on a copy first, as for
+    ``Lowered.comm_report()``. ``user_args`` / ``user_results`` say which
+    arguments and results of the main function the user sharded (default:
+    those with a sharding in ``module`` as given).
+    """
+    operation = module.operation
+    target = operation
+    if propagate:
+        from shardc.compiler.cost.propagated import propagated_copy
+
+        target = propagated_copy(operation, export=False)
+    return build_table(target, user_args=user_args, user_results=user_results,
+                       seeds_from=operation)
+
+
+def memory_estimate(module: ir.Module | ir.Operation, *, propagate: bool = True) -> MemoryEstimate:
+    """Per-device bytes of ``module`` before compiling (see ``memory``)."""
+    operation = module.operation
+    if propagate:
+        from shardc.compiler.cost.propagated import propagated_copy
+
+        operation = propagated_copy(operation, export=False)
+    return estimate_memory(operation)
+
+
+__all__ = [
+    "CollectiveNeed",
+    "ExplainRow",
+    "ExplainTable",
+    "MemoryEstimate",
+    "ShardGrid",
+    "estimate_memory",
+    "explain",
+    "grid_of_array",
+    "grid_of_sharding",
+    "memory_estimate",
+    "visualize",
+]
