@@ -28,9 +28,9 @@ func.func @conservative_slice(%arg0: tensor<8x4xf32>) -> tensor<4x4xf32> {
 
 // Ops unknown to the registry are left alone, with a warning.
 // CHECK-LABEL: func @unknown_op(
-// CHECK: chlo.erf_inv %arg0 : tensor<8xf32> -> tensor<8xf32>{{$}}
+// CHECK: chlo.broadcast_add %arg0, %arg0 : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>{{$}}
 func.func @unknown_op(%arg0: tensor<8xf32>) -> tensor<8xf32> {
-  // expected-warning @+1 {{op 'chlo.erf_inv' is unknown to the shardc sharding rule registry}}
-  %0 = chlo.erf_inv %arg0 : tensor<8xf32> -> tensor<8xf32>
+  // expected-warning @+1 {{op 'chlo.broadcast_add' is unknown to the shardc sharding rule registry}}
+  %0 = chlo.broadcast_add %arg0, %arg0 : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
   return %0 : tensor<8xf32>
 }
