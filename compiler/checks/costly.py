@@ -78,10 +78,15 @@ def _implicit_reshards(values: ModuleValues, threshold: int) -> list[ShardingDia
                 continue
             axes = ", ".join(f'"{a}"' for a in entry.axes)
             found.append(at(values.graph.ops[op], "implicit-reshard", Severity.WARNING,
-                            f"implicit reshard: {entry.tensor} needs an {entry.kind} over "
+                            f"implicit reshard: {entry.tensor} needs {_article(entry.kind)} "
+                            f"{entry.kind} over "
                             f"{axes}, {entry.bytes_per_device} bytes per device "
                             f"({entry.reason})"))
     return found
+
+
+def _article(kind: str) -> str:
+    return "an" if kind[0] in "aeiou" else "a"
 
 
 def _global_bytes(values: ModuleValues, value: int) -> int:

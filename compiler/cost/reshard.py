@@ -1,17 +1,23 @@
 """Which collectives a reshard needs, as XLA's SPMD partitioner emits them on CPU.
 
-``reshard_collectives(shape, element_bytes, src, dst)`` compares two tensor
-shardings dimension by dimension and predicts the collectives XLA inserts to
-go from one to the other (cost-aware-sharding.md, section 2): nothing when
-``dst`` only adds axes (a free dynamic-slice); a collective-permute when
-both tile the tensor the same way over different axes; an all-to-all when
-axes move from one dimension to another; otherwise all-gathers, one per
-dimension (minor-most first), over every axis ``src`` has and ``dst`` does not
-keep. Bytes are per device, counted as
-``shardc.runtime.collectives`` counts XLA's instructions: the larger side of
-each collective (the gathered result of an all-gather, the shard of an
-all-to-all or collective-permute, the buffer of an all-reduce), with
-uneven dimensions padded to a multiple of their shard count.
+``reshard_collectives(shape, element_bytes, src, dst, mesh)`` turns both
+shardings into XLA tile assignments (shard count per dimension, replication
+count, device array on the mesh's iota device order) and follows
+``PartitionedHlo::ReshardNoCache`` (docs/cost-model.md): same tiling on other
+devices -> collective-permute; shard counts redistributed between dimensions
+-> one all-to-all per (source, target) pair, or one for a merge/split of two
+dimensions, then a collective-permute if the device order still differs;
+``dst`` refines ``src`` -> free dynamic-slice (a collective-permute when the
+devices do not line up); ``dst`` partially replicated -> all-gathers of the
+dimensions it shards more coarsely (collective-permute first when the
+gathered groups are not ``dst``'s); otherwise replicate: one all-gather per
+dimension, minor-most first, over padded shards that stay padded, or an
+all-reduce for a dimension no bigger than half its shard count. Bytes are
+per device, counted as ``shardc.runtime.collectives`` counts XLA's
+instructions (the larger side: the gathered result, the padded all-to-all
+buffer, the permuted shard, the all-reduce buffer); bf16 counts 4 bytes per
+element on CPU, where XLA upcasts collectives to f32. Validated by
+test/python/test_cost_model_table.py (bench/cost_model.py).
 """
 
 from __future__ import annotations
@@ -65,11 +71,260 @@ def _names(axes: Sequence[AxisRef]) -> tuple[str, ...]:
     return tuple(str(a).strip('"') for a in axes)
 
 
-def _common_prefix(a: Sequence[AxisRef], b: Sequence[AxisRef]) -> int:
-    k = 0
-    while k < len(a) and k < len(b) and a[k] == b[k]:
-        k += 1
-    return k
+MeshAxes = Sequence[tuple[str, int]]
+
+
+def collective_element_bytes(element_bytes: int, dtype: str | None, backend: str = "cpu") -> int:
+    """Bytes per element inside a collective: XLA:CPU upcasts bf16 collectives to f32."""
+    if backend == "cpu" and dtype == "bf16":
+        return 4
+    return element_bytes
+
+
+def _mesh_axes(mesh, src: TensorSharding | None, dst: TensorSharding | None) -> list[tuple]:
+    """The mesh's axes, major to minor: from ``mesh`` (a ``MeshInfo`` or (name, size)
+    pairs), else the axes the two shardings name, in order of first appearance."""
+    if mesh is not None and hasattr(mesh, "sizes"):
+        return sorted(mesh.sizes.items(), key=lambda item: mesh.order[item[0]])
+    if mesh is not None:
+        return list(mesh)
+    seen: dict[str, int] = {}
+    for sharding in (src, dst):
+        if sharding is None:
+            continue
+        for dim in sharding.dims:
+            for axis in dim.axes:
+                seen.setdefault(axis.name, axis.total)
+    return list(seen.items())
+
+
+@dataclass(frozen=True)
+class _Tiling:
+    """An HLO sharding: shard count per dimension, replication count, device array.
+
+    ``devices`` has shape ``counts + (replication,)``: entry ``[i, ..., r]``
+    is the device holding tile ``(i, ...)`` (its ``r``-th replica), as in
+    XLA's ``tile_assignment`` with ``last_tile_dim_replicate``.
+    """
+
+    counts: tuple[int, ...]
+    replication: int
+    devices: tuple  # nested tuples (hashable); see ``array``
+
+    @property
+    def array(self):
+        import numpy as np
+        return np.array(self.devices).reshape(self.counts + (self.replication,))
+
+    @property
+    def tiles(self) -> int:
+        return prod(self.counts)
+
+    def coords(self) -> dict[int, tuple[int, ...]]:
+        """Each device's tile coordinates."""
+        import numpy as np
+        array = self.array
+        out = {}
+        for index in np.ndindex(array.shape):
+            out[int(array[index])] = tuple(index[:-1])
+        return out
+
+
+def _tiling(sharding: TensorSharding | None, rank: int, axes: list[tuple]) -> _Tiling:
+    """XLA's tile assignment for ``sharding`` on a mesh of ``axes`` (devices in iota order)."""
+    import numpy as np
+    per_dim = dim_axes(sharding, rank)
+    # Split every mesh axis into the sub-axes any dimension uses (major to minor).
+    cuts: dict[str, set[int]] = {name: {1, size} for name, size in axes}
+    for dim in per_dim:
+        for ref in dim:
+            if ref.name in cuts:
+                cuts[ref.name] |= {ref.pre, ref.pre * ref.size}
+    pieces: list[tuple[str, int, int]] = []  # (axis, pre, size) major to minor
+    for name, size in axes:
+        points = sorted(cuts[name])
+        for lo, hi in zip(points, points[1:]):
+            pieces.append((name, lo, hi // lo))
+    array = np.arange(prod(size for _, size in axes)).reshape(
+        [size for _, _, size in pieces] or [1])
+    order: list[int] = []
+    counts = []
+    for dim in per_dim:
+        count = 1
+        for ref in dim:
+            for k, (name, pre, size) in enumerate(pieces):
+                if (name == ref.name and ref.pre <= pre and pre * size <= ref.pre * ref.size
+                        and k not in order):  # an axis named twice counts once
+                    order.append(k)
+                    count *= size
+        counts.append(count)
+    rest = [k for k in range(len(pieces)) if k not in order]
+    array = array.transpose(order + rest) if pieces else array
+    replication = prod(pieces[k][2] for k in rest) if rest else 1
+    array = array.reshape(tuple(counts) + (replication,))
+    return _Tiling(tuple(counts), replication, tuple(array.flatten().tolist()))
+
+
+def _local(shape: Sequence[int], counts: Sequence[int]) -> list[int]:
+    return [-(-size // n) for size, n in zip(shape, counts)]
+
+
+def _bytes(local: Sequence[int], element_bytes: int) -> int:
+    return element_bytes * prod(local)
+
+
+def _all_to_all_pairs(src: _Tiling, dst: _Tiling) -> list[tuple[int, int]] | None:
+    """XLA's ``GetReshardAllToAllSourceTargetDims`` over the data dimensions."""
+    if src.replication != dst.replication or src.tiles != dst.tiles:
+        return None
+    source: dict[int, list[int]] = {}
+    target: dict[int, list[int]] = {}
+    for i, (a, b) in enumerate(zip(src.counts, dst.counts)):
+        if a != b:
+            source.setdefault(a, []).append(i)
+            target.setdefault(b, []).append(i)
+    if not source or sorted((k, len(v)) for k, v in source.items()) != sorted(
+            (k, len(v)) for k, v in target.items()):
+        return None
+
+    def remove(size, dim, table):
+        table[size] = [d for d in table[size] if d != dim]
+        if not table[size]:
+            del table[size]
+
+    result = []
+    while source:
+        size = min(source)
+        i = source[size][-1]
+        want = dst.counts[i]
+        if want == size:
+            remove(size, i, source)
+            remove(size, i, target)
+            continue
+        candidates = source.get(want)
+        if not candidates:
+            return None
+        j = candidates[0]
+        if size == 1:
+            for c in candidates:
+                j = c
+                if dst.counts[c] != 1:
+                    break
+        elif want % size == 0:
+            for c in candidates:
+                j = c
+                if dst.counts[c] == size:
+                    break
+        else:
+            return None
+        result.append((j, i))
+        remove(want, i, target)
+        source[size][-1] = j
+        remove(want, j, source)
+    return result
+
+
+def _swap(tiling: _Tiling, source: int, target: int, group: int | None = None) -> _Tiling:
+    """The sharding after one all-to-all from ``source`` to ``target`` (XLA's
+    ``GetAllToAllSharding``): the minor part of the source dimension's devices
+    becomes the minor part of the target dimension."""
+    if group is None:
+        group = tiling.counts[source] // tiling.counts[target]
+    array = tiling.array
+    shape = list(array.shape)
+    split = shape[:source] + [shape[source] // group, group] + shape[source + 1:]
+    array = array.reshape(split)
+    # axes of `split`: dims before source, (source major, source minor), dims after
+    index = list(range(len(split)))
+    minor = source + 1
+    t = target if target < source else target + 1
+    order = [k for k in index if k != minor]
+    order.insert(order.index(t) + 1, minor)
+    moved = array.transpose(order)
+    counts = list(tiling.counts)
+    counts[source] //= group
+    counts[target] *= group
+    moved = moved.reshape(tuple(counts) + (tiling.replication,))
+    return _Tiling(tuple(counts), tiling.replication, tuple(moved.flatten().tolist()))
+
+
+def _nested(inner: _Tiling, outer: _Tiling) -> bool:
+    """Whether every device's ``inner`` tile lies inside its ``outer`` tile."""
+    if any(i % o for i, o in zip(inner.counts, outer.counts)):
+        return False
+    outer_at = outer.coords()
+    for device, coords in inner.coords().items():
+        mine = outer_at[device]
+        for c, o, i_count, o_count in zip(coords, mine, inner.counts, outer.counts):
+            if c // (i_count // o_count) != o:
+                return False
+    return True
+
+
+def _replicate(shape, element_bytes, counts, names) -> list[Collective]:
+    """XLA's ``Replicate``: each sharded dimension, minor-most first, is gathered
+    (padded shards); a dimension no bigger than half its shard count is
+    rebuilt with dynamic-update-slice into zeros plus an all-reduce."""
+    out = []
+    local = _local(shape, counts)
+    for d in reversed(range(len(shape))):
+        n = counts[d]
+        if n == 1:
+            continue
+        if shape[d] * 2 <= n:
+            local[d] = shape[d]
+            out.append(Collective(ALL_REDUCE, names[d], _bytes(local, element_bytes)))
+        else:
+            local[d] *= n  # padded shards stay padded until the final slice
+            out.append(Collective(ALL_GATHER, names[d], _bytes(local, element_bytes)))
+    return out
+
+
+def _merge_or_split(a: _Tiling, b: _Tiling) -> tuple[int, int, int] | None:
+    """XLA's merge/split patterns: two dimensions differ, the source dimension's
+    count shrinks by ``group`` and the target's grows by it (one all-to-all)."""
+    if a.replication != b.replication or a.tiles != b.tiles:
+        return None
+    diff = [i for i, (x, y) in enumerate(zip(a.counts, b.counts)) if x != y]
+    if len(diff) != 2:
+        return None
+    for source, target in (diff, diff[::-1]):
+        x, y = a.counts[source], b.counts[source]
+        if y < x and x % y == 0 and b.counts[target] == a.counts[target] * (x // y):
+            return source, target, x // y
+    return None
+
+
+def _coarsen(a: _Tiling, keep: Sequence[int]) -> _Tiling | None:
+    """``a`` with each dimension's count cut to ``keep`` (the major part kept,
+    the rest replicated), as after an all-gather over the minor part."""
+    array = a.array
+    split = []
+    for count, k in zip(a.counts, keep):
+        split += [k, count // k]
+    array = array.reshape(split + [a.replication])
+    rank = len(keep)
+    order = [2 * i for i in range(rank)] + [2 * i + 1 for i in range(rank)] + [2 * rank]
+    array = array.transpose(order).reshape(tuple(keep) + (-1,))
+    return _Tiling(tuple(keep), array.shape[-1], tuple(array.flatten().tolist()))
+
+
+def _gather(shape, element_bytes, counts, keep, names) -> list[Collective]:
+    """All-gathers (or the all-reduce of tiny dimensions) from ``counts`` to ``keep``."""
+    out = []
+    counts = list(counts)
+    local = _local(shape, counts)
+    for d in reversed(range(len(shape))):
+        if counts[d] == keep[d]:
+            continue
+        if keep[d] == 1 and shape[d] * 2 <= counts[d]:
+            local[d] = shape[d]
+            out.append(Collective(ALL_REDUCE, names[d], _bytes(local, element_bytes)))
+        else:
+            local[d] *= counts[d] // keep[d]
+            out.append(Collective(ALL_GATHER, names[d], _bytes(local, element_bytes)))
+        counts[d] = keep[d]
+    return out
 
 
 def reshard_collectives(
@@ -77,49 +332,84 @@ def reshard_collectives(
     element_bytes: int,
     src: TensorSharding | None,
     dst: TensorSharding | None,
+    mesh=None,
+    *,
+    dtype: str | None = None,
+    backend: str = "cpu",
 ) -> list[Collective]:
-    """The collectives that turn a ``src``-sharded tensor into a ``dst``-sharded one."""
+    """The collectives that turn a ``src``-sharded tensor into a ``dst``-sharded one.
+
+    Follows ``PartitionedHlo::ReshardNoCache`` (cost-model.md): equal tilings
+    on other devices -> collective-permute; shard counts redistributed
+    between dimensions -> all-to-all per (source, target) pair, then a
+    collective-permute if the device order still differs; ``dst`` a
+    refinement of ``src`` -> free dynamic-slice (collective-permute when the
+    devices do not line up); ``src`` a refinement of ``dst`` -> all-gather
+    over the dropped tiles (collective-permute first when they do not line
+    up); otherwise replicate (all-gathers, minor-most dimension first) and
+    slice. ``mesh`` (a ``MeshInfo`` or (axis, size) pairs, major to minor)
+    fixes the device order; without it the axes the shardings name are used.
+    On CPU, XLA runs bf16 collectives in f32 (``dtype="bf16"`` counts 4 bytes
+    per element, as the compiled HLO shows).
+    """
+    element_bytes = collective_element_bytes(element_bytes, dtype, backend)
     rank = len(shape)
     before, after = dim_axes(src, rank), dim_axes(dst, rank)
     if before == after:
         return []
-    removed, added = [], []
-    for b, a in zip(before, after):
-        k = _common_prefix(b, a)
-        removed.append(tuple(b[k:]))
-        added.append(tuple(a[k:]))
-    if not any(removed):
-        return []  # dst only adds axes: every device slices its part, no communication
-    src_bytes = shard_bytes(shape, element_bytes, before)
-    if [size_product(d) for d in before] == [size_product(d) for d in after]:
-        return [Collective(COLLECTIVE_PERMUTE, _names(sum(removed, ())), src_bytes)]
-    moved = _moved_axes(removed, added)
-    out: list[Collective] = []
-    kept = [list(b) for b in before]
-    dropped = [axis for d, axes in enumerate(removed) for axis in axes if axis not in moved]
-    # XLA gathers one dimension at a time, the minor-most first, and gathers
-    # padded shards (a slice drops the padding afterwards).
-    local = shard_shape(shape, before)
-    for d in reversed(range(rank)):
-        gathered = [axis for axis in kept[d] if axis in dropped]
-        if gathered:
-            kept[d] = [axis for axis in kept[d] if axis not in dropped]
-            local[d] *= size_product(gathered)
-            out.append(Collective(ALL_GATHER, _names(gathered), element_bytes * prod(local)))
-    if moved:
-        out.append(Collective(ALL_TO_ALL, _names(moved), element_bytes * prod(local)))
-    return out
-
-
-def _moved_axes(removed: Sequence[Sequence[AxisRef]],
-                added: Sequence[Sequence[AxisRef]]) -> list[AxisRef]:
-    """Axes that leave one dimension and reappear in another (all-to-all material)."""
-    moved = []
-    for d, axes in enumerate(removed):
-        for axis in axes:
-            if any(axis in other for e, other in enumerate(added) if e != d):
-                moved.append(axis)
-    return moved
+    axes = _mesh_axes(mesh, src, dst)
+    a, b = _tiling(src, rank, axes), _tiling(dst, rank, axes)
+    if a == b:
+        return []
+    names = [_names(d) for d in before]
+    moved_names = _names([ax for d in before for ax in d])
+    if a.counts == b.counts and a.replication == b.replication:
+        return [Collective(COLLECTIVE_PERMUTE, moved_names,
+                           _bytes(_local(shape, a.counts), element_bytes))]
+    pairs = _all_to_all_pairs(a, b)
+    if pairs:
+        out = []
+        current = a
+        for source, target in pairs:
+            group = current.counts[source] // current.counts[target]
+            local = _local(shape, current.counts)
+            after_counts = list(current.counts)
+            after_counts[target] *= group
+            local[target] = -(-shape[target] // after_counts[target]) * group
+            out.append(Collective(ALL_TO_ALL, names[source], _bytes(local, element_bytes)))
+            current = _swap(current, source, target)
+        if current != b:
+            out.append(Collective(COLLECTIVE_PERMUTE, moved_names,
+                                  _bytes(_local(shape, b.counts), element_bytes)))
+        return out
+    merge = _merge_or_split(a, b)
+    if merge is not None:
+        source, target, group = merge
+        local = _local(shape, a.counts)
+        local[target] = -(-shape[target] // b.counts[target]) * group
+        out = [Collective(ALL_TO_ALL, names[source], _bytes(local, element_bytes))]
+        if _swap(a, source, target, group) != b:
+            out.append(Collective(COLLECTIVE_PERMUTE, moved_names,
+                                  _bytes(_local(shape, b.counts), element_bytes)))
+        return out
+    if b.tiles > a.tiles and all(y % x == 0 for x, y in zip(a.counts, b.counts)):
+        if _nested(b, a):
+            return []  # every device slices its part of what it holds
+        return [Collective(COLLECTIVE_PERMUTE, moved_names,
+                           _bytes(_local(shape, b.counts), element_bytes))]
+    if b.replication > 1:
+        # Gather the dimensions ``dst`` shards more coarsely (or along other
+        # factors), then slice what ``dst`` shards more finely.
+        keep = [x if y % x == 0 else y if x % y == 0 else 1
+                for x, y in zip(a.counts, b.counts)]
+        if all(x % k == 0 for x, k in zip(a.counts, keep)) and prod(keep) < a.tiles:
+            out = []
+            if not _nested(b, _coarsen(a, keep)):
+                # the gathered groups are not the devices ``dst`` groups: permute first
+                out.append(Collective(COLLECTIVE_PERMUTE, moved_names,
+                                      _bytes(_local(shape, a.counts), element_bytes)))
+            return out + _gather(shape, element_bytes, a.counts, keep, names)
+    return _replicate(shape, element_bytes, a.counts, names)
 
 
 def all_reduce(shape: Sequence[int], element_bytes: int,
