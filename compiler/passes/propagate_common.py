@@ -28,6 +28,8 @@ class PropagatePassBase(ModulePass):
         False, help="use conservative rules and never propagate sub-axes")
     keep_sharding_rules: bool = option(
         False, help="keep the sdy.sharding_rule attribute of every visited op")
+    debug_sharding_origins: bool = option(
+        False, help="save on each sharding which user sharding each axis came from")
 
     def strategy_name(self) -> str:
         """The engine strategy this pass runs."""
@@ -38,4 +40,5 @@ class PropagatePassBase(ModulePass):
         require_mesh_symbols(module, self.name)
         propagate(module, strategy=self.strategy_name(),
                   conservative=self.conservative_propagation,
-                  keep_sharding_rules=self.keep_sharding_rules)
+                  keep_sharding_rules=self.keep_sharding_rules,
+                  debug_sharding_origins=self.debug_sharding_origins)

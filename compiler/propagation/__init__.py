@@ -14,6 +14,29 @@ changes back once. Plans:
 ``op-priority``          five aggressive runs, heuristics h0..h4 (spec 5)
 ``user-priority``        priority rounds (spec 6), each an op-priority plan
 =======================  ====================================================
+
+Sharding origins (Shardy's ``debug-sharding-origins``, ``origins.py``):
+``propagate(..., debug_sharding_origins=True)`` writes the attributes the
+native passes write (``sdy.sharding_origins`` on func argument/result dicts,
+``sdy.sharding_constraint``/``sdy.data_flow_edge`` ops as a dictionary and on
+other ops as an array with one dictionary per result; ``sdy.sharding_origin_name``
+on constraints and manual computations). ``propagate(..., record_origins=True)``
+returns a ``ShardingOrigins`` instead of None, with no attribute to parse::
+
+    origins = propagate(module, strategy="basic", record_origins=True)
+    origins.args[0]        # main func argument 0: {"x": "self", "y": ("output", 0)}
+    origins.results[0]     # main func result 0
+    origins.funcs["f"].args[1]
+    origins.of_op(op, 0)   # result 0 of an ir.Operation (or origins.ops[(op, 0)])
+
+Each maps an axis key (``"x"``, or ``"x:(1)2"`` for a sub-axis) to
+``"self"`` (the value's own user sharding), ``("input", n)`` (func argument
+n), ``("output", n)`` (func result n), ``("constraint", "constraint_k")``
+(the k-th ``sdy.sharding_constraint`` in program order) or
+``("manual_input"|"manual_output", "mc_k", n)`` (the k-th manual
+computation's in/out sharding n). Exactly the values Shardy annotates appear;
+both forms come from one computation, so they always agree. Recording only
+reads shardings after each step: results and the step memo are unchanged.
 """
 
 from __future__ import annotations
@@ -33,6 +56,7 @@ from shardc.compiler.propagation.factor_propagation import (
 from shardc.compiler.propagation.graph import PropagationGraph
 from shardc.compiler.propagation.groups import sharding_groups, split_conflicts
 from shardc.compiler.propagation.ir_access import ShardingStore
+from shardc.compiler.propagation.origins import OriginRecorder, ShardingOrigins
 from shardc.compiler.propagation.user_priority import user_priority_propagate
 
 
@@ -82,8 +106,14 @@ def propagate(
     strategy: str = "basic",
     conservative: bool = False,
     keep_sharding_rules: bool = False,
-) -> None:
-    """Propagate shardings through ``module`` in place, as Shardy's pass would."""
+    debug_sharding_origins: bool = False,
+    record_origins: bool = False,
+) -> ShardingOrigins | None:
+    """Propagate shardings through ``module`` in place, as Shardy's pass would.
+
+    ``debug_sharding_origins`` writes Shardy's origin attributes;
+    ``record_origins`` returns them as a ``ShardingOrigins`` (else None).
+    """
     if strategy not in PLANS:
         raise ValueError(f"unknown propagation strategy '{strategy}'; known: {sorted(PLANS)}")
     # The run allocates many small tuples and frees none of them until the end:
@@ -92,23 +122,36 @@ def propagate(
     enabled = gc.isenabled()
     gc.disable()
     try:
-        _propagate(module.operation, strategy, conservative, keep_sharding_rules)
+        origins = _propagate(module.operation, strategy, conservative, keep_sharding_rules,
+                             debug_sharding_origins, record_origins)
     finally:
         if enabled:
             gc.enable()
+    return origins if record_origins else None
 
 
 def _propagate(operation: ir.Operation, strategy: str, conservative: bool,
-               keep_sharding_rules: bool) -> None:
+               keep_sharding_rules: bool, write_origins: bool = False,
+               record_origins: bool = False) -> ShardingOrigins | None:
     graph = PropagationGraph(operation, conservative=conservative)
     _check_shapes(graph)
     store = ShardingStore(graph)
+    tracking = write_origins or record_origins
+    # Shardy numbers constraints before it splits conflicting groups (whose
+    # inserted constraints get no origin name).
+    constraints = {hash(graph.ops[op]) for op, name in enumerate(graph.op_name)
+                   if name == "sdy.sharding_constraint"} if tracking else None
     if split_conflicts(graph, store):
         graph = PropagationGraph(operation, conservative=conservative)
         store = ShardingStore(graph)
     driver = Driver(graph, store, sharding_groups(graph, store))
+    if tracking:
+        driver.recorder = OriginRecorder(graph, store, constraints)
     PLANS[strategy](driver)
     store.write_back(keep_rules=keep_sharding_rules)
+    if tracking:
+        return driver.recorder.finish(write=write_origins)
+    return None
 
 
-__all__ = ["PLANS", "propagate"]
+__all__ = ["PLANS", "ShardingOrigins", "propagate"]

@@ -25,6 +25,7 @@ from shardc.compiler.propagation.directions import BOTH, NONE, DirectionFn
 from shardc.compiler.propagation.factor_propagation import FactorPropagation
 from shardc.compiler.propagation.graph import PropagationGraph
 from shardc.compiler.propagation.ir_access import EDGE_OP, ShardingStore
+from shardc.compiler.propagation.origins import factor_axes, factor_edges
 from shardc.compiler.propagation.projection import back_project, project
 from shardc.compiler.propagation.sharding import MeshInfo, TensorSharding
 
@@ -62,6 +63,10 @@ class Driver:
         # (chain, op signature, plan key) -> head per level.
         self._chain_memo: dict[tuple, list[int]] = {}
         self.erasures = 0
+        # Sharding-origin recorder (``origins.OriginRecorder``), None when off,
+        # and its memo: strategy -> key -> (updates, factor edges).
+        self.recorder = None
+        self._origin_memo: dict[FactorPropagation, dict[tuple, tuple]] = {}
 
     def _main_func(self) -> int:
         funcs = self.store.funcs
@@ -96,6 +101,8 @@ class Driver:
         dir_cache = self._dir_cache.setdefault(direction, {})
         sid_of = self.store.sid.__getitem__
         head_dirs = self._head_dirs
+        recorder = self.recorder
+        origin_memo = self._origin_memo.setdefault(strategy, {})
         while worklist:
             op = worklist.pop()
             if op is None:
@@ -119,15 +126,26 @@ class Driver:
             if head is None:
                 head = self._factor_directions(op, plan, direction)
             key = (head, tuple(map(sid_of, plan[3])))
-            updates = memo.get(key)
-            if updates is None:
-                updates = memo[key] = self._step(plan, head_dirs[head], strategy)
+            if recorder is not None:
+                # Origins need the step's factor edges too: memoised beside
+                # the updates, on the same key.
+                entry = origin_memo.get(key)
+                if entry is None:
+                    entry = origin_memo[key] = self._step(plan, head_dirs[head], strategy, True)
+                    memo.setdefault(key, entry[0])
+                updates = entry[0]
+            else:
+                updates = memo.get(key)
+                if updates is None:
+                    updates = memo[key] = self._step(plan, head_dirs[head], strategy)
             if updates:
                 self.current = op
                 values = plan[1]
                 for i, new in updates:
                     self.update(values[i], new, True)
                 self.current = -1
+                if recorder is not None:
+                    recorder.step(values, entry[1])
 
     def push(self, op: int) -> None:
         """Queue ``op`` and its ancestors (unless queued); never the op being visited."""
@@ -297,7 +315,8 @@ class Driver:
             return tuple(NONE if f in blocked else raw[f] for f in factors)
         return tuple(NONE if f in blocked else direction(graph, op, f) for f in factors)
 
-    def _step(self, plan: tuple, directions: tuple, strategy: FactorPropagation) -> tuple:
+    def _step(self, plan: tuple, directions: tuple, strategy: FactorPropagation,
+              edges: bool = False) -> tuple:
         """One step as a pure function: the ``(value index, new sharding)`` updates.
 
         The result depends only on the plan's key, the directions, the
@@ -311,10 +330,11 @@ class Driver:
             shardings[-1] = store.edge_before(edge, shardings[-1])
         mesh = self.common_mesh(shardings)
         if mesh is None:
-            return ()
+            return ((), ()) if edges else ()
         sizes = rule.factor_sizes
         mappings = rule.operand_mappings + rule.result_mappings
         projections = [project(s, m, sizes) for s, m in zip(shardings, mappings)]
+        before = factor_axes(projections) if edges else None
         flags_o, flags_r = strategy(projections[:n], projections[n:], sizes,
                                     directions.__getitem__, conservative=conservative,
                                     elementwise=elementwise)
@@ -329,6 +349,8 @@ class Driver:
             if edge >= 0 and i == len(values) - 1:
                 new = store.edge_after(edge, new)
             updates.append((i, new))
+        if edges:
+            return tuple(updates), factor_edges(before, projections, mappings, n)
         return tuple(updates)
 
     def update(self, value: int, sharding: TensorSharding, notify: bool) -> None:
@@ -419,19 +441,33 @@ class Driver:
         sizes = rule.factor_sizes
         mapping = rule.result_mappings[0]
         projections = [project(s, mapping, sizes) for s in shardings]
+        before = factor_axes(projections) if self.recorder is not None else None
         flags_o, flags_r = strategy(projections[:1], projections[1:], sizes, lambda f: BOTH,
                                     conservative=False, elementwise=False)
-        for i, flag in enumerate(flags_o + flags_r):
+        updated = self._func_result_updates(value, slot, shardings, projections, mapping,
+                                            sizes, mesh, flags_o + flags_r)
+        if updated and self.recorder is not None:
+            # Shardy reports the returned value as both operand and result.
+            self.recorder.step((value, value),
+                               factor_edges(before, projections, (mapping, mapping), 1))
+
+    def _func_result_updates(self, value, slot, shardings, projections, mapping, sizes, mesh,
+                             flags) -> bool:
+        store = self.store
+        updated = False
+        for i, flag in enumerate(flags):
             if not flag:
                 continue
             new = back_project(projections[i], mapping, sizes, mesh.name)
             old = shardings[i]
             if (old is None and new.has_no_axes()) or new == old:
                 continue
+            updated = True
             if i == 0:
                 self.update(value, new, notify=False)
             else:
                 store.set_slot(slot, new)
+        return updated
 
 
 PropagateFn = Callable[[Driver], None]
