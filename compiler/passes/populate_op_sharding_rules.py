@@ -15,17 +15,7 @@ from shardc.compiler.sharding.rules import (
     UnknownOpShardingRuleWarning,
     rule_for,
 )
-
-
-def _all_ops(module: ir.Operation) -> list[ir.Operation]:
-    ops: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        ops.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return ops
+from shardc.compiler.sharding_walker import ops_in_preorder
 
 
 def populate_op_sharding_rules(module: ir.Operation, *, conservative: bool = False) -> None:
@@ -36,7 +26,7 @@ def populate_op_sharding_rules(module: ir.Operation, *, conservative: bool = Fal
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnknownOpShardingRuleWarning)
-        for op in _all_ops(module):
+        for op in ops_in_preorder(module):
             if SHARDING_RULE_ATTR in op.attributes:
                 continue
             seen = len(caught)

@@ -16,17 +16,11 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.sharding_walker import ops_in_preorder
+
 
 def _calls(module: ir.Operation) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == "func.call":
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    return found
+    return [op for op in ops_in_preorder(module) if op.name == "func.call"]
 
 
 def _functions(module: ir.Operation) -> dict[str, ir.Operation]:
