@@ -585,7 +585,7 @@ def predict_op(case: OpCase) -> list[tuple[str, int]]:
     operands = [Tensor(shape, 4, tensor_sharding(case.mesh, spec))
                 for shape, spec in zip(case.shapes, case.operands)]
     result = Tensor(case.result_shape(), 4, tensor_sharding(case.mesh, case.result))
-    found = op_communication(case.rule(), operands, [result])
+    found = op_communication(case.rule(), operands, [result], MESHES[case.mesh])
     return [(c.collective.kind, c.collective.bytes_per_device) for c in found]
 
 

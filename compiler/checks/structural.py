@@ -142,7 +142,8 @@ def _contradiction(values: ModuleValues, op: int, pinned: TensorSharding, what: 
     graph = values.graph
     shape = graph.value_shape[value] or ()
     src, dst = (pinned, constraint) if what.startswith("argument") else (constraint, pinned)
-    cost = reshard_collectives(shape, element_bytes(graph.values[value].type), src, dst)
+    cost = reshard_collectives(shape, element_bytes(graph.values[value].type), src, dst,
+                               mesh=values.mesh_of(src, dst))
     moves = ", ".join(f"{c.kind} over {', '.join(map(repr, c.axes))}" for c in cost)
     moves = moves.replace("'", '"') or "a reshard"
     total = sum(c.bytes_per_device for c in cost)

@@ -23,7 +23,7 @@ from shardc.compiler.cost.reshard import (
     dim_axes,
     reshard_collectives,
 )
-from shardc.compiler.propagation.axes import AxisRef
+from shardc.compiler.propagation.axes import AxisRef, size_product
 from shardc.compiler.propagation.projection import AXES, project
 from shardc.compiler.propagation.sharding import DimSharding, TensorSharding
 from shardc.compiler.sharding.rule import OpShardingRule
@@ -68,14 +68,56 @@ def _result_factor_axes(rule: OpShardingRule, results: Sequence[Tensor]) -> dict
     return axes
 
 
+def _devices(mesh) -> int | None:
+    """The device count of ``mesh`` (a ``MeshInfo`` or (axis, size) pairs; None: unknown)."""
+    if mesh is None:
+        return None
+    sizes = mesh.sizes.values() if hasattr(mesh, "sizes") else [size for _, size in mesh]
+    total = 1
+    for size in sizes:
+        total *= size
+    return total
+
+
+def _contraction_partitions(rule: OpShardingRule, factor: int, projections, axes: tuple,
+                            devices: int, result_axes: dict[int, tuple]) -> bool:
+    """Whether XLA partitions a dot's contraction ``factor`` over ``axes`` (see below)."""
+    carriers = [proj for proj, m in zip(projections, rule.operand_mappings)
+                if any(factor in dim for dim in m)]
+    if len(carriers) < 2:
+        return True  # a reduce: partial sums, whatever the mesh
+    count = size_product(axes)
+    if all(proj is not None and factor in proj.factors and proj.factors[factor][AXES]
+           and size_product(proj.factors[factor][AXES]) == count for proj in carriers):
+        return True  # every operand tiled alike: a permute lines them up
+    grouped: set[AxisRef] = set()
+    for proj in projections:
+        if proj is None:
+            continue
+        for other, want in result_axes.items():
+            if other != factor and other in proj.factors:
+                grouped.update(a for a in proj.factors[other][AXES] if a in want)
+    return size_product([*axes, *grouped]) >= devices
+
+
 def _reduction_axes(rule: OpShardingRule, operands: Sequence[Tensor],
-                    used: set[AxisRef]) -> dict[int, tuple]:
+                    used: set[AxisRef], devices: int | None = None,
+                    result_axes: dict[int, tuple] | None = None) -> dict[int, tuple]:
     """Per reduction factor, the axes the op computes partial sums over.
 
     When every operand carrying the factor is sharded the same way along it,
     XLA keeps that sharding (a local dot, then an all-reduce and a slice of
     the result). Otherwise the largest operand sharded along it wins, minus
     axes the result already uses elsewhere.
+
+    With ``devices`` (the mesh's device count), a factor contracted between
+    several operands (a dot) follows XLA's dot handler: when another operand
+    carrying it is unsharded along it, or sharded over a different number of
+    tiles (so no collective-permute can line the two up), XLA keeps the
+    contraction sharded only if its axes, times the result axes the operands
+    already hold on the same factors (the dimensions it groups on first),
+    cover every device (``PartitionBaseCase``). Otherwise it replicates the
+    operands along the factor (all-gathers) and the factor stays unsharded.
     """
     chosen: dict[int, tuple] = {}
     projections = [
@@ -95,6 +137,9 @@ def _reduction_axes(rule: OpShardingRule, operands: Sequence[Tensor],
             axes = tuple(a for a in proj.factors[factor][AXES] if a not in used)
             if axes and tensor.global_bytes > best[0]:
                 best = (tensor.global_bytes, axes)
+        if devices is not None and best[1] and not _contraction_partitions(
+                rule, factor, projections, best[1], devices, result_axes):
+            best = (best[0], ())
         chosen[factor] = best[1]
     return chosen
 
@@ -131,13 +176,20 @@ def dims_text(sharding: TensorSharding | None) -> str:
 
 
 def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
-                     results: Sequence[Tensor]) -> list[OpCommunication]:
-    """The collectives XLA needs around one op (empty when results are unsharded)."""
+                     results: Sequence[Tensor], mesh=None) -> list[OpCommunication]:
+    """The collectives XLA needs around one op (empty when results are unsharded).
+
+    ``mesh`` (a ``MeshInfo`` or (axis, size) pairs, major to minor) gives the
+    device count and order: the reshards then follow the mesh's device order
+    exactly, and a dot contracting over part of the mesh is gathered as XLA
+    does (``_reduction_axes``). Without it every contraction keeps its
+    sharding and the device order is guessed from the axes named.
+    """
     if all(r.sharding is None for r in results):
         return []
     factor_axes = _result_factor_axes(rule, results)
     used = {axis for axes in factor_axes.values() for axis in axes}
-    reduction = _reduction_axes(rule, operands, used)
+    reduction = _reduction_axes(rule, operands, used, _devices(mesh), factor_axes)
     reduced = {axis for axes in reduction.values() for axis in axes}
     if reduced & used:  # partial sums first, the result is sliced afterwards
         factor_axes = {f: tuple(a for a in axes if a not in reduced)
@@ -149,7 +201,7 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
         if needed is None:
             continue
         for collective in reshard_collectives(
-            operand.shape, operand.element_bytes, operand.sharding, needed
+            operand.shape, operand.element_bytes, operand.sharding, needed, mesh
         ):
             target = tuple(d.axes for d in needed.dims)
             reason = (f"sharded {dims_text(operand.sharding)}, the op needs "

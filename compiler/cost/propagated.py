@@ -40,6 +40,28 @@ def propagated_copy(module: ir.Module | ir.Operation, *, export: bool = True) ->
     return copy
 
 
+def propagated_copy_with_origins(module: ir.Module | ir.Operation):
+    """A copy of ``module`` after propagation (``export=False``) and its recorded origins.
+
+    Returns ``(copy, origins)``: ``origins`` is the propagation engine's
+    ``ShardingOrigins`` (which user sharding each axis came from), recorded
+    while the copy was propagated, so it is exact for the copy. The copy also
+    carries Shardy's ``sdy.sharding_origin_name`` on its constraints and
+    manual computations, which name the ``constraint_k`` / ``mc_k`` origins.
+    Only meaningful for a module that was not propagated before: axes a value
+    already has are not re-recorded.
+    """
+    from shardc.compiler.propagation import propagate
+    from shardc.compiler.propagation.pipeline import import_pipeline
+
+    copy = clone(module)
+    with copy.context:
+        import_pipeline(copy)
+        origins = propagate(copy, strategy="user-priority", debug_sharding_origins=True,
+                            record_origins=True)
+    return copy, origins
+
+
 def predict_collectives(module: ir.Module | ir.Operation) -> CommReport:
     """The collectives XLA will need for ``module``, after propagating a copy of it."""
     return comm_report(propagated_copy(module, export=False), missing_as_replicated=True)

@@ -141,7 +141,8 @@ def collectives_at(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
         src = reader.tensor(operands[0])
         dst = reader.sharding(graph.op_results[op][0])
         if src is not None:
-            found = reshard_collectives(src.shape, src.element_bytes, src.sharding, dst)
+            found = reshard_collectives(src.shape, src.element_bytes, src.sharding, dst,
+                                        reader.mesh_of(src.sharding, dst))
             yield from _entries(ir_op, f"{_EXPLICIT[name]} to {dims_text(dst)}", found,
                                 f"operand 0 ({ir_op.operands[0].type})", implicit=False)
     elif name == "func.return" and graph.op_name[graph.op_parent[op]] == "func.func":
@@ -154,7 +155,8 @@ def collectives_at(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
                     if reader.mesh is None:
                         continue  # an unsharded result is unknown: no reshard to predict
                     dst = replicated(reader.mesh, len(src.shape))
-                found = reshard_collectives(src.shape, src.element_bytes, src.sharding, dst)
+                found = reshard_collectives(src.shape, src.element_bytes, src.sharding, dst,
+                                            reader.mesh_of(src.sharding, dst))
                 reason = (f"returned {dims_text(src.sharding)} as result {k}, "
                           f"declared {dims_text(dst)}")
                 yield from _entries(ir_op, reason, found, f"result {k} ({ir_op.operands[k].type})")
@@ -163,7 +165,8 @@ def collectives_at(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
         for k, value in enumerate(operands):
             src = reader.tensor(value)
             if src is not None and k < len(ins):
-                found = reshard_collectives(src.shape, src.element_bytes, src.sharding, ins[k])
+                found = reshard_collectives(src.shape, src.element_bytes, src.sharding, ins[k],
+                                            reader.mesh_of(src.sharding, ins[k]))
                 yield from _entries(ir_op, f"in-sharding {dims_text(ins[k])}", found,
                                     f"operand {k} ({ir_op.operands[k].type})", implicit=False)
     elif name == "func.call":
@@ -195,7 +198,8 @@ def _call_entries(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
         src = reader.tensor(value)
         dst = reader.store.get(arg)  # an unsharded callee argument follows its caller
         if src is not None and dst is not None:
-            found = reshard_collectives(src.shape, src.element_bytes, src.sharding, dst)
+            found = reshard_collectives(src.shape, src.element_bytes, src.sharding, dst,
+                                        reader.mesh_of(src.sharding, dst))
             yield from _entries(ir_op, f"@{callee} takes it {dims_text(dst)}", found,
                                 f"operand {k} ({ir_op.operands[k].type})")
 
@@ -217,7 +221,8 @@ def _implicit_entries(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
         yield from _entries(ir_op, "sharded window dimension", found,
                             f"operand 0 ({ir_op.operands[0].type})")
     done_before = set(reader.resharded)
-    for need in op_communication(rule, operands, results):
+    mesh = reader.mesh_of(*(t.sharding for t in results + operands))
+    for need in op_communication(rule, operands, results, mesh):
         if need.target is not None:
             key = (graph.op_operands[op][need.operand], need.target)
             if key in done_before:

@@ -52,6 +52,30 @@ class ModuleValues:
             for op, name in enumerate(self.graph.op_name) if name == "func.func"
         }
 
+    def mesh_of(self, *shardings: TensorSharding | None) -> MeshInfo | None:
+        """The ``sdy.mesh`` of the first sharding given, for the reshard cost model.
+
+        ``reshard_collectives(..., mesh=)`` needs it to order the devices the
+        way XLA does (every mesh axis, in mesh order). None when no sharding
+        is given, the mesh is unknown or has no axes, or a sharding names an
+        axis the mesh lacks; the model then orders the axes the shardings name.
+        """
+        first = next((s for s in shardings if s is not None), None)
+        if first is None:
+            return None
+        mesh = self.meshes.get(first.mesh)
+        if mesh is None or not mesh.sizes:
+            return None
+        for sharding in shardings:
+            if sharding is None:
+                continue
+            if sharding.mesh != first.mesh and self.meshes.get(sharding.mesh) != mesh:
+                return None
+            for dim in sharding.dims:
+                if any(axis.name not in mesh.sizes for axis in dim.axes):
+                    return None
+        return mesh
+
     def sharding(self, value: int) -> TensorSharding | None:
         """The value's sharding (see the class docstring for missing ones)."""
         sharding = self.store.get(value)

@@ -28,18 +28,47 @@ def explain(module: ir.Module | ir.Operation, *, propagate: bool = True,
     """The explain table of ``module`` (unchanged).
 
     With ``propagate`` shardc's propagation runs on a copy first, as for
-    ``Lowered.comm_report()``. ``user_args`` / ``user_results`` say which
+    ``Lowered.comm_report()``. If ``module`` was not propagated yet, that run
+    records each axis's origin (``origin_method`` "recorded", exact);
+    otherwise (``Lowered.module``, propagated when lowered) the origins are
+    derived after the fact by a graph search (``origin_method`` "derived"). ``user_args`` / ``user_results`` say which
     arguments and results of the main function the user sharded (default:
     those with a sharding in ``module`` as given).
     """
     operation = module.operation
-    target = operation
-    if propagate:
+    target, recorded = operation, None
+    if propagate and not _propagated(operation):
+        # Exact origins: the propagation engine records them while it runs.
+        from shardc.compiler.cost.propagated import propagated_copy_with_origins
+
+        target, recorded = propagated_copy_with_origins(operation)
+    elif propagate:
+        # Already propagated (``Lowered.module``): its pre-propagation form is
+        # gone, so the origins are derived (``origins.derive_origins``).
         from shardc.compiler.cost.propagated import propagated_copy
 
         target = propagated_copy(operation, export=False)
     return build_table(target, user_args=user_args, user_results=user_results,
-                       seeds_from=operation)
+                       seeds_from=operation, recorded=recorded)
+
+
+def _propagated(module: ir.Operation) -> bool:
+    """Whether propagation (or export) already ran: a non-``sdy`` op in a function
+    body carries a sharding, or a constraint was exported as ``sdy.reshard``."""
+    found = False
+
+    def visit(op):
+        nonlocal found
+        name = op.name
+        if name == "sdy.reshard" or (
+                not name.startswith(("sdy.", "func.", "builtin."))
+                and "sdy.sharding" in op.attributes):
+            found = True
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    return found
 
 
 def memory_estimate(module: ir.Module | ir.Operation, *, propagate: bool = True) -> MemoryEstimate:

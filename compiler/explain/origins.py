@@ -11,6 +11,16 @@ block arguments and terminator operands and the op owning them). This is a
 derivation after the fact, not a record kept by propagation: where
 propagation resolved a conflict the search names the closest candidate, and
 an axis no user sharding reaches is reported as chosen by propagation.
+
+Where the module was *not* propagated yet, ``explain`` propagates a copy with
+the engine's origin recording (``propagate(record_origins=True)``, Shardy's
+``debug-sharding-origins``) and ``recorded_origins`` reads the exact origins
+from that record instead. ``Lowered.explain()`` gets ``Lowered.module``,
+which ``jit(...).lower()`` has already propagated (and exported: constraints
+are ``sdy.reshard`` ops by then); re-propagating it records nothing new, and
+the module before propagation is not kept, so there the derivation is used.
+The table says which (``ExplainTable.origin_method``: ``recorded`` or
+``derived``).
 """
 
 from __future__ import annotations
@@ -18,6 +28,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from jaxlib.mlir import ir
 
 from shardc.compiler.cost.values import ModuleValues
 from shardc.compiler.diagnostics import SourceLoc, source_loc_of
@@ -189,3 +201,93 @@ def derive_origins(values: ModuleValues, seeds: Sequence[Origin]) -> dict[int, l
     for value, found in result.items():
         found.sort(key=lambda o: axes[value].index(o.axis))
     return result
+
+
+def recorded_origins(values: ModuleValues, seeds: Sequence[Origin], recorded,
+                     fallback: dict[int, list[AxisOrigin]]) -> dict[int, list[AxisOrigin]]:
+    """Per value, its axes' origins as the propagation engine recorded them.
+
+    ``recorded`` is the ``ShardingOrigins`` of the run that propagated
+    ``values``' module (``propagate(..., record_origins=True)``, with
+    ``debug_sharding_origins`` so constraints and manual computations carry
+    their ``constraint_k`` / ``mc_k`` names). Each recorded origin maps to the
+    seed it names: ``("input", n)`` to argument ``n`` of the main function,
+    ``("output", n)`` to result ``n``, ``("constraint", name)`` to that
+    constraint's result, ``("manual_input"|"manual_output", mc, n)`` to the
+    shard_map's ``n``-th in/out spec, ``"self"`` to the value's own seed. An
+    axis without a record (values Shardy does not annotate, such as region
+    arguments) keeps its entry from ``fallback`` (the derivation). Recorded
+    origins carry no path (``hops`` 0, ``path`` empty).
+    """
+    from shardc.compiler.propagation.origins import ORIGIN_NAME_ATTR
+
+    graph = values.graph
+    by_value = {seed.value: seed for seed in seeds}
+    named: dict[tuple, Origin] = {}
+    main = recorded.main
+    for func in values.store.func_results:
+        attrs = graph.ops[func].attributes
+        name = ir.StringAttr(attrs["sym_name"]).value if "sym_name" in attrs else ""
+        if name != main or not graph.op_blocks[func]:
+            continue
+        args, nested = graph.op_blocks[func][0]
+        for k, arg in enumerate(args):
+            if arg in by_value:
+                named[("input", k)] = by_value[arg]
+        if nested and graph.op_name[nested[-1]] == "func.return":
+            for k, value in enumerate(graph.op_operands[nested[-1]]):
+                seed = next((s for s in seeds if s.value == value and s.kind == "result"), None)
+                if seed is not None:
+                    named[("output", k)] = seed
+    for op, op_name in enumerate(graph.op_name):
+        attrs = graph.ops[op].attributes
+        if ORIGIN_NAME_ATTR not in attrs:
+            continue
+        label = ir.StringAttr(attrs[ORIGIN_NAME_ATTR]).value
+        if op_name == MANUAL_OP:
+            for k, value in enumerate(graph.op_operands[op]):
+                if value in by_value:
+                    named[("manual_input", label, k)] = by_value[value]
+            for k, value in enumerate(graph.op_results[op]):
+                if value in by_value:
+                    named[("manual_output", label, k)] = by_value[value]
+        elif graph.op_results[op] and graph.op_results[op][0] in by_value:
+            named[("constraint", label)] = by_value[graph.op_results[op][0]]
+    result: dict[int, list[AxisOrigin]] = {}
+    for value in range(len(graph.values)):
+        axes = axes_of(values, value) if graph.value_shape[value] is not None else ()
+        if not axes:
+            continue
+        record = _record_of(values, recorded, main, value)
+        derived = {o.axis: o for o in fallback.get(value, [])}
+        found = []
+        for axis in axes:
+            origin = None
+            if record is not None:
+                origin = next((o for key, o in record.items() if key.split(":")[0] == axis),
+                              None)
+            seed = None
+            if origin == "self":
+                seed = by_value.get(value)
+            elif origin is not None:
+                seed = named.get(tuple(origin))
+            if seed is None:  # no record, or one naming no user sharding of this module
+                found.append(derived.get(axis, AxisOrigin(axis, None, -1, ())))
+            else:
+                found.append(AxisOrigin(axis, seed, 0, ()))
+        result[value] = found
+    return result
+
+
+def _record_of(values: ModuleValues, recorded, main: str, value: int) -> dict | None:
+    graph = values.graph
+    op = graph.value_def[value]
+    if op >= 0:
+        return recorded.of_op(graph.ops[op], graph.value_arg_index[value])
+    owner = graph.value_owner[value]
+    if graph.op_name[owner] != "func.func":
+        return None
+    attrs = graph.ops[owner].attributes
+    name = ir.StringAttr(attrs["sym_name"]).value if "sym_name" in attrs else ""
+    funcs = recorded.funcs.get(name)
+    return funcs.args.get(graph.value_arg_index[value]) if funcs is not None else None

@@ -25,11 +25,12 @@ from shardc.compiler.explain.origins import (
     BODY_OPS,
     AxisOrigin,
     derive_origins,
+    recorded_origins,
     user_origins,
 )
 from shardc.compiler.propagation.sharding import TensorSharding, format_dim
 
-ORIGIN_METHOD = "derived"  # origins found by the search in ``origins``, not recorded
+ORIGIN_METHOD = "derived"  # found by the search in ``origins``; "recorded": by propagation
 
 
 @dataclass(frozen=True)
@@ -124,8 +125,10 @@ class ExplainTable:
         widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers)]
         lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
         lines += ["  ".join(c.ljust(w) for c, w in zip(cell, widths)).rstrip() for cell in cells]
-        lines.append(f"{len(table.rows)} values; origins {self.origin_method} from the nearest "
-                     "user sharding along edges that share the axis")
+        how = ("recorded by propagation" if self.origin_method == "recorded" else
+               f"{self.origin_method} from the nearest user sharding along edges that share "
+               "the axis")
+        lines.append(f"{len(table.rows)} values; origins {how}")
         return "\n".join(lines) + "\n"
 
     def to_json(self, **filters) -> str:
@@ -207,11 +210,15 @@ def _in_body(values: ModuleValues, value: int) -> bool:
 
 def build_table(module: ir.Operation, *, user_args: Sequence[bool] | None = None,
                 user_results: Sequence[bool] | None = None,
-                seeds_from: ir.Operation | None = None) -> ExplainTable:
+                seeds_from: ir.Operation | None = None,
+                recorded=None) -> ExplainTable:
     """The table of an already propagated ``module``.
 
     ``seeds_from`` is the module *before* propagation, whose func arguments
     with a sharding count as user-given (default: ``module`` itself).
+    ``recorded`` is the ``ShardingOrigins`` propagation recorded while it
+    propagated ``module`` (``origin_method`` "recorded"); without it the
+    origins are derived by the graph search (``origins.derive_origins``).
     """
     values = ModuleValues(module, missing_as_replicated=True)
     if seeds_from is not None:
@@ -220,6 +227,10 @@ def build_table(module: ir.Operation, *, user_args: Sequence[bool] | None = None
         user_results = given_results if user_results is None else user_results
     seeds = user_origins(values, user_args, user_results)
     origins = derive_origins(values, seeds)
+    method = ORIGIN_METHOD
+    if recorded is not None:
+        origins = recorded_origins(values, seeds, recorded, origins)
+        method = "recorded"
     needs = _needs_by_value(values)
     graph = values.graph
     state = ir.AsmState(module)
@@ -231,7 +242,7 @@ def build_table(module: ir.Operation, *, user_args: Sequence[bool] | None = None
             continue
         rows.append(_row(values, value, state, origins.get(value, []),
                          needs.get(value, []), sizes))
-    return ExplainTable(tuple(rows), sizes)
+    return ExplainTable(tuple(rows), sizes, method)
 
 
 def _given_shardings(module: ir.Operation) -> tuple[list[bool], list[bool]]:

@@ -21,7 +21,25 @@ from bench import cost_model as cm  # noqa: E402
 
 # Misses per known class (update together with docs/cost-model.md).
 EXPECTED_RESHARD_MISSES = {"padded": 29, "axis-moves-with-tiling-change": 9}
-EXPECTED_OP_MISSES = {"dot-partially-replicated-contracting": 3}
+EXPECTED_OP_MISSES: dict[str, int] = {}  # dot-partially-replicated-contracting: 0 of 3 now
+
+R, X, Y, Z = (), ("x",), ("y",), ("z",)
+MM = ((32, 64), (64, 16))
+# Dots contracting over part of the mesh with the other operand unsharded (or
+# tiled differently) along the contraction: XLA gathers unless the operands'
+# grouped dimensions make up the rest of the mesh (op_comm._contraction_partitions).
+PARTIAL_CONTRACTION_CASES = [
+    cm.OpCase("4x2", "matmul", MM, ((R, X), (R, R)), (Y, R)),       # gather
+    cm.OpCase("4x2", "matmul", MM, ((R, X), (R, R)), (R, Y)),       # gather
+    cm.OpCase("4x2", "matmul", MM, ((Y, X), (R, R)), (Y, R)),       # grouped on y: all-reduce
+    cm.OpCase("4x2", "matmul", MM, ((R, X), (R, Y)), (R, Y)),       # grouped on y: all-reduce
+    cm.OpCase("4x2", "matmul", MM, ((R, Y), (R, R)), (X, R)),       # gather
+    cm.OpCase("4x2", "matmul", MM, ((R, R), (X, R)), (R, R)),       # gather the rhs
+    cm.OpCase("4x2", "matmul", MM, ((R, X), (Y, R)), (R, R)),       # 4 vs 2 tiles: gather both
+    cm.OpCase("2x2x2", "matmul", MM, ((R, ("x", "y")), (R, R)), (Z, R)),  # gather
+    cm.OpCase("2x2x2", "matmul", MM, ((R, X), (Y, R)), (R, R)),     # permute y -> x, all-reduce
+    cm.OpCase("8", "matmul", MM, ((R, R), (X, R)), (R, R)),         # full mesh: all-reduce
+]
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +49,7 @@ def reshard_rows():
 
 @pytest.fixture(scope="module")
 def op_rows():
-    return cm.op_table()
+    return cm.op_table(cm.op_cases() + PARTIAL_CONTRACTION_CASES)
 
 
 def test_case_lists_are_deterministic_and_large_enough():

@@ -70,6 +70,24 @@ def test_filters_text_and_json(small):
     assert {r["op"] for r in data["rows"]} >= {"argument", "stablehlo.dot_general"}
 
 
+def test_unpropagated_module_gets_recorded_origins():
+    # Before propagation, explain() propagates a copy itself and reads the
+    # origins the engine recorded; Lowered.module (propagated) stays derived.
+    from shardc.compiler.explain import explain
+
+    mesh = _mesh()
+    ins = (NamedSharding(mesh, P("x", "y")), NamedSharding(mesh, P("y", None)))
+    lowered = sc.jit(_program, in_shardings=ins).lower(jnp.ones((16, 32)), jnp.ones((32, 8)),
+                                                       propagate=False)
+    table = explain(lowered.module)
+    assert table.origin_method == "recorded"
+    assert table.format_text().rstrip().endswith("origins recorded by propagation")
+    assert table.filter(op="dot_general").rows[0].origins[0] == ("x", "arg 0 (a)")
+    mul = table.filter(op="multiply").rows[0]
+    assert mul.origins[0][0] == "y"
+    assert f"sharding_constraint @ test_explain.py:{LINE + 2}" in mul.origins[0][1]
+
+
 def test_grid_of_module_value_and_array(small):
     row = small.explain().row("%arg0")
     assert row.grid.splits == (2, 4)
