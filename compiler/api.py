@@ -191,9 +191,11 @@ class JitFunction:
         mesh: AnyMesh | None,
         propagate: bool,
         strict: Any = False,
+        propagation: str = "shardy",
     ) -> None:
         self.fun = fun
         self.propagate = propagate
+        self.propagation = propagation  # issue 12: "shardy" or "cost-aware"
         self.strict = strict  # bool or shardc.compiler.checks.strict.StrictOptions
         # `lower(..., propagate=False)` is ours unless the function itself takes
         # a parameter of that name.
@@ -298,7 +300,8 @@ class JitFunction:
             dynamic_args, dynamic_kwargs, self.in_shardings, mesh
         )
         in_tree = jax.tree.structure((tuple(dynamic_args), dynamic_kwargs))
-        key = (propagate, self._cache_key(static_args, static_kwargs, in_tree, arg_leaves, mesh))
+        key = (propagate, self.propagation,
+               self._cache_key(static_args, static_kwargs, in_tree, arg_leaves, mesh))
         cached = self._cache.get(key)
         if cached is None:
             self._misses += 1
@@ -371,7 +374,7 @@ class JitFunction:
             module = _copy_module(jax_module)
             symbols = lowering.annotate(module, arg_leaves, results)
             if propagate and symbols.device_count() is not None:
-                propagation_pipeline(module.operation)
+                propagation_pipeline(module.operation, strategy=self.propagation)
             buffer = io.BytesIO()
             module.operation.write_bytecode(buffer)
         return _CachedLowering(
@@ -484,6 +487,7 @@ def jit(
     mesh: AnyMesh | None = None,
     propagate: bool = True,
     strict: Any = False,
+    propagation: str = "shardy",
 ) -> JitFunction:
     """Prepare ``fun`` for lowering with shardc.
 
@@ -496,7 +500,14 @@ def jit(
     ``strict`` (``True`` or a ``checks.strict.StrictOptions``) turns what shardc
     would do silently (padding, replicating around ops without a rule, implicit
     reshards) into a ``StrictModeError`` at the user's source line.
+    ``propagation`` picks how conflicts are resolved: ``"shardy"`` (Shardy's
+    heuristics, the default) or ``"cost-aware"`` (fewest predicted collective
+    bytes, ``shardc.compiler.cost_aware``).
     """
+    from shardc.compiler.propagation.pipeline import STRATEGIES
+
+    if propagation not in STRATEGIES:
+        raise InvalidArgumentError(f"propagation must be one of {STRATEGIES}, got {propagation!r}")
     if not callable(fun):
         raise InvalidArgumentError(f"jit expects a callable, got {type(fun).__name__}")
     return JitFunction(
@@ -509,6 +520,7 @@ def jit(
         mesh=mesh,
         propagate=propagate,
         strict=strict,
+        propagation=propagation,
     )
 
 

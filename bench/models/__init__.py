@@ -10,6 +10,9 @@ from collections.abc import Callable, Iterable
 
 from bench.models import (
     abstract_mesh_constraint,
+    conflict_attention,
+    conflict_attention_seq,
+    conflict_mlp,
     conv_net,
     embedding_scatter,
     fsdp_train_step,
@@ -33,6 +36,10 @@ _MODULES = (
     scan_rnn,
     shard_map_pipeline,
     abstract_mesh_constraint,
+    # Programs with real propagation conflicts (issue 12, cost-aware propagation).
+    conflict_mlp,
+    conflict_attention,
+    conflict_attention_seq,
 )
 REGISTRY: dict[str, Callable[[str], Program]] = {module.NAME: module.make for module in _MODULES}
 

@@ -35,8 +35,11 @@ class PropagationPipelinePass(ModulePass):
         False, help="keep the sdy.sharding_rule attribute of every visited op")
     dedup_functions_fully: bool = option(
         False, help="accepted for compatibility; only false is implemented")
+    propagation_strategy: str = option(  # issue 12
+        "shardy", help="conflict resolution: 'shardy' (Shardy-compatible) or 'cost-aware'")
 
     def run(self, module: ir.Operation) -> None:
         """Run the pipeline on ``module``."""
         propagation_pipeline(module, conservative=self.conservative_propagation,
-                             keep_sharding_rules=self.keep_sharding_rules)
+                             keep_sharding_rules=self.keep_sharding_rules,
+                             strategy=self.propagation_strategy)

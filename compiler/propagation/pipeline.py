@@ -86,9 +86,26 @@ def export_pipeline(
         export_steps.drop_sharding_rules(module)
 
 
+STRATEGIES = ("shardy", "cost-aware")
+
+
 def propagation_pipeline(module: ir.Operation, *, conservative: bool = False,
-                         keep_sharding_rules: bool = False) -> None:
-    """Import, user-priority propagation (rules kept), export."""
+                         keep_sharding_rules: bool = False, strategy: str = "shardy") -> None:
+    """Import, user-priority propagation (rules kept), export.
+
+    ``strategy="cost-aware"`` resolves Shardy's conflicts by predicted
+    collective bytes instead (``shardc.compiler.cost_aware``, issue 12).
+    """
+    # --- cost-aware strategy (issue 12) ---
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown propagation strategy {strategy!r}; known: {STRATEGIES}")
+    if strategy == "cost-aware":
+        from shardc.compiler.cost_aware import cost_aware_pipeline
+
+        cost_aware_pipeline(module, conservative=conservative,
+                            keep_sharding_rules=keep_sharding_rules)
+        return
+    # --- end cost-aware strategy ---
     operation = module.operation
     with operation.context:
         import_pipeline(operation)

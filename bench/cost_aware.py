@@ -1,0 +1,146 @@
+"""Cost-aware propagation (issue 12) against Shardy-compatible shardc and ``jax.jit``.
+
+For every program of ``bench/models``: compiled collective bytes per device
+(``shardc.runtime.collectives`` on the partitioned HLO, the same parser for
+all three routes), memory per device (``memory_analysis``), the numerics of
+the cost-aware route against ``jax.jit``, and the lowering time of
+``propagation="cost-aware"`` over ``propagation="shardy"`` (median of
+``--repeats``). Also the search's own log: predicted bytes before and after,
+re-propagations used and conflicts resolved. Prints a markdown table and
+writes JSON. Runs on 8 CPU devices.
+
+    python bench/cost_aware.py [--large] [--only NAME ...] [--json PATH] [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+).strip()
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import jax  # noqa: E402
+
+from bench import e2e_measure  # noqa: E402
+from bench.models import REGISTRY, make_programs  # noqa: E402
+from bench.models.program import Program  # noqa: E402
+from shardc.compiler import cost_aware  # noqa: E402
+from shardc.compiler import jit as shardc_jit  # noqa: E402
+
+STRATEGIES = ("shardy", "cost-aware")
+
+
+@dataclasses.dataclass
+class Row:
+    name: str
+    bytes: dict[str, int] = dataclasses.field(default_factory=dict)  # jax, shardy, cost-aware
+    memory: dict[str, int] = dataclasses.field(default_factory=dict)
+    max_rel_error: float | None = None  # cost-aware vs jax.jit
+    lower_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    time_ratio: float | None = None  # cost-aware / shardy lowering time
+    predicted: dict[str, int] = dataclasses.field(default_factory=dict)
+    evaluations: int = 0
+    resolved: list[str] = dataclasses.field(default_factory=list)
+    error: str | None = None
+
+
+def _lower(program: Program, strategy: str):
+    in_s, out_s = program.in_shardings, program.out_shardings
+    devices = None
+    args = program.args
+    if program.lower_on_abstract_mesh:
+        in_s, out_s = e2e_measure.abstract(in_s), e2e_measure.abstract(out_s)
+        args = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), program.args)
+        devices = tuple(program.mesh.devices.flat)
+    jitted = shardc_jit(e2e_measure.fresh(program.fun), in_shardings=in_s, out_shardings=out_s,
+                        propagation=strategy)
+    start = time.perf_counter()
+    lowered = jitted.lower(*args)
+    return lowered, time.perf_counter() - start, devices
+
+
+def _bytes(compiled) -> int:
+    return sum(s.bytes_per_device for s in e2e_measure.collectives_of(compiled).values())
+
+
+def measure(program: Program, repeats: int = 3) -> Row:
+    row = Row(program.name)
+    try:
+        jax_compiled = e2e_measure.jax_jitted(program).lower(*program.args).compile()
+        expected = e2e_measure.run(jax_compiled, program)
+        row.bytes["jax"] = _bytes(jax_compiled)
+        row.memory["jax"] = e2e_measure.memory_bytes_of(jax_compiled)
+        times = {s: [] for s in STRATEGIES}
+        for repeat in range(repeats):
+            for strategy in STRATEGIES if repeat % 2 == 0 else STRATEGIES[::-1]:
+                lowered, seconds, devices = _lower(program, strategy)
+                times[strategy].append(seconds)
+                if repeat == 0:
+                    compiled = lowered.compile() if devices is None else lowered.compile(devices)
+                    row.bytes[strategy] = _bytes(compiled)
+                    row.memory[strategy] = e2e_measure.memory_bytes_of(compiled)
+                    if strategy == "cost-aware":
+                        actual = e2e_measure.run(compiled, program)
+                        row.max_rel_error = e2e_measure.errors_of(expected, actual)[1]
+                if strategy == "cost-aware" and cost_aware.LAST:
+                    r = cost_aware.LAST[0]
+                    row.predicted = {"shardy": r.baseline_bytes, "cost-aware": r.final_bytes}
+                    row.evaluations = r.evaluations
+                    row.resolved = [f"{d.name} at {d.location}: {d.chosen}"
+                                    for d in r.decisions if d.chosen]
+        row.lower_seconds = {s: statistics.median(t) for s, t in times.items()}
+        row.time_ratio = row.lower_seconds["cost-aware"] / row.lower_seconds["shardy"]
+    except Exception as error:  # noqa: BLE001 - one failure must not end the run
+        row.error = f"{type(error).__name__}: {error}"
+    return row
+
+
+def markdown(rows: list[Row]) -> str:
+    lines = ["| program | jax.jit bytes | shardy bytes | cost-aware bytes | ca/shardy | "
+             "memory jax / shardy / ca | rel. error | lower time ca/shardy | evals |",
+             "|---|---:|---:|---:|---:|---|---:|---:|---:|"]
+    for r in rows:
+        if r.error:
+            lines.append(f"| {r.name} | error: {r.error} |||||||")
+            continue
+        b = r.bytes
+        ratio = b["cost-aware"] / b["shardy"] if b["shardy"] else 1.0
+        mem = " / ".join(str(r.memory[k]) for k in ("jax", "shardy", "cost-aware"))
+        lines.append(f"| {r.name} | {b['jax']} | {b['shardy']} | {b['cost-aware']} | "
+                     f"{ratio:.3f} | {mem} | {r.max_rel_error:.1e} | {r.time_ratio:.2f} | "
+                     f"{r.evaluations} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--large", action="store_true")
+    parser.add_argument("--only", action="append", choices=sorted(REGISTRY))
+    parser.add_argument("--json", default=str(ROOT / "bench" / "cost_aware.json"))
+    parser.add_argument("--repeats", type=int, default=3)
+    options = parser.parse_args(argv)
+    size = "large" if options.large else "small"
+    rows = []
+    for program in make_programs(size, options.only):
+        print(f"measuring {program.name} ...", file=sys.stderr, flush=True)
+        rows.append(measure(program, options.repeats))
+    print(markdown(rows))
+    with open(options.json, "w") as handle:
+        json.dump({"size": size, "devices": jax.device_count(), "jax": jax.__version__,
+                   "rows": [dataclasses.asdict(r) for r in rows]}, handle, indent=2)
+        handle.write("\n")
+    return 1 if any(r.error for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Megatron MLP with mismatched operand shardings (a real propagation conflict).
+
+The activations are batch-sharded and both weights are sharded on their
+*output* dimension over the same axis. The first matmul must choose between
+the batch and the hidden factor; Shardy keeps the bigger tensor's (hidden),
+which then forces a gather of the second weight. Sharding the second matmul
+on its contracting dimension (one all-reduce) moves far fewer bytes: the
+case ``propagation="cost-aware"`` is for (issue 12).
+"""
+
+from __future__ import annotations
+
+import jax
+from jax.sharding import PartitionSpec as P
+
+from bench.models.program import Program, RandomArrays, check_size, make_mesh, place, shardings
+
+NAME = "conflict_mlp"
+SIZES = {
+    "small": dict(batch=64, d_model=256, d_hidden=1024),
+    "large": dict(batch=256, d_model=1024, d_hidden=4096),
+}
+
+
+def mismatched_mlp(x: jax.Array, w_in: jax.Array, w_out: jax.Array) -> jax.Array:
+    return jax.nn.relu(x @ w_in) @ w_out
+
+
+def make(size: str = "small") -> Program:
+    check_size(size)
+    dims = SIZES[size]
+    mesh = make_mesh((8,), ("x",))
+    rand = RandomArrays(seed=21)
+    args = (
+        rand.normal((dims["batch"], dims["d_model"])),
+        rand.weight((dims["d_model"], dims["d_hidden"])),
+        rand.weight((dims["d_hidden"], dims["d_model"])),
+    )
+    in_shardings = shardings(mesh, (P("x", None), P(None, "x"), P(None, "x")))
+    return Program(
+        name=NAME,
+        description="MLP, batch-sharded input, both weights output-sharded on one axis",
+        fun=mismatched_mlp,
+        args=place(args, in_shardings),
+        in_shardings=in_shardings,
+        out_shardings=shardings(mesh, P("x", None)),
+        mesh=mesh,
+    )

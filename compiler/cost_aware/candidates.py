@@ -1,0 +1,204 @@
+"""Conflict points of a propagated module and the alternatives worth trying at each.
+
+A *conflict point* is an op at which the cost model predicts an implicit
+collective (``shardc.compiler.cost.op_comm``): its operands disagree with
+what its result sharding needs, or a reduction factor stays sharded. The
+alternatives are *pins*: a closed sharding for one op result, written on
+the op before propagation, so that re-propagation settles the rest:
+
+* ``follow operand i``: the result takes the sharding operand ``i``'s
+  factors give it (for a dot, follow lhs or rhs; for an elementwise op,
+  follow operand 0 or 1);
+* ``unshard dim d``: the result without the axes of dimension ``d`` (for a
+  dot whose operands are contracting-sharded: keep partial sums and
+  all-reduce instead of gathering an operand);
+* ``producer follows``: the op producing operand ``i`` takes the sharding
+  the conflict op needs of it, so the reshard moves upstream, or vanishes.
+
+Candidates are deduplicated, Shardy's own sharding excluded, in this order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jaxlib.mlir import ir
+
+from shardc.compiler.cost.op_comm import op_communication
+from shardc.compiler.cost.values import ModuleValues
+from shardc.compiler.propagation.projection import AXES, project
+from shardc.compiler.propagation.sharding import DimSharding, TensorSharding
+from shardc.compiler.sharding.rules import rule_for
+
+# Ops whose result must not be pinned: user-fixed or structural.
+_SKIP = frozenset({
+    "func.func", "func.return", "func.call", "sdy.sharding_constraint", "sdy.reshard",
+    "sdy.manual_computation", "sdy.data_flow_edge", "sdy.func_data_flow_edge",
+    "sdy.sharding_group", "sdy.propagation_barrier", "stablehlo.while", "stablehlo.case",
+    "stablehlo.if", "stablehlo.return", "sdy.return", "stablehlo.constant",
+})
+
+
+@dataclass(frozen=True)
+class Pin:
+    """Fix result ``result`` of op ``op`` (its ``TAG`` id) to ``sharding`` (closed)."""
+
+    op: int
+    result: int
+    sharding: TensorSharding
+    why: str
+
+    def key(self) -> tuple:
+        return (self.op, self.result, tuple(d.axes for d in self.sharding.dims))
+
+
+@dataclass(frozen=True)
+class ConflictPoint:
+    """One op with predicted implicit communication, its bytes and alternatives."""
+
+    op: int
+    tag: int | None
+    name: str
+    bytes_per_device: int
+    alternatives: tuple[Pin, ...]
+
+
+def closed(mesh: str, dims_axes) -> TensorSharding:
+    """A closed sharding with the given axes per dimension."""
+    return TensorSharding(mesh, tuple(DimSharding(tuple(a), True) for a in dims_axes))
+
+
+def _dedupe_axes(dims_axes: list[list]) -> list[tuple]:
+    seen = set()
+    out = []
+    for axes in dims_axes:
+        kept = []
+        for axis in axes:
+            if axis not in seen:
+                seen.add(axis)
+                kept.append(axis)
+        out.append(tuple(kept))
+    return out
+
+
+def follow_operand(rule, operand: TensorSharding, index: int, result_index: int = 0):
+    """Per result dimension, the axes operand ``index`` gives its factors (None: n/a)."""
+    mapping = rule.operand_mappings[index]
+    if len(operand.dims) != len(mapping):
+        return None
+    proj = project(operand, mapping, rule.factor_sizes)
+    dims = []
+    for dim_factors in rule.result_mappings[result_index]:
+        axes: list = []
+        for factor in dim_factors:
+            record = proj.factors.get(factor)
+            if record is not None:
+                axes.extend(record[AXES])
+        dims.append(axes)
+    return _dedupe_axes(dims)
+
+
+TAG = "shardc.cost_aware_id"
+
+
+def tag_ops(module: ir.Operation) -> None:
+    """Number every op with results (attribute ``TAG``), to find it again in copies."""
+    count = 0
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        nonlocal count
+        if len(op.results) and op.name != "func.func":
+            op.attributes[TAG] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), count)
+            count += 1
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+
+
+def strip_tags(module: ir.Operation) -> None:
+    """Remove the ``TAG`` attributes ``tag_ops`` added."""
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if TAG in op.attributes:
+            del op.attributes[TAG]
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+
+
+def tag_of(reader: ModuleValues, op: int) -> int | None:
+    attributes = reader.graph.ops[op].attributes
+    return ir.IntegerAttr(attributes[TAG]).value if TAG in attributes else None
+
+
+def _pinnable(reader: ModuleValues, op: int) -> bool:
+    graph = reader.graph
+    name = graph.op_name[op]
+    if name in _SKIP or len(graph.op_results[op]) != 1 or graph.op_blocks[op]:
+        return False
+    if tag_of(reader, op) is None:
+        return False
+    return graph.value_shape[graph.op_results[op][0]] is not None
+
+
+def conflict_points(reader: ModuleValues, *, per_point: int = 6) -> list[ConflictPoint]:
+    """Every op with predicted implicit collectives, in program order."""
+    graph = reader.graph
+    points = []
+    for op in range(len(graph.ops)):
+        if not graph.op_results[op] or graph.op_blocks[op] or graph.op_name[op] in _SKIP:
+            continue
+        rule = rule_for(graph.ops[op])
+        if rule is None:
+            continue
+        operands = [reader.tensor(v) for v in graph.op_operands[op]]
+        results = [reader.tensor(v) for v in graph.op_results[op]]
+        if any(t is None or t.sharding is None for t in operands + results):
+            continue
+        needs = op_communication(rule, operands, results)
+        total = sum(n.collective.bytes_per_device for n in needs)
+        if not total:
+            continue
+        pins = _alternatives(reader, op, rule, operands, results, needs)[:per_point]
+        points.append(ConflictPoint(op, tag_of(reader, op), graph.op_name[op], total,
+                                    tuple(pins)))
+    return points
+
+
+def _alternatives(reader, op, rule, operands, results, needs) -> list[Pin]:
+    graph = reader.graph
+    pins: list[Pin] = []
+    seen = set()
+
+    def add(pin: Pin, current: TensorSharding) -> None:
+        if tuple(d.axes for d in current.dims) == tuple(d.axes for d in pin.sharding.dims):
+            return
+        if pin.key() not in seen:
+            seen.add(pin.key())
+            pins.append(pin)
+
+    result = results[0].sharding
+    mesh = result.mesh
+    if _pinnable(reader, op):
+        for i, operand in enumerate(operands):
+            dims = follow_operand(rule, operand.sharding, i)
+            if dims is not None:
+                add(Pin(tag_of(reader, op), 0, closed(mesh, dims), f"follow operand {i}"), result)
+        for d, dim in enumerate(result.dims):
+            if dim.axes:
+                dims = [() if k == d else x.axes for k, x in enumerate(result.dims)]
+                add(Pin(tag_of(reader, op), 0, closed(mesh, dims), f"unshard result dim {d}"),
+                    result)
+    for need in needs:
+        if need.operand is None or need.target is None:
+            continue
+        value = graph.op_operands[op][need.operand]
+        producer = graph.value_def[value]
+        if producer < 0 or not _pinnable(reader, producer):
+            continue
+        current = reader.sharding(value)
+        if current is None:
+            continue
+        add(Pin(tag_of(reader, producer), 0, closed(current.mesh, need.target),
+                f"producer of operand {need.operand} follows"), current)
+    return pins

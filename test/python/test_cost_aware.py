@@ -1,0 +1,67 @@
+"""Cost-aware propagation (issue 12): never more compiled collective bytes than
+Shardy-compatible propagation or ``jax.jit``, strictly fewer on the conflict
+programs, same numerics, no more memory; plus the strategy's plumbing."""
+
+import pathlib
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench import cost_aware as bench_cost_aware  # noqa: E402
+from bench.models import REGISTRY  # noqa: E402
+
+RELATIVE_TOLERANCE = 1e-5
+# Programs where the cost-aware strategy must move strictly fewer bytes.
+STRICTLY_BETTER = ("fsdp_train_step", "conflict_mlp", "conflict_attention",
+                   "conflict_attention_seq")
+
+
+@pytest.fixture(scope="module")
+def rows() -> dict:
+    return {name: bench_cost_aware.measure(REGISTRY[name]("small"), repeats=1)
+            for name in REGISTRY}
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_never_more_bytes_memory_or_error(rows, name):
+    row = rows[name]
+    assert row.error is None, row.error
+    assert row.bytes["cost-aware"] <= row.bytes["shardy"], row
+    assert row.bytes["cost-aware"] <= row.bytes["jax"], row
+    assert row.memory["cost-aware"] <= row.memory["shardy"], row
+    assert row.max_rel_error <= RELATIVE_TOLERANCE, row
+    assert row.predicted["cost-aware"] <= row.predicted["shardy"]
+
+
+def test_strictly_fewer_bytes_on_conflict_programs(rows):
+    better = [n for n in STRICTLY_BETTER if rows[n].bytes["cost-aware"] < rows[n].bytes["shardy"]]
+    assert better == list(STRICTLY_BETTER), {n: rows[n].bytes for n in STRICTLY_BETTER}
+
+
+def test_evaluations_are_bounded(rows):
+    from shardc.compiler.cost_aware.search import resolve
+    import inspect
+
+    bound = inspect.signature(resolve).parameters["max_evaluations"].default
+    assert all(row.evaluations <= bound for row in rows.values())
+
+
+def test_deterministic():
+    from shardc.compiler import cost_aware
+
+    program = REGISTRY["conflict_attention"]("small")
+    texts = []
+    for _ in range(2):
+        lowered, _, _ = bench_cost_aware._lower(program, "cost-aware")
+        texts.append((lowered.as_text(), cost_aware.LAST[0].format_text().split(",")[0]))
+    assert texts[0] == texts[1]
+
+
+def test_unknown_strategy_rejected():
+    import shardc.compiler as sc
+
+    with pytest.raises(Exception, match="propagation"):
+        sc.jit(lambda x: x, propagation="greedy")
