@@ -62,6 +62,9 @@ class _CachedLowering:
     mesh_symbols: dict[str, ir.Attribute]
     host_callbacks: list
     keepalive: list
+    # The annotated module before propagation (None when not propagated):
+    # explain() re-propagates it to record exactly where each sharding came from.
+    unpropagated: bytes | None = None
 
 
 class Lowered:
@@ -82,11 +85,13 @@ class Lowered:
         static: StaticArguments = StaticArguments(),
         host_callbacks: Sequence = (),
         keepalive: Sequence = (),
+        unpropagated: bytes | None = None,
     ) -> None:
         self.module = module
         self._static = static
         self._host_callbacks = tuple(host_callbacks)
         self._keepalive = tuple(keepalive)
+        self._unpropagated = unpropagated
         self._in_tree = in_tree
         self._args = tuple(args)
         self._out_tree = out_tree
@@ -165,7 +170,13 @@ class Lowered:
         """Why each value is sharded as it is (an ``ExplainTable``); ``filters`` as its ``filter``."""
         from shardc.compiler.explain import explain
 
-        table = explain(self.module, user_args=[a.sharding is not None for a in self._args],
+        module = self.module
+        if self._unpropagated is not None:
+            # The form before propagation: explain propagates a copy of it and
+            # records each axis's origin exactly ("recorded", not "derived").
+            with self.module.context:
+                module = ir.Module.parse(self._unpropagated)
+        table = explain(module, user_args=[a.sharding is not None for a in self._args],
                         user_results=[r.sharding is not None for r in self._results])
         return table.filter(**filters) if filters else table
 
@@ -373,12 +384,14 @@ class JitFunction:
         with context, ir.Location.unknown():
             module = _copy_module(jax_module)
             symbols = lowering.annotate(module, arg_leaves, results)
+            unpropagated = None
             if propagate and symbols.device_count() is not None:
+                unpropagated = _bytecode(module)
                 propagation_pipeline(module.operation, strategy=self.propagation)
-            buffer = io.BytesIO()
-            module.operation.write_bytecode(buffer)
+            bytecode = _bytecode(module)
         return _CachedLowering(
-            context, buffer.getvalue(), out_tree, results, symbols.attrs, host_callbacks, keepalive
+            context, bytecode, out_tree, results, symbols.attrs, host_callbacks, keepalive,
+            unpropagated,
         )
 
     def _abstract_call_args(self, args, kwargs, avals) -> tuple[list, dict]:
@@ -414,6 +427,7 @@ class JitFunction:
             static=static,
             host_callbacks=cached.host_callbacks,
             keepalive=cached.keepalive,
+            unpropagated=cached.unpropagated,
         )
 
 
@@ -439,11 +453,15 @@ def _devices_of_arguments(args: tuple, kwargs: dict, lowered: Lowered) -> tuple 
     return None
 
 
+def _bytecode(module: ir.Module) -> bytes:
+    buffer = io.BytesIO()
+    module.operation.write_bytecode(buffer)
+    return buffer.getvalue()
+
+
 def _copy_module(jax_module: ir.Module) -> ir.Module:
     """Copy jax's (cached, shared) module into the current context via bytecode."""
-    buffer = io.BytesIO()
-    jax_module.operation.write_bytecode(buffer)
-    return ir.Module.parse(buffer.getvalue())
+    return ir.Module.parse(_bytecode(jax_module))
 
 
 def _meshes_by_symbol(

@@ -51,7 +51,7 @@ def propagated_copy_with_origins(module: ir.Module | ir.Operation):
     Only meaningful for a module that was not propagated before: axes a value
     already has are not re-recorded.
     """
-    from shardc.compiler.propagation import propagate
+    from shardc.compiler.propagation import export_steps, propagate
     from shardc.compiler.propagation.pipeline import import_pipeline
 
     copy = clone(module)
@@ -59,6 +59,9 @@ def propagated_copy_with_origins(module: ir.Module | ir.Operation):
         import_pipeline(copy)
         origins = propagate(copy, strategy="user-priority", debug_sharding_origins=True,
                             record_origins=True)
+        # Closed as the lowering's export closes them, so the shardings shown
+        # are the final ones ("x" rather than the still-open "x", ?).
+        export_steps.close_shardings(copy)
     return copy, origins
 
 

@@ -51,10 +51,11 @@ def test_rows_name_op_line_shard_and_origin(small):
     assert dot.origins[0] == ("x", "arg 0 (a)")
     assert dot.collectives[0].kind == "all-reduce"
     assert dot.collectives[0].loc.endswith(f"test_explain.py:{LINE + 1}")
-    # The constrained value's `y` comes from the constraint (exported as a
-    # reshard), at its own line.
+    # The constrained value's `y` comes from the user's with_sharding_constraint,
+    # at its own line.
     mul = table.filter(op="multiply").rows[0]
-    assert mul.origins[0][0] == "y" and f"reshard @ test_explain.py:{LINE + 2}" in mul.origins[0][1]
+    assert mul.origins[0][0] == "y"
+    assert f"sharding_constraint @ test_explain.py:{LINE + 2}" in mul.origins[0][1]
 
 
 def test_filters_text_and_json(small):
@@ -66,7 +67,8 @@ def test_filters_text_and_json(small):
     assert header.startswith("value") and "stablehlo.tanh" in row
     assert header.index("sharding") == row.index("[{")  # aligned columns
     data = json.loads(table.to_json())
-    assert data["origin_method"] == "derived" and data["mesh"] == {"x": 2, "y": 4}
+    # Lowered keeps its module from before propagation, so origins are recorded.
+    assert data["origin_method"] == "recorded" and data["mesh"] == {"x": 2, "y": 4}
     assert {r["op"] for r in data["rows"]} >= {"argument", "stablehlo.dot_general"}
 
 

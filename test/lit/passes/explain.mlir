@@ -11,6 +11,6 @@ func.func @main(%arg0: tensor<16x32xf32> {sdy.sharding = #sdy.sharding<@m, [{"x"
 // CHECK: // value  op
 // CHECK-NEXT: // %arg0  argument {{.*}} 16x32  f32    [{"x"}, {"y"}]   8x8    256        x<-arg 0 {{.*}}; y<-arg 0
 // CHECK-NEXT: // %arg1  argument {{.*}} [{"y"}, {}]
-// CHECK-NEXT: // %0     stablehlo.dot_general {{.*}}:7 {{.*}}[{"x", ?}, {?}]  8x8    256        x<-arg 0 {{.*}}all-reduce 256B @ {{.*}}:7
+// CHECK-NEXT: // %0     stablehlo.dot_general {{.*}}:7 {{.*}}[{"x"}, {}]     8x8    256        x<-arg 0 {{.*}}all-reduce 256B @ {{.*}}:7
 // CHECK-NEXT: // %1     stablehlo.tanh
 // CHECK-NEXT: // 4 values
