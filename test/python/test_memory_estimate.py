@@ -24,17 +24,22 @@ def test_arguments_and_outputs_are_exact(rows):
         assert row.estimate["output"] == row.xla["output"], row.name
 
 
-# The cost-aware issue's conflict programs (dots whose operands disagree) came
-# after the memory model: the estimate is 0.58-0.83x of XLA's there and the
-# cause is not known yet. Listed exactly, so a fix or a new gap both show up.
-NOT_YET_EXPLAINED = {"conflict_mlp", "conflict_attention", "conflict_attention_seq"}
+# Every gap beyond 10% is explained in the bench (causes read from XLA's buffer
+# assignment); listed exactly, so a new gap shows up.
+NOT_YET_EXPLAINED: set[str] = set()
+# Within 10% of XLA's total since the model counts reshard buffers (reused,
+# arguments' hoisted), transposed copies for batched dots and convolutions,
+# combined all-reduces and loop carries in place.
+WITHIN = {"transformer", "mlp_megatron", "embedding_scatter", "moe_routing",
+          "mlp_data_parallel", "fsdp_train_step", "abstract_mesh_constraint", "scan_rnn",
+          "conflict_mlp", "conflict_attention", "conflict_attention_seq"}
 
 
 def test_total_within_ten_percent_or_explained(rows):
     from bench import memory_estimate
 
     within = [r.name for r in rows.values() if r.within_tolerance]
-    assert {"transformer", "mlp_megatron", "embedding_scatter", "moe_routing"} <= set(within)
+    assert WITHIN <= set(within)
     unexplained = {
         row.name for row in rows.values()
         if not row.within_tolerance and row.name not in memory_estimate.EXPLAINED
