@@ -1,6 +1,7 @@
 """Cost-aware propagation (issue 12) against Shardy-compatible shardc and ``jax.jit``.
 
-For every program of ``bench/models``: compiled collective bytes per device
+For every program of ``bench/models`` (the e2e ``REGISTRY`` and the cost-aware
+``REGRESSIONS``): compiled collective bytes per device
 (``shardc.runtime.collectives`` on the partitioned HLO, the same parser for
 all three routes), memory per device (``memory_analysis``), the numerics of
 the cost-aware route against ``jax.jit``, and the lowering time of
@@ -32,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 import jax  # noqa: E402
 
 from bench import e2e_measure  # noqa: E402
-from bench.models import REGISTRY, make_programs  # noqa: E402
+from bench.models import REGISTRY, REGRESSIONS, make_programs  # noqa: E402
 from bench.models.program import Program  # noqa: E402
 from shardc.compiler import cost_aware  # noqa: E402
 from shardc.compiler import jit as shardc_jit  # noqa: E402
@@ -125,13 +126,14 @@ def markdown(rows: list[Row]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--large", action="store_true")
-    parser.add_argument("--only", action="append", choices=sorted(REGISTRY))
+    parser.add_argument("--only", action="append", choices=sorted({**REGISTRY, **REGRESSIONS}))
     parser.add_argument("--json", default=str(ROOT / "bench" / "cost_aware.json"))
     parser.add_argument("--repeats", type=int, default=3)
     options = parser.parse_args(argv)
     size = "large" if options.large else "small"
     rows = []
-    for program in make_programs(size, options.only):
+    programs = make_programs(size, options.only, {**REGISTRY, **REGRESSIONS})
+    for program in programs:
         print(f"measuring {program.name} ...", file=sys.stderr, flush=True)
         rows.append(measure(program, options.repeats))
     print(markdown(rows))

@@ -12,7 +12,10 @@ from bench.models import (
     abstract_mesh_constraint,
     conflict_attention,
     conflict_attention_seq,
+    conflict_fsdp_pair,
     conflict_mlp,
+    conflict_mlp_narrow,
+    conflict_mlp_wide,
     conv_net,
     embedding_scatter,
     fsdp_train_step,
@@ -43,14 +46,24 @@ _MODULES = (
 )
 REGISTRY: dict[str, Callable[[str], Program]] = {module.NAME: module.make for module in _MODULES}
 
+# Cost-aware regressions (issue 12): shapes where a predicted saving once compiled
+# to more bytes than Shardy. Kept apart from ``REGISTRY`` (the e2e suite); used by
+# ``bench/cost_aware.py`` and its test.
+REGRESSIONS: dict[str, Callable[[str], Program]] = {
+    module.NAME: module.make for module in (conflict_mlp_narrow, conflict_mlp_wide,
+                                            conflict_fsdp_pair)
+}
 
-def make_programs(size: str = "small", only: Iterable[str] | None = None) -> list[Program]:
+
+def make_programs(size: str = "small", only: Iterable[str] | None = None,
+                  registry: dict[str, Callable[[str], Program]] | None = None) -> list[Program]:
     """Build the programs named in ``only`` (all when ``None``), in registry order."""
-    wanted = list(REGISTRY) if only is None else list(only)
-    unknown = [name for name in wanted if name not in REGISTRY]
+    registry = REGISTRY if registry is None else registry
+    wanted = list(registry) if only is None else list(only)
+    unknown = [name for name in wanted if name not in registry]
     if unknown:
-        raise KeyError(f"unknown program(s) {unknown}; known: {sorted(REGISTRY)}")
-    return [REGISTRY[name](size) for name in REGISTRY if name in wanted]
+        raise KeyError(f"unknown program(s) {unknown}; known: {sorted(registry)}")
+    return [registry[name](size) for name in registry if name in wanted]
 
 
-__all__ = ["REGISTRY", "SIZES", "Program", "make_programs"]
+__all__ = ["REGISTRY", "REGRESSIONS", "SIZES", "Program", "make_programs"]

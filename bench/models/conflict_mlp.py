@@ -26,23 +26,29 @@ def mismatched_mlp(x: jax.Array, w_in: jax.Array, w_out: jax.Array) -> jax.Array
     return jax.nn.relu(x @ w_in) @ w_out
 
 
-def make(size: str = "small") -> Program:
-    check_size(size)
-    dims = SIZES[size]
+def make_mlp(name: str, description: str, *, batch: int, d_model: int, d_hidden: int,
+             seed: int, specs: tuple = (P("x", None), P(None, "x"), P(None, "x"))) -> Program:
+    """``mismatched_mlp`` at the given sizes and input shardings, output batch-sharded."""
     mesh = make_mesh((8,), ("x",))
-    rand = RandomArrays(seed=21)
+    rand = RandomArrays(seed=seed)
     args = (
-        rand.normal((dims["batch"], dims["d_model"])),
-        rand.weight((dims["d_model"], dims["d_hidden"])),
-        rand.weight((dims["d_hidden"], dims["d_model"])),
+        rand.normal((batch, d_model)),
+        rand.weight((d_model, d_hidden)),
+        rand.weight((d_hidden, d_model)),
     )
-    in_shardings = shardings(mesh, (P("x", None), P(None, "x"), P(None, "x")))
+    in_shardings = shardings(mesh, specs)
     return Program(
-        name=NAME,
-        description="MLP, batch-sharded input, both weights output-sharded on one axis",
+        name=name,
+        description=description,
         fun=mismatched_mlp,
         args=place(args, in_shardings),
         in_shardings=in_shardings,
         out_shardings=shardings(mesh, P("x", None)),
         mesh=mesh,
     )
+
+
+def make(size: str = "small") -> Program:
+    check_size(size)
+    return make_mlp(NAME, "MLP, batch-sharded input, both weights output-sharded on one axis",
+                    seed=21, **SIZES[size])
