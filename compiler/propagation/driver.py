@@ -57,6 +57,8 @@ class Driver:
         self._rules_alive: list[CompactRule] = []
         # direction function -> op -> head (cleared on erasures).
         self._dir_cache: dict[DirectionFn, dict[int, tuple]] = {}
+        # chain -> the dir caches of its levels (cleared with ``_dir_cache``).
+        self._chain_caches: dict = {}
         # (plan key, directions) -> head id, and head id -> directions.
         self._heads: dict[tuple, int] = {}
         self._head_dirs: list[tuple] = []
@@ -165,6 +167,7 @@ class Driver:
         self.erasures += 1
         # Use counts (heuristic h0) may have changed: recompute directions.
         self._dir_cache.clear()
+        self._chain_caches.clear()
         for dead in graph.erase_order(op):
             for value in graph.op_operands[dead]:
                 producer = graph.value_def[value]
@@ -226,8 +229,8 @@ class Driver:
                    conservative: bool, edge: int, fixed: int | None) -> tuple:
         store = self.store
         values = (*operands, *results)
-        none_slot = store.none_slot
-        slots = tuple(store.slot_of[v] if store.slot_of[v] >= 0 else none_slot for v in values)
+        none_slot, slot_of = store.none_slot, store.slot_of
+        slots = tuple([slot if (slot := slot_of[v]) >= 0 else none_slot for v in values])
         elementwise = edge < 0 and fixed is None and self.graph.is_elementwise(op)
         signature = (id(rule), conservative, elementwise, edge, len(operands))
         key = self._plan_keys.get(signature)
@@ -292,16 +295,14 @@ class Driver:
                     heads.append(self._head(plan, tuple(level)))
                 if chain.signature is not None:
                     self._chain_memo[memo_key] = heads
-            out = None
-            dir_cache = self._dir_cache
-            for function, head in zip(chain.functions, heads):
-                cache = dir_cache.get(function)
-                if cache is None:
-                    cache = dir_cache[function] = {}
+            caches = self._chain_caches.get(chain)
+            if caches is None:
+                dir_cache = self._dir_cache
+                caches = self._chain_caches[chain] = [
+                    dir_cache.setdefault(function, {}) for function in chain.functions]
+            for cache, head in zip(caches, heads):
                 cache[op] = head
-                if function is direction:
-                    out = head
-            return out
+            return heads[direction.level]
         out = self._head(plan, self._uncached_directions(op, rule, direction))
         self._dir_cache.setdefault(direction, {})[op] = out
         return out

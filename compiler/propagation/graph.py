@@ -127,80 +127,92 @@ class PropagationGraph:
         self._build()
 
     # ------------------------------------------------------------------ build
-    def _new_value(self, value: ir.Value, owner: int, defining: int, index: int, cache) -> int:
-        vid = len(self.values)
-        type_ = value.type
-        self.values.append(value)
-        self.value_type_key.append(hash(type_))
-        self.value_def.append(defining)
-        self.value_owner.append(owner)
-        self.value_arg_index.append(index)
-        try:
-            shape = cache[type_]
-        except KeyError:
-            shape = _shape_of(type_, cache)
-        if shape is None and isinstance(type_, ir.RankedTensorType):
-            self.dynamic_values.append(vid)
-        self.value_shape.append(shape)
-        return vid
-
     def _build(self) -> None:
         # Ops and values are keyed by their hash (the MLIR pointer): comparing
         # binding objects for equality in a dict lookup costs a binding call.
+        # Every binding call is per-op cost, so each fact is read once.
         ops: list[ir.Operation] = []
-
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            ops.append(op)
-            return ir.WalkResult.ADVANCE
-
-        self.module.walk(visit, ir.WalkOrder.PRE_ORDER)
+        self.module.walk(lambda op: (ops.append(op), ir.WalkResult.ADVANCE)[1],
+                         ir.WalkOrder.PRE_ORDER)
+        # Pre-order: the module itself comes first.
         module_key = hash(self.module)
-        ops = [op for op in ops if hash(op) != module_key]
-        op_id = {hash(op): i for i, op in enumerate(ops)}
+        if not ops or hash(ops[0]) != module_key:
+            raise AssertionError("walk did not start at the module")
+        module_blocks = [block for region in ops[0].regions for block in region.blocks]
+        ops = ops[1:]
+        op_hashes = [hash(op) for op in ops]
+        op_id = {h: i for i, h in enumerate(op_hashes)}
         if len(op_id) != len(ops):
             raise AssertionError("operation hashes are not unique")
         value_id: dict[int, int] = {}
-        type_cache: dict = {}
+        shape_of: dict[int, tuple[int, ...] | None] = {}  # type hash -> static shape
+        ranked: set[int] = set()  # type hashes of ranked tensor types
         self.ops = ops
-        terminator = ir.IsTerminatorTrait
         op_parent = self.op_parent = [-1] * len(ops)
         op_terminator = self.op_terminator = [False] * len(ops)
         self.erased = [False] * len(ops)
         op_name, op_results, op_blocks = self.op_name, self.op_results, self.op_blocks
-        new_value = self._new_value
-        block_nested: dict[int, list[int]] = {}
+        values, value_def, value_owner = self.values, self.value_def, self.value_owner
+        value_arg_index, value_shape = self.value_arg_index, self.value_shape
+        value_type_key, dynamic = self.value_type_key, self.dynamic_values
+
+        def new_value(value: ir.Value, owner: int, defining: int, index: int) -> int:
+            vid = len(values)
+            type_ = value.type
+            type_key = hash(type_)
+            values.append(value)
+            value_type_key.append(type_key)
+            value_def.append(defining)
+            value_owner.append(owner)
+            value_arg_index.append(index)
+            try:
+                shape = shape_of[type_key]
+            except KeyError:
+                shape = shape_of[type_key] = _shape_of(type_, {})
+                if isinstance(type_, ir.RankedTensorType):
+                    ranked.add(type_key)
+            if shape is None and type_key in ranked:
+                dynamic.append(vid)
+            value_shape.append(shape)
+            value_id[hash(value)] = vid
+            return vid
+
+        # Parents from the pre-order itself: a stack of (ops left, nested list)
+        # per open block, sized once per block, instead of asking each op.
+        stack: list[list] = [[len(block.operations), None] for block in reversed(module_blocks)]
         for i, op in enumerate(ops):
+            while stack[-1][0] == 0:
+                stack.pop()
+            frame = stack[-1]
+            frame[0] -= 1
+            if frame[1] is not None:
+                frame[1].append(i)
             op_name.append(op.name)
-            results = []
-            num_results = len(op.results)
+            results = op.results
+            num_results = len(results)
             if num_results == 1:
-                result = op.result
-                vid = new_value(result, i, i, 0, type_cache)
-                value_id[hash(result)] = vid
-                results.append(vid)
+                op_results.append([new_value(op.result, i, i, 0)])
             elif num_results:
-                for k, result in enumerate(op.results):
-                    vid = new_value(result, i, i, k, type_cache)
-                    value_id[hash(result)] = vid
-                    results.append(vid)
-            op_results.append(results)
+                op_results.append([new_value(result, i, i, k)
+                                   for k, result in enumerate(results)])
+            else:
+                op_results.append([])
             blocks = []
             regions = op.regions
-            for region in (regions if len(regions) else ()):
-                for block in region.blocks:
-                    args = []
-                    for k, arg in enumerate(block.arguments):
-                        vid = new_value(arg, i, -1, k, type_cache)
-                        value_id[hash(arg)] = vid
-                        args.append(vid)
-                    nested: list[int] = []
-                    block_nested[hash(block)] = nested
-                    blocks.append((args, nested))
+            if len(regions):
+                frames = []
+                for region in regions:
+                    for block in region.blocks:
+                        args = [new_value(arg, i, -1, k)
+                                for k, arg in enumerate(block.arguments)]
+                        nested: list[int] = []
+                        blocks.append((args, nested))
+                        frames.append([len(block.operations), nested])
+                stack.extend(reversed(frames))
             op_blocks.append(blocks)
-            # Pre-order: a block's ops arrive in order, after the op owning it.
-            parent_block = block_nested.get(hash(op.block))
-            if parent_block is not None:
-                parent_block.append(i)
+        if any(frame[0] for frame in stack):
+            raise AssertionError("walk order does not match the block structure")
+        terminator = ir.IsTerminatorTrait
         for i, blocks in enumerate(op_blocks):
             for _, nested in blocks:
                 for inner in nested:
@@ -208,18 +220,17 @@ class PropagationGraph:
                 # Only the last op of a block can be a terminator.
                 if nested and ops[nested[-1]].has_trait(terminator):
                     op_terminator[nested[-1]] = True
-        if len(value_id) != len(self.values):
+        if len(value_id) != len(values):
             raise AssertionError("value hashes are not unique")
         # Uses from the operand lists; MLIR's use-list order (which decides the
         # worklist) only matters, and is only read, for values used twice or more.
-        uses: list[list[tuple[int, int]]] = [[] for _ in self.values]
+        uses: list[list[tuple[int, int]]] = [[] for _ in values]
         op_operands = self.op_operands
         for i, op in enumerate(ops):
             operands = [value_id[hash(v)] for v in op.operands]
             op_operands.append(operands)
             for k, value in enumerate(operands):
                 uses[value].append((i, k))
-        values = self.values
         for vid, value_uses in enumerate(uses):
             if len(value_uses) > 1:
                 uses[vid] = [(op_id[hash(u.owner.operation)], u.operand_number)
@@ -266,11 +277,11 @@ class PropagationGraph:
         if name not in _NEIGHBOUR_DEPENDENT:
             # What the registry's own cache key says, from uniqued pointers
             # instead of printed text: types and attributes are uniqued per context.
-            attrs = self.ops[op].attributes
             type_key = self.value_type_key
-            key = (name, tuple(type_key[v] for v in self.op_operands[op]),
-                   tuple(type_key[v] for v in self.op_results[op]),
-                   tuple((n, hash(attrs[n])) for n in attrs if n != "sdy.sharding"))
+            key = (name, tuple([type_key[v] for v in self.op_operands[op]]),
+                   tuple([type_key[v] for v in self.op_results[op]]),
+                   tuple([(n, hash(a)) for n, a in self.ops[op].attributes.items()
+                          if n != "sdy.sharding"]))
             compact = self._rule_memo.get(key, _MISSING)
             if compact is not _MISSING:
                 self._rules[op] = compact
