@@ -148,14 +148,10 @@ def conflict_points(reader: ModuleValues, *, per_point: int = 6) -> list[Conflic
     for op in range(len(graph.ops)):
         if not graph.op_results[op] or graph.op_blocks[op] or graph.op_name[op] in _SKIP:
             continue
-        rule = rule_for(graph.ops[op])
-        if rule is None:
+        found = communication_needs(reader, op)
+        if found is None:
             continue
-        operands = [reader.tensor(v) for v in graph.op_operands[op]]
-        results = [reader.tensor(v) for v in graph.op_results[op]]
-        if any(t is None or t.sharding is None for t in operands + results):
-            continue
-        needs = op_communication(rule, operands, results)
+        rule, operands, results, needs = found
         total = sum(n.collective.bytes_per_device for n in needs)
         if not total:
             continue
@@ -163,6 +159,25 @@ def conflict_points(reader: ModuleValues, *, per_point: int = 6) -> list[Conflic
         points.append(ConflictPoint(op, tag_of(reader, op), graph.op_name[op], total,
                                     tuple(pins)))
     return points
+
+
+def communication_needs(reader: ModuleValues, op: int):
+    """``(rule, operands, results, needs)`` of an op whose tensors are all sharded, else None.
+
+    ``needs`` are the collectives the op itself requires (``op_communication``),
+    computed on the program's mesh so partly sharded contractions are priced
+    as XLA compiles them.
+    """
+    graph = reader.graph
+    rule = rule_for(graph.ops[op])
+    if rule is None:
+        return None
+    operands = [reader.tensor(v) for v in graph.op_operands[op]]
+    results = [reader.tensor(v) for v in graph.op_results[op]]
+    if any(t is None or t.sharding is None for t in operands + results):
+        return None
+    mesh = reader.mesh_of(*(t.sharding for t in results + operands))
+    return rule, operands, results, op_communication(rule, operands, results, mesh)
 
 
 def _alternatives(reader, op, rule, operands, results, needs) -> list[Pin]:

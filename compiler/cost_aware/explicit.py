@@ -14,11 +14,9 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
-from shardc.compiler.cost.op_comm import op_communication
 from shardc.compiler.cost.values import ModuleValues
-from shardc.compiler.cost_aware.candidates import tag_of
+from shardc.compiler.cost_aware.candidates import communication_needs, tag_of
 from shardc.compiler.propagation.sharding import DimSharding, TensorSharding, format_sharding
-from shardc.compiler.sharding.rules import rule_for
 
 
 def signature(reader: ModuleValues, op: int) -> tuple:
@@ -51,15 +49,12 @@ def insert_operand_reshards(module: ir.Operation, tags: set[int]) -> int:
     for op in range(len(graph.ops)):
         if tag_of(reader, op) not in tags or graph.op_blocks[op]:
             continue
-        rule = rule_for(graph.ops[op])
-        if rule is None:
+        found = communication_needs(reader, op)
+        if found is None:
             continue
-        operands = [reader.tensor(v) for v in graph.op_operands[op]]
-        results = [reader.tensor(v) for v in graph.op_results[op]]
-        if any(t is None or t.sharding is None for t in operands + results):
-            continue
+        _, operands, _, needs = found
         targets = {}
-        for need in op_communication(rule, operands, results):
+        for need in needs:
             if need.operand is not None and need.target is not None:
                 targets.setdefault(need.operand, need.target)
         for index, target in sorted(targets.items()):
