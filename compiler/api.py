@@ -5,7 +5,8 @@ the function *unsharded*, then shardc writes the Shardy mesh and sharding
 attributes itself (``shardc.compiler.lowering``). Lowerings are cached on what
 they depend on: static arguments, the abstract signature and the *abstract*
 shardings (mesh shape, axis types, spec), never on devices, so the same
-program on another set of devices reuses the lowering.
+program on another set of devices reuses the lowering. ``Lowered`` itself,
+with what it offers before and after compiling, is ``shardc.compiler.lowered``.
 """
 
 from __future__ import annotations
@@ -20,20 +21,19 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import AbstractMesh, Mesh, NamedSharding
+from jax.sharding import Mesh, NamedSharding
 from jaxlib.mlir import ir
 
 import shardc.compiler as shardc_compiler
 import shardc.runtime as shardc_runtime
 from shardc.compiler import lowering, signature
+from shardc.compiler.lowered import AnyMesh, Lowered
 from shardc.compiler.propagation.pipeline import propagation_pipeline
 from shardc.compiler.signature import LeafSignature
 from shardc.dialects import make_context
 from shardc.dialects import jax_private
 from shardc.dialects.errors import InvalidArgumentError
-from shardc.runtime.compiled import Compiled, StaticArguments, compile_program, device_assignment
-
-AnyMesh = Mesh | AbstractMesh
+from shardc.runtime.compiled import Compiled, StaticArguments, device_assignment
 
 # Op locations must name the user's source line, not shardc's jit wrapper.
 jax_private.hide_frames_of(
@@ -65,126 +65,6 @@ class _CachedLowering:
     # The annotated module before propagation (None when not propagated):
     # explain() re-propagates it to record exactly where each sharding came from.
     unpropagated: bytes | None = None
-
-
-class Lowered:
-    """A function lowered to StableHLO with shardc's ``sdy`` shardings.
-
-    ``module`` is this object's own ``ir.Module``: passes may change it in
-    place without touching the cache or other ``Lowered`` objects.
-    """
-
-    def __init__(
-        self,
-        module: ir.Module,
-        in_tree: Any,
-        args: Sequence[LeafSignature],
-        out_tree: Any,
-        results: Sequence[LeafSignature],
-        meshes: Sequence[AnyMesh],
-        static: StaticArguments = StaticArguments(),
-        host_callbacks: Sequence = (),
-        keepalive: Sequence = (),
-        unpropagated: bytes | None = None,
-    ) -> None:
-        self.module = module
-        self._static = static
-        self._host_callbacks = tuple(host_callbacks)
-        self._keepalive = tuple(keepalive)
-        self._unpropagated = unpropagated
-        self._in_tree = in_tree
-        self._args = tuple(args)
-        self._out_tree = out_tree
-        self._results = tuple(results)
-        self._meshes = tuple(meshes)
-
-    def as_text(self, debug_info: bool = False) -> str:
-        """The module as MLIR text; ``debug_info`` adds the source locations."""
-        return self.module.operation.get_asm(enable_debug_info=debug_info)
-
-    @property
-    def in_shardings(self) -> Any:
-        """Per-argument ``NamedSharding`` (``None`` if unspecified) as ``(args, kwargs)``."""
-        return jax.tree.unflatten(self._in_tree, [leaf.sharding for leaf in self._args])
-
-    @property
-    def out_shardings(self) -> Any:
-        """Per-result ``NamedSharding`` (``None`` if unspecified), in the output's pytree."""
-        return jax.tree.unflatten(self._out_tree, [leaf.sharding for leaf in self._results])
-
-    @property
-    def in_avals(self) -> Any:
-        """The arguments as ``jax.ShapeDtypeStruct``s, as ``(args, kwargs)``."""
-        return jax.tree.unflatten(self._in_tree, [leaf.aval for leaf in self._args])
-
-    @property
-    def out_avals(self) -> Any:
-        """The results as ``jax.ShapeDtypeStruct``s, in the output's pytree."""
-        return jax.tree.unflatten(self._out_tree, [leaf.aval for leaf in self._results])
-
-    @property
-    def meshes(self) -> tuple[AnyMesh, ...]:
-        """Every mesh the shardings use, one per ``sdy.mesh`` symbol, concrete if known."""
-        return self._meshes
-
-    @property
-    def mesh(self) -> AnyMesh | None:
-        """The program's mesh (the first, if it uses several of one device count)."""
-        return self._meshes[0] if self._meshes else None
-
-    def compile(self, device_assignment: Sequence | None = None) -> Compiled:
-        """Compile through XLA for the mesh's devices (or ``device_assignment``, in order).
-
-        A program lowered for an ``AbstractMesh`` runs on ``device_assignment``
-        when given, else on the first devices of the default backend.
-        """
-        compiled = compile_program(
-            self.module,
-            in_tree=self._in_tree,
-            out_tree=self._out_tree,
-            inputs=self._args,
-            outputs=self._results,
-            meshes=self._meshes,
-            devices=device_assignment,
-            static=self._static,
-            host_callbacks=self._host_callbacks,
-            keepalive=self._keepalive,
-        )
-        compiled.reference = getattr(self, "reference", None)  # for Compiled.verify
-        return compiled
-
-    def check(self, *, raise_on_error: bool = False, **options: Any) -> list:
-        """Run the sharding checks; see ``shardc.compiler.checks.lowered.check_lowered``."""
-        from shardc.compiler.checks.lowered import check_lowered
-
-        return check_lowered(self.module, raise_on_error=raise_on_error, **options)
-
-    def comm_report(self) -> Any:
-        """Predict XLA's collectives per op and source line (a ``CommReport``)."""
-        from shardc.compiler.cost.propagated import predict_collectives
-
-        return predict_collectives(self.module)
-
-    # -- explain (issue 11): thin layers over shardc.compiler.explain ---------
-    def explain(self, **filters: Any) -> Any:
-        """Why each value is sharded as it is (an ``ExplainTable``); ``filters`` as its ``filter``."""
-        from shardc.compiler.explain import explain
-
-        module = self.module
-        if self._unpropagated is not None:
-            # The form before propagation: explain propagates a copy of it and
-            # records each axis's origin exactly ("recorded", not "derived").
-            with self.module.context:
-                module = ir.Module.parse(self._unpropagated)
-        table = explain(module, user_args=[a.sharding is not None for a in self._args],
-                        user_results=[r.sharding is not None for r in self._results])
-        return table.filter(**filters) if filters else table
-
-    def memory_estimate(self) -> Any:
-        """Per-device bytes of arguments, outputs and temporaries before compiling."""
-        from shardc.compiler.explain import memory_estimate
-
-        return memory_estimate(self.module)
 
 
 class JitFunction:

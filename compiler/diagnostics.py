@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
@@ -65,13 +65,36 @@ class Diagnostic:
     notes: tuple[Diagnostic, ...] = ()
 
 
+LocationMap = Callable[[SourceLoc], SourceLoc]
+
+_ACTIVE_LOCATION_MAP: ContextVar[LocationMap | None] = ContextVar(
+    "shardc_location_map", default=None)
+
+
+@contextlib.contextmanager
+def mapping_locations(location_map: LocationMap | None) -> Iterator[None]:
+    """Pass every position ``source_loc_of`` returns through ``location_map`` in a block
+    (None: positions as the parser named them).
+
+    The bindings parse from a string and name the buffer ``"-"``; a driver that
+    knows the input file maps those positions back to it (``opt_driver``).
+    """
+    token = _ACTIVE_LOCATION_MAP.set(location_map)
+    try:
+        yield
+    finally:
+        _ACTIVE_LOCATION_MAP.reset(token)
+
+
 def source_loc_of(location: ir.Location) -> SourceLoc | None:
     """Return the first file position inside an MLIR location, or None if it has none."""
     match = _FILE_LOC.search(str(location))
     if match is None:
         return None
     name = re.sub(r"\\(.)", r"\1", match.group(1))
-    return SourceLoc(name, int(match.group(2)), int(match.group(3)))
+    loc = SourceLoc(name, int(match.group(2)), int(match.group(3)))
+    location_map = _ACTIVE_LOCATION_MAP.get()
+    return loc if location_map is None else location_map(loc)
 
 
 def from_mlir(diagnostic: ir.DiagnosticInfo | ir.Diagnostic) -> Diagnostic:

@@ -5,7 +5,8 @@
 result with the MLIR printer and report diagnostics in MLIR's format (or, with
 ``--verify-diagnostics``, match them against ``expected-*`` comments). The
 bindings parse from a string, so locations come back as ``"-":L:C`` relative to
-the chunk; they are mapped back to the real file name and line here.
+the chunk; they are mapped back to the real file name and line here (in
+diagnostics, printed ``loc(...)`` and the ``--explain`` table).
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from shardc.compiler import pipeline
 from shardc.compiler.diagnostics import (
     Diagnostic,
     DiagnosticSink,
+    LocationMap,
     Severity,
     SourceLoc,
     collecting,
     format_diagnostic,
     from_mlir,
+    mapping_locations,
 )
 from shardc.compiler.split_input import OUTPUT_SPLIT_MARKER, Chunk, split_input
 from shardc.compiler.verify_diagnostics import DiagnosticVerifier
@@ -140,8 +143,13 @@ def _print_module(module: ir.Module, config: OptConfig) -> str:
     return module.operation.get_asm(enable_debug_info=config.print_debuginfo, assume_verified=True)
 
 
-def process_chunk(chunk: Chunk, context: ir.Context, config: OptConfig) -> ChunkResult:
-    """Parse one chunk, run the pipeline on it and print it (diagnostics chunk-relative)."""
+def process_chunk(chunk: Chunk, context: ir.Context, config: OptConfig,
+                  location_map: LocationMap | None = None) -> ChunkResult:
+    """Parse one chunk, run the pipeline on it and print it (diagnostics chunk-relative).
+
+    ``location_map`` maps the parser's chunk-relative positions to the input
+    file for the explain table, which prints positions, not MLIR locations.
+    """
     guard = encoding_error(chunk) or nesting_error(chunk)
     if guard is not None:
         return ChunkResult(None, (guard,), True)
@@ -180,7 +188,9 @@ def process_chunk(chunk: Chunk, context: ir.Context, config: OptConfig) -> Chunk
     if output is not None and config.explain:
         from shardc.compiler.explain import explain
 
-        output += "".join(f"// {line}\n" for line in explain(module).format_text().splitlines())
+        with mapping_locations(location_map):
+            table = explain(module)
+        output += "".join(f"// {line}\n" for line in table.format_text().splitlines())
     if output is not None and config.strict:
         from shardc.compiler.checks.strict import strict_diagnostics
 
@@ -207,7 +217,7 @@ def run_opt(data: bytes, file_name: str, config: OptConfig, out: TextIO, err: Te
     all_ok = True
     for chunk in chunks:
         locations = _ChunkLocations(file_name, chunk)
-        result = process_chunk(chunk, context, config)
+        result = process_chunk(chunk, context, config, locations.loc)
         diagnostics = [locations.diagnostic(d) for d in result.diagnostics]
         if config.verify_diagnostics:
             ok = _verify(chunk, file_name, sources, diagnostics, err)

@@ -25,7 +25,7 @@ from shardc.compiler.cost.reshard import (
 )
 from shardc.compiler.propagation.axes import AxisRef, size_product
 from shardc.compiler.propagation.projection import AXES, project
-from shardc.compiler.propagation.sharding import DimSharding, TensorSharding
+from shardc.compiler.propagation.sharding import DimSharding, MeshInfo, TensorSharding
 from shardc.compiler.sharding.rule import OpShardingRule
 
 
@@ -144,6 +144,29 @@ def _reduction_axes(rule: OpShardingRule, operands: Sequence[Tensor],
     return chosen
 
 
+def computation_axes(rule: OpShardingRule, operands: Sequence[Tensor],
+                     results: Sequence[Tensor], mesh=None
+                     ) -> tuple[dict[int, tuple], dict[int, tuple]]:
+    """The axes XLA computes an op over: ``(factor_axes, reduction)``.
+
+    ``factor_axes`` maps each factor to the axes it is sharded over while the
+    op runs: the results' axes, then the reduction factors' axes (a result
+    axis also used for partial sums is dropped: XLA reduces first and slices
+    the result afterwards). ``reduction`` maps each reduction factor to the
+    axes the op computes partial sums over (empty: none), as
+    ``_reduction_axes`` chooses them; ``mesh`` as in ``op_communication``.
+    """
+    factor_axes = _result_factor_axes(rule, results)
+    used = {axis for axes in factor_axes.values() for axis in axes}
+    reduction = _reduction_axes(rule, operands, used, _devices(mesh), factor_axes)
+    reduced = {axis for axes in reduction.values() for axis in axes}
+    if reduced & used:  # partial sums first, the result is sliced afterwards
+        factor_axes = {f: tuple(a for a in axes if a not in reduced)
+                       for f, axes in factor_axes.items()}
+    factor_axes.update(reduction)
+    return factor_axes, reduction
+
+
 def required_sharding(rule: OpShardingRule, index: int, operand: Tensor,
                       factor_axes: dict[int, tuple]) -> TensorSharding | None:
     """The sharding operand ``index`` must have for the op to need no reshard."""
@@ -187,14 +210,24 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     """
     if all(r.sharding is None for r in results):
         return []
-    factor_axes = _result_factor_axes(rule, results)
-    used = {axis for axes in factor_axes.values() for axis in axes}
-    reduction = _reduction_axes(rule, operands, used, _devices(mesh), factor_axes)
-    reduced = {axis for axes in reduction.values() for axis in axes}
-    if reduced & used:  # partial sums first, the result is sliced afterwards
-        factor_axes = {f: tuple(a for a in axes if a not in reduced)
-                       for f, axes in factor_axes.items()}
-    factor_axes.update(reduction)
+    # Models repeat ops with equal shardings (layers): the answer depends on nothing else.
+    key = (rule, tuple(operands), tuple(results),
+           mesh.key if isinstance(mesh, MeshInfo) else (tuple(mesh) if mesh else None))
+    found = _memo.get(key)
+    if found is None:
+        if len(_memo) >= _MEMO_LIMIT:
+            _memo.clear()
+        found = _memo[key] = tuple(_op_communication(rule, operands, results, mesh))
+    return list(found)
+
+
+_memo: dict[tuple, tuple[OpCommunication, ...]] = {}
+_MEMO_LIMIT = 16384
+
+
+def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
+                      results: Sequence[Tensor], mesh) -> list[OpCommunication]:
+    factor_axes, reduction = computation_axes(rule, operands, results, mesh)
     out: list[OpCommunication] = []
     for index, operand in enumerate(operands):
         needed = required_sharding(rule, index, operand, factor_axes)

@@ -47,8 +47,7 @@ from dataclasses import asdict, dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from shardc.compiler.cost.op_comm import (_devices, _reduction_axes, _result_factor_axes,
-                                          required_sharding)
+from shardc.compiler.cost.op_comm import computation_axes, required_sharding
 from shardc.compiler.cost.reshard import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, dim_axes,
                                           reshard_collectives, shard_bytes, shard_shape)
 from shardc.compiler.cost.report import collectives_at
@@ -193,14 +192,8 @@ class _Walker:
         if any(t is None for t in operands + results) or all(r.sharding is None for r in results):
             return
         mesh = values.mesh_of(*(t.sharding for t in results + operands))
-        factor_axes = _result_factor_axes(rule, results)
-        used = {axis for axes in factor_axes.values() for axis in axes}
-        reduction = _reduction_axes(rule, operands, used, _devices(mesh), factor_axes)
+        factor_axes, reduction = computation_axes(rule, operands, results, mesh)
         reduced = {axis for axes in reduction.values() for axis in axes}
-        if reduced & used:
-            factor_axes = {f: tuple(a for a in axes if a not in reduced)
-                           for f, axes in factor_axes.items()}
-        factor_axes.update(reduction)
         relayout = _relayout(graph.ops[op], name, operands, results)
         if relayout.pop(-1, 0):  # a result in a non-canonical layout: transposed copy
             self.extra[op] = self.extra.get(op, 0) + sum(
