@@ -20,9 +20,7 @@ import dataclasses
 import json
 import os
 import pathlib
-import statistics
 import sys
-import time
 
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
@@ -36,9 +34,9 @@ from bench import e2e_measure  # noqa: E402
 from bench.models import REGISTRY, REGRESSIONS, make_programs  # noqa: E402
 from bench.models.program import Program  # noqa: E402
 from shardc.compiler import cost_aware  # noqa: E402
-from shardc.compiler import jit as shardc_jit  # noqa: E402
 
-STRATEGIES = ("shardy", "cost-aware")
+# The propagation strategies and the name of each one's route in ``e2e_measure``.
+ROUTES = {"shardy": "shardc", "cost-aware": e2e_measure.COST_AWARE}
 
 
 @dataclasses.dataclass
@@ -56,53 +54,26 @@ class Row:
 
 
 def _lower(program: Program, strategy: str):
-    in_s, out_s = program.in_shardings, program.out_shardings
-    devices = None
-    args = program.args
-    if program.lower_on_abstract_mesh:
-        in_s, out_s = e2e_measure.abstract(in_s), e2e_measure.abstract(out_s)
-        args = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), program.args)
-        devices = tuple(program.mesh.devices.flat)
-    jitted = shardc_jit(e2e_measure.fresh(program.fun), in_shardings=in_s, out_shardings=out_s,
-                        propagation=strategy)
-    start = time.perf_counter()
-    lowered = jitted.lower(*args)
-    return lowered, time.perf_counter() - start, devices
-
-
-def _bytes(compiled) -> int:
-    return sum(s.bytes_per_device for s in e2e_measure.collectives_of(compiled).values())
+    """``(lowered, seconds, devices to compile for)`` of shardc with ``strategy``."""
+    return e2e_measure.lower_route(program, ROUTES[strategy])
 
 
 def measure(program: Program, repeats: int = 3) -> Row:
-    row = Row(program.name)
-    try:
-        jax_compiled = e2e_measure.jax_jitted(program).lower(*program.args).compile()
-        expected = e2e_measure.run(jax_compiled, program)
-        row.bytes["jax"] = _bytes(jax_compiled)
-        row.memory["jax"] = e2e_measure.memory_bytes_of(jax_compiled)
-        times = {s: [] for s in STRATEGIES}
-        for repeat in range(repeats):
-            for strategy in STRATEGIES if repeat % 2 == 0 else STRATEGIES[::-1]:
-                lowered, seconds, devices = _lower(program, strategy)
-                times[strategy].append(seconds)
-                if repeat == 0:
-                    compiled = lowered.compile() if devices is None else lowered.compile(devices)
-                    row.bytes[strategy] = _bytes(compiled)
-                    row.memory[strategy] = e2e_measure.memory_bytes_of(compiled)
-                    if strategy == "cost-aware":
-                        actual = e2e_measure.run(compiled, program)
-                        row.max_rel_error = e2e_measure.errors_of(expected, actual)[1]
-                if strategy == "cost-aware" and cost_aware.LAST:
-                    r = cost_aware.LAST[0]
-                    row.predicted = {"shardy": r.baseline_bytes, "cost-aware": r.final_bytes}
-                    row.evaluations = r.evaluations
-                    row.resolved = [f"{d.name} at {d.location}: {d.chosen}"
-                                    for d in r.decisions if d.chosen]
-        row.lower_seconds = {s: statistics.median(t) for s, t in times.items()}
-        row.time_ratio = row.lower_seconds["cost-aware"] / row.lower_seconds["shardy"]
-    except Exception as error:  # noqa: BLE001 - one failure must not end the run
-        row.error = f"{type(error).__name__}: {error}"
+    """``e2e_measure.compare`` with the cost-aware route, keyed by strategy."""
+    compared = e2e_measure.compare(program, repeats=repeats, time_calls=False, cost_aware=True)
+    row = Row(program.name, error=compared.error)
+    if compared.error:
+        return row
+    strategy = {route: name for name, route in ROUTES.items()} | {"jax": "jax"}
+    row.bytes = {strategy[route]: b for route, b in compared.collective_bytes.items()}
+    row.memory = {strategy[route]: b for route, b in compared.memory_bytes.items()}
+    row.lower_seconds = {name: compared.lower_seconds[route] for name, route in ROUTES.items()}
+    row.max_rel_error = compared.cost_aware_max_rel_error
+    row.time_ratio = compared.cost_aware_lower_ratio
+    row.predicted = compared.cost_aware_search["predicted_bytes"]
+    row.evaluations = compared.cost_aware_search["evaluations"]
+    row.resolved = [f"{d.name} at {d.location}: {d.chosen}"
+                    for d in cost_aware.LAST[0].decisions if d.chosen]
     return row
 
 

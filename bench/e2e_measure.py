@@ -1,10 +1,11 @@
 """Measure one benchmark program compiled by ``jax.jit`` and by shardc, side by side.
 
 Both routes get the same function, the same placed arguments and the same
-shardings, in the same process. ``build`` lowers and compiles one route and
-times both stages; the ``*_of`` functions read one figure from the compiled
-programs; ``compare`` puts it all into one ``Comparison`` row. Every figure is
-taken identically on both sides:
+shardings, in the same process; optionally a third, shardc with
+``propagation="cost-aware"`` (``COST_AWARE``). ``build`` lowers and compiles one
+route and times both stages; the ``*_of`` functions read one figure from the
+compiled programs; ``compare`` puts it all into one ``Comparison`` row. Every
+figure is taken identically on every route:
 
 * numerics: ``max |shardc - jax|`` over every output element, and that
   divided by ``max |jax|`` of the same output (the worst output counts);
@@ -19,7 +20,7 @@ taken identically on both sides:
   trace or compile cache is shared between routes or repeats), after one
   untimed lowering per route that warms jax's own caches, and the median
   microseconds per call of the jitted function, dispatch included, from
-  rounds of calls that alternate between the routes.
+  rounds of calls that alternate between the routes (jax.jit and shardc only).
 """
 
 from __future__ import annotations
@@ -36,10 +37,14 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from bench.models.program import Program
+from shardc.compiler import cost_aware as cost_aware_propagation
 from shardc.compiler import jit as shardc_jit
 from shardc.runtime import collectives
 
 ROUTES = ("jax", "shardc")
+COST_AWARE = "cost-aware"  # the optional third route
+# shardc's routes and the propagation strategy each lowers with.
+PROPAGATION = {"shardc": "shardy", COST_AWARE: "cost-aware"}
 
 
 @dataclasses.dataclass
@@ -54,7 +59,12 @@ class Build:
 
 @dataclasses.dataclass
 class Comparison:
-    """Everything measured for one program; ``*_ratio`` is shardc / jax.jit."""
+    """Everything measured for one program; ``*_ratio`` is shardc / jax.jit.
+
+    The ``cost_aware_*`` fields are filled by ``compare(..., cost_aware=True)``;
+    that route's bytes, memory and times are then under ``"cost-aware"`` in the
+    per-route dicts.
+    """
 
     name: str
     description: str
@@ -73,6 +83,11 @@ class Comparison:
     compile_ratio: float | None = None
     call_microseconds: dict[str, float] = dataclasses.field(default_factory=dict)
     call_ratio: float | None = None
+    cost_aware_max_rel_error: float | None = None  # against jax.jit
+    cost_aware_bytes_ratio: float | None = None  # cost-aware / jax.jit
+    cost_aware_memory_ratio: float | None = None  # cost-aware / jax.jit
+    cost_aware_lower_ratio: float | None = None  # cost-aware / shardc ("shardy") lowering
+    cost_aware_search: dict[str, Any] = dataclasses.field(default_factory=dict)
     error: str | None = None
 
 
@@ -109,13 +124,18 @@ def jax_jitted(program: Program) -> Callable:
     )
 
 
-def shardc_jitted(program: Program) -> Callable:
+def shardc_jitted(program: Program, propagation: str = "shardy") -> Callable:
     """shardc's ``jit`` of a fresh copy of the function (shardings on the abstract mesh
     when the program asks to be lowered there)."""
     in_shardings, out_shardings = program.in_shardings, program.out_shardings
     if program.lower_on_abstract_mesh:
         in_shardings, out_shardings = abstract(in_shardings), abstract(out_shardings)
-    return shardc_jit(fresh(program.fun), in_shardings=in_shardings, out_shardings=out_shardings)
+    return shardc_jit(
+        fresh(program.fun),
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
+        propagation=propagation,
+    )
 
 
 def prepare(program: Program, route: str) -> tuple[Any, tuple, tuple | None]:
@@ -123,47 +143,55 @@ def prepare(program: Program, route: str) -> tuple[Any, tuple, tuple | None]:
     devices to compile it for (``None``: those of its shardings)."""
     if route == "jax":
         return jax_jitted(program), program.args, None
-    if route != "shardc":
-        raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
+    if route not in PROPAGATION:
+        raise ValueError(f"route must be one of {('jax', *PROPAGATION)}, got {route!r}")
+    jitted = shardc_jitted(program, PROPAGATION[route])
     if not program.lower_on_abstract_mesh:
-        return shardc_jitted(program), program.args, None
+        return jitted, program.args, None
     # Lower from shapes alone, then pick the devices at compile time.
     shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), program.args)
-    return shardc_jitted(program), shapes, tuple(program.mesh.devices.flat)
+    return jitted, shapes, tuple(program.mesh.devices.flat)
+
+
+def lower_route(program: Program, route: str) -> tuple[Any, float, tuple | None]:
+    """Lower ``program`` with one route: the lowered program, the seconds it took and
+    the devices to compile it for (``None``: those of its shardings)."""
+    jitted, lower_args, devices = prepare(program, route)
+    start = time.perf_counter()
+    lowered = jitted.lower(*lower_args)
+    return lowered, time.perf_counter() - start, devices
 
 
 def build(program: Program, route: str) -> Build:
     """Lower and compile ``program`` with one route, timing each stage."""
-    jitted, lower_args, devices = prepare(program, route)
+    lowered, lower_seconds, devices = lower_route(program, route)
     start = time.perf_counter()
-    lowered = jitted.lower(*lower_args)
-    lowered_at = time.perf_counter()
     compiled = lowered.compile() if devices is None else lowered.compile(devices)
-    compiled_at = time.perf_counter()
-    return Build(route, compiled, lowered_at - start, compiled_at - lowered_at)
+    return Build(route, compiled, lower_seconds, time.perf_counter() - start)
 
 
-def build_both(program: Program, repeats: int = 1) -> tuple[dict[str, Build], dict, dict]:
-    """Build both routes ``repeats`` times, alternating which goes first.
+def build_routes(
+    program: Program, routes: tuple[str, ...] = ROUTES, repeats: int = 1
+) -> tuple[dict[str, Build], dict, dict]:
+    """Build each route ``repeats`` times, alternating the order of the routes.
 
     Returns the last builds and the median lower / compile seconds per route.
     One untimed lowering per route first, and the alternating order, keep
     one-off warm-up costs of jax itself (its own caches of traced helpers)
     off whichever route happens to go first.
     """
-    for route in ROUTES:
-        jitted, lower_args, _ = prepare(program, route)
-        jitted.lower(*lower_args)
-    lower = {route: [] for route in ROUTES}
-    compile_ = {route: [] for route in ROUTES}
+    for route in routes:
+        lower_route(program, route)
+    lower = {route: [] for route in routes}
+    compile_ = {route: [] for route in routes}
     builds: dict[str, Build] = {}
     for repeat in range(repeats):
-        for route in ROUTES if repeat % 2 == 0 else ROUTES[::-1]:
+        for route in routes if repeat % 2 == 0 else routes[::-1]:
             builds[route] = build(program, route)
             lower[route].append(builds[route].lower_seconds)
             compile_[route].append(builds[route].compile_seconds)
-    median = {route: statistics.median(lower[route]) for route in ROUTES}
-    return builds, median, {route: statistics.median(compile_[route]) for route in ROUTES}
+    median = {route: statistics.median(lower[route]) for route in routes}
+    return builds, median, {route: statistics.median(compile_[route]) for route in routes}
 
 
 # ----------------------------------------------------------------------------
@@ -222,6 +250,25 @@ def collectives_of(compiled: Any) -> dict[str, collectives.CollectiveSummary]:
     return collectives.summarize(collectives.find_collectives(compiled.as_text()))
 
 
+def collective_bytes_of(compiled: Any) -> int:
+    """Collective bytes per device of all kinds in the partitioned HLO."""
+    return sum(s.bytes_per_device for s in collectives_of(compiled).values())
+
+
+def cost_aware_search() -> dict[str, Any]:
+    """The log of the latest cost-aware lowering's search: evaluations (propagations +
+    cost predictions) and predicted bytes per device of Shardy's choices and of the
+    search's (``{}`` when no cost-aware lowering ran)."""
+    if not cost_aware_propagation.LAST:
+        return {}
+    resolution = cost_aware_propagation.LAST[0]
+    return {
+        "evaluations": resolution.evaluations,
+        "predicted_bytes": {"shardy": resolution.baseline_bytes,
+                            "cost-aware": resolution.final_bytes},
+    }  # fmt: skip
+
+
 def memory_bytes_of(compiled: Any) -> int:
     """Bytes per device: arguments + outputs + temporaries - aliased (donated) buffers."""
     stats = compiled.memory_analysis()
@@ -233,11 +280,12 @@ def memory_bytes_of(compiled: Any) -> int:
     )
 
 
-def ratio(shardc_value: float, jax_value: float) -> float | None:
-    """shardc / jax.jit; 1 when both are zero, ``None`` when only jax's is."""
-    if jax_value == 0:
-        return 1.0 if shardc_value == 0 else None
-    return shardc_value / jax_value
+def ratio(value: float, reference: float) -> float | None:
+    """``value / reference`` (shardc / jax.jit); 1 when both are zero, ``None`` when
+    only the reference is."""
+    if reference == 0:
+        return 1.0 if value == 0 else None
+    return value / reference
 
 
 # ----------------------------------------------------------------------------
@@ -288,15 +336,18 @@ def compare(
     rounds: int = 5,
     round_seconds: float = 0.05,
     strict: bool = False,
+    cost_aware: bool = False,
 ) -> Comparison:
-    """Measure ``program`` on both routes.
+    """Measure ``program`` on both routes (and with ``propagation="cost-aware"``
+    when ``cost_aware``).
 
     A failure is recorded in ``error`` (so one broken program does not end a
     benchmark run), or raised when ``strict``.
     """
     row = Comparison(program.name, program.description)
+    routes = (*ROUTES, COST_AWARE) if cost_aware else ROUTES
     try:
-        builds, lower, compile_ = build_both(program, repeats)
+        builds, lower, compile_ = build_routes(program, routes, repeats)
         jax_compiled, shardc_compiled = builds["jax"].compiled, builds["shardc"].compiled
         expected = run(jax_compiled, program)
         actual = run(shardc_compiled, program)
@@ -322,6 +373,8 @@ def compare(
         row.lower_seconds, row.compile_seconds = lower, compile_
         row.lower_ratio = ratio(lower["shardc"], lower["jax"])
         row.compile_ratio = ratio(compile_["shardc"], compile_["jax"])
+        if cost_aware:
+            record_cost_aware(row, builds[COST_AWARE].compiled, program, expected)
 
         if time_calls:
             jitted = {"jax": jax_jitted(program), "shardc": shardc_jitted(program)}
@@ -336,3 +389,15 @@ def compare(
             raise
         row.error = f"{type(error).__name__}: {error}"
     return row
+
+
+def record_cost_aware(row: Comparison, compiled: Any, program: Program, expected: Any) -> None:
+    """The cost-aware route's figures against jax.jit (bytes, memory, numerics) and
+    against shardc's Shardy-compatible lowering (time), and its search's log; the
+    per-route figures of ``row`` must be filled already."""
+    row.cost_aware_max_rel_error = errors_of(expected, run(compiled, program))[1]
+    bytes_, memory, seconds = row.collective_bytes, row.memory_bytes, row.lower_seconds
+    row.cost_aware_bytes_ratio = ratio(bytes_[COST_AWARE], bytes_["jax"])
+    row.cost_aware_memory_ratio = ratio(memory[COST_AWARE], memory["jax"])
+    row.cost_aware_lower_ratio = ratio(seconds[COST_AWARE], seconds["shardc"])
+    row.cost_aware_search = cost_aware_search()

@@ -20,6 +20,7 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Callable
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
@@ -59,8 +60,9 @@ def transformer(params, x):
     return x
 
 
-def lowered_text(layers: int) -> str:
-    """The module to propagate: lowered, inlined, with data-flow edges."""
+def transformer_program(layers: int) -> tuple[Callable, tuple, tuple]:
+    """``(fun, args, in_shardings)`` of the ``layers``-block transformer: abstract
+    arguments (``ShapeDtypeStruct``) and data/model shardings on an abstract 2x4 mesh."""
     mesh = jax.sharding.AbstractMesh((2, 4), ("data", "model"),
                                      axis_types=(AxisType.Auto,) * 2)
     col, row = NamedSharding(mesh, P(None, "model")), NamedSharding(mesh, P("model", None))
@@ -69,8 +71,13 @@ def lowered_text(layers: int) -> str:
     params = [{k: jax.ShapeDtypeStruct(s, jnp.float32) for k, s in shapes.items()}
               for _ in range(layers)]
     x = jax.ShapeDtypeStruct((BATCH, SEQ, D), jnp.float32)
-    fn = sc.jit(transformer, in_shardings=([specs] * layers, NamedSharding(mesh, P("data"))))
-    text = str(fn.lower(params, x).module)
+    return transformer, (params, x), ([specs] * layers, NamedSharding(mesh, P("data")))
+
+
+def lowered_text(layers: int) -> str:
+    """The module to propagate: lowered, inlined, with data-flow edges."""
+    fun, args, in_shardings = transformer_program(layers)
+    text = str(sc.jit(fun, in_shardings=in_shardings).lower(*args).module)
     context = make_context()
     module = ir.Module.parse(text, context)
     passmanager.PassManager.parse("builtin.module(inline,symbol-dce,sdy-add-data-flow-edges)",

@@ -1,8 +1,9 @@
 """Regenerate the README's "How shardc compares" section from ``bench/e2e.py``'s JSON.
 
 Rewrites only the text between the ``<!-- e2e:start -->`` and
-``<!-- e2e:end -->`` markers (the table, its footnote and the run's
-environment) and draws ``docs/e2e_collective_bytes.png``, the
+``<!-- e2e:end -->`` markers (the table, its footnote, the run's environment
+and, when the run measured it, the cost-aware lowering time on the
+transformer) and draws ``docs/e2e_collective_bytes.png``, the
 collective-bytes ratio per program. Needs matplotlib
 (``pip install -e '.[bench]'``).
 
@@ -81,11 +82,19 @@ def section(results: dict, plot_path: pathlib.Path, readme: pathlib.Path) -> str
         "",
         e2e_table.markdown_table(results["rows"]),
         "",
-        e2e_table.FOOTNOTE,
+        e2e_table.footnote(results["rows"]),
         "",
         f"![collective bytes per device, shardc / jax.jit]({plot})",
         "",
+        *transformer_section(results.get("transformer")),
     ])  # fmt: skip
+
+
+def transformer_section(rows: list[dict] | None) -> list[str]:
+    """The cost-aware lowering-time table's lines (none when the run skipped it)."""
+    if not rows:
+        return []
+    return [e2e_table.TRANSFORMER_TITLE, "", e2e_table.transformer_table(rows), ""]
 
 
 def splice(text: str, body: str) -> str:

@@ -8,6 +8,7 @@ jax.jit's. A failure of the second is a propagation bug to report, not a
 threshold to loosen. Timing is left to ``bench/e2e.py``.
 """
 
+import dataclasses
 import math
 import pathlib
 import sys
@@ -63,3 +64,54 @@ def test_ratio_handles_zero_jax_figures():
 def test_table_shows_a_failed_program_with_its_error():
     table = e2e_table.markdown_table([{"name": "broken", "error": "ValueError: bad | spec"}])
     assert "| broken | **failed**: ValueError: bad \\| spec |" in table
+
+
+def _row(name: str, cost_aware: bool) -> dict:
+    """A measured row as ``bench/e2e.py`` writes it (no compilation)."""
+    routes = ("jax", "shardc", "cost-aware") if cost_aware else ("jax", "shardc")
+    row = e2e_measure.Comparison(
+        name, "", max_abs_error=0.0, max_rel_error=0.0, output_shardings_match=True,
+        collective_bytes=dict(zip(routes, (4096, 4096, 1024))), collective_bytes_ratio=1.0,
+        memory_bytes=dict.fromkeys(routes, 2048), memory_ratio=1.0,
+        lower_seconds=dict(zip(routes, (0.01, 0.02, 0.08))), lower_ratio=2.0,
+        compile_seconds=dict.fromkeys(routes, 0.1), compile_ratio=1.0,
+    )  # fmt: skip
+    if cost_aware:
+        row.cost_aware_max_rel_error, row.cost_aware_bytes_ratio = 1e-7, 0.25
+        row.cost_aware_memory_ratio, row.cost_aware_lower_ratio = 1.0, 4.0
+    return dataclasses.asdict(row)
+
+
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def test_table_has_cost_aware_columns_only_when_measured():
+    plain = e2e_table.markdown_table([_row("a", False)]).splitlines()
+    assert "cost-aware" not in plain[0] and len(_cells(plain[0])) == 8
+    assert "cost-aware" not in e2e_table.footnote([_row("a", False)])
+
+    rows = [_row("a", True), _row("b", False), {"name": "c", "error": "boom"}]
+    lines = e2e_table.markdown_table(rows).splitlines()
+    assert all(len(_cells(line)) == 11 for line in lines), lines
+    assert _cells(lines[0])[1] == "max rel. error (shardc / cost-aware)"
+    ratios = ["0.25×", "1.00×", "4.00×"]
+    assert _cells(lines[2])[1] == "0 / 1.0e-07" and _cells(lines[2])[8:] == ratios
+    assert _cells(lines[3])[1] == "0 / —" and _cells(lines[3])[8:] == ["—"] * 3
+    assert _cells(lines[4])[:2] == ["c", "**failed**: boom"]
+    assert _cells(lines[5])[8:] == ratios  # the geometric means skip rows without them
+    assert "propagation=\"cost-aware\"" in e2e_table.footnote(rows)
+
+
+def test_transformer_table_rows_and_failures():
+    rows = [
+        {"layers": 32, "ops": 2200, "repeats": 3, "lower_seconds": {"shardy": 0.5,
+         "cost-aware": 20.0}, "ratio": 40.0, "evaluations": 12,
+         "predicted_bytes": {"shardy": 2048, "cost-aware": 1024}},
+        {"layers": 128, "error": "MemoryError: too big"},
+    ]  # fmt: skip
+    lines = e2e_table.transformer_table(rows).splitlines()
+    assert all(len(_cells(line)) == 7 for line in lines), lines
+    assert _cells(lines[2]) == ["32", "2200", "500.0 ms", "20.00 s", "40.00×", "12",
+                                "2.0 KiB → 1.0 KiB"]
+    assert _cells(lines[3])[:2] == ["128", "**failed**: MemoryError: too big"]
