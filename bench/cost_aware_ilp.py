@@ -5,7 +5,7 @@ choices the greedy search (``compiler/cost_aware/search.py``) has: every
 conflict point of the Shardy-compatible baseline plus every point the greedy
 search decided on, each with "keep Shardy's choice" or one of its
 alternatives (pins). The cost of a choice is the search's own predicted
-bytes (``search._Evaluator``: one re-propagation + ``comm_report`` + the
+bytes (``pricing.ModuleEvaluator``: one re-propagation + ``comm_report`` + the
 return-layout term), and a choice whose memory peak is above the baseline's
 is infeasible, as in the greedy search.
 
@@ -136,12 +136,12 @@ def choice_sets(reader, resolution, per_point: int = 6):
 def analyse(program, exhaustive_limit: int = 512) -> Row:
     from scipy.optimize import Bounds, LinearConstraint, milp
 
-    from shardc.compiler.cost_aware.search import _Evaluator
+    from shardc.compiler.cost_aware.pricing import ModuleEvaluator
 
     row = Row(program.name)
     start = time.perf_counter()
     imported, kwargs, resolution = capture(program)
-    evaluate = _Evaluator(imported, kwargs.get("conservative", False))
+    evaluate = ModuleEvaluator(imported, kwargs.get("conservative", False))
     base_bytes, base_memory, reader = evaluate([])
     row.baseline = base_bytes
     row.greedy = resolution.final_bytes

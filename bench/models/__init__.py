@@ -14,6 +14,7 @@ from bench.models import (
     conflict_attention_seq,
     conflict_fsdp_pair,
     conflict_mlp,
+    conflict_mlp_deep,
     conflict_mlp_narrow,
     conflict_mlp_wide,
     conv_net,
@@ -43,6 +44,7 @@ _MODULES = (
     conflict_mlp,
     conflict_attention,
     conflict_attention_seq,
+    conflict_mlp_deep,
 )
 REGISTRY: dict[str, Callable[[str], Program]] = {module.NAME: module.make for module in _MODULES}
 

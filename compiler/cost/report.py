@@ -244,6 +244,11 @@ def comm_report(module: ir.Module | ir.Operation, *,
     otherwise it is unknown and needs nothing.
     """
     reader = ModuleValues(module.operation, missing_as_replicated=missing_as_replicated)
+    return comm_report_of(reader)
+
+
+def comm_report_of(reader: ModuleValues) -> CommReport:
+    """``comm_report`` of a module already read (``reader`` is used up: its reshard cache fills)."""
     entries: list[CommEntry] = []
     for op in range(len(reader.graph.ops)):
         entries.extend(collectives_at(reader, op))
@@ -265,4 +270,4 @@ def _notes(reader: ModuleValues) -> tuple[str, ...]:
     return tuple(notes)
 
 
-__all__ = ["CommEntry", "CommReport", "CommTotal", "collectives_at", "comm_report"]
+__all__ = ["CommEntry", "CommReport", "CommTotal", "collectives_at", "comm_report", "comm_report_of"]

@@ -11,18 +11,27 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.cost_aware.candidates import strip_tags, tag_ops
+from shardc.compiler.cost_aware.candidates import apply_pins, strip_tags, tag_ops
 from shardc.compiler.cost_aware.explicit import insert_operand_reshards
-from shardc.compiler.cost_aware.search import Resolution, apply_pins, resolve
+from shardc.compiler.cost_aware.search import Resolution, resolve
 
 LAST: list[Resolution] = []  # the latest resolution (for the bench and tests)
 
 
+def _adopt_body(target: ir.Operation, source: ir.Operation) -> None:
+    """Replace the ops of module ``target`` by those of module ``source`` (moved, not copied)."""
+    block = target.regions[0].blocks[0]
+    for op in list(block.operations):
+        op.operation.erase()
+    for op in list(source.regions[0].blocks[0].operations):
+        block.append(op.operation)
+
+
 def cost_aware_pipeline(module: ir.Operation, *, conservative: bool = False,
                         keep_sharding_rules: bool = False, max_evaluations: int = 32,
-                        ) -> Resolution:
-    """Import, resolve conflicts by predicted bytes, propagate with the pins, export."""
-    from shardc.compiler.propagation import propagate
+                        **search_options) -> Resolution:
+    """Import, resolve conflicts by predicted bytes (``search.resolve`` takes
+    ``search_options``), keep the propagated winner, export."""
     from shardc.compiler.propagation.pipeline import export_pipeline, import_pipeline
 
     operation = module.operation
@@ -30,10 +39,10 @@ def cost_aware_pipeline(module: ir.Operation, *, conservative: bool = False,
         import_pipeline(operation)
         tag_ops(operation)
         resolution = resolve(operation.clone(), conservative=conservative,
-                             max_evaluations=max_evaluations)
-        apply_pins(operation, resolution.pins)
-        propagate(operation, strategy="user-priority", conservative=conservative,
-                  keep_sharding_rules=True)
+                             max_evaluations=max_evaluations, **search_options)
+        # The search already propagated the imported module with the pins it kept.
+        _adopt_body(operation, resolution.module)
+        resolution.module = None
         export_pipeline(operation, keep_sharding_rules=keep_sharding_rules)
         resolution.reshards = insert_operand_reshards(operation, resolution.changed)
         strip_tags(operation)

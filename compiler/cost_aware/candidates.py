@@ -27,7 +27,7 @@ from jaxlib.mlir import ir
 from shardc.compiler.cost.op_comm import op_communication
 from shardc.compiler.cost.values import ModuleValues
 from shardc.compiler.propagation.projection import AXES, project
-from shardc.compiler.propagation.sharding import DimSharding, TensorSharding
+from shardc.compiler.propagation.sharding import DimSharding, TensorSharding, format_per_value
 from shardc.compiler.sharding.rules import rule_for
 
 # Ops whose result must not be pinned: user-fixed or structural.
@@ -110,6 +110,23 @@ def tag_ops(module: ir.Operation) -> None:
         if len(op.results) and op.name != "func.func":
             op.attributes[TAG] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), count)
             count += 1
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+
+
+def apply_pins(module: ir.Operation, pins: list[Pin]) -> None:
+    """Write each pin as the closed ``sdy.sharding`` of its op (graph indices of ``module``)."""
+    if not pins:
+        return
+    wanted = {pin.op: pin for pin in pins}
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if TAG in op.attributes:
+            pin = wanted.get(ir.IntegerAttr(op.attributes[TAG]).value)
+            if pin is not None:
+                op.attributes["sdy.sharding"] = ir.Attribute.parse(
+                    format_per_value([pin.sharding]))
         return ir.WalkResult.ADVANCE
 
     module.walk(visit)

@@ -1,35 +1,43 @@
 """Greedy cost-aware conflict resolution over Shardy-compatible propagation.
 
 ``resolve(imported)`` takes a module after the import steps (before
-propagation), and:
+propagation) and first propagates a copy with user priorities
+(Shardy-compatible), pricing it with the cost model (``pricing.price``):
+the baseline bytes ``B0`` and per-device memory peak ``M0``. Then, for a
+module of at most ``local_above`` ops, **module rounds**:
 
-1. propagates a copy with user priorities (Shardy-compatible) and predicts
-   its collectives with the cost model (``comm_report``): the baseline
-   bytes ``B0`` and per-device memory peak ``M0``;
-2. **best-first rounds**: while every alternative pin of every open conflict
-   point (``candidates.conflict_points``) fits in the evaluations left, it
-   propagates a fresh copy of the imported module with the accepted pins plus
-   each one, predicts its bytes and memory peak, and accepts the single best
-   one over all points (then recomputes the points of the new state);
-3. otherwise (too many alternatives left for a round, e.g.
-   ``fsdp_train_step``) it walks the remaining points in program order and,
-   at each, keeps the cheapest alternative;
-4. in both, a pin is kept only if its bytes are lower than the current best
-   by more than ``margin`` and its memory peak is not above ``M0`` (ties keep
-   Shardy's choice).
+1. *best-first*: while every alternative pin of every open conflict point
+   (``candidates.conflict_points``) fits in the evaluations left, propagate
+   a fresh copy of the imported module with the accepted pins plus each one,
+   price it, and accept the single best one over all points (then recompute
+   the points of the new state);
+2. otherwise (too many alternatives left for a round, e.g.
+   ``fsdp_train_step``) walk the remaining points in program order and, at
+   each, keep the cheapest alternative.
 
-A candidate's bytes are ``comm_report``'s plus ``returned_in_declared_layout``:
-an op the candidate changes gets explicit operand reshards at export, and when
-its result is resharded again at ``func.return`` XLA may compute the op in the
-returned layout instead (so a predicted saving compiled to more bytes than
-Shardy); the op is priced at the worse of the two routes.
+A larger module gets **region rounds** instead (``regions``): every
+alternative is priced on a region of at most ``region_ops`` ops around its
+conflict point, memoised by structure, so a repeated layer costs one region
+propagation, not one module propagation per layer. Candidates that are the
+same pin in the same structure form a class; the class with the largest
+total local gain is applied at all its points at once and verified on the
+whole module (then, if that fails, at its first point alone); a class that
+fails both is dropped.
 
-Bounded: at most ``max_evaluations`` propagations + cost predictions in all
-(default 32), each point offering at most ``per_point`` alternatives
-(default 6). Deterministic: fixed point and candidate order, strict
-improvement. The accepted pins are returned; ``apply_pins`` writes them onto
-a module as closed ``sdy.sharding`` attributes, so the propagated and
-exported module carries them as explicit shardings XLA partitions exactly.
+In both, a pin is kept only if its bytes are lower than the current best by
+more than ``margin`` and its memory peak is not above ``M0`` (ties keep
+Shardy's choice). A candidate's module-wide bytes include
+``pricing.returned_in_declared_layout``.
+
+Bounded: at most ``max_evaluations`` module propagations (default 32; region
+rounds use at most ``max_verifications`` of them, default 4, after the
+baseline) and ``max_region_evaluations`` region propagations of at most
+``region_ops`` ops (default 64 of 128), each point offering at most
+``per_point`` alternatives (default 6). Deterministic: fixed point, class
+and candidate order, strict improvement. The accepted pins are returned;
+``apply_pins`` writes them onto a module as closed ``sdy.sharding``
+attributes, so the exported module carries them as explicit shardings XLA
+partitions exactly; ``Resolution.module`` is the winner already propagated.
 """
 
 from __future__ import annotations
@@ -39,100 +47,55 @@ from dataclasses import dataclass, field
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.cost.op_comm import Tensor, op_communication
-from shardc.compiler.cost.report import comm_report
-from shardc.compiler.cost.reshard import dim_axes, reshard_collectives, shard_bytes
 from shardc.compiler.cost.values import ModuleValues
-from shardc.compiler.diagnostics import source_loc_of
+from shardc.compiler.cost_aware.candidates import ConflictPoint, Pin, conflict_points, tag_of
 from shardc.compiler.cost_aware.explicit import signatures
-from shardc.compiler.cost_aware.candidates import (
-    TAG, Pin, closed, conflict_points, tag_of)
-from shardc.compiler.propagation import propagate
-from shardc.compiler.propagation.sharding import format_per_value
-from shardc.compiler.sharding.rules import rule_for
+from shardc.compiler.cost_aware.pricing import ModuleEvaluator, changed_tags
+from shardc.compiler.cost_aware.regions import LocalPrice, RegionEvaluator
+from shardc.compiler.diagnostics import source_loc_of
 
 
 @dataclass
 class Decision:
-    """One conflict point: what was tried, what it cost, what was kept."""
+    """One conflict point (or class of repeated ones): what was tried, what was kept."""
 
     op: int
     name: str
     location: str
     tried: list[tuple[str, int, int]]  # (why, predicted bytes, memory peak)
     chosen: str | None  # None: Shardy's choice kept
+    scope: str = "module"  # what ``tried`` prices: the module, or "region of N ops"
+    points: int = 1  # conflict points the decision covers (a class of repeated ones)
 
 
 @dataclass
 class Resolution:
-    """The outcome: pins to apply and the log of the search."""
+    """The outcome: pins to apply, the propagated winner and the log of the search."""
 
     pins: list[Pin]
     baseline_bytes: int
     final_bytes: int
     baseline_memory: int
     final_memory: int
-    evaluations: int
+    evaluations: int  # module propagations
     seconds: float
     decisions: list[Decision] = field(default_factory=list)
     changed: set[int] = field(default_factory=set)  # tags of ops whose shardings changed
     reshards: int = 0  # explicit operand reshards inserted at export
+    region_evaluations: int = 0  # region propagations (region rounds only)
+    module: ir.Operation | None = None  # the imported module propagated with ``pins``
 
     def format_text(self) -> str:
         lines = [f"cost-aware: {self.baseline_bytes} -> {self.final_bytes} bytes/device "
                  f"predicted, memory peak {self.baseline_memory} -> {self.final_memory}, "
-                 f"{self.evaluations} evaluations, {self.seconds:.3f}s"]
+                 f"{self.evaluations} evaluations, {self.region_evaluations} region "
+                 f"evaluations, {self.seconds:.3f}s"]
         for d in self.decisions:
-            lines.append(f"  {d.name} at {d.location}: kept {d.chosen or 'shardy'}")
+            where = "" if d.points == 1 else f" (and {d.points - 1} more like it)"
+            lines.append(f"  {d.name} at {d.location}{where}: kept {d.chosen or 'shardy'}")
             for why, cost, memory in d.tried:
-                lines.append(f"    {why:<34} {cost:>10} bytes  peak {memory}")
+                lines.append(f"    {why:<34} {cost:>10} bytes  peak {memory}  [{d.scope}]")
         return "\n".join(lines)
-
-
-def apply_pins(module: ir.Operation, pins: list[Pin]) -> None:
-    """Write each pin as the closed ``sdy.sharding`` of its op (graph indices of ``module``)."""
-    if not pins:
-        return
-    wanted = {pin.op: pin for pin in pins}
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if TAG in op.attributes:
-            pin = wanted.get(ir.IntegerAttr(op.attributes[TAG]).value)
-            if pin is not None:
-                op.attributes["sdy.sharding"] = ir.Attribute.parse(
-                    format_per_value([pin.sharding]))
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-
-
-def memory_peak(reader: ModuleValues) -> int:
-    """Per-device bytes live at the worst point of program (pre-order) order.
-
-    A value is live from its definition (block arguments: from the start of
-    the program) to its last use; tensors count their shard bytes.
-    """
-    graph = reader.graph
-    n = len(graph.ops)
-    delta = [0] * (n + 2)
-    for value in range(len(graph.values)):
-        tensor = reader.tensor(value)
-        if tensor is None:
-            continue
-        sharding = tensor.sharding
-        size = (shard_bytes(tensor.shape, tensor.element_bytes,
-                            dim_axes(sharding, len(tensor.shape)))
-                if sharding is not None else tensor.global_bytes)
-        start = graph.value_def[value] if graph.value_def[value] >= 0 else 0
-        uses = [user for user, _ in graph.uses[value]]
-        end = max(uses, default=start)
-        delta[start] += size
-        delta[end + 1] -= size
-    peak = live = 0
-    for step in delta:
-        live += step
-        peak = max(peak, live)
-    return peak
 
 
 def _location(op: ir.Operation) -> str:
@@ -140,173 +103,209 @@ def _location(op: ir.Operation) -> str:
     return f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}" if loc else "unknown"
 
 
-def _collective_bytes(collectives) -> int:
-    return sum(c.bytes_per_device for c in collectives)
+@dataclass
+class _Class:
+    """Candidates that are the same pin in the same structure: one local price."""
+
+    price: LocalPrice
+    members: list[tuple[ConflictPoint, Pin]]
 
 
-def returned_in_declared_layout(reader: ModuleValues, changed: set[int]) -> int:
-    """Extra bytes if XLA computes each changed op returned in another layout in the declared one.
-
-    A changed op gets explicit operand reshards at export (``explicit``), but
-    when its result is resharded again at ``func.return``, XLA may compute the
-    op directly in the returned layout from the explicitly resharded operands
-    (then gathering another operand) instead of computing it as exported and
-    resharding the result (found on the mismatched MLP and an FSDP pair: a
-    predicted saving compiled to more bytes than Shardy). So the op is priced
-    both ways: (a) as exported plus the return reshard (``comm_report``), and
-    (b) operands resharded as exported, then the op with the declared result
-    sharding, no return reshard. The sum of the positive ``(b) - (a)`` over
-    those ops is returned; the search prices a candidate at the worse of the two.
-    """
-    if not changed:
-        return 0
-    graph, store = reader.graph, reader.store
-    extra = 0
-    for ret in range(len(graph.ops)):
-        if graph.op_name[ret] != "func.return":
-            continue
-        parent = graph.op_parent[ret]
-        if graph.op_name[parent] != "func.func":
-            continue
-        results = store.func_results[parent]
-        seen = set()
-        for k, value in enumerate(graph.op_operands[ret]):
-            op = graph.value_def[value]
-            if (op < 0 or op in seen or k >= len(results) or tag_of(reader, op) not in changed
-                    or len(graph.op_results[op]) != 1 or graph.op_blocks[op]):
-                continue
-            rule = rule_for(graph.ops[op])
-            declared = store.value[results[k]]
-            result = reader.tensor(value)
-            operands = [reader.tensor(v) for v in graph.op_operands[op]]
-            if (rule is None or declared is None or result is None or result.sharding is None
-                    or any(t is None or t.sharding is None for t in operands)):
-                continue
-            if dim_axes(declared, len(result.shape)) == dim_axes(result.sharding,
-                                                                   len(result.shape)):
-                continue
-            seen.add(op)
-            mesh = reader.mesh_of(result.sharding, *(t.sharding for t in operands))
-            needs = op_communication(rule, operands, [result], mesh)
-            exported = _collective_bytes(n.collective for n in needs)
-            exported += _collective_bytes(reshard_collectives(
-                result.shape, result.element_bytes, result.sharding, declared,
-                reader.mesh_of(result.sharding, declared)))
-            resharded = list(operands)
-            explicit = 0
-            for need in needs:
-                if need.operand is not None and need.target is not None:
-                    t = operands[need.operand]
-                    resharded[need.operand] = Tensor(t.shape, t.element_bytes,
-                                                     closed(t.sharding.mesh, need.target))
-                    explicit += need.collective.bytes_per_device
-            direct = Tensor(result.shape, result.element_bytes, declared)
-            again = op_communication(rule, resharded, [direct],
-                                     reader.mesh_of(declared, *(t.sharding for t in resharded)))
-            in_declared = explicit + _collective_bytes(n.collective for n in again)
-            extra += max(0, in_declared - exported)
-    return extra
-
-
-class _Evaluator:
-    def __init__(self, imported: ir.Operation, conservative: bool):
+class _Search:
+    def __init__(self, imported: ir.Operation, *, conservative: bool, max_evaluations: int,
+                 per_point: int, margin: int):
+        self.evaluate = ModuleEvaluator(imported, conservative)
         self.imported = imported
         self.conservative = conservative
-        self.count = 0
-        self.baseline: dict[int, tuple] | None = None
+        self.max_evaluations = max_evaluations
+        self.per_point = per_point
+        self.margin = margin
+        self.best_bytes, self.base_memory, self.reader = self.evaluate([])
+        self.baseline_reader = self.reader
+        self.baseline_bytes = self.best_bytes
+        self.best_memory = self.base_memory
+        self.pins: list[Pin] = []
+        self.decisions: list[Decision] = []
+        self.decided: set[int] = set()
+        self.regions: RegionEvaluator | None = None
 
-    def __call__(self, pins: list[Pin]) -> tuple[int, int, ModuleValues]:
-        self.count += 1
-        copy = self.imported.clone()
-        with copy.context:
-            apply_pins(copy.operation, pins)
-            propagate(copy.operation, strategy="user-priority", conservative=self.conservative,
-                      keep_sharding_rules=True)
-        report = comm_report(copy.operation, missing_as_replicated=True)
-        total = sum(e.bytes_per_device for e in report.entries)
-        reader = ModuleValues(copy.operation, missing_as_replicated=True)
-        if self.baseline is None:
-            self.baseline = signatures(reader)
-        elif pins:
-            total += returned_in_declared_layout(reader, changed_tags(self.baseline, reader))
-        return total, memory_peak(reader), reader
+    # ------------------------------------------------------------- common
+    def open_points(self) -> list[ConflictPoint]:
+        return [p for p in conflict_points(self.reader, per_point=self.per_point)
+                if p.tag is not None and p.alternatives and p.tag not in self.decided]
 
+    def better(self, cost: int, memory: int) -> bool:
+        return memory <= self.base_memory and cost + self.margin < self.best_bytes
 
-def changed_tags(baseline: dict[int, tuple], reader: ModuleValues) -> set[int]:
-    """Tags of the ops whose operand/result shardings differ from the baseline's."""
-    return {tag for tag, sig in signatures(reader).items() if baseline.get(tag) != sig}
+    def accept(self, pins: list[Pin], cost: int, memory: int, reader: ModuleValues) -> None:
+        self.pins.extend(pins)
+        self.best_bytes, self.best_memory, self.reader = cost, memory, reader
+
+    def decide(self, point: ConflictPoint, tried, chosen, **extra) -> None:
+        self.decided.add(point.tag)
+        self.decisions.append(Decision(point.op, point.name,
+                                       _location(self.reader.graph.ops[point.op]),
+                                       tried, chosen, **extra))
+
+    # ------------------------------------------------------ module rounds
+    def module_rounds(self, best_first: bool = True) -> None:
+        after = -1
+        while self.evaluate.count < self.max_evaluations:
+            points = self.open_points()
+            if not points:
+                return
+            pinned = {p.op for p in self.pins}
+            size = sum(1 for p in points for pin in p.alternatives if pin.op not in pinned)
+            if best_first and size <= self.max_evaluations - self.evaluate.count:
+                if not self._best_first_round(points, pinned):
+                    return
+                continue
+            best_first = False  # too many alternatives left for a round: program order
+            point = next((p for p in points if p.tag > after), None)
+            if point is None:
+                return
+            after = point.tag
+            self._program_order_step(point, pinned)
+
+    def _best_first_round(self, points: list[ConflictPoint], pinned: set[int]) -> bool:
+        """Try every open alternative, accept the single best; False when none helps."""
+        logs, winner = [], None
+        best = (self.best_bytes, self.best_memory)
+        for point in points:
+            tried = []
+            for pin in point.alternatives:
+                if pin.op in pinned:
+                    continue
+                cost, memory, candidate = self.evaluate(self.pins + [pin])
+                tried.append((pin.why, cost, memory))
+                if memory <= self.base_memory and cost + self.margin < best[0]:
+                    best = (cost, memory)
+                    winner = (point, pin, candidate)
+            logs.append((point, tried))
+        if winner is None:
+            for point, tried in logs:
+                self.decide(point, tried, None)
+            return False
+        point, pin, candidate = winner
+        self.decide(point, next(t for p, t in logs if p is point), pin.why)
+        self.accept([pin], *best, candidate)
+        return True
+
+    def _program_order_step(self, point: ConflictPoint, pinned: set[int]) -> None:
+        tried, winner = [], None
+        best = (self.best_bytes, self.best_memory)
+        for pin in point.alternatives:
+            if pin.op in pinned or self.evaluate.count >= self.max_evaluations:
+                continue
+            cost, memory, candidate = self.evaluate(self.pins + [pin])
+            tried.append((pin.why, cost, memory))
+            if memory <= self.base_memory and cost + self.margin < best[0]:
+                best, winner = (cost, memory), (pin, candidate)
+        self.decide(point, tried, winner[0].why if winner else None)
+        if winner is not None:
+            self.accept([winner[0]], *best, winner[1])
+
+    # ------------------------------------------------------ region rounds
+    def region_rounds(self, region_ops: int, region_radius: int, max_region_evaluations: int,
+                      max_verifications: int) -> None:
+        self.regions = RegionEvaluator(self.imported, limit=region_ops, radius=region_radius,
+                                       conservative=self.conservative)
+        rejected: set[tuple] = set()  # pins (Pin.key) a module verification refused
+        verifications_left = max_verifications
+        while verifications_left > 0:
+            classes = self._region_classes(max_region_evaluations, rejected)
+            viable = [c for c in classes
+                      if c.price.gain > 0 and c.price.memory <= c.price.base_memory]
+            if not viable:
+                for group in classes:
+                    self._decide_class(group, None, [])
+                return
+            # Largest total gain first; the earliest class wins ties (max keeps the first).
+            group = max(viable, key=lambda c: c.price.gain * len(c.members))
+            trials = [group.members] + ([group.members[:1]] if len(group.members) > 1 else [])
+            verified = []
+            for members in trials:
+                if verifications_left == 0:
+                    break
+                verifications_left -= 1
+                pins = list({pin.op: pin for _, pin in members}.values())
+                cost, memory, candidate = self.evaluate(self.pins + pins)
+                verified.append((f"{len(pins)} pin(s), on the module", cost, memory))
+                if self.better(cost, memory):
+                    self.accept(pins, cost, memory, candidate)
+                    self._decide_class(group, group.members[0][1].why, verified, members)
+                    break
+            else:
+                rejected.update(pin.key() for _, pin in group.members)
+                self._decide_class(group, None, verified, [])
+
+    def _region_classes(self, max_region_evaluations: int, rejected: set[tuple]
+                        ) -> list[_Class]:
+        """Every open alternative priced on its region, grouped by structure (program order)."""
+        graph = self.reader.graph
+        index_of = {tag_of(self.reader, op): op for op in range(len(graph.ops))}
+        index_of.pop(None, None)
+        self.regions.set_state(self.reader, self.pins)
+        pinned = {p.op for p in self.pins}
+        groups: dict[tuple, list[tuple[ConflictPoint, Pin, tuple[int, ...]]]] = {}
+        for point in self.open_points():
+            for pin in point.alternatives:
+                if pin.op in pinned or pin.key() in rejected:
+                    continue
+                seeds = tuple(sorted({point.op, index_of[pin.op]}))
+                groups.setdefault(self.regions.key_of(seeds, pin), []).append((point, pin, seeds))
+        # The most repeated structures first: the evaluation budget goes where it
+        # serves the most points (sorted is stable: program order among equals).
+        classes = []
+        for members in sorted(groups.values(), key=len, reverse=True):
+            point, pin, seeds = members[0]
+            if (self.regions.count >= max_region_evaluations
+                    and not self.regions.is_cached(seeds, pin)):
+                continue
+            classes.append(_Class(self.regions.price_pin(seeds, pin),
+                                  [(p, q) for p, q, _ in members]))
+        return classes
+
+    def _decide_class(self, group: _Class, chosen: str | None, verified: list,
+                      accepted: list[tuple[ConflictPoint, Pin]] | None = None) -> None:
+        """Log a class; the points of ``accepted`` members are decided (not offered again)."""
+        point, pin = group.members[0]
+        local = group.price
+        tried = [("shardy", local.base_bytes, local.base_memory),
+                 (pin.why, local.bytes, local.memory), *verified]
+        for member, _ in accepted or []:
+            self.decided.add(member.tag)
+        self.decisions.append(Decision(
+            point.op, point.name, _location(self.reader.graph.ops[point.op]), tried, chosen,
+            scope=f"region of <= {self.regions.limit} ops", points=len(group.members)))
+
+    def resolution(self, start: float) -> Resolution:
+        changed = changed_tags(signatures(self.baseline_reader), self.reader) if self.pins else set()
+        return Resolution(self.pins, self.baseline_bytes, self.best_bytes, self.base_memory,
+                          self.best_memory, self.evaluate.count, time.perf_counter() - start,
+                          self.decisions, changed,
+                          region_evaluations=self.regions.count if self.regions else 0,
+                          module=self.reader.graph.module)
 
 
 def resolve(imported: ir.Operation, *, conservative: bool = False, max_evaluations: int = 32,
-            per_point: int = 6, margin: int = 0, best_first: bool = True) -> Resolution:
-    """Search the pins for ``imported`` (after the import steps); see the module docstring."""
+            per_point: int = 6, margin: int = 0, best_first: bool = True,
+            local_above: int | None = None, region_ops: int = 128, region_radius: int = 4,
+            max_region_evaluations: int = 64, max_verifications: int = 4) -> Resolution:
+    """Search the pins for ``imported`` (after the import steps); see the module docstring.
+
+    Module rounds up to ``local_above`` ops; by default while their worst case
+    (``max_evaluations`` propagations of the module) costs no more than the
+    region rounds' (``max_region_evaluations`` of ``region_ops`` ops): 256 ops.
+    """
     start = time.perf_counter()
-    evaluate = _Evaluator(imported, conservative)
-    best_bytes, base_memory, reader = evaluate([])
-    baseline_reader = reader
-    baseline = best_bytes
-    best_memory = base_memory
-    pins: list[Pin] = []
-    decisions: list[Decision] = []
-    decided: set[int] = set()
-    after = -1
-    while evaluate.count < max_evaluations:
-        open_points = [p for p in conflict_points(reader, per_point=per_point)
-                       if p.tag is not None and p.alternatives and p.tag not in decided]
-        if not open_points:
-            break
-        pinned_ops = {p.op for p in pins}
-        round_size = sum(1 for p in open_points for pin in p.alternatives
-                         if pin.op not in pinned_ops)
-        if best_first and round_size <= max_evaluations - evaluate.count:
-            # Best-first round: every open alternative, keep the single best one.
-            logs, winner = [], None
-            for point in open_points:
-                tried = []
-                for pin in point.alternatives:
-                    if pin.op in pinned_ops:
-                        continue
-                    cost, memory, candidate = evaluate(pins + [pin])
-                    tried.append((pin.why, cost, memory))
-                    if memory <= base_memory and cost + margin < best_bytes:
-                        best_bytes, best_memory = cost, memory
-                        winner = (point, pin, candidate)
-                logs.append((point, tried))
-            if winner is None:
-                for point, tried in logs:
-                    decisions.append(Decision(point.op, point.name,
-                                              _location(reader.graph.ops[point.op]), tried, None))
-                break
-            point, pin, candidate = winner
-            tried = next(t for p, t in logs if p is point)
-            decisions.append(Decision(point.op, point.name, _location(reader.graph.ops[point.op]),
-                                      tried, pin.why))
-            decided.add(point.tag)
-            pins.append(pin)
-            reader = candidate
-            continue
-        best_first = False  # too many alternatives left for a round: program order from here
-        point = next((p for p in open_points if p.tag > after), None)
-        if point is None:
-            break
-        after = point.tag
-        decided.add(point.tag)
-        here = reader.graph.ops[point.op]
-        tried = []
-        winner = None
-        for pin in point.alternatives:
-            if pin.op in pinned_ops or evaluate.count >= max_evaluations:
-                continue
-            cost, memory, candidate = evaluate(pins + [pin])
-            tried.append((pin.why, cost, memory))
-            if memory <= base_memory and cost + margin < best_bytes:
-                best_bytes, best_memory, winner = cost, memory, (pin, candidate)
-        chosen = None
-        if winner is not None:
-            pins.append(winner[0])
-            reader = winner[1]
-            chosen = winner[0].why
-        decisions.append(Decision(point.op, point.name, _location(here), tried, chosen))
-    changed = changed_tags(signatures(baseline_reader), reader)
-    return Resolution(pins, baseline, best_bytes, base_memory, best_memory, evaluate.count,
-                      time.perf_counter() - start, decisions, changed if pins else set())
+    if local_above is None:
+        local_above = max_region_evaluations * region_ops // max(1, max_evaluations)
+    search = _Search(imported, conservative=conservative, max_evaluations=max_evaluations,
+                     per_point=per_point, margin=margin)
+    if len(search.reader.graph.ops) <= local_above:
+        search.module_rounds(best_first)
+    else:
+        search.region_rounds(region_ops, region_radius, max_region_evaluations,
+                             min(max_verifications, max_evaluations - 1))
+    return search.resolution(start)

@@ -16,7 +16,7 @@ from bench.models import REGISTRY, REGRESSIONS  # noqa: E402
 RELATIVE_TOLERANCE = 1e-5
 # Programs where the cost-aware strategy must move strictly fewer bytes.
 STRICTLY_BETTER = ("fsdp_train_step", "conflict_mlp", "conflict_attention",
-                   "conflict_attention_seq", "conflict_mlp_wide")
+                   "conflict_attention_seq", "conflict_mlp_wide", "conflict_mlp_deep")
 # The e2e programs and the cost-aware regressions: shapes where a predicted saving once
 # compiled to more bytes than Shardy (XLA computed a pinned dot in the returned layout).
 PROGRAMS = {**REGISTRY, **REGRESSIONS}

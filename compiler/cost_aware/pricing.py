@@ -1,0 +1,164 @@
+"""What a propagated candidate costs: predicted collective bytes and memory peak.
+
+``price`` is the cost model's verdict on a propagated module (``comm_report``
+bytes, ``memory_peak``); ``ModuleEvaluator`` propagates the imported module
+with a set of pins and prices it, adding ``returned_in_declared_layout`` (see
+there) for the ops the pins change.
+"""
+
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+
+from shardc.compiler.cost.op_comm import Tensor, op_communication
+from shardc.compiler.cost.report import comm_report_of
+from shardc.compiler.cost.reshard import dim_axes, reshard_collectives, shard_bytes
+from shardc.compiler.cost.values import ModuleValues
+from shardc.compiler.cost_aware.candidates import Pin, apply_pins, closed, tag_of
+from shardc.compiler.cost_aware.explicit import signatures
+from shardc.compiler.propagation import propagate
+from shardc.compiler.sharding.rules import rule_for
+
+
+def price(reader: ModuleValues) -> tuple[int, int]:
+    """Predicted collective bytes per device and memory peak of a propagated module."""
+    report = comm_report_of(reader)
+    return sum(e.bytes_per_device for e in report.entries), memory_peak(reader)
+
+
+def memory_peak(reader: ModuleValues) -> int:
+    """Per-device bytes live at the worst point of program (pre-order) order.
+
+    A value is live from its definition (block arguments: from the start of
+    the program) to its last use; tensors count their shard bytes.
+    """
+    graph = reader.graph
+    n = len(graph.ops)
+    delta = [0] * (n + 2)
+    for value in range(len(graph.values)):
+        tensor = reader.tensor(value)
+        if tensor is None:
+            continue
+        sharding = tensor.sharding
+        size = (shard_bytes(tensor.shape, tensor.element_bytes,
+                            dim_axes(sharding, len(tensor.shape)))
+                if sharding is not None else tensor.global_bytes)
+        start = graph.value_def[value] if graph.value_def[value] >= 0 else 0
+        uses = [user for user, _ in graph.uses[value]]
+        end = max(uses, default=start)
+        delta[start] += size
+        delta[end + 1] -= size
+    peak = live = 0
+    for step in delta:
+        live += step
+        peak = max(peak, live)
+    return peak
+
+
+def _collective_bytes(collectives) -> int:
+    return sum(c.bytes_per_device for c in collectives)
+
+
+def returned_in_declared_layout(reader: ModuleValues, changed: set[int],
+                                only_results: frozenset[int] | None = None) -> int:
+    """Extra bytes if XLA computes each changed op returned in another layout in the declared one.
+
+    A changed op gets explicit operand reshards at export (``explicit``), but
+    when its result is resharded again at ``func.return``, XLA may compute the
+    op directly in the returned layout from the explicitly resharded operands
+    (then gathering another operand) instead of computing it as exported and
+    resharding the result (found on the mismatched MLP and an FSDP pair: a
+    predicted saving compiled to more bytes than Shardy). So the op is priced
+    both ways: (a) as exported plus the return reshard (``comm_report``), and
+    (b) operands resharded as exported, then the op with the declared result
+    sharding, no return reshard. The sum of the positive ``(b) - (a)`` over
+    those ops is returned; the search prices a candidate at the worse of the two.
+    ``only_results`` limits it to those result positions (a region's real returns).
+    """
+    if not changed:
+        return 0
+    graph, store = reader.graph, reader.store
+    extra = 0
+    for ret in range(len(graph.ops)):
+        if graph.op_name[ret] != "func.return":
+            continue
+        parent = graph.op_parent[ret]
+        if graph.op_name[parent] != "func.func":
+            continue
+        results = store.func_results[parent]
+        seen = set()
+        for k, value in enumerate(graph.op_operands[ret]):
+            op = graph.value_def[value]
+            if only_results is not None and k not in only_results:
+                continue
+            if (op < 0 or op in seen or k >= len(results) or tag_of(reader, op) not in changed
+                    or len(graph.op_results[op]) != 1 or graph.op_blocks[op]):
+                continue
+            rule = rule_for(graph.ops[op])
+            declared = store.value[results[k]]
+            result = reader.tensor(value)
+            operands = [reader.tensor(v) for v in graph.op_operands[op]]
+            if (rule is None or declared is None or result is None or result.sharding is None
+                    or any(t is None or t.sharding is None for t in operands)):
+                continue
+            if dim_axes(declared, len(result.shape)) == dim_axes(result.sharding,
+                                                                   len(result.shape)):
+                continue
+            seen.add(op)
+            mesh = reader.mesh_of(result.sharding, *(t.sharding for t in operands))
+            needs = op_communication(rule, operands, [result], mesh)
+            exported = _collective_bytes(n.collective for n in needs)
+            exported += _collective_bytes(reshard_collectives(
+                result.shape, result.element_bytes, result.sharding, declared,
+                reader.mesh_of(result.sharding, declared)))
+            resharded = list(operands)
+            explicit = 0
+            for need in needs:
+                if need.operand is not None and need.target is not None:
+                    t = operands[need.operand]
+                    resharded[need.operand] = Tensor(t.shape, t.element_bytes,
+                                                     closed(t.sharding.mesh, need.target))
+                    explicit += need.collective.bytes_per_device
+            direct = Tensor(result.shape, result.element_bytes, declared)
+            again = op_communication(rule, resharded, [direct],
+                                     reader.mesh_of(declared, *(t.sharding for t in resharded)))
+            in_declared = explicit + _collective_bytes(n.collective for n in again)
+            extra += max(0, in_declared - exported)
+    return extra
+
+
+class ModuleEvaluator:
+    """Prices a set of pins on the whole module: propagate a fresh copy of it, then price it.
+
+    The first call (no pins) records the baseline signatures, against which
+    later calls find the ops a candidate changes (``returned_in_declared_layout``).
+    Each call returns ``(bytes, memory peak, reader)``; the reader keeps its
+    propagated module alive, so the search can adopt the winner's module
+    instead of propagating it again.
+    """
+
+    def __init__(self, imported: ir.Operation, conservative: bool):
+        self.imported = imported
+        self.conservative = conservative
+        self.count = 0
+        self.baseline: dict[int, tuple] | None = None
+
+    def __call__(self, pins: list[Pin]) -> tuple[int, int, ModuleValues]:
+        self.count += 1
+        copy = self.imported.clone()
+        with copy.context:
+            apply_pins(copy.operation, pins)
+            propagate(copy.operation, strategy="user-priority", conservative=self.conservative,
+                      keep_sharding_rules=True)
+        reader = ModuleValues(copy.operation, missing_as_replicated=True)
+        total, peak = price(reader)
+        if self.baseline is None:
+            self.baseline = signatures(reader)
+        elif pins:
+            total += returned_in_declared_layout(reader, changed_tags(self.baseline, reader))
+        return total, peak, reader
+
+
+def changed_tags(baseline: dict[int, tuple], reader: ModuleValues) -> set[int]:
+    """Tags of the ops whose operand/result shardings differ from the baseline's."""
+    return {tag for tag, sig in signatures(reader).items() if baseline.get(tag) != sig}

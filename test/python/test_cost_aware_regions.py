@@ -1,0 +1,123 @@
+"""Region rounds of the cost-aware search (``compiler/cost_aware/regions.py``).
+
+Above a module size the search prices candidates on regions cut out around
+each conflict, memoised by structure; these tests hold it to the module-wide
+search's results, check that repeated layers share one evaluation, and check
+the cut-out modules themselves. No compilation: predicted bytes only (the
+compiled bytes are ``test_cost_aware.py``'s).
+"""
+
+import pathlib
+import sys
+
+import pytest
+from jaxlib.mlir import ir
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.models import REGISTRY, REGRESSIONS  # noqa: E402
+from shardc.compiler import jit  # noqa: E402
+from shardc.compiler.cost.values import ModuleValues  # noqa: E402
+from shardc.compiler.cost_aware import cost_aware_pipeline  # noqa: E402
+from shardc.compiler.cost_aware.candidates import conflict_points, tag_ops  # noqa: E402
+from shardc.compiler.cost_aware.regions import (  # noqa: E402
+    cut_out, imported_shardings, region_of, structure_key)
+from shardc.compiler.propagation import propagate  # noqa: E402
+from shardc.compiler.propagation.pipeline import import_pipeline  # noqa: E402
+from shardc.dialects import make_context  # noqa: E402
+
+PROGRAMS = {**REGISTRY, **REGRESSIONS}
+
+
+def unpropagated(name: str) -> str:
+    program = PROGRAMS[name]("small")
+    jitted = jit(program.fun, in_shardings=program.in_shardings,
+                 out_shardings=program.out_shardings)
+    return jitted.lower(*program.args, propagate=False).as_text()
+
+
+def resolve_text(text: str, **options):
+    module = ir.Module.parse(text, make_context())
+    return cost_aware_pipeline(module.operation, **options)
+
+
+@pytest.mark.parametrize("name", ["conflict_mlp", "conflict_attention", "conflict_attention_seq",
+                                  "conflict_mlp_wide", "conflict_fsdp_pair", "transformer"])
+def test_region_rounds_find_what_module_rounds_find(name):
+    text = unpropagated(name)
+    module_wide = resolve_text(text, local_above=10**9)
+    regional = resolve_text(text, local_above=0)
+    assert regional.region_evaluations > 0 or not module_wide.pins
+    assert regional.final_bytes == module_wide.final_bytes, regional.format_text()
+    assert regional.final_memory <= regional.baseline_memory
+
+
+def test_repeated_layers_share_one_region_evaluation():
+    resolution = resolve_text(unpropagated("conflict_mlp_deep"))
+    assert resolution.region_evaluations > 0  # past the module-round size
+    assert resolution.region_evaluations <= 64
+    assert resolution.evaluations <= 1 + 4  # the baseline and the verifications
+    first = resolution.decisions[0]
+    assert first.chosen is not None and first.points >= 30, resolution.format_text()
+    assert resolution.final_bytes < 0.5 * resolution.baseline_bytes, resolution.format_text()
+    assert resolution.final_memory <= resolution.baseline_memory
+
+
+def _propagated_deep_stack():
+    module = ir.Module.parse(unpropagated("conflict_mlp_deep"), make_context())
+    operation = module.operation
+    with operation.context:
+        import_pipeline(operation)
+        tag_ops(operation)
+        imported = operation.clone()
+        propagate(operation, strategy="user-priority", keep_sharding_rules=True)
+    return module, imported, ModuleValues(operation, missing_as_replicated=True)
+
+
+def test_interior_layers_have_equal_regions_and_ends_differ():
+    module, imported, reader = _propagated_deep_stack()
+    points = [p.op for p in conflict_points(reader) if p.name == "stablehlo.dot_general"]
+    starts = imported_shardings(imported)
+    keys = [structure_key(reader, region_of(reader, [op], 128, 4), starts, {}) for op in points]
+    middle = len(keys) // 2
+    assert keys[middle] == keys[middle + 2]  # the same dot of two interior layers
+    assert keys[middle] != keys[middle + 1]  # the layer's other dot
+    assert keys[0] != keys[middle]  # the first layer sees the function's arguments
+
+
+def test_cut_out_region_is_a_valid_module_with_closed_boundary():
+    module, imported, reader = _propagated_deep_stack()
+    point = next(p.op for p in conflict_points(reader))
+    ops = region_of(reader, [point], 128, 4)
+    region, returns = cut_out(reader, ops, imported_shardings(imported))
+    assert region.operation.verify()
+    signature = next(line for line in str(region).splitlines() if "func.func" in line)
+    assert signature.count("sdy.sharding<") > 2 and "?" not in signature  # closed boundary
+    main = region.body.operations[-1]
+    assert len(main.regions[0].blocks[0].operations) == len(ops) + 1  # plus the return
+    assert returns == frozenset()  # the first layer's dot returns nothing of the program
+
+
+def test_structure_key_tells_reduce_bodies_apart():
+    text = """
+    sdy.mesh @mesh = <["x"=8]>
+    func.func @main(%arg0: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>})
+        -> (tensor<8xf32>, tensor<8xf32>) {
+      %init = stablehlo.constant dense<0.0> : tensor<f32>
+      %0 = stablehlo.reduce(%arg0 init: %init) applies stablehlo.add across dimensions = [1]
+          : (tensor<8x16xf32>, tensor<f32>) -> tensor<8xf32>
+      %1 = stablehlo.reduce(%arg0 init: %init) applies stablehlo.maximum across dimensions = [1]
+          : (tensor<8x16xf32>, tensor<f32>) -> tensor<8xf32>
+      return %0, %1 : tensor<8xf32>, tensor<8xf32>
+    }
+    """
+    module = ir.Module.parse(text, make_context())
+    with module.context:
+        tag_ops(module.operation)
+        reader = ModuleValues(module.operation, missing_as_replicated=True)
+    reduces = [op for op, name in enumerate(reader.graph.op_name) if name == "stablehlo.reduce"]
+    starts = imported_shardings(module.operation)
+    add, maximum = (structure_key(reader, [op], {}, {}) for op in reduces)
+    assert add != maximum
+    assert structure_key(reader, [reduces[0]], starts, {}) == add
