@@ -48,7 +48,8 @@ class Row:
     lower_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     time_ratio: float | None = None  # cost-aware / shardy lowering time
     predicted: dict[str, int] = dataclasses.field(default_factory=dict)
-    evaluations: int = 0
+    evaluations: int = 0  # module propagations
+    region_evaluations: int = 0  # region propagations (modules past 256 ops)
     resolved: list[str] = dataclasses.field(default_factory=list)
     error: str | None = None
 
@@ -72,6 +73,7 @@ def measure(program: Program, repeats: int = 3) -> Row:
     row.time_ratio = compared.cost_aware_lower_ratio
     row.predicted = compared.cost_aware_search["predicted_bytes"]
     row.evaluations = compared.cost_aware_search["evaluations"]
+    row.region_evaluations = compared.cost_aware_search["region_evaluations"]
     row.resolved = [f"{d.name} at {d.location}: {d.chosen}"
                     for d in cost_aware.LAST[0].decisions if d.chosen]
     return row
@@ -79,7 +81,7 @@ def measure(program: Program, repeats: int = 3) -> Row:
 
 def markdown(rows: list[Row]) -> str:
     lines = ["| program | jax.jit bytes | shardy bytes | cost-aware bytes | ca/shardy | "
-             "memory jax / shardy / ca | rel. error | lower time ca/shardy | evals |",
+             "memory jax / shardy / ca | rel. error | lower time ca/shardy | evals (+ regions) |",
              "|---|---:|---:|---:|---:|---|---:|---:|---:|"]
     for r in rows:
         if r.error:
@@ -90,7 +92,7 @@ def markdown(rows: list[Row]) -> str:
         mem = " / ".join(str(r.memory[k]) for k in ("jax", "shardy", "cost-aware"))
         lines.append(f"| {r.name} | {b['jax']} | {b['shardy']} | {b['cost-aware']} | "
                      f"{ratio:.3f} | {mem} | {r.max_rel_error:.1e} | {r.time_ratio:.2f} | "
-                     f"{r.evaluations} |")
+                     f"{r.evaluations} + {r.region_evaluations} |")
     return "\n".join(lines)
 
 

@@ -256,14 +256,17 @@ def collective_bytes_of(compiled: Any) -> int:
 
 
 def cost_aware_search() -> dict[str, Any]:
-    """The log of the latest cost-aware lowering's search: evaluations (propagations +
-    cost predictions) and predicted bytes per device of Shardy's choices and of the
-    search's (``{}`` when no cost-aware lowering ran)."""
+    """The log of the latest cost-aware lowering's search: evaluations (module
+    propagations + cost predictions), region evaluations (the same on regions of
+    at most 128 ops, ``compiler/cost_aware/regions.py``) and predicted bytes per
+    device of Shardy's choices and of the search's (``{}`` when no cost-aware
+    lowering ran)."""
     if not cost_aware_propagation.LAST:
         return {}
     resolution = cost_aware_propagation.LAST[0]
     return {
         "evaluations": resolution.evaluations,
+        "region_evaluations": resolution.region_evaluations,
         "predicted_bytes": {"shardy": resolution.baseline_bytes,
                             "cost-aware": resolution.final_bytes},
     }  # fmt: skip

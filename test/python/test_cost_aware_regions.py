@@ -121,3 +121,20 @@ def test_structure_key_tells_reduce_bodies_apart():
     add, maximum = (structure_key(reader, [op], {}, {}) for op in reduces)
     assert add != maximum
     assert structure_key(reader, [reduces[0]], starts, {}) == add
+
+
+def test_transformer_search_cost_does_not_grow_with_layers():
+    """The bound that replaced 46x: one module propagation when no pin helps, and region
+    evaluations that stop growing once the interior layers share their regions."""
+    from bench import propagation as transformer_bench
+
+    used = {}
+    for layers in (12, 24):
+        fun, args, in_shardings = transformer_bench.transformer_program(layers)
+        jit(fun, in_shardings=in_shardings, propagation="cost-aware").lower(*args)
+        from shardc.compiler import cost_aware
+
+        resolution = cost_aware.LAST[0]
+        assert resolution.evaluations == 1, resolution.format_text()  # the baseline only
+        used[layers] = resolution.region_evaluations
+    assert 0 < used[24] == used[12] <= 64, used

@@ -106,12 +106,12 @@ def test_table_has_cost_aware_columns_only_when_measured():
 def test_transformer_table_rows_and_failures():
     rows = [
         {"layers": 32, "ops": 2200, "repeats": 3, "lower_seconds": {"shardy": 0.5,
-         "cost-aware": 20.0}, "ratio": 40.0, "evaluations": 12,
+         "cost-aware": 20.0}, "ratio": 40.0, "evaluations": 12, "region_evaluations": 5,
          "predicted_bytes": {"shardy": 2048, "cost-aware": 1024}},
         {"layers": 128, "error": "MemoryError: too big"},
     ]  # fmt: skip
     lines = e2e_table.transformer_table(rows).splitlines()
     assert all(len(_cells(line)) == 7 for line in lines), lines
-    assert _cells(lines[2]) == ["32", "2200", "500.0 ms", "20.00 s", "40.00×", "12",
+    assert _cells(lines[2]) == ["32", "2200", "500.0 ms", "20.00 s", "40.00×", "12 + 5",
                                 "2.0 KiB → 1.0 KiB"]
     assert _cells(lines[3])[:2] == ["128", "**failed**: MemoryError: too big"]
