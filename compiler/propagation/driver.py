@@ -69,6 +69,9 @@ class Driver:
         # and its memo: strategy -> key -> (updates, factor edges).
         self.recorder = None
         self._origin_memo: dict[FactorPropagation, dict[tuple, tuple]] = {}
+        # The func-result step, like an op step, is a pure function of the shape,
+        # the strategy and the two shardings: strategy -> (shape, sids) -> updates.
+        self._result_memo: dict[FactorPropagation, dict[tuple, tuple]] = {}
 
     def _main_func(self) -> int:
         funcs = self.store.funcs
@@ -434,41 +437,51 @@ class Driver:
     def _func_result(self, value: int, slot: int, shape: tuple[int, ...],
                      strategy: FactorPropagation) -> None:
         store = self.store
+        recorder = self.recorder
+        if recorder is None:
+            value_slot = store.slot_of[value]
+            key = (shape, store.sid[value_slot] if value_slot >= 0 else 0, store.sid[slot])
+            memo = self._result_memo.setdefault(strategy, {})
+            updates = memo.get(key)
+            if updates is None:
+                updates = memo[key] = self._func_result_step(value, slot, shape, strategy)[0]
+        else:
+            updates, edges = self._func_result_step(value, slot, shape, strategy)
+        for side, new in updates:
+            if side == 0:
+                self.update(value, new, notify=False)
+            else:
+                store.set_slot(slot, new)
+        if updates and recorder is not None:
+            # Shardy reports the returned value as both operand and result.
+            recorder.step((value, value), edges)
+
+    def _func_result_step(self, value: int, slot: int, shape: tuple[int, ...],
+                          strategy: FactorPropagation) -> tuple[tuple, object]:
+        """What the func-result step writes, ``((side, sharding), ...)`` (side 0: the
+        returned value, 1: the result attribute), and its factor edges (origins only)."""
+        store = self.store
         rule = identity_rule(shape)
         shardings = [store.get(value), store.value[slot]]
         mesh = self.common_mesh(shardings)
         if mesh is None:
-            return
+            return (), None
         sizes = rule.factor_sizes
         mapping = rule.result_mappings[0]
         projections = [project(s, mapping, sizes) for s in shardings]
         before = factor_axes(projections) if self.recorder is not None else None
         flags_o, flags_r = strategy(projections[:1], projections[1:], sizes, lambda f: BOTH,
                                     conservative=False, elementwise=False)
-        updated = self._func_result_updates(value, slot, shardings, projections, mapping,
-                                            sizes, mesh, flags_o + flags_r)
-        if updated and self.recorder is not None:
-            # Shardy reports the returned value as both operand and result.
-            self.recorder.step((value, value),
-                               factor_edges(before, projections, (mapping, mapping), 1))
-
-    def _func_result_updates(self, value, slot, shardings, projections, mapping, sizes, mesh,
-                             flags) -> bool:
-        store = self.store
-        updated = False
-        for i, flag in enumerate(flags):
-            if not flag:
-                continue
-            new = back_project(projections[i], mapping, sizes, mesh.name)
-            old = shardings[i]
-            if (old is None and new.has_no_axes()) or new == old:
-                continue
-            updated = True
-            if i == 0:
-                self.update(value, new, notify=False)
-            else:
-                store.set_slot(slot, new)
-        return updated
+        updates = []
+        for side, flag in enumerate(flags_o + flags_r):
+            if flag:
+                new = back_project(projections[side], mapping, sizes, mesh.name)
+                old = shardings[side]
+                if not ((old is None and new.has_no_axes()) or new == old):
+                    updates.append((side, new))
+        edges = (factor_edges(before, projections, (mapping, mapping), 1)
+                 if before is not None else None)
+        return tuple(updates), edges
 
 
 PropagateFn = Callable[[Driver], None]

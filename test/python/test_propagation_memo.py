@@ -3,11 +3,12 @@
 * ``DirectionChain.for_op`` level k equals ``union_of(heuristics[:k+1])``;
 * ops with equal ``op_priority_signature`` get equal directions at every level;
 * a propagation run twice on fresh parses prints the same module, and the
-  memoised run equals a run with the step memo disabled.
+  memoised run equals a run with the step and func-result memos disabled.
 """
 
 from __future__ import annotations
 
+import pytest
 from jaxlib.mlir import ir
 
 from shardc.compiler.propagation import propagate
@@ -77,9 +78,26 @@ def test_equal_signatures_give_equal_directions():
         assert seen.setdefault(key, levels) == levels
 
 
-def test_memo_off_gives_the_same_module(monkeypatch):
+# Several results of one shape and sharding: the func-result step's memo answers
+# the later ones (and every later round) from the first.
+MANY_RESULTS = """
+sdy.mesh @mesh = <["a"=2, "b"=4]>
+func.func @main(%arg0: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a"}, {?}]>},
+                %arg1: tensor<8x16xf32>)
+    -> (tensor<8x16xf32>, tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"b"}]>},
+        tensor<8x16xf32>, tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{?}, {"b"}]>}) {
+  %0 = stablehlo.add %arg0, %arg1 : tensor<8x16xf32>
+  %1 = stablehlo.negate %0 : tensor<8x16xf32>
+  %2 = stablehlo.multiply %1, %arg1 : tensor<8x16xf32>
+  return %0, %1, %2, %arg1 : tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("program", [PROGRAM, MANY_RESULTS], ids=["one_result", "many_results"])
+def test_memo_off_gives_the_same_module(monkeypatch, program):
     def run() -> str:
-        module = ir.Module.parse(PROGRAM, make_context())
+        module = ir.Module.parse(program, make_context())
         propagate(module.operation, strategy="user-priority")
         return str(module)
 
@@ -95,6 +113,7 @@ def test_memo_off_gives_the_same_module(monkeypatch):
     def init(self, *args, **kwargs):
         original(self, *args, **kwargs)
         self._memo = _NoMemoByStrategy(NoMemo)
+        self._result_memo = _NoMemoByStrategy(NoMemo)
 
     class _NoMemoByStrategy(dict):
         def __init__(self, factory):
