@@ -65,6 +65,9 @@ class _CachedLowering:
     # The annotated module before propagation (None when not propagated):
     # explain() re-propagates it to record exactly where each sharding came from.
     unpropagated: bytes | None = None
+    # propagation="cost-aware" that changed Shardy's choices: those choices,
+    # exported, which Lowered.compile() also compiles (the safety net).
+    fallback: bytes | None = None
 
 
 class JitFunction:
@@ -264,14 +267,15 @@ class JitFunction:
         with context, ir.Location.unknown():
             module = _copy_module(jax_module)
             symbols = lowering.annotate(module, arg_leaves, results)
-            unpropagated = None
+            unpropagated = fallback = None
             if propagate and symbols.device_count() is not None:
                 unpropagated = _bytecode(module)
-                propagation_pipeline(module.operation, strategy=self.propagation)
+                resolution = propagation_pipeline(module.operation, strategy=self.propagation)
+                fallback = resolution.fallback if resolution is not None else None
             bytecode = _bytecode(module)
         return _CachedLowering(
             context, bytecode, out_tree, results, symbols.attrs, host_callbacks, keepalive,
-            unpropagated,
+            unpropagated, fallback,
         )
 
     def _abstract_call_args(self, args, kwargs, avals) -> tuple[list, dict]:
@@ -308,6 +312,7 @@ class JitFunction:
             host_callbacks=cached.host_callbacks,
             keepalive=cached.keepalive,
             unpropagated=cached.unpropagated,
+            fallback=cached.fallback,
         )
 
 

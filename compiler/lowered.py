@@ -42,8 +42,10 @@ class Lowered:
         host_callbacks: Sequence = (),
         keepalive: Sequence = (),
         unpropagated: bytes | None = None,
+        fallback: bytes | None = None,
     ) -> None:
         self.module = module
+        self._fallback = fallback
         self._static = static
         self._host_callbacks = tuple(host_callbacks)
         self._keepalive = tuple(keepalive)
@@ -93,9 +95,24 @@ class Lowered:
 
         A program lowered for an ``AbstractMesh`` runs on ``device_assignment``
         when given, else on the first devices of the default backend.
+
+        When ``propagation="cost-aware"`` changed Shardy's choices, those
+        choices are compiled too and kept if XLA partitions them with fewer
+        collective bytes (the cost model and XLA can disagree); then
+        ``Compiled.kept_shardy`` says so and ``as_text`` shows what runs.
         """
+        compiled = self._compile(self.module, device_assignment)
+        if self._fallback is not None:
+            with self.module.context:
+                shardy = self._compile(ir.Module.parse(self._fallback), device_assignment)
+            if shardy.collective_bytes() < compiled.collective_bytes():
+                shardy.kept_shardy = True
+                compiled = shardy
+        return compiled
+
+    def _compile(self, module: ir.Module, device_assignment: Sequence | None) -> Compiled:
         compiled = compile_program(
-            self.module,
+            module,
             in_tree=self._in_tree,
             out_tree=self._out_tree,
             inputs=self._args,

@@ -121,6 +121,9 @@ class Compiled:
             for info, sharding in zip(outputs, output_shardings)
         ]
         self.placement = arguments.PlacementCounts()
+        # True when ``propagation="cost-aware"`` compiled Shardy's choices instead
+        # of its own, because XLA partitioned those with fewer collective bytes.
+        self.kept_shardy = False
 
     # -- calling -----------------------------------------------------------
 
@@ -211,6 +214,10 @@ class Compiled:
         """Count and bytes per device of each collective kind in the partitioned HLO."""
         return collectives.summarize(collectives.find_collectives(self.as_text()))
 
+    def collective_bytes(self) -> int:
+        """Bytes per device of all collectives in the partitioned HLO (loop bodies once)."""
+        return sum(summary.bytes_per_device for summary in self.collectives().values())
+
 
 # ----------------------------------------------------------------------------
 # Compiling
@@ -269,6 +276,24 @@ def compile_program(
 _DATA_FLOW_OPS = ("stablehlo.case", "stablehlo.optimization_barrier", "stablehlo.while")
 
 
+def _sharding_of(value: ir.Value) -> ir.Attribute | None:
+    """The ``#sdy.sharding`` a value carries: its op's per-value entry, or its function
+    argument's; None when it has none (or is another block's argument)."""
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        parent = owner.owner.operation
+        if parent.name != "func.func" or "arg_attrs" not in parent.attributes:
+            return None
+        index = ir.BlockArgument(value).arg_number
+        entry = ir.DictAttr(ir.ArrayAttr(parent.attributes["arg_attrs"])[index])
+        return entry["sdy.sharding"] if "sdy.sharding" in entry else None
+    op = owner.operation if hasattr(owner, "operation") else owner
+    if "sdy.sharding" not in op.attributes:
+        return None
+    per_value = sdy.TensorShardingPerValueAttr(op.attributes["sdy.sharding"]).shardings
+    return per_value[ir.OpResult(value).result_number]
+
+
 def module_for_xla(module: ir.Module) -> ir.Module:
     """A copy of ``module`` in the form XLA's compiler takes it in.
 
@@ -284,7 +309,13 @@ def module_for_xla(module: ir.Module) -> ir.Module:
       so they are dropped and XLA's own data-flow edges re-derive them.
     * ``sdy.reshard``: XLA's import does not resolve its mesh ("unknown mesh").
       A closed ``sdy.sharding_constraint`` with the same sharding asks XLA for
-      exactly the same reshard, in the form jax itself emits.
+      exactly the same reshard, in the form jax itself emits for
+      ``wsc(wsc(x, source), target)``: a constraint to the operand's own
+      sharding first. Without it XLA's import applies the target to the
+      operand's producer (a single-use value) and computes the producer in
+      the target layout, gathering *its* operands instead (found by
+      ``test_property_cost_aware.py``: a predicted 64-byte all-to-all
+      compiled to a 256-byte all-gather of the first matmul's input).
     """
     buffer = io.BytesIO()
     module.operation.write_bytecode(buffer)
@@ -302,9 +333,13 @@ def module_for_xla(module: ir.Module) -> ir.Module:
 
     copy.operation.walk(visit)
     for reshard in reshards:
+        source = reshard.operands[0]
+        here = ir.InsertionPoint(reshard)
+        own = _sharding_of(source)
+        if own is not None:
+            source = sdy.ShardingConstraintOp(source, own, loc=reshard.location, ip=here).result
         constraint = sdy.ShardingConstraintOp(
-            reshard.operands[0], reshard.attributes["sharding"],
-            loc=reshard.location, ip=ir.InsertionPoint(reshard),
+            source, reshard.attributes["sharding"], loc=reshard.location, ip=here,
         )
         reshard.results[0].replace_all_uses_with(constraint.result)
         reshard.erase()

@@ -9,6 +9,8 @@ the alternatives, and ``docs/cost-aware.md``.
 
 from __future__ import annotations
 
+import io
+
 from jaxlib.mlir import ir
 
 from shardc.compiler.cost_aware.candidates import apply_pins, strip_tags, tag_ops
@@ -31,7 +33,8 @@ def cost_aware_pipeline(module: ir.Operation, *, conservative: bool = False,
                         keep_sharding_rules: bool = False, max_evaluations: int = 32,
                         **search_options) -> Resolution:
     """Import, resolve conflicts by predicted bytes (``search.resolve`` takes
-    ``search_options``), keep the propagated winner, export."""
+    ``search_options``), keep the propagated winner, export; when the search changed
+    anything, ``Resolution.fallback`` holds Shardy's choices exported."""
     from shardc.compiler.propagation.pipeline import export_pipeline, import_pipeline
 
     operation = module.operation
@@ -46,6 +49,16 @@ def cost_aware_pipeline(module: ir.Operation, *, conservative: bool = False,
         export_pipeline(operation, keep_sharding_rules=keep_sharding_rules)
         resolution.reshards = insert_operand_reshards(operation, resolution.changed)
         strip_tags(operation)
+        baseline = resolution.baseline_module
+        if baseline is not None:
+            # The safety net: XLA may partition the search's choices differently
+            # from the cost model (``Lowered.compile`` compares both compiled).
+            export_pipeline(baseline, keep_sharding_rules=keep_sharding_rules)
+            strip_tags(baseline)
+            buffer = io.BytesIO()
+            baseline.write_bytecode(buffer)
+            resolution.fallback = buffer.getvalue()
+            resolution.baseline_module = None
     LAST[:] = [resolution]
     return resolution
 

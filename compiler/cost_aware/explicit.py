@@ -40,14 +40,22 @@ def signatures(reader: ModuleValues) -> dict[int, tuple]:
 
 
 def insert_operand_reshards(module: ir.Operation, tags: set[int]) -> int:
-    """Reshard the operands of the tagged ops to what each op needs; return how many."""
+    """Reshard the operands of the tagged ops to what each op needs; return how many.
+
+    One ``sdy.reshard`` per (value, target sharding), right after the value's
+    definition, feeds every op that needs the value in that sharding, tagged
+    or not: the cost model counts such a reshard once (XLA reuses a value it
+    already resharded for an op), and an explicit reshard next to an
+    implicit one of the same value would be compiled twice.
+    """
     if not tags:
         return 0
     reader = ModuleValues(module, missing_as_replicated=True)
     graph = reader.graph
-    edits = []
+    wanted: dict[tuple, TensorSharding] = {}  # (value, target axes) -> sharding
+    users: dict[tuple, list[tuple[ir.Operation, int]]] = {}
     for op in range(len(graph.ops)):
-        if tag_of(reader, op) not in tags or graph.op_blocks[op]:
+        if graph.op_blocks[op]:
             continue
         found = communication_needs(reader, op)
         if found is None:
@@ -58,12 +66,24 @@ def insert_operand_reshards(module: ir.Operation, tags: set[int]) -> int:
             if need.operand is not None and need.target is not None:
                 targets.setdefault(need.operand, need.target)
         for index, target in sorted(targets.items()):
-            mesh = operands[index].sharding.mesh
-            sharding = TensorSharding(mesh, tuple(DimSharding(tuple(a), True) for a in target))
-            edits.append((graph.ops[op], index, sharding))
-    for op, index, sharding in edits:
-        attr = ir.Attribute.parse(format_sharding(sharding), op.context)
-        reshard = sdy.ReshardOp(op.operands[index], attr, ip=ir.InsertionPoint(op),
-                                loc=op.location)
-        op.operands[index] = reshard.result
-    return len(edits)
+            key = (graph.op_operands[op][index], target)
+            users.setdefault(key, []).append((graph.ops[op], index))
+            if tag_of(reader, op) in tags:
+                mesh = operands[index].sharding.mesh
+                wanted.setdefault(key, TensorSharding(
+                    mesh, tuple(DimSharding(tuple(a), True) for a in target)))
+    for key, sharding in wanted.items():
+        value = graph.values[key[0]]
+        first_user = users[key][0][0]
+        attr = ir.Attribute.parse(format_sharding(sharding), module.context)
+        reshard = sdy.ReshardOp(value, attr, ip=ir.InsertionPoint(first_user),
+                                loc=first_user.location)
+        definition = graph.value_def[key[0]]
+        if definition >= 0:
+            reshard.operation.move_after(graph.ops[definition])
+        else:  # a block argument: the start of its block
+            block = ir.BlockArgument(value).owner
+            reshard.operation.move_before(block.operations[0])
+        for op, index in users[key]:
+            op.operands[index] = reshard.result
+    return len(wanted)

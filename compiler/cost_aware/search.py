@@ -84,6 +84,10 @@ class Resolution:
     reshards: int = 0  # explicit operand reshards inserted at export
     region_evaluations: int = 0  # region propagations (region rounds only)
     module: ir.Operation | None = None  # the imported module propagated with ``pins``
+    baseline_module: ir.Operation | None = None  # propagated without pins (when pins)
+    # Shardy's choices exported, as bytecode (when pins): ``Lowered.compile`` compiles
+    # both and keeps whichever XLA partitions with fewer collective bytes.
+    fallback: bytes | None = None
 
     def format_text(self) -> str:
         lines = [f"cost-aware: {self.baseline_bytes} -> {self.final_bytes} bytes/device "
@@ -285,7 +289,9 @@ class _Search:
                           self.best_memory, self.evaluate.count, time.perf_counter() - start,
                           self.decisions, changed,
                           region_evaluations=self.regions.count if self.regions else 0,
-                          module=self.reader.graph.module)
+                          module=self.reader.graph.module,
+                          baseline_module=self.baseline_reader.graph.module if self.pins
+                          else None)
 
 
 def resolve(imported: ir.Operation, *, conservative: bool = False, max_evaluations: int = 32,

@@ -90,11 +90,12 @@ STRATEGIES = ("shardy", "cost-aware")
 
 
 def propagation_pipeline(module: ir.Operation, *, conservative: bool = False,
-                         keep_sharding_rules: bool = False, strategy: str = "shardy") -> None:
+                         keep_sharding_rules: bool = False, strategy: str = "shardy"):
     """Import, user-priority propagation (rules kept), export.
 
     ``strategy="cost-aware"`` resolves Shardy's conflicts by predicted
-    collective bytes instead (``shardc.compiler.cost_aware``, issue 12).
+    collective bytes instead (``shardc.compiler.cost_aware``, issue 12) and
+    returns the search's ``Resolution``; otherwise None.
     """
     # --- cost-aware strategy (issue 12) ---
     if strategy not in STRATEGIES:
@@ -102,9 +103,8 @@ def propagation_pipeline(module: ir.Operation, *, conservative: bool = False,
     if strategy == "cost-aware":
         from shardc.compiler.cost_aware import cost_aware_pipeline
 
-        cost_aware_pipeline(module, conservative=conservative,
-                            keep_sharding_rules=keep_sharding_rules)
-        return
+        return cost_aware_pipeline(module, conservative=conservative,
+                                   keep_sharding_rules=keep_sharding_rules)
     # --- end cost-aware strategy ---
     operation = module.operation
     with operation.context:
@@ -112,3 +112,4 @@ def propagation_pipeline(module: ir.Operation, *, conservative: bool = False,
         propagate(operation, strategy="user-priority", conservative=conservative,
                   keep_sharding_rules=True)
         export_pipeline(operation, keep_sharding_rules=keep_sharding_rules)
+    return None

@@ -88,3 +88,64 @@ def test_unknown_strategy_rejected():
 
     with pytest.raises(Exception, match="propagation"):
         sc.jit(lambda x: x, propagation="greedy")
+
+
+def _found_case(index: int, strategy: str):
+    """``(lowered, args)`` of case ``index`` of ``test_property_cost_aware.FOUND``."""
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding
+
+    from shardc.compiler import jit
+
+    sys.path.insert(0, str(ROOT / "test" / "python"))
+    from test_property_cost_aware import FOUND, MESHES, mlp
+
+    case = FOUND[index]
+    mesh = jax.make_mesh(case["mesh_shape"], MESHES[case["mesh_shape"]],
+                         axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    batch, model, hidden = case["sizes"]
+    shapes = ((batch, model), (model, hidden), (hidden, model))
+    ins = tuple(NamedSharding(mesh, s) for s in case["specs"])
+    rng = np.random.default_rng(index)
+    args = [jax.device_put(rng.standard_normal(s).astype(np.float32), sharding)
+            for s, sharding in zip(shapes, ins)]
+    lowered = jit(mlp(case["residual"]), in_shardings=ins,
+                  out_shardings=NamedSharding(mesh, case["out_spec"]),
+                  propagation=strategy).lower(*args)
+    return lowered, args
+
+
+@pytest.mark.parametrize("found", [0, 1], ids=["reshard_keeps_producer", "one_shared_reshard"])
+def test_found_cases_compile_as_predicted(found):
+    """Two mispredictions ``test_property_cost_aware.py`` found, fixed at their cause (the
+    compile-time fallback would otherwise hide them): the search's choice must compile to
+    exactly its predicted bytes, without falling back to Shardy's."""
+    from shardc.compiler import cost_aware
+
+    lowered, _ = _found_case(found, "cost-aware")
+    resolution = cost_aware.LAST[0]
+    assert resolution.pins and resolution.final_bytes < resolution.baseline_bytes
+    compiled = lowered.compile()
+    assert not compiled.kept_shardy
+    assert compiled.collective_bytes() == resolution.final_bytes, resolution.format_text()
+
+
+def test_compile_keeps_shardy_when_xla_partitions_the_choice_worse():
+    """The safety net: a predicted saving (896 -> 768 bytes) that XLA partitions into
+    1216 bytes is compiled, compared with Shardy's choices (960) and dropped for them."""
+    import jax
+    import numpy as np
+
+    from shardc.compiler import cost_aware
+
+    lowered, args = _found_case(2, "cost-aware")
+    resolution = cost_aware.LAST[0]
+    assert resolution.final_bytes < resolution.baseline_bytes and resolution.fallback
+    compiled = lowered.compile()
+    shardy, _ = _found_case(2, "shardy")
+    reference = shardy.compile()
+    assert compiled.kept_shardy and not reference.kept_shardy
+    assert compiled.collective_bytes() == reference.collective_bytes()
+    np.testing.assert_allclose(np.asarray(jax.block_until_ready(compiled(*args))),
+                               np.asarray(reference(*args)), rtol=1e-5, atol=1e-6)

@@ -17,13 +17,16 @@ Properties:
     propagation (``shardc.compiler.propagation.propagate``, every strategy)
     the lowered module re-parses and verifies in a fresh context and every
     ``#sdy.sharding`` names an existing mesh and axes.
+(d) ``test_cost_aware_outputs_equal_unsharded_reference``: (b) with
+    ``propagation="cost-aware"``, its region rounds forced on half of the
+    programs; the search never predicts more bytes or a higher memory peak.
 (3) ``test_propagation_agreement_with_shardy_oracle``: the same lowered
     modules through jaxlib's native ``sdy-*-propagate`` passes (the oracle,
     tests only); prints the rate of byte-identical results.
 
-Runs are deterministic (``derandomize=True``): 100/160 examples by default,
+Runs are deterministic (``derandomize=True``): 100/160/40 examples by default,
 ``SHARDC_PROPERTY_EXAMPLES=N`` scales them (N for (b), 1.6 N for the cheap
-lowering-only properties).
+lowering-only properties, 0.4 N for (d)).
 
 Saved regressions (c): when a property fails, the checks of the shrunk
 example are wrapped in ``lit_regressions.saved_on_failure``, which writes
@@ -36,8 +39,10 @@ saving off).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+import functools
 import os
 import pathlib
 import subprocess
@@ -79,6 +84,7 @@ _COMMON = dict(
                            HealthCheck.data_too_large],
 )
 COMPILE_SETTINGS = settings(max_examples=EXAMPLES, **_COMMON)
+CHEAP_COMPILE_SETTINGS = settings(max_examples=max(1, EXAMPLES * 2 // 5), **_COMMON)
 LOWERING_SETTINGS = settings(max_examples=LOWERING_EXAMPLES, **_COMMON)
 RTOL = ATOL = 1e-5
 
@@ -177,6 +183,53 @@ def test_propagated_shardings_verify_and_name_real_axes(program, strategy):
             problem = "\n".join(sharding_checks.sharding_reference_problems(reparsed))
         if problem:
             pytest.fail(f"after {strategy} propagation: {problem[:1500]}", pytrace=False)
+
+
+@contextlib.contextmanager
+def cost_aware_search_options(**options):
+    """Run ``jit(..., propagation="cost-aware")`` with these ``search.resolve`` options."""
+    from shardc.compiler import cost_aware
+
+    original = cost_aware.resolve
+    cost_aware.resolve = functools.partial(original, **options)
+    try:
+        yield cost_aware
+    finally:
+        cost_aware.resolve = original
+
+
+@CHEAP_COMPILE_SETTINGS
+@given(program=program_grammar.programs(), regions=st.booleans())
+def test_cost_aware_outputs_equal_unsharded_reference(program, regions):
+    """(d) ``propagation="cost-aware"``, module rounds or region rounds (forced on these
+    small programs): same numbers and result shardings as (b), never more predicted
+    bytes or a higher memory peak than Shardy's choices."""
+    program = divisible_only(program)
+    mesh = program.make_mesh()
+    args = program.arguments()
+    event("region rounds" if regions else "module rounds")
+    with cost_aware_search_options(local_above=0 if regions else 10**9) as cost_aware:
+        cost_aware.LAST.clear()
+        lowered = jit(program.function(mesh), in_shardings=program.arg_specs,
+                      out_shardings=program.out_specs, mesh=mesh,
+                      propagation="cost-aware").lower(*args)
+    log = ""
+    if not cost_aware.LAST:
+        event("nothing to propagate")  # no sharding anywhere: the pipeline is skipped
+    else:
+        resolution = cost_aware.LAST[0]
+        log = resolution.format_text()
+        assert resolution.final_bytes <= resolution.baseline_bytes, log
+        assert resolution.final_memory <= resolution.baseline_memory, log
+        if resolution.pins:
+            event("cost-aware changed a sharding")
+    results = jax.block_until_ready(lowered.compile()(*args))
+    expected = unsharded_reference(program, args)
+    for index, (got, want, spec) in enumerate(zip(results, expected, program.out_specs)):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=RTOL, atol=ATOL,
+                                   err_msg=f"result {index}\n{log}")
+        if spec is not None and not any(e is spec.UNCONSTRAINED for e in spec):
+            assert got.sharding.is_equivalent_to(NamedSharding(mesh, spec), got.ndim)
 
 
 def native_propagation(text: str, strategy: str) -> str | None:
