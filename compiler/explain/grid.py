@@ -61,7 +61,7 @@ class ShardGrid:
     def format_html(self, colour: str = "#cfe3ff") -> str:
         """The grid as a small HTML table (one cell per shard of a 1-D/2-D tensor)."""
         if self.replicated:
-            return f'<div class="grid replicated">replicated on all devices</div>'
+            return '<div class="grid replicated">replicated on all devices</div>'
         if len(self.shape) > 2:
             items = "".join(f"<li>{list(i)}: {_devices_text(d)}</li>"
                             for i, d in sorted(self.devices.items()))

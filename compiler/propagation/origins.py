@@ -283,7 +283,7 @@ class OriginRecorder:
 
     def finish(self, *, write: bool) -> ShardingOrigins:
         """Final origins (``self`` applied); written to the IR when ``write``."""
-        graph, store = self.graph, self.store
+        graph = self.graph
         func_args: dict[int, dict[int, dict[str, str]]] = {}
         func_results: dict[int, dict[int, dict[str, str]]] = {}
         op_dicts: dict[int, dict[str, str]] = {}          # single-dict ops
