@@ -42,18 +42,18 @@ def signatures(reader: ModuleValues) -> dict[int, tuple]:
 def insert_operand_reshards(module: ir.Operation, tags: set[int]) -> int:
     """Reshard the operands of the tagged ops to what each op needs; return how many.
 
-    One ``sdy.reshard`` per (value, target sharding), right after the value's
-    definition, feeds every op that needs the value in that sharding, tagged
-    or not: the cost model counts such a reshard once (XLA reuses a value it
-    already resharded for an op), and an explicit reshard next to an
-    implicit one of the same value would be compiled twice.
+    One ``sdy.reshard`` per (value, target sharding), before the first op that
+    needs it, feeds every op that needs the value in that sharding, tagged or
+    not: the cost model counts such a reshard once (XLA reuses a value it
+    already resharded for an op), and an explicit reshard next to an implicit
+    one of the same value would be compiled twice.
     """
     if not tags:
         return 0
     reader = ModuleValues(module, missing_as_replicated=True)
     graph = reader.graph
     wanted: dict[tuple, TensorSharding] = {}  # (value, target axes) -> sharding
-    users: dict[tuple, list[tuple[ir.Operation, int]]] = {}
+    users: dict[tuple, list[tuple[int, int]]] = {}  # -> (op, operand index)
     for op in range(len(graph.ops)):
         if graph.op_blocks[op]:
             continue
@@ -67,23 +67,28 @@ def insert_operand_reshards(module: ir.Operation, tags: set[int]) -> int:
                 targets.setdefault(need.operand, need.target)
         for index, target in sorted(targets.items()):
             key = (graph.op_operands[op][index], target)
-            users.setdefault(key, []).append((graph.ops[op], index))
+            users.setdefault(key, []).append((op, index))
             if tag_of(reader, op) in tags:
                 mesh = operands[index].sharding.mesh
                 wanted.setdefault(key, TensorSharding(
                     mesh, tuple(DimSharding(tuple(a), True) for a in target)))
     for key, sharding in wanted.items():
-        value = graph.values[key[0]]
-        first_user = users[key][0][0]
+        first = graph.ops[_first_user_in_defining_block(graph, key[0], users[key])]
         attr = ir.Attribute.parse(format_sharding(sharding), module.context)
-        reshard = sdy.ReshardOp(value, attr, ip=ir.InsertionPoint(first_user),
-                                loc=first_user.location)
-        definition = graph.value_def[key[0]]
-        if definition >= 0:
-            reshard.operation.move_after(graph.ops[definition])
-        else:  # a block argument: the start of its block
-            block = ir.BlockArgument(value).owner
-            reshard.operation.move_before(block.operations[0])
+        reshard = sdy.ReshardOp(graph.values[key[0]], attr, ip=ir.InsertionPoint(first),
+                                loc=first.location)
         for op, index in users[key]:
-            op.operands[index] = reshard.result
+            graph.ops[op].operands[index] = reshard.result
     return len(wanted)
+
+
+def _first_user_in_defining_block(graph, value: int, users: list[tuple[int, int]]) -> int:
+    """The earliest op of the value's own block that is, or holds, one of ``users``."""
+    definition = graph.value_def[value]
+    block_owner = graph.op_parent[definition] if definition >= 0 else graph.value_owner[value]
+    firsts = []
+    for op, _ in users:
+        while graph.op_parent[op] != block_owner:
+            op = graph.op_parent[op]
+        firsts.append(op)
+    return min(firsts)  # graph indices are pre-order: the earliest in the block
