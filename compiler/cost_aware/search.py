@@ -19,10 +19,11 @@ A larger module gets **region rounds** instead (``regions``): every
 alternative is priced on a region of at most ``region_ops`` ops around its
 conflict point, memoised by structure, so a repeated layer costs one region
 propagation, not one module propagation per layer. Candidates that are the
-same pin in the same structure form a class; the class with the largest
-total local gain is applied at all its points at once and verified on the
-whole module (then, if that fails, at its first point alone); a class that
-fails both is dropped.
+same pin in the same structure form a class. Every viable class (local gain,
+no higher local memory peak) is applied at once, one pin per point, and
+verified on the whole module; if that fails, the class with the largest
+total local gain alone, then its first point alone; a class that fails all
+is dropped.
 
 In both, a pin is kept only if its bytes are lower than the current best by
 more than ``margin`` and its memory peak is not above ``M0`` (ties keep
@@ -224,20 +225,28 @@ class _Search:
                 for group in classes:
                     self._decide_class(group, None, [])
                 return
-            # Largest total gain first; the earliest class wins ties (max keeps the first).
-            group = max(viable, key=lambda c: c.price.gain * len(c.members))
-            trials = [group.members] + ([group.members[:1]] if len(group.members) > 1 else [])
+            # Largest total gain first (sorted is stable: the earliest class wins ties).
+            ranked = sorted(viable, key=lambda c: c.price.gain * len(c.members), reverse=True)
+            group = ranked[0]
+            trials = [[(group, group.members)]]
+            if len(group.members) > 1:
+                trials.append([(group, group.members[:1])])
+            combined = _combine(ranked)
+            if len(combined) > 1:  # every viable class at once first: one verification
+                trials.insert(0, combined)
             verified = []
-            for members in trials:
+            for trial in trials:
                 if verifications_left == 0:
                     break
                 verifications_left -= 1
-                pins = list({pin.op: pin for _, pin in members}.values())
+                pins = list({pin.op: pin for _, members in trial for _, pin in members}.values())
                 cost, memory, candidate = self.evaluate(self.pins + pins)
-                verified.append((f"{len(pins)} pin(s), on the module", cost, memory))
+                verified.append((f"{len(pins)} pin(s), {len(trial)} class(es), on the module",
+                                 cost, memory))
                 if self.better(cost, memory):
                     self.accept(pins, cost, memory, candidate)
-                    self._decide_class(group, group.members[0][1].why, verified, members)
+                    for kept, members in trial:
+                        self._decide_class(kept, kept.members[0][1].why, verified, members)
                     break
             else:
                 rejected.update(pin.key() for _, pin in group.members)
@@ -292,6 +301,22 @@ class _Search:
                           module=self.reader.graph.module,
                           baseline_module=self.baseline_reader.graph.module if self.pins
                           else None)
+
+
+def _combine(ranked: list[_Class]) -> list[tuple[_Class, list[tuple[ConflictPoint, Pin]]]]:
+    """The viable classes, best first, each with its members on points (and ops) that
+    no better class already pins: one pin per point, one pin per op."""
+    covered: set[int] = set()
+    pinned: set[int] = set()
+    out = []
+    for group in ranked:
+        members = [(point, pin) for point, pin in group.members
+                   if point.tag not in covered and pin.op not in pinned]
+        if members:
+            out.append((group, members))
+            covered.update(point.tag for point, _ in members)
+            pinned.update(pin.op for _, pin in members)
+    return out
 
 
 def resolve(imported: ir.Operation, *, conservative: bool = False, max_evaluations: int = 32,

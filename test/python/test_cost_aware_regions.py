@@ -60,7 +60,8 @@ def test_repeated_layers_share_one_region_evaluation():
     assert resolution.evaluations <= 1 + 4  # the baseline and the verifications
     first = resolution.decisions[0]
     assert first.chosen is not None and first.points >= 30, resolution.format_text()
-    assert resolution.final_bytes < 0.5 * resolution.baseline_bytes, resolution.format_text()
+    # Every viable class verified at once (one module propagation): 0.25x predicted.
+    assert resolution.final_bytes < 0.3 * resolution.baseline_bytes, resolution.format_text()
     assert resolution.final_memory <= resolution.baseline_memory
 
 
