@@ -22,7 +22,6 @@ memo: one evaluation serves every repetition.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from jaxlib.mlir import ir
@@ -41,7 +40,6 @@ from shardc.compiler.propagation.sharding import TensorSharding, format_sharding
 _OUTSIDE = frozenset({"sdy.data_flow_edge", "func.call", "sdy.sharding_group",
                       "stablehlo.while", "stablehlo.case", "stablehlo.if",
                       "sdy.manual_computation", "sdy.named_computation"})
-_TAG_TEXT = re.compile(re.escape(TAG) + r" = \d+ : i32")
 
 
 def region_of(reader: ModuleValues, seeds: list[int], limit: int, radius: int) -> list[int]:
