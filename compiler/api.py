@@ -27,12 +27,18 @@ from jaxlib.mlir import ir
 import shardc.compiler as shardc_compiler
 import shardc.runtime as shardc_runtime
 from shardc.compiler import lowering, signature
+from shardc.compiler.diagnostics import (
+    steps_verified,
+    verify_module,
+    verify_step,
+    verifying_steps,
+)
 from shardc.compiler.lowered import AnyMesh, Lowered
 from shardc.compiler.propagation.pipeline import propagation_pipeline
 from shardc.compiler.signature import LeafSignature
 from shardc.dialects import make_context
 from shardc.dialects import jax_private
-from shardc.dialects.errors import InvalidArgumentError
+from shardc.dialects.errors import InternalError, InvalidArgumentError
 from shardc.runtime.compiled import Compiled, StaticArguments, device_assignment
 
 # Op locations must name the user's source line, not shardc's jit wrapper.
@@ -267,11 +273,11 @@ class JitFunction:
         with context, ir.Location.unknown():
             module = _copy_module(jax_module)
             symbols = lowering.annotate(module, arg_leaves, results)
+            verify_step(module.operation, "annotate")
             unpropagated = fallback = None
             if propagate and symbols.device_count() is not None:
                 unpropagated = _bytecode(module)
-                resolution = propagation_pipeline(module.operation, strategy=self.propagation)
-                fallback = resolution.fallback if resolution is not None else None
+                fallback = _propagate(module, unpropagated, self.propagation)
             bytecode = _bytecode(module)
         return _CachedLowering(
             context, bytecode, out_tree, results, symbols.attrs, host_callbacks, keepalive,
@@ -314,6 +320,25 @@ class JitFunction:
             unpropagated=cached.unpropagated,
             fallback=cached.fallback,
         )
+
+
+def _propagate(module: ir.Module, unpropagated: bytes, propagation: str) -> bytes | None:
+    """Run the propagation pipeline; return the cost-aware fallback's bytecode, if any.
+
+    The result is verified once. A module the pipeline made invalid is replayed
+    from ``unpropagated`` with every step verified, so that the
+    ``InternalError`` names the step that broke it.
+    """
+    try:
+        resolution = propagation_pipeline(module.operation, strategy=propagation)
+        verify_module(module.operation, "the propagation pipeline")
+    except InternalError:
+        if not steps_verified():
+            with verifying_steps():
+                propagation_pipeline(ir.Module.parse(unpropagated).operation,
+                                     strategy=propagation)
+        raise
+    return resolution.fallback if resolution is not None else None
 
 
 def _devices_of_arguments(args: tuple, kwargs: dict, lowered: Lowered) -> tuple | None:

@@ -8,18 +8,29 @@ prints (in the format of MLIR's ``SourceMgrDiagnosticHandler``:
 ``--verify-diagnostics`` matches. Passes report through ``PassError`` (an error
 at an op, turned into an MLIR error diagnostic plus a pass failure by the
 adapter) and ``emit_warning`` / ``emit_remark`` (collected by the active sink).
+
+A module that shardc itself made invalid is reported by ``verify_module`` as
+an ``InternalError`` naming the step and the op. ``verify_step`` runs it after
+every step of shardc's pipelines when step verification is on
+(``verifying_steps()``, or ``SHARDC_VERIFY_STEPS=1`` in the environment, as the
+test suites set): off by default, one verification of the finished module is
+what the product pays for.
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import os
 import re
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from jaxlib.mlir import ir
+
+from shardc.dialects.errors import InternalError
 
 
 class Severity(enum.Enum):
@@ -150,8 +161,6 @@ def _emit(severity: Severity, where: ir.Operation | ir.OpView | ir.Location, mes
     sink = _ACTIVE_SINK.get()
     if sink is None:
         # Outside a driver (a pass called from a script) nobody collects: say it.
-        import sys
-
         print(format_diagnostic(diagnostic, {}), end="", file=sys.stderr)
     else:
         sink.add(diagnostic)
@@ -191,3 +200,70 @@ def format_diagnostic(diagnostic: Diagnostic, sources: dict[str, Sequence[str]])
     parts = [format_message(diagnostic.loc, diagnostic.severity, diagnostic.message, sources)]
     parts += [format_diagnostic(note, sources) for note in diagnostic.notes]
     return "".join(parts)
+
+
+# ------------------------------------------------------------------ verification
+_VERIFY_STEPS: ContextVar[bool | None] = ContextVar("shardc_verify_steps", default=None)
+_CURRENT_OP = re.compile(r"see current operation: (?:%[^=]*= )?\"?([\w.]+)")
+
+
+def steps_verified() -> bool:
+    """Whether ``verify_step`` verifies (``verifying_steps`` or ``SHARDC_VERIFY_STEPS``)."""
+    enabled = _VERIFY_STEPS.get()
+    if enabled is None:
+        return os.environ.get("SHARDC_VERIFY_STEPS", "") not in ("", "0")
+    return enabled
+
+
+@contextlib.contextmanager
+def verifying_steps(enabled: bool = True) -> Iterator[None]:
+    """Verify the module after every pipeline step inside this block (or not)."""
+    token = _VERIFY_STEPS.set(enabled)
+    try:
+        yield
+    finally:
+        _VERIFY_STEPS.reset(token)
+
+
+def verify_module(module: ir.Operation, step: str) -> None:
+    """Verify ``module``; an invalid one is shardc's fault: raise ``InternalError``.
+
+    ``step`` says what made the module, as the message puts it ("step 'x'",
+    "pass 'y'", "the propagation pipeline").
+    """
+    try:
+        module.verify()
+    except ir.MLIRError as error:
+        raise internal_error(error, step) from None
+
+
+def verify_step(module: ir.Operation, step: str) -> None:
+    """After pipeline step ``step``: ``verify_module`` when step verification is on."""
+    if steps_verified():
+        verify_module(module, f"step '{step}'")
+
+
+def internal_error(error: ir.MLIRError, step: str) -> InternalError:
+    """Turn the verifier's complaint about a module shardc made into an ``InternalError``."""
+    first = error.error_diagnostics[0] if error.error_diagnostics else None
+    if first is None:
+        return InternalError(internal_message(step, str(error)), step=step, reason=str(error))
+    op = None
+    for note in first.notes:
+        match = _CURRENT_OP.search(note.message)
+        if match:
+            op = match.group(1)
+            break
+    reason = first.message
+    if op and not reason.startswith(f"'{op}'"):
+        reason = f"'{op}' op {reason}"
+    loc = source_loc_of(first.location)
+    return InternalError(internal_message(step, reason, loc), step=step, reason=reason, op=op,
+                         location=first.location)
+
+
+def internal_message(step: str, reason: str, loc: SourceLoc | None = None) -> str:
+    """The text of an ``InternalError``: the step, where, what the verifier said."""
+    where = f" at {loc}" if loc is not None else ""
+    return (f"shardc internal error: {step} produced an invalid module{where}: {reason} "
+            "(a bug in shardc, not in the program: please report it with the program)")

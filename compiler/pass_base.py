@@ -20,7 +20,8 @@ from typing import Any, ClassVar
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.diagnostics import PassError
+from shardc.compiler.diagnostics import PassError, internal_message, verify_module
+from shardc.dialects.errors import InternalError
 
 _HELP_KEY = "shardc_help"
 
@@ -104,11 +105,24 @@ class ModulePass:
         return "{" + " ".join(parts) + "}" if parts else ""
 
     def run_op(self, op: ir.Operation, external_pass: Any) -> None:
-        """The callable given to ``PassManager.add``: run, map PassError to a failure."""
+        """The callable given to ``PassManager.add``: run, map PassError to a failure.
+
+        The module is verified after the pass, so that invalid IR the pass made
+        is reported as shardc's own error naming the pass (and the step inside
+        it), before MLIR's verifier reports it bare.
+        """
         try:
             self.run(op)
+            verify_module(op, f"pass '{self.name}'")
         except PassError as error:
             error.location.emit_error(error.message)
+            external_pass.signal_pass_failure()
+        except InternalError as error:
+            step = f"pass '{self.name}'"
+            if error.step != step:
+                step = f"{error.step} of {step}"
+            where = error.location if error.location is not None else op.location
+            where.emit_error(internal_message(step, error.reason))
             external_pass.signal_pass_failure()
 
 

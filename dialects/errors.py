@@ -55,3 +55,20 @@ class PytreeMismatchError(ShardcError, TypeError):
 
 class InvalidArgumentError(ShardcError, TypeError):
     """An argument of a type shardc cannot lower or place."""
+
+
+class InternalError(ShardcError, RuntimeError):
+    """shardc produced an invalid module: a bug in shardc, not in the program.
+
+    ``step`` names the pass or pipeline step that produced it, ``reason`` is
+    what the MLIR verifier said, ``op`` the first op it rejected and
+    ``location`` where that op is.
+    """
+
+    def __init__(self, message: str, *, step: str, reason: str, op: str | None = None,
+                 location: object = None) -> None:
+        super().__init__(message)
+        self.step = step
+        self.reason = reason
+        self.op = op
+        self.location = location

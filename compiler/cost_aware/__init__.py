@@ -13,6 +13,7 @@ import io
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.diagnostics import verify_step
 from shardc.compiler.cost_aware.candidates import apply_pins, strip_tags, tag_ops
 from shardc.compiler.cost_aware.explicit import insert_operand_reshards
 from shardc.compiler.cost_aware.search import Resolution, resolve
@@ -41,13 +42,16 @@ def cost_aware_pipeline(module: ir.Operation, *, conservative: bool = False,
     with operation.context:
         import_pipeline(operation)
         tag_ops(operation)
+        verify_step(operation, "tag_ops")
         resolution = resolve(operation.clone(), conservative=conservative,
                              max_evaluations=max_evaluations, **search_options)
         # The search already propagated the imported module with the pins it kept.
         _adopt_body(operation, resolution.module)
         resolution.module = None
+        verify_step(operation, "resolve")
         export_pipeline(operation, keep_sharding_rules=keep_sharding_rules)
         resolution.reshards = insert_operand_reshards(operation, resolution.changed)
+        verify_step(operation, "insert_operand_reshards")
         strip_tags(operation)
         baseline = resolution.baseline_module
         if baseline is not None:
@@ -55,6 +59,7 @@ def cost_aware_pipeline(module: ir.Operation, *, conservative: bool = False,
             # from the cost model (``Lowered.compile`` compares both compiled).
             export_pipeline(baseline, keep_sharding_rules=keep_sharding_rules)
             strip_tags(baseline)
+            verify_step(baseline, "export of Shardy's choices")
             buffer = io.BytesIO()
             baseline.write_bytecode(buffer)
             resolution.fallback = buffer.getvalue()

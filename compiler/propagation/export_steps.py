@@ -35,17 +35,22 @@ def _attr_key(op: ir.Operation) -> tuple:
 
 
 def constant_or_scalar_merger(module: ir.Operation) -> None:
-    """Merge constants and scalar broadcasts whose attributes (shardings too) are equal."""
+    """Merge constants and scalar broadcasts whose attributes (shardings too) are equal.
+
+    Only copies in one block merge: the kept op must dominate every use it
+    takes over, and the regions of a ``while`` or ``case`` share a parent op
+    but not a block.
+    """
     for func in _funcs(module):
         constants: dict = {}
         broadcasts: dict = {}
         for op in _ops(func, ir.WalkOrder.POST_ORDER):
             name = op.name
             if name in ("sdy.constant", "stablehlo.constant"):
-                key = (_attr_key(op), op.parent)
+                key = (_attr_key(op), op.block)
                 cache = constants
             elif name == "stablehlo.broadcast_in_dim" and _rank(op.operands[0]) == 0:
-                key = (_attr_key(op), op.parent, op.results[0].type, op.operands[0])
+                key = (_attr_key(op), op.block, op.results[0].type, op.operands[0])
                 cache = broadcasts
             else:
                 continue

@@ -12,10 +12,11 @@ is the seam where it goes).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from jaxlib.mlir import ir, passmanager
 
+from shardc.compiler.diagnostics import verify_step
 from shardc.compiler.propagation import export_steps, import_steps, propagate
 from shardc.compiler.propagation.data_flow_edges import add_data_flow_edges, sink_data_flow_edges
 from shardc.compiler.propagation.apply_constraints import apply_sharding_constraints
@@ -44,20 +45,39 @@ def main_func(module: ir.Operation) -> ir.Operation | None:
     return None
 
 
+def symbol_dce(module: ir.Operation) -> None:
+    """MLIR's ``symbol-dce``: drop functions nothing calls."""
+    _generic(module, "symbol-dce")
+
+
+def remove_sub_axes_in_main_io_shardings(module: ir.Operation) -> None:
+    """``export_steps.remove_sub_axes_in_io_shardings`` on the main function."""
+    export_steps.remove_sub_axes_in_io_shardings(module, main_func(module))
+
+
+def run_steps(module: ir.Operation, steps: Sequence[Callable[[ir.Operation], object]]) -> None:
+    """Run each step on ``module``, verifying after each when step verification is on."""
+    for step in steps:
+        step(module)
+        verify_step(module, step.__name__)
+
+
 def import_pipeline(module: ir.Operation) -> None:
     """Spec 7.6 with calls inlined."""
     # Imported here: the passes package imports this module.
     from shardc.compiler.passes.lift_inlined_meshes import lift_inlined_meshes
 
-    _generic(module, "symbol-dce")
-    inline_all_calls(module)
-    _generic(module, "symbol-dce")
-    lift_inlined_meshes(module)
-    import_steps.remove_size_one_axes(module)
-    import_steps.constant_or_scalar_splitter(module)
-    import_steps.manual_axes_cleanup(module)
-    add_data_flow_edges(module)
-    apply_sharding_constraints(module)
+    run_steps(module, (
+        symbol_dce,
+        inline_all_calls,
+        symbol_dce,
+        lift_inlined_meshes,
+        import_steps.remove_size_one_axes,
+        import_steps.constant_or_scalar_splitter,
+        import_steps.manual_axes_cleanup,
+        add_data_flow_edges,
+        apply_sharding_constraints,
+    ))
 
 
 def export_pipeline(
@@ -72,18 +92,18 @@ def export_pipeline(
     programs we compared; ``shardc-export-pipeline`` passes
     ``insert_explicit_reshards``.
     """
-    export_steps.constant_or_scalar_merger(module)
-    sink_data_flow_edges(module)
-    export_steps.remove_sharding_groups(module)
-    export_steps.sharding_constraint_to_reshard(module)
-    export_steps.update_non_divisible_io_shardings(module)
-    export_steps.remove_sub_axes_in_io_shardings(module, main_func(module))
-    export_steps.close_shardings(module)
-    if explicit_reshards is not None:
-        explicit_reshards(module)
-    export_steps.erase_dead_ops(module)
-    if not keep_sharding_rules:
-        export_steps.drop_sharding_rules(module)
+    run_steps(module, (
+        export_steps.constant_or_scalar_merger,
+        sink_data_flow_edges,
+        export_steps.remove_sharding_groups,
+        export_steps.sharding_constraint_to_reshard,
+        export_steps.update_non_divisible_io_shardings,
+        remove_sub_axes_in_main_io_shardings,
+        export_steps.close_shardings,
+        *((explicit_reshards,) if explicit_reshards is not None else ()),
+        export_steps.erase_dead_ops,
+        *(() if keep_sharding_rules else (export_steps.drop_sharding_rules,)),
+    ))
 
 
 STRATEGIES = ("shardy", "cost-aware")
@@ -111,5 +131,6 @@ def propagation_pipeline(module: ir.Operation, *, conservative: bool = False,
         import_pipeline(operation)
         propagate(operation, strategy="user-priority", conservative=conservative,
                   keep_sharding_rules=True)
+        verify_step(operation, "propagate")
         export_pipeline(operation, keep_sharding_rules=keep_sharding_rules)
     return None

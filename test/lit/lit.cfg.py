@@ -20,6 +20,8 @@ config.test_exec_root = os.path.join(config.test_source_root, "Output")
 config.environment["PATH"] = os.environ.get("PATH", "")
 config.environment["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 config.environment["PYTHONSAFEPATH"] = "1"
+# Verify the module after every step inside shardc's passes, not only after each pass.
+config.environment["SHARDC_VERIFY_STEPS"] = "1"
 for name in ("HOME", "PYENV_ROOT", "PYENV_VERSION", "VIRTUAL_ENV", "LANG", "LC_ALL"):
     if name in os.environ:
         config.environment[name] = os.environ[name]
