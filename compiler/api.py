@@ -11,9 +11,10 @@ with what it offers before and after compiling, is ``shardc.compiler.lowered``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import os
 import functools
+import os
 import inspect
 import io
 from collections.abc import Callable, Sequence
@@ -262,7 +263,8 @@ class JitFunction:
     def _lower_uncached(self, args, kwargs, arg_leaves, mesh, propagate) -> _CachedLowering:
         avals = iter(leaf.aval for leaf in arg_leaves)
         trace_args = self._abstract_call_args(args, kwargs, avals)
-        traced = self._jax_jit.trace(*trace_args[0], **trace_args[1])
+        with _tracing_mesh(self.mesh):
+            traced = self._jax_jit.trace(*trace_args[0], **trace_args[1])
         jax_lowered = traced.lower()
         jax_module = jax_lowered.compiler_ir("stablehlo")
         host_callbacks, keepalive = jax_private.host_callbacks_of(jax_lowered)
@@ -320,6 +322,17 @@ class JitFunction:
             unpropagated=cached.unpropagated,
             fallback=cached.fallback,
         )
+
+
+def _tracing_mesh(mesh: AnyMesh | None) -> contextlib.AbstractContextManager:
+    """``jit(..., mesh=...)`` is the context mesh while the function is traced, so a
+    bare ``PartitionSpec`` inside (a sharding constraint, ``shard_map``) resolves
+    against it as it would under ``jax.set_mesh``."""
+    if mesh is None:
+        return contextlib.nullcontext()
+    if isinstance(mesh, Mesh):
+        return jax.set_mesh(mesh)
+    return jax.sharding.use_abstract_mesh(mesh)
 
 
 def _propagate(module: ir.Module, unpropagated: bytes, propagation: str) -> bytes | None:

@@ -190,9 +190,15 @@ def format_message(
     if lines is None or loc.line < 1 or loc.col < 1 or loc.line > len(lines):
         return text
     source_line = lines[loc.line - 1]
+    if not _is_text(source_line):
+        return text  # binary input: never echo its raw bytes to a terminal
     # Tabs stay tabs in the caret line so the caret lines up in a terminal.
     indent = "".join(ch if ch == "\t" else " " for ch in source_line[: loc.col - 1])
     return f"{text}{source_line}\n{indent}^\n"
+
+
+def _is_text(line: str) -> bool:
+    return "\ufffd" not in line and line.replace("\t", " ").isprintable()
 
 
 def format_diagnostic(diagnostic: Diagnostic, sources: dict[str, Sequence[str]]) -> str:

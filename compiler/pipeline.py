@@ -186,10 +186,10 @@ def resolve(spec: PassSpec) -> ModulePass | str:
             if isinstance(resolve(inner), ModulePass):
                 raise PipelineError(f"shardc pass '{inner.name}' runs on '{ANCHOR}' only")
         return str(spec)
-    if spec.name.startswith(_FOREIGN_PREFIXES):
-        raise PipelineError(unknown_pass_message(spec.name, native_rejected=True))
     if not is_native_pass(str(spec)):
         raise PipelineError(unknown_pass_message(spec.name))
+    if spec.name.startswith(_FOREIGN_PREFIXES):
+        raise PipelineError(unknown_pass_message(spec.name, native_rejected=True))
     return str(spec)
 
 
@@ -218,7 +218,12 @@ def unknown_pass_message(name: str, *, native_rejected: bool = False) -> str:
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     if close:
         message += "; did you mean " + ", ".join(f"'{c}'" for c in close) + "?"
+    else:
+        message += f"; {LIST_PASSES_HINT}"
     return message
+
+
+LIST_PASSES_HINT = "'shardc-opt --list-passes' lists the passes"
 
 
 @dataclass(frozen=True)

@@ -132,8 +132,9 @@ def split_argv(argv: Sequence[str]) -> tuple[list[str], list[pipeline.PassSpec]]
         else:
             known = [*_SWITCHES, *_VALUE_FLAGS, *PASSES_BY_NAME, *pipeline.GENERIC_PASSES]
             close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-            hint = "; did you mean " + ", ".join(f"'--{c}'" for c in close) + "?" if close else ""
-            raise UsageError(f"unknown command line argument '{arg}'{hint}")
+            hint = ("; did you mean " + ", ".join(f"'--{c}'" for c in close) + "?" if close
+                    else f"; {pipeline.LIST_PASSES_HINT} and '--help' the options")
+            raise UsageError(f"unknown pass or option '{arg}'{hint}")
     return rest, specs
 
 

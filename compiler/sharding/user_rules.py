@@ -1,15 +1,18 @@
-"""Sharding rules users register for their own custom call targets (kernels, FFI calls).
+"""Sharding rules users register for their own custom call targets (kernels, FFI calls)
+and for ops the registry has no rule for.
 
 ``register_sharding_rule("my_matmul", "ij,jk->ik", reduction="j")`` tells shardc
-how a ``stablehlo.custom_call @my_matmul`` shards: the einsum-like spec names
+how a ``stablehlo.custom_call @my_matmul`` shards; given the name of an MLIR op
+(``"chlo.lgamma"``) instead of a call target, the rule is that op's. The
+einsum-like spec names
 one factor per letter (or, when it contains spaces, per whitespace-separated
 word: ``"b i j, b j k -> b i k"``), one group per operand and result;
 ``reduction`` / ``need_replication`` / ``permutation`` list factors of those
 kinds (a factor only in operands is a reduction unless listed otherwise). Sizes
 come from the op's shapes. A builder function ``rule(op) -> OpShardingRule``
 (``shardc.compiler.sharding.builder.RuleBuilder``) may be given instead.
-The registry's ``rule_for`` consults these rules first for custom calls, so
-propagation, the checks and the cost model all use them.
+The registry's ``rule_for`` consults these rules first, so propagation, the
+checks and the cost model all use them.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.sharding.builder import RuleBuilder, rank_of
 from shardc.compiler.sharding.rule import FactorKind, OpShardingRule
+from shardc.dialects import make_context
 
 RuleFunction = Callable[[ir.Operation], OpShardingRule]
 
@@ -77,6 +81,8 @@ class FactorSpec:
 
 
 def _target(op: ir.Operation) -> str:
+    if "call_target_name" not in op.attributes:
+        return f"'{op.name}'"
     return "@" + ir.StringAttr(op.attributes["call_target_name"]).value
 
 
@@ -121,18 +127,22 @@ def parse_spec(spec: str, *, reduction: str | Sequence[str] = "",
     return parsed
 
 
-# The registry: custom call target -> rule function (mutable on purpose: users add to it).
+# The registries: custom call target (or op name) -> rule function (mutable on
+# purpose: users add to them).
 _RULES: dict[str, RuleFunction] = {}
+_OP_RULES: dict[str, RuleFunction] = {}
 
 
 def register_sharding_rule(target: str, rule: str | RuleFunction, *,
                            reduction: str | Sequence[str] = "",
                            need_replication: str | Sequence[str] = "",
                            permutation: str | Sequence[str] = "") -> None:
-    """Use ``rule`` for every ``stablehlo.custom_call`` whose target is ``target``.
+    """Use ``rule`` for every ``stablehlo.custom_call`` whose target is ``target``, or,
+    when ``target`` names an MLIR op (``"chlo.lgamma"``), for every such op.
 
     ``rule`` is an einsum-like spec (see the module docstring) or a function
-    ``rule(op) -> OpShardingRule``. Registering a target again replaces its rule.
+    ``rule(op) -> OpShardingRule``. Registering a target again replaces its rule;
+    an op rule replaces shardc's own rule for that op, if it has one.
     """
     if isinstance(rule, str):
         spec = parse_spec(rule, reduction=reduction, need_replication=need_replication,
@@ -142,29 +152,47 @@ def register_sharding_rule(target: str, rule: str | RuleFunction, *,
         function = rule
     else:
         raise TypeError(f"a sharding rule is a spec string or a function, got {type(rule)}")
-    _RULES[target] = function
+    registry = _OP_RULES if is_op_name(target) else _RULES
+    registry[target] = function
     _forget_cached_rules()
+
+
+def is_op_name(target: str) -> bool:
+    """Whether ``target`` is the name of an MLIR op shardc's context knows."""
+    with make_context() as context:
+        return context.is_registered_operation(target)
 
 
 def unregister_sharding_rule(target: str) -> None:
     """Forget the rule registered for ``target`` (no error if there is none)."""
     _RULES.pop(target, None)
+    _OP_RULES.pop(target, None)
     _forget_cached_rules()
 
 
 def user_rule(op: ir.Operation) -> OpShardingRule | None:
-    """The registered rule for a custom call ``op``; None if its target has none."""
-    if not _RULES or "call_target_name" not in op.attributes:
-        return None
-    function = _RULES.get(ir.StringAttr(op.attributes["call_target_name"]).value)
+    """The registered rule for ``op`` (a custom call by target, else by op name); None
+    if nobody registered one."""
+    is_call = "call_target_name" in op.attributes and op.name == "stablehlo.custom_call"
+    if is_call:
+        function = _RULES.get(ir.StringAttr(op.attributes["call_target_name"]).value)
+    else:
+        function = _OP_RULES.get(op.name)
     if function is None:
         return None
     rule = function(op)
     if not isinstance(rule, OpShardingRule):
         raise TypeError(f"the sharding rule for {_target(op)} returned {type(rule).__name__}, "
                         "not an OpShardingRule")
+    if not is_call:
+        return rule
     # Marked custom: the export keeps it on the op, so XLA's partitioner uses it too.
     return rule if rule.is_custom else dataclasses.replace(rule, is_custom=True)
+
+
+def has_user_rules() -> bool:
+    """Whether any rule was registered (the registry skips the look-up otherwise)."""
+    return bool(_RULES or _OP_RULES)
 
 
 def _forget_cached_rules() -> None:

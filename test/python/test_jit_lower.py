@@ -389,3 +389,22 @@ def test_a_function_parameter_named_propagate_is_the_functions():
 
     lowered = shardc_jit(f, mesh=mesh_8()).lower(jnp.ones(8), propagate=2.0)
     assert lowered.in_avals[1] == {"propagate": jax.ShapeDtypeStruct((), jnp.float32, weak_type=True)}
+
+
+def test_mesh_argument_is_the_context_mesh_while_tracing():
+    # A bare PartitionSpec inside the function resolves against jit(mesh=...),
+    # as it would under jax.set_mesh, for a constraint and for shard_map.
+    mesh = mesh_4x2()
+
+    def f(x):
+        y = jax.lax.with_sharding_constraint(x * 2, P("x"))
+        return jax.shard_map(lambda b: b + 1, in_specs=P("x", "y"), out_specs=P("x", "y"))(y)
+
+    x = jnp.arange(64.0).reshape(8, 8)
+    out = shardc_jit(f, mesh=mesh)(x)
+    with jax.set_mesh(mesh):
+        expected = jax.jit(f)(x)
+    np.testing.assert_array_equal(out, expected)
+    assert out.sharding.is_equivalent_to(expected.sharding, 2)
+    abstract = shardc_jit(f, mesh=mesh.abstract_mesh).lower(x).as_text()
+    assert '#sdy.sharding<@mesh, [{"x"}, {}]>' in abstract

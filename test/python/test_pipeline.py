@@ -49,4 +49,8 @@ def test_resolve_rejects_unknown_and_foreign() -> None:
     with pytest.raises(PipelineError, match="did you mean 'shardc-drop-shardings'"):
         pipeline.resolve(PassSpec("shardc-drop-sharding"))
     with pytest.raises(PipelineError, match="native pass of another project"):
-        pipeline.resolve(PassSpec("sdy-reshard-to-collectives"))
+        pipeline.resolve(PassSpec("sdy-import-pipeline"))
+    # A foreign prefix on a name nobody registers is a plain unknown pass.
+    with pytest.raises(PipelineError, match="unknown pass 'sdy-propogation-pipeline'; did you "
+                                            "mean 'sdy-propagation-pipeline'"):
+        pipeline.resolve(PassSpec("sdy-propogation-pipeline"))

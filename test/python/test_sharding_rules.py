@@ -143,6 +143,24 @@ def test_no_rule_ops_are_silent_and_unknown_ops_warn_once(ctx):
     messages = [str(w.message) for w in caught if w.category is UnknownOpShardingRuleWarning]
     assert sum("chlo.broadcast_add" in m for m in messages) == 1
     assert sum("@mystery" in m for m in messages) == 1
+    assert all("register_sharding_rule" in m and "XLA's partitioner decides" in m
+               for m in messages)
+
+
+def test_unknown_op_warning_points_at_the_users_line(ctx):
+    (op,) = ops_of(
+        "func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+        '  %0 = chlo.broadcast_subtract %a, %a : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>'
+        ' loc("model.py":42:7)\n'
+        "  return %0 : tensor<4xf32>\n}"
+    )
+    clear_cache()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert rule_for(op) is None
+    (warning,) = [w for w in caught if w.category is UnknownOpShardingRuleWarning]
+    assert (warning.filename, warning.lineno) == ("model.py", 42)
+    assert "op 'chlo.broadcast_subtract' has no sharding rule" in str(warning.message)
 
 
 def test_concatenate_cache_key_includes_the_operands_defining_ops(ctx):

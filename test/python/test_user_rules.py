@@ -1,4 +1,5 @@
-"""register_sharding_rule: einsum-like specs and builder functions for custom call targets."""
+"""register_sharding_rule: einsum-like specs and builder functions for custom call
+targets and for ops without a rule of shardc's."""
 
 import jax
 import jax.numpy as jnp
@@ -70,3 +71,29 @@ def test_rank_mismatch_is_reported(mesh):
     sc.register_sharding_rule("user_rule_matmul", "ijk,jk->ik")
     with pytest.raises(ValueError, match="operand ranks"):
         _lower(mesh)
+
+
+def test_rule_for_an_op_name(mesh):
+    # chlo.broadcast_subtract has no rule of shardc's: an op-name rule teaches it.
+    module = """
+    sdy.mesh @mesh = <["x"=2, "y"=4]>
+    func.func @main(%a: tensor<16x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>},
+                    %b: tensor<16x8xf32>) -> tensor<16x8xf32> {
+      %0 = chlo.broadcast_subtract %a, %b : (tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<16x8xf32>
+      return %0 : tensor<16x8xf32>
+    }"""
+    from jaxlib.mlir import ir
+
+    from shardc.compiler.propagation.pipeline import propagation_pipeline
+    from shardc.dialects import make_context
+
+    sc.register_sharding_rule("chlo.broadcast_subtract", "ij,ij->ij")
+    try:
+        with make_context():
+            lowered = ir.Module.parse(module)
+            propagation_pipeline(lowered.operation)
+            text = str(lowered)
+    finally:
+        unregister_sharding_rule("chlo.broadcast_subtract")
+    assert 'chlo.broadcast_subtract %arg0, %arg1 {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {"y"}]>]>}' in text
+    assert "custom" not in text  # an op rule is not a custom call's: not exported

@@ -39,6 +39,7 @@ from collections.abc import Callable, Hashable
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.diagnostics import source_loc_of
 from shardc.compiler.sharding import user_rules
 from shardc.compiler.sharding.rule import OpShardingRule
 from shardc.compiler.sharding.rules import (
@@ -60,6 +61,7 @@ SHARDING_RULE_ATTR = "sdy.sharding_rule"
 RULES: dict[str, RuleFn] = {
     **{name: elementwise.pointwise for name in elementwise.POINTWISE_OPS},
     **{name: elementwise.pointwise for name in elementwise.CHLO_POINTWISE_OPS},
+    "chlo.top_k": reduction.top_k,
     "stablehlo.all_gather": collective.all_gather,
     "stablehlo.all_to_all": collective.all_to_all,
     "stablehlo.batch_norm_inference": linalg.batch_norm_inference,
@@ -189,16 +191,27 @@ def _cache_key(op: ir.Operation, conservative: bool) -> Hashable:
     )
 
 
-def _warn_once(key: str, message: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        warnings.warn(message, UnknownOpShardingRuleWarning, stacklevel=3)
+def _warn_once(key: str, op: ir.Operation, what: str, example: str) -> None:
+    """Warn about ``op`` once per ``key``, at the user's source line when it has one."""
+    if key in _warned:
+        return
+    _warned.add(key)
+    message = (
+        f"{what} has no sharding rule in shardc: shardc propagates no sharding through "
+        "it and XLA's partitioner decides how to split it (often by replicating its "
+        f"operands). If you know how it shards, teach shardc: {example}"
+    )
+    loc = source_loc_of(op.location)
+    if loc is None or loc.line < 1:
+        warnings.warn(message, UnknownOpShardingRuleWarning, stacklevel=4)
+    else:
+        warnings.warn_explicit(message, UnknownOpShardingRuleWarning, loc.file, loc.line)
 
 
 def compute_rule(op: ir.Operation, conservative: bool = False) -> OpShardingRule | None:
     """Compute ``op``'s rule from the registry alone (no attached rule, no cache)."""
     name = op.name
-    if name == "stablehlo.custom_call":  # rules users registered come first (user_rules)
+    if user_rules.has_user_rules():  # rules users registered come first
         registered = user_rules.user_rule(op)
         if registered is not None:
             return registered
@@ -206,12 +219,15 @@ def compute_rule(op: ir.Operation, conservative: bool = False) -> OpShardingRule
         if name == "stablehlo.custom_call" and not custom_call.is_known_target(op):
             target = custom_call.target_name(op)
             _warn_once(
-                f"custom_call@{target}",
-                f"custom call @{target} is unknown to the shardc sharding rule registry",
+                f"custom_call@{target}", op, f"custom call @{target}",
+                f"shardc.compiler.register_sharding_rule({target!r}, 'ij->ij') "
+                "(an einsum-like spec of its operands and results).",
             )
         return RULES[name](op, conservative=conservative)
     if name not in NO_RULE:
-        _warn_once(name, f"op '{name}' is unknown to the shardc sharding rule registry")
+        _warn_once(name, op, f"op '{name}'",
+                   f"shardc.compiler.register_sharding_rule({name!r}, 'ij->ij') "
+                   "(an einsum-like spec of its operands and results).")
     return None
 
 

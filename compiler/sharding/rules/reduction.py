@@ -1,4 +1,5 @@
-"""Rules for reductions and windowed ops: reduce, reduce_window, select_and_scatter, sort.
+"""Rules for reductions, windowed ops and sorting: reduce, reduce_window,
+select_and_scatter, sort, top_k.
 
 Reduced dims are reduction factors of the inputs only; kept dims pass through.
 Windowed dims are permutation factors sized by the number of windows.
@@ -84,5 +85,24 @@ def sort(op: ir.Operation, conservative: bool = False) -> OpShardingRule:
             lambda d: FactorKind.NEED_REPLICATION if d == sort_dim else FactorKind.PASS_THROUGH,
             blocked_if=lambda d: d == sort_dim and only_sort_dim,
         )
+        .build()
+    )
+
+
+def top_k(op: ir.Operation, conservative: bool = False) -> OpShardingRule:
+    """``([b, n])->([b, k], [b, k])`` need_replication={n, k}: batch dims pass through.
+
+    ``chlo.top_k`` is what XLA decomposes into a sort of the last dim and a
+    slice of its first ``k`` elements, which is how Shardy sees it inside
+    ``jax.jit``: the rule of that decomposition, as one op.
+    """
+    shape = shape_of(op.operands[0])
+    last = len(shape) - 1
+    k = shape_of(op.results[0])[last]
+    return (
+        RuleBuilder.for_op(op)
+        .add_pointwise(shape[:last])
+        .add_factor(last, None, shape[last], FactorKind.NEED_REPLICATION)
+        .add_factor(None, [last, last], k, FactorKind.NEED_REPLICATION)
         .build()
     )
