@@ -27,7 +27,7 @@ from jaxlib.mlir import ir
 
 import shardc.compiler as shardc_compiler
 import shardc.runtime as shardc_runtime
-from shardc.compiler import lowering, signature
+from shardc.compiler import binding, lowering, signature
 from shardc.compiler.diagnostics import (
     steps_verified,
     verify_module,
@@ -119,7 +119,9 @@ class JitFunction:
         self._by_call: dict[Any, Compiled] = {}
         self._hits = 0
         self._misses = 0
-        functools.update_wrapper(self, fun)
+        # Not the wrapped function's __dict__: a function made by `jax.grad` of another
+        # shardc jit carries that one's state there, which would replace ours.
+        functools.update_wrapper(self, fun, updated=())
 
     def cache_info(self) -> CacheInfo:
         """How often ``lower`` reused a cached lowering."""
@@ -144,6 +146,10 @@ class JitFunction:
         Later calls whose arguments have the same types, shapes, shardings and
         static values go straight to the executable.
         """
+        if binding.under_a_trace(jax.tree.leaves((args, kwargs))):
+            return self._bind(args, kwargs)
+        if jax.config.jax_disable_jit:
+            return self.fun(*args, **kwargs)
         key = self._call_key(args, kwargs)
         compiled = self._by_call.get(key) if key is not None else None
         if compiled is None:
@@ -151,6 +157,24 @@ class JitFunction:
             if key is not None:
                 self._by_call[key] = compiled
         return compiled(*args, **kwargs)
+
+    def _bind(self, args: tuple, kwargs: dict) -> Any:
+        """Under an enclosing trace: one ``shardc_jit`` equation (``shardc.compiler.binding``).
+
+        Only the shardings given to ``jit`` go into the equation, as with
+        ``jax.jit``: tracers carry no data whose sharding could be followed.
+        """
+        dynamic_args, _ = self._split_static(args)
+        dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
+        mesh = signature.context_mesh(self.mesh)
+        arg_leaves = signature.argument_signature(
+            dynamic_args, dynamic_kwargs, self.in_shardings, mesh, follow_data=False)
+        with _tracing_mesh(self.mesh):
+            traced = self._jax_jit.trace(*args, **kwargs)
+        results = signature.result_signature(traced.out_info, self.out_shardings, mesh)
+        return binding.bind(SHARDC_JIT, traced, jax.tree.leaves((tuple(dynamic_args), dynamic_kwargs)),
+                            [leaf.sharding for leaf in arg_leaves],
+                            [leaf.sharding for leaf in results])
 
     def _call_key(self, args: tuple, kwargs: dict) -> tuple | None:
         """A cheap key for the fast call path: what lowering and compiling depend on.
@@ -327,12 +351,15 @@ class JitFunction:
 def _tracing_mesh(mesh: AnyMesh | None) -> contextlib.AbstractContextManager:
     """``jit(..., mesh=...)`` is the context mesh while the function is traced, so a
     bare ``PartitionSpec`` inside (a sharding constraint, ``shard_map``) resolves
-    against it as it would under ``jax.set_mesh``."""
+    against it as it would under ``jax.set_mesh``.
+
+    Its abstract form only: which devices run the program is decided when it
+    is compiled (``lowering`` unifies meshes of one shape), and jax takes no
+    concrete mesh inside an enclosing trace.
+    """
     if mesh is None:
         return contextlib.nullcontext()
-    if isinstance(mesh, Mesh):
-        return jax.set_mesh(mesh)
-    return jax.sharding.use_abstract_mesh(mesh)
+    return jax.sharding.use_abstract_mesh(mesh.abstract_mesh)
 
 
 def _propagate(module: ir.Module, unpropagated: bytes, propagation: str) -> bytes | None:
@@ -463,6 +490,16 @@ def jit(
         strict=strict,
         propagation=propagation,
     )
+
+
+def _jit_of_flat(fun: Callable, in_shardings: tuple, out_shardings: tuple,
+                 donate_argnums: tuple) -> JitFunction:
+    """What executes a ``shardc_jit`` equation: shardc's jit of the equation's jaxpr."""
+    return jit(fun, in_shardings=in_shardings, out_shardings=out_shardings,
+               donate_argnums=donate_argnums)
+
+
+SHARDC_JIT = binding.jit_primitive(_jit_of_flat)
 
 
 def _parameter_names(fun: Callable) -> set[str]:

@@ -27,6 +27,7 @@ from shardc.dialects.errors import (
     PytreeMismatchError,
     ShardcError,
 )
+from shardc.dialects import jax_private
 from shardc.dialects.jax_private import legacy_context_mesh
 
 AnyMesh = Mesh | AbstractMesh
@@ -84,7 +85,9 @@ def context_mesh(explicit: AnyMesh | None) -> AnyMesh | None:
     """
     if explicit is not None:
         return explicit
-    for found in (jax.sharding.get_mesh(), jax.sharding.get_abstract_mesh()):
+    # Inside an enclosing trace jax only answers for the abstract mesh.
+    concrete = jax.sharding.get_mesh() if jax_private.trace_state_clean() else None
+    for found in (concrete, jax.sharding.get_abstract_mesh()):
         if found is not None and not found.empty:
             return found
     return legacy_context_mesh()
@@ -173,6 +176,8 @@ def abstract_value(value: Any, path: str) -> jax.ShapeDtypeStruct:
 
 def sharding_of_value(value: Any) -> NamedSharding | None:
     """The sharding a value brings with it: computation follows data."""
+    if jax_private.is_tracer(value):
+        return None  # an abstract value of an enclosing trace: no buffers, no devices
     sharding = getattr(value, "sharding", None)
     if isinstance(value, jax.Array) and not value.committed:
         return None
@@ -181,6 +186,8 @@ def sharding_of_value(value: Any) -> NamedSharding | None:
 
 def committed_devices(value: Any) -> tuple | None:
     """The device set a committed ``jax.Array`` lives on, else ``None``."""
+    if jax_private.is_tracer(value):
+        return None
     if isinstance(value, jax.Array) and value.committed:
         return tuple(sorted(value.sharding.device_set, key=lambda d: d.id))
     return None
@@ -198,11 +205,14 @@ def argument_signature(
     kwargs: dict[str, Any],
     in_shardings: Any,
     mesh: AnyMesh | None,
+    *,
+    follow_data: bool = True,
 ) -> list[LeafSignature]:
     """Resolve every dynamic argument leaf to its aval and sharding.
 
     ``in_shardings`` applies to the positional arguments (as in ``jax.jit``);
-    keyword arguments and leaves given ``None`` follow their data's sharding.
+    keyword arguments and leaves given ``None`` follow their data's sharding
+    (with ``follow_data``; else their sharding is ``None``).
     """
     paths, values = flatten_with_paths((tuple(args), kwargs), "")
     paths = [_argument_path(path) for path in paths]
@@ -214,7 +224,7 @@ def argument_signature(
     for path, value, entry in zip(paths, values, given):
         aval = abstract_value(value, path)
         sharding = to_named_sharding(entry, mesh, path, len(aval.shape))
-        if sharding is None:
+        if sharding is None and follow_data:
             sharding = sharding_of_value(value)
         if sharding is not None:
             check_sharding(sharding, aval, path)

@@ -144,3 +144,107 @@ def hide_frames_of(directories: list[str]) -> None:
     for directory in directories:
         source_info_util.register_exclusion(directory)
         traceback_util.register_exclusion(directory)
+
+
+# ----------------------------------------------------------------------------
+# shardc's jit as a primitive of jax's traces
+# ----------------------------------------------------------------------------
+
+
+def trace_state_clean() -> bool:
+    """Whether no jax transformation or staging trace is active (eager evaluation)."""
+    from jax._src import core
+
+    return core.trace_state_clean()
+
+
+def is_tracer(value: Any) -> bool:
+    """Whether ``value`` is an abstract value of some enclosing trace."""
+    from jax._src import core
+
+    return isinstance(value, core.Tracer)
+
+
+def jit_call_parts(traced: Any) -> tuple[dict, list]:
+    """The parameters and constants ``jax.jit`` would bind for a ``jax.stages.Traced``.
+
+    ``params`` are exactly the jit primitive's (``jaxpr``, ``in_shardings``,
+    ``out_shardings``, ``donated_invars``, ``ctx_mesh``, ...); the constants go
+    before the arguments.
+    """
+    return dict(traced._params), list(traced._consts)
+
+
+def is_unspecified(sharding: Any) -> bool:
+    """Whether a jit parameter's sharding entry is jax's "unspecified" marker."""
+    from jax._src import sharding_impls
+
+    return isinstance(sharding, sharding_impls.UnspecifiedValue)
+
+
+def clone_jit_primitive(name: str, impl: Any) -> Any:
+    """A new primitive that jax transforms, stages and lowers exactly like ``jax.jit``'s.
+
+    jax keeps its jit primitive's rules (JVP, linearization, transposition,
+    batching, partial evaluation, DCE, remat, lowering, typecheck, printing) in
+    module-level registries, and the rules bind the primitive by its global
+    name. Every function of the module that defines it is copied with that name
+    pointing at the new primitive, and every registry entry of the old one is
+    registered for the new one with the copies; ``impl`` then decides what
+    executing an equation of the new primitive means.
+    """
+    import functools
+    import sys
+    import types
+
+    from jax._src import core, pjit
+
+    original = pjit.jit_p
+    primitive = core.Primitive(name)
+    namespace = dict(vars(pjit))
+    namespace["jit_p"] = primitive
+    copies: dict[Any, Any] = {}
+    for attr, value in vars(pjit).items():
+        if isinstance(value, types.FunctionType) and value.__module__ == pjit.__name__:
+            copy = types.FunctionType(value.__code__, namespace, value.__name__,
+                                      value.__defaults__, value.__closure__)
+            copy.__kwdefaults__ = value.__kwdefaults__
+            copy.__qualname__ = value.__qualname__
+            copy.__dict__.update(value.__dict__)
+            namespace[attr] = copies[value] = copy
+
+    def remap(rule: Any) -> Any:
+        if isinstance(rule, functools.partial):
+            return functools.partial(remap(rule.func), *map(remap, rule.args),
+                                     **{k: remap(v) for k, v in rule.keywords.items()})
+        if type(rule).__name__ == "LoweringRuleEntry":
+            return type(rule)(remap(rule.rule), rule.inline)
+        try:
+            return copies.get(rule, rule)
+        except TypeError:  # unhashable: not one of the copied functions
+            return rule
+
+    for attr, value in vars(original).items():
+        if attr not in ("name", "impl"):
+            setattr(primitive, attr, remap(value))
+    for module in list(sys.modules.values()):
+        if not getattr(module, "__name__", "").startswith("jax"):
+            continue
+        for registry in list(vars(module).values()):
+            try:
+                if isinstance(registry, dict) and original in registry:
+                    registry.setdefault(primitive, remap(registry[original]))
+                elif isinstance(registry, set) and original in registry:
+                    registry.add(primitive)
+            except TypeError:  # a dict or set whose keys cannot be compared with ours
+                continue
+    primitive.def_impl(impl)
+    return primitive
+
+
+def jaxpr_function(closed_jaxpr: Any) -> Any:
+    """A Python function evaluating a closed jaxpr (flat arguments, tuple of results)."""
+    from jax._src import core
+
+    evaluate = core.jaxpr_as_fun(closed_jaxpr)
+    return lambda *args: tuple(evaluate(*args))

@@ -30,7 +30,7 @@ func.func @conservative_slice(%arg0: tensor<8x4xf32>) -> tensor<4x4xf32> {
 // CHECK-LABEL: func @unknown_op(
 // CHECK: chlo.broadcast_add %arg0, %arg0 : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>{{$}}
 func.func @unknown_op(%arg0: tensor<8xf32>) -> tensor<8xf32> {
-  // expected-warning @+1 {{op 'chlo.broadcast_add' is unknown to the shardc sharding rule registry}}
+  // expected-warning @+1 {{op 'chlo.broadcast_add' has no sharding rule in shardc: shardc propagates no sharding through it}}
   %0 = chlo.broadcast_add %arg0, %arg0 : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
   return %0 : tensor<8xf32>
 }

@@ -1,0 +1,88 @@
+"""How a shardc-jitted function becomes an equation of an enclosing jax trace.
+
+Called with tracers (under ``grad``, ``vmap``, ``jit``, ``eval_shape``,
+``checkpoint``, a loop body, ``shard_map``, another shardc ``jit``), a
+shardc-jitted function must behave as ``jax.jit`` does: bind one equation
+into the enclosing trace, which the transformation then rewrites, and whose
+shardings reach the enclosing lowering. shardc's equations use its own
+primitive, ``shardc_jit``: a copy of jax's jit primitive with every rule jax
+has for it (``jax_private.clone_jit_primitive``), so transformations produce
+exactly what they produce for ``jax.jit``, except that *executing* an equation
+(eagerly, e.g. the forward and backward passes of ``jax.grad`` called outside
+any jit) lowers, propagates and compiles it with shardc. Staged into an
+enclosing shardc ``jit``, the equation lowers like jax's nested jit (a call
+whose arguments and results carry sharding constraints), which shardc's
+pipeline inlines and propagates.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+from jax.sharding import NamedSharding
+
+from shardc.dialects import jax_private
+
+# Builds a shardc jit of a flat function: (fun, in_shardings, out_shardings,
+# donate_argnums) -> callable. Given by ``shardc.compiler.api``, which this
+# module must not import (the api imports it).
+MakeJit = Callable[[Callable, tuple, tuple, tuple], Callable]
+
+
+def jit_primitive(make_jit: MakeJit) -> Any:
+    """The ``shardc_jit`` primitive; executing an equation runs ``make_jit``'s jit."""
+    # Per jaxpr (weakly: transformations make many), the jits built for it.
+    jitted: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def execute(*args: Any, jaxpr: Any, in_shardings: Sequence, out_shardings: Sequence,
+                donated_invars: Sequence[bool], **_: Any) -> list:
+        ins = tuple(_given(s) for s in in_shardings)
+        outs = tuple(_given(s) for s in out_shardings)
+        donated = tuple(i for i, d in enumerate(donated_invars) if d)
+        per_jaxpr = jitted.setdefault(jaxpr, {})
+        key = (ins, outs, donated)
+        if key not in per_jaxpr:
+            per_jaxpr[key] = make_jit(jax_private.jaxpr_function(jaxpr), ins, outs, donated)
+        return list(per_jaxpr[key](*args))
+
+    return jax_private.clone_jit_primitive("shardc_jit", execute)
+
+
+def _given(sharding: Any) -> NamedSharding | None:
+    """A jit parameter's sharding as shardc's jit takes it (None: unspecified)."""
+    if jax_private.is_unspecified(sharding) or not isinstance(sharding, NamedSharding):
+        return None
+    return sharding
+
+
+def under_a_trace(leaves: Sequence[Any]) -> bool:
+    """Whether a call with these argument leaves must bind into an enclosing trace."""
+    return not jax_private.trace_state_clean() or any(map(jax_private.is_tracer, leaves))
+
+
+def bind(primitive: Any, traced: Any, leaves: Sequence[Any],
+         in_shardings: Sequence[NamedSharding | None],
+         out_shardings: Sequence[NamedSharding | None]) -> Any:
+    """Bind one equation for a ``jax.stages.Traced`` with shardc's resolved shardings.
+
+    ``leaves`` are the dynamic argument leaves in the traced order;
+    ``in_shardings`` / ``out_shardings`` hold one ``NamedSharding`` (given) or
+    ``None`` (left to propagation) per argument / result leaf.
+    """
+    params, consts = jax_private.jit_call_parts(traced)
+    params["in_shardings"] = _merged(params["in_shardings"], in_shardings, len(consts))
+    params["out_shardings"] = _merged(params["out_shardings"], out_shardings, 0)
+    out = primitive.bind(*consts, *leaves, **params)
+    return jax.tree.unflatten(traced.out_tree, out)
+
+
+def _merged(entries: Sequence, given: Sequence[NamedSharding | None], offset: int) -> tuple:
+    """jax's per-value entries with shardc's given shardings in place of the unspecified."""
+    merged = list(entries)
+    for i, sharding in enumerate(given):
+        if sharding is not None:
+            merged[offset + i] = sharding
+    return tuple(merged)

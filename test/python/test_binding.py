@@ -1,0 +1,145 @@
+"""A shardc-jitted function under jax's transformations behaves as ``jax.jit`` does.
+
+Under ``grad``, ``vjp``, ``jvp``, ``vmap``, ``jit``, ``eval_shape``,
+``checkpoint``, loop bodies, ``shard_map``, another shardc ``jit`` and
+``jax.disable_jit`` the results (and, where jax.jit returns arrays, their
+shardings) equal ``jax.jit``'s with the same shardings. Executing a
+transformed equation eagerly compiles it with shardc, never with jax.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import shardc.compiler.lowered as lowered_module
+from shardc.compiler import jit
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+
+
+def _loss(w, x):
+    return jnp.tanh(x @ w).sum()
+
+
+@pytest.fixture(scope="module")
+def pair(mesh):
+    """The same function jitted by shardc and by jax, with the same shardings."""
+    specs = (P(None, "y"), P("x"))
+    ours = jit(_loss, in_shardings=specs, mesh=mesh)
+    theirs = jax.jit(_loss, in_shardings=tuple(NamedSharding(mesh, s) for s in specs))
+    return ours, theirs
+
+
+@pytest.fixture(scope="module")
+def args(mesh):
+    w = jax.device_put(jnp.linspace(-1, 1, 32).reshape(8, 4), NamedSharding(mesh, P(None, "y")))
+    x = jnp.arange(64.0).reshape(8, 8) / 64
+    return w, x
+
+
+def _assert_same(ours, theirs):
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+        if isinstance(b, jax.Array) and not isinstance(b, jax.core.Tracer):
+            assert a.sharding.is_equivalent_to(b.sharding, b.ndim), (a.sharding, b.sharding)
+
+
+TRANSFORMS = {
+    "grad": lambda f: jax.grad(f),
+    "grad_argnums": lambda f: jax.grad(f, argnums=(0, 1)),
+    "value_and_grad": lambda f: jax.value_and_grad(f),
+    "vjp": lambda f: lambda w, x: jax.vjp(f, w, x)[1](1.0),
+    "jvp": lambda f: lambda w, x: jax.jvp(f, (w, x), (w, x)),
+    "vmap": lambda f: lambda w, x: jax.vmap(f, in_axes=(None, 0))(w, jnp.stack([x, 2 * x])),
+    "vmap_grad": lambda f: lambda w, x: jax.vmap(jax.grad(f), in_axes=(None, 0))(
+        w, jnp.stack([x, 2 * x])),
+    "jit": lambda f: jax.jit(f),
+    "jit_grad": lambda f: jax.jit(jax.grad(f)),
+    "checkpoint_grad": lambda f: jax.grad(jax.checkpoint(f)),
+    "hessian_diag": lambda f: lambda w, x: jax.jacfwd(jax.grad(f))(w, x).sum(),
+    "scan_body": lambda f: lambda w, x: jax.lax.scan(
+        lambda c, xi: (c + f(w, xi), None), 0.0, jnp.stack([x, x]))[0],
+    "fori_loop_grad": lambda f: jax.grad(lambda w, x: jax.lax.fori_loop(
+        0, 3, lambda i, c: c + f(w, x * i), 0.0)),
+    "cond_branch": lambda f: lambda w, x: jax.lax.cond(x.sum() > 0, f, lambda *a: 0.0, w, x),
+}
+
+
+@pytest.mark.parametrize("name", list(TRANSFORMS))
+def test_transformed_equals_jax_jit(pair, args, name):
+    ours, theirs = pair
+    transform = TRANSFORMS[name]
+    _assert_same(transform(ours)(*args), transform(theirs)(*args))
+
+
+def test_eval_shape_and_make_jaxpr(pair, args):
+    ours, theirs = pair
+    assert jax.eval_shape(ours, *args) == jax.eval_shape(theirs, *args)
+    jaxpr = jax.make_jaxpr(jax.grad(ours))(*args)
+    assert [e.primitive.name for e in jaxpr.eqns if "jit" in e.primitive.name] == \
+        ["shardc_jit", "shardc_jit"]
+
+
+def test_eager_grad_compiles_with_shardc(mesh, args, monkeypatch):
+    compiled = []
+    original = lowered_module.compile_program
+
+    def counting(*a, **k):
+        compiled.append(1)
+        return original(*a, **k)
+
+    monkeypatch.setattr(lowered_module, "compile_program", counting)
+    ours = jit(lambda w, x: jnp.sin(x @ w).sum(), in_shardings=(P(None, "y"), P("x")),
+               mesh=mesh)  # new: nothing of it is cached yet
+    jax.grad(ours)(*args)  # the forward and the backward equation
+    assert len(compiled) == 2
+
+
+def test_nested_in_a_shardc_jit_propagates_the_inner_shardings(pair, args, mesh):
+    ours, theirs = pair
+    outer = jit(lambda w, x: ours(w, x) * 2)
+    _assert_same(outer(*args), 2 * theirs(*args))
+    text = outer.lower(*args).as_text()
+    # The inner jit's argument shardings reach the outer module and propagate.
+    assert 'stablehlo.dot_general' in text and '<@mesh, [{"x"}, {"y"}]>' in text
+
+
+def test_grad_under_an_outer_shardc_jit(pair, args):
+    ours, theirs = pair
+    _assert_same(jit(jax.grad(ours))(*args), jax.jit(jax.grad(theirs))(*args))
+
+
+def test_inside_shard_map(mesh):
+    double = jit(lambda y: y * 2)
+    body = jax.shard_map(lambda xs: double(xs), mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    x = jnp.arange(16.0).reshape(8, 2)
+    np.testing.assert_array_equal(body(x), 2 * x)
+
+
+def test_disable_jit_runs_the_function(pair, args):
+    ours, theirs = pair
+    calls = []
+
+    def f(w, x):
+        calls.append(type(x))
+        return _loss(w, x)
+
+    with jax.disable_jit():
+        value = jit(f)(*args)
+    assert calls and not issubclass(calls[0], jax.core.Tracer)
+    np.testing.assert_allclose(value, theirs(*args), rtol=1e-6)
+
+
+def test_jit_of_a_grad_of_a_shardc_jit_keeps_its_own_function(pair, args):
+    # jax.grad copies the wrapped function's __dict__ (a shardc jit's state)
+    # onto the function it returns; jitting that must trace the gradient.
+    ours, theirs = pair
+    grad_fn = jax.grad(ours)
+    assert jit(grad_fn).fun is grad_fn
+    _assert_same(jit(grad_fn)(*args), jax.grad(theirs)(*args))
