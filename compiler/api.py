@@ -285,11 +285,14 @@ class JitFunction:
         return key
 
     def _lower_uncached(self, args, kwargs, arg_leaves, mesh, propagate) -> _CachedLowering:
-        avals = iter(leaf.aval for leaf in arg_leaves)
+        lowering.check_device_counts([leaf.sharding.mesh for leaf in arg_leaves
+                                      if leaf.sharding is not None])
+        avals = iter(_traced_aval(leaf) for leaf in arg_leaves)
         trace_args = self._abstract_call_args(args, kwargs, avals)
         with _tracing_mesh(self.mesh):
             traced = self._jax_jit.trace(*trace_args[0], **trace_args[1])
-        jax_lowered = traced.lower()
+        jax_lowered = jax_private.without_dead_code(traced).lower(
+            lowering_platforms=(_platform(arg_leaves),))
         jax_module = jax_lowered.compiler_ir("stablehlo")
         host_callbacks, keepalive = jax_private.host_callbacks_of(jax_lowered)
         out_tree = jax.tree.structure(traced.out_info)
@@ -346,6 +349,35 @@ class JitFunction:
             unpropagated=cached.unpropagated,
             fallback=cached.fallback,
         )
+
+
+def _traced_aval(leaf: LeafSignature) -> jax.ShapeDtypeStruct:
+    """What an argument is traced as: its type with its sharding, as jax.jit traces a
+    placed array.
+
+    jax decides things at trace time from the mesh (constants it places, loop
+    carries it hoists), so a program traced unsharded can differ from the one
+    jax.jit lowers. jax only reads the mesh's shape and axis types from it
+    (its devices are decided when compiling), except that host callbacks need
+    concrete devices to lower at all.
+    """
+    if leaf.sharding is None:
+        return leaf.aval
+    return jax.ShapeDtypeStruct(leaf.aval.shape, leaf.aval.dtype,
+                                weak_type=leaf.aval.weak_type, sharding=leaf.sharding)
+
+
+def _platform(leaves: Sequence[LeafSignature]) -> str:
+    """The platform the program is lowered for: its meshes' devices', else the default.
+
+    jax asks for it when the arguments are traced on abstract meshes.
+    """
+    for leaf in leaves:
+        if leaf.sharding is not None:
+            device = getattr(leaf.sharding.mesh.abstract_mesh, "abstract_device", None)
+            if device is not None:
+                return device.platform
+    return jax.default_backend()
 
 
 def _tracing_mesh(mesh: AnyMesh | None) -> contextlib.AbstractContextManager:

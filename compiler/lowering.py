@@ -89,6 +89,16 @@ class MeshSymbols:
         return counts.pop() if counts else None
 
 
+def check_device_counts(meshes: Sequence) -> None:
+    """Refuse jax meshes of different device counts in one program, before tracing it
+    (jax would refuse them too, without naming the meshes)."""
+    counts = {math.prod(mesh.axis_sizes) for mesh in meshes if mesh.axis_names}
+    if len(counts) > 1:
+        raise MeshMismatchError(
+            "the shardings of this program use meshes of different device counts: "
+            + ", ".join(f"{dict(zip(m.axis_names, m.axis_sizes))}" for m in meshes))
+
+
 def _device_count(attr: ir.Attribute) -> int:
     return math.prod(sdy.MeshAxisAttr(a).size for a in sdy.MeshAttr(attr).axes)
 
@@ -198,20 +208,32 @@ def set_function_attrs(
 def fix_donation(
     func: ir.Operation, args: Sequence[LeafSignature], results: Sequence[LeafSignature]
 ) -> None:
-    """Keep ``tf.aliasing_output = k`` only where the shard buffers really match.
+    """Pair donated arguments with results whose shard buffers really match.
 
-    jax pairs donated inputs with outputs by global shape in the unsharded
-    trace. After sharding, an alias is only valid when both sides have a
-    given, closed sharding and equal shard shapes and dtypes; any other
-    donation becomes ``jax.buffer_donor = true``, which lets XLA pick (an
-    invalid alias fails to compile).
+    jax marks the donated arguments (``tf.aliasing_output = k`` or
+    ``jax.buffer_donor = true``) from the types it traced, which do not know
+    the shardings shardc writes. Paired as jax pairs them (each result, in
+    order, takes the first unpaired donated argument it can alias), an alias
+    needs given, closed shardings on both sides and equal shard shapes and
+    dtypes; any other donated argument becomes ``jax.buffer_donor = true``,
+    which lets XLA pick (an invalid alias fails to compile).
     """
     dicts = _attr_dicts(func, "args", len(args))
-    for arg, entries in zip(args, dicts):
-        alias = entries.get(ALIASING_ATTR)
-        if alias is not None and not _shards_match(arg, results[ir.IntegerAttr(alias).value]):
-            del entries[ALIASING_ATTR]
-            entries[BUFFER_DONOR_ATTR] = ir.BoolAttr.get(True)
+    donated = []
+    for k, entries in enumerate(dicts):
+        was_donated = ALIASING_ATTR in entries or BUFFER_DONOR_ATTR in entries
+        entries.pop(ALIASING_ATTR, None)
+        entries.pop(BUFFER_DONOR_ATTR, None)
+        if was_donated:
+            donated.append(k)
+    i32 = ir.IntegerType.get_signless(32)
+    for out_index, out in enumerate(results):
+        match = next((k for k in donated if _shards_match(args[k], out)), None)
+        if match is not None:
+            donated.remove(match)
+            dicts[match][ALIASING_ATTR] = ir.IntegerAttr.get(i32, out_index)
+    for k in donated:
+        dicts[k][BUFFER_DONOR_ATTR] = ir.BoolAttr.get(True)
     _set_attr_dicts(func, "args", dicts)
 
 

@@ -248,3 +248,22 @@ def jaxpr_function(closed_jaxpr: Any) -> Any:
 
     evaluate = core.jaxpr_as_fun(closed_jaxpr)
     return lambda *args: tuple(evaluate(*args))
+
+
+def without_dead_code(traced: Any) -> Any:
+    """``traced`` with the equations whose results nothing uses removed (arguments kept).
+
+    jax's own lowering runs this elimination, inside loop and branch bodies too,
+    unless told to keep unused arguments; shardc keeps every argument (its
+    signature and runtime are per argument), so it asks for the equations alone.
+    Dead equations must go before propagation: their shardings would steer it.
+    """
+    from jax._src import core, stages
+    from jax._src.interpreters import partial_eval as pe
+
+    closed = traced._params["jaxpr"]
+    used = [True] * len(closed.jaxpr.outvars)
+    jaxpr, _, _ = pe.dce_jaxpr_consts(closed.jaxpr, used, instantiate=True)
+    params = dict(traced._params, jaxpr=core.ClosedJaxpr(jaxpr, closed.consts))
+    return stages.Traced(traced._meta_tys_flat, params, traced._in_tree, traced.out_tree,
+                         traced._consts)

@@ -273,7 +273,9 @@ def compile_program(
 
 # StableHLO ops whose results XLA's Shardy import shards through its own
 # data-flow edges (spec: sdy ShardableDataFlowOp).
-_DATA_FLOW_OPS = ("stablehlo.case", "stablehlo.optimization_barrier", "stablehlo.while")
+# Data-flow ops whose shardings XLA must re-derive (see module_for_xla); a case
+# keeps its own: XLA's verifier needs every branch to return the case's sharding.
+_DATA_FLOW_OPS = ("stablehlo.optimization_barrier", "stablehlo.while")
 
 
 def _sharding_of(value: ir.Value) -> ir.Attribute | None:
@@ -302,11 +304,14 @@ def module_for_xla(module: ir.Module) -> ir.Module:
     Two export products break it, so the copy rewrites them (the caller's
     module is unchanged):
 
-    * ``sdy.sharding`` on while/case/optimization_barrier: XLA hoists
+    * ``sdy.sharding`` on while/optimization_barrier: XLA hoists
       loop-invariant while operands without shortening that attribute and fails
       (or crashes) with "has 7 leaf nodes while this sharding has 11". Those
       shardings are implied by the closed shardings around and inside the op,
-      so they are dropped and XLA's own data-flow edges re-derive them.
+      so they are dropped and XLA's own data-flow edges re-derive them. A
+      ``case`` keeps its sharding: without it XLA re-derives the branch
+      results' shardings apart and its verifier rejects branches that return
+      differently sharded values ("Inconsistent conditional sharding").
     * ``sdy.reshard``: XLA's import does not resolve its mesh ("unknown mesh").
       A closed ``sdy.sharding_constraint`` with the same sharding asks XLA for
       exactly the same reshard, in the form jax itself emits for

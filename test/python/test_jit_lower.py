@@ -226,14 +226,27 @@ def test_two_mesh_shapes_of_one_device_count_get_two_symbols():
 
 def test_body_sharding_constraint_refers_to_our_mesh():
     mesh = mesh_4x2()
+
+    def f(a):
+        return jax.lax.with_sharding_constraint(a * 2, NamedSharding(mesh.abstract_mesh, P("y")))
+
+    text = jit(f, NamedSharding(mesh, P("x")), mesh=mesh).lower(jnp.ones((8, 4))).as_text()
+    assert text.count("sdy.mesh @") == 1
+    assert 'sdy.sharding_constraint %1 <@mesh, [{"y"}, {}]>' in text
+
+
+def test_body_constraint_on_other_devices_is_jax_error():
+    # As in jax.jit: the arguments' devices and a constraint's must agree.
+    mesh = mesh_4x2()
     other_order = Mesh(np.array(jax.devices()[::-1]).reshape(4, 2), ("x", "y"), axis_types=(AUTO, AUTO))
 
     def f(a):
         return jax.lax.with_sharding_constraint(a * 2, NamedSharding(other_order, P("y")))
 
-    text = jit(f, NamedSharding(mesh, P("x")), mesh=mesh).lower(jnp.ones((8, 4))).as_text()
-    assert text.count("sdy.mesh @") == 1
-    assert 'sdy.sharding_constraint %1 <@mesh, [{"y"}, {}]>' in text
+    with pytest.raises(ValueError, match="incompatible devices"):
+        jax.jit(f, in_shardings=NamedSharding(mesh, P("x"))).lower(jnp.ones((8, 4)))
+    with pytest.raises(ValueError, match="incompatible devices"):
+        jit(f, NamedSharding(mesh, P("x")), mesh=mesh).lower(jnp.ones((8, 4)))
 
 
 def test_body_mesh_is_adopted_when_the_signature_has_none():

@@ -385,3 +385,34 @@ def test_propagated_scan_and_constraints_compile(mesh):
     assert "sdy.reshard" not in for_xla and 'sdy.sharding_constraint' in for_xla
     assert "sdy.reshard" in lowered.as_text()  # the caller's module is untouched
     check_like_jax(f, (xs,), None, None, mesh)
+
+
+def test_case_whose_branches_return_different_shardings(mesh):
+    # Regression: a cond branch ending in a sharding constraint returned a value
+    # sharded otherwise than the other branch's; without the case's own sharding
+    # XLA's verifier rejected the module ("Inconsistent conditional sharding").
+    a = put(mesh, rand(2, 4, 2), P(None, "x"))
+
+    def f(a):
+        return jax.lax.cond(jnp.sum(a) > 0.375, jnp.tanh,
+                            lambda v: jax.lax.with_sharding_constraint(v, NamedSharding(mesh, P())),
+                            a)
+
+    ours = check_like_jax(f, (a,), None, None, mesh)
+    assert ours.sharding.is_equivalent_to(jax.jit(f)(a).sharding, 3)
+
+
+def test_dead_code_does_not_steer_propagation():
+    # Regression: shardc lowered equations nothing uses (jax's lowering drops
+    # them), and their shardings reached live values through propagation.
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    a = put(mesh, rand(2, 6), P())
+
+    def f(a):
+        b = jnp.tanh(a)
+        jax.shard_map(lambda v: v, mesh=mesh, in_specs=P(None, "x"), out_specs=P(None, "x"))(b)
+        return jnp.abs(b)
+
+    ours = check_like_jax(f, (a,), None, None, mesh)
+    assert ours.sharding.is_equivalent_to(jax.jit(f)(a).sharding, 2)
+    assert "manual_computation" not in jit(f, mesh=mesh).lower(a).as_text()
