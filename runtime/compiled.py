@@ -12,7 +12,6 @@ arguments, executes and wraps.
 from __future__ import annotations
 
 import dataclasses
-import io
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -20,7 +19,6 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, SingleDeviceSharding
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import sdy
 
 from shardc.dialects import jax_private
 from shardc.dialects.errors import (
@@ -30,6 +28,7 @@ from shardc.dialects.errors import (
     ShardcError,
 )
 from shardc.runtime import arguments, collectives, results
+from shardc.runtime.xla_form import module_for_xla
 
 
 class ValueInfo(Protocol):
@@ -269,86 +268,6 @@ def compile_program(
         static=static,
         uses_host_callbacks=bool(host_callbacks),
     )
-
-
-# StableHLO ops whose results XLA's Shardy import shards through its own
-# data-flow edges (spec: sdy ShardableDataFlowOp).
-# Data-flow ops whose shardings XLA must re-derive (see module_for_xla); a case
-# keeps its own: XLA's verifier needs every branch to return the case's sharding.
-_DATA_FLOW_OPS = ("stablehlo.optimization_barrier", "stablehlo.while")
-
-
-def _sharding_of(value: ir.Value) -> ir.Attribute | None:
-    """The ``#sdy.sharding`` a value carries: its op's per-value entry, or its function
-    argument's; None when it has none (or is another block's argument)."""
-    owner = value.owner
-    if isinstance(owner, ir.Block):
-        parent = owner.owner.operation
-        if parent.name != "func.func" or "arg_attrs" not in parent.attributes:
-            return None
-        index = ir.BlockArgument(value).arg_number
-        entry = ir.DictAttr(ir.ArrayAttr(parent.attributes["arg_attrs"])[index])
-        return entry["sdy.sharding"] if "sdy.sharding" in entry else None
-    op = owner.operation if hasattr(owner, "operation") else owner
-    if "sdy.sharding" not in op.attributes:
-        return None
-    per_value = sdy.TensorShardingPerValueAttr(op.attributes["sdy.sharding"]).shardings
-    return per_value[ir.OpResult(value).result_number]
-
-
-def module_for_xla(module: ir.Module) -> ir.Module:
-    """A copy of ``module`` in the form XLA's compiler takes it in.
-
-    XLA runs Shardy's import steps again on what it is given, which expects a
-    module as jax writes it, not one that Shardy's export already processed.
-    Two export products break it, so the copy rewrites them (the caller's
-    module is unchanged):
-
-    * ``sdy.sharding`` on while/optimization_barrier: XLA hoists
-      loop-invariant while operands without shortening that attribute and fails
-      (or crashes) with "has 7 leaf nodes while this sharding has 11". Those
-      shardings are implied by the closed shardings around and inside the op,
-      so they are dropped and XLA's own data-flow edges re-derive them. A
-      ``case`` keeps its sharding: without it XLA re-derives the branch
-      results' shardings apart and its verifier rejects branches that return
-      differently sharded values ("Inconsistent conditional sharding").
-    * ``sdy.reshard``: XLA's import does not resolve its mesh ("unknown mesh").
-      A closed ``sdy.sharding_constraint`` with the same sharding asks XLA for
-      exactly the same reshard, in the form jax itself emits for
-      ``wsc(wsc(x, source), target)``: a constraint to the operand's own
-      sharding first. Without it XLA's import applies the target to the
-      operand's producer (a single-use value) and computes the producer in
-      the target layout, gathering *its* operands instead (found by
-      ``test_property_cost_aware.py``: a predicted 64-byte all-to-all
-      compiled to a 256-byte all-gather of the first matmul's input).
-    """
-    buffer = io.BytesIO()
-    module.operation.write_bytecode(buffer)
-    with module.context:
-        copy = ir.Module.parse(buffer.getvalue())
-
-    reshards: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name in _DATA_FLOW_OPS and "sdy.sharding" in op.attributes:
-            del op.attributes["sdy.sharding"]
-        elif op.name == "sdy.reshard":
-            reshards.append(op)
-        return ir.WalkResult.ADVANCE
-
-    copy.operation.walk(visit)
-    for reshard in reshards:
-        source = reshard.operands[0]
-        here = ir.InsertionPoint(reshard)
-        own = _sharding_of(source)
-        if own is not None:
-            source = sdy.ShardingConstraintOp(source, own, loc=reshard.location, ip=here).result
-        constraint = sdy.ShardingConstraintOp(
-            source, reshard.attributes["sharding"], loc=reshard.location, ip=here,
-        )
-        reshard.results[0].replace_all_uses_with(constraint.result)
-        reshard.erase()
-    return copy
 
 
 def _is_open(sharding: NamedSharding | None) -> bool:

@@ -47,6 +47,7 @@ import time
 from dataclasses import dataclass, field
 
 from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import sdy
 
 from shardc.compiler.cost.values import ModuleValues
 from shardc.compiler.cost_aware.candidates import ConflictPoint, Pin, conflict_points, tag_of
@@ -54,6 +55,8 @@ from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.cost_aware.pricing import ModuleEvaluator, changed_tags
 from shardc.compiler.cost_aware.regions import LocalPrice, RegionEvaluator
 from shardc.compiler.diagnostics import source_loc_of
+from shardc.compiler.propagation.export_steps import closed
+from shardc.compiler.propagation.ir_access import SHARDING
 
 
 @dataclass
@@ -116,6 +119,37 @@ class _Class:
     members: list[tuple[ConflictPoint, Pin]]
 
 
+def declare_returned_shardings(imported: ir.Operation, baseline: ModuleValues) -> None:
+    """Give the results the program leaves open the (closed) shardings Shardy gives them.
+
+    shardc is a drop-in for ``jax.jit``: the search may change how values are
+    sharded inside the program, never the layout of what it returns (a return
+    reshard is priced instead). The baseline's bytes are unchanged by it.
+    """
+    for name, op in baseline.funcs.items():
+        target = next((f.operation for f in imported.regions[0].blocks[0].operations
+                       if f.operation.name == "func.func"
+                       and ir.StringAttr(f.operation.attributes["sym_name"]).value == name), None)
+        source = baseline.graph.ops[op]
+        if target is None or "res_attrs" not in source.attributes:
+            continue
+        given = (list(ir.ArrayAttr(target.attributes["res_attrs"]))
+                 if "res_attrs" in target.attributes else [])
+        entries = []
+        for k, entry in enumerate(ir.ArrayAttr(source.attributes["res_attrs"])):
+            values = _entries(given[k]) if k < len(given) else {}
+            decided = _entries(entry).get(SHARDING)
+            if SHARDING not in values and decided is not None:
+                values[SHARDING] = closed(sdy.TensorShardingAttr(decided))
+            entries.append(ir.DictAttr.get(values, context=target.context))
+        target.attributes["res_attrs"] = ir.ArrayAttr.get(entries, context=target.context)
+
+
+def _entries(attr: ir.Attribute) -> dict[str, ir.Attribute]:
+    d = ir.DictAttr(attr)
+    return {d[i].name: d[i].attr for i in range(len(d))}
+
+
 class _Search:
     def __init__(self, imported: ir.Operation, *, conservative: bool, max_evaluations: int,
                  per_point: int, margin: int):
@@ -126,6 +160,7 @@ class _Search:
         self.per_point = per_point
         self.margin = margin
         self.best_bytes, self.base_memory, self.reader = self.evaluate([])
+        declare_returned_shardings(imported, self.reader)
         self.baseline_reader = self.reader
         self.baseline_bytes = self.best_bytes
         self.best_memory = self.base_memory

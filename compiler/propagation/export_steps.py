@@ -164,19 +164,20 @@ def remove_sub_axes_in_io_shardings(module: ir.Operation, main: ir.Operation | N
     _map_func_io(main, meshes, fix)
 
 
+def closed(attr: sdy.TensorShardingAttr) -> ir.Attribute:
+    """``attr`` with every dimension closed and no replicated list (priorities, unreduced
+    kept)."""
+    dims = [sdy.DimensionShardingAttr(d) for d in attr.dimension_shardings]
+    if all(d.is_closed for d in dims) and not list(attr.replicated_axes):
+        return attr
+    dims = [sdy.DimensionShardingAttr.get(list(d.axes), True, d.priority) for d in dims]
+    return sdy.TensorShardingAttr.get(attr.mesh_or_ref, dims, [], list(attr.unreduced_axes))
+
+
 def close_shardings(module: ir.Operation) -> None:
     """Close every dimension and drop every replicated list (priorities, unreduced kept)."""
-
-    def close(attr: sdy.TensorShardingAttr) -> ir.Attribute:
-        dims = [sdy.DimensionShardingAttr(d) for d in attr.dimension_shardings]
-        if all(d.is_closed for d in dims) and not list(attr.replicated_axes):
-            return attr
-        closed = [sdy.DimensionShardingAttr.get(list(d.axes), True, d.priority) for d in dims]
-        return sdy.TensorShardingAttr.get(attr.mesh_or_ref, closed, [],
-                                          list(attr.unreduced_axes))
-
     with module.context:
-        map_shardings(module, close)
+        map_shardings(module, closed)
 
 
 def erase_dead_ops(module: ir.Operation) -> None:

@@ -371,7 +371,7 @@ def test_propagated_scan_and_constraints_compile(mesh):
     # Regression: after shardc's propagation XLA crashed on a while op carrying
     # sdy.sharding ("7 leaf nodes while this sharding has 11") and rejected
     # sdy.reshard ("unknown mesh"); module_for_xla rewrites both.
-    from shardc.runtime.compiled import module_for_xla
+    from shardc.runtime.xla_form import module_for_xla
 
     xs = put(mesh, rand(6, 8, 4), P(None, "x"))
 
@@ -416,3 +416,40 @@ def test_dead_code_does_not_steer_propagation():
     ours = check_like_jax(f, (a,), None, None, mesh)
     assert ours.sharding.is_equivalent_to(jax.jit(f)(a).sharding, 2)
     assert "manual_computation" not in jit(f, mesh=mesh).lower(a).as_text()
+
+
+def test_grad_of_an_unrolled_scan_compiles():
+    # Regression: with unroll=2 jax reshapes the loop's stacked residuals there and
+    # back; XLA folded that pair and moved the outer reshape's sharding onto the
+    # loop ("Number of tile assignment dimensions ... different than the input rank").
+    mesh = jax.make_mesh((8,), ("a",), axis_types=(jax.sharding.AxisType.Auto,))
+
+    def grad_w(w, x):
+        def loss(w):
+            h, _ = jax.lax.scan(lambda h, _: (jnp.tanh(h @ w), None), x, length=4, unroll=2)
+            return jnp.sum(h)
+        return jax.grad(loss)(w)
+
+    w = put(mesh, rand(8, 8) * 0.1, P("a"))
+    x = put(mesh, rand(8, 8), P())
+    check_like_jax(grad_w, (w, x), (P("a"), P()), None, mesh)
+
+
+def test_loop_invariant_carries_are_hoisted_for_xla(mesh):
+    # XLA hoists carries a loop body returns unchanged without shortening the
+    # loop's sharding; module_for_xla hoists them first and keeps one entry per carry.
+    from shardc.runtime.xla_form import module_for_xla
+
+    w = put(mesh, rand(8, 8), P("x"))
+    xs = put(mesh, rand(3, 8, 8), P(None, "y"))
+
+    def f(w, xs):
+        return jax.lax.scan(lambda h, x: (jnp.tanh(h @ w + x), None), xs[0], xs)[0]
+
+    lowered = jit(f, mesh=mesh).lower(w, xs)
+    for_xla = str(module_for_xla(lowered.module))
+    loop = next(line for line in for_xla.splitlines() if "stablehlo.while" in line)
+    assert "%arg0" not in loop.split("attributes")[0]  # w is read from above, not carried
+    carries = loop.split(") : ")[1].split(" attributes")[0].count("tensor<")
+    assert loop.count("<@mesh") == carries
+    check_like_jax(f, (w, xs), None, None, mesh)

@@ -1,0 +1,172 @@
+"""The form in which XLA's compiler takes a module shardc has propagated and exported.
+
+XLA converts the StableHLO it is given to HLO and runs Shardy's import steps
+again on that. Both expect a module as jax writes it, not one Shardy's export
+already processed; ``module_for_xla`` rewrites, in a copy, what they would
+mishandle:
+
+* loop-invariant ``while`` carries (the body returns them unchanged): XLA's
+  conversion hoists them out of the loop (the body reads the value from
+  above) without shortening the loop's ``sdy.sharding``, and then fails (or
+  crashes) with "has 7 leaf nodes while this sharding has 11", or pairs the
+  remaining carries with the wrong shardings. The copy hoists them itself, so
+  the loop's sharding keeps one entry per carry and XLA keeps every
+  sharding shardc decided.
+* a ``reshape`` of a ``reshape`` back to the first one's operand type: XLA
+  folds the pair into that operand and moves the outer reshape's sharding
+  onto the operand's producer, replacing a loop's per-carry sharding with a
+  single one ("Number of tile assignment dimensions ... is different than the
+  input rank"). The copy folds the pair itself, keeping the outer sharding
+  as a constraint where it differs from the operand's.
+* ``sdy.sharding`` on ``optimization_barrier``: implied by the closed
+  shardings around it; dropped, XLA's data-flow edges re-derive it. (A
+  ``case`` keeps its sharding: without it XLA re-derives its branches'
+  results apart and its verifier rejects branches that return differently
+  sharded values, "Inconsistent conditional sharding".)
+* ``sdy.reshard``: XLA's import does not resolve its mesh ("unknown mesh"). A
+  closed ``sdy.sharding_constraint`` with the same sharding asks XLA for
+  exactly the same reshard, in the form jax itself emits for
+  ``wsc(wsc(x, source), target)``: a constraint to the operand's own sharding
+  first. Without it XLA's import applies the target to the operand's producer
+  (a single-use value) and computes the producer in the target layout,
+  gathering *its* operands instead.
+"""
+
+from __future__ import annotations
+
+import io
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import sdy
+
+SHARDING = "sdy.sharding"
+
+# Data-flow ops whose shardings XLA must re-derive.
+_DROPPED_SHARDINGS = ("stablehlo.optimization_barrier",)
+
+
+def module_for_xla(module: ir.Module) -> ir.Module:
+    """A copy of ``module`` in the form XLA's compiler takes it in (the module docstring
+    says what changes); the caller's module is unchanged."""
+    buffer = io.BytesIO()
+    module.operation.write_bytecode(buffer)
+    with module.context:
+        copy = ir.Module.parse(buffer.getvalue())
+        loops: list[ir.Operation] = []
+        reshards: list[ir.Operation] = []
+        reshapes: list[ir.Operation] = []
+
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            if op.name in _DROPPED_SHARDINGS and SHARDING in op.attributes:
+                del op.attributes[SHARDING]
+            elif op.name == "stablehlo.while":
+                loops.append(op)
+            elif op.name == "sdy.reshard":
+                reshards.append(op)
+            elif op.name == "stablehlo.reshape":
+                reshapes.append(op)
+            return ir.WalkResult.ADVANCE
+
+        copy.operation.walk(visit, ir.WalkOrder.POST_ORDER)
+        for loop in loops:  # post-order: inner loops first
+            hoist_invariant_carries(loop)
+        for reshape in reshapes:
+            _fold_reshape_round_trip(reshape)
+        for reshard in reshards:
+            _reshard_as_constraints(reshard)
+    return copy
+
+
+def _fold_reshape_round_trip(reshape: ir.Operation) -> None:
+    """``reshape(reshape(x))`` of ``x``'s own type: use ``x`` (constrained to the outer
+    reshape's sharding where it differs from ``x``'s)."""
+    owner = reshape.operands[0].owner
+    if isinstance(owner, ir.Block):
+        return
+    inner = owner.operation
+    if inner.name != "stablehlo.reshape" or inner.operands[0].type != reshape.results[0].type:
+        return
+    source = inner.operands[0]
+    wanted = _sharding_of(reshape.results[0])
+    if wanted is not None and wanted != _sharding_of(source):
+        source = sdy.ShardingConstraintOp(source, wanted, loc=reshape.location,
+                                          ip=ir.InsertionPoint(reshape)).result
+    reshape.results[0].replace_all_uses_with(source)
+    reshape.erase()
+
+
+def hoist_invariant_carries(loop: ir.Operation) -> ir.Operation:
+    """Rebuild a ``stablehlo.while`` without the carries its body returns unchanged.
+
+    Inside the loop and after it, their uses read the value the loop was given
+    instead. The loop's ``sdy.sharding`` keeps the entries of the other
+    carries. Returns the loop (a new op when anything was hoisted).
+    """
+    cond, body = (region.blocks[0] for region in loop.regions)
+    terminator = _terminator(body)
+    count = len(loop.operands)
+    invariant = [k for k in range(count) if terminator.operands[k] == body.arguments[k]]
+    if not invariant:
+        return loop
+    kept = [k for k in range(count) if k not in invariant]
+    for k in invariant:
+        outer = loop.operands[k]
+        for value in (body.arguments[k], cond.arguments[k], loop.results[k]):
+            value.replace_all_uses_with(outer)
+    attributes = {loop.attributes[i].name: loop.attributes[i].attr
+                  for i in range(len(loop.attributes))}
+    if SHARDING in attributes:
+        per_value = sdy.TensorShardingPerValueAttr(attributes[SHARDING]).shardings
+        attributes[SHARDING] = sdy.TensorShardingPerValueAttr.get([per_value[k] for k in kept])
+    new = ir.Operation.create(
+        "stablehlo.while", results=[loop.results[k].type for k in kept],
+        operands=[loop.operands[k] for k in kept], attributes=attributes, regions=2,
+        loc=loop.location, ip=ir.InsertionPoint(loop))
+    for block, region in ((cond, new.regions[0]), (body, new.regions[1])):
+        for k in reversed(invariant):
+            block.erase_argument(k)
+        block.append_to(region)
+    ir.Operation.create("stablehlo.return", operands=[terminator.operands[k] for k in kept],
+                        loc=terminator.location, ip=ir.InsertionPoint(terminator))
+    terminator.erase()
+    for k, result in zip(kept, new.results):
+        loop.results[k].replace_all_uses_with(result)
+    loop.erase()
+    return new
+
+
+def _terminator(block: ir.Block) -> ir.Operation:
+    *_, last = block.operations
+    return last.operation
+
+
+def _sharding_of(value: ir.Value) -> ir.Attribute | None:
+    """The ``#sdy.sharding`` a value carries: its op's per-value entry, or its function
+    argument's; None when it has none (or is another block's argument)."""
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        parent = owner.owner.operation
+        if parent.name != "func.func" or "arg_attrs" not in parent.attributes:
+            return None
+        index = ir.BlockArgument(value).arg_number
+        entry = ir.DictAttr(ir.ArrayAttr(parent.attributes["arg_attrs"])[index])
+        return entry[SHARDING] if SHARDING in entry else None
+    op = owner.operation if hasattr(owner, "operation") else owner
+    if SHARDING not in op.attributes:
+        return None
+    per_value = sdy.TensorShardingPerValueAttr(op.attributes[SHARDING]).shardings
+    return per_value[ir.OpResult(value).result_number]
+
+
+def _reshard_as_constraints(reshard: ir.Operation) -> None:
+    """Replace an ``sdy.reshard`` by constraints to its operand's sharding, then its own."""
+    source = reshard.operands[0]
+    here = ir.InsertionPoint(reshard)
+    own = _sharding_of(source)
+    if own is not None:
+        source = sdy.ShardingConstraintOp(source, own, loc=reshard.location, ip=here).result
+    constraint = sdy.ShardingConstraintOp(
+        source, reshard.attributes["sharding"], loc=reshard.location, ip=here,
+    )
+    reshard.results[0].replace_all_uses_with(constraint.result)
+    reshard.erase()
