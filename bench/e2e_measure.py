@@ -20,11 +20,21 @@ figure is taken identically on every route:
   trace or compile cache is shared between routes or repeats), after one
   untimed lowering per route that warms jax's own caches, and the median
   microseconds per call of the jitted function, dispatch included, from
-  rounds of calls that alternate between the routes (jax.jit and shardc only).
+  rounds of calls that alternate between the routes (jax.jit and shardc only,
+  unless ``time_routes`` names more).
+
+A program with ``donate_argnums`` is jitted with them on every route, and every
+call gets fresh copies of its donated arguments (placed like the originals,
+outside any timing), since a call consumes what it was donated. A program with
+``mesh_context`` is lowered, compiled and run inside ``jax.set_mesh(mesh)``.
+``compare(..., check_determinism=True)`` also runs jax.jit's program twice and
+records whether its results are bitwise equal run to run, and whether each
+shardc route's results are bitwise equal to jax.jit's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import statistics
@@ -88,6 +98,10 @@ class Comparison:
     cost_aware_memory_ratio: float | None = None  # cost-aware / jax.jit
     cost_aware_lower_ratio: float | None = None  # cost-aware / shardc ("shardy") lowering
     cost_aware_search: dict[str, Any] = dataclasses.field(default_factory=dict)
+    cost_aware_mismatched_outputs: list[str] = dataclasses.field(default_factory=list)
+    donated: bool = False
+    jax_deterministic: bool | None = None  # with check_determinism: two jax.jit runs
+    bitwise_equal: dict[str, bool] = dataclasses.field(default_factory=dict)  # vs jax.jit
     error: str | None = None
 
 
@@ -121,6 +135,7 @@ def jax_jitted(program: Program) -> Callable:
         fresh(program.fun),
         in_shardings=program.in_shardings,
         out_shardings=program.out_shardings,
+        donate_argnums=program.donate_argnums,
     )
 
 
@@ -134,6 +149,7 @@ def shardc_jitted(program: Program, propagation: str = "shardy") -> Callable:
         fresh(program.fun),
         in_shardings=in_shardings,
         out_shardings=out_shardings,
+        donate_argnums=program.donate_argnums,
         propagation=propagation,
     )
 
@@ -171,16 +187,17 @@ def build(program: Program, route: str) -> Build:
 
 
 def build_routes(
-    program: Program, routes: tuple[str, ...] = ROUTES, repeats: int = 1
+    program: Program, routes: tuple[str, ...] = ROUTES, repeats: int = 1, warmup: bool = True
 ) -> tuple[dict[str, Build], dict, dict]:
     """Build each route ``repeats`` times, alternating the order of the routes.
 
     Returns the last builds and the median lower / compile seconds per route.
-    One untimed lowering per route first, and the alternating order, keep
-    one-off warm-up costs of jax itself (its own caches of traced helpers)
-    off whichever route happens to go first.
+    One untimed lowering per route first (unless not ``warmup``: tests that
+    need no times), and the alternating order, keep one-off warm-up costs of
+    jax itself (its own caches of traced helpers) off whichever route happens
+    to go first.
     """
-    for route in routes:
+    for route in routes if warmup else ():
         lower_route(program, route)
     lower = {route: [] for route in routes}
     compile_ = {route: [] for route in routes}
@@ -199,9 +216,57 @@ def build_routes(
 # ----------------------------------------------------------------------------
 
 
+def copy_arrays(tree: Any) -> Any:
+    """Fresh device copies of the ``jax.Array`` leaves of ``tree``, placed like them."""
+    return jax.tree.map(
+        lambda leaf: jax.device_put(leaf, leaf.sharding, may_alias=False)
+        if isinstance(leaf, jax.Array) else leaf,
+        tree,
+    )  # fmt: skip
+
+
+def call_args(program: Program) -> tuple:
+    """The arguments of one call: ``program.args``, with fresh copies of the donated ones
+    (a call consumes what it was donated), ready before the call."""
+    if not program.donate_argnums:
+        return program.args
+    donated = {i % len(program.args) for i in program.donate_argnums}
+    args = tuple(
+        copy_arrays(arg) if i in donated else arg for i, arg in enumerate(program.args)
+    )
+    return jax.block_until_ready(args)
+
+
+def mesh_context(program: Program) -> contextlib.AbstractContextManager:
+    """``jax.set_mesh(program.mesh)`` for a program that asks for it, else nothing."""
+    return jax.set_mesh(program.mesh) if program.mesh_context else contextlib.nullcontext()
+
+
 def run(compiled: Any, program: Program) -> Any:
     """Call a compiled program and wait for it (collective programs must not overlap)."""
-    return jax.block_until_ready(compiled(*program.args))
+    return jax.block_until_ready(compiled(*call_args(program)))
+
+
+def bitwise_equal(expected: Any, actual: Any) -> bool:
+    """Whether two output pytrees have the same structure, dtypes and bytes."""
+    expected_leaves, expected_tree = jax.tree.flatten(expected)
+    actual_leaves, actual_tree = jax.tree.flatten(actual)
+    if expected_tree != actual_tree:
+        return False
+    for want, got in zip(expected_leaves, actual_leaves):
+        want, got = host_array(want), host_array(got)
+        if want.dtype != got.dtype or want.shape != got.shape:
+            return False
+        if want.tobytes() != got.tobytes():
+            return False
+    return True
+
+
+def host_array(leaf: Any) -> np.ndarray:
+    """An output leaf as a NumPy array (a typed PRNG key array as its key data)."""
+    if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        leaf = jax.random.key_data(leaf)
+    return np.asarray(leaf)
 
 
 def errors_of(expected: Any, actual: Any) -> tuple[float, float]:
@@ -216,8 +281,8 @@ def errors_of(expected: Any, actual: Any) -> tuple[float, float]:
         raise AssertionError(f"output trees differ: {expected_tree} vs {actual_tree}")
     worst_abs = worst_rel = 0.0
     for want, got in zip(expected_leaves, actual_leaves):
-        want = np.asarray(want, dtype=np.float64)
-        got = np.asarray(got, dtype=np.float64)
+        want = host_array(want).astype(np.float64)
+        got = host_array(got).astype(np.float64)
         if want.shape != got.shape:
             raise AssertionError(f"output shapes differ: {want.shape} vs {got.shape}")
         if want.size == 0:
@@ -297,21 +362,35 @@ def ratio(value: float, reference: float) -> float | None:
 
 
 def call_microseconds(
-    calls: dict[str, Callable[[], Any]], rounds: int, round_seconds: float
+    calls: dict[str, Callable[..., Any]],
+    rounds: int,
+    round_seconds: float,
+    args: Callable[[], tuple] | None = None,
 ) -> dict[str, float]:
     """Median microseconds per call of each route, rounds alternating between routes.
 
     Each round makes enough calls to last about ``round_seconds`` (at least
-    one); every call is waited for before the next.
+    one); every call is waited for before the next. Without ``args`` the calls
+    take no arguments; with it, each call gets ``args()``'s arguments, made
+    before the call and outside its time (fresh donated arguments).
     """
+
+    def timed(call: Callable[..., Any]) -> float:
+        if args is None:
+            start = time.perf_counter()
+            jax.block_until_ready(call())
+            return time.perf_counter() - start
+        call_with = args()
+        start = time.perf_counter()
+        jax.block_until_ready(call(*call_with))
+        return time.perf_counter() - start
+
     for call in calls.values():  # compile (jitted functions) and warm up, untimed
         for _ in range(2):
-            jax.block_until_ready(call())
+            timed(call)
     per_round = {}
     for route, call in calls.items():
-        start = time.perf_counter()
-        jax.block_until_ready(call())
-        one = time.perf_counter() - start
+        one = timed(call)
         per_round[route] = max(1, min(1000, int(round_seconds / max(one, 1e-9))))
     count = min(per_round.values())  # the same number of calls on both sides
     samples = {route: [] for route in calls}
@@ -319,10 +398,14 @@ def call_microseconds(
         order = list(calls) if round_ % 2 == 0 else list(calls)[::-1]
         for route in order:
             call = calls[route]
-            start = time.perf_counter()
-            for _ in range(count):
-                jax.block_until_ready(call())
-            samples[route].append((time.perf_counter() - start) / count * 1e6)
+            if args is None:
+                start = time.perf_counter()
+                for _ in range(count):
+                    jax.block_until_ready(call())
+                seconds = time.perf_counter() - start
+            else:
+                seconds = sum(timed(call) for _ in range(count))
+            samples[route].append(seconds / count * 1e6)
     return {route: statistics.median(times) for route, times in samples.items()}
 
 
@@ -340,53 +423,27 @@ def compare(
     round_seconds: float = 0.05,
     strict: bool = False,
     cost_aware: bool = False,
+    warmup: bool = True,
+    check_determinism: bool = False,
+    time_routes: tuple[str, ...] = ROUTES,
 ) -> Comparison:
     """Measure ``program`` on both routes (and with ``propagation="cost-aware"``
     when ``cost_aware``).
 
     A failure is recorded in ``error`` (so one broken program does not end a
-    benchmark run), or raised when ``strict``.
+    benchmark run), or raised when ``strict``. ``warmup``: one untimed lowering
+    per route first (``build_routes``); ``check_determinism``: fill
+    ``jax_deterministic`` and ``bitwise_equal``; ``time_routes``: the routes
+    whose per-call time is taken (with ``time_calls``).
     """
-    row = Comparison(program.name, program.description)
+    row = Comparison(program.name, program.description, donated=bool(program.donate_argnums))
     routes = (*ROUTES, COST_AWARE) if cost_aware else ROUTES
     try:
-        builds, lower, compile_ = build_routes(program, routes, repeats)
-        jax_compiled, shardc_compiled = builds["jax"].compiled, builds["shardc"].compiled
-        expected = run(jax_compiled, program)
-        actual = run(shardc_compiled, program)
-        row.max_abs_error, row.max_rel_error = errors_of(expected, actual)
-        row.mismatched_outputs = mismatched_output_shardings(
-            jax_compiled, shardc_compiled, expected
-        )
-        row.output_shardings_match = not row.mismatched_outputs
-
-        for route, build_ in builds.items():
-            summaries = collectives_of(build_.compiled)
-            row.collectives[route] = {
-                kind: {"count": s.count, "bytes_per_device": s.bytes_per_device}
-                for kind, s in summaries.items()
-                if s.count
-            }
-            row.collective_bytes[route] = sum(s.bytes_per_device for s in summaries.values())
-            row.memory_bytes[route] = memory_bytes_of(build_.compiled)
-        row.collective_bytes_ratio = ratio(
-            row.collective_bytes["shardc"], row.collective_bytes["jax"]
-        )
-        row.memory_ratio = ratio(row.memory_bytes["shardc"], row.memory_bytes["jax"])
-        row.lower_seconds, row.compile_seconds = lower, compile_
-        row.lower_ratio = ratio(lower["shardc"], lower["jax"])
-        row.compile_ratio = ratio(compile_["shardc"], compile_["jax"])
-        if cost_aware:
-            record_cost_aware(row, builds[COST_AWARE].compiled, program, expected)
-
-        if time_calls:
-            jitted = {"jax": jax_jitted(program), "shardc": shardc_jitted(program)}
-            row.call_microseconds = call_microseconds(
-                {route: functools.partial(fn, *program.args) for route, fn in jitted.items()},
-                rounds,
-                round_seconds,
-            )
-            row.call_ratio = ratio(row.call_microseconds["shardc"], row.call_microseconds["jax"])
+        with mesh_context(program):
+            _compare(
+                row, program, routes, repeats, time_calls, rounds, round_seconds, warmup,
+                check_determinism, time_routes,
+            )  # fmt: skip
     except Exception as error:  # noqa: BLE001 - one program's failure must not end the run
         if strict:
             raise
@@ -394,11 +451,111 @@ def compare(
     return row
 
 
-def record_cost_aware(row: Comparison, compiled: Any, program: Program, expected: Any) -> None:
-    """The cost-aware route's figures against jax.jit (bytes, memory, numerics) and
-    against shardc's Shardy-compatible lowering (time), and its search's log; the
-    per-route figures of ``row`` must be filled already."""
-    row.cost_aware_max_rel_error = errors_of(expected, run(compiled, program))[1]
+def _compare(
+    row: Comparison,
+    program: Program,
+    routes: tuple[str, ...],
+    repeats: int,
+    time_calls: bool,
+    rounds: int,
+    round_seconds: float,
+    warmup: bool,
+    check_determinism: bool,
+    time_routes: tuple[str, ...],
+) -> None:
+    """``compare``'s measurements, filled into ``row`` (raises on failure)."""
+    builds, lower, compile_ = build_routes(program, routes, repeats, warmup)
+    record(row, program, builds, lower, compile_, check_determinism)
+    if time_calls:
+        record_call_times(row, program, tuple(r for r in time_routes if r in routes), rounds,
+                          round_seconds)  # fmt: skip
+
+
+def record(
+    row: Comparison,
+    program: Program,
+    builds: dict[str, Build],
+    lower: dict[str, float],
+    compile_: dict[str, float],
+    check_determinism: bool = False,
+) -> None:
+    """Fill ``row`` from the compiled routes (``"jax"``, ``"shardc"`` and optionally
+    ``"cost-aware"``) and their median lower / compile seconds: numerics, output
+    shardings, collectives, memory, times (and determinism when asked)."""
+    jax_compiled, shardc_compiled = builds["jax"].compiled, builds["shardc"].compiled
+    expected = run(jax_compiled, program)
+    if check_determinism:
+        row.jax_deterministic = bitwise_equal(expected, run(jax_compiled, program))
+    actual = run(shardc_compiled, program)
+    row.max_abs_error, row.max_rel_error = errors_of(expected, actual)
+    if check_determinism:
+        row.bitwise_equal["shardc"] = bitwise_equal(expected, actual)
+    row.mismatched_outputs = mismatched_output_shardings(
+        jax_compiled, shardc_compiled, expected
+    )
+    row.output_shardings_match = not row.mismatched_outputs
+
+    for route, build_ in builds.items():
+        summaries = collectives_of(build_.compiled)
+        row.collectives[route] = {
+            kind: {"count": s.count, "bytes_per_device": s.bytes_per_device}
+            for kind, s in summaries.items()
+            if s.count
+        }
+        row.collective_bytes[route] = sum(s.bytes_per_device for s in summaries.values())
+        row.memory_bytes[route] = memory_bytes_of(build_.compiled)
+    row.collective_bytes_ratio = ratio(
+        row.collective_bytes["shardc"], row.collective_bytes["jax"]
+    )
+    row.memory_ratio = ratio(row.memory_bytes["shardc"], row.memory_bytes["jax"])
+    row.lower_seconds, row.compile_seconds = lower, compile_
+    row.lower_ratio = ratio(lower["shardc"], lower["jax"])
+    row.compile_ratio = ratio(compile_["shardc"], compile_["jax"])
+    if COST_AWARE in builds:
+        record_cost_aware(
+            row, builds[COST_AWARE].compiled, program, expected, check_determinism,
+            jax_compiled=jax_compiled,
+        )
+
+
+def record_call_times(
+    row: Comparison, program: Program, routes: tuple[str, ...], rounds: int,
+    round_seconds: float,
+) -> None:  # fmt: skip
+    """The per-call time of each route (fresh jitted functions, compiled untimed)."""
+    jitted = {
+        route: jax_jitted(program) if route == "jax"
+        else shardc_jitted(program, PROPAGATION[route])
+        for route in routes
+    }  # fmt: skip
+    if program.donate_argnums:
+        row.call_microseconds = call_microseconds(
+            jitted, rounds, round_seconds, args=lambda: call_args(program)
+        )
+    else:
+        row.call_microseconds = call_microseconds(
+            {route: functools.partial(fn, *program.args) for route, fn in jitted.items()},
+            rounds,
+            round_seconds,
+        )
+    row.call_ratio = ratio(row.call_microseconds["shardc"], row.call_microseconds["jax"])
+
+def record_cost_aware(
+    row: Comparison, compiled: Any, program: Program, expected: Any,
+    check_determinism: bool = False, jax_compiled: Any = None,
+) -> None:  # fmt: skip
+    """The cost-aware route's figures against jax.jit (bytes, memory, numerics, and
+    output shardings when given ``jax_compiled``) and against shardc's
+    Shardy-compatible lowering (time), and its search's log; the per-route
+    figures of ``row`` must be filled already."""
+    actual = run(compiled, program)
+    row.cost_aware_max_rel_error = errors_of(expected, actual)[1]
+    if check_determinism:
+        row.bitwise_equal[COST_AWARE] = bitwise_equal(expected, actual)
+    if jax_compiled is not None:
+        row.cost_aware_mismatched_outputs = mismatched_output_shardings(
+            jax_compiled, compiled, expected
+        )
     bytes_, memory, seconds = row.collective_bytes, row.memory_bytes, row.lower_seconds
     row.cost_aware_bytes_ratio = ratio(bytes_[COST_AWARE], bytes_["jax"])
     row.cost_aware_memory_ratio = ratio(memory[COST_AWARE], memory["jax"])

@@ -88,7 +88,8 @@ def _fold_reshape_round_trip(reshape: ir.Operation) -> None:
         return
     source = inner.operands[0]
     wanted = _sharding_of(reshape.results[0])
-    if wanted is not None and wanted != _sharding_of(source):
+    own = _sharding_of(source)
+    if wanted is not None and (own is None or wanted != own):
         source = sdy.ShardingConstraintOp(source, wanted, loc=reshape.location,
                                           ip=ir.InsertionPoint(reshape)).result
     reshape.results[0].replace_all_uses_with(source)

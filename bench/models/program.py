@@ -28,6 +28,11 @@ class Program:
     ``None``: the partitioner decides). With ``lower_on_abstract_mesh`` shardc
     lowers the program for ``mesh.abstract_mesh`` (no devices named) and then
     compiles it for ``mesh``'s devices; ``jax.jit`` gets the concrete shardings.
+    ``donate_argnums`` are donated on every route (each call then consumes those
+    arguments: the harness passes fresh copies of them, never ``args`` itself).
+    With ``mesh_context`` every route lowers, compiles and runs the program
+    inside ``jax.set_mesh(mesh)``, the way users resolve bare ``PartitionSpec``
+    constraints (flax's logical constraints among them).
     """
 
     name: str
@@ -38,6 +43,8 @@ class Program:
     out_shardings: Any
     mesh: Mesh
     lower_on_abstract_mesh: bool = False
+    donate_argnums: tuple[int, ...] = ()
+    mesh_context: bool = False
 
 
 def check_size(size: str) -> None:

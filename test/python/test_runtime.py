@@ -453,3 +453,16 @@ def test_loop_invariant_carries_are_hoisted_for_xla(mesh):
     carries = loop.split(") : ")[1].split(" attributes")[0].count("tensor<")
     assert loop.count("<@mesh") == carries
     check_like_jax(f, (w, xs), None, None, mesh)
+
+
+def test_reshape_round_trips_of_arguments_and_loop_values(mesh):
+    # module_for_xla folds reshape(reshape(x)) back to x, for x of any kind (a
+    # function argument has no op to read a sharding from).
+    a = put(mesh, rand(8, 4), P("x"))
+
+    def f(a):
+        b = a.reshape(32).reshape(8, 4)
+        c = jax.lax.fori_loop(0, 2, lambda i, v: jnp.tanh(v.reshape(32).reshape(8, 4)), a)
+        return b * 2, c.reshape(4, 8).reshape(8, 4) + 1
+
+    check_like_jax(f, (a,), None, None, mesh)

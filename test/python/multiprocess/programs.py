@@ -1,6 +1,13 @@
-"""The programs the two-process test runs, shared by the parent (reference) and workers."""
+"""The programs the two-process test runs, shared by the parent (reference) and workers.
+
+Besides the small programs below, the zoo's flax.linen language-model train step
+(``bench/zoo/lm_linen.py``: logical axis rules, adamw, donated train state) runs
+as ``ZOO_PROGRAM``: every process builds the same program from the same seeds.
+"""
 
 import dataclasses
+import pathlib
+import sys
 from typing import Any, Callable
 
 import jax
@@ -8,6 +15,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+# `bench` has no __init__.py: a namespace package importable from the repo root.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
+from bench.zoo import lm_linen  # noqa: E402
+
+ZOO_PROGRAM = lm_linen.NAME
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,4 +88,19 @@ def reference_outputs(mesh):
             to_named, program.out_shardings, is_leaf=lambda s: isinstance(s, P)))(*args)
         for index, out in enumerate(jax.tree.leaves(outs)):
             expected[f"{program.name}/{index}"] = np.asarray(out)
+    zoo = lm_linen.make("small")
+    with jax.set_mesh(zoo.mesh):
+        outs = jax.jit(zoo.fun, in_shardings=zoo.in_shardings, out_shardings=zoo.out_shardings,
+                       donate_argnums=zoo.donate_argnums)(*zoo.args)
+    for index, out in enumerate(jax.tree.leaves(outs)):
+        expected[f"{ZOO_PROGRAM}/{index}"] = np.asarray(out)
     return expected
+
+
+def run_zoo_program(jit):
+    """The zoo's language-model train step through ``jit`` (shardc's), on this process."""
+    zoo = lm_linen.make("small")
+    with jax.set_mesh(zoo.mesh):
+        step = jit(zoo.fun, zoo.in_shardings, zoo.out_shardings, mesh=zoo.mesh,
+                   donate_argnums=zoo.donate_argnums)
+        return jax.block_until_ready(step(*zoo.args))

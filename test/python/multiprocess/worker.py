@@ -3,8 +3,8 @@
     python worker.py PROCESS_ID PORT EXPECTED.npz MODE
 
 Joins jax's distributed runtime (4 CPU devices per process, gloo
-collectives), runs every program of ``programs.py`` through shardc on the
-global 4x2 mesh, and checks each addressable shard of each output against
+collectives), runs every program of ``programs.py`` (the zoo's language-model
+train step included) through shardc on the global 4x2 mesh, and checks each addressable shard of each output against
 the single-process ``jax.jit`` result in EXPECTED.npz. Prints ``OK <name>``
 per program. MODE ``die`` stops after the first program, waiting for the
 parent to kill one process, then runs a collective program: the survivor
@@ -62,6 +62,8 @@ def main() -> None:
                 *programs.global_arguments(cross, mesh)))
             print("UNEXPECTED: finished without the peer", flush=True)
             return
+
+    check(programs.ZOO_PROGRAM, programs.run_zoo_program(jit), expected)
 
     # The host-local helpers: this process's rows in, the global array out, and back.
     spec = jax.sharding.PartitionSpec("x", "y")

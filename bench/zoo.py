@@ -1,0 +1,88 @@
+"""The zoo (``bench/zoo/``): real JAX programs through jax.jit and both of shardc's routes.
+
+For every program: ``jax.jit``, shardc's default (``propagation="shardy"``) and
+shardc with ``propagation="cost-aware"`` compile the same function for the same
+placed inputs and shardings in this process; the table shows whether jax.jit is
+bitwise deterministic run to run, each shardc route's max relative error
+against jax.jit (and whether it is bitwise equal), whether the output
+shardings match, the collective bytes per device per kind, the memory per
+device (XLA's memory analysis), and the lower / compile / per-call times of
+all three. Printed as a markdown table and written as JSON. How each figure is
+taken: ``bench/e2e_measure.py`` and ``bench/zoo/report.py``. Runs on 8 CPU
+devices; a failing program is a row with its error (and its traceback's tail
+in the JSON), and the exit status is 1.
+
+    python bench/zoo.py [--large] [--only NAME ...] [--json PATH] [--repeats N]
+        [--rounds N] [--no-call-timing]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+).strip()
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# `bench` has no __init__.py: it is a namespace package importable from the repo root.
+# (`bench.zoo` is the package bench/zoo/, not this script.)
+sys.path.insert(0, str(ROOT))
+
+from bench.e2e import environment  # noqa: E402
+from bench.zoo import REGISTRY, make_programs, report  # noqa: E402
+
+
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--large", action="store_true", help="the large sizes (default: small)")
+    parser.add_argument(
+        "--only", action="append", metavar="NAME", choices=sorted(REGISTRY),
+        help="run only this program (repeatable)",
+    )  # fmt: skip
+    parser.add_argument("--json", default=str(ROOT / "bench" / "zoo.json"), help="output path")
+    parser.add_argument("--repeats", type=int, default=1, help="lower + compile repeats")
+    parser.add_argument("--rounds", type=int, default=3, help="per-call timing rounds")
+    parser.add_argument(
+        "--no-call-timing", action="store_true", help="skip the per-call time (faster)"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_arguments(argv)
+    size = "large" if options.large else "small"
+    rows = []
+    for name in options.only or REGISTRY:
+        print(f"measuring {name} ...", file=sys.stderr, flush=True)
+        try:
+            (program,) = make_programs(size, [name])
+        except Exception as error:  # noqa: BLE001 - building the program failed (jax side)
+            rows.append({"name": name, "error": f"{type(error).__name__}: {error}",
+                         "traceback": report.traceback_tail(error)})  # fmt: skip
+            print(f"  {name} failed to build: {rows[-1]['error']}", file=sys.stderr)
+            continue
+        row = report.measure(
+            program, repeats=options.repeats, time_calls=not options.no_call_timing,
+            rounds=options.rounds, warmup=True,
+        )  # fmt: skip
+        for key in ("error", "cost_aware_error"):
+            if row.get(key):
+                print(f"  {name}: {key}: {row[key]}", file=sys.stderr)
+        rows.append(row)
+    print(report.markdown_table(rows))
+    print()
+    print(report.FOOTNOTE)
+    with open(options.json, "w") as handle:
+        json.dump({"environment": environment(size), "rows": rows}, handle, indent=2)
+        handle.write("\n")
+    failed = [row for row in rows if row.get("error") or row.get("cost_aware_error")]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
