@@ -97,13 +97,13 @@ def transformer_section(rows: list[dict] | None) -> list[str]:
     return [e2e_table.TRANSFORMER_TITLE, "", e2e_table.transformer_table(rows), ""]
 
 
-def splice(text: str, body: str) -> str:
+def splice(text: str, body: str, start: str = START, end: str = END) -> str:
     """Replace what lies between the markers of ``text`` with ``body``."""
-    if text.count(START) != 1 or text.count(END) != 1 or text.index(START) > text.index(END):
-        raise SystemExit(f"README must contain {START} ... {END} exactly once, in that order")
-    head, rest = text.split(START)
-    _, tail = rest.split(END)
-    return head + START + body + END + tail
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        raise SystemExit(f"README must contain {start} ... {end} exactly once, in that order")
+    head, rest = text.split(start)
+    _, tail = rest.split(end)
+    return head + start + body + end + tail
 
 
 def main(argv: list[str] | None = None) -> None:

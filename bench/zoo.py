@@ -13,7 +13,10 @@ devices; a failing program is a row with its error (and its traceback's tail
 in the JSON), and the exit status is 1.
 
     python bench/zoo.py [--large] [--only NAME ...] [--json PATH] [--repeats N]
-        [--rounds N] [--no-call-timing]
+        [--rounds N] [--no-call-timing] [--readme README.md]
+
+``--readme`` also writes the table (with the run's environment) between the
+``<!-- zoo:start -->`` and ``<!-- zoo:end -->`` markers of that file.
 """
 
 from __future__ import annotations
@@ -33,8 +36,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # (`bench.zoo` is the package bench/zoo/, not this script.)
 sys.path.insert(0, str(ROOT))
 
+from bench import render_readme  # noqa: E402
 from bench.e2e import environment  # noqa: E402
 from bench.zoo import REGISTRY, make_programs, report  # noqa: E402
+
+
+ZOO_START, ZOO_END = "<!-- zoo:start -->", "<!-- zoo:end -->"
 
 
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -50,6 +57,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--no-call-timing", action="store_true", help="skip the per-call time (faster)"
     )
+    parser.add_argument("--readme", help="also write the table into this README's zoo section")
     return parser.parse_args(argv)
 
 
@@ -80,6 +88,14 @@ def main(argv: list[str] | None = None) -> int:
     with open(options.json, "w") as handle:
         json.dump({"environment": environment(size), "rows": rows}, handle, indent=2)
         handle.write("\n")
+    if options.readme:
+        readme = pathlib.Path(options.readme)
+        env = environment(size)
+        header = (f"`python bench/zoo.py` ({size} sizes; {env['devices']} {env['platform']} "
+                  f"devices on {env['cpu_count']} cores; jax {env['jax']}; shardc "
+                  f"{env['git']}; {env['date']}):")
+        body = "\n".join(["", header, "", report.markdown_table(rows), "", report.FOOTNOTE, ""])
+        readme.write_text(render_readme.splice(readme.read_text(), body, ZOO_START, ZOO_END))
     failed = [row for row in rows if row.get("error") or row.get("cost_aware_error")]
     return 1 if failed else 0
 

@@ -1,9 +1,12 @@
 """``sdy-apply-sharding-constraints`` (spec 7.2), without the chain rule.
 
-A fully closed ``sdy.sharding_constraint`` whose input has no sharding, and
-no other constraint user with a different sharding, gives its sharding to
-the input (op results and function arguments). Inputs owned by data-flow
-edges are left alone (Shardy moves the constraint there; not done yet).
+A fully closed ``sdy.sharding_constraint`` (or a ``sdy.manual_computation``'s
+in-sharding) whose input has no sharding, and no other constraint user with
+a different sharding, gives its sharding to the input: a function argument
+or an op result (ops with regions, such as scatter or reduce, included). An
+input that is a data-flow edge's value keeps no sharding of its own, as in
+Shardy: the constraint moves right after it and takes over its other uses
+(a manual computation gets a new constraint there).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ def _is_closed(attr: ir.Attribute) -> bool:
 
 
 def _input_sharding(value: ir.Value):
+    """``(shardable, sharding)`` of a constraint's input; shardable is ``"edge"`` for a
+    data-flow edge's value (it takes the constraint after it instead)."""
     owner = value.owner
     if isinstance(owner, ir.Block):
         func = owner.owner
@@ -33,9 +38,10 @@ def _input_sharding(value: ir.Value):
         entries = {d[i].name: d[i].attr for i in range(len(d))}
         return True, entries.get(SHARDING)
     owner = owner.operation
-    if owner.name in (EDGE_OP, "sdy.sharding_constraint", "sdy.reshard") or \
-            owner.name.startswith("sdy.") or owner.regions:
-        return False, None
+    if owner.name == EDGE_OP:
+        return "edge", owner.attributes[SHARDING] if SHARDING in owner.attributes else None
+    if owner.name.startswith("sdy."):
+        return False, None  # constraints, reshards, computations: shardings of their own
     if SHARDING in owner.attributes:
         return True, owner.attributes[SHARDING]
     return True, None
@@ -76,11 +82,11 @@ def apply_sharding_constraints(module: ir.Operation) -> None:
     with module.context:
         for op in _ops(module, ir.WalkOrder.PRE_ORDER):
             if op.name == "sdy.sharding_constraint":
-                _apply(op.operands[0], op.attributes["sharding"])
+                _apply(op.operands[0], op.attributes["sharding"], op)
             elif op.name == "sdy.manual_computation":
                 ins = sdy.TensorShardingPerValueAttr(op.attributes["in_shardings"]).shardings
                 for value, sharding in zip(op.operands, ins):
-                    _apply(value, sharding)
+                    _apply(value, sharding, None, op.location)
 
 
 def _constraint_sharding(user: ir.Operation, index: int) -> ir.Attribute | None:
@@ -91,7 +97,10 @@ def _constraint_sharding(user: ir.Operation, index: int) -> ir.Attribute | None:
     return None
 
 
-def _apply(value: ir.Value, sharding: ir.Attribute) -> None:
+def _apply(value: ir.Value, sharding: ir.Attribute, constraint: ir.Operation | None,
+           location: ir.Location | None = None) -> None:
+    """Apply ``sharding`` to ``value`` if Shardy would; ``constraint`` is the op it comes
+    from (None: a manual computation's in-sharding, at ``location``)."""
     shardable, current = _input_sharding(value)
     if not shardable or current is not None or not _is_closed(sharding):
         return
@@ -99,4 +108,13 @@ def _apply(value: ir.Value, sharding: ir.Attribute) -> None:
         other = _constraint_sharding(use.owner, use.operand_number)
         if other is not None and other != sharding:
             return
-    _set_input(value, sharding)
+    if shardable != "edge":
+        _set_input(value, sharding)
+        return
+    edge = value.owner.operation
+    if constraint is None:
+        constraint = sdy.ShardingConstraintOp(value, sharding, loc=location,
+                                              ip=ir.InsertionPoint.after(edge)).operation
+    else:
+        constraint.move_after(edge)
+    value.replace_all_uses_except(constraint.results[0], constraint)

@@ -30,3 +30,55 @@ func.func private @helper(%arg0: tensor<8x4xf32>) -> tensor<8x4xf32> {
   %0 = stablehlo.negate %arg0 : tensor<8x4xf32>
   return %0 : tensor<8x4xf32>
 }
+
+// -----
+
+// A closed constraint gives its sharding to an unsharded op result even when the
+// op has regions (a scatter), so it wins over the sharded updates operand.
+// CHECK-LABEL: func @constraint_on_scatter(
+// CHECK:       "stablehlo.scatter"
+// CHECK:       sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{}, {}]>]>
+sdy.mesh @mesh = <["x"=8]>
+func.func @constraint_on_scatter(%arg0: tensor<2x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>}, %arg1: tensor<8x1xi32>, %arg2: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"x"}]>}) -> (tensor<2x8xf32>, tensor<2x8xf32>) {
+  %0 = "stablehlo.scatter"(%arg0, %arg1, %arg2) <{indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>, unique_indices = false}> ({
+  ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+    %s = stablehlo.add %a, %b : tensor<f32>
+    stablehlo.return %s : tensor<f32>
+  }) : (tensor<2x8xf32>, tensor<8x1xi32>, tensor<8x8xf32>) -> tensor<2x8xf32>
+  %1 = sdy.manual_computation(%0) in_shardings=[<@mesh, [{}, {}]>] out_shardings=[<@mesh, [{}, {}]>] manual_axes={"x"} (%arg3: tensor<2x8xf32>) {
+    sdy.return %arg3 : tensor<2x8xf32>
+  } : (tensor<2x8xf32>) -> tensor<2x8xf32>
+  return %0, %1 : tensor<2x8xf32>, tensor<2x8xf32>
+}
+
+// -----
+
+// On a data-flow edge's value (a while result) the constraint moves right after
+// the edge and takes over its other uses: the loop keeps its own sharding.
+// CHECK-LABEL: func @constraint_on_while_result(
+// CHECK-SAME:  -> (tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"y"}]>}, tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"y"}]>})
+// CHECK:       stablehlo.while{{.*}}sdy.sharding = #sdy.sharding_per_value<[<@mesh, []>, <@mesh, [{"x"}, {"y"}]>]>
+// CHECK:       %[[C:.*]] = sdy.reshard %{{.*}}#1 <@mesh, [{}, {"y"}]>
+// CHECK:       stablehlo.negate %[[C]] {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{}, {"y"}]>]>}
+sdy.mesh @mesh = <["x"=4, "y"=2]>
+func.func @constraint_on_while_result(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}) -> (tensor<8x8xf32>, tensor<8x8xf32>) {
+  %c = stablehlo.constant dense<0> : tensor<i32>
+  %0:2 = stablehlo.while(%i = %c, %x = %arg0) : tensor<i32>, tensor<8x8xf32>
+  cond {
+    %c3 = stablehlo.constant dense<3> : tensor<i32>
+    %p = stablehlo.compare LT, %i, %c3, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %p : tensor<i1>
+  } do {
+    %c1 = stablehlo.constant dense<1> : tensor<i32>
+    %j = stablehlo.add %i, %c1 : tensor<i32>
+    %y = stablehlo.tanh %x : tensor<8x8xf32>
+    stablehlo.return %j, %y : tensor<i32>, tensor<8x8xf32>
+  }
+  %1 = sdy.sharding_constraint %0#1 <@mesh, [{}, {"y"}]> : tensor<8x8xf32>
+  %2 = stablehlo.negate %0#1 : tensor<8x8xf32>
+  %3 = sdy.manual_computation(%0#1) in_shardings=[<@mesh, [{}, {"y"}]>] out_shardings=[<@mesh, [{}, {"y"}]>] manual_axes={"y"} (%a: tensor<8x4xf32>) {
+    sdy.return %a : tensor<8x4xf32>
+  } : (tensor<8x8xf32>) -> tensor<8x8xf32>
+  %4 = stablehlo.add %1, %2 : tensor<8x8xf32>
+  return %4, %3 : tensor<8x8xf32>, tensor<8x8xf32>
+}
