@@ -27,7 +27,7 @@ from jaxlib.mlir import ir
 
 import shardc.compiler as shardc_compiler
 import shardc.runtime as shardc_runtime
-from shardc.compiler import binding, lowering, signature
+from shardc.compiler import binding, jit_options, lowering, signature
 from shardc.compiler.diagnostics import (
     steps_verified,
     verify_module,
@@ -86,9 +86,7 @@ class JitFunction:
         *,
         in_shardings: Any,
         out_shardings: Any,
-        static_argnums: Sequence[int],
-        static_argnames: Sequence[str],
-        donate_argnums: Sequence[int],
+        options: jit_options.JitOptions,
         mesh: AnyMesh | None,
         propagate: bool,
         strict: Any = False,
@@ -103,16 +101,21 @@ class JitFunction:
         self._lower_takes_propagate = "propagate" not in _parameter_names(fun)
         self.in_shardings = in_shardings
         self.out_shardings = out_shardings
-        self.static_argnums = tuple(sorted(static_argnums))
-        self.static_argnames = tuple(static_argnames)
-        self.donate_argnums = tuple(donate_argnums)
+        self.options = options
+        self.static_argnums = tuple(sorted(options.static_argnums))
+        self.static_argnames = options.static_argnames
+        self.donate_argnums = options.donate_argnums
         self.mesh = mesh
+        # Every argument is kept (shardc's signature and runtime are per argument),
+        # whatever `keep_unused` says: the results are the same.
         self._jax_jit = jax.jit(
             fun,
             static_argnums=self.static_argnums,
             static_argnames=self.static_argnames,
             donate_argnums=self.donate_argnums,
+            donate_argnames=options.donate_argnames,
             keep_unused=True,
+            inline=options.inline,
         )
         self._cache: dict[Any, _CachedLowering] = {}
         self._compiled: dict[Any, Compiled] = {}
@@ -207,11 +210,20 @@ class JitFunction:
 
     def _compile_for(self, args: tuple, kwargs: dict) -> Compiled:
         key, lowered = self._lower(args, kwargs)
-        devices = device_assignment(lowered.meshes, _devices_of_arguments(args, kwargs, lowered))
+        devices = device_assignment(lowered.meshes, self._requested_devices()
+                                    or _devices_of_arguments(args, kwargs, lowered))
         compiled = self._compiled.get((key, devices))
         if compiled is None:
             compiled = self._compiled[(key, devices)] = lowered.compile(devices)
         return compiled
+
+    def _requested_devices(self) -> tuple | None:
+        """The one device ``jit(device=...)`` or ``jit(backend=...)`` asks for, if any."""
+        if self.options.device is not None:
+            return (self.options.device,)
+        if self.options.backend is not None:
+            return (jax.devices(self.options.backend)[0],)
+        return None
 
     def _lower(
         self, args: tuple, kwargs: dict, propagate: bool | None = None
@@ -248,16 +260,16 @@ class JitFunction:
     # -- steps ---------------------------------------------------------------
 
     def _static_positions(self, num_args: int) -> tuple[int, ...]:
-        return tuple(sorted(i if i >= 0 else num_args + i for i in self.static_argnums))
+        """The static positions among a call's ``num_args`` positional arguments.
+
+        As in jax.jit, static_argnums past them name nothing in that call (a
+        static argument passed by keyword is static by name).
+        """
+        positions = (i if i >= 0 else num_args + i for i in self.static_argnums)
+        return tuple(sorted(p for p in positions if 0 <= p < num_args))
 
     def _split_static(self, args: Sequence[Any]) -> tuple[list[Any], tuple]:
         positions = self._static_positions(len(args))
-        for position in positions:
-            if not 0 <= position < len(args):
-                raise InvalidArgumentError(
-                    f"static_argnums={self.static_argnums} but the call passes "
-                    f"{len(args)} positional arguments"
-                )
         dynamic = [a for i, a in enumerate(args) if i not in positions]
         return dynamic, tuple(args[i] for i in positions)
 
@@ -316,7 +328,7 @@ class JitFunction:
     def _abstract_call_args(self, args, kwargs, avals) -> tuple[list, dict]:
         # Replace every dynamic leaf by its unsharded ShapeDtypeStruct, in the
         # flattening order argument_signature used; static values stay as they are.
-        static = {i if i >= 0 else len(args) + i for i in self.static_argnums}
+        static = set(self._static_positions(len(args)))
         dynamic = [a for i, a in enumerate(args) if i not in static]
         dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
         tree = jax.tree.structure((tuple(dynamic), dyn_kwargs))
@@ -348,6 +360,7 @@ class JitFunction:
             keepalive=cached.keepalive,
             unpropagated=cached.unpropagated,
             fallback=cached.fallback,
+            compiler_options=self.options.compiler_options,
         )
 
 
@@ -414,13 +427,16 @@ def _propagate(module: ir.Module, unpropagated: bytes, propagation: str) -> byte
 
 
 def _devices_of_arguments(args: tuple, kwargs: dict, lowered: Lowered) -> tuple | None:
-    """Devices for a program lowered on an abstract mesh: those of a committed argument.
+    """Devices for a program lowered on an abstract mesh (or on none): a committed argument's.
 
     An argument already laid out on a concrete mesh of the program's shape
-    decides the device order, so computation follows data.
+    decides the device order, so computation follows data; a program without
+    a mesh runs on the one device its committed arguments are on.
     """
     mesh = lowered.mesh
-    if mesh is None or isinstance(mesh, Mesh):
+    if mesh is None:
+        return _device_of_committed(args, kwargs)
+    if isinstance(mesh, Mesh):
         return None
     for value in jax.tree.leaves((args, kwargs)):
         sharding = getattr(value, "sharding", None)
@@ -432,6 +448,14 @@ def _devices_of_arguments(args: tuple, kwargs: dict, lowered: Lowered) -> tuple 
             and sharding.mesh.axis_sizes == mesh.axis_sizes
         ):
             return tuple(sharding.mesh.devices.flat)
+    return None
+
+
+def _device_of_committed(args: tuple, kwargs: dict) -> tuple | None:
+    """The single device the committed arguments of a meshless program are on, if any."""
+    for value in jax.tree.leaves((args, kwargs)):
+        if isinstance(value, jax.Array) and value.committed and len(value.devices()) == 1:
+            return tuple(value.devices())
     return None
 
 
@@ -476,47 +500,77 @@ def _attr_axes(attr: ir.Attribute) -> tuple[tuple[str, int], ...]:
     )
 
 
+class _NotGiven:
+    """``jit(in_shardings=...)`` without the function: a decorator."""
+
+
+_NOT_GIVEN = _NotGiven()
+
+
 def jit(
-    fun: Callable,
+    fun: Callable | _NotGiven = _NOT_GIVEN,
     in_shardings: Any = None,
     out_shardings: Any = None,
     *,
-    static_argnums: int | Sequence[int] = (),
-    static_argnames: str | Sequence[str] = (),
-    donate_argnums: int | Sequence[int] = (),
+    static_argnums: int | Sequence[int] | None = None,
+    static_argnames: str | Sequence[str] | None = None,
+    donate_argnums: int | Sequence[int] | None = None,
+    donate_argnames: str | Sequence[str] | None = None,
+    keep_unused: bool = False,
+    device: Any = None,
+    backend: str | None = None,
+    inline: bool = False,
+    compiler_options: dict[str, Any] | None = None,
     mesh: AnyMesh | None = None,
     propagate: bool = True,
     strict: Any = False,
     propagation: str = "shardy",
-) -> JitFunction:
-    """Prepare ``fun`` for lowering with shardc.
+) -> JitFunction | Callable[[Callable], JitFunction]:
+    """Prepare ``fun`` for lowering with shardc; ``jax.jit``'s signature and semantics.
 
     ``in_shardings`` / ``out_shardings`` are pytree prefixes of the positional
     arguments / results whose leaves are ``NamedSharding``, ``PartitionSpec``
     (resolved against ``mesh`` or the active ``jax.set_mesh``) or ``None``
-    (unspecified: an argument then follows its data's sharding).
-    ``propagate`` runs shardc's propagation pipeline on every lowering (the
-    default), so the module fixes every value's sharding before XLA sees it.
-    ``strict`` (``True`` or a ``checks.strict.StrictOptions``) turns what shardc
-    would do silently (padding, replicating around ops without a rule, implicit
-    reshards) into a ``StrictModeError`` at the user's source line.
-    ``propagation`` picks how conflicts are resolved: ``"shardy"`` (Shardy's
-    heuristics, the default) or ``"cost-aware"`` (fewest predicted collective
-    bytes, ``shardc.compiler.cost_aware``).
+    (unspecified: an argument then follows its data's sharding); they may be
+    given positionally, as with ``pjit``. ``static_argnums`` / ``static_argnames``,
+    ``donate_argnums`` / ``donate_argnames``, ``keep_unused``, ``device`` /
+    ``backend``, ``inline`` and ``compiler_options`` are jax.jit's, validated
+    and completed (names from numbers and back) as jax.jit does it, with its
+    errors; without ``fun``, ``jit(...)`` returns a decorator.
+    ``mesh`` is the context mesh while tracing and what bare ``PartitionSpec``s
+    resolve against. ``propagate`` runs shardc's propagation pipeline on every
+    lowering (the default), so the module fixes every value's sharding before
+    XLA sees it. ``strict`` (``True`` or a ``checks.strict.StrictOptions``)
+    turns what shardc would do silently (padding, replicating around ops
+    without a rule, implicit reshards) into a ``StrictModeError`` at the
+    user's source line. ``propagation`` picks how conflicts are resolved:
+    ``"shardy"`` (Shardy's heuristics, the default) or ``"cost-aware"``
+    (fewest predicted collective bytes, ``shardc.compiler.cost_aware``).
     """
+    if isinstance(fun, _NotGiven):
+        return functools.partial(
+            jit, in_shardings=in_shardings, out_shardings=out_shardings,
+            static_argnums=static_argnums, static_argnames=static_argnames,
+            donate_argnums=donate_argnums, donate_argnames=donate_argnames,
+            keep_unused=keep_unused, device=device, backend=backend, inline=inline,
+            compiler_options=compiler_options, mesh=mesh, propagate=propagate, strict=strict,
+            propagation=propagation,
+        )  # fmt: skip
     from shardc.compiler.propagation.pipeline import STRATEGIES
 
     if propagation not in STRATEGIES:
         raise InvalidArgumentError(f"propagation must be one of {STRATEGIES}, got {propagation!r}")
-    if not callable(fun):
-        raise InvalidArgumentError(f"jit expects a callable, got {type(fun).__name__}")
+    options = jit_options.parse(
+        fun, in_shardings, out_shardings, static_argnums=static_argnums,
+        static_argnames=static_argnames, donate_argnums=donate_argnums,
+        donate_argnames=donate_argnames, keep_unused=keep_unused, device=device,
+        backend=backend, inline=inline, compiler_options=compiler_options,
+    )  # fmt: skip
     return JitFunction(
         fun,
         in_shardings=in_shardings,
         out_shardings=out_shardings,
-        static_argnums=_as_tuple(static_argnums),
-        static_argnames=_as_tuple(static_argnames),
-        donate_argnums=_as_tuple(donate_argnums),
+        options=options,
         mesh=mesh,
         propagate=propagate,
         strict=strict,
@@ -527,8 +581,7 @@ def jit(
 def _jit_of_flat(fun: Callable, in_shardings: tuple, out_shardings: tuple,
                  donate_argnums: tuple) -> JitFunction:
     """What executes a ``shardc_jit`` equation: shardc's jit of the equation's jaxpr."""
-    return jit(fun, in_shardings=in_shardings, out_shardings=out_shardings,
-               donate_argnums=donate_argnums)
+    return jit(fun, in_shardings, out_shardings, donate_argnums=donate_argnums)
 
 
 SHARDC_JIT = binding.jit_primitive(_jit_of_flat)
@@ -541,7 +594,3 @@ def _parameter_names(fun: Callable) -> set[str]:
         return set()
 
 
-def _as_tuple(value: Any) -> tuple:
-    if isinstance(value, (int, str)):
-        return (value,)
-    return tuple(value)

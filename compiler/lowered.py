@@ -43,8 +43,10 @@ class Lowered:
         keepalive: Sequence = (),
         unpropagated: bytes | None = None,
         fallback: bytes | None = None,
+        compiler_options: tuple = (),
     ) -> None:
         self.module = module
+        self._compiler_options = tuple(compiler_options)
         self._fallback = fallback
         self._static = static
         self._host_callbacks = tuple(host_callbacks)
@@ -122,6 +124,7 @@ class Lowered:
             static=self._static,
             host_callbacks=self._host_callbacks,
             keepalive=self._keepalive,
+            compiler_options=self._compiler_options,
         )
         compiled.reference = getattr(self, "reference", None)  # for Compiled.verify
         return compiled

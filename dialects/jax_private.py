@@ -75,11 +75,13 @@ def compile_executable(
     propagate_to_parameters: list[bool],
     propagate_to_outputs: list[bool],
     host_callbacks: list,
+    compiler_options: tuple[tuple[str, Any], ...] = (),
 ) -> Any:
     """Compile a StableHLO+sdy module for ``devices`` (the logical device order).
 
     The module goes in as an ``ir.Module``: jaxlib accepts text and bytecode
-    too, but only without host callbacks.
+    too, but only without host callbacks. ``compiler_options`` are XLA's
+    debug options by name, as ``jax.jit(compiler_options=...)`` passes them.
     """
     import numpy as np
     from jax.extend import backend
@@ -89,6 +91,7 @@ def compile_executable(
         num_replicas=1,
         num_partitions=len(devices),
         device_assignment=np.array(devices).reshape(1, -1),
+        env_options_overrides=dict(compiler_options) or None,
     )
     build = options.executable_build_options
     build.use_spmd_partitioning = True
@@ -102,11 +105,23 @@ def compile_executable(
     return client.compile_and_load(module, device_list, options)
 
 
-def spec_from_op_sharding(op_sharding: Any, mesh: Any) -> Any:
-    """Read an XLA ``OpSharding`` back as a ``PartitionSpec`` over ``mesh``."""
+def sharding_from_op_sharding(op_sharding: Any, mesh: Any, devices: tuple, ndim: int) -> Any:
+    """Read an XLA ``OpSharding`` of a rank-``ndim`` value back as a ``NamedSharding``
+    over ``mesh``, or, where no
+    ``PartitionSpec`` of it says the same (a mesh axis split unevenly), as the
+    ``GSPMDSharding`` jax itself returns then."""
+    from jax._src import sharding as jsharding
     from jax._src import sharding_impls
+    from jax.extend.sharding import GSPMDSharding
+    from jax.sharding import NamedSharding
+    from jaxlib import xla_client
 
-    return sharding_impls.parse_flatten_op_sharding(op_sharding, mesh)[0]
+    gspmd = GSPMDSharding(xla_client.DeviceList(devices), op_sharding)
+    try:
+        named = NamedSharding(mesh, sharding_impls.parse_flatten_op_sharding(op_sharding, mesh)[0])
+    except (jsharding.IndivisibleError, KeyError, AssertionError, ValueError):
+        return gspmd  # jax's parser gives up on tile shapes no spec has
+    return named if named.is_equivalent_to(gspmd, ndim) else gspmd
 
 
 def hlo_sharding_equivalent(sharding: Any, op_sharding: Any, devices: tuple, ndim: int) -> bool:
@@ -267,3 +282,13 @@ def without_dead_code(traced: Any) -> Any:
     params = dict(traced._params, jaxpr=core.ClosedJaxpr(jaxpr, closed.consts))
     return stages.Traced(traced._meta_tys_flat, params, traced._in_tree, traced.out_tree,
                          traced._consts)
+
+
+def parse_jit_arguments(fun: Any, **arguments: Any) -> dict[str, Any]:
+    """jax.jit's own validation of its arguments (jax's errors), and the completed
+    static / donated argument numbers and names (inferred from the signature)."""
+    from jax._src import pjit
+
+    info = pjit._parse_jit_arguments(fun, use_resource_env=False, **arguments)
+    return {name: getattr(info, name) for name in
+            ("static_argnums", "static_argnames", "donate_argnums", "donate_argnames")}

@@ -235,6 +235,7 @@ def compile_program(
     static: StaticArguments = StaticArguments(),
     host_callbacks: Sequence = (),
     keepalive: Sequence = (),
+    compiler_options: tuple[tuple[str, Any], ...] = (),
 ) -> Compiled:
     """Compile an annotated module for the program's devices and return ``Compiled``."""
     order = device_assignment(meshes, devices)
@@ -245,6 +246,7 @@ def compile_program(
         propagate_to_parameters=[_is_open(info.sharding) for info in inputs],
         propagate_to_outputs=[_is_open(info.sharding) for info in outputs],
         host_callbacks=list(host_callbacks),
+        compiler_options=compiler_options,
     )
     if keepalive:
         executable.keep_alive(list(keepalive))
@@ -304,8 +306,7 @@ def _decided_sharding(
                 f"({op_sharding} instead of {requested.spec}); this is a shardc bug"
             )
         return requested
-    spec = jax_private.spec_from_op_sharding(op_sharding, mesh)
-    return NamedSharding(mesh, spec)
+    return jax_private.sharding_from_op_sharding(op_sharding, mesh, devices, ndim)
 
 
 def _shaped_array(aval: jax.ShapeDtypeStruct) -> Any:

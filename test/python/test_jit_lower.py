@@ -160,8 +160,9 @@ def test_pytree_mismatch_names_both_structures():
 
 
 def test_wrong_sharding_type_is_an_error():
-    with pytest.raises(InvalidArgumentError, match=r"args\[0\].*got str"):
-        jit(lambda a: a, "x").lower(jnp.ones(8))
+    # Refused when jit() is called, with jax.jit's own error.
+    with pytest.raises(TypeError, match="expected to be PartitionSpec instances or None, but got x"):
+        jit(lambda a: a, "x")
 
 
 def test_unsupported_argument_type_is_an_error():
@@ -176,7 +177,6 @@ def test_unsupported_argument_type_is_an_error():
         (P(None, ("x", "y")), (4, 4), IndivisibleDimensionError, ["dimension 1", "by 8", "x=4 * y=2"]),
         (P("x", None, "y"), (8, 4), RankMismatchError, ["args[1]", "rank 2"]),
         (P("q"), (8, 4), UnknownAxisError, ["args[1]", "'q'"]),
-        (P("x", "x"), (8, 4), DuplicateAxisError, ["args[1]", "'x'"]),
     ],
 )
 def test_sharding_errors_name_the_argument(spec, shape, error, words):
@@ -186,6 +186,23 @@ def test_sharding_errors_name_the_argument(spec, shape, error, words):
         jit(lambda a, b: b, (None, spec), mesh=mesh).lower(jnp.ones(2), x)
     for word in words:
         assert word in str(info.value)
+
+
+def test_duplicate_axis_is_refused_when_jit_is_called():
+    # As jax.jit does, with its error: the spec alone is invalid, whatever the call.
+    from jax._src.named_sharding import DuplicateSpecError
+
+    with pytest.raises(DuplicateSpecError, match="duplicate entries for `x`"):
+        jit(lambda a, b: b, (None, P("x", "x")), mesh=mesh_4x2())
+    with pytest.raises(DuplicateSpecError, match="duplicate entries for `x`"):
+        jax.jit(lambda a, b: b, in_shardings=(None, P("x", "x")))
+
+
+def test_unconstrained_in_jit_shardings_is_refused_as_jax_does():
+    for kind in ("in_shardings", "out_shardings"):
+        with pytest.raises(ValueError, match=f"Unconstrained dims are not allowed when passed "
+                                             f"to {kind}"):
+            jit(lambda a: a, **{kind: P(P.UNCONSTRAINED)})
 
 
 def test_indivisible_output_is_an_error():

@@ -4,7 +4,7 @@ Programs come from ``fuzz/program_grammar.py``: elementwise, dot_general,
 reshape, transpose, broadcast, reduce, concatenate, slice and sharding
 constraints over random 8-device meshes of 1-3 axes, with random argument
 and result ``PartitionSpec``s (``None``, axes, tuples of axes,
-``P.UNCONSTRAINED``, and dimensions they do not divide).
+``P.UNCONSTRAINED`` in constraints, and dimensions they do not divide).
 
 Properties:
 

@@ -466,3 +466,20 @@ def test_reshape_round_trips_of_arguments_and_loop_values(mesh):
         return b * 2, c.reshape(4, 8).reshape(8, 4) + 1
 
     check_like_jax(f, (a,), None, None, mesh)
+
+
+def test_input_sharding_no_partition_spec_can_say():
+    # Regression: an unplaced argument whose uses ask for more shards than it has
+    # elements gets a sub-axis sharding from XLA, which no PartitionSpec on the
+    # mesh expresses; reading it back failed (IndivisibleError, KeyError).
+    for shape, axes in (((8,), ("x",)), ((2, 4), ("x", "y"))):
+        mesh = jax.make_mesh(shape, axes, axis_types=(jax.sharding.AxisType.Auto,) * len(axes))
+
+        def f(a):
+            return jax.lax.with_sharding_constraint(a, NamedSharding(mesh, P(axes[-1])))
+
+        x = np.arange(2, dtype=np.float32)
+        compiled = jit(f, mesh=mesh).lower(x).compile()
+        (in_sharding,), _ = compiled.input_shardings
+        assert in_sharding.shard_shape((2,)) == (1,)  # what XLA decided, said exactly
+        np.testing.assert_array_equal(np.asarray(compiled(x)), x)

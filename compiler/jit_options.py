@@ -1,0 +1,74 @@
+"""``jit``'s own arguments, validated and completed when ``jit`` is called, as jax.jit does.
+
+jax checks a good deal before the function is ever called: shardings that are
+not shardings, ``PartitionSpec.UNCONSTRAINED`` in ``in_shardings`` /
+``out_shardings``, a mesh axis used twice, ``device`` or ``backend`` together
+with shardings, static or donated argument numbers and names that the
+function's signature does not have or that overlap; and it infers
+``static_argnames`` from ``static_argnums`` (and back, and the same for
+donation) through the signature. ``parse`` runs jax's own validation, so the
+errors are jax's classes and wording, and returns the completed options shardc
+needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from shardc.dialects import jax_private
+from shardc.dialects.errors import InvalidArgumentError
+
+
+@dataclasses.dataclass(frozen=True)
+class JitOptions:
+    """The completed keyword arguments of one ``jit`` call."""
+
+    static_argnums: tuple[int, ...] = ()
+    static_argnames: tuple[str, ...] = ()
+    donate_argnums: tuple[int, ...] = ()
+    donate_argnames: tuple[str, ...] = ()
+    keep_unused: bool = False
+    device: Any = None
+    backend: str | None = None
+    inline: bool = False
+    compiler_options: tuple[tuple[str, Any], ...] = ()
+
+
+def parse(
+    fun: Callable,
+    in_shardings: Any,
+    out_shardings: Any,
+    *,
+    static_argnums: int | Sequence[int] | None,
+    static_argnames: str | Iterable[str] | None,
+    donate_argnums: int | Sequence[int] | None,
+    donate_argnames: str | Iterable[str] | None,
+    keep_unused: bool,
+    device: Any,
+    backend: str | None,
+    inline: bool,
+    compiler_options: dict[str, Any] | None,
+) -> JitOptions:
+    """Validate ``jit``'s arguments as jax.jit does (jax's errors) and complete them."""
+    if not callable(fun):
+        raise InvalidArgumentError(f"jit expects a callable, got {type(fun).__name__}")
+    resolved = jax_private.parse_jit_arguments(
+        fun, in_shardings=in_shardings, out_shardings=out_shardings,
+        static_argnums=static_argnums, static_argnames=static_argnames,
+        donate_argnums=donate_argnums, donate_argnames=donate_argnames,
+        keep_unused=keep_unused, device=device, backend=backend, inline=inline,
+        compiler_options=compiler_options,
+    )  # fmt: skip
+    return JitOptions(
+        static_argnums=tuple(resolved["static_argnums"]),
+        static_argnames=tuple(resolved["static_argnames"]),
+        donate_argnums=tuple(resolved["donate_argnums"]),
+        donate_argnames=tuple(resolved["donate_argnames"]),
+        keep_unused=bool(keep_unused),
+        device=device,
+        backend=backend,
+        inline=bool(inline),
+        compiler_options=tuple((compiler_options or {}).items()),
+    )

@@ -1,0 +1,100 @@
+"""``jit``'s own arguments: jax.jit's signature, validation, inference and semantics."""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from shardc.compiler import jit
+
+
+def test_decorator_factory():
+    @jit(static_argnums=1)
+    def scale(x, n):
+        return x * n
+
+    np.testing.assert_array_equal(scale(jnp.ones(4), 3), jnp.full(4, 3.0))
+
+
+def test_static_argnames_inferred_from_argnums_and_back():
+    traces = []
+
+    def f(x, n):
+        traces.append(n)
+        return x * n
+
+    by_number = jit(f, static_argnums=1)
+    assert by_number.static_argnames == ("n",)
+    by_number(jnp.ones(2), n=2)  # static by name, though declared by number
+    by_name = jit(f, static_argnames="n")
+    assert by_name.static_argnums == (1,)
+    by_name(jnp.ones(2), 5)  # static by position, though declared by name
+    assert traces == [2, 5]
+
+
+def test_signature_errors_are_jax_errors():
+    f = lambda x, n: x  # noqa: E731
+    for kwargs in ({"static_argnames": "m"}, {"donate_argnames": "m"}):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # jax warns about a name not in the signature
+            ours = theirs = None
+            try:
+                jax.jit(f, **kwargs)
+            except Exception as error:  # noqa: BLE001 - whatever jax raises, we raise
+                theirs = type(error)
+            try:
+                jit(f, **kwargs)
+            except Exception as error:  # noqa: BLE001
+                ours = type(error)
+        assert ours is theirs
+    with pytest.raises(ValueError, match="cannot intersect"):
+        jit(f, static_argnames="n", donate_argnames="n")
+    with pytest.raises(ValueError, match="can't specify both a device and a backend"):
+        jit(f, device=jax.devices()[0], backend="cpu")
+    with pytest.raises(ValueError, match="in_shardings should not be specified"):
+        jit(f, P(), device=jax.devices()[0])
+
+
+def test_donate_argnames_deletes_the_donated_argument():
+    x, y = jnp.ones(8), jnp.ones(8)
+    out = jit(lambda a, b: a + b, donate_argnames="a")(x, y)
+    np.testing.assert_array_equal(out, jnp.full(8, 2.0))
+    assert x.is_deleted() and not y.is_deleted()
+
+
+def test_device_and_backend_choose_where_it_runs():
+    device = jax.devices()[3]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        on_device = jit(lambda a: a + 1, device=device)(np.ones(4, np.float32))
+        on_backend = jit(lambda a: a + 1, backend="cpu")(np.ones(4, np.float32))
+    assert on_device.devices() == {device}
+    assert on_backend.devices() == {jax.devices("cpu")[0]}
+
+
+def test_meshless_program_follows_its_committed_argument():
+    device = jax.devices()[5]
+    x = jax.device_put(jnp.ones(4), device)
+    out = jit(lambda a: a * 2)(x)
+    assert out.devices() == jax.jit(lambda a: a * 2)(x).devices() == {device}
+
+
+def test_compiler_options_reach_xla():
+    f = lambda a: a + 1  # noqa: E731
+    ok = jit(f, compiler_options={"xla_embed_ir_in_executable": True})(jnp.ones(2))
+    np.testing.assert_array_equal(ok, jnp.full(2, 2.0))
+    with pytest.raises(Exception) as theirs:
+        jax.jit(f, compiler_options={"xla_no_such_option": 1})(jnp.ones(2))
+    with pytest.raises(type(theirs.value), match="xla_no_such_option"):
+        jit(f, compiler_options={"xla_no_such_option": 1})(jnp.ones(2))
+
+
+def test_inline_under_an_enclosing_trace():
+    inner = jit(lambda a: jnp.sin(a), inline=True)
+    jaxpr = jax.make_jaxpr(lambda a: inner(a) * 2)(jnp.ones(3))
+    assert "shardc_jit" not in str(jaxpr) and "sin" in str(jaxpr)
+    not_inlined = jax.make_jaxpr(lambda a: jit(jnp.sin)(a) * 2)(jnp.ones(3))
+    assert "shardc_jit" in str(not_inlined)
