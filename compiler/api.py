@@ -37,6 +37,7 @@ from shardc.compiler.diagnostics import (
 from shardc.compiler.lowered import AnyMesh, Lowered
 from shardc.compiler.propagation.pipeline import propagation_pipeline
 from shardc.compiler.signature import LeafSignature
+from shardc.compiler.traced import Traced
 from shardc.dialects import make_context
 from shardc.dialects import jax_private
 from shardc.dialects.errors import InternalError, InvalidArgumentError
@@ -142,6 +143,27 @@ class JitFunction:
             kwargs = dict(kwargs)
             propagate = bool(kwargs.pop("propagate"))
         return self._lower(args, kwargs, propagate)[1]
+
+    def trace(self, *args: Any, **kwargs: Any) -> Traced:
+        """Trace the function for these arguments (a ``Traced``: ``jaxpr``, ``out_info``,
+        ``lower()``), as ``jax.jit(f).trace`` does."""
+        dynamic_args, _ = self._split_static(args)
+        dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
+        mesh = signature.context_mesh(self.mesh)
+        arg_leaves = signature.argument_signature(
+            dynamic_args, dynamic_kwargs, self.in_shardings, mesh)
+        jax_traced = self._trace(args, kwargs, arg_leaves)
+        results = signature.result_signature(jax_traced.out_info, self.out_shardings, mesh)
+        out_info = jax.tree.unflatten(
+            jax.tree.structure(jax_traced.out_info),
+            [jax.ShapeDtypeStruct(r.aval.shape, r.aval.dtype, weak_type=r.aval.weak_type,
+                                  sharding=r.sharding) for r in results])
+        return Traced(jax_traced, lambda **options: self.lower(*args, **kwargs, **options),
+                      out_info)
+
+    def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
+        """The results' types and given shardings, as ``jax.ShapeDtypeStruct``s."""
+        return self.trace(*args, **kwargs).out_info
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run on these arguments; lowering and compiling happen once per signature.
@@ -250,6 +272,7 @@ class JitFunction:
             self._static_positions(len(args)), static_args, tuple(sorted(static_kwargs.items()))
         )
         lowered = self._make_lowered(cached, in_tree, arg_leaves, mesh, static)
+        lowered.donated = self._donated(args, dynamic_kwargs)
         lowered.reference = self._jax_jit  # the unsharded program, for Compiled.verify
         if self.strict:
             from shardc.compiler.checks.strict import check_strict
@@ -296,13 +319,18 @@ class JitFunction:
             ) from None
         return key
 
-    def _lower_uncached(self, args, kwargs, arg_leaves, mesh, propagate) -> _CachedLowering:
+    def _trace(self, args: tuple, kwargs: dict, arg_leaves: Sequence[LeafSignature]) -> Any:
+        """jax's trace of the function for these arguments, each traced as jax.jit
+        traces it (``_traced_aval``), under ``jit(mesh=)`` as the context mesh."""
         lowering.check_device_counts([leaf.sharding.mesh for leaf in arg_leaves
                                       if leaf.sharding is not None])
         avals = iter(_traced_aval(leaf) for leaf in arg_leaves)
         trace_args = self._abstract_call_args(args, kwargs, avals)
         with _tracing_mesh(self.mesh):
-            traced = self._jax_jit.trace(*trace_args[0], **trace_args[1])
+            return self._jax_jit.trace(*trace_args[0], **trace_args[1])
+
+    def _lower_uncached(self, args, kwargs, arg_leaves, mesh, propagate) -> _CachedLowering:
+        traced = self._trace(args, kwargs, arg_leaves)
         jax_lowered = jax_private.without_dead_code(traced).lower(
             lowering_platforms=(_platform(arg_leaves),))
         jax_module = jax_lowered.compiler_ir("stablehlo")
@@ -338,6 +366,19 @@ class JitFunction:
         call_kwargs = {k: (v if k in self.static_argnames else abstract_kwargs[k])
                        for k, v in kwargs.items()}
         return call_args, call_kwargs
+
+    def _donated(self, args: tuple, dynamic_kwargs: dict) -> tuple[bool, ...]:
+        """Per dynamic argument leaf (in the order of ``(args, kwargs)``): is it donated?"""
+        static = set(self._static_positions(len(args)))
+        donate = {i if i >= 0 else len(args) + i for i in self.donate_argnums}
+        flags: list[bool] = []
+        for i, arg in enumerate(args):
+            if i not in static:
+                flags += [i in donate] * len(jax.tree.leaves(arg))
+        for name in sorted(dynamic_kwargs):
+            flags += [name in self.options.donate_argnames] * len(
+                jax.tree.leaves(dynamic_kwargs[name]))
+        return tuple(flags)
 
     def _make_lowered(self, cached, in_tree, arg_leaves, mesh, static) -> Lowered:
         with cached.context:

@@ -18,9 +18,18 @@ from jax.sharding import AbstractMesh, Mesh
 from jaxlib.mlir import ir
 
 from shardc.compiler.signature import LeafSignature
+from shardc.dialects import jax_private
 from shardc.runtime.compiled import Compiled, StaticArguments, compile_program
 
 AnyMesh = Mesh | AbstractMesh
+
+
+def _dialect(dialect: str | None) -> str:
+    if dialect in (None, "stablehlo"):
+        return "stablehlo"
+    if dialect == "hlo":
+        return "hlo"
+    raise ValueError(f"unknown dialect: {dialect}")
 
 
 class Lowered:
@@ -58,9 +67,51 @@ class Lowered:
         self._results = tuple(results)
         self._meshes = tuple(meshes)
 
-    def as_text(self, debug_info: bool = False) -> str:
-        """The module as MLIR text; ``debug_info`` adds the source locations."""
+    # Per argument leaf, whether it is donated (set by the jit that made this).
+    donated: tuple[bool, ...] = ()
+
+    def as_text(self, dialect: str | None = None, *, debug_info: bool = False) -> str:
+        """The module as text: MLIR (``"stablehlo"``, the default) or XLA's HLO
+        (``"hlo"``); ``debug_info`` adds the source locations."""
+        dialect = _dialect(dialect)
+        if dialect == "hlo":
+            return jax_private.hlo_text(self.compiler_ir("hlo"), debug_info=debug_info)
         return self.module.operation.get_asm(enable_debug_info=debug_info)
+
+    def compiler_ir(self, dialect: str | None = None) -> Any:
+        """The module (``"stablehlo"``, the default: this object's own ``ir.Module``) or
+        its ``XlaComputation`` (``"hlo"``)."""
+        if _dialect(dialect) == "hlo":
+            return jax_private.xla_computation(self.module)
+        return self.module
+
+    def cost_analysis(self) -> Any:
+        """XLA's cost estimate of the unoptimized module (see ``Compiled.cost_analysis``)."""
+        return jax_private.hlo_cost_analysis(self.compiler_ir("hlo"))
+
+    @property
+    def in_tree(self) -> Any:
+        """The pytree structure of ``(args, kwargs)`` (dynamic arguments)."""
+        return self._in_tree
+
+    @property
+    def out_tree(self) -> Any:
+        """The pytree structure of the results."""
+        return self._out_tree
+
+    @property
+    def args_info(self) -> Any:
+        """Per argument: its type and whether it is donated (``jax.stages.ArgInfo``)."""
+        donated = self.donated or (False,) * len(self._args)
+        return jax_private.args_info(self._in_tree, [leaf.aval for leaf in self._args],
+                                     donated)
+
+    @property
+    def out_info(self) -> Any:
+        """The results as ``jax.ShapeDtypeStruct``s with their shardings."""
+        return jax.tree.unflatten(self._out_tree, [
+            jax.ShapeDtypeStruct(leaf.aval.shape, leaf.aval.dtype, sharding=leaf.sharding)
+            for leaf in self._results])
 
     @property
     def in_shardings(self) -> Any:
@@ -127,6 +178,7 @@ class Lowered:
             compiler_options=self._compiler_options,
         )
         compiled.reference = getattr(self, "reference", None)  # for Compiled.verify
+        compiled.args_info = self.args_info
         return compiled
 
     def check(self, *, raise_on_error: bool = False, **options: Any) -> list:

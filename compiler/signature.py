@@ -162,7 +162,7 @@ def check_sharding(sharding: NamedSharding, aval: jax.ShapeDtypeStruct, path: st
 
 def abstract_value(value: Any, path: str) -> jax.ShapeDtypeStruct:
     """Return the unsharded abstract value jax traces ``value`` as."""
-    if isinstance(value, jax.ShapeDtypeStruct):
+    if isinstance(value, (jax.ShapeDtypeStruct, jax.core.ShapedArray)):
         return jax.ShapeDtypeStruct(value.shape, value.dtype, weak_type=value.weak_type)
     try:
         aval = jax.typeof(value)

@@ -292,3 +292,45 @@ def parse_jit_arguments(fun: Any, **arguments: Any) -> dict[str, Any]:
     info = pjit._parse_jit_arguments(fun, use_resource_env=False, **arguments)
     return {name: getattr(info, name) for name in
             ("static_argnums", "static_argnames", "donate_argnums", "donate_argnames")}
+
+
+# ----------------------------------------------------------------------------
+# The stages API's views of a module (jax.stages.Lowered's counterparts)
+# ----------------------------------------------------------------------------
+
+
+def xla_computation(module: ir.Module) -> Any:
+    """The module as XLA's ``XlaComputation`` (the conversion jax's own ``hlo()`` uses)."""
+    import io
+
+    from jax._src.lib import _jax
+
+    buffer = io.BytesIO()
+    module.operation.write_bytecode(buffer)
+    return _jax.mlir.mlir_module_to_xla_computation(buffer.getvalue(), use_tuple_args=False)
+
+
+def hlo_text(computation: Any, *, debug_info: bool) -> str:
+    """An ``XlaComputation`` as HLO text, printed as jax's ``as_text("hlo")`` prints it."""
+    from jax._src.lib import hlo
+
+    options = hlo.HloPrintOptions.short_parsable()
+    options.print_metadata = debug_info
+    return computation.as_hlo_module().to_string(options)
+
+
+def hlo_cost_analysis(computation: Any) -> Any:
+    """XLA's cost analysis of an unoptimized ``XlaComputation`` on the default backend."""
+    from jax._src.lib import _jax
+    from jax.extend import backend
+
+    return _jax.hlo_module_cost_analysis(backend.get_backend(), computation.as_hlo_module())
+
+
+def args_info(in_tree: Any, avals: list, donated: tuple[bool, ...]) -> Any:
+    """``jax.stages.ArgInfo`` per argument leaf, in ``in_tree``'s structure."""
+    from jax._src import core, stages
+
+    return in_tree.unflatten([
+        stages.ArgInfo(core.ShapedArray(aval.shape, aval.dtype, weak_type=aval.weak_type), d)
+        for aval, d in zip(avals, donated)])

@@ -124,6 +124,20 @@ class Compiled:
         # of its own, because XLA partitioned those with fewer collective bytes.
         self.kept_shardy = False
 
+    # Per argument: its type and whether it is donated (``jax.stages.ArgInfo``), in
+    # ``in_tree``'s structure; set by whoever compiled this (the ``Lowered``).
+    args_info: Any = None
+
+    @property
+    def in_tree(self) -> Any:
+        """The pytree structure of ``(args, kwargs)`` (dynamic arguments)."""
+        return self._in_tree
+
+    @property
+    def out_tree(self) -> Any:
+        """The pytree structure of the results."""
+        return self._out_tree
+
     # -- calling -----------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -98,3 +98,29 @@ def test_inline_under_an_enclosing_trace():
     assert "shardc_jit" not in str(jaxpr) and "sin" in str(jaxpr)
     not_inlined = jax.make_jaxpr(lambda a: jit(jnp.sin)(a) * 2)(jnp.ones(3))
     assert "shardc_jit" in str(not_inlined)
+
+
+def test_stages_api_is_shaped_like_jax():
+    from jax.sharding import AxisType, NamedSharding
+
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+    f = lambda a, b: (a @ b).sum()  # noqa: E731
+    ours = jit(f, (P("x"), None), mesh=mesh, donate_argnums=1)
+    theirs = jax.jit(f, in_shardings=(NamedSharding(mesh, P("x")), None), donate_argnums=1)
+    x, y = jnp.ones((8, 4)), jnp.ones((4, 6))
+    traced = ours.trace(x, y)
+    assert str(traced.jaxpr) == str(theirs.trace(x, y).jaxpr)
+    assert ours.eval_shape(x, y).shape == () and traced.out_tree == jax.tree.structure(0.0)
+    shaped = jax.core.ShapedArray((8, 4), jnp.float32)  # lower() takes ShapedArrays
+    lowered, reference = ours.lower(shaped, y), theirs.lower(shaped, y)
+    assert lowered.in_tree == reference.in_tree and lowered.out_tree == reference.out_tree
+    assert lowered.args_info == reference.args_info  # types and donation
+    assert lowered.as_text("hlo").startswith("HloModule") and "dot" in lowered.as_text("hlo")
+    assert lowered.compiler_ir("stablehlo") is lowered.module
+    assert type(lowered.compiler_ir("hlo")) is type(reference.compiler_ir("hlo"))
+    assert lowered.cost_analysis()["flops"] == reference.cost_analysis()["flops"]
+    with pytest.raises(ValueError, match="unknown dialect"):
+        lowered.as_text("llvm")
+    compiled = traced.lower().compile()
+    assert compiled.args_info == reference.compile().args_info
+    assert compiled.in_tree == lowered.in_tree and compiled.out_tree == lowered.out_tree
