@@ -89,10 +89,14 @@ def compare_outputs(sharded: Any, reference: Any, *, rtol: float, atol: float) -
 
 def verify(compiled: Callable, reference: Callable, args: tuple, kwargs: dict, *,
            rtol: float = 1e-5, atol: float = 1e-5, raise_on_error: bool = True) -> VerifyReport:
-    """Run ``compiled`` and ``reference`` on the same inputs and compare their outputs."""
-    sharded = compiled(*args, **kwargs)
+    """Run ``compiled`` and ``reference`` on the same inputs and compare their outputs.
+
+    The host copies are taken first: the compiled program may donate (and so
+    delete) its arguments.
+    """
     host_args = jax.tree.map(_host, args)
     host_kwargs = jax.tree.map(_host, kwargs)
+    sharded = compiled(*args, **kwargs)
     expected = reference(*host_args, **host_kwargs)
     report = compare_outputs(sharded, expected, rtol=rtol, atol=atol)
     if raise_on_error and not report.ok:

@@ -46,3 +46,12 @@ def test_wrong_reference_raises_with_the_differences(compiled):
     assert isinstance(error.value, ValueError)
     (bad,) = [o for o in error.value.report.outputs if not o.ok]
     assert bad.path == "['out']" and abs(bad.max_abs - 0.5) < 1e-5
+
+
+def test_verify_with_donated_arguments():
+    # Regression: verify ran the program first, then read the (donated, deleted) inputs.
+    mesh = jax.make_mesh((8,), ("d",), axis_types=(jax.sharding.AxisType.Auto,))
+    x = jax.device_put(jnp.arange(16.0), jax.sharding.NamedSharding(mesh, P("d")))
+    compiled = sc.jit(lambda a: a * 2, P("d"), P("d"), mesh=mesh, donate_argnums=0).lower(x).compile()
+    assert compiled.verify(x).ok
+    assert x.is_deleted()
