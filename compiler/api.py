@@ -388,6 +388,7 @@ class JitFunction:
             self.out_shardings,
             mesh,
         )
+        signature.check_result_devices(arg_leaves, results)
         meshes = _meshes_by_symbol(cached.mesh_symbols, [*arg_leaves, *results])
         return Lowered(
             module,

@@ -246,17 +246,39 @@ def check_committed_devices(
     """All committed arguments and concrete meshes must use one device set."""
     first: tuple[str, tuple] | None = None
     for path, value, leaf in zip(paths, values, leaves):
-        for devices in (committed_devices(value), mesh_devices(leaf.sharding)):
+        for what, devices in ((f"argument {path}", committed_devices(value)),
+                              (f"the sharding of {path}", mesh_devices(leaf.sharding))):
             if devices is None:
                 continue
             if first is None:
-                first = (path, devices)
+                first = (what, devices)
             elif devices != first[1]:
-                raise DeviceMismatchError(
-                    f"{path} is on devices {_ids(devices)} but {first[0]} is on devices "
-                    f"{_ids(first[1])}; every committed argument and sharding of one "
-                    "program must use the same devices (jax.device_put one of them)"
-                )
+                raise incompatible_devices(first, (what, devices))
+
+
+def check_result_devices(args: Sequence[LeafSignature], results: Sequence[LeafSignature]
+                         ) -> None:
+    """Given result shardings must use the devices of the arguments' (as jax.jit requires)."""
+    first = next(((f"the sharding of {leaf.path}", devices) for leaf in args
+                  if (devices := mesh_devices(leaf.sharding)) is not None), None)
+    for leaf in results:
+        devices = mesh_devices(leaf.sharding)
+        if first is None and devices is not None:
+            first = (f"the sharding of {leaf.path}", devices)
+        elif devices is not None and devices != first[1]:
+            raise incompatible_devices(first, (f"the sharding of {leaf.path}", devices))
+
+
+def incompatible_devices(first: tuple[str, tuple], second: tuple[str, tuple]
+                         ) -> DeviceMismatchError:
+    """jax.jit's error for two device sets in one program, naming both culprits."""
+    platform = first[1][0].platform.upper() if first[1] else ""
+    return DeviceMismatchError(
+        f"Received incompatible devices for jitted computation. Got {first[0]} with device ids "
+        f"{_ids(first[1])} on platform {platform} and {second[0]} with device ids "
+        f"{_ids(second[1])} on platform {platform}; every argument and sharding of one "
+        "program must use the same devices (jax.device_put one of them)"
+    )
 
 
 def mesh_devices(sharding: NamedSharding | None) -> tuple | None:

@@ -217,7 +217,8 @@ def test_device_mismatch_among_committed_arguments():
     high = Mesh(np.array(devices[4:]), ("d",))
     a = jax.device_put(jnp.ones(8), NamedSharding(low, P("d")))
     b = jax.device_put(jnp.ones(8), NamedSharding(high, P("d")))
-    with pytest.raises(DeviceMismatchError, match=r"args\[1\].*\[4, 5, 6, 7\].*args\[0\]"):
+    with pytest.raises(DeviceMismatchError, match=r"incompatible devices.*args\[0\].*\[0, 1, 2, "
+                                                  r"3\].*args\[1\].*\[4, 5, 6, 7\]"):
         jit(lambda a, b: a + b).lower(a, b)
     single = jax.device_put(jnp.ones(8), devices[5])
     with pytest.raises(DeviceMismatchError):
@@ -438,3 +439,17 @@ def test_mesh_argument_is_the_context_mesh_while_tracing():
     assert out.sharding.is_equivalent_to(expected.sharding, 2)
     abstract = shardc_jit(f, mesh=mesh.abstract_mesh).lower(x).as_text()
     assert '#sdy.sharding<@mesh, [{"x"}, {}]>' in abstract
+
+
+def test_out_sharding_on_other_devices_is_jax_incompatible_devices_error():
+    devices = jax.devices()
+    low, high = Mesh(np.array(devices[:4]), ("x",)), Mesh(np.array(devices[4:]), ("x",))
+    f = lambda a: a * 2  # noqa: E731
+    with pytest.raises(ValueError, match="Received incompatible devices") as theirs:
+        jax.jit(f, in_shardings=NamedSharding(low, P("x")),
+                out_shardings=NamedSharding(high, P("x"))).lower(jnp.ones(8))
+    with pytest.raises(DeviceMismatchError, match="Received incompatible devices for jitted "
+                                                  r"computation. Got the sharding of args\[0\] "
+                                                  r"with device ids \[0, 1, 2, 3\]"):
+        jit(f, NamedSharding(low, P("x")), NamedSharding(high, P("x"))).lower(jnp.ones(8))
+    assert issubclass(DeviceMismatchError, type(theirs.value))
