@@ -38,12 +38,14 @@ def cases(mesh):
     tiny = (put((16, 8), P("x", "y")), put((16, 8), P("x", "y")))
     medium = (put((512, 256), P("x", "y")), put((256, 512), P("y")))
     params = {"w1": put((256, 512), P(None, "y")), "w2": put((512, 256), P("y"))}
+    leaves = {f"p{i:04d}": put((8,), P("x")) for i in range(1000)}
     return [
         ("tiny a*b+1", lambda a, b: a * b + 1, tiny, P("x", "y")),
         ("tiny sum (all-reduce)", lambda a, b: (a * b).sum(), tiny, P()),
         ("medium matmul", lambda a, b: jnp.tanh(a @ b), medium, P("x")),
         ("medium MLP pytree", lambda p, x: jax.nn.relu(x @ p["w1"]) @ p["w2"],
          (params, put((512, 256), P("x"))), P("x")),
+        ("1000-leaf pytree", lambda p: {k: v + 1 for k, v in p.items()}, (leaves,), P("x")),
     ]
 
 
@@ -59,11 +61,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--json", default="bench/dispatch.json")
+    parser.add_argument("--only", action="append", metavar="CASE", help="run only this case")
     options = parser.parse_args()
 
     mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
     rows = []
     for name, fun, args, out_spec in cases(mesh):
+        if options.only and name not in options.only:
+            continue
         out_sharding = NamedSharding(mesh, out_spec)
         routes = {
             "jax.jit": jax.jit(fun, out_shardings=out_sharding),

@@ -171,7 +171,7 @@ class JitFunction:
         Later calls whose arguments have the same types, shapes, shardings and
         static values go straight to the executable.
         """
-        if binding.under_a_trace(jax.tree.leaves((args, kwargs))):
+        if binding.under_a_trace():
             return self._bind(args, kwargs)
         if jax.config.jax_disable_jit:
             return self.fun(*args, **kwargs)

@@ -58,9 +58,10 @@ def _given(sharding: Any) -> NamedSharding | None:
     return sharding
 
 
-def under_a_trace(leaves: Sequence[Any]) -> bool:
-    """Whether a call with these argument leaves must bind into an enclosing trace."""
-    return not jax_private.trace_state_clean() or any(map(jax_private.is_tracer, leaves))
+def under_a_trace() -> bool:
+    """Whether a call now must bind into an enclosing trace (any transformation or
+    staging is active: only then can arguments be tracers)."""
+    return not jax_private.trace_state_clean()
 
 
 def bind(primitive: Any, traced: Any, leaves: Sequence[Any],

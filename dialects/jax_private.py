@@ -9,6 +9,7 @@ functions so that the CLI, which only needs the MLIR context, never pays for
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from jaxlib.mlir import ir
@@ -168,16 +169,21 @@ def hide_frames_of(directories: list[str]) -> None:
 
 def trace_state_clean() -> bool:
     """Whether no jax transformation or staging trace is active (eager evaluation)."""
+    return _core().trace_state_clean()
+
+
+@functools.cache
+def _core() -> Any:
+    # Imported on first use (the CLI never imports jax), then kept: this is
+    # called on every call of a jitted function.
     from jax._src import core
 
-    return core.trace_state_clean()
+    return core
 
 
 def is_tracer(value: Any) -> bool:
     """Whether ``value`` is an abstract value of some enclosing trace."""
-    from jax._src import core
-
-    return isinstance(value, core.Tracer)
+    return isinstance(value, _core().Tracer)
 
 
 def jit_call_parts(traced: Any) -> tuple[dict, list]:
