@@ -134,18 +134,19 @@ def hlo_sharding_equivalent(sharding: Any, op_sharding: Any, devices: tuple, ndi
     return sharding.is_equivalent_to(compiled, ndim)
 
 
-def fast_array_result_handler(aval: Any, sharding: Any) -> Any:
+def fast_array_result_handler(aval: Any, sharding: Any, committed: bool = True) -> Any:
     """jaxlib's C++ handler that wraps output buffers as one global ``jax.Array``."""
     from jaxlib import xla_client
 
-    return xla_client.array_result_handler(aval, sharding, committed=True, _skip_checks=True)
+    return xla_client.array_result_handler(aval, sharding, committed=committed,
+                                           _skip_checks=True)
 
 
-def jax_result_handler(aval: Any, sharding: Any) -> Any:
+def jax_result_handler(aval: Any, sharding: Any, committed: bool = True) -> Any:
     """jax's own global result handler registry (float0, PRNG keys, tokens...)."""
     from jax._src.interpreters import pxla
 
-    return pxla.global_aval_to_result_handler(aval, sharding, True)
+    return pxla.global_aval_to_result_handler(aval, sharding, committed)
 
 
 def hide_frames_of(directories: list[str]) -> None:

@@ -119,6 +119,17 @@ class Compiled:
             results.result_handler(_shaped_array(info.aval), sharding)
             for info, sharding in zip(outputs, output_shardings)
         ]
+        # A program without any sharding (one device) returns uncommitted arrays
+        # when no argument is committed either, as jax.jit does: they may then
+        # move to the devices of whatever they are passed to next.
+        self._uncommitted_handlers = None
+        if all(isinstance(s, SingleDeviceSharding) for s in (*input_shardings,
+                                                             *output_shardings)) \
+                and all(info.sharding is None for info in (*inputs, *outputs)):
+            self._uncommitted_handlers = [
+                results.result_handler(_shaped_array(info.aval), sharding, committed=False)
+                for info, sharding in zip(outputs, output_shardings)
+            ]
         self.placement = arguments.PlacementCounts()
         # True when ``propagation="cost-aware"`` compiled Shardy's choices instead
         # of its own, because XLA partitioned those with fewer collective bytes.
@@ -152,14 +163,16 @@ class Compiled:
             arguments.place(value, expected, self.placement)
             for value, expected in zip(leaves, self._expected)
         ]
+        handlers = self._handlers
+        if self._uncommitted_handlers is not None and not any(
+                getattr(leaf, "committed", False) for leaf in leaves):
+            handlers = self._uncommitted_handlers
         if self._with_tokens:
             executed = self._executable.execute_sharded(placed, with_tokens=True)
-            outputs = executed.consume_with_handlers(self._handlers)
+            outputs = executed.consume_with_handlers(handlers)
             executed.consume_token().block_until_ready()
         else:
-            outputs = self._executable.execute_sharded(placed).consume_with_handlers(
-                self._handlers
-            )
+            outputs = self._executable.execute_sharded(placed).consume_with_handlers(handlers)
         return jax.tree.unflatten(self._out_tree, outputs)
 
     def _dynamic(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -278,7 +291,7 @@ def compile_program(
             for info, op in zip(inputs, parameter_ops)
         ],
         output_shardings=[
-            _decided_sharding(info, op, order, program_mesh)
+            _decided_sharding(info, op, order, program_mesh, like=_first_placed(inputs))
             for info, op in zip(outputs, output_ops)
         ],
         static=static,
@@ -301,10 +314,18 @@ def _per_value(op_shardings: Sequence | None, count: int) -> list:
     return list(op_shardings)
 
 
+def _first_placed(inputs: Sequence[ValueInfo]) -> ValueInfo | None:
+    """The first argument with a sharding: jax.jit returns its sharding object itself for
+    every result XLA gives the same tiling (so that spec, trailing Nones and all)."""
+    return next((info for info in inputs if info.sharding is not None), None)
+
+
 def _decided_sharding(
-    info: ValueInfo, op_sharding: Any, devices: tuple, mesh: Mesh | None
+    info: ValueInfo, op_sharding: Any, devices: tuple, mesh: Mesh | None,
+    like: ValueInfo | None = None,
 ) -> jax.sharding.Sharding:
-    """The sharding XLA settled on for one value, on the user's mesh where possible."""
+    """The sharding XLA settled on for one value, on the user's mesh where possible;
+    ``like``'s own, where it is the same."""
     if mesh is None or op_sharding is None:
         return SingleDeviceSharding(devices[0])
     requested = info.sharding
@@ -320,6 +341,10 @@ def _decided_sharding(
                 f"({op_sharding} instead of {requested.spec}); this is a shardc bug"
             )
         return requested
+    if like is not None and isinstance(like.sharding.mesh, Mesh) \
+            and len(_physical(like.aval).shape) == ndim \
+            and jax_private.hlo_sharding_equivalent(like.sharding, op_sharding, devices, ndim):
+        return like.sharding
     return jax_private.sharding_from_op_sharding(op_sharding, mesh, devices, ndim)
 
 

@@ -483,3 +483,23 @@ def test_input_sharding_no_partition_spec_can_say():
         (in_sharding,), _ = compiled.input_shardings
         assert in_sharding.shard_shape((2,)) == (1,)  # what XLA decided, said exactly
         np.testing.assert_array_equal(np.asarray(compiled(x)), x)
+
+
+def test_result_shardings_are_the_ones_jax_jit_returns(mesh):
+    # Equal as objects, not only equivalent: a result tiled like the first placed
+    # argument gets that argument's sharding (its trailing Nones included).
+    x = put(mesh, rand(8, 4, 4, 3), P(None, "y", "x", None))
+    for f in (lambda a: a * 2, lambda a: a.sum(0), lambda a: a.reshape(8, 48),
+              lambda a: (a, a.transpose(1, 0, 2, 3))):
+        ours, theirs = jit(f)(x), jax.jit(f)(x)
+        for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+            assert a.sharding == b.sharding, (a.sharding, b.sharding)
+
+
+def test_committedness_of_results_follows_jax_jit():
+    f = lambda a: a + 1  # noqa: E731
+    uncommitted = jnp.ones(4)
+    on_two = jax.device_put(jnp.ones(4), jax.devices()[2])
+    for value in (uncommitted, on_two, np.ones(4, np.float32)):
+        ours, theirs = jit(f)(value), jax.jit(f)(value)
+        assert (ours.committed, ours.sharding) == (theirs.committed, theirs.sharding)
