@@ -85,8 +85,6 @@ class JitFunction:
         self,
         fun: Callable,
         *,
-        in_shardings: Any,
-        out_shardings: Any,
         options: jit_options.JitOptions,
         mesh: AnyMesh | None,
         propagate: bool,
@@ -95,13 +93,13 @@ class JitFunction:
     ) -> None:
         self.fun = fun
         self.propagate = propagate
-        self.propagation = propagation  # issue 12: "shardy" or "cost-aware"
+        self.propagation = propagation  # "shardy" or "cost-aware"
         self.strict = strict  # bool or shardc.compiler.checks.strict.StrictOptions
         # `lower(..., propagate=False)` is ours unless the function itself takes
         # a parameter of that name.
         self._lower_takes_propagate = "propagate" not in _parameter_names(fun)
-        self.in_shardings = in_shardings
-        self.out_shardings = out_shardings
+        self.in_shardings = options.in_shardings
+        self.out_shardings = options.out_shardings
         self.options = options
         self.static_argnums = tuple(sorted(options.static_argnums))
         self.static_argnames = options.static_argnames
@@ -240,9 +238,12 @@ class JitFunction:
         return compiled
 
     def _requested_devices(self) -> tuple | None:
-        """The one device ``jit(device=...)`` or ``jit(backend=...)`` asks for, if any."""
+        """The one device ``jit(device=...)``, ``jit(backend=...)`` or ``SingleDeviceSharding``
+        shardings ask for, if any."""
         if self.options.device is not None:
             return (self.options.device,)
+        if self.options.single_device is not None:
+            return (self.options.single_device,)
         if self.options.backend is not None:
             return (jax.devices(self.options.backend)[0],)
         return None
@@ -610,8 +611,6 @@ def jit(
     )  # fmt: skip
     return JitFunction(
         fun,
-        in_shardings=in_shardings,
-        out_shardings=out_shardings,
         options=options,
         mesh=mesh,
         propagate=propagate,

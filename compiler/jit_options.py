@@ -8,7 +8,9 @@ function's signature does not have or that overlap; and it infers
 ``static_argnames`` from ``static_argnums`` (and back, and the same for
 donation) through the signature. ``parse`` runs jax's own validation, so the
 errors are jax's classes and wording, and returns the completed options shardc
-needs.
+needs. ``SingleDeviceSharding`` leaves (accepted, as by jax.jit) ask for a
+one-device program: they become the device the program runs on, and the
+leaves themselves unspecified shardings.
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import jax
+from jax.sharding import SingleDeviceSharding
+
 from shardc.dialects import jax_private
-from shardc.dialects.errors import InvalidArgumentError
+from shardc.dialects.errors import DeviceMismatchError, InvalidArgumentError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +39,10 @@ class JitOptions:
     backend: str | None = None
     inline: bool = False
     compiler_options: tuple[tuple[str, Any], ...] = ()
+    # The shardings with SingleDeviceSharding leaves as None, and their one device.
+    in_shardings: Any = None
+    out_shardings: Any = None
+    single_device: Any = None
 
 
 def parse(
@@ -61,7 +70,11 @@ def parse(
         keep_unused=keep_unused, device=device, backend=backend, inline=inline,
         compiler_options=compiler_options,
     )  # fmt: skip
+    single_device, in_shardings, out_shardings = _single_device(in_shardings, out_shardings)
     return JitOptions(
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
+        single_device=single_device,
         static_argnums=tuple(resolved["static_argnums"]),
         static_argnames=tuple(resolved["static_argnames"]),
         donate_argnums=tuple(resolved["donate_argnums"]),
@@ -72,3 +85,22 @@ def parse(
         inline=bool(inline),
         compiler_options=tuple((compiler_options or {}).items()),
     )
+
+
+def _single_device(in_shardings: Any, out_shardings: Any) -> tuple[Any, Any, Any]:
+    """The device of the ``SingleDeviceSharding`` leaves (None if none), and the
+    shardings with those leaves replaced by None."""
+    is_leaf = lambda x: x is None or isinstance(x, jax.sharding.Sharding)  # noqa: E731
+    devices = {leaf._device for leaf in jax.tree.leaves((in_shardings, out_shardings),
+                                                        is_leaf=is_leaf)
+               if isinstance(leaf, SingleDeviceSharding)}
+    if not devices:
+        return None, in_shardings, out_shardings
+    if len(devices) > 1:
+        ids = sorted(d.id for d in devices)
+        raise DeviceMismatchError(
+            f"Received incompatible devices for jitted computation. Got SingleDeviceSharding "
+            f"leaves on devices {ids}; a program runs on one device set")
+    drop = lambda x: None if isinstance(x, SingleDeviceSharding) else x  # noqa: E731
+    return (devices.pop(), jax.tree.map(drop, in_shardings, is_leaf=is_leaf),
+            jax.tree.map(drop, out_shardings, is_leaf=is_leaf))

@@ -124,3 +124,17 @@ def test_stages_api_is_shaped_like_jax():
     compiled = traced.lower().compile()
     assert compiled.args_info == reference.compile().args_info
     assert compiled.in_tree == lowered.in_tree and compiled.out_tree == lowered.out_tree
+
+
+def test_single_device_sharding_leaves():
+    from jax.sharding import SingleDeviceSharding
+
+    device = jax.devices()[6]
+    s = SingleDeviceSharding(device)
+    f = lambda a, b: a * b  # noqa: E731
+    ours = jit(f, (s, None), s)(np.ones(4, np.float32), jnp.ones(4))
+    theirs = jax.jit(f, in_shardings=(s, None), out_shardings=s)(np.ones(4, np.float32),
+                                                                  jnp.ones(4))
+    assert ours.sharding == theirs.sharding == s
+    with pytest.raises(ValueError, match="incompatible devices"):
+        jit(f, (s, SingleDeviceSharding(jax.devices()[1])))
