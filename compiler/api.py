@@ -116,6 +116,11 @@ class JitFunction:
             keep_unused=True,
             inline=options.inline,
         )
+        # Repeated calls go through jax's own C++ dispatch, as jax.jit's do; it comes
+        # back to `_call` for every signature it has not seen.
+        self._dispatch = jax_private.cpp_dispatch(
+            getattr(fun, "__name__", "fun"), fun, self._call, self.static_argnums,
+            self.static_argnames)
         self._cache: dict[Any, _CachedLowering] = {}
         self._compiled: dict[Any, Compiled] = {}
         self._by_call: dict[Any, Compiled] = {}
@@ -173,13 +178,25 @@ class JitFunction:
             return self._bind(args, kwargs)
         if jax.config.jax_disable_jit:
             return self.fun(*args, **kwargs)
+        return self._dispatch(*args, **kwargs)
+
+    def _call(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, bool]:
+        """A call jax's C++ dispatch has not seen: lower, compile (or reuse), run.
+
+        Returns what the dispatch caches for the next calls with the same
+        signature: the outputs, the executable's fast-path description (None:
+        every call comes back here) and False (nothing to rebuild).
+        """
+        if binding.under_a_trace():  # called by the dispatch itself with tracers
+            return self._bind(args, kwargs), None, False
         key = self._call_key(args, kwargs)
         compiled = self._by_call.get(key) if key is not None else None
         if compiled is None:
             compiled = self._compile_for(args, kwargs)
             if key is not None:
                 self._by_call[key] = compiled
-        return compiled(*args, **kwargs)
+        outputs = compiled(*args, **kwargs)
+        return outputs, compiled.fast_path(outputs), False
 
     def _bind(self, args: tuple, kwargs: dict) -> Any:
         """Under an enclosing trace: one ``shardc_jit`` equation (``shardc.compiler.binding``).

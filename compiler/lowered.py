@@ -179,6 +179,7 @@ class Lowered:
         )
         compiled.reference = getattr(self, "reference", None)  # for Compiled.verify
         compiled.args_info = self.args_info
+        compiled.donates = any(self.donated)
         return compiled
 
     def check(self, *, raise_on_error: bool = False, **options: Any) -> list:

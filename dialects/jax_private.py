@@ -341,3 +341,44 @@ def args_info(in_tree: Any, avals: list, donated: tuple[bool, ...]) -> Any:
     return in_tree.unflatten([
         stages.ArgInfo(core.ShapedArray(aval.shape, aval.dtype, weak_type=aval.weak_type), d)
         for aval, d in zip(avals, donated)])
+
+
+# ----------------------------------------------------------------------------
+# Dispatch through jax's C++ fast path
+# ----------------------------------------------------------------------------
+
+
+def cpp_dispatch(name: str, fun: Any, call: Any, static_argnums: tuple,
+                 static_argnames: tuple) -> Any:
+    """jax's C++ jit dispatch over shardc's executables.
+
+    ``call(*args, **kwargs)`` runs a call the dispatch has no entry for and
+    returns ``(outputs, fast_path or None, False)``; with a fast path, later
+    calls of the same signature (shapes, dtypes, shardings, committedness,
+    static values) execute in C++ without Python. Its cache belongs to this
+    function alone.
+    """
+    from jax._src import tree_util
+    from jax._src.interpreters import pxla
+    from jax._src.lib import _jax
+
+    return _jax.pjit(name, fun, call, list(static_argnums), list(static_argnames),
+                     pxla.JitGlobalCppCacheKeys(), tree_util.dispatch_registry,
+                     pxla.cc_shard_arg, _jax.PjitFunctionCache(capacity=256))
+
+
+def fast_path(executable: Any, outputs: Any, in_shardings: list, out_shardings: list) -> Any:
+    """What jax's C++ dispatch needs to run ``executable`` again without Python, or None
+    where it cannot (outputs that are not plain arrays)."""
+    import jax
+    from jax._src.interpreters import pxla
+    from jaxlib import xla_client
+
+    flat, tree = jax.tree.flatten(outputs)
+    if not all(isinstance(o, xla_client.ArrayImpl) for o in flat) or any(
+            jax.dtypes.issubdtype(o.dtype, jax.dtypes.extended) for o in flat):
+        return None
+    count = len(in_shardings)
+    return pxla.MeshExecutableFastpathData(
+        executable, tree, list(in_shardings), list(out_shardings), [o.aval for o in flat],
+        [o._committed for o in flat], [True] * count, [None] * count, [])

@@ -110,6 +110,8 @@ class Compiled:
         self._with_tokens = uses_host_callbacks
         self._input_shardings = tuple(input_shardings)
         self._output_shardings = tuple(output_shardings)
+        self._extended_inputs = any(
+            jax.dtypes.issubdtype(info.aval.dtype, jax.dtypes.extended) for info in inputs)
         device_set = frozenset(devices)
         self._expected = [
             arguments.ExpectedArgument(info.path, _physical(info.aval), sharding, device_set)
@@ -136,8 +138,10 @@ class Compiled:
         self.kept_shardy = False
 
     # Per argument: its type and whether it is donated (``jax.stages.ArgInfo``), in
-    # ``in_tree``'s structure; set by whoever compiled this (the ``Lowered``).
+    # ``in_tree``'s structure, and whether any is; set by whoever compiled this
+    # (the ``Lowered``).
     args_info: Any = None
+    donates: bool = False
 
     @property
     def in_tree(self) -> Any:
@@ -174,6 +178,18 @@ class Compiled:
         else:
             outputs = self._executable.execute_sharded(placed).consume_with_handlers(handlers)
         return jax.tree.unflatten(self._out_tree, outputs)
+
+    def fast_path(self, outputs: Any) -> Any:
+        """What jax's C++ dispatch needs to run this again without Python (given the
+        outputs of a call), or None: programs with host callbacks, PRNG keys
+        among their arguments or donated arguments always run through
+        ``__call__`` (jaxlib 0.10.2's fast path crashes the process when a
+        donated, hence deleted, array is passed again; ``__call__`` raises).
+        """
+        if self._with_tokens or self._extended_inputs or self.donates:
+            return None
+        return jax_private.fast_path(self._executable, outputs, list(self._input_shardings),
+                                     list(self._output_shardings))
 
     def _dynamic(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """Drop the static arguments if the caller passed them again (they must match)."""

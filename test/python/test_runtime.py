@@ -12,6 +12,7 @@ from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shardc.compiler import jit
+from shardc.dialects import jax_private
 from shardc.dialects.errors import (
     DeviceMismatchError,
     InvalidArgumentError,
@@ -503,3 +504,21 @@ def test_committedness_of_results_follows_jax_jit():
     for value in (uncommitted, on_two, np.ones(4, np.float32)):
         ours, theirs = jit(f)(value), jax.jit(f)(value)
         assert (ours.committed, ours.sharding) == (theirs.committed, theirs.sharding)
+
+
+def test_repeated_calls_take_jax_cpp_dispatch(mesh):
+    a = put(mesh, rand(16, 8), P("x", "y"))
+    j = jit(lambda a: a * 2, P("x", "y"), mesh=mesh)
+    slow_calls = []
+    original = j._call
+
+    def counting(*args, **kwargs):
+        slow_calls.append(1)
+        return original(*args, **kwargs)
+
+    j._dispatch = jax_private.cpp_dispatch("f", j.fun, counting, (), ())
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(block(j(a))), np.asarray(a) * 2)
+    assert len(slow_calls) == 1  # the first call; the others ran in C++
+    block(j(put(mesh, rand(8, 8), P("x", "y"))))  # a new signature comes back once
+    assert len(slow_calls) == 2
