@@ -17,7 +17,7 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 
 from shardc.dialects import sdy
 from shardc.dialects.errors import (
@@ -300,12 +300,27 @@ def result_signature(
     given = broadcast_shardings(out_shardings, out_info, "out_shardings")
     leaves = []
     for path, aval, entry in zip(paths, avals, given):
-        aval = jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
-        sharding = to_named_sharding(entry, mesh, path, len(aval.shape))
+        typed = typed_sharding(aval, mesh)
+        aval = jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type,
+                                    sharding=typed)
+        sharding = to_named_sharding(entry, mesh, path, len(aval.shape)) or typed
         if sharding is not None:
             check_sharding(sharding, aval, path)
         leaves.append(LeafSignature(path, aval, sharding))
     return leaves
+
+
+def typed_sharding(aval: Any, mesh: AnyMesh | None) -> NamedSharding | None:
+    """The sharding a traced result's type carries on a mesh with Explicit axes (there
+    jax decides it at trace time, and jax.jit returns exactly it); None otherwise.
+    On ``mesh`` (the concrete one) when it is the type's mesh."""
+    sharding = getattr(aval, "sharding", None)
+    if not isinstance(sharding, NamedSharding) or not any(
+            t == AxisType.Explicit for t in sharding.mesh.axis_types):
+        return None
+    if mesh is not None and mesh.abstract_mesh == sharding.mesh.abstract_mesh:
+        return NamedSharding(mesh, sharding.spec)
+    return sharding
 
 
 def shard_shape(sharding: NamedSharding, shape: Sequence[int]) -> tuple[int, ...]:

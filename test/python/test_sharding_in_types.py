@@ -1,0 +1,68 @@
+"""Sharding in types: on meshes with Explicit axes shardc traces as jax.jit does.
+
+Arguments are traced with their shardings, so ``jax.typeof`` inside the function,
+the shardings jnp ops give their results, ``reshard``, ``auto_axes`` and
+``shard_map`` in explicit mode, and jax's ``ShardingTypeError``s come out as
+under ``jax.jit``; results have exactly the sharding their type says.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding, auto_axes, reshard
+from jax.sharding import PartitionSpec as P
+
+from shardc.compiler import jit
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+
+
+@pytest.fixture(scope="module")
+def args(mesh):
+    x = jax.device_put(np.arange(32, dtype=np.float32).reshape(8, 4), NamedSharding(mesh, P("x", "y")))
+    w = jax.device_put(np.ones((4, 6), np.float32), NamedSharding(mesh, P("y", None)))
+    return x, w
+
+
+CASES = {
+    "elementwise_and_reduce": lambda a, b: (a * 2, a.sum(axis=0)),
+    "reshard": lambda a, b: reshard(a * 2, P("x", None)),
+    "matmul_out_sharding": lambda a, b: jnp.matmul(a, b, out_sharding=P("x", None)),
+    "auto_axes": lambda a, b: auto_axes(lambda u, v: u @ v, out_sharding=P("x", None))(a, b),
+    "shard_map": lambda a, b: jax.shard_map(lambda u: u * 2, in_specs=P("x", "y"),
+                                            out_specs=P("x", "y"))(a),
+    "typeof_inside": lambda a, b: jnp.zeros_like(a) + len(jax.typeof(a).sharding.spec),
+    "ambiguous_contraction": lambda a, b: a @ b,  # jax raises ShardingTypeError
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_explicit_mode_like_jax_jit(mesh, args, name):
+    f = CASES[name]
+    with jax.set_mesh(mesh):
+        try:
+            theirs = jax.jit(f)(*args)
+        except Exception as error:  # noqa: BLE001 - then shardc must raise the same class
+            with pytest.raises(type(error)):
+                jit(f)(*args)
+            return
+        ours = jit(f)(*args)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert a.sharding == b.sharding, (a.sharding, b.sharding)
+
+
+def test_typeof_inside_sees_the_arguments_sharding(mesh, args):
+    seen = []
+
+    def f(a, b):
+        seen.append(jax.typeof(a).sharding.spec)
+        return a + 1
+
+    with jax.set_mesh(mesh):
+        jit(f)(*args)
+    assert seen == [P("x", "y")]
