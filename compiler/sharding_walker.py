@@ -36,10 +36,28 @@ def ops_in_preorder(root: ir.Operation) -> list[ir.Operation]:
     return [op for op in ops if op != root]
 
 
-def named_attributes(op: ir.Operation) -> list[tuple[str, ir.Attribute]]:
-    """Return an op's attributes (inherent and discardable) as name/value pairs."""
+# The attribute names under which ops (sdy's own, and any with sdy.sharding) hold
+# shardings. Only these are read: reading any attribute by position makes the
+# bindings cast it to a Python type, which aborts the process for attributes
+# they cannot cast (complex-valued constants).
+_SHARDING_ATTR_NAMES = frozenset({
+    "sdy.sharding", "sharding", "in_shardings", "out_shardings", "out_sharding",
+})
+
+
+def attribute_names(op: ir.Operation) -> list[str]:
+    """Return the names of an op's attributes (inherent and discardable)."""
     attributes = op.attributes
-    return [(attributes[i].name, attributes[i].attr) for i in range(len(attributes))]
+    return [attributes[i].name for i in range(len(attributes))]
+
+
+def attribute_dict(op: ir.Operation) -> dict[str, ir.Attribute] | None:
+    """An op's attributes by name, or None when the bindings cannot read one of them
+    (they raise for a complex-valued dense constant, read by name)."""
+    try:
+        return {name: op.attributes[name] for name in attribute_names(op)}
+    except TypeError:
+        return None
 
 
 def map_sharding_attr(attr: ir.Attribute, fn: ShardingFn) -> ir.Attribute:
@@ -80,8 +98,9 @@ def sharding_attr_names(op: ir.Operation) -> list[str]:
     is_sdy_op = op.name.startswith("sdy.")
     return [
         name
-        for name, attr in named_attributes(op)
-        if (name == SHARDING_ATTR or is_sdy_op) and _holds_sharding(attr)
+        for name in attribute_names(op)
+        if (name == SHARDING_ATTR or is_sdy_op and name in _SHARDING_ATTR_NAMES)
+        and _holds_sharding(op.attributes[name])
     ]
 
 

@@ -318,7 +318,8 @@ def compile_program(
 def _is_open(sharding: NamedSharding | None) -> bool:
     if sharding is None:
         return True
-    return any(entry is jax.sharding.PartitionSpec.UNCONSTRAINED for entry in sharding.spec)
+    return any(entry is jax.sharding.PartitionSpec.UNCONSTRAINED
+               for entry in sharding.spec.partitions)
 
 
 def _per_value(op_shardings: Sequence | None, count: int) -> list:

@@ -114,7 +114,7 @@ def hoist_invariant_carries(loop: ir.Operation) -> ir.Operation:
         outer = loop.operands[k]
         for value in (body.arguments[k], cond.arguments[k], loop.results[k]):
             value.replace_all_uses_with(outer)
-    attributes = {loop.attributes[i].name: loop.attributes[i].attr
+    attributes = {loop.attributes[i].name: loop.attributes[loop.attributes[i].name]
                   for i in range(len(loop.attributes))}
     if SHARDING in attributes:
         per_value = sdy.TensorShardingPerValueAttr(attributes[SHARDING]).shardings

@@ -25,13 +25,17 @@ from shardc.compiler.propagation.sharding import (
     format_sharding,
     parse_sharding,
 )
-from shardc.compiler.sharding_walker import map_shardings
+from shardc.compiler.sharding_walker import attribute_dict, map_shardings
 
 
-def _attr_key(op: ir.Operation) -> tuple:
-    attrs = op.attributes
-    return tuple(sorted(((attrs[i].name, attrs[i].attr) for i in range(len(attrs))),
-                        key=lambda p: p[0]))
+def _attr_key(op: ir.Operation) -> tuple | str:
+    """The op's attributes as a sorted tuple, or, where the bindings cannot read one
+    (a complex value), the op's printed generic form without its result name."""
+    attrs = attribute_dict(op)
+    if attrs is not None:
+        return tuple(sorted(attrs.items(), key=lambda p: p[0]))
+    text = op.get_asm(print_generic_op_form=True, assume_verified=True)
+    return text.split(" = ", 1)[1] if text.lstrip().startswith("%") else text
 
 
 def constant_or_scalar_merger(module: ir.Operation) -> None:

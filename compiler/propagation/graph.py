@@ -17,6 +17,7 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.propagation.compact_rule import CompactRule, compact_rule
 from shardc.compiler.sharding.rules import _NEIGHBOUR_KEYS, rule_for
+from shardc.compiler.sharding_walker import attribute_dict
 
 # Ops that must never be erased even when unused (MLIR: not memory-effect free).
 _EFFECTFUL = frozenset({
@@ -274,14 +275,14 @@ class PropagationGraph:
             pass
         name = self.op_name[op]
         key = None
-        if name not in _NEIGHBOUR_DEPENDENT:
+        attributes = attribute_dict(self.ops[op]) if name not in _NEIGHBOUR_DEPENDENT else None
+        if attributes is not None:
             # What the registry's own cache key says, from uniqued pointers
             # instead of printed text: types and attributes are uniqued per context.
             type_key = self.value_type_key
             key = (name, tuple([type_key[v] for v in self.op_operands[op]]),
                    tuple([type_key[v] for v in self.op_results[op]]),
-                   tuple([(n, hash(a)) for n, a in self.ops[op].attributes.items()
-                          if n != "sdy.sharding"]))
+                   tuple([(n, hash(a)) for n, a in attributes.items() if n != "sdy.sharding"]))
             compact = self._rule_memo.get(key, _MISSING)
             if compact is not _MISSING:
                 self._rules[op] = compact

@@ -17,7 +17,7 @@ from shardc.compiler.propagation.data_flow_edges import _ops
 from shardc.compiler.propagation.graph import _EFFECTFUL, ELEMENTWISE
 from shardc.compiler.propagation.ir_access import read_meshes
 from shardc.compiler.propagation.sharding import DimSharding, TensorSharding, parse_sharding
-from shardc.compiler.sharding_walker import map_shardings
+from shardc.compiler.sharding_walker import attribute_dict, attribute_names, map_shardings
 
 _CONSTANT_PRESERVING = frozenset({
     "stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.slice",
@@ -62,11 +62,34 @@ def remove_size_one_axes(module: ir.Operation) -> None:
 
 # ------------------------------------------------------------------ constants
 def _to_sdy_constant(op: ir.Operation) -> None:
-    attrs = {op.attributes[i].name: op.attributes[i].attr for i in range(len(op.attributes))}
-    new = ir.Operation.create("sdy.constant", results=[r.type for r in op.results],
-                              attributes=attrs, loc=op.location, ip=ir.InsertionPoint(op))
+    attrs = attribute_dict(op)
+    if attrs is None:
+        new = _renamed_through_text(op, "sdy.constant")
+    else:
+        new = ir.Operation.create("sdy.constant", results=[r.type for r in op.results],
+                                  attributes=attrs, loc=op.location, ip=ir.InsertionPoint(op))
     op.results[0].replace_all_uses_with(new.results[0])
     op.erase()
+
+
+def _renamed_through_text(op: ir.Operation, name: str) -> ir.Operation:
+    """A copy of ``op`` named ``name``, inserted before it, made from its printed form.
+
+    For a constant whose value the bindings cannot read (complex values: they
+    raise, or abort when read by position), the printer and parser still can.
+    Its other attributes are set afterwards (the parser verifies the detached
+    op, which cannot resolve a mesh symbol).
+    """
+    extra = {key: op.attributes[key] for key in attribute_names(op) if key != "value"}
+    for key in extra:
+        del op.attributes[key]
+    text = op.get_asm(print_generic_op_form=True, enable_debug_info=True, assume_verified=True)
+    generic = text.split(" = ", 1)[1] if text.lstrip().startswith("%") else text
+    new = ir.Operation.parse(generic.replace(f'"{op.name}"', f'"{name}"', 1), context=op.context)
+    ir.InsertionPoint(op).insert(new)
+    for key, value in extra.items():
+        new.attributes[key] = value
+    return new
 
 
 def _is_pure_preserving(op: ir.Operation) -> bool:

@@ -37,6 +37,9 @@ CASES = {
                                             out_specs=P("x", "y"))(a),
     "typeof_inside": lambda a, b: jnp.zeros_like(a) + len(jax.typeof(a).sharding.spec),
     "ambiguous_contraction": lambda a, b: a @ b,  # jax raises ShardingTypeError
+    # Complex constants: reading their value through the bindings aborted the process.
+    "complex_grad": lambda a, b: jax.grad(lambda u: jnp.real(jnp.sum(u * (1 + 2j))))(a),
+    "complex_constant": lambda a, b: jnp.abs(a * (1 + 2j) + jnp.full(a.shape, 1j, jnp.complex64)),
 }
 
 
@@ -66,3 +69,15 @@ def test_typeof_inside_sees_the_arguments_sharding(mesh, args):
     with jax.set_mesh(mesh):
         jit(f)(*args)
     assert seen == [P("x", "y")]
+
+
+def test_unreduced_result(mesh, args):
+    # Reduced/unreduced specs crashed when the result was wrapped.
+    f = lambda a, b: jnp.matmul(a, b, out_sharding=P("x", None, unreduced={"y"}))  # noqa: E731
+    summed = lambda r: reshard(r, P("x", None))  # noqa: E731
+    with jax.set_mesh(mesh):
+        ours, theirs = jit(f)(*args), jax.jit(f)(*args)
+        assert ours.sharding == theirs.sharding
+        assert ours.sharding.spec.unreduced == frozenset({"y"})
+        np.testing.assert_array_equal(np.asarray(jax.jit(summed)(ours)),
+                                      np.asarray(jax.jit(summed)(theirs)))
