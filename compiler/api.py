@@ -189,6 +189,7 @@ class JitFunction:
         """
         if binding.under_a_trace():  # called by the dispatch itself with tracers
             return self._bind(args, kwargs), None, False
+        jax_private.test_event("jit_cpp_cache_miss")
         key = self._call_key(args, kwargs)
         compiled = self._by_call.get(key) if key is not None else None
         if compiled is None:

@@ -382,3 +382,15 @@ def fast_path(executable: Any, outputs: Any, in_shardings: list, out_shardings: 
     return pxla.MeshExecutableFastpathData(
         executable, tree, list(in_shardings), list(out_shardings), [o.aval for o in flat],
         [o._committed for o in flat], [True] * count, [None] * count, [])
+
+
+def test_event(name: str) -> None:
+    """Report one of jax's test events (no-op unless jax's test utilities listen).
+
+    shardc reports the ones whose moments it shares with jax.jit (a call the C++
+    dispatch had no entry for: ``jit_cpp_cache_miss``; a compilation:
+    ``pxla_cached_compilation``), so tests that count them count shardc too.
+    """
+    from jax._src import util
+
+    util.test_event(name)

@@ -283,6 +283,7 @@ def compile_program(
     """Compile an annotated module for the program's devices and return ``Compiled``."""
     order = device_assignment(meshes, devices)
     program_mesh = concrete_mesh(meshes[0], order) if meshes else None
+    jax_private.test_event("pxla_cached_compilation")
     executable = jax_private.compile_executable(
         module_for_xla(module),
         order,

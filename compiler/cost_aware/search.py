@@ -126,23 +126,34 @@ def declare_returned_shardings(imported: ir.Operation, baseline: ModuleValues) -
     sharded inside the program, never the layout of what it returns (a return
     reshard is priced instead). The baseline's bytes are unchanged by it.
     """
+    mesh = next(iter(baseline.meshes), None)
     for name, op in baseline.funcs.items():
         target = next((f.operation for f in imported.regions[0].blocks[0].operations
                        if f.operation.name == "func.func"
                        and ir.StringAttr(f.operation.attributes["sym_name"]).value == name), None)
         source = baseline.graph.ops[op]
-        if target is None or "res_attrs" not in source.attributes:
+        if target is None or mesh is None:
             continue
+        results = ir.FunctionType(ir.TypeAttr(source.attributes["function_type"]).value).results
         given = (list(ir.ArrayAttr(target.attributes["res_attrs"]))
                  if "res_attrs" in target.attributes else [])
+        decided = (list(ir.ArrayAttr(source.attributes["res_attrs"]))
+                   if "res_attrs" in source.attributes else [])
         entries = []
-        for k, entry in enumerate(ir.ArrayAttr(source.attributes["res_attrs"])):
+        for k, result_type in enumerate(results):
             values = _entries(given[k]) if k < len(given) else {}
-            decided = _entries(entry).get(SHARDING)
-            if SHARDING not in values and decided is not None:
-                values[SHARDING] = closed(sdy.TensorShardingAttr(decided))
+            if SHARDING not in values and isinstance(result_type, ir.RankedTensorType):
+                sharding = _entries(decided[k]).get(SHARDING) if k < len(decided) else None
+                # Propagation leaves a replicated result without a sharding.
+                values[SHARDING] = (closed(sdy.TensorShardingAttr(sharding)) if sharding
+                                    is not None else _replicated(mesh, result_type.rank))
             entries.append(ir.DictAttr.get(values, context=target.context))
         target.attributes["res_attrs"] = ir.ArrayAttr.get(entries, context=target.context)
+
+
+def _replicated(mesh: str, rank: int) -> ir.Attribute:
+    dims = ", ".join(["{}"] * rank)
+    return ir.Attribute.parse(f"#sdy.sharding<@{mesh}, [{dims}]>")
 
 
 def _entries(attr: ir.Attribute) -> dict[str, ir.Attribute]:

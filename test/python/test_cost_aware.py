@@ -149,3 +149,22 @@ def test_compile_keeps_shardy_when_xla_partitions_the_choice_worse():
     assert compiled.collective_bytes() == reference.collective_bytes()
     np.testing.assert_allclose(np.asarray(jax.block_until_ready(compiled(*args))),
                                np.asarray(reference(*args)), rtol=1e-5, atol=1e-6)
+
+
+def test_results_left_open_keep_shardys_layout():
+    # The search changes shardings inside the program, never the layout of what it
+    # returns: a result left open comes back as jax.jit (= Shardy) returns it, also
+    # when propagation leaves it replicated (no sharding written).
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from shardc.compiler import jit
+
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+    a = jax.device_put(jnp.ones((8, 4, 12)), NamedSharding(mesh, P("y", "x")))
+    b = jax.device_put(jnp.ones((8, 4, 12)), NamedSharding(mesh, P("x", "y")))
+    f = lambda a, b: jnp.minimum(a, b)  # noqa: E731
+    expected = jax.jit(f)(a, b).sharding
+    assert jit(f, mesh=mesh, propagation="cost-aware")(a, b).sharding == expected
