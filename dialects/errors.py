@@ -57,6 +57,11 @@ class InvalidArgumentError(ShardcError, TypeError):
     """An argument of a type shardc cannot lower or place."""
 
 
+class DeletedArrayError(ShardcError, RuntimeError):
+    """An argument whose buffers were deleted (by ``delete()`` or by donation), as jax's
+    ``RuntimeError`` says it."""
+
+
 class InternalError(ShardcError, RuntimeError):
     """shardc produced an invalid module: a bug in shardc, not in the program.
 

@@ -20,7 +20,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from shardc.dialects.errors import DeviceMismatchError, InvalidArgumentError
+from shardc.dialects.errors import DeletedArrayError, DeviceMismatchError, InvalidArgumentError
 
 
 @dataclasses.dataclass
@@ -62,10 +62,10 @@ def place(value: Any, expected: ExpectedArgument, counts: PlacementCounts) -> ja
     return handler(value, expected, counts)
 
 
-def _deleted(expected: ExpectedArgument) -> InvalidArgumentError:
-    return InvalidArgumentError(
-        f"{expected.path}: this array was deleted, most likely donated to an "
-        "earlier call (donate_argnums); pass a live array"
+def _deleted(value: jax.Array, expected: ExpectedArgument) -> DeletedArrayError:
+    return DeletedArrayError(
+        f"Array has been deleted with shape={value.aval.str_short()}. {expected.path}: "
+        "it was deleted, or donated to an earlier call (donate_argnums); pass a live array"
     )
 
 
@@ -91,13 +91,13 @@ def _jax_array(value: jax.Array, expected: ExpectedArgument, counts: PlacementCo
         sharding == expected.sharding and value.shape == expected.aval.shape
     ):  # the fast path: already where it must be
         if value.is_deleted():
-            raise _deleted(expected)
+            raise _deleted(value, expected)
         return value
     if jax.dtypes.issubdtype(value.dtype, jax.dtypes.extended):
         # Typed PRNG keys run as their uint32 key data (the physical type in @main).
         return _jax_array(jax.random.key_data(value), expected, counts)
     if value.is_deleted():
-        raise _deleted(expected)
+        raise _deleted(value, expected)
     _check_type(value, expected)
     if value.sharding == expected.sharding or value.sharding.is_equivalent_to(
         expected.sharding, len(expected.aval.shape)

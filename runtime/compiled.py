@@ -108,6 +108,7 @@ class Compiled:
         self._static = static
         self._num_positional = len(in_tree.children()[0].children())
         self._with_tokens = uses_host_callbacks
+        self._outputs = tuple(outputs)
         self._input_shardings = tuple(input_shardings)
         self._output_shardings = tuple(output_shardings)
         self._extended_inputs = any(
@@ -147,6 +148,13 @@ class Compiled:
     def in_tree(self) -> Any:
         """The pytree structure of ``(args, kwargs)`` (dynamic arguments)."""
         return self._in_tree
+
+    @property
+    def out_info(self) -> Any:
+        """The results as ``jax.ShapeDtypeStruct``s with the shardings they come back with."""
+        return jax.tree.unflatten(self._out_tree, [
+            jax.ShapeDtypeStruct(info.aval.shape, info.aval.dtype, sharding=sharding)
+            for info, sharding in zip(self._outputs, self._output_shardings)])
 
     @property
     def out_tree(self) -> Any:

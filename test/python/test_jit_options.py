@@ -138,3 +138,17 @@ def test_single_device_sharding_leaves():
     assert ours.sharding == theirs.sharding == s
     with pytest.raises(ValueError, match="incompatible devices"):
         jit(f, (s, SingleDeviceSharding(jax.devices()[1])))
+
+
+def test_deleted_argument_and_compiled_out_info_as_jax():
+    from jax.sharding import AxisType, NamedSharding
+
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
+    arr = jax.device_put(np.arange(8, dtype=np.int32), NamedSharding(mesh, P("x")))
+    compiled = jit(lambda x: x * 2).lower(arr).compile()
+    info = compiled.out_info
+    assert (info.shape, info.dtype, info.sharding) == ((8,), np.int32, NamedSharding(mesh, P("x")))
+    gone = jax.device_put(np.arange(8.0))
+    gone.delete()
+    with pytest.raises(RuntimeError, match="Array has been deleted"):
+        jit(lambda x: x + 1)(gone)
