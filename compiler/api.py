@@ -476,13 +476,14 @@ def _propagate(module: ir.Module, unpropagated: bytes, propagation: str) -> byte
     ``InternalError`` names the step that broke it.
     """
     try:
-        resolution = propagation_pipeline(module.operation, strategy=propagation)
+        resolution = propagation_pipeline(module.operation, strategy=propagation,
+                                          keep_constraints=True)
         verify_module(module.operation, "the propagation pipeline")
     except InternalError:
         if not steps_verified():
             with verifying_steps():
                 propagation_pipeline(ir.Module.parse(unpropagated).operation,
-                                     strategy=propagation)
+                                     strategy=propagation, keep_constraints=True)
         raise
     return resolution.fallback if resolution is not None else None
 

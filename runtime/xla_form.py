@@ -27,7 +27,7 @@ mishandle:
   closed ``sdy.sharding_constraint`` with the same sharding asks XLA for
   exactly the same reshard, in the form jax itself emits for
   ``wsc(wsc(x, source), target)``: a constraint to the operand's own sharding
-  first. Without it XLA's import applies the target to the operand's producer
+  first (closed constraints the module already has get that first one too). Without it XLA's import applies the target to the operand's producer
   (a single-use value) and computes the producer in the target layout,
   gathering *its* operands instead.
 """
@@ -61,7 +61,7 @@ def module_for_xla(module: ir.Module) -> ir.Module:
                 del op.attributes[SHARDING]
             elif op.name == "stablehlo.while":
                 loops.append(op)
-            elif op.name == "sdy.reshard":
+            elif op.name in ("sdy.reshard", "sdy.sharding_constraint"):
                 reshards.append(op)
             elif op.name == "stablehlo.reshape":
                 reshapes.append(op)
@@ -160,10 +160,14 @@ def _sharding_of(value: ir.Value) -> ir.Attribute | None:
 
 
 def _reshard_as_constraints(reshard: ir.Operation) -> None:
-    """Replace an ``sdy.reshard`` by constraints to its operand's sharding, then its own."""
+    """Replace an ``sdy.reshard`` (or a closed constraint) by constraints to its operand's
+    sharding, then its own."""
     source = reshard.operands[0]
     here = ir.InsertionPoint(reshard)
     own = _sharding_of(source)
+    if reshard.name == "sdy.sharding_constraint" and (own is None or own == reshard.attributes[
+            "sharding"]):
+        return  # nothing for XLA to move onto the producer
     if own is not None:
         source = sdy.ShardingConstraintOp(source, own, loc=reshard.location, ip=here).result
     constraint = sdy.ShardingConstraintOp(

@@ -32,7 +32,7 @@ def _adopt_body(target: ir.Operation, source: ir.Operation) -> None:
 
 def cost_aware_pipeline(module: ir.Operation, *, conservative: bool = False,
                         keep_sharding_rules: bool = False, max_evaluations: int = 32,
-                        **search_options) -> Resolution:
+                        keep_constraints: bool = False, **search_options) -> Resolution:
     """Import, resolve conflicts by predicted bytes (``search.resolve`` takes
     ``search_options``), keep the propagated winner, export; when the search changed
     anything, ``Resolution.fallback`` holds Shardy's choices exported."""
@@ -49,7 +49,8 @@ def cost_aware_pipeline(module: ir.Operation, *, conservative: bool = False,
         _adopt_body(operation, resolution.module)
         resolution.module = None
         verify_step(operation, "resolve")
-        export_pipeline(operation, keep_sharding_rules=keep_sharding_rules)
+        export_pipeline(operation, keep_sharding_rules=keep_sharding_rules,
+                        keep_constraints=keep_constraints)
         resolution.reshards = insert_operand_reshards(operation, resolution.changed)
         verify_step(operation, "insert_operand_reshards")
         strip_tags(operation)
@@ -57,7 +58,8 @@ def cost_aware_pipeline(module: ir.Operation, *, conservative: bool = False,
         if baseline is not None:
             # The safety net: XLA may partition the search's choices differently
             # from the cost model (``Lowered.compile`` compares both compiled).
-            export_pipeline(baseline, keep_sharding_rules=keep_sharding_rules)
+            export_pipeline(baseline, keep_sharding_rules=keep_sharding_rules,
+                            keep_constraints=keep_constraints)
             strip_tags(baseline)
             verify_step(baseline, "export of Shardy's choices")
             buffer = io.BytesIO()

@@ -85,18 +85,22 @@ def export_pipeline(
     *,
     keep_sharding_rules: bool = False,
     explicit_reshards: Callable[[ir.Operation], None] | None = None,
+    keep_constraints: bool = False,
 ) -> None:
     """Spec 7.7; ``explicit_reshards`` runs where Shardy inserts explicit reshards.
 
     The propagation pipeline passes none, like jaxlib's native pipeline for the
     programs we compared; ``shardc-export-pipeline`` passes
-    ``insert_explicit_reshards``.
+    ``insert_explicit_reshards``. ``keep_constraints`` leaves the (closed)
+    ``sdy.sharding_constraint`` ops where Shardy turns them into ``sdy.reshard``:
+    the same reshard for XLA, and a lowering that reads like jax.jit's, where
+    every ``with_sharding_constraint`` is a constraint.
     """
     run_steps(module, (
         export_steps.constant_or_scalar_merger,
         sink_data_flow_edges,
         export_steps.remove_sharding_groups,
-        export_steps.sharding_constraint_to_reshard,
+        *(() if keep_constraints else (export_steps.sharding_constraint_to_reshard,)),
         export_steps.update_non_divisible_io_shardings,
         remove_sub_axes_in_main_io_shardings,
         export_steps.close_shardings,
@@ -110,12 +114,14 @@ STRATEGIES = ("shardy", "cost-aware")
 
 
 def propagation_pipeline(module: ir.Operation, *, conservative: bool = False,
-                         keep_sharding_rules: bool = False, strategy: str = "shardy"):
-    """Import, user-priority propagation (rules kept), export.
+                         keep_sharding_rules: bool = False, strategy: str = "shardy",
+                         keep_constraints: bool = False):
+    """Import, user-priority propagation (rules kept), export (``keep_constraints``
+    as in ``export_pipeline``).
 
     ``strategy="cost-aware"`` resolves Shardy's conflicts by predicted
-    collective bytes instead (``shardc.compiler.cost_aware``, issue 12) and
-    returns the search's ``Resolution``; otherwise None.
+    collective bytes instead (``shardc.compiler.cost_aware``) and returns the
+    search's ``Resolution``; otherwise None.
     """
     # --- cost-aware strategy (issue 12) ---
     if strategy not in STRATEGIES:
@@ -124,7 +130,8 @@ def propagation_pipeline(module: ir.Operation, *, conservative: bool = False,
         from shardc.compiler.cost_aware import cost_aware_pipeline
 
         return cost_aware_pipeline(module, conservative=conservative,
-                                   keep_sharding_rules=keep_sharding_rules)
+                                   keep_sharding_rules=keep_sharding_rules,
+                                   keep_constraints=keep_constraints)
     # --- end cost-aware strategy ---
     operation = module.operation
     with operation.context:
@@ -132,5 +139,6 @@ def propagation_pipeline(module: ir.Operation, *, conservative: bool = False,
         propagate(operation, strategy="user-priority", conservative=conservative,
                   keep_sharding_rules=True)
         verify_step(operation, "propagate")
-        export_pipeline(operation, keep_sharding_rules=keep_sharding_rules)
+        export_pipeline(operation, keep_sharding_rules=keep_sharding_rules,
+                        keep_constraints=keep_constraints)
     return None

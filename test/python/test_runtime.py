@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jaxlib.mlir import ir
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -382,11 +383,15 @@ def test_propagated_scan_and_constraints_compile(mesh):
         return jax.lax.with_sharding_constraint(ys, NamedSharding(mesh, P(None, "x", "y"))), carry
 
     lowered = jit(f, mesh=mesh).lower(xs)
-    assert "sdy.reshard" in lowered.as_text() and "stablehlo.while" in lowered.as_text()
-    for_xla = str(module_for_xla(lowered.module))
-    assert "sdy.reshard" not in for_xla and 'sdy.sharding_constraint' in for_xla
-    assert "sdy.reshard" in lowered.as_text()  # the caller's module is untouched
+    # The lowering keeps the user's constraint, as jax.jit's does.
+    assert "sdy.sharding_constraint" in lowered.as_text() and "stablehlo.while" in lowered.as_text()
     check_like_jax(f, (xs,), None, None, mesh)
+    with lowered.module.context:
+        exported = ir.Module.parse(lowered.as_text().replace("sdy.sharding_constraint",
+                                                             "sdy.reshard"))
+    for_xla = str(module_for_xla(exported))
+    assert "sdy.reshard" not in for_xla and 'sdy.sharding_constraint' in for_xla
+    assert "sdy.reshard" in str(exported)  # the caller's module is untouched
 
 
 def test_case_whose_branches_return_different_shardings(mesh):
