@@ -22,6 +22,7 @@ from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionS
 from shardc.dialects import sdy
 from shardc.dialects.errors import (
     DeviceMismatchError,
+    IndivisibleDimensionError,
     InvalidArgumentError,
     MissingMeshError,
     PytreeMismatchError,
@@ -71,6 +72,26 @@ def path_prefix(path: str) -> Callable[[ShardcError], ShardcError]:
     return add
 
 
+class IndivisibleShardingError(IndivisibleDimensionError, jax_private.indivisible_error_class()):
+    """``IndivisibleDimensionError`` that is also jax's ``IndivisibleError``, as jax.jit
+    raises it for the same sharding."""
+
+
+def as_jax_error(error: ShardcError, spec: PartitionSpec, mesh: AnyMesh, shape: tuple,
+                 path: str) -> ShardcError:
+    """``error`` for a sharding at ``path`` (``args...`` / ``result...``), in words jax.jit
+    uses first (and of its class, where jax's is not a ``ValueError``), shardc's after."""
+    what = "pjit outputs" if path.startswith("result") else "pjit arguments"
+    theirs = jax_private.jax_sharding_error(spec, mesh, shape, what, path)
+    if theirs is None:
+        return path_prefix(path)(error)
+    cls = type(error)
+    if isinstance(theirs, jax_private.indivisible_error_class()) and cls is \
+            IndivisibleDimensionError:
+        cls = IndivisibleShardingError
+    return cls(f"{theirs} ({path}: {error})")
+
+
 # ----------------------------------------------------------------------------
 # Meshes and PartitionSpecs
 # ----------------------------------------------------------------------------
@@ -112,7 +133,7 @@ def to_named_sharding(
         try:
             sdy.validate_spec(entry, mesh, ndim)
         except ShardcError as error:
-            raise path_prefix(path)(error) from None
+            raise as_jax_error(error, entry, mesh, (1,) * ndim, path) from None
         return NamedSharding(mesh, entry)
     raise InvalidArgumentError(
         f"{path}: expected a NamedSharding, a PartitionSpec or None as a sharding, "
@@ -152,7 +173,8 @@ def check_sharding(sharding: NamedSharding, aval: jax.ShapeDtypeStruct, path: st
         sdy.validate_spec(sharding.spec, sharding.mesh, len(aval.shape))
         sdy.validate_divisible(sharding.spec, sharding.mesh, aval.shape)
     except ShardcError as error:
-        raise path_prefix(path)(error) from None
+        raise as_jax_error(error, sharding.spec, sharding.mesh, tuple(aval.shape),
+                           path) from None
 
 
 # ----------------------------------------------------------------------------

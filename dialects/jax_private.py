@@ -394,3 +394,27 @@ def test_event(name: str) -> None:
     from jax._src import util
 
     util.test_event(name)
+
+
+def jax_sharding_error(spec: Any, mesh: Any, shape: tuple, what: str, name: str
+                       ) -> Exception | None:
+    """The error jax.jit raises for ``spec`` on ``mesh`` given to a value of ``shape``
+    (``what``: "pjit arguments" or "pjit outputs", ``name`` its path), or None."""
+    from jax._src import core, pjit
+    from jax.sharding import NamedSharding
+
+    try:
+        sharding = NamedSharding(mesh, spec)
+        pjit.pjit_check_aval_sharding([sharding], [core.ShapedArray(tuple(shape), "float32")],
+                                      [name], what, allow_uneven_sharding=False)
+    except Exception as error:  # noqa: BLE001 - jax's own error, whatever its class
+        return error
+    return None
+
+
+@functools.cache
+def indivisible_error_class() -> type:
+    """jax's class for a sharding that does not divide a value's shape."""
+    from jax._src.sharding import IndivisibleError
+
+    return IndivisibleError
