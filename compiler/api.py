@@ -76,6 +76,8 @@ class _CachedLowering:
     # propagation="cost-aware" that changed Shardy's choices: those choices,
     # exported, which Lowered.compile() also compiles (the safety net).
     fallback: bytes | None = None
+    # jax's names of the argument leaves (the parameters', "x", "y['a']"), for errors.
+    arg_names: tuple[str, ...] | None = None
 
 
 class JitFunction:
@@ -292,6 +294,7 @@ class JitFunction:
         )
         lowered = self._make_lowered(cached, in_tree, arg_leaves, mesh, static)
         lowered.donated = self._donated(args, dynamic_kwargs)
+        lowered.arg_names = cached.arg_names
         lowered.reference = self._jax_jit  # the unsharded program, for Compiled.verify
         if self.strict:
             from shardc.compiler.checks.strict import check_strict
@@ -367,9 +370,11 @@ class JitFunction:
                 unpropagated = _bytecode(module)
                 fallback = _propagate(module, unpropagated, self.propagation)
             bytecode = _bytecode(module)
+        debug_info = traced.jaxpr.jaxpr.debug_info
         return _CachedLowering(
             context, bytecode, out_tree, results, symbols.attrs, host_callbacks, keepalive,
             unpropagated, fallback,
+            tuple(debug_info.safe_arg_names(len(arg_leaves))) if debug_info else None,
         )
 
     def _abstract_call_args(self, args, kwargs, avals) -> tuple[list, dict]:

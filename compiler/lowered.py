@@ -67,8 +67,10 @@ class Lowered:
         self._results = tuple(results)
         self._meshes = tuple(meshes)
 
-    # Per argument leaf, whether it is donated (set by the jit that made this).
+    # Per argument leaf, whether it is donated, and jax's name for it (set by the jit
+    # that made this).
     donated: tuple[bool, ...] = ()
+    arg_names: tuple[str, ...] | None = None
 
     def as_text(self, dialect: str | None = None, *, debug_info: bool = False) -> str:
         """The module as text: MLIR (``"stablehlo"``, the default) or XLA's HLO
@@ -180,6 +182,7 @@ class Lowered:
         compiled.reference = getattr(self, "reference", None)  # for Compiled.verify
         compiled.args_info = self.args_info
         compiled.donates = any(self.donated)
+        compiled.arg_names = self.arg_names
         return compiled
 
     def check(self, *, raise_on_error: bool = False, **options: Any) -> list:

@@ -14,7 +14,7 @@ Users may register handlers for their own types with
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -67,6 +67,34 @@ def _deleted(value: jax.Array, expected: ExpectedArgument) -> DeletedArrayError:
         f"Array has been deleted with shape={value.aval.str_short()}. {expected.path}: "
         "it was deleted, or donated to an earlier call (donate_argnums); pass a live array"
     )
+
+
+def check_types(values: Sequence[Any], expected: Sequence[ExpectedArgument],
+                names: Sequence[str] | None = None) -> None:
+    """Every argument's shape and dtype against the compiled ones, all at once, in jax's
+    words (``names``: jax's names of the arguments, e.g. the parameters')."""
+    errors = []
+    for k, (value, want) in enumerate(zip(values, expected)):
+        dtype = getattr(value, "dtype", None)
+        if not hasattr(value, "shape") or dtype is None:
+            continue  # Python scalars take the compiled dtype
+        if jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
+            continue  # typed PRNG keys run as their key data, checked when placed
+        if tuple(value.shape) != tuple(want.aval.shape) or dtype != want.aval.dtype:
+            name = names[k] if names is not None and k < len(names) else want.path
+            errors.append(f"Argument '{name}' compiled with "
+                          f"{_short(want.aval.shape, want.aval.dtype)} and called with "
+                          f"{_short(value.shape, dtype)} ({want.path})")
+    if errors:
+        which = f"The first 5 of {len(errors)}" if len(errors) >= 5 else "The"
+        raise InvalidArgumentError(
+            "Argument types differ from the types for which this computation was compiled. "
+            f"{which} mismatches are:\n" + "\n".join(errors[:5])
+            + "\n(lower the function again for these arguments)")
+
+
+def _short(shape, dtype) -> str:
+    return f"{np.dtype(dtype).name}[{','.join(map(str, shape))}]"
 
 
 def _check_type(value: Any, expected: ExpectedArgument) -> None:

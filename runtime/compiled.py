@@ -143,6 +143,7 @@ class Compiled:
     # (the ``Lowered``).
     args_info: Any = None
     donates: bool = False
+    arg_names: tuple[str, ...] | None = None  # jax's names of the arguments
 
     @property
     def in_tree(self) -> Any:
@@ -168,9 +169,10 @@ class Compiled:
         leaves, tree = jax.tree.flatten(self._dynamic(args, kwargs))
         if tree != self._in_tree:
             raise PytreeMismatchError(
-                f"the function was compiled for arguments {self._in_tree} but is called "
-                f"with {tree}"
+                "Function compiled with input pytree does not match the input pytree it was "
+                f"called with: compiled for {self._in_tree}, called with {tree}"
             )
+        arguments.check_types(leaves, self._expected, self.arg_names)
         placed = [
             arguments.place(value, expected, self.placement)
             for value, expected in zip(leaves, self._expected)

@@ -280,9 +280,12 @@ def test_argument_on_other_devices(compiled_add):
 
 
 def test_argument_of_wrong_shape_or_dtype(compiled_add):
-    with pytest.raises(InvalidArgumentError, match=r"args\[0\]: got float32\[9\].*float32\[8\]"):
+    # jax's words first (every mismatch, by parameter name), the pytree path after.
+    with pytest.raises(InvalidArgumentError, match=r"Argument types differ .*\nArgument 'a' "
+                                                   r"compiled with float32\[8\] and called "
+                                                   r"with float32\[9\] \(args\[0\]\)"):
         compiled_add(np.ones(9, np.float32), np.ones(8, np.float32))
-    with pytest.raises(InvalidArgumentError, match=r"args\[1\]: got int32\[8\]"):
+    with pytest.raises(InvalidArgumentError, match=r"called with int32\[8\] \(args\[1\]\)"):
         compiled_add(np.ones(8, np.float32), jnp.ones(8, jnp.int32))
 
 
