@@ -297,7 +297,7 @@ def test_abstract_or_unsupported_arguments(compiled_add):
 
 
 def test_wrong_pytree(compiled_add):
-    with pytest.raises(PytreeMismatchError, match="compiled for arguments"):
+    with pytest.raises(PytreeMismatchError, match="Function compiled with input pytree does not match"):
         compiled_add((np.ones(8, np.float32),), np.ones(8, np.float32))
     with pytest.raises(PytreeMismatchError):
         compiled_add(np.ones(8, np.float32))
