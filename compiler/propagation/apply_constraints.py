@@ -38,9 +38,9 @@ def _input_sharding(value: ir.Value):
         entries = {d[i].name: d[i].attr for i in range(len(d))}
         return True, entries.get(SHARDING)
     owner = owner.operation
-    if owner.name == EDGE_OP:
-        return "edge", owner.attributes[SHARDING] if SHARDING in owner.attributes else None
-    if owner.name.startswith("sdy."):
+    if owner.name == EDGE_OP:  # its sharding is its own `sharding` attribute
+        return "edge", owner.attributes["sharding"] if "sharding" in owner.attributes else None
+    if owner.name.startswith("sdy.") and owner.name != "sdy.constant":
         return False, None  # constraints, reshards, computations: shardings of their own
     if SHARDING in owner.attributes:
         return True, owner.attributes[SHARDING]

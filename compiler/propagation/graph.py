@@ -143,8 +143,13 @@ class PropagationGraph:
         ops = ops[1:]
         op_hashes = [hash(op) for op in ops]
         op_id = {h: i for i, h in enumerate(op_hashes)}
+        # Binding objects of distinct ops have been seen to hash alike after IR edits
+        # (a constraint moved out of a case branch): those are told apart by equality.
+        shared: dict[int, list[int]] = {}
         if len(op_id) != len(ops):
-            raise AssertionError("operation hashes are not unique")
+            for i, h in enumerate(op_hashes):
+                shared.setdefault(h, []).append(i)
+            shared = {h: found for h, found in shared.items() if len(found) > 1}
         value_id: dict[int, int] = {}
         shape_of: dict[int, tuple[int, ...] | None] = {}  # type hash -> static shape
         ranked: set[int] = set()  # type hashes of ranked tensor types
@@ -234,9 +239,16 @@ class PropagationGraph:
                 uses[value].append((i, k))
         for vid, value_uses in enumerate(uses):
             if len(value_uses) > 1:
-                uses[vid] = [(op_id[hash(u.owner.operation)], u.operand_number)
+                uses[vid] = [(self._op_index(op_id, shared, u.owner.operation), u.operand_number)
                              for u in values[vid].uses]
         self.uses = uses
+
+    def _op_index(self, op_id: dict[int, int], shared: dict[int, list[int]],
+                  op: ir.Operation) -> int:
+        key = hash(op)
+        if key in shared:
+            return next(i for i in shared[key] if self.ops[i] == op)
+        return op_id[key]
 
     # ------------------------------------------------------------------ queries
     def value_rank(self, value: int) -> int:

@@ -207,7 +207,45 @@ class OriginRecorder:
                 self.origins.setdefault(value, {}).setdefault(axis, origin)
 
     def _prepare(self, constraints: set[int] | None) -> None:
+        # Shardy's order matters (an axis keeps its first origin): constraints,
+        # then manual computations, then func inputs and outputs; a constraint's
+        # operand and a manual computation's operand that already carry a
+        # sharding are credited to that constraint or computation.
         graph, store = self.graph, self.store
+        storage = store.storage
+        source = 0
+        for op, name in enumerate(graph.op_name):
+            if name != _CONSTRAINT or graph.erased[op]:
+                continue
+            if constraints is not None and hash(graph.ops[op]) not in constraints:
+                continue
+            result = graph.op_results[op][0]
+            origin = (CONSTRAINT, 0, source)
+            self._save(store.get(result), origin, result)
+            operand = storage[graph.op_operands[op][0]]
+            self._save(store.get(operand), origin, operand)
+            self.constraint_names[op] = f"constraint_{source}"
+            source += 1
+        source = 0
+        for op, name in enumerate(graph.op_name):
+            if name != MANUAL_OP or op not in store.manual:
+                continue
+            _, ins, outs = store.manual[op]
+            if graph.op_blocks[op]:
+                for k, arg in enumerate(graph.op_blocks[op][0][0]):
+                    edge = store.edge_of_value(arg)
+                    if edge >= 0 and k < len(ins):
+                        origin = (MC_INPUT, k, source)
+                        self._save(ins[k], origin, graph.op_results[edge][0])
+                        if k < len(graph.op_operands[op]):
+                            operand = storage[graph.op_operands[op][k]]
+                            self._save(store.get(operand), origin, operand)
+            for k, result in enumerate(graph.op_results[op]):
+                edge = store.edge_of_value(result)
+                if edge >= 0 and k < len(outs):
+                    self._save(outs[k], (MC_OUTPUT, k, source), graph.op_results[edge][0])
+            self.manual_names[op] = f"mc_{source}"
+            source += 1
         for func in store.funcs:
             blocks = graph.op_blocks[func]
             if not blocks:
@@ -221,32 +259,6 @@ class OriginRecorder:
             for k, value in enumerate(graph.op_operands[ret]):
                 if k < len(slots):
                     self._save(store.value[slots[k]], (OUTPUT, k, 0), value)
-        source = 0
-        for op, name in enumerate(graph.op_name):
-            if name != _CONSTRAINT or graph.erased[op]:
-                continue
-            if constraints is not None and hash(graph.ops[op]) not in constraints:
-                continue
-            result = graph.op_results[op][0]
-            self._save(store.get(result), (CONSTRAINT, 0, source), result)
-            self.constraint_names[op] = f"constraint_{source}"
-            source += 1
-        source = 0
-        for op, name in enumerate(graph.op_name):
-            if name != MANUAL_OP or op not in store.manual:
-                continue
-            _, ins, outs = store.manual[op]
-            if graph.op_blocks[op]:
-                for k, arg in enumerate(graph.op_blocks[op][0][0]):
-                    edge = store.edge_of_value(arg)
-                    if edge >= 0 and k < len(ins):
-                        self._save(ins[k], (MC_INPUT, k, source), graph.op_results[edge][0])
-            for k, result in enumerate(graph.op_results[op]):
-                edge = store.edge_of_value(result)
-                if edge >= 0 and k < len(outs):
-                    self._save(outs[k], (MC_OUTPUT, k, source), graph.op_results[edge][0])
-            self.manual_names[op] = f"mc_{source}"
-            source += 1
 
     # ------------------------------------------------------------------ steps
     def step(self, values: tuple[int, ...] | list[int], edges: tuple) -> None:

@@ -82,3 +82,46 @@ func.func @constraint_on_while_result(%arg0: tensor<8x8xf32> {sdy.sharding = #sd
   %4 = stablehlo.add %1, %2 : tensor<8x8xf32>
   return %4, %3 : tensor<8x8xf32>, tensor<8x8xf32>
 }
+
+// -----
+
+// A manual computation's result already has a sharding (its out-sharding, on the
+// data-flow edge): the next manual computation's in-sharding is not applied to it,
+// so the first result is returned as the first computation made it.
+// CHECK-LABEL: func @chained_manual_computations(
+// CHECK-SAME:  -> (tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}, tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"y"}, {}]>})
+sdy.mesh @mesh = <["x"=4, "y"=2]>
+func.func @chained_manual_computations(%arg0: tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}) -> (tensor<8x4xf32>, tensor<8x4xf32>) {
+  %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{"x"}, {}]>] out_shardings=[<@mesh, [{"x"}, {}]>] manual_axes={"x", "y"} (%arg1: tensor<2x4xf32>) {
+    %2 = stablehlo.tanh %arg1 : tensor<2x4xf32>
+    sdy.return %2 : tensor<2x4xf32>
+  } : (tensor<8x4xf32>) -> tensor<8x4xf32>
+  %1 = sdy.manual_computation(%0) in_shardings=[<@mesh, [{"y"}, {}]>] out_shardings=[<@mesh, [{"y"}, {}]>] manual_axes={"x", "y"} (%arg1: tensor<4x4xf32>) {
+    sdy.return %arg1 : tensor<4x4xf32>
+  } : (tensor<8x4xf32>) -> tensor<8x4xf32>
+  return %0, %1 : tensor<8x4xf32>, tensor<8x4xf32>
+}
+
+// -----
+
+// A constant is an op like any other: a closed constraint on it gives it its
+// sharding (inside a while body too); the constraint ends as a reshard.
+// CHECK-LABEL: func @constraint_on_constant(
+// CHECK:       stablehlo.while
+// CHECK:       %[[C:.*]] = sdy.constant {sdy.sharding = #sdy.sharding_per_value<[<@mesh, []>]>} dense<1> : tensor<i32>
+// CHECK-NEXT:  sdy.reshard %[[C]] <@mesh, []>
+sdy.mesh @mesh = <["x"=4]>
+func.func @constraint_on_constant(%arg0: tensor<i32>) -> tensor<i32> {
+  %0 = stablehlo.while(%iterArg = %arg0) : tensor<i32>
+  cond {
+    %c = stablehlo.constant dense<3> : tensor<i32>
+    %1 = stablehlo.compare LT, %iterArg, %c, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %1 : tensor<i1>
+  } do {
+    %c = stablehlo.constant dense<1> : tensor<i32>
+    %1 = sdy.sharding_constraint %c <@mesh, []> : tensor<i32>
+    %2 = stablehlo.add %iterArg, %1 : tensor<i32>
+    stablehlo.return %2 : tensor<i32>
+  }
+  return %0 : tensor<i32>
+}
