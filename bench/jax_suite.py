@@ -16,7 +16,8 @@ outside pytest configuration applies) and run twice with pytest
    wrapped so the run records whether each test called them, and forward to the
    real functions;
 2. *shardc*: the same references forward, unchanged (every keyword, every call,
-   tracers included), to ``shardc.compiler.jit``. There is no fallback: where
+   tracers included), to ``shardc.compiler.jit`` (``pjit`` to
+   ``shardc.compiler.pjit``, pjit's semantics on shardc's jit). There is no fallback: where
    shardc lacks a keyword or a form, the test fails; that is the measurement.
 
 How "the test files' references" are replaced without touching jax's own use of
@@ -353,6 +354,7 @@ from functools import partial
 from jax._src.pjit import pjit
 import jax_suite_plugin as plugin
 from shardc.compiler.api import JitFunction
+from shardc.compiler.pjit_function import PjitFunction
 
 AT_IMPORT = [jax.jit]
 
@@ -371,7 +373,7 @@ def test_import_time_reference_is_the_adapter():
 def test_pjit_reaches_shardc():
     plugin._calls["pjit"] = 0
     f = partial(pjit, in_shardings=None, out_shardings=None)(lambda x: x + 1)
-    assert isinstance(f, JitFunction)
+    assert isinstance(f, PjitFunction)
     assert plugin._calls["pjit"] == 1
 
 def test_jnp_internals_do_not():

@@ -46,9 +46,8 @@ are untouched. (``bench/jax_suite.py --self-check`` verifies exactly this.)
 An adapter notes that the running test called it (the count is reset before each
 test's setup, so calls in ``setUp`` count) and forwards its positional and
 keyword arguments unchanged: in ``record`` mode to the real function, in
-``shardc`` mode to ``shardc.compiler.jit`` (``pjit(f, in_shardings,
-out_shardings)`` lands on shardc's positional ``in_shardings`` /
-``out_shardings``; a keyword or form shardc does not take fails the test).
+``shardc`` mode to ``shardc.compiler.jit`` and ``shardc.compiler.pjit`` (a
+keyword or form shardc does not take fails the test).
 """
 
 from __future__ import annotations
@@ -79,23 +78,24 @@ if MODE == "shardc":
     import shardc.dialects
     import shardc.runtime
     from shardc.compiler import jit as _shardc_jit
+    from shardc.compiler import pjit as _shardc_pjit
 
     # Where shardc's source lives: a failure's last frame there is recorded too.
     _SHARDC_DIRS = tuple(os.path.dirname(m.__file__) + os.sep
                          for m in (shardc.compiler, shardc.dialects, shardc.runtime))
 else:
-    _shardc_jit = None
+    _shardc_jit = _shardc_pjit = None
     _SHARDC_DIRS = ()
 
 # Calls of the adapters by the running test.
 _calls = {"jit": 0, "pjit": 0}
 
 
-def _make_adapter(name: str, real):
+def _make_adapter(name: str, real, shardc_version):
     def adapter(*args, **kwargs):
         _calls[name] += 1
-        if _shardc_jit is not None:
-            return _shardc_jit(*args, **kwargs)
+        if shardc_version is not None:
+            return shardc_version(*args, **kwargs)
         return real(*args, **kwargs)
 
     adapter.__name__ = adapter.__qualname__ = name
@@ -104,10 +104,10 @@ def _make_adapter(name: str, real):
     return adapter
 
 
-jit_adapter = _make_adapter("jit", jax._src.api.jit)
+jit_adapter = _make_adapter("jit", jax._src.api.jit, _shardc_jit)
 # jax.experimental.pjit.pjit is jax._src.pjit.pjit (with a deprecation warning on
 # attribute access); the same adapter stands for both.
-pjit_adapter = _make_adapter("pjit", jax._src.pjit.pjit)
+pjit_adapter = _make_adapter("pjit", jax._src.pjit.pjit, _shardc_pjit)
 
 # Real module name -> attributes replaced on its proxy.
 _OVERRIDES: dict[str, dict[str, object]] = {

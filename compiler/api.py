@@ -1,8 +1,9 @@
 """``shardc.compiler.jit``: trace a JAX function and lower it with shardc's shardings.
 
 The stages follow jax's own (``jit(f).lower(*args)`` -> ``Lowered``): jax traces
-the function *unsharded*, then shardc writes the Shardy mesh and sharding
-attributes itself (``shardc.compiler.lowering``). Lowerings are cached on what
+the function with the arguments' shardings in their types (as ``jax.jit`` does),
+then shardc writes the Shardy mesh and sharding attributes itself
+(``shardc.compiler.lowering``). Lowerings are cached on what
 they depend on: static arguments, the abstract signature and the *abstract*
 shardings (mesh shape, axis types, spec), never on devices, so the same
 program on another set of devices reuses the lowering. ``Lowered`` itself,
@@ -80,6 +81,10 @@ class _CachedLowering:
     arg_names: tuple[str, ...] | None = None
 
 
+# jax's C++ dispatch entries of every shardc jit with hashable options.
+_DISPATCH_CACHE = jax_private.dispatch_cache(8192)
+
+
 class JitFunction:
     """The object ``jit`` returns: call ``.lower(*args, **kwargs)``."""
 
@@ -119,10 +124,17 @@ class JitFunction:
             inline=options.inline,
         )
         # Repeated calls go through jax's own C++ dispatch, as jax.jit's do; it comes
-        # back to `_call` for every signature it has not seen.
+        # back to `_call` for every signature it has not seen. As with jax.jit, jits
+        # of one function with the same options share what it has seen.
+        key: Any = ("shardc", options, mesh, propagate, strict, propagation)
+        try:
+            hash(key)
+            cache = _DISPATCH_CACHE
+        except TypeError:  # e.g. shardings given in a list: this jit's alone
+            key, cache = ("shardc", id(self)), jax_private.dispatch_cache(256)
         self._dispatch = jax_private.cpp_dispatch(
             getattr(fun, "__name__", "fun"), fun, self._call, self.static_argnums,
-            self.static_argnames)
+            self.static_argnames, key, cache)
         self._cache: dict[Any, _CachedLowering] = {}
         self._compiled: dict[Any, Compiled] = {}
         self._by_call: dict[Any, Compiled] = {}
@@ -156,15 +168,19 @@ class JitFunction:
         dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
         mesh = signature.context_mesh(self.mesh)
         arg_leaves = signature.argument_signature(
-            dynamic_args, dynamic_kwargs, self.in_shardings, mesh)
+            dynamic_args, dynamic_kwargs, self.in_shardings, mesh,
+            devices=signature.device_mesh(self.mesh))
         jax_traced = self._trace(args, kwargs, arg_leaves)
         results = signature.result_signature(jax_traced.out_info, self.out_shardings, mesh)
         out_info = jax.tree.unflatten(
             jax.tree.structure(jax_traced.out_info),
             [jax.ShapeDtypeStruct(r.aval.shape, r.aval.dtype, weak_type=r.aval.weak_type,
                                   sharding=r.sharding) for r in results])
-        return Traced(jax_traced, lambda **options: self.lower(*args, **kwargs, **options),
-                      out_info)
+        def lower(*, lowering_platforms: Sequence[str] | None = None,
+                  propagate: bool | None = None) -> Lowered:
+            return self._lower(args, kwargs, propagate, lowering_platforms)[1]
+
+        return Traced(jax_traced, lower, out_info)
 
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
         """The results' types and given shardings, as ``jax.ShapeDtypeStruct``s."""
@@ -202,7 +218,8 @@ class JitFunction:
         return outputs, compiled.fast_path(outputs), False
 
     def _bind(self, args: tuple, kwargs: dict) -> Any:
-        """Under an enclosing trace: one ``shardc_jit`` equation (``shardc.compiler.binding``).
+        """Under an enclosing trace: one equation of shardc's jit primitive
+        (``shardc.compiler.binding``).
 
         Only the shardings given to ``jit`` go into the equation, as with
         ``jax.jit``: tracers carry no data whose sharding could be followed.
@@ -214,10 +231,11 @@ class JitFunction:
             dynamic_args, dynamic_kwargs, self.in_shardings, mesh, follow_data=False)
         with _tracing_mesh(self.mesh):
             traced = self._jax_jit.trace(*args, **kwargs)
-        results = signature.result_signature(traced.out_info, self.out_shardings, mesh)
+        results = signature.result_signature(traced.out_info, self.out_shardings, mesh,
+                                             follow_types=False)
         return binding.bind(SHARDC_JIT, traced, jax.tree.leaves((tuple(dynamic_args), dynamic_kwargs)),
                             [leaf.sharding for leaf in arg_leaves],
-                            [leaf.sharding for leaf in results])
+                            [leaf.sharding for leaf in results], self.options.keep_unused)
 
     def _call_key(self, args: tuple, kwargs: dict) -> tuple | None:
         """A cheap key for the fast call path: what lowering and compiling depend on.
@@ -269,31 +287,37 @@ class JitFunction:
         return None
 
     def _lower(
-        self, args: tuple, kwargs: dict, propagate: bool | None = None
+        self, args: tuple, kwargs: dict, propagate: bool | None = None,
+        platforms: Sequence[str] | None = None,
     ) -> tuple[tuple, Lowered]:
         propagate = self.propagate if propagate is None else propagate
         dynamic_args, static_args = self._split_static(args)
         dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
         static_kwargs = {k: v for k, v in kwargs.items() if k in self.static_argnames}
         mesh = signature.context_mesh(self.mesh)
+        devices = signature.device_mesh(self.mesh)
         arg_leaves = signature.argument_signature(
-            dynamic_args, dynamic_kwargs, self.in_shardings, mesh
+            dynamic_args, dynamic_kwargs, self.in_shardings, mesh, devices=devices
         )
         in_tree = jax.tree.structure((tuple(dynamic_args), dynamic_kwargs))
-        key = (propagate, self.propagation,
+        given_platforms = bool(platforms)
+        platforms = tuple(platforms) if platforms else (_platform(arg_leaves),)
+        key = (propagate, self.propagation, platforms, devices is not None,
                self._cache_key(static_args, static_kwargs, in_tree, arg_leaves, mesh))
         cached = self._cache.get(key)
         if cached is None:
             self._misses += 1
-            cached = self._lower_uncached(args, kwargs, arg_leaves, mesh, propagate)
+            cached = self._lower_uncached(args, kwargs, arg_leaves, mesh, propagate, platforms,
+                                          devices)
             self._cache[key] = cached
         else:
             self._hits += 1
         static = StaticArguments(
             self._static_positions(len(args)), static_args, tuple(sorted(static_kwargs.items()))
         )
-        lowered = self._make_lowered(cached, in_tree, arg_leaves, mesh, static)
+        lowered = self._make_lowered(cached, in_tree, arg_leaves, mesh, static, devices)
         lowered.donated = self._donated(args, dynamic_kwargs)
+        lowered.platforms = platforms if given_platforms else None
         lowered.arg_names = cached.arg_names
         lowered.reference = self._jax_jit  # the unsharded program, for Compiled.verify
         if self.strict:
@@ -344,26 +368,29 @@ class JitFunction:
     def _trace(self, args: tuple, kwargs: dict, arg_leaves: Sequence[LeafSignature]) -> Any:
         """jax's trace of the function for these arguments, each traced as jax.jit
         traces it (``_traced_aval``), under ``jit(mesh=)`` as the context mesh."""
-        lowering.check_device_counts([leaf.sharding.mesh for leaf in arg_leaves
-                                      if leaf.sharding is not None])
+        given = jax.tree.leaves(self.out_shardings, is_leaf=signature.is_sharding_leaf)
+        signature.check_program_meshes(
+            arg_leaves, [(f"out_shardings leaf {i}", s) for i, s in enumerate(given)])
         avals = iter(_traced_aval(leaf) for leaf in arg_leaves)
         trace_args = self._abstract_call_args(args, kwargs, avals)
         with _tracing_mesh(self.mesh):
             return self._jax_jit.trace(*trace_args[0], **trace_args[1])
 
-    def _lower_uncached(self, args, kwargs, arg_leaves, mesh, propagate) -> _CachedLowering:
+    def _lower_uncached(self, args, kwargs, arg_leaves, mesh, propagate,
+                        platforms, devices) -> _CachedLowering:
         traced = self._trace(args, kwargs, arg_leaves)
-        jax_lowered = jax_private.without_dead_code(traced).lower(
-            lowering_platforms=(_platform(arg_leaves),))
-        jax_module = jax_lowered.compiler_ir("stablehlo")
-        host_callbacks, keepalive = jax_private.host_callbacks_of(jax_lowered)
         out_tree = jax.tree.structure(traced.out_info)
         results = signature.result_signature(traced.out_info, self.out_shardings, mesh)
+        signature.check_body_devices(arg_leaves, results,
+                                     jax_private.shardings_in(traced.jaxpr))
+        jax_lowered = jax_private.without_dead_code(traced).lower(lowering_platforms=platforms)
+        jax_module = jax_lowered.compiler_ir("stablehlo")
+        host_callbacks, keepalive = jax_private.host_callbacks_of(jax_lowered)
 
         context = make_context()
         with context, ir.Location.unknown():
             module = _copy_module(jax_module)
-            symbols = lowering.annotate(module, arg_leaves, results)
+            symbols = lowering.annotate(module, arg_leaves, results, devices)
             verify_step(module.operation, "annotate")
             unpropagated = fallback = None
             if propagate and symbols.device_count() is not None:
@@ -378,7 +405,7 @@ class JitFunction:
         )
 
     def _abstract_call_args(self, args, kwargs, avals) -> tuple[list, dict]:
-        # Replace every dynamic leaf by its unsharded ShapeDtypeStruct, in the
+        # Replace every dynamic leaf by its traced ShapeDtypeStruct, in the
         # flattening order argument_signature used; static values stay as they are.
         static = set(self._static_positions(len(args)))
         dynamic = [a for i, a in enumerate(args) if i not in static]
@@ -404,7 +431,7 @@ class JitFunction:
                 jax.tree.leaves(dynamic_kwargs[name]))
         return tuple(flags)
 
-    def _make_lowered(self, cached, in_tree, arg_leaves, mesh, static) -> Lowered:
+    def _make_lowered(self, cached, in_tree, arg_leaves, mesh, static, devices) -> Lowered:
         with cached.context:
             module = ir.Module.parse(cached.bytecode)
         results = signature.result_signature(
@@ -413,7 +440,7 @@ class JitFunction:
             mesh,
         )
         signature.check_result_devices(arg_leaves, results)
-        meshes = _meshes_by_symbol(cached.mesh_symbols, [*arg_leaves, *results])
+        meshes = _meshes_by_symbol(cached.mesh_symbols, [*arg_leaves, *results], devices)
         return Lowered(
             module,
             in_tree,
@@ -431,19 +458,20 @@ class JitFunction:
 
 
 def _traced_aval(leaf: LeafSignature) -> jax.ShapeDtypeStruct:
-    """What an argument is traced as: its type with its sharding, as jax.jit traces a
-    placed array.
+    """What an argument is traced as: its type with the sharding its own type carries
+    (a placed array's, a ``ShapeDtypeStruct``'s), as jax.jit traces it; the
+    ``in_shardings`` given to ``jit`` never enter the traced types.
 
-    jax decides things at trace time from the mesh (constants it places, loop
-    carries it hoists), so a program traced unsharded can differ from the one
-    jax.jit lowers. jax only reads the mesh's shape and axis types from it
-    (its devices are decided when compiling), except that host callbacks need
-    concrete devices to lower at all.
+    jax decides things at trace time from those types (constants it places, loop
+    carries it hoists, Explicit axes), so a program traced otherwise can differ
+    from the one jax.jit lowers. jax only reads the mesh's shape and axis types
+    from it (its devices are decided when compiling), except that host callbacks
+    need concrete devices to lower at all.
     """
-    if leaf.sharding is None:
+    if leaf.type_sharding is None:
         return leaf.aval
     return jax.ShapeDtypeStruct(leaf.aval.shape, leaf.aval.dtype,
-                                weak_type=leaf.aval.weak_type, sharding=leaf.sharding)
+                                weak_type=leaf.aval.weak_type, sharding=leaf.type_sharding)
 
 
 def _platform(leaves: Sequence[LeafSignature]) -> str:
@@ -538,9 +566,11 @@ def _copy_module(jax_module: ir.Module) -> ir.Module:
 
 
 def _meshes_by_symbol(
-    mesh_symbols: dict[str, ir.Attribute], leaves: Sequence[LeafSignature]
+    mesh_symbols: dict[str, ir.Attribute], leaves: Sequence[LeafSignature],
+    devices: Mesh | None,
 ) -> list[AnyMesh]:
-    """One jax mesh per symbol: this call's concrete mesh where a leaf has one."""
+    """One jax mesh per symbol: this call's concrete mesh where a leaf (or the
+    context mesh, ``devices``) has one."""
     from shardc.dialects import sdy
 
     meshes = []
@@ -551,6 +581,8 @@ def _meshes_by_symbol(
             if leaf.sharding is not None
             and sdy.mesh_axes(leaf.sharding.mesh) == _attr_axes(attr)
         ]
+        if devices is not None and sdy.mesh_axes(devices) == _attr_axes(attr):
+            candidates.append(devices)
         concrete = [m for m in candidates if isinstance(m, Mesh)]
         if concrete or candidates:
             meshes.append((concrete or candidates)[0])
@@ -645,7 +677,7 @@ def jit(
 
 def _jit_of_flat(fun: Callable, in_shardings: tuple, out_shardings: tuple,
                  donate_argnums: tuple) -> JitFunction:
-    """What executes a ``shardc_jit`` equation: shardc's jit of the equation's jaxpr."""
+    """What executes an equation of shardc's jit primitive: shardc's jit of its jaxpr."""
     return jit(fun, in_shardings, out_shardings, donate_argnums=donate_argnums)
 
 

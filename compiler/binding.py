@@ -5,9 +5,10 @@ Called with tracers (under ``grad``, ``vmap``, ``jit``, ``eval_shape``,
 shardc-jitted function must behave as ``jax.jit`` does: bind one equation
 into the enclosing trace, which the transformation then rewrites, and whose
 shardings reach the enclosing lowering. shardc's equations use its own
-primitive, ``shardc_jit``: a copy of jax's jit primitive with every rule jax
-has for it (``jax_private.clone_jit_primitive``), so transformations produce
-exactly what they produce for ``jax.jit``, except that *executing* an equation
+primitive: a copy of jax's jit primitive, named ``jit`` as jax's is (a jaxpr
+prints as under ``jax.jit``), with every rule jax has for it
+(``jax_private.clone_jit_primitive``), so transformations produce exactly what
+they produce for ``jax.jit``, except that *executing* an equation
 (eagerly, e.g. the forward and backward passes of ``jax.grad`` called outside
 any jit) lowers, propagates and compiles it with shardc. Staged into an
 enclosing shardc ``jit``, the equation lowers like jax's nested jit (a call
@@ -33,7 +34,7 @@ MakeJit = Callable[[Callable, tuple, tuple, tuple], Callable]
 
 
 def jit_primitive(make_jit: MakeJit) -> Any:
-    """The ``shardc_jit`` primitive; executing an equation runs ``make_jit``'s jit."""
+    """shardc's jit primitive; executing an equation runs ``make_jit``'s jit."""
     # Per jaxpr (weakly: transformations make many), the jits built for it.
     jitted: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -48,7 +49,7 @@ def jit_primitive(make_jit: MakeJit) -> Any:
             per_jaxpr[key] = make_jit(jax_private.jaxpr_function(jaxpr), ins, outs, donated)
         return list(per_jaxpr[key](*args))
 
-    return jax_private.clone_jit_primitive("shardc_jit", execute)
+    return jax_private.clone_jit_primitive("jit", execute)
 
 
 def _given(sharding: Any) -> NamedSharding | None:
@@ -66,16 +67,18 @@ def under_a_trace() -> bool:
 
 def bind(primitive: Any, traced: Any, leaves: Sequence[Any],
          in_shardings: Sequence[NamedSharding | None],
-         out_shardings: Sequence[NamedSharding | None]) -> Any:
+         out_shardings: Sequence[NamedSharding | None], keep_unused: bool) -> Any:
     """Bind one equation for a ``jax.stages.Traced`` with shardc's resolved shardings.
 
     ``leaves`` are the dynamic argument leaves in the traced order;
     ``in_shardings`` / ``out_shardings`` hold one ``NamedSharding`` (given) or
-    ``None`` (left to propagation) per argument / result leaf.
+    ``None`` (left to propagation) per argument / result leaf; ``keep_unused``
+    is the user's (shardc traces with every argument kept).
     """
     params, consts = jax_private.jit_call_parts(traced)
     params["in_shardings"] = _merged(params["in_shardings"], in_shardings, len(consts))
     params["out_shardings"] = _merged(params["out_shardings"], out_shardings, 0)
+    params["keep_unused"] = keep_unused
     out = primitive.bind(*consts, *leaves, **params)
     return jax.tree.unflatten(traced.out_tree, out)
 

@@ -70,6 +70,11 @@ def parse(
         keep_unused=keep_unused, device=device, backend=backend, inline=inline,
         compiler_options=compiler_options,
     )  # fmt: skip
+    # jax's own "unspecified" marker means what None means to shardc.
+    unspecified = lambda x: None if jax_private.is_unspecified(x) else x  # noqa: E731
+    in_shardings, out_shardings = (
+        jax.tree.map(unspecified, shardings, is_leaf=_is_leaf)
+        for shardings in (in_shardings, out_shardings))
     single_device, in_shardings, out_shardings = _single_device(in_shardings, out_shardings)
     return JitOptions(
         in_shardings=in_shardings,
@@ -87,10 +92,14 @@ def parse(
     )
 
 
+def _is_leaf(node: Any) -> bool:
+    return node is None or isinstance(node, jax.sharding.Sharding)
+
+
 def _single_device(in_shardings: Any, out_shardings: Any) -> tuple[Any, Any, Any]:
     """The device of the ``SingleDeviceSharding`` leaves (None if none), and the
     shardings with those leaves replaced by None."""
-    is_leaf = lambda x: x is None or isinstance(x, jax.sharding.Sharding)  # noqa: E731
+    is_leaf = _is_leaf
     devices = {leaf._device for leaf in jax.tree.leaves((in_shardings, out_shardings),
                                                         is_leaf=is_leaf)
                if isinstance(leaf, SingleDeviceSharding)}

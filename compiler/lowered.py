@@ -19,7 +19,9 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.signature import LeafSignature
 from shardc.dialects import jax_private
+from shardc.dialects.errors import PlatformMismatchError
 from shardc.runtime.compiled import Compiled, StaticArguments, compile_program
+from shardc.runtime.stage import Stage
 
 AnyMesh = Mesh | AbstractMesh
 
@@ -32,7 +34,7 @@ def _dialect(dialect: str | None) -> str:
     raise ValueError(f"unknown dialect: {dialect}")
 
 
-class Lowered:
+class Lowered(Stage):
     """A function lowered to StableHLO with shardc's ``sdy`` shardings.
 
     ``module`` is this object's own ``ir.Module``: passes may change it in
@@ -71,6 +73,8 @@ class Lowered:
     # that made this).
     donated: tuple[bool, ...] = ()
     arg_names: tuple[str, ...] | None = None
+    # The platforms given as ``Traced.lower(lowering_platforms=...)``; None: the devices'.
+    platforms: tuple[str, ...] | None = None
 
     def as_text(self, dialect: str | None = None, *, debug_info: bool = False) -> str:
         """The module as text: MLIR (``"stablehlo"``, the default) or XLA's HLO
@@ -103,10 +107,20 @@ class Lowered:
 
     @property
     def args_info(self) -> Any:
-        """Per argument: its type and whether it is donated (``jax.stages.ArgInfo``)."""
+        """Per argument: its type as traced and whether it is donated
+        (``jax.stages.ArgInfo``)."""
         donated = self.donated or (False,) * len(self._args)
-        return jax_private.args_info(self._in_tree, [leaf.aval for leaf in self._args],
-                                     donated)
+        return jax_private.args_info(
+            self._in_tree,
+            [jax_private.typed_aval(leaf.aval, leaf.type_sharding) for leaf in self._args],
+            donated)
+
+    @property
+    def in_avals(self) -> Any:
+        """The arguments' types with the shardings they are lowered with, as
+        ``(args, kwargs)`` (``jax.core.ShapedArray``s, as jax's)."""
+        return jax.tree.unflatten(self._in_tree, [
+            jax_private.typed_aval(leaf.aval, leaf.sharding) for leaf in self._args])
 
     @property
     def out_info(self) -> Any:
@@ -124,11 +138,6 @@ class Lowered:
     def out_shardings(self) -> Any:
         """Per-result ``NamedSharding`` (``None`` if unspecified), in the output's pytree."""
         return jax.tree.unflatten(self._out_tree, [leaf.sharding for leaf in self._results])
-
-    @property
-    def in_avals(self) -> Any:
-        """The arguments as ``jax.ShapeDtypeStruct``s, as ``(args, kwargs)``."""
-        return jax.tree.unflatten(self._in_tree, [leaf.aval for leaf in self._args])
 
     @property
     def out_avals(self) -> Any:
@@ -156,6 +165,7 @@ class Lowered:
         collective bytes (the cost model and XLA can disagree); then
         ``Compiled.kept_shardy`` says so and ``as_text`` shows what runs.
         """
+        self._check_platforms(device_assignment)
         compiled = self._compile(self.module, device_assignment)
         if self._fallback is not None:
             with self.module.context:
@@ -164,6 +174,24 @@ class Lowered:
                 shardy.kept_shardy = True
                 compiled = shardy
         return compiled
+
+    def _check_platforms(self, device_assignment: Sequence | None) -> None:
+        """A lowering for given platforms compiles only for devices of one of them."""
+        if self.platforms is None:
+            return
+        devices = list(device_assignment or [])
+        devices += [d for m in self._meshes if isinstance(m, Mesh) for d in m.devices.flat]
+        if not devices:
+            raise PlatformMismatchError(
+                "device_assignment cannot be `None` during compilation. Please pass a tuple "
+                "of devices to `.compile(device_assignment=)`: the program was lowered for "
+                f"platforms {self.platforms} on abstract meshes, which name no devices")
+        platform = devices[0].platform
+        if platform not in self.platforms:
+            raise PlatformMismatchError(
+                f"the program was lowered for platforms {self.platforms}, not for the "
+                f"{platform} devices it is compiled for: lower it with "
+                f"lowering_platforms=('{platform}',) or compile for a device of those platforms")
 
     def _compile(self, module: ir.Module, device_assignment: Sequence | None) -> Compiled:
         compiled = compile_program(
@@ -181,6 +209,7 @@ class Lowered:
         )
         compiled.reference = getattr(self, "reference", None)  # for Compiled.verify
         compiled.args_info = self.args_info
+        compiled.in_avals = self.in_avals
         compiled.donates = any(self.donated)
         compiled.arg_names = self.arg_names
         return compiled

@@ -89,16 +89,6 @@ class MeshSymbols:
         return counts.pop() if counts else None
 
 
-def check_device_counts(meshes: Sequence) -> None:
-    """Refuse jax meshes of different device counts in one program, before tracing it
-    (jax would refuse them too, without naming the meshes)."""
-    counts = {math.prod(mesh.axis_sizes) for mesh in meshes if mesh.axis_names}
-    if len(counts) > 1:
-        raise MeshMismatchError(
-            "the shardings of this program use meshes of different device counts: "
-            + ", ".join(f"{dict(zip(m.axis_names, m.axis_sizes))}" for m in meshes))
-
-
 def _device_count(attr: ir.Attribute) -> int:
     return math.prod(sdy.MeshAxisAttr(a).size for a in sdy.MeshAttr(attr).axes)
 
@@ -116,11 +106,8 @@ def unify_body_meshes(module: ir.Module, symbols: MeshSymbols) -> None:
     of another shape is an error: one program, one device layout. Maximal
     meshes (host callbacks) are kept as they are.
     """
-    body_meshes = [
-        op for op in module.body.operations if op.operation.name == "sdy.mesh"
-    ]
     renames: list[tuple[str, str]] = []
-    for op in body_meshes:
+    for op in _body_meshes(module):
         name, attr = _symbol_name(op), op.operation.attributes["mesh"]
         if _is_maximal(attr):
             continue
@@ -142,6 +129,11 @@ def unify_body_meshes(module: ir.Module, symbols: MeshSymbols) -> None:
     insert_at = ir.InsertionPoint.at_block_begin(module.body)
     for name, attr in symbols.attrs.items():
         sdy.MeshOp(name, attr, ip=insert_at)
+
+
+def _body_meshes(module: ir.Module) -> list:
+    """The ``sdy.mesh`` ops jax's lowering wrote (constraints, shard_map, callbacks)."""
+    return [op for op in module.body.operations if op.operation.name == "sdy.mesh"]
 
 
 def _rename_symbols(module: ir.Module, renames: Sequence[tuple[str, str]]) -> None:
@@ -253,9 +245,14 @@ def _shards_match(arg: LeafSignature, out: LeafSignature) -> bool:
 
 
 def annotate(
-    module: ir.Module, args: Sequence[LeafSignature], results: Sequence[LeafSignature]
+    module: ir.Module, args: Sequence[LeafSignature], results: Sequence[LeafSignature],
+    context: object | None = None,
 ) -> MeshSymbols:
-    """Write meshes, shardings, partition counts and donation onto ``module``."""
+    """Write meshes, shardings, partition counts and donation onto ``module``.
+
+    ``context`` is the concrete context mesh (``jax.set_mesh``'s): a program whose
+    own shardings name no mesh runs on it, its unspecified values replicated, as
+    under jax.jit."""
     func = main_function(module)
     function_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
     if len(function_type.inputs) != len(args) or len(function_type.results) != len(results):
@@ -273,6 +270,9 @@ def annotate(
         sharding_attr_for(leaf, value_type, symbols)
         for leaf, value_type in zip(results, function_type.results)
     ]
+    if context is not None and symbols.device_count() is None and not any(
+            sdy.MeshAttr(op.operation.attributes["mesh"]).axes for op in _body_meshes(module)):
+        symbols.symbol_for(context)
     unify_body_meshes(module, symbols)
     set_function_attrs(func, sdy.SHARDING_ATTR, arg_attrs, "args")
     set_function_attrs(func, sdy.SHARDING_ATTR, res_attrs, "results")

@@ -21,9 +21,11 @@ from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionS
 
 from shardc.dialects import sdy
 from shardc.dialects.errors import (
+    ArgumentShardingError,
     DeviceMismatchError,
     IndivisibleDimensionError,
     InvalidArgumentError,
+    MeshMismatchError,
     MissingMeshError,
     PytreeMismatchError,
     ShardcError,
@@ -41,10 +43,15 @@ class LeafSignature:
     path: str
     aval: jax.ShapeDtypeStruct
     sharding: NamedSharding | None
+    # The sharding the argument's own type carries (a placed array's, a
+    # ShapeDtypeStruct's): what jax.jit traces the function with. in_shardings
+    # never enter the traced types.
+    type_sharding: NamedSharding | None = None
 
     def abstract_key(self) -> tuple:
         """The part of this leaf a lowering depends on: no devices, only shapes."""
-        return (self.aval.shape, self.aval.dtype, self.aval.weak_type, abstract_key(self.sharding))
+        return (self.aval.shape, self.aval.dtype, self.aval.weak_type, abstract_key(self.sharding),
+                abstract_key(self.type_sharding))
 
 
 def abstract_key(sharding: NamedSharding | None) -> tuple | None:
@@ -114,6 +121,18 @@ def context_mesh(explicit: AnyMesh | None) -> AnyMesh | None:
     return legacy_context_mesh()
 
 
+def device_mesh(explicit: AnyMesh | None) -> Mesh | None:
+    """The concrete context mesh whose devices a program runs on when its own
+    shardings name none, as jax.jit's context mesh: ``jit(..., mesh=...)`` when
+    concrete, else ``jax.set_mesh``'s (a legacy ``with mesh:`` block is not one)."""
+    if explicit is not None:
+        return explicit if isinstance(explicit, Mesh) and explicit.axis_names else None
+    if not jax_private.trace_state_clean():
+        return None
+    mesh = jax.sharding.get_mesh()
+    return mesh if mesh is not None and not mesh.empty else None
+
+
 def to_named_sharding(
     entry: Any, mesh: AnyMesh | None, path: str, ndim: int
 ) -> NamedSharding | None:
@@ -127,8 +146,10 @@ def to_named_sharding(
     if isinstance(entry, PartitionSpec):
         if mesh is None:
             raise MissingMeshError(
-                f"{path}: PartitionSpec {entry} needs a mesh: pass jit(..., mesh=...), "
-                "use a NamedSharding, or call inside `with jax.set_mesh(mesh):`"
+                "jit requires a non-empty mesh in context if you are passing "
+                f"`PartitionSpec`s: {path}: PartitionSpec {entry} needs a mesh: pass "
+                "jit(..., mesh=...), use a NamedSharding, or call inside "
+                "`with jax.set_mesh(mesh):`"
             )
         try:
             sdy.validate_spec(entry, mesh, ndim)
@@ -206,6 +227,15 @@ def sharding_of_value(value: Any) -> NamedSharding | None:
     return sharding if isinstance(sharding, NamedSharding) else None
 
 
+def type_sharding(value: Any) -> NamedSharding | None:
+    """The ``NamedSharding`` an argument's type carries, as jax abstracts it: any
+    array's (committed or not) and a ``ShapeDtypeStruct``'s."""
+    if jax_private.is_tracer(value):
+        return None
+    sharding = getattr(value, "sharding", None)
+    return sharding if isinstance(sharding, NamedSharding) else None
+
+
 def committed_devices(value: Any) -> tuple | None:
     """The device set a committed ``jax.Array`` lives on, else ``None``."""
     if jax_private.is_tracer(value):
@@ -229,12 +259,14 @@ def argument_signature(
     mesh: AnyMesh | None,
     *,
     follow_data: bool = True,
+    devices: Mesh | None = None,
 ) -> list[LeafSignature]:
     """Resolve every dynamic argument leaf to its aval and sharding.
 
     ``in_shardings`` applies to the positional arguments (as in ``jax.jit``);
     keyword arguments and leaves given ``None`` follow their data's sharding
-    (with ``follow_data``; else their sharding is ``None``).
+    (with ``follow_data``; else their sharding is ``None``). Committed
+    arguments must be on ``devices`` (``device_mesh``'s) when given.
     """
     paths, values = flatten_with_paths((tuple(args), kwargs), "")
     paths = [_argument_path(path) for path in paths]
@@ -250,9 +282,30 @@ def argument_signature(
             sharding = sharding_of_value(value)
         if sharding is not None:
             check_sharding(sharding, aval, path)
-        leaves.append(LeafSignature(path, aval, sharding))
-    check_committed_devices(paths, values, leaves)
+        leaves.append(LeafSignature(path, aval, sharding, type_sharding(value)))
+    check_committed_devices(paths, values, leaves, devices)
+    for path, value, leaf in zip(paths, values, leaves):
+        check_committed_sharding(path, value, leaf.sharding)
     return leaves
+
+
+def check_committed_sharding(path: str, value: Any, sharding: NamedSharding | None) -> None:
+    """A committed array must already have the sharding given for it (jax.jit's rule:
+    moving it would be communication the program does not show)."""
+    if sharding is None or committed_devices(value) is None:
+        return
+    if isinstance(sharding.mesh, Mesh) and value.sharding.is_equivalent_to(sharding, value.ndim):
+        return
+    if not isinstance(sharding.mesh, Mesh) and isinstance(value.sharding, NamedSharding) \
+            and value.sharding.mesh.shape_tuple == sharding.mesh.shape_tuple \
+            and value.sharding.is_equivalent_to(
+                NamedSharding(value.sharding.mesh, sharding.spec), value.ndim):
+        return
+    raise ArgumentShardingError(
+        "Sharding passed to jit does not match the sharding on the respective arg. "
+        f"Got jit sharding: {sharding},\narg sharding: {value.sharding} for arg type: "
+        f"{value.aval.str_short()} ({path}: device_put it with the given sharding, or "
+        "leave its in_shardings entry None to follow it)")
 
 
 def _argument_path(path: str) -> str:
@@ -263,10 +316,14 @@ def _argument_path(path: str) -> str:
 
 
 def check_committed_devices(
-    paths: Sequence[str], values: Sequence[Any], leaves: Sequence[LeafSignature]
+    paths: Sequence[str], values: Sequence[Any], leaves: Sequence[LeafSignature],
+    context: Mesh | None = None,
 ) -> None:
-    """All committed arguments and concrete meshes must use one device set."""
+    """All committed arguments and concrete meshes (the context mesh included) must use
+    one device set."""
     first: tuple[str, tuple] | None = None
+    if context is not None and context.axis_names:
+        first = ("jit's context mesh", tuple(sorted(context.devices.flat, key=lambda d: d.id)))
     for path, value, leaf in zip(paths, values, leaves):
         for what, devices in ((f"argument {path}", committed_devices(value)),
                               (f"the sharding of {path}", mesh_devices(leaf.sharding))):
@@ -289,6 +346,59 @@ def check_result_devices(args: Sequence[LeafSignature], results: Sequence[LeafSi
             first = (f"the sharding of {leaf.path}", devices)
         elif devices is not None and devices != first[1]:
             raise incompatible_devices(first, (f"the sharding of {leaf.path}", devices))
+
+
+def check_program_meshes(args: Sequence[LeafSignature], results: Sequence[tuple[str, Any]]
+                         ) -> None:
+    """One program, one device set, checked before tracing as jax.jit checks it.
+
+    ``args`` are the arguments' signatures, ``results`` ``(path, sharding)`` for
+    the result shardings given to ``jit``. Concrete meshes over other devices
+    get jax's "incompatible devices" error; an abstract mesh whose size is not
+    the concrete meshes' device count, jax's "AbstractMesh size" error; abstract
+    meshes of different sizes, shardc's (jax would fail later without naming them).
+    """
+    entries = [(f"the sharding of {leaf.path}", leaf.sharding.mesh) for leaf in args
+               if leaf.sharding is not None]
+    entries += [(f"the sharding of {path}", sharding.mesh) for path, sharding in results
+                if isinstance(sharding, NamedSharding)]
+    entries = [(what, mesh) for what, mesh in entries if mesh.axis_names]
+    concrete = [(what, tuple(sorted(mesh.devices.flat, key=lambda d: d.id)))
+                for what, mesh in entries if isinstance(mesh, Mesh)]
+    for other in concrete[1:]:
+        if other[1] != concrete[0][1]:
+            raise incompatible_devices(concrete[0], other)
+    sizes = [(what, int(np.prod(mesh.axis_sizes))) for what, mesh in entries]
+    if concrete:
+        for what, size in sizes:
+            if size != len(concrete[0][1]):
+                raise MeshMismatchError(
+                    f"AbstractMesh size: {size} does not match the device assignment size: "
+                    f"{len(concrete[0][1])} ({what} against {concrete[0][0]})")
+    elif len({size for _, size in sizes}) > 1:
+        raise MeshMismatchError(
+            "the shardings of this program use meshes of different device counts: "
+            + ", ".join(f"{what}: {size} devices" for what, size in sizes))
+
+
+def check_body_devices(args: Sequence[LeafSignature], results: Sequence[LeafSignature],
+                       body: Sequence[jax.sharding.Sharding]) -> None:
+    """A sharding named inside the function (a constraint, a ``shard_map``...) on a
+    concrete mesh must list the program's devices in the program's order, as jax.jit
+    requires: the order decides which device holds which shard."""
+    first = next(((f"the sharding of {leaf.path}", tuple(leaf.sharding.mesh.devices.flat))
+                  for leaf in (*args, *results) if leaf.sharding is not None
+                  and isinstance(leaf.sharding.mesh, Mesh) and leaf.sharding.mesh.axis_names),
+                 None)
+    for sharding in body:
+        if not (isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh)
+                and sharding.mesh.axis_names):
+            continue
+        inside = ("a sharding inside the function", tuple(sharding.mesh.devices.flat))
+        if first is None:
+            first = inside
+        elif inside[1] != first[1]:
+            raise incompatible_devices(first, inside)
 
 
 def incompatible_devices(first: tuple[str, tuple], second: tuple[str, tuple]
@@ -315,9 +425,10 @@ def _ids(devices: Sequence) -> list[int]:
 
 
 def result_signature(
-    out_info: Any, out_shardings: Any, mesh: AnyMesh | None
+    out_info: Any, out_shardings: Any, mesh: AnyMesh | None, *, follow_types: bool = True
 ) -> list[LeafSignature]:
-    """Resolve the results' shardings against the traced output avals."""
+    """Resolve the results' shardings against the traced output avals: the given ones,
+    else (with ``follow_types``) the ones their types carry on Explicit axes."""
     paths, avals = flatten_with_paths(out_info, "result")
     given = broadcast_shardings(out_shardings, out_info, "out_shardings")
     leaves = []
@@ -325,7 +436,9 @@ def result_signature(
         typed = typed_sharding(aval, mesh)
         aval = jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type,
                                     sharding=typed)
-        sharding = to_named_sharding(entry, mesh, path, len(aval.shape)) or typed
+        sharding = to_named_sharding(entry, mesh, path, len(aval.shape))
+        if sharding is None and follow_types:
+            sharding = typed
         if sharding is not None:
             check_sharding(sharding, aval, path)
         leaves.append(LeafSignature(path, aval, sharding))

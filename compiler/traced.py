@@ -38,6 +38,11 @@ class Traced:
         return self._out_info
 
     @property
+    def in_avals(self) -> Any:
+        """The arguments' abstract values as traced, as ``(args, kwargs)``."""
+        return self._jax_traced.in_avals
+
+    @property
     def in_tree(self) -> Any:
         """The pytree structure of ``(args, kwargs)``."""
         return self._jax_traced.in_tree
@@ -47,6 +52,8 @@ class Traced:
         """The pytree structure of the results."""
         return jax.tree.structure(self._out_info)
 
-    def lower(self, **options: Any) -> Any:
-        """Lower with shardc (a ``shardc.compiler.Lowered``); ``propagate=`` as in ``lower``."""
-        return self._lower(**options)
+    def lower(self, *, lowering_platforms: Any = None, propagate: bool | None = None) -> Any:
+        """Lower with shardc (a ``shardc.compiler.Lowered``), as ``jax.stages.Traced.lower``:
+        ``lowering_platforms`` (e.g. ``("tpu",)``) lowers for other platforms than the
+        arguments' devices'; ``propagate=`` as in ``jit(...).lower``."""
+        return self._lower(lowering_platforms=lowering_platforms, propagate=propagate)

@@ -41,8 +41,14 @@ class MeshMismatchError(ShardingError):
     """Two meshes in one program that cannot be used together."""
 
 
-class MissingMeshError(ShardingError):
-    """A ``PartitionSpec`` was given but no mesh is known to resolve it against."""
+class ArgumentShardingError(ShardingError):
+    """A committed argument whose sharding is not the one given for it: jax.jit does
+    not move committed data behind the user's back, and neither does shardc."""
+
+
+class MissingMeshError(ShardcError, RuntimeError):
+    """A ``PartitionSpec`` was given but no mesh is known to resolve it against (jax's
+    ``RuntimeError``)."""
 
 
 class DeviceMismatchError(ShardcError, ValueError):
@@ -60,6 +66,11 @@ class InvalidArgumentError(ShardcError, TypeError):
 class DeletedArrayError(ShardcError, RuntimeError):
     """An argument whose buffers were deleted (by ``delete()`` or by donation), as jax's
     ``RuntimeError`` says it."""
+
+
+class PlatformMismatchError(ShardcError, RuntimeError):
+    """A program lowered for other platforms (``lowering_platforms``) than the devices
+    it is compiled for, or for none at all, as jax's ``RuntimeError`` says it."""
 
 
 class InternalError(ShardcError, RuntimeError):

@@ -291,6 +291,27 @@ def without_dead_code(traced: Any) -> Any:
                          traced._consts)
 
 
+def shardings_in(closed_jaxpr: Any) -> list:
+    """Every ``jax.sharding.Sharding`` the equations of a jaxpr name in their parameters
+    (sharding constraints, device_put, shard_map, nested jit...), inner jaxprs included.
+
+    Walking a jaxpr's equations and their inner jaxprs has no public API.
+    """
+    import jax
+    from jax._src import core
+
+    found, stack = [], [closed_jaxpr.jaxpr]
+    while stack:
+        jaxpr = stack.pop()
+        for eqn in jaxpr.eqns:
+            for value in eqn.params.values():
+                for item in value if isinstance(value, tuple) else (value,):
+                    if isinstance(item, jax.sharding.Sharding):
+                        found.append(item)
+            stack.extend(core.jaxprs_in_params(eqn.params))
+    return found
+
+
 def parse_jit_arguments(fun: Any, **arguments: Any) -> dict[str, Any]:
     """jax.jit's own validation of its arguments (jax's errors), and the completed
     static / donated argument numbers and names (inferred from the signature)."""
@@ -334,13 +355,21 @@ def hlo_cost_analysis(computation: Any) -> Any:
     return _jax.hlo_module_cost_analysis(backend.get_backend(), computation.as_hlo_module())
 
 
-def args_info(in_tree: Any, avals: list, donated: tuple[bool, ...]) -> Any:
-    """``jax.stages.ArgInfo`` per argument leaf, in ``in_tree``'s structure."""
-    from jax._src import core, stages
+def typed_aval(aval: Any, sharding: Any) -> Any:
+    """``aval`` (a ``ShapeDtypeStruct``) as a ``ShapedArray`` whose type carries
+    ``sharding`` as jax's types do (``None``: no sharding)."""
+    from jax._src import core
 
-    return in_tree.unflatten([
-        stages.ArgInfo(core.ShapedArray(aval.shape, aval.dtype, weak_type=aval.weak_type), d)
-        for aval, d in zip(avals, donated)])
+    return core.update_aval_with_sharding(
+        core.ShapedArray(aval.shape, aval.dtype, weak_type=aval.weak_type), sharding)
+
+
+def args_info(in_tree: Any, avals: list, donated: tuple[bool, ...]) -> Any:
+    """``jax.stages.ArgInfo`` per argument leaf (``avals``: ``ShapedArray``s), in
+    ``in_tree``'s structure."""
+    from jax._src import stages
+
+    return in_tree.unflatten([stages.ArgInfo(aval, d) for aval, d in zip(avals, donated)])
 
 
 # ----------------------------------------------------------------------------
@@ -348,23 +377,29 @@ def args_info(in_tree: Any, avals: list, donated: tuple[bool, ...]) -> Any:
 # ----------------------------------------------------------------------------
 
 
+def dispatch_cache(capacity: int = 4096) -> Any:
+    """A cache of jax's C++ jit dispatch: fast paths per function, key and signature."""
+    from jax._src.lib import _jax
+
+    return _jax.PjitFunctionCache(capacity=capacity)
+
+
 def cpp_dispatch(name: str, fun: Any, call: Any, static_argnums: tuple,
-                 static_argnames: tuple) -> Any:
+                 static_argnames: tuple, key: Any, cache: Any) -> Any:
     """jax's C++ jit dispatch over shardc's executables.
 
     ``call(*args, **kwargs)`` runs a call the dispatch has no entry for and
     returns ``(outputs, fast_path or None, False)``; with a fast path, later
     calls of the same signature (shapes, dtypes, shardings, committedness,
-    static values) execute in C++ without Python. Its cache belongs to this
-    function alone.
+    static values) execute in C++ without Python. Entries live in ``cache``
+    under ``(fun, key)``: dispatches of the same function and key share them.
     """
     from jax._src import tree_util
     from jax._src.interpreters import pxla
     from jax._src.lib import _jax
 
     return _jax.pjit(name, fun, call, list(static_argnums), list(static_argnames),
-                     pxla.JitGlobalCppCacheKeys(), tree_util.dispatch_registry,
-                     pxla.cc_shard_arg, _jax.PjitFunctionCache(capacity=256))
+                     key, tree_util.dispatch_registry, pxla.cc_shard_arg, cache)
 
 
 def fast_path(executable: Any, outputs: Any, in_shardings: list, out_shardings: list) -> Any:

@@ -20,7 +20,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from shardc.dialects.errors import DeletedArrayError, DeviceMismatchError, InvalidArgumentError
+from shardc.dialects.errors import (
+    ArgumentShardingError,
+    DeletedArrayError,
+    DeviceMismatchError,
+    InvalidArgumentError,
+)
 
 
 @dataclasses.dataclass
@@ -80,7 +85,9 @@ def check_types(values: Sequence[Any], expected: Sequence[ExpectedArgument],
             continue  # Python scalars take the compiled dtype
         if jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
             continue  # typed PRNG keys run as their key data, checked when placed
-        if tuple(value.shape) != tuple(want.aval.shape) or dtype != want.aval.dtype:
+        # Host data of a 64-bit type runs as its canonical type (x64 off), as in jax.
+        if tuple(value.shape) != tuple(want.aval.shape) or (
+                jax.dtypes.canonicalize_dtype(dtype) != want.aval.dtype):
             name = names[k] if names is not None and k < len(names) else want.path
             errors.append(f"Argument '{name}' compiled with "
                           f"{_short(want.aval.shape, want.aval.dtype)} and called with "
@@ -93,6 +100,33 @@ def check_types(values: Sequence[Any], expected: Sequence[ExpectedArgument],
             + "\n(lower the function again for these arguments)")
 
 
+def check_shardings(values: Sequence[Any], expected: Sequence[ExpectedArgument],
+                    names: Sequence[str] | None = None) -> None:
+    """Committed arrays must come with the compiled shardings, all checked at once, in
+    jax's words: placing them elsewhere would be communication nobody asked for.
+    Host data and uncommitted arrays are placed."""
+    errors = []
+    for k, (value, want) in enumerate(zip(values, expected)):
+        if not isinstance(value, jax.Array) or not getattr(value, "committed", False):
+            continue
+        sharding = value.sharding
+        if sharding is want.sharding or jax.dtypes.issubdtype(value.dtype, jax.dtypes.extended):
+            continue
+        if frozenset(sharding.device_set) != want.device_set:
+            continue  # placing says which devices (DeviceMismatchError)
+        if not sharding.is_equivalent_to(want.sharding, value.ndim):
+            name = names[k] if names is not None and k < len(names) else want.path
+            errors.append(f"Argument {name} with shape {value.aval.str_short()}:\n"
+                          f"  Passed sharding: {sharding}\n"
+                          f"  Required sharding: {want.sharding} ({want.path})")
+    if errors:
+        count = (f"the {len(errors)} mismatches" if len(errors) < 5
+                 else f"5 mismatches out of {len(errors)}")
+        raise ArgumentShardingError(
+            "Computation was compiled for input shardings that disagree with the shardings "
+            f"of arguments passed to it. Here are {count}:\n" + "\n".join(errors[:5]))
+
+
 def _short(shape, dtype) -> str:
     return f"{np.dtype(dtype).name}[{','.join(map(str, shape))}]"
 
@@ -100,7 +134,7 @@ def _short(shape, dtype) -> str:
 def _check_type(value: Any, expected: ExpectedArgument) -> None:
     shape, dtype = np.shape(value), getattr(value, "dtype", None)
     if tuple(shape) != tuple(expected.aval.shape) or (
-        dtype is not None and dtype != expected.aval.dtype
+        dtype is not None and jax.dtypes.canonicalize_dtype(dtype) != expected.aval.dtype
     ):
         raise InvalidArgumentError(
             f"{expected.path}: got {_describe(shape, dtype)} but the function was compiled "

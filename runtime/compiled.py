@@ -28,6 +28,7 @@ from shardc.dialects.errors import (
     ShardcError,
 )
 from shardc.runtime import arguments, collectives, results
+from shardc.runtime.stage import Stage
 from shardc.runtime.xla_form import module_for_xla
 
 
@@ -84,7 +85,7 @@ def device_assignment(meshes: Sequence[Mesh | AbstractMesh], devices: Sequence |
     return tuple(available[:size])
 
 
-class Compiled:
+class Compiled(Stage):
     """A compiled program: call it like the lowered function."""
 
     def __init__(
@@ -119,7 +120,7 @@ class Compiled:
             for info, sharding in zip(inputs, input_shardings)
         ]
         self._handlers = [
-            results.result_handler(_shaped_array(info.aval), sharding)
+            results.result_handler(jax_private.typed_aval(info.aval, sharding), sharding)
             for info, sharding in zip(outputs, output_shardings)
         ]
         # A program without any sharding (one device) returns uncommitted arrays
@@ -130,7 +131,8 @@ class Compiled:
                                                              *output_shardings)) \
                 and all(info.sharding is None for info in (*inputs, *outputs)):
             self._uncommitted_handlers = [
-                results.result_handler(_shaped_array(info.aval), sharding, committed=False)
+                results.result_handler(jax_private.typed_aval(info.aval, sharding), sharding,
+                                       committed=False)
                 for info, sharding in zip(outputs, output_shardings)
             ]
         self.placement = arguments.PlacementCounts()
@@ -138,17 +140,21 @@ class Compiled:
         # of its own, because XLA partitioned those with fewer collective bytes.
         self.kept_shardy = False
 
-    # Per argument: its type and whether it is donated (``jax.stages.ArgInfo``), in
-    # ``in_tree``'s structure, and whether any is; set by whoever compiled this
-    # (the ``Lowered``).
-    args_info: Any = None
+    # Whether any argument is donated (``args_info`` says which) and the arguments'
+    # types with their shardings (as jax's); set, with ``args_info``, by whoever
+    # compiled this (the ``Lowered``).
     donates: bool = False
+    in_avals: Any = None
     arg_names: tuple[str, ...] | None = None  # jax's names of the arguments
 
     @property
     def in_tree(self) -> Any:
         """The pytree structure of ``(args, kwargs)`` (dynamic arguments)."""
         return self._in_tree
+
+    def runtime_executable(self) -> Any:
+        """XLA's loaded executable that runs this program (for debugging, as jax's)."""
+        return self._executable
 
     @property
     def out_info(self) -> Any:
@@ -173,6 +179,7 @@ class Compiled:
                 f"called with: compiled for {self._in_tree}, called with {tree}"
             )
         arguments.check_types(leaves, self._expected, self.arg_names)
+        arguments.check_shardings(leaves, self._expected, self.arg_names)
         placed = [
             arguments.place(value, expected, self.placement)
             for value, expected in zip(leaves, self._expected)
@@ -354,10 +361,17 @@ def _decided_sharding(
 ) -> jax.sharding.Sharding:
     """The sharding XLA settled on for one value, on the user's mesh where possible;
     ``like``'s own, where it is the same."""
+    ndim = len(_physical(info.aval).shape)
     if mesh is None or op_sharding is None:
+        # One device: jax.jit keeps the first argument's NamedSharding type on that
+        # device (the object itself for a result of its rank, where tilings agree).
+        if like is not None and isinstance(like.sharding.mesh, Mesh) \
+                and tuple(like.sharding.mesh.devices.flat) == devices[:1]:
+            if len(_physical(like.aval).shape) == ndim:
+                return like.sharding
+            return NamedSharding(like.sharding.mesh, jax.sharding.PartitionSpec())
         return SingleDeviceSharding(devices[0])
     requested = info.sharding
-    ndim = len(_physical(info.aval).shape)
     if requested is not None and not _is_open(requested):
         if not isinstance(requested.mesh, Mesh):
             # Only rebuild abstract ones: keeping the caller's object keeps the
@@ -374,10 +388,6 @@ def _decided_sharding(
             and jax_private.hlo_sharding_equivalent(like.sharding, op_sharding, devices, ndim):
         return like.sharding
     return jax_private.sharding_from_op_sharding(op_sharding, mesh, devices, ndim)
-
-
-def _shaped_array(aval: jax.ShapeDtypeStruct) -> Any:
-    return jax.core.ShapedArray(aval.shape, aval.dtype, weak_type=aval.weak_type)
 
 
 def _physical(aval: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:

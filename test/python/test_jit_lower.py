@@ -22,6 +22,7 @@ from shardc.dialects.errors import (
     InvalidArgumentError,
     MeshMismatchError,
     MissingMeshError,
+    PlatformMismatchError,
     PytreeMismatchError,
     RankMismatchError,
     ShardcError,
@@ -112,8 +113,12 @@ def test_partition_specs_resolve_against_jit_mesh_and_context_mesh():
 
 def test_partition_spec_without_any_mesh_is_a_clear_error():
     x = jax.ShapeDtypeStruct((8, 2), jnp.float32)
-    with pytest.raises(MissingMeshError, match=r"args\[0\].*needs a mesh"):
+    with pytest.raises(RuntimeError, match="requires a non-empty mesh") as theirs:
+        jax.jit(lambda a: a, in_shardings=P("x")).lower(x)
+    with pytest.raises(MissingMeshError, match=r"jit requires a non-empty mesh in context.*"
+                                               r"args\[0\].*needs a mesh"):
         jit(lambda a: a, P("x")).lower(x)
+    assert issubclass(MissingMeshError, type(theirs.value))
 
 
 def test_pytree_prefix_shardings_and_paths():
@@ -223,6 +228,24 @@ def test_device_mismatch_among_committed_arguments():
     single = jax.device_put(jnp.ones(8), devices[5])
     with pytest.raises(DeviceMismatchError):
         jit(lambda a, b: a + b).lower(a, single)
+
+
+def test_committed_argument_off_the_context_mesh_is_jax_error():
+    devices = jax.devices()
+    small = Mesh(np.array(devices[:4]).reshape(2, 2), ("x", "y"))
+    a = jax.device_put(jnp.ones((8, 2)), NamedSharding(small, P("x", "y")))
+    f = lambda x: x  # noqa: E731
+    with jax.set_mesh(mesh_4x2()):
+        with pytest.raises(ValueError, match="Received incompatible devices") as theirs:
+            jax.jit(f)(a)
+        with pytest.raises(DeviceMismatchError, match=r"Got jit's context mesh with device ids "
+                                                      r"\[0, 1, 2, 3, 4, 5, 6, 7\].*argument "
+                                                      r"args\[0\] with device ids \[0, 1, 2, 3\]"):
+            jit(f)(a)
+    with pytest.raises(DeviceMismatchError, match="context mesh"):
+        jit(f, mesh=mesh_4x2())(a)
+    assert issubclass(DeviceMismatchError, type(theirs.value))
+    assert jit(f)(a).sharding == a.sharding  # no context mesh: computation follows data
 
 
 def test_meshes_of_different_device_counts_are_an_error():
@@ -419,7 +442,8 @@ def test_a_function_parameter_named_propagate_is_the_functions():
         return a * propagate
 
     lowered = shardc_jit(f, mesh=mesh_8()).lower(jnp.ones(8), propagate=2.0)
-    assert lowered.in_avals[1] == {"propagate": jax.ShapeDtypeStruct((), jnp.float32, weak_type=True)}
+    assert lowered.in_avals[1] == {"propagate": jax.core.ShapedArray((), jnp.float32,
+                                                                      weak_type=True)}
 
 
 def test_mesh_argument_is_the_context_mesh_while_tracing():
@@ -453,3 +477,53 @@ def test_out_sharding_on_other_devices_is_jax_incompatible_devices_error():
                                                   r"with device ids \[0, 1, 2, 3\]"):
         jit(f, NamedSharding(low, P("x")), NamedSharding(high, P("x"))).lower(jnp.ones(8))
     assert issubclass(DeviceMismatchError, type(theirs.value))
+
+
+def test_out_sharding_of_a_different_device_count_is_incompatible_before_tracing():
+    m8, m4 = mesh_8(), jax.make_mesh((2, 2), ("x", "y"), axis_types=(AUTO, AUTO),
+                                      devices=jax.devices()[:4])
+    traced = []
+    f = lambda a: traced.append(a) or a  # noqa: E731
+    with pytest.raises(DeviceMismatchError, match="Received incompatible devices.*args\\[0\\]"
+                                                  ".*out_shardings leaf 0"):
+        jit(f, NamedSharding(m8, P("d")), NamedSharding(m4, P("x"))).lower(jnp.ones(8))
+    assert not traced
+
+
+def test_abstract_mesh_of_another_size_than_the_devices_is_jax_error():
+    concrete = jax.ShapeDtypeStruct((8,), jnp.float32,
+                                    sharding=NamedSharding(mesh_8(), P("d")))
+    small = AbstractMesh((2,), ("d",), axis_types=(AUTO,))
+    abstract = jax.ShapeDtypeStruct((8,), jnp.float32, sharding=NamedSharding(small, P("d")))
+    g = lambda a, b: (a, b)  # noqa: E731
+    with pytest.raises(ValueError, match="AbstractMesh size: 2 does not match the device "
+                                         "assignment size: 8") as theirs:
+        jax.jit(g).lower(abstract, concrete)
+    with pytest.raises(MeshMismatchError, match=r"AbstractMesh size: 2 does not match the "
+                                                r"device assignment size: 8 \(the sharding of "
+                                                r"args\[0\] against the sharding of args\[1\]\)"):
+        jit(g).lower(abstract, concrete)
+    assert issubclass(MeshMismatchError, type(theirs.value))
+
+
+def test_lowering_for_another_platform_on_an_abstract_mesh():
+    abstract = AbstractMesh((2,), ("x",), axis_types=(AUTO,))
+    x = jax.ShapeDtypeStruct((8, 2), jnp.float32, sharding=NamedSharding(abstract, P("x")))
+    f = lambda x: x * 2  # noqa: E731
+    theirs = jax.jit(f).trace(x).lower(lowering_platforms=("tpu",))
+    lowered = jit(f).trace(x).lower(lowering_platforms=("tpu",))
+    assert "num_partitions = 2" in theirs.as_text() and "num_partitions = 2" in lowered.as_text()
+    with pytest.raises(RuntimeError, match="device_assignment cannot be `None`") as error:
+        theirs.compile()
+    with pytest.raises(PlatformMismatchError, match="device_assignment cannot be `None` during "
+                                                    r"compilation.*\('tpu',\)"):
+        lowered.compile()
+    assert issubclass(PlatformMismatchError, type(error.value))
+    with pytest.raises(PlatformMismatchError, match="lowered for platforms \\('tpu',\\), not "
+                                                    "for the cpu devices"):
+        lowered.compile(jax.devices()[:2])
+    # Lowered for this machine's platform, the same trace compiles and runs.
+    cpu = jit(f).trace(x).lower(lowering_platforms=("cpu",)).compile(jax.devices()[:2])
+    out = cpu(jax.device_put(jnp.ones((8, 2)), NamedSharding(
+        Mesh(np.array(jax.devices()[:2]), ("x",)), P("x"))))
+    np.testing.assert_array_equal(np.asarray(out), 2 * np.ones((8, 2)))

@@ -9,6 +9,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from shardc.compiler import jit
+from shardc.compiler.api import SHARDC_JIT
 
 
 def test_decorator_factory():
@@ -95,9 +96,11 @@ def test_compiler_options_reach_xla():
 def test_inline_under_an_enclosing_trace():
     inner = jit(lambda a: jnp.sin(a), inline=True)
     jaxpr = jax.make_jaxpr(lambda a: inner(a) * 2)(jnp.ones(3))
-    assert "shardc_jit" not in str(jaxpr) and "sin" in str(jaxpr)
+    assert [e.primitive.name for e in jaxpr.eqns] == ["sin", "mul"]
     not_inlined = jax.make_jaxpr(lambda a: jit(jnp.sin)(a) * 2)(jnp.ones(3))
-    assert "shardc_jit" in str(not_inlined)
+    assert [e.primitive for e in not_inlined.eqns][0] is SHARDC_JIT
+    # Printed as jax.jit's equation is.
+    assert str(not_inlined) == str(jax.make_jaxpr(lambda a: jax.jit(jnp.sin)(a) * 2)(jnp.ones(3)))
 
 
 def test_stages_api_is_shaped_like_jax():
@@ -123,6 +126,11 @@ def test_stages_api_is_shaped_like_jax():
         lowered.as_text("llvm")
     compiled = traced.lower().compile()
     assert compiled.args_info == reference.compile().args_info
+    assert traced.in_avals == theirs.trace(x, y).in_avals
+    for stage, jax_stage in ((lowered, reference), (compiled, reference.compile())):
+        assert stage.in_avals == jax_stage.in_avals
+        assert stage.donate_argnums == jax_stage.donate_argnums == (1,)
+    assert type(compiled.runtime_executable()) is type(reference.compile().runtime_executable())
     assert compiled.in_tree == lowered.in_tree and compiled.out_tree == lowered.out_tree
 
 
@@ -140,6 +148,20 @@ def test_single_device_sharding_leaves():
         jit(f, (s, SingleDeviceSharding(jax.devices()[1])))
 
 
+def test_one_device_mesh_results_keep_the_arguments_named_sharding():
+    from jax.sharding import Mesh, NamedSharding
+
+    mesh = Mesh(np.array(jax.devices()[2:3]), ("x",))
+    s = NamedSharding(mesh, P("x"))
+    x = jax.device_put(np.arange(8), s)
+    for f in (lambda a: a, lambda a: (a * 2, a.sum())):
+        ours, theirs = jit(f)(x), jax.jit(f)(x)
+        for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+            assert a.sharding == b.sharding
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert jit(lambda a: a)(x).sharding == s
+
+
 def test_deleted_argument_and_compiled_out_info_as_jax():
     from jax.sharding import AxisType, NamedSharding
 
@@ -152,3 +174,18 @@ def test_deleted_argument_and_compiled_out_info_as_jax():
     gone.delete()
     with pytest.raises(RuntimeError, match="Array has been deleted"):
         jit(lambda x: x + 1)(gone)
+
+
+def test_jax_unspecified_marker_is_an_unspecified_sharding():
+    from jax._src.sharding_impls import UNSPECIFIED  # jax's own tests pass it to jit
+    from jax.sharding import NamedSharding
+
+    mesh = jax.make_mesh((2, 2), ("x", "y"), devices=jax.devices()[:4])
+    s = NamedSharding(mesh, P("x", "y"))
+    x = jax.device_put(np.arange(16).reshape(8, 2), s)
+    f = lambda a, b: (a * 2, b.T)  # noqa: E731
+    ours = jit(f, in_shardings=(s, UNSPECIFIED), out_shardings=(UNSPECIFIED, s))(x, x)
+    theirs = jax.jit(f, in_shardings=(s, UNSPECIFIED), out_shardings=(UNSPECIFIED, s))(x, x)
+    for a, b in zip(ours, theirs):
+        assert a.sharding == b.sharding
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -15,6 +15,7 @@ from jax.sharding import PartitionSpec as P
 from shardc.compiler import jit
 from shardc.dialects import jax_private
 from shardc.dialects.errors import (
+    ArgumentShardingError,
     DeviceMismatchError,
     InvalidArgumentError,
     PytreeMismatchError,
@@ -189,16 +190,40 @@ def test_donation_deletes_the_input(mesh):
         j(a)
 
 
-def test_arguments_pass_through_or_are_resharded_and_counted(mesh):
+def test_arguments_pass_through_or_are_placed_and_counted(mesh):
     a = put(mesh, rand(16, 8), P("x", "y"))
     compiled = jit(lambda a: a + 1, P("x", "y"), mesh=mesh).lower(a).compile()
     block(compiled(a))
     assert (compiled.placement.resharded, compiled.placement.placed) == (0, 0)
-    other = put(mesh, np.asarray(a), P("y"))
-    np.testing.assert_allclose(np.asarray(block(compiled(other))), np.asarray(a) + 1)
-    assert compiled.placement.resharded == 1
     block(compiled(np.asarray(a)))
-    assert compiled.placement.placed == 1
+    block(compiled(jnp.asarray(np.asarray(a))))  # uncommitted
+    assert compiled.placement.placed == 2
+    # Equivalent shardings pass through: P("x", "y", ) and P(("x",), "y") tile alike.
+    block(compiled(put(mesh, np.asarray(a), P(("x",), "y"))))
+    assert (compiled.placement.resharded, compiled.placement.placed) == (0, 2)
+
+
+def test_committed_argument_of_another_sharding_is_jax_error(mesh):
+    # jax.jit never moves committed data on a call; it says which argument differs.
+    a = put(mesh, rand(16, 8), P("x", "y"))
+    other = put(mesh, np.asarray(a), P("y"))
+    theirs = jax.jit(lambda a: a + 1, in_shardings=NamedSharding(mesh, P("x", "y")))
+    with pytest.raises(ValueError, match="Computation was compiled for input shardings") as e:
+        theirs.lower(a).compile()(other)
+    compiled = jit(lambda a: a + 1, P("x", "y"), mesh=mesh).lower(a).compile()
+    with pytest.raises(ArgumentShardingError, match=r"Computation was compiled for input "
+                                                    r"shardings that disagree with the shardings "
+                                                    r"of arguments passed to it. Here are the 1 "
+                                                    r"mismatches:\nArgument a with shape "
+                                                    r"float32\[16,8\]:\n  Passed sharding: "
+                                                    r".*spec=P\('y',\)[\s\S]*\(args\[0\]\)"):
+        compiled(other)
+    assert issubclass(ArgumentShardingError, type(e.value))
+    with pytest.raises(ValueError, match="Sharding passed to jit does not match") as e:
+        jax.jit(lambda a: a + 1, in_shardings=NamedSharding(mesh, P("x", "y")))(other)
+    with pytest.raises(ArgumentShardingError, match=r"Sharding passed to jit does not match the "
+                                                    r"sharding on the respective arg[\s\S]*args\[0\]"):
+        jit(lambda a: a + 1, P("x", "y"), mesh=mesh)(other)
 
 
 def test_scalars_keep_their_weak_type(mesh):
@@ -287,6 +312,15 @@ def test_argument_of_wrong_shape_or_dtype(compiled_add):
         compiled_add(np.ones(9, np.float32), np.ones(8, np.float32))
     with pytest.raises(InvalidArgumentError, match=r"called with int32\[8\] \(args\[1\]\)"):
         compiled_add(np.ones(8, np.float32), jnp.ones(8, jnp.int32))
+
+
+def test_host_data_of_a_64_bit_type_runs_as_its_canonical_type(compiled_add):
+    # With x64 off, jax runs float64 numpy data as float32 (and int64 as int32).
+    out = compiled_add(np.ones(8, np.float64), np.arange(8, dtype=np.float64))
+    np.testing.assert_array_equal(np.asarray(out), 1 + np.arange(8, dtype=np.float32))
+    f = jit(lambda x: x * 2)
+    placed = f(jnp.arange(8))  # int32, then the same values from numpy's int64
+    np.testing.assert_array_equal(np.asarray(f(np.arange(8))), np.asarray(placed))
 
 
 def test_abstract_or_unsupported_arguments(compiled_add):
@@ -525,9 +559,27 @@ def test_repeated_calls_take_jax_cpp_dispatch(mesh):
         slow_calls.append(1)
         return original(*args, **kwargs)
 
-    j._dispatch = jax_private.cpp_dispatch("f", j.fun, counting, (), ())
+    j._dispatch = jax_private.cpp_dispatch("f", j.fun, counting, (), (), ("test",),
+                                           jax_private.dispatch_cache())
     for _ in range(3):
         np.testing.assert_allclose(np.asarray(block(j(a))), np.asarray(a) * 2)
     assert len(slow_calls) == 1  # the first call; the others ran in C++
     block(j(put(mesh, rand(8, 8), P("x", "y"))))  # a new signature comes back once
     assert len(slow_calls) == 2
+
+
+def test_jits_of_one_function_share_the_dispatch_as_jax_jits_do(mesh, monkeypatch):
+    events = []
+    monkeypatch.setattr(jax_private, "test_event", events.append)
+
+    def f(a):
+        return a * 2
+
+    a = put(mesh, rand(16, 8), P("x", "y"))
+    for _ in range(4):
+        np.testing.assert_allclose(np.asarray(block(jit(f)(a))), np.asarray(a) * 2)
+    assert events.count("jit_cpp_cache_miss") == 1  # a new jit object each time
+    # Other options make other programs: nothing shared.
+    block(jit(f, out_shardings=P("x"), mesh=mesh)(a))
+    block(jit(f, propagation="cost-aware")(a))
+    assert events.count("jit_cpp_cache_miss") == 3

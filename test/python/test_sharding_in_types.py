@@ -57,6 +57,7 @@ def test_explicit_mode_like_jax_jit(mesh, args, name):
     for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
         assert a.sharding == b.sharding, (a.sharding, b.sharding)
+        assert jax.typeof(a) == jax.typeof(b)  # the result's type carries its sharding
 
 
 def test_typeof_inside_sees_the_arguments_sharding(mesh, args):
@@ -81,3 +82,21 @@ def test_unreduced_result(mesh, args):
         assert ours.sharding.spec.unreduced == frozenset({"y"})
         np.testing.assert_array_equal(np.asarray(jax.jit(summed)(ours)),
                                       np.asarray(jax.jit(summed)(theirs)))
+
+
+def test_gradient_of_a_nested_jit_over_reduced_inputs(mesh):
+    # The cotangent of a reduced input is unreduced: one device holds it, the others
+    # zeros. A nested shardc jit must not pin its results to the replicated sharding
+    # their types show (that all-reduced the partial sums: every gradient doubled).
+    with jax.set_mesh(mesh):
+        a = jax.device_put(np.arange(8.0, dtype=np.float32), P(reduced={"x"}))
+        b = jax.device_put(np.arange(8.0, dtype=np.float32), P(reduced={"x"}))
+        outs = {}
+        for name, wrap in (("jax", jax.jit), ("shardc", jit)):
+            inner = wrap(lambda x, y: jax.lax.mul(x, y).sum())
+            outs[name] = wrap(jax.grad(inner, argnums=(0, 1)))(a, b)
+        for ours, theirs in zip(outs["shardc"], outs["jax"], strict=True):
+            assert ours.sharding == theirs.sharding
+            assert ours.sharding.spec.unreduced == frozenset({"x"})
+            for mine, their in zip(ours.addressable_shards, theirs.addressable_shards):
+                np.testing.assert_array_equal(np.asarray(mine.data), np.asarray(their.data))

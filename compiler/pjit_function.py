@@ -1,0 +1,95 @@
+"""``shardc.compiler.pjit``: jax's ``pjit`` on shardc, for code written against it.
+
+jax deprecated ``jax.experimental.pjit.pjit`` in favour of ``jax.jit`` but keeps
+its behaviour, which differs from jit's in one place: the mesh of a legacy
+``with mesh:`` block. Under one, pjit
+
+* takes that mesh as the context mesh (as ``jax.set_mesh`` is for jit):
+  bare ``PartitionSpec``s resolve against it and the program runs on its
+  devices;
+* reads a ``None`` in ``in_shardings`` / ``out_shardings`` as *replicated over
+  that mesh* (jit reads it as unspecified, as pjit does outside such a block).
+
+``pjit`` builds two shardc jits of the function, one per reading of ``None``,
+and picks per call (or ``lower`` / ``trace``) by whether such a block is
+active, entering ``jax.set_mesh`` with its mesh around the call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+from jax.sharding import PartitionSpec
+
+from shardc.compiler.api import JitFunction, jit
+from shardc.compiler.signature import is_sharding_leaf
+from shardc.dialects.jax_private import legacy_context_mesh
+
+
+class PjitFunction:
+    """What ``pjit`` returns: called, lowered and traced like a shardc jit."""
+
+    def __init__(self, unspecified: JitFunction, replicated: JitFunction) -> None:
+        self._unspecified = unspecified
+        self._replicated = replicated
+        functools.update_wrapper(self, unspecified.fun, updated=())
+
+    def _current(self) -> tuple[JitFunction, contextlib.AbstractContextManager]:
+        mesh = legacy_context_mesh()
+        if mesh is None:
+            return self._unspecified, contextlib.nullcontext()
+        return self._replicated, jax.set_mesh(mesh)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        jitted, context = self._current()
+        with context:
+            return jitted(*args, **kwargs)
+
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        """``JitFunction.lower`` under the legacy mesh, if any."""
+        jitted, context = self._current()
+        with context:
+            return jitted.lower(*args, **kwargs)
+
+    def trace(self, *args: Any, **kwargs: Any) -> Any:
+        """``JitFunction.trace`` under the legacy mesh, if any."""
+        jitted, context = self._current()
+        with context:
+            return jitted.trace(*args, **kwargs)
+
+    def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
+        """``JitFunction.eval_shape`` under the legacy mesh, if any."""
+        jitted, context = self._current()
+        with context:
+            return jitted.eval_shape(*args, **kwargs)
+
+
+class _NotGiven:
+    """pjit's default shardings: unspecified even under a legacy mesh (unlike None)."""
+
+
+_NOT_GIVEN = _NotGiven()
+
+
+def pjit(fun: Callable, in_shardings: Any = _NOT_GIVEN, out_shardings: Any = _NOT_GIVEN,
+         **options: Any) -> PjitFunction:
+    """jax's ``pjit`` with shardc's jit underneath: the keywords are ``jit``'s.
+
+    Under a legacy ``with mesh:`` block, a ``None`` sharding given here means
+    replicated over that mesh, and the mesh is the context mesh; elsewhere
+    ``pjit`` is ``jit``.
+    """
+    replicate = lambda x: PartitionSpec() if x is None else x  # noqa: E731
+
+    def readings(shardings: Any) -> tuple[Any, Any]:
+        if shardings is _NOT_GIVEN:
+            return None, None
+        return shardings, jax.tree.map(replicate, shardings, is_leaf=is_sharding_leaf)
+
+    (ins, ins_replicated), (outs, outs_replicated) = readings(in_shardings), readings(out_shardings)
+    return PjitFunction(jit(fun, ins, outs, **options),
+                        jit(fun, ins_replicated, outs_replicated, **options))

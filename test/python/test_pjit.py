@@ -1,0 +1,69 @@
+"""``shardc.compiler.pjit``: jax's pjit semantics (legacy ``with mesh:`` blocks) on shardc."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax._src.pjit import pjit as jax_pjit  # jax.experimental's warns it is deprecated
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shardc.compiler import pjit
+from shardc.compiler.pjit_function import PjitFunction
+
+
+# jax deprecates `with mesh:` blocks; they are what pjit is for.
+pytestmark = pytest.mark.filterwarnings("ignore:.*with mesh.*:DeprecationWarning")
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+
+
+PROGRAMS = {
+    # None in out_shardings: replicated over the block's mesh.
+    "none_is_replicated": (lambda x, y: x + y, (P("x"), P("x")), None, 2),
+    # Nothing given: the program still runs on the block's mesh (its context mesh).
+    "unspecified_runs_on_the_mesh": (jnp.sin, "not given", "not given", 1),
+    "nullary": (lambda: jnp.float32(1), "not given", "not given", 0),
+    "uneven_none": (lambda x: x * 2, None, None, 1),
+}
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_like_jax_pjit_in_and_out_of_a_legacy_mesh(mesh, name):
+    fun, ins, outs, arity = PROGRAMS[name]
+    shardings = {k: v for k, v in (("in_shardings", ins), ("out_shardings", outs))
+                 if not (isinstance(v, str) and v == "not given")}
+    args = [np.arange(64, dtype=np.float32).reshape(8, 8) + k for k in range(arity)]
+    for inside in (True, False):
+        results = []
+        for make in (jax_pjit, pjit):
+            try:
+                if inside:
+                    with mesh:
+                        results.append(make(fun, **shardings)(*args))
+                else:
+                    results.append(make(fun, **shardings)(*args))
+            except Exception as error:  # noqa: BLE001 - then shardc must raise its class
+                results.append(error)
+        ours, theirs = results[1], results[0]
+        if isinstance(theirs, Exception):
+            assert isinstance(ours, type(theirs)), (inside, ours, theirs)
+            continue
+        assert ours.sharding == theirs.sharding, (inside, ours.sharding, theirs.sharding)
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+
+
+def test_stages_under_a_legacy_mesh(mesh):
+    f = pjit(lambda x: x * 2, in_shardings=P("x"), out_shardings=None)
+    assert isinstance(f, PjitFunction) and f.__name__ == "<lambda>"
+    x = jax.ShapeDtypeStruct((8, 2), jnp.float32)
+    with mesh:
+        lowered = f.lower(x)
+        assert f.eval_shape(x).shape == (8, 2)
+        assert f.trace(x).out_info.shape == (8, 2)
+    compiled = lowered.compile()
+    out = compiled(jax.device_put(np.ones((8, 2), np.float32), NamedSharding(mesh, P("x"))))
+    assert out.sharding == NamedSharding(mesh, P())
