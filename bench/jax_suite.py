@@ -3,6 +3,7 @@
     python bench/jax_suite.py JAX_DIR [--only FILE_OR_CLASS ...] [--json PATH]
         [--jobs N] [--timeout S] [--reuse-baseline PATH] [--self-check]
     python bench/jax_suite.py --report PATH   # reprint an earlier run's table and causes
+    ... [--readme README.md]   # also write the table between the README's markers
 
 ``JAX_DIR`` holds ``tests/pjit_test.py``, ``tests/array_test.py`` and
 ``tests/shard_map_test.py`` (unmodified copies from the JAX repository at the
@@ -57,6 +58,7 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
+import importlib.metadata
 import json
 import os
 import pathlib
@@ -70,6 +72,12 @@ import time
 
 BENCH = pathlib.Path(__file__).resolve().parent
 ROOT = BENCH.parent
+# `bench` has no __init__.py: it is a namespace package importable from the repo root.
+sys.path.insert(0, str(ROOT))
+
+from bench import render_readme  # noqa: E402
+
+README_START, README_END = "<!-- jax-suite:start -->", "<!-- jax-suite:end -->"
 FILES = ("pjit_test.py", "array_test.py", "shard_map_test.py")
 SPLIT_CLASSES = ("ShardingInTypesTest", "ShardMapTest")
 PASSING = ("passed", "xpassed")
@@ -437,13 +445,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-workdir", action="store_true")
     ap.add_argument("--report", metavar="PATH",
                     help="only print the table and causes of an earlier JSON")
+    ap.add_argument("--readme", metavar="PATH",
+                    help=f"also write the table between {README_START} and {README_END}")
     args = ap.parse_args(argv)
 
     if args.self_check:
         return self_check(args.timeout)
     if args.report:
         prev = json.loads(pathlib.Path(args.report).read_text())
-        return write_report(prev, prev["tests"], None)
+        return write_report(prev, prev["tests"], None, args.readme)
     if not args.jax_dir:
         ap.error("jax_dir is required")
     src = pathlib.Path(args.jax_dir) / "tests"
@@ -510,11 +520,41 @@ def main(argv: list[str] | None = None) -> int:
         "reused_baseline": args.reuse_baseline,
         "seconds": {"unmodified": baseline_seconds, "shardc": shardc_seconds},
     }
-    return write_report(report, tests, args.json)
+    report["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    report["git"] = _git_describe()
+    return write_report(report, tests, args.json, args.readme)
 
 
-def write_report(report: dict, tests: list[dict], json_path: str | None) -> int:
-    """Print the table and the causes; with ``json_path``, write everything there."""
+def _git_describe() -> str:
+    proc = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT,
+                          capture_output=True, text=True, check=False)
+    return proc.stdout.strip() or "unknown"
+
+
+def markdown_table(by_class: dict) -> str:
+    """The per-class table in Markdown, with the totals and the two subtotals."""
+    lines = ["| class | tests | pass unmodified | of those call jit | pass through shardc "
+             "| % |", "|---|---:|---:|---:|---:|---:|"]
+
+    def row(name: str, r: dict, bold: bool = False) -> None:
+        name = f"**{name}**" if bold else f"`{name}`"
+        lines.append(f"| {name} | {r['tests']} | {r['pass_unmodified']} | {r['call_jit']} "
+                     f"| {r['pass_shardc']} | {_pct(r)} |")
+
+    for name, r in by_class.items():
+        row(name, r)
+    split = [r for n, r in by_class.items() if n.split("::")[-1] in SPLIT_CLASSES]
+    rest = [r for n, r in by_class.items() if n.split("::")[-1] not in SPLIT_CLASSES]
+    row("total", _sum(by_class.values()), bold=True)
+    row("outside " + " and ".join(SPLIT_CLASSES), _sum(rest), bold=True)
+    row(" + ".join(SPLIT_CLASSES), _sum(split), bold=True)
+    return "\n".join(lines)
+
+
+def write_report(report: dict, tests: list[dict], json_path: str | None,
+                 readme: str | None = None) -> int:
+    """Print the table and the causes; with ``json_path``, write everything there;
+    with ``readme``, the Markdown table between that file's markers."""
     by_class = build_rows(tests)
     table = format_table(by_class)
     causes = failure_causes(tests)
@@ -557,7 +597,18 @@ def write_report(report: dict, tests: list[dict], json_path: str | None) -> int:
     if json_path:
         pathlib.Path(json_path).write_text(json.dumps(report, indent=1) + "\n")
         print(f"\nwrote {json_path}")
+    if readme:
+        header = (f"`python bench/jax_suite.py` (jax {_jax_version()}'s tests; shardc "
+                  f"{report.get('git', 'unknown')}; {report.get('date', 'undated')}):")
+        body = "\n".join(["", header, "", markdown_table(by_class), ""])
+        path = pathlib.Path(readme)
+        path.write_text(render_readme.splice(path.read_text(), body, README_START, README_END))
+        print(f"wrote the table into {readme}")
     return 0
+
+
+def _jax_version() -> str:
+    return importlib.metadata.version("jax")
 
 
 if __name__ == "__main__":

@@ -79,6 +79,9 @@ class _CachedLowering:
     fallback: bytes | None = None
     # jax's names of the argument leaves (the parameters', "x", "y['a']"), for errors.
     arg_names: tuple[str, ...] | None = None
+    # The concrete meshes named inside the function (shard_map's, constraints'):
+    # they decide the devices where no argument or result sharding does.
+    body_meshes: tuple = ()
 
 
 # jax's C++ dispatch entries of every shardc jit with hashable options.
@@ -169,7 +172,7 @@ class JitFunction:
         mesh = signature.context_mesh(self.mesh)
         arg_leaves = signature.argument_signature(
             dynamic_args, dynamic_kwargs, self.in_shardings, mesh,
-            devices=signature.device_mesh(self.mesh))
+            devices=signature.device_mesh(self.mesh), **self._naming(args, kwargs))
         jax_traced = self._trace(args, kwargs, arg_leaves)
         results = signature.result_signature(jax_traced.out_info, self.out_shardings, mesh)
         out_info = jax.tree.unflatten(
@@ -198,6 +201,12 @@ class JitFunction:
             return self.fun(*args, **kwargs)
         return self._dispatch(*args, **kwargs)
 
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """Execute now on concrete arguments, whatever transformation is active around
+        (what executing an equation of shardc's jit primitive does: under ``vmap``
+        with ``spmd_axis_name`` the trace state is not clean, yet nothing is traced)."""
+        return self._dispatch(*args, **kwargs)
+
     def _call(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, bool]:
         """A call jax's C++ dispatch has not seen: lower, compile (or reuse), run.
 
@@ -205,8 +214,8 @@ class JitFunction:
         signature: the outputs, the executable's fast-path description (None:
         every call comes back here) and False (nothing to rebuild).
         """
-        if binding.under_a_trace():  # called by the dispatch itself with tracers
-            return self._bind(args, kwargs), None, False
+        if any(jax_private.is_tracer(leaf) for leaf in jax.tree.leaves((args, kwargs))):
+            return self._bind(args, kwargs), None, False  # the dispatch passed tracers on
         jax_private.test_event("jit_cpp_cache_miss")
         key = self._call_key(args, kwargs)
         compiled = self._by_call.get(key) if key is not None else None
@@ -297,8 +306,8 @@ class JitFunction:
         mesh = signature.context_mesh(self.mesh)
         devices = signature.device_mesh(self.mesh)
         arg_leaves = signature.argument_signature(
-            dynamic_args, dynamic_kwargs, self.in_shardings, mesh, devices=devices
-        )
+            dynamic_args, dynamic_kwargs, self.in_shardings, mesh, devices=devices,
+            **self._naming(args, kwargs))
         in_tree = jax.tree.structure((tuple(dynamic_args), dynamic_kwargs))
         given_platforms = bool(platforms)
         platforms = tuple(platforms) if platforms else (_platform(arg_leaves),)
@@ -318,6 +327,7 @@ class JitFunction:
         lowered = self._make_lowered(cached, in_tree, arg_leaves, mesh, static, devices)
         lowered.donated = self._donated(args, dynamic_kwargs)
         lowered.platforms = platforms if given_platforms else None
+        lowered.placed_on_request = self.options.single_device is not None
         lowered.arg_names = cached.arg_names
         lowered.reference = self._jax_jit  # the unsharded program, for Compiled.verify
         if self.strict:
@@ -327,6 +337,13 @@ class JitFunction:
         return key, lowered
 
     # -- steps ---------------------------------------------------------------
+
+    def _naming(self, args: tuple, kwargs: dict) -> dict:
+        """How errors about this call name its arguments and function, as jax's do."""
+        return dict(
+            names=lambda: jax_private.argument_names(
+                self.fun, args, kwargs, self.static_argnums, self.static_argnames),
+            fun_name=getattr(self.fun, "__name__", "fun"))
 
     def _static_positions(self, num_args: int) -> tuple[int, ...]:
         """The static positions among a call's ``num_args`` positional arguments.
@@ -381,8 +398,9 @@ class JitFunction:
         traced = self._trace(args, kwargs, arg_leaves)
         out_tree = jax.tree.structure(traced.out_info)
         results = signature.result_signature(traced.out_info, self.out_shardings, mesh)
-        signature.check_body_devices(arg_leaves, results,
-                                     jax_private.shardings_in(traced.jaxpr))
+        named_inside = jax_private.meshes_in(traced.jaxpr)
+        signature.check_body_devices(arg_leaves, results, named_inside)
+        body_meshes = tuple(mesh for _, mesh in named_inside)
         jax_lowered = jax_private.without_dead_code(traced).lower(lowering_platforms=platforms)
         jax_module = jax_lowered.compiler_ir("stablehlo")
         host_callbacks, keepalive = jax_private.host_callbacks_of(jax_lowered)
@@ -402,6 +420,7 @@ class JitFunction:
             context, bytecode, out_tree, results, symbols.attrs, host_callbacks, keepalive,
             unpropagated, fallback,
             tuple(debug_info.safe_arg_names(len(arg_leaves))) if debug_info else None,
+            body_meshes,
         )
 
     def _abstract_call_args(self, args, kwargs, avals) -> tuple[list, dict]:
@@ -440,7 +459,9 @@ class JitFunction:
             mesh,
         )
         signature.check_result_devices(arg_leaves, results)
-        meshes = _meshes_by_symbol(cached.mesh_symbols, [*arg_leaves, *results], devices)
+        meshes = _meshes_by_symbol(cached.mesh_symbols, [*arg_leaves, *results],
+                                   [*([devices] if devices is not None else []),
+                                    *cached.body_meshes])
         return Lowered(
             module,
             in_tree,
@@ -567,10 +588,11 @@ def _copy_module(jax_module: ir.Module) -> ir.Module:
 
 def _meshes_by_symbol(
     mesh_symbols: dict[str, ir.Attribute], leaves: Sequence[LeafSignature],
-    devices: Mesh | None,
+    others: Sequence[Mesh],
 ) -> list[AnyMesh]:
-    """One jax mesh per symbol: this call's concrete mesh where a leaf (or the
-    context mesh, ``devices``) has one."""
+    """One jax mesh per symbol: this call's concrete mesh where a leaf has one, else
+    the first of ``others`` (the context mesh, the meshes named in the body) of its
+    shape."""
     from shardc.dialects import sdy
 
     meshes = []
@@ -581,8 +603,7 @@ def _meshes_by_symbol(
             if leaf.sharding is not None
             and sdy.mesh_axes(leaf.sharding.mesh) == _attr_axes(attr)
         ]
-        if devices is not None and sdy.mesh_axes(devices) == _attr_axes(attr):
-            candidates.append(devices)
+        candidates += [m for m in others if sdy.mesh_axes(m) == _attr_axes(attr)]
         concrete = [m for m in candidates if isinstance(m, Mesh)]
         if concrete or candidates:
             meshes.append((concrete or candidates)[0])

@@ -28,8 +28,8 @@ from jax.sharding import NamedSharding
 from shardc.dialects import jax_private
 
 # Builds a shardc jit of a flat function: (fun, in_shardings, out_shardings,
-# donate_argnums) -> callable. Given by ``shardc.compiler.api``, which this
-# module must not import (the api imports it).
+# donate_argnums) -> a jit whose ``run`` executes it. Given by
+# ``shardc.compiler.api``, which this module must not import (the api imports it).
 MakeJit = Callable[[Callable, tuple, tuple, tuple], Callable]
 
 
@@ -47,7 +47,7 @@ def jit_primitive(make_jit: MakeJit) -> Any:
         key = (ins, outs, donated)
         if key not in per_jaxpr:
             per_jaxpr[key] = make_jit(jax_private.jaxpr_function(jaxpr), ins, outs, donated)
-        return list(per_jaxpr[key](*args))
+        return list(per_jaxpr[key].run(*args))
 
     return jax_private.clone_jit_primitive("jit", execute)
 

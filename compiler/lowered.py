@@ -75,6 +75,8 @@ class Lowered(Stage):
     arg_names: tuple[str, ...] | None = None
     # The platforms given as ``Traced.lower(lowering_platforms=...)``; None: the devices'.
     platforms: tuple[str, ...] | None = None
+    # Whether a SingleDeviceSharding given to jit chose the device (results committed).
+    placed_on_request: bool = False
 
     def as_text(self, dialect: str | None = None, *, debug_info: bool = False) -> str:
         """The module as text: MLIR (``"stablehlo"``, the default) or XLA's HLO
@@ -151,8 +153,10 @@ class Lowered(Stage):
 
     @property
     def mesh(self) -> AnyMesh | None:
-        """The program's mesh (the first, if it uses several of one device count)."""
-        return self._meshes[0] if self._meshes else None
+        """The program's mesh (the first with axes, if it uses several of one device
+        count; an axis-less one only when there is no other)."""
+        return next((m for m in self._meshes if m.axis_names),
+                    self._meshes[0] if self._meshes else None)
 
     def compile(self, device_assignment: Sequence | None = None) -> Compiled:
         """Compile through XLA for the mesh's devices (or ``device_assignment``, in order).
@@ -176,22 +180,15 @@ class Lowered(Stage):
         return compiled
 
     def _check_platforms(self, device_assignment: Sequence | None) -> None:
-        """A lowering for given platforms compiles only for devices of one of them."""
-        if self.platforms is None:
+        """A lowering for given platforms on abstract meshes compiles only for given
+        devices (as jax's; whichever platform they are on, as jax lets it)."""
+        if self.platforms is None or device_assignment is not None:
             return
-        devices = list(device_assignment or [])
-        devices += [d for m in self._meshes if isinstance(m, Mesh) for d in m.devices.flat]
-        if not devices:
+        if not any(isinstance(m, Mesh) for m in self._meshes):
             raise PlatformMismatchError(
                 "device_assignment cannot be `None` during compilation. Please pass a tuple "
                 "of devices to `.compile(device_assignment=)`: the program was lowered for "
                 f"platforms {self.platforms} on abstract meshes, which name no devices")
-        platform = devices[0].platform
-        if platform not in self.platforms:
-            raise PlatformMismatchError(
-                f"the program was lowered for platforms {self.platforms}, not for the "
-                f"{platform} devices it is compiled for: lower it with "
-                f"lowering_platforms=('{platform}',) or compile for a device of those platforms")
 
     def _compile(self, module: ir.Module, device_assignment: Sequence | None) -> Compiled:
         compiled = compile_program(
@@ -206,6 +203,7 @@ class Lowered(Stage):
             host_callbacks=self._host_callbacks,
             keepalive=self._keepalive,
             compiler_options=self._compiler_options,
+            placed_on_request=self.placed_on_request,
         )
         compiled.reference = getattr(self, "reference", None)  # for Compiled.verify
         compiled.args_info = self.args_info

@@ -12,7 +12,8 @@ its behaviour, which differs from jit's in one place: the mesh of a legacy
 
 ``pjit`` builds two shardc jits of the function, one per reading of ``None``,
 and picks per call (or ``lower`` / ``trace``) by whether such a block is
-active, entering ``jax.set_mesh`` with its mesh around the call.
+active, entering ``jax.set_mesh`` with its mesh around the call (its abstract
+mesh, when the call is staged into an enclosing trace).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from jax.sharding import PartitionSpec
 
 from shardc.compiler.api import JitFunction, jit
 from shardc.compiler.signature import is_sharding_leaf
-from shardc.dialects.jax_private import legacy_context_mesh
+from shardc.dialects.jax_private import legacy_context_mesh, trace_state_clean
 
 
 class PjitFunction:
@@ -42,6 +43,8 @@ class PjitFunction:
         mesh = legacy_context_mesh()
         if mesh is None:
             return self._unspecified, contextlib.nullcontext()
+        if not trace_state_clean():  # staged into an enclosing trace: its shape only
+            return self._replicated, jax.sharding.use_abstract_mesh(mesh.abstract_mesh)
         return self._replicated, jax.set_mesh(mesh)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

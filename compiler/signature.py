@@ -27,11 +27,10 @@ from shardc.dialects.errors import (
     InvalidArgumentError,
     MeshMismatchError,
     MissingMeshError,
-    PytreeMismatchError,
     ShardcError,
+    ShardingTreeError,
 )
 from shardc.dialects import jax_private
-from shardc.dialects.jax_private import legacy_context_mesh
 
 AnyMesh = Mesh | AbstractMesh
 
@@ -108,8 +107,8 @@ def context_mesh(explicit: AnyMesh | None) -> AnyMesh | None:
     """Return the mesh a bare ``PartitionSpec`` refers to, or ``None``.
 
     Order: ``jit(..., mesh=...)``, then ``jax.set_mesh`` (concrete, then
-    abstract via ``jax.sharding.use_abstract_mesh``), then a legacy
-    ``with mesh:`` block.
+    abstract via ``jax.sharding.use_abstract_mesh``). A legacy ``with mesh:``
+    block is not jit's context mesh (it is pjit's: ``shardc.compiler.pjit``).
     """
     if explicit is not None:
         return explicit
@@ -118,7 +117,7 @@ def context_mesh(explicit: AnyMesh | None) -> AnyMesh | None:
     for found in (concrete, jax.sharding.get_abstract_mesh()):
         if found is not None and not found.empty:
             return found
-    return legacy_context_mesh()
+    return None
 
 
 def device_mesh(explicit: AnyMesh | None) -> Mesh | None:
@@ -172,16 +171,17 @@ def broadcast_shardings(
     """Expand a sharding pytree prefix to one entry per leaf of ``tree``.
 
     A single sharding (or ``None``) applies to every leaf. Structures that do
-    not fit raise ``PytreeMismatchError`` naming both structures.
+    not fit raise ``ShardingTreeError`` naming both structures.
     """
     if is_sharding_leaf(prefix):
         return [prefix] * len(jax.tree.leaves(tree))
     try:
         expanded = jax.tree.broadcast(prefix, tree, is_leaf=is_sharding_leaf)
     except (ValueError, TypeError):
-        values = "arguments" if what == "in_shardings" else "results"
-        raise PytreeMismatchError(
-            f"{what} must be a pytree prefix of the {values}: the shardings have structure "
+        values = "positional arguments" if what == "in_shardings" else "results"
+        raise ShardingTreeError(
+            f"jit {what} specification must be a tree prefix of the {values}: the "
+            "shardings have structure "
             f"{jax.tree.structure(prefix, is_leaf=is_sharding_leaf)} but the {values} "
             f"have structure {jax.tree.structure(tree)}"
         ) from None
@@ -260,13 +260,17 @@ def argument_signature(
     *,
     follow_data: bool = True,
     devices: Mesh | None = None,
+    names: Callable[[], Sequence[str] | None] = lambda: None,
+    fun_name: str = "fun",
 ) -> list[LeafSignature]:
     """Resolve every dynamic argument leaf to its aval and sharding.
 
     ``in_shardings`` applies to the positional arguments (as in ``jax.jit``);
     keyword arguments and leaves given ``None`` follow their data's sharding
     (with ``follow_data``; else their sharding is ``None``). Committed
-    arguments must be on ``devices`` (``device_mesh``'s) when given.
+    arguments must be on ``devices`` (``device_mesh``'s) when given; errors
+    name arguments as jax does (``names()``: jax's names of the leaves, asked
+    for only then; ``fun_name``: the function's).
     """
     paths, values = flatten_with_paths((tuple(args), kwargs), "")
     paths = [_argument_path(path) for path in paths]
@@ -283,7 +287,14 @@ def argument_signature(
         if sharding is not None:
             check_sharding(sharding, aval, path)
         leaves.append(LeafSignature(path, aval, sharding, type_sharding(value)))
-    check_committed_devices(paths, values, leaves, devices)
+    def describe(index: int) -> str:
+        jax_names = names()
+        name = jax_names[index] if jax_names and index < len(jax_names) else paths[index]
+        aval = leaves[index].aval
+        return (f"argument {name} of {fun_name} with shape "
+                f"{np.dtype(aval.dtype).name}[{','.join(map(str, aval.shape))}]")
+
+    check_committed_devices(paths, values, leaves, devices, describe)
     for path, value, leaf in zip(paths, values, leaves):
         check_committed_sharding(path, value, leaf.sharding)
     return leaves
@@ -317,22 +328,24 @@ def _argument_path(path: str) -> str:
 
 def check_committed_devices(
     paths: Sequence[str], values: Sequence[Any], leaves: Sequence[LeafSignature],
-    context: Mesh | None = None,
+    context: Mesh | None = None, describe: Callable[[int], str] | None = None,
 ) -> None:
     """All committed arguments and concrete meshes (the context mesh included) must use
-    one device set."""
-    first: tuple[str, tuple] | None = None
+    one device set (``describe(i)`` names argument ``i`` in the error)."""
+    first: tuple[Any, tuple] | None = None
     if context is not None and context.axis_names:
         first = ("jit's context mesh", tuple(sorted(context.devices.flat, key=lambda d: d.id)))
-    for path, value, leaf in zip(paths, values, leaves):
-        for what, devices in ((f"argument {path}", committed_devices(value)),
+    for index, (path, value, leaf) in enumerate(zip(paths, values, leaves)):
+        for what, devices in ((index, committed_devices(value)),
                               (f"the sharding of {path}", mesh_devices(leaf.sharding))):
             if devices is None:
                 continue
             if first is None:
                 first = (what, devices)
             elif devices != first[1]:
-                raise incompatible_devices(first, (what, devices))
+                name = lambda w: (describe(w) if describe else f"argument {paths[w]}") \
+                    if isinstance(w, int) else w  # noqa: E731
+                raise incompatible_devices((name(first[0]), first[1]), (name(what), devices))
 
 
 def check_result_devices(args: Sequence[LeafSignature], results: Sequence[LeafSignature]
@@ -382,19 +395,16 @@ def check_program_meshes(args: Sequence[LeafSignature], results: Sequence[tuple[
 
 
 def check_body_devices(args: Sequence[LeafSignature], results: Sequence[LeafSignature],
-                       body: Sequence[jax.sharding.Sharding]) -> None:
-    """A sharding named inside the function (a constraint, a ``shard_map``...) on a
-    concrete mesh must list the program's devices in the program's order, as jax.jit
-    requires: the order decides which device holds which shard."""
+                       body: Sequence[tuple[str, Mesh]]) -> None:
+    """A concrete mesh named inside the function (``(primitive, mesh)``: a constraint's,
+    a ``shard_map``'s...) must list the program's devices in the program's order, as
+    jax.jit requires: the order decides which device holds which shard."""
     first = next(((f"the sharding of {leaf.path}", tuple(leaf.sharding.mesh.devices.flat))
                   for leaf in (*args, *results) if leaf.sharding is not None
                   and isinstance(leaf.sharding.mesh, Mesh) and leaf.sharding.mesh.axis_names),
                  None)
-    for sharding in body:
-        if not (isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh)
-                and sharding.mesh.axis_names):
-            continue
-        inside = ("a sharding inside the function", tuple(sharding.mesh.devices.flat))
+    for primitive, mesh in body:
+        inside = (f"{primitive} inside jit", tuple(mesh.devices.flat))
         if first is None:
             first = inside
         elif inside[1] != first[1]:
@@ -405,11 +415,16 @@ def incompatible_devices(first: tuple[str, tuple], second: tuple[str, tuple]
                          ) -> DeviceMismatchError:
     """jax.jit's error for two device sets in one program, naming both culprits."""
     platform = first[1][0].platform.upper() if first[1] else ""
+
+    def culprit(what: str, devices: tuple) -> str:
+        # jax's words: "argument x of f with shape f32[8] and device ids [...]".
+        joint = "and" if what.startswith("argument ") else "with"
+        return f"{what} {joint} device ids {_ids(devices)} on platform {platform}"
+
     return DeviceMismatchError(
-        f"Received incompatible devices for jitted computation. Got {first[0]} with device ids "
-        f"{_ids(first[1])} on platform {platform} and {second[0]} with device ids "
-        f"{_ids(second[1])} on platform {platform}; every argument and sharding of one "
-        "program must use the same devices (jax.device_put one of them)"
+        f"Received incompatible devices for jitted computation. Got {culprit(*first)} and "
+        f"{culprit(*second)}; every argument and sharding of one program must use the "
+        "same devices (jax.device_put one of them)"
     )
 
 

@@ -37,6 +37,11 @@ class NoPartitionSpecFormError(ShardingError):
     """An sdy sharding that no ``PartitionSpec`` can express (sub-axes, priorities...)."""
 
 
+class ShardingTreeError(ShardingError):
+    """``in_shardings`` / ``out_shardings`` that are not a pytree prefix of the arguments /
+    results (jax's ``ValueError``)."""
+
+
 class MeshMismatchError(ShardingError):
     """Two meshes in one program that cannot be used together."""
 
@@ -69,8 +74,8 @@ class DeletedArrayError(ShardcError, RuntimeError):
 
 
 class PlatformMismatchError(ShardcError, RuntimeError):
-    """A program lowered for other platforms (``lowering_platforms``) than the devices
-    it is compiled for, or for none at all, as jax's ``RuntimeError`` says it."""
+    """A program lowered for given platforms (``lowering_platforms``) on abstract meshes
+    and compiled without devices, as jax's ``RuntimeError`` says it."""
 
 
 class InternalError(ShardcError, RuntimeError):

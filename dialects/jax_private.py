@@ -291,9 +291,10 @@ def without_dead_code(traced: Any) -> Any:
                          traced._consts)
 
 
-def shardings_in(closed_jaxpr: Any) -> list:
-    """Every ``jax.sharding.Sharding`` the equations of a jaxpr name in their parameters
-    (sharding constraints, device_put, shard_map, nested jit...), inner jaxprs included.
+def meshes_in(closed_jaxpr: Any) -> list:
+    """``(primitive name, mesh)`` for every concrete ``jax.sharding.Mesh`` the equations
+    of a jaxpr name in their parameters (a sharding constraint's, a ``shard_map``'s,
+    a nested jit's...), inner jaxprs included.
 
     Walking a jaxpr's equations and their inner jaxprs has no public API.
     """
@@ -306,10 +307,25 @@ def shardings_in(closed_jaxpr: Any) -> list:
         for eqn in jaxpr.eqns:
             for value in eqn.params.values():
                 for item in value if isinstance(value, tuple) else (value,):
-                    if isinstance(item, jax.sharding.Sharding):
-                        found.append(item)
+                    mesh = getattr(item, "mesh", item)
+                    if isinstance(mesh, jax.sharding.Mesh) and mesh.axis_names:
+                        found.append((eqn.primitive.name, mesh))
             stack.extend(core.jaxprs_in_params(eqn.params))
     return found
+
+
+def argument_names(fun: Any, args: tuple, kwargs: dict, static_argnums: tuple,
+                   static_argnames: tuple) -> tuple[str, ...] | None:
+    """jax's names of a call's dynamic argument leaves ("x", "x[0]", "y['a']"), as its
+    errors say them; None when it cannot tell."""
+    from jax._src import api_util
+
+    try:
+        info = api_util.debug_info("jit", fun, args, kwargs, static_argnums=static_argnums,
+                                   static_argnames=static_argnames)
+    except Exception:  # noqa: BLE001 - names are for messages only
+        return None
+    return tuple(info.arg_names) if info.arg_names is not None else None
 
 
 def parse_jit_arguments(fun: Any, **arguments: Any) -> dict[str, Any]:

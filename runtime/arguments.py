@@ -80,6 +80,13 @@ def check_types(values: Sequence[Any], expected: Sequence[ExpectedArgument],
     words (``names``: jax's names of the arguments, e.g. the parameters')."""
     errors = []
     for k, (value, want) in enumerate(zip(values, expected)):
+        name = names[k] if names is not None and k < len(names) else want.path
+        if isinstance(value, jax.ShapeDtypeStruct):
+            raise InvalidArgumentError(
+                f"Argument '{name}' of shape {_short(value.shape, value.dtype)} of type "
+                f"{type(value)} is not a valid JAX type. {want.path}: a ShapeDtypeStruct "
+                "describes an argument but holds no data; call with arrays (or lower() "
+                "with it)")
         dtype = getattr(value, "dtype", None)
         if not hasattr(value, "shape") or dtype is None:
             continue  # Python scalars take the compiled dtype
@@ -88,7 +95,6 @@ def check_types(values: Sequence[Any], expected: Sequence[ExpectedArgument],
         # Host data of a 64-bit type runs as its canonical type (x64 off), as in jax.
         if tuple(value.shape) != tuple(want.aval.shape) or (
                 jax.dtypes.canonicalize_dtype(dtype) != want.aval.dtype):
-            name = names[k] if names is not None and k < len(names) else want.path
             errors.append(f"Argument '{name}' compiled with "
                           f"{_short(want.aval.shape, want.aval.dtype)} and called with "
                           f"{_short(value.shape, dtype)} ({want.path})")

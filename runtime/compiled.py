@@ -64,19 +64,25 @@ def device_assignment(meshes: Sequence[Mesh | AbstractMesh], devices: Sequence |
     all-abstract program takes the first devices of the default backend; a
     program without any mesh runs on one device.
     """
-    size = int(np.prod(meshes[0].axis_sizes)) if meshes else 1
-    concrete = [tuple(m.devices.flat) for m in meshes if isinstance(m, Mesh)]
+    sized = [m for m in meshes if m.axis_names]  # an axis-less mesh (empty_mesh) says nothing
+    size = int(np.prod(sized[0].axis_sizes)) if sized else 1
+    concrete = [tuple(m.devices.flat) for m in sized if isinstance(m, Mesh)]
     if devices is not None:
         concrete.insert(0, tuple(devices))
     if any(order != concrete[0] for order in concrete):
+        given = ("device_assignment passed to `.compile` must match the device_assignment "
+                 "calculated from array shardings and out_shardings: "
+                 if devices is not None else "")
         raise DeviceMismatchError(
-            "the devices of this program are given in different orders: "
+            given + "the devices of this program are given in different orders: "
             + "; ".join(str([d.id for d in order]) for order in concrete)
         )
     if concrete:
         if len(concrete[0]) != size:
             raise DeviceMismatchError(
-                f"the program's mesh has {size} devices but {len(concrete[0])} were given"
+                f"The size of abstract mesh {size} in the program must match the length of "
+                f"device assignment: {len(concrete[0])} (the program's mesh has {size} "
+                f"devices but {len(concrete[0])} were given)"
             )
         return concrete[0]
     available = jax.devices()
@@ -101,6 +107,7 @@ class Compiled(Stage):
         output_shardings: Sequence[jax.sharding.Sharding],
         static: StaticArguments,
         uses_host_callbacks: bool,
+        placed_on_request: bool = False,
     ) -> None:
         self._executable = executable
         self.devices = devices
@@ -125,10 +132,12 @@ class Compiled(Stage):
         ]
         # A program without any sharding (one device) returns uncommitted arrays
         # when no argument is committed either, as jax.jit does: they may then
-        # move to the devices of whatever they are passed to next.
+        # move to the devices of whatever they are passed to next. Not when a
+        # SingleDeviceSharding asked for its device (``placed_on_request``).
         self._uncommitted_handlers = None
-        if all(isinstance(s, SingleDeviceSharding) for s in (*input_shardings,
-                                                             *output_shardings)) \
+        if not placed_on_request and all(
+                isinstance(s, SingleDeviceSharding) for s in (*input_shardings,
+                                                              *output_shardings)) \
                 and all(info.sharding is None for info in (*inputs, *outputs)):
             self._uncommitted_handlers = [
                 results.result_handler(jax_private.typed_aval(info.aval, sharding), sharding,
@@ -296,10 +305,14 @@ def compile_program(
     host_callbacks: Sequence = (),
     keepalive: Sequence = (),
     compiler_options: tuple[tuple[str, Any], ...] = (),
+    placed_on_request: bool = False,
 ) -> Compiled:
-    """Compile an annotated module for the program's devices and return ``Compiled``."""
+    """Compile an annotated module for the program's devices and return ``Compiled``
+    (``placed_on_request``: a ``SingleDeviceSharding`` chose the device, so the
+    results are committed to it)."""
     order = device_assignment(meshes, devices)
-    program_mesh = concrete_mesh(meshes[0], order) if meshes else None
+    sized = [m for m in meshes if m.axis_names]
+    program_mesh = concrete_mesh(sized[0], order) if sized else None
     jax_private.test_event("pxla_cached_compilation")
     executable = jax_private.compile_executable(
         module_for_xla(module),
@@ -330,6 +343,7 @@ def compile_program(
         ],
         static=static,
         uses_host_callbacks=bool(host_callbacks),
+        placed_on_request=placed_on_request,
     )
 
 

@@ -144,3 +144,38 @@ def test_jit_of_a_grad_of_a_shardc_jit_keeps_its_own_function(pair, args):
     grad_fn = jax.grad(ours)
     assert jit(grad_fn).fun is grad_fn
     _assert_same(jit(grad_fn)(*args), jax.grad(theirs)(*args))
+
+
+def test_eager_grad_through_a_shard_map_runs_on_its_mesh():
+    # The backward equation names no mesh in its signature: its devices come from
+    # the shard_map's mesh, not from the axis-less mesh jax also writes (which
+    # made the program one device with four partitions: a custom call XLA's CPU
+    # cannot run).
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]), ("i",))
+
+    def loss(w, x):
+        @jax.shard_map(mesh=mesh, in_specs=P("i"), out_specs=P())
+        def f(x):
+            return jax.lax.psum(((w * x) ** 2).sum(), "i")
+        return f(x)
+
+    x = jnp.arange(8.0)
+    ours, theirs = jax.grad(jit(loss))(3.0, x), jax.grad(jax.jit(loss))(3.0, x)
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs))
+    assert ours.sharding == theirs.sharding
+
+
+def test_vmap_with_spmd_axis_name_executes_the_equation_once():
+    # Executing the batched equation happens while vmap's axis is still in the
+    # trace state; it must run, not bind itself again (that recursed forever).
+    mesh = jax.make_mesh((2, 2, 2), ("replica", "data", "mdl"),
+                         axis_types=(jax.sharding.AxisType.Auto,) * 3)
+    x = jnp.arange(128).reshape(8, 4, 2, 2)
+
+    def f(a):
+        return jax.lax.with_sharding_constraint(a, NamedSharding(mesh, P("data", None, None)))
+
+    ours = jax.vmap(jit(f), spmd_axis_name="mdl")(x)
+    theirs = jax.vmap(jax.jit(f), spmd_axis_name="mdl")(x)
+    assert ours.sharding == theirs.sharding
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))

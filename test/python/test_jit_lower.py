@@ -17,7 +17,6 @@ from shardc.compiler import jit as shardc_jit
 jit = functools.partial(shardc_jit, propagate=False)
 from shardc.dialects.errors import (
     DeviceMismatchError,
-    DuplicateAxisError,
     IndivisibleDimensionError,
     InvalidArgumentError,
     MeshMismatchError,
@@ -26,6 +25,7 @@ from shardc.dialects.errors import (
     PytreeMismatchError,
     RankMismatchError,
     ShardcError,
+    ShardingTreeError,
     UnknownAxisError,
 )
 
@@ -121,6 +121,17 @@ def test_partition_spec_without_any_mesh_is_a_clear_error():
     assert issubclass(MissingMeshError, type(theirs.value))
 
 
+def test_a_legacy_mesh_block_is_not_jits_context_mesh():
+    # As jax.jit: `with mesh:` only serves pjit (shardc.compiler.pjit).
+    x = jnp.arange(8.0)
+    with pytest.warns(DeprecationWarning), mesh_8():
+        with pytest.raises(RuntimeError, match="requires a non-empty mesh") as theirs:
+            jax.jit(lambda a: a, in_shardings=P("d"))(x)
+        with pytest.raises(MissingMeshError, match="requires a non-empty mesh"):
+            jit(lambda a: a, P("d"))(x)
+    assert issubclass(MissingMeshError, type(theirs.value))
+
+
 def test_pytree_prefix_shardings_and_paths():
     mesh = mesh_4x2()
     params = {"w": jnp.ones((4, 8)), "b": jnp.ones((8,))}
@@ -155,12 +166,18 @@ def test_a_single_sharding_applies_to_a_whole_subtree():
     assert arg_shardings(text) == ['#sdy.sharding<@mesh, [{"d"}, {}]>', '#sdy.sharding<@mesh, [{"d"}]>']
 
 
-def test_pytree_mismatch_names_both_structures():
+def test_sharding_tree_mismatch_names_both_structures():
     mesh = mesh_8()
-    with pytest.raises(PytreeMismatchError, match="in_shardings") as info:
+    shardings = tuple(NamedSharding(mesh, P("d")) for _ in range(3))
+    with pytest.raises(ValueError, match="in_shardings specification must be a tree prefix "
+                                         "of the positional arguments") as theirs:
+        jax.jit(lambda a, b: a, in_shardings=shardings)(jnp.ones(8), jnp.ones(8))
+    with pytest.raises(ShardingTreeError, match=r"in_shardings specification must be a tree "
+                                                r"prefix of the positional arguments.*"
+                                                r"PyTreeDef\(\(\*, \*, \*\)\)"):
         jit(lambda a, b: a, (P("d"), P("d"), P("d")), mesh=mesh).lower(jnp.ones(8), jnp.ones(8))
-    assert isinstance(info.value, TypeError)
-    with pytest.raises(PytreeMismatchError, match="out_shardings"):
+    assert issubclass(ShardingTreeError, type(theirs.value))
+    with pytest.raises(ShardingTreeError, match="out_shardings"):
         jit(lambda a: (a, a), out_shardings={"k": P("d")}, mesh=mesh).lower(jnp.ones(8))
 
 
@@ -222,8 +239,11 @@ def test_device_mismatch_among_committed_arguments():
     high = Mesh(np.array(devices[4:]), ("d",))
     a = jax.device_put(jnp.ones(8), NamedSharding(low, P("d")))
     b = jax.device_put(jnp.ones(8), NamedSharding(high, P("d")))
-    with pytest.raises(DeviceMismatchError, match=r"incompatible devices.*args\[0\].*\[0, 1, 2, "
-                                                  r"3\].*args\[1\].*\[4, 5, 6, 7\]"):
+    # jax's words: the arguments by name, with the function's name and their shapes.
+    with pytest.raises(DeviceMismatchError, match=r"incompatible devices.*Got argument a of "
+                                                  r"<lambda> with shape float32\[8\] and device "
+                                                  r"ids \[0, 1, 2, 3\].*argument b of <lambda>.*"
+                                                  r"\[4, 5, 6, 7\]"):
         jit(lambda a, b: a + b).lower(a, b)
     single = jax.device_put(jnp.ones(8), devices[5])
     with pytest.raises(DeviceMismatchError):
@@ -234,13 +254,14 @@ def test_committed_argument_off_the_context_mesh_is_jax_error():
     devices = jax.devices()
     small = Mesh(np.array(devices[:4]).reshape(2, 2), ("x", "y"))
     a = jax.device_put(jnp.ones((8, 2)), NamedSharding(small, P("x", "y")))
-    f = lambda x: x  # noqa: E731
+    f = lambda a: a  # noqa: E731
     with jax.set_mesh(mesh_4x2()):
         with pytest.raises(ValueError, match="Received incompatible devices") as theirs:
             jax.jit(f)(a)
         with pytest.raises(DeviceMismatchError, match=r"Got jit's context mesh with device ids "
                                                       r"\[0, 1, 2, 3, 4, 5, 6, 7\].*argument "
-                                                      r"args\[0\] with device ids \[0, 1, 2, 3\]"):
+                                                      r"a of <lambda> with shape float32\[8,2\] "
+                                                      r"and device ids \[0, 1, 2, 3\]"):
             jit(f)(a)
     with pytest.raises(DeviceMismatchError, match="context mesh"):
         jit(f, mesh=mesh_4x2())(a)
@@ -519,9 +540,19 @@ def test_lowering_for_another_platform_on_an_abstract_mesh():
                                                     r"compilation.*\('tpu',\)"):
         lowered.compile()
     assert issubclass(PlatformMismatchError, type(error.value))
-    with pytest.raises(PlatformMismatchError, match="lowered for platforms \\('tpu',\\), not "
-                                                    "for the cpu devices"):
-        lowered.compile(jax.devices()[:2])
+    # Given devices, it compiles for them whatever their platform, as jax's does.
+    for stage in (theirs, lowered):
+        compiled = stage.compile(device_assignment=tuple(jax.devices()[:2]))
+        arr = jax.device_put(np.ones((8, 2), np.float32), NamedSharding(
+            Mesh(np.array(jax.devices()[:2]), ("x",)), P("x")))
+        np.testing.assert_array_equal(np.asarray(compiled(arr)), 2 * np.ones((8, 2)))
+    with pytest.raises(ValueError, match="The size of abstract mesh 2.*must match the length "
+                                         "of device assignment: 1") as error:
+        theirs.compile(device_assignment=(jax.devices()[0],))
+    with pytest.raises(DeviceMismatchError, match="The size of abstract mesh 2.*must match the "
+                                                  "length of device assignment: 1"):
+        lowered.compile(device_assignment=(jax.devices()[0],))
+    assert issubclass(DeviceMismatchError, type(error.value))
     # Lowered for this machine's platform, the same trace compiles and runs.
     cpu = jit(f).trace(x).lower(lowering_platforms=("cpu",)).compile(jax.devices()[:2])
     out = cpu(jax.device_put(jnp.ones((8, 2)), NamedSharding(

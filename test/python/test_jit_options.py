@@ -144,6 +144,11 @@ def test_single_device_sharding_leaves():
     theirs = jax.jit(f, in_shardings=(s, None), out_shardings=s)(np.ones(4, np.float32),
                                                                   jnp.ones(4))
     assert ours.sharding == theirs.sharding == s
+    # Asked for by a SingleDeviceSharding, results are committed to that device.
+    x = jnp.arange(4.0)
+    for given in ({"out_shardings": s}, {"in_shardings": s}, {}):
+        assert jit(lambda a: a, **given)(x).committed == \
+            jax.jit(lambda a: a, **given)(x).committed, given
     with pytest.raises(ValueError, match="incompatible devices"):
         jit(f, (s, SingleDeviceSharding(jax.devices()[1])))
 

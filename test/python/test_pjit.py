@@ -67,3 +67,17 @@ def test_stages_under_a_legacy_mesh(mesh):
     compiled = lowered.compile()
     out = compiled(jax.device_put(np.ones((8, 2), np.float32), NamedSharding(mesh, P("x"))))
     assert out.sharding == NamedSharding(mesh, P())
+
+
+def test_nested_and_differentiated_under_a_legacy_mesh(mesh):
+    x = np.arange(16.0, dtype=np.float32).reshape(8, 2)
+    results = []
+    for make in (jax_pjit, pjit):
+        with mesh:
+            inner = make(lambda a: a * 2, in_shardings=P("x"), out_shardings=None)
+            nested = make(lambda a: inner(a) + 1)(x)
+            grad = jax.grad(lambda a: make(lambda b: (b * b).sum(), in_shardings=P("x"))(a))(x)
+        results.append((nested, grad))
+    for ours, theirs in zip(results[1], results[0]):
+        assert ours.sharding == theirs.sharding
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))

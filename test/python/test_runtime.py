@@ -326,6 +326,15 @@ def test_host_data_of_a_64_bit_type_runs_as_its_canonical_type(compiled_add):
 def test_abstract_or_unsupported_arguments(compiled_add):
     with pytest.raises(InvalidArgumentError, match="ShapeDtypeStruct"):
         compiled_add(jax.ShapeDtypeStruct((8,), jnp.float32), np.ones(8, np.float32))
+    tree = {"a": np.ones((4, 2), np.int32),
+            "b": {"c": jax.ShapeDtypeStruct((4, 2), np.int32)}}
+    with pytest.raises(TypeError, match="is not a valid JAX type") as theirs:
+        jax.jit(lambda x: x)(tree)
+    with pytest.raises(InvalidArgumentError, match=r"Argument 'x\['b'\]\['c'\]' of shape "
+                                                   r"int32\[4,2\] of type.*ShapeDtypeStruct.*"
+                                                   r"is not a valid JAX type"):
+        jit(lambda x: x)(tree)
+    assert issubclass(InvalidArgumentError, type(theirs.value))
     with pytest.raises(InvalidArgumentError, match=r"args\[0\]: cannot pass a str"):
         compiled_add("no", np.ones(8, np.float32))
 
@@ -583,3 +592,15 @@ def test_jits_of_one_function_share_the_dispatch_as_jax_jits_do(mesh, monkeypatc
     block(jit(f, out_shardings=P("x"), mesh=mesh)(a))
     block(jit(f, propagation="cost-aware")(a))
     assert events.count("jit_cpp_cache_miss") == 3
+
+
+def test_compile_for_other_devices_than_the_shardings_is_jax_error():
+    mesh = Mesh(np.array(jax.devices()[:2]), ("x",))
+    x = jax.ShapeDtypeStruct((8, 2), jnp.float32, sharding=NamedSharding(mesh, P("x")))
+    with pytest.raises(ValueError, match="device_assignment passed to `.compile` must "
+                                         "match") as theirs:
+        jax.jit(lambda a: a).lower(x).compile(device_assignment=(jax.devices()[0],))
+    with pytest.raises(DeviceMismatchError, match="device_assignment passed to `.compile` "
+                                                  "must match"):
+        jit(lambda a: a).lower(x).compile(device_assignment=(jax.devices()[0],))
+    assert issubclass(DeviceMismatchError, type(theirs.value))
