@@ -36,6 +36,7 @@ from shardc.compiler.diagnostics import (
     verifying_steps,
 )
 from shardc.compiler.lowered import AnyMesh, Lowered
+from shardc.compiler.passes.fold_identities import fold_identities
 from shardc.compiler.propagation.pipeline import propagation_pipeline
 from shardc.compiler.signature import LeafSignature
 from shardc.compiler.traced import Traced
@@ -251,15 +252,16 @@ class JitFunction:
 
         Static arguments count by value; array leaves by shape, dtype, weak type
         and (committed arrays) sharding; other leaves (Python scalars) by type.
-        The context mesh, which bare ``PartitionSpec``s resolve against, is
-        included. ``None`` when a static value is unhashable: such calls take
+        The context mesh, which bare ``PartitionSpec``s resolve against and whose
+        devices run programs that name none, is included. ``None`` when a static value is unhashable: such calls take
         the slow path, which reports the error.
         """
         positions = self._static_positions(len(args))
         static = tuple(args[i] for i in positions if i < len(args))
         static += tuple(kwargs[k] for k in self.static_argnames if k in kwargs)
         leaves, tree = jax.tree.flatten((args, kwargs))
-        parts: list = [tree, static, jax.sharding.get_abstract_mesh()]
+        parts: list = [tree, static, jax.sharding.get_abstract_mesh(),
+                       signature.device_mesh(self.mesh)]
         for leaf in leaves:
             if isinstance(leaf, jax.Array):
                 sharding = leaf.sharding if leaf.committed else None
@@ -410,6 +412,8 @@ class JitFunction:
             module = _copy_module(jax_module)
             symbols = lowering.annotate(module, arg_leaves, results, devices)
             verify_step(module.operation, "annotate")
+            # What XLA folds when it imports the module, before its own Shardy runs.
+            fold_identities(module.operation)
             unpropagated = fallback = None
             if propagate and symbols.device_count() is not None:
                 unpropagated = _bytecode(module)

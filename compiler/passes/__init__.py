@@ -14,6 +14,7 @@ from shardc.compiler.passes.check_shardings import CheckShardingsPass
 from shardc.compiler.passes.close_shardings import CloseShardingsPass
 from shardc.compiler.passes.drop_shardings import DropShardingsPass
 from shardc.compiler.passes.export_pipeline import ExportPipelinePass
+from shardc.compiler.passes.fold_identities import FoldIdentitiesPass
 from shardc.compiler.passes.insert_explicit_reshards import InsertExplicitReshardsPass
 from shardc.compiler.passes.lift_inlined_meshes import LiftInlinedMeshesPass
 from shardc.compiler.passes.op_priority_propagate import OpPriorityPropagatePass
@@ -30,6 +31,7 @@ ALL_PASSES: tuple[type[ModulePass], ...] = (
     CloseShardingsPass,
     DropShardingsPass,
     ExportPipelinePass,
+    FoldIdentitiesPass,
     InsertExplicitReshardsPass,
     LiftInlinedMeshesPass,
     OpPriorityPropagatePass,

@@ -196,3 +196,32 @@ def test_grammar_is_consistent():
                 *(f"body {k}" for k in ("unary", "binary", "matmul", "center", "constraint",
                                         "add_index", "row_update", "take", "axis_index"))}
     assert expected <= set(seen), f"never generated: {sorted(expected - set(seen))}"
+
+
+# Failures the differential found, shrunk, kept as they were found.
+REGRESSIONS = {
+    # vjp of an identity slice: XLA folds the slice (and the zero pad of its
+    # transpose) before its own Shardy runs, so jax.jit's first result is the
+    # replicated argument itself; shardc propagated P('x') into it until jit
+    # folded them too (passes/fold_identities.py).
+    "identity_slice_vjp": jax_programs.Program(
+        mesh_shape=(2, 4),
+        args=(jax_programs.Arg(shape=(2,), dtype="f32", spec=None, placement=None),
+              jax_programs.Arg(shape=(2,), dtype="f32", spec=None, placement=None),
+              jax_programs.Arg(shape=(2,), dtype="i32", spec=None, placement=None)),
+        steps=(jax_programs.Step("fori", ("a0", "a1", "a2"), (0, 0, ())),
+               jax_programs.Step("unary", ("a0",), ("tanh",)),
+               jax_programs.Step("slice", ("a0",), (0, 0, 2, 1))),
+        outputs=("v2", "v0"), mode="vjp", wrt=(0,), out_specs=(None, None, P("x")),
+        out_prefix=False, in_form="none", data_seed=0),
+}
+
+
+@pytest.mark.parametrize("name", list(REGRESSIONS))
+def test_found_regressions(name):
+    program = REGRESSIONS[name]
+    mesh = program.make_mesh()
+    fun = program.build(mesh)
+    args = program.arguments(mesh)
+    compare(program, run_shardc(program, mesh, fun, args), run_jax_jit(program, mesh, fun, args),
+            "shardc")
