@@ -558,3 +558,18 @@ def test_lowering_for_another_platform_on_an_abstract_mesh():
     out = cpu(jax.device_put(jnp.ones((8, 2)), NamedSharding(
         Mesh(np.array(jax.devices()[:2]), ("x",)), P("x"))))
     np.testing.assert_array_equal(np.asarray(out), 2 * np.ones((8, 2)))
+
+
+def test_set_mesh_devices_run_programs_that_name_none():
+    # As jax.jit: under jax.set_mesh, unsharded programs run replicated on its devices,
+    # and another set_mesh of the same shape on other devices is another program.
+    devices = jax.devices()
+    low, high = (Mesh(np.array(devices[:4]), ("x",)), Mesh(np.array(devices[4:]), ("x",)))
+    f = shardc_jit(jnp.sin)
+    x = np.arange(8.0, dtype=np.float32)
+    for mesh in (low, high, low):
+        with jax.set_mesh(mesh):
+            ours, theirs = f(x), jax.jit(jnp.sin)(x)
+        assert ours.sharding == theirs.sharding == NamedSharding(mesh, P())
+        np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs))
+    assert f(x).sharding == jax.jit(jnp.sin)(x).sharding  # no context: one device
