@@ -239,7 +239,7 @@ class JitFunction:
         mesh = signature.context_mesh(self.mesh)
         arg_leaves = signature.argument_signature(
             dynamic_args, dynamic_kwargs, self.in_shardings, mesh, follow_data=False)
-        with _tracing_mesh(self.mesh):
+        with _tracing_mesh(self.mesh, staged=True):
             traced = self._jax_jit.trace(*args, **kwargs)
         results = signature.result_signature(traced.out_info, self.out_shardings, mesh,
                                              follow_types=False)
@@ -512,17 +512,21 @@ def _platform(leaves: Sequence[LeafSignature]) -> str:
     return jax.default_backend()
 
 
-def _tracing_mesh(mesh: AnyMesh | None) -> contextlib.AbstractContextManager:
+def _tracing_mesh(mesh: AnyMesh | None, *, staged: bool = False
+                  ) -> contextlib.AbstractContextManager:
     """``jit(..., mesh=...)`` is the context mesh while the function is traced, so a
     bare ``PartitionSpec`` inside (a sharding constraint, ``shard_map``) resolves
     against it as it would under ``jax.set_mesh``.
 
-    Its abstract form only: which devices run the program is decided when it
-    is compiled (``lowering`` unifies meshes of one shape), and jax takes no
-    concrete mesh inside an enclosing trace.
+    A concrete one is set as ``jax.set_mesh`` sets it when the trace is lowered by
+    shardc (jax's own lowering checks Explicit-axis types against its devices);
+    staged into an enclosing trace (``staged``), its abstract form only: jax takes
+    no concrete mesh there, and the enclosing program decides the devices.
     """
     if mesh is None:
         return contextlib.nullcontext()
+    if not staged and isinstance(mesh, Mesh) and mesh.axis_names:
+        return jax_private.concrete_mesh_context(mesh)
     return jax.sharding.use_abstract_mesh(mesh.abstract_mesh)
 
 
@@ -702,8 +706,22 @@ def jit(
 
 def _jit_of_flat(fun: Callable, in_shardings: tuple, out_shardings: tuple,
                  donate_argnums: tuple) -> JitFunction:
-    """What executes an equation of shardc's jit primitive: shardc's jit of its jaxpr."""
-    return jit(fun, in_shardings, out_shardings, donate_argnums=donate_argnums)
+    """What executes an equation of shardc's jit primitive: shardc's jit of its jaxpr.
+
+    The equation's shardings go in as they are: transformations write ones users
+    may not (``vmap`` leaves the batch dimension ``UNCONSTRAINED``), which
+    ``jit``'s own validation of user shardings would refuse.
+    """
+    options = jit_options.parse(
+        fun, None, None, static_argnums=None, static_argnames=None,
+        donate_argnums=donate_argnums, donate_argnames=None, keep_unused=False, device=None,
+        backend=None, inline=False, compiler_options=None)
+    options = dataclasses.replace(options, in_shardings=in_shardings, out_shardings=out_shardings)
+    # The equation's concrete mesh is its context mesh, as jax's jit executes it.
+    mesh = next((s.mesh for s in (*in_shardings, *out_shardings)
+                 if isinstance(s, NamedSharding) and isinstance(s.mesh, Mesh)
+                 and s.mesh.axis_names), None)
+    return JitFunction(fun, options=options, mesh=mesh, propagate=True)
 
 
 SHARDC_JIT = binding.jit_primitive(_jit_of_flat)

@@ -10,15 +10,13 @@ its behaviour, which differs from jit's in one place: the mesh of a legacy
 * reads a ``None`` in ``in_shardings`` / ``out_shardings`` as *replicated over
   that mesh* (jit reads it as unspecified, as pjit does outside such a block).
 
-``pjit`` builds two shardc jits of the function, one per reading of ``None``,
-and picks per call (or ``lower`` / ``trace``) by whether such a block is
-active, entering ``jax.set_mesh`` with its mesh around the call (its abstract
-mesh, when the call is staged into an enclosing trace).
+``pjit`` builds a shardc jit of the function for each reading of ``None`` (one
+per legacy mesh, which it gets as ``jit(mesh=...)``, shardc's context mesh) and
+picks per call (or ``lower`` / ``trace``) by which block, if any, is active.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -28,47 +26,46 @@ from jax.sharding import PartitionSpec
 
 from shardc.compiler.api import JitFunction, jit
 from shardc.compiler.signature import is_sharding_leaf
-from shardc.dialects.jax_private import legacy_context_mesh, trace_state_clean
+from shardc.dialects.jax_private import legacy_context_mesh
 
 
 class PjitFunction:
     """What ``pjit`` returns: called, lowered and traced like a shardc jit."""
 
-    def __init__(self, unspecified: JitFunction, replicated: JitFunction) -> None:
-        self._unspecified = unspecified
+    def __init__(self, fun: Callable, shardings: tuple[Any, Any], replicated: tuple[Any, Any],
+                 options: dict[str, Any]) -> None:
+        self._fun = fun
         self._replicated = replicated
-        functools.update_wrapper(self, unspecified.fun, updated=())
+        self._options = options
+        self._unspecified = jit(fun, *shardings, **options)
+        self._in_mesh: dict[Any, JitFunction] = {}  # per legacy mesh
+        functools.update_wrapper(self, fun, updated=())
 
-    def _current(self) -> tuple[JitFunction, contextlib.AbstractContextManager]:
+    def _current(self) -> JitFunction:
         mesh = legacy_context_mesh()
         if mesh is None:
-            return self._unspecified, contextlib.nullcontext()
-        if not trace_state_clean():  # staged into an enclosing trace: its shape only
-            return self._replicated, jax.sharding.use_abstract_mesh(mesh.abstract_mesh)
-        return self._replicated, jax.set_mesh(mesh)
+            return self._unspecified
+        jitted = self._in_mesh.get(mesh)
+        if jitted is None:
+            # jit(mesh=) is shardc's context mesh, under enclosing traces too.
+            options = {"mesh": mesh, **self._options}
+            jitted = self._in_mesh[mesh] = jit(self._fun, *self._replicated, **options)
+        return jitted
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        jitted, context = self._current()
-        with context:
-            return jitted(*args, **kwargs)
+        return self._current()(*args, **kwargs)
 
     def lower(self, *args: Any, **kwargs: Any) -> Any:
         """``JitFunction.lower`` under the legacy mesh, if any."""
-        jitted, context = self._current()
-        with context:
-            return jitted.lower(*args, **kwargs)
+        return self._current().lower(*args, **kwargs)
 
     def trace(self, *args: Any, **kwargs: Any) -> Any:
         """``JitFunction.trace`` under the legacy mesh, if any."""
-        jitted, context = self._current()
-        with context:
-            return jitted.trace(*args, **kwargs)
+        return self._current().trace(*args, **kwargs)
 
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
         """``JitFunction.eval_shape`` under the legacy mesh, if any."""
-        jitted, context = self._current()
-        with context:
-            return jitted.eval_shape(*args, **kwargs)
+        return self._current().eval_shape(*args, **kwargs)
 
 
 class _NotGiven:
@@ -94,5 +91,4 @@ def pjit(fun: Callable, in_shardings: Any = _NOT_GIVEN, out_shardings: Any = _NO
         return shardings, jax.tree.map(replicate, shardings, is_leaf=is_sharding_leaf)
 
     (ins, ins_replicated), (outs, outs_replicated) = readings(in_shardings), readings(out_shardings)
-    return PjitFunction(jit(fun, ins, outs, **options),
-                        jit(fun, ins_replicated, outs_replicated, **options))
+    return PjitFunction(fun, (ins, outs), (ins_replicated, outs_replicated), options)

@@ -9,6 +9,7 @@ functions so that the CLI, which only needs the MLIR context, never pays for
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
@@ -326,6 +327,22 @@ def argument_names(fun: Any, args: tuple, kwargs: dict, static_argnums: tuple,
     except Exception:  # noqa: BLE001 - names are for messages only
         return None
     return tuple(info.arg_names) if info.arg_names is not None else None
+
+
+@contextlib.contextmanager
+def concrete_mesh_context(mesh: Any) -> Any:
+    """``mesh`` as the concrete context mesh, as ``jax.set_mesh`` makes it, also where
+    ``jax.set_mesh`` refuses to (while a transformation's trace state is active, e.g.
+    executing an equation under ``vmap``)."""
+    from jax._src import config
+
+    previous_abstract = config.abstract_mesh_context_manager.swap_local(mesh.abstract_mesh)
+    previous = config.device_context.swap_local(mesh)
+    try:
+        yield
+    finally:
+        config.device_context.set_local(previous)
+        config.abstract_mesh_context_manager.set_local(previous_abstract)
 
 
 def parse_jit_arguments(fun: Any, **arguments: Any) -> dict[str, Any]:

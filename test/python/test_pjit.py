@@ -81,3 +81,19 @@ def test_nested_and_differentiated_under_a_legacy_mesh(mesh):
     for ours, theirs in zip(results[1], results[0]):
         assert ours.sharding == theirs.sharding
         np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+
+
+@pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit])
+def test_vmap_under_a_legacy_mesh(axis_type):
+    # vmap leaves the batch dimension of the equation's shardings UNCONSTRAINED
+    # (which jit() refuses from users) and its types on the mesh's Explicit axes.
+    mesh = jax.make_mesh((2,), ("x",), devices=jax.devices()[:2], axis_types=(axis_type,))
+    x, y = jnp.arange(4), jnp.arange(20).reshape(5, 4)
+    results = []
+    for make in (jax_pjit, pjit):
+        with mesh:
+            f = make(lambda a, b: (a + b, a), in_shardings=P("x"), out_shardings=P("x"))
+            results.append(jax.vmap(f, in_axes=(None, 0), out_axes=(0, None))(x, y))
+    for ours, theirs in zip(results[1], results[0]):
+        assert ours.sharding.is_equivalent_to(theirs.sharding, ours.ndim)
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))

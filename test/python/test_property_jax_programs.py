@@ -58,19 +58,13 @@ from jax.sharding import NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "fuzz"))
+import deterministic  # noqa: E402
 import jax_programs  # noqa: E402
 from shardc.compiler import jit  # noqa: E402
 
 EXAMPLES = int(os.environ.get("SHARDC_PROPERTY_EXAMPLES", "50"))
 RTOL = ATOL = 1e-5
-_COMMON = dict(
-    deadline=None,
-    derandomize=True,
-    database=None,
-    print_blob=False,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                           HealthCheck.data_too_large, HealthCheck.large_base_example],
-)
+_COMMON = deterministic.settings_kwargs(HealthCheck.large_base_example)
 
 
 def _named(mesh, spec):

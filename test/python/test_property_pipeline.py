@@ -58,12 +58,13 @@ os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY",
 import jax
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from jax.sharding import NamedSharding
 from jaxlib.mlir import ir, passmanager
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "fuzz"))
+import deterministic  # noqa: E402
 import lit_regressions  # noqa: E402
 import program_grammar  # noqa: E402
 import sharding_checks  # noqa: E402
@@ -75,14 +76,7 @@ propagation = pytest.importorskip("shardc.compiler.propagation")
 
 EXAMPLES = int(os.environ.get("SHARDC_PROPERTY_EXAMPLES", "100"))
 LOWERING_EXAMPLES = max(1, EXAMPLES * 8 // 5)
-_COMMON = dict(
-    deadline=None,
-    derandomize=True,
-    database=None,
-    print_blob=False,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                           HealthCheck.data_too_large],
-)
+_COMMON = deterministic.settings_kwargs()
 COMPILE_SETTINGS = settings(max_examples=EXAMPLES, **_COMMON)
 CHEAP_COMPILE_SETTINGS = settings(max_examples=max(1, EXAMPLES * 2 // 5), **_COMMON)
 LOWERING_SETTINGS = settings(max_examples=LOWERING_EXAMPLES, **_COMMON)
