@@ -1,0 +1,85 @@
+"""The module shardc propagates carries the shardings jax.jit's own lowering writes.
+
+shardc traces as jax.jit does and then writes the Shardy attributes itself. For
+every zoo and ``bench/models`` program, the unpropagated module (``lower(...,
+propagate=False)``) must carry, on ``@main``'s arguments and results and on the
+sharding constraints of the body (in order), the shardings of jax.jit's lowered
+module for the same function, arguments and shardings. Mesh symbol names are
+compared by the mesh they name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import re
+import sys
+
+import jax
+import pytest
+from jaxlib.mlir import ir
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# `bench` has no __init__.py: it is a namespace package importable from the repo root.
+sys.path.insert(0, str(ROOT))
+
+from bench.models import REGISTRY as MODELS  # noqa: E402
+from bench.zoo import REGISTRY as ZOO  # noqa: E402
+from shardc.compiler import jit  # noqa: E402
+from shardc.dialects import make_context  # noqa: E402
+
+PROGRAMS = {**{f"zoo/{k}": v for k, v in ZOO.items()},
+            **{f"models/{k}": v for k, v in MODELS.items()}}
+
+
+def shardings_of(text: str) -> dict:
+    """``@main``'s argument / result shardings and the body's constraint shardings, with
+    each mesh symbol replaced by the mesh it names."""
+    module = ir.Module.parse(text, make_context())
+    meshes = {}
+    for op in module.body.operations:
+        if op.operation.name == "sdy.mesh":
+            name = ir.StringAttr(op.operation.attributes["sym_name"]).value
+            meshes[name] = str(op.operation.attributes["mesh"])
+
+    def named(attr) -> str:
+        return re.sub(r"@([\w.$-]+)", lambda m: meshes.get(m.group(1), m.group(0)), str(attr))
+
+    main = next(op for op in module.body.operations
+                if op.operation.name == "func.func"
+                and ir.StringAttr(op.operation.attributes["sym_name"]).value == "main")
+
+    def per_value(list_name: str) -> list:
+        if list_name not in main.operation.attributes:
+            return []
+        return [named(ir.DictAttr(d)["sdy.sharding"]) if "sdy.sharding" in ir.DictAttr(d) else None
+                for d in ir.ArrayAttr(main.operation.attributes[list_name])]
+
+    constraints: list[str] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        sharding = named(op.attributes["sharding"]) if op.name == "sdy.sharding_constraint" \
+            else None
+        # jax's lowering pins the key-data dims of a PRNG key result whose out_sharding is
+        # unspecified (shardc never gives jax out_shardings) with a constraint on an
+        # axis-less mesh: it constrains nothing the result's own sharding does not.
+        if sharding is not None and not sharding.startswith("#sdy.sharding<#sdy.mesh<[]>"):
+            constraints.append(sharding)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return {"args": per_value("arg_attrs"), "results": per_value("res_attrs"),
+            "constraints": constraints}
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_unpropagated_module_has_jax_jits_shardings(name):
+    program = PROGRAMS[name]("small")
+    context = jax.set_mesh(program.mesh) if program.mesh_context else contextlib.nullcontext()
+    with context:
+        theirs = jax.jit(program.fun, in_shardings=program.in_shardings,
+                         out_shardings=program.out_shardings, keep_unused=True,
+                         donate_argnums=program.donate_argnums).lower(*program.args).as_text()
+        ours = jit(program.fun, program.in_shardings, program.out_shardings,
+                   donate_argnums=program.donate_argnums).lower(*program.args, propagate=False)
+    assert shardings_of(ours.as_text()) == shardings_of(theirs)
