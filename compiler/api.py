@@ -168,12 +168,7 @@ class JitFunction:
     def trace(self, *args: Any, **kwargs: Any) -> Traced:
         """Trace the function for these arguments (a ``Traced``: ``jaxpr``, ``out_info``,
         ``lower()``), as ``jax.jit(f).trace`` does."""
-        dynamic_args, _ = self._split_static(args)
-        dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
-        mesh = signature.context_mesh(self.mesh)
-        arg_leaves = signature.argument_signature(
-            dynamic_args, dynamic_kwargs, self.in_shardings, mesh,
-            devices=signature.device_mesh(self.mesh), **self._naming(args, kwargs))
+        _, _, mesh, arg_leaves = self._arguments(args, kwargs)
         jax_traced = self._trace(args, kwargs, arg_leaves)
         results = signature.result_signature(jax_traced.out_info, self.out_shardings, mesh)
         out_info = jax.tree.unflatten(
@@ -234,11 +229,8 @@ class JitFunction:
         Only the shardings given to ``jit`` go into the equation, as with
         ``jax.jit``: tracers carry no data whose sharding could be followed.
         """
-        dynamic_args, _ = self._split_static(args)
-        dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
-        mesh = signature.context_mesh(self.mesh)
-        arg_leaves = signature.argument_signature(
-            dynamic_args, dynamic_kwargs, self.in_shardings, mesh, follow_data=False)
+        dynamic_args, dynamic_kwargs, mesh, arg_leaves = self._arguments(
+            args, kwargs, follow_data=False)
         with _tracing_mesh(self.mesh, staged=True):
             traced = self._jax_jit.trace(*args, **kwargs)
         results = signature.result_signature(traced.out_info, self.out_shardings, mesh,
@@ -302,14 +294,10 @@ class JitFunction:
         platforms: Sequence[str] | None = None,
     ) -> tuple[tuple, Lowered]:
         propagate = self.propagate if propagate is None else propagate
-        dynamic_args, static_args = self._split_static(args)
-        dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
+        dynamic_args, dynamic_kwargs, mesh, arg_leaves = self._arguments(args, kwargs)
+        static_args = tuple(args[i] for i in self._static_positions(len(args)))
         static_kwargs = {k: v for k, v in kwargs.items() if k in self.static_argnames}
-        mesh = signature.context_mesh(self.mesh)
         devices = signature.device_mesh(self.mesh)
-        arg_leaves = signature.argument_signature(
-            dynamic_args, dynamic_kwargs, self.in_shardings, mesh, devices=devices,
-            **self._naming(args, kwargs))
         in_tree = jax.tree.structure((tuple(dynamic_args), dynamic_kwargs))
         given_platforms = bool(platforms)
         platforms = tuple(platforms) if platforms else (_platform(arg_leaves),)
@@ -340,12 +328,21 @@ class JitFunction:
 
     # -- steps ---------------------------------------------------------------
 
-    def _naming(self, args: tuple, kwargs: dict) -> dict:
-        """How errors about this call name its arguments and function, as jax's do."""
-        return dict(
+    def _arguments(self, args: tuple, kwargs: dict, *, follow_data: bool = True
+                   ) -> tuple[list, dict, AnyMesh | None, list[LeafSignature]]:
+        """A call's dynamic arguments (positional, keyword), the context mesh and the
+        arguments' signatures (``signature.argument_signature``), errors naming the
+        arguments and the function as jax's do."""
+        dynamic_args, _ = self._split_static(args)
+        dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
+        mesh = signature.context_mesh(self.mesh)
+        leaves = signature.argument_signature(
+            dynamic_args, dynamic_kwargs, self.in_shardings, mesh, follow_data=follow_data,
+            devices=signature.device_mesh(self.mesh),
             names=lambda: jax_private.argument_names(
                 self.fun, args, kwargs, self.static_argnums, self.static_argnames),
             fun_name=getattr(self.fun, "__name__", "fun"))
+        return dynamic_args, dynamic_kwargs, mesh, leaves
 
     def _static_positions(self, num_args: int) -> tuple[int, ...]:
         """The static positions among a call's ``num_args`` positional arguments.

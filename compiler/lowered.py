@@ -20,7 +20,7 @@ from jaxlib.mlir import ir
 from shardc.compiler.signature import LeafSignature
 from shardc.dialects import jax_private
 from shardc.dialects.errors import PlatformMismatchError
-from shardc.runtime.compiled import Compiled, StaticArguments, compile_program
+from shardc.runtime.compiled import Compiled, StaticArguments, compile_program, program_mesh
 from shardc.runtime.stage import Stage
 
 AnyMesh = Mesh | AbstractMesh
@@ -155,8 +155,10 @@ class Lowered(Stage):
     def mesh(self) -> AnyMesh | None:
         """The program's mesh (the first with axes, if it uses several of one device
         count; an axis-less one only when there is no other)."""
-        return next((m for m in self._meshes if m.axis_names),
-                    self._meshes[0] if self._meshes else None)
+        main = program_mesh(self._meshes)
+        if main is None and self._meshes:
+            return self._meshes[0]
+        return main
 
     def compile(self, device_assignment: Sequence | None = None) -> Compiled:
         """Compile through XLA for the mesh's devices (or ``device_assignment``, in order).

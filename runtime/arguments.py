@@ -74,11 +74,17 @@ def _deleted(value: jax.Array, expected: ExpectedArgument) -> DeletedArrayError:
     )
 
 
-def check_types(values: Sequence[Any], expected: Sequence[ExpectedArgument],
-                names: Sequence[str] | None = None) -> None:
-    """Every argument's shape and dtype against the compiled ones, all at once, in jax's
-    words (``names``: jax's names of the arguments, e.g. the parameters')."""
-    errors = []
+def check_arguments(values: Sequence[Any], expected: Sequence[ExpectedArgument],
+                    names: Sequence[str] | None = None) -> None:
+    """Every argument against the compiled ones in one pass, all mismatches at once, in
+    jax's words (``names``: jax's names of the arguments, e.g. the parameters').
+
+    Shapes and dtypes first (jax's TypeError), then shardings: a committed array
+    must come with the compiled sharding (jax's ValueError), since placing it
+    elsewhere would be communication nobody asked for; host data and uncommitted
+    arrays are placed.
+    """
+    types, shardings = [], []
     for k, (value, want) in enumerate(zip(values, expected)):
         name = names[k] if names is not None and k < len(names) else want.path
         if isinstance(value, jax.ShapeDtypeStruct):
@@ -95,42 +101,29 @@ def check_types(values: Sequence[Any], expected: Sequence[ExpectedArgument],
         # Host data of a 64-bit type runs as its canonical type (x64 off), as in jax.
         if tuple(value.shape) != tuple(want.aval.shape) or (
                 jax.dtypes.canonicalize_dtype(dtype) != want.aval.dtype):
-            errors.append(f"Argument '{name}' compiled with "
-                          f"{_short(want.aval.shape, want.aval.dtype)} and called with "
-                          f"{_short(value.shape, dtype)} ({want.path})")
-    if errors:
-        which = f"The first 5 of {len(errors)}" if len(errors) >= 5 else "The"
+            types.append(f"Argument '{name}' compiled with "
+                         f"{_short(want.aval.shape, want.aval.dtype)} and called with "
+                         f"{_short(value.shape, dtype)} ({want.path})")
+        elif isinstance(value, jax.Array) and value.committed \
+                and value.sharding is not want.sharding \
+                and frozenset(value.sharding.device_set) == want.device_set \
+                and not value.sharding.is_equivalent_to(want.sharding, value.ndim):
+            # (On other devices: placing says which, as a DeviceMismatchError.)
+            shardings.append(f"Argument {name} with shape {value.aval.str_short()}:\n"
+                             f"  Passed sharding: {value.sharding}\n"
+                             f"  Required sharding: {want.sharding} ({want.path})")
+    if types:
+        which = f"The first 5 of {len(types)}" if len(types) >= 5 else "The"
         raise InvalidArgumentError(
             "Argument types differ from the types for which this computation was compiled. "
-            f"{which} mismatches are:\n" + "\n".join(errors[:5])
+            f"{which} mismatches are:\n" + "\n".join(types[:5])
             + "\n(lower the function again for these arguments)")
-
-
-def check_shardings(values: Sequence[Any], expected: Sequence[ExpectedArgument],
-                    names: Sequence[str] | None = None) -> None:
-    """Committed arrays must come with the compiled shardings, all checked at once, in
-    jax's words: placing them elsewhere would be communication nobody asked for.
-    Host data and uncommitted arrays are placed."""
-    errors = []
-    for k, (value, want) in enumerate(zip(values, expected)):
-        if not isinstance(value, jax.Array) or not getattr(value, "committed", False):
-            continue
-        sharding = value.sharding
-        if sharding is want.sharding or jax.dtypes.issubdtype(value.dtype, jax.dtypes.extended):
-            continue
-        if frozenset(sharding.device_set) != want.device_set:
-            continue  # placing says which devices (DeviceMismatchError)
-        if not sharding.is_equivalent_to(want.sharding, value.ndim):
-            name = names[k] if names is not None and k < len(names) else want.path
-            errors.append(f"Argument {name} with shape {value.aval.str_short()}:\n"
-                          f"  Passed sharding: {sharding}\n"
-                          f"  Required sharding: {want.sharding} ({want.path})")
-    if errors:
-        count = (f"the {len(errors)} mismatches" if len(errors) < 5
-                 else f"5 mismatches out of {len(errors)}")
+    if shardings:
+        count = (f"the {len(shardings)} mismatches" if len(shardings) < 5
+                 else f"5 mismatches out of {len(shardings)}")
         raise ArgumentShardingError(
             "Computation was compiled for input shardings that disagree with the shardings "
-            f"of arguments passed to it. Here are {count}:\n" + "\n".join(errors[:5]))
+            f"of arguments passed to it. Here are {count}:\n" + "\n".join(shardings[:5]))
 
 
 def _short(shape, dtype) -> str:

@@ -57,6 +57,12 @@ def concrete_mesh(mesh: Mesh | AbstractMesh, devices: Sequence) -> Mesh:
     return Mesh(grid, mesh.axis_names, axis_types=mesh.axis_types)
 
 
+def program_mesh(meshes: Sequence[Mesh | AbstractMesh]) -> Mesh | AbstractMesh | None:
+    """The mesh a program runs on: its first mesh with axes (an axis-less one, such as
+    jax's ``@empty_mesh``, says nothing about devices)."""
+    return next((m for m in meshes if m.axis_names), None)
+
+
 def device_assignment(meshes: Sequence[Mesh | AbstractMesh], devices: Sequence | None) -> tuple:
     """The logical device order of a program: the partition ``i`` runs on entry ``i``.
 
@@ -64,9 +70,9 @@ def device_assignment(meshes: Sequence[Mesh | AbstractMesh], devices: Sequence |
     all-abstract program takes the first devices of the default backend; a
     program without any mesh runs on one device.
     """
-    sized = [m for m in meshes if m.axis_names]  # an axis-less mesh (empty_mesh) says nothing
-    size = int(np.prod(sized[0].axis_sizes)) if sized else 1
-    concrete = [tuple(m.devices.flat) for m in sized if isinstance(m, Mesh)]
+    main = program_mesh(meshes)
+    size = int(np.prod(main.axis_sizes)) if main is not None else 1
+    concrete = [tuple(m.devices.flat) for m in meshes if m.axis_names and isinstance(m, Mesh)]
     if devices is not None:
         concrete.insert(0, tuple(devices))
     if any(order != concrete[0] for order in concrete):
@@ -187,8 +193,7 @@ class Compiled(Stage):
                 "Function compiled with input pytree does not match the input pytree it was "
                 f"called with: compiled for {self._in_tree}, called with {tree}"
             )
-        arguments.check_types(leaves, self._expected, self.arg_names)
-        arguments.check_shardings(leaves, self._expected, self.arg_names)
+        arguments.check_arguments(leaves, self._expected, self.arg_names)
         placed = [
             arguments.place(value, expected, self.placement)
             for value, expected in zip(leaves, self._expected)
@@ -311,8 +316,8 @@ def compile_program(
     (``placed_on_request``: a ``SingleDeviceSharding`` chose the device, so the
     results are committed to it)."""
     order = device_assignment(meshes, devices)
-    sized = [m for m in meshes if m.axis_names]
-    program_mesh = concrete_mesh(sized[0], order) if sized else None
+    main = program_mesh(meshes)
+    mesh = concrete_mesh(main, order) if main is not None else None
     jax_private.test_event("pxla_cached_compilation")
     executable = jax_private.compile_executable(
         module_for_xla(module),
@@ -334,11 +339,11 @@ def compile_program(
         inputs=inputs,
         outputs=outputs,
         input_shardings=[
-            _decided_sharding(info, op, order, program_mesh)
+            _decided_sharding(info, op, order, mesh)
             for info, op in zip(inputs, parameter_ops)
         ],
         output_shardings=[
-            _decided_sharding(info, op, order, program_mesh, like=_first_placed(inputs))
+            _decided_sharding(info, op, order, mesh, like=_first_placed(inputs))
             for info, op in zip(outputs, output_ops)
         ],
         static=static,
