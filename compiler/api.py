@@ -36,6 +36,7 @@ from shardc.compiler.diagnostics import (
     verifying_steps,
 )
 from shardc.compiler.lowered import AnyMesh, Lowered
+from shardc.compiler.passes.capture_loop_invariants import capture_loop_invariants
 from shardc.compiler.passes.fold_identities import fold_identities
 from shardc.compiler.propagation.pipeline import propagation_pipeline
 from shardc.compiler.signature import LeafSignature
@@ -409,10 +410,12 @@ class JitFunction:
             module = _copy_module(jax_module)
             symbols = lowering.annotate(module, arg_leaves, results, devices)
             verify_step(module.operation, "annotate")
-            # What XLA folds when it imports the module, before its own Shardy runs.
-            fold_identities(module.operation)
             unpropagated = fallback = None
             if propagate and symbols.device_count() is not None:
+                # Propagate what XLA's own Shardy would see: the module as XLA's
+                # import rewrites it (unpropagated, XLA makes the same rewrites).
+                fold_identities(module.operation)
+                capture_loop_invariants(module.operation)
                 unpropagated = _bytecode(module)
                 fallback = _propagate(module, unpropagated, self.propagation)
             bytecode = _bytecode(module)

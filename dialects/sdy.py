@@ -40,6 +40,7 @@ from jaxlib.mlir.dialects.sdy import (
     MeshAttr,
     MeshAxisAttr,
     TensorShardingAttr,
+    TensorShardingPerValueAttr,
 )
 
 from shardc.dialects.errors import (
@@ -336,3 +337,35 @@ def _full_axis_name(axis: ir.Attribute, context: ir.Attribute) -> str:
             f"{context}: sub-axis {ref} has no PartitionSpec form (only whole mesh axes do)"
         )
     return ref.name
+
+
+# ----------------------------------------------------------------------------
+# Shardings in IR
+# ----------------------------------------------------------------------------
+
+
+def value_sharding(value: ir.Value) -> ir.Attribute | None:
+    """The ``#sdy.sharding`` a value carries, as Shardy reads it: a function argument's,
+    a constraint's (reshard's, data-flow edge's) own, a manual computation's result
+    sharding, or any other op's per-value entry; None when it has none (or is
+    another block's argument)."""
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        parent = owner.owner.operation
+        if parent.name != "func.func" or "arg_attrs" not in parent.attributes:
+            return None
+        index = ir.BlockArgument(value).arg_number
+        entry = ir.DictAttr(ir.ArrayAttr(parent.attributes["arg_attrs"])[index])
+        return entry[SHARDING_ATTR] if SHARDING_ATTR in entry else None
+    op = owner.operation if hasattr(owner, "operation") else owner
+    if op.name in _OWN_SHARDING_OPS:
+        return op.attributes["sharding"] if "sharding" in op.attributes else None
+    name = "out_shardings" if op.name == "sdy.manual_computation" else SHARDING_ATTR
+    if name not in op.attributes:
+        return None
+    per_value = TensorShardingPerValueAttr(op.attributes[name]).shardings
+    return per_value[ir.OpResult(value).result_number]
+
+
+# Ops whose one result's sharding is their ``sharding`` attribute.
+_OWN_SHARDING_OPS = ("sdy.sharding_constraint", "sdy.reshard", "sdy.data_flow_edge")

@@ -39,7 +39,10 @@ import io
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
-SHARDING = "sdy.sharding"
+from shardc.dialects.sdy import SHARDING_ATTR, value_sharding
+from shardc.dialects.while_loops import hoist_invariant_carries
+
+SHARDING = SHARDING_ATTR
 
 # Data-flow ops whose shardings XLA must re-derive.
 _DROPPED_SHARDINGS = ("stablehlo.optimization_barrier",)
@@ -87,8 +90,8 @@ def _fold_reshape_round_trip(reshape: ir.Operation) -> None:
     if inner.name != "stablehlo.reshape" or inner.operands[0].type != reshape.results[0].type:
         return
     source = inner.operands[0]
-    wanted = _sharding_of(reshape.results[0])
-    own = _sharding_of(source)
+    wanted = value_sharding(reshape.results[0])
+    own = value_sharding(source)
     if wanted is not None and (own is None or wanted != own):
         source = sdy.ShardingConstraintOp(source, wanted, loc=reshape.location,
                                           ip=ir.InsertionPoint(reshape)).result
@@ -96,75 +99,12 @@ def _fold_reshape_round_trip(reshape: ir.Operation) -> None:
     reshape.erase()
 
 
-def hoist_invariant_carries(loop: ir.Operation) -> ir.Operation:
-    """Rebuild a ``stablehlo.while`` without the carries its body returns unchanged.
-
-    Inside the loop and after it, their uses read the value the loop was given
-    instead. The loop's ``sdy.sharding`` keeps the entries of the other
-    carries. Returns the loop (a new op when anything was hoisted).
-    """
-    cond, body = (region.blocks[0] for region in loop.regions)
-    terminator = _terminator(body)
-    count = len(loop.operands)
-    invariant = [k for k in range(count) if terminator.operands[k] == body.arguments[k]]
-    if not invariant:
-        return loop
-    kept = [k for k in range(count) if k not in invariant]
-    for k in invariant:
-        outer = loop.operands[k]
-        for value in (body.arguments[k], cond.arguments[k], loop.results[k]):
-            value.replace_all_uses_with(outer)
-    attributes = {loop.attributes[i].name: loop.attributes[loop.attributes[i].name]
-                  for i in range(len(loop.attributes))}
-    if SHARDING in attributes:
-        per_value = sdy.TensorShardingPerValueAttr(attributes[SHARDING]).shardings
-        attributes[SHARDING] = sdy.TensorShardingPerValueAttr.get([per_value[k] for k in kept])
-    new = ir.Operation.create(
-        "stablehlo.while", results=[loop.results[k].type for k in kept],
-        operands=[loop.operands[k] for k in kept], attributes=attributes, regions=2,
-        loc=loop.location, ip=ir.InsertionPoint(loop))
-    for block, region in ((cond, new.regions[0]), (body, new.regions[1])):
-        for k in reversed(invariant):
-            block.erase_argument(k)
-        block.append_to(region)
-    ir.Operation.create("stablehlo.return", operands=[terminator.operands[k] for k in kept],
-                        loc=terminator.location, ip=ir.InsertionPoint(terminator))
-    terminator.erase()
-    for k, result in zip(kept, new.results):
-        loop.results[k].replace_all_uses_with(result)
-    loop.erase()
-    return new
-
-
-def _terminator(block: ir.Block) -> ir.Operation:
-    *_, last = block.operations
-    return last.operation
-
-
-def _sharding_of(value: ir.Value) -> ir.Attribute | None:
-    """The ``#sdy.sharding`` a value carries: its op's per-value entry, or its function
-    argument's; None when it has none (or is another block's argument)."""
-    owner = value.owner
-    if isinstance(owner, ir.Block):
-        parent = owner.owner.operation
-        if parent.name != "func.func" or "arg_attrs" not in parent.attributes:
-            return None
-        index = ir.BlockArgument(value).arg_number
-        entry = ir.DictAttr(ir.ArrayAttr(parent.attributes["arg_attrs"])[index])
-        return entry[SHARDING] if SHARDING in entry else None
-    op = owner.operation if hasattr(owner, "operation") else owner
-    if SHARDING not in op.attributes:
-        return None
-    per_value = sdy.TensorShardingPerValueAttr(op.attributes[SHARDING]).shardings
-    return per_value[ir.OpResult(value).result_number]
-
-
 def _reshard_as_constraints(reshard: ir.Operation) -> None:
     """Replace an ``sdy.reshard`` (or a closed constraint) by constraints to its operand's
     sharding, then its own."""
     source = reshard.operands[0]
     here = ir.InsertionPoint(reshard)
-    own = _sharding_of(source)
+    own = value_sharding(source)
     if reshard.name == "sdy.sharding_constraint" and (own is None or own == reshard.attributes[
             "sharding"]):
         return  # nothing for XLA to move onto the producer

@@ -10,6 +10,7 @@ from shardc.compiler.pass_base import ModulePass
 from shardc.compiler.passes.add_data_flow_edges import AddDataFlowEdgesPass
 from shardc.compiler.passes.aggressive_propagate import AggressivePropagatePass
 from shardc.compiler.passes.basic_propagate import BasicPropagatePass
+from shardc.compiler.passes.capture_loop_invariants import CaptureLoopInvariantsPass
 from shardc.compiler.passes.check_shardings import CheckShardingsPass
 from shardc.compiler.passes.close_shardings import CloseShardingsPass
 from shardc.compiler.passes.drop_shardings import DropShardingsPass
@@ -27,6 +28,7 @@ ALL_PASSES: tuple[type[ModulePass], ...] = (
     AddDataFlowEdgesPass,
     AggressivePropagatePass,
     BasicPropagatePass,
+    CaptureLoopInvariantsPass,
     CheckShardingsPass,
     CloseShardingsPass,
     DropShardingsPass,

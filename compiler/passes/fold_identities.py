@@ -6,6 +6,13 @@ broadcast, identity transpose, empty reverse and one-operand concatenate, and
 only then runs Shardy. Those ops connect values that propagation would
 otherwise treat apart (a result that *is* an argument takes the argument's
 sharding), so ``jit`` folds them first and propagates what XLA's Shardy sees.
+
+XLA's import also writes a ``broadcast_in_dim`` that only inserts unit
+dimensions (``x[None]``, as jax lowers ``expand_dims``) as the ``reshape`` it
+is. Propagation treats the two apart: a broadcast's new dimensions take no
+sharding from its operand and its operand's dimensions keep their own factors,
+while a reshape shares factors across the whole shape, so the rewrite is made
+here too.
 """
 
 from __future__ import annotations
@@ -14,7 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
+import math
+
 from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
 
 from shardc.compiler.pass_base import ModulePass
 
@@ -74,22 +84,46 @@ IDENTITIES: dict[str, Callable[[ir.Operation], bool]] = {
 }
 
 
+def _reshaping_broadcast(op: ir.Operation) -> bool:
+    """A broadcast_in_dim that keeps every element and the order of the dimensions it
+    maps: it only inserts unit dimensions."""
+    dims = _ints(op, "broadcast_dimensions")
+    shapes = (ir.RankedTensorType(v.type).shape for v in (op.operands[0], op.results[0]))
+    return bool(dims) and dims == sorted(dims) and math.prod(next(shapes)) == math.prod(
+        next(shapes))
+
+
+#: Op name -> when XLA's import writes the op as a ``stablehlo.reshape``.
+RESHAPES: dict[str, Callable[[ir.Operation], bool]] = {
+    "stablehlo.broadcast_in_dim": _reshaping_broadcast,
+}
+
+
 def fold_identities(module: ir.Operation) -> int:
     """Replace every identity shape op of ``module`` (without a sharding of its own) by
-    its operand; return how many were folded."""
-    found: list[ir.Operation] = []
+    its operand, and every op that is a reshape by one; return how many changed."""
+    identities: list[ir.Operation] = []
+    reshapes: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        rule = IDENTITIES.get(op.name)
-        if rule is not None and SHARDING not in op.attributes and rule(op):
-            found.append(op)
+        if SHARDING not in op.attributes:
+            for table, found in ((IDENTITIES, identities), (RESHAPES, reshapes)):
+                rule = table.get(op.name)
+                if rule is not None and rule(op):
+                    found.append(op)
+                    break
         return ir.WalkResult.ADVANCE
 
     module.walk(visit)
-    for op in found:
+    for op in identities:
         op.results[0].replace_all_uses_with(op.operands[0])
         op.erase()
-    return len(found)
+    for op in reshapes:
+        reshape = stablehlo.ReshapeOp(op.results[0].type, op.operands[0], loc=op.location,
+                                      ip=ir.InsertionPoint(op))
+        op.results[0].replace_all_uses_with(reshape.result)
+        op.erase()
+    return len(identities) + len(reshapes)
 
 
 @dataclass(frozen=True)
@@ -99,7 +133,8 @@ class FoldIdentitiesPass(ModulePass):
     Folds a slice of the whole operand with unit strides, a pad of zeros, a
     same-type reshape or convert, an identity transpose or broadcast_in_dim,
     a reverse of no dimension and a one-operand concatenate: their uses take
-    the operand. Ops carrying a sharding of their own are kept. ``jit`` runs
+    the operand. A broadcast_in_dim that only inserts unit dimensions becomes
+    a reshape. Ops carrying a sharding of their own are kept. ``jit`` runs
     this before propagation so that propagation sees the module XLA's own
     Shardy sees (XLA folds these when it converts StableHLO to HLO).
     """

@@ -6,7 +6,8 @@ a different sharding, gives its sharding to the input: a function argument
 or an op result (ops with regions, such as scatter or reduce, included). An
 input that is a data-flow edge's value keeps no sharding of its own, as in
 Shardy: the constraint moves right after it and takes over its other uses
-(a manual computation gets a new constraint there).
+(a manual computation gets a new constraint there); only the constraint's
+unreduced axes, which propagation never moves, are set on the edge itself.
 """
 
 from __future__ import annotations
@@ -118,3 +119,11 @@ def _apply(value: ir.Value, sharding: ir.Attribute, constraint: ir.Operation | N
     else:
         constraint.move_after(edge)
     value.replace_all_uses_except(constraint.results[0], constraint)
+    # Unreduced axes do not propagate: the edge takes them from the constraint
+    # itself, or the loop would carry the value reduced.
+    unreduced = list(sdy.TensorShardingAttr(sharding).unreduced_axes)
+    if unreduced:
+        mesh = sdy.TensorShardingAttr(sharding).mesh_or_ref
+        edge.attributes["sharding"] = sdy.TensorShardingAttr.get(
+            mesh, [sdy.DimensionShardingAttr.get([], is_closed=False)] * _rank(value),
+            [], unreduced)

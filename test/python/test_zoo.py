@@ -78,28 +78,13 @@ def test_results_equal_jax_jit(row, route):
         assert error <= RELATIVE_TOLERANCE, f"{row['name']} ({route}): max relative error {error}"
 
 
-# Outputs the program leaves to the partitioner whose sharding shardc decides otherwise
-# than jax.jit, both valid (values bitwise equal, fewer collective bytes). jax.jit's
-# choice comes from Shardy running inside XLA on the module after XLA's HLO round
-# trip (ops in HLO post-order, loop pass-through carries turned into free variables
-# behind open constraints), where an equal-size conflict of the gradient's dot in the
-# backward loop breaks the other way; shardc's propagation run on that very module
-# (XLA's dump `shardy/*/01.before_propagation.mlir`) gives jax.jit's answer. Listed
-# exactly: the test fails when the set changes either way.
-KNOWN_DIFFERENT_OUTPUTS = {
-    ("grad_loops", route): ["[1]['w_rec']", "[1]['w_scan']"] for route in ROUTES
-} | {("grad_loops_unrolled", route): ["[1]['w_rec']", "[1]['w_scan']"] for route in ROUTES}
-
 
 @pytest.mark.parametrize("route", ROUTES)
 def test_output_shardings_equal_jax_jit(row, route):
     row = measured(row, route)
     mismatched = row["mismatched_outputs" if route == "shardc" else "cost_aware_mismatched_outputs"]
-    known = KNOWN_DIFFERENT_OUTPUTS.get((row["name"], route), [])
-    assert sorted(mismatched) == sorted(known), (
-        f"{row['name']} ({route}): output shardings differ from jax.jit's at {mismatched} "
-        f"(known differences: {known})"
-    )
+    assert not mismatched, (
+        f"{row['name']} ({route}): output shardings differ from jax.jit's at {mismatched}")
 
 
 @pytest.mark.parametrize("route", ROUTES)

@@ -49,3 +49,26 @@ func.func @kept(%arg0: tensor<2x4xf32>) -> (tensor<1x4xf32>, tensor<3x4xf32>, te
   %4 = stablehlo.slice %arg0 [0:2:2, 0:4] : (tensor<2x4xf32>) -> tensor<1x4xf32>
   return %0, %1, %2, %3, %4 : tensor<1x4xf32>, tensor<3x4xf32>, tensor<4x2xf32>, tensor<2x4xf32>, tensor<1x4xf32>
 }
+
+// -----
+
+// A broadcast_in_dim that only inserts unit dimensions is the reshape XLA's import
+// writes; one that repeats elements or reorders dimensions is a broadcast.
+sdy.mesh @mesh = <["x"=2, "y"=4]>
+
+// CHECK-LABEL: func @reshaping_broadcasts
+// CHECK-NEXT: %[[R0:.*]] = stablehlo.reshape %arg0 : (tensor<2x4xf32>) -> tensor<1x2x4xf32>
+// CHECK-NEXT: %[[R1:.*]] = stablehlo.reshape %arg0 : (tensor<2x4xf32>) -> tensor<2x1x4x1xf32>
+// CHECK-NEXT: stablehlo.broadcast_in_dim %arg0, dims = [1, 2] : (tensor<2x4xf32>) -> tensor<3x2x4xf32>
+// CHECK-NEXT: stablehlo.broadcast_in_dim %arg0, dims = [1, 0]
+// CHECK-NEXT: stablehlo.broadcast_in_dim %arg1, dims = []
+// CHECK-NEXT: stablehlo.broadcast_in_dim %arg0, dims = [1, 2] {sdy.sharding
+func.func @reshaping_broadcasts(%arg0: tensor<2x4xf32>, %arg1: tensor<f32>) -> (tensor<1x2x4xf32>, tensor<2x1x4x1xf32>, tensor<3x2x4xf32>, tensor<4x2xf32>, tensor<1xf32>, tensor<1x2x4xf32>) {
+  %0 = stablehlo.broadcast_in_dim %arg0, dims = [1, 2] : (tensor<2x4xf32>) -> tensor<1x2x4xf32>
+  %1 = stablehlo.broadcast_in_dim %arg0, dims = [0, 2] : (tensor<2x4xf32>) -> tensor<2x1x4x1xf32>
+  %2 = stablehlo.broadcast_in_dim %arg0, dims = [1, 2] : (tensor<2x4xf32>) -> tensor<3x2x4xf32>
+  %3 = stablehlo.broadcast_in_dim %arg0, dims = [1, 0] : (tensor<2x4xf32>) -> tensor<4x2xf32>
+  %4 = stablehlo.broadcast_in_dim %arg1, dims = [] : (tensor<f32>) -> tensor<1xf32>
+  %5 = stablehlo.broadcast_in_dim %arg0, dims = [1, 2] {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{}, {"x"}, {}]>]>} : (tensor<2x4xf32>) -> tensor<1x2x4xf32>
+  return %0, %1, %2, %3, %4, %5 : tensor<1x2x4xf32>, tensor<2x1x4x1xf32>, tensor<3x2x4xf32>, tensor<4x2xf32>, tensor<1xf32>, tensor<1x2x4xf32>
+}

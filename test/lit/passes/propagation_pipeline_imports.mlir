@@ -125,3 +125,32 @@ func.func @constraint_on_constant(%arg0: tensor<i32>) -> tensor<i32> {
   }
   return %0 : tensor<i32>
 }
+
+// -----
+
+// A closed constraint on a loop's value (here its block argument and its result)
+// moves after the data-flow edge instead of sharding the value, but its unreduced
+// axes, which propagation never moves, go on the edge itself: the loop carries
+// the value unreduced rather than reduced at every iteration.
+// CHECK-LABEL: func.func @unreduced_loop_carry
+// CHECK: stablehlo.while
+// CHECK-SAME: sdy.sharding = #sdy.sharding_per_value<[<@mesh, []>, <@mesh, [{}, {}], unreduced={"x"}>]>
+sdy.mesh @mesh = <["x"=2]>
+func.func @unreduced_loop_carry(%arg0: tensor<4x4xf32>) -> tensor<4x4xf32> {
+  %c = stablehlo.constant dense<0> : tensor<i32>
+  %0:2 = stablehlo.while(%i = %c, %h = %arg0) : tensor<i32>, tensor<4x4xf32>
+  cond {
+    %c3 = stablehlo.constant dense<3> : tensor<i32>
+    %p = stablehlo.compare LT, %i, %c3, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %p : tensor<i1>
+  } do {
+    %h1 = sdy.sharding_constraint %h <@mesh, [{}, {}], unreduced={"x"}> : tensor<4x4xf32>
+    %c1 = stablehlo.constant dense<1> : tensor<i32>
+    %j = stablehlo.add %i, %c1 : tensor<i32>
+    %y = stablehlo.add %h1, %h1 : tensor<4x4xf32>
+    stablehlo.return %j, %y : tensor<i32>, tensor<4x4xf32>
+  }
+  %1 = sdy.sharding_constraint %0#1 <@mesh, [{}, {}], unreduced={"x"}> : tensor<4x4xf32>
+  %2 = sdy.sharding_constraint %1 <@mesh, [{}, {}]> : tensor<4x4xf32>
+  return %2 : tensor<4x4xf32>
+}
