@@ -38,11 +38,12 @@ from jax.lax import with_sharding_constraint as wsc  # noqa: E402
 from jax.sharding import AxisType, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from shardc.compiler.cost.op_comm import Tensor, op_communication  # noqa: E402
+from shardc.compiler.cost.op_comm import op_communication
+from shardc.compiler.sharding.tensor import Tensor  # noqa: E402
 from shardc.compiler.cost.reshard import reshard_collectives  # noqa: E402
 from shardc.compiler.sharding.rule import OpShardingRule  # noqa: E402
-from shardc.compiler.propagation.axes import full_axis  # noqa: E402
-from shardc.compiler.propagation.sharding import DimSharding, TensorSharding  # noqa: E402
+from shardc.compiler.sharding.axes import full_axis  # noqa: E402
+from shardc.compiler.sharding.tensor import DimSharding, TensorSharding  # noqa: E402
 from shardc.runtime.collectives import find_collectives, shape_bytes  # noqa: E402
 
 MESHES: dict[str, tuple[tuple[str, int], ...]] = {

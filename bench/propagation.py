@@ -107,7 +107,7 @@ def run_once(text: str, route: str) -> tuple[float, str]:
         pm.run(module.operation)
     else:
         start = time.perf_counter()
-        propagate(module.operation, strategy=STRATEGY)
+        propagate(module.operation, plan=STRATEGY)
     elapsed = time.perf_counter() - start
     return elapsed, str(module)
 

@@ -3,7 +3,7 @@
 The stages follow jax's own (``jit(f).lower(*args)`` -> ``Lowered``): jax traces
 the function with the arguments' shardings in their types (as ``jax.jit`` does),
 then shardc writes the Shardy mesh and sharding attributes itself
-(``shardc.compiler.lowering``). Lowerings are cached on what
+(``shardc.compiler.annotation``). Lowerings are cached on what
 they depend on: static arguments, the abstract signature and the *abstract*
 shardings (mesh shape, axis types, spec), never on devices, so the same
 program on another set of devices reuses the lowering. ``Lowered`` itself,
@@ -28,7 +28,7 @@ from jaxlib.mlir import ir
 
 import shardc.compiler as shardc_compiler
 import shardc.runtime as shardc_runtime
-from shardc.compiler import binding, jit_options, lowering, signature
+from shardc.compiler import annotation, binding, jit_options, signature
 from shardc.compiler.diagnostics import (
     steps_verified,
     verify_module,
@@ -38,13 +38,15 @@ from shardc.compiler.diagnostics import (
 from shardc.compiler.lowered import AnyMesh, Lowered
 from shardc.compiler.passes.capture_loop_invariants import capture_loop_invariants
 from shardc.compiler.passes.fold_identities import fold_identities
-from shardc.compiler.propagation.pipeline import propagation_pipeline
+from shardc.compiler.pipelines import ConflictResolution, propagation_pipeline
 from shardc.compiler.signature import LeafSignature
 from shardc.compiler.traced import Traced
 from shardc.dialects import make_context
 from shardc.dialects import jax_private
 from shardc.dialects.errors import InternalError, InvalidArgumentError
 from shardc.runtime.compiled import Compiled, StaticArguments, device_assignment
+from shardc.compiler.checks.strict import check_strict
+from shardc.dialects import sdy
 
 # Op locations must name the user's source line, not shardc's jit wrapper.
 jax_private.hide_frames_of(
@@ -322,8 +324,6 @@ class JitFunction:
         lowered.arg_names = cached.arg_names
         lowered.reference = self._jax_jit  # the unsharded program, for Compiled.verify
         if self.strict:
-            from shardc.compiler.checks.strict import check_strict
-
             check_strict(lowered.module, self.strict)
         return key, lowered
 
@@ -408,7 +408,7 @@ class JitFunction:
         context = make_context()
         with context, ir.Location.unknown():
             module = _copy_module(jax_module)
-            symbols = lowering.annotate(module, arg_leaves, results, devices)
+            symbols = annotation.annotate(module, arg_leaves, results, devices)
             verify_step(module.operation, "annotate")
             unpropagated = fallback = None
             if propagate and symbols.device_count() is not None:
@@ -538,14 +538,14 @@ def _propagate(module: ir.Module, unpropagated: bytes, propagation: str) -> byte
     ``InternalError`` names the step that broke it.
     """
     try:
-        resolution = propagation_pipeline(module.operation, strategy=propagation,
+        resolution = propagation_pipeline(module.operation, resolution=propagation,
                                           keep_constraints=True)
         verify_module(module.operation, "the propagation pipeline")
     except InternalError:
         if not steps_verified():
             with verifying_steps():
                 propagation_pipeline(ir.Module.parse(unpropagated).operation,
-                                     strategy=propagation, keep_constraints=True)
+                                     resolution=propagation, keep_constraints=True)
         raise
     return resolution.fallback if resolution is not None else None
 
@@ -601,8 +601,6 @@ def _meshes_by_symbol(
     """One jax mesh per symbol: this call's concrete mesh where a leaf has one, else
     the first of ``others`` (the context mesh, the meshes named in the body) of its
     shape."""
-    from shardc.dialects import sdy
-
     meshes = []
     for attr in mesh_symbols.values():
         candidates = [
@@ -621,8 +619,6 @@ def _meshes_by_symbol(
 
 
 def _attr_axes(attr: ir.Attribute) -> tuple[tuple[str, int], ...]:
-    from shardc.dialects import sdy
-
     return tuple(
         (sdy.MeshAxisAttr(a).name, sdy.MeshAxisAttr(a).size) for a in sdy.MeshAttr(attr).axes
     )
@@ -684,10 +680,11 @@ def jit(
             compiler_options=compiler_options, mesh=mesh, propagate=propagate, strict=strict,
             propagation=propagation,
         )  # fmt: skip
-    from shardc.compiler.propagation.pipeline import STRATEGIES
-
-    if propagation not in STRATEGIES:
-        raise InvalidArgumentError(f"propagation must be one of {STRATEGIES}, got {propagation!r}")
+    try:
+        ConflictResolution.parse(propagation)
+    except ValueError:
+        known = tuple(m.value for m in ConflictResolution)
+        raise InvalidArgumentError(f"propagation must be one of {known}, got {propagation!r}") from None
     options = jit_options.parse(
         fun, in_shardings, out_shardings, static_argnums=static_argnums,
         static_argnames=static_argnames, donate_argnums=donate_argnums,

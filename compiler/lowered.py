@@ -17,7 +17,11 @@ import jax
 from jax.sharding import AbstractMesh, Mesh
 from jaxlib.mlir import ir
 
+from shardc.compiler.checks.program import check_lowered
+from shardc.compiler.cost import comm_report
+from shardc.compiler.explain import explain, memory_estimate
 from shardc.compiler.signature import LeafSignature
+from shardc.compiler.stages.shardy_pipeline import propagated_copy
 from shardc.dialects import jax_private
 from shardc.dialects.errors import PlatformMismatchError
 from shardc.runtime.compiled import Compiled, StaticArguments, compile_program, program_mesh
@@ -215,22 +219,17 @@ class Lowered(Stage):
         return compiled
 
     def check(self, *, raise_on_error: bool = False, **options: Any) -> list:
-        """Run the sharding checks; see ``shardc.compiler.checks.lowered.check_lowered``."""
-        from shardc.compiler.checks.lowered import check_lowered
-
+        """Run the sharding checks; see ``shardc.compiler.checks.program.check_lowered``."""
         return check_lowered(self.module, raise_on_error=raise_on_error, **options)
 
     def comm_report(self) -> Any:
         """Predict XLA's collectives per op and source line (a ``CommReport``)."""
-        from shardc.compiler.cost.propagated import predict_collectives
-
-        return predict_collectives(self.module)
+        return comm_report(propagated_copy(self.module, export=False),
+                           missing_as_replicated=True)
 
     # -- explain (issue 11): thin layers over shardc.compiler.explain ---------
     def explain(self, **filters: Any) -> Any:
         """Why each value is sharded as it is (an ``ExplainTable``); ``filters`` as its ``filter``."""
-        from shardc.compiler.explain import explain
-
         module = self.module
         if self._unpropagated is not None:
             # The form before propagation: explain propagates a copy of it and
@@ -243,6 +242,4 @@ class Lowered(Stage):
 
     def memory_estimate(self) -> Any:
         """Per-device bytes of arguments, outputs and temporaries before compiling."""
-        from shardc.compiler.explain import memory_estimate
-
         return memory_estimate(self.module)

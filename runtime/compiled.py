@@ -30,6 +30,7 @@ from shardc.dialects.errors import (
 from shardc.runtime import arguments, collectives, results
 from shardc.runtime.stage import Stage
 from shardc.runtime.xla_form import module_for_xla
+from shardc.runtime.verify import verify
 
 
 class ValueInfo(Protocol):
@@ -276,8 +277,6 @@ class Compiled(Stage):
         Returns a ``shardc.runtime.verify.VerifyReport`` (max abs/rel difference
         per output); ``reference`` overrides the unsharded program.
         """
-        from shardc.runtime.verify import verify
-
         reference = reference or self.reference
         if reference is None:
             raise InvalidArgumentError("no unsharded reference: pass reference=")

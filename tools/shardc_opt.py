@@ -2,7 +2,7 @@
 
 Pass flags (``-shardc-drop-shardings``, ``--cse``, ``-sdy-lift-inlined-meshes='k=v'``)
 are generated from the pass registry and keep their command-line order; the
-work itself happens in ``shardc.compiler.opt_driver``. This module never imports
+work itself happens in ``shardc.tools.opt_driver``. This module never imports
 jax. Bad input never ends in a traceback: errors are printed as diagnostics.
 """
 
@@ -15,8 +15,10 @@ import os
 import sys
 from collections.abc import Sequence
 
-from shardc.compiler import opt_driver, pipeline
+from shardc.tools import pass_pipeline
+from shardc.tools import opt_driver
 from shardc.compiler.passes import ALL_PASSES, PASSES_BY_NAME
+from shardc.compiler.passes.base import format_value
 
 PROG = "shardc-opt"
 VERSION = "0.1.0"
@@ -49,7 +51,7 @@ def pass_flags_help() -> str:
         for name in (pass_class.name, *pass_class.aliases):
             suffix = "" if name == pass_class.name else f" (alias of {pass_class.name})"
             lines.append(f"  --{name:<30} {pass_class.summary()}{suffix}")
-    generic = ", ".join(f"--{n}" for n in pipeline.GENERIC_PASSES)
+    generic = ", ".join(f"--{n}" for n in pass_pipeline.GENERIC_PASSES)
     lines.append(f"  generic MLIR passes are accepted too: {generic}, ...")
     return "\n".join(lines)
 
@@ -64,14 +66,12 @@ def list_passes() -> str:
         for info in pass_class.option_infos():
             default = pipeline_value(info.default)
             lines.append(f"    {info.flag}: {info.type_name} = {default}  -- {info.help}")
-    lines.append("generic MLIR passes: " + ", ".join(pipeline.GENERIC_PASSES))
+    lines.append("generic MLIR passes: " + ", ".join(pass_pipeline.GENERIC_PASSES))
     return "\n".join(lines) + "\n"
 
 
 def pipeline_value(value: object) -> str:
     """Print an option default as it would be written in a pipeline."""
-    from shardc.compiler.pass_base import format_value
-
     return format_value(value)
 
 
@@ -111,10 +111,10 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def split_argv(argv: Sequence[str]) -> tuple[list[str], list[pipeline.PassSpec]]:
+def split_argv(argv: Sequence[str]) -> tuple[list[str], list[pass_pipeline.PassSpec]]:
     """Separate pass flags (kept in order) from the other arguments (normalised to --x)."""
     rest: list[str] = []
-    specs: list[pipeline.PassSpec] = []
+    specs: list[pass_pipeline.PassSpec] = []
     for arg in argv:
         if not arg.startswith("-") or arg in ("-", "--", "-o", "-h"):
             rest.append(arg)
@@ -123,17 +123,17 @@ def split_argv(argv: Sequence[str]) -> tuple[list[str], list[pipeline.PassSpec]]
         if name in _SWITCHES or name in _VALUE_FLAGS:
             rest.append(f"--{name}{eq}{value}")
         elif name in PASSES_BY_NAME or (
-            not name.startswith("sdy-") and pipeline.is_native_pass(name)
+            not name.startswith("sdy-") and pass_pipeline.is_native_pass(name)
         ):
-            options = pipeline.parse_options(_unquote(value)) if eq else ()
-            specs.append(pipeline.PassSpec(name, options))
+            options = pass_pipeline.parse_options(_unquote(value)) if eq else ()
+            specs.append(pass_pipeline.PassSpec(name, options))
         elif name.startswith(("sdy-", "shardc-")):
-            specs.append(pipeline.PassSpec(name))  # resolve() explains what is wrong
+            specs.append(pass_pipeline.PassSpec(name))  # resolve() explains what is wrong
         else:
-            known = [*_SWITCHES, *_VALUE_FLAGS, *PASSES_BY_NAME, *pipeline.GENERIC_PASSES]
+            known = [*_SWITCHES, *_VALUE_FLAGS, *PASSES_BY_NAME, *pass_pipeline.GENERIC_PASSES]
             close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
             hint = ("; did you mean " + ", ".join(f"'--{c}'" for c in close) + "?" if close
-                    else f"; {pipeline.LIST_PASSES_HINT} and '--help' the options")
+                    else f"; {pass_pipeline.LIST_PASSES_HINT} and '--help' the options")
             raise UsageError(f"unknown pass or option '{arg}'{hint}")
     return rest, specs
 
@@ -153,7 +153,7 @@ def _run(argv: Sequence[str]) -> int:
     if args.pass_pipeline is not None:
         if specs:
             raise UsageError("'--pass-pipeline' cannot be combined with individual pass flags")
-        specs = list(pipeline.parse_pipeline(args.pass_pipeline))
+        specs = list(pass_pipeline.parse_pipeline(args.pass_pipeline))
     config = opt_driver.OptConfig(
         specs=tuple(specs),
         split_input_file=args.split_input_file,
@@ -190,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``shardc-opt`` console script; returns the exit status."""
     try:
         status = _run(sys.argv[1:] if argv is None else argv)
-    except (UsageError, pipeline.PipelineError) as error:
+    except (UsageError, pass_pipeline.PipelineError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         status = 1
     except SystemExit as exit_:  # argparse: --help, --version, bad flags

@@ -1,7 +1,7 @@
 """Sharding checks: errors for what cannot be right, warnings for what is costly.
 
 ``check_shardings(module, options)`` reads every sharding of a module once
-(``shardc.compiler.cost.values.ModuleValues``) and returns
+(``shardc.compiler.propagation.values.ModuleValues``) and returns
 ``ShardingDiagnostic`` records, each at the op it is about (for a JAX program
 that op's location is the user's source line). The structural checks
 (``structural``) cover what the sdy verifier lets through: meshes of
@@ -26,7 +26,7 @@ from shardc.compiler.checks.diagnostic import (
     ShardingDiagnostic,
     Severity,
 )
-from shardc.compiler.cost.values import ModuleValues
+from shardc.compiler.propagation.values import ModuleValues
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ from shardc.compiler.checks.diagnostic import ShardingDiagnostic, at
 from shardc.compiler.checks.structural import enclosing_manual, device_count
 from shardc.compiler.cost.report import collectives_at
 from shardc.compiler.cost.reshard import ALL_REDUCE
-from shardc.compiler.cost.values import ModuleValues, element_bytes
+from shardc.compiler.propagation.values import ModuleValues, element_bytes
 from shardc.compiler.diagnostics import Severity
-from shardc.compiler.propagation.axes import size_product
-from shardc.compiler.propagation.sharding import TensorSharding
+from shardc.compiler.sharding.axes import size_product
+from shardc.compiler.sharding.tensor import TensorSharding
 
 
 def _sharded_values(values: ModuleValues) -> Iterator[tuple[int, TensorSharding]]:

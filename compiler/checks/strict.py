@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 
 from shardc.compiler.checks.diagnostic import ShardingDiagnostic, at
-from shardc.compiler.checks.lowered import check_lowered
-from shardc.compiler.cost.values import ModuleValues
+from shardc.compiler.checks.program import check_lowered
+from shardc.compiler.stages.shardy_pipeline import propagated_copy
+from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.diagnostics import Severity
 from shardc.compiler.sharding.rules import NO_RULE, rule_for
 from shardc.dialects.errors import ShardingError
@@ -52,8 +53,6 @@ class StrictModeError(ShardingError):
 
 
 def _missing_rules(module: ir.Operation) -> list[ShardingDiagnostic]:
-    from shardc.compiler.cost.propagated import propagated_copy
-
     values = ModuleValues(propagated_copy(module, export=False), missing_as_replicated=True)
     graph, found = values.graph, []
     for op, name in enumerate(graph.op_name):

@@ -6,8 +6,8 @@ all-to-all, collective-permute, or a free slice) with bytes per device;
 the operand shardings the op needs and the all-reduce of sharded reductions;
 ``windows`` adds the halo or gather of sharded windowed dimensions;
 ``report`` walks a module and lists every collective with its op and source
-line (``comm_report``); ``propagated`` runs shardc's propagation on a copy
-first (``predict_collectives``, behind ``Lowered.comm_report()``). Bytes are
+line (``comm_report``; ``Lowered.comm_report()`` runs it on a propagated
+copy, ``stages.shardy_pipeline.propagated_copy``). Bytes are
 counted like ``shardc.runtime.collectives`` counts XLA's instructions, so the
 totals compare directly with ``Compiled.collectives()``.
 """

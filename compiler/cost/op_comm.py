@@ -23,27 +23,10 @@ from shardc.compiler.cost.reshard import (
     dim_axes,
     reshard_collectives,
 )
-from shardc.compiler.propagation.axes import AxisRef, size_product
+from shardc.compiler.sharding.axes import AxisRef, size_product
 from shardc.compiler.propagation.projection import AXES, project
-from shardc.compiler.propagation.sharding import DimSharding, MeshInfo, TensorSharding
+from shardc.compiler.sharding.tensor import DimSharding, MeshInfo, Tensor, TensorSharding
 from shardc.compiler.sharding.rule import OpShardingRule
-
-
-@dataclass(frozen=True)
-class Tensor:
-    """What the cost model needs of one operand or result."""
-
-    shape: tuple[int, ...]
-    element_bytes: int
-    sharding: TensorSharding | None
-
-    @property
-    def global_bytes(self) -> int:
-        """Bytes of the whole (unsharded) tensor."""
-        total = self.element_bytes
-        for size in self.shape:
-            total *= size
-        return total
 
 
 @dataclass(frozen=True)

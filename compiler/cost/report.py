@@ -36,7 +36,7 @@ from shardc.compiler.cost.reshard import (
     shard_bytes,
 )
 from shardc.compiler.diagnostics import SourceLoc, source_loc_of
-from shardc.compiler.cost.values import ModuleValues, replicated
+from shardc.compiler.propagation.values import ModuleValues, replicated
 from shardc.compiler.cost.windows import window_collectives
 from shardc.compiler.propagation.manual import MANUAL_OP
 from shardc.compiler.sharding.rules import rule_for

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from math import prod
 
-from shardc.compiler.propagation.axes import AxisRef, size_product
-from shardc.compiler.propagation.sharding import TensorSharding
+from shardc.compiler.sharding.axes import AxisRef, size_product
+from shardc.compiler.sharding.tensor import TensorSharding
 
 ALL_GATHER = "all-gather"
 ALL_REDUCE = "all-reduce"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.cost.op_comm import Tensor
+from shardc.compiler.sharding.tensor import Tensor
 from shardc.compiler.cost.reshard import (
     ALL_GATHER,
     COLLECTIVE_PERMUTE,
@@ -20,7 +20,7 @@ from shardc.compiler.cost.reshard import (
     shard_bytes,
     shard_shape,
 )
-from shardc.compiler.propagation.axes import size_product
+from shardc.compiler.sharding.axes import size_product
 
 
 def _window(op: ir.Operation, rank: int) -> list[int]:

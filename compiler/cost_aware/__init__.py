@@ -2,7 +2,7 @@
 cost-model-driven resolution of its conflicts, exported as explicit shardings.
 
 ``cost_aware_pipeline(module)`` is the drop-in replacement of
-``propagation.pipeline.propagation_pipeline`` (``strategy="cost-aware"``); see
+``pipelines.propagation_pipeline`` (``resolution="cost-aware"``); see
 ``search`` for the algorithm and its bound, ``candidates`` for the conflicts and
 the alternatives, and ``docs/cost-aware.md``.
 """
@@ -17,6 +17,7 @@ from shardc.compiler.diagnostics import verify_step
 from shardc.compiler.cost_aware.candidates import apply_pins, strip_tags, tag_ops
 from shardc.compiler.cost_aware.explicit import insert_operand_reshards
 from shardc.compiler.cost_aware.search import Resolution, resolve
+from shardc.compiler.stages import export_pipeline, import_pipeline
 
 LAST: list[Resolution] = []  # the latest resolution (for the bench and tests)
 
@@ -36,8 +37,6 @@ def cost_aware_pipeline(module: ir.Operation, *, conservative: bool = False,
     """Import, resolve conflicts by predicted bytes (``search.resolve`` takes
     ``search_options``), keep the propagated winner, export; when the search changed
     anything, ``Resolution.fallback`` holds Shardy's choices exported."""
-    from shardc.compiler.propagation.pipeline import export_pipeline, import_pipeline
-
     operation = module.operation
     with operation.context:
         import_pipeline(operation)

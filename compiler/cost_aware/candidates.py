@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 
 from shardc.compiler.cost.op_comm import op_communication
-from shardc.compiler.cost.values import ModuleValues
+from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.propagation.projection import AXES, project
-from shardc.compiler.propagation.sharding import DimSharding, TensorSharding, format_per_value
+from shardc.compiler.sharding.tensor import DimSharding, TensorSharding, format_per_value
 from shardc.compiler.sharding.rules import rule_for
 
 # Ops whose result must not be pinned: user-fixed or structural.

@@ -14,9 +14,9 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
-from shardc.compiler.cost.values import ModuleValues
+from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.cost_aware.candidates import communication_needs, tag_of
-from shardc.compiler.propagation.sharding import DimSharding, TensorSharding, format_sharding
+from shardc.compiler.sharding.tensor import DimSharding, TensorSharding, format_sharding
 
 
 def signature(reader: ModuleValues, op: int) -> tuple:

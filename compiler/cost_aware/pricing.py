@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.cost.op_comm import Tensor, op_communication
+from shardc.compiler.cost.op_comm import op_communication
+from shardc.compiler.sharding.tensor import Tensor
 from shardc.compiler.cost.report import comm_report_of
 from shardc.compiler.cost.reshard import dim_axes, reshard_collectives, shard_bytes
-from shardc.compiler.cost.values import ModuleValues
+from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.cost_aware.candidates import Pin, apply_pins, closed, tag_of
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.propagation import propagate
@@ -148,7 +149,7 @@ class ModuleEvaluator:
         copy = self.imported.clone()
         with copy.context:
             apply_pins(copy.operation, pins)
-            propagate(copy.operation, strategy="user-priority", conservative=self.conservative,
+            propagate(copy.operation, plan="user-priority", conservative=self.conservative,
                       keep_sharding_rules=True)
         reader = ModuleValues(copy.operation, missing_as_replicated=True)
         total, peak = price(reader)

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
-from shardc.compiler.cost.values import ModuleValues
+from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.cost_aware.candidates import TAG, Pin, apply_pins, closed, tag_of
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.cost_aware.pricing import price, returned_in_declared_layout
 from shardc.compiler.propagation import propagate
-from shardc.compiler.propagation.sharding import TensorSharding, format_sharding
+from shardc.compiler.sharding.tensor import TensorSharding, format_sharding
 
 # Ops a region never contains: their results enter it as arguments instead
 # (data-flow edges and calls only mean something next to their owner/callee;
@@ -354,7 +354,7 @@ class RegionEvaluator:
             copy = region.module.operation.clone()
             with copy.context:
                 apply_pins(copy, [pin] if pin is not None else [])
-                propagate(copy, strategy="user-priority", conservative=self.conservative,
+                propagate(copy, plan="user-priority", conservative=self.conservative,
                           keep_sharding_rules=True)
             reader = ModuleValues(copy, missing_as_replicated=True)
             cost, peak = price(reader)

@@ -20,6 +20,7 @@ from jaxlib.mlir import ir
 from shardc.compiler.explain.grid import ShardGrid, grid_of_array, grid_of_sharding, visualize
 from shardc.compiler.explain.memory import MemoryEstimate, estimate_memory
 from shardc.compiler.explain.table import CollectiveNeed, ExplainRow, ExplainTable, build_table
+from shardc.compiler.stages.shardy_pipeline import propagated_copy, propagated_copy_with_origins
 
 
 def explain(module: ir.Module | ir.Operation, *, propagate: bool = True,
@@ -39,14 +40,10 @@ def explain(module: ir.Module | ir.Operation, *, propagate: bool = True,
     target, recorded = operation, None
     if propagate and not _propagated(operation):
         # Exact origins: the propagation engine records them while it runs.
-        from shardc.compiler.cost.propagated import propagated_copy_with_origins
-
         target, recorded = propagated_copy_with_origins(operation)
     elif propagate:
         # Already propagated (``Lowered.module``): its pre-propagation form is
         # gone, so the origins are derived (``origins.derive_origins``).
-        from shardc.compiler.cost.propagated import propagated_copy
-
         target = propagated_copy(operation, export=False)
     return build_table(target, user_args=user_args, user_results=user_results,
                        seeds_from=operation, recorded=recorded)
@@ -75,8 +72,6 @@ def memory_estimate(module: ir.Module | ir.Operation, *, propagate: bool = True)
     """Per-device bytes of ``module`` before compiling (see ``memory``)."""
     operation = module.operation
     if propagate:
-        from shardc.compiler.cost.propagated import propagated_copy
-
         operation = propagated_copy(operation, export=False)
     return estimate_memory(operation)
 

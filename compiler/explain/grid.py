@@ -17,7 +17,7 @@ from itertools import product
 from math import prod
 from typing import Any
 
-from shardc.compiler.propagation.sharding import TensorSharding
+from shardc.compiler.sharding.tensor import TensorSharding
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ from shardc.compiler.cost.op_comm import computation_axes, required_sharding
 from shardc.compiler.cost.reshard import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, dim_axes,
                                           reshard_collectives, shard_bytes, shard_shape)
 from shardc.compiler.cost.report import collectives_at
-from shardc.compiler.cost.values import ModuleValues
+from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.rules import rule_for
 from shardc.compiler.diagnostics import source_loc_of
 from shardc.compiler.explain.grid import grid_of_sharding

@@ -31,9 +31,10 @@ from dataclasses import dataclass
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.cost.values import ModuleValues
+from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.diagnostics import SourceLoc, source_loc_of
 from shardc.compiler.propagation.manual import MANUAL_OP
+from shardc.compiler.propagation.origins import ORIGIN_NAME_ATTR
 
 USER_OPS = ("sdy.sharding_constraint", "sdy.reshard")
 # Ops whose regions compute on scalars (reduction bodies): no sharding flows there.
@@ -219,8 +220,6 @@ def recorded_origins(values: ModuleValues, seeds: Sequence[Origin], recorded,
     arguments) keeps its entry from ``fallback`` (the derivation). Recorded
     origins carry no path (``hops`` 0, ``path`` empty).
     """
-    from shardc.compiler.propagation.origins import ORIGIN_NAME_ATTR
-
     graph = values.graph
     by_value = {seed.value: seed for seed in seeds}
     named: dict[tuple, Origin] = {}

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from jaxlib.mlir import ir
 
 from shardc.compiler.cost.report import CommEntry, collectives_at
-from shardc.compiler.cost.values import ModuleValues, element_bytes
+from shardc.compiler.propagation.values import ModuleValues, element_bytes
 from shardc.compiler.diagnostics import SourceLoc, source_loc_of
 from shardc.compiler.explain.grid import ShardGrid, grid_of_sharding
 from shardc.compiler.explain.origins import (
@@ -28,7 +28,8 @@ from shardc.compiler.explain.origins import (
     recorded_origins,
     user_origins,
 )
-from shardc.compiler.propagation.sharding import TensorSharding, format_dim
+from shardc.compiler.sharding.tensor import TensorSharding, format_dim
+from shardc.compiler.explain.html import render_page
 
 ORIGIN_METHOD = "derived"  # found by the search in ``origins``; "recorded": by propagation
 
@@ -139,8 +140,6 @@ class ExplainTable:
 
     def to_html(self, title: str = "shardc explain") -> str:
         """One self-contained HTML page (see ``shardc.compiler.explain.html``)."""
-        from shardc.compiler.explain.html import render_page
-
         return render_page(self, title)
 
 

@@ -6,7 +6,7 @@ map below is derived from them and refuses duplicates at import time.
 
 from __future__ import annotations
 
-from shardc.compiler.pass_base import ModulePass
+from shardc.compiler.passes.base import ModulePass
 from shardc.compiler.passes.add_data_flow_edges import AddDataFlowEdgesPass
 from shardc.compiler.passes.aggressive_propagate import AggressivePropagatePass
 from shardc.compiler.passes.basic_propagate import BasicPropagatePass

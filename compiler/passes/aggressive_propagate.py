@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from shardc.compiler.passes.propagate_common import PropagatePassBase
-from shardc.compiler.pass_base import option
+from shardc.compiler.passes.base import option
 
 
 class PropagationStrategy(enum.Enum):
@@ -36,6 +36,6 @@ class AggressivePropagatePass(PropagatePassBase):
         PropagationStrategy.AGGRESSIVE,
         help="aggressive, or a basic run followed by an aggressive one")
 
-    def strategy_name(self) -> str:
-        """The engine strategy: aggressive, or basic-then-aggressive."""
+    def plan_name(self) -> str:
+        """The engine plan: aggressive, or basic-then-aggressive."""
         return self.propagation_strategy.value

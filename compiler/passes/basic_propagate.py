@@ -26,4 +26,4 @@ class BasicPropagatePass(PropagatePassBase):
     name: ClassVar[str] = "shardc-basic-propagate"
     aliases: ClassVar[tuple[str, ...]] = ("sdy-basic-propagate",)
     upstream: ClassVar[str] = "sdy-basic-propagate"
-    strategy: ClassVar[str] = "basic"
+    plan: ClassVar[str] = "basic"

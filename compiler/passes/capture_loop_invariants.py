@@ -20,7 +20,7 @@ from typing import ClassVar
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
-from shardc.compiler.pass_base import ModulePass
+from shardc.compiler.passes.base import ModulePass
 from shardc.dialects.sdy import value_sharding
 from shardc.dialects.while_loops import hoist_invariant_carries, invariant_carries
 

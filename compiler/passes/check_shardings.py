@@ -9,7 +9,7 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.checks import CheckOptions, check_shardings
 from shardc.compiler.diagnostics import PassError, Severity, emit_remark, emit_warning
-from shardc.compiler.pass_base import ModulePass, option
+from shardc.compiler.passes.base import ModulePass, option
 
 
 def report(module: ir.Operation, options: CheckOptions) -> None:

@@ -7,8 +7,8 @@ from typing import ClassVar
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.pass_base import ModulePass
-from shardc.compiler.propagation.export_steps import close_shardings
+from shardc.compiler.passes.base import ModulePass
+from shardc.compiler.stages.export_steps import close_shardings
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from typing import ClassVar
 from jaxlib.mlir import ir
 
 from shardc.compiler.diagnostics import PassError, emit_warning
-from shardc.compiler.pass_base import ModulePass, option
-from shardc.compiler.sharding_walker import (
+from shardc.compiler.passes.base import ModulePass, option
+from shardc.compiler.sharding.walker import (
     FUNC_OP,
     FUNC_SHARDING_LISTS,
     SHARDING_ATTR,

@@ -7,9 +7,9 @@ from typing import ClassVar
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.pass_base import ModulePass, option
+from shardc.compiler.passes.base import ModulePass, option
 from shardc.compiler.passes.insert_explicit_reshards import insert_explicit_reshards
-from shardc.compiler.propagation.pipeline import export_pipeline
+from shardc.compiler.stages import export_pipeline
 
 
 def export(module: ir.Operation, *, keep_sharding_rules: bool = False) -> None:

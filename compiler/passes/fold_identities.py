@@ -26,7 +26,7 @@ import math
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from shardc.compiler.pass_base import ModulePass
+from shardc.compiler.passes.base import ModulePass
 
 SHARDING = "sdy.sharding"
 

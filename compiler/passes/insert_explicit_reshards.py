@@ -9,11 +9,11 @@ from typing import ClassVar
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
-from shardc.compiler.cost.values import ModuleValues, replicated
-from shardc.compiler.pass_base import ModulePass
-from shardc.compiler.propagation.axes import AxisRef, overlaps
+from shardc.compiler.propagation.values import ModuleValues, replicated
+from shardc.compiler.passes.base import ModulePass
+from shardc.compiler.sharding.axes import AxisRef, overlaps
 from shardc.compiler.propagation.projection import AXES, TensorProjection, back_project, project
-from shardc.compiler.propagation.sharding import TensorSharding, format_per_value, format_sharding
+from shardc.compiler.sharding.tensor import TensorSharding, format_per_value, format_sharding
 from shardc.compiler.sharding.rules import rule_for
 
 DOTS = ("stablehlo.dot", "stablehlo.dot_general")

@@ -23,4 +23,4 @@ class OpPriorityPropagatePass(PropagatePassBase):
     name: ClassVar[str] = "shardc-op-priority-propagate"
     aliases: ClassVar[tuple[str, ...]] = ("sdy-op-priority-propagate",)
     upstream: ClassVar[str] = "sdy-op-priority-propagate"
-    strategy: ClassVar[str] = "op-priority"
+    plan: ClassVar[str] = "op-priority"

@@ -9,13 +9,13 @@ from typing import ClassVar
 from jaxlib.mlir import ir
 
 from shardc.compiler.diagnostics import emit_warning
-from shardc.compiler.pass_base import ModulePass, option
+from shardc.compiler.passes.base import ModulePass, option
 from shardc.compiler.sharding.rules import (
     SHARDING_RULE_ATTR,
     UnknownOpShardingRuleWarning,
     rule_for,
 )
-from shardc.compiler.sharding_walker import ops_in_preorder
+from shardc.compiler.sharding.walker import ops_in_preorder
 
 
 def populate_op_sharding_rules(module: ir.Operation, *, conservative: bool = False) -> None:

@@ -1,7 +1,7 @@
 """What the four standalone propagation passes share: their options and ``run``.
 
 ``shardc-basic-propagate``, ``-aggressive-``, ``-op-priority-`` and
-``-user-priority-propagate`` differ only in the strategy they hand to the one
+``-user-priority-propagate`` differ only in the plan they hand to the one
 generic engine (``shardc.compiler.propagation.propagate``); this base holds
 the rest. It is not a pass itself and is not in ``ALL_PASSES``.
 """
@@ -13,16 +13,16 @@ from typing import ClassVar
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.pass_base import ModulePass, option
+from shardc.compiler.passes.base import ModulePass, option
 from shardc.compiler.propagation import propagate
 from shardc.compiler.propagation.preconditions import require_mesh_symbols
 
 
 @dataclass(frozen=True)
 class PropagatePassBase(ModulePass):
-    """Shared options and run of the propagation passes (subclasses set ``strategy``)."""
+    """Shared options and run of the propagation passes (subclasses set ``plan``)."""
 
-    strategy: ClassVar[str] = ""
+    plan: ClassVar[str] = ""
 
     conservative_propagation: bool = option(
         False, help="use conservative rules and never propagate sub-axes")
@@ -31,14 +31,14 @@ class PropagatePassBase(ModulePass):
     debug_sharding_origins: bool = option(
         False, help="save on each sharding which user sharding each axis came from")
 
-    def strategy_name(self) -> str:
-        """The engine strategy this pass runs."""
-        return self.strategy
+    def plan_name(self) -> str:
+        """The engine plan this pass runs."""
+        return self.plan
 
     def run(self, module: ir.Operation) -> None:
         """Propagate through ``module``."""
         require_mesh_symbols(module, self.name)
-        propagate(module, strategy=self.strategy_name(),
+        propagate(module, plan=self.plan_name(),
                   conservative=self.conservative_propagation,
                   keep_sharding_rules=self.keep_sharding_rules,
                   debug_sharding_origins=self.debug_sharding_origins)

@@ -7,8 +7,8 @@ from typing import ClassVar
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.pass_base import ModulePass, option
-from shardc.compiler.propagation.pipeline import propagation_pipeline
+from shardc.compiler.passes.base import ModulePass, option
+from shardc.compiler.pipelines import ConflictResolution, propagation_pipeline
 
 
 @dataclass(frozen=True)
@@ -35,11 +35,12 @@ class PropagationPipelinePass(ModulePass):
         False, help="keep the sdy.sharding_rule attribute of every visited op")
     dedup_functions_fully: bool = option(
         False, help="accepted for compatibility; only false is implemented")
-    propagation_strategy: str = option(  # issue 12
-        "shardy", help="conflict resolution: 'shardy' (Shardy-compatible) or 'cost-aware'")
+    conflict_resolution: ConflictResolution = option(
+        ConflictResolution.SHARDY,
+        help="how conflicts are resolved: 'shardy' (as Shardy) or 'cost-aware' (fewest bytes)")
 
     def run(self, module: ir.Operation) -> None:
         """Run the pipeline on ``module``."""
         propagation_pipeline(module, conservative=self.conservative_propagation,
                              keep_sharding_rules=self.keep_sharding_rules,
-                             strategy=self.propagation_strategy)
+                             resolution=self.conflict_resolution)

@@ -7,8 +7,8 @@ from typing import ClassVar
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.pass_base import ModulePass
-from shardc.compiler.propagation.data_flow_edges import sink_data_flow_edges
+from shardc.compiler.passes.base import ModulePass
+from shardc.compiler.stages.data_flow_edges import sink_data_flow_edges
 
 
 @dataclass(frozen=True)

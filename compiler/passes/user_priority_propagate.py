@@ -22,4 +22,4 @@ class UserPriorityPropagatePass(PropagatePassBase):
     name: ClassVar[str] = "shardc-user-priority-propagate"
     aliases: ClassVar[tuple[str, ...]] = ("sdy-user-priority-propagate",)
     upstream: ClassVar[str] = "sdy-user-priority-propagate"
-    strategy: ClassVar[str] = "user-priority"
+    plan: ClassVar[str] = "user-priority"

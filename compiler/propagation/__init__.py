@@ -1,6 +1,6 @@
 """Shardy-compatible sharding propagation in pure Python.
 
-``propagate(module, strategy=...)`` is the entry point other code calls
+``propagate(module, plan=...)`` is the entry point other code calls
 without the pass machinery. It builds the compact graph once
 (``graph.PropagationGraph``), reads every sharding once
 (``ir_access.ShardingStore``), runs the chosen *plan* on the driver
@@ -23,7 +23,7 @@ other ops as an array with one dictionary per result; ``sdy.sharding_origin_name
 on constraints and manual computations). ``propagate(..., record_origins=True)``
 returns a ``ShardingOrigins`` instead of None, with no attribute to parse::
 
-    origins = propagate(module, strategy="basic", record_origins=True)
+    origins = propagate(module, plan="basic", record_origins=True)
     origins.args[0]        # main func argument 0: {"x": "self", "y": ("output", 0)}
     origins.results[0]     # main func result 0
     origins.funcs["f"].args[1]
@@ -103,7 +103,7 @@ def _check_shapes(graph: PropagationGraph) -> None:
 def propagate(
     module: ir.Operation | ir.Module,
     *,
-    strategy: str = "basic",
+    plan: str = "basic",
     conservative: bool = False,
     keep_sharding_rules: bool = False,
     debug_sharding_origins: bool = False,
@@ -114,15 +114,15 @@ def propagate(
     ``debug_sharding_origins`` writes Shardy's origin attributes;
     ``record_origins`` returns them as a ``ShardingOrigins`` (else None).
     """
-    if strategy not in PLANS:
-        raise ValueError(f"unknown propagation strategy '{strategy}'; known: {sorted(PLANS)}")
+    if plan not in PLANS:
+        raise ValueError(f"unknown propagation plan '{plan}'; known: {sorted(PLANS)}")
     # The run allocates many small tuples and frees none of them until the end:
     # cyclic garbage collection would only rescan the growing heap (time per op
     # then grows with the module), so it is paused for the run.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        origins = _propagate(module.operation, strategy, conservative, keep_sharding_rules,
+        origins = _propagate(module.operation, plan, conservative, keep_sharding_rules,
                              debug_sharding_origins, record_origins)
     finally:
         if enabled:
@@ -130,7 +130,7 @@ def propagate(
     return origins if record_origins else None
 
 
-def _propagate(operation: ir.Operation, strategy: str, conservative: bool,
+def _propagate(operation: ir.Operation, plan: str, conservative: bool,
                keep_sharding_rules: bool, write_origins: bool = False,
                record_origins: bool = False) -> ShardingOrigins | None:
     graph = PropagationGraph(operation, conservative=conservative)
@@ -147,7 +147,7 @@ def _propagate(operation: ir.Operation, strategy: str, conservative: bool,
     driver = Driver(graph, store, sharding_groups(graph, store))
     if tracking:
         driver.recorder = OriginRecorder(graph, store, constraints)
-    PLANS[strategy](driver)
+    PLANS[plan](driver)
     store.write_back(keep_rules=keep_sharding_rules)
     if tracking:
         return driver.recorder.finish(write=write_origins)

@@ -27,7 +27,7 @@ from shardc.compiler.propagation.graph import PropagationGraph
 from shardc.compiler.propagation.ir_access import EDGE_OP, ShardingStore
 from shardc.compiler.propagation.origins import factor_axes, factor_edges
 from shardc.compiler.propagation.projection import back_project, project
-from shardc.compiler.propagation.sharding import MeshInfo, TensorSharding
+from shardc.compiler.sharding.tensor import MeshInfo, TensorSharding
 
 _BARRIER = "sdy.propagation_barrier"
 _EDGE_SOURCE_OPS = ("stablehlo.while", "stablehlo.optimization_barrier")

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from math import gcd
 from typing import Protocol
 
-from shardc.compiler.propagation.axes import (
+from shardc.compiler.sharding.axes import (
     AxisRef,
     contains,
     is_strict_prefix,

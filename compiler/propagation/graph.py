@@ -17,7 +17,8 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.propagation.compact_rule import CompactRule, compact_rule
 from shardc.compiler.sharding.rules import _NEIGHBOUR_KEYS, rule_for
-from shardc.compiler.sharding_walker import attribute_dict
+from shardc.compiler.sharding.walker import attribute_dict
+from shardc.compiler.sharding.rules.elementwise import POINTWISE_OPS
 
 # Ops that must never be erased even when unused (MLIR: not memory-effect free).
 _EFFECTFUL = frozenset({
@@ -80,8 +81,6 @@ _NOT_ELEMENTWISE = frozenset({
 
 
 def _elementwise_names() -> frozenset[str]:
-    from shardc.compiler.sharding.rules.elementwise import POINTWISE_OPS
-
     return frozenset(n for n in POINTWISE_OPS if n not in _NOT_ELEMENTWISE) | ELEMENTWISE_EXTRA
 
 

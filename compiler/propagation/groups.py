@@ -18,7 +18,7 @@ from jaxlib.mlir.dialects import sdy
 from shardc.compiler.diagnostics import emit_warning
 from shardc.compiler.propagation.graph import PropagationGraph
 from shardc.compiler.propagation.ir_access import ShardingStore
-from shardc.compiler.propagation.sharding import TensorSharding
+from shardc.compiler.sharding.tensor import TensorSharding
 
 
 def _is_open_empty(sharding: TensorSharding) -> bool:

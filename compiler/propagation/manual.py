@@ -18,7 +18,7 @@ from collections.abc import Collection
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.propagation.sharding import DimSharding, TensorSharding
+from shardc.compiler.sharding.tensor import DimSharding, TensorSharding
 
 MANUAL_OP = "sdy.manual_computation"
 _AXIS_NAME = re.compile(r'"((?:[^"\\]|\\.)*)"')

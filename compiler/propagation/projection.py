@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from math import gcd
 
-from shardc.compiler.propagation.axes import AxisRef, add_axis_or_merge
-from shardc.compiler.propagation.sharding import DimSharding, TensorSharding
+from shardc.compiler.sharding.axes import AxisRef, add_axis_or_merge
+from shardc.compiler.sharding.tensor import DimSharding, TensorSharding
 
 AXES, CLOSED, MINOR_MOST, OVERFLOW = 0, 1, 2, 3
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from shardc.compiler.propagation.driver import Driver
-from shardc.compiler.propagation.sharding import DimSharding, TensorSharding
+from shardc.compiler.sharding.tensor import DimSharding, TensorSharding
 
 
 def initialised(sharding: TensorSharding, order: dict[str, int]) -> TensorSharding:

@@ -131,6 +131,7 @@ def parse_spec(spec: str, *, reduction: str | Sequence[str] = "",
 # purpose: users add to them).
 _RULES: dict[str, RuleFunction] = {}
 _OP_RULES: dict[str, RuleFunction] = {}
+_generation = 0
 
 
 def register_sharding_rule(target: str, rule: str | RuleFunction, *,
@@ -195,7 +196,12 @@ def has_user_rules() -> bool:
     return bool(_RULES or _OP_RULES)
 
 
-def _forget_cached_rules() -> None:
-    from shardc.compiler.sharding.rules import clear_cache
+def generation() -> int:
+    """How many times the registered rules changed: rule caches key on it, so a
+    registration invalidates every rule computed before it."""
+    return _generation
 
-    clear_cache()
+
+def _forget_cached_rules() -> None:
+    global _generation
+    _generation += 1

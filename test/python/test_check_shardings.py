@@ -12,11 +12,12 @@ from jax.sharding import PartitionSpec as P
 from jaxlib.mlir import ir
 
 import shardc.compiler as sc
-from shardc.compiler import opt_driver, pipeline
+from shardc.tools import pass_pipeline
+from shardc.tools import opt_driver
 from shardc.compiler.checks import CheckOptions, ShardingCheckError, check_shardings
 from shardc.compiler.checks.diagnostic import ERROR_KINDS, WARNING_KINDS
 from shardc.compiler.diagnostics import Severity
-from shardc.compiler.split_input import split_input
+from shardc.tools.split_input import split_input
 from shardc.dialects import make_context
 
 LIT = pathlib.Path(__file__).resolve().parents[1] / "lit" / "passes"
@@ -45,7 +46,7 @@ def _chunks():
 def test_api_returns_what_the_pass_reports(chunk, werror):
     context = make_context()
     module = ir.Module.parse(chunk.text, context)
-    spec = pipeline.PassSpec("shardc-check-shardings", (("werror", str(werror).lower()),))
+    spec = pass_pipeline.PassSpec("shardc-check-shardings", (("werror", str(werror).lower()),))
     result = opt_driver.process_chunk(chunk, context, opt_driver.OptConfig(specs=(spec,)))
     from_pass = {(d.severity, d.loc.line, d.message) for d in result.diagnostics}
     with context:

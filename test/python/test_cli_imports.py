@@ -8,7 +8,7 @@ import sys
 
 def test_importing_shardc_opt_leaves_jax_out() -> None:
     code = (
-        "import sys, shardc.tools.shardc_opt, shardc.compiler.opt_driver; "
+        "import sys, shardc.tools.shardc_opt, shardc.tools.opt_driver; "
         "bad = sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')); "
         "print(bad); sys.exit(1 if bad else 0)"
     )

@@ -12,8 +12,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # `bench` is a namespace package at the repository root
 
 from shardc.compiler.cost.reshard import reshard_collectives  # noqa: E402
-from shardc.compiler.propagation.axes import full_axis  # noqa: E402
-from shardc.compiler.propagation.sharding import DimSharding, TensorSharding  # noqa: E402
+from shardc.compiler.sharding.axes import full_axis  # noqa: E402
+from shardc.compiler.sharding.tensor import DimSharding, TensorSharding  # noqa: E402
 
 X, Y = full_axis("x", 4), full_axis("y", 2)
 
@@ -128,12 +128,12 @@ def _export_in_place(lowered):
     """shardc's propagation and export pipeline on the lowered module itself."""
     from shardc.compiler.passes.export_pipeline import export
     from shardc.compiler.propagation import propagate
-    from shardc.compiler.propagation.pipeline import import_pipeline
+    from shardc.compiler.stages import import_pipeline
 
     module = lowered.module.operation
     with module.context:
         import_pipeline(module)
-        propagate(module, strategy="user-priority", keep_sharding_rules=True)
+        propagate(module, plan="user-priority", keep_sharding_rules=True)
         export(module)
 
 
@@ -142,7 +142,7 @@ def _boundary_mismatches(module, compiled):
     import jax
     from jaxlib.mlir import ir
 
-    from shardc.compiler.propagation.pipeline import main_func
+    from shardc.compiler.stages import main_func
     from shardc.dialects.sdy import named_sharding_from_attr
 
     func = main_func(module)

@@ -18,13 +18,13 @@ sys.path.insert(0, str(ROOT))
 
 from bench.models import REGISTRY, REGRESSIONS  # noqa: E402
 from shardc.compiler import jit  # noqa: E402
-from shardc.compiler.cost.values import ModuleValues  # noqa: E402
+from shardc.compiler.propagation.values import ModuleValues  # noqa: E402
 from shardc.compiler.cost_aware import cost_aware_pipeline  # noqa: E402
 from shardc.compiler.cost_aware.candidates import conflict_points, tag_ops  # noqa: E402
 from shardc.compiler.cost_aware.regions import (  # noqa: E402
     cut_out, imported_shardings, region_of, structure_key)
 from shardc.compiler.propagation import propagate  # noqa: E402
-from shardc.compiler.propagation.pipeline import import_pipeline  # noqa: E402
+from shardc.compiler.stages import import_pipeline  # noqa: E402
 from shardc.dialects import make_context  # noqa: E402
 
 PROGRAMS = {**REGISTRY, **REGRESSIONS}
@@ -72,7 +72,7 @@ def _propagated_deep_stack():
         import_pipeline(operation)
         tag_ops(operation)
         imported = operation.clone()
-        propagate(operation, strategy="user-priority", keep_sharding_rules=True)
+        propagate(operation, plan="user-priority", keep_sharding_rules=True)
     return module, imported, ModuleValues(operation, missing_as_replicated=True)
 
 

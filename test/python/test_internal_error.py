@@ -16,8 +16,8 @@ from jaxlib.mlir import ir, passmanager
 
 from shardc.compiler import jit
 from shardc.compiler.diagnostics import DiagnosticSink, collecting, verifying_steps
-from shardc.compiler.pass_base import ModulePass
-from shardc.compiler.propagation import export_steps
+from shardc.compiler.passes.base import ModulePass
+from shardc.compiler.stages import export_steps
 from shardc.dialects import make_context
 from shardc.dialects.errors import InternalError, ShardcError
 

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import pytest
 
-from shardc.compiler.pass_base import ModulePass, OptionError, format_value, option, parse_value
+from shardc.compiler.passes.base import ModulePass, OptionError, format_value, option, parse_value
 
 
 class Direction(enum.Enum):

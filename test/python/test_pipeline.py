@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from shardc.compiler import pipeline
+from shardc.tools import pass_pipeline
 from shardc.compiler.passes.drop_shardings import DropShardingsPass
 from shardc.compiler.passes.lift_inlined_meshes import LiftInlinedMeshesPass
-from shardc.compiler.pipeline import PassSpec, PipelineError, format_pipeline, parse_pipeline
+from shardc.tools.pass_pipeline import PassSpec, PipelineError, format_pipeline, parse_pipeline
 
 
 @pytest.mark.parametrize(
@@ -38,19 +38,19 @@ def test_malformed(text: str) -> None:
 
 
 def test_resolve_ours_alias_and_native() -> None:
-    assert pipeline.resolve(PassSpec("shardc-drop-shardings", (("strict", "1"),))) == (
+    assert pass_pipeline.resolve(PassSpec("shardc-drop-shardings", (("strict", "1"),))) == (
         DropShardingsPass(strict=True)
     )
-    assert isinstance(pipeline.resolve(PassSpec("sdy-lift-inlined-meshes")), LiftInlinedMeshesPass)
-    assert pipeline.resolve(PassSpec("cse")) == "cse"
+    assert isinstance(pass_pipeline.resolve(PassSpec("sdy-lift-inlined-meshes")), LiftInlinedMeshesPass)
+    assert pass_pipeline.resolve(PassSpec("cse")) == "cse"
 
 
 def test_resolve_rejects_unknown_and_foreign() -> None:
     with pytest.raises(PipelineError, match="did you mean 'shardc-drop-shardings'"):
-        pipeline.resolve(PassSpec("shardc-drop-sharding"))
+        pass_pipeline.resolve(PassSpec("shardc-drop-sharding"))
     with pytest.raises(PipelineError, match="native pass of another project"):
-        pipeline.resolve(PassSpec("sdy-import-pipeline"))
+        pass_pipeline.resolve(PassSpec("sdy-import-pipeline"))
     # A foreign prefix on a name nobody registers is a plain unknown pass.
     with pytest.raises(PipelineError, match="unknown pass 'sdy-propogation-pipeline'; did you "
                                             "mean 'sdy-propagation-pipeline'"):
-        pipeline.resolve(PassSpec("sdy-propogation-pipeline"))
+        pass_pipeline.resolve(PassSpec("sdy-propogation-pipeline"))

@@ -1,6 +1,6 @@
 """Axis-ref predicates (spec 1.2) on hand-picked sub-axes of x=8."""
 
-from shardc.compiler.propagation.axes import (
+from shardc.compiler.sharding.axes import (
     AxisRef,
     add_axis_or_merge,
     can_coexist,
@@ -52,7 +52,7 @@ def test_a_size_one_axis_overlaps_itself():
     # Regression (found by the property test): the interval test alone says an
     # axis of size 1 spans [1, 1) and overlaps nothing, so propagation used it
     # on two dimensions of one tensor.
-    from shardc.compiler.propagation.axes import AxisRef, overlaps, prefix_without_overlap
+    from shardc.compiler.sharding.axes import AxisRef, overlaps, prefix_without_overlap
 
     y = AxisRef("y", 1, 1, 1)
     assert overlaps(y, y)

@@ -16,7 +16,7 @@ import pytest
 from jaxlib.mlir import ir, passmanager
 
 from shardc.compiler.propagation import propagate
-from shardc.compiler.propagation.data_flow_edges import add_data_flow_edges, sink_data_flow_edges
+from shardc.compiler.stages.data_flow_edges import add_data_flow_edges, sink_data_flow_edges
 from shardc.dialects import make_context
 
 _SPEC = importlib.util.spec_from_file_location(
@@ -99,7 +99,7 @@ def test_add_propagate_sink_matches(texts, strategy):
             continue
         ours = _native(text, context, "inline")
         add_data_flow_edges(ours.operation)
-        propagate(ours.operation, strategy=strategy)
+        propagate(ours.operation, plan=strategy)
         sink_data_flow_edges(ours.operation)
         assert str(ours) == str(theirs), text
         checked += 1

@@ -98,7 +98,7 @@ func.func @main(%arg0: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"
 def test_memo_off_gives_the_same_module(monkeypatch, program):
     def run() -> str:
         module = ir.Module.parse(program, make_context())
-        propagate(module.operation, strategy="user-priority")
+        propagate(module.operation, plan="user-priority")
         return str(module)
 
     memoised = run()

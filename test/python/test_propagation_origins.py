@@ -27,7 +27,7 @@ def _module():
 
 def test_record_origins_maps_values_to_user_shardings():
     module = _module()
-    origins = propagate(module.operation, strategy="basic", record_origins=True)
+    origins = propagate(module.operation, plan="basic", record_origins=True)
     assert origins.args == {0: {"a": "self"}, 1: {"a": ("input", 0)}}
     assert origins.results == {0: {"b": "self"}}
     ops = {op.operation.name: op for op in module.body.operations[1].regions[0].blocks[0]}
@@ -42,14 +42,14 @@ def test_record_origins_maps_values_to_user_shardings():
 def test_recording_leaves_shardings_unchanged():
     for strategy in ("basic", "aggressive", "op-priority", "user-priority"):
         plain, recorded = _module(), _module()
-        assert propagate(plain.operation, strategy=strategy) is None
-        propagate(recorded.operation, strategy=strategy, record_origins=True)
+        assert propagate(plain.operation, plan=strategy) is None
+        propagate(recorded.operation, plan=strategy, record_origins=True)
         assert str(plain) == str(recorded)
 
 
 def test_attributes_and_api_agree():
     module = _module()
-    origins = propagate(module.operation, strategy="op-priority", record_origins=True,
+    origins = propagate(module.operation, plan="op-priority", record_origins=True,
                         debug_sharding_origins=True)
     text = str(module)
     assert 'sdy.sharding_origins = {a = "self"}' in text

@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 from jaxlib.mlir import ir, passmanager
 
-from shardc.compiler.propagation.pipeline import propagation_pipeline
+from shardc.compiler.pipelines import propagation_pipeline
 from shardc.dialects import make_context
 
 _SPEC = importlib.util.spec_from_file_location(

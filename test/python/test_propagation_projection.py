@@ -1,6 +1,6 @@
 """Projection onto factors and back (spec 3.1, 3.2), and both factor strategies."""
 
-from shardc.compiler.propagation.axes import AxisRef
+from shardc.compiler.sharding.axes import AxisRef
 from shardc.compiler.propagation.directions import BACKWARD, BOTH, FORWARD, NONE, intersection, union
 from shardc.compiler.propagation.factor_propagation import (
     aggressive_factor_propagation,
@@ -8,7 +8,7 @@ from shardc.compiler.propagation.factor_propagation import (
     compatible_major_axes,
 )
 from shardc.compiler.propagation.projection import AXES, OVERFLOW, back_project, project
-from shardc.compiler.propagation.sharding import (
+from shardc.compiler.sharding.tensor import (
     DimSharding,
     TensorSharding,
     format_sharding,

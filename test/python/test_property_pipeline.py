@@ -240,7 +240,7 @@ def native_propagation(text: str, strategy: str) -> str | None:
 
 def our_propagation(text: str, strategy: str) -> str:
     module = ir.Module.parse(text, make_context())
-    propagation.propagate(module, strategy=strategy)
+    propagation.propagate(module, plan=strategy)
     return str(module)
 
 

@@ -84,7 +84,7 @@ def test_rule_for_an_op_name(mesh):
     }"""
     from jaxlib.mlir import ir
 
-    from shardc.compiler.propagation.pipeline import propagation_pipeline
+    from shardc.compiler.pipelines import propagation_pipeline
     from shardc.dialects import make_context
 
     sc.register_sharding_rule("chlo.broadcast_subtract", "ij,ij->ij")

@@ -188,6 +188,7 @@ def _cache_key(op: ir.Operation, conservative: bool) -> Hashable:
         attributes,
         conservative,
         neighbours,
+        user_rules.generation(),
     )
 
 

@@ -1,4 +1,4 @@
-// RUN: shardc-opt %s --shardc-propagation-pipeline='propagation-strategy=cost-aware' | filecheck %s --check-prefix=CA
+// RUN: shardc-opt %s --shardc-propagation-pipeline='conflict-resolution=cost-aware' | filecheck %s --check-prefix=CA
 // RUN: shardc-opt %s --shardc-propagation-pipeline | filecheck %s --check-prefix=SDY
 
 // Regression (bench/models/conflict_mlp_narrow.py): the mismatched MLP at

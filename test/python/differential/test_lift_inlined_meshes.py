@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from jaxlib.mlir import ir, passmanager
 
-from shardc.compiler import pipeline
+from shardc.tools import pass_pipeline
 from shardc.dialects import make_context
 
 CASES = {
@@ -82,6 +82,6 @@ def test_matches_native_pass(name: str) -> None:
     )
     ours = _run(
         CASES[name],
-        lambda: pipeline.build(pipeline.parse_pipeline("shardc-lift-inlined-meshes")),
+        lambda: pass_pipeline.build(pass_pipeline.parse_pipeline("shardc-lift-inlined-meshes")),
     )
     assert ours == native

@@ -56,7 +56,7 @@ def compare(text: str, strategy: str, prep: str | None = None) -> bool | None:
     except ir.MLIRError:
         return None
     ours = ir.Module.parse(base_text, context)
-    propagate(ours.operation, strategy="basic" if strategy == "conservative" else strategy,
+    propagate(ours.operation, plan="basic" if strategy == "conservative" else strategy,
               conservative=strategy == "conservative")
     return str(ours) == str(theirs)
 
@@ -628,7 +628,7 @@ def compare_origin_batch(cases: list[tuple[str, str | None, str]]) -> list[bool 
             continue
         base_text, theirs = native
         ours = ir.Module.parse(base_text, make_context())
-        propagate(ours.operation, strategy=strategy, debug_sharding_origins=True)
+        propagate(ours.operation, plan=strategy, debug_sharding_origins=True)
         out.append(str(ours) == theirs)
     return out
 

@@ -19,7 +19,7 @@ from typing import TextIO
 
 from jaxlib.mlir import ir
 
-from shardc.compiler import pipeline
+from shardc.tools import pass_pipeline
 from shardc.compiler.diagnostics import (
     Diagnostic,
     DiagnosticSink,
@@ -31,9 +31,12 @@ from shardc.compiler.diagnostics import (
     from_mlir,
     mapping_locations,
 )
-from shardc.compiler.split_input import OUTPUT_SPLIT_MARKER, Chunk, split_input
-from shardc.compiler.verify_diagnostics import DiagnosticVerifier
+from shardc.tools.split_input import OUTPUT_SPLIT_MARKER, Chunk, split_input
+from shardc.tools.verify_diagnostics import DiagnosticVerifier
 from shardc.dialects import make_context
+from shardc.compiler.checks.strict import strict_diagnostics
+from shardc.compiler.cost.report import comm_report
+from shardc.compiler.explain import explain
 
 PARSER_NAME = "-"
 # MLIR's parser recurses once per nesting level and overflows the C stack a few
@@ -50,7 +53,7 @@ _CURRENT_OP_NOTE = "see current operation:"
 class OptConfig:
     """What one ``shardc-opt`` invocation asks for."""
 
-    specs: tuple[pipeline.PassSpec, ...] = ()
+    specs: tuple[pass_pipeline.PassSpec, ...] = ()
     split_input_file: bool = False
     verify_diagnostics: bool = False
     print_debuginfo: bool = False
@@ -166,9 +169,9 @@ def process_chunk(chunk: Chunk, context: ir.Context, config: OptConfig,
     failed = False
     with context, collecting(sink):
         try:
-            pm = pipeline.build(
+            pm = pass_pipeline.build(
                 config.specs,
-                pipeline.BuildOptions(
+                pass_pipeline.BuildOptions(
                     timing=config.timing,
                     print_ir_after_all=config.print_ir_after_all,
                     print_debuginfo=config.print_debuginfo,
@@ -182,18 +185,12 @@ def process_chunk(chunk: Chunk, context: ir.Context, config: OptConfig,
             failed = True
     output = None if failed else _print_module(module, config)
     if output is not None and config.comm_report:
-        from shardc.compiler.cost.report import comm_report
-
         output += "".join(f"// {line}\n" for line in comm_report(module).format_text().splitlines())
     if output is not None and config.explain:
-        from shardc.compiler.explain import explain
-
         with mapping_locations(location_map):
             table = explain(module)
         output += "".join(f"// {line}\n" for line in table.format_text().splitlines())
     if output is not None and config.strict:
-        from shardc.compiler.checks.strict import strict_diagnostics
-
         sink.diagnostics.extend(d.to_diagnostic() for d in strict_diagnostics(module))
     return ChunkResult(output, tuple(sink.diagnostics), failed)
 
@@ -206,7 +203,7 @@ def _strip_current_op_notes(diagnostic: Diagnostic) -> Diagnostic:
 def run_opt(data: bytes, file_name: str, config: OptConfig, out: TextIO, err: TextIO) -> bool:
     """Process one input buffer; write the output and diagnostics; return success."""
     for spec in config.specs:
-        pipeline.resolve(spec)  # unknown passes and options fail before any parsing
+        pass_pipeline.resolve(spec)  # unknown passes and options fail before any parsing
     sources = {file_name: data.decode("utf-8", errors="replace").split("\n")}
     chunks, warnings = split_input(data, file_name, enabled=config.split_input_file)
     for warning in warnings:

@@ -23,7 +23,7 @@ from shardc.compiler.propagation.manual import (
     erase_manual_axes,
     manual_axes_of,
 )
-from shardc.compiler.propagation.sharding import (
+from shardc.compiler.sharding.tensor import (
     MeshInfo,
     TensorSharding,
     format_per_value,

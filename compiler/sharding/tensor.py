@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from shardc.compiler.propagation.axes import AxisRef
+from shardc.compiler.sharding.axes import AxisRef
 
 
 class DimSharding(NamedTuple):
@@ -205,3 +205,20 @@ def format_sharding(sharding: TensorSharding) -> str:
 def format_per_value(shardings: list[TensorSharding]) -> str:
     """Print ``#sdy.sharding_per_value<[...]>``."""
     return "#sdy.sharding_per_value<[" + ", ".join(map(format_inner, shardings)) + "]>"
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """What the cost model needs of one operand or result."""
+
+    shape: tuple[int, ...]
+    element_bytes: int
+    sharding: TensorSharding | None
+
+    @property
+    def global_bytes(self) -> int:
+        """Bytes of the whole (unsharded) tensor."""
+        total = self.element_bytes
+        for size in self.shape:
+            total *= size
+        return total

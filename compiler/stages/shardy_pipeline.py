@@ -1,18 +1,34 @@
-"""Run shardc's propagation on a copy of a module, then predict its communication.
+"""Shardy's whole pipeline (import, user-priority propagation, export), on a module or a copy.
 
 A lowered JAX program carries shardings only on its arguments, results and
 constraints; XLA decides the rest with Shardy's propagation pipeline.
-``propagated_copy`` runs shardc's Python equivalent
-(``shardc.compiler.propagation.pipeline``) on a clone, leaving the caller's
-module untouched, and ``predict_collectives`` reads the communication report
-off that copy: every value then has the sharding XLA will give it.
+``shardy_pipeline`` is shardc's equivalent, in place; ``propagated_copy`` runs
+it on a clone, leaving the caller's module untouched, so that checks,
+``explain`` and the communication report can read the sharding every value
+will have.
 """
 
 from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.cost.report import CommReport, comm_report
+from shardc.compiler.diagnostics import verify_step
+from shardc.compiler.propagation import ShardingOrigins, propagate
+from shardc.compiler.stages import export_pipeline, export_steps, import_pipeline
+
+
+def shardy_pipeline(module: ir.Operation, *, conservative: bool = False,
+                    keep_sharding_rules: bool = False, keep_constraints: bool = False) -> None:
+    """Import, user-priority propagation (rules kept), export (``keep_constraints``
+    as in ``export_pipeline``), in place."""
+    operation = module.operation
+    with operation.context:
+        import_pipeline(operation)
+        propagate(operation, plan="user-priority", conservative=conservative,
+                  keep_sharding_rules=True)
+        verify_step(operation, "propagate")
+        export_pipeline(operation, keep_sharding_rules=keep_sharding_rules,
+                        keep_constraints=keep_constraints)
 
 
 def clone(module: ir.Module | ir.Operation) -> ir.Operation:
@@ -21,26 +37,24 @@ def clone(module: ir.Module | ir.Operation) -> ir.Operation:
 
 
 def propagated_copy(module: ir.Module | ir.Operation, *, export: bool = True) -> ir.Operation:
-    """A copy of ``module`` after shardc's propagation pipeline.
+    """A copy of ``module`` after Shardy's pipeline.
 
     With ``export=False`` the export steps (closing shardings, fixing
     indivisible function boundaries, dropping rules) are skipped, so the
     copy shows propagation's own result.
     """
-    from shardc.compiler.propagation import propagate
-    from shardc.compiler.propagation.pipeline import import_pipeline, propagation_pipeline
-
     copy = clone(module)
     with copy.context:
         if export:
-            propagation_pipeline(copy)
+            shardy_pipeline(copy)
         else:
             import_pipeline(copy)
-            propagate(copy, strategy="user-priority")
+            propagate(copy, plan="user-priority")
     return copy
 
 
-def propagated_copy_with_origins(module: ir.Module | ir.Operation):
+def propagated_copy_with_origins(
+        module: ir.Module | ir.Operation) -> tuple[ir.Operation, ShardingOrigins]:
     """A copy of ``module`` after propagation (``export=False``) and its recorded origins.
 
     Returns ``(copy, origins)``: ``origins`` is the propagation engine's
@@ -51,20 +65,12 @@ def propagated_copy_with_origins(module: ir.Module | ir.Operation):
     Only meaningful for a module that was not propagated before: axes a value
     already has are not re-recorded.
     """
-    from shardc.compiler.propagation import export_steps, propagate
-    from shardc.compiler.propagation.pipeline import import_pipeline
-
     copy = clone(module)
     with copy.context:
         import_pipeline(copy)
-        origins = propagate(copy, strategy="user-priority", debug_sharding_origins=True,
+        origins = propagate(copy, plan="user-priority", debug_sharding_origins=True,
                             record_origins=True)
         # Closed as the lowering's export closes them, so the shardings shown
         # are the final ones ("x" rather than the still-open "x", ?).
         export_steps.close_shardings(copy)
     return copy, origins
-
-
-def predict_collectives(module: ir.Module | ir.Operation) -> CommReport:
-    """The collectives XLA will need for ``module``, after propagating a copy of it."""
-    return comm_report(propagated_copy(module, export=False), missing_as_replicated=True)

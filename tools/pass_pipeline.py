@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from jaxlib.mlir import ir, passmanager
 
-from shardc.compiler.pass_base import ModulePass, OptionError
+from shardc.compiler.passes.base import ModulePass, OptionError
 from shardc.compiler.passes import ALL_PASSES, PASSES_BY_NAME
 from shardc.dialects import make_context
 

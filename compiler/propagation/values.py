@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.cost.op_comm import Tensor
+from shardc.compiler.sharding.tensor import Tensor
 from shardc.compiler.propagation.graph import PropagationGraph
 from shardc.compiler.propagation.ir_access import ShardingStore
-from shardc.compiler.propagation.sharding import DimSharding, MeshInfo, TensorSharding
+from shardc.compiler.sharding.tensor import DimSharding, MeshInfo, TensorSharding
 
 
 def element_bytes(type_: ir.Type) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.sharding_walker import ops_in_preorder
+from shardc.compiler.sharding.walker import ops_in_preorder
 
 
 def _calls(module: ir.Operation) -> list[ir.Operation]:

@@ -1,7 +1,7 @@
 """Sharding checks of a lowered JAX program (what ``Lowered.check()`` runs).
 
 The program as lowered is checked for structural errors and indivisible
-dimensions; a propagated copy (``shardc.compiler.cost.propagated``) is
+dimensions; a propagated copy (``shardc.compiler.stages.shardy_pipeline``) is
 checked for what propagation decides: implicit reshards, replicated tensors
 and outputs, intermediate dimensions left indivisible. Duplicates are
 dropped, so each finding appears once, at the user's source line.
@@ -16,7 +16,7 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.checks import CheckOptions, check_shardings
 from shardc.compiler.checks.diagnostic import ShardingCheckError, ShardingDiagnostic
-from shardc.compiler.cost.propagated import propagated_copy
+from shardc.compiler.stages.shardy_pipeline import propagated_copy
 from shardc.compiler.diagnostics import Severity
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
-from shardc.compiler.propagation.data_flow_edges import _ops
+from shardc.compiler.stages.data_flow_edges import _ops
 from shardc.compiler.propagation.ir_access import EDGE_OP, SHARDING
 
 

@@ -1,7 +1,7 @@
 """Import steps of the propagation pipeline (spec 7.6), one small function each.
 
 Each function mirrors one Shardy import pass on the bindings and is what the
-pipeline (``shardc.compiler.propagation.pipeline``) calls in order:
+pipeline (``shardc.compiler.pipelines``) calls in order:
 ``remove_size_one_axes``, ``constant_or_scalar_splitter``,
 ``manual_axes_cleanup``, ``apply_sharding_constraints`` and
 ``sharding_group_import``. The data-flow edge step lives in
@@ -12,12 +12,20 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.propagation.axes import full_axis, mesh_sort_key
-from shardc.compiler.propagation.data_flow_edges import _ops
+from shardc.compiler.sharding.axes import full_axis, mesh_sort_key
+from shardc.compiler.stages.data_flow_edges import _ops
 from shardc.compiler.propagation.graph import _EFFECTFUL, ELEMENTWISE
 from shardc.compiler.propagation.ir_access import read_meshes
-from shardc.compiler.propagation.sharding import DimSharding, TensorSharding, parse_sharding
-from shardc.compiler.sharding_walker import attribute_dict, attribute_names, map_shardings
+from shardc.compiler.propagation.manual import MANUAL_OP, manual_axes_of
+from shardc.compiler.sharding.tensor import (
+    DimSharding,
+    TensorSharding,
+    format_per_value,
+    format_sharding,
+    parse_per_value,
+    parse_sharding,
+)
+from shardc.compiler.sharding.walker import attribute_dict, attribute_names, map_shardings
 
 _CONSTANT_PRESERVING = frozenset({
     "stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.slice",
@@ -53,8 +61,6 @@ def remove_size_one_axes(module: ir.Operation) -> None:
                              keep(sharding.unreduced))
         if new == sharding:
             return attr
-        from shardc.compiler.propagation.sharding import format_sharding
-
         return ir.Attribute.parse(format_sharding(new), attr.context)
 
     map_shardings(module, strip)
@@ -173,9 +179,6 @@ def constant_or_scalar_splitter(module: ir.Operation) -> None:
 # ------------------------------------------------------------------ manual axes
 def manual_axes_cleanup(module: ir.Operation) -> None:
     """Sort manual axes by mesh order; add unused manual axes to in/out replicated."""
-    from shardc.compiler.propagation.manual import MANUAL_OP, manual_axes_of
-    from shardc.compiler.propagation.sharding import format_per_value, parse_per_value
-
     meshes = read_meshes(module)
     for op in _ops(module, ir.WalkOrder.PRE_ORDER):
         if op.name != MANUAL_OP:

@@ -16,16 +16,17 @@ from math import gcd
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import sdy
 
-from shardc.compiler.propagation.data_flow_edges import _ops
+from shardc.compiler.stages.data_flow_edges import _ops
 from shardc.compiler.propagation.ir_access import RULE, SHARDING, read_meshes
-from shardc.compiler.propagation.sharding import (
+from shardc.compiler.sharding.tensor import (
     DimSharding,
     MeshInfo,
     TensorSharding,
     format_sharding,
     parse_sharding,
 )
-from shardc.compiler.sharding_walker import attribute_dict, map_shardings
+from shardc.compiler.sharding.walker import attribute_dict, map_shardings
+from shardc.compiler.propagation.graph import PropagationGraph
 
 
 def _attr_key(op: ir.Operation) -> tuple | str:
@@ -186,8 +187,6 @@ def close_shardings(module: ir.Operation) -> None:
 
 def erase_dead_ops(module: ir.Operation) -> None:
     """Erase unused effect-free ops, as the export canonicalizer's driver does."""
-    from shardc.compiler.propagation.graph import PropagationGraph
-
     graph = PropagationGraph(module)
     changed = True
     while changed:

@@ -1,0 +1,103 @@
+"""Shardy's import and export stages: what runs before and after propagation.
+
+The modules here are Shardy's ``transforms/import`` and ``transforms/export``
+steps as functions of a module: inlining calls and lifting inline meshes,
+removing size-one axes, splitting constants, adding data-flow edges and
+applying sharding constraints on the way in (``import_pipeline``); merging
+constants, sinking data-flow edges, turning constraints into reshards,
+closing shardings and dropping rules on the way out (``export_pipeline``).
+They read and write IR only; the propagation engine
+(``shardc.compiler.propagation``) runs between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from jaxlib.mlir import ir, passmanager
+
+from shardc.compiler.diagnostics import verify_step
+from shardc.compiler.stages import export_steps, import_steps
+from shardc.compiler.stages.apply_constraints import apply_sharding_constraints
+from shardc.compiler.stages.data_flow_edges import add_data_flow_edges, sink_data_flow_edges
+from shardc.compiler.stages.inline_calls import inline_all_calls
+from shardc.compiler.stages.lift_inlined_meshes import lift_inlined_meshes
+
+
+def _generic(module: ir.Operation, pipeline: str) -> None:
+    passmanager.PassManager.parse(f"builtin.module({pipeline})", module.context).run(module)
+
+
+def main_func(module: ir.Operation) -> ir.Operation | None:
+    """The single function, or the one named ``main``."""
+    funcs = [op.operation for op in module.regions[0].blocks[0].operations
+             if op.operation.name == "func.func"]
+    if len(funcs) == 1:
+        return funcs[0]
+    for func in funcs:
+        if ir.StringAttr(func.attributes["sym_name"]).value == "main":
+            return func
+    return None
+
+
+def symbol_dce(module: ir.Operation) -> None:
+    """MLIR's ``symbol-dce``: drop functions nothing calls."""
+    _generic(module, "symbol-dce")
+
+
+def remove_sub_axes_in_main_io_shardings(module: ir.Operation) -> None:
+    """``export_steps.remove_sub_axes_in_io_shardings`` on the main function."""
+    export_steps.remove_sub_axes_in_io_shardings(module, main_func(module))
+
+
+def run_steps(module: ir.Operation, steps: Sequence[Callable[[ir.Operation], object]]) -> None:
+    """Run each step on ``module``, verifying after each when step verification is on."""
+    for step in steps:
+        step(module)
+        verify_step(module, step.__name__)
+
+
+def import_pipeline(module: ir.Operation) -> None:
+    """Shardy's import stage, with calls inlined."""
+    run_steps(module, (
+        symbol_dce,
+        inline_all_calls,
+        symbol_dce,
+        lift_inlined_meshes,
+        import_steps.remove_size_one_axes,
+        import_steps.constant_or_scalar_splitter,
+        import_steps.manual_axes_cleanup,
+        add_data_flow_edges,
+        apply_sharding_constraints,
+    ))
+
+
+def export_pipeline(
+    module: ir.Operation,
+    *,
+    keep_sharding_rules: bool = False,
+    explicit_reshards: Callable[[ir.Operation], None] | None = None,
+    keep_constraints: bool = False,
+) -> None:
+    """Shardy's export stage; ``explicit_reshards`` runs where Shardy inserts explicit
+    reshards.
+
+    The propagation pipeline passes none, like jaxlib's native pipeline for the
+    programs we compared; ``shardc-export-pipeline`` passes
+    ``insert_explicit_reshards``. ``keep_constraints`` leaves the (closed)
+    ``sdy.sharding_constraint`` ops where Shardy turns them into ``sdy.reshard``:
+    the same reshard for XLA, and a lowering that reads like jax.jit's, where
+    every ``with_sharding_constraint`` is a constraint.
+    """
+    run_steps(module, (
+        export_steps.constant_or_scalar_merger,
+        sink_data_flow_edges,
+        export_steps.remove_sharding_groups,
+        *(() if keep_constraints else (export_steps.sharding_constraint_to_reshard,)),
+        export_steps.update_non_divisible_io_shardings,
+        remove_sub_axes_in_main_io_shardings,
+        export_steps.close_shardings,
+        *((explicit_reshards,) if explicit_reshards is not None else ()),
+        export_steps.erase_dead_ops,
+        *(() if keep_sharding_rules else (export_steps.drop_sharding_rules,)),
+    ))
