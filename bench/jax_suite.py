@@ -362,7 +362,7 @@ from functools import partial
 from jax._src.pjit import pjit
 import jax_suite_plugin as plugin
 from shardc.compiler.api import JitFunction
-from shardc.compiler.pjit_function import PjitFunction
+from shardc.compiler.api import PjitFunction
 
 AT_IMPORT = [jax.jit]
 

@@ -227,7 +227,7 @@ class Lowered(Stage):
         return comm_report(propagated_copy(self.module, export=False),
                            missing_as_replicated=True)
 
-    # -- explain (issue 11): thin layers over shardc.compiler.explain ---------
+    # -- explain: thin layers over shardc.compiler.explain ---------
     def explain(self, **filters: Any) -> Any:
         """Why each value is sharded as it is (an ``ExplainTable``); ``filters`` as its ``filter``."""
         module = self.module

@@ -57,9 +57,11 @@ if TYPE_CHECKING:
 
     AnyMesh = Union[Mesh, AbstractMesh]
 
-# Attribute names shardc reads and writes.
+# Attribute names shardc reads and writes: every spelling of them is here.
 SHARDING_ATTR = "sdy.sharding"
 SHARDING_RULE_ATTR = "sdy.sharding_rule"
+ORIGINS_ATTR = "sdy.sharding_origins"
+ORIGIN_NAME_ATTR = "sdy.sharding_origin_name"
 
 EMPTY_MESH_SYMBOL = "empty_mesh"
 

@@ -11,7 +11,7 @@ result to XLA (so that every sharding it decided stays paired with its carry).
 from __future__ import annotations
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import sdy
+from shardc.dialects import sdy
 
 from shardc.dialects.sdy import SHARDING_ATTR
 

@@ -37,12 +37,10 @@ from __future__ import annotations
 import io
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import sdy
+from shardc.dialects import sdy
 
 from shardc.dialects.sdy import SHARDING_ATTR, value_sharding
 from shardc.dialects.while_loops import hoist_invariant_carries
-
-SHARDING = SHARDING_ATTR
 
 # Data-flow ops whose shardings XLA must re-derive.
 _DROPPED_SHARDINGS = ("stablehlo.optimization_barrier",)
@@ -60,8 +58,8 @@ def module_for_xla(module: ir.Module) -> ir.Module:
         reshapes: list[ir.Operation] = []
 
         def visit(op: ir.Operation) -> ir.WalkResult:
-            if op.name in _DROPPED_SHARDINGS and SHARDING in op.attributes:
-                del op.attributes[SHARDING]
+            if op.name in _DROPPED_SHARDINGS and SHARDING_ATTR in op.attributes:
+                del op.attributes[SHARDING_ATTR]
             elif op.name == "stablehlo.while":
                 loops.append(op)
             elif op.name in ("sdy.reshard", "sdy.sharding_constraint"):

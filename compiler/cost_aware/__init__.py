@@ -1,4 +1,4 @@
-"""Cost-aware propagation (issue 12): Shardy-compatible propagation, then a greedy,
+"""Cost-aware propagation: Shardy-compatible propagation, then a greedy,
 cost-model-driven resolution of its conflicts, exported as explicit shardings.
 
 ``cost_aware_pipeline(module)`` is the drop-in replacement of

@@ -29,6 +29,7 @@ from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.propagation.projection import AXES, project
 from shardc.compiler.sharding.tensor import DimSharding, TensorSharding, format_per_value
 from shardc.compiler.sharding.rules import rule_for
+from shardc.dialects.sdy import SHARDING_ATTR
 
 # Ops whose result must not be pinned: user-fixed or structural.
 _SKIP = frozenset({
@@ -125,7 +126,7 @@ def apply_pins(module: ir.Operation, pins: list[Pin]) -> None:
         if TAG in op.attributes:
             pin = wanted.get(ir.IntegerAttr(op.attributes[TAG]).value)
             if pin is not None:
-                op.attributes["sdy.sharding"] = ir.Attribute.parse(
+                op.attributes[SHARDING_ATTR] = ir.Attribute.parse(
                     format_per_value([pin.sharding]))
         return ir.WalkResult.ADVANCE
 

@@ -12,7 +12,7 @@ all-reduce of a sharded reduction factor).
 from __future__ import annotations
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import sdy
+from shardc.dialects import sdy
 
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.cost_aware.candidates import communication_needs, tag_of

@@ -33,6 +33,7 @@ from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.cost_aware.pricing import price, returned_in_declared_layout
 from shardc.compiler.propagation import propagate
 from shardc.compiler.sharding.tensor import TensorSharding, format_sharding
+from shardc.dialects.sdy import SHARDING_ATTR
 
 # Ops a region never contains: their results enter it as arguments instead
 # (data-flow edges and calls only mean something next to their owner/callee;
@@ -147,7 +148,7 @@ def _boundary_attrs(values: list[tuple[int, TensorSharding | None, bool]]) -> ir
             entries.append(ir.DictAttr.get({}))
             continue
         text = format_sharding(closed(sharding.mesh, [d.axes for d in sharding.dims]))
-        entries.append(ir.DictAttr.get({"sdy.sharding": ir.Attribute.parse(text)}))
+        entries.append(ir.DictAttr.get({SHARDING_ATTR: ir.Attribute.parse(text)}))
     return ir.ArrayAttr.get(entries)
 
 
@@ -184,9 +185,9 @@ def cut_out(reader: ModuleValues, ops: list[int], imported: dict[int, ir.Attribu
                     mapped[value] = result
                 start = imported.get(tag_of(reader, op))
                 if start is not None:
-                    copy.attributes["sdy.sharding"] = start
-                elif "sdy.sharding" in copy.attributes:
-                    del copy.attributes["sdy.sharding"]
+                    copy.attributes[SHARDING_ATTR] = start
+                elif SHARDING_ATTR in copy.attributes:
+                    del copy.attributes[SHARDING_ATTR]
             func.ReturnOp([mapped[v] for v, _, _ in leaving])
     returns = frozenset(k for k, (_, _, returned) in enumerate(leaving) if returned)
     return module, returns
@@ -195,7 +196,7 @@ def cut_out(reader: ModuleValues, ops: list[int], imported: dict[int, ir.Attribu
 def _attribute_hashes(op: ir.Operation) -> tuple:
     # Attributes are uniqued in their context: equal hashes, equal attributes.
     return tuple((name, hash(op.attributes[name])) for name in op.attributes
-                 if name not in (TAG, "sdy.sharding"))
+                 if name not in (TAG, SHARDING_ATTR))
 
 
 def _body_fingerprint(graph, op: int) -> tuple:
@@ -262,7 +263,7 @@ def imported_shardings(module: ir.Operation) -> dict[int, ir.Attribute | None]:
     def visit(op: ir.Operation) -> ir.WalkResult:
         if TAG in op.attributes:
             tag = ir.IntegerAttr(op.attributes[TAG]).value
-            found[tag] = op.attributes["sdy.sharding"] if "sdy.sharding" in op.attributes else None
+            found[tag] = op.attributes[SHARDING_ATTR] if SHARDING_ATTR in op.attributes else None
         return ir.WalkResult.ADVANCE
 
     module.walk(visit)

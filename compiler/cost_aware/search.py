@@ -47,7 +47,7 @@ import time
 from dataclasses import dataclass, field
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import sdy
+from shardc.dialects import sdy
 
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.cost_aware.candidates import ConflictPoint, Pin, conflict_points, tag_of
@@ -56,7 +56,7 @@ from shardc.compiler.cost_aware.pricing import ModuleEvaluator, changed_tags
 from shardc.compiler.cost_aware.regions import LocalPrice, RegionEvaluator
 from shardc.compiler.diagnostics import source_loc_of
 from shardc.compiler.stages.export_steps import closed
-from shardc.compiler.propagation.ir_access import SHARDING
+from shardc.dialects.sdy import SHARDING_ATTR
 
 
 @dataclass
@@ -142,10 +142,10 @@ def declare_returned_shardings(imported: ir.Operation, baseline: ModuleValues) -
         entries = []
         for k, result_type in enumerate(results):
             values = _entries(given[k]) if k < len(given) else {}
-            if SHARDING not in values and isinstance(result_type, ir.RankedTensorType):
-                sharding = _entries(decided[k]).get(SHARDING) if k < len(decided) else None
+            if SHARDING_ATTR not in values and isinstance(result_type, ir.RankedTensorType):
+                sharding = _entries(decided[k]).get(SHARDING_ATTR) if k < len(decided) else None
                 # Propagation leaves a replicated result without a sharding.
-                values[SHARDING] = (closed(sdy.TensorShardingAttr(sharding)) if sharding
+                values[SHARDING_ATTR] = (closed(sdy.TensorShardingAttr(sharding)) if sharding
                                     is not None else _replicated(mesh, result_type.rank))
             entries.append(ir.DictAttr.get(values, context=target.context))
         target.attributes["res_attrs"] = ir.ArrayAttr.get(entries, context=target.context)

@@ -21,6 +21,7 @@ from shardc.compiler.explain.grid import ShardGrid, grid_of_array, grid_of_shard
 from shardc.compiler.explain.memory import MemoryEstimate, estimate_memory
 from shardc.compiler.explain.table import CollectiveNeed, ExplainRow, ExplainTable, build_table
 from shardc.compiler.stages.shardy_pipeline import propagated_copy, propagated_copy_with_origins
+from shardc.dialects.sdy import SHARDING_ATTR
 
 
 def explain(module: ir.Module | ir.Operation, *, propagate: bool = True,
@@ -59,7 +60,7 @@ def _propagated(module: ir.Operation) -> bool:
         name = op.name
         if name == "sdy.reshard" or (
                 not name.startswith(("sdy.", "func.", "builtin."))
-                and "sdy.sharding" in op.attributes):
+                and SHARDING_ATTR in op.attributes):
             found = True
             return ir.WalkResult.INTERRUPT
         return ir.WalkResult.ADVANCE

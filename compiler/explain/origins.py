@@ -34,7 +34,7 @@ from jaxlib.mlir import ir
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.diagnostics import SourceLoc, source_loc_of
 from shardc.compiler.propagation.manual import MANUAL_OP
-from shardc.compiler.propagation.origins import ORIGIN_NAME_ATTR
+from shardc.dialects.sdy import ORIGIN_NAME_ATTR
 
 USER_OPS = ("sdy.sharding_constraint", "sdy.reshard")
 # Ops whose regions compute on scalars (reduction bodies): no sharding flows there.

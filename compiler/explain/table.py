@@ -30,6 +30,7 @@ from shardc.compiler.explain.origins import (
 )
 from shardc.compiler.sharding.tensor import TensorSharding, format_dim
 from shardc.compiler.explain.html import render_page
+from shardc.dialects.sdy import SHARDING_ATTR
 
 ORIGIN_METHOD = "derived"  # found by the search in ``origins``; "recorded": by propagation
 
@@ -255,7 +256,7 @@ def _given_shardings(module: ir.Operation) -> tuple[list[bool], list[bool]]:
                 if name not in op.attributes:
                     found.append([False] * count)
                 else:
-                    found.append(["sdy.sharding" in ir.DictAttr(a)
+                    found.append([SHARDING_ATTR in ir.DictAttr(a)
                                   for a in ir.ArrayAttr(op.attributes[name])])
             return found[0], found[1]
     return [], []

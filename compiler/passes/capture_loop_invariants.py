@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import sdy
+from shardc.dialects import sdy
 
 from shardc.compiler.passes.base import ModulePass
 from shardc.dialects.sdy import value_sharding

@@ -13,7 +13,7 @@ from shardc.compiler.stages import export_pipeline
 
 
 def export(module: ir.Operation, *, keep_sharding_rules: bool = False) -> None:
-    """Shardy's export steps (spec 7.7) with shardc's explicit reshards in their place."""
+    """Shardy's export steps with shardc's explicit reshards in their place."""
     with module.context:
         export_pipeline(
             module,

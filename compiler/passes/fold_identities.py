@@ -27,8 +27,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from shardc.compiler.passes.base import ModulePass
-
-SHARDING = "sdy.sharding"
+from shardc.dialects.sdy import SHARDING_ATTR
 
 
 def _ints(op: ir.Operation, name: str) -> list[int]:
@@ -106,7 +105,7 @@ def fold_identities(module: ir.Operation) -> int:
     reshapes: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        if SHARDING not in op.attributes:
+        if SHARDING_ATTR not in op.attributes:
             for table, found in ((IDENTITIES, identities), (RESHAPES, reshapes)):
                 rule = table.get(op.name)
                 if rule is not None and rule(op):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import sdy
+from shardc.dialects import sdy
 
 from shardc.compiler.propagation.values import ModuleValues, replicated
 from shardc.compiler.passes.base import ModulePass
@@ -15,6 +15,7 @@ from shardc.compiler.sharding.axes import AxisRef, overlaps
 from shardc.compiler.propagation.projection import AXES, TensorProjection, back_project, project
 from shardc.compiler.sharding.tensor import TensorSharding, format_per_value, format_sharding
 from shardc.compiler.sharding.rules import rule_for
+from shardc.dialects.sdy import SHARDING_ATTR
 
 DOTS = ("stablehlo.dot", "stablehlo.dot_general")
 
@@ -134,7 +135,7 @@ def _apply(edit: OperandReshard | ResultReshard) -> None:
                                 ip=ir.InsertionPoint(op), loc=op.location)
         op.operands[edit.index] = reshard.result
         return
-    op.attributes["sdy.sharding"] = _attr(format_per_value([edit.computed]), context)
+    op.attributes[SHARDING_ATTR] = _attr(format_per_value([edit.computed]), context)
     reshard = sdy.ReshardOp(op.results[0], _attr(format_sharding(edit.wanted), context),
                             ip=ir.InsertionPoint.after(op), loc=op.location)
     op.results[0].replace_all_uses_except(reshard.result, reshard.operation)

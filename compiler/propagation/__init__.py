@@ -11,8 +11,8 @@ changes back once. Plans:
 ``basic``                one run with basic factor propagation
 ``aggressive``           one run with aggressive factor propagation
 ``basic-then-aggressive``  a basic run, then an aggressive run
-``op-priority``          five aggressive runs, heuristics h0..h4 (spec 5)
-``user-priority``        priority rounds (spec 6), each an op-priority plan
+``op-priority``          five aggressive runs, heuristics h0..h4 (directions.py)
+``user-priority``        priority rounds, each an op-priority plan
 =======================  ====================================================
 
 Sharding origins (Shardy's ``debug-sharding-origins``, ``origins.py``):

@@ -1,4 +1,4 @@
-"""Propagation directions, their algebra, and the op-priority heuristics (spec 5).
+"""Propagation directions, their algebra, and the op-priority heuristics.
 
 Directions are small ints so that ``max``/``min`` are the union/intersection
 of everything but the FORWARD/BACKWARD pair: NONE=0 < FORWARD=1 < BACKWARD=2

@@ -1,4 +1,4 @@
-"""The propagation driver: Shardy's worklist run, reproduced step for step (spec 3.6, 3.7).
+"""The propagation driver: Shardy's worklist run, reproduced step for step.
 
 One ``Driver.propagate`` call is one ``BasicPropagationPassImpl::propagate``:
 a func-result step, one run of MLIR's greedy driver (top-down, one

@@ -1,4 +1,4 @@
-"""Factor propagation strategies: which axes each factor gets (spec 3.3-3.5, 4).
+"""Factor propagation strategies: which axes each factor gets.
 
 Both strategies share the same vocabulary: ``compatible_major_axes`` (what
 the tensors of a factor agree on, direction deciding who may lengthen it),

@@ -5,7 +5,7 @@ op (pre-order index): name, parent, operands, results, nested blocks, whether
 it is a terminator and whether it is free of memory effects; per value: its
 defining op or owning block's op, its static shape, and its uses *in MLIR's
 use-list order* (read through the bindings, since that order decides the
-worklist). Where each value's sharding lives (spec 1.4) is the business of
+worklist). Where each value's sharding lives is the business of
 ``ir_access``; this module only holds structure and the few facts the
 op-priority heuristics need. Erasing an op (dead-op removal) only updates
 the graph; ``ir_access.write_back`` applies it to the IR at the end.
@@ -19,6 +19,7 @@ from shardc.compiler.propagation.compact_rule import CompactRule, compact_rule
 from shardc.compiler.sharding.rules import _NEIGHBOUR_KEYS, rule_for
 from shardc.compiler.sharding.walker import attribute_dict
 from shardc.compiler.sharding.rules.elementwise import POINTWISE_OPS
+from shardc.dialects.sdy import SHARDING_ATTR
 
 # Ops that must never be erased even when unused (MLIR: not memory-effect free).
 _EFFECTFUL = frozenset({
@@ -293,7 +294,7 @@ class PropagationGraph:
             type_key = self.value_type_key
             key = (name, tuple([type_key[v] for v in self.op_operands[op]]),
                    tuple([type_key[v] for v in self.op_results[op]]),
-                   tuple([(n, hash(a)) for n, a in attributes.items() if n != "sdy.sharding"]))
+                   tuple([(n, hash(a)) for n, a in attributes.items() if n != SHARDING_ATTR]))
             compact = self._rule_memo.get(key, _MISSING)
             if compact is not _MISSING:
                 self._rules[op] = compact

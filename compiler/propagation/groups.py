@@ -1,4 +1,4 @@
-"""Sharding groups: values that must end up with the same sharding (spec 7.4).
+"""Sharding groups: values that must end up with the same sharding.
 
 ``sharding_groups`` reads every ``sdy.sharding_group`` op into a map from a
 value (its sharding's storage) to all members of its group, in the order of
@@ -13,7 +13,7 @@ it, so the constraints become the group; the caller then rebuilds the graph.
 from __future__ import annotations
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import sdy
+from shardc.dialects import sdy
 
 from shardc.compiler.diagnostics import emit_warning
 from shardc.compiler.propagation.graph import PropagationGraph

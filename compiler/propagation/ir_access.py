@@ -1,6 +1,6 @@
 """Where each value's sharding lives, read once from the IR and written back once.
 
-``ShardingStore`` gives every shardable value a *slot* (spec 1.4): func
+``ShardingStore`` gives every shardable value a *slot*: func
 argument and result attributes, per-value ``sdy.sharding`` lists of op
 results (with open placeholders for siblings when one entry is first
 written), the own attribute of ``sdy.sharding_constraint``/``sdy.reshard``/
@@ -15,7 +15,8 @@ to the IR in one go.
 from __future__ import annotations
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import sdy
+from shardc.dialects import sdy
+from shardc.dialects.sdy import SHARDING_ATTR, SHARDING_RULE_ATTR
 
 from shardc.compiler.propagation.graph import PropagationGraph
 from shardc.compiler.propagation.manual import (
@@ -35,8 +36,6 @@ from shardc.compiler.sharding.tensor import (
     parse_sharding,
 )
 
-SHARDING = "sdy.sharding"
-RULE = "sdy.sharding_rule"
 EDGE_OP = "sdy.data_flow_edge"
 _OWN_ATTR = {
     "sdy.data_flow_edge": "sharding",
@@ -166,7 +165,7 @@ class ShardingStore:
         arg_attrs = list(ir.ArrayAttr(func.attributes["arg_attrs"])) if (
             "arg_attrs" in func.attributes) else []
         for k, value in enumerate(args):
-            entry = _dict_entries(arg_attrs[k]).get(SHARDING) if k < len(arg_attrs) else None
+            entry = _dict_entries(arg_attrs[k]).get(SHARDING_ATTR) if k < len(arg_attrs) else None
             self.slot_of[value] = self._new_slot(
                 (ARG, op, k), graph.value_rank(value), self._parse(entry))
         res_attrs = list(ir.ArrayAttr(func.attributes["res_attrs"])) if (
@@ -174,7 +173,7 @@ class ShardingStore:
         func_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
         slots = []
         for k, result_type in enumerate(func_type.results):
-            entry = _dict_entries(res_attrs[k]).get(SHARDING) if k < len(res_attrs) else None
+            entry = _dict_entries(res_attrs[k]).get(SHARDING_ATTR) if k < len(res_attrs) else None
             rank = result_type.rank if isinstance(result_type, ir.RankedTensorType) else 0
             slots.append(self._new_slot((RES, op, k), rank, self._parse(entry)))
         self.func_results[op] = slots
@@ -198,7 +197,7 @@ class ShardingStore:
             elif name == MANUAL_OP:
                 self._manual_slots(op)
             elif results:
-                self._per_value_slots(op, SHARDING, results)
+                self._per_value_slots(op, SHARDING_ATTR, results)
 
     def _manual_slots(self, op: int) -> None:
         graph = self.graph
@@ -260,7 +259,7 @@ class ShardingStore:
             self.edge_targets[edge] = targets
 
     def edge_before(self, edge: int, sharding: TensorSharding | None) -> TensorSharding | None:
-        """The edge's sharding as its sources see it (manual computations: spec 7.1)."""
+        """The edge's sharding as its sources see it (for a manual computation, without its manual axes)."""
         view = self.edge_view.get(edge)
         if view is None:
             return sharding
@@ -369,7 +368,7 @@ class ShardingStore:
         for k in range(count):
             entries = _dict_entries(old[k]) if k < len(old) else {}
             if k in updates:
-                entries[SHARDING] = self._attr(format_sharding(updates[k]))
+                entries[SHARDING_ATTR] = self._attr(format_sharding(updates[k]))
             new.append(ir.DictAttr.get(entries, context=func.context))
         func.attributes[list_name] = ir.ArrayAttr.get(new, context=func.context)
 
@@ -379,15 +378,15 @@ class ShardingStore:
             for op, rule in graph.visited_rules().items():
                 if rule is not None and rule.rule is not None and not graph.erased[op]:
                     attrs = graph.ops[op].attributes
-                    if RULE not in attrs:
-                        attrs[RULE] = rule.rule.to_attr(graph.module.context)
+                    if SHARDING_RULE_ATTR not in attrs:
+                        attrs[SHARDING_RULE_ATTR] = rule.rule.to_attr(graph.module.context)
             return
         for op, ir_op in enumerate(graph.ops):
             if graph.erased[op]:
                 continue
             attrs = ir_op.attributes
-            if RULE in attrs and not sdy.OpShardingRuleAttr(attrs[RULE]).is_custom:
-                del attrs[RULE]
+            if SHARDING_RULE_ATTR in attrs and not sdy.OpShardingRuleAttr(attrs[SHARDING_RULE_ATTR]).is_custom:
+                del attrs[SHARDING_RULE_ATTR]
 
     def _erase_ops(self) -> None:
         graph = self.graph

@@ -1,4 +1,4 @@
-"""Views of ``sdy.manual_computation`` shardings with and without manual axes (spec 1.4, 7.1).
+"""Views of ``sdy.manual_computation`` shardings with and without manual axes.
 
 In/out shardings of a manual computation name the manual axes first in every
 dimension (verifier-guaranteed), then *free* axes. Propagation only ever sees

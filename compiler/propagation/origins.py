@@ -46,9 +46,8 @@ from shardc.compiler.propagation.ir_access import (
 )
 from shardc.compiler.propagation.projection import AXES
 from shardc.compiler.sharding.tensor import TensorSharding
+from shardc.dialects.sdy import ORIGIN_NAME_ATTR, ORIGINS_ATTR
 
-ORIGINS_ATTR = "sdy.sharding_origins"
-ORIGIN_NAME_ATTR = "sdy.sharding_origin_name"
 _CONSTRAINT = "sdy.sharding_constraint"
 _FUNC = "func.func"
 

@@ -1,4 +1,4 @@
-"""Projecting tensor shardings onto the factors of a rule and back (spec 3.1, 3.2).
+"""Projecting tensor shardings onto the factors of a rule and back.
 
 ``project`` turns one tensor's dimension shardings into per-factor shardings:
 a non-minor-most factor absorbs only the axes (or gcd-sized sub-axes) that

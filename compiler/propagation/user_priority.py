@@ -1,4 +1,4 @@
-"""User-priority propagation: priorities become rounds (spec 6).
+"""User-priority propagation: priorities become rounds.
 
 Before the first round every sharding is *initialised*: dimensions with a
 priority above 0 become closed and empty and their axes join the tensor's

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import sdy
+from shardc.dialects import sdy
 
 # One tensor's mapping: per dimension, the factor indices major to minor.
 TensorMapping = tuple[tuple[int, ...], ...]

@@ -1,4 +1,4 @@
-"""Tensor shardings as pure-Python values, and their text form (spec 1.3).
+"""Tensor shardings as pure-Python values, and their text form.
 
 ``TensorSharding`` mirrors ``#sdy.sharding<@mesh, [dims], replicated=...,
 unreduced=...>`` as tuples: a mesh *name*, one ``DimSharding`` per dimension

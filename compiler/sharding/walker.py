@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import sdy
+from shardc.dialects import sdy
+from shardc.dialects.sdy import SHARDING_ATTR
 
-SHARDING_ATTR = "sdy.sharding"
 FUNC_OP = "func.func"
 FUNC_SHARDING_LISTS = ("arg_attrs", "res_attrs")
 
@@ -41,7 +41,7 @@ def ops_in_preorder(root: ir.Operation) -> list[ir.Operation]:
 # bindings cast it to a Python type, which aborts the process for attributes
 # they cannot cast (complex-valued constants).
 _SHARDING_ATTR_NAMES = frozenset({
-    "sdy.sharding", "sharding", "in_shardings", "out_shardings", "out_sharding",
+    SHARDING_ATTR, "sharding", "in_shardings", "out_shardings", "out_sharding",
 })
 
 

@@ -1,4 +1,4 @@
-"""``sdy-apply-sharding-constraints`` (spec 7.2), without the chain rule.
+"""``sdy-apply-sharding-constraints``, without the chain rule.
 
 A fully closed ``sdy.sharding_constraint`` (or a ``sdy.manual_computation``'s
 in-sharding) whose input has no sharding, and no other constraint user with
@@ -13,10 +13,11 @@ unreduced axes, which propagation never moves, are set on the edge itself.
 from __future__ import annotations
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import sdy
+from shardc.dialects import sdy
 
 from shardc.compiler.stages.data_flow_edges import _ops
-from shardc.compiler.propagation.ir_access import EDGE_OP, SHARDING
+from shardc.compiler.propagation.ir_access import EDGE_OP
+from shardc.dialects.sdy import SHARDING_ATTR
 
 
 def _is_closed(attr: ir.Attribute) -> bool:
@@ -37,14 +38,14 @@ def _input_sharding(value: ir.Value):
             return True, None
         d = ir.DictAttr(ir.ArrayAttr(func.attributes["arg_attrs"])[index])
         entries = {d[i].name: d[i].attr for i in range(len(d))}
-        return True, entries.get(SHARDING)
+        return True, entries.get(SHARDING_ATTR)
     owner = owner.operation
     if owner.name == EDGE_OP:  # its sharding is its own `sharding` attribute
         return "edge", owner.attributes["sharding"] if "sharding" in owner.attributes else None
     if owner.name.startswith("sdy.") and owner.name != "sdy.constant":
         return False, None  # constraints, reshards, computations: shardings of their own
-    if SHARDING in owner.attributes:
-        return True, owner.attributes[SHARDING]
+    if SHARDING_ATTR in owner.attributes:
+        return True, owner.attributes[SHARDING_ATTR]
     return True, None
 
 
@@ -60,7 +61,7 @@ def _set_input(value: ir.Value, attr: ir.Attribute) -> None:
             d = ir.DictAttr(old[k]) if k < len(old) else ir.DictAttr.get({})
             values = {d[i].name: d[i].attr for i in range(len(d))}
             if k == value.arg_number:
-                values[SHARDING] = attr
+                values[SHARDING_ATTR] = attr
             new.append(ir.DictAttr.get(values))
         func.attributes["arg_attrs"] = ir.ArrayAttr.get(new)
         return
@@ -70,7 +71,7 @@ def _set_input(value: ir.Value, attr: ir.Attribute) -> None:
     mesh = text[1:text.index(",")]
     entries = [text if r == value else f"<{mesh}, [" + ", ".join(
         ["{?}"] * _rank(r)) + "]>" for r in results]
-    owner.attributes[SHARDING] = ir.Attribute.parse(
+    owner.attributes[SHARDING_ATTR] = ir.Attribute.parse(
         "#sdy.sharding_per_value<[" + ", ".join(entries) + "]>")
 
 

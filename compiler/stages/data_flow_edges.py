@@ -1,4 +1,4 @@
-"""Data-flow edges: adding ``sdy.data_flow_edge`` ops and sinking them back (spec 7.1).
+"""Data-flow edges: adding ``sdy.data_flow_edge`` ops and sinking them back.
 
 ``add_data_flow_edges`` puts an edge after every *owner* of a shardable
 data-flow op (results of while/case/optimization_barrier/named and manual
@@ -14,9 +14,10 @@ them the propagation worklist, come out as native's.
 from __future__ import annotations
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import sdy
+from shardc.dialects import sdy
 
-from shardc.compiler.propagation.ir_access import EDGE_OP, SHARDING, read_meshes
+from shardc.compiler.propagation.ir_access import EDGE_OP, read_meshes
+from shardc.dialects.sdy import SHARDING_ATTR
 from shardc.compiler.propagation.manual import (
     MANUAL_OP,
     add_free_axes,
@@ -72,7 +73,7 @@ class _OwnerShardings:
         return parse_per_value(str(attrs[name]), self.meshes) if name in attrs else None
 
     def results(self) -> list[TensorSharding] | None:
-        name = "out_shardings" if self.op.name in BLOCK_ARG_OWNER_OPS else SHARDING
+        name = "out_shardings" if self.op.name in BLOCK_ARG_OWNER_OPS else SHARDING_ATTR
         return self._list(name)
 
     def block_args(self) -> list[TensorSharding] | None:
@@ -82,7 +83,7 @@ class _OwnerShardings:
         return shardings
 
     def set_results(self, shardings: list[TensorSharding]) -> None:
-        name = "out_shardings" if self.op.name in BLOCK_ARG_OWNER_OPS else SHARDING
+        name = "out_shardings" if self.op.name in BLOCK_ARG_OWNER_OPS else SHARDING_ATTR
         self.op.attributes[name] = ir.Attribute.parse(format_per_value(shardings))
 
     def set_block_args(self, shardings: list[TensorSharding]) -> None:

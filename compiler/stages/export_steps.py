@@ -1,4 +1,4 @@
-"""Export steps of the propagation pipeline (spec 7.7), one small function each.
+"""Export steps of the propagation pipeline, one small function each.
 
 ``constant_or_scalar_merger`` undoes the import split where the copies ended
 up with equal attributes; ``remove_sharding_groups`` and
@@ -14,10 +14,11 @@ from __future__ import annotations
 from math import gcd
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import sdy
+from shardc.dialects import sdy
 
 from shardc.compiler.stages.data_flow_edges import _ops
-from shardc.compiler.propagation.ir_access import RULE, SHARDING, read_meshes
+from shardc.compiler.propagation.ir_access import read_meshes
+from shardc.dialects.sdy import SHARDING_ATTR, SHARDING_RULE_ATTR
 from shardc.compiler.sharding.tensor import (
     DimSharding,
     MeshInfo,
@@ -122,13 +123,13 @@ def _map_func_io(func: ir.Operation, meshes: dict[str, MeshInfo], fn) -> None:
         for k, entry in enumerate(entries):
             d = ir.DictAttr(entry)
             values = {d[i].name: d[i].attr for i in range(len(d))}
-            if SHARDING in values and k < len(types):
-                sharding = parse_sharding(str(values[SHARDING]), meshes)
+            if SHARDING_ATTR in values and k < len(types):
+                sharding = parse_sharding(str(values[SHARDING_ATTR]), meshes)
                 shape = ir.ShapedType(types[k]).shape if isinstance(types[k], ir.ShapedType) \
                     else []
                 new = fn(sharding, shape)
                 if new != sharding:
-                    values[SHARDING] = ir.Attribute.parse(format_sharding(new), func.context)
+                    values[SHARDING_ATTR] = ir.Attribute.parse(format_sharding(new), func.context)
                     changed = True
             new_entries.append(ir.DictAttr.get(values, context=func.context))
         if changed:
@@ -203,5 +204,5 @@ def drop_sharding_rules(module: ir.Operation) -> None:
     """Remove every non-custom ``sdy.sharding_rule``."""
     for op in _ops(module, ir.WalkOrder.PRE_ORDER):
         attrs = op.attributes
-        if RULE in attrs and not sdy.OpShardingRuleAttr(attrs[RULE]).is_custom:
-            del attrs[RULE]
+        if SHARDING_RULE_ATTR in attrs and not sdy.OpShardingRuleAttr(attrs[SHARDING_RULE_ATTR]).is_custom:
+            del attrs[SHARDING_RULE_ATTR]

@@ -1,4 +1,4 @@
-"""Import steps of the propagation pipeline (spec 7.6), one small function each.
+"""Import steps of the propagation pipeline, one small function each.
 
 Each function mirrors one Shardy import pass on the bindings and is what the
 pipeline (``shardc.compiler.pipelines``) calls in order:

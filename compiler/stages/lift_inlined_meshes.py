@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import sdy
+from shardc.dialects import sdy
 
 from shardc.compiler.diagnostics import emit_remark
 from shardc.compiler.sharding.walker import map_shardings, mesh_name_of

@@ -9,7 +9,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shardc.compiler import pjit
-from shardc.compiler.pjit_function import PjitFunction
+from shardc.compiler.api import PjitFunction
 
 
 # jax deprecates `with mesh:` blocks; they are what pjit is for.

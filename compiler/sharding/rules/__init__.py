@@ -53,10 +53,10 @@ from shardc.compiler.sharding.rules import (
     shape,
 )
 from shardc.compiler.sharding.rules._attrs import defining_op_name
+from shardc.dialects.sdy import SHARDING_ATTR, SHARDING_RULE_ATTR
 
 RuleFn = Callable[..., OpShardingRule | None]
 
-SHARDING_RULE_ATTR = "sdy.sharding_rule"
 
 RULES: dict[str, RuleFn] = {
     **{name: elementwise.pointwise for name in elementwise.POINTWISE_OPS},
@@ -178,7 +178,7 @@ def _cache_key(op: ir.Operation, conservative: bool) -> Hashable:
     attributes = tuple(
         (name, str(op.attributes[name]))
         for name in op.attributes
-        if name != "sdy.sharding"  # a value's sharding never changes its rule
+        if name != SHARDING_ATTR  # a value's sharding never changes its rule
     )
     neighbours = _NEIGHBOUR_KEYS[op.name](op) if op.name in _NEIGHBOUR_KEYS else None
     return (
