@@ -9,18 +9,22 @@ is trivially dead is erased (queueing producers left with at most one other
 user); otherwise it gets one propagation *step*: read the shardings of its
 operands and results, find the common mesh, project onto the rule's factors,
 run the factor strategy, and write back each changed tensor, notifying its
-producers and users in use-list order. The driver never looks at op names;
-``PropagationGraph``/``ShardingStore`` and the rule registry say what an op is.
+producers and users in use-list order. What an op is comes from tables:
+the rule registry (its factors), ``data_flow_ops`` (how values flow through
+it) and ``PropagationGraph`` / ``ShardingStore``; the driver itself names only
+the propagation barrier and the data-flow edge op.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 from jaxlib.mlir import ir
 
 from shardc.compiler.diagnostics import PassError
 from shardc.compiler.propagation.compact_rule import CompactRule, identity_rule
+from shardc.compiler.propagation.data_flow_ops import DATA_FLOW_OPS
 from shardc.compiler.propagation.directions import BOTH, NONE, DirectionFn
 from shardc.compiler.propagation.factor_propagation import FactorPropagation
 from shardc.compiler.propagation.graph import PropagationGraph
@@ -30,10 +34,20 @@ from shardc.compiler.propagation.projection import back_project, project
 from shardc.compiler.sharding.tensor import MeshInfo, TensorSharding
 
 _BARRIER = "sdy.propagation_barrier"
-_EDGE_SOURCE_OPS = ("stablehlo.while", "stablehlo.optimization_barrier")
-_EDGE_TERMINATOR_PARENTS = ("stablehlo.while", "stablehlo.case", "sdy.named_computation",
-                            "sdy.manual_computation")
-_REGION_EDGE_OPS = ("sdy.named_computation", "sdy.manual_computation")
+
+
+class Plan(NamedTuple):
+    """What a step of one op reads, computed on the op's first visit."""
+
+    key: int  # names everything but the shardings and directions a step depends on
+    values: tuple[int, ...]  # the operands, then the results
+    n_operands: int
+    slots: tuple[int, ...]  # the store slots of ``values`` (the none-slot for values without)
+    rule: CompactRule
+    conservative: bool
+    elementwise: bool
+    edge: int  # the data-flow edge op whose sources are the operands, or -1
+    fixed: int | None  # a propagation barrier's direction (None elsewhere)
 
 
 class Driver:
@@ -52,7 +66,7 @@ class Driver:
         # directions, the strategy and its tensors' shardings (interned ids),
         # so its updates are memoised on exactly those: strategy -> key -> updates.
         self._memo: dict[FactorPropagation, dict[tuple, tuple]] = {}
-        self._plans: list = [None] * len(graph.ops)
+        self._plans: list[Plan | bool | None] = [None] * len(graph.ops)
         self._plan_keys: dict[tuple, int] = {}
         self._rules_alive: list[CompactRule] = []
         # direction function -> op -> head (cleared on erasures).
@@ -130,7 +144,7 @@ class Driver:
             head = dir_cache.get(op)
             if head is None:
                 head = self._factor_directions(op, plan, direction)
-            key = (head, tuple(map(sid_of, plan[3])))
+            key = (head, tuple(map(sid_of, plan.slots)))
             if recorder is not None:
                 # Origins need the step's factor edges too: memoised beside
                 # the updates, on the same key.
@@ -145,7 +159,7 @@ class Driver:
                     updates = memo[key] = self._step(plan, head_dirs[head], strategy)
             if updates:
                 self.current = op
-                values = plan[1]
+                values = plan.values
                 for i, new in updates:
                     self.update(values[i], new, True)
                 self.current = -1
@@ -194,15 +208,8 @@ class Driver:
             self.store.erase_log.append(dead)
 
     # ------------------------------------------------------------------ visiting
-    def _plan(self, op: int):
-        """What a step of ``op`` reads, computed on its first visit (False: no step).
-
-        A plan is ``(key, values, n_operands, slots, rule, conservative,
-        elementwise, edge, fixed)``: ``key`` names everything but the shardings
-        and directions a step depends on, ``slots`` the store slots of
-        ``values`` (the store's none-slot for values without one) and ``fixed``
-        the barrier's direction (None elsewhere).
-        """
+    def _plan(self, op: int) -> Plan | bool:
+        """The ``Plan`` of ``op``, computed on its first visit (False: no step)."""
         graph, store = self.graph, self.store
         name = graph.op_name[op]
         plan = False
@@ -229,7 +236,7 @@ class Driver:
         return plan
 
     def _make_plan(self, op: int, operands: list[int], results: list[int], rule: CompactRule,
-                   conservative: bool, edge: int, fixed: int | None) -> tuple:
+                   conservative: bool, edge: int, fixed: int | None) -> Plan:
         store = self.store
         values = (*operands, *results)
         none_slot, slot_of = store.none_slot, store.slot_of
@@ -240,7 +247,7 @@ class Driver:
         if key is None:
             key = self._plan_keys[signature] = len(self._plan_keys)
             self._rules_alive.append(rule)
-        return (key, values, len(operands), slots, rule, conservative, elementwise, edge, fixed)
+        return Plan(key, values, len(operands), slots, rule, conservative, elementwise, edge, fixed)
 
     def common_mesh(self, shardings: list[TensorSharding | None]) -> MeshInfo | None:
         """The first non-empty mesh, if every other non-empty mesh equals it."""
@@ -262,22 +269,22 @@ class Driver:
             return None
         return first
 
-    def _head(self, plan: tuple, directions: tuple) -> int:
+    def _head(self, plan: Plan, directions: tuple) -> int:
         """The int naming (plan key, directions): the memo key's first half."""
-        pair = (plan[0], directions)
+        pair = (plan.key, directions)
         head = self._heads.get(pair)
         if head is None:
             head = self._heads[pair] = len(self._head_dirs)
             self._head_dirs.append(directions)
         return head
 
-    def _factor_directions(self, op: int, plan: tuple, direction: DirectionFn) -> int:
+    def _factor_directions(self, op: int, plan: Plan, direction: DirectionFn) -> int:
         """The head (plan key and factor directions) of ``op`` under ``direction``.
 
         Cached per direction function; for a level of a ``DirectionChain``
         every level is computed (and cached) at once.
         """
-        rule, fixed = plan[4], plan[8]
+        rule, fixed = plan.rule, plan.fixed
         factors = range(len(rule.factor_sizes))
         if fixed is not None:
             out = self._head(plan, (fixed,) * len(factors))
@@ -288,7 +295,7 @@ class Driver:
         if chain is not None:
             heads = None
             if chain.signature is not None:
-                memo_key = (chain, chain.signature(graph, op), plan[0])
+                memo_key = (chain, chain.signature(graph, op), plan.key)
                 heads = self._chain_memo.get(memo_key)
             if heads is None:
                 heads = []
@@ -319,7 +326,7 @@ class Driver:
             return tuple(NONE if f in blocked else raw[f] for f in factors)
         return tuple(NONE if f in blocked else direction(graph, op, f) for f in factors)
 
-    def _step(self, plan: tuple, directions: tuple, strategy: FactorPropagation,
+    def _step(self, plan: Plan, directions: tuple, strategy: FactorPropagation,
               edges: bool = False) -> tuple:
         """One step as a pure function: the ``(value index, new sharding)`` updates.
 
@@ -327,7 +334,8 @@ class Driver:
         strategy and the shardings of the plan's slots, which is what the
         caller memoises it on.
         """
-        _, values, n, _, rule, conservative, elementwise, edge, _ = plan
+        values, n, rule, edge = plan.values, plan.n_operands, plan.rule, plan.edge
+        conservative, elementwise = plan.conservative, plan.elementwise
         store = self.store
         shardings = [store.get(v) for v in values]
         if edge >= 0:
@@ -400,20 +408,24 @@ class Driver:
                 self.push(user)
 
     def _edge_for_use(self, user: int, index: int) -> int:
+        """The data-flow edge that operand ``index`` of ``user`` flows into (-1: none)."""
         graph, store = self.graph, self.store
-        name = graph.op_name[user]
-        if name in _EDGE_SOURCE_OPS:
-            return store.edge_of_value(graph.op_results[user][index])
-        if name in _REGION_EDGE_OPS:
-            return store.edge_of_value(graph.op_blocks[user][0][0][index])
+        flow = DATA_FLOW_OPS.get(graph.op_name[user])
+        if flow is not None:
+            if flow.results_from_operands:
+                return store.edge_of_value(graph.op_results[user][index])
+            if flow.block_args_from_operands:
+                return store.edge_of_value(graph.op_blocks[user][0][0][index])
+            return -1
         if graph.op_terminator[user]:
             parent = graph.op_parent[user]
-            if parent < 0 or graph.op_name[parent] not in _EDGE_TERMINATOR_PARENTS:
+            flow = DATA_FLOW_OPS.get(graph.op_name[parent]) if parent >= 0 else None
+            if flow is None:
                 return -1
-            if graph.op_name[parent] == "stablehlo.while":
-                body_ops = graph.op_blocks[parent][1][1]
-                if body_ops[-1] != user:
-                    return -1
+            regions = flow.returning_regions
+            if regions is not None and not any(
+                    graph.op_blocks[parent][r][1][-1] == user for r in regions):
+                return -1
             return store.edge_of_value(graph.op_results[parent][index])
         return -1
 

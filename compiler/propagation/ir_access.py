@@ -18,6 +18,7 @@ from jaxlib.mlir import ir
 from shardc.dialects import sdy
 from shardc.dialects.sdy import SHARDING_ATTR, SHARDING_RULE_ATTR
 
+from shardc.compiler.propagation.data_flow_ops import DATA_FLOW_OPS
 from shardc.compiler.propagation.graph import PropagationGraph
 from shardc.compiler.propagation.manual import (
     MANUAL_OP,
@@ -233,18 +234,18 @@ class ShardingStore:
             owner_name = graph.op_name[owner]
             sources: list[int] = []
             targets: list[int] = []
+            flow = DATA_FLOW_OPS[owner_name]
+            blocks = graph.op_blocks[owner]
             if graph.value_def[owner_value] == -1:  # block argument owner
                 sources = [graph.op_operands[owner][index]]
-            elif owner_name == "stablehlo.while":
-                sources = [graph.op_operands[owner][index], self._terminator_operand(owner, 1, index)]
-                targets = [graph.op_blocks[owner][0][0][index], graph.op_blocks[owner][1][0][index]]
-            elif owner_name == "stablehlo.case":
-                sources = [self._terminator_operand(owner, b, index)
-                           for b in range(len(graph.op_blocks[owner]))]
-            elif owner_name == "stablehlo.optimization_barrier":
-                sources = [graph.op_operands[owner][index]]
             else:
-                sources = [self._terminator_operand(owner, 0, index)]
+                regions = flow.returning_regions
+                if regions is None:
+                    regions = range(len(blocks))
+                sources = [graph.op_operands[owner][index]] if flow.results_from_operands else []
+                sources += [self._terminator_operand(owner, r, index) for r in regions]
+                if flow.block_args_are_results:
+                    targets = [block[0][index] for block in blocks]
             if owner_name == MANUAL_OP and owner in self.manual:
                 manual, ins, outs = self.manual[owner]
                 is_arg = graph.value_def[owner_value] == -1

@@ -33,12 +33,8 @@ from shardc.compiler.sharding.tensor import (
     parse_per_value,
     parse_sharding,
 )
+from shardc.compiler.propagation.data_flow_ops import BLOCK_ARG_OWNER_OPS, DATA_FLOW_OPS
 
-NAMED_OP = "sdy.named_computation"
-RESULT_OWNER_OPS = frozenset({
-    "stablehlo.while", "stablehlo.case", "stablehlo.optimization_barrier", NAMED_OP, MANUAL_OP,
-})
-BLOCK_ARG_OWNER_OPS = frozenset({NAMED_OP, MANUAL_OP})
 
 
 def _ops(root: ir.Operation, order: ir.WalkOrder) -> list[ir.Operation]:
@@ -115,7 +111,7 @@ def add_data_flow_edges(module: ir.Operation) -> None:
     with module.context:
         for op in _ops(module, ir.WalkOrder.POST_ORDER):
             name = op.name
-            if name not in RESULT_OWNER_OPS:
+            if name not in DATA_FLOW_OPS:
                 continue
             owners = _OwnerShardings(op, meshes)
             _add_edges(list(op.results), owners.results())
@@ -157,7 +153,7 @@ def sink_data_flow_edges(module: ir.Operation) -> None:
                 op.result.replace_all_uses_with(edge_input)
                 op.erase()
                 continue
-            if op.name not in RESULT_OWNER_OPS:
+            if op.name not in DATA_FLOW_OPS:
                 continue
             owners = _OwnerShardings(op, meshes)
             if op.name in BLOCK_ARG_OWNER_OPS and op.regions[0].blocks:
