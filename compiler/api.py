@@ -16,9 +16,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import os
 import inspect
 import io
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,6 +30,7 @@ from jaxlib.mlir import ir
 import shardc.compiler as shardc_compiler
 import shardc.runtime as shardc_runtime
 from shardc.compiler import annotation, binding, jit_options, signature
+from shardc.compiler.checks.strict import check_strict
 from shardc.compiler.diagnostics import (
     steps_verified,
     verify_module,
@@ -42,12 +43,9 @@ from shardc.compiler.passes.fold_identities import fold_identities
 from shardc.compiler.pipelines import ConflictResolution, propagation_pipeline
 from shardc.compiler.signature import LeafSignature
 from shardc.compiler.traced import Traced
-from shardc.dialects import make_context
-from shardc.dialects import jax_private
+from shardc.dialects import jax_private, make_context, sdy
 from shardc.dialects.errors import InternalError, InvalidArgumentError
 from shardc.runtime.compiled import Compiled, StaticArguments, device_assignment
-from shardc.compiler.checks.strict import check_strict
-from shardc.dialects import sdy
 
 # Op locations must name the user's source line, not shardc's jit wrapper.
 jax_private.hide_frames_of(

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 
-from shardc.dialects import sdy
+from shardc.dialects import jax_private, sdy
 from shardc.dialects.errors import (
     ArgumentShardingError,
     DeviceMismatchError,
@@ -30,7 +30,6 @@ from shardc.dialects.errors import (
     ShardcError,
     ShardingTreeError,
 )
-from shardc.dialects import jax_private
 
 AnyMesh = Mesh | AbstractMesh
 

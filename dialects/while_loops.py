@@ -11,8 +11,8 @@ result to XLA (so that every sharding it decided stays paired with its carry).
 from __future__ import annotations
 
 from jaxlib.mlir import ir
-from shardc.dialects import sdy
 
+from shardc.dialects import sdy
 from shardc.dialects.sdy import SHARDING_ATTR
 
 

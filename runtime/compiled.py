@@ -29,8 +29,8 @@ from shardc.dialects.errors import (
 )
 from shardc.runtime import arguments, collectives, results
 from shardc.runtime.stage import Stage
-from shardc.runtime.xla_form import module_for_xla
 from shardc.runtime.verify import verify
+from shardc.runtime.xla_form import module_for_xla
 
 
 class ValueInfo(Protocol):

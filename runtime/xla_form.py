@@ -37,8 +37,8 @@ from __future__ import annotations
 import io
 
 from jaxlib.mlir import ir
-from shardc.dialects import sdy
 
+from shardc.dialects import sdy
 from shardc.dialects.sdy import SHARDING_ATTR, value_sharding
 from shardc.dialects.while_loops import hoist_invariant_carries
 

@@ -19,7 +19,8 @@ from typing import TextIO
 
 from jaxlib.mlir import ir
 
-from shardc.tools import pass_pipeline
+from shardc.compiler.checks.strict import strict_diagnostics
+from shardc.compiler.cost.report import comm_report
 from shardc.compiler.diagnostics import (
     Diagnostic,
     DiagnosticSink,
@@ -31,12 +32,11 @@ from shardc.compiler.diagnostics import (
     from_mlir,
     mapping_locations,
 )
+from shardc.compiler.explain import explain
+from shardc.dialects import make_context
+from shardc.tools import pass_pipeline
 from shardc.tools.split_input import OUTPUT_SPLIT_MARKER, Chunk, split_input
 from shardc.tools.verify_diagnostics import DiagnosticVerifier
-from shardc.dialects import make_context
-from shardc.compiler.checks.strict import strict_diagnostics
-from shardc.compiler.cost.report import comm_report
-from shardc.compiler.explain import explain
 
 PARSER_NAME = "-"
 # MLIR's parser recurses once per nesting level and overflows the C stack a few

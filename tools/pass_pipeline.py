@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from jaxlib.mlir import ir, passmanager
 
-from shardc.compiler.passes.base import ModulePass, OptionError
 from shardc.compiler.passes import ALL_PASSES, PASSES_BY_NAME
+from shardc.compiler.passes.base import ModulePass, OptionError
 from shardc.dialects import make_context
 
 ANCHOR = "builtin.module"

@@ -15,10 +15,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from shardc.tools import pass_pipeline
-from shardc.tools import opt_driver
 from shardc.compiler.passes import ALL_PASSES, PASSES_BY_NAME
 from shardc.compiler.passes.base import format_value
+from shardc.tools import opt_driver, pass_pipeline
 
 PROG = "shardc-opt"
 VERSION = "0.1.0"

@@ -22,9 +22,9 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.checks import costly, structural
 from shardc.compiler.checks.diagnostic import (
+    Severity,
     ShardingCheckError,
     ShardingDiagnostic,
-    Severity,
 )
 from shardc.compiler.propagation.values import ModuleValues
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from shardc.compiler.checks.diagnostic import ShardingDiagnostic, at
-from shardc.compiler.checks.structural import enclosing_manual, device_count
+from shardc.compiler.checks.structural import device_count, enclosing_manual
 from shardc.compiler.cost.report import collectives_at
 from shardc.compiler.cost.reshard import ALL_REDUCE
-from shardc.compiler.propagation.values import ModuleValues, element_bytes
 from shardc.compiler.diagnostics import Severity
+from shardc.compiler.propagation.values import ModuleValues, element_bytes
 from shardc.compiler.sharding.axes import size_product
 from shardc.compiler.sharding.tensor import TensorSharding
 

@@ -16,8 +16,8 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.checks import CheckOptions, check_shardings
 from shardc.compiler.checks.diagnostic import ShardingCheckError, ShardingDiagnostic
-from shardc.compiler.stages.shardy_pipeline import propagated_copy
 from shardc.compiler.diagnostics import Severity
+from shardc.compiler.stages.shardy_pipeline import propagated_copy
 
 
 def check_lowered(module: ir.Module | ir.Operation, *, raise_on_error: bool = False,

@@ -23,10 +23,10 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.checks.diagnostic import ShardingDiagnostic, at
 from shardc.compiler.checks.program import check_lowered
-from shardc.compiler.stages.shardy_pipeline import propagated_copy
-from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.diagnostics import Severity
+from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.rules import NO_RULE, rule_for
+from shardc.compiler.stages.shardy_pipeline import propagated_copy
 from shardc.dialects.errors import ShardingError
 
 STRICT_KINDS = ("implicit-reshard", "indivisible-dimension", "no-sharding-rule")

@@ -21,9 +21,9 @@ from math import prod
 
 from shardc.compiler.checks.diagnostic import ShardingDiagnostic, at
 from shardc.compiler.cost.reshard import reshard_collectives
-from shardc.compiler.propagation.values import ModuleValues, element_bytes
 from shardc.compiler.diagnostics import Severity
 from shardc.compiler.propagation.manual import MANUAL_OP
+from shardc.compiler.propagation.values import ModuleValues, element_bytes
 from shardc.compiler.sharding.tensor import MeshInfo, TensorSharding, format_inner
 
 CONSTRAINT = "sdy.sharding_constraint"

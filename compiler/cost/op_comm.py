@@ -23,10 +23,10 @@ from shardc.compiler.cost.reshard import (
     dim_axes,
     reshard_collectives,
 )
-from shardc.compiler.sharding.axes import AxisRef, size_product
 from shardc.compiler.propagation.projection import AXES, project
-from shardc.compiler.sharding.tensor import DimSharding, MeshInfo, Tensor, TensorSharding
+from shardc.compiler.sharding.axes import AxisRef, size_product
 from shardc.compiler.sharding.rule import OpShardingRule
+from shardc.compiler.sharding.tensor import DimSharding, MeshInfo, Tensor, TensorSharding
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,10 @@ from shardc.compiler.cost.reshard import (
     reshard_collectives,
     shard_bytes,
 )
-from shardc.compiler.diagnostics import SourceLoc, source_loc_of
-from shardc.compiler.propagation.values import ModuleValues, replicated
 from shardc.compiler.cost.windows import window_collectives
+from shardc.compiler.diagnostics import SourceLoc, source_loc_of
 from shardc.compiler.propagation.manual import MANUAL_OP
+from shardc.compiler.propagation.values import ModuleValues, replicated
 from shardc.compiler.sharding.rules import rule_for
 
 _EXPLICIT = {"sdy.reshard": "explicit reshard", "sdy.sharding_constraint": "sharding constraint"}

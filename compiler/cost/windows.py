@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.sharding.tensor import Tensor
 from shardc.compiler.cost.reshard import (
     ALL_GATHER,
     COLLECTIVE_PERMUTE,
@@ -21,6 +20,7 @@ from shardc.compiler.cost.reshard import (
     shard_shape,
 )
 from shardc.compiler.sharding.axes import size_product
+from shardc.compiler.sharding.tensor import Tensor
 
 
 def _window(op: ir.Operation, rank: int) -> list[int]:

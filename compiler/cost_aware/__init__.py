@@ -13,10 +13,10 @@ import io
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.diagnostics import verify_step
 from shardc.compiler.cost_aware.candidates import apply_pins, strip_tags, tag_ops
 from shardc.compiler.cost_aware.explicit import insert_operand_reshards
 from shardc.compiler.cost_aware.search import Resolution, resolve
+from shardc.compiler.diagnostics import verify_step
 from shardc.compiler.stages import export_pipeline, import_pipeline
 
 LAST: list[Resolution] = []  # the latest resolution (for the bench and tests)

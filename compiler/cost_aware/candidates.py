@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 
 from shardc.compiler.cost.op_comm import op_communication
-from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.propagation.projection import AXES, project
-from shardc.compiler.sharding.tensor import DimSharding, TensorSharding, format_per_value
+from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.rules import rule_for
+from shardc.compiler.sharding.tensor import DimSharding, TensorSharding, format_per_value
 from shardc.dialects.sdy import SHARDING_ATTR
 
 # Ops whose result must not be pinned: user-fixed or structural.

@@ -12,11 +12,11 @@ all-reduce of a sharded reduction factor).
 from __future__ import annotations
 
 from jaxlib.mlir import ir
-from shardc.dialects import sdy
 
-from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.cost_aware.candidates import communication_needs, tag_of
+from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.tensor import DimSharding, TensorSharding, format_sharding
+from shardc.dialects import sdy
 
 
 def signature(reader: ModuleValues, op: int) -> tuple:

@@ -11,14 +11,14 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from shardc.compiler.cost.op_comm import op_communication
-from shardc.compiler.sharding.tensor import Tensor
 from shardc.compiler.cost.report import comm_report_of
 from shardc.compiler.cost.reshard import dim_axes, reshard_collectives, shard_bytes
-from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.cost_aware.candidates import Pin, apply_pins, closed, tag_of
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.propagation import propagate
+from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.rules import rule_for
+from shardc.compiler.sharding.tensor import Tensor
 
 
 def price(reader: ModuleValues) -> tuple[int, int]:

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
-from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.cost_aware.candidates import TAG, Pin, apply_pins, closed, tag_of
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.cost_aware.pricing import price, returned_in_declared_layout
 from shardc.compiler.propagation import propagate
+from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.tensor import TensorSharding, format_sharding
 from shardc.dialects.sdy import SHARDING_ATTR
 

@@ -47,15 +47,15 @@ import time
 from dataclasses import dataclass, field
 
 from jaxlib.mlir import ir
-from shardc.dialects import sdy
 
-from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.cost_aware.candidates import ConflictPoint, Pin, conflict_points, tag_of
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.cost_aware.pricing import ModuleEvaluator, changed_tags
 from shardc.compiler.cost_aware.regions import LocalPrice, RegionEvaluator
 from shardc.compiler.diagnostics import source_loc_of
+from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.stages.export_steps import closed
+from shardc.dialects import sdy
 from shardc.dialects.sdy import SHARDING_ATTR
 
 

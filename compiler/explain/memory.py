@@ -48,14 +48,21 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from shardc.compiler.cost.op_comm import computation_axes, required_sharding
-from shardc.compiler.cost.reshard import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, dim_axes,
-                                          reshard_collectives, shard_bytes, shard_shape)
 from shardc.compiler.cost.report import collectives_at
-from shardc.compiler.propagation.values import ModuleValues
-from shardc.compiler.sharding.rules import rule_for
+from shardc.compiler.cost.reshard import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    ALL_TO_ALL,
+    dim_axes,
+    reshard_collectives,
+    shard_bytes,
+    shard_shape,
+)
 from shardc.compiler.diagnostics import source_loc_of
 from shardc.compiler.explain.grid import grid_of_sharding
 from shardc.compiler.propagation.graph import ELEMENTWISE
+from shardc.compiler.propagation.values import ModuleValues
+from shardc.compiler.sharding.rules import rule_for
 
 _FREE = frozenset({"sdy.constant", "stablehlo.constant", "sdy.sharding_constraint",
                    "sdy.reshard", "stablehlo.optimization_barrier", "sdy.data_flow_edge",

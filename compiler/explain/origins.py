@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.diagnostics import SourceLoc, source_loc_of
 from shardc.compiler.propagation.manual import MANUAL_OP
+from shardc.compiler.propagation.values import ModuleValues
 from shardc.dialects.sdy import ORIGIN_NAME_ATTR
 
 USER_OPS = ("sdy.sharding_constraint", "sdy.reshard")

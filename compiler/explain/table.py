@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, field
 from jaxlib.mlir import ir
 
 from shardc.compiler.cost.report import CommEntry, collectives_at
-from shardc.compiler.propagation.values import ModuleValues, element_bytes
 from shardc.compiler.diagnostics import SourceLoc, source_loc_of
 from shardc.compiler.explain.grid import ShardGrid, grid_of_sharding
+from shardc.compiler.explain.html import render_page
 from shardc.compiler.explain.origins import (
     BODY_OPS,
     AxisOrigin,
@@ -28,8 +28,8 @@ from shardc.compiler.explain.origins import (
     recorded_origins,
     user_origins,
 )
+from shardc.compiler.propagation.values import ModuleValues, element_bytes
 from shardc.compiler.sharding.tensor import TensorSharding, format_dim
-from shardc.compiler.explain.html import render_page
 from shardc.dialects.sdy import SHARDING_ATTR
 
 ORIGIN_METHOD = "derived"  # found by the search in ``origins``; "recorded": by propagation

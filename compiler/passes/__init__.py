@@ -6,9 +6,9 @@ map below is derived from them and refuses duplicates at import time.
 
 from __future__ import annotations
 
-from shardc.compiler.passes.base import ModulePass
 from shardc.compiler.passes.add_data_flow_edges import AddDataFlowEdgesPass
 from shardc.compiler.passes.aggressive_propagate import AggressivePropagatePass
+from shardc.compiler.passes.base import ModulePass
 from shardc.compiler.passes.basic_propagate import BasicPropagatePass
 from shardc.compiler.passes.capture_loop_invariants import CaptureLoopInvariantsPass
 from shardc.compiler.passes.check_shardings import CheckShardingsPass

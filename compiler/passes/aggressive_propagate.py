@@ -6,8 +6,8 @@ import enum
 from dataclasses import dataclass
 from typing import ClassVar
 
-from shardc.compiler.passes.propagate_common import PropagatePassBase
 from shardc.compiler.passes.base import option
+from shardc.compiler.passes.propagate_common import PropagatePassBase
 
 
 class PropagationStrategy(enum.Enum):

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from jaxlib.mlir import ir
-from shardc.dialects import sdy
 
 from shardc.compiler.passes.base import ModulePass
+from shardc.dialects import sdy
 from shardc.dialects.sdy import value_sharding
 from shardc.dialects.while_loops import hoist_invariant_carries, invariant_carries
 

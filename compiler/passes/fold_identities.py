@@ -17,11 +17,10 @@ here too.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
-
-import math
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo

@@ -7,14 +7,14 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from jaxlib.mlir import ir
-from shardc.dialects import sdy
 
-from shardc.compiler.propagation.values import ModuleValues, replicated
 from shardc.compiler.passes.base import ModulePass
-from shardc.compiler.sharding.axes import AxisRef, overlaps
 from shardc.compiler.propagation.projection import AXES, TensorProjection, back_project, project
-from shardc.compiler.sharding.tensor import TensorSharding, format_per_value, format_sharding
+from shardc.compiler.propagation.values import ModuleValues, replicated
+from shardc.compiler.sharding.axes import AxisRef, overlaps
 from shardc.compiler.sharding.rules import rule_for
+from shardc.compiler.sharding.tensor import TensorSharding, format_per_value, format_sharding
+from shardc.dialects import sdy
 from shardc.dialects.sdy import SHARDING_ATTR
 
 DOTS = ("stablehlo.dot", "stablehlo.dot_general")

@@ -22,14 +22,6 @@ from collections.abc import Callable, Sequence
 from math import gcd
 from typing import Protocol
 
-from shardc.compiler.sharding.axes import (
-    AxisRef,
-    contains,
-    is_strict_prefix,
-    prefix_of,
-    prefix_without_overlap_all,
-    size_product,
-)
 from shardc.compiler.propagation.directions import BACKWARD, BOTH, NONE
 from shardc.compiler.propagation.projection import (
     AXES,
@@ -37,6 +29,14 @@ from shardc.compiler.propagation.projection import (
     MINOR_MOST,
     OVERFLOW,
     TensorProjection,
+)
+from shardc.compiler.sharding.axes import (
+    AxisRef,
+    contains,
+    is_strict_prefix,
+    prefix_of,
+    prefix_without_overlap_all,
+    size_product,
 )
 
 Check = Callable[[AxisRef, int], "AxisRef | None"]

@@ -17,8 +17,8 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.propagation.compact_rule import CompactRule, compact_rule
 from shardc.compiler.sharding.rules import _NEIGHBOUR_KEYS, rule_for
-from shardc.compiler.sharding.walker import attribute_dict
 from shardc.compiler.sharding.rules.elementwise import POINTWISE_OPS
+from shardc.compiler.sharding.walker import attribute_dict
 from shardc.dialects.sdy import SHARDING_ATTR
 
 # Ops that must never be erased even when unused (MLIR: not memory-effect free).

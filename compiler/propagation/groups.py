@@ -13,12 +13,12 @@ it, so the constraints become the group; the caller then rebuilds the graph.
 from __future__ import annotations
 
 from jaxlib.mlir import ir
-from shardc.dialects import sdy
 
 from shardc.compiler.diagnostics import emit_warning
 from shardc.compiler.propagation.graph import PropagationGraph
 from shardc.compiler.propagation.ir_access import ShardingStore
 from shardc.compiler.sharding.tensor import TensorSharding
+from shardc.dialects import sdy
 
 
 def _is_open_empty(sharding: TensorSharding) -> bool:

@@ -15,8 +15,6 @@ to the IR in one go.
 from __future__ import annotations
 
 from jaxlib.mlir import ir
-from shardc.dialects import sdy
-from shardc.dialects.sdy import SHARDING_ATTR, SHARDING_RULE_ATTR
 
 from shardc.compiler.propagation.data_flow_ops import DATA_FLOW_OPS
 from shardc.compiler.propagation.graph import PropagationGraph
@@ -36,6 +34,8 @@ from shardc.compiler.sharding.tensor import (
     parse_per_value,
     parse_sharding,
 )
+from shardc.dialects import sdy
+from shardc.dialects.sdy import SHARDING_ATTR, SHARDING_RULE_ATTR
 
 EDGE_OP = "sdy.data_flow_edge"
 _OWN_ATTR = {

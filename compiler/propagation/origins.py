@@ -36,7 +36,6 @@ from typing import Union
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.sharding.axes import AxisRef, can_merge, contains, is_strict_prefix, merge
 from shardc.compiler.propagation.graph import PropagationGraph
 from shardc.compiler.propagation.ir_access import (
     EDGE_OP,
@@ -45,6 +44,7 @@ from shardc.compiler.propagation.ir_access import (
     _dict_entries,
 )
 from shardc.compiler.propagation.projection import AXES
+from shardc.compiler.sharding.axes import AxisRef, can_merge, contains, is_strict_prefix, merge
 from shardc.compiler.sharding.tensor import TensorSharding
 from shardc.dialects.sdy import ORIGIN_NAME_ATTR, ORIGINS_ATTR
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.sharding.tensor import Tensor
 from shardc.compiler.propagation.graph import PropagationGraph
 from shardc.compiler.propagation.ir_access import ShardingStore
-from shardc.compiler.sharding.tensor import DimSharding, MeshInfo, TensorSharding
+from shardc.compiler.sharding.tensor import DimSharding, MeshInfo, Tensor, TensorSharding
 
 
 def element_bytes(type_: ir.Type) -> int:

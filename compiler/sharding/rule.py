@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from jaxlib.mlir import ir
+
 from shardc.dialects import sdy
 
 # One tensor's mapping: per dimension, the factor indices major to minor.

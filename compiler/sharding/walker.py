@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from jaxlib.mlir import ir
+
 from shardc.dialects import sdy
 from shardc.dialects.sdy import SHARDING_ATTR
 

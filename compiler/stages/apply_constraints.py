@@ -13,10 +13,10 @@ unreduced axes, which propagation never moves, are set on the edge itself.
 from __future__ import annotations
 
 from jaxlib.mlir import ir
-from shardc.dialects import sdy
 
-from shardc.compiler.stages.data_flow_edges import _ops
 from shardc.compiler.propagation.ir_access import EDGE_OP
+from shardc.compiler.stages.data_flow_edges import _ops
+from shardc.dialects import sdy
 from shardc.dialects.sdy import SHARDING_ATTR
 
 

@@ -14,10 +14,9 @@ them the propagation worklist, come out as native's.
 from __future__ import annotations
 
 from jaxlib.mlir import ir
-from shardc.dialects import sdy
 
+from shardc.compiler.propagation.data_flow_ops import BLOCK_ARG_OWNER_OPS, DATA_FLOW_OPS
 from shardc.compiler.propagation.ir_access import EDGE_OP, read_meshes
-from shardc.dialects.sdy import SHARDING_ATTR
 from shardc.compiler.propagation.manual import (
     MANUAL_OP,
     add_free_axes,
@@ -33,8 +32,8 @@ from shardc.compiler.sharding.tensor import (
     parse_per_value,
     parse_sharding,
 )
-from shardc.compiler.propagation.data_flow_ops import BLOCK_ARG_OWNER_OPS, DATA_FLOW_OPS
-
+from shardc.dialects import sdy
+from shardc.dialects.sdy import SHARDING_ATTR
 
 
 def _ops(root: ir.Operation, order: ir.WalkOrder) -> list[ir.Operation]:

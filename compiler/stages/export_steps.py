@@ -14,11 +14,9 @@ from __future__ import annotations
 from math import gcd
 
 from jaxlib.mlir import ir
-from shardc.dialects import sdy
 
-from shardc.compiler.stages.data_flow_edges import _ops
+from shardc.compiler.propagation.graph import PropagationGraph
 from shardc.compiler.propagation.ir_access import read_meshes
-from shardc.dialects.sdy import SHARDING_ATTR, SHARDING_RULE_ATTR
 from shardc.compiler.sharding.tensor import (
     DimSharding,
     MeshInfo,
@@ -27,7 +25,9 @@ from shardc.compiler.sharding.tensor import (
     parse_sharding,
 )
 from shardc.compiler.sharding.walker import attribute_dict, map_shardings
-from shardc.compiler.propagation.graph import PropagationGraph
+from shardc.compiler.stages.data_flow_edges import _ops
+from shardc.dialects import sdy
+from shardc.dialects.sdy import SHARDING_ATTR, SHARDING_RULE_ATTR
 
 
 def _attr_key(op: ir.Operation) -> tuple | str:

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.sharding.axes import full_axis, mesh_sort_key
-from shardc.compiler.stages.data_flow_edges import _ops
 from shardc.compiler.propagation.graph import _EFFECTFUL, ELEMENTWISE
 from shardc.compiler.propagation.ir_access import read_meshes
 from shardc.compiler.propagation.manual import MANUAL_OP, manual_axes_of
+from shardc.compiler.sharding.axes import full_axis, mesh_sort_key
 from shardc.compiler.sharding.tensor import (
     DimSharding,
     TensorSharding,
@@ -26,6 +25,7 @@ from shardc.compiler.sharding.tensor import (
     parse_sharding,
 )
 from shardc.compiler.sharding.walker import attribute_dict, attribute_names, map_shardings
+from shardc.compiler.stages.data_flow_edges import _ops
 
 _CONSTANT_PRESERVING = frozenset({
     "stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.slice",

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from jaxlib.mlir import ir
-from shardc.dialects import sdy
 
 from shardc.compiler.diagnostics import emit_remark
 from shardc.compiler.sharding.walker import map_shardings, mesh_name_of
+from shardc.dialects import sdy
 
 MESH_OP = "sdy.mesh"
 STABLEHLO_MESH_ATTR = "stablehlo.mesh"

@@ -17,6 +17,7 @@ from shardc.compiler.sharding.rule import FactorKind, OpShardingRule
 from shardc.compiler.sharding.rules._attrs import defining_op_name
 from shardc.compiler.sharding.rules.shape import pointwise_unless_resized
 
+
 def dynamic_slice(op: ir.Operation, conservative: bool = False) -> OpShardingRule:
     """``([i, j], [], [])->([i, j])`` need_replication={j} blocked on sliced dims."""
     return pointwise_unless_resized(op, FactorKind.NEED_REPLICATION, blocked=True)
