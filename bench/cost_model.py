@@ -12,7 +12,7 @@ as multisets. A second, smaller table does the same for the collectives ops
 need themselves (``op_communication``: dot_general with sharded contracting
 dims, reductions over sharded dims, ...).
 
-Run: ``python bench/cost_model.py [--json bench/cost_model.json] [--misses]``.
+Run: ``python -m bench.cost_model [--json bench/cost_model.json] [--misses]``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from collections import Counter
 from collections.abc import Sequence
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -18,8 +18,6 @@ from shardc.compiler.cost_aware.candidates import apply_pins, strip_tags, tag_op
 from shardc.compiler.cost_aware.explicit import insert_operand_reshards
 from shardc.compiler.cost_aware.search import Resolution, resolve
 
-LAST: list[Resolution] = []  # the latest resolution (for the bench and tests)
-
 
 def _adopt_body(target: ir.Operation, source: ir.Operation) -> None:
     """Replace the ops of module ``target`` by those of module ``source`` (moved, not copied)."""
@@ -66,7 +64,6 @@ def cost_aware_pipeline(module: ir.Operation, *, conservative: bool = False,
             baseline.write_bytecode(buffer)
             resolution.fallback = buffer.getvalue()
             resolution.baseline_module = None
-    LAST[:] = [resolution]
     return resolution
 
 

@@ -4,16 +4,14 @@ comparison with XLA's real collectives on the model suite and hand-written progr
 import json
 import pathlib
 import subprocess
-import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # `bench` is a namespace package at the repository root
+from shardc.compiler.cost.reshard import reshard_collectives
+from shardc.compiler.propagation.axes import full_axis
+from shardc.compiler.propagation.sharding import DimSharding, TensorSharding
 
-from shardc.compiler.cost.reshard import reshard_collectives  # noqa: E402
-from shardc.compiler.propagation.axes import full_axis  # noqa: E402
-from shardc.compiler.propagation.sharding import DimSharding, TensorSharding  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 X, Y = full_axis("x", 4), full_axis("y", 2)
 

@@ -25,7 +25,7 @@ import re
 
 from jaxlib.mlir import ir
 
-import mlir_mutators
+from fuzz import mlir_mutators
 
 # Pass flags are listed here rather than read from the registry at run time,
 # so that a case index means the same command line while passes are added.
