@@ -7,7 +7,7 @@ propagated copy, compile, and read XLA's collectives back from the
 partitioned HLO (``Compiled.collectives()``). Prints a table and JSON with
 bytes per device per collective kind and the ratio predicted / XLA; a
 program whose total is off by more than ``TOLERANCE`` must have an entry in
-``EXPLAINED``. Run: ``python bench/comm_report.py [--size small|large]
+``EXPLAINED``. Run: ``python -m bench.comm_report [--size small|large]
 [--json out.json] [names...]``.
 """
 
@@ -21,7 +21,6 @@ import pathlib
 import sys
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

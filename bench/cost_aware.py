@@ -10,7 +10,7 @@ the cost-aware route against ``jax.jit``, and the lowering time of
 re-propagations used and conflicts resolved. Prints a markdown table and
 writes JSON. Runs on 8 CPU devices.
 
-    python bench/cost_aware.py [--large] [--only NAME ...] [--json PATH] [--repeats N]
+    python -m bench.cost_aware [--large] [--only NAME ...] [--json PATH] [--repeats N]
 """
 
 from __future__ import annotations
@@ -26,14 +26,12 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 import jax  # noqa: E402
 
 from bench import e2e_measure  # noqa: E402
 from bench.models import REGISTRY, REGRESSIONS, make_programs  # noqa: E402
 from bench.models.program import Program  # noqa: E402
-from shardc.compiler import cost_aware  # noqa: E402
 
 # The propagation strategies and the name of each one's route in ``e2e_measure``.
 ROUTES = {"shardy": "shardc", "cost-aware": e2e_measure.COST_AWARE}
@@ -74,8 +72,7 @@ def measure(program: Program, repeats: int = 3) -> Row:
     row.predicted = compared.cost_aware_search["predicted_bytes"]
     row.evaluations = compared.cost_aware_search["evaluations"]
     row.region_evaluations = compared.cost_aware_search["region_evaluations"]
-    row.resolved = [f"{d.name} at {d.location}: {d.chosen}"
-                    for d in cost_aware.LAST[0].decisions if d.chosen]
+    row.resolved = compared.cost_aware_search["resolved"]
     return row
 
 

@@ -25,7 +25,7 @@ where the space is too big and three or more pins interact (the ILP
 objective differs from the re-evaluated ILP choice) it says so instead.
 Prints a markdown table, writes JSON.
 
-    python bench/cost_aware_ilp.py [--only NAME ...] [--json PATH]
+    python -m bench.cost_aware_ilp [--only NAME ...] [--json PATH]
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
@@ -109,10 +108,10 @@ def capture(program):
 
     cost_aware.resolve = spy
     try:
-        bench_cost_aware._lower(program, "cost-aware")
+        lowered, _, _ = bench_cost_aware._lower(program, "cost-aware")
     finally:
         cost_aware.resolve = original
-    return seen["module"], seen["kwargs"], cost_aware.LAST[0]
+    return seen["module"], seen["kwargs"], lowered.cost_aware_resolution
 
 
 def choice_sets(reader, resolution, per_point: int = 6):

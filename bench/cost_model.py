@@ -12,7 +12,7 @@ as multisets. A second, smaller table does the same for the collectives ops
 need themselves (``op_communication``: dot_general with sharded contracting
 dims, reductions over sharded dims, ...).
 
-Run: ``python bench/cost_model.py [--json bench/cost_model.json] [--misses]``.
+Run: ``python -m bench.cost_model [--json bench/cost_model.json] [--misses]``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from collections import Counter
 from collections.abc import Sequence
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -39,11 +38,14 @@ from jax.sharding import AxisType, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from shardc.compiler.cost.op_comm import op_communication
-from shardc.compiler.sharding.tensor import Tensor  # noqa: E402
 from shardc.compiler.cost.reshard import reshard_collectives  # noqa: E402
-from shardc.compiler.sharding.rule import OpShardingRule  # noqa: E402
 from shardc.compiler.sharding.axes import full_axis  # noqa: E402
-from shardc.compiler.sharding.tensor import DimSharding, TensorSharding  # noqa: E402
+from shardc.compiler.sharding.rule import OpShardingRule  # noqa: E402
+from shardc.compiler.sharding.tensor import (  # noqa: E402
+    DimSharding,
+    Tensor,  # noqa: E402
+    TensorSharding,
+)
 from shardc.runtime.collectives import find_collectives, shape_bytes  # noqa: E402
 
 MESHES: dict[str, tuple[tuple[str, int], ...]] = {

@@ -6,7 +6,7 @@ blocked on (collective programs must not overlap on 2 cores). Reported: the
 median and minimum microseconds per call of each route and the ratio
 shardc / jax.jit (the anchor). Writes the table as JSON too.
 
-    python bench/dispatch.py [--rounds N] [--calls N] [--json PATH]
+    python -m bench.dispatch [--rounds N] [--calls N] [--json PATH]
 """
 
 from __future__ import annotations

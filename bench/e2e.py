@@ -5,7 +5,7 @@ inputs and shardings in this process, and so does a third, shardc with
 ``propagation="cost-aware"`` (unless ``--no-cost-aware``); printed as a
 markdown table (ratios shardc / jax.jit; cost-aware bytes and memory over
 jax.jit's, its lowering time over shardc's default) and written as JSON (what
-``bench/render_readme.py`` turns into the README's "How shardc compares"). How
+``python -m bench.render_readme`` turns into the README's "How shardc compares"). How
 each figure is taken: ``bench/e2e_measure.py``.
 
 A second table: the time ``propagation="cost-aware"`` adds to lowering the
@@ -14,7 +14,7 @@ default 32 and 128 layers), against ``propagation="shardy"``: medians of
 interleaved lowerings (``--repeats``, one fewer from 128 layers on), with the
 search's evaluations and predicted bytes. Runs on 8 CPU devices.
 
-    python bench/e2e.py [--large] [--only NAME ...] [--json PATH] [--repeats N]
+    python -m bench.e2e [--large] [--only NAME ...] [--json PATH] [--repeats N]
         [--no-cost-aware] [--transformer-layers N ... | --no-transformer]
 """
 
@@ -37,8 +37,6 @@ os.environ["XLA_FLAGS"] = (
 ).strip()
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-# `bench` has no __init__.py: it is a namespace package importable from the repo root.
-sys.path.insert(0, str(ROOT))
 
 import jax  # noqa: E402
 
@@ -109,6 +107,7 @@ def lower_transformer(layers: int, repeats: int) -> dict:
     (interleaved, fresh functions), its op count and the cost-aware search's log."""
     fun, args, in_shardings = propagation.transformer_program(layers)
     seconds = {strategy: [] for strategy in STRATEGIES}
+    resolution = None
     for repeat in range(repeats):
         for strategy in STRATEGIES if repeat % 2 == 0 else STRATEGIES[::-1]:
             jitted = shardc_jit(
@@ -119,6 +118,8 @@ def lower_transformer(layers: int, repeats: int) -> dict:
             seconds[strategy].append(time.perf_counter() - start)
             if strategy == "shardy":
                 ops = propagation.count_ops(lowered.module)
+            else:
+                resolution = lowered.cost_aware_resolution
     median = {strategy: statistics.median(times) for strategy, times in seconds.items()}
     return {
         "layers": layers,
@@ -126,7 +127,7 @@ def lower_transformer(layers: int, repeats: int) -> dict:
         "repeats": repeats,
         "lower_seconds": median,
         "ratio": e2e_measure.ratio(median["cost-aware"], median["shardy"]),
-        **e2e_measure.cost_aware_search(),
+        **e2e_measure.cost_aware_search(resolution),
     }
 
 

@@ -47,7 +47,6 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from bench.models.program import Program
-from shardc.compiler import cost_aware as cost_aware_propagation
 from shardc.compiler import jit as shardc_jit
 from shardc.runtime import collectives
 
@@ -65,6 +64,8 @@ class Build:
     compiled: Any  # jax.stages.Compiled or shardc.runtime.Compiled: same inspection API
     lower_seconds: float
     compile_seconds: float
+    # The cost-aware route's search (``Lowered.cost_aware_resolution``); None on the others.
+    resolution: Any = None
 
 
 @dataclasses.dataclass
@@ -183,7 +184,8 @@ def build(program: Program, route: str) -> Build:
     lowered, lower_seconds, devices = lower_route(program, route)
     start = time.perf_counter()
     compiled = lowered.compile() if devices is None else lowered.compile(devices)
-    return Build(route, compiled, lower_seconds, time.perf_counter() - start)
+    resolution = lowered.cost_aware_resolution if route == COST_AWARE else None
+    return Build(route, compiled, lower_seconds, time.perf_counter() - start, resolution)
 
 
 def build_routes(
@@ -320,20 +322,22 @@ def collective_bytes_of(compiled: Any) -> int:
     return sum(s.bytes_per_device for s in collectives_of(compiled).values())
 
 
-def cost_aware_search() -> dict[str, Any]:
-    """The log of the latest cost-aware lowering's search: evaluations (module
-    propagations + cost predictions), region evaluations (the same on regions of
-    at most 128 ops, ``compiler/cost_aware/regions.py``) and predicted bytes per
-    device of Shardy's choices and of the search's (``{}`` when no cost-aware
-    lowering ran)."""
-    if not cost_aware_propagation.LAST:
+def cost_aware_search(resolution: Any) -> dict[str, Any]:
+    """The log of a cost-aware lowering's search (``Lowered.cost_aware_resolution``):
+    evaluations (module propagations + cost predictions), region evaluations (the
+    same on regions of at most 128 ops, ``compiler/cost_aware/regions.py``),
+    predicted bytes per device of Shardy's choices and of the search's, and the
+    conflicts it resolved otherwise than Shardy (``{}`` when ``resolution`` is None:
+    the search did not run)."""
+    if resolution is None:
         return {}
-    resolution = cost_aware_propagation.LAST[0]
     return {
         "evaluations": resolution.evaluations,
         "region_evaluations": resolution.region_evaluations,
         "predicted_bytes": {"shardy": resolution.baseline_bytes,
                             "cost-aware": resolution.final_bytes},
+        "resolved": [f"{d.name} at {d.location}: {d.chosen}"
+                     for d in resolution.decisions if d.chosen],
     }  # fmt: skip
 
 
@@ -513,7 +517,7 @@ def record(
     row.compile_ratio = ratio(compile_["shardc"], compile_["jax"])
     if COST_AWARE in builds:
         record_cost_aware(
-            row, builds[COST_AWARE].compiled, program, expected, check_determinism,
+            row, builds[COST_AWARE], program, expected, check_determinism,
             jax_compiled=jax_compiled,
         )
 
@@ -541,13 +545,14 @@ def record_call_times(
     row.call_ratio = ratio(row.call_microseconds["shardc"], row.call_microseconds["jax"])
 
 def record_cost_aware(
-    row: Comparison, compiled: Any, program: Program, expected: Any,
+    row: Comparison, build_: Build, program: Program, expected: Any,
     check_determinism: bool = False, jax_compiled: Any = None,
 ) -> None:  # fmt: skip
     """The cost-aware route's figures against jax.jit (bytes, memory, numerics, and
     output shardings when given ``jax_compiled``) and against shardc's
     Shardy-compatible lowering (time), and its search's log; the per-route
     figures of ``row`` must be filled already."""
+    compiled = build_.compiled
     actual = run(compiled, program)
     row.cost_aware_max_rel_error = errors_of(expected, actual)[1]
     if check_determinism:
@@ -560,4 +565,4 @@ def record_cost_aware(
     row.cost_aware_bytes_ratio = ratio(bytes_[COST_AWARE], bytes_["jax"])
     row.cost_aware_memory_ratio = ratio(memory[COST_AWARE], memory["jax"])
     row.cost_aware_lower_ratio = ratio(seconds[COST_AWARE], seconds["shardc"])
-    row.cost_aware_search = cost_aware_search()
+    row.cost_aware_search = cost_aware_search(build_.resolution)

@@ -1,8 +1,8 @@
 """JAX's own sharding tests through shardc: the outside measure of "drop-in for jax.jit".
 
-    python bench/jax_suite.py JAX_DIR [--only FILE_OR_CLASS ...] [--json PATH]
+    python -m bench.jax_suite JAX_DIR [--only FILE_OR_CLASS ...] [--json PATH]
         [--jobs N] [--timeout S] [--reuse-baseline PATH] [--self-check]
-    python bench/jax_suite.py --report PATH   # reprint an earlier run's table and causes
+    python -m bench.jax_suite --report PATH   # reprint an earlier run's table and causes
     ... [--readme README.md]   # also write the table between the README's markers
 
 ``JAX_DIR`` holds ``tests/pjit_test.py``, ``tests/array_test.py`` and
@@ -70,12 +70,10 @@ import tempfile
 import textwrap
 import time
 
+from bench import render_readme
+
 BENCH = pathlib.Path(__file__).resolve().parent
 ROOT = BENCH.parent
-# `bench` has no __init__.py: it is a namespace package importable from the repo root.
-sys.path.insert(0, str(ROOT))
-
-from bench import render_readme  # noqa: E402
 
 README_START, README_END = "<!-- jax-suite:start -->", "<!-- jax-suite:end -->"
 FILES = ("pjit_test.py", "array_test.py", "shard_map_test.py")
@@ -598,7 +596,7 @@ def write_report(report: dict, tests: list[dict], json_path: str | None,
         pathlib.Path(json_path).write_text(json.dumps(report, indent=1) + "\n")
         print(f"\nwrote {json_path}")
     if readme:
-        header = (f"`python bench/jax_suite.py` (jax {_jax_version()}'s tests; shardc "
+        header = (f"`python -m bench.jax_suite` (jax {_jax_version()}'s tests; shardc "
                   f"{report.get('git', 'unknown')}; {report.get('date', 'undated')}):")
         body = "\n".join(["", header, "", markdown_table(by_class), ""])
         path = pathlib.Path(readme)

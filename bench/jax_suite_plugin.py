@@ -41,7 +41,7 @@ module's body runs (decorators and ``parameterized`` arguments evaluated at
 import time included). Nothing of jax itself is patched: jax's own modules,
 ``jax._src.test_util`` and shardc (which traces with ``jax.jit`` internally) keep
 the real ``jax.jit``, so ``jnp`` functions and every other library-internal jit
-are untouched. (``bench/jax_suite.py --self-check`` verifies exactly this.)
+are untouched. (``python -m bench.jax_suite --self-check`` verifies exactly this.)
 
 An adapter notes that the running test called it (the count is reset before each
 test's setup, so calls in ``setUp`` count) and forwards its positional and

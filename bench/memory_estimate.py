@@ -5,7 +5,7 @@ outputs and the live peak of temporaries from the propagated module, compile,
 and compare with ``Compiled.memory_analysis()``. Prints a table and JSON with
 the ratio estimate / XLA per field; a program whose total is off by more than
 ``TOLERANCE`` must have an entry in ``EXPLAINED`` saying why.
-Run: ``python bench/memory_estimate.py [--size small|large] [--json out.json] [names...]``.
+Run: ``python -m bench.memory_estimate [--size small|large] [--json out.json] [names...]``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import pathlib
 import sys
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import shardc.compiler as sc  # noqa: E402
 from bench.models import REGISTRY, make_programs  # noqa: E402

@@ -10,7 +10,7 @@ on fresh parses of the same text, interleaved round by round; parsing is not
 timed. Prints a table (median ms, ratio ours/native, µs per op) and writes
 JSON (default ``bench/propagation.json``).
 
-    python bench/propagation.py [--layers 4 32 128 512] [--rounds N] [--json PATH]
+    python -m bench.propagation [--layers 4 32 128 512] [--rounds N] [--json PATH]
 """
 
 from __future__ import annotations

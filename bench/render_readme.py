@@ -7,7 +7,7 @@ transformer) and draws ``docs/e2e_collective_bytes.png``, the
 collective-bytes ratio per program. Needs matplotlib
 (``pip install -e '.[bench]'``).
 
-    python bench/e2e.py && python bench/render_readme.py [--json PATH] [--readme PATH]
+    python -m bench.e2e && python -m bench.render_readme [--json PATH] [--readme PATH]
 """
 
 from __future__ import annotations
@@ -16,13 +16,10 @@ import argparse
 import json
 import os
 import pathlib
-import sys
+
+from bench import e2e_table
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-# `bench` has no __init__.py: it is a namespace package importable from the repo root.
-sys.path.insert(0, str(ROOT))
-
-from bench import e2e_table  # noqa: E402
 
 START, END = "<!-- e2e:start -->", "<!-- e2e:end -->"
 PLOT = ROOT / "docs" / "e2e_collective_bytes.png"
@@ -76,7 +73,7 @@ def section(results: dict, plot_path: pathlib.Path, readme: pathlib.Path) -> str
     plot = pathlib.Path(os.path.relpath(plot_path, readme.parent)).as_posix()
     return "\n".join([
         "",
-        f"`python bench/e2e.py` ({env['size']} sizes; {env['devices']} {env['platform']} "
+        f"`python -m bench.e2e` ({env['size']} sizes; {env['devices']} {env['platform']} "
         f"devices on {env['cpu_count']} cores; jax {env['jax']}; shardc {env['git']}; "
         f"{env['date']}):",
         "",

@@ -85,6 +85,9 @@ class _CachedLowering:
     # The concrete meshes named inside the function (shard_map's, constraints'):
     # they decide the devices where no argument or result sharding does.
     body_meshes: tuple = ()
+    # propagation="cost-aware": the search's Resolution (its decisions and predicted
+    # bytes), for Lowered.cost_aware_resolution; None on every other route.
+    cost_aware_resolution: Any = None
 
 
 # jax's C++ dispatch entries of every shardc jit with hashable options.
@@ -409,14 +412,15 @@ class JitFunction:
             module = _copy_module(jax_module)
             symbols = annotation.annotate(module, arg_leaves, results, devices)
             verify_step(module.operation, "annotate")
-            unpropagated = fallback = None
+            unpropagated = fallback = resolution = None
             if propagate and symbols.device_count() is not None:
                 # Propagate what XLA's own Shardy would see: the module as XLA's
                 # import rewrites it (unpropagated, XLA makes the same rewrites).
                 fold_identities(module.operation)
                 capture_loop_invariants(module.operation)
                 unpropagated = _bytecode(module)
-                fallback = _propagate(module, unpropagated, self.propagation)
+                resolution = _propagate(module, unpropagated, self.propagation)
+                fallback = resolution.fallback if resolution is not None else None
             bytecode = _bytecode(module)
         debug_info = traced.jaxpr.jaxpr.debug_info
         return _CachedLowering(
@@ -424,6 +428,7 @@ class JitFunction:
             unpropagated, fallback,
             tuple(debug_info.safe_arg_names(len(arg_leaves))) if debug_info else None,
             body_meshes,
+            cost_aware_resolution=resolution,
         )
 
     def _abstract_call_args(self, args, kwargs, avals) -> tuple[list, dict]:
@@ -478,6 +483,7 @@ class JitFunction:
             unpropagated=cached.unpropagated,
             fallback=cached.fallback,
             compiler_options=self.options.compiler_options,
+            cost_aware_resolution=cached.cost_aware_resolution,
         )
 
 
@@ -529,8 +535,9 @@ def _tracing_mesh(mesh: AnyMesh | None, *, staged: bool = False
     return jax.sharding.use_abstract_mesh(mesh.abstract_mesh)
 
 
-def _propagate(module: ir.Module, unpropagated: bytes, propagation: str) -> bytes | None:
-    """Run the propagation pipeline; return the cost-aware fallback's bytecode, if any.
+def _propagate(module: ir.Module, unpropagated: bytes, propagation: str) -> Any:
+    """Run the propagation pipeline; return the cost-aware search's ``Resolution``
+    (None for Shardy's propagation).
 
     The result is verified once. A module the pipeline made invalid is replayed
     from ``unpropagated`` with every step verified, so that the
@@ -546,7 +553,7 @@ def _propagate(module: ir.Module, unpropagated: bytes, propagation: str) -> byte
                 propagation_pipeline(ir.Module.parse(unpropagated).operation,
                                      resolution=propagation, keep_constraints=True)
         raise
-    return resolution.fallback if resolution is not None else None
+    return resolution
 
 
 def _devices_of_arguments(args: tuple, kwargs: dict, lowered: Lowered) -> tuple | None:

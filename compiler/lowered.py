@@ -59,8 +59,10 @@ class Lowered(Stage):
         unpropagated: bytes | None = None,
         fallback: bytes | None = None,
         compiler_options: tuple = (),
+        cost_aware_resolution: Any = None,
     ) -> None:
         self.module = module
+        self._cost_aware_resolution = cost_aware_resolution
         self._compiler_options = tuple(compiler_options)
         self._fallback = fallback
         self._static = static
@@ -163,6 +165,17 @@ class Lowered(Stage):
         if main is None and self._meshes:
             return self._meshes[0]
         return main
+
+    @property
+    def cost_aware_resolution(self) -> Any:
+        """What ``propagation="cost-aware"`` decided: the search's
+        ``shardc.compiler.cost_aware.Resolution`` (each conflict's alternatives
+        and predicted bytes, the pins kept, Shardy's and the search's predicted
+        bytes; ``format_text()`` prints it). None when the cost-aware search did
+        not run: the default ``propagation="shardy"``, ``propagate=False``, or a
+        program without shardings. Shared by every ``Lowered`` of one cached
+        lowering: read it, do not change it."""
+        return self._cost_aware_resolution
 
     def compile(self, device_assignment: Sequence | None = None) -> Compiled:
         """Compile through XLA for the mesh's devices (or ``device_assignment``, in order).

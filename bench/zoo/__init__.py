@@ -8,11 +8,11 @@ mixture of experts, BatchNorm, mixed precision, a KV-cache decode step, a
 ``shard_map`` pipeline, scatter-add gradients and typed PRNG keys with
 ``cond`` / ``switch``. Each module holds one program (``NAME``, ``SIZES``,
 ``make(size) -> Program``, ``bench.models.program.Program``), except
-``report`` (measuring and the table, for ``bench/zoo.py`` and the test);
+``report`` (measuring and the table, for ``python -m bench.zoo`` and the test);
 ``REGISTRY`` maps names to ``make`` and ``make_programs(size, only)`` builds
 them.
-``bench/zoo.py`` compares each with ``jax.jit``; ``test/python/test_zoo.py``
-holds shardc to it at the small sizes.
+``python -m bench.zoo`` (``__main__``) compares each with ``jax.jit``;
+``test/python/test_zoo.py`` holds shardc to it at the small sizes.
 """
 
 from __future__ import annotations

@@ -19,8 +19,6 @@ from shardc.compiler.cost_aware.search import Resolution, resolve
 from shardc.compiler.diagnostics import verify_step
 from shardc.compiler.stages import export_pipeline, import_pipeline
 
-LAST: list[Resolution] = []  # the latest resolution (for the bench and tests)
-
 
 def _adopt_body(target: ir.Operation, source: ir.Operation) -> None:
     """Replace the ops of module ``target`` by those of module ``source`` (moved, not copied)."""
@@ -65,7 +63,6 @@ def cost_aware_pipeline(module: ir.Operation, *, conservative: bool = False,
             baseline.write_bytecode(buffer)
             resolution.fallback = buffer.getvalue()
             resolution.baseline_module = None
-    LAST[:] = [resolution]
     return resolution
 
 

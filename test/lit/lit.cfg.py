@@ -2,7 +2,8 @@
 
 RUN lines call the installed ``shardc-opt`` console script and ``filecheck``
 (the PyPI FileCheck) from PATH. ``PYTHONSAFEPATH=1`` keeps the working directory
-off ``sys.path`` so a bare ``compiler`` package can never shadow ``shardc.compiler``.
+off Python's module search path so a bare ``compiler`` package can never shadow
+``shardc.compiler``.
 """
 
 import os

@@ -12,13 +12,12 @@ from jax.sharding import PartitionSpec as P
 from jaxlib.mlir import ir
 
 import shardc.compiler as sc
-from shardc.tools import pass_pipeline
-from shardc.tools import opt_driver
 from shardc.compiler.checks import CheckOptions, ShardingCheckError, check_shardings
 from shardc.compiler.checks.diagnostic import ERROR_KINDS, WARNING_KINDS
 from shardc.compiler.diagnostics import Severity
-from shardc.tools.split_input import split_input
 from shardc.dialects import make_context
+from shardc.tools import opt_driver, pass_pipeline
+from shardc.tools.split_input import split_input
 
 LIT = pathlib.Path(__file__).resolve().parents[1] / "lit" / "passes"
 LIT_FILES = sorted(LIT.glob("check_shardings*.mlir"))

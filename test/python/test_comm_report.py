@@ -4,16 +4,14 @@ comparison with XLA's real collectives on the model suite and hand-written progr
 import json
 import pathlib
 import subprocess
-import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # `bench` is a namespace package at the repository root
+from shardc.compiler.cost.reshard import reshard_collectives
+from shardc.compiler.sharding.axes import full_axis
+from shardc.compiler.sharding.tensor import DimSharding, TensorSharding
 
-from shardc.compiler.cost.reshard import reshard_collectives  # noqa: E402
-from shardc.compiler.sharding.axes import full_axis  # noqa: E402
-from shardc.compiler.sharding.tensor import DimSharding, TensorSharding  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 X, Y = full_axis("x", 4), full_axis("y", 2)
 
@@ -109,8 +107,8 @@ def test_table_and_json_name_every_program(rows):
 
 
 def test_lowered_report_points_at_user_lines():
-    from bench.models import REGISTRY
     from bench import comm_report
+    from bench.models import REGISTRY
 
     lowered = comm_report.lower(REGISTRY["mlp_megatron"]("small"))
     report = lowered.comm_report()
@@ -167,7 +165,6 @@ def _boundary_mismatches(module, compiled):
 @pytest.fixture(scope="module")
 def exported():
     from bench import comm_report as bench
-
     from shardc.compiler.cost.report import comm_report
 
     out = {}

@@ -2,16 +2,11 @@
 Shardy-compatible propagation or ``jax.jit``, strictly fewer on the conflict
 programs, same numerics, no more memory; plus the strategy's plumbing."""
 
-import pathlib
-import sys
-
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from bench import cost_aware as bench_cost_aware  # noqa: E402
-from bench.models import REGISTRY, REGRESSIONS  # noqa: E402
+from bench import cost_aware as bench_cost_aware
+from bench import e2e_measure
+from bench.models import REGISTRY, REGRESSIONS
 
 RELATIVE_TOLERANCE = 1e-5
 # Programs where the cost-aware strategy must move strictly fewer bytes.
@@ -65,21 +60,21 @@ def test_strictly_fewer_bytes_on_conflict_programs(rows):
 
 
 def test_evaluations_are_bounded(rows):
-    from shardc.compiler.cost_aware.search import resolve
     import inspect
+
+    from shardc.compiler.cost_aware.search import resolve
 
     bound = inspect.signature(resolve).parameters["max_evaluations"].default
     assert all(row.evaluations <= bound for row in rows.values())
 
 
 def test_deterministic():
-    from shardc.compiler import cost_aware
-
     program = REGISTRY["conflict_attention"]("small")
     texts = []
     for _ in range(2):
         lowered, _, _ = bench_cost_aware._lower(program, "cost-aware")
-        texts.append((lowered.as_text(), cost_aware.LAST[0].format_text().split(",")[0]))
+        texts.append((lowered.as_text(),
+                      lowered.cost_aware_resolution.format_text().split(",")[0]))
     assert texts[0] == texts[1]
 
 
@@ -90,16 +85,40 @@ def test_unknown_strategy_rejected():
         sc.jit(lambda x: x, propagation="greedy")
 
 
+def test_lowered_carries_the_search_resolution():
+    """``Lowered.cost_aware_resolution``: the search's ``Resolution`` for
+    ``propagation="cost-aware"`` (the same one for a lowering served from the
+    cache), None for the default route and without propagation; read-only."""
+    from shardc.compiler.cost_aware import Resolution
+
+    program = REGISTRY["conflict_mlp"]("small")
+    aware, args, _ = e2e_measure.prepare(program, e2e_measure.COST_AWARE)
+    lowered = aware.lower(*args)
+    resolution = lowered.cost_aware_resolution
+    assert isinstance(resolution, Resolution)
+    # conflict_mlp is one of the programs where the search beats Shardy's choices.
+    assert resolution.pins and resolution.final_bytes < resolution.baseline_bytes
+    assert any(d.chosen for d in resolution.decisions), resolution.format_text()
+    hits = aware.cache_info().hits
+    again = aware.lower(*args)
+    assert aware.cache_info().hits == hits + 1
+    assert again.cost_aware_resolution is resolution
+    with pytest.raises(AttributeError):
+        lowered.cost_aware_resolution = None
+
+    shardy, args, _ = e2e_measure.prepare(program, "shardc")
+    assert shardy.lower(*args).cost_aware_resolution is None
+    assert aware.lower(*args, propagate=False).cost_aware_resolution is None
+
+
 def _found_case(index: int, strategy: str):
     """``(lowered, args)`` of case ``index`` of ``test_property_cost_aware.FOUND``."""
     import jax
     import numpy as np
     from jax.sharding import NamedSharding
+    from test_property_cost_aware import FOUND, MESHES, mlp
 
     from shardc.compiler import jit
-
-    sys.path.insert(0, str(ROOT / "test" / "python"))
-    from test_property_cost_aware import FOUND, MESHES, mlp
 
     case = FOUND[index]
     mesh = jax.make_mesh(case["mesh_shape"], MESHES[case["mesh_shape"]],
@@ -121,10 +140,8 @@ def test_found_cases_compile_as_predicted(found):
     """Two mispredictions ``test_property_cost_aware.py`` found, fixed at their cause (the
     compile-time fallback would otherwise hide them): the search's choice must compile to
     exactly its predicted bytes, without falling back to Shardy's."""
-    from shardc.compiler import cost_aware
-
     lowered, _ = _found_case(found, "cost-aware")
-    resolution = cost_aware.LAST[0]
+    resolution = lowered.cost_aware_resolution
     assert resolution.pins and resolution.final_bytes < resolution.baseline_bytes
     compiled = lowered.compile()
     assert not compiled.kept_shardy
@@ -137,10 +154,8 @@ def test_compile_keeps_shardy_when_xla_partitions_the_choice_worse():
     import jax
     import numpy as np
 
-    from shardc.compiler import cost_aware
-
     lowered, args = _found_case(2, "cost-aware")
-    resolution = cost_aware.LAST[0]
+    resolution = lowered.cost_aware_resolution
     assert resolution.final_bytes < resolution.baseline_bytes and resolution.fallback
     compiled = lowered.compile()
     shardy, _ = _found_case(2, "shardy")

@@ -7,25 +7,18 @@ the cut-out modules themselves. No compilation: predicted bytes only (the
 compiled bytes are ``test_cost_aware.py``'s).
 """
 
-import pathlib
-import sys
-
 import pytest
 from jaxlib.mlir import ir
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from bench.models import REGISTRY, REGRESSIONS  # noqa: E402
-from shardc.compiler import jit  # noqa: E402
-from shardc.compiler.propagation.values import ModuleValues  # noqa: E402
-from shardc.compiler.cost_aware import cost_aware_pipeline  # noqa: E402
-from shardc.compiler.cost_aware.candidates import conflict_points, tag_ops  # noqa: E402
-from shardc.compiler.cost_aware.regions import (  # noqa: E402
-    cut_out, imported_shardings, region_of, structure_key)
-from shardc.compiler.propagation import propagate  # noqa: E402
-from shardc.compiler.stages import import_pipeline  # noqa: E402
-from shardc.dialects import make_context  # noqa: E402
+from bench.models import REGISTRY, REGRESSIONS
+from shardc.compiler import jit
+from shardc.compiler.cost_aware import cost_aware_pipeline
+from shardc.compiler.cost_aware.candidates import conflict_points, tag_ops
+from shardc.compiler.cost_aware.regions import cut_out, imported_shardings, region_of, structure_key
+from shardc.compiler.propagation import propagate
+from shardc.compiler.propagation.values import ModuleValues
+from shardc.compiler.stages import import_pipeline
+from shardc.dialects import make_context
 
 PROGRAMS = {**REGISTRY, **REGRESSIONS}
 
@@ -132,10 +125,8 @@ def test_transformer_search_cost_does_not_grow_with_layers():
     used = {}
     for layers in (12, 24):
         fun, args, in_shardings = transformer_bench.transformer_program(layers)
-        jit(fun, in_shardings=in_shardings, propagation="cost-aware").lower(*args)
-        from shardc.compiler import cost_aware
-
-        resolution = cost_aware.LAST[0]
+        lowered = jit(fun, in_shardings=in_shardings, propagation="cost-aware").lower(*args)
+        resolution = lowered.cost_aware_resolution
         assert resolution.evaluations == 1, resolution.format_text()  # the baseline only
         used[layers] = resolution.region_evaluations
     assert 0 < used[24] == used[12] <= 64, used

@@ -9,15 +9,9 @@ the expected miss counts per class are asserted, so a model change that
 fixes or breaks cases shows up here.
 """
 
-import pathlib
-import sys
-
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # `bench` is a namespace package at the repository root
-
-from bench import cost_model as cm  # noqa: E402
+from bench import cost_model as cm
 
 # Misses per known class (update together with docs/cost-model.md).
 EXPECTED_RESHARD_MISSES = {"padded": 29, "axis-moves-with-tiling-change": 9}

@@ -10,17 +10,11 @@ threshold to loosen. Timing is left to ``bench/e2e.py``.
 
 import dataclasses
 import math
-import pathlib
-import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-# `bench` has no __init__.py: it is a namespace package importable from the repo root.
-sys.path.insert(0, str(ROOT))
-
-from bench import e2e_measure, e2e_table  # noqa: E402
-from bench.models import REGISTRY  # noqa: E402
+from bench import e2e_measure, e2e_table
+from bench.models import REGISTRY
 
 RELATIVE_TOLERANCE = 1e-5
 REQUIRED_PROGRAMS = 10

@@ -3,7 +3,6 @@
 import inspect
 import json
 import re
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -18,7 +17,6 @@ import shardc.compiler as sc
 from shardc.compiler.explain import grid_of_array, visualize
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # `bench` is a namespace package at the repository root
 
 
 def _mesh():

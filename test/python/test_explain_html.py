@@ -3,16 +3,11 @@
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
-from pathlib import Path
 
 import pytest
 
 import shardc.compiler as sc
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 
 def _chromium() -> str | None:

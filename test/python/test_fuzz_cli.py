@@ -38,11 +38,7 @@ import textwrap
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "fuzz"))
-import cli_cases  # noqa: E402
-import cli_pool  # noqa: E402
-import mlir_corpus  # noqa: E402
+from fuzz import cli_cases, cli_pool, mlir_corpus
 
 CASES = int(os.environ.get("SHARDC_FUZZ_CASES", "2000"))
 RUN_SEED = int(os.environ.get("SHARDC_FUZZ_SEED", "0"))

@@ -1,5 +1,6 @@
 """``shardc.compiler.jit(...).lower(...)``: annotations, pytrees, caching and errors."""
 
+import functools
 import re
 
 import jax
@@ -8,8 +9,6 @@ import numpy as np
 import pytest
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
-
-import functools
 
 from shardc.compiler import jit as shardc_jit
 

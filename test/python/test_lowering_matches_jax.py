@@ -11,22 +11,16 @@ compared by the mesh they name.
 from __future__ import annotations
 
 import contextlib
-import pathlib
 import re
-import sys
 
 import jax
 import pytest
 from jaxlib.mlir import ir
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-# `bench` has no __init__.py: it is a namespace package importable from the repo root.
-sys.path.insert(0, str(ROOT))
-
-from bench.models import REGISTRY as MODELS  # noqa: E402
-from bench.zoo import REGISTRY as ZOO  # noqa: E402
-from shardc.compiler import jit  # noqa: E402
-from shardc.dialects import make_context  # noqa: E402
+from bench.models import REGISTRY as MODELS
+from bench.zoo import REGISTRY as ZOO
+from shardc.compiler import jit
+from shardc.dialects import make_context
 
 PROGRAMS = {**{f"zoo/{k}": v for k, v in ZOO.items()},
             **{f"models/{k}": v for k, v in MODELS.items()}}

@@ -1,12 +1,6 @@
 """Lowered.memory_estimate() against Compiled.memory_analysis() on the benchmark programs."""
 
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 
 @pytest.fixture(scope="module")

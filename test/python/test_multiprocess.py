@@ -16,10 +16,10 @@ import time
 
 import numpy as np
 import pytest
+from multiprocess import programs
 
-HERE = pathlib.Path(__file__).resolve().parent / "multiprocess"
-sys.path.insert(0, str(HERE))
-import programs  # noqa: E402
+TEST_PYTHON = pathlib.Path(__file__).resolve().parent
+ROOT = TEST_PYTHON.parents[1]
 
 RUN_TIMEOUT_S = 150
 
@@ -40,9 +40,13 @@ def expected_file(tmp_path_factory):
 def start_workers(expected_file, mode):
     port = str(free_port())
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    # The worker is the module multiprocess.worker; its programs import the zoo's `bench`.
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT), str(TEST_PYTHON)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     return [
         subprocess.Popen(
-            [sys.executable, "-P", str(HERE / "worker.py"), str(i), port, str(expected_file), mode],
+            [sys.executable, "-P", "-m", "multiprocess.worker", str(i), port, str(expected_file),
+             mode],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, env=env, start_new_session=True,
         )
@@ -99,10 +103,10 @@ def test_survivor_exits_when_its_peer_dies(expected_file):
 
 
 def test_host_local_shape_that_cannot_be_global():
+    import jax
     from jax.sharding import Mesh
     from jax.sharding import PartitionSpec as P
 
-    import jax
     from shardc.dialects.errors import IndivisibleDimensionError
     from shardc.runtime import host_local_to_global
 

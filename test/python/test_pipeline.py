@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from shardc.tools import pass_pipeline
 from shardc.compiler.passes.drop_shardings import DropShardingsPass
 from shardc.compiler.passes.lift_inlined_meshes import LiftInlinedMeshesPass
+from shardc.tools import pass_pipeline
 from shardc.tools.pass_pipeline import PassSpec, PipelineError, format_pipeline, parse_pipeline
 
 

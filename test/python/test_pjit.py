@@ -11,7 +11,6 @@ from jax.sharding import PartitionSpec as P
 from shardc.compiler import pjit
 from shardc.compiler.api import PjitFunction
 
-
 # jax deprecates `with mesh:` blocks; they are what pjit is for.
 pytestmark = pytest.mark.filterwarnings("ignore:.*with mesh.*:DeprecationWarning")
 

@@ -1,13 +1,20 @@
 """Projection onto factors and back (spec 3.1, 3.2), and both factor strategies."""
 
-from shardc.compiler.sharding.axes import AxisRef
-from shardc.compiler.propagation.directions import BACKWARD, BOTH, FORWARD, NONE, intersection, union
+from shardc.compiler.propagation.directions import (
+    BACKWARD,
+    BOTH,
+    FORWARD,
+    NONE,
+    intersection,
+    union,
+)
 from shardc.compiler.propagation.factor_propagation import (
     aggressive_factor_propagation,
     basic_factor_propagation,
     compatible_major_axes,
 )
 from shardc.compiler.propagation.projection import AXES, OVERFLOW, back_project, project
+from shardc.compiler.sharding.axes import AxisRef
 from shardc.compiler.sharding.tensor import (
     DimSharding,
     TensorSharding,

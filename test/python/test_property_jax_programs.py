@@ -27,10 +27,10 @@ the grammar reaches every step kind and autodiff mode.
 
 Runs are deterministic (``derandomize=True``); ``SHARDC_PROPERTY_EXAMPLES=N``
 sets the number of examples of the differential property (default 50). A
-failure prints the shrunk ``Program``; to replay it::
+failure prints the shrunk ``Program``; to replay it, run
+``PYTHONPATH=test/python python`` from the repository root::
 
-    import sys; sys.path[:0] = ["test/python", "test/python/fuzz"]
-    from jax_programs import *          # Program, Arg, Step, P, UNCONSTRAINED
+    from fuzz.jax_programs import *     # Program, Arg, Step, P, UNCONSTRAINED
     import test_property_jax_programs as t
     program = Program(...)              # as printed
     mesh = program.make_mesh(); fun = program.build(mesh); args = program.arguments(mesh)
@@ -41,8 +41,6 @@ failure prints the shrunk ``Program``; to replay it::
 from __future__ import annotations
 
 import os
-import pathlib
-import sys
 import tempfile
 from collections import Counter
 
@@ -52,15 +50,13 @@ os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY",
 import jax
 import numpy as np
 import pytest
+from fuzz import deterministic, jax_programs
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from jax.sharding import NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "fuzz"))
-import deterministic  # noqa: E402
-import jax_programs  # noqa: E402
-from shardc.compiler import jit  # noqa: E402
+from shardc.compiler import jit
 
 EXAMPLES = int(os.environ.get("SHARDC_PROPERTY_EXAMPLES", "50"))
 RTOL = ATOL = 1e-5

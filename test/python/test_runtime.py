@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jaxlib.mlir import ir
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from jaxlib.mlir import ir
 
 from shardc.compiler import jit
 from shardc.dialects import jax_private

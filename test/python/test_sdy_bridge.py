@@ -1,5 +1,6 @@
 """The jax <-> sdy sharding bridge, with ``jax.jit`` as the oracle for the text we write."""
 
+import functools
 import re
 
 import jax
@@ -9,12 +10,12 @@ import pytest
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-import functools
-
 from shardc.compiler import jit as shardc_jit
 
 # These tests check what lowering writes; propagation has its own tests.
 jit = functools.partial(shardc_jit, propagate=False)
+from jaxlib.mlir import ir
+
 from shardc.dialects import make_context, sdy
 from shardc.dialects.errors import (
     DuplicateAxisError,
@@ -23,7 +24,6 @@ from shardc.dialects.errors import (
     ShardingError,
     UnknownAxisError,
 )
-from jaxlib.mlir import ir
 
 AUTO2 = (AxisType.Auto,) * 2
 U = P.UNCONSTRAINED

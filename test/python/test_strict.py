@@ -9,7 +9,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import shardc.compiler as sc
-from shardc.compiler.checks.strict import StrictOptions, StrictModeError
+from shardc.compiler.checks.strict import StrictModeError, StrictOptions
 
 
 def _mesh():

@@ -13,16 +13,9 @@ measured even where shardc fails). Each program is compiled once per route (a
 module-scoped fixture); a failing route fails its tests with its error.
 """
 
-import pathlib
-import sys
-
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-# `bench` has no __init__.py: it is a namespace package importable from the repo root.
-sys.path.insert(0, str(ROOT))
-
-from bench.zoo import REGISTRY, report  # noqa: E402
+from bench.zoo import REGISTRY, report
 
 RELATIVE_TOLERANCE = 1e-6
 ROUTES = ("shardc", "cost-aware")

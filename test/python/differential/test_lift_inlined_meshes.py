@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from jaxlib.mlir import ir, passmanager
 
-from shardc.tools import pass_pipeline
 from shardc.dialects import make_context
+from shardc.tools import pass_pipeline
 
 CASES = {
     "shared_and_empty": """

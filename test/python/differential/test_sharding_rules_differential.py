@@ -8,25 +8,22 @@ which leaves the rule it used on every op it visits; the two must print the
 same, or both be absent. The same is done with ``conservative-propagation``,
 and our ``populate_op_sharding_rules`` pass is compared with the native
 ``sdy-populate-op-sharding-rules`` on the whole module (nested ops included).
-Run this file as a script to print the mismatches.
+Run it as ``PYTHONPATH=test/python python -m differential.test_sharding_rules_differential
+[N]`` (from the repository root) to print the first N mismatches.
 """
 
 from __future__ import annotations
 
-import sys
 import warnings
 from collections import Counter
-from pathlib import Path
 
 import pytest
+from differential.sharding_rule_cases import KINDS, MESH, ORACLE, Case, generate_cases
 from jaxlib.mlir import ir, passmanager
 
 from shardc.compiler.sharding.rule import OpShardingRule
 from shardc.compiler.sharding.rules import UnknownOpShardingRuleWarning, rule_for
 from shardc.dialects import make_context
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sharding_rule_cases import KINDS, MESH, ORACLE, Case, generate_cases, regions  # noqa: E402
 
 
 def module_text(cases: list[Case]) -> str:

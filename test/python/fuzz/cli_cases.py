@@ -23,9 +23,8 @@ import dataclasses
 import random
 import re
 
+from fuzz import mlir_mutators
 from jaxlib.mlir import ir
-
-import mlir_mutators
 
 # Pass flags are listed here rather than read from the registry at run time,
 # so that a case index means the same command line while passes are added.

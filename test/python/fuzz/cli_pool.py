@@ -22,7 +22,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-WORKER_COMMAND = (sys.executable, str(Path(__file__).resolve().parent / "cli_worker.py"))
+WORKER_COMMAND = (sys.executable, "-P", "-m", "fuzz.cli_worker")
+# test/python, where a worker imports the package `fuzz` from (see ``worker_environment``).
+TEST_PYTHON = Path(__file__).resolve().parents[1]
 STARTUP_TIMEOUT_S = 120.0
 # Beyond a case's alarm, how long the parent waits before it calls the case a hang.
 REPORT_GRACE_S = 5.0
@@ -66,6 +68,15 @@ class _LineReader:
         return line + b"\n"
 
 
+def worker_environment() -> dict[str, str]:
+    """This process's environment with test/python first on ``PYTHONPATH``, so that
+    ``python -m fuzz.cli_worker`` finds the worker and its sibling modules."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(TEST_PYTHON)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
 def _kill(process: subprocess.Popen) -> None:
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGKILL)
@@ -93,7 +104,7 @@ def _run_share(share: _Share, outcomes: dict[int, CaseOutcome]) -> None:
                "scratch_dir": str(share.scratch)}
         with open(share.log, "ab") as log_file:
             process = subprocess.Popen(
-                list(share.command), stdin=subprocess.PIPE,
+                list(share.command), stdin=subprocess.PIPE, env=worker_environment(),
                 stdout=subprocess.PIPE, stderr=log_file, start_new_session=True)
         process.stdin.write(json.dumps(job).encode())
         process.stdin.close()

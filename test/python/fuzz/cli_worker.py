@@ -1,6 +1,7 @@
 """A fuzz worker: runs ``shardc-opt``'s ``main(argv)`` in-process on a batch of cases.
 
-Started by ``cli_pool`` as ``python cli_worker.py`` with a JSON job on stdin
+Started by ``cli_pool`` as ``python -m fuzz.cli_worker`` (test/python on
+``PYTHONPATH``) with a JSON job on stdin
 (``{"run_seed", "indices", "timeout_s", "scratch_dir"}``). For each case it
 writes its input to ``scratch_dir/case_<i>.mlir`` and a
 ``{"event": "start", "index": i, "command": ...}`` line *before* running it
@@ -27,11 +28,9 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fuzz import cli_cases, mlir_corpus
 
-import cli_cases  # noqa: E402
-import mlir_corpus  # noqa: E402
-from shardc.tools import shardc_opt  # noqa: E402
+from shardc.tools import shardc_opt
 
 # A mutated 2**40-element dense constant must fail, not swap the machine to death.
 MEMORY_LIMIT_BYTES = 6 << 30

@@ -13,9 +13,8 @@ replicated and unreduced axes) exists in that mesh and fits its size.
 from __future__ import annotations
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import sdy
 
-from shardc.dialects import make_context
+from shardc.dialects import make_context, sdy
 
 
 def verification_problem(text: str) -> str | None:

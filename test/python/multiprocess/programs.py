@@ -6,8 +6,6 @@ as ``ZOO_PROGRAM``: every process builds the same program from the same seeds.
 """
 
 import dataclasses
-import pathlib
-import sys
 from typing import Any, Callable
 
 import jax
@@ -16,9 +14,7 @@ import numpy as np
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-# `bench` has no __init__.py: a namespace package importable from the repo root.
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
-from bench.zoo import lm_linen  # noqa: E402
+from bench.zoo import lm_linen
 
 ZOO_PROGRAM = lm_linen.NAME
 

@@ -1,6 +1,8 @@
 """One process of a two-process shardc run (started by test_multiprocess.py).
 
-    python worker.py PROCESS_ID PORT EXPECTED.npz MODE
+    python -m multiprocess.worker PROCESS_ID PORT EXPECTED.npz MODE
+
+(the repository root, for ``bench``, and test/python on ``PYTHONPATH``).
 
 Joins jax's distributed runtime (4 CPU devices per process, gloo
 collectives), runs every program of ``programs.py`` (the zoo's language-model
@@ -21,9 +23,7 @@ import jax  # noqa: E402
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
 import numpy as np  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import programs  # noqa: E402
+from multiprocess import programs  # noqa: E402
 
 from shardc.compiler import jit  # noqa: E402
 from shardc.runtime import global_to_host_local, host_local_to_global  # noqa: E402

@@ -12,7 +12,7 @@ taken: ``bench/e2e_measure.py`` and ``bench/zoo/report.py``. Runs on 8 CPU
 devices; a failing program is a row with its error (and its traceback's tail
 in the JSON), and the exit status is 1.
 
-    python bench/zoo.py [--large] [--only NAME ...] [--json PATH] [--repeats N]
+    python -m bench.zoo [--large] [--only NAME ...] [--json PATH] [--repeats N]
         [--rounds N] [--no-call-timing] [--readme README.md]
 
 ``--readme`` also writes the table (with the run's environment) between the
@@ -27,25 +27,25 @@ import os
 import pathlib
 import sys
 
+# `python -m bench.zoo` has imported the zoo's programs (and jax) before this module
+# runs; that is still in time, since jax reads XLA_FLAGS only when it creates its CPU
+# backend, and no zoo module touches a device at import.
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-# `bench` has no __init__.py: it is a namespace package importable from the repo root.
-# (`bench.zoo` is the package bench/zoo/, not this script.)
-sys.path.insert(0, str(ROOT))
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 from bench import render_readme  # noqa: E402
 from bench.e2e import environment  # noqa: E402
 from bench.zoo import REGISTRY, make_programs, report  # noqa: E402
 
-
 ZOO_START, ZOO_END = "<!-- zoo:start -->", "<!-- zoo:end -->"
 
 
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.zoo",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--large", action="store_true", help="the large sizes (default: small)")
     parser.add_argument(
         "--only", action="append", metavar="NAME", choices=sorted(REGISTRY),
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     if options.readme:
         readme = pathlib.Path(options.readme)
         env = environment(size)
-        header = (f"`python bench/zoo.py` ({size} sizes; {env['devices']} {env['platform']} "
+        header = (f"`python -m bench.zoo` ({size} sizes; {env['devices']} {env['platform']} "
                   f"devices on {env['cpu_count']} cores; jax {env['jax']}; shardc "
                   f"{env['git']}; {env['date']}):")
         body = "\n".join(["", header, "", report.markdown_table(rows), "", report.FOOTNOTE, ""])
