@@ -47,19 +47,26 @@ from shardc.compiler import jit as shardc_jit  # noqa: E402
 STRATEGIES = ("shardy", "cost-aware")
 
 
-def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def program_arguments(parser: argparse.ArgumentParser, programs, json_path: pathlib.Path,
+                      repeats: int, rounds: int) -> argparse.ArgumentParser:
+    """The options every program benchmark takes (sizes, which programs, output, timing)."""
     parser.add_argument("--large", action="store_true", help="the large sizes (default: small)")
     parser.add_argument(
-        "--only", action="append", metavar="NAME", choices=sorted(REGISTRY),
+        "--only", action="append", metavar="NAME", choices=sorted(programs),
         help="run only this program (repeatable)",
     )  # fmt: skip
-    parser.add_argument("--json", default=str(ROOT / "bench" / "e2e.json"), help="output path")
-    parser.add_argument("--repeats", type=int, default=3, help="lower + compile repeats")
-    parser.add_argument("--rounds", type=int, default=5, help="per-call timing rounds")
+    parser.add_argument("--json", default=str(json_path), help="output path")
+    parser.add_argument("--repeats", type=int, default=repeats, help="lower + compile repeats")
+    parser.add_argument("--rounds", type=int, default=rounds, help="per-call timing rounds")
     parser.add_argument(
         "--no-call-timing", action="store_true", help="skip the per-call time (faster)"
     )
+    return parser
+
+
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = program_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]),
+                               REGISTRY, ROOT / "bench" / "e2e.json", repeats=3, rounds=5)
     parser.add_argument(
         "--no-cost-aware", action="store_true", help='skip the propagation="cost-aware" route'
     )

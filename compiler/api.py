@@ -631,7 +631,9 @@ def _attr_axes(attr: ir.Attribute) -> tuple[tuple[str, int], ...]:
 
 
 class _NotGiven:
-    """``jit(in_shardings=...)`` without the function: a decorator."""
+    """An argument not given: ``jit(in_shardings=...)`` without the function is a
+    decorator; ``pjit`` without shardings leaves them unspecified even under a
+    legacy mesh (unlike None)."""
 
 
 _NOT_GIVEN = _NotGiven()
@@ -792,13 +794,6 @@ class PjitFunction:
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
         """``JitFunction.eval_shape`` under the legacy mesh, if any."""
         return self._current().eval_shape(*args, **kwargs)
-
-
-class _NotGiven:
-    """pjit's default shardings: unspecified even under a legacy mesh (unlike None)."""
-
-
-_NOT_GIVEN = _NotGiven()
 
 
 def pjit(fun: Callable, in_shardings: Any = _NOT_GIVEN, out_shardings: Any = _NOT_GIVEN,

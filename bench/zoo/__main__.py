@@ -37,26 +37,16 @@ os.environ["XLA_FLAGS"] = (
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 from bench import render_readme  # noqa: E402
-from bench.e2e import environment  # noqa: E402
+from bench.e2e import environment, program_arguments  # noqa: E402
 from bench.zoo import REGISTRY, make_programs, report  # noqa: E402
 
 ZOO_START, ZOO_END = "<!-- zoo:start -->", "<!-- zoo:end -->"
 
 
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.zoo",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--large", action="store_true", help="the large sizes (default: small)")
-    parser.add_argument(
-        "--only", action="append", metavar="NAME", choices=sorted(REGISTRY),
-        help="run only this program (repeatable)",
-    )  # fmt: skip
-    parser.add_argument("--json", default=str(ROOT / "bench" / "zoo.json"), help="output path")
-    parser.add_argument("--repeats", type=int, default=1, help="lower + compile repeats")
-    parser.add_argument("--rounds", type=int, default=3, help="per-call timing rounds")
-    parser.add_argument(
-        "--no-call-timing", action="store_true", help="skip the per-call time (faster)"
-    )
+    parser = program_arguments(
+        argparse.ArgumentParser(prog="python -m bench.zoo", description=__doc__.splitlines()[0]),
+        REGISTRY, ROOT / "bench" / "zoo.json", repeats=1, rounds=3)
     parser.add_argument("--readme", help="also write the table into this README's zoo section")
     return parser.parse_args(argv)
 
