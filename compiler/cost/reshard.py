@@ -17,7 +17,7 @@ per device, counted as ``shardc.runtime.collectives`` counts XLA's
 instructions (the larger side: the gathered result, the padded all-to-all
 buffer, the permuted shard, the all-reduce buffer); bf16 counts 4 bytes per
 element on CPU, where XLA upcasts collectives to f32. Validated by
-test/python/test_cost_model_table.py (bench/cost_model.py).
+test/python/compiler/cost/test_cost_model_table.py (bench/cost_model.py).
 """
 
 from __future__ import annotations

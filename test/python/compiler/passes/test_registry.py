@@ -7,7 +7,7 @@ from pathlib import Path
 
 from shardc.compiler.passes import ALL_PASSES, PASSES_BY_NAME
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 
 
 def test_names_unique_and_prefixed() -> None:

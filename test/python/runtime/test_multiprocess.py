@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from multiprocess import programs
 
-TEST_PYTHON = pathlib.Path(__file__).resolve().parent
+TEST_PYTHON = pathlib.Path(__file__).resolve().parents[1]
 ROOT = TEST_PYTHON.parents[1]
 
 RUN_TIMEOUT_S = 150

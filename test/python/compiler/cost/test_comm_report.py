@@ -11,7 +11,7 @@ from shardc.compiler.cost.reshard import reshard_collectives
 from shardc.compiler.sharding.axes import full_axis
 from shardc.compiler.sharding.tensor import DimSharding, TensorSharding
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[4]
 
 X, Y = full_axis("x", 4), full_axis("y", 2)
 

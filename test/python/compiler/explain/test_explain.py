@@ -16,7 +16,7 @@ from jax.sharding import PartitionSpec as P
 import shardc.compiler as sc
 from shardc.compiler.explain import grid_of_array, visualize
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def _mesh():

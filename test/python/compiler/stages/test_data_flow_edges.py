@@ -21,7 +21,7 @@ from shardc.dialects import make_context
 
 _SPEC = importlib.util.spec_from_file_location(
     "propagation_differential",
-    pathlib.Path(__file__).parent / "differential" / "test_propagation_differential.py")
+    pathlib.Path(__file__).parents[2] / "differential" / "test_propagation_differential.py")
 diff = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(diff)
 

@@ -19,7 +19,7 @@ from shardc.dialects import make_context
 from shardc.tools import opt_driver, pass_pipeline
 from shardc.tools.split_input import split_input
 
-LIT = pathlib.Path(__file__).resolve().parents[1] / "lit" / "passes"
+LIT = pathlib.Path(__file__).resolve().parents[3] / "lit" / "passes"
 LIT_FILES = sorted(LIT.glob("check_shardings*.mlir"))
 
 
