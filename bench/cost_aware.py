@@ -1,4 +1,4 @@
-"""Cost-aware propagation (issue 12) against Shardy-compatible shardc and ``jax.jit``.
+"""Cost-aware propagation against Shardy-compatible shardc and ``jax.jit``.
 
 For every program of ``bench/models`` (the e2e ``REGISTRY`` and the cost-aware
 ``REGRESSIONS``): compiled collective bytes per device

@@ -1,4 +1,4 @@
-"""Offline check of the cost-aware greedy search (issue 12 part 4): the exact optimum.
+"""Offline check of the cost-aware greedy search: the exact optimum.
 
 Not the product path. For each small program, the same per-conflict-point
 choices the greedy search (``compiler/cost_aware/search.py``) has: every

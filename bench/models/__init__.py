@@ -40,7 +40,7 @@ _MODULES = (
     scan_rnn,
     shard_map_pipeline,
     abstract_mesh_constraint,
-    # Programs with real propagation conflicts (issue 12, cost-aware propagation).
+    # Programs with real propagation conflicts (what cost-aware propagation is for).
     conflict_mlp,
     conflict_attention,
     conflict_attention_seq,
@@ -48,7 +48,7 @@ _MODULES = (
 )
 REGISTRY: dict[str, Callable[[str], Program]] = {module.NAME: module.make for module in _MODULES}
 
-# Cost-aware regressions (issue 12): shapes where a predicted saving once compiled
+# Cost-aware regressions: shapes where a predicted saving once compiled
 # to more bytes than Shardy. Kept apart from ``REGISTRY`` (the e2e suite); used by
 # ``bench/cost_aware.py`` and its test.
 REGRESSIONS: dict[str, Callable[[str], Program]] = {

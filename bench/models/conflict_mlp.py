@@ -5,7 +5,7 @@ The activations are batch-sharded and both weights are sharded on their
 the batch and the hidden factor; Shardy keeps the bigger tensor's (hidden),
 which then forces a gather of the second weight. Sharding the second matmul
 on its contracting dimension (one all-reduce) moves far fewer bytes: the
-case ``propagation="cost-aware"`` is for (issue 12).
+case ``propagation="cost-aware"`` is for.
 """
 
 from __future__ import annotations

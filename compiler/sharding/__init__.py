@@ -1,6 +1,10 @@
-"""Sharding data shared by shardc's propagation passes.
+"""Sharding values shared by every layer above, and the factor sharding rules.
 
-``rule`` holds the factor-based ``OpShardingRule`` value, ``builder`` the
-``RuleBuilder`` that fixes factor numbering the way Shardy does, and ``rules``
-the per-op-family registry that maps each StableHLO/sdy op to its rule.
+``axes`` (mesh axes and sub-axes) and ``tensor`` (a tensor's sharding, its text
+form, and a tensor's shape, element bytes and sharding) are the plain values
+propagation, the cost model, checks and explain all read; ``walker`` visits
+every sharding an IR module holds. ``rule`` holds the factor-based
+``OpShardingRule``, ``builder`` the ``RuleBuilder`` that numbers factors the way
+Shardy does, ``rules`` the per-op-family table that maps each StableHLO/sdy op
+to its rule, and ``user_rules`` the rules users register.
 """

@@ -14,6 +14,7 @@ from jaxlib.mlir import ir
 from shardc.compiler.sharding.builder import RuleBuilder, shape_of
 from shardc.compiler.sharding.rule import FactorKind, OpShardingRule
 from shardc.compiler.sharding.rules._attrs import str_attr
+from shardc.compiler.sharding.rules.shape import pointwise_unless_resized
 
 _PT, _NR = FactorKind.PASS_THROUGH, FactorKind.NEED_REPLICATION
 
@@ -99,14 +100,7 @@ def householder_product(op: ir.Operation) -> OpShardingRule:
 
 def top_k(op: ir.Operation) -> OpShardingRule:
     """``([i, j])->([i, j], [i, j])`` need_replication={j} blocked on the top-k dim."""
-    in_shape, out_shape = shape_of(op.operands[0]), shape_of(op.results[0])
-    builder = RuleBuilder.for_op(op)
-    for dim, (in_size, out_size) in enumerate(zip(in_shape, out_shape, strict=True)):
-        if in_size == out_size:
-            builder.add_factor_to_all(dim, in_size)
-        else:
-            builder.add_factor_to_all(dim, in_size, _NR, blocked=True)
-    return builder.build()
+    return pointwise_unless_resized(op, _NR, blocked=True)
 
 
 def approx_top_k(op: ir.Operation) -> OpShardingRule:

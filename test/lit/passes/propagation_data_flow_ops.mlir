@@ -3,7 +3,7 @@
 // RUN: shardc-opt %s -split-input-file -sdy-add-data-flow-edges -sdy-basic-propagate -sdy-sink-data-flow-edges | filecheck %s
 
 // A stablehlo.case result follows its branches' returned values, and the
-// other branch's values follow it (data-flow edges, spec 7.1).
+// other branch's values follow it (data-flow edges).
 // CHECK: sdy.mesh @mesh = <["a"=2, "b"=2]>
 // CHECK-NEXT: func.func @main(%arg0: tensor<i32>, %arg1: tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a"}, {}]>}, %arg2: tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a", ?}, {?}]>}) -> (tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a", ?}, {?}]>}) {
 // CHECK-NEXT: %0 = "stablehlo.case"(%arg0) ({

@@ -48,7 +48,7 @@ CASE_TIMEOUT_S = 20.0
 SUBPROCESS_TIMEOUT_S = 90.0
 MAX_LISTED = 15
 
-# Reported bugs, by a substring of the problem they cause (see the report of issue 10).
+# Reported bugs, by a substring of the problem they cause.
 # Bugs found by this test and not fixed yet (substring of the failure -> what it is).
 # Empty: the inline-mesh ValueError, the parser's "SmallVector unable to grow" and
 # its std::bad_alloc are diagnostics now (lit: passes/propagate_inline_mesh_invalid,

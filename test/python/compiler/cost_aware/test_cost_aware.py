@@ -1,4 +1,4 @@
-"""Cost-aware propagation (issue 12): never more compiled collective bytes than
+"""Cost-aware propagation: never more compiled collective bytes than
 Shardy-compatible propagation or ``jax.jit``, strictly fewer on the conflict
 programs, same numerics, no more memory; plus the strategy's plumbing."""
 

@@ -1,4 +1,4 @@
-"""Projection onto factors and back (spec 3.1, 3.2), and both factor strategies."""
+"""Projection onto factors and back, and both factor strategies."""
 
 from shardc.compiler.propagation.directions import (
     BACKWARD,

@@ -1,4 +1,4 @@
-"""Axis-ref predicates (spec 1.2) on hand-picked sub-axes of x=8."""
+"""Axis-ref predicates on hand-picked sub-axes of x=8."""
 
 from shardc.compiler.sharding.axes import (
     AxisRef,
