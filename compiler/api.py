@@ -31,6 +31,7 @@ import shardc.compiler as shardc_compiler
 import shardc.runtime as shardc_runtime
 from shardc.compiler import annotation, binding, jit_options, signature
 from shardc.compiler.checks.strict import check_strict
+from shardc.compiler.cost_aware import Resolution
 from shardc.compiler.diagnostics import (
     steps_verified,
     verify_module,
@@ -38,10 +39,10 @@ from shardc.compiler.diagnostics import (
     verifying_steps,
 )
 from shardc.compiler.lowered import AnyMesh, Lowered
-from shardc.compiler.passes.capture_loop_invariants import capture_loop_invariants
-from shardc.compiler.passes.fold_identities import fold_identities
 from shardc.compiler.pipelines import ConflictResolution, propagation_pipeline
 from shardc.compiler.signature import LeafSignature
+from shardc.compiler.stages.capture_loop_invariants import capture_loop_invariants
+from shardc.compiler.stages.fold_identities import fold_identities
 from shardc.compiler.traced import Traced
 from shardc.dialects import jax_private, make_context, sdy
 from shardc.dialects.errors import InternalError, InvalidArgumentError
@@ -87,7 +88,7 @@ class _CachedLowering:
     body_meshes: tuple = ()
     # propagation="cost-aware": the search's Resolution (its decisions and predicted
     # bytes), for Lowered.cost_aware_resolution; None on every other route.
-    cost_aware_resolution: Any = None
+    cost_aware_resolution: Resolution | None = None
 
 
 # jax's C++ dispatch entries of every shardc jit with hashable options.
@@ -535,7 +536,7 @@ def _tracing_mesh(mesh: AnyMesh | None, *, staged: bool = False
     return jax.sharding.use_abstract_mesh(mesh.abstract_mesh)
 
 
-def _propagate(module: ir.Module, unpropagated: bytes, propagation: str) -> Any:
+def _propagate(module: ir.Module, unpropagated: bytes, propagation: str) -> Resolution | None:
     """Run the propagation pipeline; return the cost-aware search's ``Resolution``
     (None for Shardy's propagation).
 

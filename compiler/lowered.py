@@ -19,6 +19,7 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.checks.program import check_lowered
 from shardc.compiler.cost import comm_report
+from shardc.compiler.cost_aware import Resolution
 from shardc.compiler.explain import explain, memory_estimate
 from shardc.compiler.signature import LeafSignature
 from shardc.compiler.stages.shardy_pipeline import propagated_copy
@@ -59,7 +60,7 @@ class Lowered(Stage):
         unpropagated: bytes | None = None,
         fallback: bytes | None = None,
         compiler_options: tuple = (),
-        cost_aware_resolution: Any = None,
+        cost_aware_resolution: Resolution | None = None,
     ) -> None:
         self.module = module
         self._cost_aware_resolution = cost_aware_resolution
@@ -167,7 +168,7 @@ class Lowered(Stage):
         return main
 
     @property
-    def cost_aware_resolution(self) -> Any:
+    def cost_aware_resolution(self) -> Resolution | None:
         """What ``propagation="cost-aware"`` decided: the search's
         ``shardc.compiler.cost_aware.Resolution`` (each conflict's alternatives
         and predicted bytes, the pins kept, Shardy's and the search's predicted

@@ -1,127 +1,14 @@
-"""Fold shape ops that return their operand unchanged, as XLA does when it imports a module.
-
-jax.jit hands XLA a StableHLO module; XLA converts it to HLO, folding on the way
-every slice of the whole operand, zero padding, same-type reshape, convert or
-broadcast, identity transpose, empty reverse and one-operand concatenate, and
-only then runs Shardy. Those ops connect values that propagation would
-otherwise treat apart (a result that *is* an argument takes the argument's
-sharding), so ``jit`` folds them first and propagates what XLA's Shardy sees.
-
-XLA's import also writes a ``broadcast_in_dim`` that only inserts unit
-dimensions (``x[None]``, as jax lowers ``expand_dims``) as the ``reshape`` it
-is. Propagation treats the two apart: a broadcast's new dimensions take no
-sharding from its operand and its operand's dimensions keep their own factors,
-while a reshape shares factors across the whole shape, so the rewrite is made
-here too.
-"""
+"""The ``shardc-fold-identities`` pass (``stages.fold_identities`` does the work)."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import stablehlo
 
 from shardc.compiler.passes.base import ModulePass
-from shardc.dialects.sdy import SHARDING_ATTR
-
-
-def _ints(op: ir.Operation, name: str) -> list[int]:
-    return [int(v) for v in ir.DenseI64ArrayAttr(op.attributes[name])] \
-        if name in op.attributes else []
-
-
-def _same_type(op: ir.Operation) -> bool:
-    return op.operands[0].type == op.results[0].type
-
-
-def _full_slice(op: ir.Operation) -> bool:
-    shape = ir.RankedTensorType(op.operands[0].type).shape
-    return (_same_type(op) and all(s == 0 for s in _ints(op, "start_indices"))
-            and _ints(op, "limit_indices") == list(shape)
-            and all(s == 1 for s in _ints(op, "strides")))
-
-
-def _zero_pad(op: ir.Operation) -> bool:
-    return _same_type(op) and not any(
-        _ints(op, name) and any(_ints(op, name))
-        for name in ("edge_padding_low", "edge_padding_high", "interior_padding"))
-
-
-def _identity_transpose(op: ir.Operation) -> bool:
-    return _same_type(op) and _ints(op, "permutation") == list(
-        range(len(_ints(op, "permutation"))))
-
-
-def _identity_broadcast(op: ir.Operation) -> bool:
-    return _same_type(op) and _ints(op, "broadcast_dimensions") == list(
-        range(ir.RankedTensorType(op.operands[0].type).rank))
-
-
-def _empty_reverse(op: ir.Operation) -> bool:
-    return _same_type(op) and not _ints(op, "dimensions")
-
-
-def _single_concatenate(op: ir.Operation) -> bool:
-    return len(op.operands) == 1 and _same_type(op)
-
-
-#: Op name -> when the op returns its first operand unchanged.
-IDENTITIES: dict[str, Callable[[ir.Operation], bool]] = {
-    "stablehlo.slice": _full_slice,
-    "stablehlo.pad": _zero_pad,
-    "stablehlo.reshape": _same_type,
-    "stablehlo.convert": _same_type,
-    "stablehlo.transpose": _identity_transpose,
-    "stablehlo.broadcast_in_dim": _identity_broadcast,
-    "stablehlo.reverse": _empty_reverse,
-    "stablehlo.concatenate": _single_concatenate,
-}
-
-
-def _reshaping_broadcast(op: ir.Operation) -> bool:
-    """A broadcast_in_dim that keeps every element and the order of the dimensions it
-    maps: it only inserts unit dimensions."""
-    dims = _ints(op, "broadcast_dimensions")
-    shapes = (ir.RankedTensorType(v.type).shape for v in (op.operands[0], op.results[0]))
-    return bool(dims) and dims == sorted(dims) and math.prod(next(shapes)) == math.prod(
-        next(shapes))
-
-
-#: Op name -> when XLA's import writes the op as a ``stablehlo.reshape``.
-RESHAPES: dict[str, Callable[[ir.Operation], bool]] = {
-    "stablehlo.broadcast_in_dim": _reshaping_broadcast,
-}
-
-
-def fold_identities(module: ir.Operation) -> int:
-    """Replace every identity shape op of ``module`` (without a sharding of its own) by
-    its operand, and every op that is a reshape by one; return how many changed."""
-    identities: list[ir.Operation] = []
-    reshapes: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if SHARDING_ATTR not in op.attributes:
-            for table, found in ((IDENTITIES, identities), (RESHAPES, reshapes)):
-                rule = table.get(op.name)
-                if rule is not None and rule(op):
-                    found.append(op)
-                    break
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    for op in identities:
-        op.results[0].replace_all_uses_with(op.operands[0])
-        op.erase()
-    for op in reshapes:
-        reshape = stablehlo.ReshapeOp(op.results[0].type, op.operands[0], loc=op.location,
-                                      ip=ir.InsertionPoint(op))
-        op.results[0].replace_all_uses_with(reshape.result)
-        op.erase()
-    return len(identities) + len(reshapes)
+from shardc.compiler.stages.fold_identities import fold_identities
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,10 @@ removing size-one axes, splitting constants, adding data-flow edges and
 applying sharding constraints on the way in (``import_pipeline``); merging
 constants, sinking data-flow edges, turning constraints into reshards,
 closing shardings and dropping rules on the way out (``export_pipeline``).
-They read and write IR only; the propagation engine
-(``shardc.compiler.propagation``) runs between them.
+Also here: the rewrites XLA's own import makes before its Shardy runs
+(``fold_identities``, ``capture_loop_invariants``), which ``jit`` applies so that
+propagation sees the module XLA's Shardy sees. They read and write IR only; the
+propagation engine (``shardc.compiler.propagation``) runs between them.
 """
 
 from __future__ import annotations

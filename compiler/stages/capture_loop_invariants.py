@@ -1,0 +1,101 @@
+"""Make loop-invariant ``while`` carries free variables of the loop, as XLA's import does.
+
+XLA does not hand its Shardy the loops jax wrote: its import turns every carry
+a loop's body returns unchanged (a weight a ``fori_loop`` or ``scan`` reads at
+every step) into a free variable of the loop, and then gives every free
+variable that has a sharding an open sharding constraint just before the
+loop, read inside it instead. A carry ties its value inside the loop to the
+value after it, a free variable does not, and the open constraint lets
+propagation shard the uses inside the loop further than the value itself.
+Propagation decides differently on the two forms (a gradient accumulated from
+a hoisted weight can end up sharded on other axes), so ``jit`` rewrites
+first and propagates the module XLA's own Shardy would see.
+"""
+
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+
+from shardc.dialects import sdy
+from shardc.dialects.sdy import value_sharding
+from shardc.dialects.while_loops import hoist_invariant_carries, invariant_carries
+
+LOOP = "stablehlo.while"
+
+
+def capture_loop_invariants(module: ir.Operation) -> None:
+    """Hoist the invariant carries of every loop of ``module``, then open the shardings
+    of every loop's free variables (inner loops first, as XLA does)."""
+    loops: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == LOOP:
+            loops.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit, ir.WalkOrder.POST_ORDER)
+    rebuilt = []
+    for loop in loops:
+        # Hoisting can make another carry return the loop's operand: repeat.
+        while invariant_carries(loop):
+            loop = hoist_invariant_carries(loop)
+        rebuilt.append(loop)
+    for loop in rebuilt:
+        open_free_variables(loop)
+
+
+def open_free_variables(loop: ir.Operation) -> None:
+    """Read every free variable of ``loop`` that has a sharding (of rank > 0) through a
+    fully open sharding constraint placed just before the loop."""
+    for value in free_variables(loop):
+        sharding = value_sharding(value)
+        if sharding is None:
+            continue
+        tensor = sdy.TensorShardingAttr(sharding)
+        rank = len(tensor.dimension_shardings)
+        if rank == 0:
+            continue
+        opened = sdy.TensorShardingAttr.get(
+            tensor.mesh_or_ref,
+            [sdy.DimensionShardingAttr.get([], is_closed=False) for _ in range(rank)])
+        constraint = sdy.ShardingConstraintOp(
+            value, opened, loc=value.location, ip=ir.InsertionPoint(loop)).result
+        for use in list(value.uses):
+            if use.owner != loop and _is_inside(use.owner, loop):
+                use.owner.operands[use.operand_number] = constraint
+
+
+def free_variables(loop: ir.Operation) -> list[ir.Value]:
+    """The values defined outside ``loop`` that ops inside its regions use, in the order
+    of their first use."""
+    found: dict[ir.Value, None] = {}
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        for operand in op.operands:
+            if not _is_inside(_defining_point(operand), loop):
+                found.setdefault(operand)
+        return ir.WalkResult.ADVANCE
+
+    for region in loop.regions:
+        for block in region.blocks:
+            for op in block.operations:
+                op.operation.walk(visit)
+    return list(found)
+
+
+def _defining_point(value: ir.Value) -> ir.Operation | None:
+    """The op that defines ``value``, or the op whose region has its block."""
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return owner.owner.operation
+    return owner.operation if hasattr(owner, "operation") else owner
+
+
+def _is_inside(op: ir.Operation | None, loop: ir.Operation) -> bool:
+    """Is ``op`` ``loop`` itself or nested in one of its regions?"""
+    while op is not None:
+        if op == loop:
+            return True
+        parent = op.parent
+        op = parent.operation if parent is not None else None
+    return False
