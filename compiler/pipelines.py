@@ -51,7 +51,7 @@ def propagation_pipeline(module: ir.Operation, *, conservative: bool = False,
                          keep_sharding_rules: bool = False,
                          resolution: ConflictResolution | str = ConflictResolution.SHARDY,
                          keep_constraints: bool = False) -> Resolution | None:
-    """Import, user-priority propagation (rules kept), export (``keep_constraints``
+    """Import, user-priority propagation, export (``keep_constraints``
     as in ``export_pipeline``).
 
     ``resolution="cost-aware"`` resolves Shardy's conflicts by predicted

@@ -19,13 +19,16 @@ from shardc.compiler.stages import export_pipeline, export_steps, import_pipelin
 
 def shardy_pipeline(module: ir.Operation, *, conservative: bool = False,
                     keep_sharding_rules: bool = False, keep_constraints: bool = False) -> None:
-    """Import, user-priority propagation (rules kept), export (``keep_constraints``
+    """Import, user-priority propagation, export (``keep_constraints``
     as in ``export_pipeline``), in place."""
     operation = module.operation
     with operation.context:
         import_pipeline(operation)
+        # Shardy keeps the rules it computed on every op for its export steps, then
+        # drops them; no export step here reads them, so they are written only
+        # when the caller keeps them.
         propagate(operation, plan="user-priority", conservative=conservative,
-                  keep_sharding_rules=True)
+                  keep_sharding_rules=keep_sharding_rules)
         verify_step(operation, "propagate")
         export_pipeline(operation, keep_sharding_rules=keep_sharding_rules,
                         keep_constraints=keep_constraints)
