@@ -14,6 +14,7 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.diagnostics import verify_step
 from shardc.compiler.propagation import ShardingOrigins, propagate
+from shardc.compiler.sharding import user_rules
 from shardc.compiler.stages import export_pipeline, export_steps, import_pipeline
 
 
@@ -25,10 +26,11 @@ def shardy_pipeline(module: ir.Operation, *, conservative: bool = False,
     with operation.context:
         import_pipeline(operation)
         # Shardy keeps the rules it computed on every op for its export steps, then
-        # drops them; no export step here reads them, so they are written only
-        # when the caller keeps them.
+        # drops all but the custom ones; no export step here reads them, so they
+        # are written only when the caller keeps them or when users registered
+        # rules (those are custom and stay).
         propagate(operation, plan="user-priority", conservative=conservative,
-                  keep_sharding_rules=keep_sharding_rules)
+                  keep_sharding_rules=keep_sharding_rules or user_rules.has_user_rules())
         verify_step(operation, "propagate")
         export_pipeline(operation, keep_sharding_rules=keep_sharding_rules,
                         keep_constraints=keep_constraints)
