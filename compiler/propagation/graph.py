@@ -61,7 +61,7 @@ _RECURSIVE = frozenset({
 _NEIGHBOUR_DEPENDENT = _NEIGHBOUR_KEYS
 _MISSING = object()
 _KNOWN_DIALECTS = ("stablehlo.", "sdy.", "chlo.", "func.", "arith.", "tensor.", "math.")
-_NEVER_DEAD = frozenset({"func.func", "sdy.mesh", "builtin.module"})
+NEVER_DEAD = frozenset({"func.func", "sdy.mesh", "builtin.module"})
 
 ELEMENTWISE_EXTRA = frozenset({
     "sdy.propagation_barrier",
@@ -313,7 +313,7 @@ class PropagationGraph:
     # ------------------------------------------------------------------ dead ops
     def is_trivially_dead(self, op: int) -> bool:
         """No result has a use and the op (with its regions) has no effects."""
-        if self.op_terminator[op] or self.op_name[op] in _NEVER_DEAD:
+        if self.op_terminator[op] or self.op_name[op] in NEVER_DEAD:
             return False
         for value in self.op_results[op]:
             if self.uses[value]:

@@ -15,7 +15,7 @@ from math import gcd
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.propagation.graph import PropagationGraph
+from shardc.compiler.propagation.graph import NEVER_DEAD, PropagationGraph
 from shardc.compiler.propagation.ir_access import read_meshes
 from shardc.compiler.sharding.tensor import (
     DimSharding,
@@ -188,6 +188,10 @@ def close_shardings(module: ir.Operation) -> None:
 
 def erase_dead_ops(module: ir.Operation) -> None:
     """Erase unused effect-free ops, as the export canonicalizer's driver does."""
+    # Propagation already erased the ops it left dead, so usually nothing is:
+    # the whole graph is built only when some op has no used result.
+    if not _has_unused_op(module):
+        return
     graph = PropagationGraph(module)
     changed = True
     while changed:
@@ -198,6 +202,25 @@ def erase_dead_ops(module: ir.Operation) -> None:
                     graph.drop_uses_of(dead)
                 graph.ops[op].erase()
                 changed = True
+
+
+def _has_unused_op(module: ir.Operation) -> bool:
+    """Whether some op that could be dead (not a terminator, function or mesh) has no
+    used result: what ``PropagationGraph.is_trivially_dead`` requires first."""
+    found = False
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        nonlocal found
+        if op.name in NEVER_DEAD or op.has_trait(ir.IsTerminatorTrait):
+            return ir.WalkResult.ADVANCE
+        for result in op.results:
+            if next(iter(result.uses), None) is not None:
+                return ir.WalkResult.ADVANCE
+        found = True
+        return ir.WalkResult.INTERRUPT
+
+    module.walk(visit)
+    return found
 
 
 def drop_sharding_rules(module: ir.Operation) -> None:
