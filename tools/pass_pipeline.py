@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from jaxlib.mlir import ir, passmanager
 
-from shardc.compiler.passes import ALL_PASSES, PASSES_BY_NAME
+from shardc.compiler.passes import PASSES_BY_NAME
 from shardc.compiler.passes.base import ModulePass, OptionError
 from shardc.dialects import make_context
 
@@ -262,7 +262,3 @@ def build(
         )
     return pm
 
-
-def all_pass_classes() -> tuple[type[ModulePass], ...]:
-    """Every shardc pass class, in registry order."""
-    return ALL_PASSES

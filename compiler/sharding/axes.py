@@ -29,10 +29,6 @@ class AxisRef(NamedTuple):
         """The pre-size of the sub-axis that would follow this one."""
         return self.pre * self.size
 
-    @property
-    def is_full(self) -> bool:
-        """Whether this is the whole axis."""
-        return self.size == self.total
 
     def __str__(self) -> str:
         if self.size == self.total:
