@@ -113,6 +113,25 @@ def _matmul(lhs: P, rhs: P, out: P):
     return make
 
 
+def _batched(name: str, fun, spec: P, out: P):
+    """One op on an (8, 16, 8) batch whose operand is sharded ``spec``."""
+    def make(size: str = "small") -> Program:
+        mesh = make_mesh((4, 2), ("x", "y"))
+        x = np.random.default_rng(2).standard_normal((8, 16, 8)).astype(np.float32)
+        ins = shardings(mesh, (spec,))
+        return Program(name=f"{name} {spec} -> {out}", description=f"one {name}",
+                       fun=fun, args=place((x,), ins), in_shardings=ins,
+                       out_shardings=shardings(mesh, out), mesh=mesh)
+    return make
+
+
+def _bf16_matmul(size: str = "small") -> Program:
+    """A bf16 dot contracting over ``x``: XLA:CPU all-reduces the partial sums in f32."""
+    program = _matmul(P(None, "x"), P("x", None), P())(size)
+    args = tuple(a.astype(jax.numpy.bfloat16) for a in program.args)
+    return dataclasses.replace(program, name="bf16 matmul all-reduce", args=args)
+
+
 HANDWRITTEN = {
     "all-gather": _reshard(P("x", "y"), P()),
     "all-to-all": _reshard(P("x", None), P(None, "x")),
@@ -122,6 +141,14 @@ HANDWRITTEN = {
     "matmul gather rhs": _matmul(P("x", None), P(None, "x"), P("x", None)),
     "matmul all-reduce": _matmul(P(None, "x"), P("x", None), P()),
     "matmul reduce-scatter": _matmul(P(None, "x"), P("x", None), P("x", None)),
+    "bf16 matmul all-reduce": _bf16_matmul,
+    # XLA replicates top_k's and fft's operands whatever their sharding.
+    "top_k batch-sharded": _batched("top_k", lambda a: jax.lax.top_k(a, 2)[0],
+                                    P("x", None, None), P("x")),
+    "top_k sort-dim-sharded": _batched("top_k", lambda a: jax.lax.top_k(a, 2)[0],
+                                       P("x", "y", None), P("x", "y")),
+    "fft": _batched("fft", lambda a: jax.numpy.fft.fft(a, axis=-1).real,
+                    P("x", "y", None), P("x", "y")),
 }
 
 

@@ -23,6 +23,11 @@ mishandle:
   ``case`` keeps its sharding: without it XLA re-derives its branches'
   results apart and its verifier rejects branches that return differently
   sharded values, "Inconsistent conditional sharding".)
+* ``sdy.sharding`` on an ``ApproxTopK`` custom call: XLA's conversion turns
+  the call into its own reduction and rejects any sharding on it ("mhlo.sharding
+  is not a supported attribute for ApproxTopK"; jax's own modules never carry
+  one there). The copy drops it and constrains each result to its sharding
+  instead, so XLA still computes it as shardc decided.
 * ``sdy.reshard``: XLA's import does not resolve its mesh ("unknown mesh"). A
   closed ``sdy.sharding_constraint`` with the same sharding asks XLA for
   exactly the same reshard, in the form jax itself emits for
@@ -44,6 +49,8 @@ from shardc.dialects.while_loops import hoist_invariant_carries
 
 # Data-flow ops whose shardings XLA must re-derive.
 _DROPPED_SHARDINGS = ("stablehlo.optimization_barrier",)
+# Custom calls XLA's conversion rewrites into other ops, refusing a sharding on them.
+_UNSHARDABLE_CALLS = ("ApproxTopK",)
 
 
 def module_for_xla(module: ir.Module) -> ir.Module:
@@ -56,10 +63,15 @@ def module_for_xla(module: ir.Module) -> ir.Module:
         loops: list[ir.Operation] = []
         reshards: list[ir.Operation] = []
         reshapes: list[ir.Operation] = []
+        unshardable: list[ir.Operation] = []
 
         def visit(op: ir.Operation) -> ir.WalkResult:
             if op.name in _DROPPED_SHARDINGS and SHARDING_ATTR in op.attributes:
                 del op.attributes[SHARDING_ATTR]
+            elif (op.name == "stablehlo.custom_call" and SHARDING_ATTR in op.attributes
+                  and ir.StringAttr(op.attributes["call_target_name"]).value
+                  in _UNSHARDABLE_CALLS):
+                unshardable.append(op)
             elif op.name == "stablehlo.while":
                 loops.append(op)
             elif op.name in ("sdy.reshard", "sdy.sharding_constraint"):
@@ -75,7 +87,19 @@ def module_for_xla(module: ir.Module) -> ir.Module:
             _fold_reshape_round_trip(reshape)
         for reshard in reshards:
             _reshard_as_constraints(reshard)
+        for call in unshardable:
+            _constrain_results(call)
     return copy
+
+
+def _constrain_results(op: ir.Operation) -> None:
+    """Move ``op``'s per-value shardings onto closed constraints of its results."""
+    shardings = sdy.TensorShardingPerValueAttr(op.attributes[SHARDING_ATTR]).shardings
+    del op.attributes[SHARDING_ATTR]
+    after = ir.InsertionPoint.after(op)
+    for result, sharding in zip(op.results, shardings, strict=True):
+        constraint = sdy.ShardingConstraintOp(result, sharding, loc=op.location, ip=after)
+        result.replace_all_uses_except(constraint.result, constraint.operation)
 
 
 def _fold_reshape_round_trip(reshape: ir.Operation) -> None:

@@ -6,7 +6,7 @@ the op must see it sharded on: the result's axes for factors the result
 has, no axes for need-replication factors, and for a reduction factor the
 axes of the operand with the most bytes that is sharded along it (XLA's dot
 handler reshards the smaller operand). Every operand whose sharding differs
-from that requirement is resharded (``reshard.reshard_collectives``), and a
+from that requirement is resharded (``reshard.reshard_tensor``), and a
 reduction factor left sharded leaves partial sums that an all-reduce over
 its axes combines. This is the implicit communication Shardy's
 ``insert-explicit-reshards`` would make explicit.
@@ -20,13 +20,18 @@ from dataclasses import dataclass
 from shardc.compiler.cost.reshard import (
     Collective,
     all_reduce,
-    dim_axes,
-    reshard_collectives,
+    reshard_tensor,
 )
 from shardc.compiler.propagation.projection import AXES, project
 from shardc.compiler.sharding.axes import AxisRef, size_product
 from shardc.compiler.sharding.rule import OpShardingRule
 from shardc.compiler.sharding.tensor import DimSharding, MeshInfo, Tensor, TensorSharding
+
+# Ops XLA's SPMD partitioner has no partitioning for: it replicates every operand
+# (all-gathers, minor-most dimension first), runs the op on every device and slices
+# the result to its sharding (checked on XLA:CPU against compiled HLO: top_k and fft
+# with batch-sharded, sort-dimension-sharded and both-sharded operands).
+XLA_REPLICATED_OPS = frozenset({"chlo.top_k", "stablehlo.fft"})
 
 
 @dataclass(frozen=True)
@@ -182,25 +187,31 @@ def dims_text(sharding: TensorSharding | None) -> str:
 
 
 def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
-                     results: Sequence[Tensor], mesh=None) -> list[OpCommunication]:
+                     results: Sequence[Tensor], mesh=None, *,
+                     op_name: str | None = None) -> list[OpCommunication]:
     """The collectives XLA needs around one op (empty when results are unsharded).
 
     ``mesh`` (a ``MeshInfo`` or (axis, size) pairs, major to minor) gives the
     device count and order: the reshards then follow the mesh's device order
     exactly, and a dot contracting over part of the mesh is gathered as XLA
     does (``_reduction_axes``). Without it every contraction keeps its
-    sharding and the device order is guessed from the axes named.
+    sharding and the device order is guessed from the axes named. An op
+    named in ``XLA_REPLICATED_OPS`` (``op_name``) gathers every operand whole
+    and slices its result for free.
     """
     if all(r.sharding is None for r in results):
         return []
+    replicated = op_name in XLA_REPLICATED_OPS
     # Models repeat ops with equal shardings (layers): the answer depends on nothing else.
     key = (rule, tuple(operands), tuple(results),
-           mesh.key if isinstance(mesh, MeshInfo) else (tuple(mesh) if mesh else None))
+           mesh.key if isinstance(mesh, MeshInfo) else (tuple(mesh) if mesh else None),
+           replicated)
     found = _memo.get(key)
     if found is None:
         if len(_memo) >= _MEMO_LIMIT:
             _memo.clear()
-        found = _memo[key] = tuple(_op_communication(rule, operands, results, mesh))
+        found = _memo[key] = tuple(_op_communication(rule, operands, results, mesh,
+                                                     replicated))
     return list(found)
 
 
@@ -209,16 +220,18 @@ _MEMO_LIMIT = 16384
 
 
 def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
-                      results: Sequence[Tensor], mesh) -> list[OpCommunication]:
-    factor_axes, reduction = computation_axes(rule, operands, results, mesh)
+                      results: Sequence[Tensor], mesh,
+                      replicated: bool) -> list[OpCommunication]:
+    if replicated:
+        factor_axes, reduction = dict.fromkeys(range(len(rule.factor_sizes)), ()), {}
+    else:
+        factor_axes, reduction = computation_axes(rule, operands, results, mesh)
     out: list[OpCommunication] = []
     for index, operand in enumerate(operands):
         needed = required_sharding(rule, index, operand, factor_axes)
         if needed is None:
             continue
-        for collective in reshard_collectives(
-            operand.shape, operand.element_bytes, operand.sharding, needed, mesh
-        ):
+        for collective in reshard_tensor(operand, needed, mesh):
             target = tuple(d.axes for d in needed.dims)
             reason = (f"sharded {dims_text(operand.sharding)}, the op needs "
                       f"{dims_text(needed)}")
@@ -226,8 +239,7 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     over = tuple(axis for axes in reduction.values() for axis in axes)
     if over:
         for result in results:
-            axes = dim_axes(result.sharding, len(result.shape))
-            collective = all_reduce(result.shape, result.element_bytes, axes, over)
+            collective = all_reduce(result, over)
             reason = "partial sums of a reduction sharded over " + ", ".join(map(str, over))
             out.append(OpCommunication(None, reason, collective))
     return out

@@ -31,8 +31,9 @@ from shardc.compiler.cost.op_comm import dims_text, op_communication
 from shardc.compiler.cost.reshard import (
     KINDS,
     Collective,
+    collective_element_bytes,
     dim_axes,
-    reshard_collectives,
+    reshard_tensor,
     shard_bytes,
 )
 from shardc.compiler.cost.windows import window_collectives
@@ -141,8 +142,7 @@ def collectives_at(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
         src = reader.tensor(operands[0])
         dst = reader.sharding(graph.op_results[op][0])
         if src is not None:
-            found = reshard_collectives(src.shape, src.element_bytes, src.sharding, dst,
-                                        reader.mesh_of(src.sharding, dst))
+            found = reshard_tensor(src, dst, reader.mesh_of(src.sharding, dst))
             yield from _entries(ir_op, f"{_EXPLICIT[name]} to {dims_text(dst)}", found,
                                 f"operand 0 ({ir_op.operands[0].type})", implicit=False)
     elif name == "func.return" and graph.op_name[graph.op_parent[op]] == "func.func":
@@ -155,8 +155,7 @@ def collectives_at(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
                     if reader.mesh is None:
                         continue  # an unsharded result is unknown: no reshard to predict
                     dst = replicated(reader.mesh, len(src.shape))
-                found = reshard_collectives(src.shape, src.element_bytes, src.sharding, dst,
-                                            reader.mesh_of(src.sharding, dst))
+                found = reshard_tensor(src, dst, reader.mesh_of(src.sharding, dst))
                 reason = (f"returned {dims_text(src.sharding)} as result {k}, "
                           f"declared {dims_text(dst)}")
                 yield from _entries(ir_op, reason, found, f"result {k} ({ir_op.operands[k].type})")
@@ -165,8 +164,7 @@ def collectives_at(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
         for k, value in enumerate(operands):
             src = reader.tensor(value)
             if src is not None and k < len(ins):
-                found = reshard_collectives(src.shape, src.element_bytes, src.sharding, ins[k],
-                                            reader.mesh_of(src.sharding, ins[k]))
+                found = reshard_tensor(src, ins[k], reader.mesh_of(src.sharding, ins[k]))
                 yield from _entries(ir_op, f"in-sharding {dims_text(ins[k])}", found,
                                     f"operand {k} ({ir_op.operands[k].type})", implicit=False)
     elif name == "func.call":
@@ -178,8 +176,9 @@ def collectives_at(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
         for value in values:
             tensor = reader.tensor(value)
             if tensor is not None:
-                total += shard_bytes(tensor.shape, tensor.element_bytes,
-                                     dim_axes(tensor.sharding, len(tensor.shape)))
+                total += shard_bytes(tensor.shape, collective_element_bytes(
+                    tensor.element_bytes, tensor.dtype), dim_axes(tensor.sharding,
+                                                                 len(tensor.shape)))
         yield from _entries(ir_op, "explicit collective", [Collective(kind, (), total)], "",
                             implicit=False)
     else:
@@ -198,8 +197,7 @@ def _call_entries(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
         src = reader.tensor(value)
         dst = reader.store.get(arg)  # an unsharded callee argument follows its caller
         if src is not None and dst is not None:
-            found = reshard_collectives(src.shape, src.element_bytes, src.sharding, dst,
-                                        reader.mesh_of(src.sharding, dst))
+            found = reshard_tensor(src, dst, reader.mesh_of(src.sharding, dst))
             yield from _entries(ir_op, f"@{callee} takes it {dims_text(dst)}", found,
                                 f"operand {k} ({ir_op.operands[k].type})")
 
@@ -222,7 +220,7 @@ def _implicit_entries(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
                             f"operand 0 ({ir_op.operands[0].type})")
     done_before = set(reader.resharded)
     mesh = reader.mesh_of(*(t.sharding for t in results + operands))
-    for need in op_communication(rule, operands, results, mesh):
+    for need in op_communication(rule, operands, results, mesh, op_name=graph.op_name[op]):
         if need.target is not None:
             key = (graph.op_operands[op][need.operand], need.target)
             if key in done_before:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from math import prod
 
 from shardc.compiler.sharding.axes import AxisRef, size_product
-from shardc.compiler.sharding.tensor import TensorSharding
+from shardc.compiler.sharding.tensor import Tensor, TensorSharding
 
 ALL_GATHER = "all-gather"
 ALL_REDUCE = "all-reduce"
@@ -412,8 +412,16 @@ def reshard_collectives(
     return _replicate(shape, element_bytes, a.counts, names)
 
 
-def all_reduce(shape: Sequence[int], element_bytes: int,
-               axes: Sequence[Sequence[AxisRef]], over: Sequence[AxisRef]) -> Collective:
-    """The all-reduce of partial results over ``over`` (buffer: the result shard)."""
+def reshard_tensor(src: Tensor, dst: TensorSharding | None, mesh=None) -> list[Collective]:
+    """``reshard_collectives`` for a cost-model tensor (its shape, type and sharding)."""
+    return reshard_collectives(src.shape, src.element_bytes, src.sharding, dst, mesh,
+                               dtype=src.dtype)
+
+
+def all_reduce(result: Tensor, over: Sequence[AxisRef]) -> Collective:
+    """The all-reduce of ``result``'s partial sums over ``over`` (buffer: the result
+    shard, in the type XLA reduces it in)."""
+    axes = dim_axes(result.sharding, len(result.shape))
     kept = [[axis for axis in dim if axis not in over] for dim in axes]
-    return Collective(ALL_REDUCE, _names(over), shard_bytes(shape, element_bytes, kept))
+    return Collective(ALL_REDUCE, _names(over), shard_bytes(
+        result.shape, collective_element_bytes(result.element_bytes, result.dtype), kept))

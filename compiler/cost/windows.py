@@ -15,6 +15,7 @@ from shardc.compiler.cost.reshard import (
     ALL_GATHER,
     COLLECTIVE_PERMUTE,
     Collective,
+    collective_element_bytes,
     dim_axes,
     shard_bytes,
     shard_shape,
@@ -34,6 +35,7 @@ def window_collectives(op: ir.Operation, operand: Tensor) -> list[Collective]:
     rank = len(operand.shape)
     axes = [list(a) for a in dim_axes(operand.sharding, rank)]
     local = shard_shape(operand.shape, axes)
+    element_bytes = collective_element_bytes(operand.element_bytes, operand.dtype)
     out: list[Collective] = []
     for d, window in enumerate(_window(op, rank)):
         if window <= 1 or size_product(axes[d]) <= 1:
@@ -42,12 +44,12 @@ def window_collectives(op: ir.Operation, operand: Tensor) -> list[Collective]:
         if window - 1 <= local[d]:
             halo = list(local)
             halo[d] = window - 1
-            total = operand.element_bytes
+            total = element_bytes
             for size in halo:
                 total *= size
             out.append(Collective(COLLECTIVE_PERMUTE, names, total))
         else:
             axes[d] = []
             out.append(Collective(ALL_GATHER, names,
-                                  shard_bytes(operand.shape, operand.element_bytes, axes)))
+                                  shard_bytes(operand.shape, element_bytes, axes)))
     return out

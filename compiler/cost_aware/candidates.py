@@ -195,7 +195,8 @@ def communication_needs(reader: ModuleValues, op: int):
     if any(t is None or t.sharding is None for t in operands + results):
         return None
     mesh = reader.mesh_of(*(t.sharding for t in results + operands))
-    return rule, operands, results, op_communication(rule, operands, results, mesh)
+    return rule, operands, results, op_communication(rule, operands, results, mesh,
+                                                     op_name=graph.op_name[op])
 
 
 def _alternatives(reader, op, rule, operands, results, needs) -> list[Pin]:

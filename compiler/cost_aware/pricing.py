@@ -8,17 +8,18 @@ there) for the ops the pins change.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from jaxlib.mlir import ir
 
 from shardc.compiler.cost.op_comm import op_communication
 from shardc.compiler.cost.report import comm_report_of
-from shardc.compiler.cost.reshard import dim_axes, reshard_collectives, shard_bytes
+from shardc.compiler.cost.reshard import dim_axes, reshard_tensor, shard_bytes
 from shardc.compiler.cost_aware.candidates import Pin, apply_pins, closed, tag_of
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.propagation import propagate
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.rules import rule_for
-from shardc.compiler.sharding.tensor import Tensor
 
 
 def price(reader: ModuleValues) -> tuple[int, int]:
@@ -107,22 +108,22 @@ def returned_in_declared_layout(reader: ModuleValues, changed: set[int],
                 continue
             seen.add(op)
             mesh = reader.mesh_of(result.sharding, *(t.sharding for t in operands))
-            needs = op_communication(rule, operands, [result], mesh)
+            needs = op_communication(rule, operands, [result], mesh, op_name=graph.op_name[op])
             exported = _collective_bytes(n.collective for n in needs)
-            exported += _collective_bytes(reshard_collectives(
-                result.shape, result.element_bytes, result.sharding, declared,
-                reader.mesh_of(result.sharding, declared)))
+            exported += _collective_bytes(reshard_tensor(
+                result, declared, reader.mesh_of(result.sharding, declared)))
             resharded = list(operands)
             explicit = 0
             for need in needs:
                 if need.operand is not None and need.target is not None:
                     t = operands[need.operand]
-                    resharded[need.operand] = Tensor(t.shape, t.element_bytes,
-                                                     closed(t.sharding.mesh, need.target))
+                    resharded[need.operand] = replace(
+                        t, sharding=closed(t.sharding.mesh, need.target))
                     explicit += need.collective.bytes_per_device
-            direct = Tensor(result.shape, result.element_bytes, declared)
+            direct = replace(result, sharding=declared)
             again = op_communication(rule, resharded, [direct],
-                                     reader.mesh_of(declared, *(t.sharding for t in resharded)))
+                                     reader.mesh_of(declared, *(t.sharding for t in resharded)),
+                                     op_name=graph.op_name[op])
             in_declared = explicit + _collective_bytes(n.collective for n in again)
             extra += max(0, in_declared - exported)
     return extra

@@ -94,4 +94,6 @@ class ModuleValues:
         shape = self.graph.value_shape[value]
         if shape is None:
             return None
-        return Tensor(shape, element_bytes(self.graph.values[value].type), self.sharding(value))
+        type_ = self.graph.values[value].type
+        return Tensor(shape, element_bytes(type_), self.sharding(value),
+                      str(ir.ShapedType(type_).element_type))

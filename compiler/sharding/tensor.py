@@ -214,6 +214,9 @@ class Tensor:
     shape: tuple[int, ...]
     element_bytes: int
     sharding: TensorSharding | None
+    # The element type as MLIR spells it ("bf16", "f32"...): collectives may move
+    # another type than the tensor holds (XLA:CPU runs bf16 collectives in f32).
+    dtype: str | None = None
 
     @property
     def global_bytes(self) -> int:

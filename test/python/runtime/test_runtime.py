@@ -521,6 +521,19 @@ def test_reshape_round_trips_of_arguments_and_loop_values(mesh):
     check_like_jax(f, (a,), None, None, mesh)
 
 
+def test_approx_top_k_keeps_its_sharding_as_constraints(mesh):
+    # XLA's conversion rejects a sharding on the ApproxTopK custom call ("mhlo.sharding
+    # is not a supported attribute for ApproxTopK"): module_for_xla moves it onto
+    # constraints of the call's results.
+    a = put(mesh, rand(8, 8, 16), P("x", "y"))
+
+    def f(a):
+        values, indices = jax.lax.approx_max_k(a * 2.0, 3)
+        return values + 1.0, indices
+
+    check_like_jax(f, (a,), None, None, mesh)
+
+
 def test_input_sharding_no_partition_spec_can_say():
     # Regression: an unplaced argument whose uses ask for more shards than it has
     # elements gets a sub-axis sharding from XLA, which no PartitionSpec on the
