@@ -6,11 +6,19 @@ collective instruction, the bytes counted are those of its larger side on one
 device (the gathered result of an all-gather, the full operand of a
 reduce-scatter, the buffer of an all-reduce, all-to-all or collective-permute):
 the data each device sends or receives, up to the algorithm's constant factor.
+
+Each collective also says where it comes from, as XLA's metadata records it:
+the jax op name (``jit(step)/jvp(Model)/block_0/mlp/down/dot_general``) and
+the source frame of the user's code that traced the op (the module's
+``FileNames`` / ``FunctionNames`` / ``FileLocations`` / ``StackFrames``
+tables, resolved through ``stack_frame_id``). ``CollectiveTable`` lists them
+(``Compiled.explain_collectives()``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Iterable
 
@@ -31,13 +39,36 @@ _INSTRUCTION = re.compile(
 _ARRAY_SHAPE = re.compile(r"\b([a-z]+\d*[a-z0-9]*)\[([\d,]*)\]")
 
 
+_OP_NAME = re.compile(r'metadata=\{[^}]*?op_name="(?P<name>[^"]*)"')
+_FRAME_ID = re.compile(r"metadata=\{[^}]*?stack_frame_id=(?P<id>\d+)")
+_TABLE_ROW = re.compile(r"^(?P<id>\d+) (?P<value>.*)$")
+_FIELD = re.compile(r"(\w+)=(\d+)")
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceFrame:
+    """A line of the user's code: file, line, column and the enclosing function."""
+
+    file: str
+    line: int
+    column: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column} ({self.function})"
+
+
 @dataclasses.dataclass(frozen=True)
 class Collective:
-    """One collective instruction of the partitioned module."""
+    """One collective instruction of the partitioned module, and where it comes from
+    (``op_name``: the jax op XLA partitioned; ``source``: the user's line that traced
+    it; either None where XLA's metadata has none)."""
 
     kind: str
     bytes_per_device: int
     line: str
+    op_name: str | None = None
+    source: SourceFrame | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +94,8 @@ def shape_bytes(text: str) -> int:
 
 
 def find_collectives(hlo_text: str) -> list[Collective]:
-    """Every collective instruction in an HLO module's text, in order."""
+    """Every collective instruction in an HLO module's text, in order, with its source."""
+    frames = stack_frames(hlo_text)
     found = []
     for line in hlo_text.splitlines():
         match = _INSTRUCTION.search(line)
@@ -71,8 +103,72 @@ def find_collectives(hlo_text: str) -> list[Collective]:
             continue
         result = shape_bytes(match.group("result"))
         operands = shape_bytes(match.group("operands"))
-        found.append(Collective(match.group("kind"), max(result, operands), line.strip()))
+        op_name, frame_id = _OP_NAME.search(line), _FRAME_ID.search(line)
+        found.append(Collective(
+            match.group("kind"), max(result, operands), line.strip(),
+            op_name.group("name") if op_name else None,
+            frames.get(int(frame_id.group("id"))) if frame_id else None,
+        ))  # fmt: skip
     return found
+
+
+def stack_frames(hlo_text: str) -> dict[int, SourceFrame]:
+    """The source frame of each ``stack_frame_id`` of an HLO module's text: the tables
+    XLA prints before the computations (files and functions by id, locations naming
+    them, frames naming a location and their caller's frame)."""
+    tables: dict[str, dict[int, str]] = {}
+    current = None
+    for line in hlo_text.splitlines():
+        if line in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+            current = tables.setdefault(line, {})
+            continue
+        row = _TABLE_ROW.match(line) if current is not None else None
+        if row is None:
+            current = None
+            if line.startswith(("ENTRY", "%")):
+                break  # the tables come first
+            continue
+        current[int(row.group("id"))] = row.group("value")
+    files, functions = tables.get("FileNames", {}), tables.get("FunctionNames", {})
+    locations = {}
+    for key, value in tables.get("FileLocations", {}).items():
+        fields = dict(_FIELD.findall(value))
+        locations[key] = SourceFrame(
+            files.get(int(fields.get("file_name_id", 0)), "?").strip('"'),
+            int(fields.get("line", 0)), int(fields.get("column", 0)),
+            functions.get(int(fields.get("function_name_id", 0)), "?").strip('"'),
+        )  # fmt: skip
+    frames = {}
+    for key, value in tables.get("StackFrames", {}).items():
+        location = locations.get(int(dict(_FIELD.findall(value)).get("file_location_id", 0)))
+        if location is not None:
+            frames[key] = location
+    return frames
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectiveTable:
+    """Every collective of a compiled program with the op and source line it comes from."""
+
+    entries: tuple[Collective, ...]
+
+    def format_text(self) -> str:
+        """One line per collective: kind, bytes per device, jax op name, source line."""
+        lines = [f"{'kind':<19} {'bytes/dev':>10}  {'op':<60} source"]
+        for entry in self.entries:
+            op = entry.op_name or "?"
+            op = op if len(op) <= 60 else op[:57] + "..."
+            lines.append(f"{entry.kind:<19} {entry.bytes_per_device:>10}  {op:<60} "
+                         f"{entry.source or 'unknown'}")
+        return "\n".join(lines) + "\n"
+
+    def to_json(self) -> str:
+        """The entries as JSON (source as file, line, column, function)."""
+        return json.dumps([
+            {"kind": e.kind, "bytes_per_device": e.bytes_per_device, "op_name": e.op_name,
+             "source": dataclasses.asdict(e.source) if e.source else None}
+            for e in self.entries
+        ], indent=1)  # fmt: skip
 
 
 def summarize(collectives: Iterable[Collective]) -> dict[str, CollectiveSummary]:

@@ -286,6 +286,11 @@ class Compiled(Stage):
         """Count and bytes per device of each collective kind in the partitioned HLO."""
         return collectives.summarize(collectives.find_collectives(self.as_text()))
 
+    def explain_collectives(self) -> collectives.CollectiveTable:
+        """Every collective of the partitioned HLO with the jax op and the source line it
+        comes from (XLA's metadata), in program order."""
+        return collectives.CollectiveTable(tuple(collectives.find_collectives(self.as_text())))
+
     def collective_bytes(self) -> int:
         """Bytes per device of all collectives in the partitioned HLO (loop bodies once)."""
         return sum(summary.bytes_per_device for summary in self.collectives().values())
