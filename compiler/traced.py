@@ -14,8 +14,19 @@ from typing import Any
 import jax
 
 
+def _from_jax(name: str, doc: str) -> property:
+    """A read-only attribute that jax's own ``Traced`` already answers."""
+    return property(lambda self: getattr(self._jax_traced, name), doc=doc)
+
+
 class Traced:
     """A traced function: ``jaxpr``, ``out_info``, ``lower()``."""
+
+    jaxpr = _from_jax("jaxpr", "The closed jaxpr jax traced.")
+    fun_name = _from_jax("fun_name", "The traced function's name.")
+    in_avals = _from_jax(
+        "in_avals", "The arguments' abstract values as traced, as ``(args, kwargs)``.")
+    in_tree = _from_jax("in_tree", "The pytree structure of ``(args, kwargs)``.")
 
     def __init__(self, jax_traced: Any, lower: Callable[..., Any], out_info: Any) -> None:
         self._jax_traced = jax_traced
@@ -23,29 +34,9 @@ class Traced:
         self._out_info = out_info
 
     @property
-    def jaxpr(self) -> Any:
-        """The closed jaxpr jax traced."""
-        return self._jax_traced.jaxpr
-
-    @property
-    def fun_name(self) -> str:
-        """The traced function's name."""
-        return self._jax_traced.fun_name
-
-    @property
     def out_info(self) -> Any:
         """The results as ``jax.ShapeDtypeStruct``s carrying their given shardings."""
         return self._out_info
-
-    @property
-    def in_avals(self) -> Any:
-        """The arguments' abstract values as traced, as ``(args, kwargs)``."""
-        return self._jax_traced.in_avals
-
-    @property
-    def in_tree(self) -> Any:
-        """The pytree structure of ``(args, kwargs)``."""
-        return self._jax_traced.in_tree
 
     @property
     def out_tree(self) -> Any:

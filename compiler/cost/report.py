@@ -40,7 +40,6 @@ from shardc.compiler.cost.windows import window_collectives
 from shardc.compiler.diagnostics import SourceLoc, source_loc_of
 from shardc.compiler.propagation.manual import MANUAL_OP
 from shardc.compiler.propagation.values import ModuleValues, replicated
-from shardc.compiler.sharding.rules import rule_for
 
 _EXPLICIT = {"sdy.reshard": "explicit reshard", "sdy.sharding_constraint": "sharding constraint"}
 # StableHLO collectives (written inside manual computations): kind, and whether
@@ -206,13 +205,10 @@ def _implicit_entries(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
     graph = reader.graph
     if not graph.op_results[op]:
         return
-    rule = rule_for(graph.ops[op])
-    if rule is None:
+    ruled = reader.rule_tensors(op)
+    if ruled is None:
         return
-    operands = [reader.tensor(v) for v in graph.op_operands[op]]
-    results = [reader.tensor(v) for v in graph.op_results[op]]
-    if any(t is None for t in operands + results):
-        return
+    rule, operands, results = ruled
     ir_op = graph.ops[op]
     if graph.op_name[op] == "stablehlo.reduce_window":
         found = window_collectives(ir_op, operands[0])

@@ -27,7 +27,6 @@ from jaxlib.mlir import ir
 from shardc.compiler.cost.op_comm import op_communication
 from shardc.compiler.propagation.projection import AXES, project
 from shardc.compiler.propagation.values import ModuleValues
-from shardc.compiler.sharding.rules import rule_for
 from shardc.compiler.sharding.tensor import DimSharding, TensorSharding, format_per_value
 from shardc.dialects.sdy import SHARDING_ATTR
 
@@ -186,17 +185,15 @@ def communication_needs(reader: ModuleValues, op: int):
     computed on the program's mesh so partly sharded contractions are priced
     as XLA compiles them.
     """
-    graph = reader.graph
-    rule = rule_for(graph.ops[op])
-    if rule is None:
+    ruled = reader.rule_tensors(op)
+    if ruled is None:
         return None
-    operands = [reader.tensor(v) for v in graph.op_operands[op]]
-    results = [reader.tensor(v) for v in graph.op_results[op]]
-    if any(t is None or t.sharding is None for t in operands + results):
+    rule, operands, results = ruled
+    if any(t.sharding is None for t in operands + results):
         return None
     mesh = reader.mesh_of(*(t.sharding for t in results + operands))
     return rule, operands, results, op_communication(rule, operands, results, mesh,
-                                                     op_name=graph.op_name[op])
+                                                     op_name=reader.graph.op_name[op])
 
 
 def _alternatives(reader, op, rule, operands, results, needs) -> list[Pin]:

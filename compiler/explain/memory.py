@@ -62,7 +62,6 @@ from shardc.compiler.diagnostics import source_loc_of
 from shardc.compiler.explain.grid import grid_of_sharding
 from shardc.compiler.propagation.graph import ELEMENTWISE
 from shardc.compiler.propagation.values import ModuleValues
-from shardc.compiler.sharding.rules import rule_for
 
 _FREE = frozenset({"sdy.constant", "stablehlo.constant", "sdy.sharding_constraint",
                    "sdy.reshard", "stablehlo.optimization_barrier", "sdy.data_flow_edge",
@@ -191,12 +190,11 @@ class _Walker:
             return
         if not graph.op_results[op] or name in _FREE:
             return
-        rule = rule_for(graph.ops[op])
-        if rule is None:
+        ruled = values.rule_tensors(op)
+        if ruled is None:
             return
-        operands = [values.tensor(v) for v in graph.op_operands[op]]
-        results = [values.tensor(v) for v in graph.op_results[op]]
-        if any(t is None for t in operands + results) or all(r.sharding is None for r in results):
+        rule, operands, results = ruled
+        if all(r.sharding is None for r in results):
             return
         mesh = values.mesh_of(*(t.sharding for t in results + operands))
         factor_axes, reduction = computation_axes(rule, operands, results, mesh)

@@ -1,9 +1,11 @@
-"""What the four standalone propagation passes share: their options and ``run``.
+"""What the propagation passes share: their options and ``run``.
 
 ``shardc-basic-propagate``, ``-aggressive-``, ``-op-priority-`` and
 ``-user-priority-propagate`` differ only in the plan they hand to the one
 generic engine (``shardc.compiler.propagation.propagate``); this base holds
-the rest. It is not a pass itself and is not in ``ALL_PASSES``.
+the rest. ``shardc-propagation-pipeline`` takes the two propagation options
+too, from ``PropagationOptions``, so their flags and help are declared once.
+Neither base is a pass itself or in ``ALL_PASSES``.
 """
 
 from __future__ import annotations
@@ -19,15 +21,21 @@ from shardc.compiler.propagation.preconditions import require_mesh_symbols
 
 
 @dataclass(frozen=True)
-class PropagatePassBase(ModulePass):
-    """Shared options and run of the propagation passes (subclasses set ``plan``)."""
-
-    plan: ClassVar[str] = ""
+class PropagationOptions(ModulePass):
+    """The options of every pass that propagates (they come first in its option list)."""
 
     conservative_propagation: bool = option(
         False, help="use conservative rules and never propagate sub-axes")
     keep_sharding_rules: bool = option(
         False, help="keep the sdy.sharding_rule attribute of every visited op")
+
+
+@dataclass(frozen=True)
+class PropagatePassBase(PropagationOptions):
+    """Shared options and run of the propagation passes (subclasses set ``plan``)."""
+
+    plan: ClassVar[str] = ""
+
     debug_sharding_origins: bool = option(
         False, help="save on each sharding which user sharding each axis came from")
 

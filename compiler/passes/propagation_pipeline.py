@@ -7,12 +7,13 @@ from typing import ClassVar
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.passes.base import ModulePass, option
+from shardc.compiler.passes.base import option
+from shardc.compiler.passes.propagate_common import PropagationOptions
 from shardc.compiler.pipelines import ConflictResolution, propagation_pipeline
 
 
 @dataclass(frozen=True)
-class PropagationPipelinePass(ModulePass):
+class PropagationPipelinePass(PropagationOptions):
     """Run the import steps, user-priority propagation and the export steps
 
     Import: symbol DCE, inlining of calls, lifting inline meshes, removing
@@ -29,10 +30,6 @@ class PropagationPipelinePass(ModulePass):
     aliases: ClassVar[tuple[str, ...]] = ("sdy-propagation-pipeline",)
     upstream: ClassVar[str] = "sdy-propagation-pipeline"
 
-    conservative_propagation: bool = option(
-        False, help="use conservative rules and never propagate sub-axes")
-    keep_sharding_rules: bool = option(
-        False, help="keep the sdy.sharding_rule attribute of every visited op")
     dedup_functions_fully: bool = option(
         False, help="accepted for compatibility; only false is implemented")
     conflict_resolution: ConflictResolution = option(

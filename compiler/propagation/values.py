@@ -13,6 +13,8 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.propagation.graph import PropagationGraph
 from shardc.compiler.propagation.ir_access import ShardingStore
+from shardc.compiler.sharding.rule import OpShardingRule
+from shardc.compiler.sharding.rules import rule_for
 from shardc.compiler.sharding.tensor import DimSharding, MeshInfo, Tensor, TensorSharding
 
 
@@ -97,3 +99,18 @@ class ModuleValues:
         type_ = self.graph.values[value].type
         return Tensor(shape, element_bytes(type_), self.sharding(value),
                       str(ir.ShapedType(type_).element_type))
+
+    def rule_tensors(self, op: int) -> tuple[OpShardingRule, list[Tensor], list[Tensor]] | None:
+        """The op's sharding rule with its operand and result tensors.
+
+        None when the op has no rule or one of its operands or results is not
+        a static tensor, since the cost model can then say nothing about it.
+        """
+        rule = rule_for(self.graph.ops[op])
+        if rule is None:
+            return None
+        operands = [self.tensor(v) for v in self.graph.op_operands[op]]
+        results = [self.tensor(v) for v in self.graph.op_results[op]]
+        if any(t is None for t in operands + results):
+            return None
+        return rule, operands, results

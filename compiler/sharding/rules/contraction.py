@@ -79,6 +79,18 @@ def _add_spatial_factors(
         add(num_windows, to_rhs=False)
 
 
+def _add_group_factor(
+    builder: RuleBuilder, dims: stablehlo.ConvDimensionNumbers, input_dim: int, groups: int
+) -> None:
+    """A factor of ``groups`` on ``input_dim`` and the kernel's and result's output features."""
+    if groups > 1:
+        builder.add_factor(
+            [input_dim, dims.kernel_output_feature_dimension],
+            dims.output_feature_dimension,
+            groups,
+        )
+
+
 def convolution(op: ir.Operation, conservative: bool = False) -> OpShardingRule:
     """``([i, jk, n], [k, n, o])->([i, j, o])`` reduction={k, n} permutation={j}.
 
@@ -91,12 +103,7 @@ def convolution(op: ir.Operation, conservative: bool = False) -> OpShardingRule:
     batch_groups = int_attr(op, "batch_group_count", 1)
     feature_groups = int_attr(op, "feature_group_count", 1)
     builder = RuleBuilder.for_op(op)
-    if batch_groups > 1:
-        builder.add_factor(
-            [dims.input_batch_dimension, dims.kernel_output_feature_dimension],
-            dims.output_feature_dimension,
-            batch_groups,
-        )
+    _add_group_factor(builder, dims, dims.input_batch_dimension, batch_groups)
     builder.add_factor(
         [dims.input_batch_dimension, None],
         dims.output_batch_dimension,
@@ -111,12 +118,7 @@ def convolution(op: ir.Operation, conservative: bool = False) -> OpShardingRule:
         ):
             sizes = (lhs_shape[lhs_dim], rhs_shape[rhs_dim], out_shape[out_dim])
             _add_spatial_factors(builder, lhs_dim, rhs_dim, out_dim, sizes)
-    if feature_groups > 1:
-        builder.add_factor(
-            [dims.input_feature_dimension, dims.kernel_output_feature_dimension],
-            dims.output_feature_dimension,
-            feature_groups,
-        )
+    _add_group_factor(builder, dims, dims.input_feature_dimension, feature_groups)
     builder.add_factor(
         [dims.input_feature_dimension, dims.kernel_input_feature_dimension],
         None,

@@ -14,7 +14,7 @@ from jaxlib.mlir import ir
 from shardc.compiler.sharding.builder import RuleBuilder, shape_of
 from shardc.compiler.sharding.rule import FactorKind, OpShardingRule
 from shardc.compiler.sharding.rules._attrs import str_attr
-from shardc.compiler.sharding.rules.shape import pointwise_unless_resized
+from shardc.compiler.sharding.rules.shape import pointwise_unless_resized, resized_dims_rule
 
 _PT, _NR = FactorKind.PASS_THROUGH, FactorKind.NEED_REPLICATION
 
@@ -105,15 +105,12 @@ def top_k(op: ir.Operation) -> OpShardingRule:
 
 def approx_top_k(op: ir.Operation) -> OpShardingRule:
     """``([i, j], [i, j], [], [])->([i, k], [i, k])`` need_replication={k} blocked={k}."""
-    in_shape, out_shape = shape_of(op.operands[0]), shape_of(op.results[0])
-    builder = RuleBuilder.for_op(op)
-    for dim, (in_size, out_size) in enumerate(zip(in_shape, out_shape, strict=True)):
-        if in_size == out_size:
-            builder.add_factor_to_all(dim, in_size)
-        else:
-            builder.add_factor([dim, dim], None, in_size)
-            builder.add_factor(None, [dim, dim], out_size, _NR, blocked=True)
-    return builder.build()
+
+    def split(builder: RuleBuilder, dim: int, in_size: int, out_size: int) -> None:
+        builder.add_factor([dim, dim], None, in_size)
+        builder.add_factor(None, [dim, dim], out_size, _NR, blocked=True)
+
+    return resized_dims_rule(op, split)
 
 
 def x64_combine(op: ir.Operation) -> OpShardingRule | None:

@@ -1,6 +1,6 @@
 """Rules for ops that move data between dims: broadcast_in_dim, reshape, transpose,
-reverse, concatenate, pad and slice (plus the resized-dims helper
-dynamic_slice shares).
+reverse, concatenate, pad and slice (plus the resized-dims helpers
+dynamic_slice and approx_top_k share).
 
 Dims that keep their size share a pass-through factor; dims whose size changes
 get a permutation or need-replication factor (blocked in conservative mode),
@@ -10,6 +10,7 @@ and reshape splits dims into compound factors.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from jaxlib.mlir import ir
 
@@ -154,13 +155,25 @@ def pointwise_unless_resized(
     op: ir.Operation, kind: FactorKind, *, blocked: bool
 ) -> OpShardingRule:
     """Pointwise on equal-size dims; resized dims get a ``kind`` factor of the operand size."""
+    return resized_dims_rule(
+        op, lambda builder, dim, in_size, _: builder.add_factor_to_all(
+            dim, in_size, kind, blocked=blocked))
+
+
+def resized_dims_rule(
+    op: ir.Operation, add_resized: Callable[[RuleBuilder, int, int, int], object]
+) -> OpShardingRule:
+    """Pointwise on equal-size dims; ``add_resized`` adds the factors of each resized dim.
+
+    It is called as ``add_resized(builder, dim, in_size, out_size)``.
+    """
     in_shape, out_shape = shape_of(op.operands[0]), shape_of(op.results[0])
     builder = RuleBuilder.for_op(op)
     for dim, (in_size, out_size) in enumerate(zip(in_shape, out_shape, strict=True)):
         if in_size == out_size:
             builder.add_factor_to_all(dim, in_size)
         else:
-            builder.add_factor_to_all(dim, in_size, kind, blocked=blocked)
+            add_resized(builder, dim, in_size, out_size)
     return builder.build()
 
 
