@@ -692,7 +692,8 @@ def indexed_cases() -> list[IndexedCase]:
         IndexedCase("take", (x, R), X, X, "same-axis-on-operand-and-indices"),
         IndexedCase("take", (x, y), X, X, "same-axis-on-operand-and-indices"),
         IndexedCase("take", (y, x), Y, Y, "same-axis-on-operand-and-indices"),
-        IndexedCase("scatter-add", (y, x), X, (y, x), "scatter-trivially-sliced-regroup"),
+        IndexedCase("scatter-add", (y, x), X, (y, x)),  # real operand: gathered, then summed
+        IndexedCase("scatter-add", (x, y), X, (x, y)),
     ]
 
 

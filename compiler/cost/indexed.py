@@ -13,8 +13,9 @@ groups the devices on some mesh axes and recurses inside each group:
   indices outside its range, and a gather all-reduces its partial output;
 * **index pass-through**: the indices are sharded on batch dims; the
   operand is replicated across the groups. A scatter whose combiner is a
-  plain reduction (add, max...) scatters into an identity operand and
-  all-reduces it instead.
+  plain reduction (add, max...) scatters into its operand replicated
+  across the groups and all-reduces it; a constant or broadcast scalar
+  operand (the zeros of a gradient) is rebuilt there without moving data.
 
 Each method is costed by a dry run without recursion (inside the groups
 everything is replicated) and the methods are tried by (peak memory,
@@ -272,7 +273,8 @@ class _Partitioner:
             plan.op_fa = new if self.op.scatter else {**new, "slices": {}}
             return plan, new["data"] if self.op.scatter else {}
         _name, group, new, on, partial = candidates[0]
-        identity = self.op.scatter and bool(partial)  # scattered into an identity operand
+        # A splat operand (zeros of a gradient) is rebuilt in the new sharding for free.
+        identity = self.op.scatter and bool(partial) and self.op.roles.splat_data
         plan.steps += [("reshard", role, fa[role], new[role]) for role in roles
                        if not (identity and role == "data")]
         inner_free = tuple(a for a in free if a not in group)

@@ -193,6 +193,7 @@ class IndexedRoles:
     indices: int
     updates: tuple[int, ...] = ()
     scatter: bool = False
+    splat_data: bool = False  # every input a constant or a broadcast scalar
 
 
 def gather_roles(op: ir.Operation) -> IndexedRoles:
@@ -203,4 +204,16 @@ def gather_roles(op: ir.Operation) -> IndexedRoles:
 def scatter_roles(op: ir.Operation) -> IndexedRoles:
     """N inputs, then the indices, then N updates; results are the inputs updated."""
     n = len(op.results)
-    return IndexedRoles(tuple(range(n)), n, tuple(range(n + 1, 2 * n + 1)), True)
+    splat = all(_is_splat(op.operands[k]) for k in range(n))
+    return IndexedRoles(tuple(range(n)), n, tuple(range(n + 1, 2 * n + 1)), True, splat)
+
+
+def _is_splat(value: ir.Value) -> bool:
+    """A constant, or a scalar broadcast: XLA rebuilds it in any sharding without moving data."""
+    name = defining_op_name(value)
+    if name in ("stablehlo.constant", "sdy.constant"):
+        return True
+    if name != "stablehlo.broadcast_in_dim":
+        return False
+    source = value.owner.operands[0]
+    return ir.RankedTensorType(source.type).rank == 0
