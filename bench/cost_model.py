@@ -37,7 +37,8 @@ from jax.lax import with_sharding_constraint as wsc  # noqa: E402
 from jax.sharding import AxisType, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from shardc.compiler.cost.op_comm import op_communication
+from shardc.compiler import jit as shardc_jit  # noqa: E402
+from shardc.compiler.cost.op_comm import op_communication  # noqa: E402
 from shardc.compiler.cost.reshard import reshard_collectives  # noqa: E402
 from shardc.compiler.sharding.axes import full_axis  # noqa: E402
 from shardc.compiler.sharding.rule import OpShardingRule  # noqa: E402
@@ -626,6 +627,81 @@ def print_table(rows: Sequence[Row], title: str, misses_only: bool = False) -> N
         print(f"{mark} {r.case:<58} pred {_fmt(r.predicted):<40} xla {_fmt(r.xla)}{note}")
 
 
+@dataclasses.dataclass(frozen=True)
+class IndexedCase:
+    """An embedding lookup (``take``) or its gradient (``scatter-add``) on 4x2.
+
+    Table ``f32[64, 32]``, indices ``s32[8, 16]``, updates / output
+    ``f32[8, 16, 32]``; ``miss`` names what the model does not follow yet.
+    """
+
+    op: str  # "take" or "scatter-add"
+    table: Spec
+    indices: Spec
+    output: Spec  # take: the output; scatter-add: the result (the table's sharding)
+    miss: str | None = None
+
+    @property
+    def name(self) -> str:
+        return (f"4x2 {self.op} table{spec_text(self.table)} idx{spec_text(self.indices)} "
+                f"-> {spec_text(self.output)}")
+
+
+def _indexed_fun(case: IndexedCase):
+    if case.op == "take":
+        return lambda t, i: jnp.take(t, i, axis=0)
+    return lambda t, i, u: t.at[i].add(u)
+
+
+def indexed_row(case: IndexedCase) -> Row:
+    """One indexed case compiled alone: shardc's comm report against XLA's collectives."""
+    jm = jax_mesh("4x2")
+    table, indices = jnp.zeros((64, 32)), jnp.zeros((8, 16), jnp.int32)
+    args, specs = [table, indices], [case.table, case.indices]
+    if case.op == "scatter-add":
+        args.append(jnp.zeros((8, 16, 32)))
+        specs.append(case.indices + ((),) * (3 - len(case.indices)))
+    fun = shardc_jit(_indexed_fun(case),
+                     in_shardings=tuple(NamedSharding(jm, partition_spec(s)) for s in specs),
+                     out_shardings=NamedSharding(jm, partition_spec(case.output)))
+    lowered = fun.lower(*args)
+    predicted = tuple(sorted((k, t.bytes_per_device)
+                             for k, t in lowered.comm_report().totals().items() if t.count))
+    xla = tuple(sorted((k, s.bytes_per_device)
+                       for k, s in lowered.compile().collectives().items() if s.count))
+    return Row(case.name, predicted, xla, (), case.miss)
+
+
+def indexed_cases() -> list[IndexedCase]:
+    """Embedding lookups and gradients: each of XLA's gather/scatter methods once."""
+    R, x, y = (), ("x",), ("y",)
+    X, Y = (x,), (y,)  # a 1-D spec (indices) or the batch dim of the output
+    return [
+        IndexedCase("take", (y, x), X, X),      # operand pass-through, then trivially sliced
+        IndexedCase("take", (R, R), X, X),      # replicated table: local
+        IndexedCase("take", (y, x), (), ()),    # replicate the table
+        IndexedCase("take", (x, R), (), ()),    # trivially sliced: mask + all-reduce
+        IndexedCase("take", (x, R), Y, Y),      # index pass-through, then trivially sliced
+        IndexedCase("take", (R, y), X, (x, R, y)),  # pass-through on both: local
+        IndexedCase("take", (R, y), X, X),      # pass-through, then gather the output
+        IndexedCase("take", (y, R), X, X),      # index pass-through, then trivially sliced
+        IndexedCase("take", (y, R), X, (x, R, y)),
+        IndexedCase("take", (R, x), Y, Y),
+        IndexedCase("scatter-add", (R, x), X, (R, x)),  # operand pass-through + identity
+        IndexedCase("scatter-add", (y, x), (), (y, x)),  # replicated indices: local
+        IndexedCase("take", (x, R), X, X, "same-axis-on-operand-and-indices"),
+        IndexedCase("take", (x, y), X, X, "same-axis-on-operand-and-indices"),
+        IndexedCase("take", (y, x), Y, Y, "same-axis-on-operand-and-indices"),
+        IndexedCase("scatter-add", (y, x), X, (y, x)),  # real operand: gathered, then summed
+        IndexedCase("scatter-add", (x, y), X, (x, y)),
+    ]
+
+
+def indexed_table(cases: Sequence[IndexedCase] | None = None) -> list[Row]:
+    """Every indexed case with its prediction and XLA's collectives."""
+    return [indexed_row(c) for c in (cases if cases is not None else indexed_cases())]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None, help="write the tables as JSON here")
@@ -635,6 +711,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_table(rows, "reshards", args.misses)
     ops = op_table()
     print_table(ops, "op collectives", args.misses)
+    indexed = indexed_table()
+    print_table(indexed, "gather / scatter (whole program)", args.misses)
     if args.json:
         data = {"reshards": [dataclasses.asdict(r) | {"match": r.match} for r in rows],
                 "ops": [dataclasses.asdict(r) | {"match": r.match} for r in ops],

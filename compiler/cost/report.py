@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.cost.indexed import indexed_communication
 from shardc.compiler.cost.op_comm import dims_text, op_communication
 from shardc.compiler.cost.reshard import (
     KINDS,
@@ -40,6 +41,7 @@ from shardc.compiler.cost.windows import window_collectives
 from shardc.compiler.diagnostics import SourceLoc, source_loc_of
 from shardc.compiler.propagation.manual import MANUAL_OP
 from shardc.compiler.propagation.values import ModuleValues, replicated
+from shardc.compiler.sharding.rules import indexed_roles_for
 
 _EXPLICIT = {"sdy.reshard": "explicit reshard", "sdy.sharding_constraint": "sharding constraint"}
 # StableHLO collectives (written inside manual computations): kind, and whether
@@ -216,7 +218,13 @@ def _implicit_entries(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
                             f"operand 0 ({ir_op.operands[0].type})")
     done_before = set(reader.resharded)
     mesh = reader.mesh_of(*(t.sharding for t in results + operands))
-    for need in op_communication(rule, operands, results, mesh, op_name=graph.op_name[op]):
+    roles = indexed_roles_for(ir_op)
+    needs = None
+    if roles is not None:  # XLA's gather/scatter handler, not the factor model
+        needs = indexed_communication(rule, roles, operands, results, mesh)
+    if needs is None:
+        needs = op_communication(rule, operands, results, mesh, op_name=graph.op_name[op])
+    for need in needs:
         if need.target is not None:
             key = (graph.op_operands[op][need.operand], need.target)
             if key in done_before:

@@ -94,6 +94,20 @@ RULES: dict[str, RuleFn] = {
     "stablehlo.triangular_solve": linalg.triangular_solve,
 }
 
+# Indexed ops: which operand is indexed, which holds the indices (read by
+# the cost model, which follows XLA's gather/scatter handler for them).
+INDEXED_ROLES: dict[str, Callable[[ir.Operation], indexing.IndexedRoles]] = {
+    "stablehlo.gather": indexing.gather_roles,
+    "stablehlo.scatter": indexing.scatter_roles,
+}
+
+
+def indexed_roles_for(op: ir.Operation) -> indexing.IndexedRoles | None:
+    """The operand roles of an indexed op (gather, scatter); None for any other op."""
+    roles = INDEXED_ROLES.get(op.name)
+    return roles(op) if roles is not None else None
+
+
 # Ops that get no rule on purpose: structure, terminators, constants, and
 # data-flow ops whose values are linked by edges instead of a rule.
 NO_RULE: frozenset[str] = frozenset({

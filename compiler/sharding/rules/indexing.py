@@ -8,6 +8,7 @@ then the collapsed operand dims and the index-vector dim get their own factors.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
@@ -174,3 +175,45 @@ def scatter(op: ir.Operation, conservative: bool = False) -> OpShardingRule:
         add, op, dims, scatter=True, implicit_batch_kind=_RED if plain else _NR
     )
     return builder.build()
+
+
+@dataclass(frozen=True)
+class IndexedRoles:
+    """Which operands of an indexed op (gather, scatter) play which part.
+
+    ``data``: the tensors indexed into (gather operand, scatter inputs);
+    ``indices``: the start indices; ``updates``: the scatter updates (empty
+    for gather); ``scatter``: whether the result is the updated ``data``
+    (scatter) rather than the slices (gather). The cost model reads its
+    factor classes (pass-through, trivially sliced...) off the rule through
+    these roles.
+    """
+
+    data: tuple[int, ...]
+    indices: int
+    updates: tuple[int, ...] = ()
+    scatter: bool = False
+    splat_data: bool = False  # every input a constant or a broadcast scalar
+
+
+def gather_roles(op: ir.Operation) -> IndexedRoles:
+    """Operand 0 is indexed by operand 1; the result holds the slices."""
+    return IndexedRoles((0,), 1)
+
+
+def scatter_roles(op: ir.Operation) -> IndexedRoles:
+    """N inputs, then the indices, then N updates; results are the inputs updated."""
+    n = len(op.results)
+    splat = all(_is_splat(op.operands[k]) for k in range(n))
+    return IndexedRoles(tuple(range(n)), n, tuple(range(n + 1, 2 * n + 1)), True, splat)
+
+
+def _is_splat(value: ir.Value) -> bool:
+    """A constant, or a scalar broadcast: XLA rebuilds it in any sharding without moving data."""
+    name = defining_op_name(value)
+    if name in ("stablehlo.constant", "sdy.constant"):
+        return True
+    if name != "stablehlo.broadcast_in_dim":
+        return False
+    source = value.owner.operands[0]
+    return ir.RankedTensorType(source.type).rank == 0

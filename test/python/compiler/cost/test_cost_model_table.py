@@ -96,3 +96,19 @@ ENTRY %main (p0: f32[4], p1: f32[8]) -> (f32[8], f32[16]) {
 """
     found = cm.attribute(hlo, [0, 1])
     assert found == {0: [("all-gather", 32)], 1: [("all-gather", 64)]}
+
+
+# Indexed ops (gather / scatter): each case compiled alone, predicted per kind
+# against XLA; cases with a known miss name what the model does not follow yet.
+EXPECTED_INDEXED_MISSES = {"same-axis-on-operand-and-indices": 3}
+
+
+@pytest.fixture(scope="module")
+def indexed_rows():
+    return cm.indexed_table()
+
+
+def test_indexed_ops_follow_xlas_gather_scatter_handler(indexed_rows):
+    unexpected = [r for r in indexed_rows if not r.match and r.known_miss is None]
+    assert not unexpected, [(r.case, r.predicted, r.xla) for r in unexpected]
+    assert cm.summary(indexed_rows)["misses"] == EXPECTED_INDEXED_MISSES

@@ -1,0 +1,400 @@
+"""The collectives of a gather or scatter, following XLA's SPMD gather/scatter handler.
+
+XLA does not partition a gather or scatter factor by factor. Its handler
+(``gather_scatter_handler.cc``) tries partitioning methods, each of which
+groups the devices on some mesh axes and recurses inside each group:
+
+* **explicit batch**: the operand and indices share sharded batching dims;
+* **operand pass-through**: the operand is sharded on offset (window) dims
+  that the slices keep whole; the output (scatter: the updates) takes the
+  same axes there, the indices are replicated across the groups;
+* **trivially sliced**: the operand is sharded on a dim sliced with size 1
+  (gather collapsed dims, scatter inserted dims); each device masks the
+  indices outside its range, and a gather all-reduces its partial output;
+* **index pass-through**: the indices are sharded on batch dims; the
+  operand is replicated across the groups. A scatter whose combiner is a
+  plain reduction (add, max...) scatters into its operand replicated
+  across the groups and all-reduces it; a constant or broadcast scalar
+  operand (the zeros of a gradient) is rebuilt there without moving data.
+
+Each method is costed by a dry run without recursion (inside the groups
+everything is replicated) and the methods are tried by (peak memory,
+communication); explicit batch is the preferred method and costs zero.
+A tensor that must be replicated across the groups but is sharded on the
+group axes keeps as many tiles as the in-group axes can hold
+(``GroupShardingOnReplicatedDim``): indices ``[{"data"}]`` grouped on
+``data`` of a 4x2 mesh become ``[{"model"}]`` (a collective-permute and an
+all-gather), then replicated inside the group (another all-gather).
+
+Validated against compiled HLO (jax 0.10.2, XLA:CPU, 8 devices) on the
+zoo's embedding lookups and their gradients (``bench/zoo/lm_*.py``) and the
+gather/scatter cases of ``bench/cost_model.py``; see docs/cost-model.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from math import prod
+
+from shardc.compiler.cost.op_comm import OpCommunication, dims_text
+from shardc.compiler.cost.reshard import Collective, all_reduce, reshard_tensor
+from shardc.compiler.propagation.projection import AXES, project
+from shardc.compiler.sharding.axes import AxisRef
+from shardc.compiler.sharding.rule import OpShardingRule
+from shardc.compiler.sharding.rules.indexing import IndexedRoles
+from shardc.compiler.sharding.tensor import DimSharding, MeshInfo, Tensor, TensorSharding
+
+FactorAxes = dict[int, tuple[AxisRef, ...]]
+_BIG = 1 << 62  # a method that does not apply
+
+
+@dataclass(frozen=True)
+class _Classes:
+    """The factor classes of an indexed op, read off its rule through its roles."""
+
+    parallel: tuple[int, ...]  # operand, indices and slices: explicit batch dims
+    operand_passthrough: tuple[int, ...]  # operand and slices, whole windows
+    trivial: tuple[int, ...]  # operand only: dims sliced with size 1
+    index_passthrough: tuple[int, ...]  # indices and slices: batch dims
+    replicated: frozenset[int]  # must stay unsharded (index vector, partial windows)
+
+
+@dataclass
+class _Plan:
+    """Steps of one partitioning: reshards (role, src, dst) and all-reduces (role, fa, axes)."""
+
+    steps: list[tuple] = field(default_factory=list)
+    op_fa: dict[str, FactorAxes] = field(default_factory=dict)  # where the op itself runs
+
+
+class _Op:
+    """One gather or scatter: its tensors by role and their factor axes."""
+
+    def __init__(self, rule: OpShardingRule, roles: IndexedRoles, operands: Sequence[Tensor],
+                 results: Sequence[Tensor], mesh: MeshInfo) -> None:
+        self.rule, self.roles, self.mesh = rule, roles, mesh
+        self.scatter = roles.scatter
+        slices = roles.updates[0] if roles.scatter else None
+        self.index = {"data": roles.data[0], "indices": roles.indices, "slices": slices,
+                      "result": None}
+        self.tensors = {"data": operands[roles.data[0]], "indices": operands[roles.indices],
+                        "slices": operands[slices] if slices is not None else results[0],
+                        "result": results[0]}
+        self.mappings = {"data": rule.operand_mappings[roles.data[0]],
+                         "indices": rule.operand_mappings[roles.indices],
+                         "slices": (rule.operand_mappings[slices] if slices is not None
+                                    else rule.result_mappings[0]),
+                         "result": rule.result_mappings[0]}
+        self.sizes = {AxisRef(name, 1, size, size): size for name, size in mesh.sizes.items()}
+
+    def factors(self, role: str) -> set[int]:
+        return {f for dim in self.mappings[role] for f in dim}
+
+    def axes(self, role: str) -> FactorAxes:
+        proj = project(self.tensors[role].sharding, self.mappings[role], self.rule.factor_sizes)
+        return {f: tuple(rec[AXES]) for f, rec in proj.factors.items()}
+
+    def sharding(self, role: str, fa: FactorAxes) -> TensorSharding:
+        mesh = self.tensors[role].sharding.mesh
+        return TensorSharding(mesh, tuple(
+            DimSharding(tuple(a for f in dim for a in fa.get(f, ())), True)
+            for dim in self.mappings[role]))
+
+    def reshard(self, role: str, src: FactorAxes, dst: FactorAxes) -> list[Collective]:
+        t = self.tensors[role]
+        return reshard_tensor(replace(t, sharding=self.sharding(role, src)),
+                              self.sharding(role, dst), self.mesh)
+
+    def shard_bytes(self, role: str, fa: FactorAxes) -> int:
+        t = self.tensors[role]
+        total = t.element_bytes
+        for size, dim in zip(t.shape, self.mappings[role]):
+            count = prod(a.size for f in dim for a in fa.get(f, ()))
+            total *= -(-size // count)
+        return total
+
+    def all_reduce(self, role: str, fa: FactorAxes, over: tuple) -> Collective:
+        return all_reduce(replace(self.tensors[role], sharding=self.sharding(role, fa)), over)
+
+    def classes(self) -> _Classes:
+        data, idx, slices = self.factors("data"), self.factors("indices"), self.factors("slices")
+        need = set(self.rule.need_replication_factors)
+        ordered = range(len(self.rule.factor_sizes))
+        return _Classes(
+            parallel=tuple(f for f in ordered if f in data and f in idx and f in slices),
+            operand_passthrough=tuple(f for f in ordered if f in data and f in slices
+                                      and f not in idx and f not in need),
+            trivial=tuple(f for f in ordered if f in data and f not in idx
+                          and f not in slices and f not in need),
+            index_passthrough=tuple(f for f in ordered if f in idx and f in slices
+                                    and f not in data and f not in need),
+            replicated=frozenset(need))
+
+
+def _drop(fa: FactorAxes, axes) -> FactorAxes:
+    return {f: tuple(a for a in v if a not in axes) for f, v in fa.items()}
+
+
+def _keep(fa: FactorAxes, axes) -> FactorAxes:
+    return {f: tuple(a for a in v if a in axes) for f, v in fa.items()}
+
+
+def _regroup(fa: FactorAxes, group: tuple, inner: tuple, priority: Sequence[int]) -> FactorAxes:
+    """``fa`` replicated across the ``group`` axes, keeping what tiles the in-group axes can.
+
+    XLA's ``GroupShardingOnReplicatedDim`` lowers the tile count of the
+    dims holding group axes, lowest priority first, until the tensor is
+    replicated over as many devices as there are groups; the tiles it keeps
+    are laid out on the in-group devices.
+    """
+    out = _drop(fa, group)
+    used = {a for v in out.values() for a in v}
+    spare = [a for a in inner if a not in used]
+    for f in priority:  # highest priority first
+        room = prod(a.size for a in fa.get(f, ()) if a in group)
+        for axis in list(spare):
+            if room > 1 and room % axis.size == 0:
+                out[f] = out.get(f, ()) + (axis,)
+                spare.remove(axis)
+                room //= axis.size
+    return out
+
+
+def _union(*parts: FactorAxes) -> FactorAxes:
+    out: FactorAxes = {}
+    for part in parts:
+        for f, v in part.items():
+            out[f] = out.get(f, ()) + tuple(a for a in v if a not in out.get(f, ()))
+    return out
+
+
+def _merge_target(target: FactorAxes, computed: FactorAxes, group: tuple) -> FactorAxes:
+    """The in-group output target: ``target`` without the group axes, if compatible.
+
+    ``MergeShardingIfCompatible``: when the requested output uses a group
+    axis on another dim than the method puts it, the merge fails and the
+    groups compute a replicated output.
+    """
+    for f, v in target.items():
+        if any(a in group and a not in computed.get(f, ()) for a in v):
+            return {}
+    return _drop(target, group)
+
+
+class _Partitioner:
+    """XLA's method choice and recursion for one gather or scatter."""
+
+    def __init__(self, op: _Op) -> None:
+        self.op, self.cls = op, op.classes()
+
+    # --- methods: (name, group axes, new factor axes per role, output axes, partial) ---
+    def methods(self, fa: dict[str, FactorAxes], free: tuple) -> list[tuple]:
+        cls, op = self.cls, self.op
+        data, idx, sl = fa["data"], fa["indices"], fa["slices"]
+        out = []
+
+        def group_of(source: FactorAxes, factors) -> tuple:
+            return tuple(a for f in factors for a in source.get(f, ()) if a in free)
+
+        idx_priority = [*cls.parallel, *cls.index_passthrough]
+        data_priority = [*cls.parallel, *cls.operand_passthrough, *cls.trivial]
+        inner = lambda g: tuple(a for a in free if a not in g)  # noqa: E731
+
+        common = tuple(a for f in cls.parallel for a in data.get(f, ())
+                       if a in free and a in idx.get(f, ()))
+        if common:
+            on = {f: tuple(a for a in data.get(f, ()) if a in common) for f in cls.parallel}
+            new = dict(fa)
+            new["slices"] = _union(_drop(sl, common), on)
+            out.append(("batch", common, new, on, ()))
+        group = group_of(data, cls.operand_passthrough)
+        if group:
+            on = {f: tuple(a for a in data.get(f, ()) if a in group)
+                  for f in cls.operand_passthrough}
+            new = dict(fa)
+            new["indices"] = _regroup(idx, group, inner(group), idx_priority)
+            if op.scatter:
+                new["slices"] = _union(_drop(sl, group), on)
+            out.append(("operand-passthrough", group, new, on, ()))
+        group = group_of(data, cls.trivial)
+        if group:
+            new = dict(fa)
+            new["indices"] = _regroup(idx, group, inner(group), idx_priority)
+            partial = () if op.scatter else group
+            if op.scatter:
+                new["slices"] = _regroup(sl, group, inner(group), idx_priority)
+            out.append(("trivially-sliced", group, new, {}, partial))
+        group = group_of(idx, cls.index_passthrough)
+        if group:
+            on = {f: tuple(a for a in idx.get(f, ()) if a in group)
+                  for f in cls.index_passthrough}
+            new = dict(fa)
+            partial: tuple = ()
+            reducing = all(f in op.rule.reduction_factors for f in cls.index_passthrough)
+            if op.scatter and reducing:
+                new["data"] = _drop(data, group)  # scattered into an identity, then summed
+                new["slices"] = _union(_drop(sl, group), on)
+                partial = group
+            else:
+                new["data"] = _regroup(data, group, inner(group), data_priority)
+                if op.scatter:
+                    new["slices"] = _union(_drop(sl, group), on)
+            out.append(("index-passthrough", group, new, on, partial))
+        return out
+
+    def level(self, fa: dict[str, FactorAxes], target: FactorAxes, free: tuple,
+              recursive: bool, forced: tuple | None = None,
+              outer: FactorAxes | None = None) -> tuple[_Plan, FactorAxes]:
+        """Partition with the axes ``free`` still available; the computed output axes.
+
+        ``recursive``: choose among the methods by cost, as XLA does;
+        otherwise (XLA's dry run) replicate inside the group. ``forced``:
+        the method to dry-run at this level. ``outer``: the gather output
+        axes the enclosing levels' groups impose (part of every shard here).
+        """
+        outer = outer or {}
+        if forced is not None:
+            candidates = [forced]
+        elif recursive:
+            candidates = self.methods(fa, free)
+            if candidates:
+                costed = [(self.cost(c, fa, target, free), k) for k, c in enumerate(candidates)]
+                candidates = [candidates[min(costed)[1]]]
+        else:
+            candidates = []
+        roles = ("data", "indices", "slices") if self.op.scatter else ("data", "indices")
+        plan = _Plan()
+        if not candidates:  # replicate inside the group
+            new = {role: _drop(v, free) for role, v in fa.items()}
+            plan.steps += [("reshard", role, fa[role], new[role]) for role in roles]
+            plan.op_fa = new if self.op.scatter else {**new, "slices": {}}
+            return plan, new["data"] if self.op.scatter else {}
+        _name, group, new, on, partial = candidates[0]
+        # A splat operand (zeros of a gradient) is rebuilt in the new sharding for free.
+        identity = self.op.scatter and bool(partial) and self.op.roles.splat_data
+        plan.steps += [("reshard", role, fa[role], new[role]) for role in roles
+                       if not (identity and role == "data")]
+        inner_free = tuple(a for a in free if a not in group)
+        if self.op.scatter:
+            inner_target = _union(_drop(new["data"], inner_free), _keep(target, inner_free))
+        else:
+            inner_target = _merge_target(target, on, group)
+        sub, computed = self.level(new, inner_target, inner_free, recursive,
+                                   outer=_union(outer, on) if not self.op.scatter else None)
+        plan.steps += sub.steps
+        plan.op_fa = sub.op_fa
+        if not self.op.scatter:
+            computed = _union(on, computed)
+        if partial:
+            shard = computed if self.op.scatter else _union(outer, computed)
+            plan.steps.append(("all-reduce", "data" if self.op.scatter else "slices",
+                               shard, partial))
+        return plan, computed
+
+    def cost(self, candidate, fa, target, free) -> tuple[int, int]:
+        """XLA's dry-run cost of one method: (peak memory, communication) in bytes."""
+        if candidate[0] == "batch":
+            return (0, 0)  # the preferred method
+        plan, computed = self.level(fa, target, free, recursive=False, forced=candidate)
+        plan.steps.append(("reshard", "result", computed, target))
+        memory = self.op_memory(plan.op_fa)
+        comm = 0
+        for collective, extra in self.collectives(plan):
+            memory = max(memory, extra)
+            comm += _communication(collective, self.op.mesh)
+        return (memory, comm)
+
+    def op_memory(self, op_fa: dict[str, FactorAxes]) -> int:
+        roles = ["data", "indices", "slices"]
+        total = sum(self.op.shard_bytes(r, op_fa.get(r, {})) for r in roles)
+        return total
+
+    def collectives(self, plan: _Plan):
+        for step in plan.steps:
+            if step[0] == "reshard":
+                _, role, src, dst = step
+                for c in self.op.reshard(role, src, dst):
+                    yield c, _memory(c, self.op.mesh)
+            elif step[0] == "all-reduce":
+                _, role, fa, over = step
+                c = self.op.all_reduce(role, fa, over)
+                yield c, c.bytes_per_device
+
+
+def _group_size(c: Collective, mesh: MeshInfo) -> int:
+    return prod(mesh.sizes.get(a, 1) for a in c.axes) or 1
+
+
+def _memory(c: Collective, mesh: MeshInfo) -> int:
+    """``SpmdPartitioner::MemoryCostInBytes``: operands plus result (all-reduce in place)."""
+    if c.kind == "all-gather":
+        return c.bytes_per_device + c.bytes_per_device // _group_size(c, mesh)
+    if c.kind == "all-reduce":
+        return c.bytes_per_device
+    return 2 * c.bytes_per_device
+
+
+def _communication(c: Collective, mesh: MeshInfo) -> int:
+    if c.kind == "all-reduce":
+        return 2 * c.bytes_per_device
+    if c.kind == "all-gather":
+        g = _group_size(c, mesh)
+        return c.bytes_per_device * (g - 1) // g
+    return c.bytes_per_device
+
+
+def indexed_communication(rule: OpShardingRule, roles: IndexedRoles,
+                          operands: Sequence[Tensor], results: Sequence[Tensor],
+                          mesh) -> list[OpCommunication] | None:
+    """The collectives XLA's gather/scatter handler emits for one op.
+
+    None where the model does not apply (no known mesh, sub-axes, a scatter
+    of several inputs); the caller then uses the factor model
+    (``op_comm.op_communication``).
+    """
+    if not isinstance(mesh, MeshInfo) or mesh.maximal or mesh.empty or len(roles.data) != 1:
+        return None
+    if any(t.sharding is None for t in [*operands, *results]):
+        return None
+    op = _Op(rule, roles, operands, results, mesh)
+    part = _Partitioner(op)
+    fa = {role: op.axes(role) for role in ("data", "indices", "slices")}
+    target = op.axes("result")
+    for v in [*fa.values(), target]:
+        if any(a.pre != 1 or a.size != a.total for axes in v.values() for a in axes):
+            return None
+    start = {role: {f: (() if f in part.cls.replicated else v) for f, v in axes.items()}
+             for role, axes in fa.items()}
+    free = tuple(sorted(op.sizes, key=lambda a: mesh.order[a.name]))
+    plan, computed = part.level(start, target, free, recursive=True)
+    steps = [("reshard", role, fa[role], start[role]) for role in fa]
+    steps += plan.steps + [("reshard", "result", computed, target)]
+    return list(_communications(op, steps))
+
+
+def _communications(op: _Op, steps) -> list[OpCommunication]:
+    out = []
+    for step in steps:
+        if step[0] == "all-reduce":
+            _, role, fa, over = step
+            reason = ("partial sums of an indexed op sharded over "
+                      + ", ".join(map(str, over)))
+            out.append(OpCommunication(None, reason, op.all_reduce(role, fa, over)))
+            continue
+        _, role, src, dst = step
+        if src == dst:
+            continue
+        index = op.index.get(role)  # None: the result
+        needed = op.sharding(role, dst)
+        for collective in op.reshard(role, src, dst):
+            if index is None:
+                reason = (f"computed {dims_text(op.sharding(role, src))}, "
+                          f"declared {dims_text(needed)}")
+                out.append(OpCommunication(None, reason, collective))
+            else:
+                reason = (f"sharded {dims_text(op.sharding(role, src))}, the op needs "
+                          f"{dims_text(needed)}")
+                target = tuple(d.axes for d in needed.dims)
+                out.append(OpCommunication(index, reason, collective, target))
+    return out
