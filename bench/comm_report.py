@@ -132,6 +132,23 @@ def _bf16_matmul(size: str = "small") -> Program:
     return dataclasses.replace(program, name="bf16 matmul all-reduce", args=args)
 
 
+def _loop_carry(size: str = "small") -> Program:
+    """A loop whose body returns its carry sharded otherwise than the loop carries it:
+    XLA reshards it at the end of the body (and the result after the loop)."""
+    mesh = make_mesh((4, 2), ("x", "y"))
+    x = np.random.default_rng(3).standard_normal((16, 16)).astype(np.float32)
+    ins = shardings(mesh, (P("x", "y"),))
+    inner = shardings(mesh, P("y", "x"))
+
+    def fun(a):
+        body = lambda i, h: jax.lax.with_sharding_constraint(jax.numpy.tanh(h) * 2.0, inner)
+        return jax.lax.fori_loop(0, 3, body, a)
+
+    return Program(name="loop carry resharded in the body", description="one fori_loop",
+                   fun=fun, args=place((x,), ins), in_shardings=ins,
+                   out_shardings=shardings(mesh, P("x", "y")), mesh=mesh)
+
+
 HANDWRITTEN = {
     "all-gather": _reshard(P("x", "y"), P()),
     "all-to-all": _reshard(P("x", None), P(None, "x")),
@@ -147,6 +164,7 @@ HANDWRITTEN = {
                                     P("x", None, None), P("x")),
     "top_k sort-dim-sharded": _batched("top_k", lambda a: jax.lax.top_k(a, 2)[0],
                                        P("x", "y", None), P("x", "y")),
+    "loop carry": _loop_carry,
     "fft": _batched("fft", lambda a: jax.numpy.fft.fft(a, axis=-1).real,
                     P("x", "y", None), P("x", "y")),
 }

@@ -160,6 +160,11 @@ def collectives_at(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
                 reason = (f"returned {dims_text(src.sharding)} as result {k}, "
                           f"declared {dims_text(dst)}")
                 yield from _entries(ir_op, reason, found, f"result {k} ({ir_op.operands[k].type})")
+    elif name == "stablehlo.while":
+        yield from _carry_entries(reader, op, operands, "enters the loop")
+    elif name == "stablehlo.return" and _returns_carries(graph, op):
+        yield from _carry_entries(reader, graph.op_parent[op], operands,
+                                  "returned by the loop body", at=ir_op)
     elif name == MANUAL_OP:
         ins = store.manual[op][1]
         for k, value in enumerate(operands):
@@ -184,6 +189,32 @@ def collectives_at(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
                             implicit=False)
     else:
         yield from _implicit_entries(reader, op)
+
+
+def _returns_carries(graph, op: int) -> bool:
+    """Whether ``op`` (a ``stablehlo.return``) ends a while loop's body (not its
+    condition, whose block comes first)."""
+    owner = graph.op_parent[op]
+    if owner < 0 or graph.op_name[owner] != "stablehlo.while":
+        return False
+    blocks = graph.op_blocks[owner]
+    return len(blocks) == 2 and bool(blocks[1][1]) and blocks[1][1][-1] == op
+
+
+def _carry_entries(reader: ModuleValues, loop: int, values: list[int], how: str,
+                   at: ir.Operation | None = None) -> Iterator[CommEntry]:
+    """Loop carries sharded otherwise than the loop carries them (its per-value
+    sharding): the initial values before the loop, the body's results at its end.
+    XLA reshards each one there (inside the body: once per iteration)."""
+    graph = reader.graph
+    ir_op = at if at is not None else graph.ops[loop]
+    for k, (value, result) in enumerate(zip(values, graph.op_results[loop])):
+        src, dst = reader.tensor(value), reader.sharding(result)
+        if src is None or dst is None or src.sharding is None:
+            continue
+        found = reshard_tensor(src, dst, reader.mesh_of(src.sharding, dst))
+        reason = f"carry {k} {how} {dims_text(src.sharding)}, the loop carries {dims_text(dst)}"
+        yield from _entries(ir_op, reason, found, f"operand {k} ({ir_op.operands[k].type})")
 
 
 def _call_entries(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
