@@ -66,6 +66,8 @@ class Build:
     compile_seconds: float
     # The cost-aware route's search (``Lowered.cost_aware_resolution``); None on the others.
     resolution: Any = None
+    # The lowered program (shardc's ``Lowered`` or jax's), for predictions made before compiling.
+    lowered: Any = None
 
 
 @dataclasses.dataclass
@@ -185,7 +187,8 @@ def build(program: Program, route: str) -> Build:
     start = time.perf_counter()
     compiled = lowered.compile() if devices is None else lowered.compile(devices)
     resolution = lowered.cost_aware_resolution if route == COST_AWARE else None
-    return Build(route, compiled, lower_seconds, time.perf_counter() - start, resolution)
+    return Build(route, compiled, lower_seconds, time.perf_counter() - start, resolution,
+                 lowered)
 
 
 def build_routes(
