@@ -13,8 +13,16 @@ not divide counting padded like XLA pads it:
   own peak is added while the loop runs). Values XLA never materialises are
   skipped: constants, and values of *fusible* ops (elementwise, broadcasts,
   reshapes, converts, iota, slices, selects) whose users are all fusible ops
-  or reductions, since XLA fuses such producers into their consumer. Values
-  returned from the function live in the output buffers, not in temporaries.
+  or reductions, since XLA fuses such producers into their consumer, unless
+  several ops read one that is expensive (XLA does not duplicate exp, tanh,
+  rsqrt, ...) or feeds a reduction; a transpose read only by dots is folded
+  into them. A buffer is freed after the last op reading it, a fused reader
+  reading it where its own readers run. Values returned from the function
+  (and the ops producing them) live in the output buffers, not in
+  temporaries, and a temporary that fits in a non-aliased output buffer
+  before that output is written is placed there (XLA's buffer assigner
+  reuses output allocations, largest values first, smallest allocation first).
+* aliasing: donated arguments whose buffers outputs reuse (``aliasing``).
 * reshard buffers: an operand resharded to what its op needs (gathered,
   all-to-all'ed, or sliced for a non-fusible op) is one buffer per (value,
   target sharding), live from its first to its last consumer (XLA reuses it);
@@ -35,8 +43,8 @@ not divide counting padded like XLA pads it:
 Each rule was read off XLA's buffer assignment (``--xla_dump_to``).
 
 The figures compare with XLA's ``Compiled.memory_analysis()`` (argument,
-output and temp bytes): ``bench/memory_estimate.py`` states the error per
-benchmark program.
+output, temp and alias bytes; ``net_bytes`` with arg + out + temp - alias):
+``bench/memory_estimate.py`` states the error per benchmark and zoo program.
 """
 
 from __future__ import annotations
