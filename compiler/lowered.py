@@ -255,5 +255,6 @@ class Lowered(Stage):
         return table.filter(**filters) if filters else table
 
     def memory_estimate(self) -> Any:
-        """Per-device bytes of arguments, outputs and temporaries before compiling."""
-        return memory_estimate(self.module)
+        """Per-device bytes of arguments, outputs, temporaries and donated buffers the
+        outputs reuse, before compiling (a ``MemoryEstimate``)."""
+        return memory_estimate(self.module, arg_names=self.arg_names)

@@ -69,12 +69,14 @@ def _propagated(module: ir.Operation) -> bool:
     return found
 
 
-def memory_estimate(module: ir.Module | ir.Operation, *, propagate: bool = True) -> MemoryEstimate:
-    """Per-device bytes of ``module`` before compiling (see ``memory``)."""
+def memory_estimate(module: ir.Module | ir.Operation, *, propagate: bool = True,
+                    arg_names: tuple[str, ...] | None = None) -> MemoryEstimate:
+    """Per-device bytes of ``module`` before compiling (see ``memory``); ``arg_names``
+    name the donated arguments in the list of aliased buffers."""
     operation = module.operation
     if propagate:
         operation = propagated_copy(operation, export=False)
-    return estimate_memory(operation)
+    return estimate_memory(operation, arg_names=arg_names)
 
 
 __all__ = [

@@ -13,8 +13,16 @@ not divide counting padded like XLA pads it:
   own peak is added while the loop runs). Values XLA never materialises are
   skipped: constants, and values of *fusible* ops (elementwise, broadcasts,
   reshapes, converts, iota, slices, selects) whose users are all fusible ops
-  or reductions, since XLA fuses such producers into their consumer. Values
-  returned from the function live in the output buffers, not in temporaries.
+  or reductions, since XLA fuses such producers into their consumer, unless
+  several ops read one that is expensive (XLA does not duplicate exp, tanh,
+  rsqrt, ...) or feeds a reduction; a transpose read only by dots is folded
+  into them. A buffer is freed after the last op reading it, a fused reader
+  reading it where its own readers run. Values returned from the function
+  (and the ops producing them) live in the output buffers, not in
+  temporaries, and a temporary that fits in a non-aliased output buffer
+  before that output is written is placed there (XLA's buffer assigner
+  reuses output allocations, largest values first, smallest allocation first).
+* aliasing: donated arguments whose buffers outputs reuse (``aliasing``).
 * reshard buffers: an operand resharded to what its op needs (gathered,
   all-to-all'ed, or sliced for a non-fusible op) is one buffer per (value,
   target sharding), live from its first to its last consumer (XLA reuses it);
@@ -35,8 +43,8 @@ not divide counting padded like XLA pads it:
 Each rule was read off XLA's buffer assignment (``--xla_dump_to``).
 
 The figures compare with XLA's ``Compiled.memory_analysis()`` (argument,
-output and temp bytes): ``bench/memory_estimate.py`` states the error per
-benchmark program.
+output, temp and alias bytes; ``net_bytes`` with arg + out + temp - alias):
+``bench/memory_estimate.py`` states the error per benchmark and zoo program.
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ from shardc.compiler.cost.reshard import (
     shard_shape,
 )
 from shardc.compiler.diagnostics import source_loc_of
+from shardc.compiler.explain.aliasing import Alias, Slot, donations, find_aliases
 from shardc.compiler.explain.grid import grid_of_sharding
 from shardc.compiler.propagation.graph import ELEMENTWISE
 from shardc.compiler.propagation.values import ModuleValues
@@ -78,6 +87,10 @@ _IN_PLACE = {"stablehlo.while": lambda k: k, "stablehlo.dynamic_update_slice": l
 _PASS_ON = frozenset({"sdy.data_flow_edge", "sdy.sharding_constraint", "sdy.reshard",
                       "sdy.propagation_barrier"})
 _RESHARDS = frozenset({"sdy.reshard", "sdy.sharding_constraint"})
+_EXPENSIVE = frozenset("stablehlo." + n for n in (
+    "exponential", "exponential_minus_one", "log", "log_plus_one", "logistic", "power",
+    "rsqrt", "sqrt", "cbrt", "sine", "cosine", "tan", "tanh", "atan2")) | frozenset(
+    {"chlo.erf", "chlo.erf_inv", "chlo.tan", "chlo.lgamma", "chlo.digamma"})
 _CONSTANTS = frozenset({"sdy.constant", "stablehlo.constant", "stablehlo.iota"})
 _FUSING_CONSUMERS = FUSIBLE | frozenset({"stablehlo.reduce", "func.return"})
 
@@ -92,9 +105,25 @@ class Buffer:
     bytes_per_device: int
 
 
+@dataclass
+class _Interval:
+    """A buffer's live positions (inclusive) in the main function's op list."""
+
+    start: int
+    end: int
+    size: int
+    buffer: Buffer | None
+    fits_output: bool = True  # one value, so XLA may place it in an output buffer
+
+
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Per-device bytes of one program, before compiling."""
+    """Per-device bytes of one program, before compiling.
+
+    ``alias_bytes`` are the donated arguments' bytes that results reuse
+    (``aliases`` says which), so ``net_bytes`` compares with XLA's
+    ``argument + output + temp - alias`` from ``memory_analysis()``.
+    """
 
     argument_bytes: int
     output_bytes: int
@@ -102,30 +131,46 @@ class MemoryEstimate:
     peak_op: str | None
     peak_loc: str | None
     largest: tuple[Buffer, ...]
+    alias_bytes: int = 0
+    aliases: tuple[Alias, ...] = ()
 
     @property
     def total_bytes(self) -> int:
         """Arguments + outputs + temporaries (what ``memory_analysis`` adds up too)."""
         return self.argument_bytes + self.output_bytes + self.temp_bytes
 
+    @property
+    def net_bytes(self) -> int:
+        """The total less the aliased bytes, counted both as argument and as output."""
+        return self.total_bytes - self.alias_bytes
+
     def compare(self, stats) -> dict[str, float | None]:
         """Ratios estimate / XLA per field of a ``memory_analysis()`` result (None if 0)."""
+        total = (stats.argument_size_in_bytes + stats.output_size_in_bytes
+                 + stats.temp_size_in_bytes)
         pairs = {
             "argument": (self.argument_bytes, stats.argument_size_in_bytes),
             "output": (self.output_bytes, stats.output_size_in_bytes),
             "temp": (self.temp_bytes, stats.temp_size_in_bytes),
-            "total": (self.total_bytes, stats.argument_size_in_bytes
-                      + stats.output_size_in_bytes + stats.temp_size_in_bytes),
+            "alias": (self.alias_bytes, stats.alias_size_in_bytes),
+            "total": (self.total_bytes, total),
+            "net": (self.net_bytes, total - stats.alias_size_in_bytes),
         }
         return {k: (mine / xla if xla else (1.0 if mine == 0 else None))
                 for k, (mine, xla) in pairs.items()}
 
     def format_text(self) -> str:
-        """A short report: the three figures, where the peak is, the largest buffers."""
+        """A short report: the figures, the aliased buffers, the peak, the largest buffers."""
         lines = [f"arguments   {self.argument_bytes:>12} bytes/device",
                  f"outputs     {self.output_bytes:>12} bytes/device",
                  f"temporaries {self.temp_bytes:>12} bytes/device (live peak)",
-                 f"total       {self.total_bytes:>12} bytes/device"]
+                 f"aliased     {self.alias_bytes:>12} bytes/device (donated arguments reused "
+                 "by outputs)",
+                 f"total       {self.net_bytes:>12} bytes/device (less aliased)"]
+        for alias in self.aliases:
+            name = f" {alias.path}" if alias.path else ""
+            lines.append(f"  argument {alias.argument}{name} -> result {alias.result} "
+                         f"({alias.bytes_per_device} bytes)")
         if self.peak_op:
             lines.append(f"peak at {self.peak_op} ({self.peak_loc or 'unknown location'})")
         for buffer in self.largest:
@@ -137,6 +182,7 @@ class MemoryEstimate:
         """The estimate as JSON."""
         data = asdict(self)
         data["total_bytes"] = self.total_bytes
+        data["net_bytes"] = self.net_bytes
         return json.dumps(data, indent=1)
 
 
@@ -233,16 +279,22 @@ class _Walker:
             self.reduced[op] = tuple(sorted(str(a) for a in reduced))
 
     def bytes_of(self, value: int) -> int:
+        return self.slot(value).bytes_per_device
+
+    def slot(self, value: int, sharding=None) -> Slot:
+        """Per-device bytes and type of ``value`` (at ``sharding`` if given, else its own)."""
         shape = self.graph.value_shape[value]
         if shape is None:
-            return 0
+            return Slot(0, ())
         tensor = self.values.tensor(value)
-        shard = grid_of_sharding(shape, tensor.sharding, self.sizes).shard_shape() \
+        sharding = sharding if sharding is not None else tensor.sharding
+        shard = grid_of_sharding(shape, sharding, self.sizes).shard_shape() \
             if self.sizes else shape
         total = tensor.element_bytes
         for n in shard:
             total *= n
-        return total
+        element = ir.ShapedType(self.graph.values[value].type).element_type
+        return Slot(total, (tuple(shard), str(element)))
 
     def materialised(self, value: int, op: int) -> bool:
         graph = self.graph
@@ -250,7 +302,47 @@ class _Walker:
         if name in _FREE and value not in self.moved:
             return False
         users = {graph.op_name[self.top_user(u, op)] for u, _ in graph.uses[value]}
-        return not (name in FUSIBLE and users <= _FUSING_CONSUMERS)
+        if name == "stablehlo.transpose" and users == {"stablehlo.dot_general"}:
+            return False  # XLA's transpose folding makes it the dot's dimension numbers
+        if name in FUSIBLE and users <= _FUSING_CONSUMERS:
+            return self.shared(value, op)
+        return True
+
+    def shared(self, value: int, op: int) -> bool:
+        """Whether XLA keeps a fusible value that several ops read instead of fusing
+        it into each of them (duplicating it).
+
+        XLA's fusion duplicates a producer into several consumers only when it
+        is cheap, and a reduction's input read elsewhere too is kept (seen in
+        the buffer assignments of the zoo LMs: exp/tanh/rsqrt fusions live from
+        the forward into the backward; and of bench/models transformer: the
+        residual stream, read by a layer norm's reductions and the next add).
+        """
+        graph = self.graph
+        tops = {self.top_user(u, op) for u, _ in graph.uses[value]}
+        if len(tops) < 2:
+            return False
+        return graph.op_name[op] in _EXPENSIVE or any(
+            graph.op_name[t] == "stablehlo.reduce" for t in tops)
+
+    def last_read(self, value: int, op: int, position: dict[int, int], returned: set[int],
+                  at: int) -> int:
+        """Position of the last op that reads ``value``'s buffer (``at`` at least).
+
+        A user XLA fuses into its own consumers (not materialised) reads the
+        buffer where those consumers run, so its uses count, recursively.
+        """
+        graph = self.graph
+        last = at
+        for user, _ in graph.uses[value]:
+            top = self.top_user(user, op)
+            here = position.get(top, at)
+            if top == user and graph.op_name[user] in FUSIBLE and not any(
+                    r in returned or self.materialised(r, user) for r in graph.op_results[user]):
+                for result in graph.op_results[user]:
+                    here = max(here, self.last_read(result, user, position, returned, here))
+            last = max(last, here)
+        return last
 
     def top_user(self, user: int, block_owner_child: int) -> int:
         """The op of ``block_owner_child``'s block that contains ``user``."""
@@ -278,7 +370,7 @@ class _Walker:
         return value
 
     @staticmethod
-    def _extend(frees: dict[int, list[tuple[int, int]]], value: int, last: int) -> bool:
+    def _extend(frees: dict[int, list[tuple]], value: int, last: int) -> bool:
         """Keep ``value``'s buffer (if it is live) until position ``last``."""
         for at, entries in list(frees.items()):
             for entry in entries:
@@ -286,6 +378,7 @@ class _Walker:
                     if at < last:
                         entries.remove(entry)
                         frees.setdefault(last, []).append(entry)
+                        entry[2].end = last
                     return True
         return False
 
@@ -332,8 +425,13 @@ class _Walker:
         close()
         return extend
 
-    def peak(self, ops: list[int], returned: set[int]) -> tuple[int, int]:
-        """Live peak of one block's ops (and the op where it is reached)."""
+    def peak(self, ops: list[int], returned: set[int],
+             record: list[_Interval] | None = None) -> tuple[int, int]:
+        """Live peak of one block's ops (and the op where it is reached).
+
+        With ``record``, every buffer's live interval (positions in ``ops``) is
+        appended to it, for placing temporaries in output buffers afterwards.
+        """
         graph = self.graph
         position = {op: i for i, op in enumerate(ops)}
         # XLA reshards a value once per target sharding and reuses it (CSE): the
@@ -363,7 +461,7 @@ class _Walker:
         extend = self.combined(ops)
         owner = graph.op_name[graph.op_parent[ops[0]]] if ops else ""
         carries = args if owner == "stablehlo.while" else set()
-        frees: dict[int, list[tuple[int, int]]] = {}
+        frees: dict[int, list[tuple]] = {}
         live, best, best_op = 0, 0, -1
         for i, op in enumerate(ops):
             allocated = [(None, size, last) for size, last in gathered.get(i, ())]
@@ -371,8 +469,7 @@ class _Walker:
                 if value in returned or not self.materialised(value, op):
                     continue
                 size = self.bytes_of(value)
-                last = max((position.get(self.top_user(u, op), i) for u, _ in graph.uses[value]),
-                           default=i)
+                last = self.last_read(value, op, position, returned, i)
                 last = max(last, extend.get(value, i))
                 if graph.op_name[op] == "stablehlo.reshape":
                     # a reshape of a row-major array is a bitcast in XLA: it shares its
@@ -395,21 +492,33 @@ class _Walker:
                         # the result takes over its operand's buffer (XLA updates in place)
                         frees[i].remove(dying[0])
                         frees.setdefault(max(last, i), []).append(dying[0])
+                        dying[0][2].end = max(last, i)
                         continue
                 allocated.append((value, size, last))
             inner = max((self.peak(nested, set()) [0] for _, nested in graph.op_blocks[op]),
                         default=0)
-            now = (live + sum(s for _, s, _ in allocated) + inner + self.extra.get(op, 0)
-                   + copies.get(i, 0))
+            transient = inner + self.extra.get(op, 0) + copies.get(i, 0)
+            now = live + sum(s for _, s, _ in allocated) + transient
             if now > best:
                 best, best_op = now, op
+            if record is not None and transient:
+                # nested peaks and buffers live only while the op runs stay in the heap
+                record.append(_Interval(i, i, transient, None, fits_output=False))
             for value, size, last in allocated:
                 live += size
-                frees.setdefault(max(last, i), []).append((value, size))
+                buffer = None
                 if value is not None:
-                    self.buffers.append(Buffer(graph.values[value].get_name(self.state),
-                                               graph.op_name[op], _loc(graph.ops[op]), size))
-            for _, size in frees.pop(i, []):
+                    buffer = Buffer(graph.values[value].get_name(self.state),
+                                    graph.op_name[op], _loc(graph.ops[op]), size)
+                    self.buffers.append(buffer)
+                # a combined all-reduce is one tuple-shaped op in XLA: its results
+                # stay in the heap (mlp_data_parallel's gradients, buffer assignment)
+                interval = _Interval(i, max(last, i), size, buffer,
+                                     fits_output=value not in extend)
+                if record is not None:
+                    record.append(interval)
+                frees.setdefault(max(last, i), []).append((value, size, interval))
+            for _, size, _ in frees.pop(i, []):
                 live -= size
         return best, best_op
 
@@ -480,8 +589,12 @@ def _main(values: ModuleValues) -> int:
     return funcs.get("main", next(iter(funcs.values()), -1))
 
 
-def estimate_memory(module: ir.Operation, *, top: int = 5) -> MemoryEstimate:
-    """The estimate for an already propagated ``module`` (see the module docstring)."""
+def estimate_memory(module: ir.Operation, *, top: int = 5,
+                    arg_names: tuple[str, ...] | None = None) -> MemoryEstimate:
+    """The estimate for an already propagated ``module`` (see the module docstring).
+
+    ``arg_names`` (jax's names of the argument leaves) label the aliased buffers.
+    """
     values = ModuleValues(module, missing_as_replicated=True)
     walker = _Walker(values)
     graph = values.graph
@@ -489,26 +602,80 @@ def estimate_memory(module: ir.Operation, *, top: int = 5) -> MemoryEstimate:
     if func < 0 or not graph.op_blocks[func]:
         return MemoryEstimate(0, 0, 0, None, None, ())
     args, ops = graph.op_blocks[func][0]
-    argument_bytes = sum(walker.bytes_of(a) for a in args)
+    arguments = [walker.slot(a) for a in args]
     ret = ops[-1]
     results = values.store.func_results.get(func, [])
-    output_bytes = 0
-    for k, value in enumerate(graph.op_operands[ret]):
-        sharding = values.store.value[results[k]] if k < len(results) else None
-        shape = graph.value_shape[value]
-        if shape is not None and sharding is not None and walker.sizes:
-            tensor = values.tensor(value)
-            shard = grid_of_sharding(shape, sharding, walker.sizes).shard_shape()
-            size = tensor.element_bytes
-            for n in shard:
-                size *= n
-            output_bytes += size
-        else:
-            output_bytes += walker.bytes_of(value)
-    if len(graph.op_operands[ret]) > 1:
-        output_bytes += _POINTER_BYTES * len(graph.op_operands[ret])  # XLA's tuple of outputs
-    temp, peak_op = walker.peak(ops, set(graph.op_operands[ret]))
-    largest = tuple(sorted(walker.buffers, key=lambda b: -b.bytes_per_device)[:top])
-    return MemoryEstimate(argument_bytes, output_bytes, temp,
+    outputs = [walker.slot(value, values.store.value[results[k]] if k < len(results) else None)
+               for k, value in enumerate(graph.op_operands[ret])]
+    output_bytes = sum(o.bytes_per_device for o in outputs)
+    if len(outputs) > 1:
+        output_bytes += _POINTER_BYTES * len(outputs)  # XLA's tuple of outputs
+    aliases = find_aliases(donations(graph.ops[func]), arguments, outputs, arg_names)
+    returned = set(graph.op_operands[ret])
+    # The op that produces a result writes it straight into the output buffer.
+    producers = {k: walker.root(value) for k, value in enumerate(graph.op_operands[ret])}
+    returned.update(producers.values())
+    intervals: list[_Interval] = []
+    walker.peak(ops, returned, intervals)
+    position = {op: i for i, op in enumerate(ops)}
+    slots = []
+    aliased = {alias.result for alias in aliases}
+    for k, value in producers.items():
+        owner = graph.value_def[value]
+        if k not in aliased and owner >= 0:
+            slots.append((outputs[k].bytes_per_device,
+                          position.get(walker.top_user(owner, ops[0]), 0)))
+    packed = _place_in_outputs(intervals, slots)
+    inside = {id(iv) for iv in packed}
+    temp, at = _live_peak([iv for iv in intervals if id(iv) not in inside], len(ops))
+    peak_op = ops[at] if temp else -1
+    inside = {id(iv.buffer) for iv in packed if iv.buffer is not None}
+    kept = [b for b in walker.buffers if id(b) not in inside]
+    largest = tuple(sorted(kept, key=lambda b: -b.bytes_per_device)[:top])
+    return MemoryEstimate(sum(a.bytes_per_device for a in arguments), output_bytes, temp,
                           graph.op_name[peak_op] if peak_op >= 0 else None,
-                          _loc(graph.ops[peak_op]) if peak_op >= 0 else None, largest)
+                          _loc(graph.ops[peak_op]) if peak_op >= 0 else None, largest,
+                          sum(a.bytes_per_device for a in aliases), aliases)
+
+
+def _place_in_outputs(intervals: list[_Interval],
+                      slots: list[tuple[int, int]]) -> list[_Interval]:
+    """The temporaries XLA places in output buffers before the outputs are written.
+
+    XLA's buffer assigner takes values largest first and gives a temporary
+    the smallest existing allocation it fits in whose values it does not
+    overlap; an output buffer not aliased with an argument is such an
+    allocation up to the op that writes the output (argument buffers never
+    are). What does not fit goes to the heap, i.e. into ``temp``. Seen in
+    the buffer assignment of the zoo's vit_bf16 step: its gradient outputs'
+    allocations hold most of the forward and backward activations.
+    """
+    order = sorted(range(len(slots)), key=lambda s: slots[s][0])
+    taken: dict[int, list[_Interval]] = {s: [] for s in order}
+    packed = []
+    for interval in sorted(intervals, key=lambda iv: -iv.size):
+        if not interval.fits_output:
+            continue
+        for s in order:
+            size, written = slots[s]
+            if size < interval.size or interval.end >= written:
+                continue
+            if all(iv.end < interval.start or interval.end < iv.start for iv in taken[s]):
+                taken[s].append(interval)
+                packed.append(interval)
+                break
+    return packed
+
+
+def _live_peak(intervals: list[_Interval], length: int) -> tuple[int, int]:
+    """The largest sum of live intervals, and the first position reaching it."""
+    change = [0] * (length + 1)
+    for interval in intervals:
+        change[interval.start] += interval.size
+        change[interval.end + 1] -= interval.size
+    live, best, at = 0, 0, 0
+    for i in range(length):
+        live += change[i]
+        if live > best:
+            best, at = live, i
+    return best, at
