@@ -53,67 +53,17 @@ import json
 from dataclasses import asdict, dataclass
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import stablehlo
 
-from shardc.compiler.cost.op_comm import computation_axes, required_sharding
-from shardc.compiler.cost.report import collectives_at
-from shardc.compiler.cost.reshard import (
-    ALL_GATHER,
-    ALL_REDUCE,
-    ALL_TO_ALL,
-    dim_axes,
-    reshard_collectives,
-    shard_bytes,
-    shard_shape,
+from shardc.compiler.explain.aliasing import Alias, donations, find_aliases
+from shardc.compiler.explain.liveness import (
+    Buffer,
+    Interval,
+    LivenessWalker,
+    loc_text,
 )
-from shardc.compiler.diagnostics import source_loc_of
-from shardc.compiler.explain.aliasing import Alias, Slot, donations, find_aliases
-from shardc.compiler.explain.grid import grid_of_sharding
-from shardc.compiler.propagation.graph import ELEMENTWISE
 from shardc.compiler.propagation.values import ModuleValues
 
-_FREE = frozenset({"sdy.constant", "stablehlo.constant", "sdy.sharding_constraint",
-                   "sdy.reshard", "stablehlo.optimization_barrier", "sdy.data_flow_edge",
-                   "sdy.propagation_barrier", "stablehlo.get_tuple_element"})
-FUSIBLE = ELEMENTWISE | frozenset({
-    "stablehlo.broadcast_in_dim", "stablehlo.concatenate", "stablehlo.convert",
-    "stablehlo.dynamic_slice", "stablehlo.iota", "stablehlo.pad", "stablehlo.reshape",
-    "stablehlo.reverse", "stablehlo.slice", "stablehlo.transpose",
-}) | _FREE
 _POINTER_BYTES = 8
-# ops whose result k XLA writes into the buffer of one operand when that dies there
-_IN_PLACE = {"stablehlo.while": lambda k: k, "stablehlo.dynamic_update_slice": lambda k: 0,
-             "stablehlo.scatter": lambda k: k}
-_PASS_ON = frozenset({"sdy.data_flow_edge", "sdy.sharding_constraint", "sdy.reshard",
-                      "sdy.propagation_barrier"})
-_RESHARDS = frozenset({"sdy.reshard", "sdy.sharding_constraint"})
-_EXPENSIVE = frozenset("stablehlo." + n for n in (
-    "exponential", "exponential_minus_one", "log", "log_plus_one", "logistic", "power",
-    "rsqrt", "sqrt", "cbrt", "sine", "cosine", "tan", "tanh", "atan2")) | frozenset(
-    {"chlo.erf", "chlo.erf_inv", "chlo.tan", "chlo.lgamma", "chlo.digamma"})
-_CONSTANTS = frozenset({"sdy.constant", "stablehlo.constant", "stablehlo.iota"})
-_FUSING_CONSUMERS = FUSIBLE | frozenset({"stablehlo.reduce", "func.return"})
-
-
-@dataclass(frozen=True)
-class Buffer:
-    """One temporary buffer of the estimate."""
-
-    name: str
-    op: str
-    loc: str | None
-    bytes_per_device: int
-
-
-@dataclass
-class _Interval:
-    """A buffer's live positions (inclusive) in the main function's op list."""
-
-    start: int
-    end: int
-    size: int
-    buffer: Buffer | None
-    fits_output: bool = True  # one value, so XLA may place it in an output buffer
 
 
 @dataclass(frozen=True)
@@ -186,404 +136,6 @@ class MemoryEstimate:
         return json.dumps(data, indent=1)
 
 
-class _Walker:
-    def __init__(self, values: ModuleValues) -> None:
-        self.values = values
-        graph = values.graph
-        self.graph = graph
-        mesh = values.meshes.get(values.mesh) if values.mesh else None
-        self.sizes = dict(mesh.sizes) if mesh is not None else {}
-        self.extra: dict[int, int] = {}  # op -> bytes of gathered operands it needs
-        # op -> [((operand value, target), bytes, transposed-copy bytes)] resharded operands
-        self.needs: dict[int, list[tuple[tuple, int, int]]] = {}
-        self.reduced: dict[int, tuple] = {}  # op -> axes its result is all-reduced over
-        self.moved: set[int] = set()  # results of explicit reshards that move data
-        self.block_args: dict[int, list[int]] = {}  # first op of a block -> its arguments
-        for op in range(len(graph.ops)):
-            self._collect(op)
-            for block_args, block_ops in graph.op_blocks[op]:
-                if block_ops:
-                    self.block_args[block_ops[0]] = block_args
-        self.buffers: list[Buffer] = []
-        self.state = ir.AsmState(values.graph.module)
-
-    def _collect(self, op: int) -> None:
-        """Record the reshard buffers and all-reduces op ``op`` needs."""
-        graph, values = self.graph, self.values
-        name = graph.op_name[op]
-        if name in ("func.return", "func.call"):
-            for entry in collectives_at(values, op):
-                if entry.implicit and entry.kind != ALL_REDUCE:
-                    self.extra[op] = self.extra.get(op, 0) + entry.bytes_per_device
-            return
-        if name in _RESHARDS:
-            src = values.tensor(graph.op_operands[op][0])
-            result = graph.op_results[op][0]
-            dst = values.sharding(result)
-            if src is None or dst is None:
-                return
-            rank = len(src.shape)
-            before, after = dim_axes(src.sharding, rank), dim_axes(dst, rank)
-            if before == after:
-                return
-            found = reshard_collectives(src.shape, src.element_bytes, src.sharding, dst,
-                                        values.mesh_of(src.sharding, dst))
-            if found:
-                self.moved.add(result)
-                if _transposed_gather(src.shape, before, after, found):
-                    self.extra[op] = self.extra.get(op, 0) + shard_bytes(
-                        src.shape, src.element_bytes, after)
-            return
-        if not graph.op_results[op] or name in _FREE:
-            return
-        ruled = values.rule_tensors(op)
-        if ruled is None:
-            return
-        rule, operands, results = ruled
-        if all(r.sharding is None for r in results):
-            return
-        mesh = values.mesh_of(*(t.sharding for t in results + operands))
-        factor_axes, reduction = computation_axes(rule, operands, results, mesh)
-        reduced = {axis for axes in reduction.values() for axis in axes}
-        relayout = _relayout(graph.ops[op], name, operands, results)
-        if relayout.pop(-1, 0):  # a result in a non-canonical layout: transposed copy
-            self.extra[op] = self.extra.get(op, 0) + sum(
-                shard_bytes(r.shape, r.element_bytes, dim_axes(r.sharding, len(r.shape)))
-                for r in results)
-        for index, operand in enumerate(operands):
-            value = graph.op_operands[op][index]
-            owner = graph.value_def[value]
-            if owner >= 0 and graph.op_name[owner] in _CONSTANTS:
-                continue  # XLA folds a reshaped constant
-            needed = required_sharding(rule, index, operand, factor_axes)
-            if needed is None:
-                continue
-            rank = len(operand.shape)
-            before, after = dim_axes(operand.sharding, rank), dim_axes(needed, rank)
-            if before == after:
-                continue
-            found = reshard_collectives(operand.shape, operand.element_bytes,
-                                        operand.sharding, needed, mesh)
-            if not found and name in FUSIBLE:
-                continue  # a local slice fuses into an elementwise consumer
-            size = shard_bytes(operand.shape, operand.element_bytes, after)
-            copy = size if _transposed_gather(operand.shape, before, after, found) else 0
-            if index in relayout:
-                copy, relayout[index] = max(copy, size), 0
-            self.needs.setdefault(op, []).append(((value, tuple(after)), size, copy))
-        for index, size in relayout.items():
-            if size:  # XLA copies it transposed as soon as the operand exists
-                value = graph.op_operands[op][index]
-                self.needs.setdefault(op, []).append(((value, ("transposed", op, index)), size, 0))
-        if reduced:
-            self.reduced[op] = tuple(sorted(str(a) for a in reduced))
-
-    def bytes_of(self, value: int) -> int:
-        return self.slot(value).bytes_per_device
-
-    def slot(self, value: int, sharding=None) -> Slot:
-        """Per-device bytes and type of ``value`` (at ``sharding`` if given, else its own)."""
-        shape = self.graph.value_shape[value]
-        if shape is None:
-            return Slot(0, ())
-        tensor = self.values.tensor(value)
-        sharding = sharding if sharding is not None else tensor.sharding
-        shard = grid_of_sharding(shape, sharding, self.sizes).shard_shape() \
-            if self.sizes else shape
-        total = tensor.element_bytes
-        for n in shard:
-            total *= n
-        element = ir.ShapedType(self.graph.values[value].type).element_type
-        return Slot(total, (tuple(shard), str(element)))
-
-    def materialised(self, value: int, op: int) -> bool:
-        graph = self.graph
-        name = graph.op_name[op]
-        if name in _FREE and value not in self.moved:
-            return False
-        users = {graph.op_name[self.top_user(u, op)] for u, _ in graph.uses[value]}
-        if name == "stablehlo.transpose" and users == {"stablehlo.dot_general"}:
-            return False  # XLA's transpose folding makes it the dot's dimension numbers
-        if name in FUSIBLE and users <= _FUSING_CONSUMERS:
-            return self.shared(value, op)
-        return True
-
-    def shared(self, value: int, op: int) -> bool:
-        """Whether XLA keeps a fusible value that several ops read instead of fusing
-        it into each of them (duplicating it).
-
-        XLA's fusion duplicates a producer into several consumers only when it
-        is cheap, and a reduction's input read elsewhere too is kept (seen in
-        the buffer assignments of the zoo LMs: exp/tanh/rsqrt fusions live from
-        the forward into the backward; and of bench/models transformer: the
-        residual stream, read by a layer norm's reductions and the next add).
-        """
-        graph = self.graph
-        tops = {self.top_user(u, op) for u, _ in graph.uses[value]}
-        if len(tops) < 2:
-            return False
-        return graph.op_name[op] in _EXPENSIVE or any(
-            graph.op_name[t] == "stablehlo.reduce" for t in tops)
-
-    def last_read(self, value: int, op: int, position: dict[int, int], returned: set[int],
-                  at: int) -> int:
-        """Position of the last op that reads ``value``'s buffer (``at`` at least).
-
-        A user XLA fuses into its own consumers (not materialised) reads the
-        buffer where those consumers run, so its uses count, recursively.
-        """
-        graph = self.graph
-        last = at
-        for user, _ in graph.uses[value]:
-            top = self.top_user(user, op)
-            here = position.get(top, at)
-            if top == user and graph.op_name[user] in FUSIBLE and not any(
-                    r in returned or self.materialised(r, user) for r in graph.op_results[user]):
-                for result in graph.op_results[user]:
-                    here = max(here, self.last_read(result, user, position, returned, here))
-            last = max(last, here)
-        return last
-
-    def top_user(self, user: int, block_owner_child: int) -> int:
-        """The op of ``block_owner_child``'s block that contains ``user``."""
-        graph = self.graph
-        parent = graph.op_parent[block_owner_child]
-        while graph.op_parent[user] != parent and graph.op_parent[user] >= 0:
-            user = graph.op_parent[user]
-        return user
-
-    def operands_within(self, op: int) -> list[int]:
-        """Operands of ``op`` and of every op nested in its regions."""
-        found = list(self.graph.op_operands[op])
-        for _, nested in self.graph.op_blocks[op]:
-            for inner in nested:
-                found.extend(self.operands_within(inner))
-        return found
-
-    def root(self, value: int) -> int:
-        """``value`` seen through ops that pass their operand on unchanged."""
-        graph = self.graph
-        while (graph.value_def[value] >= 0 and value not in self.moved
-               and graph.op_name[graph.value_def[value]] in _PASS_ON
-               and graph.op_operands[graph.value_def[value]]):
-            value = graph.op_operands[graph.value_def[value]][0]
-        return value
-
-    @staticmethod
-    def _extend(frees: dict[int, list[tuple]], value: int, last: int) -> bool:
-        """Keep ``value``'s buffer (if it is live) until position ``last``."""
-        for at, entries in list(frees.items()):
-            for entry in entries:
-                if entry[0] == value:
-                    if at < last:
-                        entries.remove(entry)
-                        frees.setdefault(last, []).append(entry)
-                        entry[2].end = last
-                    return True
-        return False
-
-    def passed_through(self, op: int, k: int) -> bool:
-        """Whether ``op`` is a while loop whose body returns its carry ``k`` unchanged."""
-        graph = self.graph
-        if graph.op_name[op] != "stablehlo.while" or len(graph.op_blocks[op]) < 2:
-            return False
-        args, body = graph.op_blocks[op][1]
-        if not body or k >= len(args):
-            return False
-        returned = graph.op_operands[body[-1]]
-        return k < len(returned) and returned[k] == args[k]
-
-    def combined(self, ops: list[int]) -> dict[int, int]:
-        """Results of all-reduces XLA combines: value -> position of the combined op.
-
-        XLA's all-reduce combiner merges all-reduces over the same axes that do
-        not depend on one another into one, run where the last of them is; all
-        their results are live together there.
-        """
-        graph = self.graph
-        extend: dict[int, int] = {}
-        group: list[tuple[int, int]] = []
-        tainted: set[int] = set()
-        axes = None
-
-        def close() -> None:
-            if len(group) > 1:
-                for _, member in group:
-                    for value in graph.op_results[member]:
-                        extend[value] = group[-1][0]
-
-        for i, op in enumerate(ops):
-            depends = any(v in tainted for v in self.operands_within(op))
-            if op in self.reduced:
-                if depends or self.reduced[op] != axes:
-                    close()
-                    group, tainted, axes = [], set(), self.reduced[op]
-                group.append((i, op))
-                tainted.update(graph.op_results[op])
-            elif depends:
-                tainted.update(graph.op_results[op])
-        close()
-        return extend
-
-    def peak(self, ops: list[int], returned: set[int],
-             record: list[_Interval] | None = None) -> tuple[int, int]:
-        """Live peak of one block's ops (and the op where it is reached).
-
-        With ``record``, every buffer's live interval (positions in ``ops``) is
-        appended to it, for placing temporaries in output buffers afterwards.
-        """
-        graph = self.graph
-        position = {op: i for i, op in enumerate(ops)}
-        # XLA reshards a value once per target sharding and reuses it (CSE): the
-        # buffer is live from the first consumer to the last one in this block.
-        spans: dict[tuple, list[int]] = {}
-        copies: dict[int, int] = {}
-        for i, op in enumerate(ops):
-            for key, size, copy in self.needs.get(op, ()):
-                if key in spans:
-                    spans[key][1] = i
-                else:
-                    spans[key] = [i, i, size]
-                    copies[i] = copies.get(i, 0) + copy
-        # XLA's scheduler runs a reshard of an argument first thing: it depends on
-        # nothing else, so its buffer is live from the block's start.
-        # A transposed copy XLA makes for a dot or convolution is scheduled right
-        # after its operand is computed.
-        args = set(self.block_args.get(ops[0], ())) if ops else set()
-        gathered: dict[int, list[tuple[int, int]]] = {}
-        for (value, target), (first, last, size) in spans.items():
-            if value in args:
-                first = 0
-            elif target[0] == "transposed" and self.graph.value_def[value] >= 0:
-                first = min(first, position.get(
-                    self.top_user(self.graph.value_def[value], ops[0]), first))
-            gathered.setdefault(first, []).append((size, last))
-        extend = self.combined(ops)
-        owner = graph.op_name[graph.op_parent[ops[0]]] if ops else ""
-        carries = args if owner == "stablehlo.while" else set()
-        frees: dict[int, list[tuple]] = {}
-        live, best, best_op = 0, 0, -1
-        for i, op in enumerate(ops):
-            allocated = [(None, size, last) for size, last in gathered.get(i, ())]
-            for k, value in enumerate(graph.op_results[op]):
-                if value in returned or not self.materialised(value, op):
-                    continue
-                size = self.bytes_of(value)
-                last = self.last_read(value, op, position, returned, i)
-                last = max(last, extend.get(value, i))
-                if graph.op_name[op] == "stablehlo.reshape":
-                    # a reshape of a row-major array is a bitcast in XLA: it shares its
-                    # operand's buffer (an argument's, or a live temporary's)
-                    operand = self.root(graph.op_operands[op][0])
-                    if graph.value_def[operand] < 0 or self._extend(frees, operand, last):
-                        continue
-                source = _IN_PLACE.get(graph.op_name[op], lambda k: None)(k)
-                if source is not None and source < len(graph.op_operands[op]):
-                    operand = graph.op_operands[op][source]
-                    if operand in carries:
-                        continue  # updated in the loop-carried buffer
-                    if self.passed_through(op, k):
-                        # a carry the loop body returns unchanged is its init value: XLA
-                        # hoists it out of the loop; the init buffer lives on instead
-                        self._extend(frees, operand, last)
-                        continue
-                    dying = [entry for entry in frees.get(i, []) if entry[0] == operand]
-                    if dying and dying[0][1] >= size:
-                        # the result takes over its operand's buffer (XLA updates in place)
-                        frees[i].remove(dying[0])
-                        frees.setdefault(max(last, i), []).append(dying[0])
-                        dying[0][2].end = max(last, i)
-                        continue
-                allocated.append((value, size, last))
-            inner = max((self.peak(nested, set()) [0] for _, nested in graph.op_blocks[op]),
-                        default=0)
-            transient = inner + self.extra.get(op, 0) + copies.get(i, 0)
-            now = live + sum(s for _, s, _ in allocated) + transient
-            if now > best:
-                best, best_op = now, op
-            if record is not None and transient:
-                # nested peaks and buffers live only while the op runs stay in the heap
-                record.append(_Interval(i, i, transient, None, fits_output=False))
-            for value, size, last in allocated:
-                live += size
-                buffer = None
-                if value is not None:
-                    buffer = Buffer(graph.values[value].get_name(self.state),
-                                    graph.op_name[op], _loc(graph.ops[op]), size)
-                    self.buffers.append(buffer)
-                # a combined all-reduce is one tuple-shaped op in XLA: its results
-                # stay in the heap (mlp_data_parallel's gradients, buffer assignment)
-                interval = _Interval(i, max(last, i), size, buffer,
-                                     fits_output=value not in extend)
-                if record is not None:
-                    record.append(interval)
-                frees.setdefault(max(last, i), []).append((value, size, interval))
-            for _, size, _ in frees.pop(i, []):
-                live -= size
-        return best, best_op
-
-
-def _relayout(op: ir.Operation, name: str, operands, results) -> dict[int, int]:
-    """Operand index -> shard bytes of the transposed copy XLA's CPU kernel makes of it.
-
-    A batched dot wants each operand's batch dimensions leading (major); a
-    convolution wants ``b01f_01io->b01f``. Other operand orders are copied
-    transposed; key -1 (value 1) marks a result produced in another order.
-    """
-    order: list[tuple[int, list[int]]] = []  # (operand index or -1, wanted position per dim)
-    try:
-        if name == "stablehlo.dot_general":
-            dims = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
-            for index, batch in enumerate((list(dims.lhs_batching_dimensions),
-                                           list(dims.rhs_batching_dimensions))):
-                if batch and batch != list(range(len(batch))):
-                    order.append((index, batch))
-        elif name == "stablehlo.convolution":
-            dims = stablehlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
-            lhs = [dims.input_batch_dimension, *dims.input_spatial_dimensions,
-                   dims.input_feature_dimension]
-            rhs = [*dims.kernel_spatial_dimensions, dims.kernel_input_feature_dimension,
-                   dims.kernel_output_feature_dimension]
-            out = [dims.output_batch_dimension, *dims.output_spatial_dimensions,
-                   dims.output_feature_dimension]
-            for index, wanted in ((0, lhs), (1, rhs), (-1, out)):
-                if wanted != list(range(len(wanted))):
-                    order.append((index, wanted))
-    except (KeyError, ValueError, AttributeError):
-        return {}
-    found = {}
-    for index, _ in order:
-        if index < 0:
-            found[-1] = 1
-        elif index < len(operands):
-            operand = operands[index]
-            found[index] = shard_bytes(operand.shape, operand.element_bytes,
-                                       dim_axes(operand.sharding, len(operand.shape)))
-    return found
-
-
-def _transposed_gather(shape, before, after, found) -> bool:
-    """Whether XLA gathers in a transposed layout and copies back (twice the buffer).
-
-    XLA's CPU all-gather concatenates along the major dimension: gathering a
-    dimension with a longer dimension before it goes through a transposed
-    copy of the operand, the gather, and a copy of the gathered buffer back.
-    """
-    kinds = {c.kind for c in found}
-    if ALL_GATHER not in kinds or ALL_TO_ALL in kinds:
-        return False
-    old, new = shard_shape(shape, before), shard_shape(shape, after)
-    for dim, (a, b) in enumerate(zip(old, new)):
-        if b > a and any(n > 1 for n in new[:dim]):
-            return True
-    return False
-
-
-def _loc(op: ir.Operation) -> str | None:
-    loc = source_loc_of(op.location)
-    return f"{loc.file}:{loc.line}" if loc else None
-
-
 def _main(values: ModuleValues) -> int:
     funcs = values.funcs
     return funcs.get("main", next(iter(funcs.values()), -1))
@@ -596,7 +148,7 @@ def estimate_memory(module: ir.Operation, *, top: int = 5,
     ``arg_names`` (jax's names of the argument leaves) label the aliased buffers.
     """
     values = ModuleValues(module, missing_as_replicated=True)
-    walker = _Walker(values)
+    walker = LivenessWalker(values)
     graph = values.graph
     func = _main(values)
     if func < 0 or not graph.op_blocks[func]:
@@ -615,7 +167,7 @@ def estimate_memory(module: ir.Operation, *, top: int = 5,
     # The op that produces a result writes it straight into the output buffer.
     producers = {k: walker.root(value) for k, value in enumerate(graph.op_operands[ret])}
     returned.update(producers.values())
-    intervals: list[_Interval] = []
+    intervals: list[Interval] = []
     walker.peak(ops, returned, intervals)
     position = {op: i for i, op in enumerate(ops)}
     slots = []
@@ -634,12 +186,12 @@ def estimate_memory(module: ir.Operation, *, top: int = 5,
     largest = tuple(sorted(kept, key=lambda b: -b.bytes_per_device)[:top])
     return MemoryEstimate(sum(a.bytes_per_device for a in arguments), output_bytes, temp,
                           graph.op_name[peak_op] if peak_op >= 0 else None,
-                          _loc(graph.ops[peak_op]) if peak_op >= 0 else None, largest,
+                          loc_text(graph.ops[peak_op]) if peak_op >= 0 else None, largest,
                           sum(a.bytes_per_device for a in aliases), aliases)
 
 
-def _place_in_outputs(intervals: list[_Interval],
-                      slots: list[tuple[int, int]]) -> list[_Interval]:
+def _place_in_outputs(intervals: list[Interval],
+                       slots: list[tuple[int, int]]) -> list[Interval]:
     """The temporaries XLA places in output buffers before the outputs are written.
 
     XLA's buffer assigner takes values largest first and gives a temporary
@@ -651,7 +203,7 @@ def _place_in_outputs(intervals: list[_Interval],
     allocations hold most of the forward and backward activations.
     """
     order = sorted(range(len(slots)), key=lambda s: slots[s][0])
-    taken: dict[int, list[_Interval]] = {s: [] for s in order}
+    taken: dict[int, list[Interval]] = {s: [] for s in order}
     packed = []
     for interval in sorted(intervals, key=lambda iv: -iv.size):
         if not interval.fits_output:
@@ -667,7 +219,7 @@ def _place_in_outputs(intervals: list[_Interval],
     return packed
 
 
-def _live_peak(intervals: list[_Interval], length: int) -> tuple[int, int]:
+def _live_peak(intervals: list[Interval], length: int) -> tuple[int, int]:
     """The largest sum of live intervals, and the first position reaching it."""
     change = [0] * (length + 1)
     for interval in intervals:
