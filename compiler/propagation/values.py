@@ -48,6 +48,8 @@ class ModuleValues:
         self.mesh = next(iter(self.meshes), None) if missing_as_replicated else None
         # XLA reshards a value to a given sharding once and reuses it (reshard cache).
         self.resharded: set[tuple[int, tuple]] = set()
+        # (element bytes, element type) per uniqued type: the cost model asks per use.
+        self._elements: dict[int, tuple[int, str]] = {}
         self.funcs = {
             ir.StringAttr(self.graph.ops[op].attributes["sym_name"]).value: op
             for op, name in enumerate(self.graph.op_name) if name == "func.func"
@@ -96,9 +98,13 @@ class ModuleValues:
         shape = self.graph.value_shape[value]
         if shape is None:
             return None
-        type_ = self.graph.values[value].type
-        return Tensor(shape, element_bytes(type_), self.sharding(value),
-                      str(ir.ShapedType(type_).element_type))
+        key = self.graph.value_type_key[value]
+        element = self._elements.get(key)
+        if element is None:
+            type_ = self.graph.values[value].type
+            element = self._elements[key] = (element_bytes(type_),
+                                             str(ir.ShapedType(type_).element_type))
+        return Tensor(shape, element[0], self.sharding(value), element[1])
 
     def rule_tensors(self, op: int) -> tuple[OpShardingRule, list[Tensor], list[Tensor]] | None:
         """The op's sharding rule with its operand and result tensors.
