@@ -9,14 +9,31 @@ propagation both give every call site its own copy of the callee's values,
 so shardc inlines: the callee is cloned, its block arguments are replaced by
 the call's operands, its operations move before the call and the call's
 results are replaced by the returned values. Callees left without callers
-are removed by ``symbol-dce`` afterwards.
+are removed by ``symbol-dce`` afterwards. As MLIR's inliner does, every inlined
+op's location becomes a call site: its own location called from the call's,
+so diagnostics, reports and XLA's metadata reach the user's line that made
+the call (JAX's private helpers such as ``_take`` carry bare op names).
 """
 
 from __future__ import annotations
 
+import re
+
 from jaxlib.mlir import ir
 
 from shardc.compiler.sharding.walker import ops_in_preorder
+
+# A location that is only a name (``loc("gather")``): no file position of its own.
+# MLIR prints a backslash doubled and a quote or unprintable byte as two hex digits.
+_BARE_NAME = re.compile(r'loc\("((?:[^"\\]|\\\\|\\[0-9A-Fa-f]{2})*)"\)')
+_ESCAPE = re.compile(rb"\\(\\|[0-9A-Fa-f]{2})")
+
+
+def _unescape(printed: str) -> str:
+    """The name a printed ``loc("...")`` holds (escapes are bytes of its UTF-8)."""
+    raw = _ESCAPE.sub(lambda m: b"\\" if m.group(1) == b"\\" else bytes([int(m.group(1), 16)]),
+                      printed.encode())
+    return raw.decode("utf-8", "replace")
 
 
 def _calls(module: ir.Operation) -> list[ir.Operation]:
@@ -39,7 +56,21 @@ def inline_call(call: ir.Operation, callee: ir.Operation) -> None:
         argument.replace_all_uses_with(operand)
     operations = list(body.operations)
     terminator = operations[-1]
+    caller, context = call.location, call.context
+
+    def relocate(op: ir.Operation) -> ir.WalkResult:
+        bare = _BARE_NAME.fullmatch(str(op.location))
+        if bare is not None:
+            # jax's own form for a named op (the name over where it was traced),
+            # which XLA's metadata turns into the op name and its source frames.
+            name = _unescape(bare.group(1))
+            op.location = ir.Location.name(name, childLoc=caller, context=context)
+        else:
+            op.location = ir.Location.callsite(op.location, [caller], context=context)
+        return ir.WalkResult.ADVANCE
+
     for op in operations[:-1]:
+        op.operation.walk(relocate)
         op.operation.move_before(call)
     for result, returned in zip(call.results, terminator.operands):
         result.replace_all_uses_with(returned)
