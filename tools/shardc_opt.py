@@ -173,9 +173,12 @@ def _run(argv: Sequence[str]) -> int:
                 data, name = handle.read(), args.input
     except OSError as error:
         raise UsageError(f"could not open input file '{args.input}': {error.strerror}") from None
-    output = io.StringIO() if args.output != "-" else sys.stdout
+    to_file = args.output != "-"
+    output = io.StringIO() if to_file else sys.stdout
     ok = opt_driver.run_opt(data, name, config, output, sys.stderr)
-    if ok and isinstance(output, io.StringIO):
+    # Decided by the flag, not by the stream's type: under a redirected stdout
+    # (in-process callers) sys.stdout is a StringIO too.
+    if ok and to_file:
         # Like mlir-opt, an output file is only kept when everything succeeded.
         try:
             with open(args.output, "w", encoding="utf-8") as handle:
