@@ -344,6 +344,32 @@ def cost_aware_search(resolution: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
+# How far a predicted collective kind may be from what XLA compiled (bytes per device).
+COMM_TOLERANCE = 0.05
+
+
+def predict(lowered: Any) -> dict[str, Any]:
+    """What shardc predicts of a lowered program before compiling it: collective bytes
+    per device per kind (``comm_report``) and memory per device (``memory_estimate``,
+    net of aliased buffers, as ``memory_bytes_of`` counts XLA's)."""
+    totals = lowered.comm_report().totals()
+    return {
+        "collectives": {kind: t.bytes_per_device for kind, t in totals.items() if t.count},
+        "memory": lowered.memory_estimate().net_bytes,
+    }
+
+
+def kinds_off(predicted: dict[str, int], compiled: dict[str, int]) -> list[tuple[str, int, int]]:
+    """``(kind, predicted, compiled)`` bytes per device of every collective kind whose
+    prediction is off by more than ``COMM_TOLERANCE`` of what XLA compiled."""
+    return [
+        (kind, predicted.get(kind, 0), compiled.get(kind, 0))
+        for kind in sorted(set(predicted) | set(compiled))
+        if abs(predicted.get(kind, 0) - compiled.get(kind, 0))
+        > COMM_TOLERANCE * compiled.get(kind, 0)
+    ]  # fmt: skip
+
+
 def memory_bytes_of(compiled: Any) -> int:
     """Bytes per device: arguments + outputs + temporaries - aliased (donated) buffers."""
     stats = compiled.memory_analysis()

@@ -41,7 +41,7 @@ KIND_ABBREVIATIONS = {
 TRACEBACK_LINES = 40
 # How far a prediction may be from what XLA compiled: collective bytes per kind,
 # memory per device (arguments + outputs + temporaries - aliased).
-COMM_TOLERANCE = 0.05
+COMM_TOLERANCE = e2e_measure.COMM_TOLERANCE
 MEMORY_TOLERANCE = 0.10
 # Programs whose predictions are still off on some route, and why (checked against
 # each compiled HLO; test_zoo.py requires every other program within the tolerances).
@@ -126,7 +126,8 @@ def measure(
         predictions: dict[str, dict] = {}
         for route in SHARDC_ROUTES:
             if route in builds and route not in failures:
-                found = attempt(f"{route} prediction", lambda: predict(builds[route].lowered))
+                found = attempt(f"{route} prediction",
+                                lambda: e2e_measure.predict(builds[route].lowered))
                 if found is not None:
                     predictions[route] = found
         live = tuple(r for r in ROUTES if r in builds and r not in failures)
@@ -153,16 +154,6 @@ def measure(
     }  # fmt: skip
 
 
-def predict(lowered) -> dict:
-    """What shardc predicts of a lowered program before compiling it: collective bytes
-    per device per kind (``comm_report``) and memory per device (``memory_estimate``)."""
-    totals = lowered.comm_report().totals()
-    return {
-        "collectives": {kind: t.bytes_per_device for kind, t in totals.items() if t.count},
-        "memory": lowered.memory_estimate().net_bytes,
-    }
-
-
 def prediction_misses(row: dict[str, Any], route: str) -> list[str]:
     """Where ``route``'s predictions part from what XLA compiled by more than the
     tolerances: ``"all-to-all 0 / 8192"`` per collective kind, ``"memory ..."``."""
@@ -177,14 +168,8 @@ def prediction_misses(row: dict[str, Any], route: str) -> list[str]:
 def kinds_off(row: dict[str, Any], route: str) -> list[tuple[str, int, int]]:
     """``(kind, predicted, compiled)`` bytes of every collective kind whose prediction
     is off by more than ``COMM_TOLERANCE``."""
-    predicted = row["predicted_collectives"][route]
     compiled = {kind: c["bytes_per_device"] for kind, c in row["collectives"][route].items()}
-    return [
-        (kind, predicted.get(kind, 0), compiled.get(kind, 0))
-        for kind in sorted(set(predicted) | set(compiled))
-        if abs(predicted.get(kind, 0) - compiled.get(kind, 0))
-        > COMM_TOLERANCE * compiled.get(kind, 0)
-    ]  # fmt: skip
+    return e2e_measure.kinds_off(row["predicted_collectives"][route], compiled)
 
 
 def record_cost_aware(row: e2e_measure.Comparison, program: Program, builds: dict) -> None:

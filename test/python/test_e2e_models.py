@@ -44,6 +44,39 @@ def test_collective_bytes_at_most_jax_jit(comparison):
     )
 
 
+# Programs whose predicted collectives are still off on a route, and why.
+PREDICTION_MISSES = {
+    ("conflict_mlp_deep", "cost-aware"): (
+        "all-gather 152 KiB predicted, 512 KiB compiled: after each layer's all-reduce XLA "
+        "slices the partial sums, adds the residual on x-sharded rows and all-gathers the "
+        "sum again (dynamic-slice_add_fusion, then all-gather f32[32,64] in every layer), "
+        "where the module keeps the residual stream replicated"),
+}
+
+
+@pytest.fixture(scope="module", params=[(name, route) for name in REGISTRY
+                                        for route in ("shardc", e2e_measure.COST_AWARE)])
+def prediction(request) -> tuple[str, str, dict, dict]:
+    """Each program lowered and compiled by each shardc route: what shardc predicted
+    and the collective bytes per kind XLA compiled."""
+    name, route = request.param
+    build = e2e_measure.build(REGISTRY[name]("small"), route)
+    compiled = {kind: s.bytes_per_device
+                for kind, s in e2e_measure.collectives_of(build.compiled).items() if s.count}
+    return name, route, e2e_measure.predict(build.lowered), compiled
+
+
+def test_predicted_collectives_match_what_xla_compiled(prediction):
+    """``comm_report()`` within 5% of XLA's bytes per collective kind, on both routes;
+    a listed miss must still be off (the list cannot go stale)."""
+    name, route, predicted, compiled = prediction
+    off = e2e_measure.kinds_off(predicted["collectives"], compiled)
+    if (name, route) in PREDICTION_MISSES:
+        assert off, f"{name} ({route}) is now predicted: drop it from PREDICTION_MISSES"
+    else:
+        assert not off, f"{name} ({route}): (kind, predicted, compiled) {off}"
+
+
 def test_suite_has_every_required_program():
     assert len(REGISTRY) >= REQUIRED_PROGRAMS
 
