@@ -43,16 +43,20 @@ TRACEBACK_LINES = 40
 # memory per device (arguments + outputs + temporaries - aliased).
 COMM_TOLERANCE = 0.05
 MEMORY_TOLERANCE = 0.10
-# Programs whose predictions are still off on some route, and why (checked against
-# each compiled HLO; test_zoo.py requires every other program within the tolerances).
-PREDICTION_MISSES: dict[str, str] = {
-    "grad_loops": "collective-permute 4.0 KiB predicted, 6.0 KiB compiled: XLA gives the jvp's "
-                  "while_loop carries its own shardings ([data] where shardc's module carries "
-                  "[data, model], so the two carry permutes predicted there are never made) and "
-                  "permutes the all-reduced result of each contracting dot in the fori/scan "
-                  "bodies once more (three permutes per body where the model sees two)",
-    "grad_loops_unrolled": "collective-permute 6.5 KiB predicted, 10.0 KiB compiled: as "
-                           "grad_loops, twice per unrolled body",
+# (program, route) pairs whose predictions are still off, and why (checked against
+# each compiled HLO; test_zoo.py requires every other pair within the tolerances).
+_LOOP_TEMPORARIES = ("memory only, the collectives match per kind. XLA:CPU packs the "
+                 "temporaries into one heap (the preallocated-temp allocation of "
+                 "*buffer-assignment.txt) holding the loop bodies' buffers next to the "
+                 "scans' stacked residuals f32[3,8,16] and f32[4,8,16]; the estimate's "
+                 "live peak stays below that heap (not investigated further yet)")
+PREDICTION_MISSES: dict[tuple[str, str], str] = {
+    ("grad_loops", "shardc"): "memory 36552 B predicted, 43268 B compiled (temporaries "
+                              "9860 / 16576 B): " + _LOOP_TEMPORARIES,
+    ("grad_loops", "cost-aware"): "memory 34892 B predicted, 43268 B compiled "
+                                  "(temporaries 8200 / 16576 B): " + _LOOP_TEMPORARIES,
+    ("grad_loops_unrolled", "cost-aware"): "memory 40648 B predicted, 45572 B compiled "
+                                           "(temporaries 13956 / 18880 B): " + _LOOP_TEMPORARIES,
 }
 
 
