@@ -113,6 +113,20 @@ def _matmul(lhs: P, rhs: P, out: P):
     return make
 
 
+def _grouped_dot(lhs: P, rhs: P, out: P, mesh_shape=(2, 2, 2), names=("data", "fsdp", "model")):
+    """``lhs^T @ rhs`` (contracting the leading dimension, as a weight gradient does)."""
+    def make(size: str = "small") -> Program:
+        mesh = make_mesh(mesh_shape, names)
+        rand = np.random.default_rng(4)
+        a = rand.standard_normal((16, 32)).astype(np.float32)
+        b = rand.standard_normal((16, 32)).astype(np.float32)
+        ins = shardings(mesh, (lhs, rhs))
+        return Program(name=f"grouped dot {lhs}^T @ {rhs} -> {out}", description="one dot",
+                       fun=lambda a, b: a.T @ b, args=place((a, b), ins), in_shardings=ins,
+                       out_shardings=shardings(mesh, out), mesh=mesh)
+    return make
+
+
 def _batched(name: str, fun, spec: P, out: P):
     """One op on an (8, 16, 8) batch whose operand is sharded ``spec``."""
     def make(size: str = "small") -> Program:
@@ -165,6 +179,13 @@ HANDWRITTEN = {
     "top_k sort-dim-sharded": _batched("top_k", lambda a: jax.lax.top_k(a, 2)[0],
                                        P("x", "y", None), P("x", "y")),
     "loop carry": _loop_carry,
+    # XLA groups these dots on the lhs's non-contracting axes and first moves the rhs
+    # onto devices where every group holds all of it (a collective-permute), keeping
+    # its tile count on a 2x2x2 mesh and doubling it on 4x2.
+    "dot regroups the other operand": _grouped_dot(P("data", "model"), P("data", "model"),
+                                                   P("model", None)),
+    "dot regroups onto more tiles": _grouped_dot(P(None, "y"), P(None, "y"), P("y", None),
+                                                 mesh_shape=(4, 2), names=("x", "y")),
     "fft": _batched("fft", lambda a: jax.numpy.fft.fft(a, axis=-1).real,
                     P("x", "y", None), P("x", "y")),
 }

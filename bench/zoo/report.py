@@ -43,24 +43,20 @@ TRACEBACK_LINES = 40
 # memory per device (arguments + outputs + temporaries - aliased).
 COMM_TOLERANCE = e2e_measure.COMM_TOLERANCE
 MEMORY_TOLERANCE = 0.10
-# Programs whose predictions are still off on some route, and why (checked against
-# each compiled HLO; test_zoo.py requires every other program within the tolerances).
-PREDICTION_MISSES: dict[str, str] = {
-    "grad_loops": "collective-permute 4.0 KiB predicted, 6.0 KiB compiled: XLA gives the jvp's "
-                  "while_loop carries its own shardings ([data] where shardc's module carries "
-                  "[data, model], so the two carry permutes predicted there are never made) and "
-                  "permutes the all-reduced result of each contracting dot in the fori/scan "
-                  "bodies once more (three permutes per body where the model sees two)",
-    "grad_loops_unrolled": "collective-permute 6.5 KiB predicted, 10.0 KiB compiled: as "
-                           "grad_loops, twice per unrolled body",
-    # Memory: the buffers XLA's schedule keeps live at its peak are named in
-    # bench/memory_estimate.py's EXPLAINED entry of each program.
+# (program, route) pairs whose predictions are still off, and why (checked against
+# each compiled HLO; test_zoo.py requires every other pair within the tolerances).
+# The buffers XLA's schedule keeps live at its peak are named in
+# bench/memory_estimate.py's EXPLAINED entry of each program.
+_MEMORY_MISSES = {
     "cnn_batchnorm": "memory 0.87x: XLA hoists a transposed activation copy far ahead of its "
                      "use and peaks in the backward pass; the estimate keeps program order",
     "embedding_heads": "memory 0.88x: XLA schedules the scatter-add's zero broadcast first, so "
                        "it lives through the whole step; the estimate creates it where it is used",
     "pipeline_shard_map": "memory 1.29x: inside the manual computation XLA reuses the outer "
                           "slots; the estimate adds the body's peak to everything live outside",
+}
+PREDICTION_MISSES: dict[tuple[str, str], str] = {
+    (name, route): why for name, why in _MEMORY_MISSES.items() for route in SHARDC_ROUTES
 }
 
 

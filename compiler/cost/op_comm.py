@@ -8,18 +8,22 @@ axes of the operand with the most bytes that is sharded along it (XLA's dot
 handler reshards the smaller operand). Every operand whose sharding differs
 from that requirement is resharded (``reshard.reshard_tensor``), and a
 reduction factor left sharded leaves partial sums that an all-reduce over
-its axes combines. This is the implicit communication Shardy's
+its axes combines. A dot that XLA groups on one operand's non-contracting
+axes first moves the other operand where every group holds all of it
+(``dot_groups``). This is the implicit communication Shardy's
 ``insert-explicit-reshards`` would make explicit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from shardc.compiler.cost.dot_groups import regrouped_operand
 from shardc.compiler.cost.reshard import (
     Collective,
     all_reduce,
+    mesh_axes,
     reshard_tensor,
 )
 from shardc.compiler.propagation.projection import AXES, project
@@ -226,13 +230,26 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
         factor_axes, reduction = dict.fromkeys(range(len(rule.factor_sizes)), ()), {}
     else:
         factor_axes, reduction = computation_axes(rule, operands, results, mesh)
+    # A dot grouped on one operand's non-contracting axes first moves the other
+    # operand onto devices where every group holds all of it (dot_groups).
+    regrouped = (None if replicated or mesh is None
+                 else regrouped_operand(rule, operands, results, mesh_axes(mesh)))
     out: list[OpCommunication] = []
     for index, operand in enumerate(operands):
         needed = required_sharding(rule, index, operand, factor_axes)
         if needed is None:
             continue
+        # The target stays where the operand ends up, also for the move: callers key
+        # reuse and explicit reshards on it.
+        target = tuple(d.axes for d in needed.dims)
+        if regrouped is not None and regrouped[0] == index:
+            moved = regrouped[1]
+            reason = (f"sharded {dims_text(operand.sharding)}, the dot groups on the other "
+                      f"operand's non-contracting axes and first moves it to {dims_text(moved)}")
+            for collective in reshard_tensor(operand, moved, mesh):
+                out.append(OpCommunication(index, reason, collective, target))
+            operand = replace(operand, sharding=moved)
         for collective in reshard_tensor(operand, needed, mesh):
-            target = tuple(d.axes for d in needed.dims)
             reason = (f"sharded {dims_text(operand.sharding)}, the op needs "
                       f"{dims_text(needed)}")
             out.append(OpCommunication(index, reason, collective, target))

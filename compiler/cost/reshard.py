@@ -81,7 +81,8 @@ def collective_element_bytes(element_bytes: int, dtype: str | None, backend: str
     return element_bytes
 
 
-def _mesh_axes(mesh, src: TensorSharding | None, dst: TensorSharding | None) -> list[tuple]:
+def mesh_axes(mesh, src: TensorSharding | None = None,
+              dst: TensorSharding | None = None) -> list[tuple]:
     """The mesh's axes, major to minor: from ``mesh`` (a ``MeshInfo`` or (name, size)
     pairs), else the axes the two shardings name, in order of first appearance."""
     if mesh is not None and hasattr(mesh, "sizes"):
@@ -357,7 +358,7 @@ def reshard_collectives(
     before, after = dim_axes(src, rank), dim_axes(dst, rank)
     if before == after:
         return []
-    axes = _mesh_axes(mesh, src, dst)
+    axes = mesh_axes(mesh, src, dst)
     a, b = _tiling(src, rank, axes), _tiling(dst, rank, axes)
     if a == b:
         return []

@@ -94,12 +94,12 @@ def test_collective_bytes_at_most_jax_jit(row, route):
 def test_predictions_match_what_xla_compiled(row, route):
     """``comm_report()`` within 5% of XLA's bytes per collective kind and
     ``memory_estimate()`` within 10% of XLA's memory; a program whose prediction is
-    still off is listed in ``report.PREDICTION_MISSES`` with the reason, and must
-    still be off (the list cannot go stale)."""
+    still off on a route is listed in ``report.PREDICTION_MISSES`` under (name, route)
+    with the reason, and must still be off there (the list cannot go stale)."""
     row = measured(row, route)
     assert not row["prediction_error"].get(route), row["prediction_error"][route]
     misses = report.prediction_misses(row, route)
-    if row["name"] in report.PREDICTION_MISSES:
+    if (row["name"], route) in report.PREDICTION_MISSES:
         assert misses, f"{row['name']} ({route}) is now predicted: drop it from PREDICTION_MISSES"
     else:
         assert not misses, f"{row['name']} ({route}): predicted / compiled {misses}"

@@ -1,0 +1,116 @@
+"""Where XLA's dot handler moves the operand it replicates across device groups.
+
+When a dot's result keeps one operand's non-contracting sharding (the
+*matching* operand carries the result's axes on those factors), XLA's dot
+handler groups the devices on those axes and partitions the dot inside each
+group (``PartitionDotGroupOnNonContracting``). The *other* operand must then
+hold the same data in every group. If it is partially replicated over a
+multiple of the group count, XLA looks for a layout of its tiles in which
+every group holds each tile equally often
+(``GetNonContractingPartitionGroupedShardingForOtherOperand``): first its
+layout as it is (the group axes among its replicated axes), then each of its
+dimensions, last to first, whose axes contain the group axes and whose tile
+count the group count divides, with that dimension's axes and the replicated
+axes swapped. The operand is resharded to that layout before the dot (a
+collective-permute when the tile count stays), and then, inside the groups,
+to what the dot needs. For example, on a 2x2x2 (data, fsdp, model) mesh,
+``h^T @ g`` with ``h`` and ``g`` ``[{"data"}, {"model"}]`` and the result
+``[{"model"}, {}]`` groups on ``model``: ``g`` moves to ``[{"data"},
+{"fsdp"}]`` (a collective-permute) and is all-gathered over ``fsdp``.
+
+Not modelled (``regrouped_operand`` answers None, the plain reshard
+stands): dots with sharded batch factors, both operands matching the
+result, a matching operand on other axes than the result, sub-axes, and
+the last resort of XLA's search (the operand's tiles laid out on the group
+devices in order, when no layout above fits). Validated against compiled
+HLO on XLA:CPU (``bench/comm_report.py``, docs/cost-model.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import prod
+
+from shardc.compiler.propagation.projection import AXES, project
+from shardc.compiler.sharding.axes import AxisRef, full_axis
+from shardc.compiler.sharding.rule import OpShardingRule
+from shardc.compiler.sharding.tensor import DimSharding, Tensor, TensorSharding
+
+
+def _factor_axes(tensor: Tensor, mapping, rule: OpShardingRule) -> dict[int, tuple] | None:
+    if tensor.sharding is None or len(tensor.sharding.dims) != len(mapping):
+        return None
+    proj = project(tensor.sharding, mapping, rule.factor_sizes)
+    return {f: tuple(record[AXES]) for f, record in proj.factors.items()}
+
+
+def _dot_factors(rule: OpShardingRule) -> tuple[set[int], tuple[set[int], set[int]]] | None:
+    """``(batch, (lhs non-contracting, rhs non-contracting))`` when ``rule`` is a plain
+    dot's: two operands, one result, every factor batch, contracting or non-contracting
+    (not a custom call's: XLA's dot handler partitions dots and convolutions only)."""
+    if (len(rule.operand_mappings) != 2 or len(rule.result_mappings) != 1 or rule.is_custom
+            or rule.need_replication_factors or rule.permutation_factors
+            or rule.blocked_propagation_factors):
+        return None
+    lhs, rhs, out = ({f for dim in mapping for f in dim}
+                     for mapping in (*rule.operand_mappings, rule.result_mappings[0]))
+    contracting = (lhs & rhs) - out
+    if not contracting <= set(rule.reduction_factors) or (lhs | rhs) != (out | contracting):
+        return None
+    return lhs & rhs & out, (lhs - rhs, rhs - lhs)
+
+
+def regrouped_operand(rule: OpShardingRule, operands: Sequence[Tensor],
+                      results: Sequence[Tensor], mesh_axes: Sequence[tuple[str, int]]
+                      ) -> tuple[int, TensorSharding] | None:
+    """The operand XLA's dot handler moves before grouping the dot, and where to.
+
+    ``mesh_axes`` are the mesh's (name, size) pairs, major to minor. None
+    when the op is not a dot, when XLA would not group it on one operand's
+    non-contracting axes, or when the other operand stays where it is.
+    """
+    factors = _dot_factors(rule)
+    if factors is None or not mesh_axes:
+        return None
+    batch, non_contracting = factors
+    axes = [_factor_axes(t, m, rule) for t, m in zip(operands, rule.operand_mappings)]
+    out = _factor_axes(results[0], rule.result_mappings[0], rule)
+    if out is None or any(a is None for a in axes):
+        return None
+    every = [*axes, out]
+    if any(a.pre != 1 or a.size != a.total for fa in every for f in fa for a in fa[f]):
+        return None  # sub-axes: not modelled
+    if any(fa.get(f) for fa in every for f in batch):
+        return None  # XLA groups on batch dims first
+    matching = [side for side in (0, 1)
+                if prod(a.size for f in non_contracting[side] for a in out.get(f, ())) > 1
+                and all(axes[side].get(f, ()) == out.get(f, ()) for f in non_contracting[side])]
+    if len(matching) != 1:
+        return None
+    other = 1 - matching[0]
+    group = {a.name for f in non_contracting[matching[0]] for a in out[f]}
+    moved = _other_layout(operands[other].sharding, group, mesh_axes)
+    return None if moved is None else (other, moved)
+
+
+def _other_layout(sharding: TensorSharding, group: set[str],
+                  mesh_axes: Sequence[tuple[str, int]]) -> TensorSharding | None:
+    """The first layout of XLA's search that fits (None: the operand stays, or no
+    modelled layout fits)."""
+    sizes = dict(mesh_axes)
+    used = {a.name for dim in sharding.dims for a in dim.axes}
+    replicated = tuple(full_axis(name, size) for name, size in mesh_axes if name not in used)
+    replication = prod(a.size for a in replicated)
+    group_count = prod(sizes[name] for name in group)
+    if replication == 1 or not used or replication % group_count or sharding.unreduced:
+        return None  # not partially replicated over a multiple of the groups
+    if group <= {a.name for a in replicated}:
+        return None  # every group already holds each tile
+    for j in reversed(range(len(sharding.dims))):
+        dim_axes: tuple[AxisRef, ...] = sharding.dims[j].axes
+        count = prod(a.size for a in dim_axes)
+        if count > 1 and count % group_count == 0 and group <= {a.name for a in dim_axes}:
+            dims = list(sharding.dims)
+            dims[j] = DimSharding(replicated, True)
+            return sharding._replace(dims=tuple(dims))
+    return None
