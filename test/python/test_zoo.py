@@ -20,9 +20,9 @@ from bench.zoo import REGISTRY, report
 RELATIVE_TOLERANCE = 1e-6
 ROUTES = ("shardc", "cost-aware")
 PROGRAMS = (
-    "lm_linen", "lm_nnx", "lm_scan_layers", "grad_loops", "grad_loops_unrolled", "moe",
-    "cnn_batchnorm", "vit_bf16", "decode_kv_cache", "pipeline_shard_map", "embedding_heads",
-    "dropout_cond",
+    "lm_linen", "lm_linen_unconstrained", "lm_nnx", "lm_scan_layers", "grad_loops",
+    "grad_loops_unrolled", "moe", "cnn_batchnorm", "vit_bf16", "decode_kv_cache",
+    "pipeline_shard_map", "embedding_heads", "dropout_cond",
 )  # fmt: skip
 
 
