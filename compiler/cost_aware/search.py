@@ -186,6 +186,7 @@ class _Search:
         self.decisions: list[Decision] = []
         self.decided: set[int] = set()
         self.regions: RegionEvaluator | None = None
+        self.verifications_left = 0  # module verifications region rounds may still run
 
     # ------------------------------------------------------------- common
     def open_points(self) -> list[ConflictPoint]:
