@@ -29,6 +29,7 @@ from bench.zoo import (
     grad_loops,
     grad_loops_unrolled,
     lm_linen,
+    lm_linen_unconstrained,
     lm_nnx,
     lm_scan_layers,
     moe,
@@ -38,6 +39,7 @@ from bench.zoo import (
 
 _MODULES = (
     lm_linen,
+    lm_linen_unconstrained,
     lm_nnx,
     lm_scan_layers,
     grad_loops,

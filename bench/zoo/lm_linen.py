@@ -12,6 +12,10 @@ is on ``data``. The train state is a ``flax.training.train_state.TrainState``
 step, which returns ``(new_state, loss)``. Bare ``PartitionSpec`` constraints
 resolve against ``jax.set_mesh(mesh)`` (``Program.mesh_context``). The output
 head is tied to the embedding (``nn.Embed.attend``).
+
+``constrain_activations=False`` on the model (``lm_linen_unconstrained``) skips
+every ``nn.with_logical_constraint`` on activations; the parameters keep their
+logical partitioning, so propagation alone decides how activations are sharded.
 """
 
 from __future__ import annotations
@@ -57,9 +61,15 @@ def partitioned(init, *names):
     return nn.with_logical_partitioning(init, names)
 
 
+def constrain(module: nn.Module, x: jax.Array, names: tuple) -> jax.Array:
+    """``x`` pinned to the logical ``names``, unless ``module`` leaves activations free."""
+    return nn.with_logical_constraint(x, names) if module.constrain_activations else x
+
+
 class Attention(nn.Module):
     heads: int
     dtype: jnp.dtype = jnp.float32
+    constrain_activations: bool = True
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -74,8 +84,8 @@ class Attention(nn.Module):
             kernel_init=partitioned(init, "embed", "heads"),
         )  # fmt: skip
         q, k, v = (
-            nn.with_logical_constraint(
-                projection(name=name)(x).reshape(batch, seq, self.heads, head_dim),
+            constrain(
+                self, projection(name=name)(x).reshape(batch, seq, self.heads, head_dim),
                 ("batch", "length", "act_heads", "kv"),
             )
             for name in ("query", "key", "value")
@@ -89,12 +99,13 @@ class Attention(nn.Module):
             d_model, use_bias=False, dtype=self.dtype, name="out",
             kernel_init=partitioned(init, "heads", "embed"),
         )(mixed)  # fmt: skip
-        return nn.with_logical_constraint(out, ("batch", "length", "act_embed"))
+        return constrain(self, out, ("batch", "length", "act_embed"))
 
 
 class Mlp(nn.Module):
     hidden: int
     dtype: jnp.dtype = jnp.float32
+    constrain_activations: bool = True
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -102,11 +113,11 @@ class Mlp(nn.Module):
         h = nn.Dense(self.hidden, dtype=self.dtype, name="up",
                      kernel_init=partitioned(init, "embed", "mlp"),
                      bias_init=partitioned(nn.initializers.zeros, "mlp"))(x)  # fmt: skip
-        h = nn.with_logical_constraint(nn.gelu(h), ("batch", "length", "act_mlp"))
+        h = constrain(self, nn.gelu(h), ("batch", "length", "act_mlp"))
         out = nn.Dense(x.shape[-1], dtype=self.dtype, name="down",
                        kernel_init=partitioned(init, "mlp", "embed"),
                        bias_init=partitioned(nn.initializers.zeros, "embed"))(h)  # fmt: skip
-        return nn.with_logical_constraint(out, ("batch", "length", "act_embed"))
+        return constrain(self, out, ("batch", "length", "act_embed"))
 
 
 def layer_norm(name: str) -> nn.LayerNorm:
@@ -122,12 +133,16 @@ class Block(nn.Module):
 
     heads: int
     mlp: int
+    constrain_activations: bool = True
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        x = x + Attention(self.heads, name="attention")(layer_norm("ln1")(x))
-        x = x + Mlp(self.mlp, name="mlp")(layer_norm("ln2")(x))
-        return nn.with_logical_constraint(x, ("batch", "length", "act_embed"))
+        constrained = self.constrain_activations
+        x = x + Attention(self.heads, name="attention", constrain_activations=constrained)(
+            layer_norm("ln1")(x))
+        x = x + Mlp(self.mlp, name="mlp", constrain_activations=constrained)(
+            layer_norm("ln2")(x))
+        return constrain(self, x, ("batch", "length", "act_embed"))
 
 
 class LanguageModel(nn.Module):
@@ -136,6 +151,7 @@ class LanguageModel(nn.Module):
     heads: int
     mlp: int
     layers: int
+    constrain_activations: bool = True
 
     @nn.compact
     def __call__(self, tokens: jax.Array) -> jax.Array:
@@ -143,12 +159,13 @@ class LanguageModel(nn.Module):
             self.vocab, self.d_model, name="embed",
             embedding_init=partitioned(nn.initializers.normal(1.0), "vocab", "embed"),
         )  # fmt: skip
-        x = nn.with_logical_constraint(embed(tokens), ("batch", "length", "act_embed"))
+        x = constrain(self, embed(tokens), ("batch", "length", "act_embed"))
         for i in range(self.layers):
-            x = Block(self.heads, self.mlp, name=f"block_{i}")(x)
+            x = Block(self.heads, self.mlp, name=f"block_{i}",
+                      constrain_activations=self.constrain_activations)(x)
         x = layer_norm("ln_final")(x)
         logits = embed.attend(x)  # tied output head
-        return nn.with_logical_constraint(logits, ("batch", "length", "act_vocab"))
+        return constrain(self, logits, ("batch", "length", "act_vocab"))
 
 
 def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
@@ -184,12 +201,15 @@ def sharded_state(model: nn.Module, tokens: jax.Array, optimizer, mesh, rules=LO
     return jax.jit(init, out_shardings=state_shardings)(tokens), state_shardings
 
 
-def make(size: str = "small") -> Program:
+def make(size: str = "small", *, constrain_activations: bool = True, name: str = NAME,
+         description: str = "") -> Program:
+    """The program; ``lm_linen_unconstrained`` builds it with ``constrain_activations=False``
+    under its own ``name``, its ``description`` leading the generated one."""
     check_size(size)
     dims = SIZES[size]
     mesh = make_mesh((4, 2), ("data", "model"))
     model = LanguageModel(dims["vocab"], dims["d_model"], dims["heads"], dims["mlp"],
-                          dims["layers"])  # fmt: skip
+                          dims["layers"], constrain_activations)  # fmt: skip
     tokens = RandomArrays(seed=21).integers(dims["vocab"], (dims["batch"], dims["seq"] + 1))
     state, state_shardings = sharded_state(
         model, tokens[:, :-1], optax.adamw(LEARNING_RATE, weight_decay=0.01), mesh
@@ -197,9 +217,9 @@ def make(size: str = "small") -> Program:
     token_sharding = nn.logical_to_mesh_sharding(P("batch", "length"), mesh, LOGICAL_RULES)
     in_shardings = (state_shardings, token_sharding)
     return Program(
-        name=NAME,
-        description=f"flax.linen {dims['layers']}-block LM, logical axes (FSDP `data`, TP "
-        "`model`), adamw, donated TrainState",
+        name=name,
+        description=f"{description}flax.linen {dims['layers']}-block LM, logical axes (FSDP "
+        "`data`, TP `model`), adamw, donated TrainState",
         fun=train_step,
         args=(state, place(tokens, token_sharding)),
         in_shardings=in_shardings,

@@ -182,6 +182,8 @@ def record_cost_aware(row: e2e_measure.Comparison, program: Program, builds: dic
     row.lower_seconds[COST_AWARE] = builds[COST_AWARE].lower_seconds
     row.compile_seconds[COST_AWARE] = builds[COST_AWARE].compile_seconds
     row.cost_aware_search = e2e_measure.cost_aware_search(builds[COST_AWARE].resolution)
+    # Whether what runs is Shardy's choices after all (the compile-time fallback).
+    row.cost_aware_search["kept_shardy"] = compiled.kept_shardy
     expected = e2e_measure.run(jax_compiled, program)
     actual = e2e_measure.run(compiled, program)
     row.cost_aware_max_rel_error = e2e_measure.errors_of(expected, actual)[1]

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.cost.fusion import fused_away
 from shardc.compiler.cost.op_comm import op_communication
 from shardc.compiler.cost.report import comm_report_of
 from shardc.compiler.cost.reshard import dim_axes, reshard_tensor, shard_bytes
@@ -32,7 +33,12 @@ def memory_peak(reader: ModuleValues) -> int:
     """Per-device bytes live at the worst point of program (pre-order) order.
 
     A value is live from its definition (block arguments: from the start of
-    the program) to its last use; tensors count their shard bytes.
+    the program) to its last use; tensors count their shard bytes. A value XLA
+    fuses into all its consumers (``cost.fusion``) has no buffer and is not
+    counted: a pin that shards the residual stream by batch instead of by the
+    FSDP axis replicates the small broadcast scale and bias vectors of every
+    layer norm, which XLA never materialises; counted, they made the pin look
+    0.2% heavier where XLA's memory fell by 30% (``lm_linen_unconstrained``).
     """
     graph = reader.graph
     n = len(graph.ops)
@@ -41,11 +47,15 @@ def memory_peak(reader: ModuleValues) -> int:
         tensor = reader.tensor(value)
         if tensor is None:
             continue
+        producer = graph.value_def[value]
+        if producer >= 0 and fused_away(graph.op_name[producer],
+                                        (graph.op_name[user] for user, _ in graph.uses[value])):
+            continue
         sharding = tensor.sharding
         size = (shard_bytes(tensor.shape, tensor.element_bytes,
                             dim_axes(sharding, len(tensor.shape)))
                 if sharding is not None else tensor.global_bytes)
-        start = graph.value_def[value] if graph.value_def[value] >= 0 else 0
+        start = producer if producer >= 0 else 0
         uses = [user for user, _ in graph.uses[value]]
         end = max(uses, default=start)
         delta[start] += size

@@ -18,6 +18,19 @@ every pin it accepts from regions.
 Repeated structure (the layers of an unrolled model) has the same
 ``structure_key`` (read from the graph, before any cutting), which keys a
 memo: one evaluation serves every repetition.
+
+A closed cut hides a pin whose point is to change what a whole chain of
+values settles to: pinning one residual-stream value of an FSDP language
+model to the batch axis makes propagation move every activation of the
+forward and backward pass off the FSDP axis (3x fewer bytes on the module),
+but inside a closed region it only moves a reshard to the cut. So a region
+also has a **steady-state price** (``RegionEvaluator.steady_price``): the
+region cut out with its *open* cut (``cut_out(..., open_cut=True)``): the
+values crossing it carry no sharding, except the real function's own
+arguments and results, so they settle with the candidate inside; what the
+region costs once the rest of the module has adapted to the pin. It is
+only a ranking: the search prices such a candidate on the module before
+keeping it.
 """
 
 from __future__ import annotations
@@ -136,15 +149,22 @@ def _crossing(reader: ModuleValues, ops: list[int]):
     return [(v, reader.sharding(v), False) for v in entering], leaving
 
 
+def _function_argument(graph, value: int) -> bool:
+    """Whether ``value`` is an argument of a ``func.func`` (not of a nested block)."""
+    return graph.value_def[value] < 0 and graph.op_name[graph.value_owner[value]] == "func.func"
+
+
 def _returns_from_func(graph, op: int) -> bool:
     return (graph.op_name[op] == "func.return"
             and graph.op_name[graph.op_parent[op]] == "func.func")
 
 
-def _boundary_attrs(values: list[tuple[int, TensorSharding | None, bool]]) -> ir.ArrayAttr:
+def _boundary_attrs(values: list[tuple[int, TensorSharding | None, bool]],
+                    fixed=lambda value, returned: True) -> ir.ArrayAttr:
+    """Each crossing value's closed sharding, or none where it is not ``fixed``."""
     entries = []
-    for _, sharding, _ in values:
-        if sharding is None:
+    for value, sharding, returned in values:
+        if sharding is None or not fixed(value, returned):
             entries.append(ir.DictAttr.get({}))
             continue
         text = format_sharding(closed(sharding.mesh, [d.axes for d in sharding.dims]))
@@ -152,13 +172,15 @@ def _boundary_attrs(values: list[tuple[int, TensorSharding | None, bool]]) -> ir
     return ir.ArrayAttr.get(entries)
 
 
-def cut_out(reader: ModuleValues, ops: list[int], imported: dict[int, ir.Attribute | None]
-            ) -> tuple[ir.Module, frozenset[int]]:
+def cut_out(reader: ModuleValues, ops: list[int], imported: dict[int, ir.Attribute | None],
+            open_cut: bool = False) -> tuple[ir.Module, frozenset[int]]:
     """The region ``ops`` of ``reader``'s module as a module (see the module docstring),
     and the positions of its results that are results of the real function.
 
     ``imported`` maps an op number (``TAG``) to its ``sdy.sharding`` before
-    propagation (None: it had none).
+    propagation (None: it had none). With ``open_cut`` only the real function's
+    arguments and results keep their shardings at the cut; every other crossing
+    value is left to propagation (the steady-state price).
     """
     graph = reader.graph
     entering, leaving = _crossing(reader, ops)
@@ -173,8 +195,11 @@ def cut_out(reader: ModuleValues, ops: list[int], imported: dict[int, ir.Attribu
                      [graph.values[v].type for v, _, _ in leaving])
             function = func.FuncOp("main", types)
             entry = function.add_entry_block()
-        function.operation.attributes["arg_attrs"] = _boundary_attrs(entering)
-        function.operation.attributes["res_attrs"] = _boundary_attrs(leaving)
+        def fixed(value: int, returned: bool) -> bool:
+            return not open_cut or returned or _function_argument(graph, value)
+
+        function.operation.attributes["arg_attrs"] = _boundary_attrs(entering, fixed)
+        function.operation.attributes["res_attrs"] = _boundary_attrs(leaving, fixed)
         mapped: dict[int, ir.Value] = dict(zip((v for v, _, _ in entering), entry.arguments))
         with ir.InsertionPoint(entry):
             for op in ops:
@@ -292,15 +317,18 @@ class _Region:
     tags: list[int | None]  # op numbers, in program order
     module: ir.Module | None = None  # cut out when first evaluated
     returns: frozenset[int] = frozenset()  # result positions the real function returns
+    open_module: ir.Module | None = None  # cut out with an open cut (steady-state prices)
 
 
 class RegionEvaluator:
     """Prices candidates on regions (``region_of``), memoised by structure.
 
     ``set_state`` names the current propagated state and its accepted pins;
-    ``price_pin`` then prices a candidate around some seed ops. A candidate's
-    bytes include ``returned_in_declared_layout`` for the region's ops it
-    changes (compared by position with the region's own baseline).
+    ``price_pin`` then prices a candidate around some seed ops, and
+    ``steady_price`` the same with the region's cut open (see the module
+    docstring). A candidate's bytes include ``returned_in_declared_layout``
+    for the region's ops it changes (compared by position with the region's
+    own baseline). ``count`` counts the region propagations of both.
     """
 
     def __init__(self, imported: ir.Operation, *, limit: int, radius: int, conservative: bool):
@@ -309,6 +337,7 @@ class RegionEvaluator:
         self.radius = radius
         self.conservative = conservative
         self.count = 0  # region propagations run (memo misses)
+        self.steady_count = 0  # of which with the cut open (steady-state prices)
         self._memo: dict[tuple, tuple[int, int, tuple]] = {}
         self._regions: dict[tuple[int, ...], _Region] = {}
         self._reader: ModuleValues | None = None
@@ -328,31 +357,43 @@ class RegionEvaluator:
                                            ops, [tag_of(reader, op) for op in ops])
         return self._regions[seeds]
 
-    def _key(self, region: _Region, pin: Pin | None) -> tuple:
+    def _key(self, region: _Region, pin: Pin | None, open_cut: bool = False) -> tuple:
         if pin is None:
-            return (region.key, None)
+            return (region.key, None, open_cut)
         position = region.tags.index(pin.op) if pin.op in region.tags else -1
-        return (region.key, position, *pin.key()[1:])
+        return (region.key, position, *pin.key()[1:], open_cut)
 
     def key_of(self, seeds: tuple[int, ...], pin: Pin) -> tuple:
         """Equal for candidates that are the same pin in the same structure (one price)."""
         return self._key(self._region(seeds), pin)
 
-    def is_cached(self, seeds: tuple[int, ...], pin: Pin) -> bool:
-        """Whether ``price_pin`` would answer from the memo (no region propagation)."""
+    def is_cached(self, seeds: tuple[int, ...], pin: Pin, open_cut: bool = False) -> bool:
+        """Whether ``price_pin`` (``steady_price`` with ``open_cut``) would answer from
+        the memo (no region propagation)."""
         region = self._region(seeds)
-        return self._key(region, None) in self._memo and self._key(region, pin) in self._memo
+        return (self._key(region, None, open_cut) in self._memo
+                and self._key(region, pin, open_cut) in self._memo)
 
-    def _evaluate(self, region: _Region, pin: Pin | None) -> tuple[int, int, tuple]:
+    def _module(self, region: _Region, open_cut: bool) -> ir.Module:
+        """The region cut out (with its cut open or closed) and the accepted pins in it."""
+        if (region.open_module if open_cut else region.module) is None:
+            module, region.returns = cut_out(self._reader, region.ops, self.imported, open_cut)
+            apply_pins(module.operation, self._accepted)
+            if open_cut:
+                region.open_module = module
+            else:
+                region.module = module
+        return region.open_module if open_cut else region.module
+
+    def _evaluate(self, region: _Region, pin: Pin | None,
+                  open_cut: bool = False) -> tuple[int, int, tuple]:
         """``(bytes, memory peak, signatures by position)`` of the region with ``pin``."""
-        key = self._key(region, pin)
+        key = self._key(region, pin, open_cut)
         if key not in self._memo:
-            base = None if pin is None else self._evaluate(region, None)
+            base = None if pin is None else self._evaluate(region, None, open_cut)
             self.count += 1
-            if region.module is None:
-                region.module, region.returns = cut_out(self._reader, region.ops, self.imported)
-                apply_pins(region.module.operation, self._accepted)
-            copy = region.module.operation.clone()
+            self.steady_count += open_cut
+            copy = self._module(region, open_cut).operation.clone()
             with copy.context:
                 apply_pins(copy, [pin] if pin is not None else [])
                 propagate(copy, plan="user-priority", conservative=self.conservative,
@@ -368,9 +409,16 @@ class RegionEvaluator:
             self._memo[key] = (cost, peak, by_position)
         return self._memo[key]
 
-    def price_pin(self, seeds: tuple[int, ...], pin: Pin) -> LocalPrice:
-        """The region around ``seeds`` priced without and with ``pin``."""
+    def price_pin(self, seeds: tuple[int, ...], pin: Pin, open_cut: bool = False
+                  ) -> LocalPrice:
+        """The region around ``seeds`` priced without and with ``pin`` (``open_cut``:
+        its steady-state price, ``steady_price``)."""
         region = self._region(seeds)
-        base = self._evaluate(region, None)
-        with_pin = self._evaluate(region, pin) if pin.op in region.tags else base
+        base = self._evaluate(region, None, open_cut)
+        with_pin = self._evaluate(region, pin, open_cut) if pin.op in region.tags else base
         return LocalPrice(self._key(region, pin), *base[:2], *with_pin[:2])
+
+    def steady_price(self, seeds: tuple[int, ...], pin: Pin) -> LocalPrice:
+        """``price_pin`` with the region's cut open: what the region costs without and
+        with ``pin`` once the values crossing the cut have settled with it."""
+        return self.price_pin(seeds, pin, open_cut=True)

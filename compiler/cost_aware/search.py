@@ -23,7 +23,13 @@ same pin in the same structure form a class. Every viable class (local gain,
 no higher local memory peak) is applied at once, one pin per point, and
 verified on the whole module; if that fails, the class with the largest
 total local gain alone, then its first point alone; a class that fails all
-is dropped.
+is dropped. When no class gains on its region, the classes are ranked by
+their *steady-state* gain instead (the region with its cut open, so the
+values crossing it settle with the pin: ``RegionEvaluator.steady_price``)
+and verified on the module one class at a time, best first, while
+verifications last: a pin that re-settles a whole chain of values (the
+residual stream of a language model moved off the FSDP axis) only moves a
+reshard to a closed cut.
 
 In both, a pin is kept only if its bytes are lower than the current best by
 more than ``margin`` and its memory peak is not above ``M0`` (ties keep
@@ -33,7 +39,8 @@ Shardy's choice). A candidate's module-wide bytes include
 Bounded: at most ``max_evaluations`` module propagations (default 32; region
 rounds use at most ``max_verifications`` of them, default 4, after the
 baseline) and ``max_region_evaluations`` region propagations of at most
-``region_ops`` ops (default 64 of 128), each point offering at most
+``region_ops`` ops (default 64 of 128), plus as many steady-state ones
+(``max_steady_evaluations``), each point offering at most
 ``per_point`` alternatives (default 6). Deterministic: fixed point, class
 and candidate order, strict improvement. The accepted pins are returned;
 ``apply_pins`` writes them onto a module as closed ``sdy.sharding``
@@ -179,6 +186,7 @@ class _Search:
         self.decisions: list[Decision] = []
         self.decided: set[int] = set()
         self.regions: RegionEvaluator | None = None
+        self.verifications_left = 0  # module verifications region rounds may still run
 
     # ------------------------------------------------------------- common
     def open_points(self) -> list[ConflictPoint]:
@@ -258,18 +266,25 @@ class _Search:
 
     # ------------------------------------------------------ region rounds
     def region_rounds(self, region_ops: int, region_radius: int, max_region_evaluations: int,
-                      max_verifications: int) -> None:
+                      max_verifications: int, max_steady_evaluations: int = 0) -> None:
         self.regions = RegionEvaluator(self.imported, limit=region_ops, radius=region_radius,
                                        conservative=self.conservative)
         rejected: set[tuple] = set()  # pins (Pin.key) a module verification refused
-        verifications_left = max_verifications
-        while verifications_left > 0:
-            classes = self._region_classes(max_region_evaluations, rejected)
+        self.verifications_left = max_verifications
+        steady_left = max_steady_evaluations
+        while self.verifications_left > 0:
+            classes, groups = self._region_classes(max_region_evaluations, rejected)
             viable = [c for c in classes
                       if c.price.gain > 0 and c.price.memory <= c.price.base_memory]
             if not viable:
+                start = self.regions.steady_count
+                accepted, logged = self._steady_state_step(groups, steady_left, rejected)
+                steady_left -= self.regions.steady_count - start
+                if accepted:
+                    continue
                 for group in classes:
-                    self._decide_class(group, None, [])
+                    if group.members[0][1].key() not in logged:
+                        self._decide_class(group, None, [])
                 return
             # Largest total gain first (sorted is stable: the earliest class wins ties).
             ranked = sorted(viable, key=lambda c: c.price.gain * len(c.members), reverse=True)
@@ -282,9 +297,9 @@ class _Search:
                 trials.insert(0, combined)
             verified = []
             for trial in trials:
-                if verifications_left == 0:
+                if self.verifications_left == 0:
                     break
-                verifications_left -= 1
+                self.verifications_left -= 1
                 pins = list({pin.op: pin for _, members in trial for _, pin in members}.values())
                 cost, memory, candidate = self.evaluate(self.pins + pins)
                 verified.append((f"{len(pins)} pin(s), {len(trial)} class(es), on the module",
@@ -298,9 +313,56 @@ class _Search:
                 rejected.update(pin.key() for _, pin in group.members)
                 self._decide_class(group, None, verified, [])
 
+    def _steady_state_step(self, groups: list[list[tuple[ConflictPoint, Pin, tuple]]],
+                           budget: int, rejected: set[tuple]) -> tuple[bool, set[tuple]]:
+        """When no class gains on its closed region: rank the classes by their steady-state
+        gain (``RegionEvaluator.steady_price``, most repeated first while ``budget``
+        region propagations last) and verify them on the module, best total gain first,
+        while verifications last; keep the first the module finds cheaper.
+
+        A closed region prices a pin that re-settles a whole chain of values (a
+        residual stream moved off the FSDP axis) as a reshard at the cut, so no
+        class looks viable there; its steady-state price does show the gain, and
+        the module verification is the authority. Returns whether a class was
+        kept, and the first pins (``Pin.key``) of the classes it logged.
+        """
+        spent = self.regions.steady_count
+        ranked = []
+        for members in groups:
+            point, pin, seeds = members[0]
+            if pin.key() in rejected:
+                continue
+            if (self.regions.steady_count - spent >= budget
+                    and not self.regions.is_cached(seeds, pin, open_cut=True)):
+                continue
+            price = self.regions.steady_price(seeds, pin)
+            if price.gain > 0 and price.memory <= price.base_memory:
+                ranked.append(_Class(price, [(p, q) for p, q, _ in members]))
+        ranked.sort(key=lambda c: c.price.gain * len(c.members), reverse=True)
+        logged: set[tuple] = set()
+        for group in ranked:
+            if self.verifications_left == 0:
+                break
+            self.verifications_left -= 1
+            pins = list({pin.op: pin for _, pin in group.members}.values())
+            cost, memory, candidate = self.evaluate(self.pins + pins)
+            verified = [(f"{len(pins)} pin(s), 1 class, on the module", cost, memory)]
+            logged.add(group.members[0][1].key())
+            scope = f"steady state of a region of <= {self.regions.limit} ops"
+            if self.better(cost, memory):
+                self.accept(pins, cost, memory, candidate)
+                self._decide_class(group, group.members[0][1].why, verified, group.members,
+                                   scope=scope)
+                return True, logged
+            rejected.update(pin.key() for _, pin in group.members)
+            self._decide_class(group, None, verified, [], scope=scope)
+        return False, logged
+
     def _region_classes(self, max_region_evaluations: int, rejected: set[tuple]
-                        ) -> list[_Class]:
-        """Every open alternative priced on its region, grouped by structure (program order)."""
+                        ) -> tuple[list[_Class], list[list[tuple[ConflictPoint, Pin, tuple]]]]:
+        """Every open alternative priced on its region, grouped by structure (program order);
+        also every group of candidates, priced or not (``(point, pin, seeds)``, the most
+        repeated first)."""
         graph = self.reader.graph
         index_of = {tag_of(self.reader, op): op for op in range(len(graph.ops))}
         index_of.pop(None, None)
@@ -316,17 +378,19 @@ class _Search:
         # The most repeated structures first: the evaluation budget goes where it
         # serves the most points (sorted is stable: program order among equals).
         classes = []
-        for members in sorted(groups.values(), key=len, reverse=True):
+        ordered = sorted(groups.values(), key=len, reverse=True)
+        for members in ordered:
             point, pin, seeds = members[0]
-            if (self.regions.count >= max_region_evaluations
+            if (self.regions.count - self.regions.steady_count >= max_region_evaluations
                     and not self.regions.is_cached(seeds, pin)):
                 continue
             classes.append(_Class(self.regions.price_pin(seeds, pin),
                                   [(p, q) for p, q, _ in members]))
-        return classes
+        return classes, ordered
 
     def _decide_class(self, group: _Class, chosen: str | None, verified: list,
-                      accepted: list[tuple[ConflictPoint, Pin]] | None = None) -> None:
+                      accepted: list[tuple[ConflictPoint, Pin]] | None = None,
+                      scope: str | None = None) -> None:
         """Log a class; the points of ``accepted`` members are decided (not offered again)."""
         point, pin = group.members[0]
         local = group.price
@@ -336,7 +400,7 @@ class _Search:
             self.decided.add(member.tag)
         self.decisions.append(Decision(
             point.op, point.name, _location(self.reader.graph.ops[point.op]), tried, chosen,
-            scope=f"region of <= {self.regions.limit} ops", points=len(group.members)))
+            scope=scope or f"region of <= {self.regions.limit} ops", points=len(group.members)))
 
     def resolution(self, start: float) -> Resolution:
         changed = changed_tags(signatures(self.baseline_reader), self.reader) if self.pins else set()
@@ -368,7 +432,8 @@ def _combine(ranked: list[_Class]) -> list[tuple[_Class, list[tuple[ConflictPoin
 def resolve(imported: ir.Operation, *, conservative: bool = False, max_evaluations: int = 32,
             per_point: int = 6, margin: int = 0, best_first: bool = True,
             local_above: int | None = None, region_ops: int = 128, region_radius: int = 4,
-            max_region_evaluations: int = 64, max_verifications: int = 4) -> Resolution:
+            max_region_evaluations: int = 64, max_verifications: int = 4,
+            max_steady_evaluations: int = 64) -> Resolution:
     """Search the pins for ``imported`` (after the import steps); see the module docstring.
 
     Module rounds up to ``local_above`` ops; by default while their worst case
@@ -384,5 +449,5 @@ def resolve(imported: ir.Operation, *, conservative: bool = False, max_evaluatio
         search.module_rounds(best_first)
     else:
         search.region_rounds(region_ops, region_radius, max_region_evaluations,
-                             min(max_verifications, max_evaluations - 1))
+                             min(max_verifications, max_evaluations - 1), max_steady_evaluations)
     return search.resolution(start)

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from shardc.compiler.cost.fusion import FREE as _FREE
+from shardc.compiler.cost.fusion import FUSIBLE, FUSING_CONSUMERS
 from shardc.compiler.cost.op_comm import computation_axes, required_sharding
 from shardc.compiler.cost.report import collectives_at
 from shardc.compiler.cost.reshard import (
@@ -31,17 +33,8 @@ from shardc.compiler.cost.reshard import (
 from shardc.compiler.diagnostics import source_loc_of
 from shardc.compiler.explain.aliasing import Slot
 from shardc.compiler.explain.grid import grid_of_sharding
-from shardc.compiler.propagation.graph import ELEMENTWISE
 from shardc.compiler.propagation.values import ModuleValues
 
-_FREE = frozenset({"sdy.constant", "stablehlo.constant", "sdy.sharding_constraint",
-                   "sdy.reshard", "stablehlo.optimization_barrier", "sdy.data_flow_edge",
-                   "sdy.propagation_barrier", "stablehlo.get_tuple_element"})
-FUSIBLE = ELEMENTWISE | frozenset({
-    "stablehlo.broadcast_in_dim", "stablehlo.concatenate", "stablehlo.convert",
-    "stablehlo.dynamic_slice", "stablehlo.iota", "stablehlo.pad", "stablehlo.reshape",
-    "stablehlo.reverse", "stablehlo.slice", "stablehlo.transpose",
-}) | _FREE
 # ops whose result k XLA writes into the buffer of one operand when that dies there
 _IN_PLACE = {"stablehlo.while": lambda k: k, "stablehlo.dynamic_update_slice": lambda k: 0,
              "stablehlo.scatter": lambda k: k}
@@ -53,7 +46,8 @@ _EXPENSIVE = frozenset("stablehlo." + n for n in (
     "rsqrt", "sqrt", "cbrt", "sine", "cosine", "tan", "tanh", "atan2")) | frozenset(
     {"chlo.erf", "chlo.erf_inv", "chlo.tan", "chlo.lgamma", "chlo.digamma"})
 _CONSTANTS = frozenset({"sdy.constant", "stablehlo.constant", "stablehlo.iota"})
-_FUSING_CONSUMERS = FUSIBLE | frozenset({"stablehlo.reduce", "func.return"})
+# A returned value fuses into its output buffer (counted as an output, not a temporary).
+_FUSING_CONSUMERS = FUSING_CONSUMERS | frozenset({"func.return"})
 
 
 @dataclass(frozen=True)

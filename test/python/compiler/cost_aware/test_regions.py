@@ -10,7 +10,9 @@ compiled bytes are ``test_cost_aware.py``'s).
 import pytest
 from jaxlib.mlir import ir
 
+from bench import e2e_measure
 from bench.models import REGISTRY, REGRESSIONS
+from bench.zoo import REGISTRY as ZOO
 from shardc.compiler import jit
 from shardc.compiler.cost_aware import cost_aware_pipeline
 from shardc.compiler.cost_aware.candidates import conflict_points, tag_ops
@@ -18,6 +20,8 @@ from shardc.compiler.cost_aware.regions import cut_out, imported_shardings, regi
 from shardc.compiler.propagation import propagate
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.stages import import_pipeline
+from shardc.compiler.stages.capture_loop_invariants import capture_loop_invariants
+from shardc.compiler.stages.fold_identities import fold_identities
 from shardc.dialects import make_context
 
 PROGRAMS = {**REGISTRY, **REGRESSIONS}
@@ -49,7 +53,7 @@ def test_region_rounds_find_what_module_rounds_find(name):
 def test_repeated_layers_share_one_region_evaluation():
     resolution = resolve_text(unpropagated("conflict_mlp_deep"))
     assert resolution.region_evaluations > 0  # past the module-round size
-    assert resolution.region_evaluations <= 64
+    assert resolution.region_evaluations <= 64 + 64  # closed, then steady-state prices
     assert resolution.evaluations <= 1 + 4  # the baseline and the verifications
     first = resolution.decisions[0]
     assert first.chosen is not None and first.points >= 30, resolution.format_text()
@@ -91,6 +95,62 @@ def test_cut_out_region_is_a_valid_module_with_closed_boundary():
     main = region.body.operations[-1]
     assert len(main.regions[0].blocks[0].operations) == len(ops) + 1  # plus the return
     assert returns == frozenset()  # the first layer's dot returns nothing of the program
+
+
+def test_open_cut_leaves_only_the_functions_own_boundary_sharded():
+    # The steady-state price: values crossing the cut from other ops settle with the
+    # candidate; the program's own arguments (the weights) keep their shardings.
+    module, imported, reader = _propagated_deep_stack()
+    point = next(p.op for p in conflict_points(reader))
+    ops = region_of(reader, [point], 128, 4)
+    closed_region, _ = cut_out(reader, ops, imported_shardings(imported))
+    open_region, returns = cut_out(reader, ops, imported_shardings(imported), open_cut=True)
+    assert open_region.operation.verify()
+    main = open_region.body.operations[-1]
+    args = list(ir.ArrayAttr(main.attributes["arg_attrs"]))
+    entering = main.regions[0].blocks[0].arguments
+    graph = reader.graph
+    crossing = [v for op in ops for v in graph.op_operands[op] if graph.value_def[v] not in ops]
+    crossing = list(dict.fromkeys(crossing))
+    assert len(crossing) == len(entering) == len(args)
+    for value, attrs in zip(crossing, args):
+        own_argument = graph.value_def[value] < 0
+        assert ("sdy.sharding" in ir.DictAttr(attrs)) == own_argument
+    assert any(graph.value_def[v] >= 0 for v in crossing)  # some crossing value is opened
+    results = list(ir.ArrayAttr(main.attributes["res_attrs"]))
+    assert all("sdy.sharding" not in ir.DictAttr(r) for r in results)  # none returned
+    assert returns == frozenset()
+    assert str(closed_region) != str(open_region)
+
+
+def lm_resolve(name: str, **options):
+    """The search on a zoo language model's train step, as ``jit`` runs it: after XLA's
+    import rewrites (folded identities decide how the residual stream propagates)."""
+    program = ZOO[name]("small")
+    with e2e_measure.mesh_context(program):
+        jitted, args, _ = e2e_measure.prepare(program, "shardc")
+        text = jitted.lower(*args, propagate=False).as_text()
+    module = ir.Module.parse(text, make_context())
+    with module.context:
+        fold_identities(module.operation)
+        capture_loop_invariants(module.operation)
+    return cost_aware_pipeline(module.operation, **options)
+
+
+def test_steady_state_prices_find_the_hand_written_activation_constraints():
+    """lm_linen without its activation constraints: Shardy shards the residual stream on
+    the FSDP axis (3x the bytes of the hand-constrained step). Pinning one residual value
+    to the batch axis re-settles every activation, which a closed region only sees as a
+    reshard moved to its cut; with no closed region priced at all, the steady-state
+    prices alone find a class that the module verifies at the constrained step's bytes."""
+    constrained = lm_resolve("lm_linen")
+    free = lm_resolve("lm_linen_unconstrained", max_region_evaluations=0)
+    assert free.baseline_bytes > 2.5 * constrained.final_bytes
+    assert free.final_bytes <= 1.2 * constrained.final_bytes, free.format_text()
+    assert free.final_memory <= free.baseline_memory
+    kept = [d for d in free.decisions if d.chosen]
+    assert kept and all(d.scope.startswith("steady state") for d in kept), free.format_text()
+    assert free.evaluations <= 1 + 4  # the baseline and at most every verification
 
 
 def test_structure_key_tells_reduce_bodies_apart():
