@@ -57,10 +57,6 @@ _MEMORY_MISSES = {
 }
 PREDICTION_MISSES: dict[tuple[str, str], str] = {
     **{(name, route): why for name, why in _MEMORY_MISSES.items() for route in SHARDC_ROUTES},
-    ("lm_linen_unconstrained", "shardc"): (
-        "memory 0.64x: with Shardy's choices every projection contracts over `data`, and "
-        "XLA's temporaries hold those full-batch partial sums; the estimate does not count "
-        "them as XLA does (counting them closed part of the gap in a trial, 0.59x -> 0.77x)"),
 }
 
 

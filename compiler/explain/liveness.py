@@ -82,6 +82,8 @@ class LivenessWalker:
         # op -> [((operand value, target), bytes, transposed-copy bytes)] resharded operands
         self.needs: dict[int, list[tuple[tuple, int, int]]] = {}
         self.reduced: dict[int, tuple] = {}  # op -> axes its result is all-reduced over
+        # result -> bytes of its partial sums when the all-reduce precedes a slice
+        self.partial: dict[int, int] = {}
         self.moved: set[int] = set()  # results of explicit reshards that move data
         self.block_args: dict[int, list[int]] = {}  # first op of a block -> its arguments
         for op in range(len(graph.ops)):
@@ -162,6 +164,26 @@ class LivenessWalker:
                 self.needs.setdefault(op, []).append(((value, ("transposed", op, index)), size, 0))
         if reduced:
             self.reduced[op] = tuple(sorted(str(a) for a in reduced))
+            self._partial_sums(op, results, reduced)
+
+    def _partial_sums(self, op: int, results, reduced: set) -> None:
+        """Record the unsliced partial-sum buffers of an op whose result is sharded
+        over axes it also reduces over.
+
+        XLA all-reduces the partial sums at the shape the op computed them in
+        (those axes not sharding the result) and slices afterwards, the slice
+        fused into each reader (``partition-id`` operands), so the all-reduce's
+        full buffer lives as long as the sliced value is read. Seen in
+        lm_linen_unconstrained's buffer assignment: the MLP up-projections
+        contract over `data` and ``all-reduce.9``/``.19`` (f32[8,16,32], the
+        whole batch) live from the forward to the gelu gradient.
+        """
+        for value, result in zip(self.graph.op_results[op], results):
+            axes = dim_axes(result.sharding, len(result.shape))
+            if not any(axis in reduced for dim in axes for axis in dim):
+                continue
+            kept = [[axis for axis in dim if axis not in reduced] for dim in axes]
+            self.partial[value] = shard_bytes(result.shape, result.element_bytes, kept)
 
     def bytes_of(self, value: int) -> int:
         return self.slot(value).bytes_per_device
@@ -331,13 +353,16 @@ class LivenessWalker:
                     spans[key] = [i, i, size]
                     copies[i] = copies.get(i, 0) + copy
         # XLA's scheduler runs a reshard of an argument first thing: it depends on
-        # nothing else, so its buffer is live from the block's start.
+        # nothing else, so its buffer is live from the block's start. A sharding
+        # constraint on the argument changes nothing: lm_linen_unconstrained's weight
+        # all-gathers for the backward (all-gather.17/.20/.28, constrained arguments)
+        # run at positions 116-141 of its schedule, before the forward's layers.
         # A transposed copy XLA makes for a dot or convolution is scheduled right
         # after its operand is computed.
         args = set(self.block_args.get(ops[0], ())) if ops else set()
         gathered: dict[int, list[tuple[int, int]]] = {}
         for (value, target), (first, last, size) in spans.items():
-            if value in args:
+            if self.root(value) in args:
                 first = 0
             elif target[0] == "transposed" and self.graph.value_def[value] >= 0:
                 first = min(first, position.get(
@@ -353,7 +378,7 @@ class LivenessWalker:
             for k, value in enumerate(graph.op_results[op]):
                 if value in returned or not self.materialised(value, op):
                     continue
-                size = self.bytes_of(value)
+                size = self.partial.get(value) or self.bytes_of(value)
                 last = self.last_read(value, op, position, returned, i)
                 last = max(last, extend.get(value, i))
                 if graph.op_name[op] == "stablehlo.reshape":

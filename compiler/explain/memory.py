@@ -26,14 +26,18 @@ not divide counting padded like XLA pads it:
 * reshard buffers: an operand resharded to what its op needs (gathered,
   all-to-all'ed, or sliced for a non-fusible op) is one buffer per (value,
   target sharding), live from its first to its last consumer (XLA reuses it);
-  an argument's reshard is live from the block's start (XLA schedules it
-  first); a gather along a dimension with a longer one before it adds a
-  transposed copy of the gathered buffer. Explicit reshards that move data
-  are buffers too; implicit reshards of returned values and call operands
-  are live while their op runs;
+  an argument's reshard (also through sharding constraints on it) is live
+  from the block's start (XLA schedules it first); a gather along a
+  dimension with a longer one before it adds a transposed copy of the
+  gathered buffer. Explicit reshards that move data are buffers too;
+  implicit reshards of returned values and call operands are live while
+  their op runs;
 * transposed copies XLA's CPU kernels make of batched-dot operands whose batch
   dimensions are not leading and of convolution operands/results not in
   ``b01f_01io->b01f``, from when the operand exists to the consumer;
+* partial sums: an op whose result is sharded over axes it also reduces
+  over all-reduces its partial sums unsliced and slices them in each reader,
+  so its buffer is the result without those axes, live while it is read;
 * all-reduces over the same axes that do not depend on one another are
   combined: their results stay live until the last of them;
 * in place: ``while`` results reuse their carries (a carry the body returns
