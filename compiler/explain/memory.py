@@ -9,8 +9,11 @@ not divide counting padded like XLA pads it:
   one pointer per output when there are several);
 * temporaries: a liveness walk over the main function in program order. A
   value is allocated by the op defining it and freed after its last use (a
-  use inside a nested region counts at the op owning the region; a loop body's
-  own peak is added while the loop runs). Values XLA never materialises are
+  use inside a nested region counts at the op owning the region; a body's own
+  peak is added while its op runs: a loop body's returned values live in the
+  carries, and a manual computation's body, which XLA inlines, holds its
+  results and frees an operand after its last reader inside). Values XLA
+  never materialises are
   skipped: constants, and values of *fusible* ops (elementwise, broadcasts,
   reshapes, converts, iota, slices, selects) whose users are all fusible ops
   or reductions, since XLA fuses such producers into their consumer, unless
