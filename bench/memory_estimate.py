@@ -38,7 +38,7 @@ EXPLAINED: dict[str, str] = {
     # --xla_dump_to, read *buffer-assignment.txt / *live-range.txt): the buffers
     # named are those live at XLA's temp peak, the model side is what the
     # liveness walk counts at its own peak.
-    "conv_net": "temp 1.12x; XLA's peak (274720 B, at transpose_copy_fusion.1 in the backward) "
+    "conv_net": "temp 1.14x; XLA's peak (274720 B, at transpose_copy_fusion.1 in the backward) "
                 "holds convolution.1's model-axis all-reduce result (all-reduce, 64 KiB), the "
                 "relu gradient (broadcast_select_fusion, 64 KiB) and its transposed copy "
                 "(transpose_copy_fusion.1, 64 KiB), the first convolution's output "
@@ -59,18 +59,6 @@ EXPLAINED: dict[str, str] = {
                           "dynamic-update-slice that XLA fuses into one "
                           "dynamic-update-slice_add_fusion written into a carry; XLA's heap "
                           "(10872 B) is 20% over the sum of its live values (9061 B)",
-    "cnn_batchnorm": "temp 0.81x; XLA's peak (at all-reduce.7 in the backward) holds the "
-                     "weight-gradient convolution's result and its all-reduce "
-                     "(convolution-base-dilated.1, all-reduce.7, 8 KiB each) next to a transposed "
-                     "activation copy hoisted from position 47 (transpose_copy_fusion.2, 8 KiB) "
-                     "and the first convolution's output (4 KiB); the model's peak is in the "
-                     "forward, where it makes that transposed copy only when the backward "
-                     "convolution runs",
-    "embedding_heads": "temp 0.77x; XLA's scheduler runs the scatter-add's zero f32[128,16] "
-                       "broadcast (wrapped_broadcast.2, 8 KiB) and an s32 index copy first "
-                       "thing (positions 13 and 11), so they are live through the whole step "
-                       "up to the scatter; the model allocates the broadcast where the program "
-                       "has it, just before the scatter",
 }
 FIELDS = ("argument", "output", "temp", "alias", "net")
 

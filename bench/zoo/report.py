@@ -47,14 +47,7 @@ MEMORY_TOLERANCE = 0.10
 # each compiled HLO; test_zoo.py requires every other pair within the tolerances).
 # The buffers XLA's schedule keeps live at its peak are named in
 # bench/memory_estimate.py's EXPLAINED entry of each program.
-_MEMORY_MISSES = {
-    "cnn_batchnorm": "memory 0.87x: XLA hoists a transposed activation copy far ahead of its "
-                     "use and peaks in the backward pass; the estimate keeps program order",
-    "embedding_heads": "memory 0.88x: XLA schedules the scatter-add's zero broadcast first, so "
-                       "it lives through the whole step; the estimate creates it where it is used",
-}
 PREDICTION_MISSES: dict[tuple[str, str], str] = {
-    **{(name, route): why for name, why in _MEMORY_MISSES.items() for route in SHARDC_ROUTES},
     # the cost-aware route's step is 1 KiB smaller there and within the tolerance
     ("pipeline_shard_map", "shardc"): (
         "memory 1.15x: XLA fuses the backward loop body's zero broadcast, select and "

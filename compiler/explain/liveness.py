@@ -4,8 +4,10 @@
 and records one ``Interval`` per buffer (its first and last live position and
 per-device bytes): values XLA never materialises (constants, fusible ops read
 only by fusing consumers) are skipped, in-place results share their operand's
-buffer, reshards and XLA:CPU's transposed operand copies add buffers, and
-independent all-reduces over the same axes are combined.
+buffer, reshards and XLA:CPU's transposed operand copies (``needs``) add
+buffers, independent all-reduces over the same axes are combined, ops that
+read no buffer the block computes are scheduled first, and nested bodies
+add their own peak while their op runs.
 ``memory`` turns the intervals into the estimate; its docstring lists the
 rules and the buffer assignments they were read from.
 """
@@ -18,18 +20,11 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.cost.fusion import FREE as _FREE
 from shardc.compiler.cost.fusion import FUSIBLE, FUSING_CONSUMERS
-from shardc.compiler.cost.op_comm import computation_axes, required_sharding
-from shardc.compiler.cost.report import collectives_at
-from shardc.compiler.cost.reshard import (
-    ALL_REDUCE,
-    dim_axes,
-    reshard_collectives,
-    shard_bytes,
-)
 from shardc.compiler.diagnostics import source_loc_of
 from shardc.compiler.explain.aliasing import Slot
 from shardc.compiler.explain.grid import grid_of_sharding
-from shardc.compiler.explain.layout import relayout, transposed_gather
+from shardc.compiler.explain.needs import CONSTANTS as _CONSTANTS
+from shardc.compiler.explain.needs import OpNeeds
 from shardc.compiler.propagation.values import ModuleValues
 
 # ops whose result k XLA writes into the buffer of one operand when that dies there
@@ -37,12 +32,10 @@ _IN_PLACE = {"stablehlo.while": lambda k: k, "stablehlo.dynamic_update_slice": l
              "stablehlo.scatter": lambda k: k}
 _PASS_ON = frozenset({"sdy.data_flow_edge", "sdy.sharding_constraint", "sdy.reshard",
                       "sdy.propagation_barrier"})
-_RESHARDS = frozenset({"sdy.reshard", "sdy.sharding_constraint"})
 _EXPENSIVE = frozenset("stablehlo." + n for n in (
     "exponential", "exponential_minus_one", "log", "log_plus_one", "logistic", "power",
     "rsqrt", "sqrt", "cbrt", "sine", "cosine", "tan", "tanh", "atan2")) | frozenset(
     {"chlo.erf", "chlo.erf_inv", "chlo.tan", "chlo.lgamma", "chlo.digamma"})
-_CONSTANTS = frozenset({"sdy.constant", "stablehlo.constant", "stablehlo.iota"})
 # A returned value fuses into its output buffer (counted as an output, not a temporary).
 _FUSING_CONSUMERS = FUSING_CONSUMERS | frozenset({"func.return"})
 
@@ -75,112 +68,16 @@ class LivenessWalker:
         self.graph = graph
         mesh = values.meshes.get(values.mesh) if values.mesh else None
         self.sizes = dict(mesh.sizes) if mesh is not None else {}
-        self.extra: dict[int, int] = {}  # op -> bytes of gathered operands it needs
-        # op -> [((operand value, target), bytes, transposed-copy bytes)] resharded operands
-        self.needs: dict[int, list[tuple[tuple, int, int]]] = {}
-        self.reduced: dict[int, tuple] = {}  # op -> axes its result is all-reduced over
-        # result -> bytes of its partial sums when the all-reduce precedes a slice
-        self.partial: dict[int, int] = {}
-        self.moved: set[int] = set()  # results of explicit reshards that move data
+        found = OpNeeds.collect(values)
+        self.extra, self.needs, self.reduced = found.extra, found.needs, found.reduced
+        self.partial, self.moved = found.partial, found.moved
         self.block_args: dict[int, list[int]] = {}  # first op of a block -> its arguments
         for op in range(len(graph.ops)):
-            self._collect(op)
             for block_args, block_ops in graph.op_blocks[op]:
                 if block_ops:
                     self.block_args[block_ops[0]] = block_args
         self.buffers: list[Buffer] = []
         self.state = ir.AsmState(values.graph.module)
-
-    def _collect(self, op: int) -> None:
-        """Record the reshard buffers and all-reduces op ``op`` needs."""
-        graph, values = self.graph, self.values
-        name = graph.op_name[op]
-        if name in ("func.return", "func.call"):
-            for entry in collectives_at(values, op):
-                if entry.implicit and entry.kind != ALL_REDUCE:
-                    self.extra[op] = self.extra.get(op, 0) + entry.bytes_per_device
-            return
-        if name in _RESHARDS:
-            src = values.tensor(graph.op_operands[op][0])
-            result = graph.op_results[op][0]
-            dst = values.sharding(result)
-            if src is None or dst is None:
-                return
-            rank = len(src.shape)
-            before, after = dim_axes(src.sharding, rank), dim_axes(dst, rank)
-            if before == after:
-                return
-            found = reshard_collectives(src.shape, src.element_bytes, src.sharding, dst,
-                                        values.mesh_of(src.sharding, dst))
-            if found:
-                self.moved.add(result)
-                if transposed_gather(src.shape, before, after, found):
-                    self.extra[op] = self.extra.get(op, 0) + shard_bytes(
-                        src.shape, src.element_bytes, after)
-            return
-        if not graph.op_results[op] or name in _FREE:
-            return
-        ruled = values.rule_tensors(op)
-        if ruled is None:
-            return
-        rule, operands, results = ruled
-        if all(r.sharding is None for r in results):
-            return
-        mesh = values.mesh_of(*(t.sharding for t in results + operands))
-        factor_axes, reduction = computation_axes(rule, operands, results, mesh)
-        reduced = {axis for axes in reduction.values() for axis in axes}
-        copied = relayout(graph.ops[op], name, operands, results)
-        if copied.pop(-1, 0):  # a result in a non-canonical layout: transposed copy
-            self.extra[op] = self.extra.get(op, 0) + sum(
-                shard_bytes(r.shape, r.element_bytes, dim_axes(r.sharding, len(r.shape)))
-                for r in results)
-        for index, operand in enumerate(operands):
-            value = graph.op_operands[op][index]
-            owner = graph.value_def[value]
-            if owner >= 0 and graph.op_name[owner] in _CONSTANTS:
-                continue  # XLA folds a reshaped constant
-            needed = required_sharding(rule, index, operand, factor_axes)
-            if needed is None:
-                continue
-            rank = len(operand.shape)
-            before, after = dim_axes(operand.sharding, rank), dim_axes(needed, rank)
-            if before == after:
-                continue
-            found = reshard_collectives(operand.shape, operand.element_bytes,
-                                        operand.sharding, needed, mesh)
-            if not found and name in FUSIBLE:
-                continue  # a local slice fuses into an elementwise consumer
-            size = shard_bytes(operand.shape, operand.element_bytes, after)
-            copy = size if transposed_gather(operand.shape, before, after, found) else 0
-            if index in copied:
-                copy, copied[index] = max(copy, size), 0
-            self.needs.setdefault(op, []).append(((value, tuple(after)), size, copy))
-        for index, size in copied.items():
-            if size:  # XLA copies it transposed as soon as the operand exists
-                value = graph.op_operands[op][index]
-                self.needs.setdefault(op, []).append(((value, ("transposed", op, index)), size, 0))
-        if reduced:
-            self.reduced[op] = tuple(sorted(str(a) for a in reduced))
-            self._partial_sums(op, results, reduced)
-
-    def _partial_sums(self, op: int, results, reduced: set) -> None:
-        """Record the unsliced partial-sum buffers of an op whose result is sharded
-        over axes it also reduces over.
-
-        XLA all-reduces the partial sums at the shape the op computed them in
-        (those axes not sharding the result) and slices afterwards, the slice
-        fused into each reader (``partition-id`` operands), so the all-reduce's
-        full buffer lives as long as the sliced value is read. Seen in
-        lm_linen_unconstrained's buffer assignment: the MLP up-projections
-        contract over `data` and ``all-reduce.9``/``.19`` (f32[8,16,32], the
-        whole batch) live from the forward to the gelu gradient.
-        """
-        for value, result in zip(self.graph.op_results[op], results):
-            axes = dim_axes(result.sharding, len(result.shape))
-            if not any(axis in reduced for dim in axes for axis in dim):
-                continue
-            kept = [[axis for axis in dim if axis not in reduced] for dim in axes]
-            self.partial[value] = shard_bytes(result.shape, result.element_bytes, kept)
 
     def bytes_of(self, value: int) -> int:
         return self.slot(value).bytes_per_device
@@ -303,6 +200,36 @@ class LivenessWalker:
                     for k, (_, nested) in enumerate(blocks))
         return inner, handed
 
+    def unanchored(self, ops: list[int]) -> set[int]:
+        """The ops of a block that read no buffer the block computes (only its
+        arguments, constants and such ops fused into them): XLA's scheduler
+        runs them first, so their buffers are live from the block's start.
+
+        Seen in embedding_heads' schedule (the scatter-add's zero broadcast,
+        wrapped_broadcast.2, at position 13 of 57, its scatter at 47) and in
+        lm_linen_unconstrained's (the backward's transposed weight copies,
+        wrapped_copy.*, at positions 134-137, before the forward's layers).
+        A loop's initial value is the exception: XLA merges equal broadcasts
+        and copies the one a loop starts from into its carry right before the
+        loop (grad_loops: its zero broadcasts run first, the copies next to
+        each while).
+        """
+        graph = self.graph
+        inside = set(ops)
+        found: set[int] = set()
+        for op in ops:
+            if graph.op_name[op] in _CONSTANTS or graph.op_blocks[op]:
+                continue
+            if all(graph.value_def[v] not in inside
+                   or graph.op_name[graph.value_def[v]] in _CONSTANTS
+                   or (graph.value_def[v] in found
+                       and not self.materialised(v, graph.value_def[v]))
+                   for v in graph.op_operands[op]) and not any(
+                    graph.op_name[self.top_user(u, op)] == "stablehlo.while"
+                    for r in graph.op_results[op] for u, _ in graph.uses[r]):
+                found.add(op)
+        return found
+
     def yielded(self, block: list[int]) -> set[int]:
         """The values a nested block returns, and the ops' values producing them.
 
@@ -411,6 +338,7 @@ class LivenessWalker:
                     self.top_user(self.graph.value_def[value], ops[0]), first))
             gathered.setdefault(first, []).append((size, last))
         extend = self.combined(ops)
+        early = self.unanchored(ops)
         owner = graph.op_name[graph.op_parent[ops[0]]] if ops else ""
         carries = args if owner == "stablehlo.while" else set()
         frees: dict[int, list[tuple]] = {}
@@ -473,7 +401,7 @@ class LivenessWalker:
                     self.buffers.append(buffer)
                 # a combined all-reduce is one tuple-shaped op in XLA: its results
                 # stay in the heap (mlp_data_parallel's gradients, buffer assignment)
-                start = i + 1 if value in inside else i
+                start = i + 1 if value in inside else (0 if op in early else i)
                 interval = Interval(start, max(last, start), size, buffer,
                                      fits_output=value not in extend)
                 if record is not None and last >= start:

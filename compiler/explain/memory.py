@@ -8,7 +8,9 @@ not divide counting padded like XLA pads it:
 * outputs: its results, at their result shardings (plus XLA's table of
   one pointer per output when there are several);
 * temporaries: a liveness walk over the main function in program order. A
-  value is allocated by the op defining it and freed after its last use (a
+  value is allocated by the op defining it (from the block's start when the
+  op reads no buffer the block computes: XLA's scheduler runs such ops
+  first, except a loop's initial value) and freed after its last use (a
   use inside a nested region counts at the op owning the region; a body's own
   peak is added while its op runs: a loop body's returned values live in the
   carries, and a manual computation's body, which XLA inlines, holds its
