@@ -52,13 +52,6 @@ EXPLAINED: dict[str, str] = {
                          "are live together at its peak: the gap, 1504768 B, is 23 gathered "
                          "64 KiB w_out; the model's liveness walk keeps program order, where "
                          "each gathered weight lives only within its layer",
-    "pipeline_shard_map": "temp 1.26x; at the backward manual computation the model holds the "
-                          "three stacked f32[7,4,16] residuals (1792 B each), the w_out gradient "
-                          "(dot.4, 1 KiB), the loop's carries (3392 B) and a loop body peak "
-                          "(3848 B) with separate buffers for the zero broadcast, select and "
-                          "dynamic-update-slice that XLA fuses into one "
-                          "dynamic-update-slice_add_fusion written into a carry; XLA's heap "
-                          "(10872 B) is 20% over the sum of its live values (9061 B)",
 }
 FIELDS = ("argument", "output", "temp", "alias", "net")
 

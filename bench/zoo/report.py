@@ -47,13 +47,7 @@ MEMORY_TOLERANCE = 0.10
 # each compiled HLO; test_zoo.py requires every other pair within the tolerances).
 # The buffers XLA's schedule keeps live at its peak are named in
 # bench/memory_estimate.py's EXPLAINED entry of each program.
-PREDICTION_MISSES: dict[tuple[str, str], str] = {
-    # the cost-aware route's step is 1 KiB smaller there and within the tolerance
-    ("pipeline_shard_map", "shardc"): (
-        "memory 1.15x: XLA fuses the backward loop body's zero broadcast, select and "
-        "dynamic-update-slice into one fusion written into a carry; the estimate gives "
-        "each its own buffer"),
-}
+PREDICTION_MISSES: dict[tuple[str, str], str] = {}
 
 
 def mesh_text(program: Program) -> str:

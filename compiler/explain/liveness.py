@@ -37,7 +37,10 @@ _EXPENSIVE = frozenset("stablehlo." + n for n in (
     "rsqrt", "sqrt", "cbrt", "sine", "cosine", "tan", "tanh", "atan2")) | frozenset(
     {"chlo.erf", "chlo.erf_inv", "chlo.tan", "chlo.lgamma", "chlo.digamma"})
 # A returned value fuses into its output buffer (counted as an output, not a temporary).
-_FUSING_CONSUMERS = FUSING_CONSUMERS | frozenset({"func.return"})
+# XLA:CPU fuses elementwise producers into a dynamic-update-slice too (pipeline_shard_map:
+# select_dynamic-update-slice_fusion, dynamic-update-slice_add_fusion in its loop bodies).
+_FUSING_CONSUMERS = FUSING_CONSUMERS | frozenset({"func.return",
+                                                  "stablehlo.dynamic_update_slice"})
 
 
 @dataclass(frozen=True)

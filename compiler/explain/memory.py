@@ -15,10 +15,10 @@ not divide counting padded like XLA pads it:
   peak is added while its op runs: a loop body's returned values live in the
   carries, and a manual computation's body, which XLA inlines, holds its
   results and frees an operand after its last reader inside). Values XLA
-  never materialises are
-  skipped: constants, and values of *fusible* ops (elementwise, broadcasts,
-  reshapes, converts, iota, slices, selects) whose users are all fusible ops
-  or reductions, since XLA fuses such producers into their consumer, unless
+  never materialises are skipped: constants, and values of *fusible* ops
+  (elementwise, broadcasts, reshapes, converts, iota, slices, selects) whose
+  users are all fusible ops, reductions or dynamic-update-slices, since XLA
+  fuses such producers into their consumer, unless
   several ops read one that is expensive (XLA does not duplicate exp, tanh,
   rsqrt, ...) or feeds a reduction; a transpose read only by dots is folded
   into them. A buffer is freed after the last op reading it, a fused reader
