@@ -38,7 +38,7 @@ EXPLAINED: dict[str, str] = {
     # --xla_dump_to, read *buffer-assignment.txt / *live-range.txt): the buffers
     # named are those live at XLA's temp peak, the model side is what the
     # liveness walk counts at its own peak.
-    "conv_net": "temp 1.12x; XLA's peak (274720 B, at transpose_copy_fusion.1 in the backward) "
+    "conv_net": "temp 1.14x; XLA's peak (274720 B, at transpose_copy_fusion.1 in the backward) "
                 "holds convolution.1's model-axis all-reduce result (all-reduce, 64 KiB), the "
                 "relu gradient (broadcast_select_fusion, 64 KiB) and its transposed copy "
                 "(transpose_copy_fusion.1, 64 KiB), the first convolution's output "
@@ -46,36 +46,12 @@ EXPLAINED: dict[str, str] = {
                 "(transpose_copy_fusion.2/.6, 44 KiB); the model holds the same and also the "
                 "first relu's output (stablehlo.maximum, 32 KiB) for the backward, which XLA "
                 "recomputes from the kept convolution output inside the gradient's fusion",
-    "shard_map_pipeline": "temp 1.75x of a 4 KiB peak; inside the manual computation XLA "
-                          "reuses two 512 B slots for every stage's activation (ynn_fusion.*, "
-                          "wrapped_tanh.*, ppermute.*) and updates the stacked outputs in one "
-                          "2 KiB buffer (bitcast_dynamic-update-slice_fusion*, psum_invariant); "
-                          "the model adds the outer dot_general/transpose results around the "
-                          "manual computation (%0, %3, 2 KiB each) and a separate 2 KiB buffer "
-                          "for the broadcast the scatters start from",
     "conflict_mlp_deep": "temp 0.68x; XLA's scheduler hoists the weight all-gathers, which "
                          "depend only on arguments, ahead of the layers (the scheduled entry "
                          "computation starts with them), so gathered weights of many layers "
                          "are live together at its peak: the gap, 1504768 B, is 23 gathered "
                          "64 KiB w_out; the model's liveness walk keeps program order, where "
                          "each gathered weight lives only within its layer",
-    "pipeline_shard_map": "temp 1.51x; the model's peak is at the manual computation: the body's "
-                          "own peak (7820 B) on top of its three stacked f32[7,4,16] results "
-                          "(1792 B each) and the outer dot's output; XLA's peak (heap 10872 B, "
-                          "at wrapped_copy) holds those three stacked buffers (wrapped_broadcast.3, "
-                          "copy.59, copy.60) but runs the body's buffers in slots they reuse",
-    "cnn_batchnorm": "temp 0.81x; XLA's peak (at all-reduce.7 in the backward) holds the "
-                     "weight-gradient convolution's result and its all-reduce "
-                     "(convolution-base-dilated.1, all-reduce.7, 8 KiB each) next to a transposed "
-                     "activation copy hoisted from position 47 (transpose_copy_fusion.2, 8 KiB) "
-                     "and the first convolution's output (4 KiB); the model's peak is in the "
-                     "forward, where it makes that transposed copy only when the backward "
-                     "convolution runs",
-    "embedding_heads": "temp 0.77x; XLA's scheduler runs the scatter-add's zero f32[128,16] "
-                       "broadcast (wrapped_broadcast.2, 8 KiB) and an s32 index copy first "
-                       "thing (positions 13 and 11), so they are live through the whole step "
-                       "up to the scatter; the model allocates the broadcast where the program "
-                       "has it, just before the scatter",
 }
 FIELDS = ("argument", "output", "temp", "alias", "net")
 

@@ -47,21 +47,7 @@ MEMORY_TOLERANCE = 0.10
 # each compiled HLO; test_zoo.py requires every other pair within the tolerances).
 # The buffers XLA's schedule keeps live at its peak are named in
 # bench/memory_estimate.py's EXPLAINED entry of each program.
-_MEMORY_MISSES = {
-    "cnn_batchnorm": "memory 0.87x: XLA hoists a transposed activation copy far ahead of its "
-                     "use and peaks in the backward pass; the estimate keeps program order",
-    "embedding_heads": "memory 0.88x: XLA schedules the scatter-add's zero broadcast first, so "
-                       "it lives through the whole step; the estimate creates it where it is used",
-    "pipeline_shard_map": "memory 1.29x: inside the manual computation XLA reuses the outer "
-                          "slots; the estimate adds the body's peak to everything live outside",
-}
-PREDICTION_MISSES: dict[tuple[str, str], str] = {
-    **{(name, route): why for name, why in _MEMORY_MISSES.items() for route in SHARDC_ROUTES},
-    ("lm_linen_unconstrained", "shardc"): (
-        "memory 0.64x: with Shardy's choices every projection contracts over `data`, and "
-        "XLA's temporaries hold those full-batch partial sums; the estimate does not count "
-        "them as XLA does (counting them closed part of the gap in a trial, 0.59x -> 0.77x)"),
-}
+PREDICTION_MISSES: dict[tuple[str, str], str] = {}
 
 
 def mesh_text(program: Program) -> str:

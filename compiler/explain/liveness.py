@@ -4,8 +4,10 @@
 and records one ``Interval`` per buffer (its first and last live position and
 per-device bytes): values XLA never materialises (constants, fusible ops read
 only by fusing consumers) are skipped, in-place results share their operand's
-buffer, reshards and XLA:CPU's transposed operand copies add buffers, and
-independent all-reduces over the same axes are combined.
+buffer, reshards and XLA:CPU's transposed operand copies (``needs``) add
+buffers, independent all-reduces over the same axes are combined, ops that
+read no buffer the block computes are scheduled first, and nested bodies
+add their own peak while their op runs.
 ``memory`` turns the intervals into the estimate; its docstring lists the
 rules and the buffer assignments they were read from.
 """
@@ -15,24 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import stablehlo
 
 from shardc.compiler.cost.fusion import FREE as _FREE
 from shardc.compiler.cost.fusion import FUSIBLE, FUSING_CONSUMERS
-from shardc.compiler.cost.op_comm import computation_axes, required_sharding
-from shardc.compiler.cost.report import collectives_at
-from shardc.compiler.cost.reshard import (
-    ALL_GATHER,
-    ALL_REDUCE,
-    ALL_TO_ALL,
-    dim_axes,
-    reshard_collectives,
-    shard_bytes,
-    shard_shape,
-)
 from shardc.compiler.diagnostics import source_loc_of
 from shardc.compiler.explain.aliasing import Slot
 from shardc.compiler.explain.grid import grid_of_sharding
+from shardc.compiler.explain.needs import CONSTANTS as _CONSTANTS
+from shardc.compiler.explain.needs import OpNeeds
 from shardc.compiler.propagation.values import ModuleValues
 
 # ops whose result k XLA writes into the buffer of one operand when that dies there
@@ -40,14 +32,15 @@ _IN_PLACE = {"stablehlo.while": lambda k: k, "stablehlo.dynamic_update_slice": l
              "stablehlo.scatter": lambda k: k}
 _PASS_ON = frozenset({"sdy.data_flow_edge", "sdy.sharding_constraint", "sdy.reshard",
                       "sdy.propagation_barrier"})
-_RESHARDS = frozenset({"sdy.reshard", "sdy.sharding_constraint"})
 _EXPENSIVE = frozenset("stablehlo." + n for n in (
     "exponential", "exponential_minus_one", "log", "log_plus_one", "logistic", "power",
     "rsqrt", "sqrt", "cbrt", "sine", "cosine", "tan", "tanh", "atan2")) | frozenset(
     {"chlo.erf", "chlo.erf_inv", "chlo.tan", "chlo.lgamma", "chlo.digamma"})
-_CONSTANTS = frozenset({"sdy.constant", "stablehlo.constant", "stablehlo.iota"})
 # A returned value fuses into its output buffer (counted as an output, not a temporary).
-_FUSING_CONSUMERS = FUSING_CONSUMERS | frozenset({"func.return"})
+# XLA:CPU fuses elementwise producers into a dynamic-update-slice too (pipeline_shard_map:
+# select_dynamic-update-slice_fusion, dynamic-update-slice_add_fusion in its loop bodies).
+_FUSING_CONSUMERS = FUSING_CONSUMERS | frozenset({"func.return",
+                                                  "stablehlo.dynamic_update_slice"})
 
 
 @dataclass(frozen=True)
@@ -78,90 +71,16 @@ class LivenessWalker:
         self.graph = graph
         mesh = values.meshes.get(values.mesh) if values.mesh else None
         self.sizes = dict(mesh.sizes) if mesh is not None else {}
-        self.extra: dict[int, int] = {}  # op -> bytes of gathered operands it needs
-        # op -> [((operand value, target), bytes, transposed-copy bytes)] resharded operands
-        self.needs: dict[int, list[tuple[tuple, int, int]]] = {}
-        self.reduced: dict[int, tuple] = {}  # op -> axes its result is all-reduced over
-        self.moved: set[int] = set()  # results of explicit reshards that move data
+        found = OpNeeds.collect(values)
+        self.extra, self.needs, self.reduced = found.extra, found.needs, found.reduced
+        self.partial, self.moved = found.partial, found.moved
         self.block_args: dict[int, list[int]] = {}  # first op of a block -> its arguments
         for op in range(len(graph.ops)):
-            self._collect(op)
             for block_args, block_ops in graph.op_blocks[op]:
                 if block_ops:
                     self.block_args[block_ops[0]] = block_args
         self.buffers: list[Buffer] = []
         self.state = ir.AsmState(values.graph.module)
-
-    def _collect(self, op: int) -> None:
-        """Record the reshard buffers and all-reduces op ``op`` needs."""
-        graph, values = self.graph, self.values
-        name = graph.op_name[op]
-        if name in ("func.return", "func.call"):
-            for entry in collectives_at(values, op):
-                if entry.implicit and entry.kind != ALL_REDUCE:
-                    self.extra[op] = self.extra.get(op, 0) + entry.bytes_per_device
-            return
-        if name in _RESHARDS:
-            src = values.tensor(graph.op_operands[op][0])
-            result = graph.op_results[op][0]
-            dst = values.sharding(result)
-            if src is None or dst is None:
-                return
-            rank = len(src.shape)
-            before, after = dim_axes(src.sharding, rank), dim_axes(dst, rank)
-            if before == after:
-                return
-            found = reshard_collectives(src.shape, src.element_bytes, src.sharding, dst,
-                                        values.mesh_of(src.sharding, dst))
-            if found:
-                self.moved.add(result)
-                if _transposed_gather(src.shape, before, after, found):
-                    self.extra[op] = self.extra.get(op, 0) + shard_bytes(
-                        src.shape, src.element_bytes, after)
-            return
-        if not graph.op_results[op] or name in _FREE:
-            return
-        ruled = values.rule_tensors(op)
-        if ruled is None:
-            return
-        rule, operands, results = ruled
-        if all(r.sharding is None for r in results):
-            return
-        mesh = values.mesh_of(*(t.sharding for t in results + operands))
-        factor_axes, reduction = computation_axes(rule, operands, results, mesh)
-        reduced = {axis for axes in reduction.values() for axis in axes}
-        relayout = _relayout(graph.ops[op], name, operands, results)
-        if relayout.pop(-1, 0):  # a result in a non-canonical layout: transposed copy
-            self.extra[op] = self.extra.get(op, 0) + sum(
-                shard_bytes(r.shape, r.element_bytes, dim_axes(r.sharding, len(r.shape)))
-                for r in results)
-        for index, operand in enumerate(operands):
-            value = graph.op_operands[op][index]
-            owner = graph.value_def[value]
-            if owner >= 0 and graph.op_name[owner] in _CONSTANTS:
-                continue  # XLA folds a reshaped constant
-            needed = required_sharding(rule, index, operand, factor_axes)
-            if needed is None:
-                continue
-            rank = len(operand.shape)
-            before, after = dim_axes(operand.sharding, rank), dim_axes(needed, rank)
-            if before == after:
-                continue
-            found = reshard_collectives(operand.shape, operand.element_bytes,
-                                        operand.sharding, needed, mesh)
-            if not found and name in FUSIBLE:
-                continue  # a local slice fuses into an elementwise consumer
-            size = shard_bytes(operand.shape, operand.element_bytes, after)
-            copy = size if _transposed_gather(operand.shape, before, after, found) else 0
-            if index in relayout:
-                copy, relayout[index] = max(copy, size), 0
-            self.needs.setdefault(op, []).append(((value, tuple(after)), size, copy))
-        for index, size in relayout.items():
-            if size:  # XLA copies it transposed as soon as the operand exists
-                value = graph.op_operands[op][index]
-                self.needs.setdefault(op, []).append(((value, ("transposed", op, index)), size, 0))
-        if reduced:
-            self.reduced[op] = tuple(sorted(str(a) for a in reduced))
 
     def bytes_of(self, value: int) -> int:
         return self.slot(value).bytes_per_device
@@ -254,6 +173,78 @@ class LivenessWalker:
             value = graph.op_operands[graph.value_def[value]][0]
         return value
 
+    def _inner_peak(self, op: int, at: int, frees: dict[int, list[tuple]]) -> tuple[int, int]:
+        """The peak of ``op``'s regions, and the bytes of operands handed to its body.
+
+        A manual computation's body is inlined by XLA: an operand whose last
+        reader is the computation is freed after its last reader inside the
+        body, so the body's walk owns it (its outer interval ends before
+        ``at``). In pipeline_shard_map the backward computation's operand (the
+        transposed output gradient) is copied into a loop carry
+        (wrapped_copy.1) and its slot reused before the loop runs.
+        """
+        graph = self.graph
+        blocks = [(args, nested) for args, nested in graph.op_blocks[op] if nested]
+        if not blocks:
+            return 0, 0
+        if graph.op_name[op] == "stablehlo.while":
+            return max(self.peak(nested, self.yielded(nested))[0] for _, nested in blocks), 0
+        owned: dict[int, int] = {}
+        handed = 0
+        args = blocks[0][0]
+        if len(args) == len(graph.op_operands[op]):
+            for arg, operand in zip(args, graph.op_operands[op]):
+                for entry in frees.get(at, []):
+                    if entry[0] == operand and operand is not None:
+                        owned[arg] = entry[1]
+                        handed += entry[1]
+                        entry[2].end = at - 1  # the body frees it
+        inner = max(self.peak(nested, set(), owned=owned if k == 0 else None)[0]
+                    for k, (_, nested) in enumerate(blocks))
+        return inner, handed
+
+    def unanchored(self, ops: list[int]) -> set[int]:
+        """The ops of a block that read no buffer the block computes (only its
+        arguments, constants and such ops fused into them): XLA's scheduler
+        runs them first, so their buffers are live from the block's start.
+
+        Seen in embedding_heads' schedule (the scatter-add's zero broadcast,
+        wrapped_broadcast.2, at position 13 of 57, its scatter at 47) and in
+        lm_linen_unconstrained's (the backward's transposed weight copies,
+        wrapped_copy.*, at positions 134-137, before the forward's layers).
+        A loop's initial value is the exception: XLA merges equal broadcasts
+        and copies the one a loop starts from into its carry right before the
+        loop (grad_loops: its zero broadcasts run first, the copies next to
+        each while).
+        """
+        graph = self.graph
+        inside = set(ops)
+        found: set[int] = set()
+        for op in ops:
+            if graph.op_name[op] in _CONSTANTS or graph.op_blocks[op]:
+                continue
+            if all(graph.value_def[v] not in inside
+                   or graph.op_name[graph.value_def[v]] in _CONSTANTS
+                   or (graph.value_def[v] in found
+                       and not self.materialised(v, graph.value_def[v]))
+                   for v in graph.op_operands[op]) and not any(
+                    graph.op_name[self.top_user(u, op)] == "stablehlo.while"
+                    for r in graph.op_results[op] for u, _ in graph.uses[r]):
+                found.add(op)
+        return found
+
+    def yielded(self, block: list[int]) -> set[int]:
+        """The values a nested block returns, and the ops' values producing them.
+
+        A while body writes them straight into its carries, which the
+        enclosing block counts as the loop's results: XLA's buffer assignment
+        shares a while body's root with its parameter (in pipeline_shard_map
+        the backward loop's gradient accumulator, bitcast_add_fusion, takes
+        the carry's slot at wrapped_broadcast.5's offset).
+        """
+        returned = set(self.graph.op_operands[block[-1]])
+        return returned | {self.root(value) for value in returned}
+
     @staticmethod
     def _extend(frees: dict[int, list[tuple]], value: int, last: int) -> bool:
         """Keep ``value``'s buffer (if it is live) until position ``last``."""
@@ -311,11 +302,14 @@ class LivenessWalker:
         return extend
 
     def peak(self, ops: list[int], returned: set[int],
-             record: list[Interval] | None = None) -> tuple[int, int]:
+             record: list[Interval] | None = None, *,
+             owned: dict[int, int] | None = None) -> tuple[int, int]:
         """Live peak of one block's ops (and the op where it is reached).
 
         With ``record``, every buffer's live interval (positions in ``ops``) is
         appended to it, for placing temporaries in output buffers afterwards.
+        ``owned`` (block argument -> bytes) are buffers the block frees after
+        their last reader.
         """
         graph = self.graph
         position = {op: i for i, op in enumerate(ops)}
@@ -331,29 +325,37 @@ class LivenessWalker:
                     spans[key] = [i, i, size]
                     copies[i] = copies.get(i, 0) + copy
         # XLA's scheduler runs a reshard of an argument first thing: it depends on
-        # nothing else, so its buffer is live from the block's start.
+        # nothing else, so its buffer is live from the block's start. A sharding
+        # constraint on the argument changes nothing: lm_linen_unconstrained's weight
+        # all-gathers for the backward (all-gather.17/.20/.28, constrained arguments)
+        # run at positions 116-141 of its schedule, before the forward's layers.
         # A transposed copy XLA makes for a dot or convolution is scheduled right
         # after its operand is computed.
         args = set(self.block_args.get(ops[0], ())) if ops else set()
         gathered: dict[int, list[tuple[int, int]]] = {}
         for (value, target), (first, last, size) in spans.items():
-            if value in args:
+            if self.root(value) in args:
                 first = 0
             elif target[0] == "transposed" and self.graph.value_def[value] >= 0:
                 first = min(first, position.get(
                     self.top_user(self.graph.value_def[value], ops[0]), first))
             gathered.setdefault(first, []).append((size, last))
         extend = self.combined(ops)
+        early = self.unanchored(ops)
         owner = graph.op_name[graph.op_parent[ops[0]]] if ops else ""
         carries = args if owner == "stablehlo.while" else set()
         frees: dict[int, list[tuple]] = {}
         live, best, best_op = 0, 0, -1
+        for arg, size in (owned or {}).items():
+            last = self.last_read(arg, ops[0], position, returned, 0)
+            live += size
+            frees.setdefault(last, []).append((arg, size, Interval(0, last, size, None)))
         for i, op in enumerate(ops):
             allocated = [(None, size, last) for size, last in gathered.get(i, ())]
             for k, value in enumerate(graph.op_results[op]):
                 if value in returned or not self.materialised(value, op):
                     continue
-                size = self.bytes_of(value)
+                size = self.partial.get(value) or self.bytes_of(value)
                 last = self.last_read(value, op, position, returned, i)
                 last = max(last, extend.get(value, i))
                 if graph.op_name[op] == "stablehlo.reshape":
@@ -380,10 +382,14 @@ class LivenessWalker:
                         dying[0][2].end = max(last, i)
                         continue
                 allocated.append((value, size, last))
-            inner = max((self.peak(nested, set()) [0] for _, nested in graph.op_blocks[op]),
-                        default=0)
+            looped = graph.op_name[op] == "stablehlo.while"
+            inner, handed = self._inner_peak(op, i, frees)
             transient = inner + self.extra.get(op, 0) + copies.get(i, 0)
-            now = live + sum(s for _, s, _ in allocated) + transient
+            # a non-loop body (manual computation, case branch) writes the op's results:
+            # its own peak holds them while it runs
+            inside = set() if looped or not inner else set(graph.op_results[op])
+            now = (live - handed + sum(s for v, s, _ in allocated if v not in inside)
+                   + transient)
             if now > best:
                 best, best_op = now, op
             if record is not None and transient:
@@ -398,70 +404,15 @@ class LivenessWalker:
                     self.buffers.append(buffer)
                 # a combined all-reduce is one tuple-shaped op in XLA: its results
                 # stay in the heap (mlp_data_parallel's gradients, buffer assignment)
-                interval = Interval(i, max(last, i), size, buffer,
+                start = i + 1 if value in inside else (0 if op in early else i)
+                interval = Interval(start, max(last, start), size, buffer,
                                      fits_output=value not in extend)
-                if record is not None:
+                if record is not None and last >= start:
                     record.append(interval)
                 frees.setdefault(max(last, i), []).append((value, size, interval))
             for _, size, _ in frees.pop(i, []):
                 live -= size
         return best, best_op
-
-
-def _relayout(op: ir.Operation, name: str, operands, results) -> dict[int, int]:
-    """Operand index -> shard bytes of the transposed copy XLA's CPU kernel makes of it.
-
-    A batched dot wants each operand's batch dimensions leading (major); a
-    convolution wants ``b01f_01io->b01f``. Other operand orders are copied
-    transposed; key -1 (value 1) marks a result produced in another order.
-    """
-    order: list[tuple[int, list[int]]] = []  # (operand index or -1, wanted position per dim)
-    try:
-        if name == "stablehlo.dot_general":
-            dims = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
-            for index, batch in enumerate((list(dims.lhs_batching_dimensions),
-                                           list(dims.rhs_batching_dimensions))):
-                if batch and batch != list(range(len(batch))):
-                    order.append((index, batch))
-        elif name == "stablehlo.convolution":
-            dims = stablehlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
-            lhs = [dims.input_batch_dimension, *dims.input_spatial_dimensions,
-                   dims.input_feature_dimension]
-            rhs = [*dims.kernel_spatial_dimensions, dims.kernel_input_feature_dimension,
-                   dims.kernel_output_feature_dimension]
-            out = [dims.output_batch_dimension, *dims.output_spatial_dimensions,
-                   dims.output_feature_dimension]
-            for index, wanted in ((0, lhs), (1, rhs), (-1, out)):
-                if wanted != list(range(len(wanted))):
-                    order.append((index, wanted))
-    except (KeyError, ValueError, AttributeError):
-        return {}
-    found = {}
-    for index, _ in order:
-        if index < 0:
-            found[-1] = 1
-        elif index < len(operands):
-            operand = operands[index]
-            found[index] = shard_bytes(operand.shape, operand.element_bytes,
-                                       dim_axes(operand.sharding, len(operand.shape)))
-    return found
-
-
-def _transposed_gather(shape, before, after, found) -> bool:
-    """Whether XLA gathers in a transposed layout and copies back (twice the buffer).
-
-    XLA's CPU all-gather concatenates along the major dimension: gathering a
-    dimension with a longer dimension before it goes through a transposed
-    copy of the operand, the gather, and a copy of the gathered buffer back.
-    """
-    kinds = {c.kind for c in found}
-    if ALL_GATHER not in kinds or ALL_TO_ALL in kinds:
-        return False
-    old, new = shard_shape(shape, before), shard_shape(shape, after)
-    for dim, (a, b) in enumerate(zip(old, new)):
-        if b > a and any(n > 1 for n in new[:dim]):
-            return True
-    return False
 
 
 def loc_text(op: ir.Operation) -> str | None:

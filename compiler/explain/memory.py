@@ -8,12 +8,17 @@ not divide counting padded like XLA pads it:
 * outputs: its results, at their result shardings (plus XLA's table of
   one pointer per output when there are several);
 * temporaries: a liveness walk over the main function in program order. A
-  value is allocated by the op defining it and freed after its last use (a
-  use inside a nested region counts at the op owning the region; a loop body's
-  own peak is added while the loop runs). Values XLA never materialises are
-  skipped: constants, and values of *fusible* ops (elementwise, broadcasts,
-  reshapes, converts, iota, slices, selects) whose users are all fusible ops
-  or reductions, since XLA fuses such producers into their consumer, unless
+  value is allocated by the op defining it (from the block's start when the
+  op reads no buffer the block computes: XLA's scheduler runs such ops
+  first, except a loop's initial value) and freed after its last use (a
+  use inside a nested region counts at the op owning the region; a body's own
+  peak is added while its op runs: a loop body's returned values live in the
+  carries, and a manual computation's body, which XLA inlines, holds its
+  results and frees an operand after its last reader inside). Values XLA
+  never materialises are skipped: constants, and values of *fusible* ops
+  (elementwise, broadcasts, reshapes, converts, iota, slices, selects) whose
+  users are all fusible ops, reductions or dynamic-update-slices, since XLA
+  fuses such producers into their consumer, unless
   several ops read one that is expensive (XLA does not duplicate exp, tanh,
   rsqrt, ...) or feeds a reduction; a transpose read only by dots is folded
   into them. A buffer is freed after the last op reading it, a fused reader
@@ -26,14 +31,18 @@ not divide counting padded like XLA pads it:
 * reshard buffers: an operand resharded to what its op needs (gathered,
   all-to-all'ed, or sliced for a non-fusible op) is one buffer per (value,
   target sharding), live from its first to its last consumer (XLA reuses it);
-  an argument's reshard is live from the block's start (XLA schedules it
-  first); a gather along a dimension with a longer one before it adds a
-  transposed copy of the gathered buffer. Explicit reshards that move data
-  are buffers too; implicit reshards of returned values and call operands
-  are live while their op runs;
+  an argument's reshard (also through sharding constraints on it) is live
+  from the block's start (XLA schedules it first); a gather along a
+  dimension with a longer one before it adds a transposed copy of the
+  gathered buffer. Explicit reshards that move data are buffers too;
+  implicit reshards of returned values and call operands are live while
+  their op runs;
 * transposed copies XLA's CPU kernels make of batched-dot operands whose batch
   dimensions are not leading and of convolution operands/results not in
   ``b01f_01io->b01f``, from when the operand exists to the consumer;
+* partial sums: an op whose result is sharded over axes it also reduces
+  over all-reduces its partial sums unsliced and slices them in each reader,
+  so its buffer is the result without those axes, live while it is read;
 * all-reduces over the same axes that do not depend on one another are
   combined: their results stay live until the last of them;
 * in place: ``while`` results reuse their carries (a carry the body returns
