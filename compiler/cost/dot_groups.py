@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from math import prod
 
-from shardc.compiler.propagation.projection import AXES, project
+from shardc.compiler.propagation.projection import projected_axes
 from shardc.compiler.sharding.axes import AxisRef, full_axis
 from shardc.compiler.sharding.rule import OpShardingRule
 from shardc.compiler.sharding.tensor import DimSharding, Tensor, TensorSharding
@@ -40,8 +40,7 @@ from shardc.compiler.sharding.tensor import DimSharding, Tensor, TensorSharding
 def _factor_axes(tensor: Tensor, mapping, rule: OpShardingRule) -> dict[int, tuple] | None:
     if tensor.sharding is None or len(tensor.sharding.dims) != len(mapping):
         return None
-    proj = project(tensor.sharding, mapping, rule.factor_sizes)
-    return {f: tuple(record[AXES]) for f, record in proj.factors.items()}
+    return projected_axes(tensor.sharding, mapping, rule.factor_sizes)
 
 
 def _dot_factors(rule: OpShardingRule) -> tuple[set[int], tuple[set[int], set[int]]] | None:

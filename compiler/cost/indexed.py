@@ -39,7 +39,7 @@ from math import prod
 
 from shardc.compiler.cost.op_comm import OpCommunication, dims_text
 from shardc.compiler.cost.reshard import Collective, all_reduce, reshard_tensor
-from shardc.compiler.propagation.projection import AXES, project
+from shardc.compiler.propagation.projection import projected_axes
 from shardc.compiler.sharding.axes import AxisRef
 from shardc.compiler.sharding.rule import OpShardingRule
 from shardc.compiler.sharding.rules.indexing import IndexedRoles
@@ -92,8 +92,8 @@ class _Op:
         return {f for dim in self.mappings[role] for f in dim}
 
     def axes(self, role: str) -> FactorAxes:
-        proj = project(self.tensors[role].sharding, self.mappings[role], self.rule.factor_sizes)
-        return {f: tuple(rec[AXES]) for f, rec in proj.factors.items()}
+        return projected_axes(self.tensors[role].sharding, self.mappings[role],
+                              self.rule.factor_sizes)
 
     def sharding(self, role: str, fa: FactorAxes) -> TensorSharding:
         mesh = self.tensors[role].sharding.mesh

@@ -97,6 +97,13 @@ def project(
     return TensorProjection(factors, sharding.replicated, sharding.unreduced)
 
 
+def projected_axes(sharding: TensorSharding | None, mapping: TensorMapping,
+                   factor_sizes: Sequence[int]) -> dict[int, tuple[AxisRef, ...]]:
+    """Each factor's axes in ``sharding`` (``project`` read for its axes alone)."""
+    return {f: tuple(record[AXES])
+            for f, record in project(sharding, mapping, factor_sizes).factors.items()}
+
+
 def _size(axes: Sequence[AxisRef]) -> int:
     product = 1
     for axis in axes:
