@@ -7,16 +7,23 @@ whose shardings the cost-aware search changed gets an ``sdy.reshard`` of
 each operand to the sharding the op needs (``op_comm.required_sharding``):
 XLA then sees compatible operands and only lowers plain reshards (and the
 all-reduce of a sharded reduction factor).
+
+XLA's own Shardy import keeps only function boundaries and constraints of the
+module it is given and propagates again from them: an op's ``sdy.sharding``
+does not reach it. Shardy's choices survive that because XLA re-derives them
+from the same seeds; the search's do not, so each changed op's results are
+also constrained (closed) to the sharding the search decided.
 """
 
 from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.cost_aware.candidates import communication_needs, tag_of
+from shardc.compiler.cost_aware.candidates import TAG, communication_needs, tag_of
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.tensor import DimSharding, TensorSharding, format_sharding
 from shardc.dialects import sdy
+from shardc.dialects.sdy import SHARDING_ATTR
 
 
 def signature(reader: ModuleValues, op: int) -> tuple:
@@ -92,3 +99,27 @@ def _first_user_in_defining_block(graph, value: int, users: list[tuple[int, int]
             op = graph.op_parent[op]
         firsts.append(op)
     return min(firsts)  # graph indices are pre-order: the earliest in the block
+
+
+def constrain_changed_results(module: ir.Operation, tags: set[int]) -> int:
+    """Constrain every result of the tagged ops to its own sharding; return how many."""
+    if not tags:
+        return 0
+    changed: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if (TAG in op.attributes and SHARDING_ATTR in op.attributes
+                and ir.IntegerAttr(op.attributes[TAG]).value in tags):
+            changed.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    count = 0
+    for op in changed:
+        shardings = sdy.TensorShardingPerValueAttr(op.attributes[SHARDING_ATTR]).shardings
+        after = ir.InsertionPoint.after(op)
+        for result, sharding in zip(op.results, shardings, strict=True):
+            constraint = sdy.ShardingConstraintOp(result, sharding, loc=op.location, ip=after)
+            result.replace_all_uses_except(constraint.result, constraint.operation)
+            count += 1
+    return count

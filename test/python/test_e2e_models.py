@@ -45,14 +45,7 @@ def test_collective_bytes_at_most_jax_jit(comparison):
 
 
 # Programs whose predicted collectives are still off on a route, and why.
-PREDICTION_MISSES = {
-    ("conflict_mlp_deep", "cost-aware"): (
-        "all-gather 8 KiB predicted, 384 KiB compiled: the module keeps the residual adds "
-        "replicated, but XLA's Shardy import drops per-op shardings (only arguments, results "
-        "and constraints survive, shardy/*/01.before_propagation.mlir) and re-propagates the "
-        "adds row-sharded (sharding={devices=[8,1]} before SPMD partitioning), so every layer "
-        "slices its all-reduced partial sums, adds them on row shards and all-gathers the sum"),
-}
+PREDICTION_MISSES: dict[tuple[str, str], str] = {}
 
 
 @pytest.fixture(scope="module", params=[(name, route) for name in REGISTRY

@@ -4,15 +4,20 @@
 // Mismatched MLP (bench/models/conflict_mlp.py): Shardy keeps the hidden
 // sharding of the bigger weight and gathers %arg2 for the second dot; the
 // cost-aware strategy computes the second dot contracting-sharded (partial
-// sums, one all-reduce) and makes the operand reshard explicit.
+// sums, one all-reduce) and makes the operand reshard explicit. XLA's own
+// import keeps only boundaries and constraints, so the changed dot's result is
+// also constrained to what the search decided.
 // SDY-LABEL: func @main
 // SDY: stablehlo.dot_general %arg0, %arg1{{.*}}<@mesh, [{}, {"x"}]>
 // SDY-NOT: sdy.reshard
 // SDY: stablehlo.dot_general %{{.*}}, %arg2{{.*}}<@mesh, [{"x"}, {}]>
+// SDY-NOT: sdy.sharding_constraint
 // CA-LABEL: func @main
 // CA: stablehlo.dot_general %arg0, %arg1{{.*}}<@mesh, [{}, {"x"}]>
 // CA: %[[R:.*]] = sdy.reshard %arg2 <@mesh, [{"x"}, {}]>
-// CA: stablehlo.dot_general %{{.*}}, %[[R]]{{.*}}<@mesh, [{}, {}]>
+// CA: %[[D:.*]] = stablehlo.dot_general %{{.*}}, %[[R]]{{.*}}<@mesh, [{}, {}]>
+// CA: %[[C:.*]] = sdy.sharding_constraint %[[D]] <@mesh, [{}, {}]>
+// CA: return %[[C]]
 // CA-NOT: cost_aware_id
 sdy.mesh @mesh = <["x"=8]>
 func.func @main(%arg0: tensor<64x256xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}, %arg1: tensor<256x1024xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"x"}]>}, %arg2: tensor<1024x256xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"x"}]>}) -> (tensor<64x256xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}) {

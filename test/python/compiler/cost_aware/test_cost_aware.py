@@ -148,17 +148,31 @@ def test_found_cases_compile_as_predicted(found):
     assert compiled.collective_bytes() == resolution.final_bytes, resolution.format_text()
 
 
+def test_search_choices_reach_xla_as_constraints():
+    """XLA's own Shardy import keeps only boundaries and constraints: the residual add
+    the search keeps row-sharded reached XLA unconstrained, was re-propagated, and the
+    choice compiled to 1216 bytes (Shardy's: 960). Constrained, it compiles to no more
+    than predicted, without the fallback."""
+    lowered, _ = _found_case(2, "cost-aware")
+    resolution = lowered.cost_aware_resolution
+    assert resolution.final_bytes < resolution.baseline_bytes
+    assert "sdy.sharding_constraint" in lowered.as_text()
+    compiled = lowered.compile()
+    assert not compiled.kept_shardy
+    assert compiled.collective_bytes() <= resolution.final_bytes, resolution.format_text()
+
+
 def test_compile_keeps_shardy_when_xla_partitions_the_choice_worse():
-    """The safety net: a predicted saving (896 -> 768 bytes) that XLA partitions into
-    1216 bytes is compiled, compared with Shardy's choices (960) and dropped for them."""
+    """The safety net: a predicted saving (10240 -> 9728 bytes) that XLA partitions into
+    more than Shardy's choices (4096) is compiled, compared with them and dropped."""
     import jax
     import numpy as np
 
-    lowered, args = _found_case(2, "cost-aware")
+    lowered, args = _found_case(4, "cost-aware")
     resolution = lowered.cost_aware_resolution
     assert resolution.final_bytes < resolution.baseline_bytes and resolution.fallback
     compiled = lowered.compile()
-    shardy, _ = _found_case(2, "shardy")
+    shardy, _ = _found_case(4, "shardy")
     reference = shardy.compile()
     assert compiled.kept_shardy and not reference.kept_shardy
     assert compiled.collective_bytes() == reference.collective_bytes()
