@@ -34,7 +34,9 @@ def ops_in_preorder(root: ir.Operation) -> list[ir.Operation]:
         return ir.WalkResult.ADVANCE
 
     root.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return [op for op in ops if op != root]
+    # The walk visits ``root`` first; comparing every op with it would cost a
+    # binding call per op.
+    return ops[1:]
 
 
 # The attribute names under which ops (sdy's own, and any with sdy.sharding) hold
@@ -67,7 +69,10 @@ def map_sharding_attr(attr: ir.Attribute, fn: ShardingFn) -> ir.Attribute:
         return fn(sdy.TensorShardingAttr(attr))
     if sdy.TensorShardingPerValueAttr.isinstance(attr):
         shardings = sdy.TensorShardingPerValueAttr(attr).shardings
-        return sdy.TensorShardingPerValueAttr.get([fn(sdy.TensorShardingAttr(s)) for s in shardings])
+        mapped = [fn(sdy.TensorShardingAttr(s)) for s in shardings]
+        if all(new == old for new, old in zip(mapped, shardings)):
+            return attr
+        return sdy.TensorShardingPerValueAttr.get(mapped)
     if isinstance(attr, ir.ArrayAttr):
         elements = list(ir.ArrayAttr(attr))
         if elements and all(_is_sharding(e) for e in elements):
@@ -96,12 +101,17 @@ def _map_func_shardings(func: ir.Operation, list_name: str, fn: ShardingFn) -> N
 
 def sharding_attr_names(op: ir.Operation) -> list[str]:
     """Names of the op's own attributes that hold shardings (not func arg/result ones)."""
-    is_sdy_op = op.name.startswith("sdy.")
+    attributes = op.attributes
+    if not op.name.startswith("sdy."):
+        # Only ``sdy.sharding`` can hold one: one lookup instead of reading every
+        # attribute's name (a binding call each).
+        if SHARDING_ATTR in attributes and _holds_sharding(attributes[SHARDING_ATTR]):
+            return [SHARDING_ATTR]
+        return []
     return [
         name
         for name in attribute_names(op)
-        if (name == SHARDING_ATTR or is_sdy_op and name in _SHARDING_ATTR_NAMES)
-        and _holds_sharding(op.attributes[name])
+        if name in _SHARDING_ATTR_NAMES and _holds_sharding(attributes[name])
     ]
 
 
@@ -115,13 +125,33 @@ def _holds_sharding(attr: ir.Attribute) -> bool:
 
 
 def map_shardings(module: ir.Operation, fn: ShardingFn) -> None:
-    """Replace every sharding ``s`` in ``module`` by ``fn(s)``, in Shardy's order."""
+    """Replace every sharding ``s`` in ``module`` by ``fn(s)``, in Shardy's order.
+
+    ``fn`` must map equal shardings to equal results: it is called once per
+    distinct sharding, in the order the shardings are first met. Attributes
+    are uniqued, so a module holds few distinct ones however large it is.
+    """
+    memo: dict[ir.Attribute, ir.Attribute] = {}
+
+    def once(sharding: sdy.TensorShardingAttr) -> ir.Attribute:
+        result = memo.get(sharding)
+        if result is None:
+            result = memo[sharding] = fn(sharding)
+        return result
+
+    # Whole attributes (a per-value list, say) are mapped once too.
+    mapped: dict[ir.Attribute, ir.Attribute] = {}
     for op in ops_in_preorder(module):
         if op.name == FUNC_OP:
             for list_name in FUNC_SHARDING_LISTS:
-                _map_func_shardings(op, list_name, fn)
+                _map_func_shardings(op, list_name, once)
         for name in sharding_attr_names(op):
-            op.attributes[name] = map_sharding_attr(op.attributes[name], fn)
+            attr = op.attributes[name]
+            new = mapped.get(attr)
+            if new is None:
+                new = mapped[attr] = map_sharding_attr(attr, once)
+            if new != attr:
+                op.attributes[name] = new
 
 
 def mesh_name_of(sharding: sdy.TensorShardingAttr) -> str | None:
