@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TextIO
 
+import numpy as np
 from jaxlib.mlir import ir
 
 from shardc.compiler.checks.strict import strict_diagnostics
@@ -42,7 +43,11 @@ PARSER_NAME = "-"
 # MLIR's parser recurses once per nesting level and overflows the C stack a few
 # thousand levels down (a crash, not a diagnostic), so deeper input is refused.
 MAX_NESTING = 1000
-_NESTING_TOKEN = re.compile(rb'"(?:[^"\\\n]|\\.)*"|//[^\n]*|[\[\]{}()]')
+# Strings and comments, whose brackets do not nest. What is left of a chunk once
+# they are cut out and every byte but a bracket is deleted is its bracket tokens.
+_NOT_A_BRACKET_TOKEN = re.compile(rb'"(?:[^"\\\n]|\\.)*"|//[^\n]*')
+_NESTING_TOKEN = re.compile(_NOT_A_BRACKET_TOKEN.pattern + rb"|[\[\]{}()]")
+_NOT_A_BRACKET = bytes(sorted(set(range(256)) - set(b"[]{}()")))
 _PRINTED_LOC = re.compile(r'loc\("-":(\d+):(\d+)')
 # The note MLIR attaches to op diagnostics; mlir-opt turns it off under
 # --verify-diagnostics (printOpOnDiagnostic(false)), the bindings cannot.
@@ -124,8 +129,27 @@ def encoding_error(chunk: Chunk) -> Diagnostic | None:
     return None
 
 
+def max_nesting(text: bytes) -> int:
+    """The deepest bracket nesting of ``text`` (strings and comments skipped).
+
+    A closing bracket at depth 0 is ignored, as in ``nesting_error``. Computed
+    on the whole chunk at once (a Python loop over every bracket of a large
+    module costs as much as parsing it): the depth after each bracket is the
+    running sum of +1/-1 steps minus its running minimum (taken with 0).
+    """
+    brackets = _NOT_A_BRACKET_TOKEN.sub(b"", text).translate(None, _NOT_A_BRACKET)
+    if not brackets:
+        return 0
+    codes = np.frombuffer(brackets, dtype=np.uint8)
+    opening = (codes == ord("[")) | (codes == ord("{")) | (codes == ord("("))
+    depth = np.cumsum(np.where(opening, 1, -1), dtype=np.int64)
+    return int((depth - np.minimum(np.minimum.accumulate(depth), 0)).max())
+
+
 def nesting_error(chunk: Chunk) -> Diagnostic | None:
     """Return an error if the chunk nests brackets deeper than the parser can take."""
+    if max_nesting(chunk.text) <= MAX_NESTING:
+        return None
     depth = 0
     for token in _NESTING_TOKEN.finditer(chunk.text):
         char = token.group()
