@@ -50,15 +50,16 @@ _SHARDING_ATTR_NAMES = frozenset({
 
 def attribute_names(op: ir.Operation) -> list[str]:
     """Return the names of an op's attributes (inherent and discardable)."""
-    attributes = op.attributes
-    return [attributes[i].name for i in range(len(attributes))]
+    # Iterating the map yields names only (half the cost of reading by position).
+    return list(op.attributes)
 
 
 def attribute_dict(op: ir.Operation) -> dict[str, ir.Attribute] | None:
     """An op's attributes by name, or None when the bindings cannot read one of them
     (they raise for a complex-valued dense constant, read by name)."""
+    attributes = op.attributes
     try:
-        return {name: op.attributes[name] for name in attribute_names(op)}
+        return {name: attributes[name] for name in attributes}
     except TypeError:
         return None
 
