@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.sharding.walker import map_shardings, ops_in_preorder, sharding_attr_names
+from shardc.compiler.sharding.walker import (
+    attribute_dict,
+    attribute_names,
+    map_shardings,
+    ops_in_preorder,
+    sharding_attr_names,
+)
 from shardc.dialects import make_context, sdy
 
 MODULE = """
@@ -65,3 +71,17 @@ def test_map_shardings_leaves_unchanged_attributes_alone() -> None:
     with module.context:
         map_shardings(module.operation, lambda sharding: sharding)
     assert str(module) == before
+
+
+def test_attribute_names_and_dict_of_a_constant_the_bindings_cannot_read() -> None:
+    module = ir.Module.parse("""
+    func.func @f() -> tensor<2xcomplex<f32>> {
+      %0 = stablehlo.constant dense<[(1.0, 2.0), (3.0, 4.0)]> : tensor<2xcomplex<f32>>
+      return %0 : tensor<2xcomplex<f32>>
+    }""", make_context())
+    constant = next(op for op in ops_in_preorder(module.operation)
+                    if op.name == "stablehlo.constant")
+    assert attribute_names(constant) == ["value"]
+    assert attribute_dict(constant) is None
+    add = next(op for op in ops_in_preorder(_parse().operation) if op.name == "stablehlo.add")
+    assert list(attribute_dict(add)) == ["sdy.sharding"]
