@@ -100,20 +100,21 @@ def _map_func_shardings(func: ir.Operation, list_name: str, fn: ShardingFn) -> N
     func.attributes[list_name] = ir.ArrayAttr.get(new_dicts)
 
 
-def sharding_attr_names(op: ir.Operation) -> list[str]:
-    """Names of the op's own attributes that hold shardings (not func arg/result ones)."""
+def _candidate_attrs(op: ir.Operation) -> list[tuple[str, ir.Attribute]]:
+    """The op's own attributes that may hold shardings, with their names (unchecked)."""
     attributes = op.attributes
     if not op.name.startswith("sdy."):
         # Only ``sdy.sharding`` can hold one: one lookup instead of reading every
         # attribute's name (a binding call each).
-        if SHARDING_ATTR in attributes and _holds_sharding(attributes[SHARDING_ATTR]):
-            return [SHARDING_ATTR]
+        if SHARDING_ATTR in attributes:
+            return [(SHARDING_ATTR, attributes[SHARDING_ATTR])]
         return []
-    return [
-        name
-        for name in attribute_names(op)
-        if name in _SHARDING_ATTR_NAMES and _holds_sharding(attributes[name])
-    ]
+    return [(name, attributes[name]) for name in attributes if name in _SHARDING_ATTR_NAMES]
+
+
+def sharding_attr_names(op: ir.Operation) -> list[str]:
+    """Names of the op's own attributes that hold shardings (not func arg/result ones)."""
+    return [name for name, attr in _candidate_attrs(op) if _holds_sharding(attr)]
 
 
 def _holds_sharding(attr: ir.Attribute) -> bool:
@@ -146,10 +147,10 @@ def map_shardings(module: ir.Operation, fn: ShardingFn) -> None:
         if op.name == FUNC_OP:
             for list_name in FUNC_SHARDING_LISTS:
                 _map_func_shardings(op, list_name, once)
-        for name in sharding_attr_names(op):
-            attr = op.attributes[name]
+        for name, attr in _candidate_attrs(op):
             new = mapped.get(attr)
             if new is None:
+                # An attribute holding no sharding maps to itself.
                 new = mapped[attr] = map_sharding_attr(attr, once)
             if new != attr:
                 op.attributes[name] = new
