@@ -17,7 +17,9 @@ Python process that parses the same file with jaxlib's MLIR (the context
 ``shardc.dialects.make_context`` builds), runs the native
 ``sdy-propagation-pipeline`` through ``PassManager`` and prints the module to
 a file. Wall and CPU (user + sys) time and peak resident memory
-(``ru_maxrss``) come from each child's own ``wait4`` rusage. Both children
+(``ru_maxrss``) come from each child's own ``wait4`` rusage; a 0-layer
+module gives each route's start-up cost, and time per op is the CPU time
+beyond it. Both children
 run with a warm bytecode cache, as from an installed package (one untimed run
 of each first), and their outputs are compared byte for byte.
 
@@ -240,9 +242,16 @@ def measure_processes(layers: int, rounds: int, workdir: str) -> dict:
     row["wall_ratio"] = row["ours_wall_ms"] / row["native_wall_ms"]
     row["cpu_ratio"] = row["ours_cpu_ms"] / row["native_cpu_ms"]
     row["peak_ratio"] = row["ours_peak_mib"] / row["native_peak_mib"]
-    row["ours_cpu_us_per_op"] = row["ours_cpu_ms"] * 1e3 / ops
-    row["native_cpu_us_per_op"] = row["native_cpu_ms"] * 1e3 / ops
     return row
+
+
+def add_per_op(rows: list[dict], start_up: dict) -> None:
+    """CPU µs per op of each row beyond what the 0-layer module (start-up) costs."""
+    for row in rows:
+        ops = row["ops"] - start_up["ops"]
+        for route in ("ours", "native"):
+            extra = row[f"{route}_cpu_ms"] - start_up[f"{route}_cpu_ms"]
+            row[f"{route}_cpu_us_per_op"] = extra * 1e3 / ops
 
 
 def print_tables(rows: list[dict], process_rows: list[dict]) -> None:
@@ -254,15 +263,17 @@ def print_tables(rows: list[dict], process_rows: list[dict]) -> None:
         print(f"{r['layers']:>6} {r['ops']:>6} {r['ours_ms']:>9.1f} {r['native_ms']:>9.1f} "
               f"{r['ratio']:>6.2f} {r['ours_us_per_op']:>10.1f} {r['native_us_per_op']:>12.1f} "
               f"{r['identical_output']}")
-    print(f"whole process ({WHOLE_PROCESS_PASS}: start-up, parse, pipeline, print to a file):")
+    print(f"whole process ({WHOLE_PROCESS_PASS}: start-up, parse, pipeline, print to a file; "
+          "us/op: CPU beyond the 0-layer start-up row):")
     print(f"{'layers':>6} {'ops':>6} {'ours wall':>9} {'nat wall':>9} {'ratio':>5} "
           f"{'ours cpu':>9} {'nat cpu':>9} {'ratio':>5} {'ours us/op':>10} {'nat us/op':>9} "
           f"{'ours MiB':>8} {'nat MiB':>8} {'ratio':>5} same")
     for r in process_rows:
+        per_op = (f"{r['ours_cpu_us_per_op']:>10.1f} {r['native_cpu_us_per_op']:>9.1f}"
+                  if "ours_cpu_us_per_op" in r else f"{'':>10} {'':>9}")
         print(f"{r['layers']:>6} {r['ops']:>6} {r['ours_wall_ms']:>9.0f} "
               f"{r['native_wall_ms']:>9.0f} {r['wall_ratio']:>5.2f} {r['ours_cpu_ms']:>9.0f} "
-              f"{r['native_cpu_ms']:>9.0f} {r['cpu_ratio']:>5.2f} "
-              f"{r['ours_cpu_us_per_op']:>10.1f} {r['native_cpu_us_per_op']:>9.1f} "
+              f"{r['native_cpu_ms']:>9.0f} {r['cpu_ratio']:>5.2f} {per_op} "
               f"{r['ours_peak_mib']:>8.0f} {r['native_peak_mib']:>8.0f} {r['peak_ratio']:>5.2f} "
               f"{r['identical_output']}")
 
@@ -282,9 +293,10 @@ def main() -> None:
     rows = [measure(n, rounds(n)) for n in args.layers]
     workdir = tempfile.mkdtemp(prefix="bench_propagation_")
     try:
-        process_rows = [measure_processes(n, rounds(n), workdir) for n in args.layers]
+        process_rows = [measure_processes(n, rounds(n), workdir) for n in [0, *args.layers]]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    add_per_op(process_rows[1:], process_rows[0])
     print_tables(rows, process_rows)
     with open(args.json, "w") as f:
         json.dump({"strategy": STRATEGY, "rows": rows, "whole_process": process_rows}, f,
