@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TextIO
 
@@ -219,6 +219,34 @@ def process_chunk(chunk: Chunk, context: ir.Context, config: OptConfig,
     return ChunkResult(output, tuple(sink.diagnostics), failed)
 
 
+class _InputLines(Mapping[str, Sequence[str]]):
+    """The input's lines under its file name, for quoting in diagnostics.
+
+    Split on first use: only a diagnostic needs them, and splitting a large
+    module into lines costs as much as one of its passes.
+    """
+
+    def __init__(self, file_name: str, data: bytes) -> None:
+        self._file_name = file_name
+        self._data = data
+        self._lines: dict[str, Sequence[str]] | None = None
+
+    def _split(self) -> dict[str, Sequence[str]]:
+        if self._lines is None:
+            text = self._data.decode("utf-8", errors="replace")
+            self._lines = {self._file_name: text.split("\n")}
+        return self._lines
+
+    def __getitem__(self, file_name: str) -> Sequence[str]:
+        return self._split()[file_name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._split())
+
+    def __len__(self) -> int:
+        return 1
+
+
 def _strip_current_op_notes(diagnostic: Diagnostic) -> Diagnostic:
     notes = tuple(n for n in diagnostic.notes if not n.message.startswith(_CURRENT_OP_NOTE))
     return replace(diagnostic, notes=notes)
@@ -228,7 +256,7 @@ def run_opt(data: bytes, file_name: str, config: OptConfig, out: TextIO, err: Te
     """Process one input buffer; write the output and diagnostics; return success."""
     for spec in config.specs:
         pass_pipeline.resolve(spec)  # unknown passes and options fail before any parsing
-    sources = {file_name: data.decode("utf-8", errors="replace").split("\n")}
+    sources = _InputLines(file_name, data)
     chunks, warnings = split_input(data, file_name, enabled=config.split_input_file)
     for warning in warnings:
         err.write(format_diagnostic(warning, sources))
@@ -256,7 +284,7 @@ def run_opt(data: bytes, file_name: str, config: OptConfig, out: TextIO, err: Te
 def _verify(
     chunk: Chunk,
     file_name: str,
-    sources: dict[str, Sequence[str]],
+    sources: Mapping[str, Sequence[str]],
     diagnostics: Sequence[Diagnostic],
     err: TextIO,
 ) -> bool:

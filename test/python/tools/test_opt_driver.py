@@ -1,11 +1,22 @@
-"""opt_driver's input guards: the whole-chunk nesting depth equals a token-by-token scan."""
+"""opt_driver: the whole-chunk nesting depth equals a token-by-token scan; diagnostics quote
+the input, split into lines only when one is printed."""
 
 from __future__ import annotations
+
+import io
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shardc.tools.opt_driver import _NESTING_TOKEN, MAX_NESTING, max_nesting, nesting_error
+from shardc.tools.opt_driver import (
+    _NESTING_TOKEN,
+    MAX_NESTING,
+    OptConfig,
+    _InputLines,
+    max_nesting,
+    nesting_error,
+    run_opt,
+)
 from shardc.tools.split_input import Chunk
 
 
@@ -47,3 +58,18 @@ def test_nesting_error_reports_the_first_bracket_too_deep() -> None:
     assert nesting_error(_chunk(b"(" * MAX_NESTING + b")" * MAX_NESTING)) is None
     # Brackets in a string do not count.
     assert nesting_error(_chunk(b'"' + b"(" * (MAX_NESTING + 1) + b'"')) is None
+
+
+def test_a_diagnostic_quotes_its_source_line_with_a_caret() -> None:
+    data = b"module {\n  func.func @f() {\n    %0 = bogus.op\n  }\n}\n"
+    out, err = io.StringIO(), io.StringIO()
+    assert not run_opt(data, "in.mlir", OptConfig(), out, err)
+    assert "in.mlir:3:" in err.getvalue()
+    assert "    %0 = bogus.op\n" in err.getvalue() and "^" in err.getvalue()
+
+
+def test_input_lines_are_split_only_when_read() -> None:
+    lines = _InputLines("in.mlir", b"a\nb")
+    assert lines._lines is None
+    assert lines.get("in.mlir") == ["a", "b"] and lines.get("other.mlir") is None
+    assert list(lines) == ["in.mlir"] and len(lines) == 1
