@@ -87,17 +87,29 @@ def _is_sharding(attr: ir.Attribute) -> bool:
     )
 
 
-def _map_func_shardings(func: ir.Operation, list_name: str, fn: ShardingFn) -> None:
+def _map_func_shardings(func: ir.Operation, list_name: str, fn: ShardingFn,
+                        mapped: dict[ir.Attribute, ir.Attribute]) -> None:
     if list_name not in func.attributes:
         return
-    new_dicts = []
-    for entry in ir.ArrayAttr(func.attributes[list_name]):
-        entries = ir.DictAttr(entry)
-        values = {entries[i].name: entries[i].attr for i in range(len(entries))}
-        if SHARDING_ATTR in values:
-            values[SHARDING_ATTR] = map_sharding_attr(values[SHARDING_ATTR], fn)
-        new_dicts.append(ir.DictAttr.get(values))
-    func.attributes[list_name] = ir.ArrayAttr.get(new_dicts)
+    entries = list(ir.ArrayAttr(func.attributes[list_name]))
+    new_entries = []
+    for entry in entries:
+        # Arguments mostly share a few uniqued dictionaries: each is mapped once.
+        new = mapped.get(entry)
+        if new is None:
+            new = mapped[entry] = _map_func_entry(entry, fn)
+        new_entries.append(new)
+    if any(new != old for new, old in zip(new_entries, entries)):
+        func.attributes[list_name] = ir.ArrayAttr.get(new_entries)
+
+
+def _map_func_entry(entry: ir.Attribute, fn: ShardingFn) -> ir.Attribute:
+    entries = ir.DictAttr(entry)
+    if SHARDING_ATTR not in entries:
+        return entry
+    values = {entries[i].name: entries[i].attr for i in range(len(entries))}
+    values[SHARDING_ATTR] = map_sharding_attr(values[SHARDING_ATTR], fn)
+    return ir.DictAttr.get(values)
 
 
 def _candidate_attrs(op: ir.Operation) -> list[tuple[str, ir.Attribute]]:
@@ -146,7 +158,7 @@ def map_shardings(module: ir.Operation, fn: ShardingFn) -> None:
     for op in ops_in_preorder(module):
         if op.name == FUNC_OP:
             for list_name in FUNC_SHARDING_LISTS:
-                _map_func_shardings(op, list_name, once)
+                _map_func_shardings(op, list_name, once, mapped)
         for name, attr in _candidate_attrs(op):
             new = mapped.get(attr)
             if new is None:

@@ -85,3 +85,14 @@ def test_attribute_names_and_dict_of_a_constant_the_bindings_cannot_read() -> No
     assert attribute_dict(constant) is None
     add = next(op for op in ops_in_preorder(_parse().operation) if op.name == "stablehlo.add")
     assert list(attribute_dict(add)) == ["sdy.sharding"]
+
+
+def test_map_shardings_rewrites_func_argument_and_result_shardings() -> None:
+    module = _parse()
+    with module.context:
+        map_shardings(module.operation, lambda sharding: sdy.TensorShardingAttr.get(
+            sharding.mesh_or_ref, sharding.dimension_shardings, [], [sdy.AxisRefAttr.get("y")]
+            if "x" in str(sharding) else []))
+    func = next(op for op in ops_in_preorder(module.operation) if op.name == "func.func")
+    arg, res = str(func.attributes["arg_attrs"]), str(func.attributes["res_attrs"])
+    assert 'unreduced={"y"}' in arg and "unreduced" not in res
