@@ -100,9 +100,8 @@ def unpropagated_text(layers: int) -> str:
     return sc.jit(fun, in_shardings=in_shardings).lower(*args, propagate=False).as_text()
 
 
-def lowered_text(layers: int) -> str:
-    """The module to propagate in process: lowered, inlined, with data-flow edges."""
-    text = unpropagated_text(layers)
+def lowered_text(text: str) -> str:
+    """The module to propagate in process: ``text`` inlined, with data-flow edges."""
     context = make_context()
     module = ir.Module.parse(text, context)
     passmanager.PassManager.parse("builtin.module(inline,symbol-dce,sdy-add-data-flow-edges)",
@@ -137,9 +136,9 @@ def run_once(text: str, route: str) -> tuple[float, str]:
     return elapsed, str(module)
 
 
-def measure(layers: int, rounds: int) -> dict:
+def measure(layers: int, rounds: int, unpropagated: str) -> dict:
     """Interleaved timings of both routes on one transformer size."""
-    text = lowered_text(layers)
+    text = lowered_text(unpropagated)
     ops = count_ops(ir.Module.parse(text, make_context()))
     times = {"ours": [], "native": []}
     outputs = {}
@@ -170,6 +169,7 @@ with open(sys.argv[2], "w", encoding="utf-8") as f:
     f.write(module.operation.get_asm(assume_verified=True))
 """
 WHOLE_PROCESS_PASS = "-sdy-propagation-pipeline"
+PER_OP_MIN_OPS = 1000
 
 
 def process_commands(path: str, out: dict[str, str]) -> dict[str, list[str]]:
@@ -216,9 +216,8 @@ def run_process(command: list[str], env: dict[str, str]) -> dict[str, float]:
     return {"wall": result["wall"], "cpu": result["cpu"], "rss": result["rss_kib"] / 1024}
 
 
-def measure_processes(layers: int, rounds: int, workdir: str) -> dict:
-    """Interleaved whole-process runs of both routes on one transformer size."""
-    text = unpropagated_text(layers)
+def measure_processes(layers: int, rounds: int, text: str, workdir: str) -> dict:
+    """Interleaved whole-process runs of both routes on one transformer size (``text``)."""
     path = os.path.join(workdir, f"transformer_{layers}.mlir")
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
@@ -246,8 +245,14 @@ def measure_processes(layers: int, rounds: int, workdir: str) -> dict:
 
 
 def add_per_op(rows: list[dict], start_up: dict) -> None:
-    """CPU µs per op of each row beyond what the 0-layer module (start-up) costs."""
+    """CPU µs per op of each row beyond what the 0-layer module (start-up) costs.
+
+    Left out below ``PER_OP_MIN_OPS`` ops, where the difference is within the
+    start-up's own noise.
+    """
     for row in rows:
+        if row["ops"] < PER_OP_MIN_OPS:
+            continue
         ops = row["ops"] - start_up["ops"]
         for route in ("ours", "native"):
             extra = row[f"{route}_cpu_ms"] - start_up[f"{route}_cpu_ms"]
@@ -264,7 +269,7 @@ def print_tables(rows: list[dict], process_rows: list[dict]) -> None:
               f"{r['ratio']:>6.2f} {r['ours_us_per_op']:>10.1f} {r['native_us_per_op']:>12.1f} "
               f"{r['identical_output']}")
     print(f"whole process ({WHOLE_PROCESS_PASS}: start-up, parse, pipeline, print to a file; "
-          "us/op: CPU beyond the 0-layer start-up row):")
+          f"us/op: CPU beyond the 0-layer start-up row, from {PER_OP_MIN_OPS} ops):")
     print(f"{'layers':>6} {'ops':>6} {'ours wall':>9} {'nat wall':>9} {'ratio':>5} "
           f"{'ours cpu':>9} {'nat cpu':>9} {'ratio':>5} {'ours us/op':>10} {'nat us/op':>9} "
           f"{'ours MiB':>8} {'nat MiB':>8} {'ratio':>5} same")
@@ -290,10 +295,11 @@ def main() -> None:
     def rounds(layers: int) -> int:
         return args.rounds if layers < 128 else max(3, args.rounds // 2)
 
-    rows = [measure(n, rounds(n)) for n in args.layers]
+    texts = {n: unpropagated_text(n) for n in [0, *args.layers]}
+    rows = [measure(n, rounds(n), texts[n]) for n in args.layers]
     workdir = tempfile.mkdtemp(prefix="bench_propagation_")
     try:
-        process_rows = [measure_processes(n, rounds(n), workdir) for n in [0, *args.layers]]
+        process_rows = [measure_processes(n, rounds(n), texts[n], workdir) for n in texts]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     add_per_op(process_rows[1:], process_rows[0])
