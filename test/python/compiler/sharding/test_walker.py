@@ -4,13 +4,7 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.sharding.walker import (
-    attribute_dict,
-    attribute_names,
-    map_shardings,
-    ops_in_preorder,
-    sharding_attr_names,
-)
+from shardc.compiler.sharding import walker
 from shardc.dialects import make_context, sdy
 
 MODULE = """
@@ -33,16 +27,16 @@ def _parse() -> ir.Module:
 
 def test_ops_in_preorder_leaves_out_the_root() -> None:
     module = _parse()
-    names = [op.name for op in ops_in_preorder(module.operation)]
+    names = [op.name for op in walker.ops_in_preorder(module.operation)]
     assert names[:3] == ["sdy.mesh", "func.func", "stablehlo.add"]
     assert "builtin.module" not in names and len(names) == 8
 
 
 def test_sharding_attr_names_of_plain_and_sdy_ops() -> None:
-    ops = {op.name: op for op in ops_in_preorder(_parse().operation)}
-    assert sharding_attr_names(ops["stablehlo.add"]) == ["sdy.sharding"]
-    assert sharding_attr_names(ops["stablehlo.negate"]) == []
-    assert sharding_attr_names(ops["sdy.sharding_constraint"]) == ["sharding"]
+    ops = {op.name: op for op in walker.ops_in_preorder(_parse().operation)}
+    assert walker.sharding_attr_names(ops["stablehlo.add"]) == ["sdy.sharding"]
+    assert walker.sharding_attr_names(ops["stablehlo.negate"]) == []
+    assert walker.sharding_attr_names(ops["sdy.sharding_constraint"]) == ["sharding"]
 
 
 def test_map_shardings_maps_each_distinct_sharding_once_in_first_seen_order() -> None:
@@ -56,7 +50,7 @@ def test_map_shardings_maps_each_distinct_sharding_once_in_first_seen_order() ->
         return sdy.TensorShardingAttr.get(sharding.mesh_or_ref, dims, [], [])
 
     with module.context:
-        map_shardings(module.operation, close)
+        walker.map_shardings(module.operation, close)
     assert seen == ['#sdy.sharding<@mesh, [{"x"}, {}]>', '#sdy.sharding<@mesh, [{}, {"y"}]>',
                     '#sdy.sharding<@mesh, [{"y"}, {}]>']
     text = str(module)
@@ -69,7 +63,7 @@ def test_map_shardings_leaves_unchanged_attributes_alone() -> None:
     module = _parse()
     before = str(module)
     with module.context:
-        map_shardings(module.operation, lambda sharding: sharding)
+        walker.map_shardings(module.operation, lambda sharding: sharding)
     assert str(module) == before
 
 
@@ -79,20 +73,20 @@ def test_attribute_names_and_dict_of_a_constant_the_bindings_cannot_read() -> No
       %0 = stablehlo.constant dense<[(1.0, 2.0), (3.0, 4.0)]> : tensor<2xcomplex<f32>>
       return %0 : tensor<2xcomplex<f32>>
     }""", make_context())
-    constant = next(op for op in ops_in_preorder(module.operation)
+    constant = next(op for op in walker.ops_in_preorder(module.operation)
                     if op.name == "stablehlo.constant")
-    assert attribute_names(constant) == ["value"]
-    assert attribute_dict(constant) is None
-    add = next(op for op in ops_in_preorder(_parse().operation) if op.name == "stablehlo.add")
-    assert list(attribute_dict(add)) == ["sdy.sharding"]
+    assert walker.attribute_names(constant) == ["value"]
+    assert walker.attribute_dict(constant) is None
+    add = next(op for op in walker.ops_in_preorder(_parse().operation) if op.name == "stablehlo.add")
+    assert list(walker.attribute_dict(add)) == ["sdy.sharding"]
 
 
 def test_map_shardings_rewrites_func_argument_and_result_shardings() -> None:
     module = _parse()
     with module.context:
-        map_shardings(module.operation, lambda sharding: sdy.TensorShardingAttr.get(
+        walker.map_shardings(module.operation, lambda sharding: sdy.TensorShardingAttr.get(
             sharding.mesh_or_ref, sharding.dimension_shardings, [], [sdy.AxisRefAttr.get("y")]
             if "x" in str(sharding) else []))
-    func = next(op for op in ops_in_preorder(module.operation) if op.name == "func.func")
+    func = next(op for op in walker.ops_in_preorder(module.operation) if op.name == "func.func")
     arg, res = str(func.attributes["arg_attrs"]), str(func.attributes["res_attrs"])
     assert 'unreduced={"y"}' in arg and "unreduced" not in res
