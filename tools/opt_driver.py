@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TextIO
 
+import numpy as np
 from jaxlib.mlir import ir
 
 from shardc.compiler.checks.strict import strict_diagnostics
@@ -42,7 +43,11 @@ PARSER_NAME = "-"
 # MLIR's parser recurses once per nesting level and overflows the C stack a few
 # thousand levels down (a crash, not a diagnostic), so deeper input is refused.
 MAX_NESTING = 1000
-_NESTING_TOKEN = re.compile(rb'"(?:[^"\\\n]|\\.)*"|//[^\n]*|[\[\]{}()]')
+# Strings and comments, whose brackets do not nest. What is left of a chunk once
+# they are cut out and every byte but a bracket is deleted is its bracket tokens.
+_NOT_A_BRACKET_TOKEN = re.compile(rb'"(?:[^"\\\n]|\\.)*"|//[^\n]*')
+_NESTING_TOKEN = re.compile(_NOT_A_BRACKET_TOKEN.pattern + rb"|[\[\]{}()]")
+_NOT_A_BRACKET = bytes(sorted(set(range(256)) - set(b"[]{}()")))
 _PRINTED_LOC = re.compile(r'loc\("-":(\d+):(\d+)')
 # The note MLIR attaches to op diagnostics; mlir-opt turns it off under
 # --verify-diagnostics (printOpOnDiagnostic(false)), the bindings cannot.
@@ -124,8 +129,27 @@ def encoding_error(chunk: Chunk) -> Diagnostic | None:
     return None
 
 
+def max_nesting(text: bytes) -> int:
+    """The deepest bracket nesting of ``text`` (strings and comments skipped).
+
+    A closing bracket at depth 0 is ignored, as in ``nesting_error``. Computed
+    on the whole chunk at once (a Python loop over every bracket of a large
+    module costs as much as parsing it): the depth after each bracket is the
+    running sum of +1/-1 steps minus its running minimum (taken with 0).
+    """
+    brackets = _NOT_A_BRACKET_TOKEN.sub(b"", text).translate(None, _NOT_A_BRACKET)
+    if not brackets:
+        return 0
+    codes = np.frombuffer(brackets, dtype=np.uint8)
+    opening = (codes == ord("[")) | (codes == ord("{")) | (codes == ord("("))
+    depth = np.cumsum(np.where(opening, 1, -1), dtype=np.int64)
+    return int((depth - np.minimum(np.minimum.accumulate(depth), 0)).max())
+
+
 def nesting_error(chunk: Chunk) -> Diagnostic | None:
     """Return an error if the chunk nests brackets deeper than the parser can take."""
+    if max_nesting(chunk.text) <= MAX_NESTING:
+        return None
     depth = 0
     for token in _NESTING_TOKEN.finditer(chunk.text):
         char = token.group()
@@ -195,6 +219,34 @@ def process_chunk(chunk: Chunk, context: ir.Context, config: OptConfig,
     return ChunkResult(output, tuple(sink.diagnostics), failed)
 
 
+class _InputLines(Mapping[str, Sequence[str]]):
+    """The input's lines under its file name, for quoting in diagnostics.
+
+    Split on first use: only a diagnostic needs them, and splitting a large
+    module into lines costs as much as one of its passes.
+    """
+
+    def __init__(self, file_name: str, data: bytes) -> None:
+        self._file_name = file_name
+        self._data = data
+        self._lines: dict[str, Sequence[str]] | None = None
+
+    def _split(self) -> dict[str, Sequence[str]]:
+        if self._lines is None:
+            text = self._data.decode("utf-8", errors="replace")
+            self._lines = {self._file_name: text.split("\n")}
+        return self._lines
+
+    def __getitem__(self, file_name: str) -> Sequence[str]:
+        return self._split()[file_name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._split())
+
+    def __len__(self) -> int:
+        return 1
+
+
 def _strip_current_op_notes(diagnostic: Diagnostic) -> Diagnostic:
     notes = tuple(n for n in diagnostic.notes if not n.message.startswith(_CURRENT_OP_NOTE))
     return replace(diagnostic, notes=notes)
@@ -204,7 +256,7 @@ def run_opt(data: bytes, file_name: str, config: OptConfig, out: TextIO, err: Te
     """Process one input buffer; write the output and diagnostics; return success."""
     for spec in config.specs:
         pass_pipeline.resolve(spec)  # unknown passes and options fail before any parsing
-    sources = {file_name: data.decode("utf-8", errors="replace").split("\n")}
+    sources = _InputLines(file_name, data)
     chunks, warnings = split_input(data, file_name, enabled=config.split_input_file)
     for warning in warnings:
         err.write(format_diagnostic(warning, sources))
@@ -232,7 +284,7 @@ def run_opt(data: bytes, file_name: str, config: OptConfig, out: TextIO, err: Te
 def _verify(
     chunk: Chunk,
     file_name: str,
-    sources: dict[str, Sequence[str]],
+    sources: Mapping[str, Sequence[str]],
     diagnostics: Sequence[Diagnostic],
     err: TextIO,
 ) -> bool:

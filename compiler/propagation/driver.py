@@ -60,7 +60,8 @@ class Driver:
         self.groups = groups or {}
         self.main_func = self._main_func()
         self.worklist: list[int | None] = []
-        self.position: dict[int, int] = {}
+        # op -> its index in the worklist, -1 when not queued.
+        self.position: list[int] = [-1] * len(graph.ops)
         self.current = -1
         # A step is a pure function of its plan key (rule, flags), its factor
         # directions, the strategy and its tensors' shardings (interned ids),
@@ -111,8 +112,10 @@ class Driver:
         graph = self.graph
         erased = graph.erased
         self.worklist = [op for op in range(len(graph.ops) - 1, -1, -1) if not erased[op]]
-        self.position = {op: i for i, op in enumerate(self.worklist)}
-        worklist, position = self.worklist, self.position
+        position = self.position
+        for i, op in enumerate(self.worklist):
+            position[op] = i
+        worklist = self.worklist
         op_results, uses, terminator = graph.op_results, graph.uses, graph.op_terminator
         is_dead = graph.is_trivially_dead
         memo = self._memo.setdefault(strategy, {})
@@ -126,7 +129,7 @@ class Driver:
             op = worklist.pop()
             if op is None:
                 continue
-            del position[op]
+            position[op] = -1
             if not terminator[op]:
                 for value in op_results[op]:
                     if uses[value]:
@@ -173,7 +176,7 @@ class Driver:
         parent = self.graph.op_parent
         position = self.position
         while op >= 0:
-            if op not in position:
+            if position[op] < 0:
                 position[op] = len(self.worklist)
                 self.worklist.append(op)
             op = parent[op]
@@ -201,9 +204,10 @@ class Driver:
                     break
                 if not more:
                     self.push(producer)
-            index = self.position.pop(dead, None)
-            if index is not None:
+            index = self.position[dead]
+            if index >= 0:
                 self.worklist[index] = None
+                self.position[dead] = -1
             graph.drop_uses_of(dead)
             self.store.erase_log.append(dead)
 

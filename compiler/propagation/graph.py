@@ -18,7 +18,6 @@ from jaxlib.mlir import ir
 from shardc.compiler.propagation.compact_rule import CompactRule, compact_rule
 from shardc.compiler.sharding.rules import _NEIGHBOUR_KEYS, rule_for
 from shardc.compiler.sharding.rules.elementwise import POINTWISE_OPS
-from shardc.compiler.sharding.walker import attribute_dict
 from shardc.dialects.sdy import SHARDING_ATTR
 
 # Ops that must never be erased even when unused (MLIR: not memory-effect free).
@@ -99,6 +98,17 @@ def _shape_of(type_: ir.Type, cache: dict) -> tuple[int, ...] | None:
         shape = tuple(type_.shape)
     cache[type_] = shape
     return shape
+
+
+def _attributes_key(op: ir.Operation) -> tuple[tuple[str, int], ...] | None:
+    """(name, uniqued pointer) of each attribute but the sharding (which never changes
+    the rule); None when the bindings cannot read one (a complex-valued constant)."""
+    attributes = op.attributes
+    try:
+        return tuple([(name, hash(attributes[name])) for name in attributes
+                      if name != SHARDING_ATTR])
+    except TypeError:
+        return None
 
 
 class PropagationGraph:
@@ -281,20 +291,19 @@ class PropagationGraph:
 
     def rule(self, op: int) -> CompactRule | None:
         """The op's rule: computed (and cached) on the first visit, as Shardy does."""
-        try:
-            return self._rules[op]
-        except KeyError:
-            pass
+        # Asked once per op, so mostly a miss: no KeyError raised per op.
+        known = self._rules.get(op, _MISSING)
+        if known is not _MISSING:
+            return known
         name = self.op_name[op]
         key = None
-        attributes = attribute_dict(self.ops[op]) if name not in _NEIGHBOUR_DEPENDENT else None
+        attributes = _attributes_key(self.ops[op]) if name not in _NEIGHBOUR_DEPENDENT else None
         if attributes is not None:
             # What the registry's own cache key says, from uniqued pointers
             # instead of printed text: types and attributes are uniqued per context.
             type_key = self.value_type_key
             key = (name, tuple([type_key[v] for v in self.op_operands[op]]),
-                   tuple([type_key[v] for v in self.op_results[op]]),
-                   tuple([(n, hash(a)) for n, a in attributes.items() if n != SHARDING_ATTR]))
+                   tuple([type_key[v] for v in self.op_results[op]]), attributes)
             compact = self._rule_memo.get(key, _MISSING)
             if compact is not _MISSING:
                 self._rules[op] = compact

@@ -34,7 +34,9 @@ def ops_in_preorder(root: ir.Operation) -> list[ir.Operation]:
         return ir.WalkResult.ADVANCE
 
     root.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return [op for op in ops if op != root]
+    # The walk visits ``root`` first; comparing every op with it would cost a
+    # binding call per op.
+    return ops[1:]
 
 
 # The attribute names under which ops (sdy's own, and any with sdy.sharding) hold
@@ -48,15 +50,16 @@ _SHARDING_ATTR_NAMES = frozenset({
 
 def attribute_names(op: ir.Operation) -> list[str]:
     """Return the names of an op's attributes (inherent and discardable)."""
-    attributes = op.attributes
-    return [attributes[i].name for i in range(len(attributes))]
+    # Iterating the map yields names only (half the cost of reading by position).
+    return list(op.attributes)
 
 
 def attribute_dict(op: ir.Operation) -> dict[str, ir.Attribute] | None:
     """An op's attributes by name, or None when the bindings cannot read one of them
     (they raise for a complex-valued dense constant, read by name)."""
+    attributes = op.attributes
     try:
-        return {name: op.attributes[name] for name in attribute_names(op)}
+        return {name: attributes[name] for name in attributes}
     except TypeError:
         return None
 
@@ -67,7 +70,10 @@ def map_sharding_attr(attr: ir.Attribute, fn: ShardingFn) -> ir.Attribute:
         return fn(sdy.TensorShardingAttr(attr))
     if sdy.TensorShardingPerValueAttr.isinstance(attr):
         shardings = sdy.TensorShardingPerValueAttr(attr).shardings
-        return sdy.TensorShardingPerValueAttr.get([fn(sdy.TensorShardingAttr(s)) for s in shardings])
+        mapped = [fn(sdy.TensorShardingAttr(s)) for s in shardings]
+        if all(new == old for new, old in zip(mapped, shardings)):
+            return attr
+        return sdy.TensorShardingPerValueAttr.get(mapped)
     if isinstance(attr, ir.ArrayAttr):
         elements = list(ir.ArrayAttr(attr))
         if elements and all(_is_sharding(e) for e in elements):
@@ -81,28 +87,46 @@ def _is_sharding(attr: ir.Attribute) -> bool:
     )
 
 
-def _map_func_shardings(func: ir.Operation, list_name: str, fn: ShardingFn) -> None:
+def _map_func_shardings(func: ir.Operation, list_name: str, fn: ShardingFn,
+                        mapped: dict[ir.Attribute, ir.Attribute]) -> None:
     if list_name not in func.attributes:
         return
-    new_dicts = []
-    for entry in ir.ArrayAttr(func.attributes[list_name]):
-        entries = ir.DictAttr(entry)
-        values = {entries[i].name: entries[i].attr for i in range(len(entries))}
-        if SHARDING_ATTR in values:
-            values[SHARDING_ATTR] = map_sharding_attr(values[SHARDING_ATTR], fn)
-        new_dicts.append(ir.DictAttr.get(values))
-    func.attributes[list_name] = ir.ArrayAttr.get(new_dicts)
+    entries = list(ir.ArrayAttr(func.attributes[list_name]))
+    new_entries = []
+    for entry in entries:
+        # Arguments mostly share a few uniqued dictionaries: each is mapped once.
+        new = mapped.get(entry)
+        if new is None:
+            new = mapped[entry] = _map_func_entry(entry, fn)
+        new_entries.append(new)
+    if any(new != old for new, old in zip(new_entries, entries)):
+        func.attributes[list_name] = ir.ArrayAttr.get(new_entries)
+
+
+def _map_func_entry(entry: ir.Attribute, fn: ShardingFn) -> ir.Attribute:
+    entries = ir.DictAttr(entry)
+    if SHARDING_ATTR not in entries:
+        return entry
+    values = {entries[i].name: entries[i].attr for i in range(len(entries))}
+    values[SHARDING_ATTR] = map_sharding_attr(values[SHARDING_ATTR], fn)
+    return ir.DictAttr.get(values)
+
+
+def _candidate_attrs(op: ir.Operation) -> list[tuple[str, ir.Attribute]]:
+    """The op's own attributes that may hold shardings, with their names (unchecked)."""
+    attributes = op.attributes
+    if not op.name.startswith("sdy."):
+        # Only ``sdy.sharding`` can hold one: one lookup instead of reading every
+        # attribute's name (a binding call each).
+        if SHARDING_ATTR in attributes:
+            return [(SHARDING_ATTR, attributes[SHARDING_ATTR])]
+        return []
+    return [(name, attributes[name]) for name in attributes if name in _SHARDING_ATTR_NAMES]
 
 
 def sharding_attr_names(op: ir.Operation) -> list[str]:
     """Names of the op's own attributes that hold shardings (not func arg/result ones)."""
-    is_sdy_op = op.name.startswith("sdy.")
-    return [
-        name
-        for name in attribute_names(op)
-        if (name == SHARDING_ATTR or is_sdy_op and name in _SHARDING_ATTR_NAMES)
-        and _holds_sharding(op.attributes[name])
-    ]
+    return [name for name, attr in _candidate_attrs(op) if _holds_sharding(attr)]
 
 
 def _holds_sharding(attr: ir.Attribute) -> bool:
@@ -115,13 +139,33 @@ def _holds_sharding(attr: ir.Attribute) -> bool:
 
 
 def map_shardings(module: ir.Operation, fn: ShardingFn) -> None:
-    """Replace every sharding ``s`` in ``module`` by ``fn(s)``, in Shardy's order."""
+    """Replace every sharding ``s`` in ``module`` by ``fn(s)``, in Shardy's order.
+
+    ``fn`` must map equal shardings to equal results: it is called once per
+    distinct sharding, in the order the shardings are first met. Attributes
+    are uniqued, so a module holds few distinct ones however large it is.
+    """
+    memo: dict[ir.Attribute, ir.Attribute] = {}
+
+    def once(sharding: sdy.TensorShardingAttr) -> ir.Attribute:
+        result = memo.get(sharding)
+        if result is None:
+            result = memo[sharding] = fn(sharding)
+        return result
+
+    # Whole attributes (a per-value list, say) are mapped once too.
+    mapped: dict[ir.Attribute, ir.Attribute] = {}
     for op in ops_in_preorder(module):
         if op.name == FUNC_OP:
             for list_name in FUNC_SHARDING_LISTS:
-                _map_func_shardings(op, list_name, fn)
-        for name in sharding_attr_names(op):
-            op.attributes[name] = map_sharding_attr(op.attributes[name], fn)
+                _map_func_shardings(op, list_name, once, mapped)
+        for name, attr in _candidate_attrs(op):
+            new = mapped.get(attr)
+            if new is None:
+                # An attribute holding no sharding maps to itself.
+                new = mapped[attr] = map_sharding_attr(attr, once)
+            if new != attr:
+                op.attributes[name] = new
 
 
 def mesh_name_of(sharding: sdy.TensorShardingAttr) -> str | None:

@@ -44,7 +44,9 @@ def _ops(root: ir.Operation, order: ir.WalkOrder) -> list[ir.Operation]:
         return ir.WalkResult.ADVANCE
 
     root.walk(visit, order)
-    return [op for op in ops if op != root]
+    # The walk visits ``root`` itself first (pre-order) or last (post-order):
+    # dropping it by position spares comparing every op with it (a binding call).
+    return ops[1:] if order == ir.WalkOrder.PRE_ORDER else ops[:-1]
 
 
 def _is_static(value: ir.Value) -> bool:

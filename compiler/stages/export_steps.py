@@ -182,17 +182,9 @@ def closed(attr: sdy.TensorShardingAttr) -> ir.Attribute:
 
 def close_shardings(module: ir.Operation) -> None:
     """Close every dimension and drop every replicated list (priorities, unreduced kept)."""
-    # Attributes are uniqued: the few distinct shardings of a module are closed once.
-    done: dict[ir.Attribute, ir.Attribute] = {}
-
-    def close(attr: sdy.TensorShardingAttr) -> ir.Attribute:
-        result = done.get(attr)
-        if result is None:
-            result = done[attr] = closed(attr)
-        return result
-
+    # map_shardings closes each distinct (uniqued) sharding once.
     with module.context:
-        map_shardings(module, close)
+        map_shardings(module, closed)
 
 
 def erase_dead_ops(module: ir.Operation) -> None:

@@ -1,0 +1,92 @@
+"""The sharding walker: every sharding visited in Shardy's order, each distinct one mapped once."""
+
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+
+from shardc.compiler.sharding import walker
+from shardc.dialects import make_context, sdy
+
+MODULE = """
+sdy.mesh @mesh = <["x"=2, "y"=2]>
+func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>})
+    -> (tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"y"}]>}) {
+  %0 = stablehlo.add %arg0, %arg0 {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {}]>]>} : tensor<8x8xf32>
+  %1 = stablehlo.multiply %0, %0 {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {}]>]>} : tensor<8x8xf32>
+  %2 = sdy.sharding_constraint %1 <@mesh, [{}, {"y"}]> : tensor<8x8xf32>
+  %3 = stablehlo.negate %2 {other = "x"} : tensor<8x8xf32>
+  %4 = stablehlo.abs %3 {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"y"}, {}]>]>} : tensor<8x8xf32>
+  return %4 : tensor<8x8xf32>
+}
+"""
+
+
+def _parse() -> ir.Module:
+    return ir.Module.parse(MODULE, make_context())
+
+
+def test_ops_in_preorder_leaves_out_the_root() -> None:
+    module = _parse()
+    names = [op.name for op in walker.ops_in_preorder(module.operation)]
+    assert names[:3] == ["sdy.mesh", "func.func", "stablehlo.add"]
+    assert "builtin.module" not in names and len(names) == 8
+
+
+def test_sharding_attr_names_of_plain_and_sdy_ops() -> None:
+    ops = {op.name: op for op in walker.ops_in_preorder(_parse().operation)}
+    assert walker.sharding_attr_names(ops["stablehlo.add"]) == ["sdy.sharding"]
+    assert walker.sharding_attr_names(ops["stablehlo.negate"]) == []
+    assert walker.sharding_attr_names(ops["sdy.sharding_constraint"]) == ["sharding"]
+
+
+def test_map_shardings_maps_each_distinct_sharding_once_in_first_seen_order() -> None:
+    module = _parse()
+    seen: list[str] = []
+
+    def close(sharding: sdy.TensorShardingAttr) -> ir.Attribute:
+        seen.append(str(sharding))
+        dims = [sdy.DimensionShardingAttr(d) for d in sharding.dimension_shardings]
+        dims = [sdy.DimensionShardingAttr.get(list(d.axes), True, d.priority) for d in dims]
+        return sdy.TensorShardingAttr.get(sharding.mesh_or_ref, dims, [], [])
+
+    with module.context:
+        walker.map_shardings(module.operation, close)
+    assert seen == ['#sdy.sharding<@mesh, [{"x"}, {}]>', '#sdy.sharding<@mesh, [{}, {"y"}]>',
+                    '#sdy.sharding<@mesh, [{"y"}, {}]>']
+    text = str(module)
+    assert "?" not in text
+    # Every occurrence is rewritten, the shared ones included.
+    assert text.count('<@mesh, [{"x"}, {}]>') == 3 and text.count('<@mesh, [{}, {"y"}]>') == 2
+
+
+def test_map_shardings_leaves_unchanged_attributes_alone() -> None:
+    module = _parse()
+    before = str(module)
+    with module.context:
+        walker.map_shardings(module.operation, lambda sharding: sharding)
+    assert str(module) == before
+
+
+def test_attribute_names_and_dict_of_a_constant_the_bindings_cannot_read() -> None:
+    module = ir.Module.parse("""
+    func.func @f() -> tensor<2xcomplex<f32>> {
+      %0 = stablehlo.constant dense<[(1.0, 2.0), (3.0, 4.0)]> : tensor<2xcomplex<f32>>
+      return %0 : tensor<2xcomplex<f32>>
+    }""", make_context())
+    constant = next(op for op in walker.ops_in_preorder(module.operation)
+                    if op.name == "stablehlo.constant")
+    assert walker.attribute_names(constant) == ["value"]
+    assert walker.attribute_dict(constant) is None
+    add = next(op for op in walker.ops_in_preorder(_parse().operation) if op.name == "stablehlo.add")
+    assert list(walker.attribute_dict(add)) == ["sdy.sharding"]
+
+
+def test_map_shardings_rewrites_func_argument_and_result_shardings() -> None:
+    module = _parse()
+    with module.context:
+        walker.map_shardings(module.operation, lambda sharding: sdy.TensorShardingAttr.get(
+            sharding.mesh_or_ref, sharding.dimension_shardings, [], [sdy.AxisRefAttr.get("y")]
+            if "x" in str(sharding) else []))
+    func = next(op for op in walker.ops_in_preorder(module.operation) if op.name == "func.func")
+    arg, res = str(func.attributes["arg_attrs"]), str(func.attributes["res_attrs"])
+    assert 'unreduced={"y"}' in arg and "unreduced" not in res
