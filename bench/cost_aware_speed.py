@@ -1,0 +1,140 @@
+"""Lowering time of ``propagation="cost-aware"`` over the default route, and its decisions.
+
+Every zoo program (small size) and the 128-layer transformer of
+``bench/propagation.py`` is lowered through ``shardc.compiler.jit`` with
+``propagation="shardy"`` and with ``propagation="cost-aware"``, alternating,
+each time through a fresh function (no lowering cache answers). The first
+round warms up; the table shows the median seconds of the other rounds, their
+ratio (cost-aware / shardy) and the geometric mean of the ratios. Each row
+also carries what the search decided (``decisions_of``: its pins, predicted
+bytes and memory, and each decision's choice), so two runs, before and after
+a change to the search, can be compared with ``--compare OLD.json``.
+
+    python -m bench.cost_aware_speed [--rounds N] [--only NAME ...] [--layers N]
+                                     [--json PATH] [--compare PATH]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
+
+from bench import e2e_measure, zoo  # noqa: E402
+from bench import propagation as transformer_bench  # noqa: E402
+from bench.models.program import Program  # noqa: E402
+from shardc.compiler import jit  # noqa: E402
+
+STRATEGIES = ("shardy", "cost-aware")
+TRANSFORMER = "transformer_{}_layers"
+
+
+def decisions_of(resolution: Any) -> dict[str, Any] | None:
+    """What the search decided, as plain data: equal for equal decisions."""
+    if resolution is None:
+        return None
+    return {
+        "pins": [[pin.op, pin.result, [list(d.axes) for d in pin.sharding.dims], pin.why]
+                 for pin in resolution.pins],
+        "bytes": [resolution.baseline_bytes, resolution.final_bytes],
+        "memory": [resolution.baseline_memory, resolution.final_memory],
+        "changed": sorted(resolution.changed),
+        "decisions": [[d.op, d.name, d.chosen, d.points, [list(t) for t in d.tried]]
+                      for d in resolution.decisions],
+    }
+
+
+def zoo_lowering(program: Program) -> Callable[[str], Any]:
+    """Lower ``program`` with a strategy, as the zoo does (``e2e_measure.prepare``)."""
+    routes = {"shardy": "shardc", "cost-aware": e2e_measure.COST_AWARE}
+
+    def lower(strategy: str):
+        jitted, args, _ = e2e_measure.prepare(program, routes[strategy])
+        return jitted.lower(*args)
+
+    return lower
+
+
+def transformer_lowering(layers: int) -> Callable[[str], Any]:
+    """Lower ``bench/propagation.py``'s transformer of ``layers`` blocks with a strategy."""
+    fun, args, in_shardings = transformer_bench.transformer_program(layers)
+
+    def lower(strategy: str):
+        jitted = jit(e2e_measure.fresh(fun), in_shardings=in_shardings, propagation=strategy)
+        return jitted.lower(*args)
+
+    return lower
+
+
+def measure(name: str, lower: Callable[[str], Any], rounds: int) -> dict[str, Any]:
+    """Median lowering seconds per strategy (after a warm-up round), and the decisions."""
+    times: dict[str, list[float]] = {s: [] for s in STRATEGIES}
+    decisions = None
+    for index in range(rounds + 1):
+        order = STRATEGIES if index % 2 == 0 else STRATEGIES[::-1]
+        for strategy in order:
+            start = time.perf_counter()
+            lowered = lower(strategy)
+            times[strategy].append(time.perf_counter() - start)
+            if strategy == "cost-aware":
+                decisions = decisions_of(lowered.cost_aware_resolution)
+    seconds = {s: statistics.median(t[1:]) for s, t in times.items()}
+    return {"name": name, **seconds, "ratio": seconds["cost-aware"] / seconds["shardy"],
+            "decisions": decisions}
+
+
+def compare(rows: list[dict], old_path: str) -> list[str]:
+    """Names of the rows whose decisions differ from those recorded in ``old_path``."""
+    with open(old_path) as handle:
+        old = {row["name"]: row["decisions"] for row in json.load(handle)["rows"]}
+    return [row["name"] for row in rows if row["name"] in old
+            and old[row["name"]] != row["decisions"]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.cost_aware_speed",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds per program")
+    parser.add_argument("--only", action="append", help="only these programs")
+    parser.add_argument("--layers", type=int, default=128, help="transformer blocks (0: none)")
+    parser.add_argument("--json", help="write the rows (with the decisions) here")
+    parser.add_argument("--compare", help="a --json file whose decisions must be equal")
+    options = parser.parse_args(argv)
+    targets = [(p.name, zoo_lowering(p)) for p in zoo.make_programs("small")]
+    if options.layers:
+        targets.append((TRANSFORMER.format(options.layers),
+                        transformer_lowering(options.layers)))
+    if options.only:
+        targets = [(name, lower) for name, lower in targets if name in options.only]
+    rows = []
+    print(f"{'program':26} {'shardy ms':>10} {'cost-aware ms':>13} {'ratio':>6}")
+    for name, lower in targets:
+        row = measure(name, lower, options.rounds)
+        rows.append(row)
+        print(f"{name:26} {row['shardy'] * 1e3:10.1f} {row['cost-aware'] * 1e3:13.1f} "
+              f"{row['ratio']:6.2f}", flush=True)
+    geomean = math.exp(statistics.fmean(math.log(row["ratio"]) for row in rows))
+    print(f"{'geomean':26} {'':>10} {'':>13} {geomean:6.2f}")
+    if options.json:
+        with open(options.json, "w") as handle:
+            json.dump({"rows": rows, "geomean": geomean}, handle, indent=2)
+            handle.write("\n")
+    if options.compare:
+        differing = compare(rows, options.compare)
+        print("decisions: " + (f"DIFFER on {', '.join(differing)}" if differing
+                               else "identical"))
+        return 1 if differing else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
