@@ -50,6 +50,7 @@ partitions exactly; ``Resolution.module`` is the winner already propagated.
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass, field
 
@@ -443,11 +444,20 @@ def resolve(imported: ir.Operation, *, conservative: bool = False, max_evaluatio
     start = time.perf_counter()
     if local_above is None:
         local_above = max_region_evaluations * region_ops // max(1, max_evaluations)
-    search = _Search(imported, conservative=conservative, max_evaluations=max_evaluations,
-                     per_point=per_point, margin=margin)
-    if len(search.reader.graph.ops) <= local_above:
-        search.module_rounds(best_first)
-    else:
-        search.region_rounds(region_ops, region_radius, max_region_evaluations,
-                             min(max_verifications, max_evaluations - 1), max_steady_evaluations)
-    return search.resolution(start)
+    # As in ``propagate``: the search keeps many small tuples alive (readers, keys,
+    # memos) and frees them at the end, so cyclic collection would only rescan them.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        search = _Search(imported, conservative=conservative, max_evaluations=max_evaluations,
+                         per_point=per_point, margin=margin)
+        if len(search.reader.graph.ops) <= local_above:
+            search.module_rounds(best_first)
+        else:
+            search.region_rounds(region_ops, region_radius, max_region_evaluations,
+                                 min(max_verifications, max_evaluations - 1),
+                                 max_steady_evaluations)
+        return search.resolution(start)
+    finally:
+        if enabled:
+            gc.enable()
