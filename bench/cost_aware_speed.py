@@ -9,9 +9,13 @@ ratio (cost-aware / shardy) and the geometric mean of the ratios. Each row
 also carries what the search decided (``decisions_of``: its pins, predicted
 bytes and memory, and each decision's choice), so two runs, before and after
 a change to the search, can be compared with ``--compare OLD.json``.
+``--record PATH`` only lowers each target once with ``propagation="cost-aware"``
+(also the ``bench/models`` programs) and writes ``{name: decisions}``: the file
+``test/python/compiler/cost_aware/test_search.py`` holds the search to
+(``DECISIONS``; regenerate it so when a change of decisions is intended).
 
     python -m bench.cost_aware_speed [--rounds N] [--only NAME ...] [--layers N]
-                                     [--json PATH] [--compare PATH]
+                                     [--json PATH] [--compare PATH] [--record PATH]
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any  # noqa: E402
 
 from bench import e2e_measure, zoo  # noqa: E402
 from bench import propagation as transformer_bench  # noqa: E402
+from bench.models import REGISTRY, REGRESSIONS, make_programs  # noqa: E402
 from bench.models.program import Program  # noqa: E402
 from shardc.compiler import jit  # noqa: E402
 
@@ -39,18 +44,18 @@ TRANSFORMER = "transformer_{}_layers"
 
 
 def decisions_of(resolution: Any) -> dict[str, Any] | None:
-    """What the search decided, as plain data: equal for equal decisions."""
+    """What the search decided, as JSON holds it: equal for equal decisions."""
     if resolution is None:
         return None
-    return {
-        "pins": [[pin.op, pin.result, [list(d.axes) for d in pin.sharding.dims], pin.why]
+    return json.loads(json.dumps({
+        "evaluations": [resolution.evaluations, resolution.region_evaluations],
+        "pins": [[pin.op, pin.result, [d.axes for d in pin.sharding.dims], pin.why]
                  for pin in resolution.pins],
         "bytes": [resolution.baseline_bytes, resolution.final_bytes],
         "memory": [resolution.baseline_memory, resolution.final_memory],
         "changed": sorted(resolution.changed),
-        "decisions": [[d.op, d.name, d.chosen, d.points, [list(t) for t in d.tried]]
-                      for d in resolution.decisions],
-    }
+        "decisions": [[d.op, d.name, d.chosen, d.points, d.tried] for d in resolution.decisions],
+    }))
 
 
 def zoo_lowering(program: Program) -> Callable[[str], Any]:
@@ -73,6 +78,29 @@ def transformer_lowering(layers: int) -> Callable[[str], Any]:
         return jitted.lower(*args)
 
     return lower
+
+
+def targets(layers: int, models: bool = False) -> list[tuple[str, Callable[[str], Any]]]:
+    """``(name, lower)`` of every zoo program (and ``bench/models`` program), then the
+    transformer of ``layers`` blocks (none for 0)."""
+    programs = zoo.make_programs("small")
+    if models:
+        programs += make_programs("small", None, {**REGISTRY, **REGRESSIONS})
+    found = [(p.name, zoo_lowering(p)) for p in programs]
+    if layers:
+        found.append((TRANSFORMER.format(layers), transformer_lowering(layers)))
+    return found
+
+
+def record(path: str, layers: int) -> None:
+    """Write the decisions of one cost-aware lowering of every target, by name."""
+    decisions = {}
+    for name, lower in targets(layers, models=True):
+        print(f"lowering {name} ...", file=sys.stderr, flush=True)
+        decisions[name] = decisions_of(lower("cost-aware").cost_aware_resolution)
+    with open(path, "w") as handle:
+        json.dump(decisions, handle, indent=1)
+        handle.write("\n")
 
 
 def measure(name: str, lower: Callable[[str], Any], rounds: int) -> dict[str, Any]:
@@ -108,16 +136,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=128, help="transformer blocks (0: none)")
     parser.add_argument("--json", help="write the rows (with the decisions) here")
     parser.add_argument("--compare", help="a --json file whose decisions must be equal")
+    parser.add_argument("--record", help="only write every target's decisions here")
     options = parser.parse_args(argv)
-    targets = [(p.name, zoo_lowering(p)) for p in zoo.make_programs("small")]
-    if options.layers:
-        targets.append((TRANSFORMER.format(options.layers),
-                        transformer_lowering(options.layers)))
+    if options.record:
+        record(options.record, options.layers)
+        return 0
+    chosen = targets(options.layers)
     if options.only:
-        targets = [(name, lower) for name, lower in targets if name in options.only]
+        chosen = [(name, lower) for name, lower in chosen if name in options.only]
     rows = []
     print(f"{'program':26} {'shardy ms':>10} {'cost-aware ms':>13} {'ratio':>6}")
-    for name, lower in targets:
+    for name, lower in chosen:
         row = measure(name, lower, options.rounds)
         rows.append(row)
         print(f"{name:26} {row['shardy'] * 1e3:10.1f} {row['cost-aware'] * 1e3:13.1f} "
