@@ -7,8 +7,8 @@ each time through a fresh function (no lowering cache answers). The first
 round warms up; the table shows the median seconds of the other rounds, their
 ratio (cost-aware / shardy) and the geometric mean of the ratios. Each row
 also carries what the search decided (``decisions_of``: its pins, predicted
-bytes and memory, and each decision's choice), so two runs, before and after
-a change to the search, can be compared with ``--compare OLD.json``.
+bytes and memory, and each decision's choice), so a run can be compared with
+decisions recorded before a change to the search (``--compare RECORDED.json``).
 ``--record PATH`` only lowers each target once with ``propagation="cost-aware"``
 (also the ``bench/models`` programs) and writes ``{name: decisions}``: the file
 ``test/python/compiler/cost_aware/test_search.py`` holds the search to
@@ -120,12 +120,12 @@ def measure(name: str, lower: Callable[[str], Any], rounds: int) -> dict[str, An
             "decisions": decisions}
 
 
-def compare(rows: list[dict], old_path: str) -> list[str]:
-    """Names of the rows whose decisions differ from those recorded in ``old_path``."""
-    with open(old_path) as handle:
-        old = {row["name"]: row["decisions"] for row in json.load(handle)["rows"]}
-    return [row["name"] for row in rows if row["name"] in old
-            and old[row["name"]] != row["decisions"]]
+def compare(rows: list[dict], recorded_path: str) -> list[str]:
+    """Names of the rows whose decisions differ from those ``--record`` wrote to
+    ``recorded_path`` (or that it lacks)."""
+    with open(recorded_path) as handle:
+        recorded = json.load(handle)
+    return [row["name"] for row in rows if recorded.get(row["name"]) != row["decisions"]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", help="only these programs")
     parser.add_argument("--layers", type=int, default=128, help="transformer blocks (0: none)")
     parser.add_argument("--json", help="write the rows (with the decisions) here")
-    parser.add_argument("--compare", help="a --json file whose decisions must be equal")
+    parser.add_argument("--compare", help="a --record file whose decisions must be equal")
     parser.add_argument("--record", help="only write every target's decisions here")
     options = parser.parse_args(argv)
     if options.record:
