@@ -1,9 +1,10 @@
 """What a propagated candidate costs: predicted collective bytes and memory peak.
 
-``price`` is the cost model's verdict on a propagated module (``comm_report``
-bytes, ``memory_peak``); ``ModuleEvaluator`` propagates the imported module
-with a set of pins and prices it, adding ``returned_in_declared_layout`` (see
-there) for the ops the pins change.
+``price`` is the cost model's verdict on a propagated module (``comm_report``'s
+bytes, summed without describing its entries; ``memory_peak``);
+``ModuleEvaluator`` propagates the imported module with a set of pins and
+prices it, adding ``returned_in_declared_layout`` (see there) for the ops the
+pins change.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.cost.fusion import fused_away
 from shardc.compiler.cost.op_comm import op_communication
-from shardc.compiler.cost.report import comm_report_of
+from shardc.compiler.cost.report import collective_bytes_at
 from shardc.compiler.cost.reshard import dim_axes, reshard_tensor, shard_bytes
 from shardc.compiler.cost_aware.candidates import TAG, Pin, apply_pins, closed, tag_of
 from shardc.compiler.cost_aware.explicit import signatures
@@ -26,8 +27,8 @@ from shardc.dialects.sdy import SHARDING_RULE_ATTR
 
 def price(reader: ModuleValues) -> tuple[int, int]:
     """Predicted collective bytes per device and memory peak of a propagated module."""
-    report = comm_report_of(reader)
-    return sum(e.bytes_per_device for e in report.entries), memory_peak(reader)
+    total = sum(collective_bytes_at(reader, op) for op in range(len(reader.graph.ops)))
+    return total, memory_peak(reader)
 
 
 def memory_peak(reader: ModuleValues) -> int:
