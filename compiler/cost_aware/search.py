@@ -57,7 +57,6 @@ from dataclasses import dataclass, field
 from jaxlib.mlir import ir
 
 from shardc.compiler.cost_aware.candidates import ConflictPoint, Pin, conflict_points, tag_of
-from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.cost_aware.pricing import ModuleEvaluator, changed_tags
 from shardc.compiler.cost_aware.regions import LocalPrice, RegionEvaluator
 from shardc.compiler.diagnostics import source_loc_of
@@ -404,7 +403,8 @@ class _Search:
             scope=scope or f"region of <= {self.regions.limit} ops", points=len(group.members)))
 
     def resolution(self, start: float) -> Resolution:
-        changed = changed_tags(signatures(self.baseline_reader), self.reader) if self.pins else set()
+        # The evaluator kept the baseline's signatures (its first evaluation).
+        changed = changed_tags(self.evaluate.baseline, self.reader) if self.pins else set()
         return Resolution(self.pins, self.baseline_bytes, self.best_bytes, self.base_memory,
                           self.best_memory, self.evaluate.count, time.perf_counter() - start,
                           self.decisions, changed,
