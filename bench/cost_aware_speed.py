@@ -98,9 +98,7 @@ def record(path: str, layers: int) -> None:
     for name, lower in targets(layers, models=True):
         print(f"lowering {name} ...", file=sys.stderr, flush=True)
         decisions[name] = decisions_of(lower("cost-aware").cost_aware_resolution)
-    with open(path, "w") as handle:
-        json.dump(decisions, handle, indent=1)
-        handle.write("\n")
+    write_json(path, decisions)
 
 
 def measure(name: str, lower: Callable[[str], Any], rounds: int) -> dict[str, Any]:
@@ -118,6 +116,26 @@ def measure(name: str, lower: Callable[[str], Any], rounds: int) -> dict[str, An
     seconds = {s: statistics.median(t[1:]) for s, t in times.items()}
     return {"name": name, **seconds, "ratio": seconds["cost-aware"] / seconds["shardy"],
             "decisions": decisions}
+
+
+HEADER = f"{'program':26} {'shardy ms':>10} {'cost-aware ms':>13} {'ratio':>6}"
+
+
+def row_text(row: dict[str, Any]) -> str:
+    """One line of the table, under ``HEADER``."""
+    return (f"{row['name']:26} {row['shardy'] * 1e3:10.1f} {row['cost-aware'] * 1e3:13.1f} "
+            f"{row['ratio']:6.2f}")
+
+
+def geomean(ratios) -> float:
+    """The geometric mean of ``ratios``."""
+    return math.exp(statistics.fmean(math.log(r) for r in ratios))
+
+
+def write_json(path: str, data: Any) -> None:
+    with open(path, "w") as handle:
+        json.dump(data, handle, indent=1)
+        handle.write("\n")
 
 
 def compare(rows: list[dict], recorded_path: str) -> list[str]:
@@ -145,18 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     if options.only:
         chosen = [(name, lower) for name, lower in chosen if name in options.only]
     rows = []
-    print(f"{'program':26} {'shardy ms':>10} {'cost-aware ms':>13} {'ratio':>6}")
+    print(HEADER)
     for name, lower in chosen:
-        row = measure(name, lower, options.rounds)
-        rows.append(row)
-        print(f"{name:26} {row['shardy'] * 1e3:10.1f} {row['cost-aware'] * 1e3:13.1f} "
-              f"{row['ratio']:6.2f}", flush=True)
-    geomean = math.exp(statistics.fmean(math.log(row["ratio"]) for row in rows))
-    print(f"{'geomean':26} {'':>10} {'':>13} {geomean:6.2f}")
+        rows.append(measure(name, lower, options.rounds))
+        print(row_text(rows[-1]), flush=True)
+    mean = geomean(row["ratio"] for row in rows)
+    print(f"{'geomean':26} {'':>10} {'':>13} {mean:6.2f}")
     if options.json:
-        with open(options.json, "w") as handle:
-            json.dump({"rows": rows, "geomean": geomean}, handle, indent=2)
-            handle.write("\n")
+        write_json(options.json, {"rows": rows, "geomean": mean})
     if options.compare:
         differing = compare(rows, options.compare)
         print("decisions: " + (f"DIFFER on {', '.join(differing)}" if differing
