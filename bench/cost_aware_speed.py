@@ -14,7 +14,7 @@ decisions recorded before a change to the search (``--compare RECORDED.json``).
 ``test/python/compiler/cost_aware/test_search.py`` holds the search to
 (``DECISIONS``; regenerate it so when a change of decisions is intended).
 
-    python -m bench.cost_aware_speed [--rounds N] [--only NAME ...] [--layers N]
+    python -m bench.cost_aware_speed [--rounds N] [--only NAME ...] [--layers N] [--cpu]
                                      [--json PATH] [--compare PATH] [--record PATH]
 """
 
@@ -101,16 +101,18 @@ def record(path: str, layers: int) -> None:
     write_json(path, decisions)
 
 
-def measure(name: str, lower: Callable[[str], Any], rounds: int) -> dict[str, Any]:
-    """Median lowering seconds per strategy (after a warm-up round), and the decisions."""
+def measure(name: str, lower: Callable[[str], Any], rounds: int,
+            clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
+    """Median lowering seconds per strategy (after a warm-up round) by ``clock``, and the
+    decisions."""
     times: dict[str, list[float]] = {s: [] for s in STRATEGIES}
     decisions = None
     for index in range(rounds + 1):
         order = STRATEGIES if index % 2 == 0 else STRATEGIES[::-1]
         for strategy in order:
-            start = time.perf_counter()
+            start = clock()
             lowered = lower(strategy)
-            times[strategy].append(time.perf_counter() - start)
+            times[strategy].append(clock() - start)
             if strategy == "cost-aware":
                 decisions = decisions_of(lowered.cost_aware_resolution)
     seconds = {s: statistics.median(t[1:]) for s, t in times.items()}
@@ -155,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the rows (with the decisions) here")
     parser.add_argument("--compare", help="a --record file whose decisions must be equal")
     parser.add_argument("--record", help="only write every target's decisions here")
+    parser.add_argument("--cpu", action="store_true",
+                        help="time by this process's CPU time (steadier on a busy machine)")
     options = parser.parse_args(argv)
     if options.record:
         record(options.record, options.layers)
@@ -165,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     print(HEADER)
     for name, lower in chosen:
-        rows.append(measure(name, lower, options.rounds))
+        clock = time.process_time if options.cpu else time.perf_counter
+        rows.append(measure(name, lower, options.rounds, clock))
         print(row_text(rows[-1]), flush=True)
     mean = geomean(row["ratio"] for row in rows)
     print(f"{'geomean':26} {'':>10} {'':>13} {mean:6.2f}")
