@@ -357,6 +357,25 @@ def indexed_communication(rule: OpShardingRule, roles: IndexedRoles,
         return None
     if any(t.sharding is None for t in [*operands, *results]):
         return None
+    # Programs and the cost-aware search's candidates repeat gathers and scatters with
+    # equal shardings: the answer depends on nothing else.
+    key = (rule, roles, tuple(operands), tuple(results), mesh.key)
+    if key not in _memo:
+        if len(_memo) >= _MEMO_LIMIT:
+            _memo.clear()
+        found = _indexed_communication(rule, roles, operands, results, mesh)
+        _memo[key] = None if found is None else tuple(found)
+    found = _memo[key]
+    return None if found is None else list(found)
+
+
+_memo: dict[tuple, tuple[OpCommunication, ...] | None] = {}
+_MEMO_LIMIT = 4096
+
+
+def _indexed_communication(rule: OpShardingRule, roles: IndexedRoles,
+                           operands: Sequence[Tensor], results: Sequence[Tensor],
+                           mesh: MeshInfo) -> list[OpCommunication] | None:
     op = _Op(rule, roles, operands, results, mesh)
     part = _Partitioner(op)
     fa = {role: op.axes(role) for role in ("data", "indices", "slices")}

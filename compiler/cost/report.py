@@ -126,16 +126,46 @@ class CommReport:
                           indent=1)
 
 
-def _entries(op: ir.Operation, reason: str, collectives, tensor: str,
-             implicit: bool = True) -> Iterator[CommEntry]:
-    loc = source_loc_of(op.location)
-    for c in collectives:
-        yield CommEntry(op.name, loc, reason, c.kind, c.axes, c.bytes_per_device, tensor,
-                        implicit, op.location)
+# What one site needs: where, why, which collectives, which tensor (a ``_tensor_text``
+# spec: its text prints types, so a caller that only sums bytes never formats it)
+# and whether it is implicit.
+_Found = tuple[ir.Operation, str, list[Collective], tuple, bool]
+
+
+def _found(op: ir.Operation, reason: str, collectives, tensor: tuple,
+           implicit: bool = True) -> Iterator[_Found]:
+    collectives = list(collectives)
+    if collectives:
+        yield op, reason, collectives, tensor, implicit
+
+
+def _tensor_text(op: ir.Operation, tensor: tuple) -> str:
+    """``("operand", k)`` / ``("result", k)``: that operand of ``op`` with its type;
+    ``("type",)``: the type of its result 0; ``()``: nothing."""
+    if not tensor:
+        return ""
+    if tensor[0] == "type":
+        return str(op.results[0].type)
+    label, k = tensor
+    return f"{label} {k} ({op.operands[k].type})"
 
 
 def collectives_at(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
     """The collectives XLA needs at op ``op`` (a graph index) of ``reader``'s module."""
+    for at, reason, collectives, tensor, implicit in _found_at(reader, op):
+        loc, text = source_loc_of(at.location), _tensor_text(at, tensor)
+        for c in collectives:
+            yield CommEntry(at.name, loc, reason, c.kind, c.axes, c.bytes_per_device, text,
+                            implicit, at.location)
+
+
+def collective_bytes_at(reader: ModuleValues, op: int) -> int:
+    """The bytes per device of ``collectives_at(reader, op)``, without describing them."""
+    return sum(c.bytes_per_device for _, _, collectives, _, _ in _found_at(reader, op)
+               for c in collectives)
+
+
+def _found_at(reader: ModuleValues, op: int) -> Iterator[_Found]:
     graph, store = reader.graph, reader.store
     name, ir_op = graph.op_name[op], graph.ops[op]
     operands = graph.op_operands[op]
@@ -144,8 +174,8 @@ def collectives_at(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
         dst = reader.sharding(graph.op_results[op][0])
         if src is not None:
             found = reshard_tensor(src, dst, reader.mesh_of(src.sharding, dst))
-            yield from _entries(ir_op, f"{_EXPLICIT[name]} to {dims_text(dst)}", found,
-                                f"operand 0 ({ir_op.operands[0].type})", implicit=False)
+            yield from _found(ir_op, f"{_EXPLICIT[name]} to {dims_text(dst)}", found,
+                              ("operand", 0), implicit=False)
     elif name == "func.return" and graph.op_name[graph.op_parent[op]] == "func.func":
         results = store.func_results[graph.op_parent[op]]
         for k, value in enumerate(operands):
@@ -159,11 +189,11 @@ def collectives_at(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
                 found = reshard_tensor(src, dst, reader.mesh_of(src.sharding, dst))
                 reason = (f"returned {dims_text(src.sharding)} as result {k}, "
                           f"declared {dims_text(dst)}")
-                yield from _entries(ir_op, reason, found, f"result {k} ({ir_op.operands[k].type})")
+                yield from _found(ir_op, reason, found, ("result", k))
     elif name == "stablehlo.while":
-        yield from _carry_entries(reader, op, operands, "enters the loop")
+        yield from _carry_found(reader, op, operands, "enters the loop")
     elif name == "stablehlo.return" and _returns_carries(graph, op):
-        yield from _carry_entries(reader, graph.op_parent[op], operands,
+        yield from _carry_found(reader, graph.op_parent[op], operands,
                                   "returned by the loop body", at=ir_op)
     elif name == MANUAL_OP:
         ins = store.manual[op][1]
@@ -171,10 +201,10 @@ def collectives_at(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
             src = reader.tensor(value)
             if src is not None and k < len(ins):
                 found = reshard_tensor(src, ins[k], reader.mesh_of(src.sharding, ins[k]))
-                yield from _entries(ir_op, f"in-sharding {dims_text(ins[k])}", found,
-                                    f"operand {k} ({ir_op.operands[k].type})", implicit=False)
+                yield from _found(ir_op, f"in-sharding {dims_text(ins[k])}", found,
+                                  ("operand", k), implicit=False)
     elif name == "func.call":
-        yield from _call_entries(reader, op)
+        yield from _call_found(reader, op)
     elif name in _STABLEHLO_COLLECTIVES:
         kind, result_side = _STABLEHLO_COLLECTIVES[name]
         values = graph.op_results[op] if result_side else operands
@@ -185,10 +215,10 @@ def collectives_at(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
                 total += shard_bytes(tensor.shape, collective_element_bytes(
                     tensor.element_bytes, tensor.dtype), dim_axes(tensor.sharding,
                                                                  len(tensor.shape)))
-        yield from _entries(ir_op, "explicit collective", [Collective(kind, (), total)], "",
-                            implicit=False)
+        yield from _found(ir_op, "explicit collective", [Collective(kind, (), total)], (),
+                          implicit=False)
     else:
-        yield from _implicit_entries(reader, op)
+        yield from _implicit_found(reader, op)
 
 
 def _returns_carries(graph, op: int) -> bool:
@@ -201,8 +231,8 @@ def _returns_carries(graph, op: int) -> bool:
     return len(blocks) == 2 and bool(blocks[1][1]) and blocks[1][1][-1] == op
 
 
-def _carry_entries(reader: ModuleValues, loop: int, values: list[int], how: str,
-                   at: ir.Operation | None = None) -> Iterator[CommEntry]:
+def _carry_found(reader: ModuleValues, loop: int, values: list[int], how: str,
+                   at: ir.Operation | None = None) -> Iterator[_Found]:
     """Loop carries sharded otherwise than the loop carries them (its per-value
     sharding): the initial values before the loop, the body's results at its end.
     XLA reshards each one there (inside the body: once per iteration)."""
@@ -214,10 +244,10 @@ def _carry_entries(reader: ModuleValues, loop: int, values: list[int], how: str,
             continue
         found = reshard_tensor(src, dst, reader.mesh_of(src.sharding, dst))
         reason = f"carry {k} {how} {dims_text(src.sharding)}, the loop carries {dims_text(dst)}"
-        yield from _entries(ir_op, reason, found, f"operand {k} ({ir_op.operands[k].type})")
+        yield from _found(ir_op, reason, found, ("operand", k))
 
 
-def _call_entries(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
+def _call_found(reader: ModuleValues, op: int) -> Iterator[_Found]:
     """Operands passed to a callee whose arguments are explicitly sharded differently."""
     graph, ir_op = reader.graph, reader.graph.ops[op]
     callee = ir.FlatSymbolRefAttr(ir_op.attributes["callee"]).value
@@ -230,11 +260,11 @@ def _call_entries(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
         dst = reader.store.get(arg)  # an unsharded callee argument follows its caller
         if src is not None and dst is not None:
             found = reshard_tensor(src, dst, reader.mesh_of(src.sharding, dst))
-            yield from _entries(ir_op, f"@{callee} takes it {dims_text(dst)}", found,
-                                f"operand {k} ({ir_op.operands[k].type})")
+            yield from _found(ir_op, f"@{callee} takes it {dims_text(dst)}", found,
+                              ("operand", k))
 
 
-def _implicit_entries(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
+def _implicit_found(reader: ModuleValues, op: int) -> Iterator[_Found]:
     graph = reader.graph
     if not graph.op_results[op]:
         return
@@ -245,8 +275,7 @@ def _implicit_entries(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
     ir_op = graph.ops[op]
     if graph.op_name[op] == "stablehlo.reduce_window":
         found = window_collectives(ir_op, operands[0])
-        yield from _entries(ir_op, "sharded window dimension", found,
-                            f"operand 0 ({ir_op.operands[0].type})")
+        yield from _found(ir_op, "sharded window dimension", found, ("operand", 0))
     done_before = set(reader.resharded)
     mesh = reader.mesh_of(*(t.sharding for t in results + operands))
     roles = indexed_roles_for(ir_op)
@@ -261,11 +290,8 @@ def _implicit_entries(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
             if key in done_before:
                 continue  # XLA reuses the value it already resharded for an earlier op
             reader.resharded.add(key)
-        if need.operand is None:
-            tensor = str(ir_op.results[0].type)
-        else:
-            tensor = f"operand {need.operand} ({ir_op.operands[need.operand].type})"
-        yield from _entries(ir_op, need.reason, [need.collective], tensor)
+        tensor = ("type",) if need.operand is None else ("operand", need.operand)
+        yield from _found(ir_op, need.reason, [need.collective], tensor)
 
 
 def comm_report(module: ir.Module | ir.Operation, *,
@@ -303,4 +329,5 @@ def _notes(reader: ModuleValues) -> tuple[str, ...]:
     return tuple(notes)
 
 
-__all__ = ["CommEntry", "CommReport", "CommTotal", "collectives_at", "comm_report", "comm_report_of"]
+__all__ = ["CommEntry", "CommReport", "CommTotal", "collective_bytes_at", "collectives_at",
+           "comm_report", "comm_report_of"]

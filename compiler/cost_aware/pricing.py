@@ -1,9 +1,10 @@
 """What a propagated candidate costs: predicted collective bytes and memory peak.
 
-``price`` is the cost model's verdict on a propagated module (``comm_report``
-bytes, ``memory_peak``); ``ModuleEvaluator`` propagates the imported module
-with a set of pins and prices it, adding ``returned_in_declared_layout`` (see
-there) for the ops the pins change.
+``price`` is the cost model's verdict on a propagated module (``comm_report``'s
+bytes, summed without describing its entries; ``memory_peak``);
+``ModuleEvaluator`` propagates the imported module with a set of pins and
+prices it, adding ``returned_in_declared_layout`` (see there) for the ops the
+pins change.
 """
 
 from __future__ import annotations
@@ -14,19 +15,20 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.cost.fusion import fused_away
 from shardc.compiler.cost.op_comm import op_communication
-from shardc.compiler.cost.report import comm_report_of
+from shardc.compiler.cost.report import collective_bytes_at
 from shardc.compiler.cost.reshard import dim_axes, reshard_tensor, shard_bytes
-from shardc.compiler.cost_aware.candidates import Pin, apply_pins, closed, tag_of
+from shardc.compiler.cost_aware.candidates import TAG, Pin, apply_pins, closed, tag_of
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.propagation import propagate
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.rules import rule_for
+from shardc.dialects.sdy import SHARDING_RULE_ATTR
 
 
 def price(reader: ModuleValues) -> tuple[int, int]:
     """Predicted collective bytes per device and memory peak of a propagated module."""
-    report = comm_report_of(reader)
-    return sum(e.bytes_per_device for e in report.entries), memory_peak(reader)
+    total = sum(collective_bytes_at(reader, op) for op in range(len(reader.graph.ops)))
+    return total, memory_peak(reader)
 
 
 def memory_peak(reader: ModuleValues) -> int:
@@ -143,7 +145,8 @@ class ModuleEvaluator:
     """Prices a set of pins on the whole module: propagate a fresh copy of it, then price it.
 
     The first call (no pins) records the baseline signatures, against which
-    later calls find the ops a candidate changes (``returned_in_declared_layout``).
+    later calls find the ops a candidate changes (``returned_in_declared_layout``),
+    and attaches its rules to the imported module (``attach_rules``).
     Each call returns ``(bytes, memory peak, reader)``; the reader keeps its
     propagated module alive, so the search can adopt the winner's module
     instead of propagating it again.
@@ -166,9 +169,34 @@ class ModuleEvaluator:
         total, peak = price(reader)
         if self.baseline is None:
             self.baseline = signatures(reader)
+            attach_rules(self.imported, reader)
         elif pins:
             total += returned_in_declared_layout(reader, changed_tags(self.baseline, reader))
         return total, peak, reader
+
+
+def attach_rules(imported: ir.Operation, propagated: ModuleValues) -> None:
+    """Give each numbered op of ``imported`` the ``sdy.sharding_rule`` propagation
+    attached to it in ``propagated`` (a copy of it).
+
+    A pin changes shardings, never an op's rule, so the copies propagated later
+    read each rule back instead of computing it and attaching it again.
+    """
+    graph = propagated.graph
+    rules = {}
+    for op, ir_op in enumerate(graph.ops):
+        tag = tag_of(propagated, op)
+        if tag is not None and SHARDING_RULE_ATTR in ir_op.attributes:
+            rules[tag] = ir_op.attributes[SHARDING_RULE_ATTR]
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if TAG in op.attributes:
+            rule = rules.get(ir.IntegerAttr(op.attributes[TAG]).value)
+            if rule is not None:
+                op.attributes[SHARDING_RULE_ATTR] = rule
+        return ir.WalkResult.ADVANCE
+
+    imported.walk(visit)
 
 
 def changed_tags(baseline: dict[int, tuple], reader: ModuleValues) -> set[int]:

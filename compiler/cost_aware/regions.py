@@ -246,17 +246,31 @@ def _body_fingerprint(graph, op: int) -> tuple:
     return tuple(out)
 
 
+def op_fingerprint(reader: ModuleValues, op: int) -> tuple:
+    """What an op brings to a region's ``structure_key`` wherever the region cuts:
+    name, tag, result types, attributes (uniqued: their hashes compare them) and
+    nested bodies."""
+    graph = reader.graph
+    attributes = (_attribute_hashes(graph.ops[op]),
+                  _body_fingerprint(graph, op) if graph.op_blocks[op] else None)
+    return (graph.op_name[op], tag_of(reader, op),
+            tuple(graph.value_type_key[r] for r in graph.op_results[op]), attributes)
+
+
 def structure_key(reader: ModuleValues, ops: list[int],
-                  imported: dict[int, ir.Attribute | None], accepted: dict[int, Pin]) -> tuple:
+                  imported: dict[int, ir.Attribute | None], accepted: dict[int, Pin],
+                  fingerprints: dict[int, tuple] | None = None) -> tuple:
     """What decides the prices of region ``ops``, read without cutting it out.
 
-    Per op: name, operands (region position and result index, or argument
-    number), result types, attributes (uniqued: their hashes compare them),
-    nested bodies, imported sharding and accepted pin; then
-    the crossing values with their shardings. Equal keys cut out to equal
-    modules, so one evaluation serves both.
+    Per op: its ``op_fingerprint`` but the tag, operands (region position and
+    result index, or argument number), imported sharding and accepted pin;
+    then the crossing values with their shardings. Equal keys cut out to
+    equal modules, so one evaluation serves both. ``fingerprints`` memoises
+    ``op_fingerprint`` by op for the regions of one ``reader`` (they overlap).
     """
     graph = reader.graph
+    if fingerprints is None:
+        fingerprints = {}
     position = {op: i for i, op in enumerate(ops)}
     entering, leaving = _crossing(reader, ops)
     argument = {value: k for k, (value, _, _) in enumerate(entering)}
@@ -266,14 +280,13 @@ def structure_key(reader: ModuleValues, ops: list[int],
             (position[graph.value_def[v]], graph.value_arg_index[v])
             if graph.value_def[v] in position else (-1, argument[v])
             for v in graph.op_operands[op])
-        ir_op = graph.ops[op]
-        tag = tag_of(reader, op)
-        attributes = (_attribute_hashes(ir_op),
-                      _body_fingerprint(graph, op) if graph.op_blocks[op] else None)
+        fingerprint = fingerprints.get(op)
+        if fingerprint is None:
+            fingerprint = fingerprints[op] = op_fingerprint(reader, op)
+        name, tag, results, attributes = fingerprint
         start = imported.get(tag)
         pin = accepted.get(tag)
-        parts.append((graph.op_name[op], operands,
-                      tuple(graph.value_type_key[r] for r in graph.op_results[op]), attributes,
+        parts.append((name, operands, results, attributes,
                       None if start is None else hash(start), pin and pin.key()[1:]))
     crossing = (tuple((graph.value_type_key[v], s) for v, s, _ in entering),
                 tuple((position[graph.value_def[v]], graph.value_arg_index[v], s, returned)
@@ -342,19 +355,21 @@ class RegionEvaluator:
         self._regions: dict[tuple[int, ...], _Region] = {}
         self._reader: ModuleValues | None = None
         self._accepted: list[Pin] = []
+        self._fingerprints: dict[int, tuple] = {}  # op_fingerprint by op, of ``_reader``
 
     def set_state(self, reader: ModuleValues, accepted: list[Pin]) -> None:
         """Cut regions out of ``reader`` from now on, with ``accepted`` pinned."""
         self._reader, self._accepted = reader, list(accepted)
         self._regions.clear()
+        self._fingerprints.clear()
 
     def _region(self, seeds: tuple[int, ...]) -> _Region:
         if seeds not in self._regions:
             reader = self._reader
             ops = region_of(reader, list(seeds), self.limit, self.radius)
             accepted = {pin.op: pin for pin in self._accepted}
-            self._regions[seeds] = _Region(structure_key(reader, ops, self.imported, accepted),
-                                           ops, [tag_of(reader, op) for op in ops])
+            key = structure_key(reader, ops, self.imported, accepted, self._fingerprints)
+            self._regions[seeds] = _Region(key, ops, [self._fingerprints[op][1] for op in ops])
         return self._regions[seeds]
 
     def _key(self, region: _Region, pin: Pin | None, open_cut: bool = False) -> tuple:

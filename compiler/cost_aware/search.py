@@ -50,13 +50,13 @@ partitions exactly; ``Resolution.module`` is the winner already propagated.
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass, field
 
 from jaxlib.mlir import ir
 
 from shardc.compiler.cost_aware.candidates import ConflictPoint, Pin, conflict_points, tag_of
-from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.cost_aware.pricing import ModuleEvaluator, changed_tags
 from shardc.compiler.cost_aware.regions import LocalPrice, RegionEvaluator
 from shardc.compiler.diagnostics import source_loc_of
@@ -403,7 +403,8 @@ class _Search:
             scope=scope or f"region of <= {self.regions.limit} ops", points=len(group.members)))
 
     def resolution(self, start: float) -> Resolution:
-        changed = changed_tags(signatures(self.baseline_reader), self.reader) if self.pins else set()
+        # The evaluator kept the baseline's signatures (its first evaluation).
+        changed = changed_tags(self.evaluate.baseline, self.reader) if self.pins else set()
         return Resolution(self.pins, self.baseline_bytes, self.best_bytes, self.base_memory,
                           self.best_memory, self.evaluate.count, time.perf_counter() - start,
                           self.decisions, changed,
@@ -443,11 +444,20 @@ def resolve(imported: ir.Operation, *, conservative: bool = False, max_evaluatio
     start = time.perf_counter()
     if local_above is None:
         local_above = max_region_evaluations * region_ops // max(1, max_evaluations)
-    search = _Search(imported, conservative=conservative, max_evaluations=max_evaluations,
-                     per_point=per_point, margin=margin)
-    if len(search.reader.graph.ops) <= local_above:
-        search.module_rounds(best_first)
-    else:
-        search.region_rounds(region_ops, region_radius, max_region_evaluations,
-                             min(max_verifications, max_evaluations - 1), max_steady_evaluations)
-    return search.resolution(start)
+    # As in ``propagate``: the search keeps many small tuples alive (readers, keys,
+    # memos) and frees them at the end, so cyclic collection would only rescan them.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        search = _Search(imported, conservative=conservative, max_evaluations=max_evaluations,
+                         per_point=per_point, margin=margin)
+        if len(search.reader.graph.ops) <= local_above:
+            search.module_rounds(best_first)
+        else:
+            search.region_rounds(region_ops, region_radius, max_region_evaluations,
+                                 min(max_verifications, max_evaluations - 1),
+                                 max_steady_evaluations)
+        return search.resolution(start)
+    finally:
+        if enabled:
+            gc.enable()

@@ -6,10 +6,15 @@ import pathlib
 import subprocess
 
 import pytest
+from jaxlib.mlir import ir
 
+from bench import comm_report as comm_bench
+from shardc.compiler.cost.report import collective_bytes_at, comm_report_of
 from shardc.compiler.cost.reshard import reshard_collectives
+from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.axes import full_axis
 from shardc.compiler.sharding.tensor import DimSharding, TensorSharding
+from shardc.dialects import make_context
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 
@@ -118,6 +123,19 @@ def test_lowered_report_points_at_user_lines():
     data = json.loads(report.to_json())
     assert data["totals"]["all-reduce"]["bytes_per_device"] == 2048
     assert data["entries"][0]["loc"].endswith("mlp_megatron.py:23:11")
+
+
+def test_collective_bytes_are_the_reports_bytes():
+    """``collective_bytes_at`` (the cost-aware search's price) sums what the report lists."""
+    totals = []
+    for program in comm_bench.all_programs():
+        module = ir.Module.parse(comm_bench.lower(program).as_text(), make_context())
+        report = comm_report_of(ModuleValues(module.operation, missing_as_replicated=True))
+        reader = ModuleValues(module.operation, missing_as_replicated=True)
+        total = sum(collective_bytes_at(reader, op) for op in range(len(reader.graph.ops)))
+        assert total == sum(e.bytes_per_device for e in report.entries), program.name
+        totals.append(total)
+    assert any(totals)
 
 
 # --------------------------------------------------------------------------- export

@@ -4,11 +4,16 @@ import jax.numpy as jnp
 import numpy as np
 from jaxlib.mlir import ir
 
+from bench import e2e_measure
+from bench.models import REGISTRY
 from shardc.compiler import jit
 from shardc.compiler.cost.fusion import fused_away
-from shardc.compiler.cost_aware.pricing import memory_peak
+from shardc.compiler.cost_aware.candidates import conflict_points, tag_ops
+from shardc.compiler.cost_aware.pricing import ModuleEvaluator, memory_peak
 from shardc.compiler.propagation.values import ModuleValues
+from shardc.compiler.stages import import_pipeline
 from shardc.dialects import make_context
+from shardc.dialects.sdy import SHARDING_RULE_ATTR
 
 
 def test_fused_away_needs_a_fusible_producer_and_fusing_consumers():
@@ -30,3 +35,32 @@ def test_memory_peak_skips_values_fused_into_their_consumers():
     module = ir.Module.parse(text, make_context())
     reader = ModuleValues(module.operation, missing_as_replicated=True)
     assert memory_peak(reader) == x.nbytes + b.nbytes
+
+
+def _imported(name: str) -> ir.Module:
+    program = REGISTRY[name]("small")
+    jitted, args, _ = e2e_measure.prepare(program, "shardc")
+    module = ir.Module.parse(jitted.lower(*args, propagate=False).as_text(), make_context())
+    with module.context:
+        import_pipeline(module.operation)
+        tag_ops(module.operation)
+    return module
+
+
+def test_rules_attached_after_the_baseline_price_candidates_as_computed_ones():
+    """The baseline evaluation attaches its rules to the imported module; a candidate
+    propagated from it is priced and propagated exactly as from the bare module."""
+    attached = ModuleEvaluator(_imported("conflict_mlp").operation, conservative=False)
+    *_, baseline = attached([])
+    assert any(SHARDING_RULE_ATTR in op.attributes for op in baseline.graph.ops)
+    assert any(SHARDING_RULE_ATTR in op.attributes for op in
+               attached.imported.regions[0].blocks[0].operations[-1].regions[0].blocks[0])
+    pins = [pin for point in conflict_points(baseline) for pin in point.alternatives]
+    assert pins
+    for pin in pins:
+        bare = ModuleEvaluator(_imported("conflict_mlp").operation, conservative=False)
+        bare.baseline = attached.baseline  # no baseline run: its rules stay computed
+        *expected, expected_reader = bare([pin])
+        *found, reader = attached([pin])
+        assert found == expected
+        assert str(reader.graph.module) == str(expected_reader.graph.module)

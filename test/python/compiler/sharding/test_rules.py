@@ -183,3 +183,20 @@ def test_registry_tables_are_disjoint_and_prefixed():
     assert not set(RULES) & NO_RULE
     assert all(name.split(".")[0] in {"stablehlo", "chlo", "sdy", "func", "builtin"} for name in RULES)
     assert all("." in name for name in NO_RULE)
+
+
+def test_bookkeeping_attributes_leave_the_cache_key(ctx):
+    """Two equal ops that differ only by a ``shardc.*`` attribute (the cost-aware
+    search's op numbers) share one cached rule: a key holding the number made every
+    numbered op compute its rule again."""
+    ops = ops_of(
+        "func.func @f(%a: tensor<4x8xf32>, %b: tensor<8x2xf32>) -> tensor<4x2xf32> {\n"
+        "  %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0]"
+        " {shardc.cost_aware_id = 0 : i32} : (tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xf32>\n"
+        "  %1 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0]"
+        " {shardc.cost_aware_id = 1 : i32} : (tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xf32>\n"
+        "  return %1 : tensor<4x2xf32>\n}"
+    )
+    clear_cache()
+    first, second = (rule_for(op) for op in ops)
+    assert first is not None and second is first

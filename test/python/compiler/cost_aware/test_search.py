@@ -1,0 +1,63 @@
+"""The cost-aware search decides what it decided before its speed-ups.
+
+``search_decisions.json`` holds each program's decisions (``bench/cost_aware_speed.py``'s
+``decisions_of``: pins, predicted bytes and memory, evaluations, every decision
+with what it tried), recorded before the search was made faster; a faster search
+must decide exactly the same. ``python -m bench.cost_aware_speed --compare`` checks
+every zoo program and the 128-layer transformer; this test checks programs that
+take each path of the search: module rounds (best-first and program order),
+region rounds with and without pins, and steady-state prices. Regenerate the
+file with ``python -m bench.cost_aware_speed --record PATH`` only when a change
+of decisions is intended.
+"""
+
+import json
+import pathlib
+
+import pytest
+from jaxlib.mlir import ir
+
+from bench import cost_aware_speed, e2e_measure, zoo
+from bench.models import REGISTRY, REGRESSIONS
+from shardc.compiler.cost_aware.candidates import conflict_points, tag_ops
+from shardc.compiler.cost_aware.regions import imported_shardings, region_of, structure_key
+from shardc.compiler.propagation import propagate
+from shardc.compiler.propagation.values import ModuleValues
+from shardc.compiler.stages import import_pipeline
+from shardc.dialects import make_context
+
+DECISIONS = json.loads((pathlib.Path(__file__).parent / "search_decisions.json").read_text())
+PROGRAMS = {**zoo.REGISTRY, **REGISTRY, **REGRESSIONS}
+
+
+@pytest.mark.parametrize("name", [
+    "lm_linen_unconstrained",  # region rounds, a pin kept from steady-state prices
+    "cnn_batchnorm",  # region rounds, a pin kept from a closed region
+    "grad_loops_unrolled",  # region rounds, Shardy's choices kept
+    "conflict_mlp_deep",  # every viable class at once (94 pins)
+    "conflict_attention_seq",  # best-first module rounds
+    "moe",  # module rounds, Shardy's choices kept
+])
+def test_decisions_unchanged(name):
+    lower = cost_aware_speed.zoo_lowering(PROGRAMS[name]("small"))
+    resolution = lower("cost-aware").cost_aware_resolution
+    assert cost_aware_speed.decisions_of(resolution) == DECISIONS[name], (
+        resolution.format_text())
+
+
+def test_memoised_fingerprints_give_the_same_structure_keys():
+    program = PROGRAMS["conflict_mlp_deep"]("small")
+    jitted, args, _ = e2e_measure.prepare(program, "shardc")
+    module = ir.Module.parse(jitted.lower(*args, propagate=False).as_text(), make_context())
+    operation = module.operation
+    with operation.context:
+        import_pipeline(operation)
+        tag_ops(operation)
+        starts = imported_shardings(operation)
+        propagate(operation, plan="user-priority", keep_sharding_rules=True)
+    reader = ModuleValues(operation, missing_as_replicated=True)
+    regions = [region_of(reader, [point.op], 128, 4) for point in conflict_points(reader)]
+    shared: dict[int, tuple] = {}  # one memo over every (overlapping) region, as the search has
+    memoised = [structure_key(reader, ops, starts, {}, shared) for ops in regions]
+    assert memoised == [structure_key(reader, ops, starts, {}) for ops in regions]
+    assert len(set(map(hash, memoised))) > 1
