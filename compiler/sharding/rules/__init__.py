@@ -186,7 +186,9 @@ _warned: set[str] = set()
 _cache: dict[Hashable, OpShardingRule | None] = {}
 _attached_cache: dict[str, OpShardingRule] = {}  # printed sdy.sharding_rule -> rule
 _CACHE_LIMIT = 4096
-_BOOKKEEPING_PREFIX = "shardc."
+# Attributes shardc adds for its own bookkeeping (the cost-aware search numbers
+# every op): never part of an op's rule.
+BOOKKEEPING_PREFIX = "shardc."
 
 
 def _cache_key(op: ir.Operation, conservative: bool) -> Hashable:
@@ -196,7 +198,7 @@ def _cache_key(op: ir.Operation, conservative: bool) -> Hashable:
         # A value's sharding never changes its rule, nor do shardc's own bookkeeping
         # attributes: the cost-aware search numbers every op, and a key holding that
         # number would make every op a miss.
-        if name != SHARDING_ATTR and not name.startswith(_BOOKKEEPING_PREFIX)
+        if name != SHARDING_ATTR and not name.startswith(BOOKKEEPING_PREFIX)
     )
     neighbours = _NEIGHBOUR_KEYS[op.name](op) if op.name in _NEIGHBOUR_KEYS else None
     return (

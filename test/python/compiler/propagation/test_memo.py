@@ -125,3 +125,21 @@ def test_memo_off_gives_the_same_module(monkeypatch, program):
 
     monkeypatch.setattr(Driver, "__init__", init)
     assert run() == memoised
+
+
+def test_rule_memo_ignores_shardcs_bookkeeping_attributes():
+    """Ops that differ only in shardc's own attributes (the cost-aware search numbers
+    every op) share one memoised rule: a key holding the number missed on every op."""
+    text = """
+    func.func @main(%arg0: tensor<8x32xf32>) -> tensor<8x32xf32> {
+      %0 = stablehlo.add %arg0, %arg0 {shardc.cost_aware_id = 0 : i32} : tensor<8x32xf32>
+      %1 = stablehlo.add %0, %0 {shardc.cost_aware_id = 1 : i32} : tensor<8x32xf32>
+      return %1 : tensor<8x32xf32>
+    }"""
+    with make_context():
+        module = ir.Module.parse(text)
+        graph = PropagationGraph(module.operation)
+        adds = [op for op, name in enumerate(graph.op_name) if name == "stablehlo.add"]
+        assert len(adds) == 2
+        assert graph.rule(adds[0]) is graph.rule(adds[1])
+        assert len(graph._rule_memo) == 1
