@@ -310,17 +310,18 @@ class JitFunction:
         key = (propagate, self.propagation, platforms, devices is not None,
                self._cache_key(static_args, static_kwargs, in_tree, arg_leaves, mesh))
         cached = self._cache.get(key)
+        module = None  # a miss's own module goes to its Lowered as it is, not re-parsed
         if cached is None:
             self._misses += 1
-            cached = self._lower_uncached(args, kwargs, arg_leaves, mesh, propagate, platforms,
-                                          devices)
+            cached, module = self._lower_uncached(args, kwargs, arg_leaves, mesh, propagate,
+                                                  platforms, devices)
             self._cache[key] = cached
         else:
             self._hits += 1
         static = StaticArguments(
             self._static_positions(len(args)), static_args, tuple(sorted(static_kwargs.items()))
         )
-        lowered = self._make_lowered(cached, in_tree, arg_leaves, mesh, static, devices)
+        lowered = self._make_lowered(cached, module, in_tree, arg_leaves, mesh, static, devices)
         lowered.donated = self._donated(args, dynamic_kwargs)
         lowered.platforms = platforms if given_platforms else None
         lowered.placed_on_request = self.options.single_device is not None
@@ -397,7 +398,9 @@ class JitFunction:
             return self._jax_jit.trace(*trace_args[0], **trace_args[1])
 
     def _lower_uncached(self, args, kwargs, arg_leaves, mesh, propagate,
-                        platforms, devices) -> _CachedLowering:
+                        platforms, devices) -> tuple[_CachedLowering, ir.Module]:
+        """The cache entry, and the module it was written from (for this call's
+        ``Lowered`` alone: later hits parse their own copy of the entry)."""
         traced = self._trace(args, kwargs, arg_leaves)
         out_tree = jax.tree.structure(traced.out_info)
         results = signature.result_signature(traced.out_info, self.out_shardings, mesh)
@@ -430,7 +433,7 @@ class JitFunction:
             tuple(debug_info.safe_arg_names(len(arg_leaves))) if debug_info else None,
             body_meshes,
             cost_aware_resolution=resolution,
-        )
+        ), module
 
     def _abstract_call_args(self, args, kwargs, avals) -> tuple[list, dict]:
         # Replace every dynamic leaf by its traced ShapeDtypeStruct, in the
@@ -459,9 +462,11 @@ class JitFunction:
                 jax.tree.leaves(dynamic_kwargs[name]))
         return tuple(flags)
 
-    def _make_lowered(self, cached, in_tree, arg_leaves, mesh, static, devices) -> Lowered:
-        with cached.context:
-            module = ir.Module.parse(cached.bytecode)
+    def _make_lowered(self, cached, module, in_tree, arg_leaves, mesh, static, devices
+                      ) -> Lowered:
+        if module is None:
+            with cached.context:
+                module = ir.Module.parse(cached.bytecode)
         results = signature.result_signature(
             jax.tree.unflatten(cached.out_tree, [leaf.aval for leaf in cached.results]),
             self.out_shardings,
