@@ -115,25 +115,37 @@ def divisible_dim(dim: DimSharding, size: int, mesh: MeshInfo) -> DimSharding:
 
 def _map_func_io(func: ir.Operation, meshes: dict[str, MeshInfo], fn) -> None:
     func_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    # Attributes and types are uniqued, and a function's arguments mostly share a few
+    # shardings and shapes: each pair is fixed once (None: unchanged).
+    fixed: dict[tuple[ir.Attribute, ir.Type], ir.Attribute | None] = {}
+
+    def fix(attr: ir.Attribute, type_: ir.Type) -> ir.Attribute | None:
+        key = (attr, type_)
+        if key not in fixed:
+            sharding = parse_sharding(str(attr), meshes)
+            shape = ir.ShapedType(type_).shape if isinstance(type_, ir.ShapedType) else []
+            new = fn(sharding, shape)
+            fixed[key] = None if new == sharding else ir.Attribute.parse(
+                format_sharding(new), func.context)
+        return fixed[key]
+
     for list_name, types in (("arg_attrs", func_type.inputs), ("res_attrs", func_type.results)):
         if list_name not in func.attributes:
             continue
         entries = list(ir.ArrayAttr(func.attributes[list_name]))
-        new_entries, changed = [], False
+        changed = False
         for k, entry in enumerate(entries):
             d = ir.DictAttr(entry)
-            values = {d[i].name: d[i].attr for i in range(len(d))}
-            if SHARDING_ATTR in values and k < len(types):
-                sharding = parse_sharding(str(values[SHARDING_ATTR]), meshes)
-                shape = ir.ShapedType(types[k]).shape if isinstance(types[k], ir.ShapedType) \
-                    else []
-                new = fn(sharding, shape)
-                if new != sharding:
-                    values[SHARDING_ATTR] = ir.Attribute.parse(format_sharding(new), func.context)
-                    changed = True
-            new_entries.append(ir.DictAttr.get(values, context=func.context))
+            if SHARDING_ATTR not in d or k >= len(types):
+                continue
+            new = fix(d[SHARDING_ATTR], types[k])
+            if new is not None:
+                values = {d[i].name: d[i].attr for i in range(len(d))}
+                values[SHARDING_ATTR] = new
+                entries[k] = ir.DictAttr.get(values, context=func.context)
+                changed = True
         if changed:
-            func.attributes[list_name] = ir.ArrayAttr.get(new_entries, context=func.context)
+            func.attributes[list_name] = ir.ArrayAttr.get(entries, context=func.context)
 
 
 def update_non_divisible_io_shardings(module: ir.Operation) -> None:
