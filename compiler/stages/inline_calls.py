@@ -48,8 +48,13 @@ def _functions(module: ir.Operation) -> dict[str, ir.Operation]:
     }
 
 
-def inline_call(call: ir.Operation, callee: ir.Operation) -> None:
-    """Replace one call by a copy of its single-block callee's body."""
+def inline_call(call: ir.Operation, callee: ir.Operation,
+                relocated: dict[tuple[ir.Attribute, ir.Attribute], ir.Location]) -> None:
+    """Replace one call by a copy of its single-block callee's body.
+
+    ``relocated`` remembers each location made (by the inlined op's location and
+    the call's): locations are uniqued and an op's new one depends on those two alone.
+    """
     copy = callee.clone(ip=ir.InsertionPoint(callee))
     body = copy.regions[0].blocks[0]
     for argument, operand in zip(body.arguments, call.operands):
@@ -57,16 +62,15 @@ def inline_call(call: ir.Operation, callee: ir.Operation) -> None:
     operations = list(body.operations)
     terminator = operations[-1]
     caller, context = call.location, call.context
+    caller_key = caller.attr
 
     def relocate(op: ir.Operation) -> ir.WalkResult:
-        bare = _BARE_NAME.fullmatch(str(op.location))
-        if bare is not None:
-            # jax's own form for a named op (the name over where it was traced),
-            # which XLA's metadata turns into the op name and its source frames.
-            name = _unescape(bare.group(1))
-            op.location = ir.Location.name(name, childLoc=caller, context=context)
-        else:
-            op.location = ir.Location.callsite(op.location, [caller], context=context)
+        location = op.location
+        key = (location.attr, caller_key)
+        new = relocated.get(key)
+        if new is None:
+            new = relocated[key] = _called_from(location, caller, context)
+        op.location = new
         return ir.WalkResult.ADVANCE
 
     for op in operations[:-1]:
@@ -78,6 +82,17 @@ def inline_call(call: ir.Operation, callee: ir.Operation) -> None:
     copy.erase()
 
 
+def _called_from(location: ir.Location, caller: ir.Location, context: ir.Context
+                 ) -> ir.Location:
+    """``location`` as inlined at ``caller``: a call site, or for a bare name jax's own
+    form for a named op (the name over where it was traced), which XLA's metadata turns
+    into the op name and its source frames."""
+    bare = _BARE_NAME.fullmatch(str(location))
+    if bare is not None:
+        return ir.Location.name(_unescape(bare.group(1)), childLoc=caller, context=context)
+    return ir.Location.callsite(location, [caller], context=context)
+
+
 def inline_all_calls(module: ir.Operation) -> int:
     """Inline calls until none is left; return how many were inlined.
 
@@ -85,6 +100,7 @@ def inline_all_calls(module: ir.Operation) -> int:
     never emits them). A callee with several blocks is left too.
     """
     inlined = 0
+    relocated: dict[tuple[ir.Attribute, ir.Attribute], ir.Location] = {}
     for _ in range(64):  # call-graph depth; JAX nests a few levels at most
         functions = _functions(module)
         progress = False
@@ -92,7 +108,7 @@ def inline_all_calls(module: ir.Operation) -> int:
             callee = functions.get(ir.FlatSymbolRefAttr(call.attributes["callee"]).value)
             if callee is None or len(callee.regions[0].blocks) != 1 or _inside(call, callee):
                 continue
-            inline_call(call, callee)
+            inline_call(call, callee, relocated)
             inlined += 1
             progress = True
         if not progress:
