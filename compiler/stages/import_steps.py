@@ -131,18 +131,21 @@ def _def_op(value: ir.Value) -> ir.Operation | None:
 
 def _process(op: ir.Operation, constants: dict, expansions: dict) -> None:
     """Classify ``op`` or isolate its constant operands (dicts as ordered sets)."""
-    if op.name == "sdy.sharding_group":
-        return
     name = op.name
-    if name in ("sdy.constant", "stablehlo.iota") or (_is_pure_preserving(op) and all(
-            _def_op(v) is not None and _def_op(v) in constants for v in op.operands)):
+    if name == "sdy.sharding_group":
+        return
+    if name in ("sdy.constant", "stablehlo.iota"):
         constants[op] = None
         return
-    if name == "stablehlo.broadcast_in_dim" and _is_scalar(op.operands[0]):
+    operands = list(op.operands)
+    owners = [_def_op(v) for v in operands]
+    if _is_pure_preserving(op) and all(o is not None and o in constants for o in owners):
+        constants[op] = None
+        return
+    if name == "stablehlo.broadcast_in_dim" and _is_scalar(operands[0]):
         expansions[op] = None
         return
-    for k, operand in enumerate(op.operands):
-        owner = _def_op(operand)
+    for k, (operand, owner) in enumerate(zip(operands, owners)):
         if owner is not None and (owner in constants or owner in expansions):
             if _is_scalar(operand):
                 continue
