@@ -77,17 +77,14 @@ def _rank(value: ir.Value) -> int:
 
 def remove_sharding_groups(module: ir.Operation) -> None:
     """Erase every ``sdy.sharding_group``."""
-    for op in _ops(module, ir.WalkOrder.POST_ORDER):
-        if op.name == "sdy.sharding_group":
-            op.erase()
+    for op in _ops(module, ir.WalkOrder.POST_ORDER, {"sdy.sharding_group"}):
+        op.erase()
 
 
 def sharding_constraint_to_reshard(module: ir.Operation) -> None:
     """Replace each ``sdy.sharding_constraint`` by an ``sdy.reshard`` of its sharding."""
     with module.context:
-        for op in _ops(module, ir.WalkOrder.PRE_ORDER):
-            if op.name != "sdy.sharding_constraint":
-                continue
+        for op in _ops(module, ir.WalkOrder.PRE_ORDER, {"sdy.sharding_constraint"}):
             reshard = sdy.ReshardOp(op.operands[0], op.attributes["sharding"],
                                     ip=ir.InsertionPoint(op), loc=op.location)
             op.results[0].replace_all_uses_with(reshard.result)
