@@ -77,7 +77,7 @@ class _CachedLowering:
     keepalive: list
     # The annotated module before propagation (None when not propagated):
     # explain() re-propagates it to record exactly where each sharding came from.
-    unpropagated: bytes | None = None
+    unpropagated: ir.Operation | None = None
     # propagation="cost-aware" that changed Shardy's choices: those choices,
     # exported, which Lowered.compile() also compiles (the safety net).
     fallback: bytes | None = None
@@ -422,7 +422,7 @@ class JitFunction:
                 # import rewrites it (unpropagated, XLA makes the same rewrites).
                 fold_identities(module.operation)
                 capture_loop_invariants(module.operation)
-                unpropagated = _bytecode(module)
+                unpropagated = module.operation.clone()  # cheaper than bytecode, same context
                 resolution = _propagate(module, unpropagated, self.propagation)
                 fallback = resolution.fallback if resolution is not None else None
             bytecode = _bytecode(module)
@@ -541,7 +541,8 @@ def _tracing_mesh(mesh: AnyMesh | None, *, staged: bool = False
     return jax.sharding.use_abstract_mesh(mesh.abstract_mesh)
 
 
-def _propagate(module: ir.Module, unpropagated: bytes, propagation: str) -> Resolution | None:
+def _propagate(module: ir.Module, unpropagated: ir.Operation, propagation: str
+               ) -> Resolution | None:
     """Run the propagation pipeline; return the cost-aware search's ``Resolution``
     (None for Shardy's propagation).
 
@@ -556,7 +557,7 @@ def _propagate(module: ir.Module, unpropagated: bytes, propagation: str) -> Reso
     except InternalError:
         if not steps_verified():
             with verifying_steps():
-                propagation_pipeline(ir.Module.parse(unpropagated).operation,
+                propagation_pipeline(unpropagated.clone(),
                                      resolution=propagation, keep_constraints=True)
         raise
     return resolution
