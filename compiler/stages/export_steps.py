@@ -40,6 +40,9 @@ def _attr_key(op: ir.Operation) -> tuple | str:
     return text.split(" = ", 1)[1] if text.lstrip().startswith("%") else text
 
 
+_MERGED = frozenset({"sdy.constant", "stablehlo.constant", "stablehlo.broadcast_in_dim"})
+
+
 def constant_or_scalar_merger(module: ir.Operation) -> None:
     """Merge constants and scalar broadcasts whose attributes (shardings too) are equal.
 
@@ -50,12 +53,12 @@ def constant_or_scalar_merger(module: ir.Operation) -> None:
     for func in _funcs(module):
         constants: dict = {}
         broadcasts: dict = {}
-        for op in _ops(func, ir.WalkOrder.POST_ORDER):
+        for op in _ops(func, ir.WalkOrder.POST_ORDER, _MERGED):
             name = op.name
-            if name in ("sdy.constant", "stablehlo.constant"):
+            if name != "stablehlo.broadcast_in_dim":
                 key = (_attr_key(op), op.block)
                 cache = constants
-            elif name == "stablehlo.broadcast_in_dim" and _rank(op.operands[0]) == 0:
+            elif _rank(op.operands[0]) == 0:
                 key = (_attr_key(op), op.block, op.results[0].type, op.operands[0])
                 cache = broadcasts
             else:
