@@ -21,7 +21,7 @@ import re
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.sharding.walker import ops_in_preorder
+from shardc.compiler.stages.data_flow_edges import _ops
 
 # A location that is only a name (``loc("gather")``): no file position of its own.
 # MLIR prints a backslash doubled and a quote or unprintable byte as two hex digits.
@@ -37,7 +37,7 @@ def _unescape(printed: str) -> str:
 
 
 def _calls(module: ir.Operation) -> list[ir.Operation]:
-    return [op for op in ops_in_preorder(module) if op.name == "func.call"]
+    return _ops(module, ir.WalkOrder.PRE_ORDER, {"func.call"})
 
 
 def _functions(module: ir.Operation) -> dict[str, ir.Operation]:
@@ -73,8 +73,10 @@ def inline_call(call: ir.Operation, callee: ir.Operation,
         op.location = new
         return ir.WalkResult.ADVANCE
 
+    # One walk over the whole copy: relocating its own op and terminator too is
+    # harmless, both are erased below.
+    copy.walk(relocate)
     for op in operations[:-1]:
-        op.operation.walk(relocate)
         op.operation.move_before(call)
     for result, returned in zip(call.results, terminator.operands):
         result.replace_all_uses_with(returned)
