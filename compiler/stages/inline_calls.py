@@ -48,29 +48,53 @@ def _functions(module: ir.Operation) -> dict[str, ir.Operation]:
     }
 
 
-def inline_call(call: ir.Operation, callee: ir.Operation,
-                relocated: dict[tuple[ir.Attribute, ir.Attribute], ir.Location]) -> None:
-    """Replace one call by a copy of its single-block callee's body.
+class Relocations:
+    """The locations inlined ops get, each made once.
 
-    ``relocated`` remembers each location made (by the inlined op's location and
-    the call's): locations are uniqued and an op's new one depends on those two alone.
+    Locations are uniqued, and an inlined op's new location depends on its own and
+    the call's alone. Whether its own is a bare name is read from its printed form
+    (slow to print, above all nested call sites) only for a name location, once.
     """
+
+    def __init__(self, context: ir.Context) -> None:
+        self.context = context
+        self._name_kind = ir.Location.name("", context=context).typeid
+        self._names: dict[ir.Attribute, str | None] = {}
+        self._made: dict[tuple[ir.Attribute, ir.Attribute], ir.Location] = {}
+
+    def at(self, location: ir.Location, caller: ir.Location) -> ir.Location:
+        """``location`` as inlined at ``caller``: a call site, or for a bare name jax's
+        own form for a named op (the name over where it was traced), which XLA's
+        metadata turns into the op name and its source frames."""
+        own = location.attr
+        key = (own, caller.attr)
+        made = self._made.get(key)
+        if made is None:
+            if own not in self._names:
+                bare = (_BARE_NAME.fullmatch(str(location))
+                        if location.typeid == self._name_kind else None)
+                self._names[own] = None if bare is None else _unescape(bare.group(1))
+            name = self._names[own]
+            if name is not None:
+                made = ir.Location.name(name, childLoc=caller, context=self.context)
+            else:
+                made = ir.Location.callsite(location, [caller], context=self.context)
+            self._made[key] = made
+        return made
+
+
+def inline_call(call: ir.Operation, callee: ir.Operation, relocations: Relocations) -> None:
+    """Replace one call by a copy of its single-block callee's body."""
     copy = callee.clone(ip=ir.InsertionPoint(callee))
     body = copy.regions[0].blocks[0]
     for argument, operand in zip(body.arguments, call.operands):
         argument.replace_all_uses_with(operand)
     operations = list(body.operations)
     terminator = operations[-1]
-    caller, context = call.location, call.context
-    caller_key = caller.attr
+    caller = call.location
 
     def relocate(op: ir.Operation) -> ir.WalkResult:
-        location = op.location
-        key = (location.attr, caller_key)
-        new = relocated.get(key)
-        if new is None:
-            new = relocated[key] = _called_from(location, caller, context)
-        op.location = new
+        op.location = relocations.at(op.location, caller)
         return ir.WalkResult.ADVANCE
 
     # One walk over the whole copy: relocating its own op and terminator too is
@@ -84,17 +108,6 @@ def inline_call(call: ir.Operation, callee: ir.Operation,
     copy.erase()
 
 
-def _called_from(location: ir.Location, caller: ir.Location, context: ir.Context
-                 ) -> ir.Location:
-    """``location`` as inlined at ``caller``: a call site, or for a bare name jax's own
-    form for a named op (the name over where it was traced), which XLA's metadata turns
-    into the op name and its source frames."""
-    bare = _BARE_NAME.fullmatch(str(location))
-    if bare is not None:
-        return ir.Location.name(_unescape(bare.group(1)), childLoc=caller, context=context)
-    return ir.Location.callsite(location, [caller], context=context)
-
-
 def inline_all_calls(module: ir.Operation) -> int:
     """Inline calls until none is left; return how many were inlined.
 
@@ -102,7 +115,7 @@ def inline_all_calls(module: ir.Operation) -> int:
     never emits them). A callee with several blocks is left too.
     """
     inlined = 0
-    relocated: dict[tuple[ir.Attribute, ir.Attribute], ir.Location] = {}
+    relocations = Relocations(module.context)
     for _ in range(64):  # call-graph depth; JAX nests a few levels at most
         functions = _functions(module)
         progress = False
@@ -110,7 +123,7 @@ def inline_all_calls(module: ir.Operation) -> int:
             callee = functions.get(ir.FlatSymbolRefAttr(call.attributes["callee"]).value)
             if callee is None or len(callee.regions[0].blocks) != 1 or _inside(call, callee):
                 continue
-            inline_call(call, callee, relocated)
+            inline_call(call, callee, relocations)
             inlined += 1
             progress = True
         if not progress:
