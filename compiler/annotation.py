@@ -262,14 +262,20 @@ def annotate(
             "debug.print(ordered=True)) are not supported yet"
         )
     symbols = MeshSymbols()
-    arg_attrs = [
-        sharding_attr_for(leaf, value_type, symbols)
-        for leaf, value_type in zip(args, function_type.inputs)
-    ]
-    res_attrs = [
-        sharding_attr_for(leaf, value_type, symbols)
-        for leaf, value_type in zip(results, function_type.results)
-    ]
+    # Many leaves share a sharding and a type: each pair is converted once.
+    converted: dict[tuple, ir.Attribute | None] = {}
+
+    def attr_for(leaf: LeafSignature, value_type: ir.Type) -> ir.Attribute | None:
+        sharding = leaf.sharding
+        if sharding is None:
+            return None
+        key = (sharding.spec, sharding.mesh, value_type)
+        if key not in converted:
+            converted[key] = sharding_attr_for(leaf, value_type, symbols)
+        return converted[key]
+
+    arg_attrs = [attr_for(leaf, t) for leaf, t in zip(args, function_type.inputs)]
+    res_attrs = [attr_for(leaf, t) for leaf, t in zip(results, function_type.results)]
     if context is not None and symbols.device_count() is None and not any(
             sdy.MeshAttr(op.operation.attributes["mesh"]).axes for op in _body_meshes(module)):
         symbols.symbol_for(context)

@@ -77,7 +77,7 @@ class _CachedLowering:
     keepalive: list
     # The annotated module before propagation (None when not propagated):
     # explain() re-propagates it to record exactly where each sharding came from.
-    unpropagated: bytes | None = None
+    unpropagated: ir.Operation | None = None
     # propagation="cost-aware" that changed Shardy's choices: those choices,
     # exported, which Lowered.compile() also compiles (the safety net).
     fallback: bytes | None = None
@@ -310,17 +310,18 @@ class JitFunction:
         key = (propagate, self.propagation, platforms, devices is not None,
                self._cache_key(static_args, static_kwargs, in_tree, arg_leaves, mesh))
         cached = self._cache.get(key)
+        module = None  # a miss's own module goes to its Lowered as it is, not re-parsed
         if cached is None:
             self._misses += 1
-            cached = self._lower_uncached(args, kwargs, arg_leaves, mesh, propagate, platforms,
-                                          devices)
+            cached, module = self._lower_uncached(args, kwargs, arg_leaves, mesh, propagate,
+                                                  platforms, devices)
             self._cache[key] = cached
         else:
             self._hits += 1
         static = StaticArguments(
             self._static_positions(len(args)), static_args, tuple(sorted(static_kwargs.items()))
         )
-        lowered = self._make_lowered(cached, in_tree, arg_leaves, mesh, static, devices)
+        lowered = self._make_lowered(cached, module, in_tree, arg_leaves, mesh, static, devices)
         lowered.donated = self._donated(args, dynamic_kwargs)
         lowered.platforms = platforms if given_platforms else None
         lowered.placed_on_request = self.options.single_device is not None
@@ -397,7 +398,9 @@ class JitFunction:
             return self._jax_jit.trace(*trace_args[0], **trace_args[1])
 
     def _lower_uncached(self, args, kwargs, arg_leaves, mesh, propagate,
-                        platforms, devices) -> _CachedLowering:
+                        platforms, devices) -> tuple[_CachedLowering, ir.Module]:
+        """The cache entry, and the module it was written from (for this call's
+        ``Lowered`` alone: later hits parse their own copy of the entry)."""
         traced = self._trace(args, kwargs, arg_leaves)
         out_tree = jax.tree.structure(traced.out_info)
         results = signature.result_signature(traced.out_info, self.out_shardings, mesh)
@@ -419,7 +422,7 @@ class JitFunction:
                 # import rewrites it (unpropagated, XLA makes the same rewrites).
                 fold_identities(module.operation)
                 capture_loop_invariants(module.operation)
-                unpropagated = _bytecode(module)
+                unpropagated = module.operation.clone()  # cheaper than bytecode, same context
                 resolution = _propagate(module, unpropagated, self.propagation)
                 fallback = resolution.fallback if resolution is not None else None
             bytecode = _bytecode(module)
@@ -430,7 +433,7 @@ class JitFunction:
             tuple(debug_info.safe_arg_names(len(arg_leaves))) if debug_info else None,
             body_meshes,
             cost_aware_resolution=resolution,
-        )
+        ), module
 
     def _abstract_call_args(self, args, kwargs, avals) -> tuple[list, dict]:
         # Replace every dynamic leaf by its traced ShapeDtypeStruct, in the
@@ -459,9 +462,11 @@ class JitFunction:
                 jax.tree.leaves(dynamic_kwargs[name]))
         return tuple(flags)
 
-    def _make_lowered(self, cached, in_tree, arg_leaves, mesh, static, devices) -> Lowered:
-        with cached.context:
-            module = ir.Module.parse(cached.bytecode)
+    def _make_lowered(self, cached, module, in_tree, arg_leaves, mesh, static, devices
+                      ) -> Lowered:
+        if module is None:
+            with cached.context:
+                module = ir.Module.parse(cached.bytecode)
         results = signature.result_signature(
             jax.tree.unflatten(cached.out_tree, [leaf.aval for leaf in cached.results]),
             self.out_shardings,
@@ -536,7 +541,8 @@ def _tracing_mesh(mesh: AnyMesh | None, *, staged: bool = False
     return jax.sharding.use_abstract_mesh(mesh.abstract_mesh)
 
 
-def _propagate(module: ir.Module, unpropagated: bytes, propagation: str) -> Resolution | None:
+def _propagate(module: ir.Module, unpropagated: ir.Operation, propagation: str
+               ) -> Resolution | None:
     """Run the propagation pipeline; return the cost-aware search's ``Resolution``
     (None for Shardy's propagation).
 
@@ -551,7 +557,7 @@ def _propagate(module: ir.Module, unpropagated: bytes, propagation: str) -> Reso
     except InternalError:
         if not steps_verified():
             with verifying_steps():
-                propagation_pipeline(ir.Module.parse(unpropagated).operation,
+                propagation_pipeline(unpropagated.clone(),
                                      resolution=propagation, keep_constraints=True)
         raise
     return resolution

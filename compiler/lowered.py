@@ -57,7 +57,7 @@ class Lowered(Stage):
         static: StaticArguments = StaticArguments(),
         host_callbacks: Sequence = (),
         keepalive: Sequence = (),
-        unpropagated: bytes | None = None,
+        unpropagated: ir.Operation | None = None,
         fallback: bytes | None = None,
         compiler_options: tuple = (),
         cost_aware_resolution: Resolution | None = None,
@@ -244,12 +244,10 @@ class Lowered(Stage):
     # -- explain: thin layers over shardc.compiler.explain ---------
     def explain(self, **filters: Any) -> Any:
         """Why each value is sharded as it is (an ``ExplainTable``); ``filters`` as its ``filter``."""
-        module = self.module
-        if self._unpropagated is not None:
-            # The form before propagation: explain propagates a copy of it and
-            # records each axis's origin exactly ("recorded", not "derived").
-            with self.module.context:
-                module = ir.Module.parse(self._unpropagated)
+        # The form before propagation, where kept: explain propagates a copy of it
+        # (leaving it unchanged for the next call) and records each axis's origin
+        # exactly ("recorded", not "derived").
+        module = self.module if self._unpropagated is None else self._unpropagated
         table = explain(module, user_args=[a.sharding is not None for a in self._args],
                         user_results=[r.sharding is not None for r in self._results])
         return table.filter(**filters) if filters else table

@@ -82,7 +82,8 @@ def _rank(value: ir.Value) -> int:
 def apply_sharding_constraints(module: ir.Operation) -> None:
     """Copy fully closed constraint shardings onto unsharded inputs."""
     with module.context:
-        for op in _ops(module, ir.WalkOrder.PRE_ORDER):
+        for op in _ops(module, ir.WalkOrder.PRE_ORDER,
+                       {"sdy.sharding_constraint", "sdy.manual_computation"}):
             if op.name == "sdy.sharding_constraint":
                 _apply(op.operands[0], op.attributes["sharding"], op)
             elif op.name == "sdy.manual_computation":

@@ -13,6 +13,8 @@ them the propagation worklist, come out as native's.
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 from jaxlib.mlir import ir
 
 from shardc.compiler.propagation.data_flow_ops import BLOCK_ARG_OWNER_OPS, DATA_FLOW_OPS
@@ -36,17 +38,29 @@ from shardc.dialects import sdy
 from shardc.dialects.sdy import SHARDING_ATTR
 
 
-def _ops(root: ir.Operation, order: ir.WalkOrder) -> list[ir.Operation]:
+def _ops(root: ir.Operation, order: ir.WalkOrder,
+         names: Container[str] | None = None) -> list[ir.Operation]:
+    """Every op nested in ``root`` (not ``root`` itself) in walk ``order``; with
+    ``names``, only the ops of those names (kept while walking: most steps look
+    for a few ops among thousands)."""
     ops: list[ir.Operation] = []
 
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        ops.append(op)
-        return ir.WalkResult.ADVANCE
+    if names is None:
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            ops.append(op)
+            return ir.WalkResult.ADVANCE
+    else:
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            if op.name in names:
+                ops.append(op)
+            return ir.WalkResult.ADVANCE
 
     root.walk(visit, order)
-    # The walk visits ``root`` itself first (pre-order) or last (post-order):
-    # dropping it by position spares comparing every op with it (a binding call).
-    return ops[1:] if order == ir.WalkOrder.PRE_ORDER else ops[:-1]
+    if names is None:
+        # The walk visits ``root`` itself first (pre-order) or last (post-order):
+        # dropping it by position spares comparing every op with it (a binding call).
+        return ops[1:] if order == ir.WalkOrder.PRE_ORDER else ops[:-1]
+    return [op for op in ops if op != root]
 
 
 def _is_static(value: ir.Value) -> bool:
@@ -110,10 +124,8 @@ def add_data_flow_edges(module: ir.Operation) -> None:
     """Insert an ``sdy.data_flow_edge`` after every data-flow edge owner."""
     meshes = read_meshes(module)
     with module.context:
-        for op in _ops(module, ir.WalkOrder.POST_ORDER):
+        for op in _ops(module, ir.WalkOrder.POST_ORDER, DATA_FLOW_OPS):
             name = op.name
-            if name not in DATA_FLOW_OPS:
-                continue
             owners = _OwnerShardings(op, meshes)
             _add_edges(list(op.results), owners.results())
             if name in BLOCK_ARG_OWNER_OPS and op.regions[0].blocks:
@@ -148,13 +160,11 @@ def sink_data_flow_edges(module: ir.Operation) -> None:
     """Copy edge shardings to their owners and replace every edge by its input."""
     meshes = read_meshes(module)
     with module.context:
-        for op in _ops(module, ir.WalkOrder.PRE_ORDER):
+        for op in _ops(module, ir.WalkOrder.PRE_ORDER, {EDGE_OP, *DATA_FLOW_OPS}):
             if op.name == EDGE_OP:
                 edge_input = op.operands[0]
                 op.result.replace_all_uses_with(edge_input)
                 op.erase()
-                continue
-            if op.name not in DATA_FLOW_OPS:
                 continue
             owners = _OwnerShardings(op, meshes)
             if op.name in BLOCK_ARG_OWNER_OPS and op.regions[0].blocks:

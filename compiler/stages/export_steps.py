@@ -40,6 +40,9 @@ def _attr_key(op: ir.Operation) -> tuple | str:
     return text.split(" = ", 1)[1] if text.lstrip().startswith("%") else text
 
 
+_MERGED = frozenset({"sdy.constant", "stablehlo.constant", "stablehlo.broadcast_in_dim"})
+
+
 def constant_or_scalar_merger(module: ir.Operation) -> None:
     """Merge constants and scalar broadcasts whose attributes (shardings too) are equal.
 
@@ -50,12 +53,12 @@ def constant_or_scalar_merger(module: ir.Operation) -> None:
     for func in _funcs(module):
         constants: dict = {}
         broadcasts: dict = {}
-        for op in _ops(func, ir.WalkOrder.POST_ORDER):
+        for op in _ops(func, ir.WalkOrder.POST_ORDER, _MERGED):
             name = op.name
-            if name in ("sdy.constant", "stablehlo.constant"):
+            if name != "stablehlo.broadcast_in_dim":
                 key = (_attr_key(op), op.block)
                 cache = constants
-            elif name == "stablehlo.broadcast_in_dim" and _rank(op.operands[0]) == 0:
+            elif _rank(op.operands[0]) == 0:
                 key = (_attr_key(op), op.block, op.results[0].type, op.operands[0])
                 cache = broadcasts
             else:
@@ -77,17 +80,14 @@ def _rank(value: ir.Value) -> int:
 
 def remove_sharding_groups(module: ir.Operation) -> None:
     """Erase every ``sdy.sharding_group``."""
-    for op in _ops(module, ir.WalkOrder.POST_ORDER):
-        if op.name == "sdy.sharding_group":
-            op.erase()
+    for op in _ops(module, ir.WalkOrder.POST_ORDER, {"sdy.sharding_group"}):
+        op.erase()
 
 
 def sharding_constraint_to_reshard(module: ir.Operation) -> None:
     """Replace each ``sdy.sharding_constraint`` by an ``sdy.reshard`` of its sharding."""
     with module.context:
-        for op in _ops(module, ir.WalkOrder.PRE_ORDER):
-            if op.name != "sdy.sharding_constraint":
-                continue
+        for op in _ops(module, ir.WalkOrder.PRE_ORDER, {"sdy.sharding_constraint"}):
             reshard = sdy.ReshardOp(op.operands[0], op.attributes["sharding"],
                                     ip=ir.InsertionPoint(op), loc=op.location)
             op.results[0].replace_all_uses_with(reshard.result)
@@ -115,25 +115,37 @@ def divisible_dim(dim: DimSharding, size: int, mesh: MeshInfo) -> DimSharding:
 
 def _map_func_io(func: ir.Operation, meshes: dict[str, MeshInfo], fn) -> None:
     func_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    # Attributes and types are uniqued, and a function's arguments mostly share a few
+    # shardings and shapes: each pair is fixed once (None: unchanged).
+    fixed: dict[tuple[ir.Attribute, ir.Type], ir.Attribute | None] = {}
+
+    def fix(attr: ir.Attribute, type_: ir.Type) -> ir.Attribute | None:
+        key = (attr, type_)
+        if key not in fixed:
+            sharding = parse_sharding(str(attr), meshes)
+            shape = ir.ShapedType(type_).shape if isinstance(type_, ir.ShapedType) else []
+            new = fn(sharding, shape)
+            fixed[key] = None if new == sharding else ir.Attribute.parse(
+                format_sharding(new), func.context)
+        return fixed[key]
+
     for list_name, types in (("arg_attrs", func_type.inputs), ("res_attrs", func_type.results)):
         if list_name not in func.attributes:
             continue
         entries = list(ir.ArrayAttr(func.attributes[list_name]))
-        new_entries, changed = [], False
+        changed = False
         for k, entry in enumerate(entries):
             d = ir.DictAttr(entry)
-            values = {d[i].name: d[i].attr for i in range(len(d))}
-            if SHARDING_ATTR in values and k < len(types):
-                sharding = parse_sharding(str(values[SHARDING_ATTR]), meshes)
-                shape = ir.ShapedType(types[k]).shape if isinstance(types[k], ir.ShapedType) \
-                    else []
-                new = fn(sharding, shape)
-                if new != sharding:
-                    values[SHARDING_ATTR] = ir.Attribute.parse(format_sharding(new), func.context)
-                    changed = True
-            new_entries.append(ir.DictAttr.get(values, context=func.context))
+            if SHARDING_ATTR not in d or k >= len(types):
+                continue
+            new = fix(d[SHARDING_ATTR], types[k])
+            if new is not None:
+                values = {d[i].name: d[i].attr for i in range(len(d))}
+                values[SHARDING_ATTR] = new
+                entries[k] = ir.DictAttr.get(values, context=func.context)
+                changed = True
         if changed:
-            func.attributes[list_name] = ir.ArrayAttr.get(new_entries, context=func.context)
+            func.attributes[list_name] = ir.ArrayAttr.get(entries, context=func.context)
 
 
 def update_non_divisible_io_shardings(module: ir.Operation) -> None:
@@ -212,11 +224,14 @@ def _has_unused_op(module: ir.Operation) -> bool:
 
     def visit(op: ir.Operation) -> ir.WalkResult:
         nonlocal found
-        if op.name in NEVER_DEAD or op.has_trait(ir.IsTerminatorTrait):
+        if op.name in NEVER_DEAD:
             return ir.WalkResult.ADVANCE
         for result in op.results:
             if next(iter(result.uses), None) is not None:
                 return ir.WalkResult.ADVANCE
+        # The trait last: dearer to ask than the uses, and most ops have a used result.
+        if op.has_trait(ir.IsTerminatorTrait):
+            return ir.WalkResult.ADVANCE
         found = True
         return ir.WalkResult.INTERRUPT
 

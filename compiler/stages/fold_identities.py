@@ -101,12 +101,14 @@ def fold_identities(module: ir.Operation) -> int:
     reshapes: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        if SHARDING_ATTR not in op.attributes:
-            for table, found in ((IDENTITIES, identities), (RESHAPES, reshapes)):
-                rule = table.get(op.name)
-                if rule is not None and rule(op):
-                    found.append(op)
-                    break
+        # By name first: most ops are neither, and the name is the cheapest thing to read.
+        name = op.name
+        identity, reshape = IDENTITIES.get(name), RESHAPES.get(name)
+        if (identity is not None or reshape is not None) and SHARDING_ATTR not in op.attributes:
+            if identity is not None and identity(op):
+                identities.append(op)
+            elif reshape is not None and reshape(op):
+                reshapes.append(op)
         return ir.WalkResult.ADVANCE
 
     module.walk(visit)

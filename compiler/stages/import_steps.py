@@ -105,23 +105,28 @@ def _is_pure_preserving(op: ir.Operation) -> bool:
     return name in ELEMENTWISE and name not in _EFFECTFUL
 
 
-def _clone(result: ir.Value, mapping: dict) -> None:
+def _clone(result: ir.Value, mapping: dict, groups: dict[ir.Value, list[ir.Operation]]) -> None:
+    """Clone the ops computing ``result`` (``mapping``: original value -> copy) and the
+    sharding groups ``result`` is in (``groups``: found once per value, as copies only
+    ever take uses away from the original)."""
     if _is_scalar(result) or result in mapping:
         return
     op = result.owner.operation
     for operand in op.operands:
         if _def_op(operand) is not None:
-            _clone(operand, mapping)
+            _clone(operand, mapping, groups)
     clone = op.clone(ip=ir.InsertionPoint(op))
     for k, operand in enumerate(op.operands):
         if operand in mapping:
             clone.operands[k] = mapping[operand]
     for old, new in zip(op.results, clone.results):
         mapping[old] = new
-    for use in list(result.uses):
-        if use.owner.name == "sdy.sharding_group":
-            group = use.owner.clone(ip=ir.InsertionPoint(op))
-            group.operands[0] = mapping[result]
+    if result not in groups:
+        groups[result] = [use.owner for use in result.uses
+                          if use.owner.name == "sdy.sharding_group"]
+    for group in groups[result]:
+        copy = group.clone(ip=ir.InsertionPoint(op))
+        copy.operands[0] = mapping[result]
 
 
 def _def_op(value: ir.Value) -> ir.Operation | None:
@@ -129,60 +134,74 @@ def _def_op(value: ir.Value) -> ir.Operation | None:
     return None if isinstance(owner, ir.Block) else owner.operation
 
 
-def _process(op: ir.Operation, constants: dict, expansions: dict) -> None:
-    """Classify ``op`` or isolate its constant operands (dicts as ordered sets)."""
-    if op.name == "sdy.sharding_group":
-        return
-    name = op.name
-    if name in ("sdy.constant", "stablehlo.iota") or (_is_pure_preserving(op) and all(
-            _def_op(v) is not None and _def_op(v) in constants for v in op.operands)):
-        constants[op] = None
-        return
-    if name == "stablehlo.broadcast_in_dim" and _is_scalar(op.operands[0]):
-        expansions[op] = None
-        return
-    for k, operand in enumerate(op.operands):
-        owner = _def_op(operand)
-        if owner is not None and (owner in constants or owner in expansions):
-            if _is_scalar(operand):
-                continue
-            mapping: dict = {}
-            _clone(operand, mapping)
-            op.operands[k] = mapping[operand]
+class _Split:
+    """The constants (and ops of constants only) and scalar broadcasts of one function
+    found so far, in walk order, and their results (operands are looked up by value:
+    cheaper through the bindings than by defining op)."""
 
+    def __init__(self) -> None:
+        self.constants: dict[ir.Operation, None] = {}  # ordered sets
+        self.expansions: dict[ir.Operation, None] = {}
+        self.constant_values: set[ir.Value] = set()
+        self.split_values: set[ir.Value] = set()  # results of both
+        self.groups: dict[ir.Value, list[ir.Operation]] = {}  # see _clone
 
-def _erase_unused(ops: list[ir.Operation]) -> None:
-    for op in ops:
-        users = [u.owner for r in op.results for u in r.uses]
-        if all(u.name == "sdy.sharding_group" for u in users):
-            for user in users:
-                user.erase()
-            op.erase()
+    def add(self, op: ir.Operation, ops: dict[ir.Operation, None]) -> None:
+        ops[op] = None
+        results = list(op.results)
+        self.split_values.update(results)
+        if ops is self.constants:
+            self.constant_values.update(results)
+
+    def process(self, op: ir.Operation) -> None:
+        """Classify ``op`` or give each of its non-scalar constant operands its own copy."""
+        name = op.name
+        if name == "sdy.sharding_group":
+            return
+        if name in ("sdy.constant", "stablehlo.iota"):
+            self.add(op, self.constants)
+            return
+        operands = list(op.operands)
+        if _is_pure_preserving(op) and all(v in self.constant_values for v in operands):
+            self.add(op, self.constants)
+            return
+        if name == "stablehlo.broadcast_in_dim" and _is_scalar(operands[0]):
+            self.add(op, self.expansions)
+            return
+        for k, operand in enumerate(operands):
+            if operand in self.split_values and not _is_scalar(operand):
+                mapping: dict = {}
+                _clone(operand, mapping, self.groups)
+                op.operands[k] = mapping[operand]
+
+    def erase_unused(self) -> None:
+        for op in [*self.expansions, *reversed(self.constants)]:
+            users = [u.owner for r in op.results for u in r.uses]
+            if all(u.name == "sdy.sharding_group" for u in users):
+                for user in users:
+                    user.erase()
+                op.erase()
 
 
 def constant_or_scalar_splitter(module: ir.Operation) -> None:
     """Turn constants into ``sdy.constant`` and give every non-constant use its own copy."""
     with module.context:
-        for op in _ops(module, ir.WalkOrder.PRE_ORDER):
-            if op.name == "stablehlo.constant":
-                _to_sdy_constant(op)
+        for op in _ops(module, ir.WalkOrder.PRE_ORDER, {"stablehlo.constant"}):
+            _to_sdy_constant(op)
         for func in module.regions[0].blocks[0].operations:
             if func.operation.name != "func.func":
                 continue
-            constants: dict = {}
-            expansions: dict = {}
+            split = _Split()
             for op in _ops(func.operation, ir.WalkOrder.PRE_ORDER):
-                _process(op, constants, expansions)
-            _erase_unused(list(expansions) + list(reversed(list(constants))))
+                split.process(op)
+            split.erase_unused()
 
 
 # ------------------------------------------------------------------ manual axes
 def manual_axes_cleanup(module: ir.Operation) -> None:
     """Sort manual axes by mesh order; add unused manual axes to in/out replicated."""
     meshes = read_meshes(module)
-    for op in _ops(module, ir.WalkOrder.PRE_ORDER):
-        if op.name != MANUAL_OP:
-            continue
+    for op in _ops(module, ir.WalkOrder.PRE_ORDER, {MANUAL_OP}):
         manual = manual_axes_of(op)
         for attr_name in ("in_shardings", "out_shardings"):
             shardings = parse_per_value(str(op.attributes[attr_name]), meshes)

@@ -21,7 +21,7 @@ import re
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.sharding.walker import ops_in_preorder
+from shardc.compiler.stages.data_flow_edges import _ops
 
 # A location that is only a name (``loc("gather")``): no file position of its own.
 # MLIR prints a backslash doubled and a quote or unprintable byte as two hex digits.
@@ -37,7 +37,7 @@ def _unescape(printed: str) -> str:
 
 
 def _calls(module: ir.Operation) -> list[ir.Operation]:
-    return [op for op in ops_in_preorder(module) if op.name == "func.call"]
+    return _ops(module, ir.WalkOrder.PRE_ORDER, {"func.call"})
 
 
 def _functions(module: ir.Operation) -> dict[str, ir.Operation]:
@@ -48,7 +48,42 @@ def _functions(module: ir.Operation) -> dict[str, ir.Operation]:
     }
 
 
-def inline_call(call: ir.Operation, callee: ir.Operation) -> None:
+class Relocations:
+    """The locations inlined ops get, each made once.
+
+    Locations are uniqued, and an inlined op's new location depends on its own and
+    the call's alone. Whether its own is a bare name is read from its printed form
+    (slow to print, above all nested call sites) only for a name location, once.
+    """
+
+    def __init__(self, context: ir.Context) -> None:
+        self.context = context
+        self._name_kind = ir.Location.name("", context=context).typeid
+        self._names: dict[ir.Attribute, str | None] = {}
+        self._made: dict[tuple[ir.Attribute, ir.Attribute], ir.Location] = {}
+
+    def at(self, location: ir.Location, caller: ir.Location) -> ir.Location:
+        """``location`` as inlined at ``caller``: a call site, or for a bare name jax's
+        own form for a named op (the name over where it was traced), which XLA's
+        metadata turns into the op name and its source frames."""
+        own = location.attr
+        key = (own, caller.attr)
+        made = self._made.get(key)
+        if made is None:
+            if own not in self._names:
+                bare = (_BARE_NAME.fullmatch(str(location))
+                        if location.typeid == self._name_kind else None)
+                self._names[own] = None if bare is None else _unescape(bare.group(1))
+            name = self._names[own]
+            if name is not None:
+                made = ir.Location.name(name, childLoc=caller, context=self.context)
+            else:
+                made = ir.Location.callsite(location, [caller], context=self.context)
+            self._made[key] = made
+        return made
+
+
+def inline_call(call: ir.Operation, callee: ir.Operation, relocations: Relocations) -> None:
     """Replace one call by a copy of its single-block callee's body."""
     copy = callee.clone(ip=ir.InsertionPoint(callee))
     body = copy.regions[0].blocks[0]
@@ -56,21 +91,16 @@ def inline_call(call: ir.Operation, callee: ir.Operation) -> None:
         argument.replace_all_uses_with(operand)
     operations = list(body.operations)
     terminator = operations[-1]
-    caller, context = call.location, call.context
+    caller = call.location
 
     def relocate(op: ir.Operation) -> ir.WalkResult:
-        bare = _BARE_NAME.fullmatch(str(op.location))
-        if bare is not None:
-            # jax's own form for a named op (the name over where it was traced),
-            # which XLA's metadata turns into the op name and its source frames.
-            name = _unescape(bare.group(1))
-            op.location = ir.Location.name(name, childLoc=caller, context=context)
-        else:
-            op.location = ir.Location.callsite(op.location, [caller], context=context)
+        op.location = relocations.at(op.location, caller)
         return ir.WalkResult.ADVANCE
 
+    # One walk over the whole copy: relocating its own op and terminator too is
+    # harmless, both are erased below.
+    copy.walk(relocate)
     for op in operations[:-1]:
-        op.operation.walk(relocate)
         op.operation.move_before(call)
     for result, returned in zip(call.results, terminator.operands):
         result.replace_all_uses_with(returned)
@@ -85,6 +115,7 @@ def inline_all_calls(module: ir.Operation) -> int:
     never emits them). A callee with several blocks is left too.
     """
     inlined = 0
+    relocations = Relocations(module.context)
     for _ in range(64):  # call-graph depth; JAX nests a few levels at most
         functions = _functions(module)
         progress = False
@@ -92,7 +123,7 @@ def inline_all_calls(module: ir.Operation) -> int:
             callee = functions.get(ir.FlatSymbolRefAttr(call.attributes["callee"]).value)
             if callee is None or len(callee.regions[0].blocks) != 1 or _inside(call, callee):
                 continue
-            inline_call(call, callee)
+            inline_call(call, callee, relocations)
             inlined += 1
             progress = True
         if not progress:

@@ -285,6 +285,21 @@ def test_two_mesh_shapes_of_one_device_count_get_two_symbols():
     assert arg_shardings(text)[1] == '#sdy.sharding<@mesh_0, [{"d"}, {}]>'
 
 
+def test_one_spec_on_two_meshes_and_ranks_gets_a_sharding_for_each():
+    # Annotation converts each (spec, mesh, type) once: none of them may be dropped.
+    two_d = jax.ShapeDtypeStruct((8, 8), jnp.float32)
+    one_d = jax.ShapeDtypeStruct((8,), jnp.float32)
+    a, b = mesh_4x2(), jax.make_mesh((2, 4), ("x", "y"), axis_types=(AUTO, AUTO))
+    shardings = tuple(NamedSharding(m, P("x")) for m in (a, a, b, a))
+    text = jit(lambda *xs: xs, shardings).lower(two_d, one_d, two_d, two_d).as_text()
+    assert arg_shardings(text) == [
+        '#sdy.sharding<@mesh, [{"x"}, {}]>',
+        '#sdy.sharding<@mesh, [{"x"}]>',
+        '#sdy.sharding<@mesh_0, [{"x"}, {}]>',
+        '#sdy.sharding<@mesh, [{"x"}, {}]>',
+    ]
+
+
 def test_body_sharding_constraint_refers_to_our_mesh():
     mesh = mesh_4x2()
 
@@ -422,6 +437,16 @@ def test_each_lowered_owns_its_module():
         "mhlo.num_replicas"
     ]
     assert "test.marker" not in j.lower(jnp.ones(8)).as_text()
+
+
+def test_a_cache_hit_prints_as_the_miss_did():
+    # The miss hands its Lowered the module it propagated; hits parse the cached copy.
+    j = shardc_jit(lambda a: jnp.sin(a) * 2, P("d"), mesh=mesh_8())
+    x = jax.ShapeDtypeStruct((16, 4), jnp.float32)
+    miss, hit = j.lower(x), j.lower(x)
+    assert j.cache_info().hits == 1
+    assert miss.as_text(debug_info=True) == hit.as_text(debug_info=True)
+    assert miss.module is not hit.module
 
 
 def test_debug_info_shows_source_locations():

@@ -137,3 +137,16 @@ def test_transformer_names_every_xla_collective():
     xla = _hlo_collectives(lowered.compile().as_text())
     assert xla and explained == xla
     assert {loc[0] for _, loc in xla} == {str(ROOT / "bench/models/transformer.py")}
+
+
+def test_explain_leaves_the_kept_unpropagated_module_as_it_was():
+    # Lowered keeps one module from before propagation, shared by a lowering's cache
+    # hits: every explain() must find it unchanged.
+    mesh = _mesh()
+    ins = (NamedSharding(mesh, P("x", "y")), NamedSharding(mesh, P("y", None)))
+    jitted = sc.jit(_program, in_shardings=ins)
+    miss = jitted.lower(jnp.ones((16, 32)), jnp.ones((32, 8)))
+    first = miss.explain().to_json()
+    assert miss.explain().to_json() == first
+    hit = jitted.lower(jnp.ones((16, 32)), jnp.ones((32, 8)))
+    assert jitted.cache_info().hits == 1 and hit.explain().to_json() == first

@@ -29,3 +29,29 @@ def test_erase_dead_ops_leaves_a_module_without_dead_ops_as_it_is():
     before = str(module)
     export_steps.erase_dead_ops(module.operation)
     assert str(module) == before
+
+
+IO_MODULE = """
+sdy.mesh @mesh = <["x"=4]>
+func.func @main(%arg0: tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>},
+                %arg1: tensor<6xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>},
+                %arg2: tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>, jax.a = 1 : i32})
+    -> (tensor<6xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>}) {
+  return %arg1 : tensor<6xf32>
+}
+"""
+
+
+def test_indivisible_io_shardings_are_fixed_per_sharding_and_type():
+    # One sharding on arguments of different sizes: the fix depends on the type too.
+    module = ir.Module.parse(IO_MODULE, make_context())
+    export_steps.update_non_divisible_io_shardings(module.operation)
+    main = module.body.operations[1]
+    args = [str(a) for a in ir.ArrayAttr(main.attributes["arg_attrs"])]
+    assert args == [
+        '{sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>}',
+        '{sdy.sharding = #sdy.sharding<@mesh, [{"x":(1)2}]>}',
+        '{jax.a = 1 : i32, sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>}',
+    ]
+    results = [str(a) for a in ir.ArrayAttr(main.attributes["res_attrs"])]
+    assert results == ['{sdy.sharding = #sdy.sharding<@mesh, [{"x":(1)2}]>}']
