@@ -31,3 +31,41 @@ def test_command_line_example_is_current():
                          cwd=README.parent)
     assert run.returncode == 0, run.stderr
     assert run.stderr + run.stdout == expected
+
+
+def test_speed_section_renders_the_benchmarks_rows(tmp_path):
+    """``bench.speed_readme`` splices the three speed benchmarks' JSON between the
+    README's speed markers, keeping the rest of the file."""
+    import json
+
+    from bench import speed_readme
+
+    lowering = {"clock": "wall", "geomean": 1.5, "rows": [
+        {"name": "lm_linen", "jax": 0.16, "shardc": 0.30, "ratio": 1.875},
+        {"name": "conflict_mlp", "jax": 0.01, "shardc": 0.012, "ratio": 1.2}]}
+    process = {"layers": 512, "ops": 47000, "ours_wall_ms": 3000.0, "native_wall_ms": 4000.0,
+               "wall_ratio": 0.75, "ours_cpu_ms": 2900.0, "native_cpu_ms": 3900.0,
+               "cpu_ratio": 0.74, "ours_cpu_us_per_op": 60.0, "native_cpu_us_per_op": 80.0,
+               "ours_peak_mib": 250.0, "native_peak_mib": 160.0, "peak_ratio": 1.56,
+               "identical_output": True}
+    propagation = {"rows": [{"layers": 512, "ops": 47000, "ours_ms": 2300.0,
+                             "native_ms": 2500.0, "ratio": 0.92, "identical_output": True}],
+                   "whole_process": [process]}
+    cost_aware = {"geomean": 3.0, "rows": [
+        {"name": "lm_linen", "shardy": 0.3, "cost-aware": 0.9, "ratio": 3.0}]}
+    paths = []
+    for name, data in (("l", lowering), ("p", propagation), ("c", cost_aware)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(data))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"before\n{speed_readme.START}\nold\n{speed_readme.END}\nafter\n")
+    speed_readme.main(["--lowering", str(paths[0]), "--propagation", str(paths[1]),
+                       "--cost-aware", str(paths[2]), "--readme", str(readme)])
+    text = readme.read_text()
+    assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
+    assert "| lm_linen | 160.0 | 300.0 | 1.88× |" in text
+    assert "**geometric mean, zoo** | | | **1.88×**" in text
+    assert "**geometric mean, bench/models** | | | **1.20×**" in text
+    assert "| 512 | 47000 | 3000 / 4000 ms = 0.75× | 0.74× | 60 / 80 | 250 / 160 = 1.56× | yes |" \
+        in text
+    assert "| **geometric mean** | | | **3.00×** |" in text
