@@ -1,10 +1,13 @@
 """The README's tour prints what the README says it prints."""
 
+import json
 import os
 import pathlib
 import re
 import subprocess
 import sys
+
+from bench import speed_readme
 
 README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 
@@ -36,10 +39,6 @@ def test_command_line_example_is_current():
 def test_speed_section_renders_the_benchmarks_rows(tmp_path):
     """``bench.speed_readme`` splices the three speed benchmarks' JSON between the
     README's speed markers, keeping the rest of the file."""
-    import json
-
-    from bench import speed_readme
-
     lowering = {"clock": "wall", "geomean": 1.5, "rows": [
         {"name": "lm_linen", "jax": 0.16, "shardc": 0.30, "ratio": 1.875},
         {"name": "conflict_mlp", "jax": 0.01, "shardc": 0.012, "ratio": 1.2}]}
