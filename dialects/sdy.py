@@ -39,6 +39,7 @@ from jaxlib.mlir.dialects.sdy import (
     DimensionShardingAttr,
     MeshAttr,
     MeshAxisAttr,
+    ShardingConstraintOp,
     TensorShardingAttr,
     TensorShardingPerValueAttr,
 )
@@ -371,3 +372,12 @@ def value_sharding(value: ir.Value) -> ir.Attribute | None:
 
 # Ops whose one result's sharding is their ``sharding`` attribute.
 _OWN_SHARDING_OPS = ("sdy.sharding_constraint", "sdy.reshard", "sdy.data_flow_edge")
+
+
+def constrain_results(op: ir.Operation, shardings: Sequence[ir.Attribute]) -> None:
+    """Follow each result of ``op`` by a closed ``sdy.sharding_constraint`` to its entry
+    of ``shardings``, which every former user reads instead."""
+    after = ir.InsertionPoint.after(op)
+    for result, sharding in zip(op.results, shardings, strict=True):
+        constraint = ShardingConstraintOp(result, sharding, loc=op.location, ip=after)
+        result.replace_all_uses_except(constraint.result, constraint.operation)

@@ -96,10 +96,7 @@ def _constrain_results(op: ir.Operation) -> None:
     """Move ``op``'s per-value shardings onto closed constraints of its results."""
     shardings = sdy.TensorShardingPerValueAttr(op.attributes[SHARDING_ATTR]).shardings
     del op.attributes[SHARDING_ATTR]
-    after = ir.InsertionPoint.after(op)
-    for result, sharding in zip(op.results, shardings, strict=True):
-        constraint = sdy.ShardingConstraintOp(result, sharding, loc=op.location, ip=after)
-        result.replace_all_uses_except(constraint.result, constraint.operation)
+    sdy.constrain_results(op, shardings)
 
 
 def _fold_reshape_round_trip(reshape: ir.Operation) -> None:

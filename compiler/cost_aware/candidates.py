@@ -115,32 +115,34 @@ def tag_ops(module: ir.Operation) -> None:
     module.walk(visit)
 
 
+def tagged_ops(module: ir.Operation) -> list[tuple[int, ir.Operation]]:
+    """Every op ``tag_ops`` numbered in ``module`` (a copy, say), with its number."""
+    found: list[tuple[int, ir.Operation]] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if TAG in op.attributes:
+            found.append((ir.IntegerAttr(op.attributes[TAG]).value, op))
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    return found
+
+
 def apply_pins(module: ir.Operation, pins: list[Pin]) -> None:
     """Write each pin as the closed ``sdy.sharding`` of its op (graph indices of ``module``)."""
     if not pins:
         return
     wanted = {pin.op: pin for pin in pins}
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if TAG in op.attributes:
-            pin = wanted.get(ir.IntegerAttr(op.attributes[TAG]).value)
-            if pin is not None:
-                op.attributes[SHARDING_ATTR] = ir.Attribute.parse(
-                    format_per_value([pin.sharding]))
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
+    for tag, op in tagged_ops(module):
+        pin = wanted.get(tag)
+        if pin is not None:
+            op.attributes[SHARDING_ATTR] = ir.Attribute.parse(format_per_value([pin.sharding]))
 
 
 def strip_tags(module: ir.Operation) -> None:
     """Remove the ``TAG`` attributes ``tag_ops`` added."""
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if TAG in op.attributes:
-            del op.attributes[TAG]
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
+    for _, op in tagged_ops(module):
+        del op.attributes[TAG]
 
 
 def tag_of(reader: ModuleValues, op: int) -> int | None:

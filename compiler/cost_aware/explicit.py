@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.cost_aware.candidates import TAG, communication_needs, tag_of
+from shardc.compiler.cost_aware.candidates import communication_needs, tag_of, tagged_ops
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.tensor import DimSharding, TensorSharding, format_sharding
 from shardc.dialects import sdy
@@ -103,23 +103,10 @@ def _first_user_in_defining_block(graph, value: int, users: list[tuple[int, int]
 
 def constrain_changed_results(module: ir.Operation, tags: set[int]) -> int:
     """Constrain every result of the tagged ops to its own sharding; return how many."""
-    if not tags:
-        return 0
-    changed: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if (TAG in op.attributes and SHARDING_ATTR in op.attributes
-                and ir.IntegerAttr(op.attributes[TAG]).value in tags):
-            changed.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
     count = 0
-    for op in changed:
-        shardings = sdy.TensorShardingPerValueAttr(op.attributes[SHARDING_ATTR]).shardings
-        after = ir.InsertionPoint.after(op)
-        for result, sharding in zip(op.results, shardings, strict=True):
-            constraint = sdy.ShardingConstraintOp(result, sharding, loc=op.location, ip=after)
-            result.replace_all_uses_except(constraint.result, constraint.operation)
-            count += 1
+    for tag, op in tagged_ops(module) if tags else ():
+        if tag in tags and SHARDING_ATTR in op.attributes:
+            shardings = sdy.TensorShardingPerValueAttr(op.attributes[SHARDING_ATTR]).shardings
+            sdy.constrain_results(op, shardings)
+            count += len(shardings)
     return count

@@ -17,7 +17,7 @@ from shardc.compiler.cost.fusion import fused_away
 from shardc.compiler.cost.op_comm import op_communication
 from shardc.compiler.cost.report import collective_bytes_at
 from shardc.compiler.cost.reshard import dim_axes, reshard_tensor, shard_bytes
-from shardc.compiler.cost_aware.candidates import TAG, Pin, apply_pins, closed, tag_of
+from shardc.compiler.cost_aware.candidates import Pin, apply_pins, closed, tag_of, tagged_ops
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.propagation import propagate
 from shardc.compiler.propagation.values import ModuleValues
@@ -189,14 +189,10 @@ def attach_rules(imported: ir.Operation, propagated: ModuleValues) -> None:
         if tag is not None and SHARDING_RULE_ATTR in ir_op.attributes:
             rules[tag] = ir_op.attributes[SHARDING_RULE_ATTR]
 
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if TAG in op.attributes:
-            rule = rules.get(ir.IntegerAttr(op.attributes[TAG]).value)
-            if rule is not None:
-                op.attributes[SHARDING_RULE_ATTR] = rule
-        return ir.WalkResult.ADVANCE
-
-    imported.walk(visit)
+    for tag, op in tagged_ops(imported):
+        rule = rules.get(tag)
+        if rule is not None:
+            op.attributes[SHARDING_RULE_ATTR] = rule
 
 
 def changed_tags(baseline: dict[int, tuple], reader: ModuleValues) -> set[int]:

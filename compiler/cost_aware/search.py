@@ -50,7 +50,6 @@ partitions exactly; ``Resolution.module`` is the winner already propagated.
 
 from __future__ import annotations
 
-import gc
 import time
 from dataclasses import dataclass, field
 
@@ -60,6 +59,7 @@ from shardc.compiler.cost_aware.candidates import ConflictPoint, Pin, conflict_p
 from shardc.compiler.cost_aware.pricing import ModuleEvaluator, changed_tags
 from shardc.compiler.cost_aware.regions import LocalPrice, RegionEvaluator
 from shardc.compiler.diagnostics import source_loc_of
+from shardc.compiler.propagation import cyclic_gc_paused
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.stages.export_steps import closed
 from shardc.dialects import sdy
@@ -444,11 +444,8 @@ def resolve(imported: ir.Operation, *, conservative: bool = False, max_evaluatio
     start = time.perf_counter()
     if local_above is None:
         local_above = max_region_evaluations * region_ops // max(1, max_evaluations)
-    # As in ``propagate``: the search keeps many small tuples alive (readers, keys,
-    # memos) and frees them at the end, so cyclic collection would only rescan them.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    # The search keeps many small tuples alive (readers, keys, memos) until its end.
+    with cyclic_gc_paused():
         search = _Search(imported, conservative=conservative, max_evaluations=max_evaluations,
                          per_point=per_point, margin=margin)
         if len(search.reader.graph.ops) <= local_above:
@@ -458,6 +455,3 @@ def resolve(imported: ir.Operation, *, conservative: bool = False, max_evaluatio
                                  min(max_verifications, max_evaluations - 1),
                                  max_steady_evaluations)
         return search.resolution(start)
-    finally:
-        if enabled:
-            gc.enable()

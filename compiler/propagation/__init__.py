@@ -41,8 +41,9 @@ reads shardings after each step: results and the step memo are unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from jaxlib.mlir import ir
 
@@ -116,18 +117,27 @@ def propagate(
     """
     if plan not in PLANS:
         raise ValueError(f"unknown propagation plan '{plan}'; known: {sorted(PLANS)}")
-    # The run allocates many small tuples and frees none of them until the end:
-    # cyclic garbage collection would only rescan the growing heap (time per op
-    # then grows with the module), so it is paused for the run.
+    with cyclic_gc_paused():
+        origins = _propagate(module.operation, plan, conservative, keep_sharding_rules,
+                             debug_sharding_origins, record_origins)
+    return origins if record_origins else None
+
+
+@contextlib.contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """Pause cyclic garbage collection (as it was before, after).
+
+    A run that allocates many small tuples and frees none of them until the end
+    (a propagation, the cost-aware search) gains nothing from it: the collector
+    would only rescan the growing heap, and time per op would grow with the module.
+    """
     enabled = gc.isenabled()
     gc.disable()
     try:
-        origins = _propagate(module.operation, plan, conservative, keep_sharding_rules,
-                             debug_sharding_origins, record_origins)
+        yield
     finally:
         if enabled:
             gc.enable()
-    return origins if record_origins else None
 
 
 def _propagate(operation: ir.Operation, plan: str, conservative: bool,
@@ -154,4 +164,4 @@ def _propagate(operation: ir.Operation, plan: str, conservative: bool,
     return None
 
 
-__all__ = ["PLANS", "ShardingOrigins", "propagate"]
+__all__ = ["PLANS", "ShardingOrigins", "cyclic_gc_paused", "propagate"]

@@ -16,9 +16,8 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from shardc.compiler.propagation.compact_rule import CompactRule, compact_rule
-from shardc.compiler.sharding.rules import _NEIGHBOUR_KEYS, BOOKKEEPING_PREFIX, rule_for
+from shardc.compiler.sharding.rules import _NEIGHBOUR_KEYS, bears_on_rule, rule_for
 from shardc.compiler.sharding.rules.elementwise import POINTWISE_OPS
-from shardc.dialects.sdy import SHARDING_ATTR
 
 # Ops that must never be erased even when unused (MLIR: not memory-effect free).
 _EFFECTFUL = frozenset({
@@ -101,13 +100,12 @@ def _shape_of(type_: ir.Type, cache: dict) -> tuple[int, ...] | None:
 
 
 def _attributes_key(op: ir.Operation) -> tuple[tuple[str, int], ...] | None:
-    """(name, uniqued pointer) of each attribute but the sharding and shardc's
-    bookkeeping (neither changes the rule); None when the bindings cannot read one
-    (a complex-valued constant)."""
+    """(name, uniqued pointer) of each attribute that bears on the rule; None when
+    the bindings cannot read one (a complex-valued constant)."""
     attributes = op.attributes
     try:
         return tuple([(name, hash(attributes[name])) for name in attributes
-                      if name != SHARDING_ATTR and not name.startswith(BOOKKEEPING_PREFIX)])
+                      if bears_on_rule(name)])
     except TypeError:
         return None
 

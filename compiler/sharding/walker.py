@@ -12,7 +12,7 @@ things in visiting order match Shardy's names.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 
 from jaxlib.mlir import ir
 
@@ -25,18 +25,34 @@ FUNC_SHARDING_LISTS = ("arg_attrs", "res_attrs")
 ShardingFn = Callable[[sdy.TensorShardingAttr], ir.Attribute]
 
 
-def ops_in_preorder(root: ir.Operation) -> list[ir.Operation]:
-    """Return every op nested in ``root`` (not ``root`` itself), parents first."""
+def nested_ops(root: ir.Operation, order: ir.WalkOrder = ir.WalkOrder.PRE_ORDER,
+               names: Container[str] | None = None) -> list[ir.Operation]:
+    """Every op nested in ``root`` (not ``root`` itself) in walk ``order``; with
+    ``names``, only the ops of those names (kept while walking: most steps look
+    for a few ops among thousands)."""
     ops: list[ir.Operation] = []
 
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        ops.append(op)
-        return ir.WalkResult.ADVANCE
+    if names is None:
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            ops.append(op)
+            return ir.WalkResult.ADVANCE
+    else:
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            if op.name in names:
+                ops.append(op)
+            return ir.WalkResult.ADVANCE
 
-    root.walk(visit, ir.WalkOrder.PRE_ORDER)
-    # The walk visits ``root`` first; comparing every op with it would cost a
-    # binding call per op.
-    return ops[1:]
+    root.walk(visit, order)
+    if names is None:
+        # The walk visits ``root`` itself first (pre-order) or last (post-order):
+        # dropping it by position spares comparing every op with it (a binding call).
+        return ops[1:] if order == ir.WalkOrder.PRE_ORDER else ops[:-1]
+    return [op for op in ops if op != root]
+
+
+def ops_in_preorder(root: ir.Operation) -> list[ir.Operation]:
+    """Return every op nested in ``root`` (not ``root`` itself), parents first."""
+    return nested_ops(root)
 
 
 # The attribute names under which ops (sdy's own, and any with sdy.sharding) hold

@@ -15,7 +15,7 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from shardc.compiler.propagation.ir_access import EDGE_OP
-from shardc.compiler.stages.data_flow_edges import _ops
+from shardc.compiler.sharding.walker import nested_ops
 from shardc.dialects import sdy
 from shardc.dialects.sdy import SHARDING_ATTR
 
@@ -82,7 +82,7 @@ def _rank(value: ir.Value) -> int:
 def apply_sharding_constraints(module: ir.Operation) -> None:
     """Copy fully closed constraint shardings onto unsharded inputs."""
     with module.context:
-        for op in _ops(module, ir.WalkOrder.PRE_ORDER,
+        for op in nested_ops(module, ir.WalkOrder.PRE_ORDER,
                        {"sdy.sharding_constraint", "sdy.manual_computation"}):
             if op.name == "sdy.sharding_constraint":
                 _apply(op.operands[0], op.attributes["sharding"], op)

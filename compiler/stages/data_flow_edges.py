@@ -13,8 +13,6 @@ them the propagation worklist, come out as native's.
 
 from __future__ import annotations
 
-from collections.abc import Container
-
 from jaxlib.mlir import ir
 
 from shardc.compiler.propagation.data_flow_ops import BLOCK_ARG_OWNER_OPS, DATA_FLOW_OPS
@@ -34,33 +32,9 @@ from shardc.compiler.sharding.tensor import (
     parse_per_value,
     parse_sharding,
 )
+from shardc.compiler.sharding.walker import nested_ops
 from shardc.dialects import sdy
 from shardc.dialects.sdy import SHARDING_ATTR
-
-
-def _ops(root: ir.Operation, order: ir.WalkOrder,
-         names: Container[str] | None = None) -> list[ir.Operation]:
-    """Every op nested in ``root`` (not ``root`` itself) in walk ``order``; with
-    ``names``, only the ops of those names (kept while walking: most steps look
-    for a few ops among thousands)."""
-    ops: list[ir.Operation] = []
-
-    if names is None:
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            ops.append(op)
-            return ir.WalkResult.ADVANCE
-    else:
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            if op.name in names:
-                ops.append(op)
-            return ir.WalkResult.ADVANCE
-
-    root.walk(visit, order)
-    if names is None:
-        # The walk visits ``root`` itself first (pre-order) or last (post-order):
-        # dropping it by position spares comparing every op with it (a binding call).
-        return ops[1:] if order == ir.WalkOrder.PRE_ORDER else ops[:-1]
-    return [op for op in ops if op != root]
 
 
 def _is_static(value: ir.Value) -> bool:
@@ -124,7 +98,7 @@ def add_data_flow_edges(module: ir.Operation) -> None:
     """Insert an ``sdy.data_flow_edge`` after every data-flow edge owner."""
     meshes = read_meshes(module)
     with module.context:
-        for op in _ops(module, ir.WalkOrder.POST_ORDER, DATA_FLOW_OPS):
+        for op in nested_ops(module, ir.WalkOrder.POST_ORDER, DATA_FLOW_OPS):
             name = op.name
             owners = _OwnerShardings(op, meshes)
             _add_edges(list(op.results), owners.results())
@@ -160,7 +134,7 @@ def sink_data_flow_edges(module: ir.Operation) -> None:
     """Copy edge shardings to their owners and replace every edge by its input."""
     meshes = read_meshes(module)
     with module.context:
-        for op in _ops(module, ir.WalkOrder.PRE_ORDER, {EDGE_OP, *DATA_FLOW_OPS}):
+        for op in nested_ops(module, ir.WalkOrder.PRE_ORDER, {EDGE_OP, *DATA_FLOW_OPS}):
             if op.name == EDGE_OP:
                 edge_input = op.operands[0]
                 op.result.replace_all_uses_with(edge_input)

@@ -24,8 +24,7 @@ from shardc.compiler.sharding.tensor import (
     format_sharding,
     parse_sharding,
 )
-from shardc.compiler.sharding.walker import attribute_dict, map_shardings
-from shardc.compiler.stages.data_flow_edges import _ops
+from shardc.compiler.sharding.walker import attribute_dict, map_shardings, nested_ops
 from shardc.dialects import sdy
 from shardc.dialects.sdy import SHARDING_ATTR, SHARDING_RULE_ATTR
 
@@ -53,7 +52,7 @@ def constant_or_scalar_merger(module: ir.Operation) -> None:
     for func in _funcs(module):
         constants: dict = {}
         broadcasts: dict = {}
-        for op in _ops(func, ir.WalkOrder.POST_ORDER, _MERGED):
+        for op in nested_ops(func, ir.WalkOrder.POST_ORDER, _MERGED):
             name = op.name
             if name != "stablehlo.broadcast_in_dim":
                 key = (_attr_key(op), op.block)
@@ -80,14 +79,14 @@ def _rank(value: ir.Value) -> int:
 
 def remove_sharding_groups(module: ir.Operation) -> None:
     """Erase every ``sdy.sharding_group``."""
-    for op in _ops(module, ir.WalkOrder.POST_ORDER, {"sdy.sharding_group"}):
+    for op in nested_ops(module, ir.WalkOrder.POST_ORDER, {"sdy.sharding_group"}):
         op.erase()
 
 
 def sharding_constraint_to_reshard(module: ir.Operation) -> None:
     """Replace each ``sdy.sharding_constraint`` by an ``sdy.reshard`` of its sharding."""
     with module.context:
-        for op in _ops(module, ir.WalkOrder.PRE_ORDER, {"sdy.sharding_constraint"}):
+        for op in nested_ops(module, ir.WalkOrder.PRE_ORDER, {"sdy.sharding_constraint"}):
             reshard = sdy.ReshardOp(op.operands[0], op.attributes["sharding"],
                                     ip=ir.InsertionPoint(op), loc=op.location)
             op.results[0].replace_all_uses_with(reshard.result)
@@ -241,7 +240,7 @@ def _has_unused_op(module: ir.Operation) -> bool:
 
 def drop_sharding_rules(module: ir.Operation) -> None:
     """Remove every non-custom ``sdy.sharding_rule``."""
-    for op in _ops(module, ir.WalkOrder.PRE_ORDER):
+    for op in nested_ops(module, ir.WalkOrder.PRE_ORDER):
         attrs = op.attributes
         if SHARDING_RULE_ATTR in attrs and not sdy.OpShardingRuleAttr(attrs[SHARDING_RULE_ATTR]).is_custom:
             del attrs[SHARDING_RULE_ATTR]

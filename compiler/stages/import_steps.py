@@ -24,8 +24,12 @@ from shardc.compiler.sharding.tensor import (
     parse_per_value,
     parse_sharding,
 )
-from shardc.compiler.sharding.walker import attribute_dict, attribute_names, map_shardings
-from shardc.compiler.stages.data_flow_edges import _ops
+from shardc.compiler.sharding.walker import (
+    attribute_dict,
+    attribute_names,
+    map_shardings,
+    nested_ops,
+)
 
 _CONSTANT_PRESERVING = frozenset({
     "stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.slice",
@@ -186,13 +190,13 @@ class _Split:
 def constant_or_scalar_splitter(module: ir.Operation) -> None:
     """Turn constants into ``sdy.constant`` and give every non-constant use its own copy."""
     with module.context:
-        for op in _ops(module, ir.WalkOrder.PRE_ORDER, {"stablehlo.constant"}):
+        for op in nested_ops(module, ir.WalkOrder.PRE_ORDER, {"stablehlo.constant"}):
             _to_sdy_constant(op)
         for func in module.regions[0].blocks[0].operations:
             if func.operation.name != "func.func":
                 continue
             split = _Split()
-            for op in _ops(func.operation, ir.WalkOrder.PRE_ORDER):
+            for op in nested_ops(func.operation, ir.WalkOrder.PRE_ORDER):
                 split.process(op)
             split.erase_unused()
 
@@ -201,7 +205,7 @@ def constant_or_scalar_splitter(module: ir.Operation) -> None:
 def manual_axes_cleanup(module: ir.Operation) -> None:
     """Sort manual axes by mesh order; add unused manual axes to in/out replicated."""
     meshes = read_meshes(module)
-    for op in _ops(module, ir.WalkOrder.PRE_ORDER, {MANUAL_OP}):
+    for op in nested_ops(module, ir.WalkOrder.PRE_ORDER, {MANUAL_OP}):
         manual = manual_axes_of(op)
         for attr_name in ("in_shardings", "out_shardings"):
             shardings = parse_per_value(str(op.attributes[attr_name]), meshes)

@@ -21,7 +21,7 @@ import re
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.stages.data_flow_edges import _ops
+from shardc.compiler.sharding.walker import nested_ops
 
 # A location that is only a name (``loc("gather")``): no file position of its own.
 # MLIR prints a backslash doubled and a quote or unprintable byte as two hex digits.
@@ -37,7 +37,7 @@ def _unescape(printed: str) -> str:
 
 
 def _calls(module: ir.Operation) -> list[ir.Operation]:
-    return _ops(module, ir.WalkOrder.PRE_ORDER, {"func.call"})
+    return nested_ops(module, ir.WalkOrder.PRE_ORDER, {"func.call"})
 
 
 def _functions(module: ir.Operation) -> dict[str, ir.Operation]:

@@ -188,17 +188,20 @@ _attached_cache: dict[str, OpShardingRule] = {}  # printed sdy.sharding_rule -> 
 _CACHE_LIMIT = 4096
 # Attributes shardc adds for its own bookkeeping (the cost-aware search numbers
 # every op): never part of an op's rule.
-BOOKKEEPING_PREFIX = "shardc."
+_BOOKKEEPING_PREFIX = "shardc."
+
+
+def bears_on_rule(attribute_name: str) -> bool:
+    """Whether an op's rule may depend on its attribute of this name (what a rule
+    cache keys on): a value's sharding never changes it, nor do shardc's own
+    bookkeeping attributes (a key holding the search's op number would make every
+    op a miss)."""
+    return attribute_name != SHARDING_ATTR and not attribute_name.startswith(_BOOKKEEPING_PREFIX)
 
 
 def _cache_key(op: ir.Operation, conservative: bool) -> Hashable:
     attributes = tuple(
-        (name, str(op.attributes[name]))
-        for name in op.attributes
-        # A value's sharding never changes its rule, nor do shardc's own bookkeeping
-        # attributes: the cost-aware search numbers every op, and a key holding that
-        # number would make every op a miss.
-        if name != SHARDING_ATTR and not name.startswith(BOOKKEEPING_PREFIX)
+        (name, str(op.attributes[name])) for name in op.attributes if bears_on_rule(name)
     )
     neighbours = _NEIGHBOUR_KEYS[op.name](op) if op.name in _NEIGHBOUR_KEYS else None
     return (

@@ -17,6 +17,7 @@ from jaxlib.mlir import ir, passmanager
 from shardc.compiler import jit
 from shardc.compiler.diagnostics import DiagnosticSink, collecting, verifying_steps
 from shardc.compiler.passes.base import ModulePass
+from shardc.compiler.sharding.walker import nested_ops
 from shardc.compiler.stages import export_steps
 from shardc.dialects import make_context
 from shardc.dialects.errors import InternalError, ShardcError
@@ -43,7 +44,7 @@ func.func @main(%arg0: tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}
 
 def _share_body_constant_with_cond(module: ir.Operation) -> None:
     """Make a body op use the condition's constant: invalid, like a bad merge."""
-    for op in export_steps._ops(module, ir.WalkOrder.PRE_ORDER):
+    for op in nested_ops(module, ir.WalkOrder.PRE_ORDER):
         if op.name == "stablehlo.while":
             cond, body = (region.blocks[0] for region in op.regions)
             cond_constant = next(o for o in cond.operations if "constant" in o.operation.name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from jaxlib.mlir import ir
 
 from shardc.compiler.sharding import walker
@@ -90,3 +91,20 @@ def test_map_shardings_rewrites_func_argument_and_result_shardings() -> None:
     func = next(op for op in walker.ops_in_preorder(module.operation) if op.name == "func.func")
     arg, res = str(func.attributes["arg_attrs"]), str(func.attributes["res_attrs"])
     assert 'unreduced={"y"}' in arg and "unreduced" not in res
+
+
+@pytest.mark.parametrize("order", [ir.WalkOrder.PRE_ORDER, ir.WalkOrder.POST_ORDER])
+def test_nested_ops_are_every_nested_op_in_walk_order_without_the_root(order) -> None:
+    module = ir.Module.parse("""
+    func.func @f(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+      %0 = stablehlo.abs %arg0 : tensor<4xf32>
+      return %0 : tensor<4xf32>
+    }""", make_context())
+    func = module.body.operations[0].operation
+    for root in (module.operation, func):
+        walked: list[ir.Operation] = []
+        root.walk(lambda op: (walked.append(op), ir.WalkResult.ADVANCE)[1], order)
+        assert walker.nested_ops(root, order) == [op for op in walked if op != root]
+        named = {"func.func", "stablehlo.abs"}
+        assert walker.nested_ops(root, order, named) == [
+            op for op in walked if op != root and op.name in named]

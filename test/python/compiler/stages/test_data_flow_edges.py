@@ -16,11 +16,7 @@ import pytest
 from jaxlib.mlir import ir, passmanager
 
 from shardc.compiler.propagation import propagate
-from shardc.compiler.stages.data_flow_edges import (
-    _ops,
-    add_data_flow_edges,
-    sink_data_flow_edges,
-)
+from shardc.compiler.stages.data_flow_edges import add_data_flow_edges, sink_data_flow_edges
 from shardc.dialects import make_context
 
 _SPEC = importlib.util.spec_from_file_location(
@@ -108,17 +104,3 @@ def test_add_propagate_sink_matches(texts, strategy):
         assert str(ours) == str(theirs), text
         checked += 1
     assert checked > 40
-
-
-@pytest.mark.parametrize("order", [ir.WalkOrder.PRE_ORDER, ir.WalkOrder.POST_ORDER])
-def test_ops_are_every_nested_op_in_walk_order_without_the_root(order) -> None:
-    module = ir.Module.parse("""
-    func.func @f(%arg0: tensor<4xf32>) -> tensor<4xf32> {
-      %0 = stablehlo.abs %arg0 : tensor<4xf32>
-      return %0 : tensor<4xf32>
-    }""", make_context())
-    func = module.body.operations[0].operation
-    for root in (module.operation, func):
-        walked: list[ir.Operation] = []
-        root.walk(lambda op: (walked.append(op), ir.WalkResult.ADVANCE)[1], order)
-        assert _ops(root, order) == [op for op in walked if op != root]
