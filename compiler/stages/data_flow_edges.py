@@ -15,14 +15,9 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.propagation import manual
 from shardc.compiler.propagation.data_flow_ops import BLOCK_ARG_OWNER_OPS, DATA_FLOW_OPS
 from shardc.compiler.propagation.ir_access import EDGE_OP, read_meshes
-from shardc.compiler.propagation.manual import (
-    MANUAL_OP,
-    add_free_axes,
-    erase_manual_axes,
-    manual_axes_of,
-)
 from shardc.compiler.sharding.tensor import (
     MeshInfo,
     TensorSharding,
@@ -51,7 +46,7 @@ class _OwnerShardings:
     def __init__(self, op: ir.Operation, meshes: dict[str, MeshInfo]):
         self.op = op
         self.meshes = meshes
-        self.manual = manual_axes_of(op) if op.name == MANUAL_OP else ()
+        self.manual = manual.manual_axes_of(op) if op.name == manual.MANUAL_OP else ()
 
     def _list(self, name: str) -> list[TensorSharding] | None:
         attrs = self.op.attributes
@@ -63,8 +58,8 @@ class _OwnerShardings:
 
     def block_args(self) -> list[TensorSharding] | None:
         shardings = self._list("in_shardings")
-        if shardings is not None and self.op.name == MANUAL_OP:
-            shardings = [erase_manual_axes(s, self.manual) for s in shardings]
+        if shardings is not None and self.op.name == manual.MANUAL_OP:
+            shardings = [manual.erase_manual_axes(s, self.manual) for s in shardings]
         return shardings
 
     def set_results(self, shardings: list[TensorSharding]) -> None:
@@ -72,9 +67,9 @@ class _OwnerShardings:
         self.op.attributes[name] = ir.Attribute.parse(format_per_value(shardings))
 
     def set_block_args(self, shardings: list[TensorSharding]) -> None:
-        if self.op.name == MANUAL_OP:
+        if self.op.name == manual.MANUAL_OP:
             outer = self._list("in_shardings") or []
-            shardings = [add_free_axes(o, s, self.manual) for o, s in zip(outer, shardings)]
+            shardings = [manual.add_free_axes(o, s, self.manual) for o, s in zip(outer, shardings)]
         self.op.attributes["in_shardings"] = ir.Attribute.parse(format_per_value(shardings))
 
 
