@@ -124,15 +124,7 @@ class JitFunction:
         self.mesh = mesh
         # Every argument is kept (shardc's signature and runtime are per argument),
         # whatever `keep_unused` says: the results are the same.
-        self._jax_jit = jax.jit(
-            fun,
-            static_argnums=self.static_argnums,
-            static_argnames=self.static_argnames,
-            donate_argnums=self.donate_argnums,
-            donate_argnames=options.donate_argnames,
-            keep_unused=True,
-            inline=options.inline,
-        )
+        self._jax_jit = jax.jit(fun, keep_unused=True, **options.tracing_options())
         # Repeated calls go through jax's own C++ dispatch, as jax.jit's do; it comes
         # back to `_call` for every signature it has not seen. As with jax.jit, jits
         # of one function with the same options share what it has seen.

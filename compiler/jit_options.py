@@ -44,6 +44,15 @@ class JitOptions:
     out_shardings: Any = None
     single_device: Any = None
 
+    def tracing_options(self) -> dict[str, Any]:
+        """The options jax.jit takes as they are: they decide how the function is
+        traced (which arguments are static or donated, whether it is inlined)."""
+        return {name: getattr(self, name) for name in _TRACING_OPTIONS}
+
+
+_TRACING_OPTIONS = ("static_argnums", "static_argnames", "donate_argnums", "donate_argnames",
+                    "inline")
+
 
 def parse(
     fun: Callable,
