@@ -300,7 +300,7 @@ class JitFunction:
         key = (propagate, self.propagation, platforms, devices is not None,
                self._cache_key(static_args, static_kwargs, in_tree, arg_leaves, mesh))
         cached = self._cache.get(key)
-        module = None  # a miss's own module goes to its Lowered as it is, not re-parsed
+        module = None  # a miss's own module goes to its Lowered as it is, not copied
         if cached is None:
             self._misses += 1
             cached, module = self._lower_uncached(args, kwargs, arg_leaves, mesh, propagate,
@@ -457,11 +457,14 @@ class JitFunction:
                       ) -> Lowered:
         if module is None:
             module = _copy_module(cached.module)
-        results = signature.result_signature(
-            jax.tree.unflatten(cached.out_tree, [leaf.aval for leaf in cached.results]),
-            self.out_shardings,
-            mesh,
-        )
+            # A hit may come with another concrete mesh of the same shape.
+            results = signature.result_signature(
+                jax.tree.unflatten(cached.out_tree, [leaf.aval for leaf in cached.results]),
+                self.out_shardings,
+                mesh,
+            )
+        else:  # the miss that just wrote the entry, for this very mesh
+            results = list(cached.results)
         signature.check_result_devices(arg_leaves, results)
         meshes = _meshes_by_symbol(cached.mesh_symbols, [*arg_leaves, *results],
                                    [*([devices] if devices is not None else []),
