@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from math import prod
 
+import numpy as np
+
 from shardc.compiler.sharding.axes import AxisRef, size_product
 from shardc.compiler.sharding.tensor import Tensor, TensorSharding
 
@@ -114,7 +116,6 @@ class _Tiling:
 
     @property
     def array(self):
-        import numpy as np
         return np.array(self.devices).reshape(self.counts + (self.replication,))
 
     @property
@@ -123,7 +124,6 @@ class _Tiling:
 
     def coords(self) -> dict[int, tuple[int, ...]]:
         """Each device's tile coordinates."""
-        import numpy as np
         array = self.array
         out = {}
         for index in np.ndindex(array.shape):
@@ -133,7 +133,6 @@ class _Tiling:
 
 def _tiling(sharding: TensorSharding | None, rank: int, axes: list[tuple]) -> _Tiling:
     """XLA's tile assignment for ``sharding`` on a mesh of ``axes`` (devices in iota order)."""
-    import numpy as np
     per_dim = dim_axes(sharding, rank)
     # Split every mesh axis into the sub-axes any dimension uses (major to minor).
     cuts: dict[str, set[int]] = {name: {1, size} for name, size in axes}

@@ -44,7 +44,7 @@ def test_regressions_compile_no_worse_than_shardy(rows):
 
 
 def test_ilp_optimum_not_above_greedy():
-    """Issue 12 part 4: the exact optimum over the same choices is <= the greedy result."""
+    """The exact optimum (an ILP) over the same choices is <= the greedy result."""
     from bench import cost_aware_ilp
 
     row = cost_aware_ilp.analyse(REGISTRY["conflict_mlp"]("small"))
