@@ -34,6 +34,9 @@ from shardc.compiler.propagation.projection import back_project, project
 from shardc.compiler.sharding.tensor import MeshInfo, TensorSharding
 
 _BARRIER = "sdy.propagation_barrier"
+# ``ShardingStore.settled`` of an op whose tensors have no sharding at all: its
+# step writes nothing under any directions (there is no mesh to project on).
+_UNSHARDED = -2
 
 
 class Plan(NamedTuple):
@@ -125,6 +128,7 @@ class Driver:
         head_dirs = self._head_dirs
         recorder = self.recorder
         origin_memo = self._origin_memo.setdefault(strategy, {})
+        settled = self.store.settled
         while worklist:
             op = worklist.pop()
             if op is None:
@@ -147,7 +151,10 @@ class Driver:
             head = dir_cache.get(op)
             if head is None:
                 head = self._factor_directions(op, plan, direction)
-            key = (head, tuple(map(sid_of, plan.slots)))
+            if settled[op] == head or settled[op] == _UNSHARDED:
+                continue
+            sids = tuple(map(sid_of, plan.slots))
+            key = (head, sids)
             if recorder is not None:
                 # Origins need the step's factor edges too: memoised beside
                 # the updates, on the same key.
@@ -168,6 +175,8 @@ class Driver:
                 self.current = -1
                 if recorder is not None:
                     recorder.step(values, entry[1])
+            else:
+                settled[op] = head if any(sids) else _UNSHARDED
 
     def push(self, op: int) -> None:
         """Queue ``op`` and its ancestors (unless queued); never the op being visited."""
@@ -245,6 +254,9 @@ class Driver:
         values = (*operands, *results)
         none_slot, slot_of = store.none_slot, store.slot_of
         slots = tuple([slot if (slot := slot_of[v]) >= 0 else none_slot for v in values])
+        readers = store.readers
+        for slot in set(slots):
+            readers[slot].append(op)
         elementwise = edge < 0 and fixed is None and self.graph.is_elementwise(op)
         signature = (id(rule), conservative, elementwise, edge, len(operands))
         key = self._plan_keys.get(signature)
