@@ -114,10 +114,15 @@ class Driver:
         """Visit every live op in pre-order, re-visiting ops as notifications queue them."""
         graph = self.graph
         erased = graph.erased
-        self.worklist = [op for op in range(len(graph.ops) - 1, -1, -1) if not erased[op]]
         position = self.position
-        for i, op in enumerate(self.worklist):
-            position[op] = i
+        if self.erasures:
+            self.worklist = [op for op in range(len(graph.ops) - 1, -1, -1) if not erased[op]]
+            for i, op in enumerate(self.worklist):
+                position[op] = i
+        else:
+            # Every op queued: op i sits at index n - 1 - i.
+            self.worklist = list(range(len(graph.ops) - 1, -1, -1))
+            position[:] = self.worklist
         worklist = self.worklist
         op_results, uses, terminator = graph.op_results, graph.uses, graph.op_terminator
         is_dead = graph.is_trivially_dead
@@ -151,7 +156,7 @@ class Driver:
             head = dir_cache.get(op)
             if head is None:
                 head = self._factor_directions(op, plan, direction)
-            if settled[op] == head or settled[op] == _UNSHARDED:
+            if (done := settled[op]) == head or done == _UNSHARDED:
                 continue
             sids = tuple(map(sid_of, plan.slots))
             key = (head, sids)
@@ -255,7 +260,7 @@ class Driver:
         none_slot, slot_of = store.none_slot, store.slot_of
         slots = tuple([slot if (slot := slot_of[v]) >= 0 else none_slot for v in values])
         readers = store.readers
-        for slot in set(slots):
+        for slot in slots:  # a slot read twice lists op twice: resetting it twice is harmless
             readers[slot].append(op)
         elementwise = edge < 0 and fixed is None and self.graph.is_elementwise(op)
         signature = (id(rule), conservative, elementwise, edge, len(operands))
