@@ -21,6 +21,7 @@ from shardc.compiler.propagation.directions import (
 )
 from shardc.compiler.propagation.driver import Driver
 from shardc.compiler.propagation.graph import PropagationGraph
+from shardc.compiler.sharding.rules import clear_cache, rule_for
 from shardc.dialects import make_context
 
 PROGRAM = """
@@ -149,3 +150,20 @@ def test_rule_memo_ignores_shardcs_bookkeeping_attributes():
         assert len(adds) == 2
         assert graph.rule(adds[0]) is graph.rule(adds[1])
         assert len(graph._rule_memo) == 1
+
+
+def test_rule_for_with_printed_texts_gives_the_same_rules():
+    """The registry's key printed through a caller's ``texts`` dict (one context's
+    printed types and attributes) is the key printed afresh: same rules."""
+    with make_context():
+        module = ir.Module.parse(PROGRAM)
+        graph = PropagationGraph(module.operation)
+        texts: dict[int, str] = {}
+        clear_cache()
+        fresh = [rule_for(op) for op in graph.ops]
+        clear_cache()
+        printed = [rule_for(op, False, texts) for op in graph.ops]
+        assert printed == fresh
+        assert texts and all(isinstance(text, str) for text in texts.values())
+        # A rule computed once answers the other route's key too.
+        assert [rule_for(op) for op in graph.ops] == fresh
