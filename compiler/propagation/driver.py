@@ -66,6 +66,10 @@ class Driver:
         # op -> its index in the worklist, -1 when not queued.
         self.position: list[int] = [-1] * len(graph.ops)
         self.current = -1
+        # Ops that a notification queues as themselves, neither a data-flow op
+        # nor a terminator (most users: no ``_edge_for_use`` to ask).
+        self._plain = [not terminator and name not in DATA_FLOW_OPS
+                       for name, terminator in zip(graph.op_name, graph.op_terminator)]
         # A step is a pure function of its plan key (rule, flags), its factor
         # directions, the strategy and its tensors' shardings (interned ids),
         # so its updates are memoised on exactly those: strategy -> key -> updates.
@@ -257,8 +261,7 @@ class Driver:
                    conservative: bool, edge: int, fixed: int | None) -> Plan:
         store = self.store
         values = (*operands, *results)
-        none_slot, slot_of = store.none_slot, store.slot_of
-        slots = tuple([slot if (slot := slot_of[v]) >= 0 else none_slot for v in values])
+        slots = tuple(map(store.read_slot.__getitem__, values))
         readers = store.readers
         for slot in slots:  # a slot read twice lists op twice: resetting it twice is harmless
             readers[slot].append(op)
@@ -358,7 +361,7 @@ class Driver:
         values, n, rule, edge = plan.values, plan.n_operands, plan.rule, plan.edge
         conservative, elementwise = plan.conservative, plan.elementwise
         store = self.store
-        shardings = [store.get(v) for v in values]
+        shardings = list(map(store.value.__getitem__, plan.slots))
         if edge >= 0:
             shardings[-1] = store.edge_before(edge, shardings[-1])
         mesh = self.common_mesh(shardings)
@@ -418,8 +421,11 @@ class Driver:
 
     def notify_users(self, value: int) -> None:
         """Queue the users of ``value`` (edges for edge sources, parents for terminators)."""
-        graph = self.graph
+        graph, plain = self.graph, self._plain
         for user, index in graph.uses[value]:
+            if plain[user]:
+                self.push(user)
+                continue
             edge = self._edge_for_use(user, index)
             if edge >= 0:
                 self.push(edge)

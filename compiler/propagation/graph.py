@@ -104,6 +104,8 @@ def _attributes_key(op: ir.Operation) -> tuple[tuple[str, int], ...] | None:
     """(name, uniqued pointer) of each attribute that bears on the rule; None when
     the bindings cannot read one (a complex-valued constant)."""
     attributes = op.attributes
+    if not len(attributes):
+        return ()
     try:
         return tuple([(name, hash(attributes[name])) for name in attributes
                       if bears_on_rule(name)])
@@ -309,9 +311,9 @@ class PropagationGraph:
         if attributes is not None:
             # What the registry's own cache key says, from uniqued pointers
             # instead of printed text: types and attributes are uniqued per context.
-            type_key = self.value_type_key
-            key = (name, tuple([type_key[v] for v in self.op_operands[op]]),
-                   tuple([type_key[v] for v in self.op_results[op]]), attributes)
+            type_of = self.value_type_key.__getitem__
+            key = (name, tuple(map(type_of, self.op_operands[op])),
+                   tuple(map(type_of, self.op_results[op])), attributes)
             compact = self._rule_memo.get(key, _MISSING)
             if compact is not _MISSING:
                 self._rules[op] = compact

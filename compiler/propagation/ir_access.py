@@ -109,7 +109,10 @@ class ShardingStore:
         # An always-empty slot id for values without a slot (never written).
         self.none_slot = len(self.sid)
         self.sid.append(0)
+        self.value.append(None)
         self.readers.append([])
+        # The slot a step reads for each value: its own, else the none-slot.
+        self.read_slot = [slot if slot >= 0 else self.none_slot for slot in self.slot_of]
 
     # ------------------------------------------------------------------ slots
     def _new_slot(self, where: tuple, rank: int, sharding: TensorSharding | None) -> int:
