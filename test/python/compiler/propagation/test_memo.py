@@ -167,3 +167,28 @@ def test_rule_for_with_printed_texts_gives_the_same_rules():
         assert texts and all(isinstance(text, str) for text in texts.values())
         # A rule computed once answers the other route's key too.
         assert [rule_for(op) for op in graph.ops] == fresh
+
+
+def test_graph_rules_are_the_registrys():
+    """``PropagationGraph.rule`` answers what ``rule_for`` does, also for ops the
+    registry gives no rule (answered without a key) unless one is attached."""
+    text = """
+    func.func @main(%arg0: tensor<8xf32>) -> tensor<8xf32> {
+      %0 = stablehlo.optimization_barrier %arg0 : tensor<8xf32>
+      %1 = "stablehlo.optimization_barrier"(%arg0)
+           {sdy.sharding_rule = #sdy.op_sharding_rule<([i])->([i]) {i=8}>}
+           : (tensor<8xf32>) -> tensor<8xf32>
+      %2 = stablehlo.add %arg0, %0 : tensor<8xf32>
+      %3 = stablehlo.multiply %2, %1 : tensor<8xf32>
+      return %3 : tensor<8xf32>
+    }"""
+    with make_context():
+        module = ir.Module.parse(text)
+        graph = PropagationGraph(module.operation)
+        for op in range(len(graph.ops)):
+            rule = rule_for(graph.ops[op])
+            compact = graph.rule(op)
+            assert (compact.rule if compact is not None else None) == rule
+        barriers = [op for op, name in enumerate(graph.op_name)
+                    if name == "stablehlo.optimization_barrier"]
+        assert graph.rule(barriers[0]) is None and graph.rule(barriers[1]) is not None
