@@ -157,12 +157,20 @@ class Driver:
                 plan = plan_for(op)
             if plan is False:
                 continue
+            done = settled[op]
+            if done == _UNSHARDED:
+                continue
             head = dir_cache.get(op)
-            if head is None:
-                head = self._factor_directions(op, plan, direction)
-            if (done := settled[op]) == head or done == _UNSHARDED:
+            if done == head:
                 continue
             sids = tuple(map(sid_of, plan.slots))
+            if not any(sids):
+                # Nothing to project onto: no step writes anything, under any
+                # directions (not even computed until the op has a sharding).
+                settled[op] = _UNSHARDED
+                continue
+            if head is None:
+                head = self._factor_directions(op, plan, direction)
             key = (head, sids)
             if recorder is not None:
                 # Origins need the step's factor edges too: memoised beside
@@ -185,7 +193,7 @@ class Driver:
                 if recorder is not None:
                     recorder.step(values, entry[1])
             else:
-                settled[op] = head if any(sids) else _UNSHARDED
+                settled[op] = head
 
     def push(self, op: int) -> None:
         """Queue ``op`` and its ancestors (unless queued); never the op being visited."""
