@@ -87,6 +87,8 @@ class Driver:
         # (chain, op signature, plan key) -> head per level.
         self._chain_memo: dict[tuple, list[int]] = {}
         self.erasures = 0
+        # The strategy under which ``store.settled`` was recorded.
+        self._settled_by: FactorPropagation | None = None
         # Sharding-origin recorder (``origins.OriginRecorder``), None when off,
         # and its memo: strategy -> key -> (updates, factor edges).
         self.recorder = None
@@ -138,6 +140,11 @@ class Driver:
         recorder = self.recorder
         origin_memo = self._origin_memo.setdefault(strategy, {})
         settled = self.store.settled
+        if strategy is not self._settled_by:
+            # A step that wrote nothing under one strategy may write under
+            # another (basic, then aggressive): settled steps are forgotten.
+            settled[:] = [-1] * len(settled)
+            self._settled_by = strategy
         while worklist:
             op = worklist.pop()
             if op is None:

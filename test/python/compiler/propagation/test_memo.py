@@ -96,11 +96,30 @@ func.func @main(%arg0: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"
 """
 
 
-@pytest.mark.parametrize("program", [PROGRAM, MANY_RESULTS], ids=["one_result", "many_results"])
-def test_memo_off_gives_the_same_module(monkeypatch, program):
+# A conflict basic propagation leaves alone and aggressive propagation resolves:
+# under basic-then-aggressive, the dot's step writes nothing in the basic run
+# and must still be taken in the aggressive one (same directions, new strategy).
+DOT_CONFLICT = """
+sdy.mesh @mesh = <["a"=2, "b"=2]>
+func.func @main(%arg0: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a"}, {}]>},
+                %arg1: tensor<16x32xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"a"}]>})
+    -> tensor<8x32xf32> {
+  %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0]
+       : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
+  return %0 : tensor<8x32xf32>
+}
+"""
+
+
+@pytest.mark.parametrize(("program", "plan"), [
+    (PROGRAM, "user-priority"),
+    (MANY_RESULTS, "user-priority"),
+    (DOT_CONFLICT, "basic-then-aggressive"),
+], ids=["one_result", "many_results", "strategy_change"])
+def test_memo_off_gives_the_same_module(monkeypatch, program, plan):
     def run() -> str:
         module = ir.Module.parse(program, make_context())
-        propagate(module.operation, plan="user-priority")
+        propagate(module.operation, plan=plan)
         return str(module)
 
     memoised = run()
@@ -132,6 +151,12 @@ def test_memo_off_gives_the_same_module(monkeypatch, program):
 
     monkeypatch.setattr(Driver, "__init__", init)
     assert run() == memoised
+
+
+def test_basic_then_aggressive_resolves_the_conflict():
+    module = ir.Module.parse(DOT_CONFLICT, make_context())
+    propagate(module.operation, plan="basic-then-aggressive")
+    assert '[<@mesh, [{?}, {"a", ?}]>]' in str(module)
 
 
 def test_rule_memo_ignores_shardcs_bookkeeping_attributes():
