@@ -34,6 +34,9 @@ from shardc.compiler.propagation.projection import back_project, project
 from shardc.compiler.sharding.tensor import MeshInfo, TensorSharding
 
 _BARRIER = "sdy.propagation_barrier"
+# ``ShardingStore.settled`` of an op whose tensors have no sharding at all: its
+# step writes nothing under any directions (there is no mesh to project on).
+_UNSHARDED = -2
 
 
 class Plan(NamedTuple):
@@ -63,6 +66,10 @@ class Driver:
         # op -> its index in the worklist, -1 when not queued.
         self.position: list[int] = [-1] * len(graph.ops)
         self.current = -1
+        # Ops that a notification queues as themselves, neither a data-flow op
+        # nor a terminator (most users: no ``_edge_for_use`` to ask).
+        self._plain = [not terminator and name not in DATA_FLOW_OPS
+                       for name, terminator in zip(graph.op_name, graph.op_terminator)]
         # A step is a pure function of its plan key (rule, flags), its factor
         # directions, the strategy and its tensors' shardings (interned ids),
         # so its updates are memoised on exactly those: strategy -> key -> updates.
@@ -80,6 +87,8 @@ class Driver:
         # (chain, op signature, plan key) -> head per level.
         self._chain_memo: dict[tuple, list[int]] = {}
         self.erasures = 0
+        # The strategy under which ``store.settled`` was recorded.
+        self._settled_by: FactorPropagation | None = None
         # Sharding-origin recorder (``origins.OriginRecorder``), None when off,
         # and its memo: strategy -> key -> (updates, factor edges).
         self.recorder = None
@@ -111,10 +120,15 @@ class Driver:
         """Visit every live op in pre-order, re-visiting ops as notifications queue them."""
         graph = self.graph
         erased = graph.erased
-        self.worklist = [op for op in range(len(graph.ops) - 1, -1, -1) if not erased[op]]
         position = self.position
-        for i, op in enumerate(self.worklist):
-            position[op] = i
+        if self.erasures:
+            self.worklist = [op for op in range(len(graph.ops) - 1, -1, -1) if not erased[op]]
+            for i, op in enumerate(self.worklist):
+                position[op] = i
+        else:
+            # Every op queued: op i sits at index n - 1 - i.
+            self.worklist = list(range(len(graph.ops) - 1, -1, -1))
+            position[:] = self.worklist
         worklist = self.worklist
         op_results, uses, terminator = graph.op_results, graph.uses, graph.op_terminator
         is_dead = graph.is_trivially_dead
@@ -125,6 +139,12 @@ class Driver:
         head_dirs = self._head_dirs
         recorder = self.recorder
         origin_memo = self._origin_memo.setdefault(strategy, {})
+        settled = self.store.settled
+        if strategy is not self._settled_by:
+            # A step that wrote nothing under one strategy may write under
+            # another (basic, then aggressive): settled steps are forgotten.
+            settled[:] = [-1] * len(settled)
+            self._settled_by = strategy
         while worklist:
             op = worklist.pop()
             if op is None:
@@ -144,10 +164,21 @@ class Driver:
                 plan = plan_for(op)
             if plan is False:
                 continue
+            done = settled[op]
+            if done == _UNSHARDED:
+                continue
             head = dir_cache.get(op)
+            if done == head:
+                continue
+            sids = tuple(map(sid_of, plan.slots))
+            if not any(sids):
+                # Nothing to project onto: no step writes anything, under any
+                # directions (not even computed until the op has a sharding).
+                settled[op] = _UNSHARDED
+                continue
             if head is None:
                 head = self._factor_directions(op, plan, direction)
-            key = (head, tuple(map(sid_of, plan.slots)))
+            key = (head, sids)
             if recorder is not None:
                 # Origins need the step's factor edges too: memoised beside
                 # the updates, on the same key.
@@ -168,6 +199,8 @@ class Driver:
                 self.current = -1
                 if recorder is not None:
                     recorder.step(values, entry[1])
+            else:
+                settled[op] = head
 
     def push(self, op: int) -> None:
         """Queue ``op`` and its ancestors (unless queued); never the op being visited."""
@@ -243,8 +276,10 @@ class Driver:
                    conservative: bool, edge: int, fixed: int | None) -> Plan:
         store = self.store
         values = (*operands, *results)
-        none_slot, slot_of = store.none_slot, store.slot_of
-        slots = tuple([slot if (slot := slot_of[v]) >= 0 else none_slot for v in values])
+        slots = tuple(map(store.read_slot.__getitem__, values))
+        readers = store.readers
+        for slot in slots:  # a slot read twice lists op twice: resetting it twice is harmless
+            readers[slot].append(op)
         elementwise = edge < 0 and fixed is None and self.graph.is_elementwise(op)
         signature = (id(rule), conservative, elementwise, edge, len(operands))
         key = self._plan_keys.get(signature)
@@ -341,7 +376,7 @@ class Driver:
         values, n, rule, edge = plan.values, plan.n_operands, plan.rule, plan.edge
         conservative, elementwise = plan.conservative, plan.elementwise
         store = self.store
-        shardings = [store.get(v) for v in values]
+        shardings = list(map(store.value.__getitem__, plan.slots))
         if edge >= 0:
             shardings[-1] = store.edge_before(edge, shardings[-1])
         mesh = self.common_mesh(shardings)
@@ -401,8 +436,11 @@ class Driver:
 
     def notify_users(self, value: int) -> None:
         """Queue the users of ``value`` (edges for edge sources, parents for terminators)."""
-        graph = self.graph
+        graph, plain = self.graph, self._plain
         for user, index in graph.uses[value]:
+            if plain[user]:
+                self.push(user)
+                continue
             edge = self._edge_for_use(user, index)
             if edge >= 0:
                 self.push(edge)

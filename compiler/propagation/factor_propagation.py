@@ -96,15 +96,16 @@ def compatible_major_axes(
     first, second = (results, operands) if direction == BACKWARD else (operands, results)
     acc: list[AxisRef] = []
     ok = True
+    # A tensor without axes for ``f`` merges as a no-op: it is skipped.
     for t in first:
         rec = t.factors.get(f)
-        if rec is not None:
+        if rec is not None and rec[AXES]:
             acc, ok = _merge_compatible(acc, rec[AXES], ok)
     if direction != BOTH:
         ok = False
     for t in second:
         rec = t.factors.get(f)
-        if rec is not None:
+        if rec is not None and rec[AXES]:
             acc, ok = _merge_compatible(acc, rec[AXES], ok)
     return acc
 
@@ -258,8 +259,9 @@ def aggressive_factor_propagation(
     if not any(candidates):
         return [False] * len(operands), [False] * len(results)
     sources = _source_tensors(operands + results, factor_sizes, candidates)
+    # Only factors with a candidate: the others propagate nothing to any tensor.
     order = sorted(
-        range(len(factor_sizes)),
+        [f for f, candidate in enumerate(candidates) if candidate],
         key=lambda f: (
             -sources[f][0],
             -size_product(candidates[f]) if elementwise else 0,

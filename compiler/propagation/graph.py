@@ -16,8 +16,9 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from shardc.compiler.propagation.compact_rule import CompactRule, compact_rule
-from shardc.compiler.sharding.rules import _NEIGHBOUR_KEYS, bears_on_rule, rule_for
+from shardc.compiler.sharding.rules import _NEIGHBOUR_KEYS, NO_RULE, bears_on_rule, rule_for
 from shardc.compiler.sharding.rules.elementwise import POINTWISE_OPS
+from shardc.dialects.sdy import SHARDING_RULE_ATTR
 
 # Ops that must never be erased even when unused (MLIR: not memory-effect free).
 _EFFECTFUL = frozenset({
@@ -103,6 +104,8 @@ def _attributes_key(op: ir.Operation) -> tuple[tuple[str, int], ...] | None:
     """(name, uniqued pointer) of each attribute that bears on the rule; None when
     the bindings cannot read one (a complex-valued constant)."""
     attributes = op.attributes
+    if not len(attributes):
+        return ()
     try:
         return tuple([(name, hash(attributes[name])) for name in attributes
                       if bears_on_rule(name)])
@@ -134,6 +137,7 @@ class PropagationGraph:
         self.dynamic_values: list[int] = []
         self._rules: dict[int, CompactRule | None] = {}
         self._rule_memo: dict[tuple, CompactRule | None] = {}
+        self._printed: dict[int, str] = {}  # the registry's printed types and attributes
         self._build()
 
     # ------------------------------------------------------------------ build
@@ -142,8 +146,8 @@ class PropagationGraph:
         # binding objects for equality in a dict lookup costs a binding call.
         # Every binding call is per-op cost, so each fact is read once.
         ops: list[ir.Operation] = []
-        self.module.walk(lambda op: (ops.append(op), ir.WalkResult.ADVANCE)[1],
-                         ir.WalkOrder.PRE_ORDER)
+        append, advance = ops.append, ir.WalkResult.ADVANCE
+        self.module.walk(lambda op: append(op) or advance, ir.WalkOrder.PRE_ORDER)
         # Pre-order: the module itself comes first.
         module_key = hash(self.module)
         if not ops or hash(ops[0]) != module_key:
@@ -241,8 +245,9 @@ class PropagationGraph:
         # worklist) only matters, and is only read, for values used twice or more.
         uses: list[list[tuple[int, int]]] = [[] for _ in values]
         op_operands = self.op_operands
+        value_of = value_id.__getitem__
         for i, op in enumerate(ops):
-            operands = [value_id[hash(v)] for v in op.operands]
+            operands = list(map(value_of, map(hash, op.operands)))
             op_operands.append(operands)
             for k, value in enumerate(operands):
                 uses[value].append((i, k))
@@ -295,19 +300,25 @@ class PropagationGraph:
         if known is not _MISSING:
             return known
         name = self.op_name[op]
+        ir_op = self.ops[op]
+        if name in NO_RULE and SHARDING_RULE_ATTR not in ir_op.attributes:
+            # ``rule_for``'s answer for these without a cache key (a constant's
+            # key would hash its value): no rule unless one is attached.
+            self._rules[op] = None
+            return None
         key = None
-        attributes = _attributes_key(self.ops[op]) if name not in _NEIGHBOUR_DEPENDENT else None
+        attributes = _attributes_key(ir_op) if name not in _NEIGHBOUR_DEPENDENT else None
         if attributes is not None:
             # What the registry's own cache key says, from uniqued pointers
             # instead of printed text: types and attributes are uniqued per context.
-            type_key = self.value_type_key
-            key = (name, tuple([type_key[v] for v in self.op_operands[op]]),
-                   tuple([type_key[v] for v in self.op_results[op]]), attributes)
+            type_of = self.value_type_key.__getitem__
+            key = (name, tuple(map(type_of, self.op_operands[op])),
+                   tuple(map(type_of, self.op_results[op])), attributes)
             compact = self._rule_memo.get(key, _MISSING)
             if compact is not _MISSING:
                 self._rules[op] = compact
                 return compact
-        rule = rule_for(self.ops[op], self.conservative)
+        rule = rule_for(ir_op, self.conservative, self._printed)
         compact = compact_rule(rule) if rule is not None else None
         self._rules[op] = compact
         if key is not None:

@@ -87,9 +87,12 @@ class ShardingStore:
         self.sid: list[int] = []
         self._intern: dict[TensorSharding, int] = {}
         self._parsed: dict[int, object] = {}
-        # Change clock: ``stamp[slot]`` is the clock value of the slot's last write.
-        self.clock = 0
-        self.stamp: list[int] = []
+        # Steps that wrote nothing are not repeated on unchanged shardings:
+        # ``settled[op]`` is the head (``Driver``'s memo key without the
+        # shardings) of op's last step if it wrote nothing, reset to -1 by any
+        # write to a slot in ``readers`` of op (the slots its step reads).
+        self.readers: list[list[int]] = []
+        self.settled: list[int] = [-1] * len(graph.ops)
         self.func_results: dict[int, list[int]] = {}
         self.funcs: list[int] = []
         self.edge_sources: dict[int, list[int]] = {}
@@ -106,15 +109,19 @@ class ShardingStore:
         # An always-empty slot id for values without a slot (never written).
         self.none_slot = len(self.sid)
         self.sid.append(0)
+        self.value.append(None)
+        self.readers.append([])
+        # The slot a step reads for each value: its own, else the none-slot.
+        self.read_slot = [slot if slot >= 0 else self.none_slot for slot in self.slot_of]
 
     # ------------------------------------------------------------------ slots
     def _new_slot(self, where: tuple, rank: int, sharding: TensorSharding | None) -> int:
         self.where.append(where)
-        self.stamp.append(0)
         self.rank.append(rank)
         self.value.append(sharding)
         self.sid.append(self.intern(sharding))
         self.siblings.append(())
+        self.readers.append([])
         return len(self.where) - 1
 
     def intern(self, sharding: TensorSharding | None) -> int:
@@ -294,18 +301,20 @@ class ShardingStore:
 
     def set_slot(self, slot: int, sharding: TensorSharding) -> None:
         """Store ``sharding``; siblings without a sharding get open placeholders."""
-        self.clock += 1
         self.value[slot] = sharding
         self.sid[slot] = self.intern(sharding)
-        self.stamp[slot] = self.clock
         self.dirty.add(slot)
+        settled = self.settled
+        for op in self.readers[slot]:
+            settled[op] = -1
         for sibling in self.siblings[slot]:
             if self.value[sibling] is None:
                 placeholder = open_sharding(sharding.mesh, self.rank[sibling])
                 self.value[sibling] = placeholder
                 self.sid[sibling] = self.intern(placeholder)
-                self.stamp[sibling] = self.clock
                 self.dirty.add(sibling)
+                for op in self.readers[sibling]:
+                    settled[op] = -1
 
     # ------------------------------------------------------------------ write back
     def _attr(self, text: str) -> ir.Attribute:

@@ -199,15 +199,28 @@ def bears_on_rule(attribute_name: str) -> bool:
     return attribute_name != SHARDING_ATTR and not attribute_name.startswith(_BOOKKEEPING_PREFIX)
 
 
-def _cache_key(op: ir.Operation, conservative: bool) -> Hashable:
+def _printed(thing: ir.Type | ir.Attribute, texts: dict[int, str] | None) -> str:
+    """``str(thing)``, looked up in ``texts`` first when given: one context's printed
+    types and attributes by uniqued pointer (printing costs more than a lookup)."""
+    if texts is None:
+        return str(thing)
+    key = hash(thing)
+    text = texts.get(key)
+    if text is None:
+        text = texts[key] = str(thing)
+    return text
+
+
+def _cache_key(op: ir.Operation, conservative: bool, texts: dict[int, str] | None) -> Hashable:
     attributes = tuple(
-        (name, str(op.attributes[name])) for name in op.attributes if bears_on_rule(name)
+        (name, _printed(op.attributes[name], texts))
+        for name in op.attributes if bears_on_rule(name)
     )
     neighbours = _NEIGHBOUR_KEYS[op.name](op) if op.name in _NEIGHBOUR_KEYS else None
     return (
         op.name,
-        tuple(str(v.type) for v in op.operands),
-        tuple(str(v.type) for v in op.results),
+        tuple(_printed(v.type, texts) for v in op.operands),
+        tuple(_printed(v.type, texts) for v in op.results),
         attributes,
         conservative,
         neighbours,
@@ -255,8 +268,13 @@ def compute_rule(op: ir.Operation, conservative: bool = False) -> OpShardingRule
     return None
 
 
-def rule_for(op: ir.Operation | ir.OpView, conservative: bool = False) -> OpShardingRule | None:
-    """The sharding rule of ``op``: attached rule, else registry (cached), else None."""
+def rule_for(op: ir.Operation | ir.OpView, conservative: bool = False,
+             texts: dict[int, str] | None = None) -> OpShardingRule | None:
+    """The sharding rule of ``op``: attached rule, else registry (cached), else None.
+
+    ``texts``: a dict the caller keeps for one context (and only one), in which
+    the cache key's printed types and attributes are remembered.
+    """
     op = op.operation
     if SHARDING_RULE_ATTR in op.attributes:
         # Printing the attribute costs a fifteenth of reading it back field by field.
@@ -270,7 +288,7 @@ def rule_for(op: ir.Operation | ir.OpView, conservative: bool = False) -> OpShar
         return rule
     if op.name in NO_RULE:
         return None
-    key = _cache_key(op, conservative)
+    key = _cache_key(op, conservative, texts)
     if key not in _cache:
         if len(_cache) >= _CACHE_LIMIT:
             _cache.clear()

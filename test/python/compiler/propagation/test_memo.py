@@ -3,7 +3,8 @@
 * ``DirectionChain.for_op`` level k equals ``union_of(heuristics[:k+1])``;
 * ops with equal ``op_priority_signature`` get equal directions at every level;
 * a propagation run twice on fresh parses prints the same module, and the
-  memoised run equals a run with the step and func-result memos disabled.
+  memoised run equals a run with the step and func-result memos disabled and
+  with no step skipped as settled (``ShardingStore.settled``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from shardc.compiler.propagation.directions import (
 )
 from shardc.compiler.propagation.driver import Driver
 from shardc.compiler.propagation.graph import PropagationGraph
+from shardc.compiler.sharding.rules import clear_cache, rule_for
 from shardc.dialects import make_context
 
 PROGRAM = """
@@ -94,11 +96,30 @@ func.func @main(%arg0: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"
 """
 
 
-@pytest.mark.parametrize("program", [PROGRAM, MANY_RESULTS], ids=["one_result", "many_results"])
-def test_memo_off_gives_the_same_module(monkeypatch, program):
+# A conflict basic propagation leaves alone and aggressive propagation resolves:
+# under basic-then-aggressive, the dot's step writes nothing in the basic run
+# and must still be taken in the aggressive one (same directions, new strategy).
+DOT_CONFLICT = """
+sdy.mesh @mesh = <["a"=2, "b"=2]>
+func.func @main(%arg0: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"a"}, {}]>},
+                %arg1: tensor<16x32xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"a"}]>})
+    -> tensor<8x32xf32> {
+  %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0]
+       : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
+  return %0 : tensor<8x32xf32>
+}
+"""
+
+
+@pytest.mark.parametrize(("program", "plan"), [
+    (PROGRAM, "user-priority"),
+    (MANY_RESULTS, "user-priority"),
+    (DOT_CONFLICT, "basic-then-aggressive"),
+], ids=["one_result", "many_results", "strategy_change"])
+def test_memo_off_gives_the_same_module(monkeypatch, program, plan):
     def run() -> str:
         module = ir.Module.parse(program, make_context())
-        propagate(module.operation, plan="user-priority")
+        propagate(module.operation, plan=plan)
         return str(module)
 
     memoised = run()
@@ -114,6 +135,11 @@ def test_memo_off_gives_the_same_module(monkeypatch, program):
         original(self, *args, **kwargs)
         self._memo = _NoMemoByStrategy(NoMemo)
         self._result_memo = _NoMemoByStrategy(NoMemo)
+        self.store.settled = NeverSettled(self.store.settled)
+
+    class NeverSettled(list):
+        def __getitem__(self, op):
+            return -1
 
     class _NoMemoByStrategy(dict):
         def __init__(self, factory):
@@ -125,6 +151,12 @@ def test_memo_off_gives_the_same_module(monkeypatch, program):
 
     monkeypatch.setattr(Driver, "__init__", init)
     assert run() == memoised
+
+
+def test_basic_then_aggressive_resolves_the_conflict():
+    module = ir.Module.parse(DOT_CONFLICT, make_context())
+    propagate(module.operation, plan="basic-then-aggressive")
+    assert '[<@mesh, [{?}, {"a", ?}]>]' in str(module)
 
 
 def test_rule_memo_ignores_shardcs_bookkeeping_attributes():
@@ -143,3 +175,45 @@ def test_rule_memo_ignores_shardcs_bookkeeping_attributes():
         assert len(adds) == 2
         assert graph.rule(adds[0]) is graph.rule(adds[1])
         assert len(graph._rule_memo) == 1
+
+
+def test_rule_for_with_printed_texts_gives_the_same_rules():
+    """The registry's key printed through a caller's ``texts`` dict (one context's
+    printed types and attributes) is the key printed afresh: same rules."""
+    with make_context():
+        module = ir.Module.parse(PROGRAM)
+        graph = PropagationGraph(module.operation)
+        texts: dict[int, str] = {}
+        clear_cache()
+        fresh = [rule_for(op) for op in graph.ops]
+        clear_cache()
+        printed = [rule_for(op, False, texts) for op in graph.ops]
+        assert printed == fresh
+        assert texts and all(isinstance(text, str) for text in texts.values())
+        # A rule computed once answers the other route's key too.
+        assert [rule_for(op) for op in graph.ops] == fresh
+
+
+def test_graph_rules_are_the_registrys():
+    """``PropagationGraph.rule`` answers what ``rule_for`` does, also for ops the
+    registry gives no rule (answered without a key) unless one is attached."""
+    text = """
+    func.func @main(%arg0: tensor<8xf32>) -> tensor<8xf32> {
+      %0 = stablehlo.optimization_barrier %arg0 : tensor<8xf32>
+      %1 = "stablehlo.optimization_barrier"(%arg0)
+           {sdy.sharding_rule = #sdy.op_sharding_rule<([i])->([i]) {i=8}>}
+           : (tensor<8xf32>) -> tensor<8xf32>
+      %2 = stablehlo.add %arg0, %0 : tensor<8xf32>
+      %3 = stablehlo.multiply %2, %1 : tensor<8xf32>
+      return %3 : tensor<8xf32>
+    }"""
+    with make_context():
+        module = ir.Module.parse(text)
+        graph = PropagationGraph(module.operation)
+        for op in range(len(graph.ops)):
+            rule = rule_for(graph.ops[op])
+            compact = graph.rule(op)
+            assert (compact.rule if compact is not None else None) == rule
+        barriers = [op for op, name in enumerate(graph.op_name)
+                    if name == "stablehlo.optimization_barrier"]
+        assert graph.rule(barriers[0]) is None and graph.rule(barriers[1]) is not None
