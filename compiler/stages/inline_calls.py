@@ -118,17 +118,30 @@ def inline_all_calls(module: ir.Operation) -> int:
     relocations = Relocations(module.context)
     for _ in range(64):  # call-graph depth; JAX nests a few levels at most
         functions = _functions(module)
-        progress = False
-        for call in _calls(module):
-            callee = functions.get(ir.FlatSymbolRefAttr(call.attributes["callee"]).value)
+        calls = _calls(module)
+        # Only a callee that calls brings calls into its callers: when none was
+        # inlined, another round would find just the calls this one left alone.
+        calling = {_function_name(call) for call in calls}
+        brought_calls = False
+        for call in calls:
+            name = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
+            callee = functions.get(name)
             if callee is None or len(callee.regions[0].blocks) != 1 or _inside(call, callee):
                 continue
             inline_call(call, callee, relocations)
             inlined += 1
-            progress = True
-        if not progress:
+            brought_calls = brought_calls or name in calling
+        if not brought_calls:
             break
     return inlined
+
+
+def _function_name(op: ir.Operation) -> str | None:
+    """The name of the function ``op`` is in."""
+    parent = op.parent
+    while parent is not None and parent.name != "func.func":
+        parent = parent.parent
+    return None if parent is None else ir.StringAttr(parent.attributes["sym_name"]).value
 
 
 def _inside(op: ir.Operation, ancestor: ir.Operation) -> bool:
