@@ -22,7 +22,7 @@ from shardc.compiler.diagnostics import verify_step
 from shardc.compiler.propagation.data_flow_ops import DATA_FLOW_OPS
 from shardc.compiler.propagation.ir_access import EDGE_OP
 from shardc.compiler.propagation.manual import MANUAL_OP
-from shardc.compiler.sharding.walker import census
+from shardc.compiler.sharding.walker import Census, census
 from shardc.compiler.stages import export_steps, import_steps
 from shardc.compiler.stages.apply_constraints import apply_sharding_constraints
 from shardc.compiler.stages.data_flow_edges import add_data_flow_edges, sink_data_flow_edges
@@ -65,7 +65,9 @@ Step = Callable[[ir.Operation], object]
 
 # The ops each step rewrites: a module holding none of them is left as it is, so a
 # pipeline skips the step rather than walk the module for nothing. No step creates
-# an op that a later step of its pipeline looks for here.
+# an op that a later step of its pipeline looks for here, so the names found once
+# (by a census, or by a step that walks every op anyway and returns one) serve
+# every later step.
 _REWRITTEN_OPS: dict[Step, frozenset[str]] = {
     inline_all_calls: frozenset({"func.call"}),
     import_steps.manual_axes_cleanup: frozenset({MANUAL_OP}),
@@ -80,12 +82,14 @@ _REWRITTEN_OPS: dict[Step, frozenset[str]] = {
 def run_steps(module: ir.Operation, steps: Sequence[Step],
               present: frozenset[str] | None = None) -> None:
     """Run each step on ``module``, verifying after each when step verification is on;
-    with ``present`` (the names of the module's ops), skip the steps that rewrite
-    none of those."""
+    with ``present`` (the names of the module's ops, or a superset), skip the steps
+    that rewrite none of those. A step returning a ``Census`` gives ``present``."""
     for step in steps:
         if present is not None and present.isdisjoint(_REWRITTEN_OPS.get(step, present)):
             continue
-        step(module)
+        found = step(module)
+        if isinstance(found, Census):
+            present = found.names
         verify_step(module, step.__name__)
 
 
@@ -101,7 +105,7 @@ def import_pipeline(module: ir.Operation) -> None:
         import_steps.manual_axes_cleanup,
         add_data_flow_edges,
         apply_sharding_constraints,
-    ), census(module).names)
+    ))
 
 
 def export_pipeline(

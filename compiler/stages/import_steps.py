@@ -25,6 +25,7 @@ from shardc.compiler.sharding.tensor import (
     parse_sharding,
 )
 from shardc.compiler.sharding.walker import (
+    Census,
     attribute_dict,
     attribute_names,
     map_shardings,
@@ -215,16 +216,22 @@ class _Split:
                 op.erase()
 
 
-def constant_or_scalar_splitter(module: ir.Operation) -> None:
-    """Turn constants into ``sdy.constant`` and give every non-constant use its own copy."""
+def constant_or_scalar_splitter(module: ir.Operation) -> Census:
+    """Turn constants into ``sdy.constant`` and give every non-constant use its own copy.
+
+    Returns the names of the ops the module held, and of the ``sdy.constant`` it
+    holds now: the steps after this one look there for the ops they rewrite.
+    """
     with module.context:
         ops = nested_ops(module, ir.WalkOrder.PRE_ORDER)
+        names = {op.name for op in ops}
         # Values of different functions never meet: one pass over the whole module
         # splits each function as a pass per function would.
-        split = _Split(has_groups=any(op.name == _GROUP_OP for op in ops))
+        split = _Split(has_groups=_GROUP_OP in names)
         for op in ops:
             split.process(op)
         split.erase_unused()
+    return Census(frozenset(names | {"sdy.constant"}), False)
 
 
 # ------------------------------------------------------------------ manual axes
