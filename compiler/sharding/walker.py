@@ -48,6 +48,8 @@ def nested_ops(root: ir.Operation, order: ir.WalkOrder = ir.WalkOrder.PRE_ORDER,
         # The walk visits ``root`` itself first (pre-order) or last (post-order):
         # dropping it by position spares comparing every op with it (a binding call).
         return ops[1:] if order == ir.WalkOrder.PRE_ORDER else ops[:-1]
+    if root.name not in names:
+        return ops  # ``root`` is not among them: no op need be compared with it
     return [op for op in ops if op != root]
 
 
