@@ -36,8 +36,11 @@ def _unescape(printed: str) -> str:
     return raw.decode("utf-8", "replace")
 
 
+CALL_OP = "func.call"
+
+
 def _calls(module: ir.Operation) -> list[ir.Operation]:
-    return nested_ops(module, ir.WalkOrder.PRE_ORDER, {"func.call"})
+    return nested_ops(module, ir.WalkOrder.PRE_ORDER, {CALL_OP})
 
 
 def _functions(module: ir.Operation) -> dict[str, ir.Operation]:
@@ -83,8 +86,10 @@ class Relocations:
         return made
 
 
-def inline_call(call: ir.Operation, callee: ir.Operation, relocations: Relocations) -> None:
-    """Replace one call by a copy of its single-block callee's body."""
+def inline_call(call: ir.Operation, callee: ir.Operation,
+                relocations: Relocations) -> list[ir.Operation]:
+    """Replace one call by a copy of its single-block callee's body; return the calls
+    the copy brought in, in the order they come."""
     copy = callee.clone(ip=ir.InsertionPoint(callee))
     body = copy.regions[0].blocks[0]
     for argument, operand in zip(body.arguments, call.operands):
@@ -93,8 +98,12 @@ def inline_call(call: ir.Operation, callee: ir.Operation, relocations: Relocatio
     terminator = operations[-1]
     caller = call.location
 
+    brought: list[ir.Operation] = []
+
     def relocate(op: ir.Operation) -> ir.WalkResult:
         op.location = relocations.at(op.location, caller)
+        if op.name == CALL_OP:
+            brought.append(op)
         return ir.WalkResult.ADVANCE
 
     # One walk over the whole copy: relocating its own op and terminator too is
@@ -106,6 +115,7 @@ def inline_call(call: ir.Operation, callee: ir.Operation, relocations: Relocatio
         result.replace_all_uses_with(returned)
     call.erase()
     copy.erase()
+    return brought
 
 
 def inline_all_calls(module: ir.Operation) -> int:
@@ -116,32 +126,22 @@ def inline_all_calls(module: ir.Operation) -> int:
     """
     inlined = 0
     relocations = Relocations(module.context)
+    functions = _functions(module)
+    calls = _calls(module)
     for _ in range(64):  # call-graph depth; JAX nests a few levels at most
-        functions = _functions(module)
-        calls = _calls(module)
-        # Only a callee that calls brings calls into its callers: when none was
-        # inlined, another round would find just the calls this one left alone.
-        calling = {_function_name(call) for call in calls}
-        brought_calls = False
+        # Only the calls inlined bodies bring in are new: the next round looks at
+        # those alone (a call left here would be left again).
+        brought: list[ir.Operation] = []
         for call in calls:
-            name = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
-            callee = functions.get(name)
+            callee = functions.get(ir.FlatSymbolRefAttr(call.attributes["callee"]).value)
             if callee is None or len(callee.regions[0].blocks) != 1 or _inside(call, callee):
                 continue
-            inline_call(call, callee, relocations)
+            brought += inline_call(call, callee, relocations)
             inlined += 1
-            brought_calls = brought_calls or name in calling
-        if not brought_calls:
+        if not brought:
             break
+        calls = brought
     return inlined
-
-
-def _function_name(op: ir.Operation) -> str | None:
-    """The name of the function ``op`` is in."""
-    parent = op.parent
-    while parent is not None and parent.name != "func.func":
-        parent = parent.parent
-    return None if parent is None else ir.StringAttr(parent.attributes["sym_name"]).value
 
 
 def _inside(op: ir.Operation, ancestor: ir.Operation) -> bool:
