@@ -23,6 +23,8 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.sharding.walker import nested_ops
 
+CALL_OP = "func.call"
+
 # A location that is only a name (``loc("gather")``): no file position of its own.
 # MLIR prints a backslash doubled and a quote or unprintable byte as two hex digits.
 _BARE_NAME = re.compile(r'loc\("((?:[^"\\]|\\\\|\\[0-9A-Fa-f]{2})*)"\)')
@@ -34,9 +36,6 @@ def _unescape(printed: str) -> str:
     raw = _ESCAPE.sub(lambda m: b"\\" if m.group(1) == b"\\" else bytes([int(m.group(1), 16)]),
                       printed.encode())
     return raw.decode("utf-8", "replace")
-
-
-CALL_OP = "func.call"
 
 
 def _calls(module: ir.Operation) -> list[ir.Operation]:
