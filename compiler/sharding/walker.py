@@ -13,6 +13,7 @@ things in visiting order match Shardy's names.
 from __future__ import annotations
 
 from collections.abc import Callable, Container
+from typing import NamedTuple
 
 from jaxlib.mlir import ir
 
@@ -47,7 +48,39 @@ def nested_ops(root: ir.Operation, order: ir.WalkOrder = ir.WalkOrder.PRE_ORDER,
         # The walk visits ``root`` itself first (pre-order) or last (post-order):
         # dropping it by position spares comparing every op with it (a binding call).
         return ops[1:] if order == ir.WalkOrder.PRE_ORDER else ops[:-1]
+    if root.name not in names:
+        return ops  # ``root`` is not among them: no op need be compared with it
     return [op for op in ops if op != root]
+
+
+class Census(NamedTuple):
+    """What one walk found in a module: the names of its ops, and whether some op
+    has the attribute asked about."""
+
+    names: frozenset[str]
+    has_attribute: bool
+
+
+def census(root: ir.Operation, attribute: str | None = None) -> Census:
+    """The names of the ops nested in ``root`` (``root``'s own included), and whether
+    one of them has ``attribute``."""
+    names: set[str] = set()
+    found = False
+
+    if attribute is None:
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            names.add(op.name)
+            return ir.WalkResult.ADVANCE
+    else:
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            nonlocal found
+            names.add(op.name)
+            if not found and attribute in op.attributes:
+                found = True
+            return ir.WalkResult.ADVANCE
+
+    root.walk(visit)
+    return Census(frozenset(names), found)
 
 
 def ops_in_preorder(root: ir.Operation) -> list[ir.Operation]:

@@ -19,11 +19,16 @@ from collections.abc import Callable, Sequence
 from jaxlib.mlir import ir, passmanager
 
 from shardc.compiler.diagnostics import verify_step
+from shardc.compiler.propagation.data_flow_ops import DATA_FLOW_OPS
+from shardc.compiler.propagation.ir_access import EDGE_OP
+from shardc.compiler.propagation.manual import MANUAL_OP
+from shardc.compiler.sharding.walker import Census, census
 from shardc.compiler.stages import export_steps, import_steps
 from shardc.compiler.stages.apply_constraints import apply_sharding_constraints
 from shardc.compiler.stages.data_flow_edges import add_data_flow_edges, sink_data_flow_edges
 from shardc.compiler.stages.inline_calls import inline_all_calls
 from shardc.compiler.stages.lift_inlined_meshes import lift_inlined_meshes
+from shardc.dialects.sdy import SHARDING_RULE_ATTR
 
 
 def _generic(module: ir.Operation, pipeline: str) -> None:
@@ -56,10 +61,35 @@ def remove_sub_axes_in_main_io_shardings(module: ir.Operation) -> None:
     export_steps.remove_sub_axes_in_io_shardings(module, main_func(module))
 
 
-def run_steps(module: ir.Operation, steps: Sequence[Callable[[ir.Operation], object]]) -> None:
-    """Run each step on ``module``, verifying after each when step verification is on."""
+Step = Callable[[ir.Operation], object]
+
+# The ops each step rewrites: a module holding none of them is left as it is, so a
+# pipeline skips the step rather than walk the module for nothing. No step creates
+# an op that a later step of its pipeline looks for here, so the names found once
+# (by a census, or by a step that walks every op anyway and returns one) serve
+# every later step.
+_REWRITTEN_OPS: dict[Step, frozenset[str]] = {
+    inline_all_calls: frozenset({"func.call"}),
+    import_steps.manual_axes_cleanup: frozenset({MANUAL_OP}),
+    add_data_flow_edges: frozenset(DATA_FLOW_OPS),
+    apply_sharding_constraints: frozenset({"sdy.sharding_constraint", MANUAL_OP}),
+    sink_data_flow_edges: frozenset({EDGE_OP, *DATA_FLOW_OPS}),
+    export_steps.remove_sharding_groups: frozenset({"sdy.sharding_group"}),
+    export_steps.sharding_constraint_to_reshard: frozenset({"sdy.sharding_constraint"}),
+}
+
+
+def run_steps(module: ir.Operation, steps: Sequence[Step],
+              present: frozenset[str] | None = None) -> None:
+    """Run each step on ``module``, verifying after each when step verification is on;
+    with ``present`` (the names of the module's ops, or a superset), skip the steps
+    that rewrite none of those. A step returning a ``Census`` gives ``present``."""
     for step in steps:
-        step(module)
+        if present is not None and present.isdisjoint(_REWRITTEN_OPS.get(step, present)):
+            continue
+        found = step(module)
+        if isinstance(found, Census):
+            present = found.names
         verify_step(module, step.__name__)
 
 
@@ -95,6 +125,9 @@ def export_pipeline(
     the same reshard for XLA, and a lowering that reads like jax.jit's, where
     every ``with_sharding_constraint`` is a constraint.
     """
+    found = census(module, SHARDING_RULE_ATTR)
+    # Only ``explicit_reshards`` may write rules after this.
+    drops_rules = not keep_sharding_rules and (found.has_attribute or explicit_reshards is not None)
     run_steps(module, (
         export_steps.constant_or_scalar_merger,
         sink_data_flow_edges,
@@ -105,5 +138,5 @@ def export_pipeline(
         export_steps.close_shardings,
         *((explicit_reshards,) if explicit_reshards is not None else ()),
         export_steps.erase_dead_ops,
-        *(() if keep_sharding_rules else (export_steps.drop_sharding_rules,)),
-    ))
+        *((export_steps.drop_sharding_rules,) if drops_rules else ()),
+    ), found.names)

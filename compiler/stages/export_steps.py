@@ -34,7 +34,7 @@ def _attr_key(op: ir.Operation) -> tuple | str:
     (a complex value), the op's printed generic form without its result name."""
     attrs = attribute_dict(op)
     if attrs is not None:
-        return tuple(sorted(attrs.items(), key=lambda p: p[0]))
+        return tuple(sorted(attrs.items()))  # names are distinct: only they are compared
     text = op.get_asm(print_generic_op_form=True, assume_verified=True)
     return text.split(" = ", 1)[1] if text.lstrip().startswith("%") else text
 
@@ -49,6 +49,8 @@ def constant_or_scalar_merger(module: ir.Operation) -> None:
     takes over, and the regions of a ``while`` or ``case`` share a parent op
     but not a block.
     """
+    # Types are uniqued and few: each is asked its rank once.
+    scalar_types: dict[ir.Type, bool] = {}
     for func in _funcs(module):
         constants: dict = {}
         broadcasts: dict = {}
@@ -57,11 +59,15 @@ def constant_or_scalar_merger(module: ir.Operation) -> None:
             if name != "stablehlo.broadcast_in_dim":
                 key = (_attr_key(op), op.block)
                 cache = constants
-            elif _rank(op.operands[0]) == 0:
-                key = (_attr_key(op), op.block, op.results[0].type, op.operands[0])
-                cache = broadcasts
             else:
-                continue
+                operand = op.operands[0]
+                operand_type = operand.type
+                if operand_type not in scalar_types:
+                    scalar_types[operand_type] = _rank(operand) == 0
+                if not scalar_types[operand_type]:
+                    continue
+                key = (_attr_key(op), op.block, op.results[0].type, operand)
+                cache = broadcasts
             kept = cache.setdefault(key, op)
             if kept is not op:
                 op.results[0].replace_all_uses_with(kept.results[0])

@@ -94,20 +94,45 @@ RESHAPES: dict[str, Callable[[ir.Operation], bool]] = {
 }
 
 
+def _verdict(op: ir.Operation, name: str) -> str | None:
+    """``"identity"`` where ``op`` returns its operand, ``"reshape"`` where it is a
+    reshape, else None."""
+    identity, reshape = IDENTITIES.get(name), RESHAPES.get(name)
+    if identity is not None and identity(op):
+        return "identity"
+    if reshape is not None and reshape(op):
+        return "reshape"
+    return None
+
+
+_BROADCAST = "stablehlo.broadcast_in_dim"
+
+
 def fold_identities(module: ir.Operation) -> int:
     """Replace every identity shape op of ``module`` (without a sharding of its own) by
     its operand, and every op that is a reshape by one; return how many changed."""
     identities: list[ir.Operation] = []
     reshapes: list[ir.Operation] = []
+    # A broadcast is judged by its two types and its dimensions alone, which are
+    # uniqued and few in a module (most ops it checks are broadcasts): each
+    # distinct broadcast is judged once.
+    broadcasts: dict[tuple[ir.Type, ir.Type, ir.Attribute], str | None] = {}
 
     def visit(op: ir.Operation) -> ir.WalkResult:
         # By name first: most ops are neither, and the name is the cheapest thing to read.
         name = op.name
-        identity, reshape = IDENTITIES.get(name), RESHAPES.get(name)
-        if (identity is not None or reshape is not None) and SHARDING_ATTR not in op.attributes:
-            if identity is not None and identity(op):
+        if (name in IDENTITIES or name in RESHAPES) and SHARDING_ATTR not in op.attributes:
+            if name == _BROADCAST:
+                key = (op.operands[0].type, op.results[0].type,
+                       op.attributes["broadcast_dimensions"])
+                if key not in broadcasts:
+                    broadcasts[key] = _verdict(op, name)
+                verdict = broadcasts[key]
+            else:
+                verdict = _verdict(op, name)
+            if verdict == "identity":
                 identities.append(op)
-            elif reshape is not None and reshape(op):
+            elif verdict == "reshape":
                 reshapes.append(op)
         return ir.WalkResult.ADVANCE
 

@@ -25,6 +25,7 @@ from shardc.compiler.sharding.tensor import (
     parse_sharding,
 )
 from shardc.compiler.sharding.walker import (
+    Census,
     attribute_dict,
     attribute_names,
     map_shardings,
@@ -71,7 +72,8 @@ def remove_size_one_axes(module: ir.Operation) -> None:
 
 
 # ------------------------------------------------------------------ constants
-def _to_sdy_constant(op: ir.Operation) -> None:
+def _to_sdy_constant(op: ir.Operation) -> ir.Operation:
+    """Replace a ``stablehlo.constant`` by an ``sdy.constant``; return the new op."""
     attrs = attribute_dict(op)
     if attrs is None:
         new = _renamed_through_text(op, "sdy.constant")
@@ -80,6 +82,7 @@ def _to_sdy_constant(op: ir.Operation) -> None:
                                   attributes=attrs, loc=op.location, ip=ir.InsertionPoint(op))
     op.results[0].replace_all_uses_with(new.results[0])
     op.erase()
+    return new
 
 
 def _renamed_through_text(op: ir.Operation, name: str) -> ir.Operation:
@@ -102,103 +105,133 @@ def _renamed_through_text(op: ir.Operation, name: str) -> ir.Operation:
     return new
 
 
-def _is_pure_preserving(op: ir.Operation) -> bool:
-    name = op.name
-    if name in _CONSTANT_PRESERVING:
-        return True
-    return name in ELEMENTWISE and name not in _EFFECTFUL
-
-
-def _clone(result: ir.Value, mapping: dict, groups: dict[ir.Value, list[ir.Operation]]) -> None:
-    """Clone the ops computing ``result`` (``mapping``: original value -> copy) and the
-    sharding groups ``result`` is in (``groups``: found once per value, as copies only
-    ever take uses away from the original)."""
-    if _is_scalar(result) or result in mapping:
-        return
-    op = result.owner.operation
-    for operand in op.operands:
-        if _def_op(operand) is not None:
-            _clone(operand, mapping, groups)
-    clone = op.clone(ip=ir.InsertionPoint(op))
-    for k, operand in enumerate(op.operands):
-        if operand in mapping:
-            clone.operands[k] = mapping[operand]
-    for old, new in zip(op.results, clone.results):
-        mapping[old] = new
-    if result not in groups:
-        groups[result] = [use.owner for use in result.uses
-                          if use.owner.name == "sdy.sharding_group"]
-    for group in groups[result]:
-        copy = group.clone(ip=ir.InsertionPoint(op))
-        copy.operands[0] = mapping[result]
-
-
-def _def_op(value: ir.Value) -> ir.Operation | None:
-    owner = value.owner
-    return None if isinstance(owner, ir.Block) else owner.operation
+# Ops that make a constant of constant operands.
+_PURE_PRESERVING = _CONSTANT_PRESERVING | (ELEMENTWISE - _EFFECTFUL)
+_CONSTANT_SOURCES = frozenset({"sdy.constant", "stablehlo.iota"})
+_GROUP_OP = "sdy.sharding_group"
 
 
 class _Split:
-    """The constants (and ops of constants only) and scalar broadcasts of one function
-    found so far, in walk order, and their results (operands are looked up by value:
-    cheaper through the bindings than by defining op)."""
+    """The constants (and ops of constants only) and scalar broadcasts of a module found
+    so far, in walk order, with what cloning them reads.
 
-    def __init__(self) -> None:
-        self.constants: dict[ir.Operation, None] = {}  # ordered sets
-        self.expansions: dict[ir.Operation, None] = {}
+    Every split value maps to its op, the op's operands and its results, read once
+    when the op is classified: cloning a value many times then costs no binding
+    calls to find them again. Operands are looked up by value (cheaper through the
+    bindings than by defining op).
+    """
+
+    def __init__(self, has_groups: bool) -> None:
+        self.constants: dict[ir.Operation, list[ir.Value]] = {}  # op -> results, in order
+        self.expansions: dict[ir.Operation, list[ir.Value]] = {}
         self.constant_values: set[ir.Value] = set()
-        self.split_values: set[ir.Value] = set()  # results of both
+        # Results of both: value -> (op, operands, results).
+        self.sources: dict[ir.Value, tuple[ir.Operation, list[ir.Value], list[ir.Value]]] = {}
+        # Without any sdy.sharding_group in the module, no value is in one.
+        self.has_groups = has_groups
         self.groups: dict[ir.Value, list[ir.Operation]] = {}  # see _clone
+        self.scalar_types: dict[ir.Type, bool] = {}
 
-    def add(self, op: ir.Operation, ops: dict[ir.Operation, None]) -> None:
-        ops[op] = None
-        results = list(op.results)
-        self.split_values.update(results)
+    def is_scalar(self, value: ir.Value) -> bool:
+        # Types are uniqued and few: each is asked its rank once.
+        type_ = value.type
+        scalar = self.scalar_types.get(type_)
+        if scalar is None:
+            scalar = self.scalar_types[type_] = _is_scalar(value)
+        return scalar
+
+    def add(self, op: ir.Operation, operands: list[ir.Value],
+            ops: dict[ir.Operation, list[ir.Value]]) -> None:
+        results = ops[op] = list(op.results)
+        source = (op, operands, results)
+        for result in results:
+            self.sources[result] = source
         if ops is self.constants:
             self.constant_values.update(results)
 
     def process(self, op: ir.Operation) -> None:
         """Classify ``op`` or give each of its non-scalar constant operands its own copy."""
         name = op.name
-        if name == "sdy.sharding_group":
+        if name == _GROUP_OP:
             return
-        if name in ("sdy.constant", "stablehlo.iota"):
-            self.add(op, self.constants)
+        if name == "stablehlo.constant":
+            self.add(_to_sdy_constant(op), [], self.constants)
+            return
+        if name in _CONSTANT_SOURCES:
+            self.add(op, [], self.constants)
             return
         operands = list(op.operands)
-        if _is_pure_preserving(op) and all(v in self.constant_values for v in operands):
-            self.add(op, self.constants)
+        if name in _PURE_PRESERVING and self.constant_values.issuperset(operands):
+            self.add(op, operands, self.constants)
             return
-        if name == "stablehlo.broadcast_in_dim" and _is_scalar(operands[0]):
-            self.add(op, self.expansions)
+        if name == "stablehlo.broadcast_in_dim" and self.is_scalar(operands[0]):
+            self.add(op, operands, self.expansions)
             return
         for k, operand in enumerate(operands):
-            if operand in self.split_values and not _is_scalar(operand):
-                mapping: dict = {}
-                _clone(operand, mapping, self.groups)
+            if operand in self.sources and not self.is_scalar(operand):
+                mapping: dict[ir.Value, ir.Value] = {}
+                self.clone(operand, mapping)
                 op.operands[k] = mapping[operand]
 
+    def clone(self, result: ir.Value, mapping: dict[ir.Value, ir.Value]) -> None:
+        """Clone the ops computing ``result`` (``mapping``: original value -> copy) and
+        the sharding groups ``result`` is in (found once per value, as copies only ever
+        take uses away from the original).
+
+        A constant's operands are constants and an expansion's is a scalar, which is
+        never cloned: every operand to clone is a split value.
+        """
+        if result in mapping or self.is_scalar(result):
+            return
+        op, operands, results = self.sources[result]
+        for operand in operands:
+            if operand in self.sources:
+                self.clone(operand, mapping)
+        copy = op.clone(ip=ir.InsertionPoint(op))
+        copy_operands = copy.operands
+        for k, operand in enumerate(operands):
+            if operand in mapping:
+                copy_operands[k] = mapping[operand]
+        for old, new in zip(results, copy.results):
+            mapping[old] = new
+        if not self.has_groups:
+            return
+        if result not in self.groups:
+            self.groups[result] = [use.owner for use in result.uses
+                                   if use.owner.name == _GROUP_OP]
+        for group in self.groups[result]:
+            group_copy = group.clone(ip=ir.InsertionPoint(op))
+            group_copy.operands[0] = mapping[result]
+
     def erase_unused(self) -> None:
-        for op in [*self.expansions, *reversed(self.constants)]:
-            users = [u.owner for r in op.results for u in r.uses]
-            if all(u.name == "sdy.sharding_group" for u in users):
+        for op, results in [*self.expansions.items(), *reversed(self.constants.items())]:
+            uses = [use for result in results for use in result.uses]
+            if uses and not self.has_groups:
+                continue  # its users are not sharding groups (none is)
+            # Reading a user (an op view made per use) costs more than its use.
+            users = [use.owner for use in uses]
+            if all(u.name == _GROUP_OP for u in users):
                 for user in users:
                     user.erase()
                 op.erase()
 
 
-def constant_or_scalar_splitter(module: ir.Operation) -> None:
-    """Turn constants into ``sdy.constant`` and give every non-constant use its own copy."""
+def constant_or_scalar_splitter(module: ir.Operation) -> Census:
+    """Turn constants into ``sdy.constant`` and give every non-constant use its own copy.
+
+    Returns the names of the ops the module held, and of the ``sdy.constant`` it
+    holds now: the steps after this one look there for the ops they rewrite.
+    """
     with module.context:
-        for op in nested_ops(module, ir.WalkOrder.PRE_ORDER, {"stablehlo.constant"}):
-            _to_sdy_constant(op)
-        for func in module.regions[0].blocks[0].operations:
-            if func.operation.name != "func.func":
-                continue
-            split = _Split()
-            for op in nested_ops(func.operation, ir.WalkOrder.PRE_ORDER):
-                split.process(op)
-            split.erase_unused()
+        ops = nested_ops(module, ir.WalkOrder.PRE_ORDER)
+        names = {op.name for op in ops}
+        # Values of different functions never meet: one pass over the whole module
+        # splits each function as a pass per function would.
+        split = _Split(has_groups=_GROUP_OP in names)
+        for op in ops:
+            split.process(op)
+        split.erase_unused()
+    return Census(frozenset(names | {"sdy.constant"}), False)
 
 
 # ------------------------------------------------------------------ manual axes

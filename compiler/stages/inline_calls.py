@@ -23,6 +23,8 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.sharding.walker import nested_ops
 
+CALL_OP = "func.call"
+
 # A location that is only a name (``loc("gather")``): no file position of its own.
 # MLIR prints a backslash doubled and a quote or unprintable byte as two hex digits.
 _BARE_NAME = re.compile(r'loc\("((?:[^"\\]|\\\\|\\[0-9A-Fa-f]{2})*)"\)')
@@ -37,7 +39,7 @@ def _unescape(printed: str) -> str:
 
 
 def _calls(module: ir.Operation) -> list[ir.Operation]:
-    return nested_ops(module, ir.WalkOrder.PRE_ORDER, {"func.call"})
+    return nested_ops(module, ir.WalkOrder.PRE_ORDER, {CALL_OP})
 
 
 def _functions(module: ir.Operation) -> dict[str, ir.Operation]:
@@ -83,8 +85,10 @@ class Relocations:
         return made
 
 
-def inline_call(call: ir.Operation, callee: ir.Operation, relocations: Relocations) -> None:
-    """Replace one call by a copy of its single-block callee's body."""
+def inline_call(call: ir.Operation, callee: ir.Operation,
+                relocations: Relocations) -> list[ir.Operation]:
+    """Replace one call by a copy of its single-block callee's body; return the calls
+    the copy brought in, in the order they come."""
     copy = callee.clone(ip=ir.InsertionPoint(callee))
     body = copy.regions[0].blocks[0]
     for argument, operand in zip(body.arguments, call.operands):
@@ -93,8 +97,12 @@ def inline_call(call: ir.Operation, callee: ir.Operation, relocations: Relocatio
     terminator = operations[-1]
     caller = call.location
 
+    brought: list[ir.Operation] = []
+
     def relocate(op: ir.Operation) -> ir.WalkResult:
         op.location = relocations.at(op.location, caller)
+        if op.name == CALL_OP:
+            brought.append(op)
         return ir.WalkResult.ADVANCE
 
     # One walk over the whole copy: relocating its own op and terminator too is
@@ -106,6 +114,7 @@ def inline_call(call: ir.Operation, callee: ir.Operation, relocations: Relocatio
         result.replace_all_uses_with(returned)
     call.erase()
     copy.erase()
+    return brought
 
 
 def inline_all_calls(module: ir.Operation) -> int:
@@ -116,18 +125,21 @@ def inline_all_calls(module: ir.Operation) -> int:
     """
     inlined = 0
     relocations = Relocations(module.context)
+    functions = _functions(module)
+    calls = _calls(module)
     for _ in range(64):  # call-graph depth; JAX nests a few levels at most
-        functions = _functions(module)
-        progress = False
-        for call in _calls(module):
+        # Only the calls inlined bodies bring in are new: the next round looks at
+        # those alone (a call left here would be left again).
+        brought: list[ir.Operation] = []
+        for call in calls:
             callee = functions.get(ir.FlatSymbolRefAttr(call.attributes["callee"]).value)
             if callee is None or len(callee.regions[0].blocks) != 1 or _inside(call, callee):
                 continue
-            inline_call(call, callee, relocations)
+            brought += inline_call(call, callee, relocations)
             inlined += 1
-            progress = True
-        if not progress:
+        if not brought:
             break
+        calls = brought
     return inlined
 
 

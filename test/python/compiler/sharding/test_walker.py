@@ -108,3 +108,21 @@ def test_nested_ops_are_every_nested_op_in_walk_order_without_the_root(order) ->
         named = {"func.func", "stablehlo.abs"}
         assert walker.nested_ops(root, order, named) == [
             op for op in walked if op != root and op.name in named]
+
+
+def test_census_names_every_op_and_finds_an_attribute() -> None:
+    found = walker.census(_parse().operation, "other")
+    assert found.names == {"builtin.module", "sdy.mesh", "func.func", "stablehlo.add",
+                           "stablehlo.multiply", "sdy.sharding_constraint", "stablehlo.negate",
+                           "stablehlo.abs", "func.return"}
+    assert found.has_attribute
+    assert not walker.census(_parse().operation, "sdy.sharding_rule").has_attribute
+    assert not walker.census(_parse().operation).has_attribute
+
+
+def test_nested_ops_by_name_leave_out_the_root_only_when_named() -> None:
+    module = _parse().operation
+    func = walker.nested_ops(module, names={"func.func"})[0]
+    assert walker.nested_ops(func, names={"func.func"}) == []
+    adds = walker.nested_ops(module, ir.WalkOrder.POST_ORDER, {"stablehlo.add", "stablehlo.abs"})
+    assert [op.name for op in adds] == ["stablehlo.add", "stablehlo.abs"]

@@ -34,3 +34,11 @@ def test_every_use_of_a_grouped_constant_gets_its_own_copy_in_the_group():
     for value in grouped:
         users = [use.owner.name for use in value.uses]
         assert sorted(users)[0] == "sdy.sharding_group" and len(users) == 2
+
+
+def test_the_splitter_returns_the_names_of_the_ops_it_met():
+    module = ir.Module.parse(SHARED_CONSTANT, make_context())
+    found = import_steps.constant_or_scalar_splitter(module.operation)
+    assert found.names == {"func.func", "stablehlo.constant", "sdy.constant", "stablehlo.negate",
+                           "sdy.sharding_group", "stablehlo.add", "stablehlo.multiply",
+                           "stablehlo.subtract", "func.return"}

@@ -63,3 +63,39 @@ def test_each_call_site_locates_its_own_copy_of_a_shared_location():
         'loc("exp"("model.py":2:0))',
         'loc(callsite("named"("lib.py":4:2) at "model.py":2:0))',
     ]
+
+
+NESTED_CALLS = """
+func.func @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = func.call @outer(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
+  %1 = func.call @leaf(%0) : (tensor<4xf32>) -> tensor<4xf32>
+  return %1 : tensor<4xf32>
+}
+func.func private @outer(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = func.call @middle(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+func.func private @middle(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = func.call @leaf(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
+  %1 = stablehlo.negate %0 : tensor<4xf32>
+  return %1 : tensor<4xf32>
+}
+func.func private @leaf(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.abs %arg0 : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+"""
+
+
+def test_calls_brought_in_by_an_inlined_callee_are_inlined_too():
+    # Each round after the first inlines the calls the bodies inlined before brought in.
+    module = ir.Module.parse(NESTED_CALLS, make_context())
+    with module.context:
+        assert inline_all_calls(module.operation) == 6
+    functions = {ir.StringAttr(op.attributes["sym_name"]).value: op
+                 for op in module.body.operations}
+    for name, names in (("main", ["stablehlo.abs", "stablehlo.negate", "stablehlo.abs"]),
+                        ("outer", ["stablehlo.abs", "stablehlo.negate"]),
+                        ("middle", ["stablehlo.abs", "stablehlo.negate"])):
+        body = functions[name].regions[0].blocks[0].operations
+        assert [op.name for op in body][:-1] == names

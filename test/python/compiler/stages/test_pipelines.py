@@ -1,0 +1,75 @@
+"""The import and export pipelines skip the steps whose ops a module does not hold."""
+
+from jaxlib.mlir import ir
+
+from shardc.compiler import stages
+from shardc.compiler.stages import export_steps
+from shardc.dialects import make_context
+
+PLAIN = """
+sdy.mesh @mesh = <["x"=2]>
+func.func @main(%arg0: tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>}) -> tensor<8xf32> {
+  %0 = stablehlo.negate %arg0 : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+"""
+
+WITH_RULE = """
+sdy.mesh @mesh = <["x"=2]>
+func.func @main(%arg0: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = stablehlo.negate %arg0 {sdy.sharding_rule = #sdy.op_sharding_rule<([i])->([i]) {i=8}>} : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+"""
+
+
+def _steps_run(monkeypatch, pipeline, text: str, **options) -> list[str]:
+    ran: list[str] = []
+    monkeypatch.setattr(stages, "verify_step", lambda module, name: ran.append(name))
+    module = ir.Module.parse(text, make_context())
+    with module.context:
+        pipeline(module.operation, **options)
+    return ran
+
+
+def test_import_skips_steps_with_nothing_to_rewrite(monkeypatch):
+    ran = _steps_run(monkeypatch, stages.import_pipeline, PLAIN)
+    # The steps after the splitter look for their ops among those it met.
+    assert ran == ["symbol_dce", "inline_all_calls", "symbol_dce", "lift_inlined_meshes",
+                   "remove_size_one_axes", "constant_or_scalar_splitter"]
+
+
+def test_export_skips_steps_with_nothing_to_rewrite(monkeypatch):
+    ran = _steps_run(monkeypatch, stages.export_pipeline, PLAIN)
+    assert ran == ["constant_or_scalar_merger", "update_non_divisible_io_shardings",
+                   "remove_sub_axes_in_main_io_shardings", "close_shardings", "erase_dead_ops"]
+
+
+def test_export_drops_rules_only_where_some_op_has_one(monkeypatch):
+    ran = _steps_run(monkeypatch, stages.export_pipeline, WITH_RULE)
+    assert ran[-1] == "drop_sharding_rules"
+    # A step given to insert reshards may write rules: they are dropped after it.
+    ran = _steps_run(monkeypatch, stages.export_pipeline, PLAIN,
+                     explicit_reshards=export_steps.close_shardings)
+    assert ran[-1] == "drop_sharding_rules"
+
+
+def test_skipped_steps_leave_the_module_as_running_them_does():
+    for text in (PLAIN, WITH_RULE):
+        skipped, every = (ir.Module.parse(text, make_context()) for _ in range(2))
+        with skipped.context:
+            stages.import_pipeline(skipped.operation)
+            stages.export_pipeline(skipped.operation)
+        with every.context:
+            stages.run_steps(every.operation, (
+                stages.symbol_dce, stages.inline_all_calls, stages.symbol_dce,
+                stages.lift_inlined_meshes, stages.import_steps.remove_size_one_axes,
+                stages.import_steps.constant_or_scalar_splitter,
+                stages.import_steps.manual_axes_cleanup, stages.add_data_flow_edges,
+                stages.apply_sharding_constraints, export_steps.constant_or_scalar_merger,
+                stages.sink_data_flow_edges, export_steps.remove_sharding_groups,
+                export_steps.sharding_constraint_to_reshard,
+                export_steps.update_non_divisible_io_shardings,
+                stages.remove_sub_axes_in_main_io_shardings, export_steps.close_shardings,
+                export_steps.erase_dead_ops, export_steps.drop_sharding_rules))
+        assert str(skipped) == str(every)
