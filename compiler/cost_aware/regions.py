@@ -43,7 +43,6 @@ from jaxlib.mlir.dialects import func
 from shardc.compiler.cost_aware.candidates import TAG, Pin, apply_pins, closed, tag_of
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.cost_aware.pricing import price, returned_in_declared_layout
-from shardc.compiler.propagation import propagate
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.tensor import TensorSharding, format_sharding
 from shardc.dialects.sdy import SHARDING_ATTR
@@ -411,9 +410,9 @@ class RegionEvaluator:
             copy = self._module(region, open_cut).operation.clone()
             with copy.context:
                 apply_pins(copy, [pin] if pin is not None else [])
-                propagate(copy, plan="user-priority", conservative=self.conservative,
-                          keep_sharding_rules=True)
-            reader = ModuleValues(copy, missing_as_replicated=True)
+                reader = ModuleValues.propagated(copy, plan="user-priority",
+                                                 conservative=self.conservative,
+                                                 missing_as_replicated=True)
             cost, peak = price(reader)
             by_tag = signatures(reader)
             by_position = tuple(by_tag.get(tag) for tag in region.tags)

@@ -5,7 +5,8 @@ without the pass machinery. It builds the compact graph once
 (``graph.PropagationGraph``), reads every sharding once
 (``ir_access.ShardingStore``), runs the chosen *plan* on the driver
 (``driver.Driver``: Shardy's worklist, one step per op) and writes all
-changes back once. Plans:
+changes back once (``propagate_read`` also hands back that graph and store,
+for a caller that reads the result). Plans:
 
 =======================  ====================================================
 ``basic``                one run with basic factor propagation
@@ -115,12 +116,36 @@ def propagate(
     ``debug_sharding_origins`` writes Shardy's origin attributes;
     ``record_origins`` returns them as a ``ShardingOrigins`` (else None).
     """
+    _check_plan(plan)
+    with cyclic_gc_paused():
+        _, _, origins = _propagate(module.operation, plan, conservative, keep_sharding_rules,
+                                   debug_sharding_origins, record_origins)
+    return origins if record_origins else None
+
+
+def propagate_read(
+    module: ir.Operation | ir.Module,
+    *,
+    plan: str = "basic",
+    conservative: bool = False,
+    keep_sharding_rules: bool = False,
+) -> tuple[PropagationGraph, ShardingStore]:
+    """``propagate``, handing back the graph and store it ran on, as written back.
+
+    They hold what reading the module again would build, so a caller that
+    reads the result spares that second read, except in two places: erased
+    ops keep their indices (marked in ``graph.erased``) and a manual
+    computation's in-shardings stay in ``store.manual`` as first read.
+    """
+    _check_plan(plan)
+    with cyclic_gc_paused():
+        graph, store, _ = _propagate(module.operation, plan, conservative, keep_sharding_rules)
+    return graph, store
+
+
+def _check_plan(plan: str) -> None:
     if plan not in PLANS:
         raise ValueError(f"unknown propagation plan '{plan}'; known: {sorted(PLANS)}")
-    with cyclic_gc_paused():
-        origins = _propagate(module.operation, plan, conservative, keep_sharding_rules,
-                             debug_sharding_origins, record_origins)
-    return origins if record_origins else None
 
 
 @contextlib.contextmanager
@@ -142,7 +167,8 @@ def cyclic_gc_paused() -> Iterator[None]:
 
 def _propagate(operation: ir.Operation, plan: str, conservative: bool,
                keep_sharding_rules: bool, write_origins: bool = False,
-               record_origins: bool = False) -> ShardingOrigins | None:
+               record_origins: bool = False
+               ) -> tuple[PropagationGraph, ShardingStore, ShardingOrigins | None]:
     graph = PropagationGraph(operation, conservative=conservative)
     _check_shapes(graph)
     store = ShardingStore(graph)
@@ -159,9 +185,8 @@ def _propagate(operation: ir.Operation, plan: str, conservative: bool,
         driver.recorder = OriginRecorder(graph, store, constraints)
     PLANS[plan](driver)
     store.write_back(keep_rules=keep_sharding_rules)
-    if tracking:
-        return driver.recorder.finish(write=write_origins)
-    return None
+    origins = driver.recorder.finish(write=write_origins) if tracking else None
+    return graph, store, origins
 
 
-__all__ = ["PLANS", "ShardingOrigins", "cyclic_gc_paused", "propagate"]
+__all__ = ["PLANS", "ShardingOrigins", "cyclic_gc_paused", "propagate", "propagate_read"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.propagation import propagate_read
 from shardc.compiler.propagation.graph import PropagationGraph
 from shardc.compiler.propagation.ir_access import ShardingStore
 from shardc.compiler.sharding.rule import OpShardingRule
@@ -41,9 +42,12 @@ class ModuleValues:
     is over); otherwise it reads as None (unknown).
     """
 
-    def __init__(self, module: ir.Operation, *, missing_as_replicated: bool = False):
-        self.graph = PropagationGraph(module)
-        self.store = ShardingStore(self.graph)
+    def __init__(self, module: ir.Operation, *, missing_as_replicated: bool = False,
+                 read: tuple[PropagationGraph, ShardingStore] | None = None):
+        if read is None:
+            graph = PropagationGraph(module)
+            read = graph, ShardingStore(graph)
+        self.graph, self.store = read
         self.meshes: dict[str, MeshInfo] = self.store.meshes
         self.mesh = next(iter(self.meshes), None) if missing_as_replicated else None
         # XLA reshards a value to a given sharding once and reuses it (reshard cache).
@@ -54,6 +58,21 @@ class ModuleValues:
             ir.StringAttr(self.graph.ops[op].attributes["sym_name"]).value: op
             for op, name in enumerate(self.graph.op_name) if name == "func.func"
         }
+
+    @classmethod
+    def propagated(cls, module: ir.Operation, *, plan: str, conservative: bool,
+                   missing_as_replicated: bool = False) -> ModuleValues:
+        """Propagate ``module`` in place (keeping the rules it used), then read it.
+
+        The propagation's own graph and store are read (``propagate_read``)
+        unless they differ from the module's: where it erased ops, or where a
+        manual computation's in-shardings may have been rewritten.
+        """
+        graph, store = propagate_read(module, plan=plan, conservative=conservative,
+                                      keep_sharding_rules=True)
+        if any(graph.erased) or store.manual:
+            return cls(module, missing_as_replicated=missing_as_replicated)
+        return cls(module, missing_as_replicated=missing_as_replicated, read=(graph, store))
 
     def mesh_of(self, *shardings: TensorSharding | None) -> MeshInfo | None:
         """The ``sdy.mesh`` of the first sharding given, for the reshard cost model.
