@@ -9,6 +9,8 @@ computations). Values are graph indices.
 
 from __future__ import annotations
 
+import functools
+
 from jaxlib.mlir import ir
 
 from shardc.compiler.propagation import propagate_read
@@ -29,6 +31,7 @@ def element_bytes(type_: ir.Type) -> int:
     return max(1, width // 8) if isinstance(width, int) else 4
 
 
+@functools.cache  # a few (mesh, rank) pairs, asked for every value without a sharding
 def replicated(mesh: str, rank: int) -> TensorSharding:
     """The closed, fully replicated sharding of a rank-``rank`` tensor."""
     return TensorSharding(mesh, (DimSharding((), True),) * rank)
@@ -54,6 +57,9 @@ class ModuleValues:
         self.resharded: set[tuple[int, tuple]] = set()
         # (element bytes, element type) per uniqued type: the cost model asks per use.
         self._elements: dict[int, tuple[int, str]] = {}
+        # Each value as a Tensor: the cost model asks per use, and a module is read
+        # once (its shardings never change under a reader).
+        self._tensors: dict[int, Tensor | None] = {}
         self.funcs = {
             ir.StringAttr(self.graph.ops[op].attributes["sym_name"]).value: op
             for op, name in enumerate(self.graph.op_name) if name == "func.func"
@@ -88,14 +94,16 @@ class ModuleValues:
         mesh = self.meshes.get(first.mesh)
         if mesh is None or not mesh.sizes:
             return None
+        sizes = mesh.sizes
         for sharding in shardings:
             if sharding is None:
                 continue
             if sharding.mesh != first.mesh and self.meshes.get(sharding.mesh) != mesh:
                 return None
             for dim in sharding.dims:
-                if any(axis.name not in mesh.sizes for axis in dim.axes):
-                    return None
+                for axis in dim.axes:  # plain loops: the cost model asks once per op
+                    if axis.name not in sizes:
+                        return None
         return mesh
 
     def sharding(self, value: int) -> TensorSharding | None:
@@ -114,6 +122,13 @@ class ModuleValues:
 
     def tensor(self, value: int) -> Tensor | None:
         """The value as the cost model sees it; None for non-static or non-tensor values."""
+        try:
+            return self._tensors[value]
+        except KeyError:
+            tensor = self._tensors[value] = self._read_tensor(value)
+            return tensor
+
+    def _read_tensor(self, value: int) -> Tensor | None:
         shape = self.graph.value_shape[value]
         if shape is None:
             return None
