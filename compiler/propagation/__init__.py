@@ -55,7 +55,7 @@ from shardc.compiler.propagation.factor_propagation import (
     aggressive_factor_propagation,
     basic_factor_propagation,
 )
-from shardc.compiler.propagation.graph import PropagationGraph
+from shardc.compiler.propagation.graph import PropagationGraph, ReadMemo
 from shardc.compiler.propagation.groups import sharding_groups, split_conflicts
 from shardc.compiler.propagation.ir_access import ShardingStore
 from shardc.compiler.propagation.origins import OriginRecorder, ShardingOrigins
@@ -129,6 +129,7 @@ def propagate_read(
     plan: str = "basic",
     conservative: bool = False,
     keep_sharding_rules: bool = False,
+    memo: ReadMemo | None = None,
 ) -> tuple[PropagationGraph, ShardingStore]:
     """``propagate``, handing back the graph and store it ran on, as written back.
 
@@ -136,10 +137,13 @@ def propagate_read(
     reads the result spares that second read, except in two places: erased
     ops keep their indices (marked in ``graph.erased``) and a manual
     computation's in-shardings stay in ``store.manual`` as first read.
+    ``memo`` carries what reading repeats across copies of one module
+    (``graph.ReadMemo``).
     """
     _check_plan(plan)
     with cyclic_gc_paused():
-        graph, store, _ = _propagate(module.operation, plan, conservative, keep_sharding_rules)
+        graph, store, _ = _propagate(module.operation, plan, conservative, keep_sharding_rules,
+                                     memo=memo)
     return graph, store
 
 
@@ -167,9 +171,9 @@ def cyclic_gc_paused() -> Iterator[None]:
 
 def _propagate(operation: ir.Operation, plan: str, conservative: bool,
                keep_sharding_rules: bool, write_origins: bool = False,
-               record_origins: bool = False
+               record_origins: bool = False, memo: ReadMemo | None = None
                ) -> tuple[PropagationGraph, ShardingStore, ShardingOrigins | None]:
-    graph = PropagationGraph(operation, conservative=conservative)
+    graph = PropagationGraph(operation, conservative=conservative, memo=memo)
     _check_shapes(graph)
     store = ShardingStore(graph)
     tracking = write_origins or record_origins
@@ -178,7 +182,7 @@ def _propagate(operation: ir.Operation, plan: str, conservative: bool,
     constraints = {hash(graph.ops[op]) for op, name in enumerate(graph.op_name)
                    if name == "sdy.sharding_constraint"} if tracking else None
     if split_conflicts(graph, store):
-        graph = PropagationGraph(operation, conservative=conservative)
+        graph = PropagationGraph(operation, conservative=conservative, memo=graph.memo)
         store = ShardingStore(graph)
     driver = Driver(graph, store, sharding_groups(graph, store))
     if tracking:

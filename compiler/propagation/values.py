@@ -14,7 +14,7 @@ import functools
 from jaxlib.mlir import ir
 
 from shardc.compiler.propagation import propagate_read
-from shardc.compiler.propagation.graph import PropagationGraph
+from shardc.compiler.propagation.graph import PropagationGraph, ReadMemo
 from shardc.compiler.propagation.ir_access import ShardingStore
 from shardc.compiler.sharding.rule import OpShardingRule
 from shardc.compiler.sharding.rules import rule_for
@@ -67,15 +67,17 @@ class ModuleValues:
 
     @classmethod
     def propagated(cls, module: ir.Operation, *, plan: str, conservative: bool,
-                   missing_as_replicated: bool = False) -> ModuleValues:
+                   missing_as_replicated: bool = False,
+                   memo: ReadMemo | None = None) -> ModuleValues:
         """Propagate ``module`` in place (keeping the rules it used), then read it.
 
         The propagation's own graph and store are read (``propagate_read``)
         unless they differ from the module's: where it erased ops, or where a
-        manual computation's in-shardings may have been rewritten.
+        manual computation's in-shardings may have been rewritten. ``memo``:
+        ``propagate_read``'s.
         """
         graph, store = propagate_read(module, plan=plan, conservative=conservative,
-                                      keep_sharding_rules=True)
+                                      keep_sharding_rules=True, memo=memo)
         if any(graph.erased) or store.manual:
             return cls(module, missing_as_replicated=missing_as_replicated)
         return cls(module, missing_as_replicated=missing_as_replicated, read=(graph, store))

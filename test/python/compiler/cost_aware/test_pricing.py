@@ -12,6 +12,8 @@ from shardc.compiler.cost.fusion import fused_away
 from shardc.compiler.cost_aware.candidates import conflict_points, tag_ops
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.cost_aware.pricing import ModuleEvaluator, memory_peak, price
+from shardc.compiler.propagation import propagate
+from shardc.compiler.propagation.graph import ReadMemo
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.stages import import_pipeline
 from shardc.dialects import make_context
@@ -105,3 +107,17 @@ def test_a_propagated_reader_reads_what_reading_the_module_again_reads(make):
     again = ModuleValues(module.operation, missing_as_replicated=True)
     assert not any(reader.graph.erased)
     assert _observed(reader) == _observed(again)
+
+
+def test_copies_read_with_one_memo_propagate_as_copies_read_alone():
+    """The search's evaluators share a ``ReadMemo`` across the copies they propagate."""
+    module = _imported("conflict_mlp")
+    with module.context:
+        expected = module.operation.clone()
+        propagate(expected, plan="user-priority", keep_sharding_rules=True)
+        memo = ReadMemo()
+        for _ in range(2):
+            copy = module.operation.clone()
+            ModuleValues.propagated(copy, plan="user-priority", conservative=False, memo=memo)
+            assert str(copy) == str(expected)
+        assert memo.rules and memo.shardings
