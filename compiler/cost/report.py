@@ -276,7 +276,6 @@ def _implicit_found(reader: ModuleValues, op: int) -> Iterator[_Found]:
     if graph.op_name[op] == "stablehlo.reduce_window":
         found = window_collectives(ir_op, operands[0])
         yield from _found(ir_op, "sharded window dimension", found, ("operand", 0))
-    done_before = set(reader.resharded)
     mesh = reader.mesh_of(*(t.sharding for t in results + operands))
     roles = indexed_roles_for(ir_op)
     needs = None
@@ -284,12 +283,17 @@ def _implicit_found(reader: ModuleValues, op: int) -> Iterator[_Found]:
         needs = indexed_communication(rule, roles, operands, results, mesh)
     if needs is None:
         needs = op_communication(rule, operands, results, mesh, op_name=graph.op_name[op])
+    kept = []
+    resharded = []
     for need in needs:
         if need.target is not None:
             key = (graph.op_operands[op][need.operand], need.target)
-            if key in done_before:
+            if key in reader.resharded:
                 continue  # XLA reuses the value it already resharded for an earlier op
-            reader.resharded.add(key)
+            resharded.append(key)
+        kept.append(need)
+    reader.resharded.update(resharded)  # for later ops only: two needs here both count
+    for need in kept:
         tensor = ("type",) if need.operand is None else ("operand", need.operand)
         yield from _found(ir_op, need.reason, [need.collective], tensor)
 

@@ -26,23 +26,33 @@ from shardc.dialects import sdy
 from shardc.dialects.sdy import SHARDING_ATTR
 
 
-def signature(reader: ModuleValues, op: int) -> tuple:
-    """The dimension axes of every operand and result of ``op`` (what decides its comm)."""
+def signature(reader: ModuleValues, op: int,
+              axes: dict[int, tuple | None] | None = None) -> tuple:
+    """The dimension axes of every operand and result of ``op`` (what decides its comm).
+
+    ``axes`` memoises each value's dimension axes for the ops of one ``reader``
+    (a value is the result of one op and an operand of others).
+    """
     graph = reader.graph
+    if axes is None:
+        axes = {}
     out = []
     for value in (*graph.op_operands[op], *graph.op_results[op]):
-        sharding = reader.sharding(value)
-        out.append(None if sharding is None else tuple(d.axes for d in sharding.dims))
+        if value not in axes:
+            sharding = reader.sharding(value)
+            axes[value] = None if sharding is None else tuple([d.axes for d in sharding.dims])
+        out.append(axes[value])
     return tuple(out)
 
 
 def signatures(reader: ModuleValues) -> dict[int, tuple]:
     """``signature`` of every tagged op, by tag."""
     out = {}
+    axes: dict[int, tuple | None] = {}
     for op in range(len(reader.graph.ops)):
         tag = tag_of(reader, op)
         if tag is not None:
-            out[tag] = signature(reader, op)
+            out[tag] = signature(reader, op, axes)
     return out
 
 

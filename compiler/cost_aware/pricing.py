@@ -19,7 +19,7 @@ from shardc.compiler.cost.report import collective_bytes_at
 from shardc.compiler.cost.reshard import dim_axes, reshard_tensor, shard_bytes
 from shardc.compiler.cost_aware.candidates import Pin, apply_pins, closed, tag_of, tagged_ops
 from shardc.compiler.cost_aware.explicit import signatures
-from shardc.compiler.propagation import propagate
+from shardc.compiler.propagation.graph import ReadMemo
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.rules import rule_for
 from shardc.dialects.sdy import SHARDING_RULE_ATTR
@@ -157,15 +157,16 @@ class ModuleEvaluator:
         self.conservative = conservative
         self.count = 0
         self.baseline: dict[int, tuple] | None = None
+        self.reads = ReadMemo()  # every copy reads the same rules and shardings again
 
     def __call__(self, pins: list[Pin]) -> tuple[int, int, ModuleValues]:
         self.count += 1
         copy = self.imported.clone()
         with copy.context:
             apply_pins(copy.operation, pins)
-            propagate(copy.operation, plan="user-priority", conservative=self.conservative,
-                      keep_sharding_rules=True)
-        reader = ModuleValues(copy.operation, missing_as_replicated=True)
+            reader = ModuleValues.propagated(copy.operation, plan="user-priority",
+                                             conservative=self.conservative,
+                                             missing_as_replicated=True, memo=self.reads)
         total, peak = price(reader)
         if self.baseline is None:
             self.baseline = signatures(reader)

@@ -43,7 +43,7 @@ from jaxlib.mlir.dialects import func
 from shardc.compiler.cost_aware.candidates import TAG, Pin, apply_pins, closed, tag_of
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.cost_aware.pricing import price, returned_in_declared_layout
-from shardc.compiler.propagation import propagate
+from shardc.compiler.propagation.graph import ReadMemo
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.tensor import TensorSharding, format_sharding
 from shardc.dialects.sdy import SHARDING_ATTR
@@ -349,6 +349,7 @@ class RegionEvaluator:
         self.limit = limit
         self.radius = radius
         self.conservative = conservative
+        self.reads = ReadMemo()  # regions of one module read the same rules and shardings
         self.count = 0  # region propagations run (memo misses)
         self.steady_count = 0  # of which with the cut open (steady-state prices)
         self._memo: dict[tuple, tuple[int, int, tuple]] = {}
@@ -411,9 +412,9 @@ class RegionEvaluator:
             copy = self._module(region, open_cut).operation.clone()
             with copy.context:
                 apply_pins(copy, [pin] if pin is not None else [])
-                propagate(copy, plan="user-priority", conservative=self.conservative,
-                          keep_sharding_rules=True)
-            reader = ModuleValues(copy, missing_as_replicated=True)
+                reader = ModuleValues.propagated(copy, plan="user-priority",
+                                                 conservative=self.conservative,
+                                                 missing_as_replicated=True, memo=self.reads)
             cost, peak = price(reader)
             by_tag = signatures(reader)
             by_position = tuple(by_tag.get(tag) for tag in region.tags)

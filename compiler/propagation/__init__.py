@@ -5,7 +5,8 @@ without the pass machinery. It builds the compact graph once
 (``graph.PropagationGraph``), reads every sharding once
 (``ir_access.ShardingStore``), runs the chosen *plan* on the driver
 (``driver.Driver``: Shardy's worklist, one step per op) and writes all
-changes back once. Plans:
+changes back once (``propagate_read`` also hands back that graph and store,
+for a caller that reads the result). Plans:
 
 =======================  ====================================================
 ``basic``                one run with basic factor propagation
@@ -54,7 +55,7 @@ from shardc.compiler.propagation.factor_propagation import (
     aggressive_factor_propagation,
     basic_factor_propagation,
 )
-from shardc.compiler.propagation.graph import PropagationGraph
+from shardc.compiler.propagation.graph import PropagationGraph, ReadMemo
 from shardc.compiler.propagation.groups import sharding_groups, split_conflicts
 from shardc.compiler.propagation.ir_access import ShardingStore
 from shardc.compiler.propagation.origins import OriginRecorder, ShardingOrigins
@@ -115,12 +116,40 @@ def propagate(
     ``debug_sharding_origins`` writes Shardy's origin attributes;
     ``record_origins`` returns them as a ``ShardingOrigins`` (else None).
     """
+    _check_plan(plan)
+    with cyclic_gc_paused():
+        _, _, origins = _propagate(module.operation, plan, conservative, keep_sharding_rules,
+                                   debug_sharding_origins, record_origins)
+    return origins if record_origins else None
+
+
+def propagate_read(
+    module: ir.Operation | ir.Module,
+    *,
+    plan: str = "basic",
+    conservative: bool = False,
+    keep_sharding_rules: bool = False,
+    memo: ReadMemo | None = None,
+) -> tuple[PropagationGraph, ShardingStore]:
+    """``propagate``, handing back the graph and store it ran on, as written back.
+
+    They hold what reading the module again would build, so a caller that
+    reads the result spares that second read, except in two places: erased
+    ops keep their indices (marked in ``graph.erased``) and a manual
+    computation's in-shardings stay in ``store.manual`` as first read.
+    ``memo`` carries what reading repeats across copies of one module
+    (``graph.ReadMemo``).
+    """
+    _check_plan(plan)
+    with cyclic_gc_paused():
+        graph, store, _ = _propagate(module.operation, plan, conservative, keep_sharding_rules,
+                                     memo=memo)
+    return graph, store
+
+
+def _check_plan(plan: str) -> None:
     if plan not in PLANS:
         raise ValueError(f"unknown propagation plan '{plan}'; known: {sorted(PLANS)}")
-    with cyclic_gc_paused():
-        origins = _propagate(module.operation, plan, conservative, keep_sharding_rules,
-                             debug_sharding_origins, record_origins)
-    return origins if record_origins else None
 
 
 @contextlib.contextmanager
@@ -142,8 +171,9 @@ def cyclic_gc_paused() -> Iterator[None]:
 
 def _propagate(operation: ir.Operation, plan: str, conservative: bool,
                keep_sharding_rules: bool, write_origins: bool = False,
-               record_origins: bool = False) -> ShardingOrigins | None:
-    graph = PropagationGraph(operation, conservative=conservative)
+               record_origins: bool = False, memo: ReadMemo | None = None
+               ) -> tuple[PropagationGraph, ShardingStore, ShardingOrigins | None]:
+    graph = PropagationGraph(operation, conservative=conservative, memo=memo)
     _check_shapes(graph)
     store = ShardingStore(graph)
     tracking = write_origins or record_origins
@@ -152,16 +182,15 @@ def _propagate(operation: ir.Operation, plan: str, conservative: bool,
     constraints = {hash(graph.ops[op]) for op, name in enumerate(graph.op_name)
                    if name == "sdy.sharding_constraint"} if tracking else None
     if split_conflicts(graph, store):
-        graph = PropagationGraph(operation, conservative=conservative)
+        graph = PropagationGraph(operation, conservative=conservative, memo=graph.memo)
         store = ShardingStore(graph)
     driver = Driver(graph, store, sharding_groups(graph, store))
     if tracking:
         driver.recorder = OriginRecorder(graph, store, constraints)
     PLANS[plan](driver)
     store.write_back(keep_rules=keep_sharding_rules)
-    if tracking:
-        return driver.recorder.finish(write=write_origins)
-    return None
+    origins = driver.recorder.finish(write=write_origins) if tracking else None
+    return graph, store, origins
 
 
-__all__ = ["PLANS", "ShardingOrigins", "cyclic_gc_paused", "propagate"]
+__all__ = ["PLANS", "ShardingOrigins", "cyclic_gc_paused", "propagate", "propagate_read"]

@@ -113,10 +113,28 @@ def _attributes_key(op: ir.Operation) -> tuple[tuple[str, int], ...] | None:
         return None
 
 
+class ReadMemo:
+    """What reading modules of one context repeats, kept across graphs.
+
+    Rules by their uniqued key, printed types and attributes (``rule_for``'s
+    ``texts``) and parsed shardings (``ShardingStore``), all keyed on uniqued
+    pointers, which stay valid as long as the context lives. A caller that
+    propagates many copies of one module (the cost-aware search) hands each
+    graph the same memo; it holds only for one context, one set of meshes and
+    one ``conservative`` setting.
+    """
+
+    def __init__(self) -> None:
+        self.rules: dict[tuple, CompactRule | None] = {}
+        self.printed: dict[int, str] = {}
+        self.shardings: dict[int, object] = {}
+
+
 class PropagationGraph:
     """Ops and values of one module as parallel lists indexed by ints."""
 
-    def __init__(self, module: ir.Operation, *, conservative: bool = False):
+    def __init__(self, module: ir.Operation, *, conservative: bool = False,
+                 memo: ReadMemo | None = None):
         self.module = module
         self.conservative = conservative
         self.ops: list[ir.Operation] = []
@@ -136,8 +154,9 @@ class PropagationGraph:
         self.uses: list[list[tuple[int, int]]] = []
         self.dynamic_values: list[int] = []
         self._rules: dict[int, CompactRule | None] = {}
-        self._rule_memo: dict[tuple, CompactRule | None] = {}
-        self._printed: dict[int, str] = {}  # the registry's printed types and attributes
+        self.memo = memo if memo is not None else ReadMemo()
+        self._rule_memo = self.memo.rules
+        self._printed = self.memo.printed  # the registry's printed types and attributes
         self._build()
 
     # ------------------------------------------------------------------ build

@@ -86,7 +86,7 @@ class ShardingStore:
         # on tuples of ints instead of hashing nested tuples each time.
         self.sid: list[int] = []
         self._intern: dict[TensorSharding, int] = {}
-        self._parsed: dict[int, object] = {}
+        self._parsed = graph.memo.shardings
         # Steps that wrote nothing are not repeated on unchanged shardings:
         # ``settled[op]`` is the head (``Driver``'s memo key without the
         # shardings) of op's last step if it wrote nothing, reset to -1 by any

@@ -9,9 +9,12 @@ computations). Values are graph indices.
 
 from __future__ import annotations
 
+import functools
+
 from jaxlib.mlir import ir
 
-from shardc.compiler.propagation.graph import PropagationGraph
+from shardc.compiler.propagation import propagate_read
+from shardc.compiler.propagation.graph import PropagationGraph, ReadMemo
 from shardc.compiler.propagation.ir_access import ShardingStore
 from shardc.compiler.sharding.rule import OpShardingRule
 from shardc.compiler.sharding.rules import rule_for
@@ -28,6 +31,7 @@ def element_bytes(type_: ir.Type) -> int:
     return max(1, width // 8) if isinstance(width, int) else 4
 
 
+@functools.cache  # a few (mesh, rank) pairs, asked for every value without a sharding
 def replicated(mesh: str, rank: int) -> TensorSharding:
     """The closed, fully replicated sharding of a rank-``rank`` tensor."""
     return TensorSharding(mesh, (DimSharding((), True),) * rank)
@@ -41,19 +45,42 @@ class ModuleValues:
     is over); otherwise it reads as None (unknown).
     """
 
-    def __init__(self, module: ir.Operation, *, missing_as_replicated: bool = False):
-        self.graph = PropagationGraph(module)
-        self.store = ShardingStore(self.graph)
+    def __init__(self, module: ir.Operation, *, missing_as_replicated: bool = False,
+                 read: tuple[PropagationGraph, ShardingStore] | None = None):
+        if read is None:
+            graph = PropagationGraph(module)
+            read = graph, ShardingStore(graph)
+        self.graph, self.store = read
         self.meshes: dict[str, MeshInfo] = self.store.meshes
         self.mesh = next(iter(self.meshes), None) if missing_as_replicated else None
         # XLA reshards a value to a given sharding once and reuses it (reshard cache).
         self.resharded: set[tuple[int, tuple]] = set()
         # (element bytes, element type) per uniqued type: the cost model asks per use.
         self._elements: dict[int, tuple[int, str]] = {}
+        # Each value as a Tensor: the cost model asks per use, and a module is read
+        # once (its shardings never change under a reader).
+        self._tensors: dict[int, Tensor | None] = {}
         self.funcs = {
             ir.StringAttr(self.graph.ops[op].attributes["sym_name"]).value: op
             for op, name in enumerate(self.graph.op_name) if name == "func.func"
         }
+
+    @classmethod
+    def propagated(cls, module: ir.Operation, *, plan: str, conservative: bool,
+                   missing_as_replicated: bool = False,
+                   memo: ReadMemo | None = None) -> ModuleValues:
+        """Propagate ``module`` in place (keeping the rules it used), then read it.
+
+        The propagation's own graph and store are read (``propagate_read``)
+        unless they differ from the module's: where it erased ops, or where a
+        manual computation's in-shardings may have been rewritten. ``memo``:
+        ``propagate_read``'s.
+        """
+        graph, store = propagate_read(module, plan=plan, conservative=conservative,
+                                      keep_sharding_rules=True, memo=memo)
+        if any(graph.erased) or store.manual:
+            return cls(module, missing_as_replicated=missing_as_replicated)
+        return cls(module, missing_as_replicated=missing_as_replicated, read=(graph, store))
 
     def mesh_of(self, *shardings: TensorSharding | None) -> MeshInfo | None:
         """The ``sdy.mesh`` of the first sharding given, for the reshard cost model.
@@ -69,14 +96,16 @@ class ModuleValues:
         mesh = self.meshes.get(first.mesh)
         if mesh is None or not mesh.sizes:
             return None
+        sizes = mesh.sizes
         for sharding in shardings:
             if sharding is None:
                 continue
             if sharding.mesh != first.mesh and self.meshes.get(sharding.mesh) != mesh:
                 return None
             for dim in sharding.dims:
-                if any(axis.name not in mesh.sizes for axis in dim.axes):
-                    return None
+                for axis in dim.axes:  # plain loops: the cost model asks once per op
+                    if axis.name not in sizes:
+                        return None
         return mesh
 
     def sharding(self, value: int) -> TensorSharding | None:
@@ -95,6 +124,13 @@ class ModuleValues:
 
     def tensor(self, value: int) -> Tensor | None:
         """The value as the cost model sees it; None for non-static or non-tensor values."""
+        try:
+            return self._tensors[value]
+        except KeyError:
+            tensor = self._tensors[value] = self._read_tensor(value)
+            return tensor
+
+    def _read_tensor(self, value: int) -> Tensor | None:
         shape = self.graph.value_shape[value]
         if shape is None:
             return None

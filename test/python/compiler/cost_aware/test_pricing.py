@@ -2,6 +2,7 @@
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jaxlib.mlir import ir
 
 from bench import e2e_measure
@@ -9,7 +10,10 @@ from bench.models import REGISTRY
 from shardc.compiler import jit
 from shardc.compiler.cost.fusion import fused_away
 from shardc.compiler.cost_aware.candidates import conflict_points, tag_ops
-from shardc.compiler.cost_aware.pricing import ModuleEvaluator, memory_peak
+from shardc.compiler.cost_aware.explicit import signatures
+from shardc.compiler.cost_aware.pricing import ModuleEvaluator, memory_peak, price
+from shardc.compiler.propagation import propagate
+from shardc.compiler.propagation.graph import ReadMemo
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.stages import import_pipeline
 from shardc.dialects import make_context
@@ -64,3 +68,56 @@ def test_rules_attached_after_the_baseline_price_candidates_as_computed_ones():
         *found, reader = attached([pin])
         assert found == expected
         assert str(reader.graph.module) == str(expected_reader.graph.module)
+
+
+_DEAD_ADD = """
+sdy.mesh @mesh = <["x"=2, "y"=2]>
+func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>})
+    -> tensor<8x8xf32> {
+  %0 = stablehlo.add %arg0, %arg0 : tensor<8x8xf32>
+  %1 = stablehlo.multiply %arg0, %arg0 : tensor<8x8xf32>
+  return %1 : tensor<8x8xf32>
+}
+"""
+
+
+def _observed(reader: ModuleValues) -> tuple:
+    """Everything the cost model reads of a module, in a comparable form."""
+    graph, store = reader.graph, reader.store
+    live = [op for op in range(len(graph.ops)) if not graph.erased[op]]
+    return ([graph.op_name[op] for op in live],
+            [reader.tensor(v) for v in range(len(graph.values))],
+            {op: [store.value[slot] for slot in slots]
+             for op, slots in store.func_results.items()},
+            sorted(store.manual.items()),
+            signatures(reader), price(reader))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: _imported("conflict_mlp"),
+    lambda: _imported("shard_map_pipeline"),  # manual computations: read again
+    lambda: ir.Module.parse(_DEAD_ADD, make_context()),  # an erased op: read again
+], ids=["conflict_mlp", "shard_map_pipeline", "dead_add"])
+def test_a_propagated_reader_reads_what_reading_the_module_again_reads(make):
+    """``ModuleValues.propagated`` reads the propagation's own graph and store."""
+    module = make()
+    with module.context:
+        reader = ModuleValues.propagated(module.operation, plan="user-priority",
+                                         conservative=False, missing_as_replicated=True)
+    again = ModuleValues(module.operation, missing_as_replicated=True)
+    assert not any(reader.graph.erased)
+    assert _observed(reader) == _observed(again)
+
+
+def test_copies_read_with_one_memo_propagate_as_copies_read_alone():
+    """The search's evaluators share a ``ReadMemo`` across the copies they propagate."""
+    module = _imported("conflict_mlp")
+    with module.context:
+        expected = module.operation.clone()
+        propagate(expected, plan="user-priority", keep_sharding_rules=True)
+        memo = ReadMemo()
+        for _ in range(2):
+            copy = module.operation.clone()
+            ModuleValues.propagated(copy, plan="user-priority", conservative=False, memo=memo)
+            assert str(copy) == str(expected)
+        assert memo.rules and memo.shardings
