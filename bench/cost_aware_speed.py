@@ -5,7 +5,8 @@ Every zoo program (small size) and the 128-layer transformer of
 ``propagation="shardy"`` and with ``propagation="cost-aware"``, alternating,
 each time through a fresh function (no lowering cache answers). The first
 round warms up; the table shows the median seconds of the other rounds, their
-ratio (cost-aware / shardy) and the geometric mean of the ratios. Each row
+ratio (cost-aware / shardy) and the geometric mean of the ratios (each lowering
+starts after a full garbage collection, not charged to either route). Each row
 also carries what the search decided (``decisions_of``: its pins, predicted
 bytes and memory, and each decision's choice), so a run can be compared with
 decisions recorded before a change to the search (``--compare RECORDED.json``).
@@ -25,6 +26,7 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
@@ -110,6 +112,8 @@ def measure(name: str, lower: Callable[[str], Any], rounds: int,
     for index in range(rounds + 1):
         order = STRATEGIES if index % 2 == 0 else STRATEGIES[::-1]
         for strategy in order:
+            # Garbage earlier lowerings left is collected before, not charged to this one.
+            gc.collect()
             start = clock()
             lowered = lower(strategy)
             times[strategy].append(clock() - start)

@@ -4,9 +4,11 @@ Every zoo program (and, with ``--models``, every ``bench/models`` program) is
 lowered by both, alternating, each time through a fresh wrapper of its function
 so that jax's lowering cache never answers for either. The first round warms
 up (imports, rule caches); the table shows the median of the other rounds and
-their ratio, and the geometric mean of the ratios. ``--clock cpu`` times the
-lowering thread's CPU time instead of wall time: on a machine shared with other
-work, what the two routes cost rather than how long they waited. Run as
+their ratio, and the geometric mean of the ratios. Each lowering starts after a
+full garbage collection, so neither route pays for garbage the other left.
+``--clock cpu`` times the lowering thread's CPU time instead of wall time: on a
+machine shared with other work, what the two routes cost rather than how long
+they waited. Run as
 ``python -m bench.lowering [--models] [--rounds N] [--clock wall|cpu] [--json PATH]``.
 """
 
@@ -17,6 +19,7 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
@@ -44,6 +47,8 @@ def lowering_seconds(program, rounds: int, clock=time.perf_counter) -> dict[str,
         for route, wrap in ROUTES.items():
             jitted = wrap(fresh(program.fun), in_shardings=program.in_shardings,
                           out_shardings=program.out_shardings)
+            # Garbage earlier lowerings left is collected before, not charged to this one.
+            gc.collect()
             start = clock()
             jitted.lower(*program.args)
             times[route].append(clock() - start)

@@ -17,6 +17,7 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.propagation.graph import NEVER_DEAD, PropagationGraph
 from shardc.compiler.propagation.ir_access import read_meshes
+from shardc.compiler.sharding.rules import is_bookkeeping
 from shardc.compiler.sharding.tensor import (
     DimSharding,
     MeshInfo,
@@ -30,11 +31,14 @@ from shardc.dialects.sdy import SHARDING_ATTR, SHARDING_RULE_ATTR
 
 
 def _attr_key(op: ir.Operation) -> tuple | str:
-    """The op's attributes as a sorted tuple, or, where the bindings cannot read one
-    (a complex value), the op's printed generic form without its result name."""
+    """The op's attributes but shardc's bookkeeping (copies numbered apart by the
+    cost-aware search are still copies) as a sorted tuple, or, where the bindings
+    cannot read one (a complex value), the op's printed generic form without its
+    result name."""
     attrs = attribute_dict(op)
     if attrs is not None:
-        return tuple(sorted(attrs.items()))  # names are distinct: only they are compared
+        # Names are distinct: only they are compared.
+        return tuple(sorted(item for item in attrs.items() if not is_bookkeeping(item[0])))
     text = op.get_asm(print_generic_op_form=True, assume_verified=True)
     return text.split(" = ", 1)[1] if text.lstrip().startswith("%") else text
 

@@ -191,12 +191,18 @@ _CACHE_LIMIT = 4096
 _BOOKKEEPING_PREFIX = "shardc."
 
 
+def is_bookkeeping(attribute_name: str) -> bool:
+    """Whether an attribute of this name is shardc's own bookkeeping (the cost-aware
+    search's op numbers): it says nothing about what the op computes."""
+    return attribute_name.startswith(_BOOKKEEPING_PREFIX)
+
+
 def bears_on_rule(attribute_name: str) -> bool:
     """Whether an op's rule may depend on its attribute of this name (what a rule
     cache keys on): a value's sharding never changes it, nor do shardc's own
     bookkeeping attributes (a key holding the search's op number would make every
     op a miss)."""
-    return attribute_name != SHARDING_ATTR and not attribute_name.startswith(_BOOKKEEPING_PREFIX)
+    return attribute_name != SHARDING_ATTR and not is_bookkeeping(attribute_name)
 
 
 def _printed(thing: ir.Type | ir.Attribute, texts: dict[int, str] | None) -> str:

@@ -2,11 +2,15 @@
 Shardy-compatible propagation or ``jax.jit``, strictly fewer on the conflict
 programs, same numerics, no more memory; plus the strategy's plumbing."""
 
+import jax
+import jax.numpy as jnp
 import pytest
+from jax.sharding import NamedSharding, PartitionSpec
 
 from bench import cost_aware as bench_cost_aware
 from bench import e2e_measure
 from bench.models import REGISTRY, REGRESSIONS
+from shardc.compiler import jit
 
 RELATIVE_TOLERANCE = 1e-5
 # Programs where the cost-aware strategy must move strictly fewer bytes.
@@ -197,3 +201,19 @@ def test_results_left_open_keep_shardys_layout():
     f = lambda a, b: jnp.minimum(a, b)  # noqa: E731
     expected = jax.jit(f)(a, b).sharding
     assert jit(f, mesh=mesh, propagation="cost-aware")(a, b).sharding == expected
+
+
+def test_export_merges_constant_copies_as_shardy_does():
+    """The import splits a constant per use and the search numbers every copy apart;
+    the export still merges equal copies back, so with no conflict to resolve the
+    cost-aware route writes the very module Shardy's route writes."""
+    mesh = jax.make_mesh((8,), ("x",))
+    sharding = NamedSharding(mesh, PartitionSpec("x"))
+
+    def f(a):
+        return jnp.tanh(a * 2.0) * 2.0 + jnp.sum(a * 2.0)
+
+    x = jnp.ones((16, 4))
+    shardy = jit(f, in_shardings=sharding).lower(x).as_text()
+    cost_aware = jit(f, in_shardings=sharding, propagation="cost-aware").lower(x).as_text()
+    assert cost_aware == shardy
