@@ -70,22 +70,25 @@ class Driver:
         # nor a terminator (most users: no ``_edge_for_use`` to ask).
         self._plain = [not terminator and name not in DATA_FLOW_OPS
                        for name, terminator in zip(graph.op_name, graph.op_terminator)]
-        # A step is a pure function of its plan key (rule, flags), its factor
-        # directions, the strategy and its tensors' shardings (interned ids),
-        # so its updates are memoised on exactly those: strategy -> key -> updates.
-        self._memo: dict[FactorPropagation, dict[tuple, tuple]] = {}
+        # A step is a pure function of its plan key (rule, flags, data-flow
+        # view), its factor directions, the strategy and its tensors' shardings
+        # (interned ids), so its updates are memoised on exactly those, with
+        # the keys, in the graph's ``ReadMemo`` (shared by the drivers of
+        # copies of one module): strategy -> (head, sids) -> updates.
+        steps = graph.memo.steps
+        self._memo: dict[FactorPropagation, dict[tuple, tuple]] = steps.updates
         self._plans: list[Plan | bool | None] = [None] * len(graph.ops)
-        self._plan_keys: dict[tuple, int] = {}
-        self._rules_alive: list[CompactRule] = []
+        self._plan_keys: dict[tuple, int] = steps.plan_keys
+        self._rules_alive: list[CompactRule] = steps.rules
         # direction function -> op -> head (cleared on erasures).
         self._dir_cache: dict[DirectionFn, dict[int, tuple]] = {}
         # chain -> the dir caches of its levels (cleared with ``_dir_cache``).
         self._chain_caches: dict = {}
         # (plan key, directions) -> head id, and head id -> directions.
-        self._heads: dict[tuple, int] = {}
-        self._head_dirs: list[tuple] = []
+        self._heads: dict[tuple, int] = steps.heads
+        self._head_dirs: list[tuple] = steps.head_dirs
         # (chain, op signature, plan key) -> head per level.
-        self._chain_memo: dict[tuple, list[int]] = {}
+        self._chain_memo: dict[tuple, list[int]] = steps.chains
         self.erasures = 0
         # The strategy under which ``store.settled`` was recorded.
         self._settled_by: FactorPropagation | None = None
@@ -95,7 +98,7 @@ class Driver:
         self._origin_memo: dict[FactorPropagation, dict[tuple, tuple]] = {}
         # The func-result step, like an op step, is a pure function of the shape,
         # the strategy and the two shardings: strategy -> (shape, sids) -> updates.
-        self._result_memo: dict[FactorPropagation, dict[tuple, tuple]] = {}
+        self._result_memo: dict[FactorPropagation, dict[tuple, tuple]] = steps.results
 
     def _main_func(self) -> int:
         funcs = self.store.funcs
@@ -281,7 +284,10 @@ class Driver:
         for slot in slots:  # a slot read twice lists op twice: resetting it twice is harmless
             readers[slot].append(op)
         elementwise = edge < 0 and fixed is None and self.graph.is_elementwise(op)
-        signature = (id(rule), conservative, elementwise, edge, len(operands))
+        # An edge's step depends on its view (``edge_before``/``edge_after``), not
+        # on which op it is: keys stay meaningful in other graphs of the memo.
+        view = store.edge_view[edge] if edge >= 0 else None
+        signature = (id(rule), conservative, elementwise, view, len(operands))
         key = self._plan_keys.get(signature)
         if key is None:
             key = self._plan_keys[signature] = len(self._plan_keys)

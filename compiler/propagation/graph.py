@@ -16,6 +16,7 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from shardc.compiler.propagation.compact_rule import CompactRule, compact_rule
+from shardc.compiler.propagation.step_memo import StepMemo
 from shardc.compiler.sharding.rules import _NEIGHBOUR_KEYS, NO_RULE, bears_on_rule, rule_for
 from shardc.compiler.sharding.rules.elementwise import POINTWISE_OPS
 from shardc.dialects.sdy import SHARDING_RULE_ATTR
@@ -118,7 +119,8 @@ class ReadMemo:
 
     Rules by their uniqued key, printed types and attributes (``rule_for``'s
     ``texts``) and parsed shardings (``ShardingStore``), all keyed on uniqued
-    pointers, which stay valid as long as the context lives. A caller that
+    pointers, which stay valid as long as the context lives, and what the
+    drivers of these graphs repeat (``step_memo.StepMemo``). A caller that
     propagates many copies of one module (the cost-aware search) hands each
     graph the same memo; it holds only for one context, one set of meshes and
     one ``conservative`` setting.
@@ -128,6 +130,7 @@ class ReadMemo:
         self.rules: dict[tuple, CompactRule | None] = {}
         self.printed: dict[int, str] = {}
         self.shardings: dict[int, object] = {}
+        self.steps = StepMemo()
 
 
 class PropagationGraph:

@@ -83,9 +83,10 @@ class ShardingStore:
         self.dirty: set[int] = set()
         # Interned shardings: ``sid[slot]`` is a small int naming ``value[slot]``
         # (0 for None), equal ints for equal shardings, so steps can be memoised
-        # on tuples of ints instead of hashing nested tuples each time.
+        # on tuples of ints instead of hashing nested tuples each time. The ids
+        # are shared by every store of one ``ReadMemo``, as the step memo is.
         self.sid: list[int] = []
-        self._intern: dict[TensorSharding, int] = {}
+        self._intern = graph.memo.steps.sharding_ids
         self._parsed = graph.memo.shardings
         # Steps that wrote nothing are not repeated on unchanged shardings:
         # ``settled[op]`` is the head (``Driver``'s memo key without the

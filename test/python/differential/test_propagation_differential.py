@@ -26,7 +26,8 @@ from collections import Counter
 import pytest
 from jaxlib.mlir import ir, passmanager
 
-from shardc.compiler.propagation import propagate
+from shardc.compiler.propagation import propagate, propagate_read
+from shardc.compiler.propagation.graph import ReadMemo
 from shardc.dialects import make_context
 
 NATIVE = {
@@ -478,6 +479,31 @@ def test_random_manual_computations_agree_with_native():
     print(f"manual computations: {stats[True]} agree, {stats[False]} differ, {stats[None]} skipped")
     assert stats[True] > NUM_MANUAL * len(NATIVE)
     assert not mismatches, mismatches
+
+
+def test_manual_computations_propagated_with_one_memo_as_alone():
+    """Propagations sharing a ``ReadMemo`` (as the cost-aware search's copies do)
+    give what each gives alone: the step memo's keys mean the same in every
+    program of one context and mesh, manual computations' data-flow edges included."""
+    context = make_context()
+    memo = ReadMemo()
+    checked = 0
+    for seed in range(NUM_MANUAL):
+        try:
+            module = ir.Module.parse(gen_manual(seed), context)
+            passmanager.PassManager.parse(
+                f"builtin.module({MANUAL_PREP['edges']})", context).run(module.operation)
+        except ir.MLIRError:
+            continue
+        text = str(module)
+        for plan in ("basic", "user-priority"):
+            alone = ir.Module.parse(text, context)
+            propagate(alone.operation, plan=plan)
+            shared = ir.Module.parse(text, context)
+            propagate_read(shared.operation, plan=plan, memo=memo)
+            assert str(shared) == str(alone), (seed, plan)
+            checked += 1
+    assert checked > NUM_MANUAL
 
 
 # shard_map programs (jax.shard_map lowers to sdy.manual_computation), full and
