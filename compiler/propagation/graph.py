@@ -17,6 +17,7 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.propagation.compact_rule import CompactRule, compact_rule
 from shardc.compiler.propagation.step_memo import StepMemo
+from shardc.compiler.sharding.rule import OpShardingRule
 from shardc.compiler.sharding.rules import _NEIGHBOUR_KEYS, NO_RULE, bears_on_rule, rule_for
 from shardc.compiler.sharding.rules.elementwise import POINTWISE_OPS
 from shardc.dialects.sdy import SHARDING_RULE_ATTR
@@ -101,17 +102,27 @@ def _shape_of(type_: ir.Type, cache: dict) -> tuple[int, ...] | None:
     return shape
 
 
-def _attributes_key(op: ir.Operation) -> tuple[tuple[str, int], ...] | None:
+# ``bears_on_rule`` by attribute name: a process sees few names, an op many times.
+_BEARS_ON_RULE: dict[str, bool] = {}
+
+
+def _attributes_key(attributes: ir.OpAttributeMap) -> tuple[tuple[str, int], ...] | None:
     """(name, uniqued pointer) of each attribute that bears on the rule; None when
     the bindings cannot read one (a complex-valued constant)."""
-    attributes = op.attributes
     if not len(attributes):
         return ()
+    bears = _BEARS_ON_RULE
+    key = []
     try:
-        return tuple([(name, hash(attributes[name])) for name in attributes
-                      if bears_on_rule(name)])
+        for name, attribute in attributes.items():
+            bearing = bears.get(name)
+            if bearing is None:
+                bearing = bears[name] = bears_on_rule(name)
+            if bearing:
+                key.append((name, hash(attribute)))
     except TypeError:
         return None
+    return tuple(key)
 
 
 class ReadMemo:
@@ -119,8 +130,9 @@ class ReadMemo:
 
     Rules by their uniqued key, printed types and attributes (``rule_for``'s
     ``texts``) and parsed shardings (``ShardingStore``), all keyed on uniqued
-    pointers, which stay valid as long as the context lives, and what the
-    drivers of these graphs repeat (``step_memo.StepMemo``). A caller that
+    pointers, which stay valid as long as the context lives, the rule
+    attributes written back (``keep_sharding_rules``) and what the drivers of
+    these graphs repeat (``step_memo.StepMemo``). A caller that
     propagates many copies of one module (the cost-aware search) hands each
     graph the same memo; it holds only for one context, one set of meshes and
     one ``conservative`` setting.
@@ -130,6 +142,8 @@ class ReadMemo:
         self.rules: dict[tuple, CompactRule | None] = {}
         self.printed: dict[int, str] = {}
         self.shardings: dict[int, object] = {}
+        # id of a rule -> (the rule, kept alive so the id stays its own, its attribute).
+        self.rule_attributes: dict[int, tuple[OpShardingRule, ir.Attribute]] = {}
         self.steps = StepMemo()
 
 
@@ -232,7 +246,22 @@ class PropagationGraph:
             results = op.results
             num_results = len(results)
             if num_results == 1:
-                op_results.append([new_value(op.result, i, i, 0)])
+                # ``new_value`` inlined for the common case: a static shape seen before.
+                value = op.result
+                type_key = hash(value.type)
+                shape = shape_of.get(type_key)
+                if shape is None:
+                    op_results.append([new_value(value, i, i, 0)])
+                else:
+                    vid = len(values)
+                    values.append(value)
+                    value_type_key.append(type_key)
+                    value_def.append(i)
+                    value_owner.append(i)
+                    value_arg_index.append(0)
+                    value_shape.append(shape)
+                    value_id[hash(value)] = vid
+                    op_results.append([vid])
             elif num_results:
                 op_results.append([new_value(result, i, i, k)
                                    for k, result in enumerate(results)])
@@ -323,13 +352,15 @@ class PropagationGraph:
             return known
         name = self.op_name[op]
         ir_op = self.ops[op]
-        if name in NO_RULE and SHARDING_RULE_ATTR not in ir_op.attributes:
+        ir_attributes = ir_op.attributes
+        if name in NO_RULE and SHARDING_RULE_ATTR not in ir_attributes:
             # ``rule_for``'s answer for these without a cache key (a constant's
             # key would hash its value): no rule unless one is attached.
             self._rules[op] = None
             return None
         key = None
-        attributes = _attributes_key(ir_op) if name not in _NEIGHBOUR_DEPENDENT else None
+        attributes = (_attributes_key(ir_attributes) if name not in _NEIGHBOUR_DEPENDENT
+                      else None)
         if attributes is not None:
             # What the registry's own cache key says, from uniqued pointers
             # instead of printed text: types and attributes are uniqued per context.

@@ -67,6 +67,12 @@ def _dict_entries(attr: ir.Attribute) -> dict[str, ir.Attribute]:
     return {entries[i].name: entries[i].attr for i in range(len(entries))}
 
 
+def _dict_entry(attr: ir.Attribute, name: str) -> ir.Attribute | None:
+    """The entry ``name`` of a dictionary attribute (None when absent)."""
+    entries = ir.DictAttr(attr)
+    return entries[name] if name in entries else None
+
+
 class ShardingStore:
     """Current shardings by slot, plus the edge and func facts the driver needs."""
 
@@ -154,8 +160,20 @@ class ShardingStore:
 
     def _per_value_slots(self, op: int, attr_name: str, values: list[int]) -> None:
         graph = self.graph
-        attrs = graph.ops[op].attributes
-        attr = attrs.get(attr_name)
+        attr = graph.ops[op].attributes.get(attr_name)
+        if attr is None and len(values) == 1:
+            # Most ops: one result, no sharding yet (``_new_slot`` inlined).
+            value = values[0]
+            slot = len(self.where)
+            shape = graph.value_shape[value]
+            self.where.append((PER_VALUE, op, attr_name, 0))
+            self.rank.append(len(shape) if shape else 0)
+            self.value.append(None)
+            self.sid.append(0)
+            self.siblings.append((slot,))
+            self.readers.append([])
+            self.slot_of[value] = slot
+            return
         parsed = self._parse_per_value(attr) if attr is not None else None
         slots = []
         for k, value in enumerate(values):
@@ -174,7 +192,7 @@ class ShardingStore:
         arg_attrs = list(ir.ArrayAttr(func.attributes["arg_attrs"])) if (
             "arg_attrs" in func.attributes) else []
         for k, value in enumerate(args):
-            entry = _dict_entries(arg_attrs[k]).get(SHARDING_ATTR) if k < len(arg_attrs) else None
+            entry = _dict_entry(arg_attrs[k], SHARDING_ATTR) if k < len(arg_attrs) else None
             self.slot_of[value] = self._new_slot(
                 (ARG, op, k), graph.value_rank(value), self._parse(entry))
         res_attrs = list(ir.ArrayAttr(func.attributes["res_attrs"])) if (
@@ -182,7 +200,7 @@ class ShardingStore:
         func_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
         slots = []
         for k, result_type in enumerate(func_type.results):
-            entry = _dict_entries(res_attrs[k]).get(SHARDING_ATTR) if k < len(res_attrs) else None
+            entry = _dict_entry(res_attrs[k], SHARDING_ATTR) if k < len(res_attrs) else None
             rank = result_type.rank if isinstance(result_type, ir.RankedTensorType) else 0
             slots.append(self._new_slot((RES, op, k), rank, self._parse(entry)))
         self.func_results[op] = slots
@@ -346,9 +364,10 @@ class ShardingStore:
             else:
                 per_value[(op, self.where[slot][2])] = slot
         formatted: dict[tuple[int, ...], ir.Attribute] = {}
+        sid_of = self.sid.__getitem__
         for (op, attr_name), slot in per_value.items():
             slots = self.siblings[slot]
-            sids = tuple(self.sid[s] for s in slots)
+            sids = tuple(map(sid_of, slots))
             attr = formatted.get(sids)
             if attr is None:
                 attr = formatted[sids] = self._attr(
@@ -386,11 +405,18 @@ class ShardingStore:
     def _write_rules(self, keep_rules: bool) -> None:
         graph = self.graph
         if keep_rules:
+            # Building an attribute costs many binding calls: one per rule, reused
+            # by every op (and every graph of the memo) with that rule.
+            built = graph.memo.rule_attributes
             for op, rule in graph.visited_rules().items():
                 if rule is not None and rule.rule is not None and not graph.erased[op]:
                     attrs = graph.ops[op].attributes
                     if SHARDING_RULE_ATTR not in attrs:
-                        attrs[SHARDING_RULE_ATTR] = rule.rule.to_attr(graph.module.context)
+                        entry = built.get(id(rule.rule))
+                        if entry is None:
+                            entry = built[id(rule.rule)] = (
+                                rule.rule, rule.rule.to_attr(graph.module.context))
+                        attrs[SHARDING_RULE_ATTR] = entry[1]
             return
         for op, ir_op in enumerate(graph.ops):
             if graph.erased[op]:
