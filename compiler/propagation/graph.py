@@ -114,12 +114,14 @@ def _attributes_key(attributes: ir.OpAttributeMap) -> tuple[tuple[str, int], ...
     bears = _BEARS_ON_RULE
     key = []
     try:
-        for name, attribute in attributes.items():
+        # Names first: reading an attribute costs more, and sdy.sharding and the
+        # search's bookkeeping attributes need not be read.
+        for name in attributes.keys():
             bearing = bears.get(name)
             if bearing is None:
                 bearing = bears[name] = bears_on_rule(name)
             if bearing:
-                key.append((name, hash(attribute)))
+                key.append((name, hash(attributes[name])))
     except TypeError:
         return None
     return tuple(key)
