@@ -108,6 +108,35 @@ def import_pipeline(module: ir.Operation) -> None:
     ))
 
 
+def _export_census(module: ir.Operation) -> tuple[Census, list[ir.Operation]]:
+    """One walk for the export stage: the names of the module's ops, whether one has a
+    sharding rule, and the ops ``constant_or_scalar_merger`` looks at."""
+    names = {module.name}
+    found = SHARDING_RULE_ATTR in module.attributes
+    copies: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        nonlocal found
+        name = op.name
+        names.add(name)
+        if not found and SHARDING_RULE_ATTR in op.attributes:
+            found = True
+        if name in export_steps.MERGED:
+            copies.append(op)
+        return ir.WalkResult.ADVANCE
+
+    for op in module.regions[0].blocks[0].operations:
+        op = op.operation
+        if op.name == "func.func":
+            op.walk(visit, ir.WalkOrder.POST_ORDER)
+        else:
+            # The merger looks in functions only.
+            other = census(op, SHARDING_RULE_ATTR)
+            names.update(other.names)
+            found = found or other.has_attribute
+    return Census(frozenset(names), found), copies
+
+
 def export_pipeline(
     module: ir.Operation,
     *,
@@ -125,11 +154,12 @@ def export_pipeline(
     the same reshard for XLA, and a lowering that reads like jax.jit's, where
     every ``with_sharding_constraint`` is a constraint.
     """
-    found = census(module, SHARDING_RULE_ATTR)
+    found, copies = _export_census(module)
     # Only ``explicit_reshards`` may write rules after this.
     drops_rules = not keep_sharding_rules and (found.has_attribute or explicit_reshards is not None)
+    export_steps.constant_or_scalar_merger(module, copies)
+    verify_step(module, export_steps.constant_or_scalar_merger.__name__)
     run_steps(module, (
-        export_steps.constant_or_scalar_merger,
         sink_data_flow_edges,
         export_steps.remove_sharding_groups,
         *(() if keep_constraints else (export_steps.sharding_constraint_to_reshard,)),

@@ -43,39 +43,43 @@ def _attr_key(op: ir.Operation) -> tuple | str:
     return text.split(" = ", 1)[1] if text.lstrip().startswith("%") else text
 
 
-_MERGED = frozenset({"sdy.constant", "stablehlo.constant", "stablehlo.broadcast_in_dim"})
+MERGED = frozenset({"sdy.constant", "stablehlo.constant", "stablehlo.broadcast_in_dim"})
 
 
-def constant_or_scalar_merger(module: ir.Operation) -> None:
+def constant_or_scalar_merger(module: ir.Operation,
+                              copies: list[ir.Operation] | None = None) -> None:
     """Merge constants and scalar broadcasts whose attributes (shardings too) are equal.
 
     Only copies in one block merge: the kept op must dominate every use it
     takes over, and the regions of a ``while`` or ``case`` share a parent op
-    but not a block.
+    but not a block. ``copies``: the ops named in ``MERGED`` in the module's
+    functions, in post-order, when a walk the caller made anyway found them.
     """
+    if copies is None:
+        copies = [op for func in _funcs(module)
+                  for op in nested_ops(func, ir.WalkOrder.POST_ORDER, MERGED)]
     # Types are uniqued and few: each is asked its rank once.
     scalar_types: dict[ir.Type, bool] = {}
-    for func in _funcs(module):
-        constants: dict = {}
-        broadcasts: dict = {}
-        for op in nested_ops(func, ir.WalkOrder.POST_ORDER, _MERGED):
-            name = op.name
-            if name != "stablehlo.broadcast_in_dim":
-                key = (_attr_key(op), op.block)
-                cache = constants
-            else:
-                operand = op.operands[0]
-                operand_type = operand.type
-                if operand_type not in scalar_types:
-                    scalar_types[operand_type] = _rank(operand) == 0
-                if not scalar_types[operand_type]:
-                    continue
-                key = (_attr_key(op), op.block, op.results[0].type, operand)
-                cache = broadcasts
-            kept = cache.setdefault(key, op)
-            if kept is not op:
-                op.results[0].replace_all_uses_with(kept.results[0])
-                op.erase()
+    # Keys hold the block: copies of different functions never merge.
+    constants: dict = {}
+    broadcasts: dict = {}
+    for op in copies:
+        if op.name != "stablehlo.broadcast_in_dim":
+            key = (_attr_key(op), op.block)
+            cache = constants
+        else:
+            operand = op.operands[0]
+            operand_type = operand.type
+            if operand_type not in scalar_types:
+                scalar_types[operand_type] = _rank(operand) == 0
+            if not scalar_types[operand_type]:
+                continue
+            key = (_attr_key(op), op.block, op.result.type, operand)
+            cache = broadcasts
+        kept = cache.setdefault(key, op)
+        if kept is not op:
+            op.result.replace_all_uses_with(kept.result)
+            op.erase()
 
 
 def _funcs(module: ir.Operation) -> list[ir.Operation]:
