@@ -25,7 +25,9 @@ from shardc.compiler.propagation.manual import MANUAL_OP
 from shardc.compiler.sharding.walker import Census, census
 from shardc.compiler.stages import export_steps, import_steps
 from shardc.compiler.stages.apply_constraints import apply_sharding_constraints
+from shardc.compiler.stages.capture_loop_invariants import capture_loop_invariants
 from shardc.compiler.stages.data_flow_edges import add_data_flow_edges, sink_data_flow_edges
+from shardc.compiler.stages.fold_identities import fold_identities
 from shardc.compiler.stages.inline_calls import inline_all_calls
 from shardc.compiler.stages.lift_inlined_meshes import lift_inlined_meshes
 from shardc.dialects.sdy import SHARDING_RULE_ATTR
@@ -37,6 +39,14 @@ def _generic(module: ir.Operation, pipeline: str) -> None:
     # costs twice the pass (verify_step still checks every step when asked to).
     pm.enable_verifier(False)
     pm.run(module)
+
+
+def xla_import_rewrites(module: ir.Operation) -> None:
+    """``fold_identities`` then ``capture_loop_invariants``, the loops found by the
+    walk that folds."""
+    loops: list[ir.Operation] = []
+    fold_identities(module, loops)
+    capture_loop_invariants(module, loops)
 
 
 def main_func(module: ir.Operation) -> ir.Operation | None:
