@@ -28,8 +28,8 @@ from shardc.compiler.stages.apply_constraints import apply_sharding_constraints
 from shardc.compiler.stages.capture_loop_invariants import capture_loop_invariants
 from shardc.compiler.stages.data_flow_edges import add_data_flow_edges, sink_data_flow_edges
 from shardc.compiler.stages.fold_identities import fold_identities
-from shardc.compiler.stages.inline_calls import inline_all_calls
-from shardc.compiler.stages.lift_inlined_meshes import lift_inlined_meshes
+from shardc.compiler.stages.inline_calls import CALL_OP, inline_all_calls
+from shardc.compiler.stages.lift_inlined_meshes import InlineMeshes, lift_inlined_meshes
 from shardc.dialects.sdy import SHARDING_RULE_ATTR
 
 
@@ -103,13 +103,38 @@ def run_steps(module: ir.Operation, steps: Sequence[Step],
         verify_step(module, step.__name__)
 
 
+def _import_census(module: ir.Operation) -> tuple[list[ir.Operation], bool]:
+    """One walk for the import stage: the module's calls in pre-order, and whether some
+    sharding names its mesh inline."""
+    calls: list[ir.Operation] = []
+    inline_meshes = InlineMeshes()
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        name = op.name
+        if name == CALL_OP:
+            calls.append(op)
+        if not inline_meshes.found:
+            inline_meshes.look(op, name)
+        return ir.WalkResult.ADVANCE
+
+    for op in module.regions[0].blocks[0].operations:
+        op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return calls, inline_meshes.found
+
+
 def import_pipeline(module: ir.Operation) -> None:
     """Shardy's import stage, with calls inlined."""
+    run_steps(module, (symbol_dce,))
+    # Inlining copies ops, shardings and all, and adds none: the shardings found
+    # before it are those lift_inlined_meshes would look at after it.
+    calls, inline_meshes = _import_census(module)
+    inline_all_calls(module, calls)
+    verify_step(module, inline_all_calls.__name__)
+    symbol_dce(module)
+    verify_step(module, symbol_dce.__name__)
+    lift_inlined_meshes(module, inline_meshes=inline_meshes)
+    verify_step(module, lift_inlined_meshes.__name__)
     run_steps(module, (
-        symbol_dce,
-        inline_all_calls,
-        symbol_dce,
-        lift_inlined_meshes,
         import_steps.remove_size_one_axes,
         import_steps.constant_or_scalar_splitter,
         import_steps.manual_axes_cleanup,
