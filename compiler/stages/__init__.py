@@ -61,9 +61,25 @@ def main_func(module: ir.Operation) -> ir.Operation | None:
     return None
 
 
+# Symbols that hold no symbols of their own: public ones, symbol-dce always keeps.
+_PUBLIC_SYMBOL_OPS = frozenset({"func.func", "sdy.mesh"})
+
+
 def symbol_dce(module: ir.Operation) -> None:
     """MLIR's ``symbol-dce``: drop functions nothing calls."""
-    _generic(module, "symbol-dce")
+    # The pass walks every op for symbol uses; a module whose top level holds only
+    # public functions and meshes (no callee left) has nothing it could drop.
+    if not all(_public_leaf_symbol(op.operation)
+               for op in module.regions[0].blocks[0].operations):
+        _generic(module, "symbol-dce")
+
+
+def _public_leaf_symbol(op: ir.Operation) -> bool:
+    if op.name not in _PUBLIC_SYMBOL_OPS:
+        return False
+    attributes = op.attributes
+    return ("sym_visibility" not in attributes
+            or ir.StringAttr(attributes["sym_visibility"]).value == "public")
 
 
 def remove_sub_axes_in_main_io_shardings(module: ir.Operation) -> None:

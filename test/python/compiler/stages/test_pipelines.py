@@ -95,3 +95,30 @@ def test_skipped_steps_leave_the_module_as_running_them_does():
                 export_steps.erase_dead_ops, export_steps.drop_sharding_rules))
         assert str(skipped) == str(every)
         assert "mesh<" not in str(skipped)
+
+
+def test_symbol_dce_runs_the_pass_only_where_a_symbol_may_go(monkeypatch):
+    passes: list[str] = []
+    monkeypatch.setattr(stages, "_generic", lambda module, pipeline: passes.append(pipeline))
+    public_main = PLAIN.replace("func.func @main", "func.func public @main")
+    for text in (PLAIN, public_main, ARGUMENT_INLINE_MESH, CALLEE_INLINE_MESH):
+        module = ir.Module.parse(text, make_context())
+        stages.symbol_dce(module.operation)
+    # Only CALLEE_INLINE_MESH has a private function.
+    assert passes == ["symbol-dce"]
+
+
+UNCALLED = """
+func.func @main(%arg0: tensor<8xf32>) -> tensor<8xf32> {
+  return %arg0 : tensor<8xf32>
+}
+func.func private @f(%arg0: tensor<8xf32>) -> tensor<8xf32> {
+  return %arg0 : tensor<8xf32>
+}
+"""
+
+
+def test_symbol_dce_drops_an_uncalled_private_function():
+    module = ir.Module.parse(UNCALLED, make_context())
+    stages.symbol_dce(module.operation)
+    assert "@f" not in str(module) and "@main" in str(module)
