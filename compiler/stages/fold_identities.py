@@ -127,7 +127,7 @@ def fold_identities(module: ir.Operation, loops: list[ir.Operation] | None = Non
     def visit(op: ir.Operation) -> ir.WalkResult:
         # By name first: most ops are neither, and the name is the cheapest thing to read.
         name = op.name
-        if (name in IDENTITIES or name in RESHAPES) and SHARDING_ATTR not in op.attributes:
+        if name in IDENTITIES or name in RESHAPES:
             if name == _BROADCAST:
                 key = (op.operands[0].type, op.result.type,
                        op.attributes["broadcast_dimensions"])
@@ -136,10 +136,9 @@ def fold_identities(module: ir.Operation, loops: list[ir.Operation] | None = Non
                 verdict = broadcasts[key]
             else:
                 verdict = _verdict(op, name)
-            if verdict == "identity":
-                identities.append(op)
-            elif verdict == "reshape":
-                reshapes.append(op)
+            # The sharding last: most of these ops are neither.
+            if verdict is not None and SHARDING_ATTR not in op.attributes:
+                (identities if verdict == "identity" else reshapes).append(op)
         elif name == LOOP and loops is not None:
             loops.append(op)
         return ir.WalkResult.ADVANCE
