@@ -138,6 +138,9 @@ def _body_meshes(module: ir.Module) -> list:
 
 def _rename_symbols(module: ir.Module, renames: Sequence[tuple[str, str]]) -> None:
     # Through unique temporary names, so that swapping "mesh" and "mesh_0" works.
+    # A symbol kept by its own name (jax's @mesh is mostly shardc's @mesh) is left
+    # alone: each rename walks the whole module.
+    renames = [(old, new) for old, new in renames if old != new]
     op = module.operation
     temporary = [(old, f"__shardc_rename_{i}", new) for i, (old, new) in enumerate(renames)]
     for old, tmp, _ in temporary:
@@ -176,8 +179,15 @@ def _attr_dicts(func: ir.Operation, which: str, count: int) -> list[dict[str, ir
     attr_name = "arg_attrs" if which == "args" else "res_attrs"
     if attr_name not in func.attributes:
         return [{} for _ in range(count)]
-    array = ir.ArrayAttr(func.attributes[attr_name])
-    return [{named.name: named.attr for named in ir.DictAttr(entry)} for entry in array]
+    # Entries are uniqued and arguments mostly share a few: each is read once.
+    read: dict[ir.Attribute, dict[str, ir.Attribute]] = {}
+    dicts = []
+    for entry in ir.ArrayAttr(func.attributes[attr_name]):
+        entries = read.get(entry)
+        if entries is None:
+            entries = read[entry] = {named.name: named.attr for named in ir.DictAttr(entry)}
+        dicts.append(dict(entries))
+    return dicts
 
 
 def _set_attr_dicts(func: ir.Operation, which: str, dicts: Sequence[dict]) -> None:
@@ -190,11 +200,15 @@ def set_function_attrs(
 ) -> None:
     """Set (or remove, for ``None``) ``key`` in each arg/result attribute dict."""
     dicts = _attr_dicts(func, which, len(values))
+    _put(dicts, key, values)
+    _set_attr_dicts(func, which, dicts)
+
+
+def _put(dicts: Sequence[dict], key: str, values: Sequence[ir.Attribute | None]) -> None:
     for entries, value in zip(dicts, values):
         entries.pop(key, None)
         if value is not None:
             entries[key] = value
-    _set_attr_dicts(func, which, dicts)
 
 
 def fix_donation(
@@ -211,6 +225,13 @@ def fix_donation(
     which lets XLA pick (an invalid alias fails to compile).
     """
     dicts = _attr_dicts(func, "args", len(args))
+    _pair_donations(dicts, args, results)
+    _set_attr_dicts(func, "args", dicts)
+
+
+def _pair_donations(dicts: Sequence[dict], args: Sequence[LeafSignature],
+                    results: Sequence[LeafSignature]) -> None:
+    """``fix_donation`` on the arguments' attribute dicts."""
     donated = []
     for k, entries in enumerate(dicts):
         was_donated = ALIASING_ATTR in entries or BUFFER_DONOR_ATTR in entries
@@ -226,7 +247,6 @@ def fix_donation(
             dicts[match][ALIASING_ATTR] = ir.IntegerAttr.get(i32, out_index)
     for k in donated:
         dicts[k][BUFFER_DONOR_ATTR] = ir.BoolAttr.get(True)
-    _set_attr_dicts(func, "args", dicts)
 
 
 def _shards_match(arg: LeafSignature, out: LeafSignature) -> bool:
@@ -280,12 +300,16 @@ def annotate(
             sdy.MeshAttr(op.operation.attributes["mesh"]).axes for op in _body_meshes(module)):
         symbols.symbol_for(context)
     unify_body_meshes(module, symbols)
-    set_function_attrs(func, sdy.SHARDING_ATTR, arg_attrs, "args")
-    set_function_attrs(func, sdy.SHARDING_ATTR, res_attrs, "results")
     partitions = symbols.device_count()
+    # The arguments' dicts are read and written once, for shardings and donation.
+    arg_dicts = _attr_dicts(func, "args", len(arg_attrs))
+    _put(arg_dicts, sdy.SHARDING_ATTR, arg_attrs)
+    if partitions is not None:
+        _pair_donations(arg_dicts, args, results)
+    _set_attr_dicts(func, "args", arg_dicts)
+    set_function_attrs(func, sdy.SHARDING_ATTR, res_attrs, "results")
     if partitions is not None:
         i32 = ir.IntegerType.get_signless(32)
         module.operation.attributes["mhlo.num_partitions"] = ir.IntegerAttr.get(i32, partitions)
         module.operation.attributes["mhlo.num_replicas"] = ir.IntegerAttr.get(i32, 1)
-        fix_donation(func, args, results)
     return symbols

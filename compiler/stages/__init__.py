@@ -25,9 +25,11 @@ from shardc.compiler.propagation.manual import MANUAL_OP
 from shardc.compiler.sharding.walker import Census, census
 from shardc.compiler.stages import export_steps, import_steps
 from shardc.compiler.stages.apply_constraints import apply_sharding_constraints
+from shardc.compiler.stages.capture_loop_invariants import capture_loop_invariants
 from shardc.compiler.stages.data_flow_edges import add_data_flow_edges, sink_data_flow_edges
-from shardc.compiler.stages.inline_calls import inline_all_calls
-from shardc.compiler.stages.lift_inlined_meshes import lift_inlined_meshes
+from shardc.compiler.stages.fold_identities import fold_identities
+from shardc.compiler.stages.inline_calls import CALL_OP, inline_all_calls
+from shardc.compiler.stages.lift_inlined_meshes import InlineMeshes, lift_inlined_meshes
 from shardc.dialects.sdy import SHARDING_RULE_ATTR
 
 
@@ -37,6 +39,14 @@ def _generic(module: ir.Operation, pipeline: str) -> None:
     # costs twice the pass (verify_step still checks every step when asked to).
     pm.enable_verifier(False)
     pm.run(module)
+
+
+def xla_import_rewrites(module: ir.Operation) -> None:
+    """``fold_identities`` then ``capture_loop_invariants``, the loops found by the
+    walk that folds."""
+    loops: list[ir.Operation] = []
+    fold_identities(module, loops)
+    capture_loop_invariants(module, loops)
 
 
 def main_func(module: ir.Operation) -> ir.Operation | None:
@@ -51,9 +61,25 @@ def main_func(module: ir.Operation) -> ir.Operation | None:
     return None
 
 
+# Symbols that hold no symbols of their own: public ones, symbol-dce always keeps.
+_PUBLIC_SYMBOL_OPS = frozenset({"func.func", "sdy.mesh"})
+
+
 def symbol_dce(module: ir.Operation) -> None:
     """MLIR's ``symbol-dce``: drop functions nothing calls."""
-    _generic(module, "symbol-dce")
+    # The pass walks every op for symbol uses; a module whose top level holds only
+    # public functions and meshes (no callee left) has nothing it could drop.
+    if not all(_public_leaf_symbol(op.operation)
+               for op in module.regions[0].blocks[0].operations):
+        _generic(module, "symbol-dce")
+
+
+def _public_leaf_symbol(op: ir.Operation) -> bool:
+    if op.name not in _PUBLIC_SYMBOL_OPS:
+        return False
+    attributes = op.attributes
+    return ("sym_visibility" not in attributes
+            or ir.StringAttr(attributes["sym_visibility"]).value == "public")
 
 
 def remove_sub_axes_in_main_io_shardings(module: ir.Operation) -> None:
@@ -93,19 +119,73 @@ def run_steps(module: ir.Operation, steps: Sequence[Step],
         verify_step(module, step.__name__)
 
 
+def _import_census(module: ir.Operation) -> tuple[list[ir.Operation], bool]:
+    """One walk for the import stage: the module's calls in pre-order, and whether some
+    sharding names its mesh inline."""
+    calls: list[ir.Operation] = []
+    inline_meshes = InlineMeshes()
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        name = op.name
+        if name == CALL_OP:
+            calls.append(op)
+        if not inline_meshes.found:
+            inline_meshes.look(op, name)
+        return ir.WalkResult.ADVANCE
+
+    for op in module.regions[0].blocks[0].operations:
+        op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return calls, inline_meshes.found
+
+
 def import_pipeline(module: ir.Operation) -> None:
     """Shardy's import stage, with calls inlined."""
+    run_steps(module, (symbol_dce,))
+    # Inlining copies ops, shardings and all, and adds none: the shardings found
+    # before it are those lift_inlined_meshes would look at after it.
+    calls, inline_meshes = _import_census(module)
+    inline_all_calls(module, calls)
+    verify_step(module, inline_all_calls.__name__)
+    symbol_dce(module)
+    verify_step(module, symbol_dce.__name__)
+    lift_inlined_meshes(module, inline_meshes=inline_meshes)
+    verify_step(module, lift_inlined_meshes.__name__)
     run_steps(module, (
-        symbol_dce,
-        inline_all_calls,
-        symbol_dce,
-        lift_inlined_meshes,
         import_steps.remove_size_one_axes,
         import_steps.constant_or_scalar_splitter,
         import_steps.manual_axes_cleanup,
         add_data_flow_edges,
         apply_sharding_constraints,
     ))
+
+
+def _export_census(module: ir.Operation) -> tuple[Census, list[ir.Operation]]:
+    """One walk for the export stage: the names of the module's ops, whether one has a
+    sharding rule, and the ops ``constant_or_scalar_merger`` looks at."""
+    names = {module.name}
+    found = SHARDING_RULE_ATTR in module.attributes
+    copies: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        nonlocal found
+        name = op.name
+        names.add(name)
+        if not found and SHARDING_RULE_ATTR in op.attributes:
+            found = True
+        if name in export_steps.MERGED:
+            copies.append(op)
+        return ir.WalkResult.ADVANCE
+
+    for op in module.regions[0].blocks[0].operations:
+        op = op.operation
+        if op.name == "func.func":
+            op.walk(visit, ir.WalkOrder.POST_ORDER)
+        else:
+            # The merger looks in functions only.
+            other = census(op, SHARDING_RULE_ATTR)
+            names.update(other.names)
+            found = found or other.has_attribute
+    return Census(frozenset(names), found), copies
 
 
 def export_pipeline(
@@ -125,11 +205,12 @@ def export_pipeline(
     the same reshard for XLA, and a lowering that reads like jax.jit's, where
     every ``with_sharding_constraint`` is a constraint.
     """
-    found = census(module, SHARDING_RULE_ATTR)
+    found, copies = _export_census(module)
     # Only ``explicit_reshards`` may write rules after this.
     drops_rules = not keep_sharding_rules and (found.has_attribute or explicit_reshards is not None)
+    export_steps.constant_or_scalar_merger(module, copies)
+    verify_step(module, export_steps.constant_or_scalar_merger.__name__)
     run_steps(module, (
-        export_steps.constant_or_scalar_merger,
         sink_data_flow_edges,
         export_steps.remove_sharding_groups,
         *(() if keep_constraints else (export_steps.sharding_constraint_to_reshard,)),

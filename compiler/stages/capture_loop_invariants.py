@@ -23,17 +23,22 @@ from shardc.dialects.while_loops import hoist_invariant_carries
 LOOP = "stablehlo.while"
 
 
-def capture_loop_invariants(module: ir.Operation) -> None:
+def capture_loop_invariants(module: ir.Operation,
+                            loops: list[ir.Operation] | None = None) -> None:
     """Hoist the invariant carries of every loop of ``module``, then open the shardings
-    of every loop's free variables (inner loops first, as XLA does)."""
-    loops: list[ir.Operation] = []
+    of every loop's free variables (inner loops first, as XLA does).
 
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == LOOP:
-            loops.append(op)
-        return ir.WalkResult.ADVANCE
+    ``loops``: the module's loops, inner loops first, when a walk the caller made
+    anyway found them (``fold_identities``'s)."""
+    if loops is None:
+        loops = []
 
-    module.walk(visit, ir.WalkOrder.POST_ORDER)
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            if op.name == LOOP:
+                loops.append(op)
+            return ir.WalkResult.ADVANCE
+
+        module.walk(visit, ir.WalkOrder.POST_ORDER)
     rebuilt = []
     for loop in loops:
         # Hoisting can make another carry return the loop's operand: repeat until

@@ -25,57 +25,76 @@ from shardc.compiler.sharding.tensor import (
     format_sharding,
     parse_sharding,
 )
-from shardc.compiler.sharding.walker import attribute_dict, map_shardings, nested_ops
+from shardc.compiler.sharding.walker import map_shardings, nested_ops
 from shardc.dialects import sdy
 from shardc.dialects.sdy import SHARDING_ATTR, SHARDING_RULE_ATTR
 
 
-def _attr_key(op: ir.Operation) -> tuple | str:
-    """The op's attributes but shardc's bookkeeping (copies numbered apart by the
-    cost-aware search are still copies) as a sorted tuple, or, where the bindings
-    cannot read one (a complex value), the op's printed generic form without its
-    result name."""
-    attrs = attribute_dict(op)
-    if attrs is not None:
-        # Names are distinct: only they are compared.
-        return tuple(sorted(item for item in attrs.items() if not is_bookkeeping(item[0])))
-    text = op.get_asm(print_generic_op_form=True, assume_verified=True)
-    return text.split(" = ", 1)[1] if text.lstrip().startswith("%") else text
+class _AttrKeys:
+    """The key an op merges by: its attributes but shardc's bookkeeping (copies
+    numbered apart by the cost-aware search are still copies) as a tuple sorted by
+    name, or, where the bindings cannot read one (a complex value), the op's
+    printed generic form without its result name.
+
+    Ops of one kind list the same few names: which of them count, and in what
+    order, is worked out once per list of names.
+    """
+
+    def __init__(self) -> None:
+        self.counted: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    def of(self, op: ir.Operation) -> tuple | str:
+        attributes = op.attributes
+        names = tuple(attributes)
+        counted = self.counted.get(names)
+        if counted is None:
+            counted = self.counted[names] = tuple(
+                sorted(name for name in names if not is_bookkeeping(name)))
+        try:
+            return tuple([(name, attributes[name]) for name in counted])
+        except TypeError:
+            text = op.get_asm(print_generic_op_form=True, assume_verified=True)
+            return text.split(" = ", 1)[1] if text.lstrip().startswith("%") else text
 
 
-_MERGED = frozenset({"sdy.constant", "stablehlo.constant", "stablehlo.broadcast_in_dim"})
+MERGED = frozenset({"sdy.constant", "stablehlo.constant", "stablehlo.broadcast_in_dim"})
 
 
-def constant_or_scalar_merger(module: ir.Operation) -> None:
+def constant_or_scalar_merger(module: ir.Operation,
+                              copies: list[ir.Operation] | None = None) -> None:
     """Merge constants and scalar broadcasts whose attributes (shardings too) are equal.
 
     Only copies in one block merge: the kept op must dominate every use it
     takes over, and the regions of a ``while`` or ``case`` share a parent op
-    but not a block.
+    but not a block. ``copies``: the ops named in ``MERGED`` in the module's
+    functions, in post-order, when a walk the caller made anyway found them.
     """
+    if copies is None:
+        copies = [op for func in _funcs(module)
+                  for op in nested_ops(func, ir.WalkOrder.POST_ORDER, MERGED)]
     # Types are uniqued and few: each is asked its rank once.
     scalar_types: dict[ir.Type, bool] = {}
-    for func in _funcs(module):
-        constants: dict = {}
-        broadcasts: dict = {}
-        for op in nested_ops(func, ir.WalkOrder.POST_ORDER, _MERGED):
-            name = op.name
-            if name != "stablehlo.broadcast_in_dim":
-                key = (_attr_key(op), op.block)
-                cache = constants
-            else:
-                operand = op.operands[0]
-                operand_type = operand.type
-                if operand_type not in scalar_types:
-                    scalar_types[operand_type] = _rank(operand) == 0
-                if not scalar_types[operand_type]:
-                    continue
-                key = (_attr_key(op), op.block, op.results[0].type, operand)
-                cache = broadcasts
-            kept = cache.setdefault(key, op)
-            if kept is not op:
-                op.results[0].replace_all_uses_with(kept.results[0])
-                op.erase()
+    keys = _AttrKeys()
+    # Keys hold the block: copies of different functions never merge.
+    constants: dict = {}
+    broadcasts: dict = {}
+    for op in copies:
+        if op.name != "stablehlo.broadcast_in_dim":
+            key = (keys.of(op), op.block)
+            cache = constants
+        else:
+            operand = op.operands[0]
+            operand_type = operand.type
+            if operand_type not in scalar_types:
+                scalar_types[operand_type] = _rank(operand) == 0
+            if not scalar_types[operand_type]:
+                continue
+            key = (keys.of(op), op.block, op.result.type, operand)
+            cache = broadcasts
+        kept = cache.setdefault(key, op)
+        if kept is not op:
+            op.result.replace_all_uses_with(kept.result)
+            op.erase()
 
 
 def _funcs(module: ir.Operation) -> list[ir.Operation]:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from shardc.compiler.stages.capture_loop_invariants import LOOP
 from shardc.dialects.sdy import SHARDING_ATTR
 
 
@@ -108,9 +109,14 @@ def _verdict(op: ir.Operation, name: str) -> str | None:
 _BROADCAST = "stablehlo.broadcast_in_dim"
 
 
-def fold_identities(module: ir.Operation) -> int:
+def fold_identities(module: ir.Operation, loops: list[ir.Operation] | None = None) -> int:
     """Replace every identity shape op of ``module`` (without a sharding of its own) by
-    its operand, and every op that is a reshape by one; return how many changed."""
+    its operand, and every op that is a reshape by one; return how many changed.
+
+    ``loops``, when given, receives the module's ``stablehlo.while`` ops, inner
+    loops first, found by the same walk (``capture_loop_invariants`` rewrites
+    them next; folding leaves every loop in place).
+    """
     identities: list[ir.Operation] = []
     reshapes: list[ir.Operation] = []
     # A broadcast is judged by its two types and its dimensions alone, which are
@@ -121,22 +127,25 @@ def fold_identities(module: ir.Operation) -> int:
     def visit(op: ir.Operation) -> ir.WalkResult:
         # By name first: most ops are neither, and the name is the cheapest thing to read.
         name = op.name
-        if (name in IDENTITIES or name in RESHAPES) and SHARDING_ATTR not in op.attributes:
+        if name in IDENTITIES or name in RESHAPES:
             if name == _BROADCAST:
-                key = (op.operands[0].type, op.results[0].type,
+                key = (op.operands[0].type, op.result.type,
                        op.attributes["broadcast_dimensions"])
                 if key not in broadcasts:
                     broadcasts[key] = _verdict(op, name)
                 verdict = broadcasts[key]
             else:
                 verdict = _verdict(op, name)
-            if verdict == "identity":
-                identities.append(op)
-            elif verdict == "reshape":
-                reshapes.append(op)
+            # The sharding last: most of these ops are neither.
+            if verdict is not None and SHARDING_ATTR not in op.attributes:
+                (identities if verdict == "identity" else reshapes).append(op)
+        elif name == LOOP and loops is not None:
+            loops.append(op)
         return ir.WalkResult.ADVANCE
 
-    module.walk(visit)
+    # Post-order, for the loops: the ops folded hold no regions, and those come in
+    # the same order either way.
+    module.walk(visit, ir.WalkOrder.POST_ORDER)
     for op in identities:
         op.results[0].replace_all_uses_with(op.operands[0])
         op.erase()

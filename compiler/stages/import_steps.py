@@ -75,12 +75,13 @@ def remove_size_one_axes(module: ir.Operation) -> None:
 def _to_sdy_constant(op: ir.Operation) -> ir.Operation:
     """Replace a ``stablehlo.constant`` by an ``sdy.constant``; return the new op."""
     attrs = attribute_dict(op)
+    result = op.result
     if attrs is None:
         new = _renamed_through_text(op, "sdy.constant")
     else:
-        new = ir.Operation.create("sdy.constant", results=[r.type for r in op.results],
+        new = ir.Operation.create("sdy.constant", results=[result.type],
                                   attributes=attrs, loc=op.location, ip=ir.InsertionPoint(op))
-    op.results[0].replace_all_uses_with(new.results[0])
+    result.replace_all_uses_with(new.result)
     op.erase()
     return new
 
@@ -115,18 +116,19 @@ class _Split:
     """The constants (and ops of constants only) and scalar broadcasts of a module found
     so far, in walk order, with what cloning them reads.
 
-    Every split value maps to its op, the op's operands and its results, read once
-    when the op is classified: cloning a value many times then costs no binding
-    calls to find them again. Operands are looked up by value (cheaper through the
-    bindings than by defining op).
+    Every split value maps to its op and the op's operands, read once when the op
+    is classified: cloning a value many times then costs no binding calls to find
+    them again. Operands are looked up by value (cheaper through the bindings than
+    by defining op). Every op split has one result (constants, iotas, elementwise
+    and shape ops).
     """
 
     def __init__(self, has_groups: bool) -> None:
-        self.constants: dict[ir.Operation, list[ir.Value]] = {}  # op -> results, in order
-        self.expansions: dict[ir.Operation, list[ir.Value]] = {}
+        self.constants: dict[ir.Operation, ir.Value] = {}  # op -> result, in order
+        self.expansions: dict[ir.Operation, ir.Value] = {}
         self.constant_values: set[ir.Value] = set()
-        # Results of both: value -> (op, operands, results).
-        self.sources: dict[ir.Value, tuple[ir.Operation, list[ir.Value], list[ir.Value]]] = {}
+        # Results of both: value -> (op, operands).
+        self.sources: dict[ir.Value, tuple[ir.Operation, list[ir.Value]]] = {}
         # Without any sdy.sharding_group in the module, no value is in one.
         self.has_groups = has_groups
         self.groups: dict[ir.Value, list[ir.Operation]] = {}  # see _clone
@@ -140,35 +142,36 @@ class _Split:
             scalar = self.scalar_types[type_] = _is_scalar(value)
         return scalar
 
-    def add(self, op: ir.Operation, operands: list[ir.Value],
-            ops: dict[ir.Operation, list[ir.Value]]) -> None:
-        results = ops[op] = list(op.results)
-        source = (op, operands, results)
-        for result in results:
-            self.sources[result] = source
-        if ops is self.constants:
-            self.constant_values.update(results)
+    def add_constant(self, op: ir.Operation, operands: list[ir.Value]) -> None:
+        result = self.constants[op] = op.result
+        self.sources[result] = (op, operands)
+        self.constant_values.add(result)
 
-    def process(self, op: ir.Operation) -> None:
-        """Classify ``op`` or give each of its non-scalar constant operands its own copy."""
-        name = op.name
+    def add_expansion(self, op: ir.Operation, operands: list[ir.Value]) -> None:
+        result = self.expansions[op] = op.result
+        self.sources[result] = (op, operands)
+
+    def process(self, op: ir.Operation, name: str) -> None:
+        """Classify ``op`` (named ``name``) or give each of its non-scalar constant
+        operands its own copy."""
         if name == _GROUP_OP:
             return
         if name == "stablehlo.constant":
-            self.add(_to_sdy_constant(op), [], self.constants)
+            self.add_constant(_to_sdy_constant(op), [])
             return
         if name in _CONSTANT_SOURCES:
-            self.add(op, [], self.constants)
+            self.add_constant(op, [])
             return
         operands = list(op.operands)
         if name in _PURE_PRESERVING and self.constant_values.issuperset(operands):
-            self.add(op, operands, self.constants)
+            self.add_constant(op, operands)
             return
         if name == "stablehlo.broadcast_in_dim" and self.is_scalar(operands[0]):
-            self.add(op, operands, self.expansions)
+            self.add_expansion(op, operands)
             return
+        sources = self.sources
         for k, operand in enumerate(operands):
-            if operand in self.sources and not self.is_scalar(operand):
+            if operand in sources and not self.is_scalar(operand):
                 mapping: dict[ir.Value, ir.Value] = {}
                 self.clone(operand, mapping)
                 op.operands[k] = mapping[operand]
@@ -183,17 +186,17 @@ class _Split:
         """
         if result in mapping or self.is_scalar(result):
             return
-        op, operands, results = self.sources[result]
+        op, operands = self.sources[result]
         for operand in operands:
             if operand in self.sources:
                 self.clone(operand, mapping)
         copy = op.clone(ip=ir.InsertionPoint(op))
-        copy_operands = copy.operands
-        for k, operand in enumerate(operands):
-            if operand in mapping:
-                copy_operands[k] = mapping[operand]
-        for old, new in zip(results, copy.results):
-            mapping[old] = new
+        if operands:
+            copy_operands = copy.operands
+            for k, operand in enumerate(operands):
+                if operand in mapping:
+                    copy_operands[k] = mapping[operand]
+        mapping[result] = copy.result
         if not self.has_groups:
             return
         if result not in self.groups:
@@ -204,12 +207,14 @@ class _Split:
             group_copy.operands[0] = mapping[result]
 
     def erase_unused(self) -> None:
-        for op, results in [*self.expansions.items(), *reversed(self.constants.items())]:
-            uses = [use for result in results for use in result.uses]
-            if uses and not self.has_groups:
-                continue  # its users are not sharding groups (none is)
+        for op, result in [*self.expansions.items(), *reversed(self.constants.items())]:
+            if not self.has_groups:
+                # Its users are not sharding groups (none is): it goes if it has none.
+                if next(iter(result.uses), None) is None:
+                    op.erase()
+                continue
             # Reading a user (an op view made per use) costs more than its use.
-            users = [use.owner for use in uses]
+            users = [use.owner for use in result.uses]
             if all(u.name == _GROUP_OP for u in users):
                 for user in users:
                     user.erase()
@@ -223,15 +228,24 @@ def constant_or_scalar_splitter(module: ir.Operation) -> Census:
     holds now: the steps after this one look there for the ops they rewrite.
     """
     with module.context:
-        ops = nested_ops(module, ir.WalkOrder.PRE_ORDER)
-        names = {op.name for op in ops}
+        ops: list[ir.Operation] = []
+        names: list[str] = []
+
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            ops.append(op)
+            names.append(op.name)
+            return ir.WalkResult.ADVANCE
+
+        module.walk(visit, ir.WalkOrder.PRE_ORDER)
         # Values of different functions never meet: one pass over the whole module
-        # splits each function as a pass per function would.
-        split = _Split(has_groups=_GROUP_OP in names)
-        for op in ops:
-            split.process(op)
+        # splits each function as a pass per function would. ``module`` itself, met
+        # first, is not split.
+        nested = set(names[1:])
+        split = _Split(has_groups=_GROUP_OP in nested)
+        for op, name in zip(ops[1:], names[1:]):
+            split.process(op, name)
         split.erase_unused()
-    return Census(frozenset(names | {"sdy.constant"}), False)
+    return Census(frozenset(nested | {"sdy.constant"}), False)
 
 
 # ------------------------------------------------------------------ manual axes

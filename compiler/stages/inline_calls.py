@@ -117,16 +117,18 @@ def inline_call(call: ir.Operation, callee: ir.Operation,
     return brought
 
 
-def inline_all_calls(module: ir.Operation) -> int:
+def inline_all_calls(module: ir.Operation, calls: list[ir.Operation] | None = None) -> int:
     """Inline calls until none is left; return how many were inlined.
 
-    Recursive call graphs cannot be inlined and are left as they are (JAX
-    never emits them). A callee with several blocks is left too.
+    ``calls``: the module's calls in pre-order, when a walk the caller made anyway
+    found them. Recursive call graphs cannot be inlined and are left as they are
+    (JAX never emits them). A callee with several blocks is left too.
     """
     inlined = 0
     relocations = Relocations(module.context)
     functions = _functions(module)
-    calls = _calls(module)
+    if calls is None:
+        calls = _calls(module)
     for _ in range(64):  # call-graph depth; JAX nests a few levels at most
         # Only the calls inlined bodies bring in are new: the next round looks at
         # those alone (a call left here would be left again).

@@ -5,8 +5,16 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from shardc.compiler.diagnostics import emit_remark
-from shardc.compiler.sharding.walker import map_shardings, mesh_name_of
+from shardc.compiler.sharding.walker import (
+    FUNC_OP,
+    FUNC_SHARDING_LISTS,
+    map_sharding_attr,
+    map_shardings,
+    mesh_name_of,
+    sharding_attr_names,
+)
 from shardc.dialects import sdy
+from shardc.dialects.sdy import SHARDING_ATTR
 
 MESH_OP = "sdy.mesh"
 STABLEHLO_MESH_ATTR = "stablehlo.mesh"
@@ -58,10 +66,64 @@ def stablehlo_mesh_attr(mesh: sdy.MeshAttr) -> ir.Attribute:
     return ir.Attribute.parse("{" + text + "}")
 
 
+class InlineMeshes:
+    """Whether some sharding of the ops shown to ``look`` names its mesh inline (the
+    shardings ``lift_inlined_meshes`` rewrites, besides those naming a duplicate
+    mesh symbol). Each distinct attribute is looked into once.
+
+    A walk the pipeline makes anyway shows it every op, so that a module without
+    inline meshes (jax's modules) is not walked again for nothing.
+    """
+
+    def __init__(self) -> None:
+        self.found = False
+        self._seen: set[ir.Attribute] = set()
+
+    def look(self, op: ir.Operation, name: str) -> None:
+        """Look into the shardings of ``op``, named ``name`` (what ``map_shardings``
+        would show ``lift_inlined_meshes``)."""
+        attributes = op.attributes
+        if name == FUNC_OP:
+            for list_name in FUNC_SHARDING_LISTS:
+                if list_name in attributes:
+                    for entry in ir.ArrayAttr(attributes[list_name]):
+                        self._look_into_entry(entry)
+        if name.startswith("sdy."):
+            for attr_name in sharding_attr_names(op):
+                self._look_into(attributes[attr_name])
+        elif SHARDING_ATTR in attributes:
+            self._look_into(attributes[SHARDING_ATTR])
+
+    def _look_into_entry(self, entry: ir.Attribute) -> None:
+        if entry in self._seen:
+            return
+        self._seen.add(entry)
+        entries = ir.DictAttr(entry)
+        if SHARDING_ATTR in entries:
+            self._look_into(entries[SHARDING_ATTR])
+
+    def _look_into(self, attr: ir.Attribute) -> None:
+        if attr in self._seen:
+            return
+        self._seen.add(attr)
+        map_sharding_attr(attr, self._note)
+
+    def _note(self, sharding: sdy.TensorShardingAttr) -> ir.Attribute:
+        if mesh_name_of(sharding) is None:
+            self.found = True
+        return sharding
+
+
 def lift_inlined_meshes(
-    module: ir.Operation, *, add_stablehlo_mesh: bool = True, report_duplicates: bool = False
+    module: ir.Operation, *, add_stablehlo_mesh: bool = True, report_duplicates: bool = False,
+    inline_meshes: bool = True,
 ) -> None:
-    """Replace inline meshes by mesh symbols and merge duplicate mesh symbols."""
+    """Replace inline meshes by mesh symbols and merge duplicate mesh symbols.
+
+    ``inline_meshes=False`` says that no sharding names its mesh inline (an
+    ``InlineMeshes`` was shown every op): the shardings are then walked only to
+    re-point those naming a duplicate mesh symbol, if there is one.
+    """
     body = module.regions[0].blocks[0]
     names = _SymbolNamer(module)
     name_for_mesh: dict[ir.Attribute, str] = {}
@@ -111,7 +173,8 @@ def lift_inlined_meshes(
             sharding.unreduced_axes,
         )
 
-    map_shardings(module, relink)
+    if inline_meshes or name_for_ref:
+        map_shardings(module, relink)
     if add_stablehlo_mesh:
         for op in body.operations:
             if op.operation.name == MESH_OP:

@@ -53,7 +53,7 @@ def _share_body_constant_with_cond(module: ir.Operation) -> None:
             return
 
 
-def _broken_merger(module: ir.Operation) -> None:
+def _broken_merger(module: ir.Operation, copies: list[ir.Operation] | None = None) -> None:
     _share_body_constant_with_cond(module)
 
 

@@ -2,6 +2,8 @@
 
 from jaxlib.mlir import ir
 
+from shardc.compiler import stages
+from shardc.compiler.stages.capture_loop_invariants import capture_loop_invariants
 from shardc.compiler.stages.fold_identities import fold_identities
 from shardc.dialects import make_context
 
@@ -30,3 +32,45 @@ def test_equal_broadcasts_are_each_folded_and_a_sharded_one_is_kept():
         "stablehlo.broadcast_in_dim", "func.return"]
     returned = [value.get_name() for value in ops[-1].operands]
     assert returned[:2] == ["%arg0", "%arg1"]
+
+
+NESTED_LOOPS = """
+sdy.mesh @mesh = <["x"=2, "y"=4]>
+func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>}, %arg1: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %c = stablehlo.constant dense<0> : tensor<i32>
+  %0:3 = stablehlo.while(%i = %c, %w = %arg0, %h = %arg1) : tensor<i32>, tensor<8x8xf32>, tensor<8x8xf32>
+  cond {
+    %c3 = stablehlo.constant dense<3> : tensor<i32>
+    %p = stablehlo.compare LT, %i, %c3, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %p : tensor<i1>
+  } do {
+    %1:3 = stablehlo.while(%j = %i, %v = %w, %g = %h) : tensor<i32>, tensor<8x8xf32>, tensor<8x8xf32>
+    cond {
+      %c2 = stablehlo.constant dense<2> : tensor<i32>
+      %q = stablehlo.compare LT, %j, %c2, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %q : tensor<i1>
+    } do {
+      %r = stablehlo.reshape %v : (tensor<8x8xf32>) -> tensor<8x8xf32>
+      %y = stablehlo.dot %g, %r : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+      stablehlo.return %j, %v, %y : tensor<i32>, tensor<8x8xf32>, tensor<8x8xf32>
+    }
+    %c1 = stablehlo.constant dense<1> : tensor<i32>
+    %k = stablehlo.add %i, %c1 : tensor<i32>
+    stablehlo.return %k, %w, %1#2 : tensor<i32>, tensor<8x8xf32>, tensor<8x8xf32>
+  }
+  return %0#2 : tensor<8x8xf32>
+}
+"""
+
+
+def test_folding_and_capturing_in_one_walk_is_folding_then_capturing():
+    # The walk that folds also finds the loops, inner first, for capture_loop_invariants.
+    texts = []
+    for rewrite in (stages.xla_import_rewrites,
+                    lambda m: (fold_identities(m), capture_loop_invariants(m))):
+        module = ir.Module.parse(NESTED_LOOPS, make_context())
+        with module.context, ir.Location.unknown():
+            rewrite(module.operation)
+        texts.append(module.operation.get_asm(enable_debug_info=True))
+    assert texts[0] == texts[1]
+    assert "stablehlo.reshape" not in texts[0] and texts[0].count("sdy.sharding_constraint") == 2

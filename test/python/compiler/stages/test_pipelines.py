@@ -22,6 +22,27 @@ func.func @main(%arg0: tensor<8xf32>) -> tensor<8xf32> {
 }
 """
 
+# Inline meshes only in a callee's body, and only on an argument: each must be lifted.
+CALLEE_INLINE_MESH = """
+sdy.mesh @mesh = <["x"=2]>
+func.func @main(%arg0: tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>}) -> tensor<8xf32> {
+  %0 = func.call @f(%arg0) : (tensor<8xf32>) -> tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+func.func private @f(%arg0: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = sdy.sharding_constraint %arg0 <mesh<["y"=2]>, [{"y"}]> : tensor<8xf32>
+  %1 = stablehlo.negate %0 : tensor<8xf32>
+  return %1 : tensor<8xf32>
+}
+"""
+
+ARGUMENT_INLINE_MESH = """
+func.func @main(%arg0: tensor<8xf32> {sdy.sharding = #sdy.sharding<mesh<["x"=2]>, [{"x"}]>}) -> tensor<8xf32> {
+  %0 = stablehlo.negate %arg0 : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+"""
+
 
 def _steps_run(monkeypatch, pipeline, text: str, **options) -> list[str]:
     ran: list[str] = []
@@ -55,7 +76,7 @@ def test_export_drops_rules_only_where_some_op_has_one(monkeypatch):
 
 
 def test_skipped_steps_leave_the_module_as_running_them_does():
-    for text in (PLAIN, WITH_RULE):
+    for text in (PLAIN, WITH_RULE, CALLEE_INLINE_MESH, ARGUMENT_INLINE_MESH):
         skipped, every = (ir.Module.parse(text, make_context()) for _ in range(2))
         with skipped.context:
             stages.import_pipeline(skipped.operation)
@@ -73,3 +94,31 @@ def test_skipped_steps_leave_the_module_as_running_them_does():
                 stages.remove_sub_axes_in_main_io_shardings, export_steps.close_shardings,
                 export_steps.erase_dead_ops, export_steps.drop_sharding_rules))
         assert str(skipped) == str(every)
+        assert "mesh<" not in str(skipped)
+
+
+def test_symbol_dce_runs_the_pass_only_where_a_symbol_may_go(monkeypatch):
+    passes: list[str] = []
+    monkeypatch.setattr(stages, "_generic", lambda module, pipeline: passes.append(pipeline))
+    public_main = PLAIN.replace("func.func @main", "func.func public @main")
+    for text in (PLAIN, public_main, ARGUMENT_INLINE_MESH, CALLEE_INLINE_MESH):
+        module = ir.Module.parse(text, make_context())
+        stages.symbol_dce(module.operation)
+    # Only CALLEE_INLINE_MESH has a private function.
+    assert passes == ["symbol-dce"]
+
+
+UNCALLED = """
+func.func @main(%arg0: tensor<8xf32>) -> tensor<8xf32> {
+  return %arg0 : tensor<8xf32>
+}
+func.func private @f(%arg0: tensor<8xf32>) -> tensor<8xf32> {
+  return %arg0 : tensor<8xf32>
+}
+"""
+
+
+def test_symbol_dce_drops_an_uncalled_private_function():
+    module = ir.Module.parse(UNCALLED, make_context())
+    stages.symbol_dce(module.operation)
+    assert "@f" not in str(module) and "@main" in str(module)
