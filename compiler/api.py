@@ -40,8 +40,7 @@ from shardc.compiler.diagnostics import (
 from shardc.compiler.lowered import AnyMesh, Lowered
 from shardc.compiler.pipelines import ConflictResolution, propagation_pipeline
 from shardc.compiler.signature import LeafSignature
-from shardc.compiler.stages.capture_loop_invariants import capture_loop_invariants
-from shardc.compiler.stages.fold_identities import fold_identities
+from shardc.compiler.stages import xla_import_rewrites
 from shardc.compiler.traced import Traced
 from shardc.dialects import jax_private, sdy
 from shardc.dialects.errors import InternalError, InvalidArgumentError
@@ -411,8 +410,7 @@ class JitFunction:
             if propagate and symbols.device_count() is not None:
                 # Propagate what XLA's own Shardy would see: the module as XLA's
                 # import rewrites it (unpropagated, XLA makes the same rewrites).
-                fold_identities(module.operation)
-                capture_loop_invariants(module.operation)
+                xla_import_rewrites(module.operation)
                 unpropagated = module.operation.clone()  # cheaper than bytecode, same context
                 resolution = _propagate(module, unpropagated, self.propagation)
                 fallback = resolution.fallback if resolution is not None else None
