@@ -41,7 +41,7 @@ from shardc.compiler.cost.windows import window_collectives
 from shardc.compiler.diagnostics import SourceLoc, source_loc_of
 from shardc.compiler.propagation.manual import MANUAL_OP
 from shardc.compiler.propagation.values import ModuleValues, replicated
-from shardc.compiler.sharding.rules import indexed_roles_for
+from shardc.compiler.sharding.rules import INDEXED_ROLES, indexed_roles_for
 
 _EXPLICIT = {"sdy.reshard": "explicit reshard", "sdy.sharding_constraint": "sharding constraint"}
 # StableHLO collectives (written inside manual computations): kind, and whether
@@ -268,24 +268,19 @@ def _implicit_found(reader: ModuleValues, op: int) -> Iterator[_Found]:
     graph = reader.graph
     if not graph.op_results[op]:
         return
-    ruled = reader.rule_tensors(op)
-    if ruled is None:
-        return
-    rule, operands, results = ruled
     ir_op = graph.ops[op]
-    if graph.op_name[op] == "stablehlo.reduce_window":
-        found = window_collectives(ir_op, operands[0])
-        yield from _found(ir_op, "sharded window dimension", found, ("operand", 0))
-    mesh = reader.mesh_of(*(t.sharding for t in results + operands))
-    roles = indexed_roles_for(ir_op)
-    needs = None
-    if roles is not None:  # XLA's gather/scatter handler, not the factor model
-        needs = indexed_communication(rule, roles, operands, results, mesh)
+    # Ops whose attributes decide more than their rule does are not memoised.
+    key = None if graph.op_name[op] in _UNMEMOISED else reader.op_key(op)
+    needs = reader.costs.found.get(key) if key is not None else None
     if needs is None:
-        needs = op_communication(rule, operands, results, mesh, op_name=graph.op_name[op])
+        needs = _needs(reader, op, ir_op)
+        if key is not None:
+            reader.costs.found[key] = needs
+    for collectives in needs[1:]:
+        yield from _found(ir_op, "sharded window dimension", collectives, ("operand", 0))
     kept = []
     resharded = []
-    for need in needs:
+    for need in needs[0]:
         if need.target is not None:
             key = (graph.op_operands[op][need.operand], need.target)
             if key in reader.resharded:
@@ -296,6 +291,31 @@ def _implicit_found(reader: ModuleValues, op: int) -> Iterator[_Found]:
     for need in kept:
         tensor = ("type",) if need.operand is None else ("operand", need.operand)
         yield from _found(ir_op, need.reason, [need.collective], tensor)
+
+
+_UNMEMOISED = frozenset({"stablehlo.reduce_window", *INDEXED_ROLES})
+
+
+def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
+    """``(needs, *window)``: what op ``op``'s rule needs (``op_communication``, or
+    XLA's gather/scatter handler) and, for a ``reduce_window``, its sharded
+    window's collectives; ``((),)`` when the op has no rule or a non-static tensor."""
+    ruled = reader.rule_tensors(op)
+    if ruled is None:
+        return ((),)
+    rule, operands, results = ruled
+    window = ()
+    if reader.graph.op_name[op] == "stablehlo.reduce_window":
+        window = (list(window_collectives(ir_op, operands[0])),)
+    mesh = reader.mesh_of(*(t.sharding for t in results + operands))
+    roles = indexed_roles_for(ir_op)
+    needs = None
+    if roles is not None:  # XLA's gather/scatter handler, not the factor model
+        needs = indexed_communication(rule, roles, operands, results, mesh)
+    if needs is None:
+        needs = op_communication(rule, operands, results, mesh,
+                                 op_name=reader.graph.op_name[op])
+    return (tuple(needs), *window)
 
 
 def comm_report(module: ir.Module | ir.Operation, *,

@@ -20,8 +20,9 @@ from shardc.compiler.cost.reshard import dim_axes, reshard_tensor, shard_bytes
 from shardc.compiler.cost_aware.candidates import Pin, apply_pins, closed, tag_of, tagged_ops
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.propagation.graph import ReadMemo
-from shardc.compiler.propagation.values import ModuleValues
+from shardc.compiler.propagation.values import CostMemo, ModuleValues
 from shardc.compiler.sharding.rules import rule_for
+from shardc.compiler.sharding.tensor import Tensor
 from shardc.dialects.sdy import SHARDING_RULE_ATTR
 
 
@@ -45,18 +46,21 @@ def memory_peak(reader: ModuleValues) -> int:
     graph = reader.graph
     n = len(graph.ops)
     delta = [0] * (n + 2)
+    sizes = reader.costs.sizes if reader.costs is not None else None
     for value in range(len(graph.values)):
-        tensor = reader.tensor(value)
-        if tensor is None:
+        if graph.value_shape[value] is None:  # not a static tensor
             continue
         producer = graph.value_def[value]
         if producer >= 0 and fused_away(graph.op_name[producer],
                                         (graph.op_name[user] for user, _ in graph.uses[value])):
             continue
-        sharding = tensor.sharding
-        size = (shard_bytes(tensor.shape, tensor.element_bytes,
-                            dim_axes(sharding, len(tensor.shape)))
-                if sharding is not None else tensor.global_bytes)
+        if sizes is None:
+            size = _size(reader.tensor(value))
+        else:
+            key = (graph.value_type_key[value], reader.sharding_id(value))
+            size = sizes.get(key)
+            if size is None:
+                size = sizes[key] = _size(reader.tensor(value))
         start = producer if producer >= 0 else 0
         uses = [user for user, _ in graph.uses[value]]
         end = max(uses, default=start)
@@ -67,6 +71,14 @@ def memory_peak(reader: ModuleValues) -> int:
         live += step
         peak = max(peak, live)
     return peak
+
+
+def _size(tensor: Tensor) -> int:
+    """Bytes of ``tensor``'s shard (of the whole tensor when it has no sharding)."""
+    if tensor.sharding is None:
+        return tensor.global_bytes
+    return shard_bytes(tensor.shape, tensor.element_bytes,
+                       dim_axes(tensor.sharding, len(tensor.shape)))
 
 
 def _collective_bytes(collectives) -> int:
@@ -158,6 +170,7 @@ class ModuleEvaluator:
         self.count = 0
         self.baseline: dict[int, tuple] | None = None
         self.reads = ReadMemo()  # every copy reads the same rules and shardings again
+        self.costs = CostMemo()  # and the cost model finds the same at most ops
 
     def __call__(self, pins: list[Pin]) -> tuple[int, int, ModuleValues]:
         self.count += 1
@@ -166,7 +179,8 @@ class ModuleEvaluator:
             apply_pins(copy.operation, pins)
             reader = ModuleValues.propagated(copy.operation, plan="user-priority",
                                              conservative=self.conservative,
-                                             missing_as_replicated=True, memo=self.reads)
+                                             missing_as_replicated=True, memo=self.reads,
+                                             costs=self.costs)
         total, peak = price(reader)
         if self.baseline is None:
             self.baseline = signatures(reader)

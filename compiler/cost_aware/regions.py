@@ -44,7 +44,7 @@ from shardc.compiler.cost_aware.candidates import TAG, Pin, apply_pins, closed, 
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.cost_aware.pricing import price, returned_in_declared_layout
 from shardc.compiler.propagation.graph import ReadMemo
-from shardc.compiler.propagation.values import ModuleValues
+from shardc.compiler.propagation.values import CostMemo, ModuleValues
 from shardc.compiler.sharding.tensor import TensorSharding, format_sharding
 from shardc.dialects.sdy import SHARDING_ATTR
 
@@ -350,6 +350,7 @@ class RegionEvaluator:
         self.radius = radius
         self.conservative = conservative
         self.reads = ReadMemo()  # regions of one module read the same rules and shardings
+        self.costs = CostMemo()  # and the cost model finds the same at most ops
         self.count = 0  # region propagations run (memo misses)
         self.steady_count = 0  # of which with the cut open (steady-state prices)
         self._memo: dict[tuple, tuple[int, int, tuple]] = {}
@@ -414,7 +415,8 @@ class RegionEvaluator:
                 apply_pins(copy, [pin] if pin is not None else [])
                 reader = ModuleValues.propagated(copy, plan="user-priority",
                                                  conservative=self.conservative,
-                                                 missing_as_replicated=True, memo=self.reads)
+                                                 missing_as_replicated=True, memo=self.reads,
+                                                 costs=self.costs)
             cost, peak = price(reader)
             by_tag = signatures(reader)
             by_position = tuple(by_tag.get(tag) for tag in region.tags)

@@ -9,6 +9,7 @@ from bench import e2e_measure
 from bench.models import REGISTRY
 from shardc.compiler import jit
 from shardc.compiler.cost.fusion import fused_away
+from shardc.compiler.cost.report import comm_report_of
 from shardc.compiler.cost_aware.candidates import conflict_points, tag_ops
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.cost_aware.pricing import ModuleEvaluator, memory_peak, price
@@ -121,3 +122,25 @@ def test_copies_read_with_one_memo_propagate_as_copies_read_alone():
             ModuleValues.propagated(copy, plan="user-priority", conservative=False, memo=memo)
             assert str(copy) == str(expected)
         assert memo.rules and memo.shardings
+
+
+@pytest.mark.parametrize("name", ["conflict_mlp", "conv_net", "embedding_scatter",
+                                  "moe_routing"])
+def test_copies_priced_with_one_cost_memo_price_as_copies_priced_alone(name):
+    """The evaluators' ``CostMemo`` answers for an op seen in another copy with
+    the same rule, types and shardings: the price is the one found without it
+    (reduce_window, gather and scatter ops are found again every time)."""
+    evaluator = ModuleEvaluator(_imported(name).operation, conservative=False)
+    *_, baseline = evaluator([])
+    pins = [pin for point in conflict_points(baseline) for pin in point.alternatives]
+    for reader in [baseline, *(evaluator([pin])[2] for pin in pins[:4])]:
+        read = (reader.graph, reader.store)
+        alone = ModuleValues(reader.graph.module, missing_as_replicated=True, read=read)
+        memoised = ModuleValues(reader.graph.module, missing_as_replicated=True, read=read,
+                                costs=evaluator.costs)
+        assert price(memoised) == price(alone)
+        assert comm_report_of(ModuleValues(reader.graph.module, missing_as_replicated=True,
+                                           read=read, costs=evaluator.costs)) == \
+            comm_report_of(ModuleValues(reader.graph.module, missing_as_replicated=True,
+                                        read=read))
+    assert evaluator.costs.found and evaluator.costs.sizes
