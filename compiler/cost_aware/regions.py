@@ -413,10 +413,11 @@ class RegionEvaluator:
             copy = self._module(region, open_cut).operation.clone()
             with copy.context:
                 apply_pins(copy, [pin] if pin is not None else [])
+                # Only priced and dropped: its shardings need not reach its IR.
                 reader = ModuleValues.propagated(copy, plan="user-priority",
                                                  conservative=self.conservative,
                                                  missing_as_replicated=True, memo=self.reads,
-                                                 costs=self.costs)
+                                                 costs=self.costs, write=False)
             cost, peak = price(reader)
             by_tag = signatures(reader)
             by_position = tuple(by_tag.get(tag) for tag in region.tags)

@@ -38,6 +38,14 @@ def replicated(mesh: str, rank: int) -> TensorSharding:
     return TensorSharding(mesh, (DimSharding((), True),) * rank)
 
 
+def _rules_to_attach(graph: PropagationGraph) -> bool:
+    """Whether writing ``graph`` back would attach a rule (``keep_rules``) to an op."""
+    ops = graph.ops
+    return any(rule is not None and rule.rule is not None
+               and SHARDING_RULE_ATTR not in ops[op].attributes
+               for op, rule in graph.visited_rules().items())
+
+
 class CostMemo:
     """What the cost model finds again in every propagated copy of one module.
 
@@ -90,17 +98,26 @@ class ModuleValues:
     def propagated(cls, module: ir.Operation, *, plan: str, conservative: bool,
                    missing_as_replicated: bool = False,
                    memo: ReadMemo | None = None,
-                   costs: CostMemo | None = None) -> ModuleValues:
+                   costs: CostMemo | None = None, write: bool = True) -> ModuleValues:
         """Propagate ``module`` in place (keeping the rules it used), then read it.
 
         The propagation's own graph and store are read (``propagate_read``)
         unless they differ from the module's: where it erased ops, or where a
         manual computation's in-shardings may have been rewritten. ``memo``:
         ``propagate_read``'s; ``costs``: the reader's (``CostMemo``).
+
+        ``write=False``, for a module that is only read through the reader
+        (priced, then dropped): the shardings stay in the store, the module
+        keeps its own. It is still written where the module is read again
+        (above) or where the propagation used a rule the module does not carry
+        (the cost model reads each op's rule from the module).
         """
         graph, store = propagate_read(module, plan=plan, conservative=conservative,
-                                      keep_sharding_rules=True, memo=memo)
-        if any(graph.erased) or store.manual:
+                                      keep_sharding_rules=True, memo=memo, write=write)
+        again = any(graph.erased) or bool(store.manual)
+        if not write and (again or _rules_to_attach(graph)):
+            store.write_back(keep_rules=True)
+        if again:
             return cls(module, missing_as_replicated=missing_as_replicated, costs=costs)
         return cls(module, missing_as_replicated=missing_as_replicated, read=(graph, store),
                    costs=costs)

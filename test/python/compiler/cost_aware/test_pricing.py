@@ -103,11 +103,32 @@ def test_a_propagated_reader_reads_what_reading_the_module_again_reads(make):
     """``ModuleValues.propagated`` reads the propagation's own graph and store."""
     module = make()
     with module.context:
+        unwritten = ModuleValues.propagated(module.operation.clone(), plan="user-priority",
+                                            conservative=False, missing_as_replicated=True,
+                                            write=False)
         reader = ModuleValues.propagated(module.operation, plan="user-priority",
                                          conservative=False, missing_as_replicated=True)
     again = ModuleValues(module.operation, missing_as_replicated=True)
     assert not any(reader.graph.erased)
     assert _observed(reader) == _observed(again)
+    # A reader whose module was not written back reads the same (pricing uses a
+    # reader up: a fresh one).
+    assert not any(unwritten.graph.erased)
+    assert _observed(unwritten) == _observed(ModuleValues(module.operation,
+                                                          missing_as_replicated=True))
+
+
+def test_an_unwritten_propagation_leaves_the_module_as_it_was():
+    module = _imported("conflict_mlp")
+    with module.context:
+        *_, reader = ModuleEvaluator(module.operation, conservative=False)([])  # rules attached
+        before = str(module)
+        unwritten = ModuleValues.propagated(module.operation, plan="user-priority",
+                                            conservative=False, missing_as_replicated=True,
+                                            write=False)
+    assert str(module) == before
+    assert price(unwritten) == price(ModuleValues(reader.graph.module,
+                                                  missing_as_replicated=True))
 
 
 def test_copies_read_with_one_memo_propagate_as_copies_read_alone():
