@@ -187,9 +187,10 @@ def _found_at(reader: ModuleValues, op: int) -> Iterator[_Found]:
                         continue  # an unsharded result is unknown: no reshard to predict
                     dst = replicated(reader.mesh, len(src.shape))
                 found = reshard_tensor(src, dst, reader.mesh_of(src.sharding, dst))
-                reason = (f"returned {dims_text(src.sharding)} as result {k}, "
-                          f"declared {dims_text(dst)}")
-                yield from _found(ir_op, reason, found, ("result", k))
+                if found:  # the reason is text: only for a value resharded
+                    reason = (f"returned {dims_text(src.sharding)} as result {k}, "
+                              f"declared {dims_text(dst)}")
+                    yield from _found(ir_op, reason, found, ("result", k))
     elif name == "stablehlo.while":
         yield from _carry_found(reader, op, operands, "enters the loop")
     elif name == "stablehlo.return" and _returns_carries(graph, op):
@@ -243,8 +244,10 @@ def _carry_found(reader: ModuleValues, loop: int, values: list[int], how: str,
         if src is None or dst is None or src.sharding is None:
             continue
         found = reshard_tensor(src, dst, reader.mesh_of(src.sharding, dst))
-        reason = f"carry {k} {how} {dims_text(src.sharding)}, the loop carries {dims_text(dst)}"
-        yield from _found(ir_op, reason, found, ("operand", k))
+        if found:
+            reason = (f"carry {k} {how} {dims_text(src.sharding)}, "
+                      f"the loop carries {dims_text(dst)}")
+            yield from _found(ir_op, reason, found, ("operand", k))
 
 
 def _call_found(reader: ModuleValues, op: int) -> Iterator[_Found]:

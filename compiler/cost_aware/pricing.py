@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.cost.fusion import fused_away
+from shardc.compiler.cost.fusion import FUSIBLE, fused_away
 from shardc.compiler.cost.op_comm import op_communication
 from shardc.compiler.cost.report import collective_bytes_at
 from shardc.compiler.cost.reshard import dim_axes, reshard_tensor, shard_bytes
@@ -47,23 +47,23 @@ def memory_peak(reader: ModuleValues) -> int:
     n = len(graph.ops)
     delta = [0] * (n + 2)
     sizes = reader.costs.sizes if reader.costs is not None else None
-    for value in range(len(graph.values)):
-        if graph.value_shape[value] is None:  # not a static tensor
+    names, shapes, types = graph.op_name, graph.value_shape, graph.value_type_key
+    for value, producer in enumerate(graph.value_def):
+        if shapes[value] is None:  # not a static tensor
             continue
-        producer = graph.value_def[value]
-        if producer >= 0 and fused_away(graph.op_name[producer],
-                                        (graph.op_name[user] for user, _ in graph.uses[value])):
+        uses = graph.uses[value]
+        if (producer >= 0 and names[producer] in FUSIBLE
+                and fused_away(names[producer], (names[user] for user, _ in uses))):
             continue
         if sizes is None:
             size = _size(reader.tensor(value))
         else:
-            key = (graph.value_type_key[value], reader.sharding_id(value))
+            key = (types[value], reader.sharding_id(value))
             size = sizes.get(key)
             if size is None:
                 size = sizes[key] = _size(reader.tensor(value))
         start = producer if producer >= 0 else 0
-        uses = [user for user, _ in graph.uses[value]]
-        end = max(uses, default=start)
+        end = max([user for user, _ in uses]) if uses else start
         delta[start] += size
         delta[end + 1] -= size
     peak = live = 0
