@@ -167,6 +167,8 @@ def conflict_points(reader: ModuleValues, *, per_point: int = 6) -> list[Conflic
     for op in range(len(graph.ops)):
         if not graph.op_results[op] or graph.op_blocks[op] or graph.op_name[op] in _SKIP:
             continue
+        if not _needs_bytes(reader, op):
+            continue
         found = communication_needs(reader, op)
         if found is None:
             continue
@@ -178,6 +180,20 @@ def conflict_points(reader: ModuleValues, *, per_point: int = 6) -> list[Conflic
         points.append(ConflictPoint(op, tag_of(reader, op), graph.op_name[op], total,
                                     tuple(pins)))
     return points
+
+
+def _needs_bytes(reader: ModuleValues, op: int) -> int:
+    """The bytes of the collectives ``communication_needs`` finds at ``op`` (0: none),
+    memoised by ``reader.op_key`` across the copies of one module (most ops of a
+    state and of the next are the same op with the same shardings)."""
+    key = reader.op_key(op)
+    total = reader.costs.conflicts.get(key) if key is not None else None
+    if total is None:
+        found = communication_needs(reader, op)
+        total = sum(n.collective.bytes_per_device for n in found[3]) if found else 0
+        if key is not None:
+            reader.costs.conflicts[key] = total
+    return total
 
 
 def communication_needs(reader: ModuleValues, op: int):

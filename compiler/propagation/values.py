@@ -52,14 +52,16 @@ class CostMemo:
     ``shardings`` interns every sharding read (equal shardings, equal ints,
     in every copy), so ``ModuleValues.op_key`` names an op's situation with
     small ints; ``found`` maps such a key to what the cost model found there
-    (``cost.report``), ``sizes`` a (type, sharding) pair to its shard's bytes
-    (``cost_aware.pricing.memory_peak``). Like ``graph.ReadMemo`` it holds for one context and
+    (``cost.report``), ``conflicts`` to the bytes of the collectives the op
+    itself needs (``cost_aware.candidates.conflict_points``), ``sizes`` a (type,
+    sharding) pair to its shard's bytes (``cost_aware.pricing.memory_peak``). Like ``graph.ReadMemo`` it holds for one context and
     one set of meshes: the copies a cost-aware evaluator propagates.
     """
 
     def __init__(self) -> None:
         self.shardings: dict[TensorSharding, int] = {}
         self.found: dict[tuple, object] = {}
+        self.conflicts: dict[tuple, int] = {}
         self.sizes: dict[tuple[int, int], int] = {}
 
 

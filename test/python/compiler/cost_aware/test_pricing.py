@@ -165,3 +165,16 @@ def test_copies_priced_with_one_cost_memo_price_as_copies_priced_alone(name):
             comm_report_of(ModuleValues(reader.graph.module, missing_as_replicated=True,
                                         read=read))
     assert evaluator.costs.found and evaluator.costs.sizes
+
+
+def test_conflict_points_found_with_a_cost_memo_are_those_found_without():
+    evaluator = ModuleEvaluator(_imported("conflict_attention_seq").operation,
+                                conservative=False)
+    *_, baseline = evaluator([])
+    pins = [pin for point in conflict_points(baseline) for pin in point.alternatives]
+    for reader in [baseline, *(evaluator([pin])[2] for pin in pins[:4])]:
+        read = (reader.graph, reader.store)
+        alone = ModuleValues(reader.graph.module, missing_as_replicated=True, read=read)
+        assert conflict_points(reader) == conflict_points(alone)
+        assert conflict_points(reader) == conflict_points(alone)  # from the memo
+    assert evaluator.costs.conflicts
