@@ -139,6 +139,41 @@ def apply_pins(module: ir.Operation, pins: list[Pin]) -> None:
             op.attributes[SHARDING_ATTR] = ir.Attribute.parse(format_per_value([pin.sharding]))
 
 
+def ops_by_tag(module: ir.Operation) -> dict[int, list[ir.Operation]]:
+    """``tagged_ops(module)`` by number."""
+    found: dict[int, list[ir.Operation]] = {}
+    for tag, op in tagged_ops(module):
+        found.setdefault(tag, []).append(op)
+    return found
+
+
+def pinned_clone(module: ir.Operation, ops: dict[int, list[ir.Operation]],
+                 pins: list[Pin]) -> ir.Operation:
+    """A clone of ``module`` with ``pins`` applied (``apply_pins``), ``module`` unchanged.
+
+    ``ops`` is ``ops_by_tag(module)``, read once by the caller: the pins are
+    written on ``module``'s own ops for the clone and taken back after it,
+    instead of searching every clone for the pinned ops.
+    """
+    wanted = {pin.op: pin for pin in pins}
+    before: list[tuple[ir.Operation, ir.Attribute | None]] = []
+    try:
+        for tag, pin in wanted.items():
+            for op in ops.get(tag, ()):
+                attributes = op.attributes
+                before.append((op, attributes[SHARDING_ATTR]
+                               if SHARDING_ATTR in attributes else None))
+                attributes[SHARDING_ATTR] = ir.Attribute.parse(
+                    format_per_value([pin.sharding]), module.context)
+        return module.clone()
+    finally:
+        for op, attribute in reversed(before):
+            if attribute is None:
+                del op.attributes[SHARDING_ATTR]
+            else:
+                op.attributes[SHARDING_ATTR] = attribute
+
+
 def strip_tags(module: ir.Operation) -> None:
     """Remove the ``TAG`` attributes ``tag_ops`` added."""
     for _, op in tagged_ops(module):

@@ -17,7 +17,14 @@ from shardc.compiler.cost.fusion import FUSIBLE, fused_away
 from shardc.compiler.cost.op_comm import op_communication
 from shardc.compiler.cost.report import collective_bytes_at
 from shardc.compiler.cost.reshard import dim_axes, reshard_tensor, shard_bytes
-from shardc.compiler.cost_aware.candidates import Pin, apply_pins, closed, tag_of, tagged_ops
+from shardc.compiler.cost_aware.candidates import (
+    Pin,
+    closed,
+    ops_by_tag,
+    pinned_clone,
+    tag_of,
+    tagged_ops,
+)
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.propagation.graph import ReadMemo
 from shardc.compiler.propagation.values import CostMemo, ModuleValues
@@ -171,12 +178,14 @@ class ModuleEvaluator:
         self.baseline: dict[int, tuple] | None = None
         self.reads = ReadMemo()  # every copy reads the same rules and shardings again
         self.costs = CostMemo()  # and the cost model finds the same at most ops
+        self._ops: dict[int, list[ir.Operation]] | None = None  # the imported module's, by tag
 
     def __call__(self, pins: list[Pin]) -> tuple[int, int, ModuleValues]:
         self.count += 1
-        copy = self.imported.clone()
+        if self._ops is None:
+            self._ops = ops_by_tag(self.imported)
+        copy = pinned_clone(self.imported, self._ops, pins)
         with copy.context:
-            apply_pins(copy.operation, pins)
             reader = ModuleValues.propagated(copy.operation, plan="user-priority",
                                              conservative=self.conservative,
                                              missing_as_replicated=True, memo=self.reads,

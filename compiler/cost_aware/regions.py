@@ -40,7 +40,15 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
-from shardc.compiler.cost_aware.candidates import TAG, Pin, apply_pins, closed, tag_of
+from shardc.compiler.cost_aware.candidates import (
+    TAG,
+    Pin,
+    apply_pins,
+    closed,
+    ops_by_tag,
+    pinned_clone,
+    tag_of,
+)
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.cost_aware.pricing import price, returned_in_declared_layout
 from shardc.compiler.propagation.graph import ReadMemo
@@ -328,9 +336,11 @@ class _Region:
     key: tuple  # structure_key: equal for repetitions of one structure
     ops: list[int]
     tags: list[int | None]  # op numbers, in program order
-    module: ir.Module | None = None  # cut out when first evaluated
+    # Cut out when first evaluated (with its ops by tag): closed, and with an open cut
+    # (steady-state prices).
+    module: tuple[ir.Module, dict[int, list[ir.Operation]]] | None = None
     returns: frozenset[int] = frozenset()  # result positions the real function returns
-    open_module: ir.Module | None = None  # cut out with an open cut (steady-state prices)
+    open_module: tuple[ir.Module, dict[int, list[ir.Operation]]] | None = None
 
 
 class RegionEvaluator:
@@ -391,15 +401,18 @@ class RegionEvaluator:
         return (self._key(region, None, open_cut) in self._memo
                 and self._key(region, pin, open_cut) in self._memo)
 
-    def _module(self, region: _Region, open_cut: bool) -> ir.Module:
-        """The region cut out (with its cut open or closed) and the accepted pins in it."""
+    def _module(self, region: _Region, open_cut: bool
+                ) -> tuple[ir.Module, dict[int, list[ir.Operation]]]:
+        """The region cut out (with its cut open or closed) and the accepted pins in it,
+        with its ops by tag (``pinned_clone``'s)."""
         if (region.open_module if open_cut else region.module) is None:
             module, region.returns = cut_out(self._reader, region.ops, self.imported, open_cut)
             apply_pins(module.operation, self._accepted)
+            cut = (module, ops_by_tag(module.operation))
             if open_cut:
-                region.open_module = module
+                region.open_module = cut
             else:
-                region.module = module
+                region.module = cut
         return region.open_module if open_cut else region.module
 
     def _evaluate(self, region: _Region, pin: Pin | None,
@@ -410,9 +423,9 @@ class RegionEvaluator:
             base = None if pin is None else self._evaluate(region, None, open_cut)
             self.count += 1
             self.steady_count += open_cut
-            copy = self._module(region, open_cut).operation.clone()
+            module, ops = self._module(region, open_cut)
+            copy = pinned_clone(module.operation, ops, [pin] if pin is not None else [])
             with copy.context:
-                apply_pins(copy, [pin] if pin is not None else [])
                 # Only priced and dropped: its shardings need not reach its IR.
                 reader = ModuleValues.propagated(copy, plan="user-priority",
                                                  conservative=self.conservative,

@@ -10,7 +10,14 @@ from bench.models import REGISTRY
 from shardc.compiler import jit
 from shardc.compiler.cost.fusion import fused_away
 from shardc.compiler.cost.report import comm_report_of
-from shardc.compiler.cost_aware.candidates import conflict_points, tag_ops
+from shardc.compiler.cost_aware.candidates import (
+    Pin,
+    apply_pins,
+    conflict_points,
+    ops_by_tag,
+    pinned_clone,
+    tag_ops,
+)
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.cost_aware.pricing import ModuleEvaluator, memory_peak, price
 from shardc.compiler.propagation import propagate
@@ -18,7 +25,7 @@ from shardc.compiler.propagation.graph import ReadMemo
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.stages import import_pipeline
 from shardc.dialects import make_context
-from shardc.dialects.sdy import SHARDING_RULE_ATTR
+from shardc.dialects.sdy import SHARDING_ATTR, SHARDING_RULE_ATTR
 
 
 def test_fused_away_needs_a_fusible_producer_and_fusing_consumers():
@@ -178,3 +185,21 @@ def test_conflict_points_found_with_a_cost_memo_are_those_found_without():
         assert conflict_points(reader) == conflict_points(alone)
         assert conflict_points(reader) == conflict_points(alone)  # from the memo
     assert evaluator.costs.conflicts
+
+
+def test_a_pinned_clone_is_the_clone_with_the_pins_applied_and_the_module_unchanged():
+    module = _imported("conflict_mlp")
+    with module.context:
+        *_, baseline = ModuleEvaluator(module.operation, conservative=False)([])
+        pins = [pin for point in conflict_points(baseline) for pin in point.alternatives]
+        # Pins on ops without a sharding, and one on an op that has one already.
+        apply_pins(module.operation, pins[:1])
+        pins.append(Pin(pins[0].op, 0, pins[1].sharding, "over a sharding"))
+        ops = ops_by_tag(module.operation)
+        assert SHARDING_ATTR in ops[pins[0].op][0].attributes
+        before = str(module)
+        for chosen in ([], pins[:1], pins[-2:], pins):
+            expected = module.operation.clone()
+            apply_pins(expected, chosen)
+            assert str(pinned_clone(module.operation, ops, chosen)) == str(expected)
+            assert str(module) == before
