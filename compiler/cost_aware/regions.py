@@ -354,13 +354,17 @@ class RegionEvaluator:
     own baseline). ``count`` counts the region propagations of both.
     """
 
-    def __init__(self, imported: ir.Operation, *, limit: int, radius: int, conservative: bool):
+    def __init__(self, imported: ir.Operation, *, limit: int, radius: int, conservative: bool,
+                 reads: ReadMemo | None = None, costs: CostMemo | None = None):
         self.imported = imported_shardings(imported)
         self.limit = limit
         self.radius = radius
         self.conservative = conservative
-        self.reads = ReadMemo()  # regions of one module read the same rules and shardings
-        self.costs = CostMemo()  # and the cost model finds the same at most ops
+        # Regions of one module read the same rules and shardings, and the cost model
+        # finds the same at most of their ops, as in the module's own copies (whose
+        # memos ``reads`` and ``costs`` may be).
+        self.reads = reads if reads is not None else ReadMemo()
+        self.costs = costs if costs is not None else CostMemo()
         self.count = 0  # region propagations run (memo misses)
         self.steady_count = 0  # of which with the cut open (steady-state prices)
         self._memo: dict[tuple, tuple[int, int, tuple]] = {}

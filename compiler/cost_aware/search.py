@@ -268,7 +268,8 @@ class _Search:
     def region_rounds(self, region_ops: int, region_radius: int, max_region_evaluations: int,
                       max_verifications: int, max_steady_evaluations: int = 0) -> None:
         self.regions = RegionEvaluator(self.imported, limit=region_ops, radius=region_radius,
-                                       conservative=self.conservative)
+                                       conservative=self.conservative,
+                                       reads=self.evaluate.reads, costs=self.evaluate.costs)
         rejected: set[tuple] = set()  # pins (Pin.key) a module verification refused
         self.verifications_left = max_verifications
         steady_left = max_steady_evaluations
