@@ -168,7 +168,8 @@ class ModuleEvaluator:
     and attaches its rules to the imported module (``attach_rules``).
     Each call returns ``(bytes, memory peak, reader)``; the reader keeps its
     propagated module alive, so the search can adopt the winner's module
-    instead of propagating it again.
+    instead of propagating it again. A candidate's module is written only
+    then (``ModuleValues.write_back``): most are priced and dropped.
     """
 
     def __init__(self, imported: ir.Operation, conservative: bool):
@@ -189,7 +190,7 @@ class ModuleEvaluator:
             reader = ModuleValues.propagated(copy.operation, plan="user-priority",
                                              conservative=self.conservative,
                                              missing_as_replicated=True, memo=self.reads,
-                                             costs=self.costs)
+                                             costs=self.costs, write=not pins)
         total, peak = price(reader)
         if self.baseline is None:
             self.baseline = signatures(reader)

@@ -197,6 +197,7 @@ class _Search:
         return memory <= self.base_memory and cost + self.margin < self.best_bytes
 
     def accept(self, pins: list[Pin], cost: int, memory: int, reader: ModuleValues) -> None:
+        reader.write_back()  # the new state: regions are cut out of its module, or it is kept
         self.pins.extend(pins)
         self.best_bytes, self.best_memory, self.reader = cost, memory, reader
 

@@ -90,6 +90,7 @@ class ModuleValues:
         # once (its shardings never change under a reader).
         self._tensors: dict[int, Tensor | None] = {}
         self.costs = costs
+        self._unwritten = False  # ``propagated(write=False)`` left the module as it was
         self._interned: dict[int, int] = {}  # the store's sharding ids -> ``costs``' ints
         self.funcs = {
             ir.StringAttr(self.graph.ops[op].attributes["sym_name"]).value: op
@@ -108,21 +109,31 @@ class ModuleValues:
         manual computation's in-shardings may have been rewritten. ``memo``:
         ``propagate_read``'s; ``costs``: the reader's (``CostMemo``).
 
-        ``write=False``, for a module that is only read through the reader
-        (priced, then dropped): the shardings stay in the store, the module
-        keeps its own. It is still written where the module is read again
-        (above) or where the propagation used a rule the module does not carry
-        (the cost model reads each op's rule from the module).
+        ``write=False``, for a module that is read through the reader (priced,
+        then mostly dropped): the shardings stay in the store, the module keeps
+        its own until ``write_back``. It is still written where the module is
+        read again (above) or where the propagation used a rule the module does
+        not carry (the cost model reads each op's rule from the module).
         """
         graph, store = propagate_read(module, plan=plan, conservative=conservative,
                                       keep_sharding_rules=True, memo=memo, write=write)
         again = any(graph.erased) or bool(store.manual)
         if not write and (again or _rules_to_attach(graph)):
             store.write_back(keep_rules=True)
+            write = True
         if again:
             return cls(module, missing_as_replicated=missing_as_replicated, costs=costs)
-        return cls(module, missing_as_replicated=missing_as_replicated, read=(graph, store),
-                   costs=costs)
+        reader = cls(module, missing_as_replicated=missing_as_replicated, read=(graph, store),
+                     costs=costs)
+        reader._unwritten = not write
+        return reader
+
+    def write_back(self) -> None:
+        """Write the propagation ``propagated(write=False)`` kept in the store to the
+        module (once; nothing when it was written)."""
+        if self._unwritten:
+            self._unwritten = False
+            self.store.write_back(keep_rules=True)
 
     def mesh_of(self, *shardings: TensorSharding | None) -> MeshInfo | None:
         """The ``sdy.mesh`` of the first sharding given, for the reshard cost model.

@@ -75,6 +75,7 @@ def test_rules_attached_after_the_baseline_price_candidates_as_computed_ones():
         *expected, expected_reader = bare([pin])
         *found, reader = attached([pin])
         assert found == expected
+        reader.write_back()  # a candidate's module is written when the search keeps it
         assert str(reader.graph.module) == str(expected_reader.graph.module)
 
 
@@ -136,6 +137,11 @@ def test_an_unwritten_propagation_leaves_the_module_as_it_was():
     assert str(module) == before
     assert price(unwritten) == price(ModuleValues(reader.graph.module,
                                                   missing_as_replicated=True))
+    # Written later, it is the module written at once.
+    unwritten.write_back()
+    assert str(module) == str(reader.graph.module)
+    unwritten.write_back()  # once
+    assert str(module) == str(reader.graph.module)
 
 
 def test_copies_read_with_one_memo_propagate_as_copies_read_alone():
