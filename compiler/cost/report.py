@@ -53,6 +53,8 @@ _STABLEHLO_COLLECTIVES = {
     "stablehlo.collective_permute": ("collective-permute", False),
     "stablehlo.reduce_scatter": ("reduce-scatter", False),
 }
+# Ops ``_found_at`` never prices by their rule.
+_NOT_BY_RULE = frozenset({"stablehlo.while", MANUAL_OP, "func.call", *_STABLEHLO_COLLECTIVES})
 
 
 @dataclass(frozen=True)
@@ -161,15 +163,38 @@ def collectives_at(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
 
 def collective_bytes_at(reader: ModuleValues, op: int) -> int:
     """The bytes per device of ``collectives_at(reader, op)``, without describing them."""
+    if _by_rule(reader.graph, op):  # most ops: summed without generating their finds
+        windows, kept = _kept_needs(reader, op)
+        return (sum(c.bytes_per_device for collectives in windows for c in collectives)
+                + sum(need.collective.bytes_per_device for need in kept))
     return sum(c.bytes_per_device for _, _, collectives, _, _ in _found_at(reader, op)
                for c in collectives)
 
 
+def _by_rule(graph, op: int) -> bool:
+    """Whether ``_found_at`` prices op ``op`` by its rule (``_implicit_found``): not an
+    explicit reshard, a function return, a loop's carries, a manual computation, a
+    call or a written collective."""
+    name = graph.op_name[op]
+    if name in _NOT_BY_RULE:
+        return False
+    if name in _EXPLICIT:
+        return not graph.op_operands[op]
+    if name == "func.return":
+        return graph.op_name[graph.op_parent[op]] != "func.func"
+    if name == "stablehlo.return":
+        return not _returns_carries(graph, op)
+    return True
+
+
 def _found_at(reader: ModuleValues, op: int) -> Iterator[_Found]:
     graph, store = reader.graph, reader.store
+    if _by_rule(graph, op):
+        yield from _implicit_found(reader, op)
+        return
     name, ir_op = graph.op_name[op], graph.ops[op]
     operands = graph.op_operands[op]
-    if name in _EXPLICIT and operands:
+    if name in _EXPLICIT:
         src = reader.tensor(operands[0])
         dst = reader.sharding(graph.op_results[op][0])
         if src is not None:
@@ -206,7 +231,7 @@ def _found_at(reader: ModuleValues, op: int) -> Iterator[_Found]:
                                   ("operand", k), implicit=False)
     elif name == "func.call":
         yield from _call_found(reader, op)
-    elif name in _STABLEHLO_COLLECTIVES:
+    else:  # a collective written in a manual computation (_STABLEHLO_COLLECTIVES)
         kind, result_side = _STABLEHLO_COLLECTIVES[name]
         values = graph.op_results[op] if result_side else operands
         total = 0
@@ -218,8 +243,6 @@ def _found_at(reader: ModuleValues, op: int) -> Iterator[_Found]:
                                                                  len(tensor.shape)))
         yield from _found(ir_op, "explicit collective", [Collective(kind, (), total)], (),
                           implicit=False)
-    else:
-        yield from _implicit_found(reader, op)
 
 
 def _returns_carries(graph, op: int) -> bool:
@@ -268,19 +291,29 @@ def _call_found(reader: ModuleValues, op: int) -> Iterator[_Found]:
 
 
 def _implicit_found(reader: ModuleValues, op: int) -> Iterator[_Found]:
+    windows, kept = _kept_needs(reader, op)
+    ir_op = reader.graph.ops[op]
+    for collectives in windows:
+        yield from _found(ir_op, "sharded window dimension", collectives, ("operand", 0))
+    for need in kept:
+        tensor = ("type",) if need.operand is None else ("operand", need.operand)
+        yield from _found(ir_op, need.reason, [need.collective], tensor)
+
+
+def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
+    """What op ``op``'s rule needs (``_needs``): a ``reduce_window``'s window
+    collectives, and the needs XLA does not answer with a value it already
+    resharded for an earlier op (then noted for later ops in ``reader.resharded``)."""
     graph = reader.graph
     if not graph.op_results[op]:
-        return
-    ir_op = graph.ops[op]
+        return (), []
     # Ops whose attributes decide more than their rule does are not memoised.
     key = None if graph.op_name[op] in _UNMEMOISED else reader.op_key(op)
     needs = reader.costs.found.get(key) if key is not None else None
     if needs is None:
-        needs = _needs(reader, op, ir_op)
+        needs = _needs(reader, op, graph.ops[op])
         if key is not None:
             reader.costs.found[key] = needs
-    for collectives in needs[1:]:
-        yield from _found(ir_op, "sharded window dimension", collectives, ("operand", 0))
     kept = []
     resharded = []
     for need in needs[0]:
@@ -291,9 +324,7 @@ def _implicit_found(reader: ModuleValues, op: int) -> Iterator[_Found]:
             resharded.append(key)
         kept.append(need)
     reader.resharded.update(resharded)  # for later ops only: two needs here both count
-    for need in kept:
-        tensor = ("type",) if need.operand is None else ("operand", need.operand)
-        yield from _found(ir_op, need.reason, [need.collective], tensor)
+    return needs[1:], kept
 
 
 _UNMEMOISED = frozenset({"stablehlo.reduce_window", *INDEXED_ROLES})
