@@ -5,6 +5,13 @@ bytes, summed without describing its entries; ``memory_peak``);
 ``ModuleEvaluator`` propagates the imported module with a set of pins and
 prices it, adding ``returned_in_declared_layout`` (see there) for the ops the
 pins change.
+
+The copies one search prices (whole modules and regions cut out of them) are
+mostly the same ops with the same shardings: they share a ``CostMemo``
+(``propagation.values``), so the cost model works out an op's collectives
+and a value's shard bytes once per rule, types and shardings, not once per
+copy. What depends on the copy as a whole (XLA's reuse of a value it already
+resharded for an earlier op, ``ModuleValues.resharded``) is still read per copy.
 """
 
 from __future__ import annotations
