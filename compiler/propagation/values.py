@@ -53,9 +53,10 @@ class CostMemo:
     in every copy), so ``ModuleValues.op_key`` names an op's situation with
     small ints; ``found`` maps such a key to what the cost model found there
     (``cost.report``), ``conflicts`` to the bytes of the collectives the op
-    itself needs (``cost_aware.candidates.conflict_points``), ``sizes`` a (type,
-    sharding) pair to its shard's bytes (``cost_aware.pricing.memory_peak``). Like ``graph.ReadMemo`` it holds for one context and
-    one set of meshes: the copies a cost-aware evaluator propagates.
+    itself needs (``cost_aware.candidates.conflict_points``); ``sizes`` maps
+    a (type, sharding) pair to its shard's bytes (``cost_aware.pricing.memory_peak``).
+    Like ``graph.ReadMemo`` it holds for one context and one set of meshes:
+    the copies one cost-aware search propagates.
     """
 
     def __init__(self) -> None:
