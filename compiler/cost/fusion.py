@@ -28,5 +28,7 @@ FUSING_CONSUMERS = FUSIBLE | frozenset({"stablehlo.reduce"})
 def fused_away(producer: str, consumers) -> bool:
     """Whether a value made by op ``producer`` and used by ops ``consumers`` (names) is
     fused into them, never materialised (a value nothing uses is not fused away)."""
+    if producer not in FUSIBLE:
+        return False
     consumers = set(consumers)
-    return producer in FUSIBLE and bool(consumers) and consumers <= FUSING_CONSUMERS
+    return bool(consumers) and consumers <= FUSING_CONSUMERS

@@ -41,7 +41,7 @@ from shardc.compiler.cost.windows import window_collectives
 from shardc.compiler.diagnostics import SourceLoc, source_loc_of
 from shardc.compiler.propagation.manual import MANUAL_OP
 from shardc.compiler.propagation.values import ModuleValues, replicated
-from shardc.compiler.sharding.rules import indexed_roles_for
+from shardc.compiler.sharding.rules import INDEXED_ROLES, indexed_roles_for
 
 _EXPLICIT = {"sdy.reshard": "explicit reshard", "sdy.sharding_constraint": "sharding constraint"}
 # StableHLO collectives (written inside manual computations): kind, and whether
@@ -53,6 +53,8 @@ _STABLEHLO_COLLECTIVES = {
     "stablehlo.collective_permute": ("collective-permute", False),
     "stablehlo.reduce_scatter": ("reduce-scatter", False),
 }
+# Ops ``_found_at`` never prices by their rule.
+_NOT_BY_RULE = frozenset({"stablehlo.while", MANUAL_OP, "func.call", *_STABLEHLO_COLLECTIVES})
 
 
 @dataclass(frozen=True)
@@ -161,15 +163,38 @@ def collectives_at(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
 
 def collective_bytes_at(reader: ModuleValues, op: int) -> int:
     """The bytes per device of ``collectives_at(reader, op)``, without describing them."""
+    if _by_rule(reader.graph, op):  # most ops: summed without generating their finds
+        windows, kept = _kept_needs(reader, op)
+        return (sum(c.bytes_per_device for collectives in windows for c in collectives)
+                + sum(need.collective.bytes_per_device for need in kept))
     return sum(c.bytes_per_device for _, _, collectives, _, _ in _found_at(reader, op)
                for c in collectives)
 
 
+def _by_rule(graph, op: int) -> bool:
+    """Whether ``_found_at`` prices op ``op`` by its rule (``_implicit_found``): not an
+    explicit reshard, a function return, a loop's carries, a manual computation, a
+    call or a written collective."""
+    name = graph.op_name[op]
+    if name in _NOT_BY_RULE:
+        return False
+    if name in _EXPLICIT:
+        return not graph.op_operands[op]
+    if name == "func.return":
+        return graph.op_name[graph.op_parent[op]] != "func.func"
+    if name == "stablehlo.return":
+        return not _returns_carries(graph, op)
+    return True
+
+
 def _found_at(reader: ModuleValues, op: int) -> Iterator[_Found]:
     graph, store = reader.graph, reader.store
+    if _by_rule(graph, op):
+        yield from _implicit_found(reader, op)
+        return
     name, ir_op = graph.op_name[op], graph.ops[op]
     operands = graph.op_operands[op]
-    if name in _EXPLICIT and operands:
+    if name in _EXPLICIT:
         src = reader.tensor(operands[0])
         dst = reader.sharding(graph.op_results[op][0])
         if src is not None:
@@ -187,9 +212,10 @@ def _found_at(reader: ModuleValues, op: int) -> Iterator[_Found]:
                         continue  # an unsharded result is unknown: no reshard to predict
                     dst = replicated(reader.mesh, len(src.shape))
                 found = reshard_tensor(src, dst, reader.mesh_of(src.sharding, dst))
-                reason = (f"returned {dims_text(src.sharding)} as result {k}, "
-                          f"declared {dims_text(dst)}")
-                yield from _found(ir_op, reason, found, ("result", k))
+                if found:  # the reason is text: only for a value resharded
+                    reason = (f"returned {dims_text(src.sharding)} as result {k}, "
+                              f"declared {dims_text(dst)}")
+                    yield from _found(ir_op, reason, found, ("result", k))
     elif name == "stablehlo.while":
         yield from _carry_found(reader, op, operands, "enters the loop")
     elif name == "stablehlo.return" and _returns_carries(graph, op):
@@ -205,7 +231,7 @@ def _found_at(reader: ModuleValues, op: int) -> Iterator[_Found]:
                                   ("operand", k), implicit=False)
     elif name == "func.call":
         yield from _call_found(reader, op)
-    elif name in _STABLEHLO_COLLECTIVES:
+    else:  # a collective written in a manual computation (_STABLEHLO_COLLECTIVES)
         kind, result_side = _STABLEHLO_COLLECTIVES[name]
         values = graph.op_results[op] if result_side else operands
         total = 0
@@ -217,8 +243,6 @@ def _found_at(reader: ModuleValues, op: int) -> Iterator[_Found]:
                                                                  len(tensor.shape)))
         yield from _found(ir_op, "explicit collective", [Collective(kind, (), total)], (),
                           implicit=False)
-    else:
-        yield from _implicit_found(reader, op)
 
 
 def _returns_carries(graph, op: int) -> bool:
@@ -243,8 +267,10 @@ def _carry_found(reader: ModuleValues, loop: int, values: list[int], how: str,
         if src is None or dst is None or src.sharding is None:
             continue
         found = reshard_tensor(src, dst, reader.mesh_of(src.sharding, dst))
-        reason = f"carry {k} {how} {dims_text(src.sharding)}, the loop carries {dims_text(dst)}"
-        yield from _found(ir_op, reason, found, ("operand", k))
+        if found:
+            reason = (f"carry {k} {how} {dims_text(src.sharding)}, "
+                      f"the loop carries {dims_text(dst)}")
+            yield from _found(ir_op, reason, found, ("operand", k))
 
 
 def _call_found(reader: ModuleValues, op: int) -> Iterator[_Found]:
@@ -265,27 +291,32 @@ def _call_found(reader: ModuleValues, op: int) -> Iterator[_Found]:
 
 
 def _implicit_found(reader: ModuleValues, op: int) -> Iterator[_Found]:
+    windows, kept = _kept_needs(reader, op)
+    ir_op = reader.graph.ops[op]
+    for collectives in windows:
+        yield from _found(ir_op, "sharded window dimension", collectives, ("operand", 0))
+    for need in kept:
+        tensor = ("type",) if need.operand is None else ("operand", need.operand)
+        yield from _found(ir_op, need.reason, [need.collective], tensor)
+
+
+def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
+    """What op ``op``'s rule needs (``_needs``): a ``reduce_window``'s window
+    collectives, and the needs XLA does not answer with a value it already
+    resharded for an earlier op (then noted for later ops in ``reader.resharded``)."""
     graph = reader.graph
     if not graph.op_results[op]:
-        return
-    ruled = reader.rule_tensors(op)
-    if ruled is None:
-        return
-    rule, operands, results = ruled
-    ir_op = graph.ops[op]
-    if graph.op_name[op] == "stablehlo.reduce_window":
-        found = window_collectives(ir_op, operands[0])
-        yield from _found(ir_op, "sharded window dimension", found, ("operand", 0))
-    mesh = reader.mesh_of(*(t.sharding for t in results + operands))
-    roles = indexed_roles_for(ir_op)
-    needs = None
-    if roles is not None:  # XLA's gather/scatter handler, not the factor model
-        needs = indexed_communication(rule, roles, operands, results, mesh)
+        return (), []
+    # Ops whose attributes decide more than their rule does are not memoised.
+    key = None if graph.op_name[op] in _UNMEMOISED else reader.op_key(op)
+    needs = reader.costs.found.get(key) if key is not None else None
     if needs is None:
-        needs = op_communication(rule, operands, results, mesh, op_name=graph.op_name[op])
+        needs = _needs(reader, op, graph.ops[op])
+        if key is not None:
+            reader.costs.found[key] = needs
     kept = []
     resharded = []
-    for need in needs:
+    for need in needs[0]:
         if need.target is not None:
             key = (graph.op_operands[op][need.operand], need.target)
             if key in reader.resharded:
@@ -293,9 +324,32 @@ def _implicit_found(reader: ModuleValues, op: int) -> Iterator[_Found]:
             resharded.append(key)
         kept.append(need)
     reader.resharded.update(resharded)  # for later ops only: two needs here both count
-    for need in kept:
-        tensor = ("type",) if need.operand is None else ("operand", need.operand)
-        yield from _found(ir_op, need.reason, [need.collective], tensor)
+    return needs[1:], kept
+
+
+_UNMEMOISED = frozenset({"stablehlo.reduce_window", *INDEXED_ROLES})
+
+
+def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
+    """``(needs, *window)``: what op ``op``'s rule needs (``op_communication``, or
+    XLA's gather/scatter handler) and, for a ``reduce_window``, its sharded
+    window's collectives; ``((),)`` when the op has no rule or a non-static tensor."""
+    ruled = reader.rule_tensors(op)
+    if ruled is None:
+        return ((),)
+    rule, operands, results = ruled
+    window = ()
+    if reader.graph.op_name[op] == "stablehlo.reduce_window":
+        window = (list(window_collectives(ir_op, operands[0])),)
+    mesh = reader.mesh_of(*(t.sharding for t in results + operands))
+    roles = indexed_roles_for(ir_op)
+    needs = None
+    if roles is not None:  # XLA's gather/scatter handler, not the factor model
+        needs = indexed_communication(rule, roles, operands, results, mesh)
+    if needs is None:
+        needs = op_communication(rule, operands, results, mesh,
+                                 op_name=reader.graph.op_name[op])
+    return (tuple(needs), *window)
 
 
 def comm_report(module: ir.Module | ir.Operation, *,

@@ -139,6 +139,41 @@ def apply_pins(module: ir.Operation, pins: list[Pin]) -> None:
             op.attributes[SHARDING_ATTR] = ir.Attribute.parse(format_per_value([pin.sharding]))
 
 
+def ops_by_tag(module: ir.Operation) -> dict[int, list[ir.Operation]]:
+    """``tagged_ops(module)`` by number."""
+    found: dict[int, list[ir.Operation]] = {}
+    for tag, op in tagged_ops(module):
+        found.setdefault(tag, []).append(op)
+    return found
+
+
+def pinned_clone(module: ir.Operation, ops: dict[int, list[ir.Operation]],
+                 pins: list[Pin]) -> ir.Operation:
+    """A clone of ``module`` with ``pins`` applied (``apply_pins``), ``module`` unchanged.
+
+    ``ops`` is ``ops_by_tag(module)``, read once by the caller: the pins are
+    written on ``module``'s own ops for the clone and taken back after it,
+    instead of searching every clone for the pinned ops.
+    """
+    wanted = {pin.op: pin for pin in pins}
+    before: list[tuple[ir.Operation, ir.Attribute | None]] = []
+    try:
+        for tag, pin in wanted.items():
+            for op in ops.get(tag, ()):
+                attributes = op.attributes
+                before.append((op, attributes[SHARDING_ATTR]
+                               if SHARDING_ATTR in attributes else None))
+                attributes[SHARDING_ATTR] = ir.Attribute.parse(
+                    format_per_value([pin.sharding]), module.context)
+        return module.clone()
+    finally:
+        for op, attribute in reversed(before):
+            if attribute is None:
+                del op.attributes[SHARDING_ATTR]
+            else:
+                op.attributes[SHARDING_ATTR] = attribute
+
+
 def strip_tags(module: ir.Operation) -> None:
     """Remove the ``TAG`` attributes ``tag_ops`` added."""
     for _, op in tagged_ops(module):
@@ -167,6 +202,8 @@ def conflict_points(reader: ModuleValues, *, per_point: int = 6) -> list[Conflic
     for op in range(len(graph.ops)):
         if not graph.op_results[op] or graph.op_blocks[op] or graph.op_name[op] in _SKIP:
             continue
+        if not _needs_bytes(reader, op):
+            continue
         found = communication_needs(reader, op)
         if found is None:
             continue
@@ -178,6 +215,20 @@ def conflict_points(reader: ModuleValues, *, per_point: int = 6) -> list[Conflic
         points.append(ConflictPoint(op, tag_of(reader, op), graph.op_name[op], total,
                                     tuple(pins)))
     return points
+
+
+def _needs_bytes(reader: ModuleValues, op: int) -> int:
+    """The bytes of the collectives ``communication_needs`` finds at ``op`` (0: none),
+    memoised by ``reader.op_key`` across the copies of one module (most ops of a
+    state and of the next are the same op with the same shardings)."""
+    key = reader.op_key(op)
+    total = reader.costs.conflicts.get(key) if key is not None else None
+    if total is None:
+        found = communication_needs(reader, op)
+        total = sum(n.collective.bytes_per_device for n in found[3]) if found else 0
+        if key is not None:
+            reader.costs.conflicts[key] = total
+    return total
 
 
 def communication_needs(reader: ModuleValues, op: int):

@@ -5,6 +5,13 @@ bytes, summed without describing its entries; ``memory_peak``);
 ``ModuleEvaluator`` propagates the imported module with a set of pins and
 prices it, adding ``returned_in_declared_layout`` (see there) for the ops the
 pins change.
+
+The copies one search prices (whole modules and regions cut out of them) are
+mostly the same ops with the same shardings: they share a ``CostMemo``
+(``propagation.values``), so the cost model works out an op's collectives
+and a value's shard bytes once per rule, types and shardings, not once per
+copy. What depends on the copy as a whole (XLA's reuse of a value it already
+resharded for an earlier op, ``ModuleValues.resharded``) is still read per copy.
 """
 
 from __future__ import annotations
@@ -13,15 +20,23 @@ from dataclasses import replace
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.cost.fusion import fused_away
+from shardc.compiler.cost.fusion import FUSIBLE, fused_away
 from shardc.compiler.cost.op_comm import op_communication
 from shardc.compiler.cost.report import collective_bytes_at
 from shardc.compiler.cost.reshard import dim_axes, reshard_tensor, shard_bytes
-from shardc.compiler.cost_aware.candidates import Pin, apply_pins, closed, tag_of, tagged_ops
+from shardc.compiler.cost_aware.candidates import (
+    Pin,
+    closed,
+    ops_by_tag,
+    pinned_clone,
+    tag_of,
+    tagged_ops,
+)
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.propagation.graph import ReadMemo
-from shardc.compiler.propagation.values import ModuleValues
+from shardc.compiler.propagation.values import CostMemo, ModuleValues
 from shardc.compiler.sharding.rules import rule_for
+from shardc.compiler.sharding.tensor import Tensor
 from shardc.dialects.sdy import SHARDING_RULE_ATTR
 
 
@@ -45,21 +60,24 @@ def memory_peak(reader: ModuleValues) -> int:
     graph = reader.graph
     n = len(graph.ops)
     delta = [0] * (n + 2)
-    for value in range(len(graph.values)):
-        tensor = reader.tensor(value)
-        if tensor is None:
+    sizes = reader.costs.sizes if reader.costs is not None else None
+    names, shapes, types = graph.op_name, graph.value_shape, graph.value_type_key
+    for value, producer in enumerate(graph.value_def):
+        if shapes[value] is None:  # not a static tensor
             continue
-        producer = graph.value_def[value]
-        if producer >= 0 and fused_away(graph.op_name[producer],
-                                        (graph.op_name[user] for user, _ in graph.uses[value])):
+        uses = graph.uses[value]
+        if (producer >= 0 and names[producer] in FUSIBLE
+                and fused_away(names[producer], (names[user] for user, _ in uses))):
             continue
-        sharding = tensor.sharding
-        size = (shard_bytes(tensor.shape, tensor.element_bytes,
-                            dim_axes(sharding, len(tensor.shape)))
-                if sharding is not None else tensor.global_bytes)
+        if sizes is None:
+            size = _size(reader.tensor(value))
+        else:
+            key = (types[value], reader.sharding_id(value))
+            size = sizes.get(key)
+            if size is None:
+                size = sizes[key] = _size(reader.tensor(value))
         start = producer if producer >= 0 else 0
-        uses = [user for user, _ in graph.uses[value]]
-        end = max(uses, default=start)
+        end = max([user for user, _ in uses]) if uses else start
         delta[start] += size
         delta[end + 1] -= size
     peak = live = 0
@@ -67,6 +85,14 @@ def memory_peak(reader: ModuleValues) -> int:
         live += step
         peak = max(peak, live)
     return peak
+
+
+def _size(tensor: Tensor) -> int:
+    """Bytes of ``tensor``'s shard (of the whole tensor when it has no sharding)."""
+    if tensor.sharding is None:
+        return tensor.global_bytes
+    return shard_bytes(tensor.shape, tensor.element_bytes,
+                       dim_axes(tensor.sharding, len(tensor.shape)))
 
 
 def _collective_bytes(collectives) -> int:
@@ -149,7 +175,8 @@ class ModuleEvaluator:
     and attaches its rules to the imported module (``attach_rules``).
     Each call returns ``(bytes, memory peak, reader)``; the reader keeps its
     propagated module alive, so the search can adopt the winner's module
-    instead of propagating it again.
+    instead of propagating it again. A candidate's module is written only
+    then (``ModuleValues.write_back``): most are priced and dropped.
     """
 
     def __init__(self, imported: ir.Operation, conservative: bool):
@@ -158,15 +185,19 @@ class ModuleEvaluator:
         self.count = 0
         self.baseline: dict[int, tuple] | None = None
         self.reads = ReadMemo()  # every copy reads the same rules and shardings again
+        self.costs = CostMemo()  # and the cost model finds the same at most ops
+        self._ops: dict[int, list[ir.Operation]] | None = None  # the imported module's, by tag
 
     def __call__(self, pins: list[Pin]) -> tuple[int, int, ModuleValues]:
         self.count += 1
-        copy = self.imported.clone()
+        if self._ops is None:
+            self._ops = ops_by_tag(self.imported)
+        copy = pinned_clone(self.imported, self._ops, pins)
         with copy.context:
-            apply_pins(copy.operation, pins)
             reader = ModuleValues.propagated(copy.operation, plan="user-priority",
                                              conservative=self.conservative,
-                                             missing_as_replicated=True, memo=self.reads)
+                                             missing_as_replicated=True, memo=self.reads,
+                                             costs=self.costs, write=not pins)
         total, peak = price(reader)
         if self.baseline is None:
             self.baseline = signatures(reader)

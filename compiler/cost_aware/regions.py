@@ -40,11 +40,19 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
-from shardc.compiler.cost_aware.candidates import TAG, Pin, apply_pins, closed, tag_of
+from shardc.compiler.cost_aware.candidates import (
+    TAG,
+    Pin,
+    apply_pins,
+    closed,
+    ops_by_tag,
+    pinned_clone,
+    tag_of,
+)
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.cost_aware.pricing import price, returned_in_declared_layout
 from shardc.compiler.propagation.graph import ReadMemo
-from shardc.compiler.propagation.values import ModuleValues
+from shardc.compiler.propagation.values import CostMemo, ModuleValues
 from shardc.compiler.sharding.tensor import TensorSharding, format_sharding
 from shardc.dialects.sdy import SHARDING_ATTR
 
@@ -328,9 +336,11 @@ class _Region:
     key: tuple  # structure_key: equal for repetitions of one structure
     ops: list[int]
     tags: list[int | None]  # op numbers, in program order
-    module: ir.Module | None = None  # cut out when first evaluated
+    # Cut out when first evaluated (with its ops by tag): closed, and with an open cut
+    # (steady-state prices).
+    module: tuple[ir.Module, dict[int, list[ir.Operation]]] | None = None
     returns: frozenset[int] = frozenset()  # result positions the real function returns
-    open_module: ir.Module | None = None  # cut out with an open cut (steady-state prices)
+    open_module: tuple[ir.Module, dict[int, list[ir.Operation]]] | None = None
 
 
 class RegionEvaluator:
@@ -344,12 +354,17 @@ class RegionEvaluator:
     own baseline). ``count`` counts the region propagations of both.
     """
 
-    def __init__(self, imported: ir.Operation, *, limit: int, radius: int, conservative: bool):
+    def __init__(self, imported: ir.Operation, *, limit: int, radius: int, conservative: bool,
+                 reads: ReadMemo | None = None, costs: CostMemo | None = None):
         self.imported = imported_shardings(imported)
         self.limit = limit
         self.radius = radius
         self.conservative = conservative
-        self.reads = ReadMemo()  # regions of one module read the same rules and shardings
+        # Regions of one module read the same rules and shardings, and the cost model
+        # finds the same at most of their ops, as in the module's own copies (whose
+        # memos ``reads`` and ``costs`` may be).
+        self.reads = reads if reads is not None else ReadMemo()
+        self.costs = costs if costs is not None else CostMemo()
         self.count = 0  # region propagations run (memo misses)
         self.steady_count = 0  # of which with the cut open (steady-state prices)
         self._memo: dict[tuple, tuple[int, int, tuple]] = {}
@@ -390,15 +405,18 @@ class RegionEvaluator:
         return (self._key(region, None, open_cut) in self._memo
                 and self._key(region, pin, open_cut) in self._memo)
 
-    def _module(self, region: _Region, open_cut: bool) -> ir.Module:
-        """The region cut out (with its cut open or closed) and the accepted pins in it."""
+    def _module(self, region: _Region, open_cut: bool
+                ) -> tuple[ir.Module, dict[int, list[ir.Operation]]]:
+        """The region cut out (with its cut open or closed) and the accepted pins in it,
+        with its ops by tag (``pinned_clone``'s)."""
         if (region.open_module if open_cut else region.module) is None:
             module, region.returns = cut_out(self._reader, region.ops, self.imported, open_cut)
             apply_pins(module.operation, self._accepted)
+            cut = (module, ops_by_tag(module.operation))
             if open_cut:
-                region.open_module = module
+                region.open_module = cut
             else:
-                region.module = module
+                region.module = cut
         return region.open_module if open_cut else region.module
 
     def _evaluate(self, region: _Region, pin: Pin | None,
@@ -409,12 +427,14 @@ class RegionEvaluator:
             base = None if pin is None else self._evaluate(region, None, open_cut)
             self.count += 1
             self.steady_count += open_cut
-            copy = self._module(region, open_cut).operation.clone()
+            module, ops = self._module(region, open_cut)
+            copy = pinned_clone(module.operation, ops, [pin] if pin is not None else [])
             with copy.context:
-                apply_pins(copy, [pin] if pin is not None else [])
+                # Only priced and dropped: its shardings need not reach its IR.
                 reader = ModuleValues.propagated(copy, plan="user-priority",
                                                  conservative=self.conservative,
-                                                 missing_as_replicated=True, memo=self.reads)
+                                                 missing_as_replicated=True, memo=self.reads,
+                                                 costs=self.costs, write=False)
             cost, peak = price(reader)
             by_tag = signatures(reader)
             by_position = tuple(by_tag.get(tag) for tag in region.tags)

@@ -197,6 +197,7 @@ class _Search:
         return memory <= self.base_memory and cost + self.margin < self.best_bytes
 
     def accept(self, pins: list[Pin], cost: int, memory: int, reader: ModuleValues) -> None:
+        reader.write_back()  # the new state: regions are cut out of its module, or it is kept
         self.pins.extend(pins)
         self.best_bytes, self.best_memory, self.reader = cost, memory, reader
 
@@ -268,7 +269,8 @@ class _Search:
     def region_rounds(self, region_ops: int, region_radius: int, max_region_evaluations: int,
                       max_verifications: int, max_steady_evaluations: int = 0) -> None:
         self.regions = RegionEvaluator(self.imported, limit=region_ops, radius=region_radius,
-                                       conservative=self.conservative)
+                                       conservative=self.conservative,
+                                       reads=self.evaluate.reads, costs=self.evaluate.costs)
         rejected: set[tuple] = set()  # pins (Pin.key) a module verification refused
         self.verifications_left = max_verifications
         steady_left = max_steady_evaluations

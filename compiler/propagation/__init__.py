@@ -130,6 +130,7 @@ def propagate_read(
     conservative: bool = False,
     keep_sharding_rules: bool = False,
     memo: ReadMemo | None = None,
+    write: bool = True,
 ) -> tuple[PropagationGraph, ShardingStore]:
     """``propagate``, handing back the graph and store it ran on, as written back.
 
@@ -138,12 +139,14 @@ def propagate_read(
     ops keep their indices (marked in ``graph.erased``) and a manual
     computation's in-shardings stay in ``store.manual`` as first read.
     ``memo`` carries what reading repeats across copies of one module
-    (``graph.ReadMemo``).
+    (``graph.ReadMemo``). With ``write=False`` nothing is written back: the
+    module is left as it was and the result is only in the graph and store
+    (``store.write_back`` writes it later).
     """
     _check_plan(plan)
     with cyclic_gc_paused():
         graph, store, _ = _propagate(module.operation, plan, conservative, keep_sharding_rules,
-                                     memo=memo)
+                                     memo=memo, write=write)
     return graph, store
 
 
@@ -171,7 +174,8 @@ def cyclic_gc_paused() -> Iterator[None]:
 
 def _propagate(operation: ir.Operation, plan: str, conservative: bool,
                keep_sharding_rules: bool, write_origins: bool = False,
-               record_origins: bool = False, memo: ReadMemo | None = None
+               record_origins: bool = False, memo: ReadMemo | None = None,
+               write: bool = True
                ) -> tuple[PropagationGraph, ShardingStore, ShardingOrigins | None]:
     graph = PropagationGraph(operation, conservative=conservative, memo=memo)
     _check_shapes(graph)
@@ -188,7 +192,8 @@ def _propagate(operation: ir.Operation, plan: str, conservative: bool,
     if tracking:
         driver.recorder = OriginRecorder(graph, store, constraints)
     PLANS[plan](driver)
-    store.write_back(keep_rules=keep_sharding_rules)
+    if write:
+        store.write_back(keep_rules=keep_sharding_rules)
     origins = driver.recorder.finish(write=write_origins) if tracking else None
     return graph, store, origins
 

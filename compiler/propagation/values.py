@@ -19,6 +19,7 @@ from shardc.compiler.propagation.ir_access import ShardingStore
 from shardc.compiler.sharding.rule import OpShardingRule
 from shardc.compiler.sharding.rules import rule_for
 from shardc.compiler.sharding.tensor import DimSharding, MeshInfo, Tensor, TensorSharding
+from shardc.dialects.sdy import SHARDING_RULE_ATTR
 
 
 def element_bytes(type_: ir.Type) -> int:
@@ -37,6 +38,34 @@ def replicated(mesh: str, rank: int) -> TensorSharding:
     return TensorSharding(mesh, (DimSharding((), True),) * rank)
 
 
+def _rules_to_attach(graph: PropagationGraph) -> bool:
+    """Whether writing ``graph`` back would attach a rule (``keep_rules``) to an op."""
+    ops = graph.ops
+    return any(rule is not None and rule.rule is not None
+               and SHARDING_RULE_ATTR not in ops[op].attributes
+               for op, rule in graph.visited_rules().items())
+
+
+class CostMemo:
+    """What the cost model finds again in every propagated copy of one module.
+
+    ``shardings`` interns every sharding read (equal shardings, equal ints,
+    in every copy), so ``ModuleValues.op_key`` names an op's situation with
+    small ints; ``found`` maps such a key to what the cost model found there
+    (``cost.report``), ``conflicts`` to the bytes of the collectives the op
+    itself needs (``cost_aware.candidates.conflict_points``); ``sizes`` maps
+    a (type, sharding) pair to its shard's bytes (``cost_aware.pricing.memory_peak``).
+    Like ``graph.ReadMemo`` it holds for one context and one set of meshes:
+    the copies one cost-aware search propagates.
+    """
+
+    def __init__(self) -> None:
+        self.shardings: dict[TensorSharding, int] = {}
+        self.found: dict[tuple, object] = {}
+        self.conflicts: dict[tuple, int] = {}
+        self.sizes: dict[tuple[int, int], int] = {}
+
+
 class ModuleValues:
     """The values of one module: shape, element size and sharding by graph index.
 
@@ -46,7 +75,8 @@ class ModuleValues:
     """
 
     def __init__(self, module: ir.Operation, *, missing_as_replicated: bool = False,
-                 read: tuple[PropagationGraph, ShardingStore] | None = None):
+                 read: tuple[PropagationGraph, ShardingStore] | None = None,
+                 costs: CostMemo | None = None):
         if read is None:
             graph = PropagationGraph(module)
             read = graph, ShardingStore(graph)
@@ -60,6 +90,9 @@ class ModuleValues:
         # Each value as a Tensor: the cost model asks per use, and a module is read
         # once (its shardings never change under a reader).
         self._tensors: dict[int, Tensor | None] = {}
+        self.costs = costs
+        self._unwritten = False  # ``propagated(write=False)`` left the module as it was
+        self._interned: dict[int, int] = {}  # the store's sharding ids -> ``costs``' ints
         self.funcs = {
             ir.StringAttr(self.graph.ops[op].attributes["sym_name"]).value: op
             for op, name in enumerate(self.graph.op_name) if name == "func.func"
@@ -68,19 +101,40 @@ class ModuleValues:
     @classmethod
     def propagated(cls, module: ir.Operation, *, plan: str, conservative: bool,
                    missing_as_replicated: bool = False,
-                   memo: ReadMemo | None = None) -> ModuleValues:
+                   memo: ReadMemo | None = None,
+                   costs: CostMemo | None = None, write: bool = True) -> ModuleValues:
         """Propagate ``module`` in place (keeping the rules it used), then read it.
 
         The propagation's own graph and store are read (``propagate_read``)
         unless they differ from the module's: where it erased ops, or where a
         manual computation's in-shardings may have been rewritten. ``memo``:
-        ``propagate_read``'s.
+        ``propagate_read``'s; ``costs``: the reader's (``CostMemo``).
+
+        ``write=False``, for a module that is read through the reader (priced,
+        then mostly dropped): the shardings stay in the store, the module keeps
+        its own until ``write_back``. It is still written where the module is
+        read again (above) or where the propagation used a rule the module does
+        not carry (the cost model reads each op's rule from the module).
         """
         graph, store = propagate_read(module, plan=plan, conservative=conservative,
-                                      keep_sharding_rules=True, memo=memo)
-        if any(graph.erased) or store.manual:
-            return cls(module, missing_as_replicated=missing_as_replicated)
-        return cls(module, missing_as_replicated=missing_as_replicated, read=(graph, store))
+                                      keep_sharding_rules=True, memo=memo, write=write)
+        again = any(graph.erased) or bool(store.manual)
+        if not write and (again or _rules_to_attach(graph)):
+            store.write_back(keep_rules=True)
+            write = True
+        if again:
+            return cls(module, missing_as_replicated=missing_as_replicated, costs=costs)
+        reader = cls(module, missing_as_replicated=missing_as_replicated, read=(graph, store),
+                     costs=costs)
+        reader._unwritten = not write
+        return reader
+
+    def write_back(self) -> None:
+        """Write the propagation ``propagated(write=False)`` kept in the store to the
+        module (once; nothing when it was written)."""
+        if self._unwritten:
+            self._unwritten = False
+            self.store.write_back(keep_rules=True)
 
     def mesh_of(self, *shardings: TensorSharding | None) -> MeshInfo | None:
         """The ``sdy.mesh`` of the first sharding given, for the reshard cost model.
@@ -156,3 +210,45 @@ class ModuleValues:
         if any(t is None for t in operands + results):
             return None
         return rule, operands, results
+
+    def op_key(self, op: int) -> tuple | None:
+        """What decides the collectives op ``op``'s rule needs, as ``costs`` names it.
+
+        Its name, attached rule (uniqued: its hash names it), and the type and
+        sharding of every operand and result: what ``rule_tensors`` reads, so
+        equal keys give equal answers. None without ``costs`` or an attached rule.
+        """
+        if self.costs is None:
+            return None
+        graph = self.graph
+        attributes = graph.ops[op].attributes
+        if SHARDING_RULE_ATTR not in attributes:
+            return None
+        types = graph.value_type_key
+        return (graph.op_name[op], hash(attributes[SHARDING_RULE_ATTR]),
+                tuple([(types[v], self.sharding_id(v)) for v in graph.op_operands[op]]),
+                tuple([(types[v], self.sharding_id(v)) for v in graph.op_results[op]]))
+
+    def sharding_id(self, value: int) -> int:
+        """``costs``' int for ``sharding(value)`` (0 for None), equal for equal shardings:
+        through the store's own interned ids where it holds the sharding, hashing
+        each one once. Only with ``costs``."""
+        store = self.store
+        slot = store.slot_of[value]
+        if slot >= 0:
+            sid = store.sid[slot]
+            if sid:  # the store holds it: ``sharding(value)`` is ``store.value[slot]``
+                known = self._interned.get(sid)
+                if known is None:
+                    known = self._interned[sid] = self._intern(store.value[slot])
+                return known
+        return self._intern(self.sharding(value))
+
+    def _intern(self, sharding: TensorSharding | None) -> int:
+        if sharding is None:
+            return 0
+        shardings = self.costs.shardings
+        known = shardings.get(sharding)
+        if known is None:
+            known = shardings[sharding] = len(shardings) + 1
+        return known

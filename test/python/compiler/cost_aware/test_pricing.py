@@ -9,7 +9,15 @@ from bench import e2e_measure
 from bench.models import REGISTRY
 from shardc.compiler import jit
 from shardc.compiler.cost.fusion import fused_away
-from shardc.compiler.cost_aware.candidates import conflict_points, tag_ops
+from shardc.compiler.cost.report import comm_report_of
+from shardc.compiler.cost_aware.candidates import (
+    Pin,
+    apply_pins,
+    conflict_points,
+    ops_by_tag,
+    pinned_clone,
+    tag_ops,
+)
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.cost_aware.pricing import ModuleEvaluator, memory_peak, price
 from shardc.compiler.propagation import propagate
@@ -17,7 +25,7 @@ from shardc.compiler.propagation.graph import ReadMemo
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.stages import import_pipeline
 from shardc.dialects import make_context
-from shardc.dialects.sdy import SHARDING_RULE_ATTR
+from shardc.dialects.sdy import SHARDING_ATTR, SHARDING_RULE_ATTR
 
 
 def test_fused_away_needs_a_fusible_producer_and_fusing_consumers():
@@ -67,6 +75,7 @@ def test_rules_attached_after_the_baseline_price_candidates_as_computed_ones():
         *expected, expected_reader = bare([pin])
         *found, reader = attached([pin])
         assert found == expected
+        reader.write_back()  # a candidate's module is written when the search keeps it
         assert str(reader.graph.module) == str(expected_reader.graph.module)
 
 
@@ -102,11 +111,37 @@ def test_a_propagated_reader_reads_what_reading_the_module_again_reads(make):
     """``ModuleValues.propagated`` reads the propagation's own graph and store."""
     module = make()
     with module.context:
+        unwritten = ModuleValues.propagated(module.operation.clone(), plan="user-priority",
+                                            conservative=False, missing_as_replicated=True,
+                                            write=False)
         reader = ModuleValues.propagated(module.operation, plan="user-priority",
                                          conservative=False, missing_as_replicated=True)
     again = ModuleValues(module.operation, missing_as_replicated=True)
     assert not any(reader.graph.erased)
     assert _observed(reader) == _observed(again)
+    # A reader whose module was not written back reads the same (pricing uses a
+    # reader up: a fresh one).
+    assert not any(unwritten.graph.erased)
+    assert _observed(unwritten) == _observed(ModuleValues(module.operation,
+                                                          missing_as_replicated=True))
+
+
+def test_an_unwritten_propagation_leaves_the_module_as_it_was():
+    module = _imported("conflict_mlp")
+    with module.context:
+        *_, reader = ModuleEvaluator(module.operation, conservative=False)([])  # rules attached
+        before = str(module)
+        unwritten = ModuleValues.propagated(module.operation, plan="user-priority",
+                                            conservative=False, missing_as_replicated=True,
+                                            write=False)
+    assert str(module) == before
+    assert price(unwritten) == price(ModuleValues(reader.graph.module,
+                                                  missing_as_replicated=True))
+    # Written later, it is the module written at once.
+    unwritten.write_back()
+    assert str(module) == str(reader.graph.module)
+    unwritten.write_back()  # once
+    assert str(module) == str(reader.graph.module)
 
 
 def test_copies_read_with_one_memo_propagate_as_copies_read_alone():
@@ -121,3 +156,56 @@ def test_copies_read_with_one_memo_propagate_as_copies_read_alone():
             ModuleValues.propagated(copy, plan="user-priority", conservative=False, memo=memo)
             assert str(copy) == str(expected)
         assert memo.rules and memo.shardings
+
+
+@pytest.mark.parametrize("name", ["conflict_mlp", "conv_net", "embedding_scatter",
+                                  "moe_routing"])
+def test_copies_priced_with_one_cost_memo_price_as_copies_priced_alone(name):
+    """The evaluators' ``CostMemo`` answers for an op seen in another copy with
+    the same rule, types and shardings: the price is the one found without it
+    (reduce_window, gather and scatter ops are found again every time)."""
+    evaluator = ModuleEvaluator(_imported(name).operation, conservative=False)
+    *_, baseline = evaluator([])
+    pins = [pin for point in conflict_points(baseline) for pin in point.alternatives]
+    for reader in [baseline, *(evaluator([pin])[2] for pin in pins[:4])]:
+        read = (reader.graph, reader.store)
+        alone = ModuleValues(reader.graph.module, missing_as_replicated=True, read=read)
+        memoised = ModuleValues(reader.graph.module, missing_as_replicated=True, read=read,
+                                costs=evaluator.costs)
+        assert price(memoised) == price(alone)
+        assert comm_report_of(ModuleValues(reader.graph.module, missing_as_replicated=True,
+                                           read=read, costs=evaluator.costs)) == \
+            comm_report_of(ModuleValues(reader.graph.module, missing_as_replicated=True,
+                                        read=read))
+    assert evaluator.costs.found and evaluator.costs.sizes
+
+
+def test_conflict_points_found_with_a_cost_memo_are_those_found_without():
+    evaluator = ModuleEvaluator(_imported("conflict_attention_seq").operation,
+                                conservative=False)
+    *_, baseline = evaluator([])
+    pins = [pin for point in conflict_points(baseline) for pin in point.alternatives]
+    for reader in [baseline, *(evaluator([pin])[2] for pin in pins[:4])]:
+        read = (reader.graph, reader.store)
+        alone = ModuleValues(reader.graph.module, missing_as_replicated=True, read=read)
+        assert conflict_points(reader) == conflict_points(alone)
+        assert conflict_points(reader) == conflict_points(alone)  # from the memo
+    assert evaluator.costs.conflicts
+
+
+def test_a_pinned_clone_is_the_clone_with_the_pins_applied_and_the_module_unchanged():
+    module = _imported("conflict_mlp")
+    with module.context:
+        *_, baseline = ModuleEvaluator(module.operation, conservative=False)([])
+        pins = [pin for point in conflict_points(baseline) for pin in point.alternatives]
+        # Pins on ops without a sharding, and one on an op that has one already.
+        apply_pins(module.operation, pins[:1])
+        pins.append(Pin(pins[0].op, 0, pins[1].sharding, "over a sharding"))
+        ops = ops_by_tag(module.operation)
+        assert SHARDING_ATTR in ops[pins[0].op][0].attributes
+        before = str(module)
+        for chosen in ([], pins[:1], pins[-2:], pins):
+            expected = module.operation.clone()
+            apply_pins(expected, chosen)
+            assert str(pinned_clone(module.operation, ops, chosen)) == str(expected)
+            assert str(module) == before
