@@ -118,8 +118,10 @@ def propagate(
     """
     _check_plan(plan)
     with cyclic_gc_paused():
-        _, _, origins = _propagate(module.operation, plan, conservative, keep_sharding_rules,
-                                   debug_sharding_origins, record_origins)
+        # Only the origins outlive the pause: a graph and store still referenced
+        # when collection resumes would be scanned by the first collection.
+        origins = _propagate(module.operation, plan, conservative, keep_sharding_rules,
+                             debug_sharding_origins, record_origins)[2]
     return origins if record_origins else None
 
 
