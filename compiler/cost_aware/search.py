@@ -456,4 +456,8 @@ def resolve(imported: ir.Operation, *, conservative: bool = False, max_evaluatio
             search.region_rounds(region_ops, region_radius, max_region_evaluations,
                                  min(max_verifications, max_evaluations - 1),
                                  max_steady_evaluations)
-        return search.resolution(start)
+        resolution = search.resolution(start)
+        # Dropped before collection resumes: still alive then, all the search
+        # allocated would be scanned by the first collection.
+        del search
+    return resolution
