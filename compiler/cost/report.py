@@ -318,10 +318,10 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
     resharded = []
     for need in needs[0]:
         if need.target is not None:
-            key = (graph.op_operands[op][need.operand], need.target)
-            if key in reader.resharded:
+            reshard = (graph.op_operands[op][need.operand], need.target)
+            if reshard in reader.resharded:
                 continue  # XLA reuses the value it already resharded for an earlier op
-            resharded.append(key)
+            resharded.append(reshard)
         kept.append(need)
     reader.resharded.update(resharded)  # for later ops only: two needs here both count
     return needs[1:], kept

@@ -184,8 +184,9 @@ class ModuleEvaluator:
         self.conservative = conservative
         self.count = 0
         self.baseline: dict[int, tuple] | None = None
-        self.reads = ReadMemo()  # every copy reads the same rules and shardings again
-        self.costs = CostMemo()  # and the cost model finds the same at most ops
+        # Every copy reads the same rules and shardings again, and the cost model
+        # finds the same at most ops.
+        self.costs = CostMemo(ReadMemo())
         self._ops: dict[int, list[ir.Operation]] | None = None  # the imported module's, by tag
 
     def __call__(self, pins: list[Pin]) -> tuple[int, int, ModuleValues]:
@@ -196,8 +197,8 @@ class ModuleEvaluator:
         with copy.context:
             reader = ModuleValues.propagated(copy.operation, plan="user-priority",
                                              conservative=self.conservative,
-                                             missing_as_replicated=True, memo=self.reads,
-                                             costs=self.costs, write=not pins)
+                                             missing_as_replicated=True, costs=self.costs,
+                                             write=not pins)
         total, peak = price(reader)
         if self.baseline is None:
             self.baseline = signatures(reader)

@@ -355,16 +355,15 @@ class RegionEvaluator:
     """
 
     def __init__(self, imported: ir.Operation, *, limit: int, radius: int, conservative: bool,
-                 reads: ReadMemo | None = None, costs: CostMemo | None = None):
+                 costs: CostMemo | None = None):
         self.imported = imported_shardings(imported)
         self.limit = limit
         self.radius = radius
         self.conservative = conservative
         # Regions of one module read the same rules and shardings, and the cost model
         # finds the same at most of their ops, as in the module's own copies (whose
-        # memos ``reads`` and ``costs`` may be).
-        self.reads = reads if reads is not None else ReadMemo()
-        self.costs = costs if costs is not None else CostMemo()
+        # memo ``costs`` may be).
+        self.costs = costs if costs is not None else CostMemo(ReadMemo())
         self.count = 0  # region propagations run (memo misses)
         self.steady_count = 0  # of which with the cut open (steady-state prices)
         self._memo: dict[tuple, tuple[int, int, tuple]] = {}
@@ -433,7 +432,7 @@ class RegionEvaluator:
                 # Only priced and dropped: its shardings need not reach its IR.
                 reader = ModuleValues.propagated(copy, plan="user-priority",
                                                  conservative=self.conservative,
-                                                 missing_as_replicated=True, memo=self.reads,
+                                                 missing_as_replicated=True,
                                                  costs=self.costs, write=False)
             cost, peak = price(reader)
             by_tag = signatures(reader)

@@ -270,7 +270,7 @@ class _Search:
                       max_verifications: int, max_steady_evaluations: int = 0) -> None:
         self.regions = RegionEvaluator(self.imported, limit=region_ops, radius=region_radius,
                                        conservative=self.conservative,
-                                       reads=self.evaluate.reads, costs=self.evaluate.costs)
+                                       costs=self.evaluate.costs)
         rejected: set[tuple] = set()  # pins (Pin.key) a module verification refused
         self.verifications_left = max_verifications
         steady_left = max_steady_evaluations

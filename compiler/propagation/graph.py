@@ -102,29 +102,18 @@ def _shape_of(type_: ir.Type, cache: dict) -> tuple[int, ...] | None:
     return shape
 
 
-# ``bears_on_rule`` by attribute name: a process sees few names, an op many times.
-_BEARS_ON_RULE: dict[str, bool] = {}
-
-
 def _attributes_key(attributes: ir.OpAttributeMap) -> tuple[tuple[str, int], ...] | None:
     """(name, uniqued pointer) of each attribute that bears on the rule; None when
     the bindings cannot read one (a complex-valued constant)."""
     if not len(attributes):
         return ()
-    bears = _BEARS_ON_RULE
-    key = []
     try:
         # Names first: reading an attribute costs more, and sdy.sharding and the
         # search's bookkeeping attributes need not be read.
-        for name in attributes.keys():
-            bearing = bears.get(name)
-            if bearing is None:
-                bearing = bears[name] = bears_on_rule(name)
-            if bearing:
-                key.append((name, hash(attributes[name])))
+        return tuple([(name, hash(attributes[name])) for name in attributes.keys()
+                      if bears_on_rule(name)])
     except TypeError:
         return None
-    return tuple(key)
 
 
 class ReadMemo:

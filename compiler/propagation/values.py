@@ -49,9 +49,10 @@ def _rules_to_attach(graph: PropagationGraph) -> bool:
 class CostMemo:
     """What the cost model finds again in every propagated copy of one module.
 
-    ``shardings`` interns every sharding read (equal shardings, equal ints,
-    in every copy), so ``ModuleValues.op_key`` names an op's situation with
-    small ints; ``found`` maps such a key to what the cost model found there
+    Its readers read their copies with one ``graph.ReadMemo`` (``reads``), whose
+    interned sharding ids (``ShardingStore.sid``) mean the same in every copy,
+    so ``ModuleValues.op_key`` names an op's situation with small ints;
+    ``found`` maps such a key to what the cost model found there
     (``cost.report``), ``conflicts`` to the bytes of the collectives the op
     itself needs (``cost_aware.candidates.conflict_points``); ``sizes`` maps
     a (type, sharding) pair to its shard's bytes (``cost_aware.pricing.memory_peak``).
@@ -59,8 +60,8 @@ class CostMemo:
     the copies one cost-aware search propagates.
     """
 
-    def __init__(self) -> None:
-        self.shardings: dict[TensorSharding, int] = {}
+    def __init__(self, reads: ReadMemo) -> None:
+        self.reads = reads
         self.found: dict[tuple, object] = {}
         self.conflicts: dict[tuple, int] = {}
         self.sizes: dict[tuple[int, int], int] = {}
@@ -78,7 +79,7 @@ class ModuleValues:
                  read: tuple[PropagationGraph, ShardingStore] | None = None,
                  costs: CostMemo | None = None):
         if read is None:
-            graph = PropagationGraph(module)
+            graph = PropagationGraph(module, memo=costs.reads if costs is not None else None)
             read = graph, ShardingStore(graph)
         self.graph, self.store = read
         self.meshes: dict[str, MeshInfo] = self.store.meshes
@@ -92,7 +93,6 @@ class ModuleValues:
         self._tensors: dict[int, Tensor | None] = {}
         self.costs = costs
         self._unwritten = False  # ``propagated(write=False)`` left the module as it was
-        self._interned: dict[int, int] = {}  # the store's sharding ids -> ``costs``' ints
         self.funcs = {
             ir.StringAttr(self.graph.ops[op].attributes["sym_name"]).value: op
             for op, name in enumerate(self.graph.op_name) if name == "func.func"
@@ -101,14 +101,13 @@ class ModuleValues:
     @classmethod
     def propagated(cls, module: ir.Operation, *, plan: str, conservative: bool,
                    missing_as_replicated: bool = False,
-                   memo: ReadMemo | None = None,
                    costs: CostMemo | None = None, write: bool = True) -> ModuleValues:
         """Propagate ``module`` in place (keeping the rules it used), then read it.
 
         The propagation's own graph and store are read (``propagate_read``)
         unless they differ from the module's: where it erased ops, or where a
-        manual computation's in-shardings may have been rewritten. ``memo``:
-        ``propagate_read``'s; ``costs``: the reader's (``CostMemo``).
+        manual computation's in-shardings may have been rewritten. ``costs``:
+        the reader's (``CostMemo``), whose ``reads`` the propagation reads with.
 
         ``write=False``, for a module that is read through the reader (priced,
         then mostly dropped): the shardings stay in the store, the module keeps
@@ -117,7 +116,9 @@ class ModuleValues:
         not carry (the cost model reads each op's rule from the module).
         """
         graph, store = propagate_read(module, plan=plan, conservative=conservative,
-                                      keep_sharding_rules=True, memo=memo, write=write)
+                                      keep_sharding_rules=True,
+                                      memo=costs.reads if costs is not None else None,
+                                      write=write)
         again = any(graph.erased) or bool(store.manual)
         if not write and (again or _rules_to_attach(graph)):
             store.write_back(keep_rules=True)
@@ -230,25 +231,13 @@ class ModuleValues:
                 tuple([(types[v], self.sharding_id(v)) for v in graph.op_results[op]]))
 
     def sharding_id(self, value: int) -> int:
-        """``costs``' int for ``sharding(value)`` (0 for None), equal for equal shardings:
-        through the store's own interned ids where it holds the sharding, hashing
-        each one once. Only with ``costs``."""
+        """The interned int of ``sharding(value)`` (0 for None): equal for equal
+        shardings in every reader of one ``CostMemo``, whose stores share the
+        ``ReadMemo`` that interns them. Only with ``costs``."""
         store = self.store
         slot = store.slot_of[value]
         if slot >= 0:
             sid = store.sid[slot]
             if sid:  # the store holds it: ``sharding(value)`` is ``store.value[slot]``
-                known = self._interned.get(sid)
-                if known is None:
-                    known = self._interned[sid] = self._intern(store.value[slot])
-                return known
-        return self._intern(self.sharding(value))
-
-    def _intern(self, sharding: TensorSharding | None) -> int:
-        if sharding is None:
-            return 0
-        shardings = self.costs.shardings
-        known = shardings.get(sharding)
-        if known is None:
-            known = shardings[sharding] = len(shardings) + 1
-        return known
+                return sid
+        return store.intern(self.sharding(value))

@@ -22,7 +22,7 @@ from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.cost_aware.pricing import ModuleEvaluator, memory_peak, price
 from shardc.compiler.propagation import propagate
 from shardc.compiler.propagation.graph import ReadMemo
-from shardc.compiler.propagation.values import ModuleValues
+from shardc.compiler.propagation.values import CostMemo, ModuleValues
 from shardc.compiler.stages import import_pipeline
 from shardc.dialects import make_context
 from shardc.dialects.sdy import SHARDING_ATTR, SHARDING_RULE_ATTR
@@ -153,7 +153,8 @@ def test_copies_read_with_one_memo_propagate_as_copies_read_alone():
         memo = ReadMemo()
         for _ in range(2):
             copy = module.operation.clone()
-            ModuleValues.propagated(copy, plan="user-priority", conservative=False, memo=memo)
+            ModuleValues.propagated(copy, plan="user-priority", conservative=False,
+                                    costs=CostMemo(memo))
             assert str(copy) == str(expected)
         assert memo.rules and memo.shardings
 
