@@ -194,27 +194,48 @@ def map_shardings(module: ir.Operation, fn: ShardingFn) -> None:
     distinct sharding, in the order the shardings are first met. Attributes
     are uniqued, so a module holds few distinct ones however large it is.
     """
-    memo: dict[ir.Attribute, ir.Attribute] = {}
+    mapper = ShardingMapper(fn)
+    for op in ops_in_preorder(module):
+        mapper.map_op(op)
 
-    def once(sharding: sdy.TensorShardingAttr) -> ir.Attribute:
-        result = memo.get(sharding)
+
+class ShardingMapper:
+    """What ``map_shardings`` does to one op at a time, for a caller that found the
+    ops (and their sharding attributes) itself: each distinct sharding, and each
+    distinct attribute holding some, is mapped once."""
+
+    def __init__(self, fn: ShardingFn) -> None:
+        self._fn = fn
+        self._memo: dict[ir.Attribute, ir.Attribute] = {}
+        # Whole attributes (a per-value list, say) are mapped once too.
+        self._mapped: dict[ir.Attribute, ir.Attribute] = {}
+
+    def _once(self, sharding: sdy.TensorShardingAttr) -> ir.Attribute:
+        result = self._memo.get(sharding)
         if result is None:
-            result = memo[sharding] = fn(sharding)
+            result = self._memo[sharding] = self._fn(sharding)
         return result
 
-    # Whole attributes (a per-value list, say) are mapped once too.
-    mapped: dict[ir.Attribute, ir.Attribute] = {}
-    for op in ops_in_preorder(module):
+    def map_op(self, op: ir.Operation) -> None:
+        """Map the shardings of ``op``: a function's argument and result ones, its own."""
         if op.name == FUNC_OP:
-            for list_name in FUNC_SHARDING_LISTS:
-                _map_func_shardings(op, list_name, once, mapped)
+            self.map_func_io(op)
         for name, attr in _candidate_attrs(op):
-            new = mapped.get(attr)
-            if new is None:
-                # An attribute holding no sharding maps to itself.
-                new = mapped[attr] = map_sharding_attr(attr, once)
-            if new != attr:
-                op.attributes[name] = new
+            self.map_attr(op, name, attr)
+
+    def map_func_io(self, func: ir.Operation) -> None:
+        """Map the shardings of ``func``'s arguments and results."""
+        for list_name in FUNC_SHARDING_LISTS:
+            _map_func_shardings(func, list_name, self._once, self._mapped)
+
+    def map_attr(self, op: ir.Operation, name: str, attr: ir.Attribute) -> None:
+        """Map ``attr``, ``op``'s attribute ``name``, and set the result if it differs."""
+        new = self._mapped.get(attr)
+        if new is None:
+            # An attribute holding no sharding maps to itself.
+            new = self._mapped[attr] = map_sharding_attr(attr, self._once)
+        if new != attr:
+            op.attributes[name] = new
 
 
 def mesh_name_of(sharding: sdy.TensorShardingAttr) -> str | None:

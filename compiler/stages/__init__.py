@@ -15,22 +15,24 @@ propagation engine (``shardc.compiler.propagation``) runs between them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from jaxlib.mlir import ir, passmanager
 
 from shardc.compiler.diagnostics import verify_step
 from shardc.compiler.propagation.data_flow_ops import DATA_FLOW_OPS
+from shardc.compiler.propagation.graph import NEVER_DEAD
 from shardc.compiler.propagation.ir_access import EDGE_OP
 from shardc.compiler.propagation.manual import MANUAL_OP
-from shardc.compiler.sharding.walker import Census, census
+from shardc.compiler.sharding.walker import Census, ShardingMapper, census
 from shardc.compiler.stages import export_steps, import_steps
 from shardc.compiler.stages.apply_constraints import apply_sharding_constraints
 from shardc.compiler.stages.capture_loop_invariants import capture_loop_invariants
 from shardc.compiler.stages.data_flow_edges import add_data_flow_edges, sink_data_flow_edges
 from shardc.compiler.stages.fold_identities import fold_identities
 from shardc.compiler.stages.inline_calls import CALL_OP, inline_all_calls
-from shardc.compiler.stages.lift_inlined_meshes import InlineMeshes, lift_inlined_meshes
-from shardc.dialects.sdy import SHARDING_RULE_ATTR
+from shardc.compiler.stages.lift_inlined_meshes import MESH_OP, InlineMeshes, lift_inlined_meshes
+from shardc.dialects.sdy import SHARDING_ATTR, SHARDING_RULE_ATTR
 
 
 def _generic(module: ir.Operation, pipeline: str) -> None:
@@ -159,33 +161,106 @@ def import_pipeline(module: ir.Operation) -> None:
     ))
 
 
-def _export_census(module: ir.Operation) -> tuple[Census, list[ir.Operation]]:
-    """One walk for the export stage: the names of the module's ops, whether one has a
-    sharding rule, and the ops ``constant_or_scalar_merger`` looks at."""
+class _ExportCensus(NamedTuple):
+    """What the export stage's one walk found.
+
+    ``census``: the names of the module's ops, and whether one has a sharding rule;
+    ``copies``: the ops ``constant_or_scalar_merger`` looks at. Where ``complete``
+    (the module holds functions and meshes only, and no op a step before
+    ``close_shardings`` adds, erases or re-shards but the merger's copies and
+    data-flow edges), the rest stands for the module when ``close_shardings``
+    runs: ``funcs``, its functions; ``sharded``, each op and the sharding
+    attribute it has; ``reread``, the ops whose shardings are read only then
+    (sdy ops, and data-flow ops that sinking edges gives shardings); and
+    ``unused``, whether some op that could be dead has no used result.
+    """
+
+    census: Census
+    copies: list[ir.Operation]
+    complete: bool
+    funcs: list[ir.Operation]
+    sharded: list[tuple[ir.Operation, ir.Attribute]]
+    reread: list[ir.Operation]
+    unused: bool
+
+
+# Ops the census leaves out of what closing looks at: sinking erases every edge,
+# and a sharding group holds no sharding.
+_UNSHARDED = frozenset({EDGE_OP, "sdy.sharding_group"})
+# Sdy ops whose only sharding is their ``sdy.sharding``, like any other op's.
+_PLAIN_SDY = frozenset({"sdy.constant"})
+
+
+def _export_census(module: ir.Operation, keep_constraints: bool) -> _ExportCensus:
+    """One walk for the export stage (see ``_ExportCensus``)."""
     names = {module.name}
     found = SHARDING_RULE_ATTR in module.attributes
     copies: list[ir.Operation] = []
+    funcs: list[ir.Operation] = []
+    sharded: list[tuple[ir.Operation, ir.Attribute]] = []
+    reread: list[ir.Operation] = []
+    unused = False
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        nonlocal found
+        nonlocal found, unused
         name = op.name
         names.add(name)
-        if not found and SHARDING_RULE_ATTR in op.attributes:
+        attributes = op.attributes
+        if not found and SHARDING_RULE_ATTR in attributes:
             found = True
         if name in export_steps.MERGED:
             copies.append(op)
+        if name in DATA_FLOW_OPS or (name.startswith("sdy.") and name not in _PLAIN_SDY):
+            if name not in _UNSHARDED:
+                reread.append(op)
+        elif SHARDING_ATTR in attributes:
+            sharded.append((op, attributes[SHARDING_ATTR]))
+        if not unused and name not in NEVER_DEAD:
+            # As erase_dead_ops' _has_unused_op asks it.
+            for result in op.results:
+                if next(iter(result.uses), None) is not None:
+                    return ir.WalkResult.ADVANCE
+            if not op.has_trait(ir.IsTerminatorTrait):
+                unused = True
         return ir.WalkResult.ADVANCE
 
+    complete = True
     for op in module.regions[0].blocks[0].operations:
         op = op.operation
         if op.name == "func.func":
+            funcs.append(op)
             op.walk(visit, ir.WalkOrder.POST_ORDER)
         else:
             # The merger looks in functions only.
             other = census(op, SHARDING_RULE_ATTR)
             names.update(other.names)
             found = found or other.has_attribute
-    return Census(frozenset(names), found), copies
+            complete = complete and op.name == MESH_OP
+    rewritten = _REWRITTEN_OPS[export_steps.remove_sharding_groups]
+    if not keep_constraints:
+        rewritten = rewritten | _REWRITTEN_OPS[export_steps.sharding_constraint_to_reshard]
+    complete = complete and names.isdisjoint(rewritten)
+    return _ExportCensus(Census(frozenset(names), found), copies, complete, funcs, sharded,
+                         reread, unused)
+
+
+def _close_found_shardings(found: _ExportCensus, erased: list[ir.Operation]) -> None:
+    """``close_shardings`` on the ops the census found, less those the merger erased."""
+    gone = {id(op) for op in erased}
+    mapper = ShardingMapper(export_steps.closed)
+    for func in found.funcs:
+        mapper.map_func_io(func)
+    for op, attr in found.sharded:
+        if id(op) not in gone:
+            mapper.map_attr(op, SHARDING_ATTR, attr)
+    for op in found.reread:
+        if id(op) not in gone:
+            mapper.map_op(op)
+
+
+def fix_io_shardings(module: ir.Operation) -> None:
+    """``export_steps.fix_io_shardings`` with the main function."""
+    export_steps.fix_io_shardings(module, main_func(module))
 
 
 def export_pipeline(
@@ -205,19 +280,32 @@ def export_pipeline(
     the same reshard for XLA, and a lowering that reads like jax.jit's, where
     every ``with_sharding_constraint`` is a constraint.
     """
-    found, copies = _export_census(module)
+    found = _export_census(module, keep_constraints)
+    names = found.census.names
     # Only ``explicit_reshards`` may write rules after this.
-    drops_rules = not keep_sharding_rules and (found.has_attribute or explicit_reshards is not None)
-    export_steps.constant_or_scalar_merger(module, copies)
+    drops_rules = not keep_sharding_rules and (found.census.has_attribute
+                                               or explicit_reshards is not None)
+    erased = export_steps.constant_or_scalar_merger(module, found.copies)
     verify_step(module, export_steps.constant_or_scalar_merger.__name__)
     run_steps(module, (
         sink_data_flow_edges,
         export_steps.remove_sharding_groups,
         *(() if keep_constraints else (export_steps.sharding_constraint_to_reshard,)),
-        export_steps.update_non_divisible_io_shardings,
-        remove_sub_axes_in_main_io_shardings,
-        export_steps.close_shardings,
-        *((explicit_reshards,) if explicit_reshards is not None else ()),
-        export_steps.erase_dead_ops,
-        *((export_steps.drop_sharding_rules,) if drops_rules else ()),
-    ), found.names)
+        fix_io_shardings,
+    ), names)
+    if found.complete:
+        # The ops found hold every sharding there is to close: no walk to find them.
+        _close_found_shardings(found, erased)
+        verify_step(module, export_steps.close_shardings.__name__)
+    else:
+        run_steps(module, (export_steps.close_shardings,), names)
+    if explicit_reshards is not None:
+        run_steps(module, (explicit_reshards,), names)
+    # No step since the census makes an op dead (the merger's kept copy takes the
+    # uses, operand included, of those it erases; an edge sunk without users was
+    # already unused), so a complete census without unused ops leaves nothing
+    # to erase.
+    if not found.complete or found.unused or explicit_reshards is not None:
+        run_steps(module, (export_steps.erase_dead_ops,), names)
+    if drops_rules:
+        run_steps(module, (export_steps.drop_sharding_rules,), names)

@@ -61,13 +61,14 @@ MERGED = frozenset({"sdy.constant", "stablehlo.constant", "stablehlo.broadcast_i
 
 
 def constant_or_scalar_merger(module: ir.Operation,
-                              copies: list[ir.Operation] | None = None) -> None:
+                              copies: list[ir.Operation] | None = None) -> list[ir.Operation]:
     """Merge constants and scalar broadcasts whose attributes (shardings too) are equal.
 
     Only copies in one block merge: the kept op must dominate every use it
     takes over, and the regions of a ``while`` or ``case`` share a parent op
     but not a block. ``copies``: the ops named in ``MERGED`` in the module's
     functions, in post-order, when a walk the caller made anyway found them.
+    Returns the ops it erased.
     """
     if copies is None:
         copies = [op for func in _funcs(module)
@@ -78,6 +79,7 @@ def constant_or_scalar_merger(module: ir.Operation,
     # Keys hold the block: copies of different functions never merge.
     constants: dict = {}
     broadcasts: dict = {}
+    erased: list[ir.Operation] = []
     for op in copies:
         if op.name != "stablehlo.broadcast_in_dim":
             key = (keys.of(op), op.block)
@@ -95,6 +97,8 @@ def constant_or_scalar_merger(module: ir.Operation,
         if kept is not op:
             op.result.replace_all_uses_with(kept.result)
             op.erase()
+            erased.append(op)
+    return erased
 
 
 def _funcs(module: ir.Operation) -> list[ir.Operation]:
@@ -176,10 +180,9 @@ def _map_func_io(func: ir.Operation, meshes: dict[str, MeshInfo], fn) -> None:
             func.attributes[list_name] = ir.ArrayAttr.get(entries, context=func.context)
 
 
-def update_non_divisible_io_shardings(module: ir.Operation) -> None:
-    """Cut function argument/result dims to the axes that divide the dimension."""
-    meshes = read_meshes(module)
-
+def _divisible(meshes: dict[str, MeshInfo]):
+    """Cut a sharding's dims to the axes that divide the dimension (``fix`` for
+    ``_map_func_io``)."""
     def fix(sharding: TensorSharding, shape) -> TensorSharding:
         mesh = meshes.get(sharding.mesh)
         if mesh is None:
@@ -187,6 +190,25 @@ def update_non_divisible_io_shardings(module: ir.Operation) -> None:
         dims = tuple(divisible_dim(d, s, mesh) for d, s in zip(sharding.dims, shape))
         return sharding._replace(dims=dims)
 
+    return fix
+
+
+def _without_sub_axes(sharding: TensorSharding, shape) -> TensorSharding:
+    """On open dims, drop everything from the first sub-axis on."""
+    dims = []
+    for dim in sharding.dims:
+        if dim.closed:
+            dims.append(dim)
+            continue
+        cut = next((i for i, a in enumerate(dim.axes) if a[2] != a[3]), len(dim.axes))
+        dims.append(dim if cut == len(dim.axes) else DimSharding(dim.axes[:cut], False))
+    return sharding._replace(dims=tuple(dims))
+
+
+def update_non_divisible_io_shardings(module: ir.Operation) -> None:
+    """Cut function argument/result dims to the axes that divide the dimension."""
+    meshes = read_meshes(module)
+    fix = _divisible(meshes)
     for func in _funcs(module):
         _map_func_io(func, meshes, fix)
 
@@ -195,19 +217,20 @@ def remove_sub_axes_in_io_shardings(module: ir.Operation, main: ir.Operation | N
     """On the main function's open dims, drop everything from the first sub-axis on."""
     if main is None:
         return
+    _map_func_io(main, read_meshes(module), _without_sub_axes)
+
+
+def fix_io_shardings(module: ir.Operation, main: ir.Operation | None) -> None:
+    """``update_non_divisible_io_shardings`` then ``remove_sub_axes_in_io_shardings``
+    on ``main``, each function boundary read and written once."""
     meshes = read_meshes(module)
+    divisible = _divisible(meshes)
 
-    def fix(sharding: TensorSharding, shape) -> TensorSharding:
-        dims = []
-        for dim in sharding.dims:
-            if dim.closed:
-                dims.append(dim)
-                continue
-            cut = next((i for i, a in enumerate(dim.axes) if a[2] != a[3]), len(dim.axes))
-            dims.append(dim if cut == len(dim.axes) else DimSharding(dim.axes[:cut], False))
-        return sharding._replace(dims=tuple(dims))
+    def both(sharding: TensorSharding, shape) -> TensorSharding:
+        return _without_sub_axes(divisible(sharding, shape), shape)
 
-    _map_func_io(main, meshes, fix)
+    for func in _funcs(module):
+        _map_func_io(func, meshes, both if main is not None and func == main else divisible)
 
 
 def closed(attr: sdy.TensorShardingAttr) -> ir.Attribute:

@@ -53,8 +53,10 @@ def _share_body_constant_with_cond(module: ir.Operation) -> None:
             return
 
 
-def _broken_merger(module: ir.Operation, copies: list[ir.Operation] | None = None) -> None:
+def _broken_merger(module: ir.Operation,
+                   copies: list[ir.Operation] | None = None) -> list[ir.Operation]:
     _share_body_constant_with_cond(module)
+    return []  # the ops it erased
 
 
 _broken_merger.__name__ = "constant_or_scalar_merger"
