@@ -142,7 +142,10 @@ def _import_census(module: ir.Operation) -> tuple[list[ir.Operation], bool]:
 
 def import_pipeline(module: ir.Operation) -> None:
     """Shardy's import stage, with calls inlined."""
-    run_steps(module, (symbol_dce,))
+    # Shardy drops the functions nothing calls before it imports the calls, and its
+    # symbol-dce after inlining drops those together with the inlined callees: one
+    # pass leaves the functions two would (the calls inside a function nothing calls
+    # are inlined there for nothing; JAX emits no such function).
     # Inlining copies ops, shardings and all, and adds none: the shardings found
     # before it are those lift_inlined_meshes would look at after it.
     calls, inline_meshes = _import_census(module)

@@ -46,6 +46,30 @@ func.func @main(%arg0: tensor<8xf32> {sdy.sharding = #sdy.sharding<mesh<["x"=2]>
 """
 
 
+# A function nothing calls, which calls others and names a mesh inline: the import
+# drops it (and the functions only it calls) without a symbol-dce of its own first.
+DEAD_CALLER = """
+sdy.mesh @mesh = <["x"=2]>
+func.func @main(%arg0: tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>}) -> tensor<8xf32> {
+  %0 = func.call @f(%arg0) : (tensor<8xf32>) -> tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+func.func private @f(%arg0: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = stablehlo.negate %arg0 : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+func.func private @dead(%arg0: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = func.call @f(%arg0) : (tensor<8xf32>) -> tensor<8xf32>
+  %1 = sdy.sharding_constraint %0 <mesh<["y"=2]>, [{"y"}]> : tensor<8xf32>
+  %2 = func.call @g(%1) : (tensor<8xf32>) -> tensor<8xf32>
+  return %2 : tensor<8xf32>
+}
+func.func private @g(%arg0: tensor<8xf32>) -> tensor<8xf32> {
+  return %arg0 : tensor<8xf32>
+}
+"""
+
+
 def _steps_run(monkeypatch, pipeline, text: str, **options) -> list[str]:
     ran: list[str] = []
     monkeypatch.setattr(stages, "verify_step", lambda module, name: ran.append(name))
@@ -58,7 +82,7 @@ def _steps_run(monkeypatch, pipeline, text: str, **options) -> list[str]:
 def test_import_skips_steps_with_nothing_to_rewrite(monkeypatch):
     ran = _steps_run(monkeypatch, stages.import_pipeline, PLAIN)
     # The steps after the splitter look for their ops among those it met.
-    assert ran == ["symbol_dce", "inline_all_calls", "symbol_dce", "lift_inlined_meshes",
+    assert ran == ["inline_all_calls", "symbol_dce", "lift_inlined_meshes",
                    "remove_size_one_axes", "constant_or_scalar_splitter"]
 
 
@@ -80,7 +104,7 @@ def test_export_drops_rules_only_where_some_op_has_one(monkeypatch):
 
 
 def test_skipped_steps_leave_the_module_as_running_them_does():
-    for text in (PLAIN, WITH_RULE, CALLEE_INLINE_MESH, ARGUMENT_INLINE_MESH):
+    for text in (PLAIN, WITH_RULE, CALLEE_INLINE_MESH, ARGUMENT_INLINE_MESH, DEAD_CALLER):
         skipped, every = (ir.Module.parse(text, make_context()) for _ in range(2))
         with skipped.context:
             stages.import_pipeline(skipped.operation)
