@@ -40,7 +40,7 @@ from shardc.compiler.diagnostics import (
 from shardc.compiler.lowered import AnyMesh, Lowered
 from shardc.compiler.pipelines import ConflictResolution, propagation_pipeline
 from shardc.compiler.signature import LeafSignature
-from shardc.compiler.stages import xla_import_rewrites
+from shardc.compiler.stages import ImportCensus, xla_import_rewrites
 from shardc.compiler.traced import Traced
 from shardc.dialects import jax_private, sdy
 from shardc.dialects.errors import InternalError, InvalidArgumentError
@@ -410,9 +410,13 @@ class JitFunction:
             if propagate and symbols.device_count() is not None:
                 # Propagate what XLA's own Shardy would see: the module as XLA's
                 # import rewrites it (unpropagated, XLA makes the same rewrites).
-                xla_import_rewrites(module.operation)
+                # The walk that rewrites takes the census Shardy's import stage needs
+                # (the cost-aware search takes its own).
+                census = xla_import_rewrites(
+                    module.operation,
+                    census=ConflictResolution.parse(self.propagation) is ConflictResolution.SHARDY)
                 unpropagated = module.operation.clone()  # cheaper than bytecode, same context
-                resolution = _propagate(module, unpropagated, self.propagation)
+                resolution = _propagate(module, unpropagated, self.propagation, census)
                 fallback = resolution.fallback if resolution is not None else None
             entry = _copy_module(module)
         debug_info = traced.jaxpr.jaxpr.debug_info
@@ -532,9 +536,10 @@ def _tracing_mesh(mesh: AnyMesh | None, *, staged: bool = False
     return jax.sharding.use_abstract_mesh(mesh.abstract_mesh)
 
 
-def _propagate(module: ir.Module, unpropagated: ir.Operation, propagation: str
-               ) -> Resolution | None:
-    """Run the propagation pipeline; return the cost-aware search's ``Resolution``
+def _propagate(module: ir.Module, unpropagated: ir.Operation, propagation: str,
+               census: ImportCensus | None) -> Resolution | None:
+    """Run the propagation pipeline (``census``: the module's import census, which
+    ``xla_import_rewrites`` took); return the cost-aware search's ``Resolution``
     (None for Shardy's propagation).
 
     The result is verified once. A module the pipeline made invalid is replayed
@@ -543,7 +548,7 @@ def _propagate(module: ir.Module, unpropagated: ir.Operation, propagation: str
     """
     try:
         resolution = propagation_pipeline(module.operation, resolution=propagation,
-                                          keep_constraints=True)
+                                          keep_constraints=True, import_census=census)
         verify_module(module.operation, "the propagation pipeline")
     except InternalError:
         if not steps_verified():

@@ -22,6 +22,7 @@ import enum
 from jaxlib.mlir import ir
 
 from shardc.compiler.cost_aware import Resolution, cost_aware_pipeline
+from shardc.compiler.stages import ImportCensus
 from shardc.compiler.stages.shardy_pipeline import shardy_pipeline
 
 PIPELINE_DIFFERENCES = (
@@ -50,9 +51,11 @@ class ConflictResolution(enum.Enum):
 def propagation_pipeline(module: ir.Operation, *, conservative: bool = False,
                          keep_sharding_rules: bool = False,
                          resolution: ConflictResolution | str = ConflictResolution.SHARDY,
-                         keep_constraints: bool = False) -> Resolution | None:
+                         keep_constraints: bool = False,
+                         import_census: ImportCensus | None = None) -> Resolution | None:
     """Import, user-priority propagation, export (``keep_constraints``
-    as in ``export_pipeline``).
+    as in ``export_pipeline``; ``import_census``, the module's, where a walk made
+    before took it: see ``import_pipeline``; the cost-aware search takes its own).
 
     ``resolution="cost-aware"`` resolves Shardy's conflicts by predicted
     collective bytes instead and returns the search's ``Resolution``;
@@ -63,5 +66,5 @@ def propagation_pipeline(module: ir.Operation, *, conservative: bool = False,
                                    keep_sharding_rules=keep_sharding_rules,
                                    keep_constraints=keep_constraints)
     shardy_pipeline(module, conservative=conservative, keep_sharding_rules=keep_sharding_rules,
-                    keep_constraints=keep_constraints)
+                    keep_constraints=keep_constraints, import_census=import_census)
     return None

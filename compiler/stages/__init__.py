@@ -43,12 +43,21 @@ def _generic(module: ir.Operation, pipeline: str) -> None:
     pm.run(module)
 
 
-def xla_import_rewrites(module: ir.Operation) -> None:
+def xla_import_rewrites(module: ir.Operation, census: bool = False) -> ImportCensus | None:
     """``fold_identities`` then ``capture_loop_invariants``, the loops found by the
-    walk that folds."""
+    walk that folds; with ``census``, returns the import stage's census, taken by
+    that walk too.
+
+    Neither rewrite adds, erases or copies a call or a sharding naming a mesh the
+    census has not seen (a rebuilt loop keeps its blocks, a constraint opened
+    before one takes a sharding its free variable has): the census stands for
+    the module they leave, for ``import_pipeline``.
+    """
     loops: list[ir.Operation] = []
-    fold_identities(module, loops)
+    found = ImportCensus() if census else None
+    fold_identities(module, loops, found.look if found is not None else None)
     capture_loop_invariants(module, loops)
+    return found
 
 
 def main_func(module: ir.Operation) -> ir.Operation | None:
@@ -121,39 +130,52 @@ def run_steps(module: ir.Operation, steps: Sequence[Step],
         verify_step(module, step.__name__)
 
 
-def _import_census(module: ir.Operation) -> tuple[list[ir.Operation], bool]:
-    """One walk for the import stage: the module's calls in pre-order, and whether some
-    sharding names its mesh inline."""
-    calls: list[ir.Operation] = []
-    inline_meshes = InlineMeshes()
+class ImportCensus:
+    """What the import stage needs to know of a module, from one walk: its calls in
+    pre-order, and whether some sharding names its mesh inline. ``look`` is shown
+    every op the walk meets (calls have no regions: their post-order is their
+    pre-order)."""
+
+    def __init__(self) -> None:
+        self.calls: list[ir.Operation] = []
+        self.inline_meshes = InlineMeshes()
+
+    def look(self, op: ir.Operation, name: str) -> None:
+        if name == CALL_OP:
+            self.calls.append(op)
+        if not self.inline_meshes.found and name != "builtin.module":
+            self.inline_meshes.look(op, name)
+
+
+def _import_census(module: ir.Operation) -> ImportCensus:
+    """The import stage's own walk, for a module no earlier walk took its census of."""
+    found = ImportCensus()
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        name = op.name
-        if name == CALL_OP:
-            calls.append(op)
-        if not inline_meshes.found:
-            inline_meshes.look(op, name)
+        found.look(op, op.name)
         return ir.WalkResult.ADVANCE
 
     for op in module.regions[0].blocks[0].operations:
         op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return calls, inline_meshes.found
+    return found
 
 
-def import_pipeline(module: ir.Operation) -> None:
-    """Shardy's import stage, with calls inlined."""
+def import_pipeline(module: ir.Operation, census: ImportCensus | None = None) -> None:
+    """Shardy's import stage, with calls inlined; ``census``: the module's, where a
+    walk made before took it (``xla_import_rewrites``)."""
     # Shardy drops the functions nothing calls before it imports the calls, and its
     # symbol-dce after inlining drops those together with the inlined callees: one
     # pass leaves the functions two would (the calls inside a function nothing calls
     # are inlined there for nothing; JAX emits no such function).
     # Inlining copies ops, shardings and all, and adds none: the shardings found
     # before it are those lift_inlined_meshes would look at after it.
-    calls, inline_meshes = _import_census(module)
-    inline_all_calls(module, calls)
+    if census is None:
+        census = _import_census(module)
+    inline_all_calls(module, census.calls)
     verify_step(module, inline_all_calls.__name__)
     symbol_dce(module)
     verify_step(module, symbol_dce.__name__)
-    lift_inlined_meshes(module, inline_meshes=inline_meshes)
+    lift_inlined_meshes(module, inline_meshes=census.inline_meshes.found)
     verify_step(module, lift_inlined_meshes.__name__)
     run_steps(module, (
         import_steps.remove_size_one_axes,

@@ -109,13 +109,15 @@ def _verdict(op: ir.Operation, name: str) -> str | None:
 _BROADCAST = "stablehlo.broadcast_in_dim"
 
 
-def fold_identities(module: ir.Operation, loops: list[ir.Operation] | None = None) -> int:
+def fold_identities(module: ir.Operation, loops: list[ir.Operation] | None = None,
+                    look: Callable[[ir.Operation, str], None] | None = None) -> int:
     """Replace every identity shape op of ``module`` (without a sharding of its own) by
     its operand, and every op that is a reshape by one; return how many changed.
 
     ``loops``, when given, receives the module's ``stablehlo.while`` ops, inner
     loops first, found by the same walk (``capture_loop_invariants`` rewrites
-    them next; folding leaves every loop in place).
+    them next; folding leaves every loop in place). ``look``, when given, is
+    shown every op the walk meets, with its name (a later step's census).
     """
     identities: list[ir.Operation] = []
     reshapes: list[ir.Operation] = []
@@ -127,6 +129,8 @@ def fold_identities(module: ir.Operation, loops: list[ir.Operation] | None = Non
     def visit(op: ir.Operation) -> ir.WalkResult:
         # By name first: most ops are neither, and the name is the cheapest thing to read.
         name = op.name
+        if look is not None:
+            look(op, name)
         if name in IDENTITIES or name in RESHAPES:
             if name == _BROADCAST:
                 key = (op.operands[0].type, op.result.type,

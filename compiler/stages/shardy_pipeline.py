@@ -15,16 +15,18 @@ from jaxlib.mlir import ir
 from shardc.compiler.diagnostics import verify_step
 from shardc.compiler.propagation import ShardingOrigins, propagate
 from shardc.compiler.sharding import user_rules
-from shardc.compiler.stages import export_pipeline, export_steps, import_pipeline
+from shardc.compiler.stages import ImportCensus, export_pipeline, export_steps, import_pipeline
 
 
 def shardy_pipeline(module: ir.Operation, *, conservative: bool = False,
-                    keep_sharding_rules: bool = False, keep_constraints: bool = False) -> None:
+                    keep_sharding_rules: bool = False, keep_constraints: bool = False,
+                    import_census: ImportCensus | None = None) -> None:
     """Import, user-priority propagation, export (``keep_constraints``
-    as in ``export_pipeline``), in place."""
+    as in ``export_pipeline``), in place; ``import_census`` as ``import_pipeline``'s
+    ``census``."""
     operation = module.operation
     with operation.context:
-        import_pipeline(operation)
+        import_pipeline(operation, import_census)
         # Shardy keeps the rules it computed on every op for its export steps, then
         # drops all but the custom ones; no export step here reads them, so they
         # are written only when the caller keeps them or when users registered

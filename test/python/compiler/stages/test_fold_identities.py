@@ -74,3 +74,41 @@ def test_folding_and_capturing_in_one_walk_is_folding_then_capturing():
         texts.append(module.operation.get_asm(enable_debug_info=True))
     assert texts[0] == texts[1]
     assert "stablehlo.reshape" not in texts[0] and texts[0].count("sdy.sharding_constraint") == 2
+
+
+# Calls inside loops whose invariant carries are hoisted (the loops are rebuilt
+# around the same blocks), a call with an inline-mesh sharding among folded ops,
+# and a callee that names a mesh inline: the census the folding walk takes is the
+# import stage's own.
+CALLS_IN_LOOPS = NESTED_LOOPS.replace(
+    "%y = stablehlo.dot %g, %r", "%d = func.call @f(%r) : (tensor<8x8xf32>) -> tensor<8x8xf32>\n"
+    "      %y = stablehlo.dot %g, %d").replace(
+    "  return %0#2 : tensor<8x8xf32>\n}", """  %t = stablehlo.transpose %0#2, dims = [0, 1] : (tensor<8x8xf32>) -> tensor<8x8xf32>
+  %e = func.call @f(%t) {sdy.sharding = #sdy.sharding_per_value<[<mesh<["z"=2]>, [{"z"}, {}]>]>} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+  return %e : tensor<8x8xf32>
+}
+func.func private @f(%arg0: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %0 = sdy.sharding_constraint %arg0 <mesh<["y"=2]>, [{"y"}, {}]> : tensor<8x8xf32>
+  %1 = func.call @g(%0) : (tensor<8x8xf32>) -> tensor<8x8xf32>
+  return %1 : tensor<8x8xf32>
+}
+func.func private @g(%arg0: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %0 = stablehlo.negate %arg0 : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}""")
+
+
+def test_the_census_the_rewrites_take_is_the_import_stages_own():
+    texts = []
+    for census in (True, False):
+        module = ir.Module.parse(CALLS_IN_LOOPS, make_context())
+        with module.context, ir.Location.unknown():
+            found = stages.xla_import_rewrites(module.operation, census=census)
+            if census:
+                own = stages._import_census(module.operation)
+                assert found.calls == own.calls
+                assert found.inline_meshes.found and own.inline_meshes.found
+            stages.import_pipeline(module.operation, found)
+        texts.append(module.operation.get_asm(enable_debug_info=True))
+    assert texts[0] == texts[1]
+    assert "func.call" not in texts[0] and "mesh<" not in texts[0]
