@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import itertools
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -613,20 +614,23 @@ def _meshes_by_symbol(
     """One jax mesh per symbol: this call's concrete mesh where a leaf has one, else
     the first of ``others`` (the context mesh, the meshes named in the body) of its
     shape."""
+    # Leaves mostly share a few meshes: each is asked its axes once.
+    axes_of: dict[AnyMesh, tuple] = {}
+    given = [leaf.sharding.mesh for leaf in leaves if leaf.sharding is not None]
     meshes = []
     for attr in mesh_symbols.values():
-        candidates = [
-            leaf.sharding.mesh
-            for leaf in leaves
-            if leaf.sharding is not None
-            and sdy.mesh_axes(leaf.sharding.mesh) == _attr_axes(attr)
-        ]
-        candidates += [m for m in others if sdy.mesh_axes(m) == _attr_axes(attr)]
-        concrete = [m for m in candidates if isinstance(m, Mesh)]
-        if concrete or candidates:
-            meshes.append((concrete or candidates)[0])
-        else:
-            meshes.append(sdy.mesh_from_attr(attr))
+        axes = _attr_axes(attr)
+        chosen = None  # the first concrete mesh of these axes, else the first of any kind
+        for mesh in itertools.chain(given, others):
+            if mesh not in axes_of:
+                axes_of[mesh] = sdy.mesh_axes(mesh)
+            if axes_of[mesh] == axes:
+                if isinstance(mesh, Mesh):
+                    chosen = mesh
+                    break
+                if chosen is None:
+                    chosen = mesh
+        meshes.append(chosen if chosen is not None else sdy.mesh_from_attr(attr))
     return meshes
 
 
