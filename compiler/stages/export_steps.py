@@ -37,24 +37,26 @@ class _AttrKeys:
     printed generic form without its result name.
 
     Ops of one kind list the same few names: which of them count, and in what
-    order, is worked out once per list of names.
+    order, is worked out once per list of names. The attributes are read in one
+    call (half the cost of listing the names, then reading each).
     """
 
     def __init__(self) -> None:
-        self.counted: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self.counted: dict[tuple[str, ...], tuple[int, ...]] = {}
 
     def of(self, op: ir.Operation) -> tuple | str:
-        attributes = op.attributes
-        names = tuple(attributes)
-        counted = self.counted.get(names)
-        if counted is None:
-            counted = self.counted[names] = tuple(
-                sorted(name for name in names if not is_bookkeeping(name)))
         try:
-            return tuple([(name, attributes[name]) for name in counted])
+            items = op.attributes.items()
         except TypeError:
             text = op.get_asm(print_generic_op_form=True, assume_verified=True)
             return text.split(" = ", 1)[1] if text.lstrip().startswith("%") else text
+        names = tuple([name for name, _ in items])
+        counted = self.counted.get(names)
+        if counted is None:
+            counted = self.counted[names] = tuple(sorted(
+                (k for k, name in enumerate(names) if not is_bookkeeping(name)),
+                key=names.__getitem__))
+        return tuple([items[k] for k in counted])
 
 
 MERGED = frozenset({"sdy.constant", "stablehlo.constant", "stablehlo.broadcast_in_dim"})

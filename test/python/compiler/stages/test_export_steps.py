@@ -2,6 +2,7 @@
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.sharding import rules
 from shardc.compiler.stages import export_steps
 from shardc.dialects import make_context
 
@@ -55,3 +56,30 @@ def test_indivisible_io_shardings_are_fixed_per_sharding_and_type():
     ]
     results = [str(a) for a in ir.ArrayAttr(main.attributes["res_attrs"])]
     assert results == ['{sdy.sharding = #sdy.sharding<@mesh, [{"x":(1)2}]>}']
+
+
+COPIES = """
+func.func @main() -> (tensor<2xcomplex<f32>>, tensor<2xcomplex<f32>>, tensor<2xcomplex<f32>>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) {
+  %0 = stablehlo.constant dense<[(1.0, 2.0), (3.0, 4.0)]> : tensor<2xcomplex<f32>>
+  %1 = stablehlo.constant dense<[(1.0, 2.0), (3.0, 4.0)]> : tensor<2xcomplex<f32>>
+  %2 = stablehlo.constant dense<[(1.0, 2.0), (3.0, 5.0)]> : tensor<2xcomplex<f32>>
+  %3 = sdy.constant {NAME = 1 : i64} dense<1.0> : tensor<4xf32>
+  %4 = sdy.constant {NAME = 2 : i64} dense<1.0> : tensor<4xf32>
+  %5 = sdy.constant {other = 2 : i64} dense<1.0> : tensor<4xf32>
+  return %0, %1, %2, %3, %4, %5 : tensor<2xcomplex<f32>>, tensor<2xcomplex<f32>>, tensor<2xcomplex<f32>>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+}
+"""
+
+
+def test_merger_merges_equal_copies_complex_ones_and_bookkeeping_apart_too():
+    # Complex values are compared by their printed form (the bindings cannot read
+    # them); the search's op numbers do not keep copies apart.
+    text = COPIES.replace("NAME", f'"{rules._BOOKKEEPING_PREFIX}op"')
+    module = ir.Module.parse(text, make_context())
+    with module.context:
+        erased = export_steps.constant_or_scalar_merger(module.operation)
+    assert len(erased) == 2
+    returned = [value.get_name() for value in
+                list(module.body.operations[0].regions[0].blocks[0].operations)[-1].operands]
+    assert returned[0] == returned[1] != returned[2]
+    assert returned[3] == returned[4] != returned[5]
