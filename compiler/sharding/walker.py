@@ -106,9 +106,9 @@ def attribute_names(op: ir.Operation) -> list[str]:
 def attribute_dict(op: ir.Operation) -> dict[str, ir.Attribute] | None:
     """An op's attributes by name, or None when the bindings cannot read one of them
     (they raise for a complex-valued dense constant, read by name)."""
-    attributes = op.attributes
     try:
-        return {name: attributes[name] for name in attributes}
+        # One call for them all (reading by name raises the same TypeError).
+        return dict(op.attributes.items())
     except TypeError:
         return None
 
