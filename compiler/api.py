@@ -73,9 +73,10 @@ class _CachedLowering:
     mesh_symbols: dict[str, ir.Attribute]
     host_callbacks: list
     keepalive: list
-    # The annotated module before propagation (None when not propagated):
-    # explain() re-propagates it to record exactly where each sharding came from.
-    unpropagated: ir.Operation | None = None
+    # The annotated module before propagation (None when not propagated), made when
+    # first asked: explain() re-propagates it to record exactly where each sharding
+    # came from.
+    unpropagated: _Unpropagated | None = None
     # propagation="cost-aware" that changed Shardy's choices: those choices,
     # exported, which Lowered.compile() also compiles (the safety net).
     fallback: bytes | None = None
@@ -87,6 +88,38 @@ class _CachedLowering:
     # propagation="cost-aware": the search's Resolution (its decisions and predicted
     # bytes), for Lowered.cost_aware_resolution; None on every other route.
     cost_aware_resolution: Resolution | None = None
+
+
+class _Unpropagated:
+    """The module propagation starts from (jax's, annotated, as XLA's import rewrites
+    it), made again from jax's module the first time it is asked for, by the very
+    steps the lowering took: explain() and the replay that names a broken step
+    want it, and most lowerings never do (a copy at every lowering costs a tenth
+    of the stages' time on a small program)."""
+
+    def __init__(self, jax_module: ir.Module, args: Sequence[LeafSignature],
+                 results: Sequence[LeafSignature], devices: tuple | None) -> None:
+        self._made = (jax_module, args, results, devices)
+        self._module: ir.Module | None = None
+
+    def __call__(self) -> ir.Operation:
+        if self._module is None:
+            jax_module, args, results, devices = self._made
+            with jax_module.context, ir.Location.unknown():
+                self._module, _ = _annotated(jax_module, args, results, devices)
+                xla_import_rewrites(self._module.operation)
+        return self._module.operation
+
+
+def _annotated(jax_module: ir.Module, args: Sequence[LeafSignature],
+               results: Sequence[LeafSignature], devices: tuple | None
+               ) -> tuple[ir.Module, annotation.MeshSymbols]:
+    """A copy of jax's module with shardc's meshes, shardings and donation written on
+    it, and its mesh symbols (in the module's context)."""
+    module = _copy_module(jax_module)
+    symbols = annotation.annotate(module, args, results, devices)
+    verify_step(module.operation, "annotate")
+    return module, symbols
 
 
 # jax's C++ dispatch entries of every shardc jit with hashable options.
@@ -404,9 +437,7 @@ class JitFunction:
         # jax's module may be shared by its lowering cache: shardc rewrites a copy,
         # in jax's context (a fresh one per jax lowering, which has every dialect).
         with jax_module.context, ir.Location.unknown():
-            module = _copy_module(jax_module)
-            symbols = annotation.annotate(module, arg_leaves, results, devices)
-            verify_step(module.operation, "annotate")
+            module, symbols = _annotated(jax_module, arg_leaves, results, devices)
             unpropagated = fallback = resolution = None
             if propagate and symbols.device_count() is not None:
                 # Propagate what XLA's own Shardy would see: the module as XLA's
@@ -416,7 +447,7 @@ class JitFunction:
                 census = xla_import_rewrites(
                     module.operation,
                     census=ConflictResolution.parse(self.propagation) is ConflictResolution.SHARDY)
-                unpropagated = module.operation.clone()  # cheaper than bytecode, same context
+                unpropagated = _Unpropagated(jax_module, arg_leaves, results, devices)
                 resolution = _propagate(module, unpropagated, self.propagation, census)
                 fallback = resolution.fallback if resolution is not None else None
             entry = _copy_module(module)
@@ -537,7 +568,7 @@ def _tracing_mesh(mesh: AnyMesh | None, *, staged: bool = False
     return jax.sharding.use_abstract_mesh(mesh.abstract_mesh)
 
 
-def _propagate(module: ir.Module, unpropagated: ir.Operation, propagation: str,
+def _propagate(module: ir.Module, unpropagated: _Unpropagated, propagation: str,
                census: ImportCensus | None) -> Resolution | None:
     """Run the propagation pipeline (``census``: the module's import census, which
     ``xla_import_rewrites`` took); return the cost-aware search's ``Resolution``
@@ -554,7 +585,7 @@ def _propagate(module: ir.Module, unpropagated: ir.Operation, propagation: str,
     except InternalError:
         if not steps_verified():
             with verifying_steps():
-                propagation_pipeline(unpropagated.clone(),
+                propagation_pipeline(unpropagated().clone(),
                                      resolution=propagation, keep_constraints=True)
         raise
     return resolution

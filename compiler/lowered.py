@@ -10,7 +10,7 @@ answers questions about the program before compiling: ``check``,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -57,7 +57,7 @@ class Lowered(Stage):
         static: StaticArguments = StaticArguments(),
         host_callbacks: Sequence = (),
         keepalive: Sequence = (),
-        unpropagated: ir.Operation | None = None,
+        unpropagated: Callable[[], ir.Operation] | None = None,
         fallback: bytes | None = None,
         compiler_options: tuple = (),
         cost_aware_resolution: Resolution | None = None,
@@ -247,7 +247,7 @@ class Lowered(Stage):
         # The form before propagation, where kept: explain propagates a copy of it
         # (leaving it unchanged for the next call) and records each axis's origin
         # exactly ("recorded", not "derived").
-        module = self.module if self._unpropagated is None else self._unpropagated
+        module = self.module if self._unpropagated is None else self._unpropagated()
         table = explain(module, user_args=[a.sharding is not None for a in self._args],
                         user_results=[r.sharding is not None for r in self._results])
         return table.filter(**filters) if filters else table
