@@ -12,7 +12,7 @@ things in visiting order match Shardy's names.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterable
 from typing import NamedTuple
 
 from jaxlib.mlir import ir
@@ -230,12 +230,18 @@ class ShardingMapper:
 
     def map_attr(self, op: ir.Operation, name: str, attr: ir.Attribute) -> None:
         """Map ``attr``, ``op``'s attribute ``name``, and set the result if it differs."""
-        new = self._mapped.get(attr)
-        if new is None:
-            # An attribute holding no sharding maps to itself.
-            new = self._mapped[attr] = map_sharding_attr(attr, self._once)
-        if new != attr:
-            op.attributes[name] = new
+        self.map_attrs(((op, attr),), name)
+
+    def map_attrs(self, found: Iterable[tuple[ir.Operation, ir.Attribute]], name: str) -> None:
+        """``map_attr`` on each op and its attribute ``name`` (one call for many ops)."""
+        mapped, once = self._mapped, self._once
+        for op, attr in found:
+            new = mapped.get(attr)
+            if new is None:
+                # An attribute holding no sharding maps to itself.
+                new = mapped[attr] = map_sharding_attr(attr, once)
+            if new != attr:
+                op.attributes[name] = new
 
 
 def mesh_name_of(sharding: sdy.TensorShardingAttr) -> str | None:

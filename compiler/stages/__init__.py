@@ -238,8 +238,8 @@ def _export_census(module: ir.Operation, keep_constraints: bool) -> _ExportCensu
         if name in DATA_FLOW_OPS or (name.startswith("sdy.") and name not in _PLAIN_SDY):
             if name not in _UNSHARDED:
                 reread.append(op)
-        elif SHARDING_ATTR in attributes:
-            sharded.append((op, attributes[SHARDING_ATTR]))
+        elif (sharding := attributes.get(SHARDING_ATTR)) is not None:
+            sharded.append((op, sharding))
         if not unused and name not in NEVER_DEAD:
             # As erase_dead_ops' _has_unused_op asks it.
             for result in op.results:
@@ -275,9 +275,8 @@ def _close_found_shardings(found: _ExportCensus, erased: list[ir.Operation]) -> 
     mapper = ShardingMapper(export_steps.closed)
     for func in found.funcs:
         mapper.map_func_io(func)
-    for op, attr in found.sharded:
-        if id(op) not in gone:
-            mapper.map_attr(op, SHARDING_ATTR, attr)
+    mapper.map_attrs([pair for pair in found.sharded if id(pair[0]) not in gone],
+                     SHARDING_ATTR)
     for op in found.reread:
         if id(op) not in gone:
             mapper.map_op(op)
