@@ -25,6 +25,7 @@ from shardc.compiler.cost.op_comm import op_communication
 from shardc.compiler.cost.report import collective_bytes_at
 from shardc.compiler.cost.reshard import dim_axes, reshard_tensor, shard_bytes
 from shardc.compiler.cost_aware.candidates import (
+    TAG,
     Pin,
     closed,
     ops_by_tag,
@@ -33,10 +34,11 @@ from shardc.compiler.cost_aware.candidates import (
     tagged_ops,
 )
 from shardc.compiler.cost_aware.explicit import signatures
+from shardc.compiler.propagation import SharedRead
 from shardc.compiler.propagation.graph import ReadMemo
 from shardc.compiler.propagation.values import CostMemo, ModuleValues
 from shardc.compiler.sharding.rules import rule_for
-from shardc.compiler.sharding.tensor import Tensor
+from shardc.compiler.sharding.tensor import Tensor, format_per_value
 from shardc.dialects.sdy import SHARDING_RULE_ATTR
 
 
@@ -167,8 +169,66 @@ def returned_in_declared_layout(reader: ModuleValues, changed: set[int],
     return extra
 
 
+class PinnedCopies:
+    """The copies of one module with pins (``pinned_clone``), propagated with user
+    priorities and read.
+
+    A pin only sets the ``sdy.sharding`` of an op: every copy has the module's
+    ops, values and rules, only some starting shardings differ. So the module
+    is read once (``propagation.SharedRead``, from a clone: the use-lists,
+    which order the worklist, are a clone's in every copy) and each copy is
+    propagated on that read with its pins as starting shardings
+    (``ModuleValues.propagated_on``); the copy itself is made only if its
+    reader is written back (the search keeps it). Where the read cannot stand
+    for a copy, the copy is propagated, as it is where it is written at once.
+    The module must not change once a copy is propagated on the read.
+    """
+
+    def __init__(self, module: ir.Operation | ir.Module, conservative: bool, costs: CostMemo):
+        self.owner = module  # kept alive: an ``ir.Module`` owns its operation
+        self.module = module.operation
+        self.conservative = conservative
+        self.costs = costs
+        self.ops = ops_by_tag(self.module)
+        self._read: SharedRead | None = None
+        self._indices: dict[int, list[int]] = {}  # the read's graph ops by tag
+
+    def propagated(self, pins: list[Pin], *, write: bool) -> ModuleValues:
+        """The copy with ``pins`` propagated and read (``ModuleValues.propagated``)."""
+        with self.module.context:
+            reader = None if write else self._propagated_on_read(pins)
+            if reader is None:
+                copy = pinned_clone(self.module, self.ops, pins)
+                reader = ModuleValues.propagated(copy.operation, plan="user-priority",
+                                                 conservative=self.conservative,
+                                                 missing_as_replicated=True, costs=self.costs,
+                                                 write=write)
+        return reader
+
+    def _propagated_on_read(self, pins: list[Pin]) -> ModuleValues | None:
+        if self._read is None:
+            self._read = SharedRead(self.module.clone(), conservative=self.conservative,
+                                    memo=self.costs.reads)
+            for op, ir_op in enumerate(self._read.graph.ops):
+                attributes = ir_op.attributes
+                if TAG in attributes:
+                    self._indices.setdefault(ir.IntegerAttr(attributes[TAG]).value, []).append(op)
+        starts = {}
+        for tag, pin in {pin.op: pin for pin in pins}.items():  # the last pin of an op wins
+            found = self._indices.get(tag, ())
+            if found:
+                attribute = ir.Attribute.parse(format_per_value([pin.sharding]),
+                                               self.module.context)
+                for op in found:
+                    starts[op] = attribute
+        return ModuleValues.propagated_on(
+            self._read, starts, lambda: pinned_clone(self.module, self.ops, pins),
+            plan="user-priority", missing_as_replicated=True, costs=self.costs)
+
+
 class ModuleEvaluator:
-    """Prices a set of pins on the whole module: propagate a fresh copy of it, then price it.
+    """Prices a set of pins on the whole module: propagate a copy of it (``PinnedCopies``),
+    then price it.
 
     The first call (no pins) records the baseline signatures, against which
     later calls find the ops a candidate changes (``returned_in_declared_layout``),
@@ -187,18 +247,13 @@ class ModuleEvaluator:
         # Every copy reads the same rules and shardings again, and the cost model
         # finds the same at most ops.
         self.costs = CostMemo(ReadMemo())
-        self._ops: dict[int, list[ir.Operation]] | None = None  # the imported module's, by tag
+        self._copies: PinnedCopies | None = None
 
     def __call__(self, pins: list[Pin]) -> tuple[int, int, ModuleValues]:
         self.count += 1
-        if self._ops is None:
-            self._ops = ops_by_tag(self.imported)
-        copy = pinned_clone(self.imported, self._ops, pins)
-        with copy.context:
-            reader = ModuleValues.propagated(copy.operation, plan="user-priority",
-                                             conservative=self.conservative,
-                                             missing_as_replicated=True, costs=self.costs,
-                                             write=not pins)
+        if self._copies is None:
+            self._copies = PinnedCopies(self.imported, self.conservative, self.costs)
+        reader = self._copies.propagated(pins, write=not pins)
         total, peak = price(reader)
         if self.baseline is None:
             self.baseline = signatures(reader)

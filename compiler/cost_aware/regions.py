@@ -40,17 +40,13 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
-from shardc.compiler.cost_aware.candidates import (
-    TAG,
-    Pin,
-    apply_pins,
-    closed,
-    ops_by_tag,
-    pinned_clone,
-    tag_of,
-)
+from shardc.compiler.cost_aware.candidates import TAG, Pin, apply_pins, closed, tag_of
 from shardc.compiler.cost_aware.explicit import signatures
-from shardc.compiler.cost_aware.pricing import price, returned_in_declared_layout
+from shardc.compiler.cost_aware.pricing import (
+    PinnedCopies,
+    price,
+    returned_in_declared_layout,
+)
 from shardc.compiler.propagation.graph import ReadMemo
 from shardc.compiler.propagation.values import CostMemo, ModuleValues
 from shardc.compiler.sharding.tensor import TensorSharding, format_sharding
@@ -336,11 +332,11 @@ class _Region:
     key: tuple  # structure_key: equal for repetitions of one structure
     ops: list[int]
     tags: list[int | None]  # op numbers, in program order
-    # Cut out when first evaluated (with its ops by tag): closed, and with an open cut
+    # Cut out when first evaluated (its copies with pins): closed, and with an open cut
     # (steady-state prices).
-    module: tuple[ir.Module, dict[int, list[ir.Operation]]] | None = None
+    module: PinnedCopies | None = None
     returns: frozenset[int] = frozenset()  # result positions the real function returns
-    open_module: tuple[ir.Module, dict[int, list[ir.Operation]]] | None = None
+    open_module: PinnedCopies | None = None
 
 
 class RegionEvaluator:
@@ -404,14 +400,13 @@ class RegionEvaluator:
         return (self._key(region, None, open_cut) in self._memo
                 and self._key(region, pin, open_cut) in self._memo)
 
-    def _module(self, region: _Region, open_cut: bool
-                ) -> tuple[ir.Module, dict[int, list[ir.Operation]]]:
+    def _module(self, region: _Region, open_cut: bool) -> PinnedCopies:
         """The region cut out (with its cut open or closed) and the accepted pins in it,
-        with its ops by tag (``pinned_clone``'s)."""
+        as the copies the candidates are priced on."""
         if (region.open_module if open_cut else region.module) is None:
             module, region.returns = cut_out(self._reader, region.ops, self.imported, open_cut)
             apply_pins(module.operation, self._accepted)
-            cut = (module, ops_by_tag(module.operation))
+            cut = PinnedCopies(module, self.conservative, self.costs)
             if open_cut:
                 region.open_module = cut
             else:
@@ -426,14 +421,9 @@ class RegionEvaluator:
             base = None if pin is None else self._evaluate(region, None, open_cut)
             self.count += 1
             self.steady_count += open_cut
-            module, ops = self._module(region, open_cut)
-            copy = pinned_clone(module.operation, ops, [pin] if pin is not None else [])
-            with copy.context:
-                # Only priced and dropped: its shardings need not reach its IR.
-                reader = ModuleValues.propagated(copy, plan="user-priority",
-                                                 conservative=self.conservative,
-                                                 missing_as_replicated=True,
-                                                 costs=self.costs, write=False)
+            copies = self._module(region, open_cut)
+            # Only priced and dropped: its shardings need not reach its IR.
+            reader = copies.propagated([pin] if pin is not None else [], write=False)
             cost, peak = price(reader)
             by_tag = signatures(reader)
             by_position = tuple(by_tag.get(tag) for tag in region.tags)

@@ -57,11 +57,15 @@ class Driver:
     """Runs propagation steps over a graph and its sharding store."""
 
     def __init__(self, graph: PropagationGraph, store: ShardingStore,
-                 groups: dict[int, list[int]] | None = None):
+                 groups: dict[int, list[int]] | None = None, *, after: Driver | None = None):
+        """``after``: a ``reusable`` driver that ran on ``graph`` with a store of the
+        same slots (``ShardingStore.fresh_copy``), whose plans, factor directions and
+        slot readers this one reuses instead of computing them again: none of them
+        depends on the shardings."""
         self.graph = graph
         self.store = store
         self.groups = groups or {}
-        self.main_func = self._main_func()
+        self.main_func = self._main_func() if after is None else after.main_func
         self.worklist: list[int | None] = []
         # op -> its index in the worklist, -1 when not queued.
         self.position: list[int] = [-1] * len(graph.ops)
@@ -69,7 +73,8 @@ class Driver:
         # Ops that a notification queues as themselves, neither a data-flow op
         # nor a terminator (most users: no ``_edge_for_use`` to ask).
         self._plain = [not terminator and name not in DATA_FLOW_OPS
-                       for name, terminator in zip(graph.op_name, graph.op_terminator)]
+                       for name, terminator in zip(graph.op_name, graph.op_terminator)
+                       ] if after is None else after._plain
         # A step is a pure function of its plan key (rule, flags, data-flow
         # view), its factor directions, the strategy and its tensors' shardings
         # (interned ids), so its updates are memoised on exactly those, with
@@ -99,6 +104,19 @@ class Driver:
         # The func-result step, like an op step, is a pure function of the shape,
         # the strategy and the two shardings: strategy -> (shape, sids) -> updates.
         self._result_memo: dict[FactorPropagation, dict[tuple, tuple]] = steps.results
+        if after is not None:
+            # Complete plans are never written again, so they and the readers they
+            # registered are shared; a cache entry added by a later run is as true
+            # for every run on the graph.
+            self._plans = after._plans
+            store.readers = after.store.readers
+            self._dir_cache = after._dir_cache
+            self._chain_caches = after._chain_caches
+
+    def reusable(self) -> bool:
+        """Whether a later driver on this graph may reuse this one's plans (``after``):
+        every op has its plan and nothing was erased (the graph is as it was read)."""
+        return not self.erasures and None not in self._plans
 
     def _main_func(self) -> int:
         funcs = self.store.funcs

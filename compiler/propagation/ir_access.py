@@ -121,6 +121,46 @@ class ShardingStore:
         # The slot a step reads for each value: its own, else the none-slot.
         self.read_slot = [slot if slot >= 0 else self.none_slot for slot in self.slot_of]
 
+    # ------------------------------------------------------------------ copies
+    def fresh_copy(self) -> ShardingStore:
+        """This store as read, before any propagation step, for another run on its graph
+        (``propagation.SharedRead``): the shardings and what steps write are copied,
+        where each value's sharding lives is shared (steps never change it)."""
+        copy = object.__new__(ShardingStore)
+        copy.__dict__.update(self.__dict__)
+        copy.value = list(self.value)
+        copy.sid = list(self.sid)
+        copy.dirty = set()
+        copy.readers = [[] for _ in self.readers]
+        copy.settled = [-1] * len(self.settled)
+        copy.erase_log = []
+        return copy
+
+    def start(self, op: int, attribute: ir.Attribute) -> bool:
+        """Read op ``op``'s result sharding from ``attribute`` (an ``sdy.sharding``
+        per-value attribute) as if the op carried it; False (nothing changed) unless
+        the op has one result whose sharding is read from that attribute."""
+        results = self.graph.op_results[op]
+        if len(results) != 1:
+            return False
+        slot = self.slot_of[results[0]]
+        if slot < 0 or self.where[slot] != (PER_VALUE, op, SHARDING_ATTR, 0):
+            return False
+        parsed = self._parse_per_value(attribute)
+        if len(parsed) != 1:
+            return False
+        self.value[slot] = parsed[0]
+        self.sid[slot] = self.intern(parsed[0])
+        return True
+
+    def moved_to(self, graph: PropagationGraph) -> None:
+        """Write back onto ``graph`` from now on: a graph of a copy of this store's
+        module (the same ops in the same order), e.g. one that carries the starting
+        shardings ``start`` only stored."""
+        if graph.op_name != self.graph.op_name:
+            raise AssertionError("the graph is not one of a copy of the store's module")
+        self.graph = graph
+
     # ------------------------------------------------------------------ slots
     def _new_slot(self, where: tuple, rank: int, sharding: TensorSharding | None) -> int:
         self.where.append(where)

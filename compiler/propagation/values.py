@@ -10,10 +10,11 @@ computations). Values are graph indices.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.propagation import propagate_read
+from shardc.compiler.propagation import SharedRead, propagate_read
 from shardc.compiler.propagation.graph import PropagationGraph, ReadMemo
 from shardc.compiler.propagation.ir_access import ShardingStore
 from shardc.compiler.sharding.rule import OpShardingRule
@@ -36,14 +37,6 @@ def element_bytes(type_: ir.Type) -> int:
 def replicated(mesh: str, rank: int) -> TensorSharding:
     """The closed, fully replicated sharding of a rank-``rank`` tensor."""
     return TensorSharding(mesh, (DimSharding((), True),) * rank)
-
-
-def _rules_to_attach(graph: PropagationGraph) -> bool:
-    """Whether writing ``graph`` back would attach a rule (``keep_rules``) to an op."""
-    ops = graph.ops
-    return any(rule is not None and rule.rule is not None
-               and SHARDING_RULE_ATTR not in ops[op].attributes
-               for op, rule in graph.visited_rules().items())
 
 
 class CostMemo:
@@ -93,6 +86,8 @@ class ModuleValues:
         self._tensors: dict[int, Tensor | None] = {}
         self.costs = costs
         self._unwritten = False  # ``propagated(write=False)`` left the module as it was
+        # ``propagated_on``'s: makes the copy its propagation stands for.
+        self._copy: Callable[[], ir.Operation] | None = None
         self.funcs = {
             ir.StringAttr(self.graph.ops[op].attributes["sym_name"]).value: op
             for op, name in enumerate(self.graph.op_name) if name == "func.func"
@@ -120,7 +115,7 @@ class ModuleValues:
                                       memo=costs.reads if costs is not None else None,
                                       write=write)
         again = any(graph.erased) or bool(store.manual)
-        if not write and (again or _rules_to_attach(graph)):
+        if not write and (again or graph.rules_to_attach()):
             store.write_back(keep_rules=True)
             write = True
         if again:
@@ -130,11 +125,43 @@ class ModuleValues:
         reader._unwritten = not write
         return reader
 
+    @classmethod
+    def propagated_on(cls, read: SharedRead, starts: dict[int, ir.Attribute],
+                      copy: Callable[[], ir.Operation], *, plan: str,
+                      missing_as_replicated: bool = False,
+                      costs: CostMemo | None = None) -> ModuleValues | None:
+        """``propagated(copy(), write=False)`` without the copy: ``copy`` makes a copy of
+        ``read``'s module that differs from it only in the ``sdy.sharding`` of the ops
+        of ``starts`` (``SharedRead.propagate``), and is called only by ``write_back``,
+        which then reads that copy's graph and writes the store to it.
+
+        None where the shared read cannot stand for the copy (``SharedRead.usable``,
+        a start it cannot apply, or a rule the copy would be written to carry, which
+        the cost model would read from it): propagate the copy instead.
+        """
+        if not read.usable:
+            return None
+        store = read.propagate(plan, starts)
+        if store is None or read.rules_to_attach():
+            return None
+        reader = cls(read.graph.module, missing_as_replicated=missing_as_replicated,
+                     read=(read.graph, store), costs=costs)
+        reader._unwritten = True
+        reader._copy = copy
+        return reader
+
     def write_back(self) -> None:
         """Write the propagation ``propagated(write=False)`` kept in the store to the
-        module (once; nothing when it was written)."""
+        module (once; nothing when it was written). A ``propagated_on`` reader reads the
+        copy it stands for first, and reads it from then on."""
         if self._unwritten:
             self._unwritten = False
+            if self._copy is not None:
+                graph = PropagationGraph(self._copy(), conservative=self.graph.conservative,
+                                         memo=self.graph.memo)
+                self._copy = None
+                self.store.moved_to(graph)
+                self.graph = graph
             self.store.write_back(keep_rules=True)
 
     def mesh_of(self, *shardings: TensorSharding | None) -> MeshInfo | None:
