@@ -25,9 +25,9 @@ from shardc.compiler.cost.op_comm import op_communication
 from shardc.compiler.cost.report import collective_bytes_at
 from shardc.compiler.cost.reshard import dim_axes, reshard_tensor, shard_bytes
 from shardc.compiler.cost_aware.candidates import (
-    TAG,
     Pin,
     closed,
+    op_tags,
     ops_by_tag,
     pinned_clone,
     tag_of,
@@ -60,17 +60,10 @@ def memory_peak(reader: ModuleValues) -> int:
     0.2% heavier where XLA's memory fell by 30% (``lm_linen_unconstrained``).
     """
     graph = reader.graph
-    n = len(graph.ops)
-    delta = [0] * (n + 2)
+    delta = [0] * (len(graph.ops) + 2)
     sizes = reader.costs.sizes if reader.costs is not None else None
-    names, shapes, types = graph.op_name, graph.value_shape, graph.value_type_key
-    for value, producer in enumerate(graph.value_def):
-        if shapes[value] is None:  # not a static tensor
-            continue
-        uses = graph.uses[value]
-        if (producer >= 0 and names[producer] in FUSIBLE
-                and fused_away(names[producer], (names[user] for user, _ in uses))):
-            continue
+    types = graph.value_type_key
+    for value, start, stop in _live_ranges(reader):
         if sizes is None:
             size = _size(reader.tensor(value))
         else:
@@ -78,15 +71,35 @@ def memory_peak(reader: ModuleValues) -> int:
             size = sizes.get(key)
             if size is None:
                 size = sizes[key] = _size(reader.tensor(value))
-        start = producer if producer >= 0 else 0
-        end = max([user for user, _ in uses]) if uses else start
         delta[start] += size
-        delta[end + 1] -= size
+        delta[stop] -= size
     peak = live = 0
     for step in delta:
         live += step
         peak = max(peak, live)
     return peak
+
+
+def _live_ranges(reader: ModuleValues) -> list[tuple[int, int, int]]:
+    """``(value, first op, op after the last use)`` of each value ``memory_peak``
+    counts: the graph's alone, kept in ``reader.facts``."""
+    ranges = reader.facts.get(_live_ranges)
+    if ranges is not None:
+        return ranges
+    graph = reader.graph
+    ranges = reader.facts[_live_ranges] = []
+    names, shapes = graph.op_name, graph.value_shape
+    for value, producer in enumerate(graph.value_def):
+        if shapes[value] is None:  # not a static tensor
+            continue
+        uses = graph.uses[value]
+        if (producer >= 0 and names[producer] in FUSIBLE
+                and fused_away(names[producer], (names[user] for user, _ in uses))):
+            continue
+        start = producer if producer >= 0 else 0
+        end = max([user for user, _ in uses]) if uses else start
+        ranges.append((value, start, end + 1))
+    return ranges
 
 
 def _size(tensor: Tensor) -> int:
@@ -189,16 +202,21 @@ class PinnedCopies:
         self.module = module.operation
         self.conservative = conservative
         self.costs = costs
-        self.ops = ops_by_tag(self.module)
+        self._ops: dict[int, list[ir.Operation]] | None = None  # ``ops_by_tag``, when a copy is made
         self._read: SharedRead | None = None
         self._indices: dict[int, list[int]] = {}  # the read's graph ops by tag
+
+    def _pinned_clone(self, pins: list[Pin]) -> ir.Operation:
+        if self._ops is None:
+            self._ops = ops_by_tag(self.module)
+        return pinned_clone(self.module, self._ops, pins)
 
     def propagated(self, pins: list[Pin], *, write: bool) -> ModuleValues:
         """The copy with ``pins`` propagated and read (``ModuleValues.propagated``)."""
         with self.module.context:
             reader = None if write else self._propagated_on_read(pins)
             if reader is None:
-                copy = pinned_clone(self.module, self.ops, pins)
+                copy = self._pinned_clone(pins)
                 reader = ModuleValues.propagated(copy.operation, plan="user-priority",
                                                  conservative=self.conservative,
                                                  missing_as_replicated=True, costs=self.costs,
@@ -209,10 +227,9 @@ class PinnedCopies:
         if self._read is None:
             self._read = SharedRead(self.module.clone(), conservative=self.conservative,
                                     memo=self.costs.reads)
-            for op, ir_op in enumerate(self._read.graph.ops):
-                attributes = ir_op.attributes
-                if TAG in attributes:
-                    self._indices.setdefault(ir.IntegerAttr(attributes[TAG]).value, []).append(op)
+            for op, tag in enumerate(op_tags(self._read.facts, self._read.graph)):
+                if tag is not None:
+                    self._indices.setdefault(tag, []).append(op)
         starts = {}
         for tag, pin in {pin.op: pin for pin in pins}.items():  # the last pin of an op wins
             found = self._indices.get(tag, ())
@@ -222,7 +239,7 @@ class PinnedCopies:
                 for op in found:
                     starts[op] = attribute
         return ModuleValues.propagated_on(
-            self._read, starts, lambda: pinned_clone(self.module, self.ops, pins),
+            self._read, starts, lambda: self._pinned_clone(pins),
             plan="user-priority", missing_as_replicated=True, costs=self.costs)
 
 

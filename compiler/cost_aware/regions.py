@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
-from shardc.compiler.cost_aware.candidates import TAG, Pin, apply_pins, closed, tag_of
+from shardc.compiler.cost_aware.candidates import TAG, Pin, apply_pins, closed, op_tags, tag_of
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.cost_aware.pricing import (
     PinnedCopies,
@@ -74,11 +74,12 @@ def region_of(reader: ModuleValues, seeds: list[int], limit: int, radius: int) -
     """
     graph = reader.graph
     parent = graph.op_parent[seeds[0]]
+    tags = op_tags(reader.facts, graph)
 
     def inside(op: int) -> bool:
         return (op >= 0 and graph.op_parent[op] == parent and not graph.erased[op]
                 and not graph.op_terminator[op] and bool(graph.op_results[op])
-                and graph.op_name[op] not in _OUTSIDE and TAG in graph.ops[op].attributes
+                and graph.op_name[op] not in _OUTSIDE and tags[op] is not None
                 and (not graph.op_blocks[op] or _self_contained(graph, op)))
 
     chosen = [op for op in dict.fromkeys(seeds) if inside(op)]

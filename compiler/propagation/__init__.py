@@ -206,6 +206,8 @@ class SharedRead:
         self.runs = 0
         self._first: Driver | None = None  # the first run's, whose plans later runs reuse
         self._rules_to_attach: bool | None = None
+        # ``ModuleValues.facts`` of the readers of its propagations: one module, never written.
+        self.facts: dict = {}
 
     def rules_to_attach(self) -> bool:
         """``graph.rules_to_attach()`` after a run: the same for every run, since every

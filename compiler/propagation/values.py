@@ -33,6 +33,9 @@ def element_bytes(type_: ir.Type) -> int:
     return max(1, width // 8) if isinstance(width, int) else 4
 
 
+_UNREAD = object()
+
+
 @functools.cache  # a few (mesh, rank) pairs, asked for every value without a sharding
 def replicated(mesh: str, rank: int) -> TensorSharding:
     """The closed, fully replicated sharding of a rank-``rank`` tensor."""
@@ -85,6 +88,10 @@ class ModuleValues:
         # once (its shardings never change under a reader).
         self._tensors: dict[int, Tensor | None] = {}
         self.costs = costs
+        # What the cost model derives from the module by op and keeps, its IR's and its
+        # graph's (attached rules, the search's op numbers), none of which propagation
+        # changes: shared by the readers of one ``SharedRead``'s propagations.
+        self.facts: dict = {}
         self._unwritten = False  # ``propagated(write=False)`` left the module as it was
         # ``propagated_on``'s: makes the copy its propagation stands for.
         self._copy: Callable[[], ir.Operation] | None = None
@@ -148,6 +155,7 @@ class ModuleValues:
                      read=(read.graph, store), costs=costs)
         reader._unwritten = True
         reader._copy = copy
+        reader.facts = read.facts
         return reader
 
     def write_back(self) -> None:
@@ -162,6 +170,7 @@ class ModuleValues:
                 self._copy = None
                 self.store.moved_to(graph)
                 self.graph = graph
+                self.facts = {}
             self.store.write_back(keep_rules=True)
 
     def mesh_of(self, *shardings: TensorSharding | None) -> MeshInfo | None:
@@ -249,11 +258,18 @@ class ModuleValues:
         if self.costs is None:
             return None
         graph = self.graph
-        attributes = graph.ops[op].attributes
-        if SHARDING_RULE_ATTR not in attributes:
+        rules = self.facts.get(SHARDING_RULE_ATTR)
+        if rules is None:
+            rules = self.facts[SHARDING_RULE_ATTR] = {}
+        rule = rules.get(op, _UNREAD)
+        if rule is _UNREAD:
+            attributes = graph.ops[op].attributes
+            rule = rules[op] = (hash(attributes[SHARDING_RULE_ATTR])
+                                if SHARDING_RULE_ATTR in attributes else None)
+        if rule is None:
             return None
         types = graph.value_type_key
-        return (graph.op_name[op], hash(attributes[SHARDING_RULE_ATTR]),
+        return (graph.op_name[op], rule,
                 tuple([(types[v], self.sharding_id(v)) for v in graph.op_operands[op]]),
                 tuple([(types[v], self.sharding_id(v)) for v in graph.op_results[op]]))
 
