@@ -83,11 +83,11 @@ def memory_peak(reader: ModuleValues) -> int:
 def _live_ranges(reader: ModuleValues) -> list[tuple[int, int, int]]:
     """``(value, first op, op after the last use)`` of each value ``memory_peak``
     counts: the graph's alone, kept in ``reader.facts``."""
-    ranges = reader.facts.get(_live_ranges)
+    ranges = reader.facts.get("live ranges")
     if ranges is not None:
         return ranges
     graph = reader.graph
-    ranges = reader.facts[_live_ranges] = []
+    ranges = reader.facts["live ranges"] = []
     names, shapes = graph.op_name, graph.value_shape
     for value, producer in enumerate(graph.value_def):
         if shapes[value] is None:  # not a static tensor

@@ -48,6 +48,7 @@ class CostMemo:
     Its readers read their copies with one ``graph.ReadMemo`` (``reads``), whose
     interned sharding ids (``ShardingStore.sid``) mean the same in every copy,
     so ``ModuleValues.op_key`` names an op's situation with small ints;
+    (its op part, the same in every copy, interned in ``ops``);
     ``found`` maps such a key to what the cost model found there
     (``cost.report``), ``conflicts`` to the bytes of the collectives the op
     itself needs (``cost_aware.candidates.conflict_points``); ``sizes`` maps
@@ -61,6 +62,10 @@ class CostMemo:
         self.found: dict[tuple, object] = {}
         self.conflicts: dict[tuple, int] = {}
         self.sizes: dict[tuple[int, int], int] = {}
+        # (name, attached rule, operand types, result types) -> its int in ``op_key``s
+        self.ops: dict[tuple, int] = {}
+        # sharding id -> its dimension axes (``ModuleValues.axes``)
+        self.axes: dict[int, tuple | None] = {}
 
 
 class ModuleValues:
@@ -251,27 +256,33 @@ class ModuleValues:
     def op_key(self, op: int) -> tuple | None:
         """What decides the collectives op ``op``'s rule needs, as ``costs`` names it.
 
-        Its name, attached rule (uniqued: its hash names it), and the type and
-        sharding of every operand and result: what ``rule_tensors`` reads, so
+        Its name, attached rule (uniqued: its hash names it), the type of every
+        operand and result (these four interned as one int, ``CostMemo.ops``), then
+        the sharding of every operand and result: what ``rule_tensors`` reads, so
         equal keys give equal answers. None without ``costs`` or an attached rule.
         """
-        if self.costs is None:
+        costs = self.costs
+        if costs is None:
             return None
-        graph = self.graph
-        rules = self.facts.get(SHARDING_RULE_ATTR)
-        if rules is None:
-            rules = self.facts[SHARDING_RULE_ATTR] = {}
-        rule = rules.get(op, _UNREAD)
-        if rule is _UNREAD:
+        parts = self.facts.get("op keys")  # op -> (its interned int or None, its values)
+        if parts is None:
+            parts = self.facts["op keys"] = {}
+        part = parts.get(op)
+        if part is None:
+            graph = self.graph
             attributes = graph.ops[op].attributes
-            rule = rules[op] = (hash(attributes[SHARDING_RULE_ATTR])
-                                if SHARDING_RULE_ATTR in attributes else None)
-        if rule is None:
+            if SHARDING_RULE_ATTR in attributes:
+                types = graph.value_type_key
+                operands, results = graph.op_operands[op], graph.op_results[op]
+                head = (graph.op_name[op], hash(attributes[SHARDING_RULE_ATTR]),
+                        tuple([types[v] for v in operands]), tuple([types[v] for v in results]))
+                part = parts[op] = (costs.ops.setdefault(head, len(costs.ops)),
+                                    (*operands, *results))
+            else:
+                part = parts[op] = (None, ())
+        if part[0] is None:
             return None
-        types = graph.value_type_key
-        return (graph.op_name[op], rule,
-                tuple([(types[v], self.sharding_id(v)) for v in graph.op_operands[op]]),
-                tuple([(types[v], self.sharding_id(v)) for v in graph.op_results[op]]))
+        return (part[0], *map(self.sharding_id, part[1]))
 
     def sharding_id(self, value: int) -> int:
         """The interned int of ``sharding(value)`` (0 for None): equal for equal
@@ -284,3 +295,17 @@ class ModuleValues:
             if sid:  # the store holds it: ``sharding(value)`` is ``store.value[slot]``
                 return sid
         return store.intern(self.sharding(value))
+
+    def axes(self, value: int) -> tuple | None:
+        """The dimension axes of ``sharding(value)`` (None without one), memoised by
+        ``sharding_id`` with ``costs``."""
+        if self.costs is None:
+            sharding = self.sharding(value)
+            return None if sharding is None else tuple([d.axes for d in sharding.dims])
+        sid = self.sharding_id(value)
+        axes = self.costs.axes.get(sid, _UNREAD)
+        if axes is _UNREAD:
+            sharding = self.sharding(value)
+            axes = self.costs.axes[sid] = (None if sharding is None
+                                           else tuple([d.axes for d in sharding.dims]))
+        return axes
