@@ -22,7 +22,7 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.cost.fusion import FUSIBLE, fused_away
 from shardc.compiler.cost.op_comm import op_communication
-from shardc.compiler.cost.report import collective_bytes_at
+from shardc.compiler.cost.report import collective_bytes
 from shardc.compiler.cost.reshard import dim_axes, reshard_tensor, shard_bytes
 from shardc.compiler.cost_aware.candidates import (
     Pin,
@@ -44,8 +44,7 @@ from shardc.dialects.sdy import SHARDING_RULE_ATTR
 
 def price(reader: ModuleValues) -> tuple[int, int]:
     """Predicted collective bytes per device and memory peak of a propagated module."""
-    total = sum(collective_bytes_at(reader, op) for op in range(len(reader.graph.ops)))
-    return total, memory_peak(reader)
+    return collective_bytes(reader), memory_peak(reader)
 
 
 def memory_peak(reader: ModuleValues) -> int:

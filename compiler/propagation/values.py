@@ -92,10 +92,12 @@ class ModuleValues:
         # Each value as a Tensor: the cost model asks per use, and a module is read
         # once (its shardings never change under a reader).
         self._tensors: dict[int, Tensor | None] = {}
+        self._ids: dict[int, int] = {}  # ``sharding_id`` of values the store holds no sharding for
         self.costs = costs
-        # What the cost model derives from the module by op and keeps, its IR's and its
-        # graph's (attached rules, the search's op numbers), none of which propagation
-        # changes: shared by the readers of one ``SharedRead``'s propagations.
+        # What the cost model derives from the module by op and keeps, from its IR, its
+        # graph and where its store keeps shardings (attached rules, the search's op
+        # numbers, slots), none of which propagation changes: shared by the readers of
+        # one ``SharedRead``'s propagations.
         self.facts: dict = {}
         self._unwritten = False  # ``propagated(write=False)`` left the module as it was
         # ``propagated_on``'s: makes the copy its propagation stands for.
@@ -264,7 +266,9 @@ class ModuleValues:
         costs = self.costs
         if costs is None:
             return None
-        parts = self.facts.get("op keys")  # op -> (its interned int or None, its values)
+        # op -> (its interned int or None, its values, their store slots): the same in
+        # every reader of these facts, whose stores share where shardings live.
+        parts = self.facts.get("op keys")
         if parts is None:
             parts = self.facts["op keys"] = {}
         part = parts.get(op)
@@ -276,13 +280,18 @@ class ModuleValues:
                 operands, results = graph.op_operands[op], graph.op_results[op]
                 head = (graph.op_name[op], hash(attributes[SHARDING_RULE_ATTR]),
                         tuple([types[v] for v in operands]), tuple([types[v] for v in results]))
-                part = parts[op] = (costs.ops.setdefault(head, len(costs.ops)),
-                                    (*operands, *results))
+                values = (*operands, *results)
+                part = parts[op] = (costs.ops.setdefault(head, len(costs.ops)), values,
+                                    tuple([self.store.read_slot[v] for v in values]))
             else:
-                part = parts[op] = (None, ())
+                part = parts[op] = (None, (), ())
         if part[0] is None:
             return None
-        return (part[0], *map(self.sharding_id, part[1]))
+        sid = self.store.sid
+        ids = [sid[slot] for slot in part[2]]
+        if 0 in ids:  # not in the store: ``sharding_id`` knows
+            ids = [found or self.sharding_id(value) for found, value in zip(ids, part[1])]
+        return (part[0], *ids)
 
     def sharding_id(self, value: int) -> int:
         """The interned int of ``sharding(value)`` (0 for None): equal for equal
@@ -294,7 +303,11 @@ class ModuleValues:
             sid = store.sid[slot]
             if sid:  # the store holds it: ``sharding(value)`` is ``store.value[slot]``
                 return sid
-        return store.intern(self.sharding(value))
+        # Not in the store (a replicated value, say): asked again for every user.
+        sid = self._ids.get(value)
+        if sid is None:
+            sid = self._ids[value] = store.intern(self.sharding(value))
+        return sid
 
     def axes(self, value: int) -> tuple | None:
         """The dimension axes of ``sharding(value)`` (None without one), memoised by
