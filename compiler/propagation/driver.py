@@ -75,6 +75,10 @@ class Driver:
         self._plain = [not terminator and name not in DATA_FLOW_OPS
                        for name, terminator in zip(graph.op_name, graph.op_terminator)
                        ] if after is None else after._plain
+        # Ops that may be dead: no result used and not a terminator (the others are
+        # not dead, and uses only go when an op is erased: ``erase`` adds to it).
+        self._unused = [self._results_unused(op) for op in range(len(graph.ops))
+                        ] if after is None else after._unused
         # A step is a pure function of its plan key (rule, flags, data-flow
         # view), its factor directions, the strategy and its tensors' shardings
         # (interned ids), so its updates are memoised on exactly those, with
@@ -151,8 +155,7 @@ class Driver:
             self.worklist = list(range(len(graph.ops) - 1, -1, -1))
             position[:] = self.worklist
         worklist = self.worklist
-        op_results, uses, terminator = graph.op_results, graph.uses, graph.op_terminator
-        is_dead = graph.is_trivially_dead
+        unused, is_dead = self._unused, graph.is_trivially_dead
         memo = self._memo.setdefault(strategy, {})
         plans, plan_for = self._plans, self._plan
         dir_cache = self._dir_cache.setdefault(direction, {})
@@ -171,15 +174,10 @@ class Driver:
             if op is None:
                 continue
             position[op] = -1
-            if not terminator[op]:
-                for value in op_results[op]:
-                    if uses[value]:
-                        break
-                else:
-                    if is_dead(op):
-                        self.erase(op)
-                        dir_cache = self._dir_cache.setdefault(direction, {})
-                        continue
+            if unused[op] and is_dead(op):
+                self.erase(op)
+                dir_cache = self._dir_cache.setdefault(direction, {})
+                continue
             plan = plans[op]
             if plan is None:
                 plan = plan_for(op)
@@ -235,6 +233,13 @@ class Driver:
                 self.worklist.append(op)
             op = parent[op]
 
+    def _results_unused(self, op: int) -> bool:
+        graph = self.graph
+        if graph.op_terminator[op]:
+            return False
+        uses = graph.uses
+        return not any(uses[value] for value in graph.op_results[op])
+
     def erase(self, op: int) -> None:
         """Erase a dead op (nested ops first), queueing producers as MLIR does."""
         graph = self.graph
@@ -264,6 +269,10 @@ class Driver:
                 self.position[dead] = -1
             graph.drop_uses_of(dead)
             self.store.erase_log.append(dead)
+            for value in graph.op_operands[dead]:
+                producer = graph.value_def[value]
+                if producer >= 0 and not self._unused[producer]:
+                    self._unused[producer] = self._results_unused(producer)
 
     # ------------------------------------------------------------------ visiting
     def _plan(self, op: int) -> Plan | bool:
