@@ -16,6 +16,7 @@ resharded for an earlier op, ``ModuleValues.resharded``) is still read per copy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from jaxlib.mlir import ir
@@ -194,16 +195,42 @@ class PinnedCopies:
     reader is written back (the search keeps it). Where the read cannot stand
     for a copy, the copy is propagated, as it is where it is written at once.
     The module must not change once a copy is propagated on the read.
+
+    ``opened`` gives the copies of a variant of the module whose only function
+    leaves some arguments and results without a sharding: the same graph, so
+    they are propagated on the same read, and that module is made only if a
+    copy of it must be.
     """
 
-    def __init__(self, module: ir.Operation | ir.Module, conservative: bool, costs: CostMemo):
+    def __init__(self, module: ir.Operation | ir.Module | None, conservative: bool,
+                 costs: CostMemo):
         self.owner = module  # kept alive: an ``ir.Module`` owns its operation
-        self.module = module.operation
         self.conservative = conservative
         self.costs = costs
+        self._make: Callable[[], ir.Operation | ir.Module] | None = None  # ``opened``'s
         self._ops: dict[int, list[ir.Operation]] | None = None  # ``ops_by_tag``, when a copy is made
         self._read: SharedRead | None = None
         self._indices: dict[int, list[int]] = {}  # the read's graph ops by tag
+        # Positions of the function's arguments and results read without a sharding.
+        self._unsharded: tuple[frozenset[int], frozenset[int]] = (frozenset(), frozenset())
+
+    @property
+    def module(self) -> ir.Operation:
+        if self.owner is None:
+            self.owner = self._make()
+        return self.owner.operation
+
+    def opened(self, arguments: frozenset[int], results: frozenset[int],
+               make: Callable[[], ir.Operation | ir.Module]) -> PinnedCopies:
+        """The copies of this module but with the function's ``arguments`` and ``results``
+        (positions) carrying no sharding, a module ``make`` makes (only when a copy of it
+        must be made)."""
+        self._shared_read()
+        opened = PinnedCopies(None, self.conservative, self.costs)
+        opened._make = make
+        opened._read, opened._indices = self._read, self._indices
+        opened._unsharded = (arguments, results)
+        return opened
 
     def _pinned_clone(self, pins: list[Pin]) -> ir.Operation:
         if self._ops is None:
@@ -212,9 +239,9 @@ class PinnedCopies:
 
     def propagated(self, pins: list[Pin], *, write: bool) -> ModuleValues:
         """The copy with ``pins`` propagated and read (``ModuleValues.propagated``)."""
-        with self.module.context:
-            reader = None if write else self._propagated_on_read(pins)
-            if reader is None:
+        reader = None if write else self._propagated_on_read(pins)
+        if reader is None:
+            with self.module.context:
                 copy = self._pinned_clone(pins)
                 reader = ModuleValues.propagated(copy.operation, plan="user-priority",
                                                  conservative=self.conservative,
@@ -222,24 +249,29 @@ class PinnedCopies:
                                                  write=write)
         return reader
 
-    def _propagated_on_read(self, pins: list[Pin]) -> ModuleValues | None:
+    def _shared_read(self) -> SharedRead:
         if self._read is None:
             self._read = SharedRead(self.module.clone(), conservative=self.conservative,
                                     memo=self.costs.reads)
             for op, tag in enumerate(op_tags(self._read.facts, self._read.graph)):
                 if tag is not None:
                     self._indices.setdefault(tag, []).append(op)
-        starts = {}
-        for tag, pin in {pin.op: pin for pin in pins}.items():  # the last pin of an op wins
-            found = self._indices.get(tag, ())
-            if found:
-                attribute = ir.Attribute.parse(format_per_value([pin.sharding]),
-                                               self.module.context)
-                for op in found:
-                    starts[op] = attribute
-        return ModuleValues.propagated_on(
-            self._read, starts, lambda: self._pinned_clone(pins),
-            plan="user-priority", missing_as_replicated=True, costs=self.costs)
+        return self._read
+
+    def _propagated_on_read(self, pins: list[Pin]) -> ModuleValues | None:
+        read = self._shared_read()
+        context = read.graph.module.context
+        with context:
+            starts = {}
+            for tag, pin in {pin.op: pin for pin in pins}.items():  # the last pin of an op wins
+                found = self._indices.get(tag, ())
+                if found:
+                    attribute = ir.Attribute.parse(format_per_value([pin.sharding]), context)
+                    for op in found:
+                        starts[op] = attribute
+            return ModuleValues.propagated_on(
+                read, starts, lambda: self._pinned_clone(pins), unsharded=self._unsharded,
+                plan="user-priority", missing_as_replicated=True, costs=self.costs)
 
 
 class ModuleEvaluator:

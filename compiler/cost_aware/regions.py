@@ -164,6 +164,16 @@ def _returns_from_func(graph, op: int) -> bool:
             and graph.op_name[graph.op_parent[op]] == "func.func")
 
 
+def open_positions(reader: ModuleValues, ops: list[int]) -> tuple[frozenset[int], frozenset[int]]:
+    """The positions of the arguments and results of region ``ops`` cut out that an open
+    cut leaves without a sharding (``cut_out``): all but the real function's own."""
+    entering, leaving = _crossing(reader, ops)
+    graph = reader.graph
+    return (frozenset(k for k, (value, _, _) in enumerate(entering)
+                      if not _function_argument(graph, value)),
+            frozenset(k for k, (_, _, returned) in enumerate(leaving) if not returned))
+
+
 def _boundary_attrs(values: list[tuple[int, TensorSharding | None, bool]],
                     fixed=lambda value, returned: True) -> ir.ArrayAttr:
     """Each crossing value's closed sharding, or none where it is not ``fixed``."""
@@ -403,16 +413,28 @@ class RegionEvaluator:
 
     def _module(self, region: _Region, open_cut: bool) -> PinnedCopies:
         """The region cut out (with its cut open or closed) and the accepted pins in it,
-        as the copies the candidates are priced on."""
-        if (region.open_module if open_cut else region.module) is None:
-            module, region.returns = cut_out(self._reader, region.ops, self.imported, open_cut)
+        as the copies the candidates are priced on.
+
+        The open cut's module is the closed cut's but for the shardings of the function
+        arguments and results it leaves open: its copies are propagated on the closed
+        cut's read (``PinnedCopies.opened``), and it is cut out only if one must be made.
+        """
+        if region.module is None:
+            module, region.returns = cut_out(self._reader, region.ops, self.imported)
             apply_pins(module.operation, self._accepted)
-            cut = PinnedCopies(module, self.conservative, self.costs)
-            if open_cut:
-                region.open_module = cut
-            else:
-                region.module = cut
-        return region.open_module if open_cut else region.module
+            region.module = PinnedCopies(module, self.conservative, self.costs)
+        if not open_cut:
+            return region.module
+        if region.open_module is None:
+            reader, accepted = self._reader, self._accepted
+
+            def cut() -> ir.Module:
+                module, _ = cut_out(reader, region.ops, self.imported, open_cut=True)
+                apply_pins(module.operation, accepted)
+                return module
+
+            region.open_module = region.module.opened(*open_positions(reader, region.ops), cut)
+        return region.open_module
 
     def _evaluate(self, region: _Region, pin: Pin | None,
                   open_cut: bool = False) -> tuple[int, int, tuple]:

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 from jaxlib.mlir import ir
 
@@ -216,10 +216,14 @@ class SharedRead:
             self._rules_to_attach = self.graph.rules_to_attach()
         return self._rules_to_attach
 
-    def propagate(self, plan: str, starts: dict[int, ir.Attribute]) -> ShardingStore | None:
+    def propagate(self, plan: str, starts: dict[int, ir.Attribute],
+                  unsharded: tuple[Collection[int], Collection[int]] = ((), ())
+                  ) -> ShardingStore | None:
         """The store of a ``plan`` propagation from the module's shardings, but op ``op``'s
         read from ``starts[op]`` (an ``sdy.sharding`` per-value attribute) instead of its
-        own; None where a start is not read that way (``ShardingStore.start``)."""
+        own, and the arguments and results of its function at the positions of
+        ``unsharded`` read without one; None where a start is not read that way
+        (``ShardingStore.start``, ``ShardingStore.start_unsharded``)."""
         _check_plan(plan)
         if not self.usable:
             raise ValueError("this module's propagations can change its graph: "
@@ -228,6 +232,8 @@ class SharedRead:
         for op, attribute in starts.items():
             if not store.start(op, attribute):
                 return None
+        if (unsharded[0] or unsharded[1]) and not store.start_unsharded(*unsharded):
+            return None
         with cyclic_gc_paused():
             # No sharding groups (``usable``): none to sync or split.
             driver = Driver(self.graph, store, {}, after=self._first)

@@ -14,6 +14,8 @@ to the IR in one go.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from jaxlib.mlir import ir
 
 from shardc.compiler.propagation.data_flow_ops import DATA_FLOW_OPS
@@ -151,6 +153,31 @@ class ShardingStore:
             return False
         self.value[slot] = parsed[0]
         self.sid[slot] = self.intern(parsed[0])
+        return True
+
+    def start_unsharded(self, arguments: Iterable[int], results: Iterable[int]) -> bool:
+        """Read the arguments and results at these positions of the module's function as
+        if they carried no sharding; False (nothing changed) unless the module has one
+        function, with those positions."""
+        if len(self.funcs) != 1:
+            return False
+        func = self.funcs[0]
+        blocks = self.graph.op_blocks[func]
+        args = blocks[0][0] if blocks else []
+        slots = []
+        for k in arguments:
+            slot = self.slot_of[args[k]] if k < len(args) else -1
+            if slot < 0 or self.where[slot] != (ARG, func, k):
+                return False
+            slots.append(slot)
+        returned = self.func_results[func]
+        for k in results:
+            if k >= len(returned):
+                return False
+            slots.append(returned[k])
+        for slot in slots:
+            self.value[slot] = None
+            self.sid[slot] = 0
         return True
 
     def moved_to(self, graph: PropagationGraph) -> None:

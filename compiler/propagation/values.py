@@ -142,11 +142,14 @@ class ModuleValues:
     @classmethod
     def propagated_on(cls, read: SharedRead, starts: dict[int, ir.Attribute],
                       copy: Callable[[], ir.Operation], *, plan: str,
+                      unsharded: tuple[frozenset[int], frozenset[int]] = (frozenset(),
+                                                                          frozenset()),
                       missing_as_replicated: bool = False,
                       costs: CostMemo | None = None) -> ModuleValues | None:
         """``propagated(copy(), write=False)`` without the copy: ``copy`` makes a copy of
         ``read``'s module that differs from it only in the ``sdy.sharding`` of the ops
-        of ``starts`` (``SharedRead.propagate``), and is called only by ``write_back``,
+        of ``starts`` and in the function arguments and results of ``unsharded``
+        (``SharedRead.propagate``), and is called only by ``write_back``,
         which then reads that copy's graph and writes the store to it.
 
         None where the shared read cannot stand for the copy (``SharedRead.usable``,
@@ -155,7 +158,7 @@ class ModuleValues:
         """
         if not read.usable:
             return None
-        store = read.propagate(plan, starts)
+        store = read.propagate(plan, starts, unsharded)
         if store is None or read.rules_to_attach():
             return None
         reader = cls(read.graph.module, missing_as_replicated=missing_as_replicated,
