@@ -164,10 +164,12 @@ def _returns_from_func(graph, op: int) -> bool:
             and graph.op_name[graph.op_parent[op]] == "func.func")
 
 
-def open_positions(reader: ModuleValues, ops: list[int]) -> tuple[frozenset[int], frozenset[int]]:
+def open_positions(reader: ModuleValues, ops: list[int], crossing=None
+                   ) -> tuple[frozenset[int], frozenset[int]]:
     """The positions of the arguments and results of region ``ops`` cut out that an open
-    cut leaves without a sharding (``cut_out``): all but the real function's own."""
-    entering, leaving = _crossing(reader, ops)
+    cut leaves without a sharding (``cut_out``): all but the real function's own.
+    ``crossing``: ``_crossing(reader, ops)``, when the caller has it."""
+    entering, leaving = crossing or _crossing(reader, ops)
     graph = reader.graph
     return (frozenset(k for k, (value, _, _) in enumerate(entering)
                       if not _function_argument(graph, value)),
@@ -188,17 +190,18 @@ def _boundary_attrs(values: list[tuple[int, TensorSharding | None, bool]],
 
 
 def cut_out(reader: ModuleValues, ops: list[int], imported: dict[int, ir.Attribute | None],
-            open_cut: bool = False) -> tuple[ir.Module, frozenset[int]]:
+            open_cut: bool = False, crossing=None) -> tuple[ir.Module, frozenset[int]]:
     """The region ``ops`` of ``reader``'s module as a module (see the module docstring),
     and the positions of its results that are results of the real function.
 
     ``imported`` maps an op number (``TAG``) to its ``sdy.sharding`` before
     propagation (None: it had none). With ``open_cut`` only the real function's
     arguments and results keep their shardings at the cut; every other crossing
-    value is left to propagation (the steady-state price).
+    value is left to propagation (the steady-state price). ``crossing``:
+    ``_crossing(reader, ops)``, when the caller has it.
     """
     graph = reader.graph
-    entering, leaving = _crossing(reader, ops)
+    entering, leaving = crossing or _crossing(reader, ops)
     body = graph.module.regions[0].blocks[0]
     with ir.Location.unknown(graph.module.context):
         module = ir.Module.create()
@@ -274,20 +277,21 @@ def op_fingerprint(reader: ModuleValues, op: int) -> tuple:
 
 def structure_key(reader: ModuleValues, ops: list[int],
                   imported: dict[int, ir.Attribute | None], accepted: dict[int, Pin],
-                  fingerprints: dict[int, tuple] | None = None) -> tuple:
+                  fingerprints: dict[int, tuple] | None = None, crossing=None) -> tuple:
     """What decides the prices of region ``ops``, read without cutting it out.
 
     Per op: its ``op_fingerprint`` but the tag, operands (region position and
     result index, or argument number), imported sharding and accepted pin;
     then the crossing values with their shardings. Equal keys cut out to
     equal modules, so one evaluation serves both. ``fingerprints`` memoises
-    ``op_fingerprint`` by op for the regions of one ``reader`` (they overlap).
+    ``op_fingerprint`` by op for the regions of one ``reader`` (they overlap);
+    ``crossing`` is ``_crossing(reader, ops)``, when the caller has it.
     """
     graph = reader.graph
     if fingerprints is None:
         fingerprints = {}
     position = {op: i for i, op in enumerate(ops)}
-    entering, leaving = _crossing(reader, ops)
+    entering, leaving = crossing or _crossing(reader, ops)
     argument = {value: k for k, (value, _, _) in enumerate(entering)}
     parts = []
     for op in ops:
@@ -343,6 +347,7 @@ class _Region:
     key: tuple  # structure_key: equal for repetitions of one structure
     ops: list[int]
     tags: list[int | None]  # op numbers, in program order
+    crossing: tuple  # ``_crossing``: the values entering and leaving it
     # Cut out when first evaluated (its copies with pins): closed, and with an open cut
     # (steady-state prices).
     module: PinnedCopies | None = None
@@ -390,8 +395,11 @@ class RegionEvaluator:
             reader = self._reader
             ops = region_of(reader, list(seeds), self.limit, self.radius)
             accepted = {pin.op: pin for pin in self._accepted}
-            key = structure_key(reader, ops, self.imported, accepted, self._fingerprints)
-            self._regions[seeds] = _Region(key, ops, [self._fingerprints[op][1] for op in ops])
+            crossing = _crossing(reader, ops)
+            key = structure_key(reader, ops, self.imported, accepted, self._fingerprints,
+                                crossing)
+            self._regions[seeds] = _Region(key, ops, [self._fingerprints[op][1] for op in ops],
+                                           crossing)
         return self._regions[seeds]
 
     def _key(self, region: _Region, pin: Pin | None, open_cut: bool = False) -> tuple:
@@ -420,7 +428,8 @@ class RegionEvaluator:
         cut's read (``PinnedCopies.opened``), and it is cut out only if one must be made.
         """
         if region.module is None:
-            module, region.returns = cut_out(self._reader, region.ops, self.imported)
+            module, region.returns = cut_out(self._reader, region.ops, self.imported,
+                                             crossing=region.crossing)
             apply_pins(module.operation, self._accepted)
             region.module = PinnedCopies(module, self.conservative, self.costs)
         if not open_cut:
@@ -429,11 +438,13 @@ class RegionEvaluator:
             reader, accepted = self._reader, self._accepted
 
             def cut() -> ir.Module:
-                module, _ = cut_out(reader, region.ops, self.imported, open_cut=True)
+                module, _ = cut_out(reader, region.ops, self.imported, open_cut=True,
+                                    crossing=region.crossing)
                 apply_pins(module.operation, accepted)
                 return module
 
-            region.open_module = region.module.opened(*open_positions(reader, region.ops), cut)
+            region.open_module = region.module.opened(
+                *open_positions(reader, region.ops, region.crossing), cut)
         return region.open_module
 
     def _evaluate(self, region: _Region, pin: Pin | None,
