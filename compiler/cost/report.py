@@ -164,11 +164,33 @@ def collectives_at(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
 def collective_bytes_at(reader: ModuleValues, op: int) -> int:
     """The bytes per device of ``collectives_at(reader, op)``, without describing them."""
     if _by_rule(reader.graph, op):  # most ops: summed without generating their finds
-        windows, kept = _kept_needs(reader, op)
-        return (sum(c.bytes_per_device for collectives in windows for c in collectives)
-                + sum(need.collective.bytes_per_device for need in kept))
+        return _rule_bytes(reader, op)
     return sum(c.bytes_per_device for _, _, collectives, _, _ in _found_at(reader, op)
                for c in collectives)
+
+
+def collective_bytes(reader: ModuleValues) -> int:
+    """``collective_bytes_at`` summed over every op of ``reader``'s module, in program
+    order (the order ``reader.resharded`` fills in)."""
+    by_rule = reader.facts.get("by rule")  # the graph's alone: kept with its reader
+    if by_rule is None:
+        graph = reader.graph
+        by_rule = reader.facts["by rule"] = [_by_rule(graph, op) for op in range(len(graph.ops))]
+    total = 0
+    for op, ruled in enumerate(by_rule):
+        total += _rule_bytes(reader, op) if ruled else collective_bytes_at(reader, op)
+    return total
+
+
+def _rule_bytes(reader: ModuleValues, op: int) -> int:
+    windows, kept = _kept_needs(reader, op)
+    total = 0
+    for collectives in windows:
+        for c in collectives:
+            total += c.bytes_per_device
+    for need in kept:
+        total += need.collective.bytes_per_device
+    return total
 
 
 def _by_rule(graph, op: int) -> bool:
@@ -314,6 +336,8 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
         needs = _needs(reader, op, graph.ops[op])
         if key is not None:
             reader.costs.found[key] = needs
+    if not needs[0]:  # most ops
+        return needs[1:], ()
     kept = []
     resharded = []
     for need in needs[0]:
@@ -387,5 +411,6 @@ def _notes(reader: ModuleValues) -> tuple[str, ...]:
     return tuple(notes)
 
 
-__all__ = ["CommEntry", "CommReport", "CommTotal", "collective_bytes_at", "collectives_at",
+__all__ = ["CommEntry", "CommReport", "CommTotal", "collective_bytes", "collective_bytes_at",
+           "collectives_at",
            "comm_report", "comm_report_of"]

@@ -180,9 +180,20 @@ def strip_tags(module: ir.Operation) -> None:
         del op.attributes[TAG]
 
 
+def op_tags(facts: dict, graph) -> list[int | None]:
+    """Every op's number (``TAG``, None without) by graph index: read once into ``facts``
+    (the ``ModuleValues.facts`` of a reader of ``graph``)."""
+    tags = facts.get(TAG)
+    if tags is None:
+        tags = facts[TAG] = []
+        for op in graph.ops:
+            attributes = op.attributes
+            tags.append(ir.IntegerAttr(attributes[TAG]).value if TAG in attributes else None)
+    return tags
+
+
 def tag_of(reader: ModuleValues, op: int) -> int | None:
-    attributes = reader.graph.ops[op].attributes
-    return ir.IntegerAttr(attributes[TAG]).value if TAG in attributes else None
+    return op_tags(reader.facts, reader.graph)[op]
 
 
 def _pinnable(reader: ModuleValues, op: int) -> bool:

@@ -38,10 +38,10 @@ def signature(reader: ModuleValues, op: int,
         axes = {}
     out = []
     for value in (*graph.op_operands[op], *graph.op_results[op]):
-        if value not in axes:
-            sharding = reader.sharding(value)
-            axes[value] = None if sharding is None else tuple([d.axes for d in sharding.dims])
-        out.append(axes[value])
+        found = axes.get(value)
+        if found is None and value not in axes:
+            found = axes[value] = reader.axes(value)
+        out.append(found)
     return tuple(out)
 
 

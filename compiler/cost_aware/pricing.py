@@ -16,34 +16,36 @@ resharded for an earlier op, ``ModuleValues.resharded``) is still read per copy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from jaxlib.mlir import ir
 
 from shardc.compiler.cost.fusion import FUSIBLE, fused_away
 from shardc.compiler.cost.op_comm import op_communication
-from shardc.compiler.cost.report import collective_bytes_at
+from shardc.compiler.cost.report import collective_bytes
 from shardc.compiler.cost.reshard import dim_axes, reshard_tensor, shard_bytes
 from shardc.compiler.cost_aware.candidates import (
     Pin,
     closed,
+    op_tags,
     ops_by_tag,
     pinned_clone,
     tag_of,
     tagged_ops,
 )
 from shardc.compiler.cost_aware.explicit import signatures
+from shardc.compiler.propagation import SharedRead
 from shardc.compiler.propagation.graph import ReadMemo
 from shardc.compiler.propagation.values import CostMemo, ModuleValues
 from shardc.compiler.sharding.rules import rule_for
-from shardc.compiler.sharding.tensor import Tensor
+from shardc.compiler.sharding.tensor import Tensor, format_per_value
 from shardc.dialects.sdy import SHARDING_RULE_ATTR
 
 
 def price(reader: ModuleValues) -> tuple[int, int]:
     """Predicted collective bytes per device and memory peak of a propagated module."""
-    total = sum(collective_bytes_at(reader, op) for op in range(len(reader.graph.ops)))
-    return total, memory_peak(reader)
+    return collective_bytes(reader), memory_peak(reader)
 
 
 def memory_peak(reader: ModuleValues) -> int:
@@ -58,17 +60,10 @@ def memory_peak(reader: ModuleValues) -> int:
     0.2% heavier where XLA's memory fell by 30% (``lm_linen_unconstrained``).
     """
     graph = reader.graph
-    n = len(graph.ops)
-    delta = [0] * (n + 2)
+    delta = [0] * (len(graph.ops) + 2)
     sizes = reader.costs.sizes if reader.costs is not None else None
-    names, shapes, types = graph.op_name, graph.value_shape, graph.value_type_key
-    for value, producer in enumerate(graph.value_def):
-        if shapes[value] is None:  # not a static tensor
-            continue
-        uses = graph.uses[value]
-        if (producer >= 0 and names[producer] in FUSIBLE
-                and fused_away(names[producer], (names[user] for user, _ in uses))):
-            continue
+    types = graph.value_type_key
+    for value, start, stop in _live_ranges(reader):
         if sizes is None:
             size = _size(reader.tensor(value))
         else:
@@ -76,15 +71,35 @@ def memory_peak(reader: ModuleValues) -> int:
             size = sizes.get(key)
             if size is None:
                 size = sizes[key] = _size(reader.tensor(value))
-        start = producer if producer >= 0 else 0
-        end = max([user for user, _ in uses]) if uses else start
         delta[start] += size
-        delta[end + 1] -= size
+        delta[stop] -= size
     peak = live = 0
     for step in delta:
         live += step
         peak = max(peak, live)
     return peak
+
+
+def _live_ranges(reader: ModuleValues) -> list[tuple[int, int, int]]:
+    """``(value, first op, op after the last use)`` of each value ``memory_peak``
+    counts: the graph's alone, kept in ``reader.facts``."""
+    ranges = reader.facts.get("live ranges")
+    if ranges is not None:
+        return ranges
+    graph = reader.graph
+    ranges = reader.facts["live ranges"] = []
+    names, shapes = graph.op_name, graph.value_shape
+    for value, producer in enumerate(graph.value_def):
+        if shapes[value] is None:  # not a static tensor
+            continue
+        uses = graph.uses[value]
+        if (producer >= 0 and names[producer] in FUSIBLE
+                and fused_away(names[producer], (names[user] for user, _ in uses))):
+            continue
+        start = producer if producer >= 0 else 0
+        end = max([user for user, _ in uses]) if uses else start
+        ranges.append((value, start, end + 1))
+    return ranges
 
 
 def _size(tensor: Tensor) -> int:
@@ -167,8 +182,101 @@ def returned_in_declared_layout(reader: ModuleValues, changed: set[int],
     return extra
 
 
+class PinnedCopies:
+    """The copies of one module with pins (``pinned_clone``), propagated with user
+    priorities and read.
+
+    A pin only sets the ``sdy.sharding`` of an op: every copy has the module's
+    ops, values and rules, only some starting shardings differ. So the module
+    is read once (``propagation.SharedRead``, from a clone: the use-lists,
+    which order the worklist, are a clone's in every copy) and each copy is
+    propagated on that read with its pins as starting shardings
+    (``ModuleValues.propagated_on``); the copy itself is made only if its
+    reader is written back (the search keeps it). Where the read cannot stand
+    for a copy, the copy is propagated, as it is where it is written at once.
+    The module must not change once a copy is propagated on the read.
+
+    ``opened`` gives the copies of a variant of the module whose only function
+    leaves some arguments and results without a sharding: the same graph, so
+    they are propagated on the same read, and that module is made only if a
+    copy of it must be.
+    """
+
+    def __init__(self, module: ir.Operation | ir.Module | None, conservative: bool,
+                 costs: CostMemo):
+        self.owner = module  # kept alive: an ``ir.Module`` owns its operation
+        self.conservative = conservative
+        self.costs = costs
+        self._make: Callable[[], ir.Operation | ir.Module] | None = None  # ``opened``'s
+        self._ops: dict[int, list[ir.Operation]] | None = None  # ``ops_by_tag``, when a copy is made
+        self._read: SharedRead | None = None
+        self._indices: dict[int, list[int]] = {}  # the read's graph ops by tag
+        # Positions of the function's arguments and results read without a sharding.
+        self._unsharded: tuple[frozenset[int], frozenset[int]] = (frozenset(), frozenset())
+
+    @property
+    def module(self) -> ir.Operation:
+        if self.owner is None:
+            self.owner = self._make()
+        return self.owner.operation
+
+    def opened(self, arguments: frozenset[int], results: frozenset[int],
+               make: Callable[[], ir.Operation | ir.Module]) -> PinnedCopies:
+        """The copies of this module but with the function's ``arguments`` and ``results``
+        (positions) carrying no sharding, a module ``make`` makes (only when a copy of it
+        must be made)."""
+        self._shared_read()
+        opened = PinnedCopies(None, self.conservative, self.costs)
+        opened._make = make
+        opened._read, opened._indices = self._read, self._indices
+        opened._unsharded = (arguments, results)
+        return opened
+
+    def _pinned_clone(self, pins: list[Pin]) -> ir.Operation:
+        if self._ops is None:
+            self._ops = ops_by_tag(self.module)
+        return pinned_clone(self.module, self._ops, pins)
+
+    def propagated(self, pins: list[Pin], *, write: bool) -> ModuleValues:
+        """The copy with ``pins`` propagated and read (``ModuleValues.propagated``)."""
+        reader = None if write else self._propagated_on_read(pins)
+        if reader is None:
+            with self.module.context:
+                copy = self._pinned_clone(pins)
+                reader = ModuleValues.propagated(copy.operation, plan="user-priority",
+                                                 conservative=self.conservative,
+                                                 missing_as_replicated=True, costs=self.costs,
+                                                 write=write)
+        return reader
+
+    def _shared_read(self) -> SharedRead:
+        if self._read is None:
+            self._read = SharedRead(self.module.clone(), conservative=self.conservative,
+                                    memo=self.costs.reads)
+            for op, tag in enumerate(op_tags(self._read.facts, self._read.graph)):
+                if tag is not None:
+                    self._indices.setdefault(tag, []).append(op)
+        return self._read
+
+    def _propagated_on_read(self, pins: list[Pin]) -> ModuleValues | None:
+        read = self._shared_read()
+        context = read.graph.module.context
+        with context:
+            starts = {}
+            for tag, pin in {pin.op: pin for pin in pins}.items():  # the last pin of an op wins
+                found = self._indices.get(tag, ())
+                if found:
+                    attribute = ir.Attribute.parse(format_per_value([pin.sharding]), context)
+                    for op in found:
+                        starts[op] = attribute
+            return ModuleValues.propagated_on(
+                read, starts, lambda: self._pinned_clone(pins), unsharded=self._unsharded,
+                plan="user-priority", missing_as_replicated=True, costs=self.costs)
+
+
 class ModuleEvaluator:
-    """Prices a set of pins on the whole module: propagate a fresh copy of it, then price it.
+    """Prices a set of pins on the whole module: propagate a copy of it (``PinnedCopies``),
+    then price it.
 
     The first call (no pins) records the baseline signatures, against which
     later calls find the ops a candidate changes (``returned_in_declared_layout``),
@@ -187,18 +295,13 @@ class ModuleEvaluator:
         # Every copy reads the same rules and shardings again, and the cost model
         # finds the same at most ops.
         self.costs = CostMemo(ReadMemo())
-        self._ops: dict[int, list[ir.Operation]] | None = None  # the imported module's, by tag
+        self._copies: PinnedCopies | None = None
 
     def __call__(self, pins: list[Pin]) -> tuple[int, int, ModuleValues]:
         self.count += 1
-        if self._ops is None:
-            self._ops = ops_by_tag(self.imported)
-        copy = pinned_clone(self.imported, self._ops, pins)
-        with copy.context:
-            reader = ModuleValues.propagated(copy.operation, plan="user-priority",
-                                             conservative=self.conservative,
-                                             missing_as_replicated=True, costs=self.costs,
-                                             write=not pins)
+        if self._copies is None:
+            self._copies = PinnedCopies(self.imported, self.conservative, self.costs)
+        reader = self._copies.propagated(pins, write=not pins)
         total, peak = price(reader)
         if self.baseline is None:
             self.baseline = signatures(reader)

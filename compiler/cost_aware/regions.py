@@ -40,17 +40,13 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
-from shardc.compiler.cost_aware.candidates import (
-    TAG,
-    Pin,
-    apply_pins,
-    closed,
-    ops_by_tag,
-    pinned_clone,
-    tag_of,
-)
+from shardc.compiler.cost_aware.candidates import TAG, Pin, apply_pins, closed, op_tags, tag_of
 from shardc.compiler.cost_aware.explicit import signatures
-from shardc.compiler.cost_aware.pricing import price, returned_in_declared_layout
+from shardc.compiler.cost_aware.pricing import (
+    PinnedCopies,
+    price,
+    returned_in_declared_layout,
+)
 from shardc.compiler.propagation.graph import ReadMemo
 from shardc.compiler.propagation.values import CostMemo, ModuleValues
 from shardc.compiler.sharding.tensor import TensorSharding, format_sharding
@@ -78,11 +74,12 @@ def region_of(reader: ModuleValues, seeds: list[int], limit: int, radius: int) -
     """
     graph = reader.graph
     parent = graph.op_parent[seeds[0]]
+    tags = op_tags(reader.facts, graph)
 
     def inside(op: int) -> bool:
         return (op >= 0 and graph.op_parent[op] == parent and not graph.erased[op]
                 and not graph.op_terminator[op] and bool(graph.op_results[op])
-                and graph.op_name[op] not in _OUTSIDE and TAG in graph.ops[op].attributes
+                and graph.op_name[op] not in _OUTSIDE and tags[op] is not None
                 and (not graph.op_blocks[op] or _self_contained(graph, op)))
 
     chosen = [op for op in dict.fromkeys(seeds) if inside(op)]
@@ -167,6 +164,18 @@ def _returns_from_func(graph, op: int) -> bool:
             and graph.op_name[graph.op_parent[op]] == "func.func")
 
 
+def open_positions(reader: ModuleValues, ops: list[int], crossing=None
+                   ) -> tuple[frozenset[int], frozenset[int]]:
+    """The positions of the arguments and results of region ``ops`` cut out that an open
+    cut leaves without a sharding (``cut_out``): all but the real function's own.
+    ``crossing``: ``_crossing(reader, ops)``, when the caller has it."""
+    entering, leaving = crossing or _crossing(reader, ops)
+    graph = reader.graph
+    return (frozenset(k for k, (value, _, _) in enumerate(entering)
+                      if not _function_argument(graph, value)),
+            frozenset(k for k, (_, _, returned) in enumerate(leaving) if not returned))
+
+
 def _boundary_attrs(values: list[tuple[int, TensorSharding | None, bool]],
                     fixed=lambda value, returned: True) -> ir.ArrayAttr:
     """Each crossing value's closed sharding, or none where it is not ``fixed``."""
@@ -181,17 +190,18 @@ def _boundary_attrs(values: list[tuple[int, TensorSharding | None, bool]],
 
 
 def cut_out(reader: ModuleValues, ops: list[int], imported: dict[int, ir.Attribute | None],
-            open_cut: bool = False) -> tuple[ir.Module, frozenset[int]]:
+            open_cut: bool = False, crossing=None) -> tuple[ir.Module, frozenset[int]]:
     """The region ``ops`` of ``reader``'s module as a module (see the module docstring),
     and the positions of its results that are results of the real function.
 
     ``imported`` maps an op number (``TAG``) to its ``sdy.sharding`` before
     propagation (None: it had none). With ``open_cut`` only the real function's
     arguments and results keep their shardings at the cut; every other crossing
-    value is left to propagation (the steady-state price).
+    value is left to propagation (the steady-state price). ``crossing``:
+    ``_crossing(reader, ops)``, when the caller has it.
     """
     graph = reader.graph
-    entering, leaving = _crossing(reader, ops)
+    entering, leaving = crossing or _crossing(reader, ops)
     body = graph.module.regions[0].blocks[0]
     with ir.Location.unknown(graph.module.context):
         module = ir.Module.create()
@@ -267,20 +277,21 @@ def op_fingerprint(reader: ModuleValues, op: int) -> tuple:
 
 def structure_key(reader: ModuleValues, ops: list[int],
                   imported: dict[int, ir.Attribute | None], accepted: dict[int, Pin],
-                  fingerprints: dict[int, tuple] | None = None) -> tuple:
+                  fingerprints: dict[int, tuple] | None = None, crossing=None) -> tuple:
     """What decides the prices of region ``ops``, read without cutting it out.
 
     Per op: its ``op_fingerprint`` but the tag, operands (region position and
     result index, or argument number), imported sharding and accepted pin;
     then the crossing values with their shardings. Equal keys cut out to
     equal modules, so one evaluation serves both. ``fingerprints`` memoises
-    ``op_fingerprint`` by op for the regions of one ``reader`` (they overlap).
+    ``op_fingerprint`` by op for the regions of one ``reader`` (they overlap);
+    ``crossing`` is ``_crossing(reader, ops)``, when the caller has it.
     """
     graph = reader.graph
     if fingerprints is None:
         fingerprints = {}
     position = {op: i for i, op in enumerate(ops)}
-    entering, leaving = _crossing(reader, ops)
+    entering, leaving = crossing or _crossing(reader, ops)
     argument = {value: k for k, (value, _, _) in enumerate(entering)}
     parts = []
     for op in ops:
@@ -336,11 +347,12 @@ class _Region:
     key: tuple  # structure_key: equal for repetitions of one structure
     ops: list[int]
     tags: list[int | None]  # op numbers, in program order
-    # Cut out when first evaluated (with its ops by tag): closed, and with an open cut
+    crossing: tuple  # ``_crossing``: the values entering and leaving it
+    # Cut out when first evaluated (its copies with pins): closed, and with an open cut
     # (steady-state prices).
-    module: tuple[ir.Module, dict[int, list[ir.Operation]]] | None = None
+    module: PinnedCopies | None = None
     returns: frozenset[int] = frozenset()  # result positions the real function returns
-    open_module: tuple[ir.Module, dict[int, list[ir.Operation]]] | None = None
+    open_module: PinnedCopies | None = None
 
 
 class RegionEvaluator:
@@ -383,8 +395,11 @@ class RegionEvaluator:
             reader = self._reader
             ops = region_of(reader, list(seeds), self.limit, self.radius)
             accepted = {pin.op: pin for pin in self._accepted}
-            key = structure_key(reader, ops, self.imported, accepted, self._fingerprints)
-            self._regions[seeds] = _Region(key, ops, [self._fingerprints[op][1] for op in ops])
+            crossing = _crossing(reader, ops)
+            key = structure_key(reader, ops, self.imported, accepted, self._fingerprints,
+                                crossing)
+            self._regions[seeds] = _Region(key, ops, [self._fingerprints[op][1] for op in ops],
+                                           crossing)
         return self._regions[seeds]
 
     def _key(self, region: _Region, pin: Pin | None, open_cut: bool = False) -> tuple:
@@ -404,19 +419,33 @@ class RegionEvaluator:
         return (self._key(region, None, open_cut) in self._memo
                 and self._key(region, pin, open_cut) in self._memo)
 
-    def _module(self, region: _Region, open_cut: bool
-                ) -> tuple[ir.Module, dict[int, list[ir.Operation]]]:
+    def _module(self, region: _Region, open_cut: bool) -> PinnedCopies:
         """The region cut out (with its cut open or closed) and the accepted pins in it,
-        with its ops by tag (``pinned_clone``'s)."""
-        if (region.open_module if open_cut else region.module) is None:
-            module, region.returns = cut_out(self._reader, region.ops, self.imported, open_cut)
+        as the copies the candidates are priced on.
+
+        The open cut's module is the closed cut's but for the shardings of the function
+        arguments and results it leaves open: its copies are propagated on the closed
+        cut's read (``PinnedCopies.opened``), and it is cut out only if one must be made.
+        """
+        if region.module is None:
+            module, region.returns = cut_out(self._reader, region.ops, self.imported,
+                                             crossing=region.crossing)
             apply_pins(module.operation, self._accepted)
-            cut = (module, ops_by_tag(module.operation))
-            if open_cut:
-                region.open_module = cut
-            else:
-                region.module = cut
-        return region.open_module if open_cut else region.module
+            region.module = PinnedCopies(module, self.conservative, self.costs)
+        if not open_cut:
+            return region.module
+        if region.open_module is None:
+            reader, accepted = self._reader, self._accepted
+
+            def cut() -> ir.Module:
+                module, _ = cut_out(reader, region.ops, self.imported, open_cut=True,
+                                    crossing=region.crossing)
+                apply_pins(module.operation, accepted)
+                return module
+
+            region.open_module = region.module.opened(
+                *open_positions(reader, region.ops, region.crossing), cut)
+        return region.open_module
 
     def _evaluate(self, region: _Region, pin: Pin | None,
                   open_cut: bool = False) -> tuple[int, int, tuple]:
@@ -426,14 +455,9 @@ class RegionEvaluator:
             base = None if pin is None else self._evaluate(region, None, open_cut)
             self.count += 1
             self.steady_count += open_cut
-            module, ops = self._module(region, open_cut)
-            copy = pinned_clone(module.operation, ops, [pin] if pin is not None else [])
-            with copy.context:
-                # Only priced and dropped: its shardings need not reach its IR.
-                reader = ModuleValues.propagated(copy, plan="user-priority",
-                                                 conservative=self.conservative,
-                                                 missing_as_replicated=True,
-                                                 costs=self.costs, write=False)
+            copies = self._module(region, open_cut)
+            # Only priced and dropped: its shardings need not reach its IR.
+            reader = copies.propagated([pin] if pin is not None else [], write=False)
             cost, peak = price(reader)
             by_tag = signatures(reader)
             by_position = tuple(by_tag.get(tag) for tag in region.tags)

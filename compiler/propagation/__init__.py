@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 from jaxlib.mlir import ir
 
@@ -174,6 +174,76 @@ def cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+class SharedRead:
+    """One module read once, then propagated from many starting shardings.
+
+    The cost-aware search propagates many copies of one module that differ
+    only in the ``sdy.sharding`` of a few ops (its pins): the same ops,
+    values and rules. ``SharedRead(module)`` builds the graph and reads the
+    store of ``module`` once; ``propagate`` runs a plan from the store as
+    read with some ops' starting shardings replaced, on a copy of the store,
+    reusing the graph and the first run's plans and factor directions
+    (``Driver(after=...)``), and writes nothing to the module. The result
+    is the graph and store a copy of ``module`` carrying those shardings
+    would have been propagated to.
+
+    That holds only where no propagation can change the graph: ``usable``
+    is False for a module with a trivially dead op (the driver erases it,
+    changing the uses later runs would start from), a sharding group (a
+    conflict in it inserts constraints into the IR) or a manual computation
+    (a reader reads its in-shardings from the IR again); the caller then
+    propagates copies instead.
+    """
+
+    def __init__(self, module: ir.Operation | ir.Module, *, conservative: bool = False,
+                 memo: ReadMemo | None = None):
+        graph = PropagationGraph(module.operation, conservative=conservative, memo=memo)
+        _check_shapes(graph)
+        self.graph = graph
+        self.store = ShardingStore(graph)  # as read: copied, never propagated itself
+        self.usable = (not self.store.manual and "sdy.sharding_group" not in graph.op_name
+                       and not any(map(graph.is_trivially_dead, range(len(graph.ops)))))
+        self.runs = 0
+        self._first: Driver | None = None  # the first run's, whose plans later runs reuse
+        self._rules_to_attach: bool | None = None
+        # ``ModuleValues.facts`` of the readers of its propagations: one module, never written.
+        self.facts: dict = {}
+
+    def rules_to_attach(self) -> bool:
+        """``graph.rules_to_attach()`` after a run: the same for every run, since every
+        run computes the rules of the same ops (none is erased), the first run all of them."""
+        if self._rules_to_attach is None:
+            self._rules_to_attach = self.graph.rules_to_attach()
+        return self._rules_to_attach
+
+    def propagate(self, plan: str, starts: dict[int, ir.Attribute],
+                  unsharded: tuple[Collection[int], Collection[int]] = ((), ())
+                  ) -> ShardingStore | None:
+        """The store of a ``plan`` propagation from the module's shardings, but op ``op``'s
+        read from ``starts[op]`` (an ``sdy.sharding`` per-value attribute) instead of its
+        own, and the arguments and results of its function at the positions of
+        ``unsharded`` read without one; None where a start is not read that way
+        (``ShardingStore.start``, ``ShardingStore.start_unsharded``)."""
+        _check_plan(plan)
+        if not self.usable:
+            raise ValueError("this module's propagations can change its graph: "
+                             "propagate copies of it")
+        store = self.store.fresh_copy()
+        for op, attribute in starts.items():
+            if not store.start(op, attribute):
+                return None
+        if (unsharded[0] or unsharded[1]) and not store.start_unsharded(*unsharded):
+            return None
+        with cyclic_gc_paused():
+            # No sharding groups (``usable``): none to sync or split.
+            driver = Driver(self.graph, store, {}, after=self._first)
+            PLANS[plan](driver)
+        self.runs += 1
+        if self._first is None and driver.reusable():
+            self._first = driver
+        return store
+
+
 def _propagate(operation: ir.Operation, plan: str, conservative: bool,
                keep_sharding_rules: bool, write_origins: bool = False,
                record_origins: bool = False, memo: ReadMemo | None = None,
@@ -200,4 +270,5 @@ def _propagate(operation: ir.Operation, plan: str, conservative: bool,
     return graph, store, origins
 
 
-__all__ = ["PLANS", "ShardingOrigins", "cyclic_gc_paused", "propagate", "propagate_read"]
+__all__ = ["PLANS", "ShardingOrigins", "SharedRead", "cyclic_gc_paused", "propagate",
+           "propagate_read"]

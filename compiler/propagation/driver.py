@@ -57,11 +57,15 @@ class Driver:
     """Runs propagation steps over a graph and its sharding store."""
 
     def __init__(self, graph: PropagationGraph, store: ShardingStore,
-                 groups: dict[int, list[int]] | None = None):
+                 groups: dict[int, list[int]] | None = None, *, after: Driver | None = None):
+        """``after``: a ``reusable`` driver that ran on ``graph`` with a store of the
+        same slots (``ShardingStore.fresh_copy``), whose plans, factor directions and
+        slot readers this one reuses instead of computing them again: none of them
+        depends on the shardings."""
         self.graph = graph
         self.store = store
         self.groups = groups or {}
-        self.main_func = self._main_func()
+        self.main_func = self._main_func() if after is None else after.main_func
         self.worklist: list[int | None] = []
         # op -> its index in the worklist, -1 when not queued.
         self.position: list[int] = [-1] * len(graph.ops)
@@ -69,7 +73,12 @@ class Driver:
         # Ops that a notification queues as themselves, neither a data-flow op
         # nor a terminator (most users: no ``_edge_for_use`` to ask).
         self._plain = [not terminator and name not in DATA_FLOW_OPS
-                       for name, terminator in zip(graph.op_name, graph.op_terminator)]
+                       for name, terminator in zip(graph.op_name, graph.op_terminator)
+                       ] if after is None else after._plain
+        # Ops that may be dead: no result used and not a terminator (the others are
+        # not dead, and uses only go when an op is erased: ``erase`` adds to it).
+        self._unused = [self._results_unused(op) for op in range(len(graph.ops))
+                        ] if after is None else after._unused
         # A step is a pure function of its plan key (rule, flags, data-flow
         # view), its factor directions, the strategy and its tensors' shardings
         # (interned ids), so its updates are memoised on exactly those, with
@@ -99,6 +108,19 @@ class Driver:
         # The func-result step, like an op step, is a pure function of the shape,
         # the strategy and the two shardings: strategy -> (shape, sids) -> updates.
         self._result_memo: dict[FactorPropagation, dict[tuple, tuple]] = steps.results
+        if after is not None:
+            # Complete plans are never written again, so they and the readers they
+            # registered are shared; a cache entry added by a later run is as true
+            # for every run on the graph.
+            self._plans = after._plans
+            store.readers = after.store.readers
+            self._dir_cache = after._dir_cache
+            self._chain_caches = after._chain_caches
+
+    def reusable(self) -> bool:
+        """Whether a later driver on this graph may reuse this one's plans (``after``):
+        every op has its plan and nothing was erased (the graph is as it was read)."""
+        return not self.erasures and None not in self._plans
 
     def _main_func(self) -> int:
         funcs = self.store.funcs
@@ -133,8 +155,7 @@ class Driver:
             self.worklist = list(range(len(graph.ops) - 1, -1, -1))
             position[:] = self.worklist
         worklist = self.worklist
-        op_results, uses, terminator = graph.op_results, graph.uses, graph.op_terminator
-        is_dead = graph.is_trivially_dead
+        unused, is_dead = self._unused, graph.is_trivially_dead
         memo = self._memo.setdefault(strategy, {})
         plans, plan_for = self._plans, self._plan
         dir_cache = self._dir_cache.setdefault(direction, {})
@@ -153,15 +174,10 @@ class Driver:
             if op is None:
                 continue
             position[op] = -1
-            if not terminator[op]:
-                for value in op_results[op]:
-                    if uses[value]:
-                        break
-                else:
-                    if is_dead(op):
-                        self.erase(op)
-                        dir_cache = self._dir_cache.setdefault(direction, {})
-                        continue
+            if unused[op] and is_dead(op):
+                self.erase(op)
+                dir_cache = self._dir_cache.setdefault(direction, {})
+                continue
             plan = plans[op]
             if plan is None:
                 plan = plan_for(op)
@@ -217,6 +233,13 @@ class Driver:
                 self.worklist.append(op)
             op = parent[op]
 
+    def _results_unused(self, op: int) -> bool:
+        graph = self.graph
+        if graph.op_terminator[op]:
+            return False
+        uses = graph.uses
+        return not any(uses[value] for value in graph.op_results[op])
+
     def erase(self, op: int) -> None:
         """Erase a dead op (nested ops first), queueing producers as MLIR does."""
         graph = self.graph
@@ -246,6 +269,10 @@ class Driver:
                 self.position[dead] = -1
             graph.drop_uses_of(dead)
             self.store.erase_log.append(dead)
+            for value in graph.op_operands[dead]:
+                producer = graph.value_def[value]
+                if producer >= 0 and not self._unused[producer]:
+                    self._unused[producer] = self._results_unused(producer)
 
     # ------------------------------------------------------------------ visiting
     def _plan(self, op: int) -> Plan | bool:

@@ -373,6 +373,14 @@ class PropagationGraph:
         """Every rule computed so far, by op."""
         return self._rules
 
+    def rules_to_attach(self) -> bool:
+        """Whether writing back with ``keep_rules`` would attach a rule computed so far
+        to an op that does not carry it."""
+        ops = self.ops
+        return any(rule is not None and rule.rule is not None
+                   and SHARDING_RULE_ATTR not in ops[op].attributes
+                   for op, rule in self._rules.items())
+
     # ------------------------------------------------------------------ dead ops
     def is_trivially_dead(self, op: int) -> bool:
         """No result has a use and the op (with its regions) has no effects."""

@@ -14,6 +14,8 @@ to the IR in one go.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from jaxlib.mlir import ir
 
 from shardc.compiler.propagation.data_flow_ops import DATA_FLOW_OPS
@@ -120,6 +122,71 @@ class ShardingStore:
         self.readers.append([])
         # The slot a step reads for each value: its own, else the none-slot.
         self.read_slot = [slot if slot >= 0 else self.none_slot for slot in self.slot_of]
+
+    # ------------------------------------------------------------------ copies
+    def fresh_copy(self) -> ShardingStore:
+        """This store as read, before any propagation step, for another run on its graph
+        (``propagation.SharedRead``): the shardings and what steps write are copied,
+        where each value's sharding lives is shared (steps never change it)."""
+        copy = object.__new__(ShardingStore)
+        copy.__dict__.update(self.__dict__)
+        copy.value = list(self.value)
+        copy.sid = list(self.sid)
+        copy.dirty = set()
+        copy.readers = [[] for _ in self.readers]
+        copy.settled = [-1] * len(self.settled)
+        copy.erase_log = []
+        return copy
+
+    def start(self, op: int, attribute: ir.Attribute) -> bool:
+        """Read op ``op``'s result sharding from ``attribute`` (an ``sdy.sharding``
+        per-value attribute) as if the op carried it; False (nothing changed) unless
+        the op has one result whose sharding is read from that attribute."""
+        results = self.graph.op_results[op]
+        if len(results) != 1:
+            return False
+        slot = self.slot_of[results[0]]
+        if slot < 0 or self.where[slot] != (PER_VALUE, op, SHARDING_ATTR, 0):
+            return False
+        parsed = self._parse_per_value(attribute)
+        if len(parsed) != 1:
+            return False
+        self.value[slot] = parsed[0]
+        self.sid[slot] = self.intern(parsed[0])
+        return True
+
+    def start_unsharded(self, arguments: Iterable[int], results: Iterable[int]) -> bool:
+        """Read the arguments and results at these positions of the module's function as
+        if they carried no sharding; False (nothing changed) unless the module has one
+        function, with those positions."""
+        if len(self.funcs) != 1:
+            return False
+        func = self.funcs[0]
+        blocks = self.graph.op_blocks[func]
+        args = blocks[0][0] if blocks else []
+        slots = []
+        for k in arguments:
+            slot = self.slot_of[args[k]] if k < len(args) else -1
+            if slot < 0 or self.where[slot] != (ARG, func, k):
+                return False
+            slots.append(slot)
+        returned = self.func_results[func]
+        for k in results:
+            if k >= len(returned):
+                return False
+            slots.append(returned[k])
+        for slot in slots:
+            self.value[slot] = None
+            self.sid[slot] = 0
+        return True
+
+    def moved_to(self, graph: PropagationGraph) -> None:
+        """Write back onto ``graph`` from now on: a graph of a copy of this store's
+        module (the same ops in the same order), e.g. one that carries the starting
+        shardings ``start`` only stored."""
+        if graph.op_name != self.graph.op_name:
+            raise AssertionError("the graph is not one of a copy of the store's module")
+        self.graph = graph
 
     # ------------------------------------------------------------------ slots
     def _new_slot(self, where: tuple, rank: int, sharding: TensorSharding | None) -> int:

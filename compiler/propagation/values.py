@@ -10,10 +10,11 @@ computations). Values are graph indices.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.propagation import propagate_read
+from shardc.compiler.propagation import SharedRead, propagate_read
 from shardc.compiler.propagation.graph import PropagationGraph, ReadMemo
 from shardc.compiler.propagation.ir_access import ShardingStore
 from shardc.compiler.sharding.rule import OpShardingRule
@@ -32,18 +33,13 @@ def element_bytes(type_: ir.Type) -> int:
     return max(1, width // 8) if isinstance(width, int) else 4
 
 
+_UNREAD = object()
+
+
 @functools.cache  # a few (mesh, rank) pairs, asked for every value without a sharding
 def replicated(mesh: str, rank: int) -> TensorSharding:
     """The closed, fully replicated sharding of a rank-``rank`` tensor."""
     return TensorSharding(mesh, (DimSharding((), True),) * rank)
-
-
-def _rules_to_attach(graph: PropagationGraph) -> bool:
-    """Whether writing ``graph`` back would attach a rule (``keep_rules``) to an op."""
-    ops = graph.ops
-    return any(rule is not None and rule.rule is not None
-               and SHARDING_RULE_ATTR not in ops[op].attributes
-               for op, rule in graph.visited_rules().items())
 
 
 class CostMemo:
@@ -52,6 +48,7 @@ class CostMemo:
     Its readers read their copies with one ``graph.ReadMemo`` (``reads``), whose
     interned sharding ids (``ShardingStore.sid``) mean the same in every copy,
     so ``ModuleValues.op_key`` names an op's situation with small ints;
+    (its op part, the same in every copy, interned in ``ops``);
     ``found`` maps such a key to what the cost model found there
     (``cost.report``), ``conflicts`` to the bytes of the collectives the op
     itself needs (``cost_aware.candidates.conflict_points``); ``sizes`` maps
@@ -65,6 +62,10 @@ class CostMemo:
         self.found: dict[tuple, object] = {}
         self.conflicts: dict[tuple, int] = {}
         self.sizes: dict[tuple[int, int], int] = {}
+        # (name, attached rule, operand types, result types) -> its int in ``op_key``s
+        self.ops: dict[tuple, int] = {}
+        # sharding id -> its dimension axes (``ModuleValues.axes``)
+        self.axes: dict[int, tuple | None] = {}
 
 
 class ModuleValues:
@@ -91,8 +92,16 @@ class ModuleValues:
         # Each value as a Tensor: the cost model asks per use, and a module is read
         # once (its shardings never change under a reader).
         self._tensors: dict[int, Tensor | None] = {}
+        self._ids: dict[int, int] = {}  # ``sharding_id`` of values the store holds no sharding for
         self.costs = costs
+        # What the cost model derives from the module by op and keeps, from its IR, its
+        # graph and where its store keeps shardings (attached rules, the search's op
+        # numbers, slots), none of which propagation changes: shared by the readers of
+        # one ``SharedRead``'s propagations.
+        self.facts: dict = {}
         self._unwritten = False  # ``propagated(write=False)`` left the module as it was
+        # ``propagated_on``'s: makes the copy its propagation stands for.
+        self._copy: Callable[[], ir.Operation] | None = None
         self.funcs = {
             ir.StringAttr(self.graph.ops[op].attributes["sym_name"]).value: op
             for op, name in enumerate(self.graph.op_name) if name == "func.func"
@@ -120,7 +129,7 @@ class ModuleValues:
                                       memo=costs.reads if costs is not None else None,
                                       write=write)
         again = any(graph.erased) or bool(store.manual)
-        if not write and (again or _rules_to_attach(graph)):
+        if not write and (again or graph.rules_to_attach()):
             store.write_back(keep_rules=True)
             write = True
         if again:
@@ -130,11 +139,48 @@ class ModuleValues:
         reader._unwritten = not write
         return reader
 
+    @classmethod
+    def propagated_on(cls, read: SharedRead, starts: dict[int, ir.Attribute],
+                      copy: Callable[[], ir.Operation], *, plan: str,
+                      unsharded: tuple[frozenset[int], frozenset[int]] = (frozenset(),
+                                                                          frozenset()),
+                      missing_as_replicated: bool = False,
+                      costs: CostMemo | None = None) -> ModuleValues | None:
+        """``propagated(copy(), write=False)`` without the copy: ``copy`` makes a copy of
+        ``read``'s module that differs from it only in the ``sdy.sharding`` of the ops
+        of ``starts`` and in the function arguments and results of ``unsharded``
+        (``SharedRead.propagate``), and is called only by ``write_back``,
+        which then reads that copy's graph and writes the store to it.
+
+        None where the shared read cannot stand for the copy (``SharedRead.usable``,
+        a start it cannot apply, or a rule the copy would be written to carry, which
+        the cost model would read from it): propagate the copy instead.
+        """
+        if not read.usable:
+            return None
+        store = read.propagate(plan, starts, unsharded)
+        if store is None or read.rules_to_attach():
+            return None
+        reader = cls(read.graph.module, missing_as_replicated=missing_as_replicated,
+                     read=(read.graph, store), costs=costs)
+        reader._unwritten = True
+        reader._copy = copy
+        reader.facts = read.facts
+        return reader
+
     def write_back(self) -> None:
         """Write the propagation ``propagated(write=False)`` kept in the store to the
-        module (once; nothing when it was written)."""
+        module (once; nothing when it was written). A ``propagated_on`` reader reads the
+        copy it stands for first, and reads it from then on."""
         if self._unwritten:
             self._unwritten = False
+            if self._copy is not None:
+                graph = PropagationGraph(self._copy(), conservative=self.graph.conservative,
+                                         memo=self.graph.memo)
+                self._copy = None
+                self.store.moved_to(graph)
+                self.graph = graph
+                self.facts = {}
             self.store.write_back(keep_rules=True)
 
     def mesh_of(self, *shardings: TensorSharding | None) -> MeshInfo | None:
@@ -215,20 +261,40 @@ class ModuleValues:
     def op_key(self, op: int) -> tuple | None:
         """What decides the collectives op ``op``'s rule needs, as ``costs`` names it.
 
-        Its name, attached rule (uniqued: its hash names it), and the type and
-        sharding of every operand and result: what ``rule_tensors`` reads, so
+        Its name, attached rule (uniqued: its hash names it), the type of every
+        operand and result (these four interned as one int, ``CostMemo.ops``), then
+        the sharding of every operand and result: what ``rule_tensors`` reads, so
         equal keys give equal answers. None without ``costs`` or an attached rule.
         """
-        if self.costs is None:
+        costs = self.costs
+        if costs is None:
             return None
-        graph = self.graph
-        attributes = graph.ops[op].attributes
-        if SHARDING_RULE_ATTR not in attributes:
+        # op -> (its interned int or None, its values, their store slots): the same in
+        # every reader of these facts, whose stores share where shardings live.
+        parts = self.facts.get("op keys")
+        if parts is None:
+            parts = self.facts["op keys"] = {}
+        part = parts.get(op)
+        if part is None:
+            graph = self.graph
+            attributes = graph.ops[op].attributes
+            if SHARDING_RULE_ATTR in attributes:
+                types = graph.value_type_key
+                operands, results = graph.op_operands[op], graph.op_results[op]
+                head = (graph.op_name[op], hash(attributes[SHARDING_RULE_ATTR]),
+                        tuple([types[v] for v in operands]), tuple([types[v] for v in results]))
+                values = (*operands, *results)
+                part = parts[op] = (costs.ops.setdefault(head, len(costs.ops)), values,
+                                    tuple([self.store.read_slot[v] for v in values]))
+            else:
+                part = parts[op] = (None, (), ())
+        if part[0] is None:
             return None
-        types = graph.value_type_key
-        return (graph.op_name[op], hash(attributes[SHARDING_RULE_ATTR]),
-                tuple([(types[v], self.sharding_id(v)) for v in graph.op_operands[op]]),
-                tuple([(types[v], self.sharding_id(v)) for v in graph.op_results[op]]))
+        sid = self.store.sid
+        ids = [sid[slot] for slot in part[2]]
+        if 0 in ids:  # not in the store: ``sharding_id`` knows
+            ids = [found or self.sharding_id(value) for found, value in zip(ids, part[1])]
+        return (part[0], *ids)
 
     def sharding_id(self, value: int) -> int:
         """The interned int of ``sharding(value)`` (0 for None): equal for equal
@@ -240,4 +306,22 @@ class ModuleValues:
             sid = store.sid[slot]
             if sid:  # the store holds it: ``sharding(value)`` is ``store.value[slot]``
                 return sid
-        return store.intern(self.sharding(value))
+        # Not in the store (a replicated value, say): asked again for every user.
+        sid = self._ids.get(value)
+        if sid is None:
+            sid = self._ids[value] = store.intern(self.sharding(value))
+        return sid
+
+    def axes(self, value: int) -> tuple | None:
+        """The dimension axes of ``sharding(value)`` (None without one), memoised by
+        ``sharding_id`` with ``costs``."""
+        if self.costs is None:
+            sharding = self.sharding(value)
+            return None if sharding is None else tuple([d.axes for d in sharding.dims])
+        sid = self.sharding_id(value)
+        axes = self.costs.axes.get(sid, _UNREAD)
+        if axes is _UNREAD:
+            sharding = self.sharding(value)
+            axes = self.costs.axes[sid] = (None if sharding is None
+                                           else tuple([d.axes for d in sharding.dims]))
+        return axes

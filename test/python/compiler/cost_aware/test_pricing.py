@@ -19,7 +19,12 @@ from shardc.compiler.cost_aware.candidates import (
     tag_ops,
 )
 from shardc.compiler.cost_aware.explicit import signatures
-from shardc.compiler.cost_aware.pricing import ModuleEvaluator, memory_peak, price
+from shardc.compiler.cost_aware.pricing import (
+    ModuleEvaluator,
+    PinnedCopies,
+    memory_peak,
+    price,
+)
 from shardc.compiler.propagation import propagate
 from shardc.compiler.propagation.graph import ReadMemo
 from shardc.compiler.propagation.values import CostMemo, ModuleValues
@@ -142,6 +147,34 @@ def test_an_unwritten_propagation_leaves_the_module_as_it_was():
     assert str(module) == str(reader.graph.module)
     unwritten.write_back()  # once
     assert str(module) == str(reader.graph.module)
+
+
+@pytest.mark.parametrize("name", ["conflict_mlp", "conflict_attention_seq", "conv_net",
+                                  "moe_routing"])
+def test_copies_propagated_on_one_read_are_the_pinned_clones_propagated(name):
+    """``PinnedCopies`` propagates a copy's pins as starting shardings on one shared read
+    of the module: the reader reads what the pinned clone's propagation reads, and
+    written back (the search keeps it), it is that clone as propagated."""
+    evaluator = ModuleEvaluator(_imported(name).operation, conservative=False)
+    *_, baseline = evaluator([])
+    pins = [pin for point in conflict_points(baseline) for pin in point.alternatives]
+    imported = evaluator.imported
+    copies = PinnedCopies(imported, False, CostMemo(ReadMemo()))
+    ops = ops_by_tag(imported)
+    candidates = [[], *([pin] for pin in pins[:4]), pins[:3]]
+    for chosen in candidates:
+        shared = copies.propagated(chosen, write=False)
+        with imported.context:
+            expected = ModuleValues.propagated(pinned_clone(imported, ops, chosen),
+                                               plan="user-priority", conservative=False,
+                                               missing_as_replicated=True, write=False)
+        assert _observed(shared) == _observed(expected)
+        assert signatures(shared) == signatures(expected)
+        shared.write_back()
+        expected.write_back()
+        assert str(shared.graph.module) == str(expected.graph.module)
+        assert _observed(shared) == _observed(expected)
+    assert copies._read.runs == len(candidates)  # none propagated a copy instead
 
 
 def test_copies_read_with_one_memo_propagate_as_copies_read_alone():

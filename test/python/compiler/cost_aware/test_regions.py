@@ -16,9 +16,17 @@ from bench.zoo import REGISTRY as ZOO
 from shardc.compiler import jit
 from shardc.compiler.cost_aware import cost_aware_pipeline
 from shardc.compiler.cost_aware.candidates import conflict_points, tag_ops
-from shardc.compiler.cost_aware.regions import cut_out, imported_shardings, region_of, structure_key
+from shardc.compiler.cost_aware.pricing import PinnedCopies, price
+from shardc.compiler.cost_aware.regions import (
+    cut_out,
+    imported_shardings,
+    open_positions,
+    region_of,
+    structure_key,
+)
 from shardc.compiler.propagation import propagate
-from shardc.compiler.propagation.values import ModuleValues
+from shardc.compiler.propagation.graph import ReadMemo
+from shardc.compiler.propagation.values import CostMemo, ModuleValues
 from shardc.compiler.stages import import_pipeline
 from shardc.compiler.stages.capture_loop_invariants import capture_loop_invariants
 from shardc.compiler.stages.fold_identities import fold_identities
@@ -190,3 +198,32 @@ def test_transformer_search_cost_does_not_grow_with_layers():
         assert resolution.evaluations == 1, resolution.format_text()  # the baseline only
         used[layers] = resolution.region_evaluations
     assert 0 < used[24] == used[12] <= 64, used
+
+
+def test_open_cut_copies_propagated_on_the_closed_cuts_read_are_the_open_cuts_copies():
+    """The open cut is the closed one with some function arguments and results left
+    without a sharding: its copies propagate on the closed cut's read (``opened``) to
+    what the open cut's own copies propagate to."""
+    module, imported, reader = _propagated_deep_stack()
+    starts = imported_shardings(imported)
+    points = conflict_points(reader)
+    checked = 0
+    for point in points[:3]:
+        ops = region_of(reader, [point.op], 128, 4)
+        closed_region, _ = cut_out(reader, ops, starts)
+        open_region, _ = cut_out(reader, ops, starts, open_cut=True)
+        costs = CostMemo(ReadMemo())
+        closed = PinnedCopies(closed_region, False, costs)
+        made = []
+        opened = closed.opened(*open_positions(reader, ops), lambda: made.append(1) or open_region)
+        assert any(open_positions(reader, ops))
+        alone = PinnedCopies(open_region, False, CostMemo(ReadMemo()))
+        for pins in ([], *([pin] for pin in point.alternatives)):
+            shared = opened.propagated(pins, write=False)
+            expected = alone.propagated(pins, write=True)  # a copy of the open cut itself
+            assert [shared.sharding(v) for v in range(len(shared.graph.values))] == \
+                [expected.sharding(v) for v in range(len(expected.graph.values))]
+            assert price(shared) == price(expected)
+            checked += 1
+        assert not made  # the open cut's module was never needed
+    assert checked > 3
