@@ -19,7 +19,12 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.cost_aware.candidates import communication_needs, tag_of, tagged_ops
+from shardc.compiler.cost_aware.candidates import (
+    communication_needs,
+    op_tags,
+    tag_of,
+    tagged_ops,
+)
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.tensor import DimSharding, TensorSharding, format_sharding
 from shardc.dialects import sdy
@@ -46,14 +51,23 @@ def signature(reader: ModuleValues, op: int,
 
 
 def signatures(reader: ModuleValues) -> dict[int, tuple]:
-    """``signature`` of every tagged op, by tag."""
-    out = {}
-    axes: dict[int, tuple | None] = {}
-    for op in range(len(reader.graph.ops)):
-        tag = tag_of(reader, op)
-        if tag is not None:
-            out[tag] = signature(reader, op, axes)
-    return out
+    """``signature`` of every tagged op, by tag.
+
+    Which values make up each signature is the graph's alone, kept in
+    ``reader.facts`` (shared by the readers of one read); each value's axes
+    are read once, in the order ``signature`` would first ask for them.
+    """
+    layout = reader.facts.get("signature values")
+    if layout is None:
+        graph = reader.graph
+        ops = [(tag, (*graph.op_operands[op], *graph.op_results[op]))
+               for op, tag in enumerate(op_tags(reader.facts, graph)) if tag is not None]
+        order = list(dict.fromkeys(value for _, values in ops for value in values))
+        layout = reader.facts["signature values"] = (ops, order)
+    ops, order = layout
+    axes_of = reader.axes
+    axes = {value: axes_of(value) for value in order}
+    return {tag: tuple([axes[value] for value in values]) for tag, values in ops}
 
 
 def insert_operand_reshards(module: ir.Operation, tags: set[int]) -> int:

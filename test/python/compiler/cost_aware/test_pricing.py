@@ -16,9 +16,10 @@ from shardc.compiler.cost_aware.candidates import (
     conflict_points,
     ops_by_tag,
     pinned_clone,
+    tag_of,
     tag_ops,
 )
-from shardc.compiler.cost_aware.explicit import signatures
+from shardc.compiler.cost_aware.explicit import signature, signatures
 from shardc.compiler.cost_aware.pricing import (
     ModuleEvaluator,
     PinnedCopies,
@@ -129,6 +130,26 @@ def test_a_propagated_reader_reads_what_reading_the_module_again_reads(make):
     assert not any(unwritten.graph.erased)
     assert _observed(unwritten) == _observed(ModuleValues(module.operation,
                                                           missing_as_replicated=True))
+
+
+@pytest.mark.parametrize("name", ["conflict_mlp", "conv_net", "moe_routing"])
+def test_signatures_are_every_tagged_ops_signature(name):
+    """``signatures`` keeps which values each op's signature reads in the reader's
+    facts (shared by the readers of one read): still ``signature`` op by op, in
+    every reader of those facts."""
+    evaluator = ModuleEvaluator(_imported(name).operation, conservative=False)
+    *_, baseline = evaluator([])
+    pins = [pin for point in conflict_points(baseline) for pin in point.alternatives]
+    assert pins
+    copies = PinnedCopies(evaluator.imported, False, CostMemo(ReadMemo()))
+    for chosen in [[], [pins[0]], pins[:3]]:
+        reader = copies.propagated(chosen, write=False)
+        graph = reader.graph
+        expected = {tag_of(reader, op): signature(reader, op) for op in range(len(graph.ops))
+                    if tag_of(reader, op) is not None}
+        assert signatures(reader) == expected
+        assert any(signature(reader, op) != signature(baseline, op)
+                   for op in range(len(graph.ops))) == bool(chosen)
 
 
 def test_an_unwritten_propagation_leaves_the_module_as_it_was():
