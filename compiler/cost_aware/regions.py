@@ -177,20 +177,35 @@ def open_positions(reader: ModuleValues, ops: list[int], crossing=None
 
 
 def _boundary_attrs(values: list[tuple[int, TensorSharding | None, bool]],
-                    fixed=lambda value, returned: True) -> ir.ArrayAttr:
-    """Each crossing value's closed sharding, or none where it is not ``fixed``."""
+                    fixed=lambda value, returned: True,
+                    made: dict[tuple, ir.Attribute] | None = None) -> ir.ArrayAttr:
+    """Each crossing value's closed sharding, or none where it is not ``fixed``.
+
+    ``made`` keeps each entry made, by mesh and dimension axes, for the cuts of
+    one context: an attribute is uniqued there, so the kept one is the one
+    parsing its text again would give.
+    """
+    if made is None:
+        made = {}
     entries = []
     for value, sharding, returned in values:
-        if sharding is None or not fixed(value, returned):
-            entries.append(ir.DictAttr.get({}))
-            continue
-        text = format_sharding(closed(sharding.mesh, [d.axes for d in sharding.dims]))
-        entries.append(ir.DictAttr.get({SHARDING_ATTR: ir.Attribute.parse(text)}))
+        key = (None if sharding is None or not fixed(value, returned)
+               else (sharding.mesh, tuple([d.axes for d in sharding.dims])))
+        entry = made.get(key)
+        if entry is None:
+            if key is None:
+                entry = ir.DictAttr.get({})
+            else:
+                text = format_sharding(closed(sharding.mesh, key[1]))
+                entry = ir.DictAttr.get({SHARDING_ATTR: ir.Attribute.parse(text)})
+            made[key] = entry
+        entries.append(entry)
     return ir.ArrayAttr.get(entries)
 
 
 def cut_out(reader: ModuleValues, ops: list[int], imported: dict[int, ir.Attribute | None],
-            open_cut: bool = False, crossing=None) -> tuple[ir.Module, frozenset[int]]:
+            open_cut: bool = False, crossing=None,
+            made: dict[tuple, ir.Attribute] | None = None) -> tuple[ir.Module, frozenset[int]]:
     """The region ``ops`` of ``reader``'s module as a module (see the module docstring),
     and the positions of its results that are results of the real function.
 
@@ -198,7 +213,8 @@ def cut_out(reader: ModuleValues, ops: list[int], imported: dict[int, ir.Attribu
     propagation (None: it had none). With ``open_cut`` only the real function's
     arguments and results keep their shardings at the cut; every other crossing
     value is left to propagation (the steady-state price). ``crossing``:
-    ``_crossing(reader, ops)``, when the caller has it.
+    ``_crossing(reader, ops)``, when the caller has it; ``made``: the boundary
+    attributes made for earlier cuts in this context (``_boundary_attrs``).
     """
     graph = reader.graph
     entering, leaving = crossing or _crossing(reader, ops)
@@ -216,8 +232,8 @@ def cut_out(reader: ModuleValues, ops: list[int], imported: dict[int, ir.Attribu
         def fixed(value: int, returned: bool) -> bool:
             return not open_cut or returned or _function_argument(graph, value)
 
-        function.operation.attributes["arg_attrs"] = _boundary_attrs(entering, fixed)
-        function.operation.attributes["res_attrs"] = _boundary_attrs(leaving, fixed)
+        function.operation.attributes["arg_attrs"] = _boundary_attrs(entering, fixed, made)
+        function.operation.attributes["res_attrs"] = _boundary_attrs(leaving, fixed, made)
         mapped: dict[int, ir.Value] = dict(zip((v for v, _, _ in entering), entry.arguments))
         with ir.InsertionPoint(entry):
             for op in ops:
@@ -383,6 +399,7 @@ class RegionEvaluator:
         self._reader: ModuleValues | None = None
         self._accepted: list[Pin] = []
         self._fingerprints: dict[int, tuple] = {}  # op_fingerprint by op, of ``_reader``
+        self._made: dict[tuple, ir.Attribute] = {}  # ``cut_out``'s boundary attributes
 
     def set_state(self, reader: ModuleValues, accepted: list[Pin]) -> None:
         """Cut regions out of ``reader`` from now on, with ``accepted`` pinned."""
@@ -429,7 +446,7 @@ class RegionEvaluator:
         """
         if region.module is None:
             module, region.returns = cut_out(self._reader, region.ops, self.imported,
-                                             crossing=region.crossing)
+                                             crossing=region.crossing, made=self._made)
             apply_pins(module.operation, self._accepted)
             region.module = PinnedCopies(module, self.conservative, self.costs)
         if not open_cut:
@@ -439,7 +456,7 @@ class RegionEvaluator:
 
             def cut() -> ir.Module:
                 module, _ = cut_out(reader, region.ops, self.imported, open_cut=True,
-                                    crossing=region.crossing)
+                                    crossing=region.crossing, made=self._made)
                 apply_pins(module.operation, accepted)
                 return module
 

@@ -105,6 +105,23 @@ def test_cut_out_region_is_a_valid_module_with_closed_boundary():
     assert returns == frozenset()  # the first layer's dot returns nothing of the program
 
 
+def test_cuts_sharing_their_boundary_attributes_are_the_cuts_made_alone():
+    """The evaluator keeps the boundary attributes it made (``cut_out(made=...)``)
+    for its later cuts: every region, closed and open, cuts out as without them."""
+    module, imported, reader = _propagated_deep_stack()
+    starts = imported_shardings(imported)
+    made: dict = {}
+    points = [p.op for p in conflict_points(reader)]
+    assert len(points) > 2
+    for point in points:
+        ops = region_of(reader, [point], 128, 4)
+        for open_cut in (True, False):
+            shared, shared_returns = cut_out(reader, ops, starts, open_cut=open_cut, made=made)
+            alone, returns = cut_out(reader, ops, starts, open_cut=open_cut)
+            assert str(shared) == str(alone) and shared_returns == returns
+    assert len(made) > 2
+
+
 def test_open_cut_leaves_only_the_functions_own_boundary_sharded():
     # The steady-state price: values crossing the cut from other ops settle with the
     # candidate; the program's own arguments (the weights) keep their shardings.
