@@ -77,32 +77,37 @@ def insert_operand_reshards(module: ir.Operation, tags: set[int]) -> int:
     needs it, feeds every op that needs the value in that sharding, tagged or
     not: the cost model counts such a reshard once (XLA reuses a value it
     already resharded for an op), and an explicit reshard next to an implicit
-    one of the same value would be compiled twice.
+    one of the same value would be compiled twice. So only the tagged ops and
+    the other users of the values they need resharded are asked what they need.
     """
     if not tags:
         return 0
     reader = ModuleValues(module, missing_as_replicated=True)
     graph = reader.graph
+    tagged = {op: _operand_targets(reader, op) for op in range(len(graph.ops))
+              if not graph.op_blocks[op] and tag_of(reader, op) in tags}
     wanted: dict[tuple, TensorSharding] = {}  # (value, target axes) -> sharding
-    users: dict[tuple, list[tuple[int, int]]] = {}  # -> (op, operand index)
-    for op in range(len(graph.ops)):
-        if graph.op_blocks[op]:
-            continue
-        found = communication_needs(reader, op)
+    for op, found in tagged.items():
         if found is None:
             continue
-        _, operands, _, needs = found
-        targets = {}
-        for need in needs:
-            if need.operand is not None and need.target is not None:
-                targets.setdefault(need.operand, need.target)
-        for index, target in sorted(targets.items()):
+        operands, targets = found
+        for index, target in targets:
+            mesh = operands[index].sharding.mesh
+            wanted.setdefault((graph.op_operands[op][index], target), TensorSharding(
+                mesh, tuple(DimSharding(tuple(a), True) for a in target)))
+    resharded = {value for value, _ in wanted}
+    users: dict[tuple, list[tuple[int, int]]] = {}  # -> (op, operand index), in op order
+    for op in range(len(graph.ops)):
+        if op in tagged:
+            found = tagged[op]
+        elif not graph.op_blocks[op] and any(v in resharded for v in graph.op_operands[op]):
+            found = _operand_targets(reader, op)
+        else:
+            continue
+        for index, target in found[1] if found is not None else ():
             key = (graph.op_operands[op][index], target)
-            users.setdefault(key, []).append((op, index))
-            if tag_of(reader, op) in tags:
-                mesh = operands[index].sharding.mesh
-                wanted.setdefault(key, TensorSharding(
-                    mesh, tuple(DimSharding(tuple(a), True) for a in target)))
+            if key in wanted:
+                users.setdefault(key, []).append((op, index))
     for key, sharding in wanted.items():
         first = graph.ops[_first_user_in_defining_block(graph, key[0], users[key])]
         attr = ir.Attribute.parse(format_sharding(sharding), module.context)
@@ -111,6 +116,21 @@ def insert_operand_reshards(module: ir.Operation, tags: set[int]) -> int:
         for op, index in users[key]:
             graph.ops[op].operands[index] = reshard.result
     return len(wanted)
+
+
+def _operand_targets(reader: ModuleValues, op: int) -> tuple[list, list[tuple]] | None:
+    """The operand tensors of ``op`` and, by operand index (ascending), the dimension
+    axes its first need of that operand reshards it to; None where
+    ``communication_needs`` finds nothing."""
+    found = communication_needs(reader, op)
+    if found is None:
+        return None
+    _, operands, _, needs = found
+    targets: dict[int, tuple] = {}
+    for need in needs:
+        if need.operand is not None and need.target is not None:
+            targets.setdefault(need.operand, need.target)
+    return operands, sorted(targets.items())
 
 
 def _first_user_in_defining_block(graph, value: int, users: list[tuple[int, int]]) -> int:

@@ -1,0 +1,80 @@
+"""The search's choices exported as explicit reshards (``compiler/cost_aware/explicit.py``)."""
+
+import pytest
+from jaxlib.mlir import ir
+
+from bench import e2e_measure
+from bench.models import REGISTRY
+from shardc.compiler.cost_aware.candidates import communication_needs, tag_of, tag_ops
+from shardc.compiler.cost_aware.explicit import (
+    _first_user_in_defining_block,
+    insert_operand_reshards,
+)
+from shardc.compiler.propagation import propagate
+from shardc.compiler.propagation.values import ModuleValues
+from shardc.compiler.sharding.tensor import DimSharding, TensorSharding, format_sharding
+from shardc.compiler.stages import import_pipeline
+from shardc.dialects import make_context, sdy
+
+
+def _propagated(name: str) -> ir.Module:
+    program = REGISTRY[name]("small")
+    jitted, args, _ = e2e_measure.prepare(program, "shardc")
+    module = ir.Module.parse(jitted.lower(*args, propagate=False).as_text(), make_context())
+    with module.context:
+        import_pipeline(module.operation)
+        tag_ops(module.operation)
+        propagate(module.operation, plan="user-priority")
+    return module
+
+
+def _every_op_asked(module: ir.Operation, tags: set[int]) -> int:
+    """``insert_operand_reshards`` as it was: every op asked what it needs."""
+    reader = ModuleValues(module, missing_as_replicated=True)
+    graph = reader.graph
+    wanted, users = {}, {}
+    for op in range(len(graph.ops)):
+        if graph.op_blocks[op]:
+            continue
+        found = communication_needs(reader, op)
+        if found is None:
+            continue
+        _, operands, _, needs = found
+        targets = {}
+        for need in needs:
+            if need.operand is not None and need.target is not None:
+                targets.setdefault(need.operand, need.target)
+        for index, target in sorted(targets.items()):
+            key = (graph.op_operands[op][index], target)
+            users.setdefault(key, []).append((op, index))
+            if tag_of(reader, op) in tags:
+                wanted.setdefault(key, TensorSharding(
+                    operands[index].sharding.mesh,
+                    tuple(DimSharding(tuple(a), True) for a in target)))
+    for key, sharding in wanted.items():
+        first = graph.ops[_first_user_in_defining_block(graph, key[0], users[key])]
+        attr = ir.Attribute.parse(format_sharding(sharding), module.context)
+        reshard = sdy.ReshardOp(graph.values[key[0]], attr, ip=ir.InsertionPoint(first),
+                                loc=first.location)
+        for op, index in users[key]:
+            graph.ops[op].operands[index] = reshard.result
+    return len(wanted)
+
+
+@pytest.mark.parametrize("name", ["conflict_mlp", "conflict_attention", "conflict_attention_seq",
+                                  "conflict_mlp_deep", "fsdp_train_step"])
+def test_reshards_inserted_asking_only_the_users_are_those_asking_every_op(name):
+    """Only the tagged ops and the other users of the values they need resharded are
+    asked what they need: the module is the one asking every op gives."""
+    module = _propagated(name)
+    reader = ModuleValues(module.operation, missing_as_replicated=True)
+    tags = sorted({tag_of(reader, op) for op in range(len(reader.graph.ops))} - {None})
+    inserted = 0
+    for chosen in (set(tags), set(tags[::3]), set(tags[1::2])):
+        with module.context:
+            found, expected = module.operation.clone(), module.operation.clone()
+            count = insert_operand_reshards(found, chosen)
+            assert count == _every_op_asked(expected, chosen)
+        assert str(found) == str(expected)
+        inserted += count
+    assert inserted  # some op needed an operand resharded
