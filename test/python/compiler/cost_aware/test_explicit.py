@@ -2,10 +2,9 @@
 
 import pytest
 from jaxlib.mlir import ir
+from search_programs import imported
 
-from bench import e2e_measure
-from bench.models import REGISTRY
-from shardc.compiler.cost_aware.candidates import communication_needs, tag_of, tag_ops
+from shardc.compiler.cost_aware.candidates import communication_needs, tag_of
 from shardc.compiler.cost_aware.explicit import (
     _first_user_in_defining_block,
     insert_operand_reshards,
@@ -13,17 +12,12 @@ from shardc.compiler.cost_aware.explicit import (
 from shardc.compiler.propagation import propagate
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.tensor import DimSharding, TensorSharding, format_sharding
-from shardc.compiler.stages import import_pipeline
-from shardc.dialects import make_context, sdy
+from shardc.dialects import sdy
 
 
 def _propagated(name: str) -> ir.Module:
-    program = REGISTRY[name]("small")
-    jitted, args, _ = e2e_measure.prepare(program, "shardc")
-    module = ir.Module.parse(jitted.lower(*args, propagate=False).as_text(), make_context())
+    module = imported(name)
     with module.context:
-        import_pipeline(module.operation)
-        tag_ops(module.operation)
         propagate(module.operation, plan="user-priority")
     return module
 

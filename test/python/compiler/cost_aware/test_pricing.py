@@ -4,9 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jaxlib.mlir import ir
+from search_programs import imported
 
-from bench import e2e_measure
-from bench.models import REGISTRY
 from shardc.compiler import jit
 from shardc.compiler.cost.fusion import fused_away
 from shardc.compiler.cost.report import comm_report_of
@@ -17,7 +16,6 @@ from shardc.compiler.cost_aware.candidates import (
     ops_by_tag,
     pinned_clone,
     tag_of,
-    tag_ops,
 )
 from shardc.compiler.cost_aware.explicit import signature, signatures
 from shardc.compiler.cost_aware.pricing import (
@@ -29,7 +27,6 @@ from shardc.compiler.cost_aware.pricing import (
 from shardc.compiler.propagation import propagate
 from shardc.compiler.propagation.graph import ReadMemo
 from shardc.compiler.propagation.values import CostMemo, ModuleValues
-from shardc.compiler.stages import import_pipeline
 from shardc.dialects import make_context
 from shardc.dialects.sdy import SHARDING_ATTR, SHARDING_RULE_ATTR
 
@@ -55,20 +52,10 @@ def test_memory_peak_skips_values_fused_into_their_consumers():
     assert memory_peak(reader) == x.nbytes + b.nbytes
 
 
-def _imported(name: str) -> ir.Module:
-    program = REGISTRY[name]("small")
-    jitted, args, _ = e2e_measure.prepare(program, "shardc")
-    module = ir.Module.parse(jitted.lower(*args, propagate=False).as_text(), make_context())
-    with module.context:
-        import_pipeline(module.operation)
-        tag_ops(module.operation)
-    return module
-
-
 def test_rules_attached_after_the_baseline_price_candidates_as_computed_ones():
     """The baseline evaluation attaches its rules to the imported module; a candidate
     propagated from it is priced and propagated exactly as from the bare module."""
-    attached = ModuleEvaluator(_imported("conflict_mlp").operation, conservative=False)
+    attached = ModuleEvaluator(imported("conflict_mlp").operation, conservative=False)
     *_, baseline = attached([])
     assert any(SHARDING_RULE_ATTR in op.attributes for op in baseline.graph.ops)
     assert any(SHARDING_RULE_ATTR in op.attributes for op in
@@ -76,7 +63,7 @@ def test_rules_attached_after_the_baseline_price_candidates_as_computed_ones():
     pins = [pin for point in conflict_points(baseline) for pin in point.alternatives]
     assert pins
     for pin in pins:
-        bare = ModuleEvaluator(_imported("conflict_mlp").operation, conservative=False)
+        bare = ModuleEvaluator(imported("conflict_mlp").operation, conservative=False)
         bare.baseline = attached.baseline  # no baseline run: its rules stay computed
         *expected, expected_reader = bare([pin])
         *found, reader = attached([pin])
@@ -109,8 +96,8 @@ def _observed(reader: ModuleValues) -> tuple:
 
 
 @pytest.mark.parametrize("make", [
-    lambda: _imported("conflict_mlp"),
-    lambda: _imported("shard_map_pipeline"),  # manual computations: read again
+    lambda: imported("conflict_mlp"),
+    lambda: imported("shard_map_pipeline"),  # manual computations: read again
     lambda: ir.Module.parse(_DEAD_ADD, make_context()),  # an erased op: read again
 ], ids=["conflict_mlp", "shard_map_pipeline", "dead_add"])
 def test_a_propagated_reader_reads_what_reading_the_module_again_reads(make):
@@ -137,7 +124,7 @@ def test_signatures_are_every_tagged_ops_signature(name):
     """``signatures`` keeps which values each op's signature reads in the reader's
     facts (shared by the readers of one read): still ``signature`` op by op, in
     every reader of those facts."""
-    evaluator = ModuleEvaluator(_imported(name).operation, conservative=False)
+    evaluator = ModuleEvaluator(imported(name).operation, conservative=False)
     *_, baseline = evaluator([])
     pins = [pin for point in conflict_points(baseline) for pin in point.alternatives]
     assert pins
@@ -153,7 +140,7 @@ def test_signatures_are_every_tagged_ops_signature(name):
 
 
 def test_an_unwritten_propagation_leaves_the_module_as_it_was():
-    module = _imported("conflict_mlp")
+    module = imported("conflict_mlp")
     with module.context:
         *_, reader = ModuleEvaluator(module.operation, conservative=False)([])  # rules attached
         before = str(module)
@@ -176,17 +163,17 @@ def test_copies_propagated_on_one_read_are_the_pinned_clones_propagated(name):
     """``PinnedCopies`` propagates a copy's pins as starting shardings on one shared read
     of the module: the reader reads what the pinned clone's propagation reads, and
     written back (the search keeps it), it is that clone as propagated."""
-    evaluator = ModuleEvaluator(_imported(name).operation, conservative=False)
+    evaluator = ModuleEvaluator(imported(name).operation, conservative=False)
     *_, baseline = evaluator([])
     pins = [pin for point in conflict_points(baseline) for pin in point.alternatives]
-    imported = evaluator.imported
-    copies = PinnedCopies(imported, False, CostMemo(ReadMemo()))
-    ops = ops_by_tag(imported)
+    module = evaluator.imported
+    copies = PinnedCopies(module, False, CostMemo(ReadMemo()))
+    ops = ops_by_tag(module)
     candidates = [[], *([pin] for pin in pins[:4]), pins[:3]]
     for chosen in candidates:
         shared = copies.propagated(chosen, write=False)
-        with imported.context:
-            expected = ModuleValues.propagated(pinned_clone(imported, ops, chosen),
+        with module.context:
+            expected = ModuleValues.propagated(pinned_clone(module, ops, chosen),
                                                plan="user-priority", conservative=False,
                                                missing_as_replicated=True, write=False)
         assert _observed(shared) == _observed(expected)
@@ -200,7 +187,7 @@ def test_copies_propagated_on_one_read_are_the_pinned_clones_propagated(name):
 
 def test_copies_read_with_one_memo_propagate_as_copies_read_alone():
     """The search's evaluators share a ``ReadMemo`` across the copies they propagate."""
-    module = _imported("conflict_mlp")
+    module = imported("conflict_mlp")
     with module.context:
         expected = module.operation.clone()
         propagate(expected, plan="user-priority", keep_sharding_rules=True)
@@ -219,7 +206,7 @@ def test_copies_priced_with_one_cost_memo_price_as_copies_priced_alone(name):
     """The evaluators' ``CostMemo`` answers for an op seen in another copy with
     the same rule, types and shardings: the price is the one found without it
     (reduce_window, gather and scatter ops are found again every time)."""
-    evaluator = ModuleEvaluator(_imported(name).operation, conservative=False)
+    evaluator = ModuleEvaluator(imported(name).operation, conservative=False)
     *_, baseline = evaluator([])
     pins = [pin for point in conflict_points(baseline) for pin in point.alternatives]
     for reader in [baseline, *(evaluator([pin])[2] for pin in pins[:4])]:
@@ -236,7 +223,7 @@ def test_copies_priced_with_one_cost_memo_price_as_copies_priced_alone(name):
 
 
 def test_conflict_points_found_with_a_cost_memo_are_those_found_without():
-    evaluator = ModuleEvaluator(_imported("conflict_attention_seq").operation,
+    evaluator = ModuleEvaluator(imported("conflict_attention_seq").operation,
                                 conservative=False)
     *_, baseline = evaluator([])
     pins = [pin for point in conflict_points(baseline) for pin in point.alternatives]
@@ -249,7 +236,7 @@ def test_conflict_points_found_with_a_cost_memo_are_those_found_without():
 
 
 def test_a_pinned_clone_is_the_clone_with_the_pins_applied_and_the_module_unchanged():
-    module = _imported("conflict_mlp")
+    module = imported("conflict_mlp")
     with module.context:
         *_, baseline = ModuleEvaluator(module.operation, conservative=False)([])
         pins = [pin for point in conflict_points(baseline) for pin in point.alternatives]
