@@ -452,16 +452,20 @@ class RegionEvaluator:
         if not open_cut:
             return region.module
         if region.open_module is None:
-            reader, accepted = self._reader, self._accepted
+            # ``cut`` is kept by the region's copies: it holds neither the region nor
+            # this evaluator, or they would live in a cycle, freed only by the cyclic
+            # collector (scanning all the search allocated) instead of when dropped.
+            reader, accepted, imported, made = self._reader, self._accepted, self.imported, self._made
+            ops, crossing = region.ops, region.crossing
 
             def cut() -> ir.Module:
-                module, _ = cut_out(reader, region.ops, self.imported, open_cut=True,
-                                    crossing=region.crossing, made=self._made)
+                module, _ = cut_out(reader, ops, imported, open_cut=True, crossing=crossing,
+                                    made=made)
                 apply_pins(module.operation, accepted)
                 return module
 
-            region.open_module = region.module.opened(
-                *open_positions(reader, region.ops, region.crossing), cut)
+            region.open_module = region.module.opened(*open_positions(reader, ops, crossing),
+                                                      cut)
         return region.open_module
 
     def _evaluate(self, region: _Region, pin: Pin | None,

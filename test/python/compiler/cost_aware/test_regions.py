@@ -7,6 +7,9 @@ the cut-out modules themselves. No compilation: predicted bytes only (the
 compiled bytes are ``test_cost_aware.py``'s).
 """
 
+import gc
+import weakref
+
 import pytest
 from jaxlib.mlir import ir
 
@@ -18,6 +21,7 @@ from shardc.compiler.cost_aware import cost_aware_pipeline
 from shardc.compiler.cost_aware.candidates import conflict_points, tag_ops
 from shardc.compiler.cost_aware.pricing import PinnedCopies, price
 from shardc.compiler.cost_aware.regions import (
+    RegionEvaluator,
     cut_out,
     imported_shardings,
     open_positions,
@@ -244,3 +248,27 @@ def test_open_cut_copies_propagated_on_the_closed_cuts_read_are_the_open_cuts_co
             checked += 1
         assert not made  # the open cut's module was never needed
     assert checked > 3
+
+
+def test_region_evaluator_is_freed_without_the_cyclic_collector():
+    """The search runs with cyclic collection paused: an evaluator in a reference cycle
+    (a region's open-cut copies keeping a maker that holds the region) would outlive
+    it, and the first collection after it would scan all it kept. Dropped, it is
+    freed at once."""
+    module, imported, reader = _propagated_deep_stack()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        evaluator = RegionEvaluator(imported, limit=128, radius=4, conservative=False)
+        evaluator.set_state(reader, [])
+        for point in conflict_points(reader)[:2]:
+            for pin in point.alternatives[:2]:
+                evaluator.price_pin((point.op,), pin)
+                evaluator.steady_price((point.op,), pin)
+        assert evaluator.steady_count > 0
+        alive = weakref.ref(evaluator)
+        del evaluator
+        assert alive() is None
+    finally:
+        if enabled:
+            gc.enable()
