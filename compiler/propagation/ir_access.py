@@ -14,6 +14,7 @@ to the IR in one go.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 
 from jaxlib.mlir import ir
@@ -128,15 +129,14 @@ class ShardingStore:
         """This store as read, before any propagation step, for another run on its graph
         (``propagation.SharedRead``): the shardings and what steps write are copied,
         where each value's sharding lives is shared (steps never change it)."""
-        copy = object.__new__(ShardingStore)
-        copy.__dict__.update(self.__dict__)
-        copy.value = list(self.value)
-        copy.sid = list(self.sid)
-        copy.dirty = set()
-        copy.readers = [[] for _ in self.readers]
-        copy.settled = [-1] * len(self.settled)
-        copy.erase_log = []
-        return copy
+        fresh = copy.copy(self)
+        fresh.value = list(self.value)
+        fresh.sid = list(self.sid)
+        fresh.dirty = set()
+        fresh.readers = [[] for _ in self.readers]
+        fresh.settled = [-1] * len(self.settled)
+        fresh.erase_log = []
+        return fresh
 
     def start(self, op: int, attribute: ir.Attribute) -> bool:
         """Read op ``op``'s result sharding from ``attribute`` (an ``sdy.sharding``
