@@ -28,7 +28,6 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 import argparse  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
-import math  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -39,6 +38,7 @@ from bench import e2e_measure, zoo  # noqa: E402
 from bench import propagation as transformer_bench  # noqa: E402
 from bench.models import REGISTRY, REGRESSIONS, make_programs  # noqa: E402
 from bench.models.program import Program  # noqa: E402
+from bench.stats import geomean  # noqa: E402
 from shardc.compiler import jit  # noqa: E402
 
 STRATEGIES = ("shardy", "cost-aware")
@@ -131,11 +131,6 @@ def row_text(row: dict[str, Any]) -> str:
     """One line of the table, under ``HEADER``."""
     return (f"{row['name']:26} {row['shardy'] * 1e3:10.1f} {row['cost-aware'] * 1e3:13.1f} "
             f"{row['ratio']:6.2f}")
-
-
-def geomean(ratios) -> float:
-    """The geometric mean of ``ratios``."""
-    return math.exp(statistics.fmean(math.log(r) for r in ratios))
 
 
 def write_json(path: str, data: Any) -> None:

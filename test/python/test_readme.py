@@ -40,8 +40,10 @@ def test_speed_section_renders_the_benchmarks_rows(tmp_path):
     """``bench.speed_readme`` splices the three speed benchmarks' JSON between the
     README's speed markers, keeping the rest of the file."""
     lowering = {"clock": "wall", "geomean": 1.5, "rows": [
-        {"name": "lm_linen", "jax": 0.16, "shardc": 0.30, "ratio": 1.875},
-        {"name": "conflict_mlp", "jax": 0.01, "shardc": 0.012, "ratio": 1.2}]}
+        {"name": "lm_linen", "jax": 0.16, "shardc": 0.30, "ratio": 1.875,
+         "shardy_pipeline": 0.04, "reference_ratio": 1.25},
+        {"name": "conflict_mlp", "jax": 0.01, "shardc": 0.012, "ratio": 1.2,
+         "shardy_pipeline": 0.004, "reference_ratio": 1.4}]}
     process = {"layers": 512, "ops": 47000, "ours_wall_ms": 3000.0, "native_wall_ms": 4000.0,
                "wall_ratio": 0.75, "ours_cpu_ms": 2900.0, "native_cpu_ms": 3900.0,
                "cpu_ratio": 0.74, "ours_cpu_us_per_op": 60.0, "native_cpu_us_per_op": 80.0,
@@ -62,9 +64,9 @@ def test_speed_section_renders_the_benchmarks_rows(tmp_path):
                        "--cost-aware", str(paths[2]), "--readme", str(readme)])
     text = readme.read_text()
     assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
-    assert "| lm_linen | 160.0 | 300.0 | 1.88× |" in text
-    assert "**geometric mean, zoo** | | | **1.88×**" in text
-    assert "**geometric mean, bench/models** | | | **1.20×**" in text
+    assert "| lm_linen | 160.0 | 300.0 | 1.88× | 40.0 | 1.25× |" in text
+    assert "**geometric mean, zoo** | | | **1.88×** | | **1.25×** |" in text
+    assert "**geometric mean, bench/models** | | | **1.20×** | | **1.40×** |" in text
     assert "| 512 | 47000 | 3000 / 4000 ms = 0.75× | 0.74× | 60 / 80 | 250 / 160 = 1.56× | yes |" \
         in text
     assert "| **geometric mean** | | | **3.00×** |" in text
