@@ -13,6 +13,9 @@ the graph; ``ir_access.write_back`` applies it to the IR at the end.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from operator import attrgetter
+
 from jaxlib.mlir import ir
 
 from shardc.compiler.propagation.compact_rule import CompactRule, compact_rule
@@ -63,6 +66,8 @@ _NEIGHBOUR_DEPENDENT = _NEIGHBOUR_KEYS
 _MISSING = object()
 _KNOWN_DIALECTS = ("stablehlo.", "sdy.", "chlo.", "func.", "arith.", "tensor.", "math.")
 NEVER_DEAD = frozenset({"func.func", "sdy.mesh", "builtin.module"})
+_NAME, _RESULT, _RESULTS, _REGIONS, _TYPE = map(
+    attrgetter, ("name", "result", "results", "regions", "type"))
 
 ELEMENTWISE_EXTRA = frozenset({
     "sdy.propagation_barrier",
@@ -171,140 +176,172 @@ class PropagationGraph:
     def _build(self) -> None:
         # Ops and values are keyed by their hash (the MLIR pointer): comparing
         # binding objects for equality in a dict lookup costs a binding call.
-        # Every binding call is per-op cost, so each fact is read once.
-        ops: list[ir.Operation] = []
-        append, advance = ops.append, ir.WalkResult.ADVANCE
+        # Every binding call is per-op cost, so each fact is read once, and read
+        # for all ops at a time (``map``): a Python loop per op costs as much.
+        walked: list[ir.Operation] = []
+        append, advance = walked.append, ir.WalkResult.ADVANCE
         self.module.walk(lambda op: append(op) or advance, ir.WalkOrder.PRE_ORDER)
         # Pre-order: the module itself comes first.
-        module_key = hash(self.module)
-        if not ops or hash(ops[0]) != module_key:
+        if not walked or hash(walked[0]) != hash(self.module):
             raise AssertionError("walk did not start at the module")
-        module_blocks = [block for region in ops[0].regions for block in region.blocks]
-        ops = ops[1:]
-        op_hashes = [hash(op) for op in ops]
-        op_id = {h: i for i, h in enumerate(op_hashes)}
-        # Binding objects of distinct ops have been seen to hash alike after IR edits
-        # (a constraint moved out of a case branch): those are told apart by equality.
-        shared: dict[int, list[int]] = {}
-        if len(op_id) != len(ops):
-            for i, h in enumerate(op_hashes):
-                shared.setdefault(h, []).append(i)
-            shared = {h: found for h, found in shared.items() if len(found) > 1}
-        value_id: dict[int, int] = {}
-        shape_of: dict[int, tuple[int, ...] | None] = {}  # type hash -> static shape
-        ranked: set[int] = set()  # type hashes of ranked tensor types
-        self.ops = ops
-        op_parent = self.op_parent = [-1] * len(ops)
-        op_terminator = self.op_terminator = [False] * len(ops)
-        self.erased = [False] * len(ops)
-        op_name, op_results, op_blocks = self.op_name, self.op_results, self.op_blocks
-        values, value_def, value_owner = self.values, self.value_def, self.value_owner
-        value_arg_index, value_shape = self.value_arg_index, self.value_shape
-        value_type_key, dynamic = self.value_type_key, self.dynamic_values
-
-        def new_value(value: ir.Value, owner: int, defining: int, index: int) -> int:
-            vid = len(values)
-            type_ = value.type
-            type_key = hash(type_)
-            values.append(value)
-            value_type_key.append(type_key)
-            value_def.append(defining)
-            value_owner.append(owner)
-            value_arg_index.append(index)
-            try:
-                shape = shape_of[type_key]
-            except KeyError:
-                shape = shape_of[type_key] = _shape_of(type_, {})
-                if isinstance(type_, ir.RankedTensorType):
-                    ranked.add(type_key)
-            if shape is None and type_key in ranked:
-                dynamic.append(vid)
-            value_shape.append(shape)
-            value_id[hash(value)] = vid
-            return vid
-
-        # Parents from the pre-order itself: a stack of (ops left, nested list)
-        # per open block, sized once per block, instead of asking each op.
-        stack: list[list] = [[len(block.operations), None] for block in reversed(module_blocks)]
-        for i, op in enumerate(ops):
-            while stack[-1][0] == 0:
-                stack.pop()
-            frame = stack[-1]
-            frame[0] -= 1
-            if frame[1] is not None:
-                frame[1].append(i)
-            op_name.append(op.name)
-            results = op.results
-            num_results = len(results)
-            if num_results == 1:
-                # ``new_value`` inlined for the common case: a static shape seen before.
-                value = op.result
-                type_key = hash(value.type)
-                shape = shape_of.get(type_key)
-                if shape is None:
-                    op_results.append([new_value(value, i, i, 0)])
-                else:
-                    vid = len(values)
-                    values.append(value)
-                    value_type_key.append(type_key)
-                    value_def.append(i)
-                    value_owner.append(i)
-                    value_arg_index.append(0)
-                    value_shape.append(shape)
-                    value_id[hash(value)] = vid
-                    op_results.append([vid])
-            elif num_results:
-                op_results.append([new_value(result, i, i, k)
-                                   for k, result in enumerate(results)])
-            else:
-                op_results.append([])
-            blocks = []
-            regions = op.regions
-            if len(regions):
-                frames = []
-                for region in regions:
+        module_blocks = [block for region in walked[0].regions for block in region.blocks]
+        ops = self.ops = walked[1:]
+        n = len(ops)
+        self.op_name = list(map(_NAME, ops))
+        results = list(map(_RESULTS, ops))
+        n_results = list(map(len, results))
+        regions = list(map(_REGIONS, ops))
+        self.op_parent = [-1] * n
+        self.op_terminator = [False] * n
+        self.erased = [False] * n
+        op_results: list[list[int]] = [[]] * n  # each replaced by its own list below
+        op_blocks: list[list[tuple[list[int], list[int]]]] = [[] for _ in range(n)]
+        # Values are numbered op by op: its results, then its blocks' arguments.
+        # Most ops have one result and no region: those runs are read in bulk.
+        values: list[ir.Value] = []
+        value_def: list[int] = []      # defining op, or -1 for block args
+        value_owner: list[int] = []    # op owning the block of a block arg
+        value_arg_index: list[int] = []
+        with_regions = [i for i, owned in enumerate(map(len, regions)) if owned]
+        irregular = sorted({i for i, count in enumerate(n_results) if count != 1}
+                           .union(with_regions))
+        # op with regions -> (nested op list, number of ops) per block
+        block_sizes: dict[int, list[tuple[list[int], int]]] = {}
+        start = 0
+        for i in (*irregular, n):
+            if start < i:
+                first = len(values)
+                values.extend(map(_RESULT, ops[start:i]))
+                run = range(start, i)
+                value_def.extend(run)
+                value_owner.extend(run)
+                value_arg_index.extend([0] * (i - start))
+                op_results[start:i] = [[vid] for vid in range(first, first + i - start)]
+            if i == n:
+                break
+            count = n_results[i]
+            op_results[i] = list(range(len(values), len(values) + count))
+            values.extend(results[i])
+            value_def.extend([i] * count)
+            value_owner.extend([i] * count)
+            value_arg_index.extend(range(count))
+            if regions[i]:
+                sizes = block_sizes[i] = []
+                for region in regions[i]:
                     for block in region.blocks:
-                        args = [new_value(arg, i, -1, k)
-                                for k, arg in enumerate(block.arguments)]
+                        args = list(block.arguments)
+                        count = len(args)
                         nested: list[int] = []
-                        blocks.append((args, nested))
-                        frames.append([len(block.operations), nested])
-                stack.extend(reversed(frames))
-            op_blocks.append(blocks)
-        if any(frame[0] for frame in stack):
-            raise AssertionError("walk order does not match the block structure")
-        terminator = ir.IsTerminatorTrait
-        for i, blocks in enumerate(op_blocks):
-            for _, nested in blocks:
-                for inner in nested:
-                    op_parent[inner] = i
-                # Only the last op of a block can be a terminator.
-                if nested and ops[nested[-1]].has_trait(terminator):
-                    op_terminator[nested[-1]] = True
+                        op_blocks[i].append((list(range(len(values), len(values) + count)),
+                                             nested))
+                        sizes.append((nested, len(block.operations)))
+                        values.extend(args)
+                        value_def.extend([-1] * count)
+                        value_owner.extend([i] * count)
+                        value_arg_index.extend(range(count))
+            start = i + 1
+        self.op_results, self.op_blocks = op_results, op_blocks
+        self.values, self.value_def = values, value_def
+        self.value_owner, self.value_arg_index = value_owner, value_arg_index
+        self._read_types()
+        self._nest(module_blocks, with_regions, block_sizes)
+        value_id = dict(zip(map(hash, values), range(len(values))))
         if len(value_id) != len(values):
             raise AssertionError("value hashes are not unique")
+        value_of = value_id.__getitem__
+        op_operands = self.op_operands = [list(map(value_of, map(hash, op.operands)))
+                                          for op in ops]
         # Uses from the operand lists; MLIR's use-list order (which decides the
         # worklist) only matters, and is only read, for values used twice or more.
         uses: list[list[tuple[int, int]]] = [[] for _ in values]
-        op_operands = self.op_operands
-        value_of = value_id.__getitem__
-        for i, op in enumerate(ops):
-            operands = list(map(value_of, map(hash, op.operands)))
-            op_operands.append(operands)
+        for i, operands in enumerate(op_operands):
             for k, value in enumerate(operands):
                 uses[value].append((i, k))
         for vid, value_uses in enumerate(uses):
             if len(value_uses) > 1:
-                uses[vid] = [(self._op_index(op_id, shared, u.owner.operation), u.operand_number)
-                             for u in values[vid].uses]
+                uses[vid] = self._use_order(vid, value_uses)
         self.uses = uses
 
-    def _op_index(self, op_id: dict[int, int], shared: dict[int, list[int]],
-                  op: ir.Operation) -> int:
-        key = hash(op)
-        if key in shared:
-            return next(i for i in shared[key] if self.ops[i] == op)
-        return op_id[key]
+    def _read_types(self) -> None:
+        """Each value's type key and static shape (read once per distinct type)."""
+        types = list(map(_TYPE, self.values))
+        type_keys = self.value_type_key = list(map(hash, types))
+        distinct = dict(zip(type_keys, types))
+        shape_of = {key: _shape_of(type_, {}) for key, type_ in distinct.items()}
+        self.value_shape = list(map(shape_of.__getitem__, type_keys))
+        dynamic = {key for key, type_ in distinct.items()
+                   if shape_of[key] is None and isinstance(type_, ir.RankedTensorType)}
+        self.dynamic_values = ([vid for vid, key in enumerate(type_keys) if key in dynamic]
+                               if dynamic else [])
+
+    def _nest(self, module_blocks: list[ir.Block], with_regions: list[int],
+              block_sizes: dict[int, list[tuple[list[int], int]]]) -> None:
+        """Parents, nested op lists and terminators from the pre-order and block sizes.
+
+        In pre-order an op's descendants follow it: a block's ops are its next
+        op, then the op after that one's descendants, and so on. Ops with
+        regions are done innermost first, so each knows how many descendants
+        its nested ops with regions have.
+        """
+        op_parent, ops = self.op_parent, self.ops
+        descendants: dict[int, int] = {}
+
+        def children(parent: int, j: int, count: int, nested: list[int] | None) -> int:
+            # Runs of ops without regions are whole children: assigned by slices.
+            at = bisect_left(with_regions, j)
+            while count:
+                leaves = count
+                if at < len(with_regions):
+                    leaves = min(count, with_regions[at] - j)
+                if leaves:
+                    if nested is not None:
+                        nested.extend(range(j, j + leaves))
+                    op_parent[j:j + leaves] = [parent] * leaves
+                    j += leaves
+                    count -= leaves
+                if count:
+                    if nested is not None:
+                        nested.append(j)
+                    op_parent[j] = parent
+                    j += 1 + descendants[j]
+                    count -= 1
+                    at = bisect_left(with_regions, j, at)
+            return j
+
+        for i in reversed(with_regions):
+            j = i + 1
+            for nested, count in block_sizes[i]:
+                j = children(i, j, count, nested)
+            descendants[i] = j - i - 1
+        j = 0
+        for block in module_blocks:
+            j = children(-1, j, len(block.operations), None)
+        if j != len(ops):
+            raise AssertionError("walk order does not match the block structure")
+        terminator = ir.IsTerminatorTrait
+        for i in with_regions:
+            for _, nested in self.op_blocks[i]:
+                # Only the last op of a block can be a terminator.
+                if nested and ops[nested[-1]].has_trait(terminator):
+                    self.op_terminator[nested[-1]] = True
+
+    def _use_order(self, value: int, users: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The uses of ``value`` in MLIR's use-list order, its owners told apart by hash."""
+        ops = self.ops
+        by_hash: dict[int, list[int]] = {}
+        for user, _ in users:
+            found = by_hash.setdefault(hash(ops[user]), [])
+            if user not in found:
+                found.append(user)
+        order = []
+        for use in self.values[value].uses:
+            owner = use.owner.operation
+            found = by_hash[hash(owner)]
+            # Binding objects of distinct ops have been seen to hash alike after IR
+            # edits (a constraint moved out of a case branch): told apart by equality.
+            user = found[0] if len(found) == 1 else next(i for i in found if ops[i] == owner)
+            order.append((user, use.operand_number))
+        return order
 
     # ------------------------------------------------------------------ queries
     def value_rank(self, value: int) -> int:
