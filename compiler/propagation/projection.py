@@ -64,6 +64,12 @@ def project(
     for dim_factors, dim in zip(mapping, sharding.dims):
         axes = dim.axes
         closed = dim.closed
+        if len(dim_factors) == 1:
+            # Most dims: one factor, the minor-most, takes every axis (merged).
+            factors[dim_factors[0]] = [
+                tuple(axes) if len(axes) < 2 else tuple(_remaining(axes[0], axes, 0)),
+                closed, True, ()]
+            continue
         index = 0
         cur = axes[0] if axes else None
         overflowed = False
