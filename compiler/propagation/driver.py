@@ -213,8 +213,8 @@ class Driver:
             if updates:
                 self.current = op
                 values = plan.values
-                for i, new in updates:
-                    self.update(values[i], new, True)
+                for i, new, sid in updates:
+                    self._update(values[i], new, sid, True)
                 self.current = -1
                 if recorder is not None:
                     recorder.step(values, entry[1])
@@ -400,7 +400,7 @@ class Driver:
 
     def _step(self, plan: Plan, directions: tuple, strategy: FactorPropagation,
               edges: bool = False) -> tuple:
-        """One step as a pure function: the ``(value index, new sharding)`` updates.
+        """One step as a pure function: the ``(value index, new sharding, its id)`` updates.
 
         The result depends only on the plan's key, the directions, the
         strategy and the shardings of the plan's slots, which is what the
@@ -432,19 +432,24 @@ class Driver:
                 continue
             if edge >= 0 and i == len(values) - 1:
                 new = store.edge_after(edge, new)
-            updates.append((i, new))
+            # Interned once here, not on every replay of the memoised step.
+            updates.append((i, new, store.intern(new)))
         if edges:
             return tuple(updates), factor_edges(before, projections, mappings, n)
         return tuple(updates)
 
     def update(self, value: int, sharding: TensorSharding, notify: bool) -> None:
         """Store ``sharding`` for ``value`` (and its group), notifying if asked."""
+        self._update(value, sharding, self.store.intern(sharding), notify)
+
+    def _update(self, value: int, sharding: TensorSharding, sid: int, notify: bool) -> None:
+        """``update`` with ``sharding``'s interned id already known."""
         store = self.store
         storage = store.storage[value]
         slot = store.slot_of[storage]
         if slot < 0:
             return
-        store.set_slot(slot, sharding)
+        store.set_interned(slot, sharding, sid)
         if notify:
             self.notify(storage)
         for member in self.groups.get(storage, ()):
@@ -452,7 +457,7 @@ class Driver:
                 continue
             member_slot = store.slot_of[store.storage[member]]
             if member_slot >= 0:
-                store.set_slot(member_slot, sharding)
+                store.set_interned(member_slot, sharding, sid)
             if notify:
                 self.notify(member)
 
@@ -470,9 +475,17 @@ class Driver:
     def notify_users(self, value: int) -> None:
         """Queue the users of ``value`` (edges for edge sources, parents for terminators)."""
         graph, plain = self.graph, self._plain
+        position, parent, worklist = self.position, graph.op_parent, self.worklist
         for user, index in graph.uses[value]:
             if plain[user]:
-                self.push(user)
+                # ``push`` inlined: most notifications queue plain users.
+                if user == self.current:
+                    continue
+                while user >= 0:
+                    if position[user] < 0:
+                        position[user] = len(worklist)
+                        worklist.append(user)
+                    user = parent[user]
                 continue
             edge = self._edge_for_use(user, index)
             if edge >= 0:

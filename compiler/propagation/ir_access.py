@@ -387,8 +387,12 @@ class ShardingStore:
 
     def set_slot(self, slot: int, sharding: TensorSharding) -> None:
         """Store ``sharding``; siblings without a sharding get open placeholders."""
+        self.set_interned(slot, sharding, self.intern(sharding))
+
+    def set_interned(self, slot: int, sharding: TensorSharding, sid: int) -> None:
+        """``set_slot`` with ``sid``, the interned id of ``sharding``, already known."""
         self.value[slot] = sharding
-        self.sid[slot] = self.intern(sharding)
+        self.sid[slot] = sid
         self.dirty.add(slot)
         settled = self.settled
         for op in self.readers[slot]:
