@@ -77,7 +77,9 @@ class Driver:
                        ] if after is None else after._plain
         # Ops that may be dead: no result used and not a terminator (the others are
         # not dead, and uses only go when an op is erased: ``erase`` adds to it).
-        self._unused = [self._results_unused(op) for op in range(len(graph.ops))
+        uses = graph.uses
+        self._unused = [not terminator and not any([uses[value] for value in results])
+                        for terminator, results in zip(graph.op_terminator, graph.op_results)
                         ] if after is None else after._unused
         # A step is a pure function of its plan key (rule, flags, data-flow
         # view), its factor directions, the strategy and its tensors' shardings
@@ -306,8 +308,8 @@ class Driver:
                    conservative: bool, edge: int, fixed: int | None) -> Plan:
         store = self.store
         values = (*operands, *results)
-        slots = tuple(map(store.read_slot.__getitem__, values))
-        readers = store.readers
+        read_slot, readers = store.read_slot, store.readers
+        slots = tuple([read_slot[value] for value in values])
         for slot in slots:  # a slot read twice lists op twice: resetting it twice is harmless
             readers[slot].append(op)
         elementwise = edge < 0 and fixed is None and self.graph.is_elementwise(op)

@@ -53,6 +53,8 @@ _OWN_ATTR = {
     "sdy.reduce_scatter": "out_sharding",
 }
 ARG, RES, PER_VALUE, OWN, MANUAL_IN = 0, 1, 2, 3, 4
+# Ops whose shardings live elsewhere than a per-value ``sdy.sharding`` of their results.
+_SPECIAL_SLOTS = frozenset({"func.func", "sdy.named_computation", MANUAL_OP, *_OWN_ATTR})
 
 
 def read_meshes(module: ir.Operation) -> dict[str, MeshInfo]:
@@ -226,8 +228,12 @@ class ShardingStore:
         return parsed
 
     def _per_value_slots(self, op: int, attr_name: str, values: list[int]) -> None:
+        self._per_value_attr_slots(op, attr_name, values,
+                                   self.graph.ops[op].attributes.get(attr_name))
+
+    def _per_value_attr_slots(self, op: int, attr_name: str, values: list[int],
+                              attr: ir.Attribute | None) -> None:
         graph = self.graph
-        attr = graph.ops[op].attributes.get(attr_name)
         if attr is None and len(values) == 1:
             # Most ops: one result, no sharding yet (``_new_slot`` inlined).
             value = values[0]
@@ -274,24 +280,49 @@ class ShardingStore:
 
     def _assign_slots(self) -> None:
         graph = self.graph
-        for op, name in enumerate(graph.op_name):
-            results = graph.op_results[op]
-            if name == "func.func":
-                self._func_slots(op)
-            elif name in _OWN_ATTR and results:
-                attrs = graph.ops[op].attributes
-                attr_name = _OWN_ATTR[name]
-                sharding = self._parse(attrs[attr_name]) if attr_name in attrs else None
-                self.slot_of[results[0]] = self._new_slot(
-                    (OWN, op, attr_name), graph.value_rank(results[0]), sharding)
-            elif name == "sdy.named_computation":
-                self._per_value_slots(op, "out_shardings", results)
-                if graph.op_blocks[op]:
-                    self._per_value_slots(op, "in_shardings", graph.op_blocks[op][0][0])
-            elif name == MANUAL_OP:
-                self._manual_slots(op)
-            elif results:
-                self._per_value_slots(op, SHARDING_ATTR, results)
+        ops, shapes, slot_of = graph.ops, graph.value_shape, self.slot_of
+        where, rank, value, sid = self.where, self.rank, self.value, self.sid
+        siblings, readers = self.siblings, self.readers
+        special = _SPECIAL_SLOTS
+        for op, (name, results) in enumerate(zip(graph.op_name, graph.op_results)):
+            if not results or name in special:
+                self._special_slots(op, name, results)
+                continue
+            attr = ops[op].attributes.get(SHARDING_ATTR)
+            if attr is not None or len(results) != 1:
+                self._per_value_attr_slots(op, SHARDING_ATTR, results, attr)
+                continue
+            # Most ops: one result, no sharding yet (``_new_slot`` inlined).
+            result = results[0]
+            slot = len(where)
+            shape = shapes[result]
+            where.append((PER_VALUE, op, SHARDING_ATTR, 0))
+            rank.append(len(shape) if shape else 0)
+            value.append(None)
+            sid.append(0)
+            siblings.append((slot,))
+            readers.append([])
+            slot_of[result] = slot
+
+    def _special_slots(self, op: int, name: str, results: list[int]) -> None:
+        """Slots of an op without results or with its own place for shardings."""
+        graph = self.graph
+        if name == "func.func":
+            self._func_slots(op)
+        elif name in _OWN_ATTR and results:
+            attrs = graph.ops[op].attributes
+            attr_name = _OWN_ATTR[name]
+            sharding = self._parse(attrs[attr_name]) if attr_name in attrs else None
+            self.slot_of[results[0]] = self._new_slot(
+                (OWN, op, attr_name), graph.value_rank(results[0]), sharding)
+        elif name == "sdy.named_computation":
+            self._per_value_slots(op, "out_shardings", results)
+            if graph.op_blocks[op]:
+                self._per_value_slots(op, "in_shardings", graph.op_blocks[op][0][0])
+        elif name == MANUAL_OP:
+            self._manual_slots(op)
+        elif results:
+            self._per_value_slots(op, SHARDING_ATTR, results)
 
     def _manual_slots(self, op: int) -> None:
         graph = self.graph
