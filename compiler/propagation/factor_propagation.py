@@ -239,13 +239,20 @@ def _propagated_axes(t, f, candidates, factor_sizes, conservative) -> list[AxisR
     rec = t.factors.get(f)
     if rec is None:
         return []
+    held, candidate = rec[AXES], candidates[f]
+    # ``truncate`` keeps a prefix of the candidate, its last axis possibly cut to a
+    # prefix of itself: never a strict extension of what the tensor holds when
+    # that is longer than the candidate or the candidate itself.
+    if len(held) >= len(candidate) and (len(held) > len(candidate)
+                                        or list(held) == candidate):
+        return []
     size = factor_sizes[f]
     axes = truncate(
-        list(candidates[f]),
+        list(candidate),
         lambda axis, prev: within_factor(axis, t, rec, prev, size),
         conservative,
     )
-    if not is_strict_prefix(rec[AXES], axes):
+    if not is_strict_prefix(held, axes):
         return []
     return truncate(axes, lambda axis, prev: across_factors(axis, t, f), conservative)
 

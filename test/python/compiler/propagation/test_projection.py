@@ -73,3 +73,16 @@ def test_basic_blocks_conflict_aggressive_prefers_larger_source():
     aggressive_factor_propagation(operands, results, sizes, lambda f: BOTH,
                                   conservative=False, elementwise=False)
     assert results[0].factors[1][AXES] == (X,) and results[0].factors[0][AXES] == ()
+
+
+def test_aggressive_leaves_a_tensor_holding_the_candidate_or_more():
+    y = AxisRef("y", 1, 2, 2)
+    # Factor 0 of the lhs holds [x, y]; the rhs-only factor 2 is empty everywhere.
+    operands, results, sizes = _dot(((X, y), ()), ((), ()))
+    out = results[0]
+    out.factors[0][AXES] = (X,)
+    flags = aggressive_factor_propagation(operands, results, sizes, lambda f: FORWARD,
+                                          conservative=False, elementwise=False)
+    # The result takes y after x; the lhs, which already holds [x, y], is unchanged.
+    assert flags == ([False, False], [True])
+    assert out.factors[0][AXES] == (X, y) and operands[0].factors[0][AXES] == (X, y)
