@@ -149,6 +149,8 @@ class DirectionChain:
     ``chain``/``level`` attributes) and ``for_op`` computes every level of one
     op in a single pass, which is what op-priority propagation asks for, level
     after level, for each op.
+    ``signature`` (optional) names what the heuristics read about an op beyond
+    its plan key: the driver memoises the levels on both.
     """
 
     def __init__(self, heuristics: Sequence[DirectionFn],
@@ -179,25 +181,26 @@ class DirectionChain:
 
 
 def op_priority_signature(graph: PropagationGraph, op: int) -> Hashable:
-    """Everything the op-priority heuristics read about ``op``.
+    """What the op-priority heuristics read about ``op`` beyond its plan key.
 
-    Ops with equal signatures (and factor counts) get equal directions from
-    every heuristic above, so the driver computes them once per signature.
-    Keep this in step with the heuristics: name, elementwise-ness, custom
-    call target, whether every non-scalar operand has a single use, the
-    cached rule (its factor kinds).
+    Ops with equal signatures and plan keys get equal directions from every
+    heuristic above, so the driver computes them once per pair (its memo key
+    holds both). Keep this in step with the heuristics: they read the name,
+    elementwise-ness, custom call target, whether every non-scalar operand has
+    a single use and the cached rule's factor kinds; the plan key already names
+    the rule and elementwise-ness (edges and barriers have a name of their own,
+    and no cached rule).
     """
     name = graph.op_name[op]
-    single_use = True
     shapes, uses = graph.value_shape, graph.uses
     for value in graph.op_operands[op]:
         if shapes[value] and len(uses[value]) > 1:
             single_use = False
             break
+    else:
+        single_use = True
     target = graph.custom_call_target(op) if name == "stablehlo.custom_call" else None
-    rule = graph.cached_rule(op)
-    return (name, graph.is_elementwise(op), target, single_use,
-            None if rule is None else rule.kinds)
+    return (name, target, single_use)
 
 
 OP_PRIORITY_CHAIN = DirectionChain(OP_PRIORITY_HEURISTICS, op_priority_signature)
