@@ -77,8 +77,8 @@ class Driver:
                        ] if after is None else after._plain
         # Ops that may be dead: no result used and not a terminator (the others are
         # not dead, and uses only go when an op is erased: ``erase`` adds to it).
-        uses = graph.uses
-        self._unused = [not terminator and not any([uses[value] for value in results])
+        used = graph.uses.__getitem__
+        self._unused = [not terminator and not any(map(used, results))
                         for terminator, results in zip(graph.op_terminator, graph.op_results)
                         ] if after is None else after._unused
         # A step is a pure function of its plan key (rule, flags, data-flow
@@ -309,7 +309,7 @@ class Driver:
         store = self.store
         values = (*operands, *results)
         read_slot, readers = store.read_slot, store.readers
-        slots = tuple([read_slot[value] for value in values])
+        slots = tuple(map(read_slot.__getitem__, values))
         for slot in slots:  # a slot read twice lists op twice: resetting it twice is harmless
             readers[slot].append(op)
         elementwise = edge < 0 and fixed is None and self.graph.is_elementwise(op)
@@ -529,34 +529,44 @@ class Driver:
         if not blocks:
             return
         ret = blocks[0][1][-1]
+        shapes, slots = graph.value_shape, store.func_results[self.main_func]
+        if self.recorder is not None:
+            for i, value in enumerate(graph.op_operands[ret]):
+                shape = shapes[value]
+                if shape is not None:
+                    self._func_result(value, slots[i], shape, strategy)
+            return
+        # Memoised on the shape and the two shardings' ids (the none-slot's is 0).
+        memo = self._result_memo.setdefault(strategy, {})
+        sid, read_slot = store.sid, store.read_slot
         for i, value in enumerate(graph.op_operands[ret]):
-            shape = graph.value_shape[value]
+            shape = shapes[value]
             if shape is None:
                 continue
-            slot = store.func_results[self.main_func][i]
-            self._func_result(value, slot, shape, strategy)
-
-    def _func_result(self, value: int, slot: int, shape: tuple[int, ...],
-                     strategy: FactorPropagation) -> None:
-        store = self.store
-        recorder = self.recorder
-        if recorder is None:
-            value_slot = store.slot_of[value]
-            key = (shape, store.sid[value_slot] if value_slot >= 0 else 0, store.sid[slot])
-            memo = self._result_memo.setdefault(strategy, {})
+            slot = slots[i]
+            key = (shape, sid[read_slot[value]], sid[slot])
             updates = memo.get(key)
             if updates is None:
                 updates = memo[key] = self._func_result_step(value, slot, shape, strategy)[0]
-        else:
-            updates, edges = self._func_result_step(value, slot, shape, strategy)
+            if updates:
+                self._apply_func_result(value, slot, updates)
+
+    def _func_result(self, value: int, slot: int, shape: tuple[int, ...],
+                     strategy: FactorPropagation) -> None:
+        """One returned value's func-result step, its factor edges recorded."""
+        updates, edges = self._func_result_step(value, slot, shape, strategy)
+        self._apply_func_result(value, slot, updates)
+        if updates:
+            # Shardy reports the returned value as both operand and result.
+            self.recorder.step((value, value), edges)
+
+    def _apply_func_result(self, value: int, slot: int, updates: tuple) -> None:
+        store = self.store
         for side, new in updates:
             if side == 0:
                 self.update(value, new, notify=False)
             else:
                 store.set_slot(slot, new)
-        if updates and recorder is not None:
-            # Shardy reports the returned value as both operand and result.
-            recorder.step((value, value), edges)
 
     def _func_result_step(self, value: int, slot: int, shape: tuple[int, ...],
                           strategy: FactorPropagation) -> tuple[tuple, object]:
