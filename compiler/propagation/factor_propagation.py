@@ -217,7 +217,8 @@ def _source_tensors(tensors, factor_sizes, candidates) -> list[tuple[int, int]]:
             size *= factor_sizes[f]
         for f, rec in t.factors.items():
             cand = candidates[f]
-            if cand and _is_prefix_or_equal(cand, rec[AXES]):
+            # A candidate is never a prefix of no axes: most records are skipped uncalled.
+            if cand and rec[AXES] and _is_prefix_or_equal(cand, rec[AXES]):
                 if size > sources[f][0]:
                     sources[f] = (size, index)
     return sources
@@ -246,15 +247,29 @@ def _propagated_axes(t, f, candidates, factor_sizes, conservative) -> list[AxisR
     if len(held) >= len(candidate) and (len(held) > len(candidate)
                                         or list(held) == candidate):
         return []
+    # The two truncations (``within_factor``, then ``across_factors``) inlined:
+    # this runs per tensor and factor of every step.
     size = factor_sizes[f]
-    axes = truncate(
-        list(candidate),
-        lambda axis, prev: within_factor(axis, t, rec, prev, size),
-        conservative,
-    )
+    axes = candidate
+    prev = 1
+    for i, axis in enumerate(candidate):
+        new = within_factor(axis, t, rec, prev, size)
+        if new is None or (conservative and new[2] != new[3]):
+            axes = candidate[:i]
+            break
+        if new != axis:
+            axes = candidate[:i] + [new]
+            break
+        prev *= new[2]
     if not is_strict_prefix(held, axes):
         return []
-    return truncate(axes, lambda axis, prev: across_factors(axis, t, f), conservative)
+    for i, axis in enumerate(axes):
+        new = across_factors(axis, t, f)
+        if new is None or (conservative and new[2] != new[3]):
+            return axes[:i]
+        if new != axis:
+            return axes[:i] + [new]
+    return list(axes)
 
 
 def aggressive_factor_propagation(
