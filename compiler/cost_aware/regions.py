@@ -360,7 +360,7 @@ class LocalPrice:
 
 @dataclass
 class _Region:
-    key: tuple  # structure_key: equal for repetitions of one structure
+    key: int  # its structure_key's number: equal for repetitions of one structure
     ops: list[int]
     tags: list[int | None]  # op numbers, in program order
     crossing: tuple  # ``_crossing``: the values entering and leaving it
@@ -396,6 +396,9 @@ class RegionEvaluator:
         self.steady_count = 0  # of which with the cut open (steady-state prices)
         self._memo: dict[tuple, tuple[int, int, tuple]] = {}
         self._regions: dict[tuple[int, ...], _Region] = {}
+        # structure_key -> its number: a key is a large tuple, and a tuple hashes all it
+        # holds again every time, so the memo's keys hold its number instead.
+        self._structures: dict[tuple, int] = {}
         self._reader: ModuleValues | None = None
         self._accepted: list[Pin] = []
         self._fingerprints: dict[int, tuple] = {}  # op_fingerprint by op, of ``_reader``
@@ -415,6 +418,7 @@ class RegionEvaluator:
             crossing = _crossing(reader, ops)
             key = structure_key(reader, ops, self.imported, accepted, self._fingerprints,
                                 crossing)
+            key = self._structures.setdefault(key, len(self._structures))
             self._regions[seeds] = _Region(key, ops, [self._fingerprints[op][1] for op in ops],
                                            crossing)
         return self._regions[seeds]
