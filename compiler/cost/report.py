@@ -171,15 +171,66 @@ def collective_bytes_at(reader: ModuleValues, op: int) -> int:
 
 def collective_bytes(reader: ModuleValues) -> int:
     """``collective_bytes_at`` summed over every op of ``reader``'s module, in program
-    order (the order ``reader.resharded`` fills in)."""
-    by_rule = reader.facts.get("by rule")  # the graph's alone: kept with its reader
-    if by_rule is None:
-        graph = reader.graph
-        by_rule = reader.facts["by rule"] = [_by_rule(graph, op) for op in range(len(graph.ops))]
+    order (the order ``reader.resharded`` fills in).
+
+    With ``reader.costs``, an op priced by its rule is looked up by its
+    ``op_key`` in ``CostMemo.bytes`` (filled where its needs reshard no
+    operand, so its bytes do not depend on what earlier ops resharded):
+    most ops of most copies, summed without a call per op.
+    """
+    costs = reader.costs
+    layout = reader.facts.get("bytes layout")  # the graph's alone: kept with its reader
+    if layout is None:
+        layout = reader.facts["bytes layout"] = _bytes_layout(reader)
     total = 0
-    for op, ruled in enumerate(by_rule):
-        total += _rule_bytes(reader, op) if ruled else collective_bytes_at(reader, op)
+    if costs is None:
+        for op, entry in enumerate(layout):
+            if entry is not None:
+                total += (collective_bytes_at(reader, op) if entry is False
+                          else _rule_bytes(reader, op))
+        return total
+    sid, known, found = reader.store.sid, costs.bytes, costs.found
+    sharding_id = reader.sharding_id
+    for op, entry in enumerate(layout):
+        if entry is None:
+            continue
+        if entry is False:
+            total += collective_bytes_at(reader, op)
+            continue
+        if entry is True:
+            total += _rule_bytes(reader, op)
+            continue
+        head, values, slots = entry
+        ids = [sid[slot] for slot in slots]
+        if 0 in ids:  # not in the store: ``sharding_id`` knows (``ModuleValues.op_key``)
+            ids = [done or sharding_id(value) for done, value in zip(ids, values)]
+        key = (head, *ids)
+        cost = known.get(key)
+        if cost is None:
+            cost = _rule_bytes(reader, op)  # finds the needs of ``key``
+            if all(need.target is None for need in found[key][0]):
+                known[key] = cost
+        total += cost
     return total
+
+
+def _bytes_layout(reader: ModuleValues) -> list[tuple | bool | None]:
+    """How ``collective_bytes`` prices each op: None, not at all (priced by its rule,
+    no result); False, by ``collective_bytes_at``; True, by ``_rule_bytes``; its
+    ``ModuleValues.op_key_part``, by its key (memoised ``_kept_needs``)."""
+    graph = reader.graph
+    layout: list[tuple | bool | None] = []
+    for op, name in enumerate(graph.op_name):
+        if not _by_rule(graph, op):
+            layout.append(False)
+        elif not graph.op_results[op]:
+            layout.append(None)
+        elif name in _UNMEMOISED or reader.costs is None:
+            layout.append(True)
+        else:
+            part = reader.op_key_part(op)
+            layout.append(True if part[0] is None else part)
+    return layout
 
 
 def _rule_bytes(reader: ModuleValues, op: int) -> int:

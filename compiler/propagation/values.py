@@ -50,7 +50,8 @@ class CostMemo:
     so ``ModuleValues.op_key`` names an op's situation with small ints;
     (its op part, the same in every copy, interned in ``ops``);
     ``found`` maps such a key to what the cost model found there
-    (``cost.report``), ``conflicts`` to the bytes of the collectives the op
+    (``cost.report``; ``bytes``, to its bytes where they are all it is),
+    ``conflicts`` to the bytes of the collectives the op
     itself needs (``cost_aware.candidates.conflict_points``); ``sizes`` maps
     a (type, sharding) pair to its shard's bytes (``cost_aware.pricing.memory_peak``).
     Like ``graph.ReadMemo`` it holds for one context and one set of meshes:
@@ -60,6 +61,9 @@ class CostMemo:
     def __init__(self, reads: ReadMemo) -> None:
         self.reads = reads
         self.found: dict[tuple, object] = {}
+        # such a key -> the op's bytes, where what it needs reshards no operand (no
+        # reuse of an earlier reshard to ask about): most ops (``cost.report``)
+        self.bytes: dict[tuple, int] = {}
         self.conflicts: dict[tuple, int] = {}
         self.sizes: dict[tuple[int, int], int] = {}
         # (name, attached rule, operand types, result types) -> its int in ``op_key``s
@@ -266,11 +270,22 @@ class ModuleValues:
         the sharding of every operand and result: what ``rule_tensors`` reads, so
         equal keys give equal answers. None without ``costs`` or an attached rule.
         """
-        costs = self.costs
-        if costs is None:
+        if self.costs is None:
             return None
-        # op -> (its interned int or None, its values, their store slots): the same in
-        # every reader of these facts, whose stores share where shardings live.
+        head, values, slots = self.op_key_part(op)
+        if head is None:
+            return None
+        sid = self.store.sid
+        ids = [sid[slot] for slot in slots]
+        if 0 in ids:  # not in the store: ``sharding_id`` knows
+            ids = [found or self.sharding_id(value) for found, value in zip(ids, values)]
+        return (head, *ids)
+
+    def op_key_part(self, op: int) -> tuple[int | None, tuple[int, ...], tuple[int, ...]]:
+        """The part of ``op_key(op)`` that no propagation changes: the interned int of
+        the op's name, rule and types (None: the op has no key), its operands and
+        results, and their store slots; the same in every reader of these ``facts``,
+        whose stores share where shardings live. Only with ``costs``."""
         parts = self.facts.get("op keys")
         if parts is None:
             parts = self.facts["op keys"] = {}
@@ -284,17 +299,12 @@ class ModuleValues:
                 head = (graph.op_name[op], hash(attributes[SHARDING_RULE_ATTR]),
                         tuple([types[v] for v in operands]), tuple([types[v] for v in results]))
                 values = (*operands, *results)
+                costs = self.costs
                 part = parts[op] = (costs.ops.setdefault(head, len(costs.ops)), values,
                                     tuple([self.store.read_slot[v] for v in values]))
             else:
                 part = parts[op] = (None, (), ())
-        if part[0] is None:
-            return None
-        sid = self.store.sid
-        ids = [sid[slot] for slot in part[2]]
-        if 0 in ids:  # not in the store: ``sharding_id`` knows
-            ids = [found or self.sharding_id(value) for found, value in zip(ids, part[1])]
-        return (part[0], *ids)
+        return part
 
     def sharding_id(self, value: int) -> int:
         """The interned int of ``sharding(value)`` (0 for None): equal for equal
