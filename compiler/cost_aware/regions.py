@@ -74,13 +74,24 @@ def region_of(reader: ModuleValues, seeds: list[int], limit: int, radius: int) -
     """
     graph = reader.graph
     parent = graph.op_parent[seeds[0]]
+    op_parent, value_def, uses = graph.op_parent, graph.value_def, graph.uses
+    op_operands, op_results = graph.op_operands, graph.op_results
+    # Whether an op may be inside a region (but for its block): the graph's alone.
+    eligible = reader.facts.get("region ops")
+    if eligible is None:
+        eligible = reader.facts["region ops"] = {}
     tags = op_tags(reader.facts, graph)
 
     def inside(op: int) -> bool:
-        return (op >= 0 and graph.op_parent[op] == parent and not graph.erased[op]
-                and not graph.op_terminator[op] and bool(graph.op_results[op])
+        if op < 0 or op_parent[op] != parent:
+            return False
+        known = eligible.get(op)
+        if known is None:
+            known = eligible[op] = (
+                not graph.erased[op] and not graph.op_terminator[op] and bool(op_results[op])
                 and graph.op_name[op] not in _OUTSIDE and tags[op] is not None
                 and (not graph.op_blocks[op] or _self_contained(graph, op)))
+        return known
 
     chosen = [op for op in dict.fromkeys(seeds) if inside(op)]
     seen = set(chosen)
@@ -88,8 +99,9 @@ def region_of(reader: ModuleValues, seeds: list[int], limit: int, radius: int) -
     for _ in range(radius):
         following = []
         for op in level:
-            neighbours = [graph.value_def[v] for v in graph.op_operands[op]]
-            neighbours += [user for v in graph.op_results[op] for user, _ in graph.uses[v]]
+            neighbours = [value_def[v] for v in op_operands[op]]
+            for v in op_results[op]:
+                neighbours += [user for user, _ in uses[v]]
             for other in neighbours:
                 if other not in seen and inside(other):
                     seen.add(other)
@@ -136,14 +148,17 @@ def _crossing(reader: ModuleValues, ops: list[int]):
     """
     graph, store = reader.graph, reader.store
     members = set(ops)
+    value_def, uses = graph.value_def, graph.uses
     entering: dict[int, None] = {}
     leaving: list[tuple[int, TensorSharding | None, bool]] = []  # (value, sharding, returned)
     for op in ops:
         for value in graph.op_operands[op]:
-            if graph.value_def[value] not in members:
+            if value_def[value] not in members:
                 entering.setdefault(value)
         for value in graph.op_results[op]:
-            outside = [(user, k) for user, k in graph.uses[value] if user not in members]
+            outside = [(user, k) for user, k in uses[value] if user not in members]
+            if not outside:  # most values: used inside only
+                continue
             returned = [(user, k) for user, k in outside if _returns_from_func(graph, user)]
             if len(returned) < len(outside):
                 leaving.append((value, reader.sharding(value), False))
@@ -299,9 +314,10 @@ def structure_key(reader: ModuleValues, ops: list[int],
     Per op: its ``op_fingerprint`` but the tag, operands (region position and
     result index, or argument number), imported sharding and accepted pin;
     then the crossing values with their shardings. Equal keys cut out to
-    equal modules, so one evaluation serves both. ``fingerprints`` memoises
-    ``op_fingerprint`` by op for the regions of one ``reader`` (they overlap);
-    ``crossing`` is ``_crossing(reader, ops)``, when the caller has it.
+    equal modules, so one evaluation serves both. ``fingerprints`` memoises by
+    op its tag and what it brings but its operands, for the regions of one
+    ``reader``, ``imported`` and ``accepted`` (they overlap); ``crossing`` is
+    ``_crossing(reader, ops)``, when the caller has it.
     """
     graph = reader.graph
     if fingerprints is None:
@@ -309,23 +325,27 @@ def structure_key(reader: ModuleValues, ops: list[int],
     position = {op: i for i, op in enumerate(ops)}
     entering, leaving = crossing or _crossing(reader, ops)
     argument = {value: k for k, (value, _, _) in enumerate(entering)}
+    value_def, arg_index = graph.value_def, graph.value_arg_index
+    # A value defined outside the region is an argument: its number, as (-1, number).
+    source = {value: (-1, k) for value, k in argument.items()}
     parts = []
     for op in ops:
-        operands = tuple(
-            (position[graph.value_def[v]], graph.value_arg_index[v])
-            if graph.value_def[v] in position else (-1, argument[v])
-            for v in graph.op_operands[op])
-        fingerprint = fingerprints.get(op)
-        if fingerprint is None:
-            fingerprint = fingerprints[op] = op_fingerprint(reader, op)
-        name, tag, results, attributes = fingerprint
-        start = imported.get(tag)
-        pin = accepted.get(tag)
-        parts.append((name, operands, results, attributes,
-                      None if start is None else hash(start), pin and pin.key()[1:]))
-    crossing = (tuple((graph.value_type_key[v], s) for v, s, _ in entering),
-                tuple((position[graph.value_def[v]], graph.value_arg_index[v], s, returned)
-                      for v, s, returned in leaving))
+        operands = tuple([source.get(v) or (position[value_def[v]], arg_index[v])
+                          for v in graph.op_operands[op]])
+        known = fingerprints.get(op)
+        if known is None:
+            name, tag, results, attributes = op_fingerprint(reader, op)
+            start = imported.get(tag)
+            pin = accepted.get(tag)
+            known = fingerprints[op] = (tag, name, results, attributes,
+                                        None if start is None else hash(start),
+                                        pin and pin.key()[1:])
+        name, results, attributes, start, pin = known[1:]
+        parts.append((name, operands, results, attributes, start, pin))
+    types = graph.value_type_key
+    crossing = (tuple([(types[v], s) for v, s, _ in entering]),
+                tuple([(position[value_def[v]], arg_index[v], s, returned)
+                       for v, s, returned in leaving]))
     return tuple(parts), crossing
 
 
@@ -401,7 +421,7 @@ class RegionEvaluator:
         self._structures: dict[tuple, int] = {}
         self._reader: ModuleValues | None = None
         self._accepted: list[Pin] = []
-        self._fingerprints: dict[int, tuple] = {}  # op_fingerprint by op, of ``_reader``
+        self._fingerprints: dict[int, tuple] = {}  # ``structure_key``'s memo, of ``_reader``
         self._made: dict[tuple, ir.Attribute] = {}  # ``cut_out``'s boundary attributes
 
     def set_state(self, reader: ModuleValues, accepted: list[Pin]) -> None:
@@ -419,7 +439,7 @@ class RegionEvaluator:
             key = structure_key(reader, ops, self.imported, accepted, self._fingerprints,
                                 crossing)
             key = self._structures.setdefault(key, len(self._structures))
-            self._regions[seeds] = _Region(key, ops, [self._fingerprints[op][1] for op in ops],
+            self._regions[seeds] = _Region(key, ops, [self._fingerprints[op][0] for op in ops],
                                            crossing)
         return self._regions[seeds]
 
