@@ -186,7 +186,7 @@ def collective_bytes(reader: ModuleValues) -> int:
     if costs is None:
         for op, entry in enumerate(layout):
             if entry is not None:
-                total += (collective_bytes_at(reader, op) if entry is False
+                total += (collective_bytes_at(reader, op) if entry is False or entry is _RETURN
                           else _rule_bytes(reader, op))
         return total
     sid, known, found = reader.store.sid, costs.bytes, costs.found
@@ -199,6 +199,9 @@ def collective_bytes(reader: ModuleValues) -> int:
             continue
         if entry is True:
             total += _rule_bytes(reader, op)
+            continue
+        if entry is _RETURN:
+            total += _return_bytes(reader, op)
             continue
         head, values, slots = entry
         ids = [sid[slot] for slot in slots]
@@ -214,14 +217,47 @@ def collective_bytes(reader: ModuleValues) -> int:
     return total
 
 
-def _bytes_layout(reader: ModuleValues) -> list[tuple | bool | None]:
+def _return_bytes(reader: ModuleValues, op: int) -> int:
+    """``collective_bytes_at`` of a ``func.return`` of a ``func.func``, each value's
+    reshard to its declared result sharding memoised in ``CostMemo.returns``."""
+    graph, store = reader.graph, reader.store
+    results = store.func_results[graph.op_parent[op]]
+    types, sid, mesh = graph.value_type_key, store.sid, reader.mesh
+    memo = reader.costs.returns
+    total = 0
+    for k, value in enumerate(graph.op_operands[op][:len(results)]):
+        key = (types[value], reader.sharding_id(value), sid[results[k]], mesh)
+        cost = memo.get(key)
+        if cost is None:
+            cost = 0
+            src = reader.tensor(value)
+            if src is not None:
+                dst = store.value[results[k]]
+                if dst is None and mesh is not None:
+                    dst = replicated(mesh, len(src.shape))
+                if dst is not None:  # else an unsharded result is unknown: no reshard
+                    cost = sum(c.bytes_per_device for c in reshard_tensor(
+                        src, dst, reader.mesh_of(src.sharding, dst)))
+            memo[key] = cost
+        total += cost
+    return total
+
+
+_RETURN = "return"  # ``_bytes_layout``'s entry for a ``func.return`` of a ``func.func``
+
+
+def _bytes_layout(reader: ModuleValues) -> list[tuple | bool | str | None]:
     """How ``collective_bytes`` prices each op: None, not at all (priced by its rule,
     no result); False, by ``collective_bytes_at``; True, by ``_rule_bytes``; its
-    ``ModuleValues.op_key_part``, by its key (memoised ``_kept_needs``)."""
+    ``ModuleValues.op_key_part``, by its key (memoised ``_kept_needs``); ``_RETURN``,
+    by ``_return_bytes`` (with ``costs``)."""
     graph = reader.graph
-    layout: list[tuple | bool | None] = []
+    layout: list[tuple | bool | str | None] = []
     for op, name in enumerate(graph.op_name):
-        if not _by_rule(graph, op):
+        if (name == "func.return" and reader.costs is not None
+                and graph.op_name[graph.op_parent[op]] == "func.func"):
+            layout.append(_RETURN)
+        elif not _by_rule(graph, op):
             layout.append(False)
         elif not graph.op_results[op]:
             layout.append(None)

@@ -64,6 +64,9 @@ class CostMemo:
         # such a key -> the op's bytes, where what it needs reshards no operand (no
         # reuse of an earlier reshard to ask about): most ops (``cost.report``)
         self.bytes: dict[tuple, int] = {}
+        # (type, sharding id, declared result's sharding id, mesh) -> the bytes of
+        # returning such a value as such a result (``cost.report``)
+        self.returns: dict[tuple, int] = {}
         self.conflicts: dict[tuple, int] = {}
         self.sizes: dict[tuple[int, int], int] = {}
         # (name, attached rule, operand types, result types) -> its int in ``op_key``s

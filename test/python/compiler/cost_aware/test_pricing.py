@@ -224,7 +224,8 @@ def test_copies_priced_with_one_cost_memo_price_as_copies_priced_alone(name):
                                            read=read, costs=evaluator.costs)) == \
             comm_report_of(ModuleValues(reader.graph.module, missing_as_replicated=True,
                                         read=read))
-    assert evaluator.costs.found and evaluator.costs.bytes and evaluator.costs.sizes
+    assert evaluator.costs.found and evaluator.costs.bytes and evaluator.costs.returns
+    assert evaluator.costs.sizes
 
 
 def test_conflict_points_found_with_a_cost_memo_are_those_found_without():
