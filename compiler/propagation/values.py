@@ -67,6 +67,8 @@ class CostMemo:
         # (type, sharding id, declared result's sharding id, mesh) -> the bytes of
         # returning such a value as such a result (``cost.report``)
         self.returns: dict[tuple, int] = {}
+        # (mesh, rank) -> ``sharding_id`` of a value the store holds no sharding for
+        self.unsharded: dict[tuple, int] = {}
         self.conflicts: dict[tuple, int] = {}
         self.sizes: dict[tuple[int, int], int] = {}
         # (name, attached rule, operand types, result types) -> its int in ``op_key``s
@@ -322,7 +324,18 @@ class ModuleValues:
         # Not in the store (a replicated value, say): asked again for every user.
         sid = self._ids.get(value)
         if sid is None:
-            sid = self._ids[value] = store.intern(self.sharding(value))
+            graph = self.graph
+            if (self.costs is None or graph.value_def[value] == -1
+                    and graph.op_name[graph.value_owner[value]] == "stablehlo.while"):
+                sid = store.intern(self.sharding(value))
+            else:
+                # Neither the store nor a loop gives it one: ``sharding`` is replicated
+                # on ``mesh`` (or None), the same for every value of its rank in every copy.
+                key = (self.mesh, graph.value_rank(value))
+                sid = self.costs.unsharded.get(key)
+                if sid is None:
+                    sid = self.costs.unsharded[key] = store.intern(self.sharding(value))
+            self._ids[value] = sid
         return sid
 
     def axes(self, value: int) -> tuple | None:

@@ -119,6 +119,23 @@ def test_a_propagated_reader_reads_what_reading_the_module_again_reads(make):
                                                           missing_as_replicated=True))
 
 
+@pytest.mark.parametrize("name", ["conflict_mlp", "scan_rnn"])
+def test_a_sharding_id_names_the_sharding_a_reader_reads(name):
+    """``ModuleValues.sharding_id`` is the interned ``sharding`` of every value, also
+    of those the store holds none for (memoised across copies by mesh and rank, but
+    a loop body's arguments, which read their loop's) and in a second reader."""
+    evaluator = ModuleEvaluator(imported(name).operation, conservative=False)
+    *_, baseline = evaluator([])
+    pins = [pin for point in conflict_points(baseline) for pin in point.alternatives]
+    for reader in [baseline, *(evaluator([pin])[2] for pin in pins[:2])]:
+        again = ModuleValues(reader.graph.module, missing_as_replicated=True,
+                             read=(reader.graph, reader.store), costs=evaluator.costs)
+        for read in (reader, again):
+            assert [read.sharding_id(v) for v in range(len(read.graph.values))] == [
+                read.store.intern(read.sharding(v)) for v in range(len(read.graph.values))]
+    assert evaluator.costs.unsharded
+
+
 @pytest.mark.parametrize("name", ["conflict_mlp", "conv_net", "moe_routing"])
 def test_signatures_are_every_tagged_ops_signature(name):
     """``signatures`` keeps which values each op's signature reads in the reader's
