@@ -12,6 +12,8 @@ divisibility and committed devices.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -278,13 +280,17 @@ def argument_signature(
     given += [None] * (len(values) - num_positional)
 
     leaves = []
+    # Leaves mostly share a few shardings and shapes (a parameter's optimizer
+    # state has its shape): each pair that passed is not checked again.
+    checked: set[tuple] = set()
     for path, value, entry in zip(paths, values, given):
         aval = abstract_value(value, path)
         sharding = to_named_sharding(entry, mesh, path, len(aval.shape))
         if sharding is None and follow_data:
             sharding = sharding_of_value(value)
-        if sharding is not None:
+        if sharding is not None and (sharding, aval.shape) not in checked:
             check_sharding(sharding, aval, path)
+            checked.add((sharding, aval.shape))
         leaves.append(LeafSignature(path, aval, sharding, type_sharding(value)))
     def describe(index: int) -> str:
         jax_names = names()
@@ -333,7 +339,7 @@ def check_committed_devices(
     one device set (``describe(i)`` names argument ``i`` in the error)."""
     first: tuple[Any, tuple] | None = None
     if context is not None and context.axis_names:
-        first = ("jit's context mesh", tuple(sorted(context.devices.flat, key=lambda d: d.id)))
+        first = ("jit's context mesh", sorted_devices(context))
     for index, (path, value, leaf) in enumerate(zip(paths, values, leaves)):
         for what, devices in ((index, committed_devices(value)),
                               (f"the sharding of {path}", mesh_devices(leaf.sharding))):
@@ -375,12 +381,12 @@ def check_program_meshes(args: Sequence[LeafSignature], results: Sequence[tuple[
     entries += [(f"the sharding of {path}", sharding.mesh) for path, sharding in results
                 if isinstance(sharding, NamedSharding)]
     entries = [(what, mesh) for what, mesh in entries if mesh.axis_names]
-    concrete = [(what, tuple(sorted(mesh.devices.flat, key=lambda d: d.id)))
+    concrete = [(what, sorted_devices(mesh))
                 for what, mesh in entries if isinstance(mesh, Mesh)]
     for other in concrete[1:]:
         if other[1] != concrete[0][1]:
             raise incompatible_devices(concrete[0], other)
-    sizes = [(what, int(np.prod(mesh.axis_sizes))) for what, mesh in entries]
+    sizes = [(what, math.prod(mesh.axis_sizes)) for what, mesh in entries]
     if concrete:
         for what, size in sizes:
             if size != len(concrete[0][1]):
@@ -431,7 +437,13 @@ def mesh_devices(sharding: NamedSharding | None) -> tuple | None:
     """The sorted devices of a sharding's concrete mesh, ``None`` if abstract."""
     if sharding is None or not isinstance(sharding.mesh, Mesh):
         return None
-    return tuple(sorted(sharding.mesh.devices.flat, key=lambda d: d.id))
+    return sorted_devices(sharding.mesh)
+
+
+@functools.lru_cache(maxsize=64)
+def sorted_devices(mesh: Mesh) -> tuple:
+    """A concrete mesh's devices by id (asked per leaf, of the few meshes a program has)."""
+    return tuple(sorted(mesh.devices.flat, key=lambda d: d.id))
 
 
 def _ids(devices: Sequence) -> list[int]:
@@ -446,6 +458,7 @@ def result_signature(
     paths, avals = flatten_with_paths(out_info, "result")
     given = broadcast_shardings(out_shardings, out_info, "out_shardings")
     leaves = []
+    checked: set[tuple] = set()  # as in argument_signature
     for path, aval, entry in zip(paths, avals, given):
         typed = typed_sharding(aval, mesh)
         aval = jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type,
@@ -453,8 +466,9 @@ def result_signature(
         sharding = to_named_sharding(entry, mesh, path, len(aval.shape))
         if sharding is None and follow_types:
             sharding = typed
-        if sharding is not None:
+        if sharding is not None and (sharding, aval.shape) not in checked:
             check_sharding(sharding, aval, path)
+            checked.add((sharding, aval.shape))
         leaves.append(LeafSignature(path, aval, sharding))
     return leaves
 
