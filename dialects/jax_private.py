@@ -306,13 +306,25 @@ def meshes_in(closed_jaxpr: Any) -> list:
     while stack:
         jaxpr = stack.pop()
         for eqn in jaxpr.eqns:
+            inner = []  # core.jaxprs_in_params, in the same pass over the parameters
             for value in eqn.params.values():
                 for item in value if isinstance(value, tuple) else (value,):
+                    # Most parameters are plain values, with no mesh to ask for.
+                    if type(item) in _PLAIN_PARAMETERS:
+                        continue
+                    if isinstance(item, core.Jaxpr):
+                        inner.append(item)
+                    elif isinstance(item, core.ClosedJaxpr):
+                        inner.append(item.jaxpr)
                     mesh = getattr(item, "mesh", item)
                     if isinstance(mesh, jax.sharding.Mesh) and mesh.axis_names:
                         found.append((eqn.primitive.name, mesh))
-            stack.extend(core.jaxprs_in_params(eqn.params))
+            stack.extend(inner)
     return found
+
+
+# Parameter types that are no mesh and hold none (nor a jaxpr).
+_PLAIN_PARAMETERS = frozenset({bool, int, float, str, type(None)})
 
 
 def argument_names(fun: Any, args: tuple, kwargs: dict, static_argnums: tuple,
