@@ -242,8 +242,14 @@ def committed_devices(value: Any) -> tuple | None:
     if jax_private.is_tracer(value):
         return None
     if isinstance(value, jax.Array) and value.committed:
-        return tuple(sorted(value.sharding.device_set, key=lambda d: d.id))
+        return _sorted_device_set(value.sharding)
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def _sorted_device_set(sharding: jax.sharding.Sharding) -> tuple:
+    # Asked twice per argument, of the few shardings a program's arguments have.
+    return tuple(sorted(sharding.device_set, key=lambda d: d.id))
 
 
 def flatten_with_paths(tree: Any, root: str) -> tuple[list[str], list[Any]]:
