@@ -58,6 +58,12 @@ def abstract_key(sharding: NamedSharding | None) -> tuple | None:
     """Key a sharding by mesh shape, axis types and spec, never by devices."""
     if sharding is None:
         return None
+    return _sharding_key(sharding)
+
+
+@functools.lru_cache(maxsize=256)
+def _sharding_key(sharding: NamedSharding) -> tuple:
+    # Asked per leaf, of the few shardings a program's leaves have.
     return (sharding.mesh.abstract_mesh, canonical_spec(sharding.spec))
 
 
