@@ -39,9 +39,27 @@ class CompactRule:
         return self.kinds[factor]
 
 
-@lru_cache(maxsize=4096)
+# id of a registry rule -> (the rule, kept alive so that the id stays its own, its
+# compact view): the registry hands out the same rule object for the same key,
+# and an id costs less than hashing the rule's nested tuples.
+_by_identity: dict[int, tuple[OpShardingRule, CompactRule]] = {}
+_IDENTITY_LIMIT = 4096
+
+
 def compact_rule(rule: OpShardingRule) -> CompactRule:
-    """Convert (and memoize) a registry rule."""
+    """Convert (and memoize) a registry rule; equal rules share one compact view."""
+    known = _by_identity.get(id(rule))
+    if known is not None:
+        return known[1]
+    if len(_by_identity) >= _IDENTITY_LIMIT:
+        _by_identity.clear()
+    compact = _compact_equal(rule)
+    _by_identity[id(rule)] = (rule, compact)
+    return compact
+
+
+@lru_cache(maxsize=4096)
+def _compact_equal(rule: OpShardingRule) -> CompactRule:
     return CompactRule(
         factor_sizes=tuple(rule.factor_sizes),
         operand_mappings=tuple(tuple(tuple(d) for d in m) for m in rule.operand_mappings),

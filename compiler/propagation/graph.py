@@ -21,7 +21,13 @@ from jaxlib.mlir import ir
 from shardc.compiler.propagation.compact_rule import CompactRule, compact_rule
 from shardc.compiler.propagation.step_memo import StepMemo
 from shardc.compiler.sharding.rule import OpShardingRule
-from shardc.compiler.sharding.rules import _NEIGHBOUR_KEYS, NO_RULE, bears_on_rule, rule_for
+from shardc.compiler.sharding.rules import (
+    _NEIGHBOUR_KEYS,
+    NO_RULE,
+    bears_on_rule,
+    rule_for,
+    rule_from_texts,
+)
 from shardc.compiler.sharding.rules.elementwise import POINTWISE_OPS
 from shardc.dialects.sdy import SHARDING_RULE_ATTR
 
@@ -166,6 +172,7 @@ class PropagationGraph:
         self.value_type_key: list[int] = []  # hash of the (uniqued) type
         self.uses: list[list[tuple[int, int]]] = []
         self.dynamic_values: list[int] = []
+        self._types: dict[int, ir.Type] = {}  # each distinct type by its key
         self._rules: dict[int, CompactRule | None] = {}
         self.memo = memo if memo is not None else ReadMemo()
         self._rule_memo = self.memo.rules
@@ -266,7 +273,7 @@ class PropagationGraph:
         """Each value's type key and static shape (read once per distinct type)."""
         types = list(map(_TYPE, self.values))
         type_keys = self.value_type_key = list(map(hash, types))
-        distinct = dict(zip(type_keys, types))
+        distinct = self._types = dict(zip(type_keys, types))
         shape_of = {key: _shape_of(type_, {}) for key, type_ in distinct.items()}
         self.value_shape = list(map(shape_of.__getitem__, type_keys))
         dynamic = {key for key, type_ in distinct.items()
@@ -399,12 +406,33 @@ class PropagationGraph:
             if compact is not _MISSING:
                 self._rules[op] = compact
                 return compact
-        rule = rule_for(ir_op, self.conservative, self._printed)
+        if key is not None and not any(attr == SHARDING_RULE_ATTR for attr, _ in attributes):
+            rule = rule_from_texts(
+                ir_op, tuple(map(self._type_text, key[1])), tuple(map(self._type_text, key[2])),
+                tuple([(attr, self._attribute_text(ir_attributes, attr, pointer))
+                       for attr, pointer in attributes]),
+                self.conservative)
+        else:
+            rule = rule_for(ir_op, self.conservative, self._printed)
         compact = compact_rule(rule) if rule is not None else None
         self._rules[op] = compact
         if key is not None:
             self._rule_memo[key] = compact
         return compact
+
+    def _type_text(self, type_key: int) -> str:
+        """The printed type of this type key, printed once per context (the memo's)."""
+        text = self._printed.get(type_key)
+        if text is None:
+            text = self._printed[type_key] = str(self._types[type_key])
+        return text
+
+    def _attribute_text(self, attributes: ir.OpAttributeMap, name: str, pointer: int) -> str:
+        """The printed attribute ``name`` of ``pointer``, printed once per context."""
+        text = self._printed.get(pointer)
+        if text is None:
+            text = self._printed[pointer] = str(attributes[name])
+        return text
 
     def visited_rules(self) -> dict[int, CompactRule | None]:
         """Every rule computed so far, by op."""

@@ -186,6 +186,7 @@ _warned: set[str] = set()
 _cache: dict[Hashable, OpShardingRule | None] = {}
 _attached_cache: dict[str, OpShardingRule] = {}  # printed sdy.sharding_rule -> rule
 _CACHE_LIMIT = 4096
+_MISSING = object()
 # Attributes shardc adds for its own bookkeeping (the cost-aware search numbers
 # every op): never part of an op's rule.
 _BOOKKEEPING_PREFIX = "shardc."
@@ -232,6 +233,15 @@ def _cache_key(op: ir.Operation, conservative: bool, texts: dict[int, str] | Non
         neighbours,
         user_rules.generation(),
     )
+
+
+def _cached(key: Hashable, op: ir.Operation, conservative: bool) -> OpShardingRule | None:
+    rule = _cache.get(key, _MISSING)
+    if rule is _MISSING:
+        if len(_cache) >= _CACHE_LIMIT:
+            _cache.clear()
+        rule = _cache[key] = compute_rule(op, conservative)
+    return rule
 
 
 def _warn_once(key: str, op: ir.Operation, what: str, example: str) -> None:
@@ -294,12 +304,24 @@ def rule_for(op: ir.Operation | ir.OpView, conservative: bool = False,
         return rule
     if op.name in NO_RULE:
         return None
-    key = _cache_key(op, conservative, texts)
-    if key not in _cache:
-        if len(_cache) >= _CACHE_LIMIT:
-            _cache.clear()
-        _cache[key] = compute_rule(op, conservative)
-    return _cache[key]
+    return _cached(_cache_key(op, conservative, texts), op, conservative)
+
+
+def rule_from_texts(op: ir.Operation, operand_types: tuple[str, ...],
+                    result_types: tuple[str, ...], attributes: tuple[tuple[str, str], ...],
+                    conservative: bool = False) -> OpShardingRule | None:
+    """``rule_for`` of an op whose cache key the caller has printed already: the
+    printed types of its operands and results and ``(name, printed attribute)``
+    of each attribute that bears on the rule, in the op's order.
+
+    Only for an op without an attached rule, outside ``NO_RULE`` and
+    ``_NEIGHBOUR_KEYS``: its key is then these texts alone. A caller that reads
+    the op's types and attributes anyway (the propagation graph) spares reading
+    them again through the bindings.
+    """
+    key = (op.name, operand_types, result_types, attributes, conservative, None,
+           user_rules.generation())
+    return _cached(key, op, conservative)
 
 
 def clear_cache() -> None:

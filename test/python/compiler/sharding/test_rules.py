@@ -13,6 +13,7 @@ from shardc.compiler.sharding.rules import (
     UnknownOpShardingRuleWarning,
     clear_cache,
     rule_for,
+    rule_from_texts,
 )
 from shardc.dialects import make_context
 
@@ -200,3 +201,25 @@ def test_bookkeeping_attributes_leave_the_cache_key(ctx):
     clear_cache()
     first, second = (rule_for(op) for op in ops)
     assert first is not None and second is first
+
+
+def test_a_key_printed_by_the_caller_is_the_registrys_own(ctx):
+    """``rule_from_texts`` (the propagation graph prints the key from what it has
+    read) finds the rule ``rule_for`` cached, in this context or another one."""
+    text = (
+        "func.func @f(%a: tensor<4xf32>) -> tensor<2x4xf32> {\n"
+        "  %0 = stablehlo.broadcast_in_dim %a, dims = [1] {shardc.cost_aware_id = 3 : i32}"
+        " : (tensor<4xf32>) -> tensor<2x4xf32>\n"
+        "  return %0 : tensor<2x4xf32>\n}"
+    )
+    (op,) = ops_of(text)
+    clear_cache()
+    cached = rule_for(op)
+    assert cached is not None
+    with make_context():
+        module = ir.Module.parse(text)
+        other = module.body.operations[0].regions[0].blocks[0].operations[0].operation
+        dims = str(other.attributes["broadcast_dimensions"])
+        assert rule_from_texts(other, ("tensor<4xf32>",), ("tensor<2x4xf32>",),
+                               (("broadcast_dimensions", dims),)) is cached
+        del other, module
