@@ -247,29 +247,15 @@ def _propagated_axes(t, f, candidates, factor_sizes, conservative) -> list[AxisR
     if len(held) >= len(candidate) and (len(held) > len(candidate)
                                         or list(held) == candidate):
         return []
-    # The two truncations (``within_factor``, then ``across_factors``) inlined:
-    # this runs per tensor and factor of every step.
     size = factor_sizes[f]
-    axes = candidate
-    prev = 1
-    for i, axis in enumerate(candidate):
-        new = within_factor(axis, t, rec, prev, size)
-        if new is None or (conservative and new[2] != new[3]):
-            axes = candidate[:i]
-            break
-        if new != axis:
-            axes = candidate[:i] + [new]
-            break
-        prev *= new[2]
+    axes = truncate(
+        list(candidate),
+        lambda axis, prev: within_factor(axis, t, rec, prev, size),
+        conservative,
+    )
     if not is_strict_prefix(held, axes):
         return []
-    for i, axis in enumerate(axes):
-        new = across_factors(axis, t, f)
-        if new is None or (conservative and new[2] != new[3]):
-            return axes[:i]
-        if new != axis:
-            return axes[:i] + [new]
-    return list(axes)
+    return truncate(axes, lambda axis, prev: across_factors(axis, t, f), conservative)
 
 
 def aggressive_factor_propagation(
