@@ -37,7 +37,8 @@ def lowering_lines(data: dict) -> list[str]:
     lines = [f"Lowering, shardc's `jit(f).lower()` against `jax.jit(f).lower()` "
              f"(median {clock} time, `python -m bench.lowering --models`). For reference, "
              "the last two columns time Shardy's C++ `sdy-propagation-pipeline` (jaxlib's; "
-             "XLA runs it when it compiles) in process on the module `jax.jit` lowered: "
+             "XLA runs it when it compiles) in process, on one thread as shardc's runs, on the "
+             "module `jax.jit` lowered: "
              "lowering and then propagating natively, the work shardc's lowering does:", "",
              "| program | jax.jit ms | shardc ms | shardc / jax.jit "
              "| Shardy C++ ms | (jax.jit + Shardy C++) / jax.jit |",
