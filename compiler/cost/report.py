@@ -189,8 +189,7 @@ def collective_bytes(reader: ModuleValues) -> int:
                 total += (collective_bytes_at(reader, op) if entry is False or entry is _RETURN
                           else _rule_bytes(reader, op))
         return total
-    sid, known, found = reader.store.sid, costs.bytes, costs.found
-    sharding_id = reader.sharding_id
+    known, found, key_of_part = costs.bytes, costs.found, reader.key_of_part
     for op, entry in enumerate(layout):
         if entry is None:
             continue
@@ -203,11 +202,7 @@ def collective_bytes(reader: ModuleValues) -> int:
         if entry is _RETURN:
             total += _return_bytes(reader, op)
             continue
-        head, values, slots = entry
-        ids = [sid[slot] for slot in slots]
-        if 0 in ids:  # not in the store: ``sharding_id`` knows (``ModuleValues.op_key``)
-            ids = [done or sharding_id(value) for done, value in zip(ids, values)]
-        key = (head, *ids)
+        key = key_of_part(entry)
         cost = known.get(key)
         if cost is None:
             cost = _rule_bytes(reader, op)  # finds the needs of ``key``

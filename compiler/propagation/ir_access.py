@@ -234,19 +234,6 @@ class ShardingStore:
     def _per_value_attr_slots(self, op: int, attr_name: str, values: list[int],
                               attr: ir.Attribute | None) -> None:
         graph = self.graph
-        if attr is None and len(values) == 1:
-            # Most ops: one result, no sharding yet (``_new_slot`` inlined).
-            value = values[0]
-            slot = len(self.where)
-            shape = graph.value_shape[value]
-            self.where.append((PER_VALUE, op, attr_name, 0))
-            self.rank.append(len(shape) if shape else 0)
-            self.value.append(None)
-            self.sid.append(0)
-            self.siblings.append((slot,))
-            self.readers.append([])
-            self.slot_of[value] = slot
-            return
         parsed = self._parse_per_value(attr) if attr is not None else None
         slots = []
         for k, value in enumerate(values):

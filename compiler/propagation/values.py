@@ -277,9 +277,12 @@ class ModuleValues:
         """
         if self.costs is None:
             return None
-        head, values, slots = self.op_key_part(op)
-        if head is None:
-            return None
+        part = self.op_key_part(op)
+        return None if part[0] is None else self.key_of_part(part)
+
+    def key_of_part(self, part: tuple[int, tuple[int, ...], tuple[int, ...]]) -> tuple:
+        """``op_key`` of the op whose ``op_key_part`` is ``part`` (one with a key)."""
+        head, values, slots = part
         sid = self.store.sid
         ids = [sid[slot] for slot in slots]
         if 0 in ids:  # not in the store: ``sharding_id`` knows

@@ -224,15 +224,17 @@ def _cache_key(op: ir.Operation, conservative: bool, texts: dict[int, str] | Non
         for name in op.attributes if bears_on_rule(name)
     )
     neighbours = _NEIGHBOUR_KEYS[op.name](op) if op.name in _NEIGHBOUR_KEYS else None
-    return (
-        op.name,
-        tuple(_printed(v.type, texts) for v in op.operands),
-        tuple(_printed(v.type, texts) for v in op.results),
-        attributes,
-        conservative,
-        neighbours,
-        user_rules.generation(),
-    )
+    return _key(op.name, tuple(_printed(v.type, texts) for v in op.operands),
+                tuple(_printed(v.type, texts) for v in op.results), attributes, conservative,
+                neighbours)
+
+
+def _key(name: str, operand_types: tuple[str, ...], result_types: tuple[str, ...],
+         attributes: tuple[tuple[str, str], ...], conservative: bool,
+         neighbours: Hashable = None) -> Hashable:
+    """The registry's cache key: what a rule is computed from, as printed texts."""
+    return (name, operand_types, result_types, attributes, conservative, neighbours,
+            user_rules.generation())
 
 
 def _cached(key: Hashable, op: ir.Operation, conservative: bool) -> OpShardingRule | None:
@@ -319,9 +321,8 @@ def rule_from_texts(op: ir.Operation, operand_types: tuple[str, ...],
     the op's types and attributes anyway (the propagation graph) spares reading
     them again through the bindings.
     """
-    key = (op.name, operand_types, result_types, attributes, conservative, None,
-           user_rules.generation())
-    return _cached(key, op, conservative)
+    return _cached(_key(op.name, operand_types, result_types, attributes, conservative),
+                   op, conservative)
 
 
 def clear_cache() -> None:
