@@ -5,7 +5,8 @@ unchanged) from iteration to iteration: when it imports a module it turns them
 into free variables of the loop, read from above in the body, the condition
 and after the loop. shardc makes the same rewrite before propagation (so that
 propagation sees the module XLA's own Shardy sees) and before handing its
-result to XLA (so that every sharding it decided stays paired with its carry).
+result to XLA (which then says the remaining carries' shardings with
+constraints: ``runtime.xla_form``).
 """
 
 from __future__ import annotations
@@ -62,6 +63,14 @@ def hoist_invariant_carries(loop: ir.Operation) -> ir.Operation:
         loop.results[k].replace_all_uses_with(result)
     loop.erase()
     return new
+
+
+def hoist_all_invariant_carries(loop: ir.Operation) -> ir.Operation:
+    """``hoist_invariant_carries`` until nothing is left to hoist (hoisting one carry can
+    make another return the loop's operand); returns the loop as last rebuilt."""
+    while (hoisted := hoist_invariant_carries(loop)) is not loop:
+        loop = hoisted
+    return loop
 
 
 def terminator(block: ir.Block) -> ir.Operation:

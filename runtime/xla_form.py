@@ -5,13 +5,19 @@ again on that. Both expect a module as jax writes it, not one Shardy's export
 already processed; ``module_for_xla`` rewrites, in a copy, what they would
 mishandle:
 
-* loop-invariant ``while`` carries (the body returns them unchanged): XLA's
-  conversion hoists them out of the loop (the body reads the value from
-  above) without shortening the loop's ``sdy.sharding``, and then fails (or
-  crashes) with "has 7 leaf nodes while this sharding has 11", or pairs the
-  remaining carries with the wrong shardings. The copy hoists them itself, so
-  the loop's sharding keeps one entry per carry and XLA keeps every
-  sharding shardc decided.
+* a ``while``'s per-carry sharding: XLA's conversion first simplifies the
+  loop (folds ``k + 0`` to ``k``, makes equal constants one value) and then
+  hoists every carry the body returns unchanged out of the loop, without
+  shortening the loop's ``sdy.sharding``; it then fails or aborts the process
+  with "has 13 leaf nodes while this sharding has 16", or pairs the remaining
+  carries with the wrong shardings. Which carries go depends on all of XLA's
+  folding, so no count shardc writes on the loop can be trusted to match.
+  The copy hoists the carries it sees are invariant, then drops the loop's
+  sharding and says each remaining carry's with closed constraints instead:
+  of the operand (unless already so sharded), of every use of the carry in
+  the condition and body, of a returned value sharded otherwise, and of the
+  uses of the result. They pin the carry to the sharding shardc decided
+  whichever carries XLA drops (a replicated scalar needs none).
 * a ``reshape`` of a ``reshape`` back to the first one's operand type: XLA
   folds the pair into that operand and moves the outer reshape's sharding
   onto the operand's producer, replacing a loop's per-carry sharding with a
@@ -35,6 +41,10 @@ mishandle:
   first (closed constraints the module already has get that first one too). Without it XLA's import applies the target to the operand's producer
   (a single-use value) and computes the producer in the target layout,
   gathering *its* operands instead.
+
+``check_xla_form`` then refuses, as an ``InternalError`` naming the op, a copy
+that still holds any of these or that the verifier rejects: XLA aborts the
+process on some malformed modules instead of returning an error.
 """
 
 from __future__ import annotations
@@ -44,9 +54,11 @@ import io
 from jaxlib.mlir import ir
 
 from shardc.dialects import sdy
+from shardc.dialects.errors import InternalError
 from shardc.dialects.sdy import SHARDING_ATTR, value_sharding
-from shardc.dialects.while_loops import hoist_invariant_carries
+from shardc.dialects.while_loops import hoist_all_invariant_carries, terminator
 
+LOOP = "stablehlo.while"
 # Data-flow ops whose shardings XLA must re-derive.
 _DROPPED_SHARDINGS = ("stablehlo.optimization_barrier",)
 # Custom calls XLA's conversion rewrites into other ops, refusing a sharding on them.
@@ -55,41 +67,163 @@ _UNSHARDABLE_CALLS = ("ApproxTopK",)
 
 def module_for_xla(module: ir.Module) -> ir.Module:
     """A copy of ``module`` in the form XLA's compiler takes it in (the module docstring
-    says what changes); the caller's module is unchanged."""
+    says what changes), checked by ``check_xla_form``; the caller's module is unchanged."""
     buffer = io.BytesIO()
     module.operation.write_bytecode(buffer)
     with module.context:
         copy = ir.Module.parse(buffer.getvalue())
-        loops: list[ir.Operation] = []
-        reshards: list[ir.Operation] = []
-        reshapes: list[ir.Operation] = []
-        unshardable: list[ir.Operation] = []
+        to_xla_form(copy.operation)
+        check_xla_form(copy.operation)
+    return copy
 
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            if op.name in _DROPPED_SHARDINGS and SHARDING_ATTR in op.attributes:
-                del op.attributes[SHARDING_ATTR]
-            elif (op.name == "stablehlo.custom_call" and SHARDING_ATTR in op.attributes
-                  and ir.StringAttr(op.attributes["call_target_name"]).value
-                  in _UNSHARDABLE_CALLS):
-                unshardable.append(op)
-            elif op.name == "stablehlo.while":
-                loops.append(op)
-            elif op.name in ("sdy.reshard", "sdy.sharding_constraint"):
-                reshards.append(op)
-            elif op.name == "stablehlo.reshape":
-                reshapes.append(op)
-            return ir.WalkResult.ADVANCE
 
-        copy.operation.walk(visit, ir.WalkOrder.POST_ORDER)
+def to_xla_form(module: ir.Operation) -> None:
+    """Rewrite ``module`` in place into the form XLA's compiler takes it in."""
+    loops: list[ir.Operation] = []
+    reshards: list[ir.Operation] = []
+    reshapes: list[ir.Operation] = []
+    unshardable: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name in _DROPPED_SHARDINGS and SHARDING_ATTR in op.attributes:
+            del op.attributes[SHARDING_ATTR]
+        elif _is_unshardable_call(op) and SHARDING_ATTR in op.attributes:
+            unshardable.append(op)
+        elif op.name == LOOP:
+            loops.append(op)
+        elif op.name in ("sdy.reshard", "sdy.sharding_constraint"):
+            reshards.append(op)
+        elif op.name == "stablehlo.reshape":
+            reshapes.append(op)
+        return ir.WalkResult.ADVANCE
+
+    with module.context:
+        module.walk(visit, ir.WalkOrder.POST_ORDER)
         for loop in loops:  # post-order: inner loops first
-            hoist_invariant_carries(loop)
+            _constrain_carries(hoist_all_invariant_carries(loop))
         for reshape in reshapes:
             _fold_reshape_round_trip(reshape)
         for reshard in reshards:
             _reshard_as_constraints(reshard)
         for call in unshardable:
             _constrain_results(call)
-    return copy
+
+
+def check_xla_form(module: ir.Operation) -> None:
+    """Refuse, as ``InternalError`` naming the op, a module XLA could fail on or abort
+    the process over: one the verifier rejects (a per-value sharding whose count or
+    ranks do not match the op's results among others), or one that still holds
+    what ``to_xla_form`` rewrites (a loop's per-carry sharding, a reshard, a
+    sharding XLA's conversion refuses)."""
+    try:
+        module.verify()
+    except ir.MLIRError as error:
+        first = error.error_diagnostics[0] if error.error_diagnostics else None
+        reason = first.message if first is not None else str(error)
+        raise _internal_error(reason, None, first.location if first is not None else None
+                              ) from None
+    found: list[tuple[ir.Operation, str]] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        reason = _not_for_xla(op)
+        if reason is None:
+            return ir.WalkResult.ADVANCE
+        found.append((op, reason))
+        return ir.WalkResult.INTERRUPT
+
+    module.walk(visit)
+    if found:
+        op, reason = found[0]
+        raise _internal_error(f"'{op.name}' op {reason}", op.name, op.location)
+
+
+def _not_for_xla(op: ir.Operation) -> str | None:
+    """Why XLA must not be handed ``op`` as it is, or None."""
+    if op.name == "sdy.reshard":
+        return "is not resolved by XLA's import (unknown mesh)"
+    if SHARDING_ATTR not in op.attributes:
+        return None
+    if op.name == LOOP:
+        return ("carries a per-value sharding, which XLA's loop simplification "
+                "leaves unshortened when it drops carries")
+    if op.name in _DROPPED_SHARDINGS or _is_unshardable_call(op):
+        return "carries a sharding XLA's conversion refuses or misreads"
+    return None
+
+
+def _internal_error(reason: str, op: str | None, location: ir.Location | None
+                    ) -> InternalError:
+    where = f" at {location}" if location is not None else ""
+    step = "the module for XLA"
+    return InternalError(
+        f"shardc internal error: {step} is invalid{where}: {reason} (a bug in shardc, not "
+        "in the program: please report it with the program)",
+        step=step, reason=reason, op=op, location=location)
+
+
+def _is_unshardable_call(op: ir.Operation) -> bool:
+    return (op.name == "stablehlo.custom_call"
+            and ir.StringAttr(op.attributes["call_target_name"]).value in _UNSHARDABLE_CALLS)
+
+
+def _constrain_carries(loop: ir.Operation) -> None:
+    """Replace a loop's per-carry shardings by closed constraints of its operands, block
+    arguments and results (the module docstring says why)."""
+    if SHARDING_ATTR not in loop.attributes:
+        return
+    shardings = sdy.TensorShardingPerValueAttr(loop.attributes[SHARDING_ATTR]).shardings
+    del loop.attributes[SHARDING_ATTR]
+    cond, body = (region.blocks[0] for region in loop.regions)
+    returned = terminator(body)
+    for k, sharding in enumerate(shardings):
+        if not _decides_anything(sharding, loop.results[k].type):
+            continue
+        operand = loop.operands[k]
+        if not _sharded_as(operand, sharding):
+            loop.operands[k] = _constrained(operand, sharding, ir.InsertionPoint(loop),
+                                            loop.location)
+        value = returned.operands[k]
+        if not _sharded_as(value, sharding):
+            returned.operands[k] = _constrained(value, sharding, ir.InsertionPoint(returned),
+                                                loop.location)
+        for block in (cond, body):
+            _constrain_uses(block.arguments[k], sharding,
+                            ir.InsertionPoint.at_block_begin(block), loop.location)
+        _constrain_uses(loop.results[k], sharding, ir.InsertionPoint.after(loop),
+                        loop.location)
+
+
+def _decides_anything(sharding: ir.Attribute, type_: ir.Type) -> bool:
+    """Whether a carry of ``type_`` could be laid out otherwise than ``sharding`` says: not
+    for a token, nor for a scalar no axis is unreduced on (it is replicated anyway)."""
+    if not isinstance(type_, ir.RankedTensorType):
+        return False
+    tensor = sdy.TensorShardingAttr(sharding)
+    return bool(list(tensor.dimension_shardings)) or bool(list(tensor.unreduced_axes))
+
+
+def _sharded_as(value: ir.Value, sharding: ir.Attribute) -> bool:
+    own = value_sharding(value)
+    return own is not None and own == sharding
+
+
+def _constrained(value: ir.Value, sharding: ir.Attribute, ip: ir.InsertionPoint,
+                 loc: ir.Location) -> ir.Value:
+    """``value`` through a closed constraint to ``sharding`` (after one to its own
+    sharding, where it has one: see ``_reshard_as_constraints``)."""
+    own = value_sharding(value)
+    if own is not None:
+        value = sdy.ShardingConstraintOp(value, own, loc=loc, ip=ip).result
+    return sdy.ShardingConstraintOp(value, sharding, loc=loc, ip=ip).result
+
+
+def _constrain_uses(value: ir.Value, sharding: ir.Attribute, ip: ir.InsertionPoint,
+                    loc: ir.Location) -> None:
+    """Make every user of ``value`` read it through a closed constraint to ``sharding``."""
+    if next(iter(value.uses), None) is None:
+        return
+    constraint = sdy.ShardingConstraintOp(value, sharding, loc=loc, ip=ip)
+    value.replace_all_uses_except(constraint.result, constraint.operation)
 
 
 def _constrain_results(op: ir.Operation) -> None:

@@ -23,6 +23,7 @@ from shardc.compiler.passes.populate_op_sharding_rules import PopulateOpSharding
 from shardc.compiler.passes.propagation_pipeline import PropagationPipelinePass
 from shardc.compiler.passes.sink_data_flow_edges import SinkDataFlowEdgesPass
 from shardc.compiler.passes.user_priority_propagate import UserPriorityPropagatePass
+from shardc.compiler.passes.xla_form import XlaFormPass
 
 ALL_PASSES: tuple[type[ModulePass], ...] = (
     AddDataFlowEdgesPass,
@@ -41,6 +42,7 @@ ALL_PASSES: tuple[type[ModulePass], ...] = (
     PropagationPipelinePass,
     SinkDataFlowEdgesPass,
     UserPriorityPropagatePass,
+    XlaFormPass,
 )
 
 

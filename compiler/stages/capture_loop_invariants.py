@@ -18,7 +18,7 @@ from jaxlib.mlir import ir
 
 from shardc.dialects import sdy
 from shardc.dialects.sdy import value_sharding
-from shardc.dialects.while_loops import hoist_invariant_carries
+from shardc.dialects.while_loops import hoist_all_invariant_carries
 
 LOOP = "stablehlo.while"
 
@@ -39,13 +39,7 @@ def capture_loop_invariants(module: ir.Operation,
             return ir.WalkResult.ADVANCE
 
         module.walk(visit, ir.WalkOrder.POST_ORDER)
-    rebuilt = []
-    for loop in loops:
-        # Hoisting can make another carry return the loop's operand: repeat until
-        # a rebuild hoists nothing (and returns the loop itself).
-        while (hoisted := hoist_invariant_carries(loop)) is not loop:
-            loop = hoisted
-        rebuilt.append(loop)
+    rebuilt = [hoist_all_invariant_carries(loop) for loop in loops]
     for loop in rebuilt:
         open_free_variables(loop)
 

@@ -1,0 +1,71 @@
+// RUN: shardc-opt %s -split-input-file -shardc-xla-form | filecheck %s
+
+// XLA's conversion folds `%k + 0` to `%k` and then drops the carry from the
+// loop, keeping the loop's sharding as it was ("has 2 leaf nodes while this
+// sharding has 3", or an abort). The form shardc hands XLA keeps no per-carry
+// sharding on a loop: closed constraints around it say the same and survive
+// whatever carries XLA drops (a replicated scalar needs none). A carry the body
+// returns unchanged (%w) is read from above, and a free variable (%arg1) stays
+// free.
+sdy.mesh @mesh = <["x"=4, "y"=2]>
+
+// CHECK-LABEL: func @loop_with_foldable_and_pass_through_carries
+// CHECK:      %[[X:.*]] = sdy.sharding_constraint %arg0 <@mesh, [{"x"}, {"y"}]>
+// CHECK-NEXT: %[[X2:.*]] = sdy.sharding_constraint %[[X]] <@mesh, [{"x"}, {}]>
+// CHECK-NEXT: %[[L:.*]]:3 = stablehlo.while(%[[I:.*]] = %c, %[[A:.*]] = %[[X2]], %[[K:.*]] = %c) : tensor<i32>, tensor<16x8xf32>, tensor<i32>{{$}}
+// CHECK:      } do {
+// CHECK-NEXT:   %[[BA:.*]] = sdy.sharding_constraint %[[A]] <@mesh, [{"x"}, {}]>
+// CHECK:        %[[K1:.*]] = stablehlo.add %[[K]], %{{.*}}
+// CHECK:        %[[D:.*]] = stablehlo.dot %[[BA]], %arg1
+// CHECK:        %[[Y:.*]] = stablehlo.add %[[D]], %arg2
+// CHECK:        stablehlo.return %{{.*}}, %[[Y]], %[[K1]] : tensor<i32>, tensor<16x8xf32>, tensor<i32>
+// CHECK:      }
+// CHECK-NEXT: %[[R:.*]] = sdy.sharding_constraint %[[L]]#1 <@mesh, [{"x"}, {}]>
+// CHECK-NEXT: return %[[R]], %arg2
+func.func @loop_with_foldable_and_pass_through_carries(
+    %arg0: tensor<16x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>},
+    %arg1: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"y"}]>},
+    %arg2: tensor<16x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>})
+    -> (tensor<16x8xf32>, tensor<16x8xf32>) {
+  %c = stablehlo.constant dense<0> : tensor<i32>
+  %0:4 = stablehlo.while(%i = %c, %a = %arg0, %k = %c, %w = %arg2) : tensor<i32>, tensor<16x8xf32>, tensor<i32>, tensor<16x8xf32>
+    attributes {sdy.sharding = #sdy.sharding_per_value<[<@mesh, []>, <@mesh, [{"x"}, {}]>, <@mesh, []>, <@mesh, [{"x"}, {}]>]>}
+  cond {
+    %c4 = stablehlo.constant dense<4> : tensor<i32>
+    %p = stablehlo.compare LT, %i, %c4 : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %p : tensor<i1>
+  } do {
+    %c1 = stablehlo.constant dense<1> : tensor<i32>
+    %z = stablehlo.constant dense<0> : tensor<i32>
+    %i1 = stablehlo.add %i, %c1 : tensor<i32>
+    %k1 = stablehlo.add %k, %z : tensor<i32>
+    %d = stablehlo.dot %a, %arg1 {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {}]>]>} : (tensor<16x8xf32>, tensor<8x8xf32>) -> tensor<16x8xf32>
+    %y = stablehlo.add %d, %w {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {}]>]>} : tensor<16x8xf32>
+    stablehlo.return %i1, %y, %k1, %w : tensor<i32>, tensor<16x8xf32>, tensor<i32>, tensor<16x8xf32>
+  }
+  return %0#1, %0#3 : tensor<16x8xf32>, tensor<16x8xf32>
+}
+
+// -----
+
+// A case keeps its per-result sharding (XLA checks that its branches agree);
+// a free variable one branch ignores stays as it is.
+sdy.mesh @mesh = <["x"=4, "y"=2]>
+
+// CHECK-LABEL: func @case_with_free_variables
+// CHECK:      %[[C:.*]] = "stablehlo.case"(%arg0)
+// CHECK:      }) {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {}]>]>}
+// CHECK-NEXT: return %[[C]]
+func.func @case_with_free_variables(
+    %arg0: tensor<i32>,
+    %arg1: tensor<16x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>},
+    %arg2: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"y"}]>})
+    -> tensor<16x8xf32> {
+  %0 = "stablehlo.case"(%arg0) ({
+    %d = stablehlo.dot %arg1, %arg2 {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {}]>]>} : (tensor<16x8xf32>, tensor<8x8xf32>) -> tensor<16x8xf32>
+    stablehlo.return %d : tensor<16x8xf32>
+  }, {
+    stablehlo.return %arg1 : tensor<16x8xf32>
+  }) {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {}]>]>} : (tensor<i32>) -> tensor<16x8xf32>
+  return %0 : tensor<16x8xf32>
+}

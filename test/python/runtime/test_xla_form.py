@@ -1,0 +1,205 @@
+"""Loops and conditionals reach XLA in a form it accepts, and give what ``jax.jit`` gives.
+
+XLA's conversion simplifies a loop before it reads the loop's sharding: it
+folds ``k + 0`` to ``k``, merges equal constants, and then drops every carry
+the body returns unchanged, keeping the sharding as it was. A per-carry
+sharding then no longer matches the loop ("has 13 leaf nodes while this
+sharding has 16") and XLA fails or aborts the process. The form shardc hands
+XLA (``module_for_xla``) says each carry's sharding with closed constraints
+instead, and ``check_xla_form`` refuses, as an ``InternalError`` naming the
+op, a module XLA could abort on. Every output is blocked on before the next
+call (2 cores: overlapping collective programs can stall).
+"""
+
+import pathlib
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+from jaxlib.mlir import ir
+
+from shardc.compiler import jit
+from shardc.dialects import jax_private, make_context
+from shardc.dialects.errors import InternalError
+from shardc.dialects.sdy import SHARDING_ATTR
+from shardc.runtime.xla_form import check_xla_form, module_for_xla
+
+RTOL, ATOL = 1e-5, 1e-5  # float32 sums in a different order across shards
+LIT_PROGRAM = pathlib.Path(__file__).parents[2] / "lit" / "passes" / "xla_form.mlir"
+
+
+@pytest.fixture(scope="module", params=[AxisType.Auto, AxisType.Explicit], ids=["auto", "explicit"])
+def mesh(request):
+    return jax.make_mesh((4, 2), ("x", "y"), axis_types=(request.param,) * 2)
+
+
+def put(mesh, value, spec):
+    return jax.device_put(value, NamedSharding(mesh, spec))
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def check_like_jax(fun, *args):
+    """``fun`` through shardc and through jax.jit: equal values, equivalent shardings."""
+    ours = jax.block_until_ready(jit(fun)(*args))
+    theirs = jax.block_until_ready(jax.jit(fun)(*args))
+    assert jax.tree.structure(ours) == jax.tree.structure(theirs)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=RTOL, atol=ATOL)
+        assert a.sharding.is_equivalent_to(b.sharding, b.ndim), (a.sharding, b.sharding)
+    return ours
+
+
+# ------------------------------------------------------------------ diffrax solves
+def _solve(solver, saveat=None):
+    def solve(y0, w):
+        term = diffrax.ODETerm(lambda t, y, a: jnp.tanh(y @ a))
+        return diffrax.diffeqsolve(term, solver, t0=0.0, t1=1.0, dt0=0.1, y0=y0, args=w,
+                                   saveat=saveat or diffrax.SaveAt(t1=True)).ys
+    return solve
+
+
+@pytest.mark.parametrize("solver", [diffrax.Tsit5(), diffrax.Euler()], ids=["tsit5", "euler"])
+@pytest.mark.parametrize("sharded", [True, False], ids=["sharded", "unsharded"])
+def test_diffrax_solve(mesh, solver, sharded):
+    # The reported program: XLA's conversion dropped carries of the solver's loop
+    # whose updates fold away (a step counter + 0) and aborted on its sharding.
+    if sharded:
+        y0, w = put(mesh, rand(16, 8), P("x", "y")), put(mesh, rand(8, 8) * 0.1, P(None, "y"))
+    else:
+        y0, w = jnp.asarray(rand(16, 8)), jnp.asarray(rand(8, 8) * 0.1)
+    if mesh.axis_types[0] == AxisType.Explicit and isinstance(solver, diffrax.Tsit5):
+        pytest.skip("jax.jit itself rejects Tsit5's scatter of an Explicit-sharded state")
+    check_like_jax(_solve(solver), y0, w)
+
+
+def test_diffrax_solve_saving_at_times(mesh):
+    if mesh.axis_types[0] == AxisType.Explicit:
+        pytest.skip("jax.jit itself rejects the save's scatter of an Explicit-sharded state")
+    y0, w = put(mesh, rand(16, 8), P("x", "y")), put(mesh, rand(8, 8) * 0.1, P(None, "y"))
+    solve = _solve(diffrax.Tsit5(), diffrax.SaveAt(ts=jnp.linspace(0.0, 1.0, 5)))
+    ys = check_like_jax(solve, y0, w)
+    assert ys.shape == (5, 16, 8)
+
+
+def test_grad_through_diffrax_solve(mesh):
+    if mesh.axis_types[0] == AxisType.Explicit:
+        pytest.skip("jax.jit itself rejects the checkpoints' scatter of an Explicit-sharded state")
+    y0, w = put(mesh, rand(16, 8), P("x", "y")), put(mesh, rand(8, 8) * 0.1, P(None, "y"))
+    solve = _solve(diffrax.Euler())
+    check_like_jax(jax.grad(lambda y0, w: jnp.sum(solve(y0, w) ** 2), argnums=(0, 1)), y0, w)
+
+
+# ------------------------------------------------------------------ lax loops and conditionals
+def test_while_loop_with_pass_through_and_foldable_carries(mesh):
+    x, w = put(mesh, rand(16, 8), P("x", "y")), put(mesh, rand(8, 8), P(None, "y"))
+
+    def f(x, w):
+        def body(carry):
+            i, a, b, k, z = carry
+            # b passes through, k + 0 and a fresh zero fold to pass-throughs in XLA.
+            return i + 1, jnp.tanh(a @ w), b, k + 0, jnp.zeros((), jnp.int32)
+        return jax.lax.while_loop(lambda c: c[0] < 3, body,
+                                  (0, x, x * 2, 0, jnp.zeros((), jnp.int32)))
+
+    check_like_jax(f, x, w)
+
+
+def test_fori_loop_over_closed_over_sharded_weights(mesh):
+    x, w = put(mesh, rand(16, 8), P("x", "y")), put(mesh, rand(8, 8), P(None, "y"))
+    b = put(mesh, rand(16, 8), P("x"))
+
+    def f(x, w):
+        return jax.lax.fori_loop(0, 4, lambda i, a: jnp.tanh(a @ w + b) + 0 * i, x)
+
+    check_like_jax(f, x, w)
+
+
+def test_scan_carrying_unchanged_state(mesh):
+    xs, h = put(mesh, rand(3, 16, 8), P(None, "x")), put(mesh, rand(16, 8), P("x", "y"))
+
+    def f(xs, h):
+        def step(carry, x):
+            state, fixed, count = carry
+            return (jnp.tanh(state + x * fixed), fixed, count + 0), state.sum()
+        return jax.lax.scan(step, (h, h * 0.5, jnp.int32(0)), xs)
+
+    check_like_jax(f, xs, h)
+
+
+def test_cond_with_unused_operand(mesh):
+    x, w = put(mesh, rand(16, 8), P("x", "y")), put(mesh, rand(8, 8), P(None, "y"))
+    for sign in (1.0, -1.0):
+        check_like_jax(lambda x, w: jax.lax.cond(jnp.sum(x) * sign > 0, lambda a, b: a @ b,
+                                                 lambda a, b: a * 2, x, w), x, w)
+
+
+def test_switch_over_closed_over_sharded_values(mesh):
+    x, w = put(mesh, rand(16, 8), P("x", "y")), put(mesh, rand(8, 8), P(None, "y"))
+    for index in range(3):
+        def f(x, w, index=index):
+            branches = [lambda a: a @ w, lambda a: a + w[0], lambda a: a]
+            return jax.lax.switch(jnp.int32(index) + 0 * jnp.sum(x).astype(jnp.int32), branches, x)
+        check_like_jax(f, x, w)
+
+
+def test_cond_inside_while_loop(mesh):
+    x, w = put(mesh, rand(16, 8), P("x", "y")), put(mesh, rand(8, 8), P(None, "y"))
+
+    def f(x, w):
+        def body(i, carry):
+            a, unchanged = carry
+            a = jax.lax.cond(i % 2 == 0, lambda v: v @ w, lambda v: jnp.tanh(v), a)
+            return a, unchanged
+        return jax.lax.fori_loop(0, 3, body, (x, w))
+
+    check_like_jax(f, x, w)
+
+
+# ------------------------------------------------------------------ the form and its check
+def _lit_program(name):
+    """The function ``name`` of the lit test's input, alone in a module."""
+    text = LIT_PROGRAM.read_text()
+    for part in text.split("// -----"):
+        if f"@{name}(" in part:
+            body = "\n".join(line for line in part.splitlines()
+                             if not line.lstrip().startswith("//"))
+            return ir.Module.parse(body.replace(f"@{name}(", "@main("))
+    raise KeyError(name)
+
+
+def test_xla_converts_the_form_of_the_reduced_loop():
+    # XLA's own conversion (an oracle here, never a product path) keeps every
+    # carry of the form shardc hands it; it rejected the loop with its sharding.
+    with make_context():
+        module = _lit_program("loop_with_foldable_and_pass_through_carries")
+        with pytest.raises(Exception, match="leaf nodes while this sharding has"):
+            jax_private.xla_computation(module)
+        hlo = jax_private.hlo_text(jax_private.xla_computation(module_for_xla(module)),
+                                   debug_info=False)
+    assert " while(" in hlo
+
+
+def test_check_refuses_a_loop_sharding_xla_could_outlive():
+    with make_context():
+        module = _lit_program("loop_with_foldable_and_pass_through_carries")
+        with pytest.raises(InternalError, match="'stablehlo.while' op carries a per-value") as info:
+            check_xla_form(module.operation)
+    assert info.value.op == "stablehlo.while"
+
+
+def test_check_refuses_sharding_counts_that_do_not_match_results():
+    with make_context() as context:
+        module = _lit_program("case_with_free_variables")
+        case = next(op for op in module.body.operations[1].regions[0].blocks[0].operations
+                    if op.operation.name == "stablehlo.case")
+        case.attributes[SHARDING_ATTR] = ir.Attribute.parse(
+            '#sdy.sharding_per_value<[<@mesh, [{"x"}, {}]>, <@mesh, []>]>', context)
+        with pytest.raises(InternalError, match="stablehlo.case.*2 shardings vs 1 values"):
+            check_xla_form(module.operation)
