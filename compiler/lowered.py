@@ -27,6 +27,7 @@ from shardc.dialects import jax_private
 from shardc.dialects.errors import PlatformMismatchError
 from shardc.runtime.compiled import Compiled, StaticArguments, compile_program, program_mesh
 from shardc.runtime.stage import Stage
+from shardc.runtime.xla_form import module_for_xla
 
 AnyMesh = Mesh | AbstractMesh
 
@@ -95,9 +96,10 @@ class Lowered(Stage):
 
     def compiler_ir(self, dialect: str | None = None) -> Any:
         """The module (``"stablehlo"``, the default: this object's own ``ir.Module``) or
-        its ``XlaComputation`` (``"hlo"``)."""
+        its ``XlaComputation`` (``"hlo"``: converted from the form ``.compile()`` hands
+        XLA, since XLA's conversion can abort the process on the module as it is)."""
         if _dialect(dialect) == "hlo":
-            return jax_private.xla_computation(self.module)
+            return jax_private.xla_computation(module_for_xla(self.module))
         return self.module
 
     def cost_analysis(self) -> Any:

@@ -50,6 +50,7 @@ process on some malformed modules instead of returning an error.
 from __future__ import annotations
 
 import io
+import re
 
 from jaxlib.mlir import ir
 
@@ -63,6 +64,8 @@ LOOP = "stablehlo.while"
 _DROPPED_SHARDINGS = ("stablehlo.optimization_barrier",)
 # Custom calls XLA's conversion rewrites into other ops, refusing a sharding on them.
 _UNSHARDABLE_CALLS = ("ApproxTopK",)
+# How the verifier's messages start: "'stablehlo.while' op result shardings ...".
+_OP_NAMED = re.compile(r"'([\w.]+)' op ")
 
 
 def module_for_xla(module: ir.Module) -> ir.Module:
@@ -120,8 +123,9 @@ def check_xla_form(module: ir.Operation) -> None:
     except ir.MLIRError as error:
         first = error.error_diagnostics[0] if error.error_diagnostics else None
         reason = first.message if first is not None else str(error)
-        raise _internal_error(reason, None, first.location if first is not None else None
-                              ) from None
+        named = _OP_NAMED.match(reason)
+        raise _internal_error(reason, named.group(1) if named else None,
+                              first.location if first is not None else None) from None
     found: list[tuple[ir.Operation, str]] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:

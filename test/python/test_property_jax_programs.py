@@ -174,6 +174,8 @@ def test_grammar_is_consistent():
         seen[f"mode {program.mode}"] += 1
         for step in program.steps:
             seen[step.kind] += 1
+            if step.kind == "while" and step.params[2]:
+                seen["while carrying"] += 1
             for param in step.params:
                 if isinstance(param, tuple) and param and isinstance(param[0], jax_programs.Step):
                     seen.update(f"body {s.kind}" for s in param)
@@ -181,7 +183,8 @@ def test_grammar_is_consistent():
     check()
     expected = {"unary", "binary", "dot", "reduce", "reshape", "transpose", "constraint",
                 "gather", "scatter_add", "cumsum", "slice", "concatenate", "broadcast",
-                "fori", "while", "scan", "cond", "checkpoint", "shard_map", "iarith",
+                "fori", "while", "while carrying", "scan", "cond", "checkpoint", "shard_map",
+                "iarith",
                 *(f"mode {m}" for m in jax_programs.MODES),
                 *(f"body {k}" for k in ("unary", "binary", "matmul", "center", "constraint",
                                         "add_index", "row_update", "take", "axis_index"))}

@@ -20,7 +20,9 @@ What a program holds:
   ``jnp.take``, scatter-add ``x.at[idx].add(u)``, integer arithmetic,
   ``jax.lax.with_sharding_constraint``, and regions with a small body of
   ``Step``s: ``lax.fori_loop``, ``lax.while_loop`` (static or data-dependent
-  trip count), ``lax.scan`` (forward or ``reverse=True``), ``lax.cond``,
+  trip count; with a data-dependent one, the values its body reads are
+  carried through unchanged next to a counter the body adds 0 to, carries
+  XLA drops from the loop), ``lax.scan`` (forward or ``reverse=True``), ``lax.cond``,
   ``jax.checkpoint`` (with a policy) and ``jax.shard_map`` (full or partial
   manual axes; an elementwise body, then an optional ``lax.psum``);
 * a ``mode``: the plain outputs, or autodiff of the scalar loss
@@ -461,13 +463,21 @@ def apply_step(step: Step, values: dict, mesh, differentiated: bool) -> list:
         return [lax.fori_loop(lower, upper,
                               lambda i, c: apply_body(body, [c, *closures], mesh, i), x)]
     if kind == "while":
-        trips, body = params
+        trips, body, carried = params
         if differentiated:  # reverse-mode autodiff of while_loop is undefined
             ops = [lax.stop_gradient(v) if v.dtype == jnp.float32 else v for v in ops]
         if trips == "dynamic":
             count, closures = jnp.sum(ops[1]) % 4, ops[2:]
         else:
             count, closures = trips, ops[1:]
+
+        if carried:
+            def carrying_body(carry):
+                i, c, k, *passed = carry
+                return i + 1, apply_body(body, [c, *passed], mesh, i), k + 0, *passed
+
+            return [lax.while_loop(lambda carry: carry[0] < count, carrying_body,
+                                   (jnp.int32(0), ops[0], jnp.int32(0), *closures))[1]]
 
         def loop_body(carry):
             i, c = carry
@@ -833,7 +843,10 @@ class _Builder:
         closures = self.closures(shape)
         locals_ = [(shape, F32)] + [self.avals[n] for n in closures]
         body = self.body(shape, locals_, indexed=True)
-        return Step("while", (value, *counters, *closures), (trips, body))
+        # A data-dependent loop carries the values its body reads, a static one closes
+        # over them (no draw of its own: the derandomized examples stay as they were).
+        return Step("while", (value, *counters, *closures),
+                    (trips, body, trips == "dynamic" and bool(closures)))
 
     def _scan(self, value, shape, rank):
         draw = self.draw

@@ -96,6 +96,15 @@ def test_grad_through_diffrax_solve(mesh):
     check_like_jax(jax.grad(lambda y0, w: jnp.sum(solve(y0, w) ** 2), argnums=(0, 1)), y0, w)
 
 
+def test_hlo_of_a_lowered_solve(mesh):
+    # Lowered.as_text("hlo") and cost_analysis() convert the module with XLA too:
+    # they aborted the process on the loop's sharding as compile did.
+    y0, w = put(mesh, rand(16, 8), P("x", "y")), put(mesh, rand(8, 8) * 0.1, P(None, "y"))
+    lowered = jit(_solve(diffrax.Euler())).lower(y0, w)
+    assert " while(" in lowered.as_text("hlo")
+    assert lowered.cost_analysis()["flops"] > 0
+
+
 # ------------------------------------------------------------------ lax loops and conditionals
 def test_while_loop_with_pass_through_and_foldable_carries(mesh):
     x, w = put(mesh, rand(16, 8), P("x", "y")), put(mesh, rand(8, 8), P(None, "y"))
@@ -201,5 +210,6 @@ def test_check_refuses_sharding_counts_that_do_not_match_results():
                     if op.operation.name == "stablehlo.case")
         case.attributes[SHARDING_ATTR] = ir.Attribute.parse(
             '#sdy.sharding_per_value<[<@mesh, [{"x"}, {}]>, <@mesh, []>]>', context)
-        with pytest.raises(InternalError, match="stablehlo.case.*2 shardings vs 1 values"):
+        with pytest.raises(InternalError, match="stablehlo.case.*2 shardings vs 1 values") as info:
             check_xla_form(module.operation)
+    assert info.value.op == "stablehlo.case"
