@@ -160,6 +160,7 @@ class Compiled(Stage):
     # types with their shardings (as jax's); set, with ``args_info``, by whoever
     # compiled this (the ``Lowered``).
     donates: bool = False
+    _donated: tuple[int, ...] | None = None  # donate_argnums, once asked
     in_avals: Any = None
     arg_names: tuple[str, ...] | None = None  # jax's names of the arguments
 
@@ -209,7 +210,29 @@ class Compiled(Stage):
             executed.consume_token().block_until_ready()
         else:
             outputs = self._executable.execute_sharded(placed).consume_with_handlers(handlers)
+        if self.donates:
+            self._release_donated(leaves, placed)
         return jax.tree.unflatten(self._out_tree, outputs)
+
+    def _release_donated(self, leaves: Sequence[Any], placed: Sequence[jax.Array]) -> None:
+        """Delete the caller's arrays whose buffers this call donated.
+
+        XLA invalidates a donated buffer but the ``jax.Array`` still holds it, and
+        jax's C++ dispatch, which checks only whether an array was deleted, would
+        run it through another function's fast path: a crash (a segfault on
+        several devices) instead of jax's "Array has been deleted" error. Deleted
+        outright, the array sends every later call to a check that raises it.
+        An argument that was copied to be placed donated the copy and stays.
+        """
+        for index in self._donated_leaves():
+            value = leaves[index]
+            if placed[index] is value and value.is_deleted():
+                value.delete()
+
+    def _donated_leaves(self) -> tuple[int, ...]:
+        if self._donated is None:
+            self._donated = self.donate_argnums
+        return self._donated
 
     def fast_path(self, outputs: Any) -> Any:
         """What jax's C++ dispatch needs to run this again without Python (given the
