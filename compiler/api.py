@@ -248,7 +248,12 @@ class JitFunction:
             compiled = self._compile_for(args, kwargs)
             if key is not None:
                 self._by_call[key] = compiled
-        outputs = compiled(*args, **kwargs)
+        moved = compiled.placement.resharded
+        outputs = compiled.call_as_jit(*args, **kwargs)
+        if compiled.placement.resharded != moved:
+            # A committed argument was moved (other devices or device order): jax's C++
+            # dispatch would pass it on unmoved, which crashes; such calls stay here.
+            return outputs, None, False
         return outputs, compiled.fast_path(outputs), False
 
     def _bind(self, args: tuple, kwargs: dict) -> Any:
@@ -361,11 +366,13 @@ class JitFunction:
         """A call's dynamic arguments (positional, keyword), the context mesh and the
         arguments' signatures (``signature.argument_signature``), errors naming the
         arguments and the function as jax's do."""
+        signature.check_no_keyword_arguments(self.in_shardings, kwargs)
         dynamic_args, _ = self._split_static(args)
         dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
         mesh = signature.context_mesh(self.mesh)
         leaves = signature.argument_signature(
             dynamic_args, dynamic_kwargs, self.in_shardings, mesh, follow_data=follow_data,
+            placed_by_jit=self.options.device is not None or self.options.backend is not None,
             devices=signature.device_mesh(self.mesh),
             names=lambda: jax_private.argument_names(
                 self.fun, args, kwargs, self.static_argnums, self.static_argnames),

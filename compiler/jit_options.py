@@ -79,6 +79,9 @@ def parse(
         keep_unused=keep_unused, device=device, backend=backend, inline=inline,
         compiler_options=compiler_options,
     )  # fmt: skip
+    # A list of in_shardings is read as the tuple of positional arguments, as by jax.
+    if isinstance(in_shardings, list):
+        in_shardings = tuple(in_shardings)
     # jax's own "unspecified" marker means what None means to shardc.
     unspecified = lambda x: None if jax_private.is_unspecified(x) else x  # noqa: E731
     in_shardings, out_shardings = (

@@ -133,6 +133,8 @@ class Compiled(Stage):
             arguments.ExpectedArgument(info.path, _physical(info.aval), sharding, device_set)
             for info, sharding in zip(inputs, input_shardings)
         ]
+        self._expected_by_jit = [dataclasses.replace(expected, moves_committed=True)
+                                 for expected in self._expected]
         self._handlers = [
             results.result_handler(jax_private.typed_aval(info.aval, sharding), sharding)
             for info, sharding in zip(outputs, output_shardings)
@@ -188,17 +190,30 @@ class Compiled(Stage):
     # -- calling -----------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Place the arguments, execute, and return the outputs as ``jax.Array``s."""
+        """Place the arguments, execute, and return the outputs as ``jax.Array``s.
+
+        As a compiled program's call in jax, a committed argument must already be
+        where the executable wants it: the same devices, in the same order."""
+        return self._call(args, kwargs, self._expected)
+
+    def call_as_jit(self, *args: Any, **kwargs: Any) -> Any:
+        """The call of a jitted function that was lowered for these arguments: a
+        committed argument on other devices or in another device order (checked,
+        when lowering, to be tiled as wanted) is moved, as jax.jit moves it."""
+        return self._call(args, kwargs, self._expected_by_jit)
+
+    def _call(self, args: tuple, kwargs: dict,
+              expected: Sequence[arguments.ExpectedArgument]) -> Any:
         leaves, tree = jax.tree.flatten(self._dynamic(args, kwargs))
         if tree != self._in_tree:
             raise PytreeMismatchError(
                 "Function compiled with input pytree does not match the input pytree it was "
                 f"called with: compiled for {self._in_tree}, called with {tree}"
             )
-        arguments.check_arguments(leaves, self._expected, self.arg_names)
+        arguments.check_arguments(leaves, expected, self.arg_names)
         placed = [
-            arguments.place(value, expected, self.placement)
-            for value, expected in zip(leaves, self._expected)
+            arguments.place(value, want, self.placement)
+            for value, want in zip(leaves, expected)
         ]
         handlers = self._handlers
         if self._uncommitted_handlers is not None and not any(
