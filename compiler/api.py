@@ -353,6 +353,8 @@ class JitFunction:
         lowered.donated = self._donated(args, dynamic_kwargs)
         lowered.platforms = platforms if given_platforms else None
         lowered.placed_on_request = self.options.single_device is not None
+        lowered.requested_devices = self._requested_devices()
+        lowered.placed_by_jit = self.options.device is not None or self.options.backend is not None
         lowered.arg_names = cached.arg_names
         lowered.reference = self._jax_jit  # the unsharded program, for Compiled.verify
         if self.strict:
@@ -366,14 +368,16 @@ class JitFunction:
         """A call's dynamic arguments (positional, keyword), the context mesh and the
         arguments' signatures (``signature.argument_signature``), errors naming the
         arguments and the function as jax's do."""
-        signature.check_no_keyword_arguments(self.in_shardings, kwargs)
+        signature.check_no_keyword_arguments(self.options.in_shardings_given, kwargs)
+        placed_by_jit = self.options.device is not None or self.options.backend is not None
+        devices = signature.device_mesh(self.mesh)
+        signature.check_no_mesh_with_device(placed_by_jit, devices)
         dynamic_args, _ = self._split_static(args)
         dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
         mesh = signature.context_mesh(self.mesh)
         leaves = signature.argument_signature(
             dynamic_args, dynamic_kwargs, self.in_shardings, mesh, follow_data=follow_data,
-            placed_by_jit=self.options.device is not None or self.options.backend is not None,
-            devices=signature.device_mesh(self.mesh),
+            placed_by_jit=placed_by_jit, devices=devices,
             names=lambda: jax_private.argument_names(
                 self.fun, args, kwargs, self.static_argnums, self.static_argnames),
             fun_name=getattr(self.fun, "__name__", "fun"))

@@ -54,6 +54,10 @@ class LeafSignature:
     # ShapeDtypeStruct's): what jax.jit traces the function with. in_shardings
     # never enter the traced types.
     type_sharding: NamedSharding | None = None
+    # Whether jit decides where the argument goes (a sharding given for it, or
+    # jit(device=...)): a committed array elsewhere is then moved there by a call, as
+    # jax.jit moves it. Otherwise its own placement is the program's.
+    moved_by_jit: bool = False
 
     def abstract_key(self) -> tuple:
         """The part of this leaf a lowering depends on: no devices, only shapes."""
@@ -243,10 +247,20 @@ def broadcast_shardings(
         ) from None
 
 
-def check_no_keyword_arguments(in_shardings: Any, kwargs: dict[str, Any]) -> None:
+def check_no_mesh_with_device(placed_by_jit: bool, context: Mesh | None) -> None:
+    """``jit(device=...)`` / ``jit(backend=...)`` names the program's device itself: jax.jit
+    refuses a context mesh (``jax.set_mesh``, pjit's ``with mesh:``) next to it."""
+    if placed_by_jit and context is not None:
+        raise DeviceMismatchError(
+            "Mesh context manager should not be used with jit when backend or device is "
+            f"also specified as an argument to jit. (the context mesh {context} and jit's "
+            "device or backend both say where the program runs)")
+
+
+def check_no_keyword_arguments(in_shardings_given: bool, kwargs: dict[str, Any]) -> None:
     """jax.jit gives ``in_shardings`` to positional arguments only, and refuses keyword
     arguments (static ones included) once they are given."""
-    if kwargs and in_shardings is not None:
+    if kwargs and in_shardings_given:
         raise ShardingTreeError(
             "pjit does not support kwargs when in_shardings is specified. (keyword "
             f"arguments {sorted(kwargs)}: pass them positionally, with an in_shardings "
@@ -380,7 +394,8 @@ def argument_signature(
         if given_here:
             check_committed_sharding(path, value, sharding)
             traced_as = entered_as(traced_as, sharding)
-        leaves.append(LeafSignature(path, aval, sharding, traced_as))
+        leaves.append(LeafSignature(path, aval, sharding, traced_as,
+                                    moved_by_jit=given_here or placed_by_jit))
     def describe(index: int) -> str:
         jax_names = names()
         name = jax_names[index] if jax_names and index < len(jax_names) else paths[index]

@@ -133,8 +133,9 @@ class Compiled(Stage):
             arguments.ExpectedArgument(info.path, _physical(info.aval), sharding, device_set)
             for info, sharding in zip(inputs, input_shardings)
         ]
-        self._expected_by_jit = [dataclasses.replace(expected, moves_committed=True)
-                                 for expected in self._expected]
+        self._expected_by_jit = [
+            dataclasses.replace(expected, moves_committed=getattr(info, "moved_by_jit", False))
+            for info, expected in zip(inputs, self._expected)]
         self._handlers = [
             results.result_handler(jax_private.typed_aval(info.aval, sharding), sharding)
             for info, sharding in zip(outputs, output_shardings)
@@ -163,6 +164,7 @@ class Compiled(Stage):
     # compiled this (the ``Lowered``).
     donates: bool = False
     _donated: tuple[int, ...] | None = None  # donate_argnums, once asked
+    placed_by_jit: bool = False  # jit(device=/backend=): every call moves its arguments
     in_avals: Any = None
     arg_names: tuple[str, ...] | None = None  # jax's names of the arguments
 
@@ -193,13 +195,16 @@ class Compiled(Stage):
         """Place the arguments, execute, and return the outputs as ``jax.Array``s.
 
         As a compiled program's call in jax, a committed argument must already be
-        where the executable wants it: the same devices, in the same order."""
-        return self._call(args, kwargs, self._expected)
+        where the executable wants it: the same devices, in the same order (unless
+        ``jit(device=...)`` asked for the device: then it is moved there)."""
+        return self._call(args, kwargs,
+                          self._expected_by_jit if self.placed_by_jit else self._expected)
 
     def call_as_jit(self, *args: Any, **kwargs: Any) -> Any:
         """The call of a jitted function that was lowered for these arguments: a
-        committed argument on other devices or in another device order (checked,
-        when lowering, to be tiled as wanted) is moved, as jax.jit moves it."""
+        committed argument that jit decides the place of (``moved_by_jit``: checked,
+        when lowering, to be tiled as wanted) is moved from other devices or another
+        device order, as jax.jit moves it."""
         return self._call(args, kwargs, self._expected_by_jit)
 
     def _call(self, args: tuple, kwargs: dict,

@@ -144,3 +144,22 @@ def test_jit_device_moves_committed_arguments(devices, x, placement):
         theirs, ours = both(lambda j: j(twice, device=target)(arg))
     assert_same(theirs, ours)
     assert ours.sharding == SingleDeviceSharding(target)
+
+
+def test_jit_device_compiled_runs_on_that_device_and_moves_arguments(devices, x):
+    target = jax.devices()[1]
+    placed = jax.device_put(x, NamedSharding(mesh_of(devices), P("x")))
+    with pytest.warns(DeprecationWarning):
+        ours = jit(twice, device=target)
+    compiled = ours.lower(jax.core.ShapedArray(x.shape, x.dtype)).compile()
+    out = compiled(placed)
+    assert out.sharding == SingleDeviceSharding(target)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(x) * 2)
+
+
+def test_jit_device_under_a_context_mesh_is_jax_error(devices, x):
+    words = "Mesh context manager should not be used with jit when backend or device"
+    with jax.set_mesh(mesh_of(devices)):
+        for j in (jax.jit, jit):
+            with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=words):
+                j(twice, device=jax.devices()[0])(x)

@@ -180,3 +180,11 @@ def test_keyword_arguments_with_in_shardings_are_jax_error(mesh, in_shardings):
             j(lambda x, n: x * n, in_shardings=in_shardings, static_argnames="n")(x, n=3)
     # Without in_shardings keyword arguments follow their data, as with jax.jit.
     assert_same(*both(lambda j: j(lambda x, y: x * y)(x, y=jax.device_put(x, s))))
+
+
+def test_keyword_arguments_with_a_single_device_sharding_are_jax_error():
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    words = "pjit does not support kwargs when in_shardings is specified"
+    for j in (jax.jit, jit):
+        with pytest.raises(ValueError, match=words):
+            j(lambda x: x, in_shardings=sharding)(x=jnp.arange(8.0))
