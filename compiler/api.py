@@ -830,6 +830,10 @@ class PjitFunction:
             # jit(mesh=) is shardc's context mesh, under enclosing traces too.
             options = {"mesh": mesh, **self._options}
             jitted = self._in_mesh[mesh] = jit(self._fun, *self._replicated, **options)
+            # A None read as replicated is still no in_shardings to jax: keyword
+            # arguments stay allowed.
+            jitted.options = dataclasses.replace(
+                jitted.options, in_shardings_given=self._unspecified.options.in_shardings_given)
         return jitted
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
