@@ -439,7 +439,8 @@ class JitFunction:
         out_tree = jax.tree.structure(traced.out_info)
         results = signature.result_signature(traced.out_info, self.out_shardings, mesh)
         named_inside = jax_private.meshes_in(traced.jaxpr)
-        signature.check_body_devices(arg_leaves, results, named_inside)
+        signature.check_body_devices(arg_leaves, results, named_inside,
+                                     self._requested_devices())
         body_meshes = tuple(mesh for _, mesh in named_inside)
         jax_lowered = jax_private.without_dead_code(traced).lower(lowering_platforms=platforms)
         jax_module = jax_lowered.compiler_ir("stablehlo")

@@ -521,14 +521,17 @@ def check_program_meshes(args: Sequence[LeafSignature], results: Sequence[tuple[
 
 
 def check_body_devices(args: Sequence[LeafSignature], results: Sequence[LeafSignature],
-                       body: Sequence[tuple[str, Mesh]]) -> None:
+                       body: Sequence[tuple[str, Mesh]], requested: tuple | None = None
+                       ) -> None:
     """A concrete mesh named inside the function (``(primitive, mesh)``: a constraint's,
     a ``shard_map``'s...) must list the program's devices in the program's order, as
-    jax.jit requires: the order decides which device holds which shard."""
-    first = next(((f"the sharding of {leaf.path}", tuple(leaf.sharding.mesh.devices.flat))
-                  for leaf in (*args, *results) if leaf.sharding is not None
-                  and isinstance(leaf.sharding.mesh, Mesh) and leaf.sharding.mesh.axis_names),
-                 None)
+    jax.jit requires: the order decides which device holds which shard. ``requested``:
+    the device ``jit(device=...)`` names (jax's "explicit output sharding")."""
+    first = ("explicit output sharding", requested) if requested else next(
+        ((f"the sharding of {leaf.path}", tuple(leaf.sharding.mesh.devices.flat))
+         for leaf in (*args, *results) if leaf.sharding is not None
+         and isinstance(leaf.sharding.mesh, Mesh) and leaf.sharding.mesh.axis_names),
+        None)
     for primitive, mesh in body:
         inside = (f"{primitive} inside jit", tuple(mesh.devices.flat))
         if first is None:

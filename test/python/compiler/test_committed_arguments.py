@@ -163,3 +163,15 @@ def test_jit_device_under_a_context_mesh_is_jax_error(devices, x):
         for j in (jax.jit, jit):
             with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=words):
                 j(twice, device=jax.devices()[0])(x)
+
+
+def test_jit_device_with_a_constraint_on_other_devices_names_both(devices):
+    mesh = mesh_of(devices)
+    words = (r"Received incompatible devices for jitted computation. Got explicit output "
+             r"sharding with device ids \[0\].*sharding_constraint inside jit with device ids")
+
+    def zeros():
+        return jax.lax.with_sharding_constraint(jnp.zeros((8, 4)), NamedSharding(mesh, P("x")))
+    for j in (jax.jit, jit):
+        with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=words):
+            j(zeros, device=jax.devices()[0])()
