@@ -248,7 +248,12 @@ class JitFunction:
             compiled = self._compile_for(args, kwargs)
             if key is not None:
                 self._by_call[key] = compiled
-        outputs = compiled(*args, **kwargs)
+        moved = compiled.placement.resharded
+        outputs = compiled.call_as_jit(*args, **kwargs)
+        if compiled.placement.resharded != moved:
+            # A committed argument was moved (other devices or device order): jax's C++
+            # dispatch would pass it on unmoved, which crashes; such calls stay here.
+            return outputs, None, False
         return outputs, compiled.fast_path(outputs), False
 
     def _bind(self, args: tuple, kwargs: dict) -> Any:
@@ -348,6 +353,8 @@ class JitFunction:
         lowered.donated = self._donated(args, dynamic_kwargs)
         lowered.platforms = platforms if given_platforms else None
         lowered.placed_on_request = self.options.single_device is not None
+        lowered.requested_devices = self._requested_devices()
+        lowered.placed_by_jit = self.options.device is not None or self.options.backend is not None
         lowered.arg_names = cached.arg_names
         lowered.reference = self._jax_jit  # the unsharded program, for Compiled.verify
         if self.strict:
@@ -361,12 +368,16 @@ class JitFunction:
         """A call's dynamic arguments (positional, keyword), the context mesh and the
         arguments' signatures (``signature.argument_signature``), errors naming the
         arguments and the function as jax's do."""
+        signature.check_no_keyword_arguments(self.options.in_shardings_given, kwargs)
+        placed_by_jit = self.options.device is not None or self.options.backend is not None
+        devices = signature.device_mesh(self.mesh)
+        signature.check_no_mesh_with_device(placed_by_jit, devices)
         dynamic_args, _ = self._split_static(args)
         dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
         mesh = signature.context_mesh(self.mesh)
         leaves = signature.argument_signature(
             dynamic_args, dynamic_kwargs, self.in_shardings, mesh, follow_data=follow_data,
-            devices=signature.device_mesh(self.mesh),
+            placed_by_jit=placed_by_jit, devices=devices,
             names=lambda: jax_private.argument_names(
                 self.fun, args, kwargs, self.static_argnums, self.static_argnames),
             fun_name=getattr(self.fun, "__name__", "fun"))
@@ -428,7 +439,8 @@ class JitFunction:
         out_tree = jax.tree.structure(traced.out_info)
         results = signature.result_signature(traced.out_info, self.out_shardings, mesh)
         named_inside = jax_private.meshes_in(traced.jaxpr)
-        signature.check_body_devices(arg_leaves, results, named_inside)
+        signature.check_body_devices(arg_leaves, results, named_inside,
+                                     self._requested_devices())
         body_meshes = tuple(mesh for _, mesh in named_inside)
         jax_lowered = jax_private.without_dead_code(traced).lower(lowering_platforms=platforms)
         jax_module = jax_lowered.compiler_ir("stablehlo")
@@ -819,6 +831,10 @@ class PjitFunction:
             # jit(mesh=) is shardc's context mesh, under enclosing traces too.
             options = {"mesh": mesh, **self._options}
             jitted = self._in_mesh[mesh] = jit(self._fun, *self._replicated, **options)
+            # A None read as replicated is still no in_shardings to jax: keyword
+            # arguments stay allowed.
+            jitted.options = dataclasses.replace(
+                jitted.options, in_shardings_given=self._unspecified.options.in_shardings_given)
         return jitted
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

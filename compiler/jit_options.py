@@ -43,6 +43,9 @@ class JitOptions:
     in_shardings: Any = None
     out_shardings: Any = None
     single_device: Any = None
+    # Whether in_shardings were given (anything but None / jax's unspecified marker):
+    # jax.jit then refuses keyword arguments.
+    in_shardings_given: bool = False
 
     def tracing_options(self) -> dict[str, Any]:
         """The options jax.jit takes as they are: they decide how the function is
@@ -79,6 +82,11 @@ def parse(
         keep_unused=keep_unused, device=device, backend=backend, inline=inline,
         compiler_options=compiler_options,
     )  # fmt: skip
+    # A list of in_shardings is read as the tuple of positional arguments, as by jax.
+    if isinstance(in_shardings, list):
+        in_shardings = tuple(in_shardings)
+    in_shardings_given = in_shardings is not None and not jax_private.is_unspecified(
+        in_shardings)
     # jax's own "unspecified" marker means what None means to shardc.
     unspecified = lambda x: None if jax_private.is_unspecified(x) else x  # noqa: E731
     in_shardings, out_shardings = (
@@ -89,6 +97,7 @@ def parse(
         in_shardings=in_shardings,
         out_shardings=out_shardings,
         single_device=single_device,
+        in_shardings_given=in_shardings_given,
         static_argnums=tuple(resolved["static_argnums"]),
         static_argnames=tuple(resolved["static_argnames"]),
         donate_argnums=tuple(resolved["donate_argnums"]),

@@ -85,6 +85,12 @@ class Lowered(Stage):
     platforms: tuple[str, ...] | None = None
     # Whether a SingleDeviceSharding given to jit chose the device (results committed).
     placed_on_request: bool = False
+    # The device jit(device=/backend=) or a SingleDeviceSharding asked for: compile()
+    # runs there unless given devices.
+    requested_devices: tuple | None = None
+    # jit(device=/backend=): every argument is moved there, as by device_put, by the
+    # compiled program's calls too (as jax's).
+    placed_by_jit: bool = False
 
     def as_text(self, dialect: str | None = None, *, debug_info: bool = False) -> str:
         """The module as text: MLIR (``"stablehlo"``, the default) or XLA's HLO
@@ -191,6 +197,8 @@ class Lowered(Stage):
         collective bytes (the cost model and XLA can disagree); then
         ``Compiled.kept_shardy`` says so and ``as_text`` shows what runs.
         """
+        if device_assignment is None:
+            device_assignment = self.requested_devices
         self._check_platforms(device_assignment)
         compiled = self._compile(self.module, device_assignment)
         if self._fallback is not None:
@@ -232,6 +240,7 @@ class Lowered(Stage):
         compiled.in_avals = self.in_avals
         compiled.donates = any(self.donated)
         compiled.arg_names = self.arg_names
+        compiled.placed_by_jit = self.placed_by_jit
         return compiled
 
     def check(self, *, raise_on_error: bool = False, **options: Any) -> list:

@@ -19,7 +19,14 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
+from jax.sharding import (
+    AbstractMesh,
+    AxisType,
+    Mesh,
+    NamedSharding,
+    PartitionSpec,
+    SingleDeviceSharding,
+)
 
 from shardc.dialects import jax_private, sdy
 from shardc.dialects.errors import (
@@ -47,6 +54,10 @@ class LeafSignature:
     # ShapeDtypeStruct's): what jax.jit traces the function with. in_shardings
     # never enter the traced types.
     type_sharding: NamedSharding | None = None
+    # Whether jit decides where the argument goes (a sharding given for it, or
+    # jit(device=...)): a committed array elsewhere is then moved there by a call, as
+    # jax.jit moves it. Otherwise its own placement is the program's.
+    moved_by_jit: bool = False
 
     def abstract_key(self) -> tuple:
         """The part of this leaf a lowering depends on: no devices, only shapes."""
@@ -149,6 +160,8 @@ def to_named_sharding(
     """
     if entry is None or isinstance(entry, NamedSharding):
         return entry
+    if isinstance(entry, jax.sharding.Sharding) and not isinstance(entry, SingleDeviceSharding):
+        return named_form(entry, ndim, mesh)
     if isinstance(entry, PartitionSpec):
         if mesh is None:
             raise MissingMeshError(
@@ -168,6 +181,39 @@ def to_named_sharding(
     )
 
 
+def named_form(sharding: jax.sharding.Sharding, ndim: int, mesh: AnyMesh | None = None
+               ) -> NamedSharding:
+    """A sharding of another kind (``GSPMDSharding``: an XLA tiling over a device list,
+    which jax.jit still takes) as the ``NamedSharding`` that places data alike: over
+    ``mesh`` (the context mesh) where one of its specs does, else over a mesh made
+    of the tiling itself, one axis per tiled dimension (``gspmd0``, ...) and one for
+    the replicas (``gspmd_replicas``)."""
+    devices = tuple(sharding._device_assignment)
+    if isinstance(mesh, Mesh) and set(mesh.devices.flat) == set(devices):
+        named = jax_private.sharding_from_op_sharding(
+            jax_private.hlo_sharding(sharding, ndim).to_proto(), mesh, devices, ndim)
+        if isinstance(named, NamedSharding) and named.is_equivalent_to(sharding, ndim):
+            return named
+    tiling = jax_private.hlo_sharding(sharding, ndim)
+    if tiling.is_replicated():
+        grid = np.array(devices, dtype=object)
+        return NamedSharding(Mesh(grid, ("gspmd_replicas",), axis_types=(AxisType.Auto,)),
+                             PartitionSpec(), memory_kind=sharding.memory_kind)
+    dims = list(tiling.tile_assignment_dimensions())
+    if tiling.subgroup_types() or len(dims) != ndim + int(tiling.replicate_on_last_tile_dim()):
+        raise InvalidArgumentError(
+            f"a {type(sharding).__name__} {sharding} that no NamedSharding can express "
+            "(manual or other subgroups): give a NamedSharding")
+    names = [f"gspmd{i}" for i in range(ndim)] + ["gspmd_replicas"] * (len(dims) - ndim)
+    order = np.array(devices, dtype=object)[list(tiling.tile_assignment_devices())]
+    kept = [i for i, size in enumerate(dims) if size > 1]
+    grid = order.reshape(dims).reshape([dims[i] for i in kept]) if kept else order
+    axes = tuple(names[i] for i in kept) or ("gspmd_replicas",)
+    mesh = Mesh(grid, axes, axis_types=(AxisType.Auto,) * len(axes))
+    spec = PartitionSpec(*(names[i] if dims[i] > 1 else None for i in range(ndim)))
+    return NamedSharding(mesh, spec, memory_kind=sharding.memory_kind)
+
+
 def is_sharding_leaf(node: Any) -> bool:
     return node is None or isinstance(node, (NamedSharding, PartitionSpec, jax.sharding.Sharding))
 
@@ -175,24 +221,50 @@ def is_sharding_leaf(node: Any) -> bool:
 def broadcast_shardings(
     prefix: Any, tree: Any, what: str
 ) -> list[Any]:
-    """Expand a sharding pytree prefix to one entry per leaf of ``tree``.
+    """Expand a sharding pytree prefix to one entry per leaf of ``tree``, as jax.jit
+    reads it (``what``: "in_shardings", against the positional arguments' tuple, or
+    "out_shardings", against the results).
 
-    A single sharding (or ``None``) applies to every leaf. Structures that do
-    not fit raise ``ShardingTreeError`` naming both structures.
+    A single sharding (or ``None``) applies to every leaf. A ``None`` inside the
+    prefix is a leaf too (unspecified), covering its whole subtree; a ``None``
+    among the values (``eqx.partition``'s holes, optax states built from them) is
+    a subtree without leaves, so it takes no entry whatever the prefix has there.
+    Structures that do not fit raise ``ShardingTreeError`` with jax's message and
+    both structures.
     """
+    treedef = jax.tree.structure(tree)
     if is_sharding_leaf(prefix):
-        return [prefix] * len(jax.tree.leaves(tree))
+        return [prefix] * treedef.num_leaves
     try:
-        expanded = jax.tree.broadcast(prefix, tree, is_leaf=is_sharding_leaf)
-    except (ValueError, TypeError):
+        return list(jax_private.flatten_shardings(
+            f"pjit {what}", treedef, prefix, tupled_args=what == "in_shardings"))
+    except ValueError as error:
         values = "positional arguments" if what == "in_shardings" else "results"
         raise ShardingTreeError(
-            f"jit {what} specification must be a tree prefix of the {values}: the "
-            "shardings have structure "
+            f"{error}\n(jit {what}: the shardings have structure "
             f"{jax.tree.structure(prefix, is_leaf=is_sharding_leaf)} but the {values} "
-            f"have structure {jax.tree.structure(tree)}"
+            f"have structure {treedef})"
         ) from None
-    return jax.tree.leaves(expanded, is_leaf=lambda n: n is None or is_sharding_leaf(n))
+
+
+def check_no_mesh_with_device(placed_by_jit: bool, context: Mesh | None) -> None:
+    """``jit(device=...)`` / ``jit(backend=...)`` names the program's device itself: jax.jit
+    refuses a context mesh (``jax.set_mesh``, pjit's ``with mesh:``) next to it."""
+    if placed_by_jit and context is not None:
+        raise DeviceMismatchError(
+            "Mesh context manager should not be used with jit when backend or device is "
+            f"also specified as an argument to jit. (the context mesh {context} and jit's "
+            "device or backend both say where the program runs)")
+
+
+def check_no_keyword_arguments(in_shardings_given: bool, kwargs: dict[str, Any]) -> None:
+    """jax.jit gives ``in_shardings`` to positional arguments only, and refuses keyword
+    arguments (static ones included) once they are given."""
+    if kwargs and in_shardings_given:
+        raise ShardingTreeError(
+            "pjit does not support kwargs when in_shardings is specified. (keyword "
+            f"arguments {sorted(kwargs)}: pass them positionally, with an in_shardings "
+            "entry each)")
 
 
 def check_sharding(sharding: NamedSharding, aval: jax.ShapeDtypeStruct, path: str) -> None:
@@ -231,6 +303,9 @@ def sharding_of_value(value: Any) -> NamedSharding | None:
     sharding = getattr(value, "sharding", None)
     if isinstance(value, jax.Array) and not value.committed:
         return None
+    if isinstance(value, jax.Array) and not isinstance(
+            sharding, (NamedSharding, SingleDeviceSharding)):
+        return named_form(sharding, value.ndim)
     return sharding if isinstance(sharding, NamedSharding) else None
 
 
@@ -272,6 +347,7 @@ def argument_signature(
     mesh: AnyMesh | None,
     *,
     follow_data: bool = True,
+    placed_by_jit: bool = False,
     devices: Mesh | None = None,
     names: Callable[[], Sequence[str] | None] = lambda: None,
     fun_name: str = "fun",
@@ -280,10 +356,16 @@ def argument_signature(
 
     ``in_shardings`` applies to the positional arguments (as in ``jax.jit``);
     keyword arguments and leaves given ``None`` follow their data's sharding
-    (with ``follow_data``; else their sharding is ``None``). Committed
-    arguments must be on ``devices`` (``device_mesh``'s) when given; errors
-    name arguments as jax does (``names()``: jax's names of the leaves, asked
-    for only then; ``fun_name``: the function's).
+    (with ``follow_data``; else their sharding is ``None``). A committed
+    argument given a sharding must be tiled as that sharding says (jax.jit's
+    rule, ``check_committed_sharding``); it is then moved there, from whatever
+    devices and device order it is on, and its own devices take no part in the
+    program's. Committed arguments that follow their data must be on
+    ``devices`` (``device_mesh``'s) when given. ``placed_by_jit``
+    (``jit(device=...)`` / ``jit(backend=...)``): every argument is moved to the
+    program's device as by ``device_put``, so nothing of where it is counts.
+    Errors name arguments as jax does (``names()``: jax's names of the leaves,
+    asked for only then; ``fun_name``: the function's).
     """
     paths, values = flatten_with_paths((tuple(args), kwargs), "")
     paths = [_argument_path(path) for path in paths]
@@ -292,18 +374,28 @@ def argument_signature(
     given += [None] * (len(values) - num_positional)
 
     leaves = []
+    # The values whose own placement decides the program's devices: those that
+    # follow their data.
+    followed: list[Any] = []
     # Leaves mostly share a few shardings and shapes (a parameter's optimizer
     # state has its shape): each pair that passed is not checked again.
     checked: set[tuple] = set()
     for path, value, entry in zip(paths, values, given):
         aval = abstract_value(value, path)
         sharding = to_named_sharding(entry, mesh, path, len(aval.shape))
-        if sharding is None and follow_data:
+        traced_as = None if placed_by_jit else type_sharding(value)
+        given_here = sharding is not None
+        followed.append(None if given_here or placed_by_jit else value)
+        if not given_here and follow_data and not placed_by_jit:
             sharding = sharding_of_value(value)
         if sharding is not None and (sharding, aval.shape) not in checked:
             check_sharding(sharding, aval, path)
             checked.add((sharding, aval.shape))
-        leaves.append(LeafSignature(path, aval, sharding, type_sharding(value)))
+        if given_here:
+            check_committed_sharding(path, value, sharding)
+            traced_as = entered_as(traced_as, sharding)
+        leaves.append(LeafSignature(path, aval, sharding, traced_as,
+                                    moved_by_jit=given_here or placed_by_jit))
     def describe(index: int) -> str:
         jax_names = names()
         name = jax_names[index] if jax_names and index < len(jax_names) else paths[index]
@@ -311,29 +403,46 @@ def argument_signature(
         return (f"argument {name} of {fun_name} with shape "
                 f"{np.dtype(aval.dtype).name}[{','.join(map(str, aval.shape))}]")
 
-    check_committed_devices(paths, values, leaves, devices, describe)
-    for path, value, leaf in zip(paths, values, leaves):
-        check_committed_sharding(path, value, leaf.sharding)
+    check_committed_devices(paths, followed, leaves, devices, describe)
     return leaves
 
 
-def check_committed_sharding(path: str, value: Any, sharding: NamedSharding | None) -> None:
-    """A committed array must already have the sharding given for it (jax.jit's rule:
-    moving it would be communication the program does not show)."""
-    if sharding is None or committed_devices(value) is None:
+def entered_as(own: NamedSharding | None, given: NamedSharding) -> NamedSharding | None:
+    """The sharding an argument given ``given`` is traced with: its own (``own``, its
+    type's), unless that lies on another mesh (other axis names, other devices or
+    device order): the argument is moved to ``given`` before the program sees it,
+    and a mesh of its own would be one the program does not have."""
+    if own is None or not own.mesh.axis_names or own.mesh == given.mesh:
+        return own  # (no mesh of its own: an unplaced type, a ShapedArray)
+    if not isinstance(given.mesh, Mesh) and own.mesh.abstract_mesh == given.mesh:
+        return own
+    return given
+
+
+def check_committed_sharding(path: str, value: Any, sharding: NamedSharding) -> None:
+    """A committed array must be tiled as the sharding given for it says (jax.jit's
+    rule: the same HLO sharding, whatever the mesh's axis names, devices or device
+    order; the memory kind too), since moving data to another tiling is
+    communication the program does not show. Moving it to other devices, or the
+    same ones in another order, jax.jit does, and so does shardc."""
+    if committed_devices(value) is None or value.sharding == sharding:
         return
-    if isinstance(sharding.mesh, Mesh) and value.sharding.is_equivalent_to(sharding, value.ndim):
-        return
-    if not isinstance(sharding.mesh, Mesh) and isinstance(value.sharding, NamedSharding) \
-            and value.sharding.mesh.shape_tuple == sharding.mesh.shape_tuple \
-            and value.sharding.is_equivalent_to(
-                NamedSharding(value.sharding.mesh, sharding.spec), value.ndim):
+    ndim = value.ndim
+    own, wanted = (jax_private.hlo_sharding(s, ndim) for s in (value.sharding, sharding))
+    if sharding.memory_kind is not None and value.sharding.memory_kind != sharding.memory_kind:
+        raise ArgumentShardingError(
+            "Memory kinds passed to jax.jit does not match memory kind on the respective "
+            f"arg. Got jit memory kind: {sharding.memory_kind}, arg memory kind: "
+            f"{value.sharding.memory_kind} for arg type: {value.aval.str_short()} ({path}: "
+            "jax.device_put it to the given memory kind first)")
+    if jax_private.same_hlo_sharding(own, wanted):
         return
     raise ArgumentShardingError(
         "Sharding passed to jit does not match the sharding on the respective arg. "
         f"Got jit sharding: {sharding},\narg sharding: {value.sharding} for arg type: "
-        f"{value.aval.str_short()} ({path}: device_put it with the given sharding, or "
-        "leave its in_shardings entry None to follow it)")
+        f"{value.aval.str_short()} ({path}: the argument is tiled as {own} but the given "
+        f"sharding tiles it as {wanted}; device_put it with the given sharding, or leave "
+        "its in_shardings entry None to follow it)")
 
 
 def _argument_path(path: str) -> str:
@@ -412,14 +521,17 @@ def check_program_meshes(args: Sequence[LeafSignature], results: Sequence[tuple[
 
 
 def check_body_devices(args: Sequence[LeafSignature], results: Sequence[LeafSignature],
-                       body: Sequence[tuple[str, Mesh]]) -> None:
+                       body: Sequence[tuple[str, Mesh]], requested: tuple | None = None
+                       ) -> None:
     """A concrete mesh named inside the function (``(primitive, mesh)``: a constraint's,
     a ``shard_map``'s...) must list the program's devices in the program's order, as
-    jax.jit requires: the order decides which device holds which shard."""
-    first = next(((f"the sharding of {leaf.path}", tuple(leaf.sharding.mesh.devices.flat))
-                  for leaf in (*args, *results) if leaf.sharding is not None
-                  and isinstance(leaf.sharding.mesh, Mesh) and leaf.sharding.mesh.axis_names),
-                 None)
+    jax.jit requires: the order decides which device holds which shard. ``requested``:
+    the device ``jit(device=...)`` names (jax's "explicit output sharding")."""
+    first = ("explicit output sharding", requested) if requested else next(
+        ((f"the sharding of {leaf.path}", tuple(leaf.sharding.mesh.devices.flat))
+         for leaf in (*args, *results) if leaf.sharding is not None
+         and isinstance(leaf.sharding.mesh, Mesh) and leaf.sharding.mesh.axis_names),
+        None)
     for primitive, mesh in body:
         inside = (f"{primitive} inside jit", tuple(mesh.devices.flat))
         if first is None:

@@ -135,6 +135,20 @@ def hlo_sharding_equivalent(sharding: Any, op_sharding: Any, devices: tuple, ndi
     return sharding.is_equivalent_to(compiled, ndim)
 
 
+def hlo_sharding(sharding: Any, ndim: int) -> Any:
+    """The XLA ``HloSharding`` of a jax sharding for a rank-``ndim`` value: its tiling over
+    the positions of its device list, whatever those devices are."""
+    return sharding._to_xla_hlo_sharding(ndim)
+
+
+def same_hlo_sharding(first: Any, second: Any) -> bool:
+    """Whether two ``HloSharding``s tile alike (jax.jit's test for a committed argument
+    against the sharding given for it)."""
+    from jax._src import op_shardings
+
+    return op_shardings.are_hlo_shardings_equal(first, second)
+
+
 def fast_array_result_handler(aval: Any, sharding: Any, committed: bool = True) -> Any:
     """jaxlib's C++ handler that wraps output buffers as one global ``jax.Array``."""
     from jaxlib import xla_client
@@ -365,6 +379,17 @@ def parse_jit_arguments(fun: Any, **arguments: Any) -> dict[str, Any]:
     info = pjit._parse_jit_arguments(fun, use_resource_env=False, **arguments)
     return {name: getattr(info, name) for name in
             ("static_argnums", "static_argnames", "donate_argnums", "donate_argnames")}
+
+
+def flatten_shardings(what: str, treedef: Any, shardings: Any, tupled_args: bool) -> tuple:
+    """jax.jit's reading of a sharding pytree prefix against the flattened values'
+    ``treedef``: one entry per leaf. A ``None`` in ``shardings`` is a leaf (unspecified)
+    that covers a whole subtree, and a ``None`` among the values is a subtree without
+    leaves, which any prefix entry covers. Raises jax's ``ValueError`` (``what``:
+    "pjit in_shardings" / "pjit out_shardings") for a tree that is no prefix."""
+    from jax._src import api_util
+
+    return api_util.flatten_axis_resources(what, treedef, shardings, tupled_args)
 
 
 # ----------------------------------------------------------------------------

@@ -44,6 +44,10 @@ class ExpectedArgument:
     aval: jax.ShapeDtypeStruct
     sharding: jax.sharding.Sharding
     device_set: frozenset
+    # A jit call's (jax's shard_args): a committed array elsewhere (other devices,
+    # another device order, another mesh of the same tiling) was checked when the
+    # call was lowered and is moved here. A compiled program's call refuses it.
+    moves_committed: bool = False
 
 
 ArgumentHandler = Callable[[Any, ExpectedArgument, PlacementCounts], jax.Array]
@@ -104,14 +108,15 @@ def check_arguments(values: Sequence[Any], expected: Sequence[ExpectedArgument],
             types.append(f"Argument '{name}' compiled with "
                          f"{_short(want.aval.shape, want.aval.dtype)} and called with "
                          f"{_short(value.shape, dtype)} ({want.path})")
-        elif isinstance(value, jax.Array) and value.committed \
+        elif isinstance(value, jax.Array) and value.committed and not want.moves_committed \
                 and value.sharding is not want.sharding \
                 and frozenset(value.sharding.device_set) == want.device_set \
                 and not value.sharding.is_equivalent_to(want.sharding, value.ndim):
             # (On other devices: placing says which, as a DeviceMismatchError.)
             shardings.append(f"Argument {name} with shape {value.aval.str_short()}:\n"
                              f"  Passed sharding: {value.sharding}\n"
-                             f"  Required sharding: {want.sharding} ({want.path})")
+                             f"  Required sharding: {want.sharding} ({want.path})"
+                             + _device_orders(value.sharding, want.sharding))
     if types:
         which = f"The first 5 of {len(types)}" if len(types) >= 5 else "The"
         raise InvalidArgumentError(
@@ -124,6 +129,16 @@ def check_arguments(values: Sequence[Any], expected: Sequence[ExpectedArgument],
         raise ArgumentShardingError(
             "Computation was compiled for input shardings that disagree with the shardings "
             f"of arguments passed to it. Here are {count}:\n" + "\n".join(shardings[:5]))
+
+
+def _device_orders(passed: jax.sharding.Sharding, required: jax.sharding.Sharding) -> str:
+    """The two device orders, where they differ: shardings over the same devices in
+    another order print alike, and the order decides which device holds which shard."""
+    orders = [[d.id for d in s._device_assignment] for s in (passed, required)]
+    if orders[0] == orders[1]:
+        return ""
+    return (f"\n  the same devices in another order: passed over devices {orders[0]}, "
+            f"required over {orders[1]} (jax.device_put it with the required sharding)")
 
 
 def _short(shape, dtype) -> str:
@@ -165,7 +180,8 @@ def _jax_array(value: jax.Array, expected: ExpectedArgument, counts: PlacementCo
     ):
         return value
     if value.committed:
-        if frozenset(value.sharding.device_set) != expected.device_set:
+        if frozenset(value.sharding.device_set) != expected.device_set \
+                and not expected.moves_committed:
             raise DeviceMismatchError(
                 f"{expected.path} is committed to devices "
                 f"{sorted(d.id for d in value.sharding.device_set)} but the program runs "

@@ -133,6 +133,9 @@ class Compiled(Stage):
             arguments.ExpectedArgument(info.path, _physical(info.aval), sharding, device_set)
             for info, sharding in zip(inputs, input_shardings)
         ]
+        self._expected_by_jit = [
+            dataclasses.replace(expected, moves_committed=getattr(info, "moved_by_jit", False))
+            for info, expected in zip(inputs, self._expected)]
         self._handlers = [
             results.result_handler(jax_private.typed_aval(info.aval, sharding), sharding)
             for info, sharding in zip(outputs, output_shardings)
@@ -160,6 +163,8 @@ class Compiled(Stage):
     # types with their shardings (as jax's); set, with ``args_info``, by whoever
     # compiled this (the ``Lowered``).
     donates: bool = False
+    _donated: tuple[int, ...] | None = None  # donate_argnums, once asked
+    placed_by_jit: bool = False  # jit(device=/backend=): every call moves its arguments
     in_avals: Any = None
     arg_names: tuple[str, ...] | None = None  # jax's names of the arguments
 
@@ -187,17 +192,33 @@ class Compiled(Stage):
     # -- calling -----------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Place the arguments, execute, and return the outputs as ``jax.Array``s."""
+        """Place the arguments, execute, and return the outputs as ``jax.Array``s.
+
+        As a compiled program's call in jax, a committed argument must already be
+        where the executable wants it: the same devices, in the same order (unless
+        ``jit(device=...)`` asked for the device: then it is moved there)."""
+        return self._call(args, kwargs,
+                          self._expected_by_jit if self.placed_by_jit else self._expected)
+
+    def call_as_jit(self, *args: Any, **kwargs: Any) -> Any:
+        """The call of a jitted function that was lowered for these arguments: a
+        committed argument that jit decides the place of (``moved_by_jit``: checked,
+        when lowering, to be tiled as wanted) is moved from other devices or another
+        device order, as jax.jit moves it."""
+        return self._call(args, kwargs, self._expected_by_jit)
+
+    def _call(self, args: tuple, kwargs: dict,
+              expected: Sequence[arguments.ExpectedArgument]) -> Any:
         leaves, tree = jax.tree.flatten(self._dynamic(args, kwargs))
         if tree != self._in_tree:
             raise PytreeMismatchError(
                 "Function compiled with input pytree does not match the input pytree it was "
                 f"called with: compiled for {self._in_tree}, called with {tree}"
             )
-        arguments.check_arguments(leaves, self._expected, self.arg_names)
+        arguments.check_arguments(leaves, expected, self.arg_names)
         placed = [
-            arguments.place(value, expected, self.placement)
-            for value, expected in zip(leaves, self._expected)
+            arguments.place(value, want, self.placement)
+            for value, want in zip(leaves, expected)
         ]
         handlers = self._handlers
         if self._uncommitted_handlers is not None and not any(
@@ -209,7 +230,29 @@ class Compiled(Stage):
             executed.consume_token().block_until_ready()
         else:
             outputs = self._executable.execute_sharded(placed).consume_with_handlers(handlers)
+        if self.donates:
+            self._release_donated(leaves, placed)
         return jax.tree.unflatten(self._out_tree, outputs)
+
+    def _release_donated(self, leaves: Sequence[Any], placed: Sequence[jax.Array]) -> None:
+        """Delete the caller's arrays whose buffers this call donated.
+
+        XLA invalidates a donated buffer but the ``jax.Array`` still holds it, and
+        jax's C++ dispatch, which checks only whether an array was deleted, would
+        run it through another function's fast path: a crash (a segfault on
+        several devices) instead of jax's "Array has been deleted" error. Deleted
+        outright, the array sends every later call to a check that raises it.
+        An argument that was copied to be placed donated the copy and stays.
+        """
+        for index in self._donated_leaves():
+            value = leaves[index]
+            if placed[index] is value and value.is_deleted():
+                value.delete()
+
+    def _donated_leaves(self) -> tuple[int, ...]:
+        if self._donated is None:
+            self._donated = self.donate_argnums
+        return self._donated
 
     def fast_path(self, outputs: Any) -> Any:
         """What jax's C++ dispatch needs to run this again without Python (given the

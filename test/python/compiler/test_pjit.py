@@ -96,3 +96,20 @@ def test_vmap_under_a_legacy_mesh(axis_type):
     for ours, theirs in zip(results[1], results[0]):
         assert ours.sharding.is_equivalent_to(theirs.sharding, ours.ndim)
         np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+
+
+@pytest.mark.parametrize("in_shardings", [None, P()])
+def test_keyword_arguments_under_a_legacy_mesh(mesh, in_shardings):
+    # pjit's None, read as replicated over the block's mesh, is still no in_shardings:
+    # jax's pjit takes keyword arguments then, and refuses them with P().
+    def run(p):
+        with mesh:
+            return p(lambda x, y: x + y, in_shardings=in_shardings)(jnp.ones(8), y=jnp.ones(8))
+    if in_shardings is None:
+        theirs, ours = run(jax_pjit), run(pjit)
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+        assert ours.sharding.is_equivalent_to(theirs.sharding, 1)
+    else:
+        for p in (jax_pjit, pjit):
+            with pytest.raises(ValueError, match="pjit does not support kwargs"):
+                run(p)

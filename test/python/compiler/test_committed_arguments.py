@@ -1,0 +1,177 @@
+"""Committed arguments against the shardings given to jit, as jax.jit treats them.
+
+jax.jit's rule: a committed argument given a sharding must be *tiled* as that
+sharding says (the same HLO sharding); its mesh's axis names, its devices and
+their order do not matter, and jax moves it where the program wants it. A jit call
+does; a compiled program's call refuses another device order (and shardc's error
+says which orders). ``jit(device=...)`` moves every argument as ``device_put``
+does. ``GSPMDSharding``s are shardings like the others.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.extend.sharding import GSPMDSharding
+from jax.sharding import AxisType, Mesh, NamedSharding, SingleDeviceSharding
+from jax.sharding import PartitionSpec as P
+
+from shardc.compiler import jit
+from shardc.dialects.errors import ArgumentShardingError
+
+AUTO = (AxisType.Auto,)
+
+
+def mesh_of(devices, name="x"):
+    return Mesh(np.array(devices), (name,), axis_types=AUTO)
+
+
+@pytest.fixture(scope="module")
+def devices():
+    return jax.devices()[:4]
+
+
+@pytest.fixture(scope="module")
+def x():
+    return jnp.arange(32.0).reshape(8, 4)
+
+
+def both(make_call):
+    return make_call(jax.jit), make_call(jit)
+
+
+def assert_same(theirs, ours):
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+    assert ours.sharding.is_equivalent_to(theirs.sharding, theirs.ndim), (ours.sharding,
+                                                                          theirs.sharding)
+
+
+def twice(a):
+    return a * 2
+
+
+def test_same_devices_under_other_axis_names(devices, x):
+    given = NamedSharding(mesh_of(devices, "x"), P("x"))
+    arg = jax.device_put(x, NamedSharding(mesh_of(devices, "y"), P("y")))
+    assert_same(*both(lambda j: j(twice, in_shardings=given)(arg)))
+    replicated = jax.device_put(x, NamedSharding(mesh_of(devices, "y"), P()))
+    assert_same(*both(lambda j: j(twice, in_shardings=NamedSharding(given.mesh, P()))(
+        replicated)))
+
+
+def test_another_tiling_is_jax_error_naming_both_tilings(devices, x):
+    given = NamedSharding(mesh_of(devices, "x"), P("x"))
+    arg = jax.device_put(x, NamedSharding(mesh_of(devices, "y"), P()))
+    words = "Sharding passed to jit does not match the sharding on the respective arg"
+    with pytest.raises(ValueError, match=words):
+        jax.jit(twice, in_shardings=given)(arg)
+    with pytest.raises(ArgumentShardingError, match=words) as ours:
+        jit(twice, in_shardings=given)(arg)
+    assert "tiled as {replicated}" in str(ours.value)
+    assert "{devices=[4,1]" in str(ours.value)
+
+
+@pytest.mark.parametrize("spec", [P("x"), P()])
+def test_same_devices_in_another_order_are_moved(devices, x, spec):
+    given = NamedSharding(mesh_of(devices), spec)
+    arg = jax.device_put(x, NamedSharding(mesh_of(devices[::-1]), spec))
+    theirs, ours = both(lambda j: j(twice, in_shardings=given)(arg))
+    assert_same(theirs, ours)
+    assert [d.id for d in ours.sharding._device_assignment] == [0, 1, 2, 3]
+    # Again and again: jax.jit's C++ fast path passes such an argument on unmoved and
+    # crashes the process on the second call; shardc keeps these calls off it.
+    function = jit(twice, in_shardings=given)
+    for _ in range(3):
+        assert_same(theirs, function(arg))
+
+
+def test_other_devices_are_moved(x):
+    given = NamedSharding(mesh_of(jax.devices()[:4]), P("x"))
+    arg = jax.device_put(x, NamedSharding(mesh_of(jax.devices()[4:]), P("x")))
+    assert_same(*both(lambda j: j(twice, in_shardings=given)(arg)))
+
+
+def test_a_compiled_program_names_the_device_orders(devices, x):
+    given = NamedSharding(mesh_of(devices), P("x"))
+    arg = jax.device_put(x, NamedSharding(mesh_of(devices[::-1]), P("x")))
+    words = "Computation was compiled for input shardings that disagree"
+    with pytest.raises(ValueError, match=words):
+        jax.jit(twice, in_shardings=given).lower(x).compile()(arg)
+    with pytest.raises(ArgumentShardingError, match=words) as ours:
+        jit(twice, in_shardings=given).lower(x).compile()(arg)
+    assert "passed over devices [3, 2, 1, 0], required over [0, 1, 2, 3]" in str(ours.value)
+
+
+def test_arguments_that_follow_their_data_in_two_orders_are_jax_error(devices, x):
+    a = jax.device_put(x, NamedSharding(mesh_of(devices), P("x")))
+    b = jax.device_put(x, NamedSharding(mesh_of(devices[::-1]), P("x")))
+    words = r"Received incompatible devices for jitted computation.*device ids \[3, 2, 1, 0\]"
+    with pytest.raises(ValueError, match=words):
+        jax.jit(lambda a, b: a + b)(a, b)
+    with pytest.raises(ValueError, match=words):  # jax's own, from tracing
+        jit(lambda a, b: a + b)(a, b)
+
+
+def gspmd(devices, x):
+    return GSPMDSharding(tuple(devices),
+                         NamedSharding(mesh_of(devices), P("x"))._to_xla_hlo_sharding(x.ndim))
+
+
+def test_gspmd_shardings_in_and_out(devices, x):
+    sharding = gspmd(devices, x)
+    assert_same(*both(lambda j: j(twice, in_shardings=sharding)(x)))
+    assert_same(*both(lambda j: j(twice, out_shardings=sharding)(x)))
+    placed = jax.device_put(x, sharding)
+    assert_same(*both(lambda j: j(twice)(placed)))
+    given = NamedSharding(mesh_of(devices), P("x"))
+    assert_same(*both(lambda j: j(twice, in_shardings=given)(placed)))
+
+
+def test_a_gspmd_sharding_on_the_context_mesh_is_read_on_it(devices, x):
+    mesh = mesh_of(devices)
+    with jax.set_mesh(mesh):
+        out = jit(twice, in_shardings=gspmd(devices, x))(x)
+    assert out.sharding == NamedSharding(mesh, P("x"))
+
+
+@pytest.mark.parametrize("placement", ["one device", "sharded", "uncommitted"])
+def test_jit_device_moves_committed_arguments(devices, x, placement):
+    arg = {"one device": lambda: jax.device_put(x, jax.devices()[1]),
+           "sharded": lambda: jax.device_put(x, NamedSharding(mesh_of(devices), P("x"))),
+           "uncommitted": lambda: x}[placement]()
+    target = jax.devices()[3]
+    with pytest.warns(DeprecationWarning):
+        theirs, ours = both(lambda j: j(twice, device=target)(arg))
+    assert_same(theirs, ours)
+    assert ours.sharding == SingleDeviceSharding(target)
+
+
+def test_jit_device_compiled_runs_on_that_device_and_moves_arguments(devices, x):
+    target = jax.devices()[1]
+    placed = jax.device_put(x, NamedSharding(mesh_of(devices), P("x")))
+    with pytest.warns(DeprecationWarning):
+        ours = jit(twice, device=target)
+    compiled = ours.lower(jax.core.ShapedArray(x.shape, x.dtype)).compile()
+    out = compiled(placed)
+    assert out.sharding == SingleDeviceSharding(target)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(x) * 2)
+
+
+def test_jit_device_under_a_context_mesh_is_jax_error(devices, x):
+    words = "Mesh context manager should not be used with jit when backend or device"
+    with jax.set_mesh(mesh_of(devices)):
+        for j in (jax.jit, jit):
+            with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=words):
+                j(twice, device=jax.devices()[0])(x)
+
+
+def test_jit_device_with_a_constraint_on_other_devices_names_both(devices):
+    mesh = mesh_of(devices)
+    words = (r"Received incompatible devices for jitted computation. Got explicit output "
+             r"sharding with device ids \[0\].*sharding_constraint inside jit with device ids")
+
+    def zeros():
+        return jax.lax.with_sharding_constraint(jnp.zeros((8, 4)), NamedSharding(mesh, P("x")))
+    for j in (jax.jit, jit):
+        with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=words):
+            j(zeros, device=jax.devices()[0])()
