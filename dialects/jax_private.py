@@ -464,6 +464,24 @@ def fast_path(executable: Any, outputs: Any, in_shardings: list, out_shardings: 
         [o._committed for o in flat], [True] * count, [None] * count, [])
 
 
+def register_cache(cache: Any, for_what: str) -> None:
+    """Have ``jax.clear_caches()`` clear ``cache`` too (an object with ``cache_clear``,
+    ``cache_info`` and ``cache_keys``; jax holds it weakly)."""
+    from jax._src import util
+
+    util.register_cache(cache, for_what)
+
+
+def check_execution_allowed(executable: Any) -> None:
+    """Raise jax's error for executing a program under ``jax.no_execution()``."""
+    from jax._src import config
+
+    if config.no_execution.value:
+        name = executable.hlo_modules()[0].name
+        raise RuntimeError(f"JAX tried to execute function {name}, but the no_execution "
+                           "config option is set")
+
+
 def test_event(name: str) -> None:
     """Report one of jax's test events (no-op unless jax's test utilities listen).
 
