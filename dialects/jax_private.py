@@ -86,6 +86,7 @@ def compile_executable(
     debug options by name, as ``jax.jit(compiler_options=...)`` passes them.
     """
     import numpy as np
+    from jax._src import dispatch
     from jax.extend import backend
     from jaxlib import xla_client
 
@@ -102,9 +103,19 @@ def compile_executable(
     build.allow_spmd_sharding_propagation_to_output = propagate_to_outputs
     client = backend.get_backend(devices[0].platform)
     device_list = xla_client.DeviceList(devices)
-    if host_callbacks:
-        return client.compile_and_load(module, device_list, options, host_callbacks=host_callbacks)
-    return client.compile_and_load(module, device_list, options)
+    extra = {"host_callbacks": host_callbacks} if host_callbacks else {}
+    # Logged as jax logs its compilations (WARNING under `jax_log_compiles`), and
+    # counted among its backend compile events.
+    with dispatch.log_elapsed_time(
+            "Finished XLA compilation of {fun_name} in {elapsed_time:.9f} sec",
+            fun_name=_module_name(module), event=dispatch.BACKEND_COMPILE_EVENT):
+        return client.compile_and_load(module, device_list, options, **extra)
+
+
+def _module_name(module: ir.Module) -> str:
+    name = module.operation.attributes["sym_name"] if "sym_name" in \
+        module.operation.attributes else None
+    return ir.StringAttr(name).value if name is not None else "<module>"
 
 
 def sharding_from_op_sharding(op_sharding: Any, mesh: Any, devices: tuple, ndim: int) -> Any:

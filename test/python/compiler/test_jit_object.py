@@ -334,3 +334,18 @@ def test_traced_and_eval_shape_are_jaxs():
     for a, b in zip(ours(2.0, jnp.ones(3)), theirs(2.0, jnp.ones(3))):
         np.testing.assert_array_equal(a, b)
     assert jit(f).eval_shape(*args) == jax.jit(f).eval_shape(*args)  # weak types included
+
+
+@JITS
+def test_compilations_are_logged_as_jaxs(jitted, caplog):
+    def double(x):
+        return x * 2
+
+    f = jitted(double)
+    f(jnp.ones(2))
+    x = jnp.ones(3)
+    with jax.log_compiles(), caplog.at_level("WARNING"):
+        f(x)
+    finished = [r for r in caplog.records
+                if re.match("Finished XLA compilation of jit.double", r.getMessage())]
+    assert len(finished) == 1 and finished[0].levelname == "WARNING"
