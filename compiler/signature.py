@@ -217,6 +217,10 @@ def abstract_value(value: Any, name: str, fun_name: str = "fun") -> jax.ShapeDty
         return jax.ShapeDtypeStruct(value.shape, value.dtype, weak_type=value.weak_type)
     try:
         aval = jax.typeof(value)
+    except OverflowError:
+        raise OverflowError(
+            "An overflow was encountered while parsing an argument to a jitted computation, "
+            f"whose argument path is {name}. Got {type(value)} with value {value}") from None
     except TypeError:
         raise InvalidArgumentError(
             f"Error interpreting argument to {fun_name} as an abstract array. The "

@@ -275,6 +275,14 @@ def test_argument_that_is_not_an_array_is_jaxs_type_error():
     assert str(ours) == str(theirs).replace(repr(f), "f")
 
 
+def test_argument_that_overflows_is_jaxs_overflow_error():
+    def f(x):
+        return x
+
+    ours, theirs = _error(lambda: jit(f)(2 ** 70)), _error(lambda: jax.jit(f)(2 ** 70))
+    assert type(ours) is type(theirs) is OverflowError and str(ours) == str(theirs)
+
+
 @JITS
 def test_no_execution_refuses_to_run(jitted):
     @jitted
