@@ -208,10 +208,14 @@ class JitFunction(JitSurface):
         _, _, mesh, arg_leaves = self._arguments(args, kwargs)
         jax_traced = self._trace(args, kwargs, arg_leaves)
         results = signature.result_signature(jax_traced.out_info, self.out_shardings, mesh)
+        # A SingleDeviceSharding given for a result is its sharding, as in jax's out_info.
+        given = signature.broadcast_shardings(self.options.given_out_shardings,
+                                              jax_traced.out_info, "out_shardings")
         out_info = jax.tree.unflatten(
             jax.tree.structure(jax_traced.out_info),
             [jax.ShapeDtypeStruct(r.aval.shape, r.aval.dtype, weak_type=r.aval.weak_type,
-                                  sharding=r.sharding) for r in results])
+                                  sharding=r.sharding if r.sharding is not None else g)
+             for r, g in zip(results, given)])
         def lower(*, lowering_platforms: Sequence[str] | None = None,
                   propagate: bool | None = None) -> Lowered:
             return self._lower(args, kwargs, propagate, lowering_platforms)[1]
@@ -282,7 +286,8 @@ class JitFunction(JitSurface):
         Static arguments count by value; array leaves by shape, dtype, weak type
         and (committed arrays) sharding; other leaves (Python scalars) by type.
         The context mesh, which bare ``PartitionSpec``s resolve against and whose
-        devices run programs that name none, is included. ``None`` when a static value is unhashable: such calls take
+        devices run programs that name none, is included, and jax's trace context
+        (the configuration a trace depends on, e.g. the default matmul precision). ``None`` when a static value is unhashable: such calls take
         the slow path, which reports the error.
         """
         positions = self._static_positions(len(args))
@@ -290,7 +295,7 @@ class JitFunction(JitSurface):
         static += tuple(StaticKey(kwargs[k]) for k in self.static_argnames if k in kwargs)
         leaves, tree = jax.tree.flatten((args, kwargs))
         parts: list = [tree, static, jax.sharding.get_abstract_mesh(),
-                       signature.device_mesh(self.mesh)]
+                       signature.device_mesh(self.mesh), jax_private.trace_context()]
         for leaf in leaves:
             if isinstance(leaf, jax.Array):
                 sharding = leaf.sharding if leaf.committed else None
@@ -340,6 +345,7 @@ class JitFunction(JitSurface):
         given_platforms = bool(platforms)
         platforms = tuple(platforms) if platforms else (_platform(arg_leaves),)
         key = (propagate, self.propagation, platforms, devices is not None,
+               jax_private.trace_context(),
                self._cache_key(static_args, static_kwargs, in_tree, arg_leaves, mesh))
         cached = self._caches.lowerings.get(key)
         module = None  # a miss's own module goes to its Lowered as it is, not copied

@@ -44,6 +44,8 @@ class JitOptions:
     in_shardings: Any = None
     out_shardings: Any = None
     single_device: Any = None
+    # out_shardings as given, SingleDeviceSharding leaves included: what out_info shows.
+    given_out_shardings: Any = None
 
     def tracing_options(self) -> dict[str, Any]:
         """The options jax.jit takes as they are: they decide how the function is
@@ -84,11 +86,13 @@ def parse(
     in_shardings, out_shardings = (
         jax.tree.map(unspecified, shardings, is_leaf=_is_leaf)
         for shardings in (in_shardings, out_shardings))
+    given_out_shardings = out_shardings
     single_device, in_shardings, out_shardings = _single_device(in_shardings, out_shardings)
     return JitOptions(
         in_shardings=in_shardings,
         out_shardings=out_shardings,
         single_device=single_device,
+        given_out_shardings=given_out_shardings,
         static_argnums=tuple(resolved["static_argnums"]),
         static_argnames=tuple(resolved["static_argnames"]),
         donate_argnums=tuple(resolved["donate_argnums"]),

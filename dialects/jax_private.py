@@ -194,6 +194,15 @@ def _core() -> Any:
     return core
 
 
+def trace_context() -> Any:
+    """The configuration jax keys its traces and executables on (precision, rank
+    promotion, ``no_execution``, context meshes...): what was traced under one value
+    of it is not the program for another."""
+    from jax._src import config
+
+    return config.trace_context()
+
+
 def is_tracer(value: Any) -> bool:
     """Whether ``value`` is an abstract value of some enclosing trace."""
     return isinstance(value, _core().Tracer)

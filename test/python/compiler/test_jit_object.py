@@ -357,3 +357,31 @@ def test_compilations_are_logged_as_jaxs(jitted, caplog):
     finished = [r for r in caplog.records
                 if re.match("Finished XLA compilation of jit.double", r.getMessage())]
     assert len(finished) == 1 and finished[0].levelname == "WARNING"
+
+
+def test_eval_shape_shows_a_single_device_out_sharding_as_jax():
+    s = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+
+    def f(x):
+        return x * 2
+
+    ours, theirs = (jitted(f, out_shardings=s).eval_shape(np.arange(8)) for jitted in (jit, jax.jit))
+    assert ours == theirs and ours.sharding == s
+
+
+@JITS
+def test_a_new_trace_context_is_a_new_program(jitted):
+    traced = []
+
+    @jitted
+    def f(x, y):
+        traced.append(1)
+        return x @ y
+
+    x = jnp.ones((4, 4))
+    f(x, x)
+    with jax.default_matmul_precision("highest"):
+        f(x, x)
+        assert "HIGHEST" in f.lower(x, x).as_text()
+    f(x, x)
+    assert len(traced) == 2
