@@ -19,7 +19,7 @@ from __future__ import annotations
 import collections
 import weakref
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, NamedTuple
 
 from shardc.dialects import jax_private
 
@@ -37,7 +37,10 @@ class LRU:
     def get(self, key: Hashable) -> Any:
         value = self._entries.get(key)
         if value is not None:
-            self._entries.move_to_end(key)
+            try:
+                self._entries.move_to_end(key)
+            except KeyError:  # another thread evicted it meanwhile: still a hit
+                pass
         return value
 
     def __setitem__(self, key: Hashable, value: Any) -> None:
@@ -120,6 +123,15 @@ def static_keys(values: Any) -> tuple[StaticKey, ...]:
 _LIVE: weakref.WeakSet[FunctionCaches] = weakref.WeakSet()
 
 
+class _Info(NamedTuple):
+    """As ``functools.lru_cache``'s: lowering hits and misses, entries of both kinds."""
+
+    hits: int
+    misses: int
+    maxsize: int
+    currsize: int
+
+
 class _EveryFunction:
     """The caches of every shardc jit, as jax's cache management sees one cache
     (``cache_clear``, ``cache_info``, ``cache_keys``, as ``functools.lru_cache``)."""
@@ -128,11 +140,11 @@ class _EveryFunction:
         for caches in list(_LIVE):
             caches.clear()
 
-    def cache_info(self) -> dict[str, int]:
+    def cache_info(self) -> _Info:
         live = list(_LIVE)
-        return {"functions": len(live),
-                "lowerings": sum(len(c.lowerings) for c in live),
-                "executables": sum(len(c.executables) for c in live)}
+        return _Info(
+            sum(c.hits for c in live), sum(c.misses for c in live), MAX_ENTRIES,
+            sum(len(c.lowerings) + len(c.executables) for c in live))
 
     def cache_keys(self) -> list:
         return [key for c in list(_LIVE) for key in c.lowerings.keys()]
