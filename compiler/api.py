@@ -146,7 +146,7 @@ class JitFunction(JitSurface):
         # The wrapped function's attributes first (jax.jit's object has them), then
         # shardc's own: a function made by `jax.grad` of another shardc jit carries
         # that one's state in its attributes, which must not replace this one's.
-        self.__dict__.update(getattr(fun, "__dict__", {}))
+        self._take_attributes_of(fun)
         self.fun = fun
         self.propagate = propagate
         self.propagation = propagation  # "shardy" or "cost-aware"
@@ -182,7 +182,6 @@ class JitFunction(JitSurface):
             lambda *args, **kwargs: this()._call(*args, **kwargs),
             self.static_argnums, self.static_argnames, key, cache)
         self._caches = caches.FunctionCaches()
-        functools.update_wrapper(self, fun, updated=())
 
     def cache_info(self) -> CacheInfo:
         """How often ``lower`` reused a cached lowering."""

@@ -25,6 +25,22 @@ _STATE_VERSION = 1
 class JitSurface:
     """``repr``, pickling, method binding and cache control as jax.jit's object has them."""
 
+    def _take_attributes_of(self, fun: Any) -> None:
+        """The function's attributes, name, docstring, module and annotations, as
+        jax's ``wraps`` gives them to its jitted function (``__name__`` through
+        ``functools.partial``s)."""
+        try:
+            name = function_name(fun)
+            self.__dict__.update(getattr(fun, "__dict__", {}))
+            self.__annotations__ = getattr(fun, "__annotations__", {})
+            self.__name__ = name
+            self.__module__ = getattr(fun, "__module__", "<unknown module>")
+            self.__doc__ = getattr(fun, "__doc__", "") or ""
+            self.__qualname__ = getattr(fun, "__qualname__", name)
+            self.__wrapped__ = fun
+        except Exception:  # noqa: BLE001 - as jax's: a function whose attributes fail
+            pass
+
     def __repr__(self) -> str:
         # jax's: the wrapped function's repr, or none where that fails (or is gone).
         try:

@@ -45,11 +45,20 @@ def test_wrapped_attributes_are_the_functions():
         """docstring of f."""
         return x + 1
 
+    class Callable:
+        def __call__(self, x):
+            return x
+
     f.some_value = 4
+    attributes = ("__doc__", "__name__", "__module__", "__qualname__", "__annotations__",
+                  "__wrapped__")
     ours, theirs = jit(f), jax.jit(f)
-    for attr in ("__doc__", "__name__", "__module__", "__qualname__", "__annotations__",
-                 "__wrapped__", "some_value"):
+    for attr in (*attributes, "some_value"):
         assert getattr(ours, attr) == getattr(theirs, attr), attr
+    for fun in (functools.partial(f), Callable(), len):
+        ours, theirs = jit(fun), jax.jit(fun)
+        for attr in attributes:
+            assert getattr(ours, attr) == getattr(theirs, attr), (fun, attr)
 
 
 def test_state_names_the_function_as_jax_does():
