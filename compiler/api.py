@@ -286,8 +286,9 @@ class JitFunction(JitSurface):
         and (committed arrays) sharding; other leaves (Python scalars) by type.
         The context mesh, which bare ``PartitionSpec``s resolve against and whose
         devices run programs that name none, is included, and jax's trace context
-        (the configuration a trace depends on, e.g. the default matmul precision). ``None`` when a static value is unhashable: such calls take
-        the slow path, which reports the error.
+        (the configuration a trace depends on, e.g. the default matmul precision).
+        ``None`` when a static value is unhashable: such calls take the slow path,
+        which reports the error.
         """
         positions = self._static_positions(len(args))
         static = tuple(StaticKey(args[i]) for i in positions if i < len(args))
