@@ -19,6 +19,7 @@ import functools
 import inspect
 import itertools
 import os
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,7 +30,8 @@ from jaxlib.mlir import ir
 
 import shardc.compiler as shardc_compiler
 import shardc.runtime as shardc_runtime
-from shardc.compiler import annotation, binding, jit_options, signature
+from shardc.compiler import annotation, binding, caches, jit_options, signature
+from shardc.compiler.caches import StaticKey, static_keys
 from shardc.compiler.checks.strict import check_strict
 from shardc.compiler.cost_aware import Resolution
 from shardc.compiler.diagnostics import (
@@ -38,6 +40,7 @@ from shardc.compiler.diagnostics import (
     verify_step,
     verifying_steps,
 )
+from shardc.compiler.jit_surface import JitSurface, function_name
 from shardc.compiler.lowered import AnyMesh, Lowered
 from shardc.compiler.pipelines import ConflictResolution, propagation_pipeline
 from shardc.compiler.signature import LeafSignature
@@ -126,8 +129,9 @@ def _annotated(jax_module: ir.Module, args: Sequence[LeafSignature],
 _DISPATCH_CACHE = jax_private.dispatch_cache(8192)
 
 
-class JitFunction:
-    """The object ``jit`` returns: call ``.lower(*args, **kwargs)``."""
+class JitFunction(JitSurface):
+    """The object ``jit`` returns: call ``.lower(*args, **kwargs)``; the rest of
+    ``jax.jit``'s object (repr, pickling, methods, cache control) is ``JitSurface``."""
 
     def __init__(
         self,
@@ -139,6 +143,10 @@ class JitFunction:
         strict: Any = False,
         propagation: str = "shardy",
     ) -> None:
+        # The wrapped function's attributes first (jax.jit's object has them), then
+        # shardc's own: a function made by `jax.grad` of another shardc jit carries
+        # that one's state in its attributes, which must not replace this one's.
+        self._take_attributes_of(fun)
         self.fun = fun
         self.propagate = propagate
         self.propagation = propagation  # "shardy" or "cost-aware"
@@ -165,21 +173,20 @@ class JitFunction:
             cache = _DISPATCH_CACHE
         except TypeError:  # e.g. shardings given in a list: this jit's alone
             key, cache = ("shardc", id(self)), jax_private.dispatch_cache(256)
+        # The dispatch reaches back to this object weakly: a strong reference would
+        # make a cycle, which keeps the function's closure (and its arrays) alive
+        # after the last reference to the jitted function goes, until a collection.
+        this = weakref.ref(self)
         self._dispatch = jax_private.cpp_dispatch(
-            getattr(fun, "__name__", "fun"), fun, self._call, self.static_argnums,
-            self.static_argnames, key, cache)
-        self._cache: dict[Any, _CachedLowering] = {}
-        self._compiled: dict[Any, Compiled] = {}
-        self._by_call: dict[Any, Compiled] = {}
-        self._hits = 0
-        self._misses = 0
-        # Not the wrapped function's __dict__: a function made by `jax.grad` of another
-        # shardc jit carries that one's state there, which would replace ours.
-        functools.update_wrapper(self, fun, updated=())
+            function_name(fun), fun,
+            lambda *args, **kwargs: this()._call(*args, **kwargs),
+            self.static_argnums, self.static_argnames, key, cache)
+        self._caches = caches.FunctionCaches()
 
     def cache_info(self) -> CacheInfo:
         """How often ``lower`` reused a cached lowering."""
-        return CacheInfo(self._hits, self._misses, len(self._cache), len(self._compiled))
+        c = self._caches
+        return CacheInfo(c.hits, c.misses, len(c.lowerings), len(c.executables))
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Trace (or reuse), annotate and propagate the function for these arguments.
@@ -200,10 +207,14 @@ class JitFunction:
         _, _, mesh, arg_leaves = self._arguments(args, kwargs)
         jax_traced = self._trace(args, kwargs, arg_leaves)
         results = signature.result_signature(jax_traced.out_info, self.out_shardings, mesh)
+        # A SingleDeviceSharding given for a result is its sharding, as in jax's out_info.
+        given = signature.broadcast_shardings(self.options.given_out_shardings,
+                                              jax_traced.out_info, "out_shardings")
         out_info = jax.tree.unflatten(
             jax.tree.structure(jax_traced.out_info),
             [jax.ShapeDtypeStruct(r.aval.shape, r.aval.dtype, weak_type=r.aval.weak_type,
-                                  sharding=r.sharding) for r in results])
+                                  sharding=r.sharding if r.sharding is not None else g)
+             for r, g in zip(results, given)])
         def lower(*, lowering_platforms: Sequence[str] | None = None,
                   propagate: bool | None = None) -> Lowered:
             return self._lower(args, kwargs, propagate, lowering_platforms)[1]
@@ -243,11 +254,11 @@ class JitFunction:
             return self._bind(args, kwargs), None, False  # the dispatch passed tracers on
         jax_private.test_event("jit_cpp_cache_miss")
         key = self._call_key(args, kwargs)
-        compiled = self._by_call.get(key) if key is not None else None
+        compiled = self._caches.by_call.get(key) if key is not None else None
         if compiled is None:
             compiled = self._compile_for(args, kwargs)
             if key is not None:
-                self._by_call[key] = compiled
+                self._caches.by_call[key] = compiled
         moved = compiled.placement.resharded
         outputs = compiled.call_as_jit(*args, **kwargs)
         if compiled.placement.resharded != moved:
@@ -279,15 +290,17 @@ class JitFunction:
         Static arguments count by value; array leaves by shape, dtype, weak type
         and (committed arrays) sharding; other leaves (Python scalars) by type.
         The context mesh, which bare ``PartitionSpec``s resolve against and whose
-        devices run programs that name none, is included. ``None`` when a static value is unhashable: such calls take
-        the slow path, which reports the error.
+        devices run programs that name none, is included, and jax's trace context
+        (the configuration a trace depends on, e.g. the default matmul precision).
+        ``None`` when a static value is unhashable: such calls take the slow path,
+        which reports the error.
         """
         positions = self._static_positions(len(args))
-        static = tuple(args[i] for i in positions if i < len(args))
-        static += tuple(kwargs[k] for k in self.static_argnames if k in kwargs)
+        static = tuple(StaticKey(args[i]) for i in positions if i < len(args))
+        static += tuple(StaticKey(kwargs[k]) for k in self.static_argnames if k in kwargs)
         leaves, tree = jax.tree.flatten((args, kwargs))
         parts: list = [tree, static, jax.sharding.get_abstract_mesh(),
-                       signature.device_mesh(self.mesh)]
+                       signature.device_mesh(self.mesh), jax_private.trace_context()]
         for leaf in leaves:
             if isinstance(leaf, jax.Array):
                 sharding = leaf.sharding if leaf.committed else None
@@ -307,9 +320,9 @@ class JitFunction:
         key, lowered = self._lower(args, kwargs)
         devices = device_assignment(lowered.meshes, self._requested_devices()
                                     or _devices_of_arguments(args, kwargs, lowered))
-        compiled = self._compiled.get((key, devices))
+        compiled = self._caches.executables.get((key, devices))
         if compiled is None:
-            compiled = self._compiled[(key, devices)] = lowered.compile(devices)
+            compiled = self._caches.executables[(key, devices)] = lowered.compile(devices)
         return compiled
 
     def _requested_devices(self) -> tuple | None:
@@ -329,25 +342,27 @@ class JitFunction:
     ) -> tuple[tuple, Lowered]:
         propagate = self.propagate if propagate is None else propagate
         dynamic_args, dynamic_kwargs, mesh, arg_leaves = self._arguments(args, kwargs)
-        static_args = tuple(args[i] for i in self._static_positions(len(args)))
+        positions = self._static_positions(len(args))
+        static_args = tuple(args[i] for i in positions)
         static_kwargs = {k: v for k, v in kwargs.items() if k in self.static_argnames}
         devices = signature.device_mesh(self.mesh)
         in_tree = jax.tree.structure((tuple(dynamic_args), dynamic_kwargs))
         given_platforms = bool(platforms)
         platforms = tuple(platforms) if platforms else (_platform(arg_leaves),)
         key = (propagate, self.propagation, platforms, devices is not None,
+               jax_private.trace_context(),
                self._cache_key(static_args, static_kwargs, in_tree, arg_leaves, mesh))
-        cached = self._cache.get(key)
+        cached = self._caches.lowerings.get(key)
         module = None  # a miss's own module goes to its Lowered as it is, not copied
         if cached is None:
-            self._misses += 1
+            self._caches.misses += 1
             cached, module = self._lower_uncached(args, kwargs, arg_leaves, mesh, propagate,
                                                   platforms, devices)
-            self._cache[key] = cached
+            self._caches.lowerings[key] = cached
         else:
-            self._hits += 1
+            self._caches.hits += 1
         static = StaticArguments(
-            self._static_positions(len(args)), static_args, tuple(sorted(static_kwargs.items()))
+            positions, static_args, tuple(sorted(static_kwargs.items()))
         )
         lowered = self._make_lowered(cached, module, in_tree, arg_leaves, mesh, static, devices)
         lowered.donated = self._donated(args, dynamic_kwargs)
@@ -400,9 +415,10 @@ class JitFunction:
     def _cache_key(self, static_args, static_kwargs, in_tree, arg_leaves, mesh) -> tuple:
         is_leaf = signature.is_sharding_leaf
         out_given = jax.tree.leaves(self.out_shardings, is_leaf=is_leaf)
-        key = (
-            static_args,
-            tuple(sorted(static_kwargs.items())),
+        names = sorted(static_kwargs)
+        return (
+            static_keys(static_args),
+            tuple(zip(names, static_keys([static_kwargs[n] for n in names]))),
             in_tree,
             tuple(leaf.abstract_key() for leaf in arg_leaves),
             tuple(
@@ -412,13 +428,6 @@ class JitFunction:
             jax.tree.structure(self.out_shardings, is_leaf=is_leaf),
             None if mesh is None else mesh.abstract_mesh,
         )
-        try:
-            hash(key)
-        except TypeError as error:
-            raise InvalidArgumentError(
-                f"static arguments must be hashable ({error}); got {static_args!r}"
-            ) from None
-        return key
 
     def _trace(self, args: tuple, kwargs: dict, arg_leaves: Sequence[LeafSignature]) -> Any:
         """jax's trace of the function for these arguments, each traced as jax.jit

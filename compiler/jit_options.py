@@ -16,6 +16,7 @@ leaves themselves unspecified shardings.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -46,6 +47,8 @@ class JitOptions:
     # Whether in_shardings were given (anything but None / jax's unspecified marker):
     # jax.jit then refuses keyword arguments.
     in_shardings_given: bool = False
+    # out_shardings as given, SingleDeviceSharding leaves included: what out_info shows.
+    given_out_shardings: Any = None
 
     def tracing_options(self) -> dict[str, Any]:
         """The options jax.jit takes as they are: they decide how the function is
@@ -73,8 +76,7 @@ def parse(
     compiler_options: dict[str, Any] | None,
 ) -> JitOptions:
     """Validate ``jit``'s arguments as jax.jit does (jax's errors) and complete them."""
-    if not callable(fun):
-        raise InvalidArgumentError(f"jit expects a callable, got {type(fun).__name__}")
+    _check_callable(fun)
     resolved = jax_private.parse_jit_arguments(
         fun, in_shardings=in_shardings, out_shardings=out_shardings,
         static_argnums=static_argnums, static_argnames=static_argnames,
@@ -92,12 +94,14 @@ def parse(
     in_shardings, out_shardings = (
         jax.tree.map(unspecified, shardings, is_leaf=_is_leaf)
         for shardings in (in_shardings, out_shardings))
+    given_out_shardings = out_shardings
     single_device, in_shardings, out_shardings = _single_device(in_shardings, out_shardings)
     return JitOptions(
         in_shardings=in_shardings,
         out_shardings=out_shardings,
         single_device=single_device,
         in_shardings_given=in_shardings_given,
+        given_out_shardings=given_out_shardings,
         static_argnums=tuple(resolved["static_argnums"]),
         static_argnames=tuple(resolved["static_argnames"]),
         donate_argnums=tuple(resolved["donate_argnums"]),
@@ -131,3 +135,14 @@ def _single_device(in_shardings: Any, out_shardings: Any) -> tuple[Any, Any, Any
     drop = lambda x: None if isinstance(x, SingleDeviceSharding) else x  # noqa: E731
     return (devices.pop(), jax.tree.map(drop, in_shardings, is_leaf=is_leaf),
             jax.tree.map(drop, out_shardings, is_leaf=is_leaf))
+
+
+def _check_callable(fun: Any) -> None:
+    """jax.jit's checks of the function, with its wording (jax's C++ dispatch keeps a
+    weak reference to the function, which a ``staticmethod`` object does not take)."""
+    if isinstance(fun, staticmethod):
+        raise InvalidArgumentError(f"staticmethod arguments are not supported, got {fun}")
+    if not callable(fun):
+        raise InvalidArgumentError(f"Expected a callable value, got {fun}")
+    if inspect.isgeneratorfunction(fun):
+        raise InvalidArgumentError(f"Expected a function, got a generator function: {fun}")

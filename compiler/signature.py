@@ -282,16 +282,24 @@ def check_sharding(sharding: NamedSharding, aval: jax.ShapeDtypeStruct, path: st
 # ----------------------------------------------------------------------------
 
 
-def abstract_value(value: Any, path: str) -> jax.ShapeDtypeStruct:
-    """Return the unsharded abstract value jax traces ``value`` as."""
+def abstract_value(value: Any, name: str, fun_name: str = "fun") -> jax.ShapeDtypeStruct:
+    """Return the unsharded abstract value jax traces ``value`` as (``name``: the
+    argument's, ``fun_name``: the function's, for jax's error)."""
     if isinstance(value, (jax.ShapeDtypeStruct, jax.core.ShapedArray)):
         return jax.ShapeDtypeStruct(value.shape, value.dtype, weak_type=value.weak_type)
     try:
         aval = jax.typeof(value)
+    except OverflowError:
+        raise OverflowError(
+            "An overflow was encountered while parsing an argument to a jitted computation, "
+            f"whose argument path is {name}. Got {type(value)} with value {value}") from None
     except TypeError:
         raise InvalidArgumentError(
-            f"{path}: cannot lower an argument of type {type(value).__name__}; expected "
-            "a jax.Array, a numpy array, a Python scalar or a jax.ShapeDtypeStruct"
+            f"Error interpreting argument to {fun_name} as an abstract array. The "
+            f"problematic value is of type {type(value)} and was passed to the function "
+            f"at path {name}.\nThis typically means that a jit-wrapped function was "
+            "called with a non-array argument, and this argument was not marked as "
+            "static using the static_argnums or static_argnames parameters of jax.jit."
         ) from None
     return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
 
@@ -380,8 +388,8 @@ def argument_signature(
     # Leaves mostly share a few shardings and shapes (a parameter's optimizer
     # state has its shape): each pair that passed is not checked again.
     checked: set[tuple] = set()
-    for path, value, entry in zip(paths, values, given):
-        aval = abstract_value(value, path)
+    for index, (path, value, entry) in enumerate(zip(paths, values, given)):
+        aval = abstract_value(value, _name(names, index, path), fun_name)
         sharding = to_named_sharding(entry, mesh, path, len(aval.shape))
         traced_as = None if placed_by_jit else type_sharding(value)
         given_here = sharding is not None
@@ -397,14 +405,19 @@ def argument_signature(
         leaves.append(LeafSignature(path, aval, sharding, traced_as,
                                     moved_by_jit=given_here or placed_by_jit))
     def describe(index: int) -> str:
-        jax_names = names()
-        name = jax_names[index] if jax_names and index < len(jax_names) else paths[index]
+        name = _name(names, index, paths[index])
         aval = leaves[index].aval
         return (f"argument {name} of {fun_name} with shape "
                 f"{np.dtype(aval.dtype).name}[{','.join(map(str, aval.shape))}]")
 
     check_committed_devices(paths, followed, leaves, devices, describe)
     return leaves
+
+
+def _name(names: Callable[[], Sequence[str] | None], index: int, path: str) -> str:
+    """jax's name of argument leaf ``index`` (``names()``), else its ``path``."""
+    jax_names = names()
+    return jax_names[index] if jax_names and index < len(jax_names) else path
 
 
 def entered_as(own: NamedSharding | None, given: NamedSharding) -> NamedSharding | None:

@@ -20,13 +20,18 @@ def _from_jax(name: str, doc: str) -> property:
 
 
 class Traced:
-    """A traced function: ``jaxpr``, ``out_info``, ``lower()``."""
+    """A traced function: ``jaxpr``, ``out_info``, ``args_info``, ``lower()``..."""
 
     jaxpr = _from_jax("jaxpr", "The closed jaxpr jax traced.")
     fun_name = _from_jax("fun_name", "The traced function's name.")
     in_avals = _from_jax(
         "in_avals", "The arguments' abstract values as traced, as ``(args, kwargs)``.")
     in_tree = _from_jax("in_tree", "The pytree structure of ``(args, kwargs)``.")
+    args_info = _from_jax(
+        "args_info", "Per argument, its abstract value and whether it is donated.")
+    donate_argnums = _from_jax("donate_argnums", "The donated arguments' flat indices.")
+    out_avals = _from_jax("out_avals", "The results' abstract values (no given shardings).")
+    lojax = _from_jax("lojax", "The low-level form of the trace (jax's ``LoJax``).")
 
     def __init__(self, jax_traced: Any, lower: Callable[..., Any], out_info: Any) -> None:
         self._jax_traced = jax_traced
@@ -42,6 +47,10 @@ class Traced:
     def out_tree(self) -> Any:
         """The pytree structure of the results."""
         return jax.tree.structure(self._out_info)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Evaluate the traced jaxpr on these arguments (op by op), as jax's does."""
+        return self._jax_traced(*args, **kwargs)
 
     def lower(self, *, lowering_platforms: Any = None, propagate: bool | None = None) -> Any:
         """Lower with shardc (a ``shardc.compiler.Lowered``), as ``jax.stages.Traced.lower``:

@@ -86,6 +86,7 @@ def compile_executable(
     debug options by name, as ``jax.jit(compiler_options=...)`` passes them.
     """
     import numpy as np
+    from jax._src import dispatch
     from jax.extend import backend
     from jaxlib import xla_client
 
@@ -102,9 +103,19 @@ def compile_executable(
     build.allow_spmd_sharding_propagation_to_output = propagate_to_outputs
     client = backend.get_backend(devices[0].platform)
     device_list = xla_client.DeviceList(devices)
-    if host_callbacks:
-        return client.compile_and_load(module, device_list, options, host_callbacks=host_callbacks)
-    return client.compile_and_load(module, device_list, options)
+    extra = {"host_callbacks": host_callbacks} if host_callbacks else {}
+    # Logged as jax logs its compilations (WARNING under `jax_log_compiles`), and
+    # counted among its backend compile events.
+    with dispatch.log_elapsed_time(
+            "Finished XLA compilation of {fun_name} in {elapsed_time:.9f} sec",
+            fun_name=_module_name(module), event=dispatch.BACKEND_COMPILE_EVENT):
+        return client.compile_and_load(module, device_list, options, **extra)
+
+
+def _module_name(module: ir.Module) -> str:
+    name = module.operation.attributes["sym_name"] if "sym_name" in \
+        module.operation.attributes else None
+    return ir.StringAttr(name).value if name is not None else "<module>"
 
 
 def sharding_from_op_sharding(op_sharding: Any, mesh: Any, devices: tuple, ndim: int) -> Any:
@@ -195,6 +206,15 @@ def _core() -> Any:
     from jax._src import core
 
     return core
+
+
+def trace_context() -> Any:
+    """The configuration jax keys its traces and executables on (precision, rank
+    promotion, ``no_execution``, context meshes...): what was traced under one value
+    of it is not the program for another."""
+    from jax._src import config
+
+    return config.trace_context()
 
 
 def is_tracer(value: Any) -> bool:
@@ -487,6 +507,24 @@ def fast_path(executable: Any, outputs: Any, in_shardings: list, out_shardings: 
     return pxla.MeshExecutableFastpathData(
         executable, tree, list(in_shardings), list(out_shardings), [o.aval for o in flat],
         [o._committed for o in flat], [True] * count, [None] * count, [])
+
+
+def register_cache(cache: Any, for_what: str) -> None:
+    """Have ``jax.clear_caches()`` clear ``cache`` too (an object with ``cache_clear``,
+    ``cache_info`` and ``cache_keys``; jax holds it weakly)."""
+    from jax._src import util
+
+    util.register_cache(cache, for_what)
+
+
+def check_execution_allowed(executable: Any) -> None:
+    """Raise jax's error for executing a program under ``jax.no_execution()``."""
+    from jax._src import config
+
+    if config.no_execution.value:
+        name = executable.hlo_modules()[0].name
+        raise RuntimeError(f"JAX tried to execute function {name}, but the no_execution "
+                           "config option is set")
 
 
 def test_event(name: str) -> None:

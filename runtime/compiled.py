@@ -209,6 +209,7 @@ class Compiled(Stage):
 
     def _call(self, args: tuple, kwargs: dict,
               expected: Sequence[arguments.ExpectedArgument]) -> Any:
+        jax_private.check_execution_allowed(self._executable)
         leaves, tree = jax.tree.flatten(self._dynamic(args, kwargs))
         if tree != self._in_tree:
             raise PytreeMismatchError(
@@ -276,7 +277,7 @@ class Compiled(Stage):
                       for position, value in zip(static.positions, static.values)]
             args = tuple(a for i, a in enumerate(args) if i not in static.positions)
         for what, value, lowered_value in given:
-            if value != lowered_value:
+            if value is not lowered_value and value != lowered_value:
                 raise InvalidArgumentError(
                     f"{what} is {value!r} but the program was compiled for "
                     f"{lowered_value!r}; lower it again for the new value"
