@@ -50,8 +50,8 @@ KIND_ABBREVIATIONS = {
 }  # fmt: skip
 TRACEBACK_LINES = 40
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# The line of a crashed child's output that says why (XLA's and absl's check failures
-# come before pages of IR and a stack trace); at most CAUSE_CHARACTERS of it.
+# What says why a child crashed, from its last line that has it on (XLA's and absl's
+# check failures come before pages of IR and a stack trace); at most CAUSE_CHARACTERS.
 CRASH_CAUSE = re.compile(r"RET_CHECK|Check failed|Fatal Python error|Error:")
 CAUSE_CHARACTERS = 400
 # How far a prediction may be from what XLA compiled: collective bytes per kind,
@@ -188,8 +188,9 @@ def measure_isolated(zoo: str, name: str, options: list[str] = (),
     if isinstance(output, bytes):  # what a timed-out child printed comes as bytes
         output = output.decode(errors="replace")
     output = output.rstrip().splitlines()
-    cause = next((line for line in reversed(output) if CRASH_CAUSE.search(line)),
-                 next((line for line in reversed(output) if line.strip()), ""))  # fmt: skip
+    causes = (line[found.start():] for line in reversed(output)
+              if (found := CRASH_CAUSE.search(line)))  # fmt: skip
+    cause = next(causes, next((line for line in reversed(output) if line.strip()), ""))
     error = f"{error}: {cause.strip()[:CAUSE_CHARACTERS]}" if cause else error
     # Which route the child died in is unknown: none counts as measured.
     return {
