@@ -61,12 +61,15 @@ class Build:
     """One route's compiled program and how long lowering and compiling took."""
 
     route: str
-    compiled: Any  # jax.stages.Compiled or shardc.runtime.Compiled: same inspection API
+    # jax.stages.Compiled or shardc.runtime.Compiled (same inspection API), or a library's
+    # stage wrapping one (``stage`` finds it).
+    compiled: Any
     lower_seconds: float
     compile_seconds: float
     # The cost-aware route's search (``Lowered.cost_aware_resolution``); None on the others.
     resolution: Any = None
-    # The lowered program (shardc's ``Lowered`` or jax's), for predictions made before compiling.
+    # The lowered program (shardc's ``Lowered`` or jax's, out of a library's wrapper), for
+    # predictions made before compiling.
     lowered: Any = None
 
 
@@ -133,7 +136,10 @@ def abstract(named_shardings: Any) -> Any:
 
 
 def jax_jitted(program: Program) -> Callable:
-    """``jax.jit`` of a fresh copy of the program's function, with its shardings."""
+    """``jax.jit`` of a fresh copy of the program's function, with its shardings (or
+    the way the program's users jit it: ``program.jit``)."""
+    if program.jit is not None:
+        return program.jit(jax.jit, fresh(program.fun))
     return jax.jit(
         fresh(program.fun),
         in_shardings=program.in_shardings,
@@ -144,7 +150,11 @@ def jax_jitted(program: Program) -> Callable:
 
 def shardc_jitted(program: Program, propagation: str = "shardy") -> Callable:
     """shardc's ``jit`` of a fresh copy of the function (shardings on the abstract mesh
-    when the program asks to be lowered there)."""
+    when the program asks to be lowered there), or the way the program's users jit it
+    (``program.jit``) with shardc's ``jit`` in place of ``jax.jit``."""
+    if program.jit is not None:
+        return program.jit(functools.partial(shardc_jit, propagation=propagation),
+                           fresh(program.fun))  # fmt: skip
     in_shardings, out_shardings = program.in_shardings, program.out_shardings
     if program.lower_on_abstract_mesh:
         in_shardings, out_shardings = abstract(in_shardings), abstract(out_shardings)
@@ -186,9 +196,21 @@ def build(program: Program, route: str) -> Build:
     lowered, lower_seconds, devices = lower_route(program, route)
     start = time.perf_counter()
     compiled = lowered.compile() if devices is None else lowered.compile(devices)
-    resolution = lowered.cost_aware_resolution if route == COST_AWARE else None
-    return Build(route, compiled, lower_seconds, time.perf_counter() - start, resolution,
-                 lowered)
+    seconds = time.perf_counter() - start
+    resolution = stage(lowered).cost_aware_resolution if route == COST_AWARE else None
+    return Build(route, compiled, lower_seconds, seconds, resolution, stage(lowered))
+
+
+def stage(wrapped: Any) -> Any:
+    """jax's (or shardc's) ``Lowered`` / ``Compiled`` under a library's stage that wraps
+    it, as equinox's ``filter_jit(...).lower(...)`` and its ``.compile()`` hold it in
+    ``.lowered`` / ``.compiled``; ``wrapped`` itself when it is not such a wrapper. The
+    figures are read from it, while calls go through the library's own stage."""
+    for attribute in ("compiled", "lowered"):
+        inner = getattr(wrapped, attribute, None)
+        if inner is not None:
+            return inner
+    return wrapped
 
 
 def build_routes(
@@ -259,12 +281,22 @@ def bitwise_equal(expected: Any, actual: Any) -> bool:
     if expected_tree != actual_tree:
         return False
     for want, got in zip(expected_leaves, actual_leaves):
+        if not is_numeric(want):
+            if want != got:
+                return False
+            continue
         want, got = host_array(want), host_array(got)
         if want.dtype != got.dtype or want.shape != got.shape:
             return False
         if want.tobytes() != got.tobytes():
             return False
     return True
+
+
+def is_numeric(leaf: Any) -> bool:
+    """Whether an output leaf holds numbers; a library's outputs may also hold static
+    leaves (equinox's modules return their activation functions), compared by ``==``."""
+    return isinstance(leaf, (jax.Array, np.ndarray, np.generic, bool, int, float, complex))
 
 
 def host_array(leaf: Any) -> np.ndarray:
@@ -286,6 +318,10 @@ def errors_of(expected: Any, actual: Any) -> tuple[float, float]:
         raise AssertionError(f"output trees differ: {expected_tree} vs {actual_tree}")
     worst_abs = worst_rel = 0.0
     for want, got in zip(expected_leaves, actual_leaves):
+        if not is_numeric(want):
+            if want != got:
+                raise AssertionError(f"static outputs differ: {want!r} vs {got!r}")
+            continue
         want = host_array(want).astype(np.float64)
         got = host_array(got).astype(np.float64)
         if want.shape != got.shape:
@@ -299,11 +335,11 @@ def errors_of(expected: Any, actual: Any) -> tuple[float, float]:
     return worst_abs, worst_rel
 
 
-def mismatched_output_shardings(
-    jax_compiled: Any, shardc_compiled: Any, outputs: Any
-) -> list[str]:
-    """Pytree paths of the outputs whose compiled shardings are not equivalent."""
-    paths_and_outputs, _ = jax.tree_util.tree_flatten_with_path(outputs)
+def mismatched_output_shardings(jax_compiled: Any, shardc_compiled: Any) -> list[str]:
+    """Pytree paths of the outputs whose compiled shardings are not equivalent (paths of
+    the compiled program's outputs: a library's wrapper may restructure what it returns)."""
+    jax_compiled, shardc_compiled = stage(jax_compiled), stage(shardc_compiled)
+    paths_and_outputs, _ = jax.tree_util.tree_flatten_with_path(jax_compiled.out_info)
     expected = jax.tree.leaves(jax_compiled.output_shardings)
     actual = jax.tree.leaves(shardc_compiled.output_shardings)
     if len(expected) != len(actual) or len(expected) != len(paths_and_outputs):
@@ -311,13 +347,13 @@ def mismatched_output_shardings(
     return [
         jax.tree_util.keystr(path) or "<output>"
         for (path, value), want, got in zip(paths_and_outputs, expected, actual)
-        if not want.is_equivalent_to(got, np.ndim(value))
+        if not want.is_equivalent_to(got, len(value.shape))
     ]
 
 
 def collectives_of(compiled: Any) -> dict[str, collectives.CollectiveSummary]:
     """Collective kinds in the partitioned HLO (the same parser for both routes)."""
-    return collectives.summarize(collectives.find_collectives(compiled.as_text()))
+    return collectives.summarize(collectives.find_collectives(stage(compiled).as_text()))
 
 
 def collective_bytes_of(compiled: Any) -> int:
@@ -372,7 +408,7 @@ def kinds_off(predicted: dict[str, int], compiled: dict[str, int]) -> list[tuple
 
 def memory_bytes_of(compiled: Any) -> int:
     """Bytes per device: arguments + outputs + temporaries - aliased (donated) buffers."""
-    stats = compiled.memory_analysis()
+    stats = stage(compiled).memory_analysis()
     return (
         stats.argument_size_in_bytes
         + stats.output_size_in_bytes
@@ -523,9 +559,7 @@ def record(
     row.max_abs_error, row.max_rel_error = errors_of(expected, actual)
     if check_determinism:
         row.bitwise_equal["shardc"] = bitwise_equal(expected, actual)
-    row.mismatched_outputs = mismatched_output_shardings(
-        jax_compiled, shardc_compiled, expected
-    )
+    row.mismatched_outputs = mismatched_output_shardings(jax_compiled, shardc_compiled)
     row.output_shardings_match = not row.mismatched_outputs
 
     for route, build_ in builds.items():
@@ -587,9 +621,7 @@ def record_cost_aware(
     if check_determinism:
         row.bitwise_equal[COST_AWARE] = bitwise_equal(expected, actual)
     if jax_compiled is not None:
-        row.cost_aware_mismatched_outputs = mismatched_output_shardings(
-            jax_compiled, compiled, expected
-        )
+        row.cost_aware_mismatched_outputs = mismatched_output_shardings(jax_compiled, compiled)
     bytes_, memory, seconds = row.collective_bytes, row.memory_bytes, row.lower_seconds
     row.cost_aware_bytes_ratio = ratio(bytes_[COST_AWARE], bytes_["jax"])
     row.cost_aware_memory_ratio = ratio(memory[COST_AWARE], memory["jax"])

@@ -33,6 +33,13 @@ class Program:
     With ``mesh_context`` every route lowers, compiles and runs the program
     inside ``jax.set_mesh(mesh)``, the way users resolve bare ``PartitionSpec``
     constraints (flax's logical constraints among them).
+
+    ``jit`` is how the program's users jit ``fun`` where that is not
+    ``jax.jit(fun, in_shardings=..., out_shardings=..., donate_argnums=...)``:
+    ``jit(jit_function, fun)`` returns the jitted callable built on
+    ``jit_function`` (``jax.jit``, or shardc's ``jit`` with its propagation
+    bound), e.g. through a library's own wrapper of ``jax.jit`` (equinox's
+    ``filter_jit``); it must donate ``donate_argnums`` itself.
     """
 
     name: str
@@ -45,6 +52,7 @@ class Program:
     lower_on_abstract_mesh: bool = False
     donate_argnums: tuple[int, ...] = ()
     mesh_context: bool = False
+    jit: Callable[[Callable, Callable], Callable] | None = None
 
 
 def check_size(size: str) -> None:

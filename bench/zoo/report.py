@@ -16,14 +16,24 @@ plus ``mesh``, ``traceback`` (the failure's tail), ``jax_error``,
 row also holds what shardc predicted before compiling (``predicted_collectives``:
 ``Lowered.comm_report()`` bytes per kind; ``predicted_memory``:
 ``Lowered.memory_estimate()``), next to what XLA compiled; ``prediction_misses``
-says where they part by more than the tolerances. ``markdown_table`` formats
-the rows.
+says where they part by more than the tolerances. ``measure_isolated`` takes
+the same row in a child process (``python -m bench.zoo --only NAME``), so a
+program that aborts the process (a crash in XLA or MLIR) is a row with its
+signal and the last lines it printed. ``markdown_table`` formats the rows.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import pathlib
+import re
+import signal
 import statistics
+import subprocess
+import sys
+import tempfile
 import traceback as traceback_module
 from typing import Any
 
@@ -39,6 +49,11 @@ KIND_ABBREVIATIONS = {
     "collective-permute": "CP", "collective-broadcast": "CB", "ragged-all-to-all": "RA2A",
 }  # fmt: skip
 TRACEBACK_LINES = 40
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# What says why a child crashed, from its last line that has it on (XLA's and absl's
+# check failures come before pages of IR and a stack trace); at most CAUSE_CHARACTERS.
+CRASH_CAUSE = re.compile(r"RET_CHECK|Check failed|Fatal Python error|Error:")
+CAUSE_CHARACTERS = 400
 # How far a prediction may be from what XLA compiled: collective bytes per kind,
 # memory per device (arguments + outputs + temporaries - aliased).
 COMM_TOLERANCE = e2e_measure.COMM_TOLERANCE
@@ -140,6 +155,52 @@ def measure(
     }  # fmt: skip
 
 
+def measure_isolated(zoo: str, name: str, options: list[str] = (),
+                     timeout: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """The row of ``zoo``'s program ``name``, measured by ``python -m bench.zoo --zoo ZOO
+    --only NAME --in-process`` (with ``options``) in a child process; never raises for
+    the program.
+
+    A child that dies (a signal: XLA or MLIR aborting) or writes no row gives a
+    row whose ``error`` names the signal or exit status and whose ``traceback``
+    holds the last lines the child printed.
+    """
+    with tempfile.TemporaryDirectory() as folder:
+        path = pathlib.Path(folder) / "row.json"
+        command = [sys.executable, "-m", "bench.zoo", "--zoo", zoo, "--only", name,
+                   "--in-process", "--json", str(path), *options]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        try:
+            child = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                                   timeout=timeout)  # fmt: skip
+        except subprocess.TimeoutExpired as expired:
+            child, error = expired, f"process timed out after {timeout} s"
+        else:
+            if path.exists():
+                (row,) = json.loads(path.read_text())["rows"]
+                return row
+            if child.returncode < 0:
+                error = f"process aborted by {signal.Signals(-child.returncode).name}"
+            else:
+                error = f"process exited with status {child.returncode}"
+    output = child.stderr or child.stdout or ""
+    if isinstance(output, bytes):  # what a timed-out child printed comes as bytes
+        output = output.decode(errors="replace")
+    output = output.rstrip().splitlines()
+    causes = (line[found.start():] for line in reversed(output)
+              if (found := CRASH_CAUSE.search(line)))  # fmt: skip
+    cause = next(causes, next((line for line in reversed(output) if line.strip()), ""))
+    error = f"{error}: {cause.strip()[:CAUSE_CHARACTERS]}" if cause else error
+    # Which route the child died in is unknown: none counts as measured.
+    return {
+        "name": name, "error": error, "traceback": "\n".join(output[-TRACEBACK_LINES:]),
+        "jax_error": f"not measured: {error}", "cost_aware_error": error,
+        "cost_aware_traceback": None, "collective_bytes": {}, "collectives": {},
+        "memory_bytes": {}, "jax_deterministic": None, "cost_aware_search": {},
+    }  # fmt: skip
+
+
 def prediction_misses(row: dict[str, Any], route: str) -> list[str]:
     """Where ``route``'s predictions part from what XLA compiled by more than the
     tolerances: ``"all-to-all 0 / 8192"`` per collective kind, ``"memory ..."``."""
@@ -173,14 +234,13 @@ def record_cost_aware(row: e2e_measure.Comparison, program: Program, builds: dic
     row.compile_seconds[COST_AWARE] = builds[COST_AWARE].compile_seconds
     row.cost_aware_search = e2e_measure.cost_aware_search(builds[COST_AWARE].resolution)
     # Whether what runs is Shardy's choices after all (the compile-time fallback).
-    row.cost_aware_search["kept_shardy"] = compiled.kept_shardy
+    row.cost_aware_search["kept_shardy"] = e2e_measure.stage(compiled).kept_shardy
     expected = e2e_measure.run(jax_compiled, program)
     actual = e2e_measure.run(compiled, program)
     row.cost_aware_max_rel_error = e2e_measure.errors_of(expected, actual)[1]
     row.bitwise_equal[COST_AWARE] = e2e_measure.bitwise_equal(expected, actual)
     row.cost_aware_mismatched_outputs = e2e_measure.mismatched_output_shardings(
-        jax_compiled, compiled, expected
-    )
+        jax_compiled, compiled)
     jax_bytes, jax_memory = e2e_measure.collective_bytes_of(jax_compiled), \
         e2e_measure.memory_bytes_of(jax_compiled)  # fmt: skip
     row.cost_aware_bytes_ratio = e2e_measure.ratio(row.collective_bytes[COST_AWARE], jax_bytes)

@@ -1,0 +1,89 @@
+"""The libzoo (``bench/libzoo``) at its small sizes: both of shardc's routes against ``jax.jit``.
+
+Each libzoo program is written the way another library's users write theirs
+(equinox's ``filter_jit`` and ``eqx.partition``, diffrax, orbax-checkpoint,
+penzai, optax's combinators, chex, jaxtyping), with the user's jit call routed
+to shardc's ``jit`` on the shardc routes (``bench/libzoo/equinox_jit.py`` for
+equinox's wrapper of ``jax.jit``). The rules are the zoo's
+(``test_zoo.py``'s tests, run here on the libzoo's rows): every program must
+compile and run on shardc's default and cost-aware routes, return jax.jit's
+results (bit for bit where jax.jit is bitwise deterministic), jax.jit's output
+shardings, and no more collective bytes per device. Programs in
+``bench.libzoo.ISOLATED`` are measured in a child process (one that can abort
+the process fails its tests instead of ending the session).
+"""
+
+import functools
+import sys
+
+import pytest
+import test_zoo as zoo_rules
+
+from bench.libzoo import ISOLATED, REGISTRY
+from bench.zoo import report
+
+PROGRAMS = (
+    "eqx_filter_jit", "eqx_partition_jit", "diffrax_neural_ode", "orbax_restore_step",
+    "penzai_named_lm", "optax_multi_transform", "optax_multisteps", "chex_dataclass_state",
+    "jaxtyping_mlp",
+)  # fmt: skip
+# The library each program is written with (besides jax, optax and numpy).
+LIBRARIES = {
+    "eqx_filter_jit": "equinox", "eqx_partition_jit": "equinox", "diffrax_neural_ode": "diffrax",
+    "orbax_restore_step": "orbax-checkpoint", "penzai_named_lm": "penzai",
+    "optax_multi_transform": "optax", "optax_multisteps": "optax",
+    "chex_dataclass_state": "chex", "jaxtyping_mlp": "jaxtyping",
+}  # fmt: skip
+# A child process measuring one program at the small size takes well under this.
+ISOLATED_TIMEOUT_SECONDS = 600
+
+
+@functools.cache
+def measure_program(name: str) -> dict:
+    """One program measured on jax.jit and both shardc routes, once per session, in this
+    process or (``ISOLATED``) in a child (never raises: the tests fail on the row)."""
+    if name in ISOLATED:
+        return report.measure_isolated("libzoo", name, ["--no-call-timing"],
+                                       timeout=ISOLATED_TIMEOUT_SECONDS)  # fmt: skip
+    return report.measure(REGISTRY[name]("small"))
+
+
+@pytest.fixture(scope="module", params=list(REGISTRY))
+def row(request) -> dict:
+    return measure_program(request.param)
+
+
+# The zoo's rules, on the libzoo's rows (the ``row`` fixture above).
+test_compiles_and_runs = zoo_rules.test_compiles_and_runs
+test_jax_jit_runs_and_its_determinism_is_known = (
+    zoo_rules.test_jax_jit_runs_and_its_determinism_is_known)
+test_results_equal_jax_jit = zoo_rules.test_results_equal_jax_jit
+test_output_shardings_equal_jax_jit = zoo_rules.test_output_shardings_equal_jax_jit
+test_collective_bytes_at_most_jax_jit = zoo_rules.test_collective_bytes_at_most_jax_jit
+test_cost_aware_never_more_bytes_or_memory_than_shardys_choices = (
+    zoo_rules.test_cost_aware_never_more_bytes_or_memory_than_shardys_choices)
+
+
+def test_libzoo_has_every_program_from_six_libraries():
+    assert tuple(REGISTRY) == PROGRAMS
+    assert len(set(LIBRARIES.values()) - {"optax", "flax"}) >= 6
+
+
+def test_isolated_child_reports_how_it_died(tmp_path, monkeypatch):
+    """A child that aborts is a row naming the signal and the line that says why."""
+    script = tmp_path / "abort.py"
+    script.write_text("import os, sys\n"
+                      "print('noise', file=sys.stderr)\n"
+                      "print('F0000 RET_CHECK failure: leaf_count == 3', file=sys.stderr)\n"
+                      "print('*** End stack trace ***', file=sys.stderr)\n"
+                      "sys.stderr.flush(); os.abort()\n")  # fmt: skip
+    # The child's interpreter, which runs the script whatever it is asked to run.
+    launcher = tmp_path / "python-abort"
+    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} {script}\n")
+    launcher.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(launcher))
+    failed = report.measure_isolated("libzoo", "jaxtyping_mlp")
+    assert failed["error"] == "process aborted by SIGABRT: RET_CHECK failure: leaf_count == 3"
+    assert failed["jax_error"].startswith("not measured: process aborted by SIGABRT")
+    assert "*** End stack trace ***" in failed["traceback"]
+    assert "**failed**: process aborted by SIGABRT" in report.format_row(failed)
