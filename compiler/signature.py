@@ -50,8 +50,8 @@ class LeafSignature:
 
     def abstract_key(self) -> tuple:
         """The part of this leaf a lowering depends on: no devices, only shapes."""
-        return (self.aval.shape, self.aval.dtype, self.aval.weak_type, abstract_key(self.sharding),
-                abstract_key(self.type_sharding))
+        return (self.aval.shape, self.aval.dtype, self.aval.weak_type, self.aval.is_ref,
+                abstract_key(self.sharding), abstract_key(self.type_sharding))
 
 
 def abstract_key(sharding: NamedSharding | None) -> tuple | None:
@@ -211,7 +211,8 @@ def check_sharding(sharding: NamedSharding, aval: jax.ShapeDtypeStruct, path: st
 
 
 def abstract_value(value: Any, path: str) -> jax.ShapeDtypeStruct:
-    """Return the unsharded abstract value jax traces ``value`` as."""
+    """Return the unsharded abstract value jax traces ``value`` as (a mutable array,
+    ``jax.new_ref``, as a ``Ref`` type: ``is_ref``)."""
     if isinstance(value, (jax.ShapeDtypeStruct, jax.core.ShapedArray)):
         return jax.ShapeDtypeStruct(value.shape, value.dtype, weak_type=value.weak_type)
     try:
@@ -221,7 +222,8 @@ def abstract_value(value: Any, path: str) -> jax.ShapeDtypeStruct:
             f"{path}: cannot lower an argument of type {type(value).__name__}; expected "
             "a jax.Array, a numpy array, a Python scalar or a jax.ShapeDtypeStruct"
         ) from None
-    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type,
+                                is_ref=jax_private.is_ref(value))
 
 
 def sharding_of_value(value: Any) -> NamedSharding | None:

@@ -498,3 +498,77 @@ def indivisible_error_class() -> type:
     from jax._src.sharding import IndivisibleError
 
     return IndivisibleError
+
+
+# ----------------------------------------------------------------------------
+# Effects: jax's runtime tokens and mutable arrays (``shardc.runtime.effects``)
+# ----------------------------------------------------------------------------
+
+
+def lowering_effects(jax_lowered: Any) -> tuple[list, bool, list, list | None]:
+    """What jax's lowering of a jit decided about effects: its ordered effects (one
+    token argument and result each, in front), whether it has unordered ones, the
+    mutable arrays (``jax.new_ref``) it closes over (extra arguments at the end) and,
+    per result, the argument whose ``Ref`` it writes back (None: a result of the
+    function); the last two are ``[], None`` without mutable arrays."""
+    compile_args = jax_lowered._lowering.compile_args
+    mut = compile_args.get("mut")
+    return (list(compile_args.get("ordered_effects") or []),
+            bool(compile_args.get("unordered_effects")),
+            list(mut.in_mut) if mut is not None else [],
+            list(mut.out_mut) if mut is not None else None)
+
+
+def effects_unshardable(ordered_effects: list) -> list:
+    """The ordered effects jax refuses in a program of more than one device (all but
+    ``io_callback(ordered=True)``'s)."""
+    from jax._src import effects
+
+    return list(effects.shardable_ordered_effects.filter_not_in(ordered_effects))
+
+
+def is_ref(value: Any) -> bool:
+    """Whether ``value`` is a mutable array (``jax.new_ref``), not its abstract type."""
+    return isinstance(value, _core().Ref)
+
+
+def ref_buffer(ref: Any) -> Any:
+    """The ``jax.Array`` a mutable array currently holds."""
+    return ref._refs._buf
+
+
+def replace_ref_buffer(ref: Any, array: Any) -> None:
+    """Make a mutable array hold ``array``'s buffers from now on (as jax's dispatch
+    writes a jit's new value of a ``Ref`` back)."""
+    ref._refs._buf._replace_with(array)
+
+
+def runtime_token_inputs(ordered_effects: list, devices: list) -> list:
+    """The runtime token buffer of each ordered effect for a program on ``devices``:
+    the last program's token for that effect (moved to these devices), so effects of
+    successive programs happen in call order; shared with ``jax.jit``'s calls."""
+    from jax._src import dispatch
+
+    tokens = dispatch.runtime_tokens
+    return [tokens.get_token_input(effect, devices)._buf for effect in ordered_effects]
+
+
+def set_runtime_tokens(ordered_effects: list, token_buffers: list, sharded_token: Any,
+                       devices: list) -> None:
+    """Record a program's output tokens as jax's dispatch does: per ordered effect
+    its result token (the next program's input) and per device the runtime token
+    ``jax.effects_barrier()`` waits for."""
+    from jax._src import array, core, dispatch
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    tokens = dispatch.runtime_tokens
+    for i, device in enumerate(devices):
+        tokens.set_output_runtime_token(device, sharded_token.get_token(i))
+    for effect, buffers in zip(ordered_effects, token_buffers):
+        if len(buffers) == 1:
+            tokens.set_token_result(effect, core.Token(buffers[0]))
+            continue
+        token_devices = [next(iter(b.sharding.device_set)) for b in buffers]
+        sharding = NamedSharding(Mesh(token_devices, "x"), PartitionSpec("x"))
+        tokens.set_token_result(effect, core.Token(
+            array.make_array_from_single_device_arrays((0,), sharding, buffers)))
