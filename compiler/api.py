@@ -351,6 +351,9 @@ class JitFunction:
             self._cache[key] = cached
         else:
             self._hits += 1
+        effects.check_ref_arguments(
+            self.fun, args, kwargs, static_argnums=self._static_positions(len(args)),
+            static_argnames=self.static_argnames, arg_leaves=arg_leaves, effects=cached.effects)
         static = StaticArguments(
             self._static_positions(len(args)), static_args, tuple(sorted(static_kwargs.items()))
         )
@@ -440,7 +443,9 @@ class JitFunction:
         named_inside = jax_private.meshes_in(traced.jaxpr)
         signature.check_body_devices(arg_leaves, results, named_inside)
         body_meshes = tuple(mesh for _, mesh in named_inside)
-        jax_lowered = jax_private.without_dead_code(traced).lower(lowering_platforms=platforms)
+        jax_lowered = jax_private.without_dead_code(
+            traced, effects.callback_placement(traced.jaxpr, arg_leaves),
+        ).lower(lowering_platforms=platforms)
         jax_module = jax_lowered.compiler_ir("stablehlo")
         host_callbacks, keepalive = jax_private.host_callbacks_of(jax_lowered)
         program_effects = effects.program_effects(jax_lowered)

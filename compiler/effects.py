@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
-from jax.sharding import NamedSharding
+from jax.sharding import Mesh, NamedSharding
 
 from shardc.compiler.signature import LeafSignature
 from shardc.dialects import jax_private
@@ -64,6 +64,33 @@ def program_values(effects: ProgramEffects, args: Sequence[LeafSignature],
             outputs.append(LeafSignature(f"new value of {ref.path}", ref.aval, ref.sharding,
                                          ref.type_sharding))
     return values, outputs
+
+
+def callback_placement(closed_jaxpr: Any, arg_leaves: Sequence[LeafSignature]
+                       ) -> list | None:
+    """The argument shardings jax lowers a function with whose host callbacks name
+    their device (``pure_callback(..., sharding=)``): the arguments' concrete ones,
+    as jax.jit lowers with its ``in_shardings``, so the callback's device is found in
+    the program's device order; None (jax lowers without) otherwise."""
+    if not jax_private.callback_shardings_in(closed_jaxpr):
+        return None
+    shardings = [leaf.sharding if leaf.sharding is not None
+                 and isinstance(leaf.sharding.mesh, Mesh) else None for leaf in arg_leaves]
+    return shardings if any(s is not None for s in shardings) else None
+
+
+def check_ref_arguments(fun: Any, args: tuple, kwargs: dict, *, static_argnums: tuple,
+                        static_argnames: tuple, arg_leaves: Sequence[LeafSignature],
+                        effects: ProgramEffects) -> None:
+    """jax.jit's rules for a call's ``Ref``s: each is passed once, and none is both
+    closed over and passed (jax's ``ValueError``s, naming the arguments)."""
+    if not effects.closed_refs and not any(leaf.aval.is_ref for leaf in arg_leaves):
+        return
+    dynamic_args = [a for i, a in enumerate(args) if i not in static_argnums]
+    dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in static_argnames}
+    values = jax.tree.leaves((tuple(dynamic_args), dynamic_kwargs))
+    jax_private.check_ref_arguments(fun, args, kwargs, static_argnums, static_argnames,
+                                    values, list(effects.closed_refs))
 
 
 def check_device_count(effects: ProgramEffects, device_count: int | None) -> None:

@@ -214,7 +214,8 @@ def abstract_value(value: Any, path: str) -> jax.ShapeDtypeStruct:
     """Return the unsharded abstract value jax traces ``value`` as (a mutable array,
     ``jax.new_ref``, as a ``Ref`` type: ``is_ref``)."""
     if isinstance(value, (jax.ShapeDtypeStruct, jax.core.ShapedArray)):
-        return jax.ShapeDtypeStruct(value.shape, value.dtype, weak_type=value.weak_type)
+        return jax.ShapeDtypeStruct(value.shape, value.dtype, weak_type=value.weak_type,
+                                    is_ref=getattr(value, "is_ref", False))
     try:
         aval = jax.typeof(value)
     except TypeError:

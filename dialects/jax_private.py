@@ -273,21 +273,26 @@ def jaxpr_function(closed_jaxpr: Any) -> Any:
     return lambda *args: tuple(evaluate(*args))
 
 
-def without_dead_code(traced: Any) -> Any:
+def without_dead_code(traced: Any, in_shardings: list | None = None) -> Any:
     """``traced`` with the equations whose results nothing uses removed (arguments kept).
 
     jax's own lowering runs this elimination, inside loop and branch bodies too,
     unless told to keep unused arguments; shardc keeps every argument (its
     signature and runtime are per argument), so it asks for the equations alone.
     Dead equations must go before propagation: their shardings would steer it.
+    ``in_shardings`` (per argument, None: unspecified) are the jit's shardings jax
+    lowers with, as if given to ``jax.jit``.
     """
-    from jax._src import core, stages
+    from jax._src import core, sharding_impls, stages
     from jax._src.interpreters import partial_eval as pe
 
     closed = traced._params["jaxpr"]
     used = [True] * len(closed.jaxpr.outvars)
     jaxpr, _, _ = pe.dce_jaxpr_consts(closed.jaxpr, used, instantiate=True)
     params = dict(traced._params, jaxpr=core.ClosedJaxpr(jaxpr, closed.consts))
+    if in_shardings is not None:
+        params["in_shardings"] = tuple(sharding_impls.UNSPECIFIED if s is None else s
+                                       for s in in_shardings)
     return stages.Traced(traced._meta_tys_flat, params, traced._in_tree, traced.out_tree,
                          traced._consts)
 
@@ -296,31 +301,45 @@ def meshes_in(closed_jaxpr: Any) -> list:
     """``(primitive name, mesh)`` for every concrete ``jax.sharding.Mesh`` the equations
     of a jaxpr name in their parameters (a sharding constraint's, a ``shard_map``'s,
     a nested jit's...), inner jaxprs included.
-
-    Walking a jaxpr's equations and their inner jaxprs has no public API.
     """
     import jax
+
+    found = []
+    for eqn, item in _equation_parameters(closed_jaxpr):
+        mesh = getattr(item, "mesh", item)
+        if isinstance(mesh, jax.sharding.Mesh) and mesh.axis_names:
+            found.append((eqn.primitive.name, mesh))
+    return found
+
+
+def callback_shardings_in(closed_jaxpr: Any) -> list:
+    """The shardings given to the host callbacks of a jaxpr (``pure_callback(...,
+    sharding=)``, ``io_callback(..., sharding=)``), inner jaxprs included."""
+    return [item for eqn, item in _equation_parameters(closed_jaxpr)
+            if eqn.primitive.name in ("pure_callback", "io_callback")
+            and eqn.params.get("sharding") is item]
+
+
+def _equation_parameters(closed_jaxpr: Any) -> Any:
+    """``(equation, parameter)`` for every parameter value of every equation of a jaxpr
+    (tuples unpacked), inner jaxprs included. Walking a jaxpr's equations and their
+    inner jaxprs has no public API."""
     from jax._src import core
 
-    found, stack = [], [closed_jaxpr.jaxpr]
+    stack = [closed_jaxpr.jaxpr]
     while stack:
         jaxpr = stack.pop()
         for eqn in jaxpr.eqns:
-            inner = []  # core.jaxprs_in_params, in the same pass over the parameters
             for value in eqn.params.values():
                 for item in value if isinstance(value, tuple) else (value,):
                     # Most parameters are plain values, with no mesh to ask for.
                     if type(item) in _PLAIN_PARAMETERS:
                         continue
                     if isinstance(item, core.Jaxpr):
-                        inner.append(item)
+                        stack.append(item)
                     elif isinstance(item, core.ClosedJaxpr):
-                        inner.append(item.jaxpr)
-                    mesh = getattr(item, "mesh", item)
-                    if isinstance(mesh, jax.sharding.Mesh) and mesh.axis_names:
-                        found.append((eqn.primitive.name, mesh))
-            stack.extend(inner)
-    return found
+                        stack.append(item.jaxpr)
+                    yield eqn, item
 
 
 # Parameter types that are no mesh and hold none (nor a jaxpr).
@@ -572,3 +591,20 @@ def set_runtime_tokens(ordered_effects: list, token_buffers: list, sharded_token
         sharding = NamedSharding(Mesh(token_devices, "x"), PartitionSpec("x"))
         tokens.set_token_result(effect, core.Token(
             array.make_array_from_single_device_arrays((0,), sharding, buffers)))
+
+
+def check_ref_arguments(fun: Any, args: tuple, kwargs: dict, static_argnums: tuple,
+                        static_argnames: tuple, values: list, closed_refs: list) -> None:
+    """jax.jit's checks of a call's mutable arrays, with its errors (``ValueError``): a
+    ``Ref`` may be passed once, and not both closed over and passed (``values``: the
+    dynamic argument leaves, flattened as jax flattens them)."""
+    from jax._src import api_util, config, core
+
+    if not config.mutable_array_checks.value:
+        return
+    def debug_info() -> Any:
+        return api_util.debug_info("jit", fun, args, kwargs, static_argnums=static_argnums,
+                                   static_argnames=static_argnames)
+    api_util.check_no_aliased_ref_args(debug_info, [core.typeof(v) for v in values], values)
+    if closed_refs:
+        api_util._check_no_aliased_closed_over_refs(debug_info(), closed_refs, values)

@@ -225,12 +225,16 @@ class Compiled(Stage):
 
     def fast_path(self, outputs: Any) -> Any:
         """What jax's C++ dispatch needs to run this again without Python (given the
-        outputs of a call), or None: programs with host callbacks, PRNG keys
-        among their arguments or donated arguments always run through
-        ``__call__`` (jaxlib 0.10.2's fast path crashes the process when a
-        donated, hence deleted, array is passed again; ``__call__`` raises).
+        outputs of a call), or None: programs with effects (their tokens and Refs
+        are threaded in Python, as jax's are), PRNG keys among their arguments or
+        donated arguments always run through ``__call__`` (jaxlib 0.10.2's fast
+        path crashes the process when a donated, hence deleted, array is passed
+        again; ``__call__`` raises). Host callbacks alone (``pure_callback``) take
+        the fast path, as with jax.jit.
         """
-        if self._with_tokens or self._extended_inputs or self.donates or self._effects.mutates:
+        effects = self._effects
+        if effects.ordered or effects.unordered or effects.mutates or self._extended_inputs \
+                or self.donates:
             return None
         return jax_private.fast_path(self._executable, outputs, list(self._input_shardings),
                                      list(self._output_shardings))
