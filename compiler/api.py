@@ -299,6 +299,8 @@ class JitFunction:
                 parts.append((leaf.shape, leaf.dtype, getattr(leaf, "weak_type", False), sharding))
             elif isinstance(leaf, np.ndarray):
                 parts.append((leaf.shape, leaf.dtype))
+            elif jax_private.is_ref(leaf):  # always committed, laid out as its buffer
+                parts.append((type(leaf), leaf.shape, leaf.dtype, leaf.sharding))
             else:
                 parts.append(type(leaf))
         key = tuple(parts)

@@ -84,3 +84,16 @@ def test_a_ref_and_an_array_lower_apart():
     fun = jit(f)
     np.testing.assert_array_equal(fun(jnp.ones(2)), fun(jax.new_ref(jnp.ones(2))))
     assert fun.cache_info().misses == 2
+
+
+def test_a_ref_laid_out_otherwise_compiles_again(mesh):
+    def f(ref):
+        ref[...] += 1.0
+
+    fun = jit(f)
+    refs = [jax.new_ref(jax.device_put(jnp.zeros((8, 4)), NamedSharding(mesh, spec)))
+            for spec in (P("x"), P(None, "y"))]
+    for ref in refs:
+        fun(ref)
+        np.testing.assert_array_equal(ref[...], np.ones((8, 4)))
+    assert [ref.sharding.spec for ref in refs] == [P("x"), P(None, "y")]
