@@ -258,8 +258,15 @@ class JitFunction:
             compiled = self._compile_for(args, kwargs)
             if key is not None:
                 self._by_call[key] = compiled
+        elif compiled.effects.mutates:  # the lowering's checks, again for these Refs
+            self._check_refs(args, kwargs, compiled.effects)
         outputs = compiled(*args, **kwargs)
         return outputs, compiled.fast_path(outputs), False
+
+    def _check_refs(self, args: tuple, kwargs: dict, program_effects: ProgramEffects) -> None:
+        effects.check_ref_arguments(
+            self.fun, args, kwargs, static_argnums=self._static_positions(len(args)),
+            static_argnames=self.static_argnames, effects=program_effects)
 
     def _bind(self, args: tuple, kwargs: dict) -> Any:
         """Under an enclosing trace: one equation of shardc's jit primitive
@@ -353,9 +360,7 @@ class JitFunction:
             self._cache[key] = cached
         else:
             self._hits += 1
-        effects.check_ref_arguments(
-            self.fun, args, kwargs, static_argnums=self._static_positions(len(args)),
-            static_argnames=self.static_argnames, arg_leaves=arg_leaves, effects=cached.effects)
+        self._check_refs(args, kwargs, cached.effects)
         static = StaticArguments(
             self._static_positions(len(args)), static_args, tuple(sorted(static_kwargs.items()))
         )

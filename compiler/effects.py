@@ -80,15 +80,15 @@ def callback_placement(closed_jaxpr: Any, arg_leaves: Sequence[LeafSignature]
 
 
 def check_ref_arguments(fun: Any, args: tuple, kwargs: dict, *, static_argnums: tuple,
-                        static_argnames: tuple, arg_leaves: Sequence[LeafSignature],
-                        effects: ProgramEffects) -> None:
-    """jax.jit's rules for a call's ``Ref``s: each is passed once, and none is both
-    closed over and passed (jax's ``ValueError``s, naming the arguments)."""
-    if not effects.closed_refs and not any(leaf.aval.is_ref for leaf in arg_leaves):
-        return
+                        static_argnames: tuple, effects: ProgramEffects) -> None:
+    """jax.jit's rules for a call's ``Ref``s, checked at every call as jax does: each
+    is passed once, and none is both closed over and passed (jax's ``ValueError``s,
+    naming the arguments)."""
     dynamic_args = [a for i, a in enumerate(args) if i not in static_argnums]
     dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in static_argnames}
     values = jax.tree.leaves((tuple(dynamic_args), dynamic_kwargs))
+    if not effects.closed_refs and not any(jax_private.is_ref(v) for v in values):
+        return
     jax_private.check_ref_arguments(fun, args, kwargs, static_argnums, static_argnames,
                                     values, list(effects.closed_refs))
 

@@ -174,6 +174,11 @@ class Compiled(Stage):
     arg_names: tuple[str, ...] | None = None  # jax's names of the arguments
 
     @property
+    def effects(self) -> ProgramEffects:
+        """The program's tokens and ``Ref``s (``shardc.runtime.effects``)."""
+        return self._effects
+
+    @property
     def in_tree(self) -> Any:
         """The pytree structure of ``(args, kwargs)`` (dynamic arguments)."""
         return self._in_tree
