@@ -209,11 +209,9 @@ class Compiled(Stage):
                 "Function compiled with input pytree does not match the input pytree it was "
                 f"called with: compiled for {self._in_tree}, called with {tree}"
             )
-        arguments.check_arguments(
-            self._effects.buffers(leaves) if self._effects.mutates else leaves,
-            self._expected, self.arg_names)
         effects = self._effects
-        values = effects.buffers(leaves) if effects.mutates else leaves
+        values = effects.buffers(leaves) if effects.mutates else leaves  # Refs' arrays
+        arguments.check_arguments(values, self._expected, self.arg_names)
         placed = [
             arguments.place(value, expected, self.placement)
             for value, expected in zip(values, self._expected)
