@@ -22,7 +22,7 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.signature import LeafSignature, shard_shape
 from shardc.dialects import sdy
-from shardc.dialects.errors import MeshMismatchError, ShardcError
+from shardc.dialects.errors import InternalError, MeshMismatchError, ShardcError
 
 ALIASING_ATTR = "tf.aliasing_output"
 BUFFER_DONOR_ATTR = "jax.buffer_donor"
@@ -230,8 +230,11 @@ def fix_donation(
 
 
 def _pair_donations(dicts: Sequence[dict], args: Sequence[LeafSignature],
-                    results: Sequence[LeafSignature]) -> None:
-    """``fix_donation`` on the arguments' attribute dicts."""
+                    results: Sequence[LeafSignature], *, tokens: int = 0,
+                    writes: Sequence[int | None] = ()) -> None:
+    """``fix_donation`` on the arguments' attribute dicts (after ``tokens`` leading
+    token results: aliases count them). ``writes`` pairs results with the ``Ref``
+    arguments they update first, as jax pairs them (``shardc.runtime.effects``)."""
     donated = []
     for k, entries in enumerate(dicts):
         was_donated = ALIASING_ATTR in entries or BUFFER_DONOR_ATTR in entries
@@ -240,11 +243,18 @@ def _pair_donations(dicts: Sequence[dict], args: Sequence[LeafSignature],
         if was_donated:
             donated.append(k)
     i32 = ir.IntegerType.get_signless(32)
+    written = {k: out_index for out_index, k in enumerate(writes) if k is not None}
+    for k, out_index in written.items():
+        if k in donated and _shards_match(args[k], results[out_index]):
+            donated.remove(k)
+            dicts[k][ALIASING_ATTR] = ir.IntegerAttr.get(i32, tokens + out_index)
     for out_index, out in enumerate(results):
+        if out_index in written.values():
+            continue
         match = next((k for k in donated if _shards_match(args[k], out)), None)
         if match is not None:
             donated.remove(match)
-            dicts[match][ALIASING_ATTR] = ir.IntegerAttr.get(i32, out_index)
+            dicts[match][ALIASING_ATTR] = ir.IntegerAttr.get(i32, tokens + out_index)
     for k in donated:
         dicts[k][BUFFER_DONOR_ATTR] = ir.BoolAttr.get(True)
 
@@ -266,20 +276,22 @@ def _shards_match(arg: LeafSignature, out: LeafSignature) -> bool:
 
 def annotate(
     module: ir.Module, args: Sequence[LeafSignature], results: Sequence[LeafSignature],
-    context: object | None = None,
+    context: object | None = None, *, tokens: int = 0, writes: Sequence[int | None] = (),
 ) -> MeshSymbols:
     """Write meshes, shardings, partition counts and donation onto ``module``.
 
     ``context`` is the concrete context mesh (``jax.set_mesh``'s): a program whose
     own shardings name no mesh runs on it, its unspecified values replicated, as
-    under jax.jit."""
+    under jax.jit. ``args`` and ``results`` are ``@main``'s after its ``tokens``
+    leading tokens (ordered effects'), which carry no sharding; ``writes`` says
+    which results update which ``Ref`` arguments (``shardc.runtime.effects``)."""
     func = main_function(module)
     function_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-    if len(function_type.inputs) != len(args) or len(function_type.results) != len(results):
-        raise ShardcError(
-            f"the traced @main has {len(function_type.inputs)} arguments but the call has {len(args)} array "
-            "leaves; functions with ordered effects (io_callback(ordered=True), "
-            "debug.print(ordered=True)) are not supported yet"
+    inputs, outputs = function_type.inputs[tokens:], function_type.results[tokens:]
+    if len(inputs) != len(args) or len(outputs) != len(results):
+        raise InternalError(
+            f"the traced @main has {len(inputs)} arguments and {len(outputs)} results "
+            f"after its {tokens} tokens but the call has {len(args)} and {len(results)}"
         )
     symbols = MeshSymbols()
     # Many leaves share a sharding and a type: each pair is converted once.
@@ -294,18 +306,18 @@ def annotate(
             converted[key] = sharding_attr_for(leaf, value_type, symbols)
         return converted[key]
 
-    arg_attrs = [attr_for(leaf, t) for leaf, t in zip(args, function_type.inputs)]
-    res_attrs = [attr_for(leaf, t) for leaf, t in zip(results, function_type.results)]
+    arg_attrs = [attr_for(leaf, t) for leaf, t in zip(args, inputs)]
+    res_attrs = [None] * tokens + [attr_for(leaf, t) for leaf, t in zip(results, outputs)]
     if context is not None and symbols.device_count() is None and not any(
             sdy.MeshAttr(op.operation.attributes["mesh"]).axes for op in _body_meshes(module)):
         symbols.symbol_for(context)
     unify_body_meshes(module, symbols)
     partitions = symbols.device_count()
     # The arguments' dicts are read and written once, for shardings and donation.
-    arg_dicts = _attr_dicts(func, "args", len(arg_attrs))
-    _put(arg_dicts, sdy.SHARDING_ATTR, arg_attrs)
+    arg_dicts = _attr_dicts(func, "args", tokens + len(arg_attrs))
+    _put(arg_dicts[tokens:], sdy.SHARDING_ATTR, arg_attrs)
     if partitions is not None:
-        _pair_donations(arg_dicts, args, results)
+        _pair_donations(arg_dicts[tokens:], args, results, tokens=tokens, writes=writes)
     _set_attr_dicts(func, "args", arg_dicts)
     set_function_attrs(func, sdy.SHARDING_ATTR, res_attrs, "results")
     if partitions is not None:

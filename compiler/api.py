@@ -30,7 +30,7 @@ from jaxlib.mlir import ir
 
 import shardc.compiler as shardc_compiler
 import shardc.runtime as shardc_runtime
-from shardc.compiler import annotation, binding, caches, jit_options, signature
+from shardc.compiler import annotation, binding, caches, effects, jit_options, signature
 from shardc.compiler.caches import StaticKey, static_keys
 from shardc.compiler.checks.strict import check_strict
 from shardc.compiler.cost_aware import Resolution
@@ -49,6 +49,7 @@ from shardc.compiler.traced import Traced
 from shardc.dialects import jax_private, sdy
 from shardc.dialects.errors import InternalError, InvalidArgumentError
 from shardc.runtime.compiled import Compiled, StaticArguments, device_assignment
+from shardc.runtime.effects import NO_EFFECTS, ProgramEffects
 
 # Op locations must name the user's source line, not shardc's jit wrapper.
 jax_private.hide_frames_of(
@@ -91,6 +92,9 @@ class _CachedLowering:
     # propagation="cost-aware": the search's Resolution (its decisions and predicted
     # bytes), for Lowered.cost_aware_resolution; None on every other route.
     cost_aware_resolution: Resolution | None = None
+    # Tokens and Refs (shardc.compiler.effects), and the closed-over Refs' signatures.
+    effects: ProgramEffects = NO_EFFECTS
+    closed_refs: tuple[LeafSignature, ...] = ()
 
 
 class _Unpropagated:
@@ -101,27 +105,33 @@ class _Unpropagated:
     of the stages' time on a small program)."""
 
     def __init__(self, jax_module: ir.Module, args: Sequence[LeafSignature],
-                 results: Sequence[LeafSignature], devices: tuple | None) -> None:
-        self._made = (jax_module, args, results, devices)
+                 results: Sequence[LeafSignature], devices: tuple | None,
+                 program_effects: ProgramEffects) -> None:
+        self._made = (jax_module, args, results, devices, program_effects)
         self._module: ir.Module | None = None
 
     def __call__(self) -> ir.Operation:
         if self._module is None:
-            jax_module, args, results, devices = self._made
+            jax_module, args, results, devices, program_effects = self._made
             with jax_module.context, ir.Location.unknown():
-                self._module, _ = _annotated(jax_module, args, results, devices)
+                self._module, _ = _annotated(jax_module, args, results, devices,
+                                             program_effects)
                 xla_import_rewrites(self._module.operation)
         return self._module.operation
 
 
 def _annotated(jax_module: ir.Module, args: Sequence[LeafSignature],
-               results: Sequence[LeafSignature], devices: tuple | None
+               results: Sequence[LeafSignature], devices: tuple | None,
+               program_effects: ProgramEffects,
                ) -> tuple[ir.Module, annotation.MeshSymbols]:
     """A copy of jax's module with shardc's meshes, shardings and donation written on
-    it, and its mesh symbols (in the module's context)."""
+    it, and its mesh symbols (in the module's context); ``args`` and ``results`` are
+    ``@main``'s after its tokens (``effects.program_values``)."""
     module = _copy_module(jax_module)
-    symbols = annotation.annotate(module, args, results, devices)
+    symbols = annotation.annotate(module, args, results, devices, tokens=program_effects.tokens,
+                                  writes=program_effects.writes or ())
     verify_step(module.operation, "annotate")
+    effects.check_device_count(program_effects, symbols.device_count())
     return module, symbols
 
 
@@ -259,6 +269,8 @@ class JitFunction(JitSurface):
             compiled = self._compile_for(args, kwargs)
             if key is not None:
                 self._caches.by_call[key] = compiled
+        elif compiled.effects.mutates:  # the lowering's checks, again for these Refs
+            self._check_refs(args, kwargs, compiled.effects)
         moved = compiled.placement.resharded
         outputs = compiled.call_as_jit(*args, **kwargs)
         if compiled.placement.resharded != moved:
@@ -266,6 +278,11 @@ class JitFunction(JitSurface):
             # dispatch would pass it on unmoved, which crashes; such calls stay here.
             return outputs, None, False
         return outputs, compiled.fast_path(outputs), False
+
+    def _check_refs(self, args: tuple, kwargs: dict, program_effects: ProgramEffects) -> None:
+        effects.check_ref_arguments(
+            self.fun, args, kwargs, static_argnums=self._static_positions(len(args)),
+            static_argnames=self.static_argnames, effects=program_effects)
 
     def _bind(self, args: tuple, kwargs: dict) -> Any:
         """Under an enclosing trace: one equation of shardc's jit primitive
@@ -307,6 +324,8 @@ class JitFunction(JitSurface):
                 parts.append((leaf.shape, leaf.dtype, getattr(leaf, "weak_type", False), sharding))
             elif isinstance(leaf, np.ndarray):
                 parts.append((leaf.shape, leaf.dtype))
+            elif jax_private.is_ref(leaf):  # always committed, laid out as its buffer
+                parts.append((type(leaf), leaf.shape, leaf.dtype, leaf.sharding))
             else:
                 parts.append(type(leaf))
         key = tuple(parts)
@@ -361,6 +380,7 @@ class JitFunction(JitSurface):
             self._caches.lowerings[key] = cached
         else:
             self._caches.hits += 1
+        self._check_refs(args, kwargs, cached.effects)
         static = StaticArguments(
             positions, static_args, tuple(sorted(static_kwargs.items()))
         )
@@ -451,14 +471,19 @@ class JitFunction(JitSurface):
         signature.check_body_devices(arg_leaves, results, named_inside,
                                      self._requested_devices())
         body_meshes = tuple(mesh for _, mesh in named_inside)
-        jax_lowered = jax_private.without_dead_code(traced).lower(lowering_platforms=platforms)
+        jax_lowered = jax_private.without_dead_code(
+            traced, effects.callback_placement(traced.jaxpr, arg_leaves),
+        ).lower(lowering_platforms=platforms)
         jax_module = jax_lowered.compiler_ir("stablehlo")
         host_callbacks, keepalive = jax_private.host_callbacks_of(jax_lowered)
+        program_effects = effects.program_effects(jax_lowered)
+        closed_refs = effects.closed_ref_leaves(program_effects)
+        values = effects.program_values(program_effects, arg_leaves, results, closed_refs)
 
         # jax's module may be shared by its lowering cache: shardc rewrites a copy,
         # in jax's context (a fresh one per jax lowering, which has every dialect).
         with jax_module.context, ir.Location.unknown():
-            module, symbols = _annotated(jax_module, arg_leaves, results, devices)
+            module, symbols = _annotated(jax_module, *values, devices, program_effects)
             unpropagated = fallback = resolution = None
             if propagate and symbols.device_count() is not None:
                 # Propagate what XLA's own Shardy would see: the module as XLA's
@@ -468,7 +493,7 @@ class JitFunction(JitSurface):
                 census = xla_import_rewrites(
                     module.operation,
                     census=ConflictResolution.parse(self.propagation) is ConflictResolution.SHARDY)
-                unpropagated = _Unpropagated(jax_module, arg_leaves, results, devices)
+                unpropagated = _Unpropagated(jax_module, *values, devices, program_effects)
                 resolution = _propagate(module, unpropagated, self.propagation, census)
                 fallback = resolution.fallback if resolution is not None else None
             entry = _copy_module(module)
@@ -478,7 +503,8 @@ class JitFunction(JitSurface):
             unpropagated, fallback,
             tuple(debug_info.safe_arg_names(len(arg_leaves))) if debug_info else None,
             body_meshes,
-            cost_aware_resolution=resolution,
+            cost_aware_resolution=resolution, effects=program_effects,
+            closed_refs=tuple(closed_refs),
         ), module
 
     def _abstract_call_args(self, args, kwargs, avals) -> tuple[list, dict]:
@@ -538,6 +564,8 @@ class JitFunction(JitSurface):
             fallback=cached.fallback,
             compiler_options=self.options.compiler_options,
             cost_aware_resolution=cached.cost_aware_resolution,
+            effects=cached.effects,
+            closed_refs=cached.closed_refs,
         )
 
 
@@ -554,8 +582,7 @@ def _traced_aval(leaf: LeafSignature) -> jax.ShapeDtypeStruct:
     """
     if leaf.type_sharding is None:
         return leaf.aval
-    return jax.ShapeDtypeStruct(leaf.aval.shape, leaf.aval.dtype,
-                                weak_type=leaf.aval.weak_type, sharding=leaf.type_sharding)
+    return leaf.aval.update(sharding=leaf.type_sharding)
 
 
 def _platform(leaves: Sequence[LeafSignature]) -> str:

@@ -20,12 +20,14 @@ from jaxlib.mlir import ir
 from shardc.compiler.checks.program import check_lowered
 from shardc.compiler.cost import comm_report
 from shardc.compiler.cost_aware import Resolution
+from shardc.compiler.effects import program_values
 from shardc.compiler.explain import explain, memory_estimate
 from shardc.compiler.signature import LeafSignature
 from shardc.compiler.stages.shardy_pipeline import propagated_copy
 from shardc.dialects import jax_private
 from shardc.dialects.errors import PlatformMismatchError
 from shardc.runtime.compiled import Compiled, StaticArguments, compile_program, program_mesh
+from shardc.runtime.effects import NO_EFFECTS, ProgramEffects
 from shardc.runtime.stage import Stage
 from shardc.runtime.xla_form import module_for_xla
 
@@ -62,8 +64,12 @@ class Lowered(Stage):
         fallback: bytes | None = None,
         compiler_options: tuple = (),
         cost_aware_resolution: Resolution | None = None,
+        effects: ProgramEffects = NO_EFFECTS,
+        closed_refs: Sequence[LeafSignature] = (),
     ) -> None:
         self.module = module
+        self._effects = effects
+        self._closed_refs = tuple(closed_refs)
         self._cost_aware_resolution = cost_aware_resolution
         self._compiler_options = tuple(compiler_options)
         self._fallback = fallback
@@ -221,12 +227,14 @@ class Lowered(Stage):
                 f"platforms {self.platforms} on abstract meshes, which name no devices")
 
     def _compile(self, module: ir.Module, device_assignment: Sequence | None) -> Compiled:
+        inputs, outputs = program_values(self._effects, self._args, self._results,
+                                         self._closed_refs)
         compiled = compile_program(
             module,
             in_tree=self._in_tree,
             out_tree=self._out_tree,
-            inputs=self._args,
-            outputs=self._results,
+            inputs=inputs,
+            outputs=outputs,
             meshes=self._meshes,
             devices=device_assignment,
             static=self._static,
@@ -234,6 +242,7 @@ class Lowered(Stage):
             keepalive=self._keepalive,
             compiler_options=self._compiler_options,
             placed_on_request=self.placed_on_request,
+            effects=self._effects,
         )
         compiled.reference = getattr(self, "reference", None)  # for Compiled.verify
         compiled.args_info = self.args_info

@@ -61,8 +61,8 @@ class LeafSignature:
 
     def abstract_key(self) -> tuple:
         """The part of this leaf a lowering depends on: no devices, only shapes."""
-        return (self.aval.shape, self.aval.dtype, self.aval.weak_type, abstract_key(self.sharding),
-                abstract_key(self.type_sharding))
+        return (self.aval.shape, self.aval.dtype, self.aval.weak_type, self.aval.is_ref,
+                abstract_key(self.sharding), abstract_key(self.type_sharding))
 
 
 def abstract_key(sharding: NamedSharding | None) -> tuple | None:
@@ -283,10 +283,12 @@ def check_sharding(sharding: NamedSharding, aval: jax.ShapeDtypeStruct, path: st
 
 
 def abstract_value(value: Any, name: str, fun_name: str = "fun") -> jax.ShapeDtypeStruct:
-    """Return the unsharded abstract value jax traces ``value`` as (``name``: the
-    argument's, ``fun_name``: the function's, for jax's error)."""
+    """Return the unsharded abstract value jax traces ``value`` as (a mutable array,
+    ``jax.new_ref``, as a ``Ref`` type: ``is_ref``); ``name`` (the argument's) and
+    ``fun_name`` (the function's) are for jax's error."""
     if isinstance(value, (jax.ShapeDtypeStruct, jax.core.ShapedArray)):
-        return jax.ShapeDtypeStruct(value.shape, value.dtype, weak_type=value.weak_type)
+        return jax.ShapeDtypeStruct(value.shape, value.dtype, weak_type=value.weak_type,
+                                    is_ref=getattr(value, "is_ref", False))
     try:
         aval = jax.typeof(value)
     except OverflowError:
@@ -301,7 +303,8 @@ def abstract_value(value: Any, name: str, fun_name: str = "fun") -> jax.ShapeDty
             "called with a non-array argument, and this argument was not marked as "
             "static using the static_argnums or static_argnames parameters of jax.jit."
         ) from None
-    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type,
+                                is_ref=jax_private.is_ref(value))
 
 
 def sharding_of_value(value: Any) -> NamedSharding | None:

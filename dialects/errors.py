@@ -78,6 +78,10 @@ class PlatformMismatchError(ShardcError, RuntimeError):
     and compiled without devices, as jax's ``RuntimeError`` says it."""
 
 
+class UnshardableEffectError(ShardcError, ValueError):
+    """An ordered effect jax runs on one device only, in a program of several."""
+
+
 class InternalError(ShardcError, RuntimeError):
     """shardc produced an invalid module: a bug in shardc, not in the program.
 

@@ -307,21 +307,26 @@ def jaxpr_function(closed_jaxpr: Any) -> Any:
     return lambda *args: tuple(evaluate(*args))
 
 
-def without_dead_code(traced: Any) -> Any:
+def without_dead_code(traced: Any, in_shardings: list | None = None) -> Any:
     """``traced`` with the equations whose results nothing uses removed (arguments kept).
 
     jax's own lowering runs this elimination, inside loop and branch bodies too,
     unless told to keep unused arguments; shardc keeps every argument (its
     signature and runtime are per argument), so it asks for the equations alone.
     Dead equations must go before propagation: their shardings would steer it.
+    ``in_shardings`` (per argument, None: unspecified) are the jit's shardings jax
+    lowers with, as if given to ``jax.jit``.
     """
-    from jax._src import core, stages
+    from jax._src import core, sharding_impls, stages
     from jax._src.interpreters import partial_eval as pe
 
     closed = traced._params["jaxpr"]
     used = [True] * len(closed.jaxpr.outvars)
     jaxpr, _, _ = pe.dce_jaxpr_consts(closed.jaxpr, used, instantiate=True)
     params = dict(traced._params, jaxpr=core.ClosedJaxpr(jaxpr, closed.consts))
+    if in_shardings is not None:
+        params["in_shardings"] = tuple(sharding_impls.UNSPECIFIED if s is None else s
+                                       for s in in_shardings)
     return stages.Traced(traced._meta_tys_flat, params, traced._in_tree, traced.out_tree,
                          traced._consts)
 
@@ -330,31 +335,45 @@ def meshes_in(closed_jaxpr: Any) -> list:
     """``(primitive name, mesh)`` for every concrete ``jax.sharding.Mesh`` the equations
     of a jaxpr name in their parameters (a sharding constraint's, a ``shard_map``'s,
     a nested jit's...), inner jaxprs included.
-
-    Walking a jaxpr's equations and their inner jaxprs has no public API.
     """
     import jax
+
+    found = []
+    for eqn, item in _equation_parameters(closed_jaxpr):
+        mesh = getattr(item, "mesh", item)
+        if isinstance(mesh, jax.sharding.Mesh) and mesh.axis_names:
+            found.append((eqn.primitive.name, mesh))
+    return found
+
+
+def callback_shardings_in(closed_jaxpr: Any) -> list:
+    """The shardings given to the host callbacks of a jaxpr (``pure_callback(...,
+    sharding=)``, ``io_callback(..., sharding=)``), inner jaxprs included."""
+    return [item for eqn, item in _equation_parameters(closed_jaxpr)
+            if eqn.primitive.name in ("pure_callback", "io_callback")
+            and eqn.params.get("sharding") is item]
+
+
+def _equation_parameters(closed_jaxpr: Any) -> Any:
+    """``(equation, parameter)`` for every parameter value of every equation of a jaxpr
+    (tuples unpacked), inner jaxprs included. Walking a jaxpr's equations and their
+    inner jaxprs has no public API."""
     from jax._src import core
 
-    found, stack = [], [closed_jaxpr.jaxpr]
+    stack = [closed_jaxpr.jaxpr]
     while stack:
         jaxpr = stack.pop()
         for eqn in jaxpr.eqns:
-            inner = []  # core.jaxprs_in_params, in the same pass over the parameters
             for value in eqn.params.values():
                 for item in value if isinstance(value, tuple) else (value,):
                     # Most parameters are plain values, with no mesh to ask for.
                     if type(item) in _PLAIN_PARAMETERS:
                         continue
                     if isinstance(item, core.Jaxpr):
-                        inner.append(item)
+                        stack.append(item)
                     elif isinstance(item, core.ClosedJaxpr):
-                        inner.append(item.jaxpr)
-                    mesh = getattr(item, "mesh", item)
-                    if isinstance(mesh, jax.sharding.Mesh) and mesh.axis_names:
-                        found.append((eqn.primitive.name, mesh))
-            stack.extend(inner)
-    return found
+                        stack.append(item.jaxpr)
+                    yield eqn, item
 
 
 # Parameter types that are no mesh and hold none (nor a jaxpr).
@@ -561,3 +580,94 @@ def indivisible_error_class() -> type:
     from jax._src.sharding import IndivisibleError
 
     return IndivisibleError
+
+
+# ----------------------------------------------------------------------------
+# Effects: jax's runtime tokens and mutable arrays (``shardc.runtime.effects``)
+# ----------------------------------------------------------------------------
+
+
+def lowering_effects(jax_lowered: Any) -> tuple[list, bool, list, list | None]:
+    """What jax's lowering of a jit decided about effects: its ordered effects (one
+    token argument and result each, in front), whether it has unordered ones, the
+    mutable arrays (``jax.new_ref``) it closes over (extra arguments at the end) and,
+    per result, the argument whose ``Ref`` it writes back (None: a result of the
+    function); the last two are ``[], None`` without mutable arrays."""
+    compile_args = jax_lowered._lowering.compile_args
+    mut = compile_args.get("mut")
+    return (list(compile_args.get("ordered_effects") or []),
+            bool(compile_args.get("unordered_effects")),
+            list(mut.in_mut) if mut is not None else [],
+            list(mut.out_mut) if mut is not None else None)
+
+
+def effects_unshardable(ordered_effects: list) -> list:
+    """The ordered effects jax refuses in a program of more than one device (all but
+    ``io_callback(ordered=True)``'s)."""
+    from jax._src import effects
+
+    return list(effects.shardable_ordered_effects.filter_not_in(ordered_effects))
+
+
+def is_ref(value: Any) -> bool:
+    """Whether ``value`` is a mutable array (``jax.new_ref``), not its abstract type."""
+    return isinstance(value, _core().Ref)
+
+
+def ref_buffer(ref: Any) -> Any:
+    """The ``jax.Array`` a mutable array currently holds."""
+    return ref._refs._buf
+
+
+def replace_ref_buffer(ref: Any, array: Any) -> None:
+    """Make a mutable array hold ``array``'s buffers from now on (as jax's dispatch
+    writes a jit's new value of a ``Ref`` back)."""
+    ref._refs._buf._replace_with(array)
+
+
+def runtime_token_inputs(ordered_effects: list, devices: list) -> list:
+    """The runtime token buffer of each ordered effect for a program on ``devices``:
+    the last program's token for that effect (moved to these devices), so effects of
+    successive programs happen in call order; shared with ``jax.jit``'s calls."""
+    from jax._src import dispatch
+
+    tokens = dispatch.runtime_tokens
+    return [tokens.get_token_input(effect, devices)._buf for effect in ordered_effects]
+
+
+def set_runtime_tokens(ordered_effects: list, token_buffers: list, sharded_token: Any,
+                       devices: list) -> None:
+    """Record a program's output tokens as jax's dispatch does: per ordered effect
+    its result token (the next program's input) and per device the runtime token
+    ``jax.effects_barrier()`` waits for."""
+    from jax._src import array, core, dispatch
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    tokens = dispatch.runtime_tokens
+    for i, device in enumerate(devices):
+        tokens.set_output_runtime_token(device, sharded_token.get_token(i))
+    for effect, buffers in zip(ordered_effects, token_buffers):
+        if len(buffers) == 1:
+            tokens.set_token_result(effect, core.Token(buffers[0]))
+            continue
+        token_devices = [next(iter(b.sharding.device_set)) for b in buffers]
+        sharding = NamedSharding(Mesh(token_devices, "x"), PartitionSpec("x"))
+        tokens.set_token_result(effect, core.Token(
+            array.make_array_from_single_device_arrays((0,), sharding, buffers)))
+
+
+def check_ref_arguments(fun: Any, args: tuple, kwargs: dict, static_argnums: tuple,
+                        static_argnames: tuple, values: list, closed_refs: list) -> None:
+    """jax.jit's checks of a call's mutable arrays, with its errors (``ValueError``): a
+    ``Ref`` may be passed once, and not both closed over and passed (``values``: the
+    dynamic argument leaves, flattened as jax flattens them)."""
+    from jax._src import api_util, config, core
+
+    if not config.mutable_array_checks.value:
+        return
+    def debug_info() -> Any:
+        return api_util.debug_info("jit", fun, args, kwargs, static_argnums=static_argnums,
+                                   static_argnames=static_argnames)
+    api_util.check_no_aliased_ref_args(debug_info, [core.typeof(v) for v in values], values)
+    if closed_refs:
+        api_util._check_no_aliased_closed_over_refs(debug_info(), closed_refs, values)

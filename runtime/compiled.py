@@ -28,6 +28,7 @@ from shardc.dialects.errors import (
     ShardcError,
 )
 from shardc.runtime import arguments, collectives, results
+from shardc.runtime.effects import NO_EFFECTS, ProgramEffects, execute_with_tokens
 from shardc.runtime.stage import Stage
 from shardc.runtime.verify import verify
 from shardc.runtime.xla_form import module_for_xla
@@ -115,17 +116,26 @@ class Compiled(Stage):
         static: StaticArguments,
         uses_host_callbacks: bool,
         placed_on_request: bool = False,
+        effects: ProgramEffects = NO_EFFECTS,
     ) -> None:
         self._executable = executable
+        # ``inputs`` and ``outputs`` are the program's own after its tokens: the
+        # closed-over Refs follow the arguments, Refs' new values are among the
+        # results (``effects``); the user's are the leading inputs and the results
+        # that write no Ref.
+        self._effects = effects
+        own = [i for i, source in enumerate(effects.writes or [None] * len(outputs))
+               if source is None]
+        num_args = in_tree.num_leaves
         self.devices = devices
         self._in_tree = in_tree
         self._out_tree = out_tree
         self._static = static
         self._num_positional = len(in_tree.children()[0].children())
-        self._with_tokens = uses_host_callbacks
-        self._outputs = tuple(outputs)
-        self._input_shardings = tuple(input_shardings)
-        self._output_shardings = tuple(output_shardings)
+        self._with_tokens = uses_host_callbacks or bool(effects.ordered) or effects.unordered
+        self._outputs = tuple(outputs[i] for i in own)
+        self._input_shardings = tuple(input_shardings[:num_args])
+        self._output_shardings = tuple(output_shardings[i] for i in own)
         self._extended_inputs = any(
             jax.dtypes.issubdtype(info.aval.dtype, jax.dtypes.extended) for info in inputs)
         device_set = frozenset(devices)
@@ -167,6 +177,11 @@ class Compiled(Stage):
     placed_by_jit: bool = False  # jit(device=/backend=): every call moves its arguments
     in_avals: Any = None
     arg_names: tuple[str, ...] | None = None  # jax's names of the arguments
+
+    @property
+    def effects(self) -> ProgramEffects:
+        """The program's tokens and ``Ref``s (``shardc.runtime.effects``)."""
+        return self._effects
 
     @property
     def in_tree(self) -> Any:
@@ -216,24 +231,24 @@ class Compiled(Stage):
                 "Function compiled with input pytree does not match the input pytree it was "
                 f"called with: compiled for {self._in_tree}, called with {tree}"
             )
-        arguments.check_arguments(leaves, expected, self.arg_names)
+        effects = self._effects
+        values = effects.buffers(leaves) if effects.mutates else leaves  # Refs' arrays
+        arguments.check_arguments(values, expected, self.arg_names)
         placed = [
             arguments.place(value, want, self.placement)
-            for value, want in zip(leaves, expected)
+            for value, want in zip(values, expected)
         ]
         handlers = self._handlers
         if self._uncommitted_handlers is not None and not any(
                 getattr(leaf, "committed", False) for leaf in leaves):
             handlers = self._uncommitted_handlers
         if self._with_tokens:
-            executed = self._executable.execute_sharded(placed, with_tokens=True)
-            outputs = executed.consume_with_handlers(handlers)
-            executed.consume_token().block_until_ready()
+            outputs = execute_with_tokens(self._executable, placed, handlers, effects)
         else:
             outputs = self._executable.execute_sharded(placed).consume_with_handlers(handlers)
         if self.donates:
-            self._release_donated(leaves, placed)
-        return jax.tree.unflatten(self._out_tree, outputs)
+            self._release_donated(values, placed)
+        return jax.tree.unflatten(self._out_tree, effects.write_back(leaves, outputs))
 
     def _release_donated(self, leaves: Sequence[Any], placed: Sequence[jax.Array]) -> None:
         """Delete the caller's arrays whose buffers this call donated.
@@ -257,12 +272,16 @@ class Compiled(Stage):
 
     def fast_path(self, outputs: Any) -> Any:
         """What jax's C++ dispatch needs to run this again without Python (given the
-        outputs of a call), or None: programs with host callbacks, PRNG keys
-        among their arguments or donated arguments always run through
-        ``__call__`` (jaxlib 0.10.2's fast path crashes the process when a
-        donated, hence deleted, array is passed again; ``__call__`` raises).
+        outputs of a call), or None: programs with effects (their tokens and Refs
+        are threaded in Python, as jax's are), PRNG keys among their arguments or
+        donated arguments always run through ``__call__`` (jaxlib 0.10.2's fast
+        path crashes the process when a donated, hence deleted, array is passed
+        again; ``__call__`` raises). Host callbacks alone (``pure_callback``) take
+        the fast path, as with jax.jit.
         """
-        if self._with_tokens or self._extended_inputs or self.donates:
+        effects = self._effects
+        if effects.ordered or effects.unordered or effects.mutates or self._extended_inputs \
+                or self.donates:
             return None
         return jax_private.fast_path(self._executable, outputs, list(self._input_shardings),
                                      list(self._output_shardings))
@@ -359,26 +378,29 @@ def compile_program(
     keepalive: Sequence = (),
     compiler_options: tuple[tuple[str, Any], ...] = (),
     placed_on_request: bool = False,
+    effects: ProgramEffects = NO_EFFECTS,
 ) -> Compiled:
     """Compile an annotated module for the program's devices and return ``Compiled``
     (``placed_on_request``: a ``SingleDeviceSharding`` chose the device, so the
-    results are committed to it)."""
+    results are committed to it; ``effects``: the program's tokens and Refs, with
+    ``inputs`` / ``outputs`` its values after the tokens)."""
     order = device_assignment(meshes, devices)
+    tokens = effects.tokens
     main = program_mesh(meshes)
     mesh = concrete_mesh(main, order) if main is not None else None
     jax_private.test_event("pxla_cached_compilation")
     executable = jax_private.compile_executable(
         module_for_xla(module),
         order,
-        propagate_to_parameters=[_is_open(info.sharding) for info in inputs],
-        propagate_to_outputs=[_is_open(info.sharding) for info in outputs],
+        propagate_to_parameters=[False] * tokens + [_is_open(info.sharding) for info in inputs],
+        propagate_to_outputs=[False] * tokens + [_is_open(info.sharding) for info in outputs],
         host_callbacks=list(host_callbacks),
         compiler_options=compiler_options,
     )
     if keepalive:
         executable.keep_alive(list(keepalive))
-    parameter_ops = _per_value(executable.get_parameter_shardings(), len(inputs))
-    output_ops = _per_value(executable.get_output_shardings(), len(outputs))
+    parameter_ops = _per_value(executable.get_parameter_shardings(), tokens + len(inputs))[tokens:]
+    output_ops = _per_value(executable.get_output_shardings(), tokens + len(outputs))[tokens:]
     return Compiled(
         executable,
         devices=order,
@@ -397,6 +419,7 @@ def compile_program(
         static=static,
         uses_host_callbacks=bool(host_callbacks),
         placed_on_request=placed_on_request,
+        effects=effects,
     )
 
 
