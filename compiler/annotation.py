@@ -26,6 +26,7 @@ from shardc.dialects.errors import MeshMismatchError, ShardcError
 
 ALIASING_ATTR = "tf.aliasing_output"
 BUFFER_DONOR_ATTR = "jax.buffer_donor"
+GLOBAL_CONSTANT_ATTR = "jax.global_constant"
 
 
 def main_function(module: ir.Module) -> ir.Operation:
@@ -264,6 +265,15 @@ def _shards_match(arg: LeafSignature, out: LeafSignature) -> bool:
 # ----------------------------------------------------------------------------
 
 
+def _global_constant_arguments(func: ir.Operation) -> int:
+    """How many of ``@main``'s first arguments are jax's global constants: the platform
+    index of a lowering for several platforms and the dimension variables of
+    symbolic shapes (``jax.global_constant``), which come before the array
+    arguments and carry no sharding."""
+    dicts = _attr_dicts(func, "args", 0)
+    return next((i for i, d in enumerate(dicts) if GLOBAL_CONSTANT_ATTR not in d), len(dicts))
+
+
 def annotate(
     module: ir.Module, args: Sequence[LeafSignature], results: Sequence[LeafSignature],
     context: object | None = None,
@@ -275,9 +285,11 @@ def annotate(
     under jax.jit."""
     func = main_function(module)
     function_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-    if len(function_type.inputs) != len(args) or len(function_type.results) != len(results):
+    leading = _global_constant_arguments(func)
+    inputs = list(function_type.inputs)[leading:]
+    if len(inputs) != len(args) or len(function_type.results) != len(results):
         raise ShardcError(
-            f"the traced @main has {len(function_type.inputs)} arguments but the call has {len(args)} array "
+            f"the traced @main has {len(inputs)} arguments but the call has {len(args)} array "
             "leaves; functions with ordered effects (io_callback(ordered=True), "
             "debug.print(ordered=True)) are not supported yet"
         )
@@ -294,7 +306,7 @@ def annotate(
             converted[key] = sharding_attr_for(leaf, value_type, symbols)
         return converted[key]
 
-    arg_attrs = [attr_for(leaf, t) for leaf, t in zip(args, function_type.inputs)]
+    arg_attrs = [None] * leading + [attr_for(leaf, t) for leaf, t in zip(args, inputs)]
     res_attrs = [attr_for(leaf, t) for leaf, t in zip(results, function_type.results)]
     if context is not None and symbols.device_count() is None and not any(
             sdy.MeshAttr(op.operation.attributes["mesh"]).axes for op in _body_meshes(module)):
@@ -305,7 +317,7 @@ def annotate(
     arg_dicts = _attr_dicts(func, "args", len(arg_attrs))
     _put(arg_dicts, sdy.SHARDING_ATTR, arg_attrs)
     if partitions is not None:
-        _pair_donations(arg_dicts, args, results)
+        _pair_donations(arg_dicts[leading:], args, results)
     _set_attr_dicts(func, "args", arg_dicts)
     set_function_attrs(func, sdy.SHARDING_ATTR, res_attrs, "results")
     if partitions is not None:

@@ -88,6 +88,8 @@ class _CachedLowering:
     # propagation="cost-aware": the search's Resolution (its decisions and predicted
     # bytes), for Lowered.cost_aware_resolution; None on every other route.
     cost_aware_resolution: Resolution | None = None
+    # jax's lowering of the traced program (for Lowered._lowering, what jax.export reads).
+    jax_lowering: Any = None
 
 
 class _Unpropagated:
@@ -205,8 +207,9 @@ class JitFunction:
             [jax.ShapeDtypeStruct(r.aval.shape, r.aval.dtype, weak_type=r.aval.weak_type,
                                   sharding=r.sharding) for r in results])
         def lower(*, lowering_platforms: Sequence[str] | None = None,
-                  propagate: bool | None = None) -> Lowered:
-            return self._lower(args, kwargs, propagate, lowering_platforms)[1]
+                  propagate: bool | None = None, lowering_parameters: Any = None) -> Lowered:
+            return self._lower(args, kwargs, propagate, lowering_platforms,
+                               lowering_parameters)[1]
 
         return Traced(jax_traced, lower, out_info)
 
@@ -304,7 +307,7 @@ class JitFunction:
                                     or _devices_of_arguments(args, kwargs, lowered))
         compiled = self._compiled.get((key, devices))
         if compiled is None:
-            compiled = self._compiled[(key, devices)] = lowered.compile(devices)
+            compiled = self._compiled[(key, devices)] = lowered.compile(device_assignment=devices)
         return compiled
 
     def _requested_devices(self) -> tuple | None:
@@ -320,7 +323,7 @@ class JitFunction:
 
     def _lower(
         self, args: tuple, kwargs: dict, propagate: bool | None = None,
-        platforms: Sequence[str] | None = None,
+        platforms: Sequence[str] | None = None, lowering_parameters: Any = None,
     ) -> tuple[tuple, Lowered]:
         propagate = self.propagate if propagate is None else propagate
         dynamic_args, dynamic_kwargs, mesh, arg_leaves = self._arguments(args, kwargs)
@@ -330,14 +333,14 @@ class JitFunction:
         in_tree = jax.tree.structure((tuple(dynamic_args), dynamic_kwargs))
         given_platforms = bool(platforms)
         platforms = tuple(platforms) if platforms else (_platform(arg_leaves),)
-        key = (propagate, self.propagation, platforms, devices is not None,
+        key = (propagate, self.propagation, platforms, lowering_parameters, devices is not None,
                self._cache_key(static_args, static_kwargs, in_tree, arg_leaves, mesh))
         cached = self._cache.get(key)
         module = None  # a miss's own module goes to its Lowered as it is, not copied
         if cached is None:
             self._misses += 1
             cached, module = self._lower_uncached(args, kwargs, arg_leaves, mesh, propagate,
-                                                  platforms, devices)
+                                                  platforms, devices, lowering_parameters)
             self._cache[key] = cached
         else:
             self._hits += 1
@@ -349,6 +352,7 @@ class JitFunction:
         lowered.platforms = platforms if given_platforms else None
         lowered.placed_on_request = self.options.single_device is not None
         lowered.arg_names = cached.arg_names
+        lowered.jax_lowering = cached.jax_lowering
         lowered.reference = self._jax_jit  # the unsharded program, for Compiled.verify
         if self.strict:
             check_strict(lowered.module, self.strict)
@@ -421,7 +425,8 @@ class JitFunction:
             return self._jax_jit.trace(*trace_args[0], **trace_args[1])
 
     def _lower_uncached(self, args, kwargs, arg_leaves, mesh, propagate,
-                        platforms, devices) -> tuple[_CachedLowering, ir.Module]:
+                        platforms, devices, lowering_parameters=None
+                        ) -> tuple[_CachedLowering, ir.Module]:
         """The cache entry, and the module it was written from (for this call's
         ``Lowered`` alone: later hits parse their own copy of the entry)."""
         traced = self._trace(args, kwargs, arg_leaves)
@@ -430,8 +435,9 @@ class JitFunction:
         named_inside = jax_private.meshes_in(traced.jaxpr)
         signature.check_body_devices(arg_leaves, results, named_inside)
         body_meshes = tuple(mesh for _, mesh in named_inside)
-        jax_lowered = jax_private.without_dead_code(traced).lower(lowering_platforms=platforms)
-        jax_module = jax_lowered.compiler_ir("stablehlo")
+        jax_lowered = jax_private.without_dead_code(traced).lower(
+            lowering_platforms=platforms, _private_parameters=lowering_parameters)
+        jax_module = jax_private.refined_module(jax_lowered)
         host_callbacks, keepalive = jax_private.host_callbacks_of(jax_lowered)
 
         # jax's module may be shared by its lowering cache: shardc rewrites a copy,
@@ -458,6 +464,7 @@ class JitFunction:
             tuple(debug_info.safe_arg_names(len(arg_leaves))) if debug_info else None,
             body_meshes,
             cost_aware_resolution=resolution,
+            jax_lowering=jax_private.jit_lowering(jax_lowered),
         ), module
 
     def _abstract_call_args(self, args, kwargs, avals) -> tuple[list, dict]:

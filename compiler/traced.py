@@ -27,6 +27,9 @@ class Traced:
     in_avals = _from_jax(
         "in_avals", "The arguments' abstract values as traced, as ``(args, kwargs)``.")
     in_tree = _from_jax("in_tree", "The pytree structure of ``(args, kwargs)``.")
+    args_info = _from_jax(
+        "args_info", "Per argument: its type as traced and whether it is donated.")
+    out_avals = _from_jax("out_avals", "The results' abstract values, in the output's pytree.")
 
     def __init__(self, jax_traced: Any, lower: Callable[..., Any], out_info: Any) -> None:
         self._jax_traced = jax_traced
@@ -43,8 +46,12 @@ class Traced:
         """The pytree structure of the results."""
         return jax.tree.structure(self._out_info)
 
-    def lower(self, *, lowering_platforms: Any = None, propagate: bool | None = None) -> Any:
+    def lower(self, *, lowering_platforms: Any = None, propagate: bool | None = None,
+              _private_parameters: Any = None) -> Any:
         """Lower with shardc (a ``shardc.compiler.Lowered``), as ``jax.stages.Traced.lower``:
         ``lowering_platforms`` (e.g. ``("tpu",)``) lowers for other platforms than the
-        arguments' devices'; ``propagate=`` as in ``jit(...).lower``."""
-        return self._lower(lowering_platforms=lowering_platforms, propagate=propagate)
+        arguments' devices'; ``propagate=`` as in ``jit(...).lower``;
+        ``_private_parameters`` are jax's lowering parameters (``jax.export`` passes
+        its own), used for jax's lowering of the traced program."""
+        return self._lower(lowering_platforms=lowering_platforms, propagate=propagate,
+                           lowering_parameters=_private_parameters)

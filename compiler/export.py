@@ -1,0 +1,69 @@
+"""What ``jax.export`` reads from a shardc lowering.
+
+``jax.export.export(jit(f), platforms=...)(*args)`` traces ``f`` with shardc's
+``jit(f).trace(...)`` and lowers it with ``Traced.lower(lowering_platforms=...,
+_private_parameters=...)``, the lowering parameters jax exports with (constants
+not hoisted into arguments, export's forward-compatibility checks); shardc
+passes them to jax's lowering of the traced program, under which shardc then
+writes its shardings, so the module it exports is shardc's, with the Shardy
+attributes XLA compiles.
+
+jax then reads the lowering through ``Lowered._lowering``, and accepts only
+jax's own class for jit there (``pxla.MeshComputation``): it takes the module,
+the argument and result shardings (which become the ``Exported``'s
+``in_shardings_hlo`` / ``out_shardings_hlo``), the device count and the
+devices from it. ``export_lowering`` builds that object from jax's lowering of
+the same program, with shardc's module, shardings, partition count and
+devices in place of jax's; the rest (avals, effects, the symbolic-shape state,
+platforms) is jax's, as traced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from jax.sharding import AbstractMesh, Mesh
+from jaxlib.mlir import ir
+
+from shardc.compiler.signature import LeafSignature
+from shardc.dialects import jax_private
+from shardc.runtime.compiled import device_assignment
+
+NUM_PARTITIONS_ATTR = "mhlo.num_partitions"
+
+
+def export_lowering(
+    jax_lowering: Any,
+    module: ir.Module,
+    args: Sequence[LeafSignature],
+    results: Sequence[LeafSignature],
+    meshes: Sequence[Mesh | AbstractMesh],
+) -> Any:
+    """jax's lowering of a shardc-lowered program (``Lowered._lowering``) holding
+    shardc's ``module`` and the shardings shardc lowered its arguments and results
+    with (``None`` where none was given or followed)."""
+    return jax_private.lowering_with_module(
+        jax_lowering,
+        module,
+        in_shardings=[leaf.sharding for leaf in args],
+        out_shardings=[leaf.sharding for leaf in results],
+        num_devices=partition_count(module),
+        devices=_concrete_devices(meshes),
+    )
+
+
+def partition_count(module: ir.Module) -> int:
+    """How many devices the module is partitioned over (1 without shardings)."""
+    attributes = module.operation.attributes
+    if NUM_PARTITIONS_ATTR not in attributes:
+        return 1
+    return ir.IntegerAttr(attributes[NUM_PARTITIONS_ATTR]).value
+
+
+def _concrete_devices(meshes: Sequence[Mesh | AbstractMesh]) -> tuple | None:
+    """The program's devices in partition order when a concrete mesh names them; None
+    for a program on abstract meshes, whose devices are chosen when it is called."""
+    if not any(isinstance(mesh, Mesh) and mesh.axis_names for mesh in meshes):
+        return None
+    return device_assignment(meshes, None)
