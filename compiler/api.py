@@ -29,7 +29,7 @@ from jaxlib.mlir import ir
 
 import shardc.compiler as shardc_compiler
 import shardc.runtime as shardc_runtime
-from shardc.compiler import annotation, binding, jit_options, signature
+from shardc.compiler import annotation, binding, export, jit_options, signature
 from shardc.compiler.checks.strict import check_strict
 from shardc.compiler.cost_aware import Resolution
 from shardc.compiler.diagnostics import (
@@ -435,8 +435,9 @@ class JitFunction:
         named_inside = jax_private.meshes_in(traced.jaxpr)
         signature.check_body_devices(arg_leaves, results, named_inside)
         body_meshes = tuple(mesh for _, mesh in named_inside)
-        jax_lowered = jax_private.without_dead_code(traced).lower(
-            lowering_platforms=platforms, _private_parameters=lowering_parameters)
+        jax_lowered = export.lowered_with_exported_calls(
+            jax_private.without_dead_code(traced), arg_leaves, results,
+        ).lower(lowering_platforms=platforms, _private_parameters=lowering_parameters)
         jax_module = jax_private.refined_module(jax_lowered)
         host_callbacks, keepalive = jax_private.host_callbacks_of(jax_lowered)
 
@@ -445,7 +446,11 @@ class JitFunction:
         with jax_module.context, ir.Location.unknown():
             module, symbols = _annotated(jax_module, arg_leaves, results, devices)
             unpropagated = fallback = resolution = None
-            if propagate and symbols.device_count() is not None:
+            # Shardy propagates static shapes only: a module exported for symbolic
+            # shapes keeps the given shardings, as jax's export does, and is
+            # propagated once its caller's shapes are known.
+            if (propagate and symbols.device_count() is not None
+                    and not jax_private.has_dimension_variables(jax_lowered)):
                 # Propagate what XLA's own Shardy would see: the module as XLA's
                 # import rewrites it (unpropagated, XLA makes the same rewrites).
                 # The walk that rewrites takes the census Shardy's import stage needs

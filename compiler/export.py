@@ -31,6 +31,25 @@ from shardc.dialects import jax_private
 from shardc.runtime.compiled import device_assignment
 
 NUM_PARTITIONS_ATTR = "mhlo.num_partitions"
+CALL_EXPORTED = "call_exported"
+
+
+def lowered_with_exported_calls(traced: Any, args: Sequence[LeafSignature],
+                                results: Sequence[LeafSignature]) -> Any:
+    """``traced`` (jax's) to lower with the program's mesh as its context mesh when it
+    calls an ``Exported``.
+
+    jax's lowering of such a call checks the device count the ``Exported`` was
+    made for against the lowering's. jax lowers what shardc traced without the
+    shardings given to ``jit`` (shardc writes them), so it would count one
+    device; with the program's mesh as the context it counts the program's, as
+    for ``jax.jit`` with those shardings.
+    """
+    if CALL_EXPORTED not in jax_private.primitive_names(traced.jaxpr):
+        return traced
+    mesh = next((leaf.sharding.mesh for leaf in (*args, *results)
+                 if leaf.sharding is not None and leaf.sharding.mesh.axis_names), None)
+    return traced if mesh is None else jax_private.with_context_mesh(traced, mesh)
 
 
 def export_lowering(

@@ -323,6 +323,31 @@ def meshes_in(closed_jaxpr: Any) -> list:
     return found
 
 
+def primitive_names(closed_jaxpr: Any) -> set[str]:
+    """The names of the primitives a jaxpr's equations bind, inner jaxprs included."""
+    from jax._src import core
+
+    names, stack = set(), [closed_jaxpr.jaxpr]
+    while stack:
+        jaxpr = stack.pop()
+        for eqn in jaxpr.eqns:
+            names.add(eqn.primitive.name)
+            stack.extend(core.jaxprs_in_params(eqn.params))
+    return names
+
+
+def with_context_mesh(traced: Any, mesh: Any) -> Any:
+    """``traced`` (a ``jax.stages.Traced``) lowered by jax with ``mesh`` as its context
+    mesh, unless it was traced under one: jax's lowering then counts that mesh's
+    devices (its ``mhlo.num_partitions`` and the device count lowering rules see)."""
+    from jax._src import stages
+
+    if not traced._params["ctx_mesh"].empty:
+        return traced
+    return stages.Traced(traced._meta_tys_flat, dict(traced._params, ctx_mesh=mesh),
+                         traced._in_tree, traced.out_tree, traced._consts)
+
+
 # Parameter types that are no mesh and hold none (nor a jaxpr).
 _PLAIN_PARAMETERS = frozenset({bool, int, float, str, type(None)})
 
@@ -402,11 +427,13 @@ def hlo_cost_analysis(computation: Any) -> Any:
 
 def typed_aval(aval: Any, sharding: Any) -> Any:
     """``aval`` (a ``ShapeDtypeStruct``) as a ``ShapedArray`` whose type carries
-    ``sharding`` as jax's types do (``None``: no sharding)."""
-    from jax._src import core
+    ``sharding`` as jax's types do (``None``: no sharding), its dtype canonical as
+    jax traces it (``float64`` is ``float32`` without x64)."""
+    from jax._src import core, dtypes
 
+    dtype = dtypes.canonicalize_dtype(aval.dtype, allow_extended_dtype=True)
     return core.update_aval_with_sharding(
-        core.ShapedArray(aval.shape, aval.dtype, weak_type=aval.weak_type), sharding)
+        core.ShapedArray(aval.shape, dtype, weak_type=aval.weak_type), sharding)
 
 
 def pytree_mismatch_message(expected: Any, given: Any) -> str:
@@ -474,6 +501,13 @@ def lowering_with_module(jax_lowering: Any, module: ir.Module, *, in_shardings: 
     if devices is not None:
         lowering._device_list = pxla._create_device_list(tuple(devices))
     return lowering
+
+
+def has_dimension_variables(jax_lowered: Any) -> bool:
+    """Whether a ``jax.stages.Lowered``'s arguments have symbolic shapes (the module
+    takes their dimension variables)."""
+    state = jax_lowered._lowering.compile_args.get("shape_poly_state")
+    return state is not None and bool(state.dim_vars)
 
 
 def refined_module(jax_lowered: Any) -> ir.Module:

@@ -170,3 +170,19 @@ class TestStages:
             with pytest.raises(TypeError, match="Cannot apply JAX transformations to a "
                                "function lowered and compiled"):
                 jax.grad(lambda a: compiled(a, w).sum())(x)
+
+
+def test_exported_for_several_devices_called_with_jits_shardings():
+    # jax checks the Exported's device count against the lowering's: the
+    # shardings given to shardc's jit (not the arguments) make it eight.
+    mesh = mesh_4x2()
+    options = dict(in_shardings=(NamedSharding(mesh, P("x")), None),
+                   out_shardings=NamedSharding(mesh, P("x", "y")))
+    theirs, ours = exports(matmul_sin, *specs(), **options)
+    x = np.arange(32, dtype=np.float32).reshape(8, 4) / 7
+    w = np.linspace(-1, 1, 24, dtype=np.float32).reshape(4, 6)
+    replicated = NamedSharding(mesh, P())
+    got = jit(ours.call, in_shardings=(replicated, replicated))(x, w)
+    want = jax.jit(theirs.call, in_shardings=(replicated, replicated))(x, w)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert got.sharding == want.sharding

@@ -578,7 +578,8 @@ def test_lowering_for_another_platform_on_an_abstract_mesh():
         lowered.compile(device_assignment=(jax.devices()[0],))
     assert issubclass(DeviceMismatchError, type(error.value))
     # Lowered for this machine's platform, the same trace compiles and runs.
-    cpu = jit(f).trace(x).lower(lowering_platforms=("cpu",)).compile(jax.devices()[:2])
+    cpu = jit(f).trace(x).lower(lowering_platforms=("cpu",)).compile(
+        device_assignment=tuple(jax.devices()[:2]))
     out = cpu(jax.device_put(jnp.ones((8, 2)), NamedSharding(
         Mesh(np.array(jax.devices()[:2]), ("x",)), P("x"))))
     np.testing.assert_array_equal(np.asarray(out), 2 * np.ones((8, 2)))
