@@ -186,3 +186,23 @@ def test_exported_for_several_devices_called_with_jits_shardings():
     want = jax.jit(theirs.call, in_shardings=(replicated, replicated))(x, w)
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert got.sharding == want.sharding
+
+
+def test_sharded_export_for_several_platforms():
+    def per_platform(x, w):
+        offset = jax.lax.platform_dependent(x, cpu=jnp.sum, tpu=jnp.mean)
+        return jnp.linalg.norm(jnp.sin(x @ w), axis=1) + offset
+
+    mesh = mesh_4x2()
+    options = dict(in_shardings=(NamedSharding(mesh, P("x")), None),
+                   out_shardings=NamedSharding(mesh, P("x")))
+    theirs, ours = exports(per_platform, *specs(), platforms=("cpu", "tpu"), **options)
+    assert ours.platforms == theirs.platforms == ("cpu", "tpu")
+    assert ours._in_named_shardings == theirs._in_named_shardings
+    assert ours._out_named_shardings == theirs._out_named_shardings
+    restored = export.deserialize(ours.serialize())
+    x, w = sharded_inputs(mesh)
+    got, want = restored.call(x, w), theirs.call(x, w)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert got.sharding == want.sharding
+    np.testing.assert_allclose(jit(restored.call)(x, w), want, rtol=1e-6)
