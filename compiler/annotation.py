@@ -104,8 +104,10 @@ def unify_body_meshes(module: ir.Module, symbols: MeshSymbols) -> None:
 
     A body mesh with the shape of one of ours is merged into it. When the
     in/out shardings named no mesh, the body's meshes are adopted. A body mesh
-    of another shape is an error: one program, one device layout. Maximal
-    meshes (host callbacks) are kept as they are.
+    of another shape over as many devices (an ``Exported``'s own mesh, inlined
+    where it is called) gets a symbol of its own, as in jax's lowering; over
+    another device count it is an error: one program, one set of devices.
+    Maximal meshes (host callbacks) are kept as they are.
     """
     renames: list[tuple[str, str]] = []
     for op in _body_meshes(module):
@@ -114,14 +116,13 @@ def unify_body_meshes(module: ir.Module, symbols: MeshSymbols) -> None:
             continue
         target = symbols.match(attr)
         if target is None:
-            if any(sdy.MeshAttr(a).axes for a in symbols.attrs.values()) and sdy.MeshAttr(
-                attr
-            ).axes:
+            counts = {_device_count(a) for a in symbols.attrs.values() if sdy.MeshAttr(a).axes}
+            if counts and sdy.MeshAttr(attr).axes and _device_count(attr) not in counts:
                 raise MeshMismatchError(
                     f"the function uses mesh {attr} inside its body (from "
                     "with_sharding_constraint or shard_map) but its in/out shardings use "
                     + ", ".join(str(a) for a in symbols.attrs.values())
-                    + "; use meshes of the same axes and sizes"
+                    + "; use meshes over the same number of devices"
                 )
             target = symbols._add(attr, None)
         renames.append((name, target))
