@@ -206,3 +206,21 @@ def test_sharded_export_for_several_platforms():
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert got.sharding == want.sharding
     np.testing.assert_allclose(jit(restored.call)(x, w), want, rtol=1e-6)
+
+
+def test_exported_on_one_mesh_called_on_another_of_as_many_devices():
+    devices = jax.devices()[:2]
+    export_mesh = jax.sharding.Mesh(devices, ("x",))
+    options = dict(in_shardings=NamedSharding(export_mesh, P("x", None)),
+                   out_shardings=NamedSharding(export_mesh, P(None, "x")))
+    spec = jax.ShapeDtypeStruct((16, 4), jnp.float32)
+    theirs, ours = exports(lambda b: b * 2.0, spec, **options)
+    restored = export.deserialize(ours.serialize())
+    run_mesh = jax.sharding.Mesh(devices[::-1], ("y",))
+    a = jax.device_put(np.arange(64, dtype=np.float32).reshape(16, 4),
+                       NamedSharding(run_mesh, P()))
+    got, want = jit(restored.call)(a), jax.jit(theirs.call)(a)
+    np.testing.assert_array_equal(got, want)
+    assert got.sharding.is_equivalent_to(want.sharding, 2)
+    text = jit(restored.call).lower(a).as_text()
+    assert 'sdy.mesh @mesh = <["y"=2]' in text and '<["x"=2]>' in text
