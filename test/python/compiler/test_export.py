@@ -41,6 +41,12 @@ def exports(fun, *specs, platforms=None, **jit_options):
                  for j in (jax.jit, jit))
 
 
+def matmul_shardings(mesh):
+    """``jit``'s shardings of ``matmul_sin``: rows over "x" in, a 2-d tiling out."""
+    return dict(in_shardings=(NamedSharding(mesh, P("x")), None),
+                out_shardings=NamedSharding(mesh, P("x", "y")))
+
+
 def specs():
     return (jax.ShapeDtypeStruct((8, 4), jnp.float32),
             jax.ShapeDtypeStruct((4, 6), jnp.float32))
@@ -48,8 +54,7 @@ def specs():
 
 def test_export_carries_shardcs_shardings_and_module():
     mesh = mesh_4x2()
-    options = dict(in_shardings=(NamedSharding(mesh, P("x")), None),
-                   out_shardings=NamedSharding(mesh, P("x", "y")))
+    options = matmul_shardings(mesh)
     theirs, ours = exports(matmul_sin, *specs(), **options)
     assert ours.in_shardings_hlo == theirs.in_shardings_hlo
     assert ours.out_shardings_hlo == theirs.out_shardings_hlo
@@ -69,8 +74,7 @@ def test_export_carries_shardcs_shardings_and_module():
 
 def test_serialized_round_trip_runs_as_jax_jits_export():
     mesh = mesh_4x2()
-    options = dict(in_shardings=(NamedSharding(mesh, P("x")), None),
-                   out_shardings=NamedSharding(mesh, P("x", "y")))
+    options = matmul_shardings(mesh)
     theirs, ours = exports(matmul_sin, *specs(), **options)
     restored = export.deserialize(ours.serialize())
     assert restored.mlir_module() == ours.mlir_module()
@@ -83,8 +87,7 @@ def test_serialized_round_trip_runs_as_jax_jits_export():
 
 def test_exported_called_inside_shardc_jit():
     mesh = mesh_4x2()
-    options = dict(in_shardings=(NamedSharding(mesh, P("x")), None),
-                   out_shardings=NamedSharding(mesh, P("x", "y")))
+    options = matmul_shardings(mesh)
     _, ours = exports(matmul_sin, *specs(), **options)
     restored = export.deserialize(ours.serialize())
     x, w = sharded_inputs(mesh)
@@ -176,8 +179,7 @@ def test_exported_for_several_devices_called_with_jits_shardings():
     # jax checks the Exported's device count against the lowering's: the
     # shardings given to shardc's jit (not the arguments) make it eight.
     mesh = mesh_4x2()
-    options = dict(in_shardings=(NamedSharding(mesh, P("x")), None),
-                   out_shardings=NamedSharding(mesh, P("x", "y")))
+    options = matmul_shardings(mesh)
     theirs, ours = exports(matmul_sin, *specs(), **options)
     x = np.arange(32, dtype=np.float32).reshape(8, 4) / 7
     w = np.linspace(-1, 1, 24, dtype=np.float32).reshape(4, 6)

@@ -26,16 +26,15 @@ from typing import Any
 from jax.sharding import AbstractMesh, Mesh
 from jaxlib.mlir import ir
 
-from shardc.compiler.signature import LeafSignature
 from shardc.dialects import jax_private
-from shardc.runtime.compiled import device_assignment
+from shardc.runtime.compiled import ValueInfo, device_assignment
 
 NUM_PARTITIONS_ATTR = "mhlo.num_partitions"
 CALL_EXPORTED = "call_exported"
 
 
-def lowered_with_exported_calls(traced: Any, args: Sequence[LeafSignature],
-                                results: Sequence[LeafSignature]) -> Any:
+def lowered_with_exported_calls(traced: Any, args: Sequence[ValueInfo],
+                                results: Sequence[ValueInfo]) -> Any:
     """``traced`` (jax's) to lower with the program's mesh as its context mesh when it
     calls an ``Exported``.
 
@@ -55,8 +54,8 @@ def lowered_with_exported_calls(traced: Any, args: Sequence[LeafSignature],
 def export_lowering(
     jax_lowering: Any,
     module: ir.Module,
-    args: Sequence[LeafSignature],
-    results: Sequence[LeafSignature],
+    args: Sequence[ValueInfo],
+    results: Sequence[ValueInfo],
     meshes: Sequence[Mesh | AbstractMesh],
 ) -> Any:
     """jax's lowering of a shardc-lowered program (``Lowered._lowering``) holding
