@@ -195,7 +195,7 @@ def build(program: Program, route: str) -> Build:
     """Lower and compile ``program`` with one route, timing each stage."""
     lowered, lower_seconds, devices = lower_route(program, route)
     start = time.perf_counter()
-    compiled = lowered.compile() if devices is None else lowered.compile(devices)
+    compiled = lowered.compile() if devices is None else lowered.compile(device_assignment=devices)
     seconds = time.perf_counter() - start
     resolution = stage(lowered).cost_aware_resolution if route == COST_AWARE else None
     return Build(route, compiled, lower_seconds, seconds, resolution, stage(lowered))

@@ -88,7 +88,7 @@ def compare(program: Program) -> Row:
     with e2e_measure.mesh_context(program):
         lowered, _, devices = e2e_measure.lower_route(program, "shardc")
         estimate = lowered.memory_estimate()
-        compiled = lowered.compile() if devices is None else lowered.compile(devices)
+        compiled = lowered.compile() if devices is None else lowered.compile(device_assignment=devices)
         stats = compiled.memory_analysis()
     mine = {"argument": estimate.argument_bytes, "output": estimate.output_bytes,
             "temp": estimate.temp_bytes, "alias": estimate.alias_bytes,

@@ -26,6 +26,7 @@ from shardc.dialects.errors import InternalError, MeshMismatchError, ShardcError
 
 ALIASING_ATTR = "tf.aliasing_output"
 BUFFER_DONOR_ATTR = "jax.buffer_donor"
+GLOBAL_CONSTANT_ATTR = "jax.global_constant"
 
 
 def main_function(module: ir.Module) -> ir.Operation:
@@ -103,8 +104,10 @@ def unify_body_meshes(module: ir.Module, symbols: MeshSymbols) -> None:
 
     A body mesh with the shape of one of ours is merged into it. When the
     in/out shardings named no mesh, the body's meshes are adopted. A body mesh
-    of another shape is an error: one program, one device layout. Maximal
-    meshes (host callbacks) are kept as they are.
+    of another shape over as many devices (an ``Exported``'s own mesh, inlined
+    where it is called) gets a symbol of its own, as in jax's lowering; over
+    another device count it is an error: one program, one set of devices.
+    Maximal meshes (host callbacks) are kept as they are.
     """
     renames: list[tuple[str, str]] = []
     for op in _body_meshes(module):
@@ -113,14 +116,13 @@ def unify_body_meshes(module: ir.Module, symbols: MeshSymbols) -> None:
             continue
         target = symbols.match(attr)
         if target is None:
-            if any(sdy.MeshAttr(a).axes for a in symbols.attrs.values()) and sdy.MeshAttr(
-                attr
-            ).axes:
+            counts = {_device_count(a) for a in symbols.attrs.values() if sdy.MeshAttr(a).axes}
+            if counts and sdy.MeshAttr(attr).axes and _device_count(attr) not in counts:
                 raise MeshMismatchError(
                     f"the function uses mesh {attr} inside its body (from "
                     "with_sharding_constraint or shard_map) but its in/out shardings use "
                     + ", ".join(str(a) for a in symbols.attrs.values())
-                    + "; use meshes of the same axes and sizes"
+                    + "; use meshes over the same number of devices"
                 )
             target = symbols._add(attr, None)
         renames.append((name, target))
@@ -274,6 +276,15 @@ def _shards_match(arg: LeafSignature, out: LeafSignature) -> bool:
 # ----------------------------------------------------------------------------
 
 
+def _global_constant_arguments(func: ir.Operation) -> int:
+    """How many of ``@main``'s first arguments are jax's global constants: the platform
+    index of a lowering for several platforms and the dimension variables of
+    symbolic shapes (``jax.global_constant``), which come before the array
+    arguments and carry no sharding."""
+    dicts = _attr_dicts(func, "args", 0)
+    return next((i for i, d in enumerate(dicts) if GLOBAL_CONSTANT_ATTR not in d), len(dicts))
+
+
 def annotate(
     module: ir.Module, args: Sequence[LeafSignature], results: Sequence[LeafSignature],
     context: object | None = None, *, tokens: int = 0, writes: Sequence[int | None] = (),
@@ -282,16 +293,20 @@ def annotate(
 
     ``context`` is the concrete context mesh (``jax.set_mesh``'s): a program whose
     own shardings name no mesh runs on it, its unspecified values replicated, as
-    under jax.jit. ``args`` and ``results`` are ``@main``'s after its ``tokens``
-    leading tokens (ordered effects'), which carry no sharding; ``writes`` says
+    under jax.jit. ``args`` and ``results`` are ``@main``'s after its leading jax
+    global constants (``_global_constant_arguments``) and ``tokens`` tokens (ordered
+    effects'), which carry no sharding; ``writes`` says
     which results update which ``Ref`` arguments (``shardc.runtime.effects``)."""
     func = main_function(module)
     function_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-    inputs, outputs = function_type.inputs[tokens:], function_type.results[tokens:]
+    leading = _global_constant_arguments(func)  # before the tokens, as jax orders them
+    prefix = leading + tokens
+    inputs, outputs = function_type.inputs[prefix:], function_type.results[tokens:]
     if len(inputs) != len(args) or len(outputs) != len(results):
         raise InternalError(
             f"the traced @main has {len(inputs)} arguments and {len(outputs)} results "
-            f"after its {tokens} tokens but the call has {len(args)} and {len(results)}"
+            f"after its {leading} global constants and {tokens} tokens but the call has "
+            f"{len(args)} and {len(results)}"
         )
     symbols = MeshSymbols()
     # Many leaves share a sharding and a type: each pair is converted once.
@@ -314,10 +329,10 @@ def annotate(
     unify_body_meshes(module, symbols)
     partitions = symbols.device_count()
     # The arguments' dicts are read and written once, for shardings and donation.
-    arg_dicts = _attr_dicts(func, "args", tokens + len(arg_attrs))
-    _put(arg_dicts[tokens:], sdy.SHARDING_ATTR, arg_attrs)
+    arg_dicts = _attr_dicts(func, "args", prefix + len(arg_attrs))
+    _put(arg_dicts[prefix:], sdy.SHARDING_ATTR, arg_attrs)
     if partitions is not None:
-        _pair_donations(arg_dicts[tokens:], args, results, tokens=tokens, writes=writes)
+        _pair_donations(arg_dicts[prefix:], args, results, tokens=tokens, writes=writes)
     _set_attr_dicts(func, "args", arg_dicts)
     set_function_attrs(func, sdy.SHARDING_ATTR, res_attrs, "results")
     if partitions is not None:

@@ -30,7 +30,7 @@ from jaxlib.mlir import ir
 
 import shardc.compiler as shardc_compiler
 import shardc.runtime as shardc_runtime
-from shardc.compiler import annotation, binding, caches, effects, jit_options, signature
+from shardc.compiler import annotation, binding, caches, effects, export, jit_options, signature
 from shardc.compiler.caches import StaticKey, static_keys
 from shardc.compiler.checks.strict import check_strict
 from shardc.compiler.cost_aware import Resolution
@@ -95,6 +95,8 @@ class _CachedLowering:
     # Tokens and Refs (shardc.compiler.effects), and the closed-over Refs' signatures.
     effects: ProgramEffects = NO_EFFECTS
     closed_refs: tuple[LeafSignature, ...] = ()
+    # jax's lowering of the traced program (for Lowered._lowering, what jax.export reads).
+    jax_lowering: Any = None
 
 
 class _Unpropagated:
@@ -226,8 +228,9 @@ class JitFunction(JitSurface):
                                   sharding=r.sharding if r.sharding is not None else g)
              for r, g in zip(results, given)])
         def lower(*, lowering_platforms: Sequence[str] | None = None,
-                  propagate: bool | None = None) -> Lowered:
-            return self._lower(args, kwargs, propagate, lowering_platforms)[1]
+                  propagate: bool | None = None, lowering_parameters: Any = None) -> Lowered:
+            return self._lower(args, kwargs, propagate, lowering_platforms,
+                               lowering_parameters)[1]
 
         return Traced(jax_traced, lower, out_info)
 
@@ -341,7 +344,8 @@ class JitFunction(JitSurface):
                                     or _devices_of_arguments(args, kwargs, lowered))
         compiled = self._caches.executables.get((key, devices))
         if compiled is None:
-            compiled = self._caches.executables[(key, devices)] = lowered.compile(devices)
+            compiled = self._caches.executables[(key, devices)] = lowered.compile(
+                device_assignment=devices)
         return compiled
 
     def _requested_devices(self) -> tuple | None:
@@ -357,7 +361,7 @@ class JitFunction(JitSurface):
 
     def _lower(
         self, args: tuple, kwargs: dict, propagate: bool | None = None,
-        platforms: Sequence[str] | None = None,
+        platforms: Sequence[str] | None = None, lowering_parameters: Any = None,
     ) -> tuple[tuple, Lowered]:
         propagate = self.propagate if propagate is None else propagate
         dynamic_args, dynamic_kwargs, mesh, arg_leaves = self._arguments(args, kwargs)
@@ -368,7 +372,7 @@ class JitFunction(JitSurface):
         in_tree = jax.tree.structure((tuple(dynamic_args), dynamic_kwargs))
         given_platforms = bool(platforms)
         platforms = tuple(platforms) if platforms else (_platform(arg_leaves),)
-        key = (propagate, self.propagation, platforms, devices is not None,
+        key = (propagate, self.propagation, platforms, lowering_parameters, devices is not None,
                jax_private.trace_context(),
                self._cache_key(static_args, static_kwargs, in_tree, arg_leaves, mesh))
         cached = self._caches.lowerings.get(key)
@@ -376,7 +380,7 @@ class JitFunction(JitSurface):
         if cached is None:
             self._caches.misses += 1
             cached, module = self._lower_uncached(args, kwargs, arg_leaves, mesh, propagate,
-                                                  platforms, devices)
+                                                  platforms, devices, lowering_parameters)
             self._caches.lowerings[key] = cached
         else:
             self._caches.hits += 1
@@ -391,6 +395,7 @@ class JitFunction(JitSurface):
         lowered.requested_devices = self._requested_devices()
         lowered.placed_by_jit = self.options.device is not None or self.options.backend is not None
         lowered.arg_names = cached.arg_names
+        lowered.jax_lowering = cached.jax_lowering
         lowered.reference = self._jax_jit  # the unsharded program, for Compiled.verify
         if self.strict:
             check_strict(lowered.module, self.strict)
@@ -461,7 +466,8 @@ class JitFunction(JitSurface):
             return self._jax_jit.trace(*trace_args[0], **trace_args[1])
 
     def _lower_uncached(self, args, kwargs, arg_leaves, mesh, propagate,
-                        platforms, devices) -> tuple[_CachedLowering, ir.Module]:
+                        platforms, devices, lowering_parameters=None
+                        ) -> tuple[_CachedLowering, ir.Module]:
         """The cache entry, and the module it was written from (for this call's
         ``Lowered`` alone: later hits parse their own copy of the entry)."""
         traced = self._trace(args, kwargs, arg_leaves)
@@ -471,10 +477,12 @@ class JitFunction(JitSurface):
         signature.check_body_devices(arg_leaves, results, named_inside,
                                      self._requested_devices())
         body_meshes = tuple(mesh for _, mesh in named_inside)
-        jax_lowered = jax_private.without_dead_code(
-            traced, effects.callback_placement(traced.jaxpr, arg_leaves),
-        ).lower(lowering_platforms=platforms)
-        jax_module = jax_lowered.compiler_ir("stablehlo")
+        jax_lowered = export.lowered_with_exported_calls(
+            jax_private.without_dead_code(
+                traced, effects.callback_placement(traced.jaxpr, arg_leaves)),
+            arg_leaves, results,
+        ).lower(lowering_platforms=platforms, _private_parameters=lowering_parameters)
+        jax_module = jax_private.refined_module(jax_lowered)
         host_callbacks, keepalive = jax_private.host_callbacks_of(jax_lowered)
         program_effects = effects.program_effects(jax_lowered)
         closed_refs = effects.closed_ref_leaves(program_effects)
@@ -485,7 +493,11 @@ class JitFunction(JitSurface):
         with jax_module.context, ir.Location.unknown():
             module, symbols = _annotated(jax_module, *values, devices, program_effects)
             unpropagated = fallback = resolution = None
-            if propagate and symbols.device_count() is not None:
+            # Shardy propagates static shapes only: a module exported for symbolic
+            # shapes keeps the given shardings, as jax's export does, and is
+            # propagated once its caller's shapes are known.
+            if (propagate and symbols.device_count() is not None
+                    and not jax_private.has_dimension_variables(jax_lowered)):
                 # Propagate what XLA's own Shardy would see: the module as XLA's
                 # import rewrites it (unpropagated, XLA makes the same rewrites).
                 # The walk that rewrites takes the census Shardy's import stage needs
@@ -505,6 +517,7 @@ class JitFunction(JitSurface):
             body_meshes,
             cost_aware_resolution=resolution, effects=program_effects,
             closed_refs=tuple(closed_refs),
+            jax_lowering=jax_private.jit_lowering(jax_lowered),
         ), module
 
     def _abstract_call_args(self, args, kwargs, avals) -> tuple[list, dict]:

@@ -22,6 +22,7 @@ from shardc.compiler.cost import comm_report
 from shardc.compiler.cost_aware import Resolution
 from shardc.compiler.effects import program_values
 from shardc.compiler.explain import explain, memory_estimate
+from shardc.compiler.export import export_lowering
 from shardc.compiler.signature import LeafSignature
 from shardc.compiler.stages.shardy_pipeline import propagated_copy
 from shardc.dialects import jax_private
@@ -97,6 +98,19 @@ class Lowered(Stage):
     # jit(device=/backend=): every argument is moved there, as by device_put, by the
     # compiled program's calls too (as jax's).
     placed_by_jit: bool = False
+
+    # jax's lowering of the traced program shardc annotated (set by the jit that made
+    # this): what ``_lowering`` is made from.
+    jax_lowering: Any = None
+
+    @property
+    def _lowering(self) -> Any:
+        """jax's lowering object for this program with shardc's module and shardings
+        (what ``jax.export`` and code written against ``jax.stages.Lowered`` read:
+        ``compile_args``, ``const_args``, ``stablehlo()``);
+        ``shardc.compiler.export``."""
+        return export_lowering(self.jax_lowering, self.module, self._args, self._results,
+                               self._meshes)
 
     def as_text(self, dialect: str | None = None, *, debug_info: bool = False) -> str:
         """The module as text: MLIR (``"stablehlo"``, the default) or XLA's HLO
@@ -192,8 +206,11 @@ class Lowered(Stage):
         lowering: read it, do not change it."""
         return self._cost_aware_resolution
 
-    def compile(self, device_assignment: Sequence | None = None) -> Compiled:
-        """Compile through XLA for the mesh's devices (or ``device_assignment``, in order).
+    def compile(self, compiler_options: dict[str, Any] | None = None, *,
+                device_assignment: Sequence | None = None) -> Compiled:
+        """Compile through XLA for the mesh's devices (or ``device_assignment``, in order),
+        as ``jax.stages.Lowered.compile``: ``compiler_options`` are XLA's, added to
+        those given to ``jit``.
 
         A program lowered for an ``AbstractMesh`` runs on ``device_assignment``
         when given, else on the first devices of the default backend.
@@ -206,10 +223,12 @@ class Lowered(Stage):
         if device_assignment is None:
             device_assignment = self.requested_devices
         self._check_platforms(device_assignment)
-        compiled = self._compile(self.module, device_assignment)
+        options = self._compiler_options + tuple((compiler_options or {}).items())
+        compiled = self._compile(self.module, device_assignment, options)
         if self._fallback is not None:
             with self.module.context:
-                shardy = self._compile(ir.Module.parse(self._fallback), device_assignment)
+                shardy = self._compile(ir.Module.parse(self._fallback), device_assignment,
+                                       options)
             if shardy.collective_bytes() < compiled.collective_bytes():
                 shardy.kept_shardy = True
                 compiled = shardy
@@ -226,7 +245,8 @@ class Lowered(Stage):
                 "of devices to `.compile(device_assignment=)`: the program was lowered for "
                 f"platforms {self.platforms} on abstract meshes, which name no devices")
 
-    def _compile(self, module: ir.Module, device_assignment: Sequence | None) -> Compiled:
+    def _compile(self, module: ir.Module, device_assignment: Sequence | None,
+                 compiler_options: tuple) -> Compiled:
         inputs, outputs = program_values(self._effects, self._args, self._results,
                                          self._closed_refs)
         compiled = compile_program(
@@ -240,7 +260,7 @@ class Lowered(Stage):
             static=self._static,
             host_callbacks=self._host_callbacks,
             keepalive=self._keepalive,
-            compiler_options=self._compiler_options,
+            compiler_options=compiler_options,
             placed_on_request=self.placed_on_request,
             effects=self._effects,
         )

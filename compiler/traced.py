@@ -52,8 +52,12 @@ class Traced:
         """Evaluate the traced jaxpr on these arguments (op by op), as jax's does."""
         return self._jax_traced(*args, **kwargs)
 
-    def lower(self, *, lowering_platforms: Any = None, propagate: bool | None = None) -> Any:
+    def lower(self, *, lowering_platforms: Any = None, propagate: bool | None = None,
+              _private_parameters: Any = None) -> Any:
         """Lower with shardc (a ``shardc.compiler.Lowered``), as ``jax.stages.Traced.lower``:
         ``lowering_platforms`` (e.g. ``("tpu",)``) lowers for other platforms than the
-        arguments' devices'; ``propagate=`` as in ``jit(...).lower``."""
-        return self._lower(lowering_platforms=lowering_platforms, propagate=propagate)
+        arguments' devices'; ``propagate=`` as in ``jit(...).lower``;
+        ``_private_parameters`` are jax's lowering parameters (``jax.export`` passes
+        its own), used for jax's lowering of the traced program."""
+        return self._lower(lowering_platforms=lowering_platforms, propagate=propagate,
+                           lowering_parameters=_private_parameters)

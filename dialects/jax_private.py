@@ -376,6 +376,31 @@ def _equation_parameters(closed_jaxpr: Any) -> Any:
                     yield eqn, item
 
 
+def primitive_names(closed_jaxpr: Any) -> set[str]:
+    """The names of the primitives a jaxpr's equations bind, inner jaxprs included."""
+    from jax._src import core
+
+    names, stack = set(), [closed_jaxpr.jaxpr]
+    while stack:
+        jaxpr = stack.pop()
+        for eqn in jaxpr.eqns:
+            names.add(eqn.primitive.name)
+            stack.extend(core.jaxprs_in_params(eqn.params))
+    return names
+
+
+def with_context_mesh(traced: Any, mesh: Any) -> Any:
+    """``traced`` (a ``jax.stages.Traced``) lowered by jax with ``mesh`` as its context
+    mesh, unless it was traced under one: jax's lowering then counts that mesh's
+    devices (its ``mhlo.num_partitions`` and the device count lowering rules see)."""
+    from jax._src import stages
+
+    if not traced._params["ctx_mesh"].empty:
+        return traced
+    return stages.Traced(traced._meta_tys_flat, dict(traced._params, ctx_mesh=mesh),
+                         traced._in_tree, traced.out_tree, traced._consts)
+
+
 # Parameter types that are no mesh and hold none (nor a jaxpr).
 _PLAIN_PARAMETERS = frozenset({bool, int, float, str, type(None)})
 
@@ -466,11 +491,29 @@ def hlo_cost_analysis(computation: Any) -> Any:
 
 def typed_aval(aval: Any, sharding: Any) -> Any:
     """``aval`` (a ``ShapeDtypeStruct``) as a ``ShapedArray`` whose type carries
-    ``sharding`` as jax's types do (``None``: no sharding)."""
-    from jax._src import core
+    ``sharding`` as jax's types do (``None``: no sharding), its dtype canonical as
+    jax traces it (``float64`` is ``float32`` without x64)."""
+    from jax._src import core, dtypes
 
+    dtype = dtypes.canonicalize_dtype(aval.dtype, allow_extended_dtype=True)
     return core.update_aval_with_sharding(
-        core.ShapedArray(aval.shape, aval.dtype, weak_type=aval.weak_type), sharding)
+        core.ShapedArray(aval.shape, dtype, weak_type=aval.weak_type), sharding)
+
+
+def pytree_mismatch_message(expected: Any, given: Any) -> str:
+    """jax's words for a compiled function called with arguments of another pytree
+    structure (``jax.stages.Compiled``'s), each mismatch with its path."""
+    from jax._src import tree_util
+
+    errors = list(tree_util.equality_errors_pytreedef(given, expected))
+    lines = ["Function compiled with input pytree does not match the input pytree it was "
+             f"called with. There are {len(errors)} mismatches, including:"]
+    for path, thing1, thing2, explanation in errors:
+        first, *rest = path
+        base = ["args", "kwargs"][first.idx]
+        lines.append(f"    * at {base}{tree_util.keystr(tuple(rest))}, seen {thing2} but now "
+                     f"given {thing1}, so {explanation}")
+    return "\n".join(lines)
 
 
 def args_info(in_tree: Any, avals: list, donated: tuple[bool, ...]) -> Any:
@@ -479,6 +522,71 @@ def args_info(in_tree: Any, avals: list, donated: tuple[bool, ...]) -> Any:
     from jax._src import stages
 
     return in_tree.unflatten([stages.ArgInfo(aval, d) for aval, d in zip(avals, donated)])
+
+
+def jit_lowering(jax_lowered: Any) -> Any:
+    """The ``MeshComputation`` behind a ``jax.stages.Lowered`` of jit (its ``_lowering``)."""
+    return jax_lowered._lowering
+
+
+def lowering_with_module(jax_lowering: Any, module: ir.Module, *, in_shardings: list,
+                         out_shardings: list, num_devices: int, devices: tuple | None) -> Any:
+    """A copy of jax's ``MeshComputation`` of a jit that holds ``module`` and these
+    shardings (``None``: unspecified) instead of jax's.
+
+    ``jax.export`` reads a lowering's module, shardings and device count from
+    this private class alone (it refuses any other); jax's avals, effects,
+    shape-polymorphism state and platforms stay as they are.
+    """
+    import copy
+
+    from jax._src import core, sharding_impls
+    from jax._src.interpreters import pxla
+
+    def jax_sharding(sharding: Any) -> Any:
+        return sharding_impls.UNSPECIFIED if sharding is None else sharding
+
+    def typed(avals: Any, shardings: list) -> tuple:
+        # The types carry the shardings' meshes, as jax's lowering of them would.
+        return tuple(aval if s is None else core.update_aval_with_sharding(aval, s)
+                     for aval, s in zip(avals, shardings))
+
+    compile_args = jax_lowering.compile_args
+    lowering = copy.copy(jax_lowering)
+    lowering._hlo = module
+    lowering._executable = None
+    lowering.compile_args = dict(
+        compile_args,
+        in_shardings=tuple(jax_sharding(s) for s in in_shardings),
+        out_shardings=tuple(jax_sharding(s) for s in out_shardings),
+        global_in_avals=typed(compile_args["global_in_avals"], in_shardings),
+        global_out_avals=typed(compile_args["global_out_avals"], out_shardings),
+        num_devices=num_devices)
+    if devices is not None:
+        lowering._device_list = pxla._create_device_list(tuple(devices))
+    return lowering
+
+
+def has_dimension_variables(jax_lowered: Any) -> bool:
+    """Whether a ``jax.stages.Lowered``'s arguments have symbolic shapes (the module
+    takes their dimension variables)."""
+    state = jax_lowered._lowering.compile_args.get("shape_poly_state")
+    return state is not None and bool(state.dim_vars)
+
+
+def refined_module(jax_lowered: Any) -> ir.Module:
+    """The module of a ``jax.stages.Lowered`` with static argument shapes whose body
+    still has symbolic ones (it calls a ``jax.export.Exported`` lowered for
+    symbolic shapes), refined to static shapes as jax refines it before
+    compiling; any other module as it is. A module whose arguments have symbolic
+    shapes (one being exported) stays as it is."""
+    from jax._src.interpreters import mlir
+
+    module = jax_lowered.compiler_ir("stablehlo")
+    state = jax_lowered._lowering.compile_args.get("shape_poly_state")
+    if state is None or not state.uses_dim_vars or state.dim_vars:
+        return module
+    return mlir.refine_polymorphic_shapes(module)
 
 
 # ----------------------------------------------------------------------------

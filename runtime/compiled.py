@@ -227,10 +227,13 @@ class Compiled(Stage):
         jax_private.check_execution_allowed(self._executable)
         leaves, tree = jax.tree.flatten(self._dynamic(args, kwargs))
         if tree != self._in_tree:
-            raise PytreeMismatchError(
-                "Function compiled with input pytree does not match the input pytree it was "
-                f"called with: compiled for {self._in_tree}, called with {tree}"
-            )
+            raise PytreeMismatchError(jax_private.pytree_mismatch_message(self._in_tree, tree))
+        if not jax_private.trace_state_clean() and any(map(jax_private.is_tracer, leaves)):
+            # As jax's: a program compiled for one signature cannot be transformed.
+            tracer = next(filter(jax_private.is_tracer, leaves))
+            raise InvalidArgumentError(
+                "Cannot apply JAX transformations to a function lowered and compiled for a "
+                f"particular signature. Detected argument of Tracer type {type(tracer)}.")
         effects = self._effects
         values = effects.buffers(leaves) if effects.mutates else leaves  # Refs' arrays
         arguments.check_arguments(values, expected, self.arg_names)

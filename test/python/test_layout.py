@@ -37,7 +37,7 @@ LAYERS = (
     ("compiler.passes",),
     ("compiler.pipelines",),
     ("compiler.cost_aware", "compiler.checks", "compiler.explain"),
-    ("compiler.cost", "compiler.stages"),
+    ("compiler.cost", "compiler.stages", "compiler.export"),
     ("compiler.propagation",),
     ("compiler.sharding",),
     ("compiler.diagnostics", "runtime"),

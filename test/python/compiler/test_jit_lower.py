@@ -343,11 +343,26 @@ def test_body_mesh_is_adopted_when_the_signature_has_none():
     assert lowered.mesh.axis_names == ("d",)
 
 
-def test_body_mesh_of_another_shape_is_an_error():
+def test_body_mesh_of_another_shape_over_the_same_devices_runs_as_jax_jit():
     def f(a):
         return jax.lax.with_sharding_constraint(a + 1, NamedSharding(mesh_8(), P("d")))
 
-    with pytest.raises(MeshMismatchError, match=r'"d"=8.*inside its body.*"x"=4'):
+    lowered = jit(f, P("x"), mesh=mesh_4x2()).lower(jnp.ones((8,)))
+    assert 'sdy.mesh @mesh = <["x"=4, "y"=2]>' in lowered.as_text()
+    assert 'sdy.mesh @mesh_0 = <["d"=8]>' in lowered.as_text()
+    x = jnp.arange(8.0)
+    want = jax.jit(f, in_shardings=NamedSharding(mesh_4x2(), P("x")))(x)
+    np.testing.assert_array_equal(shardc_jit(f, P("x"), mesh=mesh_4x2())(x), want)
+
+
+def test_body_mesh_over_other_devices_is_an_error():
+    two = jax.make_mesh((2,), ("d",), axis_types=(AUTO,), devices=jax.devices()[:2])
+
+    def f(a):
+        return jax.lax.with_sharding_constraint(a + 1, NamedSharding(two, P("d")))
+
+    with pytest.raises(DeviceMismatchError, match="Received incompatible devices for jitted "
+                       r"computation.*sharding_constraint inside jit with device ids \[0, 1\]"):
         jit(f, P("x"), mesh=mesh_4x2()).lower(jnp.ones((8,)))
 
 
@@ -591,7 +606,8 @@ def test_lowering_for_another_platform_on_an_abstract_mesh():
         lowered.compile(device_assignment=(jax.devices()[0],))
     assert issubclass(DeviceMismatchError, type(error.value))
     # Lowered for this machine's platform, the same trace compiles and runs.
-    cpu = jit(f).trace(x).lower(lowering_platforms=("cpu",)).compile(jax.devices()[:2])
+    cpu = jit(f).trace(x).lower(lowering_platforms=("cpu",)).compile(
+        device_assignment=tuple(jax.devices()[:2]))
     out = cpu(jax.device_put(jnp.ones((8, 2)), NamedSharding(
         Mesh(np.array(jax.devices()[:2]), ("x",)), P("x"))))
     np.testing.assert_array_equal(np.asarray(out), 2 * np.ones((8, 2)))
