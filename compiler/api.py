@@ -29,7 +29,7 @@ from jaxlib.mlir import ir
 
 import shardc.compiler as shardc_compiler
 import shardc.runtime as shardc_runtime
-from shardc.compiler import annotation, binding, jit_options, signature
+from shardc.compiler import annotation, binding, jit_options, layouts, signature
 from shardc.compiler.checks.strict import check_strict
 from shardc.compiler.cost_aware import Resolution
 from shardc.compiler.diagnostics import (
@@ -118,6 +118,7 @@ def _annotated(jax_module: ir.Module, args: Sequence[LeafSignature],
     it, and its mesh symbols (in the module's context)."""
     module = _copy_module(jax_module)
     symbols = annotation.annotate(module, args, results, devices)
+    layouts.write_layouts(module, args, results)
     verify_step(module.operation, "annotate")
     return module, symbols
 
@@ -199,11 +200,11 @@ class JitFunction:
         ``lower()``), as ``jax.jit(f).trace`` does."""
         _, _, mesh, arg_leaves = self._arguments(args, kwargs)
         jax_traced = self._trace(args, kwargs, arg_leaves)
-        results = signature.result_signature(jax_traced.out_info, self.out_shardings, mesh)
+        results = self._result_signature(jax_traced.out_info, mesh)
         out_info = jax.tree.unflatten(
             jax.tree.structure(jax_traced.out_info),
             [jax.ShapeDtypeStruct(r.aval.shape, r.aval.dtype, weak_type=r.aval.weak_type,
-                                  sharding=r.sharding) for r in results])
+                                  sharding=layouts.described(r)) for r in results])
         def lower(*, lowering_platforms: Sequence[str] | None = None,
                   propagate: bool | None = None) -> Lowered:
             return self._lower(args, kwargs, propagate, lowering_platforms)[1]
@@ -272,7 +273,7 @@ class JitFunction:
         """A cheap key for the fast call path: what lowering and compiling depend on.
 
         Static arguments count by value; array leaves by shape, dtype, weak type
-        and (committed arrays) sharding; other leaves (Python scalars) by type.
+        and (committed arrays) sharding and layout; other leaves (Python scalars) by type.
         The context mesh, which bare ``PartitionSpec``s resolve against and whose
         devices run programs that name none, is included. ``None`` when a static value is unhashable: such calls take
         the slow path, which reports the error.
@@ -285,8 +286,11 @@ class JitFunction:
                        signature.device_mesh(self.mesh)]
         for leaf in leaves:
             if isinstance(leaf, jax.Array):
-                sharding = leaf.sharding if leaf.committed else None
-                parts.append((leaf.shape, leaf.dtype, getattr(leaf, "weak_type", False), sharding))
+                # A committed array's layout decides the program's (layouts.py).
+                sharding, layout = ((leaf.sharding, jax_private.array_layout(leaf))
+                                    if leaf.committed else (None, None))
+                parts.append((leaf.shape, leaf.dtype, getattr(leaf, "weak_type", False),
+                              sharding, layout))
             elif isinstance(leaf, np.ndarray):
                 parts.append((leaf.shape, leaf.dtype))
             else:
@@ -370,6 +374,9 @@ class JitFunction:
             names=lambda: jax_private.argument_names(
                 self.fun, args, kwargs, self.static_argnums, self.static_argnames),
             fun_name=getattr(self.fun, "__name__", "fun"))
+        leaves = layouts.argument_layouts(
+            leaves, dynamic_args, dynamic_kwargs, self.options.in_formats,
+            placed_by_option=self.options.device is not None or self.options.backend is not None)
         return dynamic_args, dynamic_kwargs, mesh, leaves
 
     def _static_positions(self, num_args: int) -> tuple[int, ...]:
@@ -426,7 +433,7 @@ class JitFunction:
         ``Lowered`` alone: later hits parse their own copy of the entry)."""
         traced = self._trace(args, kwargs, arg_leaves)
         out_tree = jax.tree.structure(traced.out_info)
-        results = signature.result_signature(traced.out_info, self.out_shardings, mesh)
+        results = self._result_signature(traced.out_info, mesh)
         named_inside = jax_private.meshes_in(traced.jaxpr)
         signature.check_body_devices(arg_leaves, results, named_inside)
         body_meshes = tuple(mesh for _, mesh in named_inside)
@@ -460,6 +467,12 @@ class JitFunction:
             cost_aware_resolution=resolution,
         ), module
 
+    def _result_signature(self, out_info: Any, mesh: AnyMesh | None) -> list[LeafSignature]:
+        """The results' signatures: their shardings and the layouts asked for them."""
+        results = signature.result_signature(out_info, self.out_shardings, mesh)
+        return layouts.result_layouts(results, jax.tree.structure(out_info),
+                                      self.options.out_formats)
+
     def _abstract_call_args(self, args, kwargs, avals) -> tuple[list, dict]:
         # Replace every dynamic leaf by its traced ShapeDtypeStruct, in the
         # flattening order argument_signature used; static values stay as they are.
@@ -492,11 +505,9 @@ class JitFunction:
         if module is None:
             module = _copy_module(cached.module)
             # A hit may come with another concrete mesh of the same shape.
-            results = signature.result_signature(
+            results = self._result_signature(
                 jax.tree.unflatten(cached.out_tree, [leaf.aval for leaf in cached.results]),
-                self.out_shardings,
-                mesh,
-            )
+                mesh)
         else:  # the miss that just wrote the entry, for this very mesh
             results = list(cached.results)
         signature.check_result_devices(arg_leaves, results)

@@ -47,11 +47,14 @@ class LeafSignature:
     # ShapeDtypeStruct's): what jax.jit traces the function with. in_shardings
     # never enter the traced types.
     type_sharding: NamedSharding | None = None
+    # The device-local layout it is compiled for (``shardc.compiler.layouts``): a
+    # ``Layout``, ``Layout.AUTO``, or None for the default one.
+    layout: Any = None
 
     def abstract_key(self) -> tuple:
         """The part of this leaf a lowering depends on: no devices, only shapes."""
         return (self.aval.shape, self.aval.dtype, self.aval.weak_type, abstract_key(self.sharding),
-                abstract_key(self.type_sharding))
+                abstract_key(self.type_sharding), self.layout)
 
 
 def abstract_key(sharding: NamedSharding | None) -> tuple | None:
@@ -213,7 +216,10 @@ def check_sharding(sharding: NamedSharding, aval: jax.ShapeDtypeStruct, path: st
 def abstract_value(value: Any, path: str) -> jax.ShapeDtypeStruct:
     """Return the unsharded abstract value jax traces ``value`` as."""
     if isinstance(value, (jax.ShapeDtypeStruct, jax.core.ShapedArray)):
-        return jax.ShapeDtypeStruct(value.shape, value.dtype, weak_type=value.weak_type)
+        # Of the type jax traces it as: 64-bit types are 32-bit ones without x64.
+        dtype = value.dtype if jax.dtypes.issubdtype(value.dtype, jax.dtypes.extended) \
+            else jax.dtypes.canonicalize_dtype(value.dtype)
+        return jax.ShapeDtypeStruct(value.shape, dtype, weak_type=value.weak_type)
     try:
         aval = jax.typeof(value)
     except TypeError:

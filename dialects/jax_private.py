@@ -447,9 +447,11 @@ def cpp_dispatch(name: str, fun: Any, call: Any, static_argnums: tuple,
                      key, tree_util.dispatch_registry, pxla.cc_shard_arg, cache)
 
 
-def fast_path(executable: Any, outputs: Any, in_shardings: list, out_shardings: list) -> Any:
+def fast_path(executable: Any, outputs: Any, in_shardings: list, out_shardings: list,
+              in_layouts: list | None = None) -> Any:
     """What jax's C++ dispatch needs to run ``executable`` again without Python, or None
-    where it cannot (outputs that are not plain arrays)."""
+    where it cannot (outputs that are not plain arrays). ``in_layouts``: per argument,
+    the non-default layout it must be placed in (None: the default)."""
     import jax
     from jax._src.interpreters import pxla
     from jaxlib import xla_client
@@ -461,7 +463,8 @@ def fast_path(executable: Any, outputs: Any, in_shardings: list, out_shardings: 
     count = len(in_shardings)
     return pxla.MeshExecutableFastpathData(
         executable, tree, list(in_shardings), list(out_shardings), [o.aval for o in flat],
-        [o._committed for o in flat], [True] * count, [None] * count, [])
+        [o._committed for o in flat], [True] * count,
+        list(in_layouts) if in_layouts is not None else [None] * count, [])
 
 
 def test_event(name: str) -> None:
@@ -498,3 +501,76 @@ def indivisible_error_class() -> type:
     from jax._src.sharding import IndivisibleError
 
     return IndivisibleError
+
+
+# ----------------------------------------------------------------------------
+# Layouts (jax's checks of them, and XLA's answers, have no public form)
+# ----------------------------------------------------------------------------
+
+
+def is_default_layout(layout: Any, sharding: Any, aval: Any) -> bool:
+    """Whether ``layout`` is the one XLA gives a shard of ``aval`` under ``sharding`` by
+    default (``None``, an unspecified sharding, tokens and extended dtypes: yes),
+    as jax.jit decides it."""
+    from jax._src import core
+    from jax._src.interpreters import pxla
+
+    return pxla.is_default_layout(layout, sharding, core.ShapedArray(aval.shape, aval.dtype))
+
+
+def user_layout_matches(user: Any, xla: Any) -> bool:
+    """jax's comparison of a layout given by the user with XLA's (an untiled user
+    layout matches any tiling of its dimension order)."""
+    from jax._src.interpreters import pxla
+
+    return pxla.is_user_xla_layout_equal(user, xla)
+
+
+def layout_mode_text(layout: Any, dtype: Any) -> str:
+    """The ``mhlo.layout_mode`` text of a concrete layout for a value of ``dtype``, as
+    jax's lowering writes it."""
+    return str(layout._to_xla_layout(dtype))
+
+
+def executable_layouts(executable: Any) -> tuple[list, list] | None:
+    """The ``Layout`` of every parameter and output of a loaded executable, or None
+    where the backend does not say."""
+    from jax._src.layout import Layout
+    from jax._src.lib import _jax
+
+    try:
+        parameters = executable.get_parameter_layouts()
+        outputs = executable.get_output_layouts()
+    except _jax.JaxRuntimeError as error:
+        message, *_ = error.args
+        if isinstance(message, str) and message.startswith("UNIMPLEMENTED"):
+            return None
+        raise
+    return ([Layout.from_pjrt_layout(x) for x in parameters],
+            [Layout.from_pjrt_layout(x) for x in outputs])
+
+
+def array_layout(value: Any) -> Any | None:
+    """A placed array's own (PJRT) layout, cheap to read and compare; None where the
+    backend does not say or the array is deleted."""
+    from jax._src.lib import _jax
+
+    try:
+        if value.is_deleted():
+            return None
+        return getattr(value, "_pjrt_layout", None)  # PRNG key arrays have none
+    except _jax.JaxRuntimeError:
+        return None
+
+
+@functools.lru_cache(maxsize=1024)
+def default_array_layout(sharding: Any, shape: tuple, dtype: Any) -> Any | None:
+    """The (PJRT) layout XLA gives a shard of a ``shape`` array under ``sharding`` by
+    default, comparable with ``array_layout``'s; None where the backend does not say."""
+    from jax._src.lib import _jax
+
+    device = sharding._device_assignment[0]
+    try:
+        return device.client.get_default_layout(dtype, sharding.shard_shape(shape), device)
+    except _jax.JaxRuntimeError:
+        return None

@@ -19,6 +19,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental.layout import Format
 
 from shardc.dialects.errors import (
     ArgumentShardingError,
@@ -26,6 +27,7 @@ from shardc.dialects.errors import (
     DeviceMismatchError,
     InvalidArgumentError,
 )
+from shardc.runtime import layouts
 
 
 @dataclasses.dataclass
@@ -34,6 +36,7 @@ class PlacementCounts:
 
     resharded: int = 0  # committed jax.Arrays moved to another sharding
     placed: int = 0  # host data and uncommitted arrays put on the devices
+    relaid: int = 0  # uncommitted arrays copied into the compiled layout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +47,10 @@ class ExpectedArgument:
     aval: jax.ShapeDtypeStruct
     sharding: jax.sharding.Sharding
     device_set: frozenset
+    # The layout the executable reads it in (None: the backend does not say), and
+    # whether that is the default one (``shardc.runtime.layouts``).
+    layout: Any = None
+    default_layout: bool = True
 
 
 ArgumentHandler = Callable[[Any, ExpectedArgument, PlacementCounts], jax.Array]
@@ -124,6 +131,7 @@ def check_arguments(values: Sequence[Any], expected: Sequence[ExpectedArgument],
         raise ArgumentShardingError(
             "Computation was compiled for input shardings that disagree with the shardings "
             f"of arguments passed to it. Here are {count}:\n" + "\n".join(shardings[:5]))
+    layouts.check_argument_layouts(values, expected, names)
 
 
 def _short(shape, dtype) -> str:
@@ -147,6 +155,13 @@ def _describe(shape, dtype) -> str:
 
 
 def _jax_array(value: jax.Array, expected: ExpectedArgument, counts: PlacementCounts):
+    """``value`` with the expected sharding, in the layout the executable reads."""
+    placed = _sharded(value, expected, counts)
+    return layouts.in_compiled_layout(placed, expected.layout, expected.default_layout,
+                                      expected.sharding, counts)
+
+
+def _sharded(value: jax.Array, expected: ExpectedArgument, counts: PlacementCounts):
     sharding = value.sharding
     if sharding is expected.sharding or (
         sharding == expected.sharding and value.shape == expected.aval.shape
@@ -156,7 +171,7 @@ def _jax_array(value: jax.Array, expected: ExpectedArgument, counts: PlacementCo
         return value
     if jax.dtypes.issubdtype(value.dtype, jax.dtypes.extended):
         # Typed PRNG keys run as their uint32 key data (the physical type in @main).
-        return _jax_array(jax.random.key_data(value), expected, counts)
+        return _sharded(jax.random.key_data(value), expected, counts)
     if value.is_deleted():
         raise _deleted(value, expected)
     _check_type(value, expected)
@@ -182,7 +197,9 @@ def _host_value(value: Any, expected: ExpectedArgument, counts: PlacementCounts)
     array = np.asarray(value, dtype=expected.aval.dtype)
     _check_type(array, expected)
     counts.placed += 1
-    return jax.device_put(array, expected.sharding)
+    target = expected.sharding if expected.default_layout else Format(expected.layout,
+                                                                     expected.sharding)
+    return jax.device_put(array, target)
 
 
 def _unsupported(value: Any, expected: ExpectedArgument, counts: PlacementCounts):

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import jax
 import numpy as np
+from jax.experimental.layout import Format
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, SingleDeviceSharding
 from jaxlib.mlir import ir
 
@@ -27,7 +28,7 @@ from shardc.dialects.errors import (
     PytreeMismatchError,
     ShardcError,
 )
-from shardc.runtime import arguments, collectives, results
+from shardc.runtime import arguments, collectives, layouts, results
 from shardc.runtime.stage import Stage
 from shardc.runtime.verify import verify
 from shardc.runtime.xla_form import module_for_xla
@@ -115,8 +116,16 @@ class Compiled(Stage):
         static: StaticArguments,
         uses_host_callbacks: bool,
         placed_on_request: bool = False,
+        input_layouts: Sequence[Any] | None = None,
+        output_layouts: Sequence[Any] | None = None,
     ) -> None:
         self._executable = executable
+        # The layouts XLA compiled (None each where the backend does not say), and
+        # per argument the one jax's C++ dispatch must place it in (None: default).
+        self._input_layouts = tuple(input_layouts or [None] * len(inputs))
+        self._output_layouts = tuple(output_layouts or [None] * len(outputs))
+        self._dispatch_layouts = layouts.dispatch_layouts(
+            self._input_layouts, input_shardings, [_physical(i.aval) for i in inputs])
         self.devices = devices
         self._in_tree = in_tree
         self._out_tree = out_tree
@@ -130,8 +139,10 @@ class Compiled(Stage):
             jax.dtypes.issubdtype(info.aval.dtype, jax.dtypes.extended) for info in inputs)
         device_set = frozenset(devices)
         self._expected = [
-            arguments.ExpectedArgument(info.path, _physical(info.aval), sharding, device_set)
-            for info, sharding in zip(inputs, input_shardings)
+            arguments.ExpectedArgument(info.path, _physical(info.aval), sharding, device_set,
+                                       layout, dispatch is None)
+            for info, sharding, layout, dispatch in zip(
+                inputs, input_shardings, self._input_layouts, self._dispatch_layouts)
         ]
         self._handlers = [
             results.result_handler(jax_private.typed_aval(info.aval, sharding), sharding)
@@ -156,6 +167,8 @@ class Compiled(Stage):
         # of its own, because XLA partitioned those with fewer collective bytes.
         self.kept_shardy = False
 
+    _last_call_relaid = False  # whether the last call copied an argument into its layout
+
     # Whether any argument is donated (``args_info`` says which) and the arguments'
     # types with their shardings (as jax's); set, with ``args_info``, by whoever
     # compiled this (the ``Lowered``).
@@ -176,8 +189,9 @@ class Compiled(Stage):
     def out_info(self) -> Any:
         """The results as ``jax.ShapeDtypeStruct``s with the shardings they come back with."""
         return jax.tree.unflatten(self._out_tree, [
-            jax.ShapeDtypeStruct(info.aval.shape, info.aval.dtype, sharding=sharding)
-            for info, sharding in zip(self._outputs, self._output_shardings)])
+            jax.ShapeDtypeStruct(info.aval.shape, info.aval.dtype, sharding=Format(layout, sharding))
+            for info, sharding, layout in zip(self._outputs, self._output_shardings,
+                                              self._output_layouts)])
 
     @property
     def out_tree(self) -> Any:
@@ -195,10 +209,14 @@ class Compiled(Stage):
                 f"called with: compiled for {self._in_tree}, called with {tree}"
             )
         arguments.check_arguments(leaves, self._expected, self.arg_names)
+        relaid = self.placement.relaid
         placed = [
             arguments.place(value, expected, self.placement)
             for value, expected in zip(leaves, self._expected)
         ]
+        # jax's C++ dispatch would pass such an argument on as it lies (wrong values):
+        # calls like this one always come back here (``fast_path``).
+        self._last_call_relaid = self.placement.relaid != relaid
         handlers = self._handlers
         if self._uncommitted_handlers is not None and not any(
                 getattr(leaf, "committed", False) for leaf in leaves):
@@ -214,14 +232,16 @@ class Compiled(Stage):
     def fast_path(self, outputs: Any) -> Any:
         """What jax's C++ dispatch needs to run this again without Python (given the
         outputs of a call), or None: programs with host callbacks, PRNG keys
-        among their arguments or donated arguments always run through
+        among their arguments or donated arguments, and calls with an argument
+        copied into the compiled layout, always run through
         ``__call__`` (jaxlib 0.10.2's fast path crashes the process when a
         donated, hence deleted, array is passed again; ``__call__`` raises).
         """
-        if self._with_tokens or self._extended_inputs or self.donates:
+        if self._with_tokens or self._extended_inputs or self.donates \
+                or self._last_call_relaid:
             return None
         return jax_private.fast_path(self._executable, outputs, list(self._input_shardings),
-                                     list(self._output_shardings))
+                                     list(self._output_shardings), self._dispatch_layouts)
 
     def _dynamic(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """Drop the static arguments if the caller passed them again (they must match)."""
@@ -254,6 +274,22 @@ class Compiled(Stage):
     def output_shardings(self) -> Any:
         """The output shardings the executable produces, in the output pytree."""
         return jax.tree.unflatten(self._out_tree, list(self._output_shardings))
+
+    @property
+    def input_formats(self) -> Any:
+        """Each argument's ``Format`` (the layout XLA compiled, the sharding), as
+        ``(args, kwargs)``."""
+        return jax.tree.unflatten(self._in_tree, [
+            Format(layout, sharding)
+            for layout, sharding in zip(self._input_layouts, self._input_shardings)])
+
+    @property
+    def output_formats(self) -> Any:
+        """Each result's ``Format`` (the layout XLA compiled, the sharding), in the
+        output's pytree."""
+        return jax.tree.unflatten(self._out_tree, [
+            Format(layout, sharding)
+            for layout, sharding in zip(self._output_layouts, self._output_shardings)])
 
     def as_text(self) -> str:
         """The optimised HLO module after SPMD partitioning (what runs)."""
@@ -333,6 +369,7 @@ def compile_program(
     )
     if keepalive:
         executable.keep_alive(list(keepalive))
+    input_layouts, output_layouts = layouts.compiled_layouts(executable, inputs, outputs)
     parameter_ops = _per_value(executable.get_parameter_shardings(), len(inputs))
     output_ops = _per_value(executable.get_output_shardings(), len(outputs))
     return Compiled(
@@ -353,6 +390,8 @@ def compile_program(
         static=static,
         uses_host_callbacks=bool(host_callbacks),
         placed_on_request=placed_on_request,
+        input_layouts=input_layouts,
+        output_layouts=output_layouts,
     )
 
 

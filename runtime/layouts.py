@@ -1,0 +1,106 @@
+"""The device-local layouts of a compiled program's arguments and results.
+
+XLA decides every parameter's and output's layout when it compiles (the one
+asked for with ``mhlo.layout_mode``, its choice for ``Layout.AUTO``, else the
+default); ``compiled_layouts`` reads them back, as jax's
+``_get_layouts_from_executable``, for ``Compiled.input_formats`` /
+``output_formats``. The executable reads each argument's buffers as lying in
+its compiled layout, so an argument that lies otherwise would give wrong
+numbers: a committed one is refused with jax's error
+(``check_argument_layouts``), any other is copied into the compiled layout
+(``in_compiled_layout``), as jax's argument placement does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.experimental.layout import Format, Layout
+
+from shardc.dialects import jax_private
+from shardc.dialects.errors import LayoutMismatchError, ShardcError
+
+
+def compiled_layouts(executable: Any, inputs: Sequence[Any], outputs: Sequence[Any]
+                     ) -> tuple[list, list]:
+    """The ``Layout`` XLA compiled for each argument and result (None throughout where
+    the backend does not say); a concrete layout asked for and not kept is a shardc
+    bug (jax's "Unexpected XLA layout override")."""
+    read = jax_private.executable_layouts(executable)
+    if read is None or len(read[0]) != len(inputs) or len(read[1]) != len(outputs):
+        return [None] * len(inputs), [None] * len(outputs)
+    for what, infos, layouts in (("input", inputs, read[0]), ("output", outputs, read[1])):
+        for info, layout in zip(infos, layouts):
+            asked = getattr(info, "layout", None)
+            if isinstance(asked, Layout) and not jax_private.user_layout_matches(asked, layout):
+                raise ShardcError(
+                    f"Unexpected XLA layout override: (XLA) {layout} != {asked} (User {what} "
+                    f"layout) for {info.path}; this is a shardc bug")
+    return read
+
+
+def is_default(layout: Layout | None, sharding: jax.sharding.Sharding, aval: Any) -> bool:
+    """Whether ``layout`` is what XLA lays a shard of ``aval`` out as by default."""
+    return jax_private.is_default_layout(layout, sharding, aval)
+
+
+def dispatch_layouts(layouts: Sequence[Layout | None], shardings: Sequence[Any],
+                     avals: Sequence[Any]) -> list[Layout | None]:
+    """Per argument, the layout jax's C++ dispatch must place it in: None for the
+    default one (as jax's ``get_dispatch_layouts``)."""
+    return [None if is_default(layout, sharding, aval) else layout
+            for layout, sharding, aval in zip(layouts, shardings, avals)]
+
+
+def lies_as_compiled(value: jax.Array, layout: Layout | None, default: bool) -> bool:
+    """Whether a placed array's buffers lie in ``layout`` (``default``: the default one,
+    compared cheaply), so the executable may read them as they are."""
+    if layout is None or jax.dtypes.issubdtype(value.dtype, jax.dtypes.extended):
+        return True
+    own = jax_private.array_layout(value)
+    if own is None:
+        return True  # deleted (reported when placed) or a backend without layouts
+    if default:
+        return own == jax_private.default_array_layout(value.sharding, value.shape, value.dtype)
+    return value.format.layout == layout
+
+
+def in_compiled_layout(value: jax.Array, layout: Layout | None, default: bool,
+                       sharding: jax.sharding.Sharding, counts: Any) -> jax.Array:
+    """``value`` itself if it lies in ``layout``, else a copy that does.
+
+    The copy goes through the host: jaxlib 0.10.2 copies a buffer to another layout
+    on the same device without moving its elements (the copy reads wrong), while
+    host data is laid out as asked. Only uncommitted arrays are copied so
+    (committed ones are refused), mostly the results of programs with
+    ``Layout.AUTO`` outputs. ``counts`` (a ``PlacementCounts``) counts the copies.
+    """
+    if lies_as_compiled(value, layout, default):
+        return value
+    counts.relaid += 1
+    return jax.device_put(np.asarray(value), Format(layout, sharding))
+
+
+def check_argument_layouts(values: Sequence[Any], expected: Sequence[Any],
+                           names: Sequence[str] | None = None) -> None:
+    """Committed arrays must already lie in the compiled layouts (jax's rule and words,
+    ``check_array_xla_sharding_layout_match``); ``expected`` are the
+    ``ExpectedArgument``s."""
+    errors = []
+    for k, (value, want) in enumerate(zip(values, expected)):
+        if not (isinstance(value, jax.Array) and value.committed) \
+                or lies_as_compiled(value, want.layout, want.default_layout):
+            continue
+        name = names[k] if names is not None and k < len(names) else want.path
+        errors.append(f"Argument {name} with shape {value.aval.str_short()}:\n"
+                      f"  Passed layout: {value.format.layout}\n"
+                      f"  Required layout: {want.layout} ({want.path})")
+    if errors:
+        count = (f"the {len(errors)} mismatches" if len(errors) < 5
+                 else f"5 mismatches out of {len(errors)}")
+        raise LayoutMismatchError(
+            "Computation was compiled for input layouts that disagree with the layouts of "
+            f"arguments passed to it. Here are {count}:\n" + "\n".join(errors[:5]))
