@@ -533,33 +533,37 @@ def layout_mode_text(layout: Any, dtype: Any) -> str:
 
 
 def executable_layouts(executable: Any) -> tuple[list, list] | None:
-    """The ``Layout`` of every parameter and output of a loaded executable, or None
-    where the backend does not say."""
-    from jax._src.layout import Layout
+    """The (PJRT) layout of every parameter and output of a loaded executable, or None
+    where the backend does not say (``layout_from_pjrt`` reads one as a ``Layout``)."""
     from jax._src.lib import _jax
 
     try:
-        parameters = executable.get_parameter_layouts()
-        outputs = executable.get_output_layouts()
+        return executable.get_parameter_layouts(), executable.get_output_layouts()
     except _jax.JaxRuntimeError as error:
         message, *_ = error.args
         if isinstance(message, str) and message.startswith("UNIMPLEMENTED"):
             return None
         raise
-    return ([Layout.from_pjrt_layout(x) for x in parameters],
-            [Layout.from_pjrt_layout(x) for x in outputs])
+
+
+def layout_from_pjrt(layout: Any) -> Any:
+    """A PJRT layout as jax's ``Layout``."""
+    from jax._src.layout import Layout
+
+    return Layout.from_pjrt_layout(layout)
 
 
 def array_layout(value: Any) -> Any | None:
     """A placed array's own (PJRT) layout, cheap to read and compare; None where the
     backend does not say or the array is deleted."""
-    from jax._src.lib import _jax
-
+    # Asked per argument of every call that is not on the C++ fast path: no import
+    # here (jax's JaxRuntimeError, raised where the backend has no layouts, is a
+    # RuntimeError).
     try:
         if value.is_deleted():
             return None
         return getattr(value, "_pjrt_layout", None)  # PRNG key arrays have none
-    except _jax.JaxRuntimeError:
+    except RuntimeError:
         return None
 
 

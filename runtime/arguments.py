@@ -47,10 +47,11 @@ class ExpectedArgument:
     aval: jax.ShapeDtypeStruct
     sharding: jax.sharding.Sharding
     device_set: frozenset
-    # The layout the executable reads it in (None: the backend does not say), and
-    # whether that is the default one (``shardc.runtime.layouts``).
+    # The layout the executable reads it in (None: the backend does not say), whether
+    # that is the default one, and the same as PJRT's (``shardc.runtime.layouts``).
     layout: Any = None
     default_layout: bool = True
+    placed_layout: Any = None
 
 
 ArgumentHandler = Callable[[Any, ExpectedArgument, PlacementCounts], jax.Array]
@@ -157,8 +158,9 @@ def _describe(shape, dtype) -> str:
 def _jax_array(value: jax.Array, expected: ExpectedArgument, counts: PlacementCounts):
     """``value`` with the expected sharding, in the layout the executable reads."""
     placed = _sharded(value, expected, counts)
-    return layouts.in_compiled_layout(placed, expected.layout, expected.default_layout,
-                                      expected.sharding, counts)
+    if placed is value and value.committed:
+        return value  # its layout was checked with the others' (``check_arguments``)
+    return layouts.in_compiled_layout(placed, expected, counts)
 
 
 def _sharded(value: jax.Array, expected: ExpectedArgument, counts: PlacementCounts):

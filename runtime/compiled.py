@@ -118,6 +118,7 @@ class Compiled(Stage):
         placed_on_request: bool = False,
         input_layouts: Sequence[Any] | None = None,
         output_layouts: Sequence[Any] | None = None,
+        placed_layouts: Sequence[Any] | None = None,
     ) -> None:
         self._executable = executable
         # The layouts XLA compiled (None each where the backend does not say), and
@@ -140,9 +141,10 @@ class Compiled(Stage):
         device_set = frozenset(devices)
         self._expected = [
             arguments.ExpectedArgument(info.path, _physical(info.aval), sharding, device_set,
-                                       layout, dispatch is None)
-            for info, sharding, layout, dispatch in zip(
-                inputs, input_shardings, self._input_layouts, self._dispatch_layouts)
+                                       layout, dispatch is None, placed)
+            for info, sharding, layout, dispatch, placed in zip(
+                inputs, input_shardings, self._input_layouts, self._dispatch_layouts,
+                placed_layouts or [None] * len(inputs))
         ]
         self._handlers = [
             results.result_handler(jax_private.typed_aval(info.aval, sharding), sharding)
@@ -369,7 +371,8 @@ def compile_program(
     )
     if keepalive:
         executable.keep_alive(list(keepalive))
-    input_layouts, output_layouts = layouts.compiled_layouts(executable, inputs, outputs)
+    input_layouts, output_layouts, placed_layouts = layouts.compiled_layouts(
+        executable, inputs, outputs)
     parameter_ops = _per_value(executable.get_parameter_shardings(), len(inputs))
     output_ops = _per_value(executable.get_output_shardings(), len(outputs))
     return Compiled(
@@ -392,6 +395,7 @@ def compile_program(
         placed_on_request=placed_on_request,
         input_layouts=input_layouts,
         output_layouts=output_layouts,
+        placed_layouts=placed_layouts,
     )
 
 

@@ -25,21 +25,24 @@ from shardc.dialects.errors import LayoutMismatchError, ShardcError
 
 
 def compiled_layouts(executable: Any, inputs: Sequence[Any], outputs: Sequence[Any]
-                     ) -> tuple[list, list]:
-    """The ``Layout`` XLA compiled for each argument and result (None throughout where
-    the backend does not say); a concrete layout asked for and not kept is a shardc
-    bug (jax's "Unexpected XLA layout override")."""
+                     ) -> tuple[list, list, list]:
+    """The ``Layout`` XLA compiled for each argument and result, and each argument's as
+    PJRT's (compared cheaply with an array's own, ``lies_as_compiled``); None
+    throughout where the backend does not say. A concrete layout asked for and not
+    kept is a shardc bug (jax's "Unexpected XLA layout override")."""
     read = jax_private.executable_layouts(executable)
     if read is None or len(read[0]) != len(inputs) or len(read[1]) != len(outputs):
-        return [None] * len(inputs), [None] * len(outputs)
-    for what, infos, layouts in (("input", inputs, read[0]), ("output", outputs, read[1])):
+        return [None] * len(inputs), [None] * len(outputs), [None] * len(inputs)
+    placed = list(read[0])
+    ins, outs = ([jax_private.layout_from_pjrt(x) for x in layouts] for layouts in read)
+    for what, infos, layouts in (("input", inputs, ins), ("output", outputs, outs)):
         for info, layout in zip(infos, layouts):
             asked = getattr(info, "layout", None)
             if isinstance(asked, Layout) and not jax_private.user_layout_matches(asked, layout):
                 raise ShardcError(
                     f"Unexpected XLA layout override: (XLA) {layout} != {asked} (User {what} "
                     f"layout) for {info.path}; this is a shardc bug")
-    return read
+    return ins, outs, placed
 
 
 def is_default(layout: Layout | None, sharding: jax.sharding.Sharding, aval: Any) -> bool:
@@ -55,22 +58,18 @@ def dispatch_layouts(layouts: Sequence[Layout | None], shardings: Sequence[Any],
             for layout, sharding, aval in zip(layouts, shardings, avals)]
 
 
-def lies_as_compiled(value: jax.Array, layout: Layout | None, default: bool) -> bool:
-    """Whether a placed array's buffers lie in ``layout`` (``default``: the default one,
-    compared cheaply), so the executable may read them as they are."""
-    if layout is None or jax.dtypes.issubdtype(value.dtype, jax.dtypes.extended):
-        return True
+def lies_as_compiled(value: jax.Array, placed: Any) -> bool:
+    """Whether a placed array's buffers lie in the compiled (PJRT) layout ``placed``, so
+    the executable may read them as they are."""
     own = jax_private.array_layout(value)
-    if own is None:
-        return True  # deleted (reported when placed) or a backend without layouts
-    if default:
-        return own == jax_private.default_array_layout(value.sharding, value.shape, value.dtype)
-    return value.format.layout == layout
+    # None: deleted (reported when placed), a PRNG key array (placed as its key
+    # data), or a backend that does not say.
+    return own is None or placed is None or own == placed
 
 
-def in_compiled_layout(value: jax.Array, layout: Layout | None, default: bool,
-                       sharding: jax.sharding.Sharding, counts: Any) -> jax.Array:
-    """``value`` itself if it lies in ``layout``, else a copy that does.
+def in_compiled_layout(value: jax.Array, expected: Any, counts: Any) -> jax.Array:
+    """``value`` itself if it lies in the layout ``expected`` (an ``ExpectedArgument``)
+    says, else a copy that does.
 
     The copy goes through the host: jaxlib 0.10.2 copies a buffer to another layout
     on the same device without moving its elements (the copy reads wrong), while
@@ -78,10 +77,10 @@ def in_compiled_layout(value: jax.Array, layout: Layout | None, default: bool,
     (committed ones are refused), mostly the results of programs with
     ``Layout.AUTO`` outputs. ``counts`` (a ``PlacementCounts``) counts the copies.
     """
-    if lies_as_compiled(value, layout, default):
+    if lies_as_compiled(value, expected.placed_layout):
         return value
     counts.relaid += 1
-    return jax.device_put(np.asarray(value), Format(layout, sharding))
+    return jax.device_put(np.asarray(value), Format(expected.layout, expected.sharding))
 
 
 def check_argument_layouts(values: Sequence[Any], expected: Sequence[Any],
@@ -91,8 +90,11 @@ def check_argument_layouts(values: Sequence[Any], expected: Sequence[Any],
     ``ExpectedArgument``s."""
     errors = []
     for k, (value, want) in enumerate(zip(values, expected)):
-        if not (isinstance(value, jax.Array) and value.committed) \
-                or lies_as_compiled(value, want.layout, want.default_layout):
+        placed = want.placed_layout
+        if placed is None or not (isinstance(value, jax.Array) and value.committed):
+            continue
+        own = jax_private.array_layout(value)
+        if own is None or own == placed:  # (``lies_as_compiled``, inlined: every call)
             continue
         name = names[k] if names is not None and k < len(names) else want.path
         errors.append(f"Argument {name} with shape {value.aval.str_short()}:\n"
