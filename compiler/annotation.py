@@ -16,7 +16,7 @@ argument and result signatures. Output, in place on that module:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from jaxlib.mlir import ir
 
@@ -226,6 +226,21 @@ def fix_donation(
     """
     dicts = _attr_dicts(func, "args", len(args))
     _pair_donations(dicts, args, results)
+    _set_attr_dicts(func, "args", dicts)
+
+
+def donate_only_where(func: ir.Operation, args: Sequence[LeafSignature],
+                      results: Sequence[LeafSignature],
+                      compatible: Callable[[LeafSignature, LeafSignature], bool]) -> None:
+    """Each alias of ``func`` whose argument and result ``compatible(arg, result)``
+    refuses (another layout, another memory) becomes a buffer donor: XLA may still
+    reuse the buffer elsewhere, as jax falls back to."""
+    dicts = _attr_dicts(func, "args", len(args))
+    for arg, entries in zip(args, dicts):
+        alias = entries.get(ALIASING_ATTR)
+        if alias is not None and not compatible(arg, results[ir.IntegerAttr(alias).value]):
+            del entries[ALIASING_ATTR]
+            entries[BUFFER_DONOR_ATTR] = ir.BoolAttr.get(True)
     _set_attr_dicts(func, "args", dicts)
 
 

@@ -29,7 +29,7 @@ from jaxlib.mlir import ir
 
 import shardc.compiler as shardc_compiler
 import shardc.runtime as shardc_runtime
-from shardc.compiler import annotation, binding, jit_options, layouts, signature
+from shardc.compiler import annotation, binding, jit_options, layouts, memories, signature
 from shardc.compiler.checks.strict import check_strict
 from shardc.compiler.cost_aware import Resolution
 from shardc.compiler.diagnostics import (
@@ -119,6 +119,7 @@ def _annotated(jax_module: ir.Module, args: Sequence[LeafSignature],
     module = _copy_module(jax_module)
     symbols = annotation.annotate(module, args, results, devices)
     layouts.write_layouts(module, args, results)
+    memories.write_memory_kinds(module, args, results)
     verify_step(module.operation, "annotate")
     return module, symbols
 

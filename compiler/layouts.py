@@ -252,12 +252,7 @@ def _donate_within_layouts(func: ir.Operation, args: Sequence[LeafSignature],
     """An argument aliased to a result of another layout becomes a buffer donor (XLA
     may still reuse it), as in jax; ``Layout.AUTO`` on one side of an alias only is
     jax's error (the other side's layout would decide XLA's choice)."""
-    aliases = _arg_attrs(func, annotation.ALIASING_ATTR, len(args))
-    aliased, donors = list(aliases), [None] * len(args)
-    for k, (arg, alias) in enumerate(zip(args, aliases)):
-        if alias is None:
-            continue
-        out = results[ir.IntegerAttr(alias).value]
+    def compatible(arg: LeafSignature, out: LeafSignature) -> bool:
         auto_in, auto_out = (isinstance(x.layout, AutoLayout) for x in (arg, out))
         if auto_in != auto_out:
             side = "output" if auto_in else "input"
@@ -266,19 +261,7 @@ def _donate_within_layouts(func: ir.Operation, args: Sequence[LeafSignature],
                 f"{out.layout}. Did you mean to set the **{side} layout** to "
                 "**Layout.AUTO**?\nThis will allow for the input and output layout to be "
                 f"chosen by XLA and not the layout of the {side} which might not be optimal.")
-        if arg.layout != out.layout:
-            aliased[k], donors[k] = None, ir.BoolAttr.get(True)
-    if any(donor is not None for donor in donors):
-        annotation.set_function_attrs(func, annotation.ALIASING_ATTR, aliased, "args")
-        kept = _arg_attrs(func, annotation.BUFFER_DONOR_ATTR, len(args))
-        annotation.set_function_attrs(
-            func, annotation.BUFFER_DONOR_ATTR,
-            [d if d is not None else k for d, k in zip(donors, kept)], "args")
+        return arg.layout == out.layout
 
+    annotation.donate_only_where(func, args, results, compatible)
 
-def _arg_attrs(func: ir.Operation, name: str, count: int) -> list[ir.Attribute | None]:
-    """Attribute ``name`` of each of ``func``'s arguments (None where it has none)."""
-    if "arg_attrs" not in func.attributes:
-        return [None] * count
-    return [ir.DictAttr(entry)[name] if name in ir.DictAttr(entry) else None
-            for entry in ir.ArrayAttr(func.attributes["arg_attrs"])]

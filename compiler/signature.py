@@ -67,7 +67,7 @@ def abstract_key(sharding: NamedSharding | None) -> tuple | None:
 @functools.lru_cache(maxsize=256)
 def _sharding_key(sharding: NamedSharding) -> tuple:
     # Asked per leaf, of the few shardings a program's leaves have.
-    return (sharding.mesh.abstract_mesh, canonical_spec(sharding.spec))
+    return (sharding.mesh.abstract_mesh, canonical_spec(sharding.spec), sharding.memory_kind)
 
 
 def canonical_spec(spec: PartitionSpec) -> PartitionSpec:

@@ -127,11 +127,13 @@ def sharding_from_op_sharding(op_sharding: Any, mesh: Any, devices: tuple, ndim:
 
 
 def hlo_sharding_equivalent(sharding: Any, op_sharding: Any, devices: tuple, ndim: int) -> bool:
-    """Whether a jax sharding and an XLA ``OpSharding`` on ``devices`` place data alike."""
+    """Whether a jax sharding and an XLA ``OpSharding`` on ``devices`` place data alike
+    (the memory kind, which an ``OpSharding`` does not carry, is the sharding's)."""
     from jax.extend.sharding import GSPMDSharding
     from jaxlib import xla_client
 
-    compiled = GSPMDSharding(xla_client.DeviceList(devices), op_sharding)
+    compiled = GSPMDSharding(xla_client.DeviceList(devices), op_sharding,
+                             memory_kind=sharding.memory_kind)
     return sharding.is_equivalent_to(compiled, ndim)
 
 
