@@ -26,6 +26,7 @@ from shardc.dialects.errors import (
     DeletedArrayError,
     DeviceMismatchError,
     InvalidArgumentError,
+    LayoutMismatchError,
 )
 from shardc.runtime import layouts
 
@@ -87,10 +88,10 @@ def check_arguments(values: Sequence[Any], expected: Sequence[ExpectedArgument],
     """Every argument against the compiled ones in one pass, all mismatches at once, in
     jax's words (``names``: jax's names of the arguments, e.g. the parameters').
 
-    Shapes and dtypes first (jax's TypeError), then shardings: a committed array
-    must come with the compiled sharding (jax's ValueError), since placing it
-    elsewhere would be communication nobody asked for; host data and uncommitted
-    arrays are placed.
+    Shapes and dtypes first (jax's TypeError), then shardings and layouts: a
+    committed array must come with the compiled sharding and lie in the compiled
+    layout (jax's ValueError), since placing it elsewhere would be communication
+    nobody asked for; host data and uncommitted arrays are placed.
     """
     types, shardings = [], []
     for k, (value, want) in enumerate(zip(values, expected)):
@@ -126,13 +127,17 @@ def check_arguments(values: Sequence[Any], expected: Sequence[ExpectedArgument],
             "Argument types differ from the types for which this computation was compiled. "
             f"{which} mismatches are:\n" + "\n".join(types[:5])
             + "\n(lower the function again for these arguments)")
-    if shardings:
-        count = (f"the {len(shardings)} mismatches" if len(shardings) < 5
-                 else f"5 mismatches out of {len(shardings)}")
-        raise ArgumentShardingError(
-            "Computation was compiled for input shardings that disagree with the shardings "
-            f"of arguments passed to it. Here are {count}:\n" + "\n".join(shardings[:5]))
-    layouts.check_argument_layouts(values, expected, names)
+    laid_out = layouts.layout_mismatches(values, expected, names)
+    if shardings or laid_out:
+        mismatches = shardings + laid_out
+        kind = ("shardings and layouts" if shardings and laid_out
+                else "shardings" if shardings else "layouts")
+        count = (f"the {len(mismatches)} mismatches" if len(mismatches) < 5
+                 else f"5 mismatches out of {len(mismatches)}")
+        error = ArgumentShardingError if shardings else LayoutMismatchError
+        raise error(
+            f"Computation was compiled for input {kind} that disagree with the {kind} "
+            f"of arguments passed to it. Here are {count}:\n" + "\n".join(mismatches[:5]))
 
 
 def _short(shape, dtype) -> str:

@@ -7,7 +7,7 @@ default); ``compiled_layouts`` reads them back, as jax's
 ``output_formats``. The executable reads each argument's buffers as lying in
 its compiled layout, so an argument that lies otherwise would give wrong
 numbers: a committed one is refused with jax's error
-(``check_argument_layouts``), any other is copied into the compiled layout
+(``layout_mismatches``), any other is copied into the compiled layout
 (``in_compiled_layout``), as jax's argument placement does.
 """
 
@@ -21,7 +21,7 @@ import numpy as np
 from jax.experimental.layout import Format, Layout
 
 from shardc.dialects import jax_private
-from shardc.dialects.errors import LayoutMismatchError, ShardcError
+from shardc.dialects.errors import ShardcError
 
 
 def compiled_layouts(executable: Any, inputs: Sequence[Any], outputs: Sequence[Any]
@@ -83,12 +83,12 @@ def in_compiled_layout(value: jax.Array, expected: Any, counts: Any) -> jax.Arra
     return jax.device_put(np.asarray(value), Format(expected.layout, expected.sharding))
 
 
-def check_argument_layouts(values: Sequence[Any], expected: Sequence[Any],
-                           names: Sequence[str] | None = None) -> None:
-    """Committed arrays must already lie in the compiled layouts (jax's rule and words,
-    ``check_array_xla_sharding_layout_match``); ``expected`` are the
+def layout_mismatches(values: Sequence[Any], expected: Sequence[Any],
+                      names: Sequence[str] | None = None) -> list[str]:
+    """jax's description of each committed array that does not lie in its compiled
+    layout (``check_array_xla_sharding_layout_match``); ``expected`` are the
     ``ExpectedArgument``s."""
-    errors = []
+    mismatches = []
     for k, (value, want) in enumerate(zip(values, expected)):
         placed = want.placed_layout
         if placed is None or not (isinstance(value, jax.Array) and value.committed):
@@ -97,12 +97,7 @@ def check_argument_layouts(values: Sequence[Any], expected: Sequence[Any],
         if own is None or own == placed:  # (``lies_as_compiled``, inlined: every call)
             continue
         name = names[k] if names is not None and k < len(names) else want.path
-        errors.append(f"Argument {name} with shape {value.aval.str_short()}:\n"
-                      f"  Passed layout: {value.format.layout}\n"
-                      f"  Required layout: {want.layout} ({want.path})")
-    if errors:
-        count = (f"the {len(errors)} mismatches" if len(errors) < 5
-                 else f"5 mismatches out of {len(errors)}")
-        raise LayoutMismatchError(
-            "Computation was compiled for input layouts that disagree with the layouts of "
-            f"arguments passed to it. Here are {count}:\n" + "\n".join(errors[:5]))
+        mismatches.append(f"Argument {name} with shape {value.aval.str_short()}:\n"
+                          f"  Passed layout: {value.format.layout}\n"
+                          f"  Required layout: {want.layout} ({want.path})")
+    return mismatches
