@@ -94,6 +94,9 @@ def test_concrete_layouts_in_and_out(sharding):
     assert out.format.layout.major_to_minor == (1, 0) and out.sharding == sharding
     text = ours.lower(arr).as_text()
     assert text.count('mhlo.layout_mode = "{0,1}"') == 2
+    # The stages describe the results with the format asked for, as jax's do.
+    assert ours.lower(arr).out_info.format == theirs.lower(arr).out_info.format
+    assert ours.eval_shape(arr).format == theirs.eval_shape(arr).format == given
     # A default layout given is no layout at all, as in jax's module.
     assert "layout_mode" not in jit(lambda a: a, in_shardings=Format(ROW_MAJOR, sharding)
                                     ).lower(jax.device_put(x, sharding)).as_text()
