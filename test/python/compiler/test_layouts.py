@@ -2,6 +2,7 @@
 layouts of committed arguments), compared with jax.jit: values, formats, shardings."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.experimental.layout import Format, Layout
@@ -149,3 +150,12 @@ def test_shape_dtype_struct_with_a_format(sharding):
     ours, theirs = both(lambda a: a * 2)
     assert ours.lower(sds).compile().input_formats == theirs.lower(sds).compile().input_formats
     assert ours.lower(sds).compile().input_formats[0][0] == formats
+
+
+def test_four_bit_arguments_are_in_their_compiled_layout():
+    # jaxlib's CPU arrays of 4-bit types do not record the element size the
+    # executable's layout names: the same dimension order is the same layout.
+    x = jax.device_put(np.arange(4, dtype=jnp.int4), jax.devices()[0])
+    ours, theirs = both(lambda a: jax.lax.bitcast_convert_type(a, jnp.uint4))
+    np.testing.assert_array_equal(ours(x), theirs(x))
+    np.testing.assert_array_equal(ours.lower(x).compile()(x), theirs(x))
