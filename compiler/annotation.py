@@ -16,7 +16,7 @@ argument and result signatures. Output, in place on that module:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from jaxlib.mlir import ir
 
@@ -198,12 +198,20 @@ def _set_attr_dicts(func: ir.Operation, which: str, dicts: Sequence[dict]) -> No
 
 
 def set_function_attrs(
-    func: ir.Operation, key: str, values: Sequence[ir.Attribute | None], which: str
+    func: ir.Operation, key: str, values: Sequence[ir.Attribute | None], which: str,
+    offset: int = 0,
 ) -> None:
-    """Set (or remove, for ``None``) ``key`` in each arg/result attribute dict."""
-    dicts = _attr_dicts(func, which, len(values))
-    _put(dicts, key, values)
+    """Set (or remove, for ``None``) ``key`` in each arg/result attribute dict, from the
+    ``offset``-th on."""
+    dicts = _attr_dicts(func, which, offset + len(values))
+    _put(dicts[offset:], key, values)
     _set_attr_dicts(func, which, dicts)
+
+
+def user_offsets(module: ir.Module, tokens: int) -> tuple[int, int]:
+    """Where the user's arguments and results start among ``@main``'s: after jax's
+    global constants (arguments only) and the ``tokens`` ordered effects' tokens."""
+    return _global_constant_arguments(main_function(module)) + tokens, tokens
 
 
 def _put(dicts: Sequence[dict], key: str, values: Sequence[ir.Attribute | None]) -> None:
@@ -228,6 +236,26 @@ def fix_donation(
     """
     dicts = _attr_dicts(func, "args", len(args))
     _pair_donations(dicts, args, results)
+    _set_attr_dicts(func, "args", dicts)
+
+
+def donate_only_where(func: ir.Operation, args: Sequence[LeafSignature],
+                      results: Sequence[LeafSignature],
+                      compatible: Callable[[LeafSignature, LeafSignature], bool],
+                      offsets: tuple[int, int] = (0, 0)) -> None:
+    """Each alias of ``func`` whose argument and result ``compatible(arg, result)``
+    refuses (another layout, another memory) becomes a buffer donor: XLA may still
+    reuse the buffer elsewhere, as jax falls back to. ``offsets``: where ``args``
+    and ``results`` start among ``@main``'s (``user_offsets``)."""
+    arg_offset, result_offset = offsets
+    dicts = _attr_dicts(func, "args", arg_offset + len(args))
+    for arg, entries in zip(args, dicts[arg_offset:]):
+        alias = entries.get(ALIASING_ATTR)
+        if alias is None or ir.IntegerAttr(alias).value < result_offset:
+            continue
+        if not compatible(arg, results[ir.IntegerAttr(alias).value - result_offset]):
+            del entries[ALIASING_ATTR]
+            entries[BUFFER_DONOR_ATTR] = ir.BoolAttr.get(True)
     _set_attr_dicts(func, "args", dicts)
 
 

@@ -30,7 +30,17 @@ from jaxlib.mlir import ir
 
 import shardc.compiler as shardc_compiler
 import shardc.runtime as shardc_runtime
-from shardc.compiler import annotation, binding, caches, effects, export, jit_options, signature
+from shardc.compiler import (
+    annotation,
+    binding,
+    caches,
+    effects,
+    export,
+    jit_options,
+    layouts,
+    memories,
+    signature,
+)
 from shardc.compiler.caches import StaticKey, static_keys
 from shardc.compiler.checks.strict import check_strict
 from shardc.compiler.cost_aware import Resolution
@@ -132,6 +142,9 @@ def _annotated(jax_module: ir.Module, args: Sequence[LeafSignature],
     module = _copy_module(jax_module)
     symbols = annotation.annotate(module, args, results, devices, tokens=program_effects.tokens,
                                   writes=program_effects.writes or ())
+    offsets = annotation.user_offsets(module, program_effects.tokens)
+    layouts.write_layouts(module, args, results, offsets)
+    memories.write_memory_kinds(module, args, results, offsets)
     verify_step(module.operation, "annotate")
     effects.check_device_count(program_effects, symbols.device_count())
     return module, symbols
@@ -218,14 +231,15 @@ class JitFunction(JitSurface):
         ``lower()``), as ``jax.jit(f).trace`` does."""
         _, _, mesh, arg_leaves = self._arguments(args, kwargs)
         jax_traced = self._trace(args, kwargs, arg_leaves)
-        results = signature.result_signature(jax_traced.out_info, self.out_shardings, mesh)
+        results = self._result_signature(jax_traced.out_info, mesh)
         # A SingleDeviceSharding given for a result is its sharding, as in jax's out_info.
         given = signature.broadcast_shardings(self.options.given_out_shardings,
                                               jax_traced.out_info, "out_shardings")
         out_info = jax.tree.unflatten(
             jax.tree.structure(jax_traced.out_info),
             [jax.ShapeDtypeStruct(r.aval.shape, r.aval.dtype, weak_type=r.aval.weak_type,
-                                  sharding=r.sharding if r.sharding is not None else g)
+                                  sharding=layouts.described(r) if r.sharding is not None
+                                  else g)
              for r, g in zip(results, given)])
         def lower(*, lowering_platforms: Sequence[str] | None = None,
                   propagate: bool | None = None, lowering_parameters: Any = None) -> Lowered:
@@ -308,7 +322,7 @@ class JitFunction(JitSurface):
         """A cheap key for the fast call path: what lowering and compiling depend on.
 
         Static arguments count by value; array leaves by shape, dtype, weak type
-        and (committed arrays) sharding; other leaves (Python scalars) by type.
+        and (committed arrays) sharding and layout; other leaves (Python scalars) by type.
         The context mesh, which bare ``PartitionSpec``s resolve against and whose
         devices run programs that name none, is included, and jax's trace context
         (the configuration a trace depends on, e.g. the default matmul precision).
@@ -323,8 +337,11 @@ class JitFunction(JitSurface):
                        signature.device_mesh(self.mesh), jax_private.trace_context()]
         for leaf in leaves:
             if isinstance(leaf, jax.Array):
-                sharding = leaf.sharding if leaf.committed else None
-                parts.append((leaf.shape, leaf.dtype, getattr(leaf, "weak_type", False), sharding))
+                # A committed array's layout decides the program's (layouts.py).
+                sharding, layout = ((leaf.sharding, jax_private.array_layout(leaf))
+                                    if leaf.committed else (None, None))
+                parts.append((leaf.shape, leaf.dtype, getattr(leaf, "weak_type", False),
+                              sharding, layout))
             elif isinstance(leaf, np.ndarray):
                 parts.append((leaf.shape, leaf.dtype))
             elif jax_private.is_ref(leaf):  # always committed, laid out as its buffer
@@ -421,6 +438,9 @@ class JitFunction(JitSurface):
             names=lambda: jax_private.argument_names(
                 self.fun, args, kwargs, self.static_argnums, self.static_argnames),
             fun_name=getattr(self.fun, "__name__", "fun"))
+        leaves = layouts.argument_layouts(
+            leaves, dynamic_args, dynamic_kwargs, self.options.in_formats,
+            placed_by_option=self.options.device is not None or self.options.backend is not None)
         return dynamic_args, dynamic_kwargs, mesh, leaves
 
     def _static_positions(self, num_args: int) -> tuple[int, ...]:
@@ -472,7 +492,7 @@ class JitFunction(JitSurface):
         ``Lowered`` alone: later hits parse their own copy of the entry)."""
         traced = self._trace(args, kwargs, arg_leaves)
         out_tree = jax.tree.structure(traced.out_info)
-        results = signature.result_signature(traced.out_info, self.out_shardings, mesh)
+        results = self._result_signature(traced.out_info, mesh)
         named_inside = jax_private.meshes_in(traced.jaxpr)
         signature.check_body_devices(arg_leaves, results, named_inside,
                                      self._requested_devices())
@@ -520,6 +540,12 @@ class JitFunction(JitSurface):
             jax_lowering=jax_private.jit_lowering(jax_lowered),
         ), module
 
+    def _result_signature(self, out_info: Any, mesh: AnyMesh | None) -> list[LeafSignature]:
+        """The results' signatures: their shardings and the layouts asked for them."""
+        results = signature.result_signature(out_info, self.out_shardings, mesh)
+        return layouts.result_layouts(results, jax.tree.structure(out_info),
+                                      self.options.out_formats)
+
     def _abstract_call_args(self, args, kwargs, avals) -> tuple[list, dict]:
         # Replace every dynamic leaf by its traced ShapeDtypeStruct, in the
         # flattening order argument_signature used; static values stay as they are.
@@ -552,11 +578,9 @@ class JitFunction(JitSurface):
         if module is None:
             module = _copy_module(cached.module)
             # A hit may come with another concrete mesh of the same shape.
-            results = signature.result_signature(
+            results = self._result_signature(
                 jax.tree.unflatten(cached.out_tree, [leaf.aval for leaf in cached.results]),
-                self.out_shardings,
-                mesh,
-            )
+                mesh)
         else:  # the miss that just wrote the entry, for this very mesh
             results = list(cached.results)
         signature.check_result_devices(arg_leaves, results)

@@ -23,6 +23,7 @@ from typing import Any
 import jax
 from jax.sharding import SingleDeviceSharding
 
+from shardc.compiler import layouts
 from shardc.dialects import jax_private
 from shardc.dialects.errors import DeviceMismatchError, InvalidArgumentError
 
@@ -49,6 +50,10 @@ class JitOptions:
     in_shardings_given: bool = False
     # out_shardings as given, SingleDeviceSharding leaves included: what out_info shows.
     given_out_shardings: Any = None
+    # The ``Format`` leaves of in_shardings / out_shardings (None elsewhere), whose
+    # shardings are the ones above; None when no leaf is a ``Format``.
+    in_formats: Any = None
+    out_formats: Any = None
 
     def tracing_options(self) -> dict[str, Any]:
         """The options jax.jit takes as they are: they decide how the function is
@@ -89,6 +94,9 @@ def parse(
         in_shardings = tuple(in_shardings)
     in_shardings_given = in_shardings is not None and not jax_private.is_unspecified(
         in_shardings)
+    # Formats carry a layout besides the sharding: the layouts go aside.
+    in_shardings, in_formats = layouts.split_formats(in_shardings)
+    out_shardings, out_formats = layouts.split_formats(out_shardings)
     # jax's own "unspecified" marker means what None means to shardc.
     unspecified = lambda x: None if jax_private.is_unspecified(x) else x  # noqa: E731
     in_shardings, out_shardings = (
@@ -102,6 +110,8 @@ def parse(
         single_device=single_device,
         in_shardings_given=in_shardings_given,
         given_out_shardings=given_out_shardings,
+        in_formats=in_formats,
+        out_formats=out_formats,
         static_argnums=tuple(resolved["static_argnums"]),
         static_argnames=tuple(resolved["static_argnames"]),
         donate_argnums=tuple(resolved["donate_argnums"]),

@@ -17,6 +17,7 @@ import jax
 from jax.sharding import AbstractMesh, Mesh
 from jaxlib.mlir import ir
 
+from shardc.compiler import layouts
 from shardc.compiler.checks.program import check_lowered
 from shardc.compiler.cost import comm_report
 from shardc.compiler.cost_aware import Resolution
@@ -161,9 +162,11 @@ class Lowered(Stage):
 
     @property
     def out_info(self) -> Any:
-        """The results as ``jax.ShapeDtypeStruct``s with their shardings."""
+        """The results as ``jax.ShapeDtypeStruct``s with their shardings (``Format``s where
+        a concrete layout was asked for)."""
         return jax.tree.unflatten(self._out_tree, [
-            jax.ShapeDtypeStruct(leaf.aval.shape, leaf.aval.dtype, sharding=leaf.sharding)
+            jax.ShapeDtypeStruct(leaf.aval.shape, leaf.aval.dtype,
+                                 sharding=layouts.described(leaf))
             for leaf in self._results])
 
     @property

@@ -63,6 +63,14 @@ class LeafSignature:
         """The part of this leaf a lowering depends on: no devices, only shapes."""
         return (self.aval.shape, self.aval.dtype, self.aval.weak_type, self.aval.is_ref,
                 abstract_key(self.sharding), abstract_key(self.type_sharding))
+    # The device-local layout it is compiled for (``shardc.compiler.layouts``): a
+    # ``Layout``, ``Layout.AUTO``, or None for the default one.
+    layout: Any = None
+
+    def abstract_key(self) -> tuple:
+        """The part of this leaf a lowering depends on: no devices, only shapes."""
+        return (self.aval.shape, self.aval.dtype, self.aval.weak_type, self.aval.is_ref,
+                abstract_key(self.sharding), abstract_key(self.type_sharding), self.layout)
 
 
 def abstract_key(sharding: NamedSharding | None) -> tuple | None:
@@ -75,7 +83,7 @@ def abstract_key(sharding: NamedSharding | None) -> tuple | None:
 @functools.lru_cache(maxsize=256)
 def _sharding_key(sharding: NamedSharding) -> tuple:
     # Asked per leaf, of the few shardings a program's leaves have.
-    return (sharding.mesh.abstract_mesh, canonical_spec(sharding.spec))
+    return (sharding.mesh.abstract_mesh, canonical_spec(sharding.spec), sharding.memory_kind)
 
 
 def canonical_spec(spec: PartitionSpec) -> PartitionSpec:
@@ -287,7 +295,10 @@ def abstract_value(value: Any, name: str, fun_name: str = "fun") -> jax.ShapeDty
     ``jax.new_ref``, as a ``Ref`` type: ``is_ref``); ``name`` (the argument's) and
     ``fun_name`` (the function's) are for jax's error."""
     if isinstance(value, (jax.ShapeDtypeStruct, jax.core.ShapedArray)):
-        return jax.ShapeDtypeStruct(value.shape, value.dtype, weak_type=value.weak_type,
+        # Of the type jax traces it as: 64-bit types are 32-bit ones without x64.
+        dtype = value.dtype if jax.dtypes.issubdtype(value.dtype, jax.dtypes.extended) \
+            else jax.dtypes.canonicalize_dtype(value.dtype)
+        return jax.ShapeDtypeStruct(value.shape, dtype, weak_type=value.weak_type,
                                     is_ref=getattr(value, "is_ref", False))
     try:
         aval = jax.typeof(value)

@@ -51,6 +51,12 @@ class ArgumentShardingError(ShardingError):
     not move committed data behind the user's back, and neither does shardc."""
 
 
+class LayoutMismatchError(ShardcError, ValueError):
+    """A device-local layout that cannot be used: one given to jit that a committed
+    argument's own contradicts, one a value's rank cannot have, a committed argument
+    not in the layout its program was compiled for (jax's ``ValueError``s)."""
+
+
 class MissingMeshError(ShardcError, RuntimeError):
     """A ``PartitionSpec`` was given but no mesh is known to resolve it against (jax's
     ``RuntimeError``)."""

@@ -138,11 +138,13 @@ def sharding_from_op_sharding(op_sharding: Any, mesh: Any, devices: tuple, ndim:
 
 
 def hlo_sharding_equivalent(sharding: Any, op_sharding: Any, devices: tuple, ndim: int) -> bool:
-    """Whether a jax sharding and an XLA ``OpSharding`` on ``devices`` place data alike."""
+    """Whether a jax sharding and an XLA ``OpSharding`` on ``devices`` place data alike
+    (the memory kind, which an ``OpSharding`` does not carry, is the sharding's)."""
     from jax.extend.sharding import GSPMDSharding
     from jaxlib import xla_client
 
-    compiled = GSPMDSharding(xla_client.DeviceList(devices), op_sharding)
+    compiled = GSPMDSharding(xla_client.DeviceList(devices), op_sharding,
+                             memory_kind=sharding.memory_kind)
     return sharding.is_equivalent_to(compiled, ndim)
 
 
@@ -619,9 +621,11 @@ def cpp_dispatch(name: str, fun: Any, call: Any, static_argnums: tuple,
                      key, tree_util.dispatch_registry, pxla.cc_shard_arg, cache)
 
 
-def fast_path(executable: Any, outputs: Any, in_shardings: list, out_shardings: list) -> Any:
+def fast_path(executable: Any, outputs: Any, in_shardings: list, out_shardings: list,
+              in_layouts: list | None = None) -> Any:
     """What jax's C++ dispatch needs to run ``executable`` again without Python, or None
-    where it cannot (outputs that are not plain arrays)."""
+    where it cannot (outputs that are not plain arrays). ``in_layouts``: per argument,
+    the non-default layout it must be placed in (None: the default)."""
     import jax
     from jax._src.interpreters import pxla
     from jaxlib import xla_client
@@ -633,7 +637,8 @@ def fast_path(executable: Any, outputs: Any, in_shardings: list, out_shardings: 
     count = len(in_shardings)
     return pxla.MeshExecutableFastpathData(
         executable, tree, list(in_shardings), list(out_shardings), [o.aval for o in flat],
-        [o._committed for o in flat], [True] * count, [None] * count, [])
+        [o._committed for o in flat], [True] * count,
+        list(in_layouts) if in_layouts is not None else [None] * count, [])
 
 
 def register_cache(cache: Any, for_what: str) -> None:
@@ -779,3 +784,80 @@ def check_ref_arguments(fun: Any, args: tuple, kwargs: dict, static_argnums: tup
     api_util.check_no_aliased_ref_args(debug_info, [core.typeof(v) for v in values], values)
     if closed_refs:
         api_util._check_no_aliased_closed_over_refs(debug_info(), closed_refs, values)
+
+
+# ----------------------------------------------------------------------------
+# Layouts (jax's checks of them, and XLA's answers, have no public form)
+# ----------------------------------------------------------------------------
+
+
+def is_default_layout(layout: Any, sharding: Any, aval: Any) -> bool:
+    """Whether ``layout`` is the one XLA gives a shard of ``aval`` under ``sharding`` by
+    default (``None``, an unspecified sharding, tokens and extended dtypes: yes),
+    as jax.jit decides it."""
+    from jax._src import core
+    from jax._src.interpreters import pxla
+
+    return pxla.is_default_layout(layout, sharding, core.ShapedArray(aval.shape, aval.dtype))
+
+
+def user_layout_matches(user: Any, xla: Any) -> bool:
+    """jax's comparison of a layout given by the user with XLA's (an untiled user
+    layout matches any tiling of its dimension order)."""
+    from jax._src.interpreters import pxla
+
+    return pxla.is_user_xla_layout_equal(user, xla)
+
+
+def layout_mode_text(layout: Any, dtype: Any) -> str:
+    """The ``mhlo.layout_mode`` text of a concrete layout for a value of ``dtype``, as
+    jax's lowering writes it."""
+    return str(layout._to_xla_layout(dtype))
+
+
+def executable_layouts(executable: Any) -> tuple[list, list] | None:
+    """The (PJRT) layout of every parameter and output of a loaded executable, or None
+    where the backend does not say (``layout_from_pjrt`` reads one as a ``Layout``)."""
+    from jax._src.lib import _jax
+
+    try:
+        return executable.get_parameter_layouts(), executable.get_output_layouts()
+    except _jax.JaxRuntimeError as error:
+        message, *_ = error.args
+        if isinstance(message, str) and message.startswith("UNIMPLEMENTED"):
+            return None
+        raise
+
+
+def layout_from_pjrt(layout: Any) -> Any:
+    """A PJRT layout as jax's ``Layout``."""
+    from jax._src.layout import Layout
+
+    return Layout.from_pjrt_layout(layout)
+
+
+def array_layout(value: Any) -> Any | None:
+    """A placed array's own (PJRT) layout, cheap to read and compare; None where the
+    backend does not say or the array is deleted."""
+    # Asked per argument of every call that is not on the C++ fast path: no import
+    # here (jax's JaxRuntimeError, raised where the backend has no layouts, is a
+    # RuntimeError).
+    try:
+        if value.is_deleted():
+            return None
+        return getattr(value, "_pjrt_layout", None)  # PRNG key arrays have none
+    except RuntimeError:
+        return None
+
+
+@functools.lru_cache(maxsize=1024)
+def default_array_layout(sharding: Any, shape: tuple, dtype: Any) -> Any | None:
+    """The (PJRT) layout XLA gives a shard of a ``shape`` array under ``sharding`` by
+    default, comparable with ``array_layout``'s; None where the backend does not say."""
+    from jax._src.lib import _jax
+
+    device = sharding._device_assignment[0]
+    try:
+        return device.client.get_default_layout(dtype, sharding.shard_shape(shape), device)
+    except _jax.JaxRuntimeError:
+        return None

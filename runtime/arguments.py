@@ -19,13 +19,16 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental.layout import Format
 
 from shardc.dialects.errors import (
     ArgumentShardingError,
     DeletedArrayError,
     DeviceMismatchError,
     InvalidArgumentError,
+    LayoutMismatchError,
 )
+from shardc.runtime import layouts
 
 
 @dataclasses.dataclass
@@ -34,6 +37,7 @@ class PlacementCounts:
 
     resharded: int = 0  # committed jax.Arrays moved to another sharding
     placed: int = 0  # host data and uncommitted arrays put on the devices
+    relaid: int = 0  # uncommitted arrays copied into the compiled layout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +52,11 @@ class ExpectedArgument:
     # another device order, another mesh of the same tiling) was checked when the
     # call was lowered and is moved here. A compiled program's call refuses it.
     moves_committed: bool = False
+    # The layout the executable reads it in (None: the backend does not say), whether
+    # that is the default one, and the same as PJRT's (``shardc.runtime.layouts``).
+    layout: Any = None
+    default_layout: bool = True
+    placed_layout: Any = None
 
 
 ArgumentHandler = Callable[[Any, ExpectedArgument, PlacementCounts], jax.Array]
@@ -83,10 +92,10 @@ def check_arguments(values: Sequence[Any], expected: Sequence[ExpectedArgument],
     """Every argument against the compiled ones in one pass, all mismatches at once, in
     jax's words (``names``: jax's names of the arguments, e.g. the parameters').
 
-    Shapes and dtypes first (jax's TypeError), then shardings: a committed array
-    must come with the compiled sharding (jax's ValueError), since placing it
-    elsewhere would be communication nobody asked for; host data and uncommitted
-    arrays are placed.
+    Shapes and dtypes first (jax's TypeError), then shardings and layouts: a
+    committed array must come with the compiled sharding and lie in the compiled
+    layout (jax's ValueError), since placing it elsewhere would be communication
+    nobody asked for; host data and uncommitted arrays are placed.
     """
     types, shardings = [], []
     for k, (value, want) in enumerate(zip(values, expected)):
@@ -123,12 +132,17 @@ def check_arguments(values: Sequence[Any], expected: Sequence[ExpectedArgument],
             "Argument types differ from the types for which this computation was compiled. "
             f"{which} mismatches are:\n" + "\n".join(types[:5])
             + "\n(lower the function again for these arguments)")
-    if shardings:
-        count = (f"the {len(shardings)} mismatches" if len(shardings) < 5
-                 else f"5 mismatches out of {len(shardings)}")
-        raise ArgumentShardingError(
-            "Computation was compiled for input shardings that disagree with the shardings "
-            f"of arguments passed to it. Here are {count}:\n" + "\n".join(shardings[:5]))
+    laid_out = layouts.layout_mismatches(values, expected, names)
+    if shardings or laid_out:
+        mismatches = shardings + laid_out
+        kind = ("shardings and layouts" if shardings and laid_out
+                else "shardings" if shardings else "layouts")
+        count = (f"the {len(mismatches)} mismatches" if len(mismatches) < 5
+                 else f"5 mismatches out of {len(mismatches)}")
+        error = ArgumentShardingError if shardings else LayoutMismatchError
+        raise error(
+            f"Computation was compiled for input {kind} that disagree with the {kind} "
+            f"of arguments passed to it. Here are {count}:\n" + "\n".join(mismatches[:5]))
 
 
 def _device_orders(passed: jax.sharding.Sharding, required: jax.sharding.Sharding) -> str:
@@ -162,6 +176,14 @@ def _describe(shape, dtype) -> str:
 
 
 def _jax_array(value: jax.Array, expected: ExpectedArgument, counts: PlacementCounts):
+    """``value`` with the expected sharding, in the layout the executable reads."""
+    placed = _sharded(value, expected, counts)
+    if placed is value and value.committed:
+        return value  # its layout was checked with the others' (``check_arguments``)
+    return layouts.in_compiled_layout(placed, expected, counts)
+
+
+def _sharded(value: jax.Array, expected: ExpectedArgument, counts: PlacementCounts):
     sharding = value.sharding
     if sharding is expected.sharding or (
         sharding == expected.sharding and value.shape == expected.aval.shape
@@ -171,7 +193,7 @@ def _jax_array(value: jax.Array, expected: ExpectedArgument, counts: PlacementCo
         return value
     if jax.dtypes.issubdtype(value.dtype, jax.dtypes.extended):
         # Typed PRNG keys run as their uint32 key data (the physical type in @main).
-        return _jax_array(jax.random.key_data(value), expected, counts)
+        return _sharded(jax.random.key_data(value), expected, counts)
     if value.is_deleted():
         raise _deleted(value, expected)
     _check_type(value, expected)
@@ -202,7 +224,9 @@ def _host_value(value: Any, expected: ExpectedArgument, counts: PlacementCounts)
         # float0 (the tangent type of integers) holds no data: it runs as booleans, as
         # jax places it.
         array = np.zeros(array.shape, dtype=np.bool_)
-    return jax.device_put(array, expected.sharding)
+    target = expected.sharding if expected.default_layout else Format(expected.layout,
+                                                                     expected.sharding)
+    return jax.device_put(array, target)
 
 
 def _unsupported(value: Any, expected: ExpectedArgument, counts: PlacementCounts):

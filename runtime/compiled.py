@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import jax
 import numpy as np
+from jax.experimental.layout import Format
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, SingleDeviceSharding
 from jaxlib.mlir import ir
 
@@ -27,7 +28,7 @@ from shardc.dialects.errors import (
     PytreeMismatchError,
     ShardcError,
 )
-from shardc.runtime import arguments, collectives, results
+from shardc.runtime import arguments, collectives, layouts, results
 from shardc.runtime.effects import NO_EFFECTS, ProgramEffects, execute_with_tokens
 from shardc.runtime.stage import Stage
 from shardc.runtime.verify import verify
@@ -117,6 +118,9 @@ class Compiled(Stage):
         uses_host_callbacks: bool,
         placed_on_request: bool = False,
         effects: ProgramEffects = NO_EFFECTS,
+        input_layouts: Sequence[Any] | None = None,
+        output_layouts: Sequence[Any] | None = None,
+        placed_layouts: Sequence[Any] | None = None,
     ) -> None:
         self._executable = executable
         # ``inputs`` and ``outputs`` are the program's own after its tokens: the
@@ -127,6 +131,13 @@ class Compiled(Stage):
         own = [i for i, source in enumerate(effects.writes or [None] * len(outputs))
                if source is None]
         num_args = in_tree.num_leaves
+        # The layouts XLA compiled (None each where the backend does not say), and
+        # per argument the one jax's C++ dispatch must place it in (None: default).
+        # The user's are the leading inputs and the outputs that write no Ref.
+        self._input_layouts = tuple(input_layouts or [None] * len(inputs))
+        self._output_layouts = tuple((output_layouts or [None] * len(outputs))[i] for i in own)
+        self._dispatch_layouts = layouts.dispatch_layouts(
+            self._input_layouts, input_shardings, [_physical(i.aval) for i in inputs])
         self.devices = devices
         self._in_tree = in_tree
         self._out_tree = out_tree
@@ -140,8 +151,11 @@ class Compiled(Stage):
             jax.dtypes.issubdtype(info.aval.dtype, jax.dtypes.extended) for info in inputs)
         device_set = frozenset(devices)
         self._expected = [
-            arguments.ExpectedArgument(info.path, _physical(info.aval), sharding, device_set)
-            for info, sharding in zip(inputs, input_shardings)
+            arguments.ExpectedArgument(info.path, _physical(info.aval), sharding, device_set,
+                                       layout, dispatch is None, placed)
+            for info, sharding, layout, dispatch, placed in zip(
+                inputs, input_shardings, self._input_layouts, self._dispatch_layouts,
+                placed_layouts or [None] * len(inputs))
         ]
         self._expected_by_jit = [
             dataclasses.replace(expected, moves_committed=getattr(info, "moved_by_jit", False))
@@ -168,6 +182,8 @@ class Compiled(Stage):
         # True when ``propagation="cost-aware"`` compiled Shardy's choices instead
         # of its own, because XLA partitioned those with fewer collective bytes.
         self.kept_shardy = False
+
+    _last_call_relaid = False  # whether the last call copied an argument into its layout
 
     # Whether any argument is donated (``args_info`` says which) and the arguments'
     # types with their shardings (as jax's); set, with ``args_info``, by whoever
@@ -196,8 +212,9 @@ class Compiled(Stage):
     def out_info(self) -> Any:
         """The results as ``jax.ShapeDtypeStruct``s with the shardings they come back with."""
         return jax.tree.unflatten(self._out_tree, [
-            jax.ShapeDtypeStruct(info.aval.shape, info.aval.dtype, sharding=sharding)
-            for info, sharding in zip(self._outputs, self._output_shardings)])
+            jax.ShapeDtypeStruct(info.aval.shape, info.aval.dtype, sharding=Format(layout, sharding))
+            for info, sharding, layout in zip(self._outputs, self._output_shardings,
+                                              self._output_layouts)])
 
     @property
     def out_tree(self) -> Any:
@@ -237,10 +254,14 @@ class Compiled(Stage):
         effects = self._effects
         values = effects.buffers(leaves) if effects.mutates else leaves  # Refs' arrays
         arguments.check_arguments(values, expected, self.arg_names)
+        relaid = self.placement.relaid
         placed = [
             arguments.place(value, want, self.placement)
             for value, want in zip(values, expected)
         ]
+        # jax's C++ dispatch would pass such an argument on as it lies (wrong values):
+        # calls like this one always come back here (``fast_path``).
+        self._last_call_relaid = self.placement.relaid != relaid
         handlers = self._handlers
         if self._uncommitted_handlers is not None and not any(
                 getattr(leaf, "committed", False) for leaf in leaves):
@@ -276,18 +297,20 @@ class Compiled(Stage):
     def fast_path(self, outputs: Any) -> Any:
         """What jax's C++ dispatch needs to run this again without Python (given the
         outputs of a call), or None: programs with effects (their tokens and Refs
-        are threaded in Python, as jax's are), PRNG keys among their arguments or
-        donated arguments always run through ``__call__`` (jaxlib 0.10.2's fast
-        path crashes the process when a donated, hence deleted, array is passed
-        again; ``__call__`` raises). Host callbacks alone (``pure_callback``) take
-        the fast path, as with jax.jit.
+        are threaded in Python, as jax's are), PRNG keys among their arguments,
+        donated arguments, and calls with an argument copied into the compiled
+        layout always run through ``__call__`` (jaxlib 0.10.2's fast path crashes
+        the process when a donated, hence deleted, array is passed again;
+        ``__call__`` raises). Host callbacks alone (``pure_callback``) take the
+        fast path, as with jax.jit.
         """
         effects = self._effects
         if effects.ordered or effects.unordered or effects.mutates or self._extended_inputs \
-                or self.donates:
+                or self.donates or self._last_call_relaid:
             return None
         return jax_private.fast_path(self._executable, outputs, list(self._input_shardings),
-                                     list(self._output_shardings))
+                                     list(self._output_shardings),
+                                     self._dispatch_layouts[:len(self._input_shardings)])
 
     def _dynamic(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """Drop the static arguments if the caller passed them again (they must match)."""
@@ -320,6 +343,22 @@ class Compiled(Stage):
     def output_shardings(self) -> Any:
         """The output shardings the executable produces, in the output pytree."""
         return jax.tree.unflatten(self._out_tree, list(self._output_shardings))
+
+    @property
+    def input_formats(self) -> Any:
+        """Each argument's ``Format`` (the layout XLA compiled, the sharding), as
+        ``(args, kwargs)``."""
+        return jax.tree.unflatten(self._in_tree, [
+            Format(layout, sharding)
+            for layout, sharding in zip(self._input_layouts, self._input_shardings)])
+
+    @property
+    def output_formats(self) -> Any:
+        """Each result's ``Format`` (the layout XLA compiled, the sharding), in the
+        output's pytree."""
+        return jax.tree.unflatten(self._out_tree, [
+            Format(layout, sharding)
+            for layout, sharding in zip(self._output_layouts, self._output_shardings)])
 
     def as_text(self) -> str:
         """The optimised HLO module after SPMD partitioning (what runs)."""
@@ -402,6 +441,8 @@ def compile_program(
     )
     if keepalive:
         executable.keep_alive(list(keepalive))
+    input_layouts, output_layouts, placed_layouts = layouts.compiled_layouts(
+        executable, inputs, outputs, tokens)
     parameter_ops = _per_value(executable.get_parameter_shardings(), tokens + len(inputs))[tokens:]
     output_ops = _per_value(executable.get_output_shardings(), tokens + len(outputs))[tokens:]
     return Compiled(
@@ -423,6 +464,9 @@ def compile_program(
         uses_host_callbacks=bool(host_callbacks),
         placed_on_request=placed_on_request,
         effects=effects,
+        input_layouts=input_layouts,
+        output_layouts=output_layouts,
+        placed_layouts=placed_layouts,
     )
 
 

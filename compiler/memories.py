@@ -1,0 +1,77 @@
+"""Memory kinds through ``jit``, as jax.jit lowers them.
+
+A sharding given to ``jit`` may name the memory its value lives in
+(``NamedSharding(..., memory_kind="pinned_host")``). As soon as one argument or
+result asks for a memory other than ``"device"``, jax's lowering writes every
+argument's and result's memory kind on ``@main`` (``mhlo.memory_kind``) and
+places each result in its memory through an ``annotate_device_placement``
+custom call; XLA then compiles the transfers. ``write_memory_kinds`` does the
+same on shardc's module (jax traced it without the shardings); when every
+memory is the device's, the module is left as jax.jit leaves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import func as func_dialect
+from jaxlib.mlir.dialects import stablehlo
+
+from shardc.compiler import annotation
+from shardc.compiler.signature import LeafSignature
+
+MEMORY_KIND_ATTR = "mhlo.memory_kind"
+DEVICE_MEMORY = "device"
+PLACEMENT_TARGET = "annotate_device_placement"
+
+
+def memory_kind(leaf: LeafSignature) -> str | None:
+    """The memory a value is asked to live in (None: none asked)."""
+    return None if leaf.sharding is None else leaf.sharding.memory_kind
+
+
+def write_memory_kinds(module: ir.Module, args: Sequence[LeafSignature],
+                       results: Sequence[LeafSignature],
+                       offsets: tuple[int, int] = (0, 0)) -> None:
+    """Write the memory kinds on ``@main`` and place the results in theirs (jax's
+    ``lower_jaxpr_to_module`` with a memory other than the device's); ``offsets``:
+    where ``args`` and ``results`` start among ``@main``'s
+    (``annotation.user_offsets``)."""
+    arg_kinds = [memory_kind(leaf) for leaf in args]
+    result_kinds = [memory_kind(leaf) for leaf in results]
+    if all(kind in (None, DEVICE_MEMORY) for kind in (*arg_kinds, *result_kinds)):
+        return
+    func = annotation.main_function(module)
+    for which, kinds, offset in (("args", arg_kinds, offsets[0]),
+                                 ("results", result_kinds, offsets[1])):
+        annotation.set_function_attrs(
+            func, MEMORY_KIND_ATTR,
+            [None if kind is None else ir.StringAttr.get(kind) for kind in kinds], which, offset)
+    _place_results(func, [None] * offsets[1] + result_kinds)
+    # A buffer is only aliased within its memory, as in jax.
+    annotation.donate_only_where(func, args, results,
+                                 lambda arg, out: memory_kind(arg) == memory_kind(out), offsets)
+
+
+def _place_results(func: ir.Operation, kinds: Sequence[str | None]) -> None:
+    """Route each returned value with a memory kind through a placement custom call."""
+    block = func.regions[0].blocks[0]
+    returned = block.operations[len(block.operations) - 1]
+    operands = list(returned.operands)
+    here = ir.InsertionPoint(returned)
+    placed = []
+    for value, kind in zip(operands, kinds):
+        if kind is None:
+            placed.append(value)
+            continue
+        op = stablehlo.CustomCallOp(
+            [value.type], [value], call_target_name=PLACEMENT_TARGET,
+            has_side_effect=True, backend_config=ir.StringAttr.get(""),
+            api_version=ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 1),
+            loc=returned.location, ip=here)
+        op.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get(
+            {"_xla_buffer_placement": ir.StringAttr.get(kind)})
+        placed.append(op.result)
+    func_dialect.ReturnOp(placed, loc=returned.location, ip=here)
+    returned.erase()
