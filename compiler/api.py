@@ -704,8 +704,11 @@ def _devices_of_arguments(args: tuple, kwargs: dict, lowered: Lowered) -> tuple 
 def _device_of_committed(args: tuple, kwargs: dict) -> tuple | None:
     """The single device the committed arguments of a meshless program are on, if any."""
     for value in jax.tree.leaves((args, kwargs)):
-        if isinstance(value, jax.Array) and value.committed and len(value.devices()) == 1:
-            return tuple(value.devices())
+        # (Its sharding's devices: a deleted array still has them, and the call's
+        # check of its arguments then names it.)
+        if isinstance(value, jax.Array) and value.committed \
+                and len(value.sharding.device_set) == 1:
+            return tuple(value.sharding.device_set)
     return None
 
 

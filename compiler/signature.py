@@ -59,10 +59,6 @@ class LeafSignature:
     # jax.jit moves it. Otherwise its own placement is the program's.
     moved_by_jit: bool = False
 
-    def abstract_key(self) -> tuple:
-        """The part of this leaf a lowering depends on: no devices, only shapes."""
-        return (self.aval.shape, self.aval.dtype, self.aval.weak_type, self.aval.is_ref,
-                abstract_key(self.sharding), abstract_key(self.type_sharding))
     # The device-local layout it is compiled for (``shardc.compiler.layouts``): a
     # ``Layout``, ``Layout.AUTO``, or None for the default one.
     layout: Any = None

@@ -152,7 +152,8 @@ class Compiled(Stage):
         device_set = frozenset(devices)
         self._expected = [
             arguments.ExpectedArgument(info.path, _physical(info.aval), sharding, device_set,
-                                       layout, dispatch is None, placed)
+                                       layout=layout, default_layout=dispatch is None,
+                                       placed_layout=placed)
             for info, sharding, layout, dispatch, placed in zip(
                 inputs, input_shardings, self._input_layouts, self._dispatch_layouts,
                 placed_layouts or [None] * len(inputs))
