@@ -30,18 +30,7 @@ from jaxlib.mlir import ir
 
 import shardc.compiler as shardc_compiler
 import shardc.runtime as shardc_runtime
-from shardc.compiler import (
-    annotation,
-    binding,
-    caches,
-    effects,
-    export,
-    jit_options,
-    layouts,
-    memories,
-    signature,
-)
-from shardc.compiler.caches import StaticKey, static_keys
+from shardc.compiler import annotation, effects, export, layouts, memories, signature
 from shardc.compiler.checks.strict import check_strict
 from shardc.compiler.cost_aware import Resolution
 from shardc.compiler.diagnostics import (
@@ -50,12 +39,14 @@ from shardc.compiler.diagnostics import (
     verify_step,
     verifying_steps,
 )
-from shardc.compiler.jit_surface import JitSurface, function_name
-from shardc.compiler.lowered import AnyMesh, Lowered
+from shardc.compiler.function import binding, caches
+from shardc.compiler.function import options as jit_options
+from shardc.compiler.function.caches import StaticKey, static_keys
+from shardc.compiler.function.surface import JitSurface, function_name
+from shardc.compiler.lowered import AnyMesh, Lowered, Traced
 from shardc.compiler.pipelines import ConflictResolution, propagation_pipeline
 from shardc.compiler.signature import LeafSignature
 from shardc.compiler.stages import ImportCensus, xla_import_rewrites
-from shardc.compiler.traced import Traced
 from shardc.dialects import jax_private, sdy
 from shardc.dialects.errors import InternalError, InvalidArgumentError
 from shardc.runtime.compiled import Compiled, StaticArguments, device_assignment
@@ -303,7 +294,7 @@ class JitFunction(JitSurface):
 
     def _bind(self, args: tuple, kwargs: dict) -> Any:
         """Under an enclosing trace: one equation of shardc's jit primitive
-        (``shardc.compiler.binding``).
+        (``shardc.compiler.function.binding``).
 
         Only the shardings given to ``jit`` go into the equation, as with
         ``jax.jit``: tracers carry no data whose sharding could be followed.

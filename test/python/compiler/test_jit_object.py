@@ -16,7 +16,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from shardc.compiler import jit
-from shardc.compiler.caches import LRU
+from shardc.compiler.function.caches import LRU
 
 JITS = pytest.mark.parametrize("jitted", [jax.jit, jit], ids=["jax", "shardc"])
 

@@ -7,7 +7,7 @@ counts and clears what its dispatch cached (``_cache_size``, ``_clear_cache``,
 ``clear_cache``). ``JitSurface`` gives ``shardc.compiler.api.JitFunction`` the
 same, over what that class keeps: ``fun`` and the options it was made with,
 the C++ dispatch (``_dispatch``), jax's jit of the function it traces with
-(``_jax_jit``) and its own caches (``_caches``, ``shardc.compiler.caches``).
+(``_jax_jit``) and its own caches (``_caches``, ``shardc.compiler.function.caches``).
 """
 
 from __future__ import annotations
