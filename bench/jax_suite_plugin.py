@@ -53,8 +53,11 @@ keyword or form shardc does not take fails the test).
 from __future__ import annotations
 
 import builtins
+import inspect
 import json
+import linecache
 import os
+import re
 import time
 import types
 
@@ -228,6 +231,45 @@ def pytest_runtest_logstart(nodeid, location):
     _write({"event": "start", "nodeid": nodeid})
 
 
+# What a test's source may use of jax's internals: jax's own cache and lowering
+# counters, its private lowering functions and caches (a failure at such a line
+# measures jax's implementation, not jit's behaviour).
+_INTERNALS = re.compile(
+    r"\bjtu\.(count_\w+|assert_num_jit_and_pmap_compilations|collect_lowered_jaxprs)"
+    r"|\b_cache_size\b|\bcache_info\b|\bcache_clear\b|\b_clear_cache\b|\bclear_caches\b"
+    r"|\b_pjit_lower\w*|\bpjit_p\b|\bjit_p\b|\b_infer_params\b|\b_cpp_pjit\w*"
+    r"|\b_kept_var_idx\b|\b_executable\b|\bmake_jit_cpp_cache\b|\b_xla_computation\b"
+    r"|\bpxla\.\w+|\bdispatch\.\w+|\bjax\.stages\.(Compiled|Lowered|Traced|Wrapped)\b")
+
+
+def _frame_kind(path: str) -> str:
+    """Which code a traceback frame is in: the test file, shardc, jax's test
+    utilities, jax, numpy, the test frameworks, or other."""
+    if os.path.basename(path) in FILES:
+        return "test"
+    if _SHARDC_DIRS and path.startswith(_SHARDC_DIRS):
+        return "shardc"
+    if path.endswith(os.path.join("jax", "_src", "test_util.py")):
+        return "jax_test_util"
+    if f"{os.sep}jax{os.sep}" in path or f"{os.sep}jaxlib{os.sep}" in path:
+        return "jax"
+    if f"{os.sep}numpy{os.sep}" in path:
+        return "numpy"
+    if any(f"{os.sep}{lib}{os.sep}" in path for lib in ("unittest", "absl", "_pytest", "pytest",
+                                                         "pluggy")):
+        return "framework"
+    return "other"
+
+
+def _test_source_markers(item) -> list[str]:
+    """The jax internals the test function's source uses (sorted, unique)."""
+    try:
+        source = inspect.getsource(getattr(item, "obj", None) or item.function)
+    except (OSError, TypeError):
+        return []
+    return sorted({m.group(0) for m in _INTERNALS.finditer(source)})
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
@@ -244,12 +286,18 @@ def pytest_runtest_makereport(item, call):
         except Exception as e:  # noqa: BLE001 - a broken __str__ is still a result
             message = f"<str() failed: {type(e).__name__}>"
         in_test = ""  # the test file's own line the failure went through (last such frame)
+        test_code = ""  # that line's text
         in_shardc = ""  # the last frame in shardc's source, if any
+        kinds: list[str] = []  # the frames' kinds, outermost first, repeats merged
         for entry in tb:
             path = str(entry.path)
-            if os.path.basename(path) in FILES:
+            kind = _frame_kind(path)
+            if not kinds or kinds[-1] != kind:
+                kinds.append(kind)
+            if kind == "test":
                 in_test = f"{os.path.basename(path)}:{entry.lineno + 1}"
-            if _SHARDC_DIRS and path.startswith(_SHARDC_DIRS):
+                test_code = linecache.getline(path, entry.lineno + 1).strip()[:300]
+            if kind == "shardc":
                 in_shardc = (f"{os.path.basename(os.path.dirname(path))}/"
                              f"{os.path.basename(path)}:{entry.lineno + 1}:{entry.name}")
         etype = exc.type
@@ -259,7 +307,10 @@ def pytest_runtest_makereport(item, call):
             "message": _first_line(message),
             "where": where,
             "test_line": in_test,
+            "test_code": test_code,
             "shardc_frame": in_shardc,
+            "frames": kinds,
+            "test_uses": _test_source_markers(item),
             "phase": call.when,
         }
 
