@@ -1,13 +1,17 @@
-"""JAX's own sharding tests through shardc: the outside measure of "drop-in for jax.jit".
+"""JAX's own tests through shardc: the outside measure of "drop-in for jax.jit".
 
-    python -m bench.jax_suite JAX_DIR [--only FILE_OR_CLASS ...] [--json PATH]
-        [--jobs N] [--timeout S] [--reuse-baseline PATH] [--self-check]
-    python -m bench.jax_suite --report PATH   # reprint an earlier run's table and causes
+    python -m bench.jax_suite JAX_DIR [--set peer|wide] [--only FILE_OR_CLASS ...]
+        [--json PATH] [--jobs N] [--timeout S] [--reuse-baseline PATH ...]
+        [--baseline-only] [--all-tests] [--self-check]
+    python -m bench.jax_suite --report PATH ...   # reprint earlier runs' table and causes
     ... [--readme README.md]   # also write the table between the README's markers
 
-``JAX_DIR`` holds ``tests/pjit_test.py``, ``tests/array_test.py`` and
-``tests/shard_map_test.py`` (unmodified copies from the JAX repository at the
-version shardc pins, e.g. ``/work/shared/peer/jax-v0.10.2``). They are copied,
+``JAX_DIR`` holds (directly or in ``tests/``) the set's test files, unmodified,
+from the JAX repository at the version shardc pins: for ``--set peer`` (the
+default) ``pjit_test.py``, ``array_test.py`` and ``shard_map_test.py`` (e.g.
+``../shared/peer/jax-v0.10.2``); for ``--set wide`` ``WIDE_FILES``, JAX's other
+test files that call jit and run on CPU in minutes (a checkout of JAX at the
+tag: this repository does not hold JAX's files). They are copied,
 byte for byte, into a temporary directory (with an empty ``pytest.ini`` so no
 outside pytest configuration applies) and run twice with pytest
 (``--timeout S``, default 120, from pytest-timeout) on 8 CPU devices
@@ -47,6 +51,21 @@ or just ``PJitTest``) or single tests (full node ids) for fast iteration.
 (they do not depend on shardc) and runs only the shardc pass. ``--jobs N``
 (default 1: the machines here have 2 cores) runs that many pytest processes
 at once, one per test class.
+
+The wide set's table has a row per file; its last row leaves out the failures
+that assert jax internals. Every failure is classified (``classify``) by its
+exception, the kinds of its frames (test file, shardc, jax, jax's test
+utilities) and the failing line of the test: ``shardc`` (shardc raised, jax
+raised under shardc, an expected error not raised, another message, a result
+that differs, a timeout, a crash) or ``asserts jax internals`` (counts of jax's
+own traces, lowerings and caches, private attributes of jax's jit objects,
+``isinstance`` of ``jax.stages`` classes, jax's private functions).
+
+Without ``--jobs`` each file is one pytest process, and the JSON is rewritten
+as each ends (``"partial": true`` until the run finishes), so a long run's
+finished files are usable and ``--reuse-baseline`` merges several runs'
+JSONs. ``--baseline-only`` runs only the unmodified pass. The shardc pass runs
+only the tests that count (pass unmodified, call jit) unless ``--all-tests``.
 
 Each pytest process appends one JSON line per test to a log; if a process dies
 (a crash in XLA, say), the test it died in is recorded as ``crashed`` and the
@@ -665,12 +684,15 @@ def main(argv: list[str] | None = None) -> int:
         units = resolve_units(args.only, work, args.jobs, files)
         print(f"jax_suite: {src} -> {work}; units: {units}", file=sys.stderr, flush=True)
 
-        def progress(unmodified: dict, shardc: dict | None, seconds: dict) -> None:
+        def progress(unmodified: dict, shardc: dict | None, seconds: dict,
+                     not_run: frozenset[str] = frozenset()) -> None:
             """Write what is finished so far: a long run's files are usable as they end."""
+            if shardc is not None:
+                ran = {_file_of(n) for n in shardc}
+                shardc = {**{n: {"outcome": "not run"} for n in not_run}, **shardc}
             tests = assemble(unmodified, shardc)
             if shardc is not None:
-                ran = {n.split("::")[0] for n in shardc}
-                tests = [t for t in tests if t["nodeid"].split("::")[0] in ran]
+                tests = [t for t in tests if _file_of(t["nodeid"]) in ran]
             partial = {**report, "partial": True, "seconds": seconds,
                        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
             write_json(partial, tests, json_path)
@@ -704,7 +726,8 @@ def main(argv: list[str] | None = None) -> int:
                 if not (u["outcome"] in PASSING and u["called_jit"]))
             shardc, seconds["shardc"], seconds["shardc_units"] = run_pass(
                 "shardc", units, work, args.timeout, args.jobs, files,
-                on_unit=lambda r: progress(unmodified, r, seconds), skip_ids=uncounted)
+                on_unit=lambda r: progress(unmodified, r, seconds, uncounted),
+                skip_ids=uncounted)
             shardc.update({n: {"outcome": "not run"} for n in uncounted if n not in shardc})
             print(f"shardc pass: {len(shardc)} tests in {seconds['shardc']:.0f}s",
                   file=sys.stderr, flush=True)
@@ -818,7 +841,7 @@ def write_report(report: dict, tests: list[dict], json_path: str | None,
     """Print the table and the causes; with ``json_path``, write everything there;
     with ``readme``, the Markdown table (and for the wide set the causes by kind)
     between that file's markers for the set."""
-    summary = summarize(report, tests)
+    summary = write_json(report, tests, json_path) if json_path else summarize(report, tests)
     set_name = summary.get("set", "peer")
     rows, totals = summary["rows"], list(summary["totals"].items())
 
@@ -854,7 +877,6 @@ def write_report(report: dict, tests: list[dict], json_path: str | None,
         print(f"       e.g. {g['example']}  [{where}]")
 
     if json_path:
-        pathlib.Path(json_path).write_text(json.dumps(summary, indent=1) + "\n")
         print(f"\nwrote {json_path}")
     if readme:
         start, end = MARKERS[set_name]
