@@ -831,8 +831,13 @@ def summarize(report: dict, tests: list[dict]) -> dict:
 
 
 def write_json(report: dict, tests: list[dict], json_path: str) -> dict:
+    """Write the summary of ``tests`` to ``json_path`` (whole or not at all: a
+    reader of a long run's partial JSON never sees half of one); return it."""
     summary = summarize(report, tests)
-    pathlib.Path(json_path).write_text(json.dumps(summary, indent=1) + "\n")
+    path = pathlib.Path(json_path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(summary, indent=1) + "\n")
+    os.replace(tmp, path)
     return summary
 
 
