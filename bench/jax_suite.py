@@ -460,6 +460,10 @@ def classify(t: dict) -> tuple[str, str]:
         return INTERNALS, "isinstance of jax.stages classes"
     if _PRIVATE_JAX.search(code):
         return INTERNALS, "jax's private functions or primitives (_pjit_lower, pxla, jit_p...)"
+    if etype == "TypeError" and re.search(r"unexpected keyword argument|positional argument",
+                                          message):
+        # jax's own API (export, stages) calling shardc's objects with what jax's take.
+        return SHARDC, "an argument jax's jit objects take and shardc's do not"
     if "shardc" in frames:
         after = frames[frames.index("shardc"):]
         if after[-1] == "shardc":
@@ -467,7 +471,9 @@ def classify(t: dict) -> tuple[str, str]:
         return SHARDC, f"jax raised {etype} under shardc"
     if etype == "AssertionError" and message.endswith("not raised"):
         return SHARDC, "expected exception not raised"
-    if etype == "AssertionError" and " does not match " in message:
+    # (A pattern of re.escape'd text long enough to cut the line before "does not
+    # match" still starts the message in quotes with escaped blanks.)
+    if etype == "AssertionError" and re.match(r'^".*(" does not match |\\ )', message):
         return SHARDC, "another error message than jax's"
     if etype == "AttributeError":
         return SHARDC, "public attribute missing on shardc's objects"

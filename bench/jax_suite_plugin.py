@@ -201,6 +201,12 @@ def _write(record: dict) -> None:
 
 
 def _first_line(text: str) -> str:
+    """A message's first line, at most 400 characters; of an ``assertRaisesRegex``
+    mismatch the pattern is cut short so the message raised instead stays."""
+    m = re.match(r'^"(.*)" does not match "(.*)"$', text.strip(), re.DOTALL)
+    if m:
+        pattern = m.group(1)[:80] + ("..." if len(m.group(1)) > 80 else "")
+        text = f'"{pattern}" does not match "{_first_line(m.group(2))}"'
     for line in text.splitlines():
         if line.strip():
             return line.strip()[:400]

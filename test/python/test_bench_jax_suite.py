@@ -119,6 +119,11 @@ def _exc(type_, message, frames=("test",), code="", uses=()):
      (jax_suite.SHARDC, "expected exception not raised")),
     (_exc("AssertionError", "\nNot equal to tolerance", ("test", "numpy")),
      (jax_suite.SHARDC, "result or observable differs (assertion in the test)")),
+    (_exc("TypeError", "Traced.lower() got an unexpected keyword argument '_private_parameters'",
+          ("test", "jax")),
+     (jax_suite.SHARDC, "an argument jax's jit objects take and shardc's do not")),
+    (_exc("AssertionError", '"Input\\ shapes\\ do\\ not" does not match "Traced.lower() got"'),
+     (jax_suite.SHARDC, "another error message than jax's")),
     (_exc("_pytest.outcomes.Failed", "Timeout (>120.0s) from pytest-timeout."),
      (jax_suite.SHARDC, "timeout")),
 ])
