@@ -713,8 +713,12 @@ def main(argv: list[str] | None = None) -> int:
             wanted = {sel for unit in units for sel in unit}
             unmodified = {n: v for n, v in unmodified.items()
                           if any(n == sel or n.startswith(sel + "::") for sel in wanted)}
-            seconds["unmodified"] = prev.get("seconds", {}).get("unmodified")
-            seconds["unmodified_units"] = prev.get("seconds", {}).get("unmodified_units")
+            # The baseline's seconds of this run's units only (merged runs add up).
+            names = {" ".join(unit) for unit in units}
+            seconds["unmodified_units"] = {
+                u: sec for u, sec in (prev["seconds"].get("unmodified_units") or {}).items()
+                if u in names}
+            seconds["unmodified"] = sum(seconds["unmodified_units"].values()) or None
             print(f"unmodified: reused {len(unmodified)} outcomes from {args.reuse_baseline}",
                   file=sys.stderr)
         else:
