@@ -108,6 +108,8 @@ WIDE_FILES = (
     "checkify_test.py", "xla_metadata_test.py",
 )
 SETS = {"peer": FILES, "wide": WIDE_FILES}
+# --jit-tests-only: both passes leave out the tests whose source never names jit.
+JIT_TESTS_ONLY = False
 MARKERS = {"peer": (README_START, README_END),
            "wide": ("<!-- jax-suite-wide:start -->", "<!-- jax-suite-wide:end -->")}
 SPLIT_CLASSES = ("ShardingInTypesTest", "ShardMapTest")
@@ -130,6 +132,8 @@ def _env(mode: str, out: pathlib.Path, skip: pathlib.Path | None, files: str) ->
             [str(BENCH)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
         PYTHONDONTWRITEBYTECODE="1",
     )
+    if JIT_TESTS_ONLY:
+        env["JAX_SUITE_JIT_TESTS_ONLY"] = "1"
     if skip is not None:
         env["JAX_SUITE_SKIP"] = str(skip)
     else:
@@ -647,6 +651,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="run only the unmodified pass (for --reuse-baseline later)")
     ap.add_argument("--all-tests", action="store_true",
                     help="in the shardc pass also run the tests that do not count")
+    ap.add_argument("--jit-tests-only", action="store_true",
+                    help="leave out (both passes) tests whose source never names jit or "
+                         "pjit: for files too slow to run whole")
     ap.add_argument("--self-check", action="store_true")
     ap.add_argument("--keep-workdir", action="store_true")
     ap.add_argument("--report", nargs="+", metavar="PATH",
@@ -655,6 +662,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="also write the table between the README's markers for the set")
     args = ap.parse_args(argv)
 
+    global JIT_TESTS_ONLY
+    JIT_TESTS_ONLY = args.jit_tests_only
     if args.self_check:
         return self_check(args.timeout)
     if args.report:
@@ -679,6 +688,7 @@ def main(argv: list[str] | None = None) -> int:
         "jobs": args.jobs,
         "reused_baseline": args.reuse_baseline,
         "baseline_only": args.baseline_only,
+        "jit_tests_only": args.jit_tests_only,
         "git": _git_describe(),
     }
 

@@ -18,6 +18,9 @@ of JAX's own test files; configured by environment variables:
 ``JAX_SUITE_SKIP``
     Optional file of node ids (one a line) to deselect (tests already run
     before a crash).
+``JAX_SUITE_JIT_TESTS_ONLY``
+    When set, deselect the tests whose own function source never names ``jit``
+    or ``pjit`` (a slow file's tests that cannot count, left out before they run).
 
 How calls *made from the test files* (and only those) are routed
 ----------------------------------------------------------------
@@ -213,15 +216,29 @@ def _first_line(text: str) -> str:
     return ""
 
 
+# A test function whose own source calls jit or pjit (``--jit-tests-only``).
+_CALLS_JIT = re.compile(r"\b(jit|pjit)\b")
+
+
+def _source_calls_jit(item) -> bool:
+    try:
+        return bool(_CALLS_JIT.search(inspect.getsource(getattr(item, "obj", None)
+                                                        or item.function)))
+    except (OSError, TypeError):
+        return True
+
+
 def pytest_collection_modifyitems(session, config, items):
     path = os.environ.get("JAX_SUITE_SKIP")
-    if not path or not os.path.exists(path):
-        return
-    with open(path) as f:
-        skip = {line.strip() for line in f if line.strip()}
+    skip: set[str] = set()
+    if path and os.path.exists(path):
+        with open(path) as f:
+            skip = {line.strip() for line in f if line.strip()}
+    static = bool(os.environ.get("JAX_SUITE_JIT_TESTS_ONLY"))
     keep, drop = [], []
     for item in items:
-        (drop if item.nodeid in skip else keep).append(item)
+        dropped = item.nodeid in skip or (static and not _source_calls_jit(item))
+        (drop if dropped else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -169,3 +169,18 @@ def test_reports_merge_with_the_later_record_winning():
         ("b_test.py::B::t3", "failed")]
     assert merged["seconds"] == {"unmodified": 15.0,
                                  "unmodified_units": {"a_test.py": 10.0, "b_test.py": 5.0}}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pytest_timeout") is None,
+                    reason="pytest-timeout missing")
+def test_jit_tests_only_leaves_out_tests_that_never_name_jit(tmp_path, monkeypatch):
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "a_test.py").write_text(
+        "import jax\n"
+        "def test_calls_jit():\n    assert jax.jit(lambda x: x + 1)(1) == 2\n"
+        "def test_no_jit():\n    assert jax.numpy.add(1, 1) == 2\n")
+    monkeypatch.setattr(jax_suite, "JIT_TESTS_ONLY", True)
+    records = jax_suite.run_unit("record", ["a_test.py"], tmp_path, 60, tag="t",
+                                 files="a_test.py")
+    assert {n: (r["outcome"], r["called_jit"]) for n, r in records.items()} == {
+        "a_test.py::test_calls_jit": ("passed", True)}
