@@ -490,7 +490,7 @@ def failure_causes(tests: list[dict]) -> list[dict]:
     """Failures grouped by exception type and normalized message, largest first."""
     groups: dict[tuple, dict] = {}
     for t in tests:
-        if not _counted(t) or t.get("shardc") in PASSING:
+        if not _counted(t) or t.get("shardc") in (*PASSING, "not run"):
             continue
         exc = t.get("shardc_exc") or {}
         etype = exc.get("type") or t.get("shardc") or "?"
@@ -512,7 +512,7 @@ def failure_categories(tests: list[dict]) -> list[dict]:
     """Failures by kind and cause (``classify``), largest first, one example each."""
     groups: dict[tuple, dict] = {}
     for t in tests:
-        if not _counted(t) or t.get("shardc") in PASSING:
+        if not _counted(t) or t.get("shardc") in (*PASSING, "not run"):
             continue
         kind, category = classify(t)
         exc = t.get("shardc_exc") or {}
