@@ -487,16 +487,16 @@ def classify(t: dict) -> tuple[str, str]:
 
 
 def failure_causes(tests: list[dict]) -> list[dict]:
-    """Failures grouped by exception type and normalized message, largest first."""
+    """Failures grouped by kind, exception type and normalized message, largest first."""
     groups: dict[tuple, dict] = {}
     for t in tests:
         if not _counted(t) or t.get("shardc") in (*PASSING, "not run"):
             continue
         exc = t.get("shardc_exc") or {}
         etype = exc.get("type") or t.get("shardc") or "?"
-        key = (etype, normalize(exc.get("message", "")))
         kind, category = classify(t)
-        g = groups.setdefault(key, {"type": key[0], "message": key[1], "count": 0,
+        key = (kind, etype, normalize(exc.get("message", "")))
+        g = groups.setdefault(key, {"type": key[1], "message": key[2], "count": 0,
                                     "kind": kind, "category": category,
                                     "example": t["nodeid"],
                                     "example_message": exc.get("message", ""),
