@@ -796,6 +796,7 @@ def merge_reports(reports: list[dict]) -> dict:
                 seconds[k] = (seconds.get(k) or 0) + v
     merged["tests"] = [by_id[n] for n in sorted(by_id)]
     merged["seconds"] = seconds
+    merged["date"] = max((r.get("date") or "" for r in reports), default="") or None
     return merged
 
 
