@@ -262,11 +262,11 @@ def resolve_units(only: list[str] | None, workdir: pathlib.Path, jobs: int,
 
 def run_pass(mode: str, units: list[list[str]], workdir: pathlib.Path, timeout: int,
              jobs: int, files: tuple[str, ...] = FILES,
-             on_unit: Callable[[dict], None] | None = None,
+             on_unit: Callable[[dict, dict], None] | None = None,
              skip_ids: frozenset[str] = frozenset()) -> tuple[dict, float, dict]:
     """Records by node id, the pass's seconds, and the seconds of each unit.
 
-    ``on_unit`` gets the records gathered so far after each unit finishes;
+    ``on_unit`` gets the records and the units' seconds so far after each unit ends;
     ``skip_ids`` are not run."""
     start = time.monotonic()
     results: dict[str, dict] = {}
@@ -288,7 +288,7 @@ def run_pass(mode: str, units: list[list[str]], workdir: pathlib.Path, timeout: 
         for r in pool.map(one, order):
             results.update(r)
             if on_unit is not None:
-                on_unit(results)
+                on_unit(results, unit_seconds)
     return results, time.monotonic() - start, unit_seconds
 
 
@@ -734,7 +734,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             unmodified, seconds["unmodified"], seconds["unmodified_units"] = run_pass(
                 "record", units, work, args.timeout, args.jobs, files,
-                on_unit=lambda r: progress(r, None, seconds))
+                on_unit=lambda r, units_s: progress(
+                    r, None, {**seconds, "unmodified_units": units_s}))
             print(f"unmodified pass: {len(unmodified)} tests in {seconds['unmodified']:.0f}s",
                   file=sys.stderr, flush=True)
         shardc = None
@@ -746,7 +747,8 @@ def main(argv: list[str] | None = None) -> int:
                 if not (u["outcome"] in PASSING and u["called_jit"]))
             shardc, seconds["shardc"], seconds["shardc_units"] = run_pass(
                 "shardc", units, work, args.timeout, args.jobs, files,
-                on_unit=lambda r: progress(unmodified, r, seconds, uncounted),
+                on_unit=lambda r, units_s: progress(
+                    unmodified, r, {**seconds, "shardc_units": units_s}, uncounted),
                 skip_ids=uncounted)
             shardc.update({n: {"outcome": "not run"} for n in uncounted if n not in shardc})
             print(f"shardc pass: {len(shardc)} tests in {seconds['shardc']:.0f}s",
