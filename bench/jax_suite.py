@@ -1,13 +1,17 @@
-"""JAX's own sharding tests through shardc: the outside measure of "drop-in for jax.jit".
+"""JAX's own tests through shardc: the outside measure of "drop-in for jax.jit".
 
-    python -m bench.jax_suite JAX_DIR [--only FILE_OR_CLASS ...] [--json PATH]
-        [--jobs N] [--timeout S] [--reuse-baseline PATH] [--self-check]
-    python -m bench.jax_suite --report PATH   # reprint an earlier run's table and causes
+    python -m bench.jax_suite JAX_DIR [--set peer|wide] [--only FILE_OR_CLASS ...]
+        [--json PATH] [--jobs N] [--timeout S] [--reuse-baseline PATH ...]
+        [--baseline-only] [--all-tests] [--self-check]
+    python -m bench.jax_suite --report PATH ...   # reprint earlier runs' table and causes
     ... [--readme README.md]   # also write the table between the README's markers
 
-``JAX_DIR`` holds ``tests/pjit_test.py``, ``tests/array_test.py`` and
-``tests/shard_map_test.py`` (unmodified copies from the JAX repository at the
-version shardc pins, e.g. ``/work/shared/peer/jax-v0.10.2``). They are copied,
+``JAX_DIR`` holds (directly or in ``tests/``) the set's test files, unmodified,
+from the JAX repository at the version shardc pins: for ``--set peer`` (the
+default) ``pjit_test.py``, ``array_test.py`` and ``shard_map_test.py`` (e.g.
+``../shared/peer/jax-v0.10.2``); for ``--set wide`` ``WIDE_FILES``, JAX's other
+test files that call jit and run on CPU in minutes (a checkout of JAX at the
+tag: this repository does not hold JAX's files). They are copied,
 byte for byte, into a temporary directory (with an empty ``pytest.ini`` so no
 outside pytest configuration applies) and run twice with pytest
 (``--timeout S``, default 120, from pytest-timeout) on 8 CPU devices
@@ -48,6 +52,21 @@ or just ``PJitTest``) or single tests (full node ids) for fast iteration.
 (default 1: the machines here have 2 cores) runs that many pytest processes
 at once, one per test class.
 
+The wide set's table has a row per file; its last row leaves out the failures
+that assert jax internals. Every failure is classified (``classify``) by its
+exception, the kinds of its frames (test file, shardc, jax, jax's test
+utilities) and the failing line of the test: ``shardc`` (shardc raised, jax
+raised under shardc, an expected error not raised, another message, a result
+that differs, a timeout, a crash) or ``asserts jax internals`` (counts of jax's
+own traces, lowerings and caches, private attributes of jax's jit objects,
+``isinstance`` of ``jax.stages`` classes, jax's private functions).
+
+Without ``--jobs`` each file is one pytest process, and the JSON is rewritten
+as each ends (``"partial": true`` until the run finishes), so a long run's
+finished files are usable and ``--reuse-baseline`` merges several runs'
+JSONs. ``--baseline-only`` runs only the unmodified pass. The shardc pass runs
+only the tests that count (pass unmodified, call jit) unless ``--all-tests``.
+
 Each pytest process appends one JSON line per test to a log; if a process dies
 (a crash in XLA, say), the test it died in is recorded as ``crashed`` and the
 run resumes after it, so one crash costs one test, not a file.
@@ -69,6 +88,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 
 from bench import render_readme
 
@@ -77,6 +97,21 @@ ROOT = BENCH.parent
 
 README_START, README_END = "<!-- jax-suite:start -->", "<!-- jax-suite:end -->"
 FILES = ("pjit_test.py", "array_test.py", "shard_map_test.py")
+# The wide set: JAX's other test files that call jit and run on CPU in minutes,
+# each as it is (a test that is slow or never calls jit just does not count).
+WIDE_FILES = (
+    "api_test.py", "jax_jit_test.py", "aot_test.py", "export_test.py",
+    "debugging_primitives_test.py", "python_callback_test.py", "jaxpr_effects_test.py",
+    "layout_test.py", "mutable_array_test.py", "random_test.py", "key_reuse_test.py",
+    "linalg_sharding_test.py", "memories_test.py", "pickle_test.py", "shard_alike_test.py",
+    "multi_device_test.py", "lax_control_flow_test.py", "custom_api_test.py",
+    "checkify_test.py", "xla_metadata_test.py",
+)
+SETS = {"peer": FILES, "wide": WIDE_FILES}
+# --jit-tests-only: both passes leave out the tests whose source never names jit.
+JIT_TESTS_ONLY = False
+MARKERS = {"peer": (README_START, README_END),
+           "wide": ("<!-- jax-suite-wide:start -->", "<!-- jax-suite-wide:end -->")}
 SPLIT_CLASSES = ("ShardingInTypesTest", "ShardMapTest")
 PASSING = ("passed", "xpassed")
 
@@ -97,6 +132,8 @@ def _env(mode: str, out: pathlib.Path, skip: pathlib.Path | None, files: str) ->
             [str(BENCH)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
         PYTHONDONTWRITEBYTECODE="1",
     )
+    if JIT_TESTS_ONLY:
+        env["JAX_SUITE_JIT_TESTS_ONLY"] = "1"
     if skip is not None:
         env["JAX_SUITE_SKIP"] = str(skip)
     else:
@@ -123,8 +160,11 @@ def _read_log(path: pathlib.Path) -> tuple[dict[str, dict], list[str]]:
 
 
 def run_unit(mode: str, selectors: list[str], workdir: pathlib.Path, timeout: int,
-             tag: str, files: str = ",".join(FILES), max_restarts: int = 50) -> dict:
-    """Run pytest on ``selectors`` in ``workdir`` (resuming after crashes); records by id."""
+             tag: str, files: str = ",".join(FILES), max_restarts: int = 50,
+             skip_ids: frozenset[str] = frozenset()) -> dict:
+    """Run pytest on ``selectors`` in ``workdir`` (resuming after crashes); records by id.
+
+    ``skip_ids`` are deselected (tests that do not count, in the shardc pass)."""
     log = workdir / f"log-{mode}-{tag}.jsonl"
     skip = workdir / f"skip-{mode}-{tag}.txt"
     for p in (log, skip):
@@ -133,7 +173,7 @@ def run_unit(mode: str, selectors: list[str], workdir: pathlib.Path, timeout: in
     crashed: dict[str, dict] = {}
     for attempt in range(max_restarts + 1):
         ended, started = _read_log(log)
-        done = set(ended) | set(crashed)
+        done = set(ended) | set(crashed) | skip_ids
         if done:
             skip.write_text("\n".join(sorted(done)) + "\n")
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "jax_suite_plugin",
@@ -179,46 +219,66 @@ def _crash_line(text: str) -> str:
 
 
 def _classes_of(path: pathlib.Path) -> list[str]:
-    return re.findall(r"^class (\w+)\(jtu\.\w*TestCase\):", path.read_text(), re.MULTILINE)
+    """The test classes of a file: ``jtu.*TestCase`` subclasses and their subclasses."""
+    classes: list[str] = []
+    for name, base in re.findall(r"^class (\w+)\(([\w.]+)\):", path.read_text(), re.MULTILINE):
+        if re.fullmatch(r"jtu\.\w*TestCase", base) or base in classes:
+            classes.append(name)
+    return classes
 
 
-def resolve_units(only: list[str] | None, workdir: pathlib.Path, jobs: int) -> list[list[str]]:
-    """pytest selectors, grouped into units (one pytest process each)."""
+def resolve_units(only: list[str] | None, workdir: pathlib.Path, jobs: int,
+                  files: tuple[str, ...] = FILES) -> list[list[str]]:
+    """pytest selectors, grouped into units (one pytest process each): one file a
+    unit (so a long run's finished files are usable while it goes on), or with
+    ``jobs > 1`` one test class a unit."""
     selectors: list[str] = []
     if not only:
         if jobs > 1:
-            selectors = [f"{f}::{c}" for f in FILES for c in _classes_of(workdir / f)]
+            selectors = [f"{f}::{c}" for f in files for c in _classes_of(workdir / f)]
         else:
-            selectors = list(FILES)
+            selectors = list(files)
     else:
         for sel in only:
             sel = sel.strip()
             if "::" in sel or sel.endswith(".py"):
                 file = sel.split("::")[0]
                 file = os.path.basename(file)
-                if file not in FILES:
-                    raise SystemExit(f"--only {sel}: not one of {FILES}")
+                if file not in files:
+                    raise SystemExit(f"--only {sel}: not one of {files}")
                 selectors.append("::".join([file] + sel.split("::")[1:]))
             else:
-                owners = [f for f in FILES if sel in _classes_of(workdir / f)]
+                owners = [f for f in files if sel in _classes_of(workdir / f)]
                 if not owners:
-                    raise SystemExit(f"--only {sel}: no test class of that name in {FILES}")
+                    raise SystemExit(f"--only {sel}: no test class of that name in {files}")
                 selectors.append(f"{owners[0]}::{sel}")
     if jobs <= 1:
-        return [selectors]
+        by_file: dict[str, list[str]] = {}
+        for sel in selectors:
+            by_file.setdefault(sel.split("::")[0], []).append(sel)
+        return list(by_file.values())
     return [[s] for s in selectors]
 
 
 def run_pass(mode: str, units: list[list[str]], workdir: pathlib.Path, timeout: int,
-             jobs: int) -> tuple[dict, float]:
+             jobs: int, files: tuple[str, ...] = FILES,
+             on_unit: Callable[[dict, dict], None] | None = None,
+             skip_ids: frozenset[str] = frozenset()) -> tuple[dict, float, dict]:
+    """Records by node id, the pass's seconds, and the seconds of each unit.
+
+    ``on_unit`` gets the records and the units' seconds so far after each unit ends;
+    ``skip_ids`` are not run."""
     start = time.monotonic()
     results: dict[str, dict] = {}
+    unit_seconds: dict[str, float] = {}
     # Largest first (by source size of the selection, roughly), so jobs finish together.
     order = sorted(range(len(units)), key=lambda i: -_weight(units[i], workdir))
 
     def one(i: int) -> dict:
         t0 = time.monotonic()
-        r = run_unit(mode, units[i], workdir, timeout, tag=str(i))
+        r = run_unit(mode, units[i], workdir, timeout, tag=str(i), files=",".join(files),
+                     skip_ids=skip_ids)
+        unit_seconds[" ".join(units[i])] = round(time.monotonic() - t0, 1)
         print(f"  [{mode}] {' '.join(units[i])}: {len(r)} tests, "
               f"{sum(v['outcome'] in PASSING for v in r.values())} passed, "
               f"{time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
@@ -227,7 +287,9 @@ def run_pass(mode: str, units: list[list[str]], workdir: pathlib.Path, timeout: 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for r in pool.map(one, order):
             results.update(r)
-    return results, time.monotonic() - start
+            if on_unit is not None:
+                on_unit(results, unit_seconds)
+    return results, time.monotonic() - start, unit_seconds
 
 
 def _weight(unit: list[str], workdir: pathlib.Path) -> int:
@@ -279,11 +341,21 @@ def normalize(text: str) -> str:
     return text[:200]
 
 
-def build_rows(tests: list[dict]) -> dict:
-    by_class: dict[str, dict] = collections.OrderedDict()
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
+def _counted(t: dict) -> bool:
+    """Whether a test counts: it passes unmodified and calls jit."""
+    return t["unmodified"] in PASSING and t["called_jit"]
+
+
+def build_rows(tests: list[dict], by: Callable[[str], str] | None = None) -> dict:
+    """Counts per row: per test class (``by`` None) or per ``by(nodeid)``."""
+    rows: dict[str, dict] = collections.OrderedDict()
     for t in tests:
-        c = by_class.setdefault(t["class"], {"tests": 0, "pass_unmodified": 0, "call_jit": 0,
-                                             "pass_shardc": 0})
+        c = rows.setdefault(by(t["nodeid"]) if by else t["class"],
+                            {"tests": 0, "pass_unmodified": 0, "call_jit": 0, "pass_shardc": 0})
         c["tests"] += 1
         if t["unmodified"] in PASSING:
             c["pass_unmodified"] += 1
@@ -291,7 +363,7 @@ def build_rows(tests: list[dict]) -> dict:
                 c["call_jit"] += 1
                 if t.get("shardc") in PASSING:
                     c["pass_shardc"] += 1
-    return by_class
+    return rows
 
 
 def _sum(rows) -> dict:
@@ -306,11 +378,33 @@ def _pct(r: dict) -> str:
     return f"{100.0 * r['pass_shardc'] / r['call_jit']:.1f}%" if r["call_jit"] else "-"
 
 
-def format_table(by_class: dict) -> str:
+def table_rows(tests: list[dict], set_name: str) -> tuple[dict, list[tuple[str, dict]]]:
+    """The table's rows (per class for the peer set, per file for the wide set) and
+    its totals: for the peer set the two subtotals in and outside ``SPLIT_CLASSES``;
+    for the wide set the total again without the tests whose only failure is an
+    assertion on jax's internals."""
+    rows = build_rows(tests, _file_of if set_name == "wide" else None)
+    totals = [("total", _sum(rows.values()))]
+    if set_name == "wide":
+        internal = {t["nodeid"] for t in tests
+                    if _counted(t) and t.get("shardc") not in PASSING
+                    and classify(t)[0] == INTERNALS}
+        kept = [t for t in tests if t["nodeid"] not in internal]
+        totals.append(("total without tests asserting jax internals",
+                       _sum(build_rows(kept).values())))
+    else:
+        split = [r for n, r in rows.items() if n.split("::")[-1] in SPLIT_CLASSES]
+        rest = [r for n, r in rows.items() if n.split("::")[-1] not in SPLIT_CLASSES]
+        totals.append(("outside " + " and ".join(SPLIT_CLASSES), _sum(rest)))
+        totals.append((" + ".join(SPLIT_CLASSES), _sum(split)))
+    return rows, totals
+
+
+def format_table(rows: dict, totals: list[tuple[str, dict]], set_name: str = "peer") -> str:
     lines = []
-    header = ("class", "tests", "pass unmod.", "call jit", "pass shardc", "%")
-    labels = ["TOTAL", "outside " + " and ".join(SPLIT_CLASSES), " + ".join(SPLIT_CLASSES)]
-    width = max(len(k) for k in [*by_class, *labels])
+    header = ("file" if set_name == "wide" else "class", "tests", "pass unmod.", "call jit",
+              "pass shardc", "%")
+    width = max(len(k) for k in [*rows, *(label for label, _ in totals)])
     fmt = f"{{:<{width}}} {{:>6}} {{:>12}} {{:>9}} {{:>12}} {{:>7}}"
     lines.append(fmt.format(*header))
     lines.append("-" * (width + 52))
@@ -319,33 +413,118 @@ def format_table(by_class: dict) -> str:
         lines.append(fmt.format(name, r["tests"], r["pass_unmodified"], r["call_jit"],
                                 r["pass_shardc"], _pct(r)))
 
-    for name, r in by_class.items():
+    for name, r in rows.items():
         row(name, r)
     lines.append("-" * (width + 52))
-    row("TOTAL", _sum(by_class.values()))
-    split = [r for n, r in by_class.items() if n.split("::")[-1] in SPLIT_CLASSES]
-    rest = [r for n, r in by_class.items() if n.split("::")[-1] not in SPLIT_CLASSES]
-    row("outside " + " and ".join(SPLIT_CLASSES), _sum(rest))
-    row(" + ".join(SPLIT_CLASSES), _sum(split))
+    for label, r in totals:
+        row(label.upper() if label == "total" else label, r)
     return "\n".join(lines)
 
 
+# ----------------------------------------------------------------------------------
+# Failure causes: what went wrong, and whether it is shardc's
+
+
+SHARDC, INTERNALS = "shardc", "asserts jax internals"
+
+# A shardc object lacking a private attribute jax's own objects have.
+_PRIVATE_ATTRIBUTE = re.compile(r"object has no attribute '_(?!_)\w*'")
+# What a failing test line that measures jax's implementation mentions.
+_COUNTERS = re.compile(r"\bjtu\.(count_\w+|assert_num_jit_and_pmap_compilations)|_cache_size"
+                       r"|cache_info|\bcount\w*\(\)|\bcount\w*\[|cache_miss|tracing_count")
+_PRIVATE_JAX = re.compile(r"\b_pjit_lower\w*|\b_infer_params\b|\b_cpp_pjit\w*|\b_kept_var_idx\b"
+                          r"|\bmake_jit_cpp_cache\b|\b_executable\b|\bpxla\.\w+"
+                          r"|\bdispatch\.\w+|\bjit_p\b|\bpjit_p\b")
+_STAGES_CLASS = re.compile(r"jax\.stages\.(Compiled|Lowered|Traced|Wrapped)\b"
+                           r"|not an instance of <class 'jax\._src\.stages\.")
+
+
+def classify(t: dict) -> tuple[str, str]:
+    """A shardc failure's kind (``SHARDC``: shardc's bug or gap; ``INTERNALS``: the
+    test asserts something of jax's implementation that a drop-in jit cannot
+    share) and its cause, from the exception, its frames and the failing line."""
+    exc = t.get("shardc_exc") or {}
+    etype = exc.get("type") or ""
+    message = exc.get("message", "")
+    code = exc.get("test_code", "")
+    uses = " ".join(exc.get("test_uses", []))
+    frames = [k for k in exc.get("frames", []) if k not in ("framework", "numpy", "other")]
+    last = frames[-1] if frames else ""
+    if t.get("shardc") == "missing":
+        return SHARDC, "not run in the shardc pass (collection error or pytest exit)"
+    if t.get("shardc") == "crashed" or etype.startswith("crash"):
+        return SHARDC, "crash of the process"
+    if "Timeout" in message and "Failed" in etype:
+        return SHARDC, "timeout"
+    if etype == "AttributeError" and _PRIVATE_ATTRIBUTE.search(message):
+        return INTERNALS, "private attribute of jax's jit objects"
+    if last == "jax_test_util" or (_COUNTERS.search(code) and _COUNTERS.search(uses)):
+        return INTERNALS, "counts of jax's own traces, lowerings, compilations or caches"
+    if _STAGES_CLASS.search(code) or _STAGES_CLASS.search(message):
+        return INTERNALS, "isinstance of jax.stages classes"
+    if _PRIVATE_JAX.search(code):
+        return INTERNALS, "jax's private functions or primitives (_pjit_lower, pxla, jit_p...)"
+    if etype == "TypeError" and re.search(r"unexpected keyword argument|positional argument",
+                                          message):
+        # jax's own API (export, stages) calling shardc's objects with what jax's take.
+        return SHARDC, "an argument jax's jit objects take and shardc's do not"
+    if "shardc" in frames:
+        after = frames[frames.index("shardc"):]
+        if after[-1] == "shardc":
+            return SHARDC, f"shardc raised {etype}"
+        return SHARDC, f"jax raised {etype} under shardc"
+    if etype == "AssertionError" and message.endswith("not raised"):
+        return SHARDC, "expected exception not raised"
+    # (A pattern of re.escape'd text long enough to cut the line before "does not
+    # match" still starts the message in quotes with escaped blanks.)
+    if etype == "AssertionError" and re.match(r'^".*(" does not match |\\ )', message):
+        return SHARDC, "another error message than jax's"
+    if etype == "AttributeError":
+        return SHARDC, "public attribute missing on shardc's objects"
+    if etype in ("AssertionError",) or etype.startswith("numpy"):
+        return SHARDC, "result or observable differs (assertion in the test)"
+    return SHARDC, f"{etype or t.get('shardc')} (not under shardc's frames)"
+
+
 def failure_causes(tests: list[dict]) -> list[dict]:
+    """Failures grouped by kind, exception type and normalized message, largest first."""
     groups: dict[tuple, dict] = {}
     for t in tests:
-        if not (t["unmodified"] in PASSING and t["called_jit"]) or t.get("shardc") in PASSING:
+        if not _counted(t) or t.get("shardc") in (*PASSING, "not run"):
             continue
         exc = t.get("shardc_exc") or {}
         etype = exc.get("type") or t.get("shardc") or "?"
-        key = (etype, normalize(exc.get("message", "")))
-        g = groups.setdefault(key, {"type": key[0], "message": key[1], "count": 0,
+        kind, category = classify(t)
+        key = (kind, etype, normalize(exc.get("message", "")))
+        g = groups.setdefault(key, {"type": key[1], "message": key[2], "count": 0,
+                                    "kind": kind, "category": category,
                                     "example": t["nodeid"],
                                     "example_message": exc.get("message", ""),
                                     "example_where": exc.get("where", ""),
                                     "example_test_line": exc.get("test_line", ""),
+                                    "example_test_code": exc.get("test_code", ""),
                                     "example_shardc_frame": exc.get("shardc_frame", "")})
         g["count"] += 1
     return sorted(groups.values(), key=lambda g: -g["count"])
+
+
+def failure_categories(tests: list[dict]) -> list[dict]:
+    """Failures by kind and cause (``classify``), largest first, one example each."""
+    groups: dict[tuple, dict] = {}
+    for t in tests:
+        if not _counted(t) or t.get("shardc") in (*PASSING, "not run"):
+            continue
+        kind, category = classify(t)
+        exc = t.get("shardc_exc") or {}
+        g = groups.setdefault((kind, category), {
+            "kind": kind, "category": category, "count": 0, "files": {},
+            "example": t["nodeid"], "example_type": exc.get("type", t.get("shardc")),
+            "example_message": exc.get("message", ""),
+            "example_test_line": exc.get("test_line", ""),
+            "example_shardc_frame": exc.get("shardc_frame", "")})
+        g["count"] += 1
+        g["files"][_file_of(t["nodeid"])] = g["files"].get(_file_of(t["nodeid"]), 0) + 1
+    return sorted(groups.values(), key=lambda g: (g["kind"] != SHARDC, -g["count"]))
 
 
 # ----------------------------------------------------------------------------------
@@ -358,6 +537,11 @@ import jax.numpy as jnp
 import numpy as np
 from functools import partial
 from jax._src.pjit import pjit
+# The other forms JAX's test files import jit in (api_test.py, random_test.py,
+# python_callback_test.py...).
+from jax import jit
+from jax._src import api as src_api
+from jax.experimental import pjit as pjit_module
 import jax_suite_plugin as plugin
 from shardc.compiler.api import JitFunction
 from shardc.compiler.api import PjitFunction
@@ -399,6 +583,25 @@ def test_rest_of_jax_is_real():
     assert sys.modules["jax"].jit is not plugin.jit_adapter  # jax itself untouched
     assert sys.modules["jax._src.api"].jit is not plugin.jit_adapter
 
+def test_other_import_forms_reach_shardc():
+    assert jit is plugin.jit_adapter
+    assert src_api.jit is plugin.jit_adapter
+    assert jax._src.api.jit is plugin.jit_adapter
+    assert pjit_module.pjit is plugin.pjit_adapter
+    plugin._calls["jit"] = plugin._calls["pjit"] = 0
+    fs = [jit(lambda x: x + 1), src_api.jit(lambda x: x + 2), jax._src.api.jit(lambda x: x + 3)]
+    assert all(isinstance(f, JitFunction) for f in fs), [type(f) for f in fs]
+    np.testing.assert_allclose([f(1.0) for f in fs], [2.0, 3.0, 4.0])
+    g = pjit_module.pjit(lambda x: x * 2, in_shardings=None, out_shardings=None)
+    assert isinstance(g, PjitFunction)
+    assert plugin._calls == {"jit": 3, "pjit": 1}, plugin._calls
+
+def test_import_inside_a_test_reaches_shardc():
+    from jax import jit as local_jit
+    import jax.experimental.pjit
+    assert local_jit is plugin.jit_adapter
+    assert jax.experimental.pjit.pjit is plugin.pjit_adapter
+
 def test_tracer_calls_reach_shardc():
     plugin._calls["jit"] = 0
     inner = jax.jit(lambda x: x * 3)
@@ -421,7 +624,8 @@ def self_check(timeout: int) -> int:
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
         print(proc.stdout[-4000:])
         ended, _ = _read_log(log)
-        ok = proc.returncode == 0 and len(ended) == 6 and all(
+        expected = SELF_CHECK_TEST.count("\ndef test_")
+        ok = proc.returncode == 0 and len(ended) == expected and all(
             r["outcome"] == "passed" for r in ended.values())
         print("self-check:", "OK" if ok else "FAILED")
         return 0 if ok else 1
@@ -433,94 +637,169 @@ def self_check(timeout: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("jax_dir", nargs="?",
-                    help="directory holding tests/{pjit,array,shard_map}_test.py")
+                    help="directory holding the set's test files (directly or in tests/)")
+    ap.add_argument("--set", choices=sorted(SETS), default="peer",
+                    help="peer: pjit/array/shard_map tests; wide: JAX's other jit tests")
     ap.add_argument("--only", nargs="+", metavar="FILE_OR_CLASS")
-    ap.add_argument("--json", default=os.path.join(tempfile.gettempdir(), "jax_suite.json"))
+    ap.add_argument("--json", default=None,
+                    help="where the outcomes go (default $TMPDIR/jax_suite[_wide].json)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--timeout", type=int, default=120)
-    ap.add_argument("--reuse-baseline", metavar="PATH")
+    ap.add_argument("--reuse-baseline", nargs="+", metavar="PATH",
+                    help="take the unmodified outcomes from earlier JSONs (merged)")
+    ap.add_argument("--baseline-only", action="store_true",
+                    help="run only the unmodified pass (for --reuse-baseline later)")
+    ap.add_argument("--all-tests", action="store_true",
+                    help="in the shardc pass also run the tests that do not count")
+    ap.add_argument("--jit-tests-only", action="store_true",
+                    help="leave out (both passes) tests whose source never names jit or "
+                         "pjit: for files too slow to run whole")
     ap.add_argument("--self-check", action="store_true")
     ap.add_argument("--keep-workdir", action="store_true")
-    ap.add_argument("--report", metavar="PATH",
-                    help="only print the table and causes of an earlier JSON")
+    ap.add_argument("--report", nargs="+", metavar="PATH",
+                    help="only print the table and causes of earlier JSONs (merged)")
     ap.add_argument("--readme", metavar="PATH",
-                    help=f"also write the table between {README_START} and {README_END}")
+                    help="also write the table between the README's markers for the set")
     args = ap.parse_args(argv)
 
+    global JIT_TESTS_ONLY
+    JIT_TESTS_ONLY = args.jit_tests_only
     if args.self_check:
         return self_check(args.timeout)
     if args.report:
-        prev = json.loads(pathlib.Path(args.report).read_text())
+        prev = merge_reports([json.loads(pathlib.Path(p).read_text()) for p in args.report])
         return write_report(prev, prev["tests"], None, args.readme)
     if not args.jax_dir:
         ap.error("jax_dir is required")
-    src = pathlib.Path(args.jax_dir) / "tests"
-    for f in FILES:
+    files = SETS[args.set]
+    src = pathlib.Path(args.jax_dir)
+    if (src / "tests" / files[0]).is_file():
+        src = src / "tests"
+    for f in files:
         if not (src / f).is_file():
             ap.error(f"{src / f} not found")
+    json_path = args.json or os.path.join(
+        tempfile.gettempdir(), "jax_suite.json" if args.set == "peer" else "jax_suite_wide.json")
+    report = {
+        "set": args.set,
+        "jax_dir": str(src.resolve()),
+        "only": args.only,
+        "timeout": args.timeout,
+        "jobs": args.jobs,
+        "reused_baseline": args.reuse_baseline,
+        "baseline_only": args.baseline_only,
+        "jit_tests_only": args.jit_tests_only,
+        "git": _git_describe(),
+    }
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="jax_suite_"))
     try:
-        for f in FILES:
+        for f in files:
             shutil.copyfile(src / f, work / f)  # byte for byte, never edited
         (work / "pytest.ini").write_text("[pytest]\n")
-        units = resolve_units(args.only, work, args.jobs)
+        units = resolve_units(args.only, work, args.jobs, files)
         print(f"jax_suite: {src} -> {work}; units: {units}", file=sys.stderr, flush=True)
 
-        baseline_seconds = None
+        def progress(unmodified: dict, shardc: dict | None, seconds: dict,
+                     not_run: frozenset[str] = frozenset()) -> None:
+            """Write what is finished so far: a long run's files are usable as they end."""
+            if shardc is not None:
+                ran = {_file_of(n) for n in shardc}
+                shardc = {**{n: {"outcome": "not run"} for n in not_run}, **shardc}
+            tests = assemble(unmodified, shardc)
+            if shardc is not None:
+                tests = [t for t in tests if _file_of(t["nodeid"]) in ran]
+            partial = {**report, "partial": True, "seconds": seconds,
+                       "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            write_json(partial, tests, json_path)
+
+        seconds: dict = {}
         if args.reuse_baseline:
-            prev = json.loads(pathlib.Path(args.reuse_baseline).read_text())
+            prev = merge_reports([json.loads(pathlib.Path(p).read_text())
+                                  for p in args.reuse_baseline])
             unmodified = {t["nodeid"]: {"outcome": t["unmodified"], "called_jit": t["called_jit"],
                                         "exc": t.get("unmodified_exc")}
                           for t in prev["tests"]}
-            if args.only:
-                wanted = set()
-                for unit in units:
-                    for sel in unit:
-                        wanted |= {n for n in unmodified
-                                   if n == sel or n.startswith(sel + "::")}
-                unmodified = {n: v for n, v in unmodified.items() if n in wanted}
-            baseline_seconds = prev.get("seconds", {}).get("unmodified")
+            wanted = {sel for unit in units for sel in unit}
+            unmodified = {n: v for n, v in unmodified.items()
+                          if any(n == sel or n.startswith(sel + "::") for sel in wanted)}
+            # The baseline's seconds of this run's units only (merged runs add up).
+            names = {" ".join(unit) for unit in units}
+            seconds["unmodified_units"] = {
+                u: sec for u, sec in (prev["seconds"].get("unmodified_units") or {}).items()
+                if u in names}
+            seconds["unmodified"] = sum(seconds["unmodified_units"].values()) or None
             print(f"unmodified: reused {len(unmodified)} outcomes from {args.reuse_baseline}",
                   file=sys.stderr)
         else:
-            unmodified, baseline_seconds = run_pass("record", units, work, args.timeout, args.jobs)
-            print(f"unmodified pass: {len(unmodified)} tests in {baseline_seconds:.0f}s",
+            unmodified, seconds["unmodified"], seconds["unmodified_units"] = run_pass(
+                "record", units, work, args.timeout, args.jobs, files,
+                on_unit=lambda r, units_s: progress(
+                    r, None, {**seconds, "unmodified_units": units_s}))
+            print(f"unmodified pass: {len(unmodified)} tests in {seconds['unmodified']:.0f}s",
                   file=sys.stderr, flush=True)
-        shardc, shardc_seconds = run_pass("shardc", units, work, args.timeout, args.jobs)
-        print(f"shardc pass: {len(shardc)} tests in {shardc_seconds:.0f}s", file=sys.stderr,
-              flush=True)
+        shardc = None
+        if not args.baseline_only:
+            # Tests that fail unmodified or never call jit do not count: with
+            # --all-tests they run anyway (their outcomes go to the JSON).
+            uncounted = frozenset() if args.all_tests else frozenset(
+                n for n, u in unmodified.items()
+                if not (u["outcome"] in PASSING and u["called_jit"]))
+            shardc, seconds["shardc"], seconds["shardc_units"] = run_pass(
+                "shardc", units, work, args.timeout, args.jobs, files,
+                on_unit=lambda r, units_s: progress(
+                    unmodified, r, {**seconds, "shardc_units": units_s}, uncounted),
+                skip_ids=uncounted)
+            shardc.update({n: {"outcome": "not run"} for n in uncounted if n not in shardc})
+            print(f"shardc pass: {len(shardc)} tests in {seconds['shardc']:.0f}s",
+                  file=sys.stderr, flush=True)
     finally:
         if not args.keep_workdir:
             shutil.rmtree(work, ignore_errors=True)
 
+    report["seconds"] = seconds
+    report["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return write_report(report, assemble(unmodified, shardc), json_path, args.readme)
+
+
+def assemble(unmodified: dict, shardc: dict | None) -> list[dict]:
+    """One record per test from the two passes' records (``shardc`` None: not run)."""
     tests = []
-    for nodeid in sorted(set(unmodified) | set(shardc)):
+    for nodeid in sorted(set(unmodified) | set(shardc or {})):
         u = unmodified.get(nodeid, {})
-        s = shardc.get(nodeid, {})
+        s = (shardc or {}).get(nodeid, {})
+        outcome = s.get("outcome", "missing" if shardc is not None else "not run")
         tests.append({
             "nodeid": nodeid,
             "class": _class_of(nodeid),
             "unmodified": u.get("outcome", "missing"),
             "called_jit": bool(u.get("called_jit")),
             "unmodified_exc": u.get("exc"),
-            "shardc": s.get("outcome", "missing"),
+            "shardc": outcome,
             "shardc_called_jit": s.get("called_jit"),
-            "shardc_exc": s.get("exc") if s.get("outcome") not in PASSING else None,
+            "shardc_exc": s.get("exc") if outcome not in PASSING else None,
             "shardc_seconds": s.get("seconds"),
         })
+    return tests
 
-    report = {
-        "jax_dir": str(pathlib.Path(args.jax_dir).resolve()),
-        "only": args.only,
-        "timeout": args.timeout,
-        "jobs": args.jobs,
-        "reused_baseline": args.reuse_baseline,
-        "seconds": {"unmodified": baseline_seconds, "shardc": shardc_seconds},
-    }
-    report["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    report["git"] = _git_describe()
-    return write_report(report, tests, args.json, args.readme)
+
+def merge_reports(reports: list[dict]) -> dict:
+    """Several runs' JSONs as one (a later run's record of a test wins)."""
+    merged = dict(reports[0])
+    by_id: dict[str, dict] = {}
+    seconds: dict = {}
+    for r in reports:
+        for t in r["tests"]:
+            by_id[t["nodeid"]] = t
+        for k, v in (r.get("seconds") or {}).items():
+            if isinstance(v, dict):
+                seconds.setdefault(k, {}).update(v)
+            elif v is not None:
+                seconds[k] = (seconds.get(k) or 0) + v
+    merged["tests"] = [by_id[n] for n in sorted(by_id)]
+    merged["seconds"] = seconds
+    merged["date"] = max((r.get("date") or "" for r in reports), default="") or None
+    return merged
 
 
 def _git_describe() -> str:
@@ -529,78 +808,115 @@ def _git_describe() -> str:
     return proc.stdout.strip() or "unknown"
 
 
-def markdown_table(by_class: dict) -> str:
-    """The per-class table in Markdown, with the totals and the two subtotals."""
-    lines = ["| class | tests | pass unmodified | of those call jit | pass through shardc "
-             "| % |", "|---|---:|---:|---:|---:|---:|"]
+def markdown_table(rows: dict, totals: list[tuple[str, dict]], set_name: str = "peer") -> str:
+    """The table in Markdown, with its totals."""
+    lines = [f"| {'file' if set_name == 'wide' else 'class'} | tests | pass unmodified "
+             "| of those call jit | pass through shardc | % |",
+             "|---|---:|---:|---:|---:|---:|"]
 
     def row(name: str, r: dict, bold: bool = False) -> None:
         name = f"**{name}**" if bold else f"`{name}`"
         lines.append(f"| {name} | {r['tests']} | {r['pass_unmodified']} | {r['call_jit']} "
                      f"| {r['pass_shardc']} | {_pct(r)} |")
 
-    for name, r in by_class.items():
+    for name, r in rows.items():
         row(name, r)
-    split = [r for n, r in by_class.items() if n.split("::")[-1] in SPLIT_CLASSES]
-    rest = [r for n, r in by_class.items() if n.split("::")[-1] not in SPLIT_CLASSES]
-    row("total", _sum(by_class.values()), bold=True)
-    row("outside " + " and ".join(SPLIT_CLASSES), _sum(rest), bold=True)
-    row(" + ".join(SPLIT_CLASSES), _sum(split), bold=True)
+    for label, r in totals:
+        row(label, r, bold=True)
     return "\n".join(lines)
+
+
+def markdown_categories(categories: list[dict]) -> str:
+    """The failure causes by kind in Markdown, one example test each."""
+    lines = ["| kind | cause | tests | example |", "|---|---|---:|---|"]
+    for g in categories:
+        lines.append(f"| {g['kind']} | {g['category']} | {g['count']} | `{g['example']}` |")
+    return "\n".join(lines)
+
+
+def summarize(report: dict, tests: list[dict]) -> dict:
+    """``report`` with the tests and everything the tables and causes are made of."""
+    set_name = report.get("set", "peer")
+    rows, totals = table_rows(tests, set_name)
+    return {
+        **{k: v for k, v in report.items() if k not in (
+            "classes", "rows", "totals", "outcomes", "causes", "categories", "tests")},
+        "rows": rows,
+        "totals": dict(totals),
+        "outcomes": {
+            "unmodified": dict(collections.Counter(t["unmodified"] for t in tests)),
+            "shardc": dict(collections.Counter(t["shardc"] for t in tests)),
+        },
+        "categories": failure_categories(tests),
+        "causes": failure_causes(tests),
+        "tests": tests,
+    }
+
+
+def write_json(report: dict, tests: list[dict], json_path: str) -> dict:
+    """Write the summary of ``tests`` to ``json_path`` (whole or not at all: a
+    reader of a long run's partial JSON never sees half of one); return it."""
+    summary = summarize(report, tests)
+    path = pathlib.Path(json_path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(summary, indent=1) + "\n")
+    os.replace(tmp, path)
+    return summary
 
 
 def write_report(report: dict, tests: list[dict], json_path: str | None,
                  readme: str | None = None) -> int:
     """Print the table and the causes; with ``json_path``, write everything there;
-    with ``readme``, the Markdown table between that file's markers."""
-    by_class = build_rows(tests)
-    table = format_table(by_class)
-    causes = failure_causes(tests)
-    outcome_counts = {
-        "unmodified": dict(collections.Counter(t["unmodified"] for t in tests)),
-        "shardc": dict(collections.Counter(t["shardc"] for t in tests)),
-    }
+    with ``readme``, the Markdown table (and for the wide set the causes by kind)
+    between that file's markers for the set."""
+    summary = write_json(report, tests, json_path) if json_path else summarize(report, tests)
+    set_name = summary.get("set", "peer")
+    rows, totals = summary["rows"], list(summary["totals"].items())
 
     print()
-    print(table)
+    print(format_table(rows, totals, set_name))
     print()
-    print("outcomes:", json.dumps(outcome_counts))
-    secs = report.get("seconds", {})
+    print("outcomes:", json.dumps(summary["outcomes"]))
+    secs = summary.get("seconds") or {}
     print(f"seconds: unmodified {secs.get('unmodified') and round(secs['unmodified'])}"
-          f"{' (reused)' if report.get('reused_baseline') else ''}, "
+          f"{' (reused)' if summary.get('reused_baseline') else ''}, "
           f"shardc {secs.get('shardc') and round(secs['shardc'])}")
+    for unit, sec in sorted({**(secs.get("unmodified_units") or {})}.items(),
+                            key=lambda kv: -kv[1])[:10]:
+        shardc_sec = (secs.get("shardc_units") or {}).get(unit)
+        print(f"  {unit}: unmodified {sec:.0f}s"
+              + (f", shardc {shardc_sec:.0f}s" if shardc_sec is not None else ""))
+    categories, causes = summary["categories"], summary["causes"]
+    failures = sum(g["count"] for g in categories)
     print()
-    print(f"top failure causes (of {sum(g['count'] for g in causes)} shardc failures among "
-          "tests that pass unmodified and call jit):")
+    print(f"failure causes by kind (of {failures} shardc failures among tests that pass "
+          "unmodified and call jit):")
+    for g in categories:
+        print(f"{g['count']:5d}  [{g['kind']}] {g['category']}")
+        print(f"       e.g. {g['example']}: {g['example_type']}: {g['example_message'][:150]}")
+    print()
+    print("top failure causes by message:")
     for g in causes[:25]:
-        print(f"{g['count']:5d}  {g['type']}: {g['message']}")
+        print(f"{g['count']:5d}  [{g['kind']}] {g['type']}: {g['message']}")
         frames = [g.get("example_test_line"), g.get("example_shardc_frame")]
         if not (frames[1] or "").endswith(g["example_where"]):
             frames.append(g["example_where"])
         where = ", ".join(w for w in frames if w)
         print(f"       e.g. {g['example']}  [{where}]")
 
-    all_rows = _sum(by_class.values())
-    split = [r for n, r in by_class.items() if n.split("::")[-1] in SPLIT_CLASSES]
-    rest = [r for n, r in by_class.items() if n.split("::")[-1] not in SPLIT_CLASSES]
-    report = {
-        **{k: v for k, v in report.items() if k not in ("classes", "totals", "outcomes",
-                                                         "causes", "tests")},
-        "classes": by_class,
-        "totals": {"all": all_rows, "outside_split": _sum(rest), "split": _sum(split)},
-        "outcomes": outcome_counts,
-        "causes": causes,
-        "tests": tests,
-    }
     if json_path:
-        pathlib.Path(json_path).write_text(json.dumps(report, indent=1) + "\n")
         print(f"\nwrote {json_path}")
     if readme:
-        header = (f"`python -m bench.jax_suite` (jax {_jax_version()}'s tests; shardc "
-                  f"{report.get('git', 'unknown')}; {report.get('date', 'undated')}):")
-        body = "\n".join(["", header, "", markdown_table(by_class), ""])
+        start, end = MARKERS[set_name]
+        header = (f"`python -m bench.jax_suite{' --set wide' if set_name == 'wide' else ''}` "
+                  f"(jax {_jax_version()}'s tests; shardc {summary.get('git', 'unknown')}; "
+                  f"{summary.get('date', 'undated')}):")
+        parts = ["", header, "", markdown_table(rows, totals, set_name), ""]
+        if set_name == "wide":
+            parts += [f"The {failures} failures by kind and cause:", "",
+                      markdown_categories(categories), ""]
         path = pathlib.Path(readme)
-        path.write_text(render_readme.splice(path.read_text(), body, README_START, README_END))
+        path.write_text(render_readme.splice(path.read_text(), "\n".join(parts), start, end))
         print(f"wrote the table into {readme}")
     return 0
 

@@ -18,6 +18,9 @@ of JAX's own test files; configured by environment variables:
 ``JAX_SUITE_SKIP``
     Optional file of node ids (one a line) to deselect (tests already run
     before a crash).
+``JAX_SUITE_JIT_TESTS_ONLY``
+    When set, deselect the tests whose own function source never names ``jit``
+    or ``pjit`` (a slow file's tests that cannot count, left out before they run).
 
 How calls *made from the test files* (and only those) are routed
 ----------------------------------------------------------------
@@ -53,8 +56,11 @@ keyword or form shardc does not take fails the test).
 from __future__ import annotations
 
 import builtins
+import inspect
 import json
+import linecache
 import os
+import re
 import time
 import types
 
@@ -198,21 +204,41 @@ def _write(record: dict) -> None:
 
 
 def _first_line(text: str) -> str:
+    """A message's first line, at most 400 characters; of an ``assertRaisesRegex``
+    mismatch the pattern is cut short so the message raised instead stays."""
+    m = re.match(r'^"(.*)" does not match "(.*)"$', text.strip(), re.DOTALL)
+    if m:
+        pattern = m.group(1)[:80] + ("..." if len(m.group(1)) > 80 else "")
+        text = f'"{pattern}" does not match "{_first_line(m.group(2))}"'
     for line in text.splitlines():
         if line.strip():
             return line.strip()[:400]
     return ""
 
 
+# A test function whose own source calls jit or pjit (``--jit-tests-only``).
+_CALLS_JIT = re.compile(r"\b(jit|pjit)\b")
+
+
+def _source_calls_jit(item) -> bool:
+    try:
+        return bool(_CALLS_JIT.search(inspect.getsource(getattr(item, "obj", None)
+                                                        or item.function)))
+    except (OSError, TypeError):
+        return True
+
+
 def pytest_collection_modifyitems(session, config, items):
     path = os.environ.get("JAX_SUITE_SKIP")
-    if not path or not os.path.exists(path):
-        return
-    with open(path) as f:
-        skip = {line.strip() for line in f if line.strip()}
+    skip: set[str] = set()
+    if path and os.path.exists(path):
+        with open(path) as f:
+            skip = {line.strip() for line in f if line.strip()}
+    static = bool(os.environ.get("JAX_SUITE_JIT_TESTS_ONLY"))
     keep, drop = [], []
     for item in items:
-        (drop if item.nodeid in skip else keep).append(item)
+        dropped = item.nodeid in skip or (static and not _source_calls_jit(item))
+        (drop if dropped else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -226,6 +252,45 @@ def pytest_runtest_logstart(nodeid, location):
     _state.clear()
     _state.update(nodeid=nodeid, t0=time.monotonic(), outcome=None, phase=None, exc=None)
     _write({"event": "start", "nodeid": nodeid})
+
+
+# What a test's source may use of jax's internals: jax's own cache and lowering
+# counters, its private lowering functions and caches (a failure at such a line
+# measures jax's implementation, not jit's behaviour).
+_INTERNALS = re.compile(
+    r"\bjtu\.(count_\w+|assert_num_jit_and_pmap_compilations|collect_lowered_jaxprs)"
+    r"|\b_cache_size\b|\bcache_info\b|\bcache_clear\b|\b_clear_cache\b|\bclear_caches\b"
+    r"|\b_pjit_lower\w*|\bpjit_p\b|\bjit_p\b|\b_infer_params\b|\b_cpp_pjit\w*"
+    r"|\b_kept_var_idx\b|\b_executable\b|\bmake_jit_cpp_cache\b|\b_xla_computation\b"
+    r"|\bpxla\.\w+|\bdispatch\.\w+|\bjax\.stages\.(Compiled|Lowered|Traced|Wrapped)\b")
+
+
+def _frame_kind(path: str) -> str:
+    """Which code a traceback frame is in: the test file, shardc, jax's test
+    utilities, jax, numpy, the test frameworks, or other."""
+    if os.path.basename(path) in FILES:
+        return "test"
+    if _SHARDC_DIRS and path.startswith(_SHARDC_DIRS):
+        return "shardc"
+    if path.endswith(os.path.join("jax", "_src", "test_util.py")):
+        return "jax_test_util"
+    if f"{os.sep}jax{os.sep}" in path or f"{os.sep}jaxlib{os.sep}" in path:
+        return "jax"
+    if f"{os.sep}numpy{os.sep}" in path:
+        return "numpy"
+    if any(f"{os.sep}{lib}{os.sep}" in path for lib in ("unittest", "absl", "_pytest", "pytest",
+                                                         "pluggy")):
+        return "framework"
+    return "other"
+
+
+def _test_source_markers(item) -> list[str]:
+    """The jax internals the test function's source uses (sorted, unique)."""
+    try:
+        source = inspect.getsource(getattr(item, "obj", None) or item.function)
+    except (OSError, TypeError):
+        return []
+    return sorted({m.group(0) for m in _INTERNALS.finditer(source)})
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -244,12 +309,18 @@ def pytest_runtest_makereport(item, call):
         except Exception as e:  # noqa: BLE001 - a broken __str__ is still a result
             message = f"<str() failed: {type(e).__name__}>"
         in_test = ""  # the test file's own line the failure went through (last such frame)
+        test_code = ""  # that line's text
         in_shardc = ""  # the last frame in shardc's source, if any
+        kinds: list[str] = []  # the frames' kinds, outermost first, repeats merged
         for entry in tb:
             path = str(entry.path)
-            if os.path.basename(path) in FILES:
+            kind = _frame_kind(path)
+            if not kinds or kinds[-1] != kind:
+                kinds.append(kind)
+            if kind == "test":
                 in_test = f"{os.path.basename(path)}:{entry.lineno + 1}"
-            if _SHARDC_DIRS and path.startswith(_SHARDC_DIRS):
+                test_code = linecache.getline(path, entry.lineno + 1).strip()[:300]
+            if kind == "shardc":
                 in_shardc = (f"{os.path.basename(os.path.dirname(path))}/"
                              f"{os.path.basename(path)}:{entry.lineno + 1}:{entry.name}")
         etype = exc.type
@@ -259,7 +330,10 @@ def pytest_runtest_makereport(item, call):
             "message": _first_line(message),
             "where": where,
             "test_line": in_test,
+            "test_code": test_code,
             "shardc_frame": in_shardc,
+            "frames": kinds,
+            "test_uses": _test_source_markers(item),
             "phase": call.when,
         }
 
