@@ -33,10 +33,10 @@ from shardc.compiler.signature import LeafSignature
 from shardc.compiler.stages.shardy_pipeline import propagated_copy
 from shardc.dialects import jax_private
 from shardc.dialects.errors import PlatformMismatchError
+from shardc.dialects.xla_form import module_for_xla
 from shardc.runtime.compiled import Compiled, StaticArguments, compile_program, program_mesh
 from shardc.runtime.effects import NO_EFFECTS, ProgramEffects
 from shardc.runtime.stage import Stage
-from shardc.runtime.xla_form import module_for_xla
 
 
 def _from_jax(name: str, doc: str) -> property:

@@ -6,7 +6,7 @@ into free variables of the loop, read from above in the body, the condition
 and after the loop. shardc makes the same rewrite before propagation (so that
 propagation sees the module XLA's own Shardy sees) and before handing its
 result to XLA (which then says the remaining carries' shardings with
-constraints: ``runtime.xla_form``).
+constraints: ``dialects.xla_form``).
 """
 
 from __future__ import annotations

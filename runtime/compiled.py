@@ -28,11 +28,11 @@ from shardc.dialects.errors import (
     PytreeMismatchError,
     ShardcError,
 )
+from shardc.dialects.xla_form import module_for_xla
 from shardc.runtime import arguments, collectives, layouts, results
 from shardc.runtime.effects import NO_EFFECTS, ProgramEffects, execute_with_tokens
 from shardc.runtime.stage import Stage
 from shardc.runtime.verify import verify
-from shardc.runtime.xla_form import module_for_xla
 
 
 class ValueInfo(Protocol):

@@ -1,4 +1,4 @@
-"""The ``shardc-xla-form`` pass (``runtime.xla_form`` does the work)."""
+"""The ``shardc-xla-form`` pass (``dialects.xla_form`` does the work)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import ClassVar
 from jaxlib.mlir import ir
 
 from shardc.compiler.passes.base import ModulePass
-from shardc.runtime.xla_form import check_xla_form, to_xla_form
+from shardc.dialects.xla_form import check_xla_form, to_xla_form
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,7 @@ def _case(mesh_shape, sizes, residual, specs, out_spec):
 # What this test found (each ran before the fix below it):
 FOUND = [
     # A 64-byte all-to-all compiled to a 256-byte all-gather: XLA's import applied the
-    # reshard's target to its single-use producer (fix: runtime.xla_form.module_for_xla
+    # reshard's target to its single-use producer (fix: dialects.xla_form.module_for_xla
     # first constrains the operand to its own sharding, as jax does).
     _case((2, 4), (8, 8, 8), False, (P("b", None), P(None, None), P("b", "a")), P(None, "a")),
     # x gathered twice, once implicitly for the first matmul and once by the explicit

@@ -420,7 +420,7 @@ def test_propagated_scan_and_constraints_compile(mesh):
     # Regression: after shardc's propagation XLA crashed on a while op carrying
     # sdy.sharding ("7 leaf nodes while this sharding has 11") and rejected
     # sdy.reshard ("unknown mesh"); module_for_xla rewrites both.
-    from shardc.runtime.xla_form import module_for_xla
+    from shardc.dialects.xla_form import module_for_xla
 
     xs = put(mesh, rand(6, 8, 4), P(None, "x"))
 
@@ -492,7 +492,7 @@ def test_loop_invariant_carries_are_hoisted_for_xla(mesh):
     # XLA hoists carries a loop body returns unchanged without shortening the
     # loop's sharding; module_for_xla hoists them first, and says the remaining
     # carries' shardings with constraints, not on the loop (test_xla_form.py).
-    from shardc.runtime.xla_form import module_for_xla
+    from shardc.dialects.xla_form import module_for_xla
 
     w = put(mesh, rand(8, 8), P("x"))
     xs = put(mesh, rand(3, 8, 8), P(None, "y"))

@@ -26,7 +26,7 @@ from shardc.compiler import jit
 from shardc.dialects import jax_private, make_context
 from shardc.dialects.errors import InternalError
 from shardc.dialects.sdy import SHARDING_ATTR
-from shardc.runtime.xla_form import check_xla_form, module_for_xla
+from shardc.dialects.xla_form import check_xla_form, module_for_xla
 
 RTOL, ATOL = 1e-5, 1e-5  # float32 sums in a different order across shards
 LIT_PROGRAM = pathlib.Path(__file__).parents[2] / "lit" / "passes" / "xla_form.mlir"
