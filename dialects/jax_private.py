@@ -241,6 +241,12 @@ def is_unspecified(sharding: Any) -> bool:
     return isinstance(sharding, sharding_impls.UnspecifiedValue)
 
 
+# jax modules that register rules for the jit primitive but that ``import jax`` does
+# not import (jax's sparse transform, 0.5 s to import, is left out).
+_MODULES_WITH_JIT_RULES = (
+    "jax._src.checkify", "jax.experimental.key_reuse._core", "jax.experimental.jet")
+
+
 def clone_jit_primitive(name: str, impl: Any) -> Any:
     """A new primitive that jax transforms, stages and lowers exactly like ``jax.jit``'s.
 
@@ -253,15 +259,23 @@ def clone_jit_primitive(name: str, impl: Any) -> Any:
     executing an equation of the new primitive means.
     """
     import functools
+    import importlib
     import sys
     import types
 
     from jax._src import core, pjit
 
+    # Modules jax imports only when used, whose registries hold jit rules: imported
+    # now, so that their rules are copied too (checkify's, key reuse's, jet's).
+    for module_name in _MODULES_WITH_JIT_RULES:
+        importlib.import_module(module_name)
     original = pjit.jit_p
     primitive = core.Primitive(name)
     namespace = dict(vars(pjit))
     namespace["jit_p"] = primitive
+    # What a rule of another module reads as ``pjit``: jax's module with our primitive.
+    pjit_view = types.ModuleType(pjit.__name__)
+    pjit_view.__dict__.update(namespace)
     copies: dict[Any, Any] = {}
     for attr, value in vars(pjit).items():
         if isinstance(value, types.FunctionType) and value.__module__ == pjit.__name__:
@@ -272,6 +286,21 @@ def clone_jit_primitive(name: str, impl: Any) -> Any:
             copy.__dict__.update(value.__dict__)
             namespace[attr] = copies[value] = copy
 
+    def rebound(rule: types.FunctionType) -> types.FunctionType:
+        """A rule of another module that binds jax's jit primitive through its globals
+        (``pjit.jit_p.bind``, as checkify's and jet's do), copied to bind ours."""
+        globals_ = rule.__globals__
+        names = {k: pjit_view if v is pjit else primitive for k, v in globals_.items()
+                 if v is pjit or v is original}
+        if not names:
+            return rule
+        copy = types.FunctionType(rule.__code__, {**globals_, **names}, rule.__name__,
+                                  rule.__defaults__, rule.__closure__)
+        copy.__kwdefaults__ = rule.__kwdefaults__
+        copy.__qualname__ = rule.__qualname__
+        copy.__dict__.update(rule.__dict__)
+        return copy
+
     def remap(rule: Any) -> Any:
         if isinstance(rule, functools.partial):
             return functools.partial(remap(rule.func), *map(remap, rule.args),
@@ -279,9 +308,14 @@ def clone_jit_primitive(name: str, impl: Any) -> Any:
         if type(rule).__name__ == "LoweringRuleEntry":
             return type(rule)(remap(rule.rule), rule.inline)
         try:
-            return copies.get(rule, rule)
+            copied = copies.get(rule)
         except TypeError:  # unhashable: not one of the copied functions
             return rule
+        if copied is not None:
+            return copied
+        if isinstance(rule, types.FunctionType) and rule.__module__ != pjit.__name__:
+            return rebound(rule)
+        return rule
 
     for attr, value in vars(original).items():
         if attr not in ("name", "impl"):

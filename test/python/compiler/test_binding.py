@@ -179,3 +179,25 @@ def test_vmap_with_spmd_axis_name_executes_the_equation_once():
     theirs = jax.vmap(jax.jit(f), spmd_axis_name="mdl")(x)
     assert ours.sharding == theirs.sharding
     np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+
+
+def test_checkify_and_jet_bind_shardc_primitive_and_equal_jax_jit(mesh):
+    # Their jit rules live in modules jax imports lazily and bind the primitive
+    # through their module's globals: copied for shardc's, they bind shardc's.
+    from jax.experimental import checkify, jet
+
+    sharding = NamedSharding(mesh, P("x"))
+    x = jax.device_put(jnp.arange(8.0) - 3.0, sharding)
+    divide = lambda x: 1.0 / x  # noqa: E731
+    ours, theirs = (checkify.checkify(j(divide, in_shardings=sharding, out_shardings=sharding),
+                                      errors=checkify.float_checks)
+                    for j in (jit, jax.jit))
+    jaxpr = jax.make_jaxpr(ours)(x)
+    assert [e.primitive for e in jaxpr.eqns if e.primitive.name == "jit"] == [SHARDC_JIT]
+    (our_error, our_out), (their_error, their_out) = ours(x), theirs(x)
+    assert our_error.get() == their_error.get() and "division by zero" in our_error.get()
+    _assert_same(our_out, their_out)
+    zero = x.at[3].set(1.0)
+    assert ours(zero)[0].get() is None
+    series = lambda j: jet.jet(j(jnp.sin), (x,), ((jnp.ones(8),),))  # noqa: E731
+    _assert_same(series(jit), series(jax.jit))
