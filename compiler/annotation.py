@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.diagnostics import internal_message
 from shardc.compiler.signature import LeafSignature, shard_shape
 from shardc.dialects import sdy
 from shardc.dialects.errors import InternalError, MeshMismatchError, ShardcError
@@ -331,11 +332,10 @@ def annotate(
     prefix = leading + tokens
     inputs, outputs = function_type.inputs[prefix:], function_type.results[tokens:]
     if len(inputs) != len(args) or len(outputs) != len(results):
-        raise InternalError(
-            f"the traced @main has {len(inputs)} arguments and {len(outputs)} results "
-            f"after its {leading} global constants and {tokens} tokens but the call has "
-            f"{len(args)} and {len(results)}"
-        )
+        reason = (f"the traced @main has {len(inputs)} arguments and {len(outputs)} results "
+                  f"after its {leading} global constants and {tokens} tokens but the call "
+                  f"has {len(args)} and {len(results)}")
+        raise InternalError(internal_message("annotate", reason), step="annotate", reason=reason)
     symbols = MeshSymbols()
     # Many leaves share a sharding and a type: each pair is converted once.
     converted: dict[tuple, ir.Attribute | None] = {}
