@@ -474,7 +474,9 @@ class JitFunction(JitSurface):
         avals = iter(_traced_aval(leaf) for leaf in arg_leaves)
         trace_args = self._abstract_call_args(args, kwargs, avals)
         with _tracing_mesh(self.mesh):
-            return self._jax_jit.trace(*trace_args[0], **trace_args[1])
+            traced = self._jax_jit.trace(*trace_args[0], **trace_args[1])
+        jax_private.check_no_escaped_tracers(traced)
+        return traced
 
     def _lower_uncached(self, args, kwargs, arg_leaves, mesh, propagate,
                         platforms, devices, lowering_parameters=None

@@ -234,6 +234,16 @@ def jit_call_parts(traced: Any) -> tuple[dict, list]:
     return dict(traced._params), list(traced._consts)
 
 
+def check_no_escaped_tracers(traced: Any) -> None:
+    """jax.jit's check of a program about to run outside any transformation: a
+    constant its trace closed over that is a tracer escaped another trace (a side
+    effect leaked it), jax's ``UnexpectedTracerError`` naming where it was made."""
+    from jax._src import core
+
+    if core.trace_state_clean():
+        core.check_eval_args(traced._consts)
+
+
 def is_unspecified(sharding: Any) -> bool:
     """Whether a jit parameter's sharding entry is jax's "unspecified" marker."""
     from jax._src import sharding_impls

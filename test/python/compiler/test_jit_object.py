@@ -394,3 +394,25 @@ def test_a_new_trace_context_is_a_new_program(jitted):
         assert "HIGHEST" in f.lower(x, x).as_text()
     f(x, x)
     assert len(traced) == 2
+
+
+@JITS
+def test_a_leaked_tracer_used_by_a_later_call_is_jax_unexpected_tracer_error(jitted):
+    leaked = []
+
+    @jitted
+    def leak(x):
+        leaked.append(x + 1)  # a side effect: the tracer escapes its trace
+        return x
+
+    leak(jnp.ones(3))
+
+    def body(carry, _):
+        return carry + leaked[0], None
+
+    @jitted
+    def uses_it(x):
+        return jax.lax.scan(body, x, None, length=2)[0]
+
+    with pytest.raises(jax.errors.UnexpectedTracerError, match="was created on line"):
+        uses_it(jnp.ones(3))
