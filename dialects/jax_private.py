@@ -210,13 +210,19 @@ def _core() -> Any:
     return core
 
 
+@functools.cache
+def _config() -> Any:
+    # As ``_core``: imported on first use, then kept (read on every call).
+    from jax._src import config
+
+    return config
+
+
 def trace_context() -> Any:
     """The configuration jax keys its traces and executables on (precision, rank
     promotion, ``no_execution``, context meshes...): what was traced under one value
     of it is not the program for another."""
-    from jax._src import config
-
-    return config.trace_context()
+    return _config().trace_context()
 
 
 def is_tracer(value: Any) -> bool:
@@ -694,10 +700,9 @@ def register_cache(cache: Any, for_what: str) -> None:
 
 
 def check_execution_allowed(executable: Any) -> None:
-    """Raise jax's error for executing a program under ``jax.no_execution()``."""
-    from jax._src import config
-
-    if config.no_execution.value:
+    """Raise jax's error for executing a program under ``jax.no_execution()`` (asked on
+    every call of a compiled program: jax's config is read through ``_config``)."""
+    if _config().no_execution.value:
         name = executable.hlo_modules()[0].name
         raise RuntimeError(f"JAX tried to execute function {name}, but the no_execution "
                            "config option is set")
