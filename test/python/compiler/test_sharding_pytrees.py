@@ -6,9 +6,11 @@ Every case runs through jax.jit too: same values, equivalent output shardings, a
 for a refused tree jax's error class and wording.
 """
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -75,8 +77,6 @@ def test_a_sharding_over_a_none_hole_covers_nothing(mesh):
 
 
 def test_equinox_partition_and_optax_state(mesh):
-    eqx = pytest.importorskip("equinox")
-    optax = pytest.importorskip("optax")
     model = eqx.nn.MLP(4, 2, 8, 1, key=jax.random.key(0))
     params, _ = eqx.partition(model, eqx.is_array)
     opt_state = optax.adam(1e-3).init(params)
