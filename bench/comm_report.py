@@ -163,6 +163,37 @@ def _loop_carry(size: str = "small") -> Program:
                    out_shardings=shardings(mesh, P("x", "y")), mesh=mesh)
 
 
+def _unit_window(name: str, grad_of, shape: tuple[int, ...], spec: P):
+    """A lookup whose slices are windows of size 1 on the dimension the indices select
+    (what ``vmap`` of ``dynamic_slice``, ``take_along_axis`` and named-axis libraries
+    emit, unlike ``jnp.take``), differentiated: a scatter-add of the same windows into
+    an operand sharded on that dimension, which XLA partitions as trivially sliced
+    (each device masks the indices it does not hold; nothing is gathered)."""
+    def make(size: str = "small") -> Program:
+        mesh = make_mesh((4, 2), ("data", "model"))
+        rand = np.random.default_rng(5)
+        data = rand.standard_normal(shape).astype(np.float32)
+        ids = rand.integers(0, 64, (8, 16)).astype(np.int32)
+        ins = shardings(mesh, (spec, P("data")))
+        return Program(name=name, description="size-1 windows on an indexed dim",
+                       fun=grad_of, args=place((data, ids), ins), in_shardings=ins,
+                       out_shardings=ins[0], mesh=mesh)
+    return make
+
+
+def _window_lookup_grad(table, ids):
+    """``table[:, id]`` as one-column windows (a gather with slice sizes (rows, 1))."""
+    column = lambda t, i: jax.lax.dynamic_slice_in_dim(t, i, 1, axis=1)[:, 0]  # noqa: E731
+    lookup = lambda t: jax.vmap(jax.vmap(column, (None, 0)), (None, 0))(t, ids)  # noqa: E731
+    return jax.grad(lambda t: (lookup(t) ** 2).sum())(table)
+
+
+def _target_logit_grad(logits, ids):
+    """Each position's target log-probability, picked out of vocab-sharded logits."""
+    pick = lambda x: jax.numpy.take_along_axis(x, ids[..., None], axis=-1)  # noqa: E731
+    return jax.grad(lambda x: pick(jax.nn.log_softmax(x)).sum())(logits)
+
+
 HANDWRITTEN = {
     "all-gather": _reshard(P("x", "y"), P()),
     "all-to-all": _reshard(P("x", None), P(None, "x")),
@@ -188,6 +219,10 @@ HANDWRITTEN = {
                                                  mesh_shape=(4, 2), names=("x", "y")),
     "fft": _batched("fft", lambda a: jax.numpy.fft.fft(a, axis=-1).real,
                     P("x", "y", None), P("x", "y")),
+    "window-of-one lookup gradient": _unit_window(
+        "window-of-one lookup gradient", _window_lookup_grad, (32, 64), P(None, "model")),
+    "target logit gradient": _unit_window(
+        "target logit gradient", _target_logit_grad, (8, 16, 64), P("data", None, "model")),
 }
 
 

@@ -119,7 +119,8 @@ class _Op:
 
     def classes(self) -> _Classes:
         data, idx, slices = self.factors("data"), self.factors("indices"), self.factors("slices")
-        need = set(self.rule.need_replication_factors)
+        unit = {f for d in self.roles.unit_slice_dims for f in self.mappings["data"][d]}
+        need = set(self.rule.need_replication_factors) - unit
         ordered = range(len(self.rule.factor_sizes))
         return _Classes(
             parallel=tuple(f for f in ordered if f in data and f in idx and f in slices),

@@ -194,18 +194,39 @@ class IndexedRoles:
     updates: tuple[int, ...] = ()
     scatter: bool = False
     splat_data: bool = False  # every input a constant or a broadcast scalar
+    # Data dims the indices select with slices of size 1 (collapsed, or windows of
+    # size 1): XLA partitions a data tensor sharded there as "trivially sliced",
+    # whether or not the dim is collapsed.
+    unit_slice_dims: tuple[int, ...] = ()
 
 
 def gather_roles(op: ir.Operation) -> IndexedRoles:
     """Operand 0 is indexed by operand 1; the result holds the slices."""
-    return IndexedRoles((0,), 1)
+    dims = stablehlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
+    slice_sizes = list(ir.DenseI64ArrayAttr(op.attributes["slice_sizes"]))
+    unit = tuple(d for d in dims.start_index_map if slice_sizes[d] == 1)
+    return IndexedRoles((0,), 1, unit_slice_dims=unit)
 
 
 def scatter_roles(op: ir.Operation) -> IndexedRoles:
     """N inputs, then the indices, then N updates; results are the inputs updated."""
     n = len(op.results)
     splat = all(_is_splat(op.operands[k]) for k in range(n))
-    return IndexedRoles(tuple(range(n)), n, tuple(range(n + 1, 2 * n + 1)), True, splat)
+    dims = stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
+    unit = tuple(d for d in dims.scattered_dims_to_operand_dims
+                 if _scatter_window_size(dims, shape_of(op.operands[n + 1]), d) == 1)
+    return IndexedRoles(tuple(range(n)), n, tuple(range(n + 1, 2 * n + 1)), True, splat,
+                        unit)
+
+
+def _scatter_window_size(dims: stablehlo.ScatterDimensionNumbers, update_shape: Sequence[int],
+                         input_dim: int) -> int:
+    """The size of the update window along ``input_dim`` (1 where the dim is inserted)."""
+    if input_dim in dims.inserted_window_dims or input_dim in dims.input_batching_dims:
+        return 1
+    skipped = set(dims.inserted_window_dims) | set(dims.input_batching_dims)
+    window_position = sum(1 for d in range(input_dim) if d not in skipped)
+    return update_shape[dims.update_window_dims[window_position]]
 
 
 def _is_splat(value: ir.Value) -> bool:
