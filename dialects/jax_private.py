@@ -671,6 +671,18 @@ def cpp_dispatch(name: str, fun: Any, call: Any, static_argnums: tuple,
                      key, tree_util.dispatch_registry, pxla.cc_shard_arg, cache)
 
 
+def compiled_dispatch(name: str, call: Any) -> Any:
+    """jax's C++ dispatch for one compiled program, as ``jax.stages.Compiled`` calls
+    through: ``call(*args, **kwargs)`` runs a call whose signature it has not seen
+    and returns ``(outputs, fast_path or None, False)``; the entries are its own."""
+    from jax._src import tree_util
+    from jax._src.interpreters import pxla
+    from jax._src.lib import _jax
+
+    return _jax.pjit(name, None, call, [], [], pxla.JitGlobalCppCacheKeys(),
+                     tree_util.dispatch_registry, pxla.cc_shard_arg)
+
+
 def fast_path(executable: Any, outputs: Any, in_shardings: list, out_shardings: list,
               in_layouts: list | None = None) -> Any:
     """What jax's C++ dispatch needs to run ``executable`` again without Python, or None

@@ -12,6 +12,7 @@ arguments, executes and wraps.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -229,9 +230,27 @@ class Compiled(Stage):
 
         As a compiled program's call in jax, a committed argument must already be
         where the executable wants it: the same devices, in the same order (unless
-        ``jit(device=...)`` asked for the device: then it is moved there)."""
-        return self._call(args, kwargs,
-                          self._expected_by_jit if self.placed_by_jit else self._expected)
+        ``jit(device=...)`` asked for the device: then it is moved there). As
+        jax's compiled calls, repeated calls of one signature run in jax's C++
+        dispatch; it comes back here (``_first_call``) for a signature it has not
+        seen, or always where there is no fast path."""
+        if self._dispatch is None:
+            # Weakly: the dispatch is held by this object.
+            this = weakref.ref(self)
+            self._dispatch = jax_private.compiled_dispatch(
+                "compiled", lambda *a, **k: this()._first_call(a, k))
+        return self._dispatch(*args, **kwargs)
+
+    _dispatch: Any = None
+
+    def _first_call(self, args: tuple, kwargs: dict) -> tuple[Any, Any, bool]:
+        expected = self._expected_by_jit if self.placed_by_jit else self._expected
+        outputs = self._call(args, kwargs, expected)
+        # Static arguments passed again are not the executable's: such calls stay here.
+        if len(args) != self._num_positional or any(k in kwargs for k, _ in
+                                                    self._static.keywords):
+            return outputs, None, False
+        return outputs, self.fast_path(outputs), False
 
     def call_as_jit(self, *args: Any, **kwargs: Any) -> Any:
         """The call of a jitted function that was lowered for these arguments: a

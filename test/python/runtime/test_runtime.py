@@ -203,6 +203,41 @@ def test_arguments_pass_through_or_are_placed_and_counted(mesh):
     assert (compiled.placement.resharded, compiled.placement.placed) == (0, 2)
 
 
+def test_repeated_compiled_calls_run_in_jax_dispatch(mesh, monkeypatch):
+    """As jax's compiled calls: one signature goes through Python once, then runs in
+    jax's C++ dispatch; donating calls and static arguments passed again stay in
+    Python (donation deletes the caller's arrays there)."""
+    from shardc.runtime.compiled import Compiled
+
+    calls = []
+    python_call = Compiled._call
+    monkeypatch.setattr(Compiled, "_call",
+                        lambda self, *a: calls.append(self) or python_call(self, *a))
+    a = put(mesh, rand(16, 8), P("x", "y"))
+    compiled = jit(lambda a: a + 1, P("x", "y"), mesh=mesh).lower(a).compile()
+    expected = np.asarray(a) + 1
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(block(compiled(a))), expected)
+    assert len(calls) == 1
+    block(compiled(np.asarray(a)))  # another signature: host data
+    assert len(calls) == 2
+
+    calls.clear()
+    scaled = jit(lambda a, k: a * k, P("x", "y"), static_argnums=1, mesh=mesh)
+    compiled = scaled.lower(a, 3).compile()
+    for _ in range(2):
+        np.testing.assert_array_equal(np.asarray(block(compiled(a, 3))), np.asarray(a) * 3)
+        np.testing.assert_array_equal(np.asarray(block(compiled(a))), np.asarray(a) * 3)
+    assert len(calls) == 3  # every call passing the static again, and one without
+
+    calls.clear()
+    donating = jit(lambda a: a + 1, P("x", "y"), donate_argnums=0, mesh=mesh)
+    compiled = donating.lower(a).compile()
+    for _ in range(2):
+        block(compiled(put(mesh, np.asarray(a), P("x", "y"))))
+    assert len(calls) == 2
+
+
 def test_committed_argument_of_another_sharding_is_jax_error(mesh):
     # jax.jit never moves committed data on a call; it says which argument differs.
     a = put(mesh, rand(16, 8), P("x", "y"))
