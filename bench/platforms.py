@@ -39,6 +39,7 @@ from jax.sharding import PartitionSpec as P
 from shardc.compiler import jit
 
 KINDS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
+REDUCTIONS = ("all-reduce", "reduce-scatter")
 MEMORY = ("argument", "output", "temp", "net")
 BF16 = jnp.bfloat16
 
@@ -206,6 +207,13 @@ def format_table(rows: list[Row]) -> str:
             ratio = _ratio(cells[1][1], cells[2][1])
             lines.append(f"{row.name:<26} {kind:<19} "
                          + " ".join(f"{c:>3} x {b:>12}" for c, b in cells) + f" {ratio:>7}")
+        # Which reductions XLA:TPU forms as reduce-scatters varies (fewer for bf16
+        # partial sums); the bytes reduced in all are what the rules must get right.
+        cells = [tuple(sum(side.get(k, (0, 0))[i] for k in REDUCTIONS) for i in (0, 1))
+                 for side in (row.cpu, row.tpu, row.xla)]
+        lines.append(f"{row.name:<26} {'all-reduce + r-s':<19} "
+                     + " ".join(f"{c:>3} x {b:>12}" for c, b in cells)
+                     + f" {_ratio(cells[1][1], cells[2][1]):>7}")
         for field in MEMORY:
             lines.append(f"{row.name:<26} {'memory ' + field:<19} {'':>18} "
                          f"{row.memory[field]:>18} {row.xla_memory[field]:>18} "

@@ -17,8 +17,9 @@ collectives but differs in a few measurable ways, each one field here:
   up to ``all_reduce_combine_bytes``, so the count falls and the bytes stay;
   XLA:CPU combines none of a step's gradients in the figures measured, so
   there the count is one per reduction;
-* buffer layout: XLA:TPU tiles arrays in memory (rank >= 2: the last two
-  dimensions padded to (8, 128) tiles, fewer than 8 rows to a power of two;
+* buffer layout: XLA:TPU tiles arrays in memory (rank >= 2: two dimensions
+  padded to (8, 128) tiles, fewer than 8 rows to a power of two, the two
+  that pad least, as XLA picks the layout;
   rank <= 1: padded to a power of two of elements up to ``vector_tile``;
   every buffer, the output tuple's table of pointers too, at least
   ``min_buffer_bytes``), so a small or odd-shaped buffer takes more than its
@@ -85,16 +86,26 @@ class PlatformRules:
         if self.tile is None:
             return element_bytes * prod(shape)
         if len(shape) >= 2:
-            rows, cols = self.tile
-            *major, second, minor = shape
-            # Fewer rows than a tile's take a tile of the next power of two of rows.
-            second = _round_up(second, rows) if second >= rows else _power_of_two(second)
-            elements = prod(major) * second * _round_up(minor, cols)
+            # XLA:TPU picks the layout (which dimensions are tiled) that pads least,
+            # e.g. a [512, 64] shard keeps 64 as its rows, not its 128-wide columns.
+            elements = min(self._tiled(shape, second, minor)
+                           for second in range(len(shape)) for minor in range(len(shape))
+                           if second != minor)
         else:
             n = shape[0] if shape else 1
             elements = (_round_up(n, self.vector_tile) if n > self.vector_tile
                         else _power_of_two(n))
         return max(elements * element_bytes, self.min_buffer_bytes)
+
+
+    def _tiled(self, shape: Sequence[int], second: int, minor: int) -> int:
+        """Elements of ``shape`` tiled with dimension ``second`` as the tile's rows
+        (fewer rows than a tile's: the next power of two) and ``minor`` as its columns."""
+        rows, cols = self.tile
+        n = shape[second]
+        tiled = (_round_up(n, rows) if n >= rows else _power_of_two(n)) \
+            * _round_up(shape[minor], cols)
+        return tiled * prod(d for k, d in enumerate(shape) if k not in (second, minor))
 
 
 def _round_up(n: int, multiple: int) -> int:

@@ -128,7 +128,8 @@ def test_tpu_buffers_are_tiled_as_xla_tpu_lays_them_out():
     measured = {((), 4): 512, ((3,), 4): 512, ((300,), 4): 2048, ((1000,), 4): 4096,
                 ((300,), 2): 1024, ((5, 7), 4): 4096, ((9, 130), 4): 16384,
                 ((9, 130), 2): 8192, ((17, 200), 2): 12288, ((64, 512), 2): 65536,
-                ((17, 200), 1): 6144, ((4, 512), 2): 4096}
+                ((17, 200), 1): 6144, ((4, 512), 2): 4096, ((2, 3, 5), 4): 3072,
+                ((512, 64), 2): 65536}
     for (shape, element_bytes), xla in measured.items():
         assert TPU.buffer_bytes(shape, element_bytes) == xla, shape
     assert CPU.buffer_bytes((9, 130), 4) == 9 * 130 * 4
