@@ -334,10 +334,23 @@ class Lowered(Stage):
         """Run the sharding checks; see ``shardc.compiler.checks.program.check_lowered``."""
         return check_lowered(self.module, raise_on_error=raise_on_error, **options)
 
-    def comm_report(self) -> Any:
-        """Predict XLA's collectives per op and source line (a ``CommReport``)."""
+    def comm_report(self, *, platform: str | None = None) -> Any:
+        """Predict XLA's collectives per op and source line (a ``CommReport``) as XLA
+        compiles them for ``platform`` ("cpu" or "tpu"; default the lowering's)."""
         return comm_report(propagated_copy(self.module, export=False),
-                           missing_as_replicated=True)
+                           missing_as_replicated=True,
+                           platform=platform or self.target_platform)
+
+    @property
+    def target_platform(self) -> str:
+        """The platform the predictions are for by default: the first of
+        ``lower(lowering_platforms=...)``, else that of the devices the program
+        compiles for (its mesh's, else the default backend's)."""
+        if self.platforms:
+            return self.platforms[0]
+        devices = self.requested_devices or next(
+            (tuple(m.devices.flat) for m in self._meshes if isinstance(m, Mesh)), None)
+        return devices[0].platform if devices else jax.default_backend()
 
     # -- explain: thin layers over shardc.compiler.explain ---------
     def explain(self, **filters: Any) -> Any:
@@ -350,7 +363,9 @@ class Lowered(Stage):
                         user_results=[r.sharding is not None for r in self._results])
         return table.filter(**filters) if filters else table
 
-    def memory_estimate(self) -> Any:
+    def memory_estimate(self, *, platform: str | None = None) -> Any:
         """Per-device bytes of arguments, outputs, temporaries and donated buffers the
-        outputs reuse, before compiling (a ``MemoryEstimate``)."""
-        return memory_estimate(self.module, arg_names=self.arg_names)
+        outputs reuse, before compiling (a ``MemoryEstimate``), as XLA lays them out
+        on ``platform`` ("cpu" or "tpu"; default the lowering's)."""
+        return memory_estimate(self.module, arg_names=self.arg_names,
+                               platform=platform or self.target_platform)

@@ -88,6 +88,12 @@ class UnshardableEffectError(ShardcError, ValueError):
     """An ordered effect jax runs on one device only, in a program of several."""
 
 
+class NotExecutableError(ShardcError, AttributeError):
+    """A program compiled ahead of time for devices this process cannot address (a
+    topology's, ``jax.experimental.topologies``) was called: an ``AttributeError``
+    as jax's executable raises then (it has no ``local_devices``)."""
+
+
 class InternalError(ShardcError, RuntimeError):
     """shardc produced an invalid module: a bug in shardc, not in the program.
 

@@ -101,7 +101,10 @@ def compile_executable(
     build.use_shardy_partitioner = True
     build.allow_spmd_sharding_propagation_to_parameters = propagate_to_parameters
     build.allow_spmd_sharding_propagation_to_output = propagate_to_outputs
-    client = backend.get_backend(devices[0].platform)
+    # The devices' own client, as jax's: a topology's devices (``jax.experimental.
+    # topologies``) belong to a compile-only client, which compiles ahead of time
+    # for hardware this host does not have and returns an executable that cannot run.
+    client = devices[0].client
     device_list = xla_client.DeviceList(devices)
     extra = {"host_callbacks": host_callbacks} if host_callbacks else {}
     # Logged as jax logs its compilations (WARNING under `jax_log_compiles`), and
@@ -109,7 +112,17 @@ def compile_executable(
     with dispatch.log_elapsed_time(
             "Finished XLA compilation of {fun_name} in {elapsed_time:.9f} sec",
             fun_name=_module_name(module), event=dispatch.BACKEND_COMPILE_EVENT):
+        if is_compile_only(client):
+            return client.compile(module, executable_devices=device_list,
+                                  compile_options=options, **extra)
         return client.compile_and_load(module, device_list, options, **extra)
+
+
+def is_compile_only(client: Any) -> bool:
+    """Whether ``client`` only compiles (a topology's, for devices not attached here)."""
+    from jaxlib import _jax
+
+    return isinstance(client, _jax.CompileOnlyPyClient)
 
 
 def _module_name(module: ir.Module) -> str:

@@ -36,6 +36,10 @@ _ELEMENT_BYTES = {
 _INSTRUCTION = re.compile(
     r"=\s*(?P<result>\(.*?\)|\S+)\s+(?P<kind>" + "|".join(KINDS) + r")(?:-start)?\((?P<operands>[^)]*)\)"
 )
+# XLA:TPU forms a reduce-scatter as a fusion of an all-reduce and the dynamic-slice
+# of each device's part, calling a computation of this name: the all-reduce in it
+# counts as that reduce-scatter (its buffer is the reduce-scatter's full operand).
+_REDUCE_SCATTER_FUSION = "%all-reduce-scatter"
 _ARRAY_SHAPE = re.compile(r"\b([a-z]+\d*[a-z0-9]*)\[([\d,]*)\]")
 
 
@@ -97,15 +101,21 @@ def find_collectives(hlo_text: str) -> list[Collective]:
     """Every collective instruction in an HLO module's text, in order, with its source."""
     frames = stack_frames(hlo_text)
     found = []
+    computation = ""
     for line in hlo_text.splitlines():
+        if line.startswith("%") or line.startswith("ENTRY"):
+            computation = line.split()[1 if line.startswith("ENTRY") else 0]
         match = _INSTRUCTION.search(line)
         if match is None:
             continue
+        kind = match.group("kind")
+        if kind == "all-reduce" and computation.startswith(_REDUCE_SCATTER_FUSION):
+            kind = "reduce-scatter"  # XLA:TPU's: an all-reduce and a slice, fused
         result = shape_bytes(match.group("result"))
         operands = shape_bytes(match.group("operands"))
         op_name, frame_id = _OP_NAME.search(line), _FRAME_ID.search(line)
         found.append(Collective(
-            match.group("kind"), max(result, operands), line.strip(),
+            kind, max(result, operands), line.strip(),
             op_name.group("name") if op_name else None,
             frames.get(int(frame_id.group("id"))) if frame_id else None,
         ))  # fmt: skip

@@ -26,6 +26,7 @@ from shardc.dialects import jax_private
 from shardc.dialects.errors import (
     DeviceMismatchError,
     InvalidArgumentError,
+    NotExecutableError,
     PytreeMismatchError,
     ShardcError,
 )
@@ -140,6 +141,8 @@ class Compiled(Stage):
         self._dispatch_layouts = layouts.dispatch_layouts(
             self._input_layouts, input_shardings, [_physical(i.aval) for i in inputs])
         self.devices = devices
+        # False for a program compiled for a topology's devices, not attached here.
+        self.runnable = not jax_private.is_compile_only(devices[0].client)
         self._in_tree = in_tree
         self._out_tree = out_tree
         self._static = static
@@ -261,6 +264,13 @@ class Compiled(Stage):
 
     def _call(self, args: tuple, kwargs: dict,
               expected: Sequence[arguments.ExpectedArgument]) -> Any:
+        if not self.runnable:
+            raise NotExecutableError(
+                "'Executable' object has no attribute 'local_devices': the program was "
+                f"compiled ahead of time for {self.devices[0].platform} devices this "
+                f"process cannot address ({self.devices[0]}, ...: a topology's devices); "
+                "read its memory_analysis(), cost_analysis() and as_text(), or compile it "
+                "again for devices attached here to run it")
         jax_private.check_execution_allowed(self._executable)
         leaves, tree = jax.tree.flatten(self._dynamic(args, kwargs))
         if tree != self._in_tree:
@@ -459,7 +469,7 @@ def compile_program(
         host_callbacks=list(host_callbacks),
         compiler_options=compiler_options,
     )
-    if keepalive:
+    if keepalive and hasattr(executable, "keep_alive"):  # a compile-only one never runs
         executable.keep_alive(list(keepalive))
     input_layouts, output_layouts, placed_layouts = layouts.compiled_layouts(
         executable, inputs, outputs, tokens)

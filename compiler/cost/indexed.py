@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from math import prod
 
 from shardc.compiler.cost.op_comm import OpCommunication, dims_text
+from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.cost.reshard import Collective, all_reduce, reshard_tensor
 from shardc.compiler.propagation.projection import projected_axes
 from shardc.compiler.sharding.axes import AxisRef
@@ -359,8 +360,8 @@ def indexed_communication(rule: OpShardingRule, roles: IndexedRoles,
     if any(t.sharding is None for t in [*operands, *results]):
         return None
     # Programs and the cost-aware search's candidates repeat gathers and scatters with
-    # equal shardings: the answer depends on nothing else.
-    key = (rule, roles, tuple(operands), tuple(results), mesh.key)
+    # equal shardings: the answer depends on nothing else but the platform.
+    key = (rule, roles, tuple(operands), tuple(results), mesh.key, active_rules())
     if key not in _memo:
         if len(_memo) >= _MEMO_LIMIT:
             _memo.clear()

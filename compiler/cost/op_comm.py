@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from shardc.compiler.cost.dot_groups import regrouped_operand
+from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.cost.reshard import (
     Collective,
     all_reduce,
@@ -206,10 +207,14 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     if all(r.sharding is None for r in results):
         return []
     replicated = op_name in XLA_REPLICATED_OPS
-    # Models repeat ops with equal shardings (layers): the answer depends on nothing else.
+    rules = active_rules()
+    if op_name == "stablehlo.dot_general" and rules.dot_operands_moved_as:
+        operands = [rules.dot_operand(t) for t in operands]
+    # Models repeat ops with equal shardings (layers): the answer depends on nothing else
+    # but the platform (its bytes per element in collectives).
     key = (rule, tuple(operands), tuple(results),
            mesh.key if isinstance(mesh, MeshInfo) else (tuple(mesh) if mesh else None),
-           replicated)
+           replicated, rules)
     found = _memo.get(key)
     if found is None:
         if len(_memo) >= _MEMO_LIMIT:

@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from jaxlib.mlir import ir
 
 from shardc.compiler.cost.indexed import indexed_communication
 from shardc.compiler.cost.op_comm import dims_text, op_communication
+from shardc.compiler.cost.platforms import active_rules, platform_rules, predicting_for
 from shardc.compiler.cost.reshard import (
+    ALL_REDUCE,
     KINDS,
     Collective,
     collective_element_bytes,
@@ -70,6 +72,9 @@ class CommEntry:
     tensor: str
     implicit: bool = True  # False: the program asked for it (reshard, constraint, psum...)
     location: ir.Location | None = field(default=None, compare=False, repr=False)
+    # XLA combines this all-reduce into an earlier one of the report (the platform's
+    # all-reduce combiner): its bytes count, it adds no collective to the count.
+    combined: bool = False
 
     def as_dict(self) -> dict:
         """JSON-ready fields (the MLIR location as its file:line:col)."""
@@ -98,7 +103,7 @@ class CommReport:
         """Count and bytes per kind (every kind present, zero when absent)."""
         sums = {kind: [0, 0] for kind in KINDS}
         for entry in self.entries:
-            sums[entry.kind][0] += 1
+            sums[entry.kind][0] += not entry.combined
             sums[entry.kind][1] += entry.bytes_per_device
         return {kind: CommTotal(kind, c, b) for kind, (c, b) in sums.items()}
 
@@ -108,8 +113,9 @@ class CommReport:
         for e in self.entries:
             axes = ",".join(e.axes)
             where = f'loc("{e.loc.file}":{e.loc.line}:{e.loc.col})' if e.loc else "loc(unknown)"
+            combined = ", combined with an earlier all-reduce" if e.combined else ""
             lines.append(f"{e.kind:<19} {e.bytes_per_device:>10}  {axes:<12} {e.op:<26} "
-                         f"{where}: {e.reason} ({e.tensor})")
+                         f"{where}: {e.reason} ({e.tensor}){combined}")
         lines.append("totals:")
         for total in self.totals().values():
             if total.count:
@@ -425,7 +431,7 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
     for need in needs[0]:
         if need.target is not None:
             reshard = (graph.op_operands[op][need.operand], need.target)
-            if reshard in reader.resharded:
+            if reshard in reader.resharded and active_rules().reuses_reshards:
                 continue  # XLA reuses the value it already resharded for an earlier op
             resharded.append(reshard)
         kept.append(need)
@@ -459,23 +465,68 @@ def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
 
 
 def comm_report(module: ir.Module | ir.Operation, *,
-                missing_as_replicated: bool = True) -> CommReport:
-    """Predict every collective of ``module`` from the shardings it holds.
+                missing_as_replicated: bool = True, platform: str = "cpu") -> CommReport:
+    """Predict every collective of ``module`` from the shardings it holds, as XLA
+    compiles it for ``platform`` ("cpu" or "tpu", ``platforms.PLATFORMS``).
 
     With ``missing_as_replicated`` (what XLA does once propagation is over) a
     value without a sharding counts as replicated on the module's first mesh;
     otherwise it is unknown and needs nothing.
     """
-    reader = ModuleValues(module.operation, missing_as_replicated=missing_as_replicated)
-    return comm_report_of(reader)
+    with predicting_for(platform_rules(platform)):
+        reader = ModuleValues(module.operation, missing_as_replicated=missing_as_replicated)
+        return comm_report_of(reader)
 
 
 def comm_report_of(reader: ModuleValues) -> CommReport:
-    """``comm_report`` of a module already read (``reader`` is used up: its reshard cache fills)."""
-    entries: list[CommEntry] = []
+    """``comm_report`` of a module already read (``reader`` is used up: its reshard
+    cache fills), for the platform predicted for (``platforms.active_rules``)."""
+    sites: list[tuple[int, CommEntry]] = []
     for op in range(len(reader.graph.ops)):
-        entries.extend(collectives_at(reader, op))
-    return CommReport(tuple(entries), _notes(reader))
+        sites.extend((op, entry) for entry in collectives_at(reader, op))
+    rules = active_rules()
+    if rules.all_reduce_combine_bytes:
+        sites = _combine_all_reduces(reader, sites, rules.all_reduce_combine_bytes)
+    return CommReport(tuple(entry for _, entry in sites), _notes(reader))
+
+
+def _combine_all_reduces(reader: ModuleValues, sites: list[tuple[int, CommEntry]],
+                         limit: int) -> list[tuple[int, CommEntry]]:
+    """Mark the all-reduces XLA's all-reduce combiner merges: those of partial sums
+    over the same axes whose results no later collective depends on (a step's
+    gradients), so the scheduler can delay them together, in groups of at most
+    ``limit`` bytes."""
+    at_ops = {op for op, _ in sites}
+    groups: dict[tuple[str, ...], int] = {}  # axes -> bytes of the open combined op
+    out = []
+    for op, entry in sites:
+        combinable = (entry.kind == ALL_REDUCE and entry.implicit
+                      and not _feeds_collective(reader.graph, op, at_ops))
+        if combinable:
+            open_bytes = groups.get(entry.axes)
+            if open_bytes is not None and open_bytes + entry.bytes_per_device <= limit:
+                groups[entry.axes] = open_bytes + entry.bytes_per_device
+                entry = replace(entry, combined=True)
+            else:
+                groups[entry.axes] = entry.bytes_per_device
+        out.append((op, entry))
+    return out
+
+
+def _feeds_collective(graph, op: int, at_ops: set[int]) -> bool:
+    """Whether a value computed from op ``op``'s results reaches another op of
+    ``at_ops`` (one with collectives) or a region-holding op's body."""
+    seen, stack = {op}, [op]
+    while stack:
+        for value in graph.op_results[stack.pop()]:
+            for user, _ in graph.uses[value]:
+                while user >= 0 and user not in seen:
+                    if user in at_ops:
+                        return True
+                    seen.add(user)
+                    stack.append(user)
+                    user = graph.op_parent[user]  # a use in a body is its owner's too
+    return False
 
 
 def _notes(reader: ModuleValues) -> tuple[str, ...]:

@@ -28,6 +28,7 @@ from math import prod
 
 import numpy as np
 
+from shardc.compiler.cost.platforms import PlatformRules, active_rules
 from shardc.compiler.sharding.axes import AxisRef, size_product
 from shardc.compiler.sharding.tensor import Tensor, TensorSharding
 
@@ -76,11 +77,11 @@ def _names(axes: Sequence[AxisRef]) -> tuple[str, ...]:
 MeshAxes = Sequence[tuple[str, int]]
 
 
-def collective_element_bytes(element_bytes: int, dtype: str | None, backend: str = "cpu") -> int:
-    """Bytes per element inside a collective: XLA:CPU upcasts bf16 collectives to f32."""
-    if backend == "cpu" and dtype == "bf16":
-        return 4
-    return element_bytes
+def collective_element_bytes(element_bytes: int, dtype: str | None,
+                             rules: PlatformRules | None = None) -> int:
+    """Bytes per element inside a collective on ``rules``' platform (the prediction's,
+    ``platforms.active_rules``): XLA:CPU upcasts bf16 collectives to f32."""
+    return (rules or active_rules()).element_bytes_in_collective(element_bytes, dtype)
 
 
 def mesh_axes(mesh, src: TensorSharding | None = None,
@@ -335,7 +336,7 @@ def reshard_collectives(
     mesh=None,
     *,
     dtype: str | None = None,
-    backend: str = "cpu",
+    rules: PlatformRules | None = None,
 ) -> list[Collective]:
     """The collectives that turn a ``src``-sharded tensor into a ``dst``-sharded one.
 
@@ -350,9 +351,10 @@ def reshard_collectives(
     slice. ``mesh`` (a ``MeshInfo`` or (axis, size) pairs, major to minor)
     fixes the device order; without it the axes the shardings name are used.
     On CPU, XLA runs bf16 collectives in f32 (``dtype="bf16"`` counts 4 bytes
-    per element, as the compiled HLO shows).
+    per element, as the compiled HLO shows); ``rules``: the platform's
+    (``platforms.active_rules()`` when None).
     """
-    element_bytes = collective_element_bytes(element_bytes, dtype, backend)
+    element_bytes = collective_element_bytes(element_bytes, dtype, rules)
     rank = len(shape)
     before, after = dim_axes(src, rank), dim_axes(dst, rank)
     if before == after:
@@ -420,8 +422,16 @@ def reshard_tensor(src: Tensor, dst: TensorSharding | None, mesh=None) -> list[C
 
 def all_reduce(result: Tensor, over: Sequence[AxisRef]) -> Collective:
     """The all-reduce of ``result``'s partial sums over ``over`` (buffer: the result
-    shard, in the type XLA reduces it in)."""
+    shard without the axes reduced over, in the type XLA reduces it in).
+
+    A result sharded over axes it is reduced over is all-reduced unsliced and
+    then sliced: on a platform that forms reduce-scatters from that (XLA:TPU),
+    one reduce-scatter of the same buffer (its full operand)."""
     axes = dim_axes(result.sharding, len(result.shape))
     kept = [[axis for axis in dim if axis not in over] for dim in axes]
-    return Collective(ALL_REDUCE, _names(over), shard_bytes(
-        result.shape, collective_element_bytes(result.element_bytes, result.dtype), kept))
+    rules = active_rules()
+    sliced = any(len(k) != len(dim) for k, dim in zip(kept, axes))
+    kind = REDUCE_SCATTER if sliced and rules.forms_reduce_scatter else ALL_REDUCE
+    return Collective(kind, _names(over), shard_bytes(
+        result.shape, collective_element_bytes(result.element_bytes, result.dtype, rules),
+        kept))

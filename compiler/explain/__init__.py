@@ -70,13 +70,15 @@ def _propagated(module: ir.Operation) -> bool:
 
 
 def memory_estimate(module: ir.Module | ir.Operation, *, propagate: bool = True,
-                    arg_names: tuple[str, ...] | None = None) -> MemoryEstimate:
-    """Per-device bytes of ``module`` before compiling (see ``memory``); ``arg_names``
-    name the donated arguments in the list of aliased buffers."""
+                    arg_names: tuple[str, ...] | None = None,
+                    platform: str = "cpu") -> MemoryEstimate:
+    """Per-device bytes of ``module`` before compiling (see ``memory``) as XLA lays
+    them out on ``platform`` ("cpu" or "tpu"); ``arg_names`` name the donated
+    arguments in the list of aliased buffers."""
     operation = module.operation
     if propagate:
         operation = propagated_copy(operation, export=False)
-    return estimate_memory(operation, arg_names=arg_names)
+    return estimate_memory(operation, arg_names=arg_names, platform=platform)
 
 
 __all__ = [

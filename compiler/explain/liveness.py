@@ -20,6 +20,7 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.cost.fusion import FREE as _FREE
 from shardc.compiler.cost.fusion import FUSIBLE, FUSING_CONSUMERS
+from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.diagnostics import source_loc_of
 from shardc.compiler.explain.aliasing import Slot
 from shardc.compiler.explain.grid import grid_of_sharding
@@ -81,6 +82,7 @@ class LivenessWalker:
                     self.block_args[block_ops[0]] = block_args
         self.buffers: list[Buffer] = []
         self.state = ir.AsmState(values.graph.module)
+        self.rules = active_rules()  # the platform's buffer layout
 
     def bytes_of(self, value: int) -> int:
         return self.slot(value).bytes_per_device
@@ -94,9 +96,7 @@ class LivenessWalker:
         sharding = sharding if sharding is not None else tensor.sharding
         shard = grid_of_sharding(shape, sharding, self.sizes).shard_shape() \
             if self.sizes else shape
-        total = tensor.element_bytes
-        for n in shard:
-            total *= n
+        total = self.rules.buffer_bytes(shard, tensor.element_bytes)
         element = ir.ShapedType(self.graph.values[value].type).element_type
         return Slot(total, (tuple(shard), str(element)))
 

@@ -63,6 +63,7 @@ from dataclasses import asdict, dataclass
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.cost.platforms import active_rules, platform_rules, predicting_for
 from shardc.compiler.explain.aliasing import Alias, donations, find_aliases
 from shardc.compiler.explain.liveness import (
     Buffer,
@@ -151,11 +152,19 @@ def _main(values: ModuleValues) -> int:
 
 
 def estimate_memory(module: ir.Operation, *, top: int = 5,
-                    arg_names: tuple[str, ...] | None = None) -> MemoryEstimate:
-    """The estimate for an already propagated ``module`` (see the module docstring).
+                    arg_names: tuple[str, ...] | None = None,
+                    platform: str = "cpu") -> MemoryEstimate:
+    """The estimate for an already propagated ``module`` (see the module docstring),
+    every buffer laid out as on ``platform`` (``cost.platforms``: XLA:TPU tiles them).
 
     ``arg_names`` (jax's names of the argument leaves) label the aliased buffers.
     """
+    with predicting_for(platform_rules(platform)):
+        return _estimate(module, top, arg_names)
+
+
+def _estimate(module: ir.Operation, top: int,
+              arg_names: tuple[str, ...] | None) -> MemoryEstimate:
     values = ModuleValues(module, missing_as_replicated=True)
     walker = LivenessWalker(values)
     graph = values.graph
@@ -170,7 +179,8 @@ def estimate_memory(module: ir.Operation, *, top: int = 5,
                for k, value in enumerate(graph.op_operands[ret])]
     output_bytes = sum(o.bytes_per_device for o in outputs)
     if len(outputs) > 1:
-        output_bytes += _POINTER_BYTES * len(outputs)  # XLA's tuple of outputs
+        # XLA's tuple of outputs: a table of pointers, a buffer as the platform lays out.
+        output_bytes += active_rules().buffer_bytes((len(outputs),), _POINTER_BYTES)
     aliases = find_aliases(donations(graph.ops[func]), arguments, outputs, arg_names)
     returned = set(graph.op_operands[ret])
     # The op that produces a result writes it straight into the output buffer.

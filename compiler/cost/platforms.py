@@ -1,0 +1,159 @@
+"""What XLA does differently per platform, as data: the rules the predictions follow.
+
+``comm_report`` and ``memory_estimate`` were read off XLA:CPU's compiled HLO
+and buffer assignment; XLA:TPU (checked ahead of time for a v5e topology's
+devices, ``bench/platforms.py``) partitions the same module into the same
+collectives but differs in a few measurable ways, each one field here:
+
+* element bytes inside a collective: XLA:CPU runs bf16 collectives in f32
+  (4 bytes per element); XLA:TPU keeps bf16 (2 bytes), and gathers the f32
+  operands of a (DEFAULT precision) dot in bf16, converted before the gather;
+* reduce-scatter: XLA:TPU's reduce-scatter creator turns an all-reduce whose
+  result each device then slices (the partial sums of a value sharded over
+  axes it was reduced over, e.g. an FSDP weight gradient) into one
+  reduce-scatter, counted at its operand as XLA counts it, the all-reduce's
+  bytes; XLA:CPU keeps the all-reduce and the dynamic-slice;
+* all-reduce combining: XLA:TPU combines independent all-reduces into one op
+  up to ``all_reduce_combine_bytes``, so the count falls and the bytes stay;
+  XLA:CPU combines none of a step's gradients in the figures measured, so
+  there the count is one per reduction;
+* buffer layout: XLA:TPU tiles arrays in memory (rank >= 2: two dimensions
+  padded to (8, 128) tiles, fewer than 8 rows to a power of two, the two
+  that pad least, as XLA picks the layout;
+  rank <= 1: padded to a power of two of elements up to ``vector_tile``;
+  every buffer, the output tuple's table of pointers too, at least
+  ``min_buffer_bytes``), so a small or odd-shaped buffer takes more than its
+  elements; XLA:CPU lays arrays out densely.
+
+``platform_rules(name)`` returns a platform's rules and refuses a platform
+the predictions were not validated for (a ``ValueError`` naming those that
+were). ``active_rules()`` is the platform a prediction runs under
+(``predicting_for``), CPU outside one, so the byte measures deep in the cost
+model (``reshard.collective_element_bytes``) read it without every caller
+passing it on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from math import prod
+
+from shardc.compiler.sharding.tensor import Tensor
+
+
+@dataclass(frozen=True, eq=False)  # one object per platform: memo keys hash it by identity
+class PlatformRules:
+    """How one XLA backend turns a partitioned module into collectives and buffers."""
+
+    name: str
+    # Bytes per element inside a collective, by dtype, where not the dtype's own.
+    collective_element_bytes: Mapping[str, int] = field(default_factory=dict)
+    # The (element type, bytes) a dot's operands of a type move in when resharded:
+    # XLA:TPU runs a DEFAULT-precision f32 dot on bf16 operands and converts them
+    # before gathering them (a dot asking for HIGHEST precision would not).
+    dot_operands_moved_as: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    # Whether an all-reduce followed by a slice of its result becomes a reduce-scatter.
+    forms_reduce_scatter: bool = False
+    # Whether an operand resharded for one op is reused by later ops that need it so
+    # (XLA:CPU's partitioner keeps it; XLA:TPU gathers again, e.g. a weight in the
+    # backward pass, rather than hold the gathered copy).
+    reuses_reshards: bool = True
+    # Independent all-reduces over the same devices are combined up to this many
+    # bytes per combined op (0: never combined).
+    all_reduce_combine_bytes: int = 0
+    # In-memory tiling: (second-minor, minor) tile of arrays of rank >= 2, the
+    # largest tile of elements of rank-0/1 arrays, the smallest buffer (None: dense).
+    tile: tuple[int, int] | None = None
+    vector_tile: int = 1
+    min_buffer_bytes: int = 0
+
+    def element_bytes_in_collective(self, element_bytes: int, dtype: str | None) -> int:
+        """Bytes one element of ``dtype`` takes inside a collective."""
+        return self.collective_element_bytes.get(dtype, element_bytes)
+
+    def dot_operand(self, tensor: Tensor) -> Tensor:
+        """A dot's operand as the platform moves it (``dot_operands_moved_as``)."""
+        moved = self.dot_operands_moved_as.get(tensor.dtype)
+        if moved is None:
+            return tensor
+        return replace(tensor, dtype=moved[0], element_bytes=moved[1])
+
+    def buffer_bytes(self, shape: Sequence[int], element_bytes: int) -> int:
+        """Bytes of one buffer of ``shape`` as the platform lays it out in memory."""
+        if self.tile is None:
+            return element_bytes * prod(shape)
+        if len(shape) >= 2:
+            # XLA:TPU picks the layout (which dimensions are tiled) that pads least,
+            # e.g. a [512, 64] shard keeps 64 as its rows, not its 128-wide columns.
+            elements = min(self._tiled(shape, second, minor)
+                           for second in range(len(shape)) for minor in range(len(shape))
+                           if second != minor)
+        else:
+            n = shape[0] if shape else 1
+            elements = (_round_up(n, self.vector_tile) if n > self.vector_tile
+                        else _power_of_two(n))
+        return max(elements * element_bytes, self.min_buffer_bytes)
+
+
+    def _tiled(self, shape: Sequence[int], second: int, minor: int) -> int:
+        """Elements of ``shape`` tiled with dimension ``second`` as the tile's rows
+        (fewer rows than a tile's: the next power of two) and ``minor`` as its columns."""
+        rows, cols = self.tile
+        n = shape[second]
+        tiled = (_round_up(n, rows) if n >= rows else _power_of_two(n)) \
+            * _round_up(shape[minor], cols)
+        return tiled * prod(d for k, d in enumerate(shape) if k not in (second, minor))
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _power_of_two(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4})
+# The combine threshold is XLA:TPU's default all-reduce combiner size (the
+# step's gradients of the bench's programs combine into one op per device group).
+TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_reshards=False,
+                    forms_reduce_scatter=True, all_reduce_combine_bytes=256 << 20,
+                    tile=(8, 128), vector_tile=1024, min_buffer_bytes=512)
+
+PLATFORMS: dict[str, PlatformRules] = {rules.name: rules for rules in (CPU, TPU)}
+
+
+def platform_rules(platform: str) -> PlatformRules:
+    """The rules of ``platform`` ("cpu", "tpu"); a ``ValueError`` for any other."""
+    rules = PLATFORMS.get(platform.lower() if isinstance(platform, str) else platform)
+    if rules is None:
+        raise ValueError(
+            f"shardc predicts communication and memory for platforms {sorted(PLATFORMS)}, "
+            f"not {platform!r}: XLA's other backends were not validated against")
+    return rules
+
+
+_ACTIVE: contextvars.ContextVar[PlatformRules] = contextvars.ContextVar(
+    "shardc_platform_rules", default=CPU)
+
+
+def active_rules() -> PlatformRules:
+    """The rules of the prediction running now (CPU outside any)."""
+    return _ACTIVE.get()
+
+
+@contextlib.contextmanager
+def predicting_for(rules: PlatformRules) -> Iterator[PlatformRules]:
+    """Run a prediction under ``rules`` (restored after, also on error)."""
+    token = _ACTIVE.set(rules)
+    try:
+        yield rules
+    finally:
+        _ACTIVE.reset(token)
+
+
+__all__ = ["CPU", "PLATFORMS", "TPU", "PlatformRules", "active_rules", "platform_rules",
+           "predicting_for"]

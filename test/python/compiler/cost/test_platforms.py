@@ -1,0 +1,169 @@
+"""Predictions per platform: ``comm_report(platform=...)`` / ``memory_estimate(platform=...)``.
+
+The CPU figures are compared with XLA:CPU's compiled HLO (unchanged by the platform
+argument); the TPU rules are checked here on what each one changes, with the
+figures XLA:TPU compiled for a v5e topology (``bench/platforms.py`` measures them
+against XLA:TPU itself when libtpu is installed; never in CI).
+"""
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import AxisType
+from jax.sharding import PartitionSpec as P
+
+from shardc.compiler import jit
+from shardc.compiler.cost.platforms import CPU, PLATFORMS, TPU, platform_rules
+from shardc.runtime.collectives import find_collectives, summarize
+
+BF16 = jnp.bfloat16
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+
+
+def _fsdp_step(params, x):
+    def loss(params):
+        w1, w2 = params
+        return jnp.mean(jnp.tanh(x @ w1) @ w2)
+    grads = jax.grad(loss)(params)
+    return jax.tree.map(lambda p, g: (p - 0.1 * g).astype(p.dtype), params, grads)
+
+
+def _lower_fsdp(mesh, dtype=BF16, **lower):
+    specs = (P("data", "model"), P("model", "data"))
+    args = ((jax.ShapeDtypeStruct((64, 128), dtype), jax.ShapeDtypeStruct((128, 64), dtype)),
+            jax.ShapeDtypeStruct((32, 64), dtype))
+    return jit(_fsdp_step, in_shardings=(specs, P("data")), out_shardings=specs,
+               mesh=mesh).trace(*args).lower(**lower)
+
+
+def _data_parallel(mesh):
+    def step(params, x):
+        grads = jax.grad(lambda ps: sum(jnp.sum(jnp.tanh(x @ w)) for w in ps))(params)
+        return jax.tree.map(lambda p, g: p - g, params, grads)
+    params = tuple(jax.ShapeDtypeStruct((64, 64), BF16) for _ in range(3))
+    return jit(step, in_shardings=(None, P(("data", "model"))), mesh=mesh).lower(
+        params, jax.ShapeDtypeStruct((32, 64), BF16))
+
+
+def _totals(report):
+    return {k: (t.count, t.bytes_per_device) for k, t in report.totals().items() if t.count}
+
+
+def test_unsupported_platform_is_refused_naming_the_supported(mesh):
+    lowered = _lower_fsdp(mesh)
+    for call in (lowered.comm_report, lowered.memory_estimate):
+        with pytest.raises(ValueError, match=r"\['cpu', 'tpu'\].*not 'gpu'"):
+            call(platform="gpu")
+    assert sorted(PLATFORMS) == ["cpu", "tpu"]
+    assert platform_rules("TPU") is TPU
+
+
+def test_default_platform_is_the_lowerings(mesh):
+    on_cpu = _lower_fsdp(mesh)
+    assert on_cpu.target_platform == "cpu"
+    assert on_cpu.comm_report() == on_cpu.comm_report(platform="cpu")
+    on_tpu = _lower_fsdp(mesh, lowering_platforms=("tpu",))
+    assert on_tpu.target_platform == "tpu"
+    assert on_tpu.comm_report() == on_tpu.comm_report(platform="tpu")
+    assert on_tpu.memory_estimate() == on_tpu.memory_estimate(platform="tpu")
+    # The platform changes the prediction, never the module it is made from.
+    assert on_tpu.comm_report(platform="cpu") == on_cpu.comm_report()
+
+
+def test_cpu_numbers_match_xla_cpu_after_a_tpu_prediction(mesh):
+    lowered = _lower_fsdp(mesh)
+    lowered.comm_report(platform="tpu")  # memoised per op: must not leak into CPU's
+    predicted = _totals(lowered.comm_report(platform="cpu"))
+    compiled = {k: (s.count, s.bytes_per_device)
+                for k, s in lowered.compile().collectives().items() if s.count}
+    assert predicted == compiled
+    assert "reduce-scatter" not in compiled  # XLA:CPU all-reduces and slices
+
+
+def test_tpu_moves_bf16_in_two_bytes_and_forms_reduce_scatters(mesh):
+    lowered = _lower_fsdp(mesh)
+    cpu, tpu = lowered.comm_report(platform="cpu"), lowered.comm_report(platform="tpu")
+    # Every collective at half CPU's bytes (bf16 kept, not upcast to f32) ...
+    assert sum(e.bytes_per_device for e in tpu.entries) * 2 == sum(
+        e.bytes_per_device for e in cpu.entries)
+    # ... and the weight gradient's partial sums, sharded over the axis they are
+    # reduced over, one reduce-scatter of the all-reduce's buffer (XLA:TPU's
+    # all-reduce-scatter fusion), where CPU all-reduces and slices.
+    [all_reduce] = [e for e in cpu.entries if e.kind == "all-reduce"]
+    [scattered] = [e for e in tpu.entries if e.kind == "reduce-scatter"]
+    assert (scattered.op, scattered.loc, scattered.axes) == (
+        all_reduce.op, all_reduce.loc, ("data",))
+    assert scattered.bytes_per_device * 2 == all_reduce.bytes_per_device
+    assert tpu.totals()["all-reduce"].count == cpu.totals()["reduce-scatter"].count == 0
+
+
+def test_tpu_gathers_f32_dot_operands_in_bf16(mesh):
+    f32 = _lower_fsdp(mesh, dtype=jnp.float32)
+    bf16 = _lower_fsdp(mesh, dtype=BF16)
+    gathered = lambda report: [e.bytes_per_device for e in report.entries  # noqa: E731
+                               if e.kind == "all-gather"]
+    assert gathered(f32.comm_report(platform="tpu")) == gathered(bf16.comm_report(
+        platform="tpu")) == [b // 2 for b in gathered(f32.comm_report(platform="cpu"))]
+    # The reduction of f32 partial sums keeps f32, as on CPU.
+    assert f32.comm_report(platform="tpu").totals()["reduce-scatter"].bytes_per_device == \
+        f32.comm_report(platform="cpu").totals()["all-reduce"].bytes_per_device
+
+
+def test_tpu_combines_independent_gradient_all_reduces(mesh):
+    lowered = _data_parallel(mesh)
+    cpu, tpu = lowered.comm_report(platform="cpu"), lowered.comm_report(platform="tpu")
+    assert cpu.totals()["all-reduce"].count == 3
+    # One combined all-reduce (XLA:TPU's combiner), bytes unchanged but for bf16's size.
+    assert _totals(tpu) == {"all-reduce": (1, 3 * 64 * 64 * 2)}
+    assert [e.combined for e in tpu.entries] == [False, True, True]
+    assert "combined with an earlier all-reduce" in tpu.format_text()
+
+
+def test_tpu_buffers_are_tiled_as_xla_tpu_lays_them_out():
+    # Argument bytes XLA:TPU compiled for one array of each shape (v5e).
+    measured = {((), 4): 512, ((3,), 4): 512, ((300,), 4): 2048, ((1000,), 4): 4096,
+                ((300,), 2): 1024, ((5, 7), 4): 4096, ((9, 130), 4): 16384,
+                ((9, 130), 2): 8192, ((17, 200), 2): 12288, ((64, 512), 2): 65536,
+                ((17, 200), 1): 6144, ((4, 512), 2): 4096, ((2, 3, 5), 4): 3072,
+                ((512, 64), 2): 65536}
+    for (shape, element_bytes), xla in measured.items():
+        assert TPU.buffer_bytes(shape, element_bytes) == xla, shape
+    assert CPU.buffer_bytes((9, 130), 4) == 9 * 130 * 4
+
+
+def test_tpu_memory_estimate_pads_arguments_and_outputs(mesh):
+    lowered = jit(lambda x: x * 2, in_shardings=P("data"), mesh=mesh).lower(
+        jax.ShapeDtypeStruct((8, 10), jnp.float32))
+    assert lowered.memory_estimate(platform="cpu").argument_bytes == 2 * 10 * 4
+    tpu = lowered.memory_estimate(platform="tpu")
+    assert (tpu.argument_bytes, tpu.output_bytes) == (2 * 128 * 4, 2 * 128 * 4)
+    two = jit(lambda x: (x, x + 1), in_shardings=P("data"), mesh=mesh).lower(
+        jax.ShapeDtypeStruct((8, 10), jnp.float32))
+    # Two outputs and XLA's table of pointers to them: 16 bytes on CPU, one tile on TPU.
+    assert two.memory_estimate(platform="cpu").output_bytes == 2 * 2 * 10 * 4 + 16
+    assert two.memory_estimate(platform="tpu").output_bytes == 2 * 2 * 128 * 4 + 512
+
+
+def test_all_reduce_in_xla_tpus_reduce_scatter_fusion_counts_as_reduce_scatter():
+    hlo = """HloModule m
+
+%all-reduce-scatter (input: f32[512,512]) -> f32[128,512] {
+  %input = f32[512,512]{1,0:T(8,128)S(1)} parameter(0)
+  %all-reduce.11 = f32[512,512]{1,0:T(8,128)} all-reduce(%input), channel_id=13, replica_groups={{0,4,8,12}}, to_apply=%add
+  ROOT %dynamic-slice = f32[128,512]{1,0:T(8,128)} dynamic-slice(%all-reduce.11, %i, %j), dynamic_slice_sizes={128,512}
+}
+
+ENTRY %main (p: f32[512,512]) -> f32[128,512] {
+  %p = f32[512,512]{1,0} parameter(0)
+  %all-reduce = f32[512,512]{1,0} all-reduce(%p), channel_id=1, replica_groups={{0,1}}, to_apply=%add
+  ROOT %fusion = f32[128,512]{1,0} fusion(%all-reduce), kind=kCustom, calls=%all-reduce-scatter
+}
+"""
+    totals = summarize(find_collectives(hlo))
+    assert (totals["reduce-scatter"].count, totals["reduce-scatter"].bytes_per_device) == (
+        1, 512 * 512 * 4)
+    assert totals["all-reduce"].count == 1
