@@ -102,8 +102,14 @@ def device_assignment(meshes: Sequence[Mesh | AbstractMesh], devices: Sequence |
     return tuple(available[:size])
 
 
-class Compiled(Stage):
-    """A compiled program: call it like the lowered function."""
+class Compiled(Stage, jax.stages.Compiled):
+    """A compiled program: call it like the lowered function.
+
+    A ``jax.stages.Compiled`` (code that checks for one accepts it) that answers
+    every attribute of jax's itself; jax's constructor is not run.
+    """
+
+    _no_kwargs = False  # as jax's for jit: keyword arguments are taken
 
     def __init__(
         self,

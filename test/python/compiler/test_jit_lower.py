@@ -639,6 +639,27 @@ def test_abstract_argument_types_alone_need_lowering_platforms():
         jax.jit(g).lower(x, np.arange(8))
 
 
+def test_stages_are_jax_stages():
+    # Code written against jax.stages (isinstance checks, type annotations) takes
+    # shardc's stages; what jax's would say, they say.
+    mesh = mesh_4x2()
+    f = lambda x, y: x @ y  # noqa: E731
+    x = jnp.arange(64).reshape(8, 8)
+    for jitted in (jax.jit, jit):
+        j = jitted(f, in_shardings=NamedSharding(mesh, P(("x", "y"))),
+                   out_shardings=NamedSharding(mesh, P(("x", "y"))))
+        traced = j.trace(x, x + 1)
+        lowered = traced.lower()
+        compiled = lowered.compile()
+        assert isinstance(traced, jax.stages.Traced)
+        assert isinstance(lowered, jax.stages.Lowered)
+        assert isinstance(compiled, jax.stages.Compiled)
+        assert lowered.in_avals == compiled.in_avals
+        assert lowered.in_tree == compiled.in_tree == jax.tree.flatten(((0, 0), {}))[1]
+        assert not lowered._no_kwargs and not compiled._no_kwargs
+        np.testing.assert_array_equal(np.asarray(compiled(x, x + 1)), np.asarray(x @ (x + 1)))
+
+
 def test_set_mesh_devices_run_programs_that_name_none():
     # As jax.jit: under jax.set_mesh, unsharded programs run replicated on its devices,
     # and another set_mesh of the same shape on other devices is another program.
