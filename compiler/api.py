@@ -304,10 +304,12 @@ class JitFunction(JitSurface):
         with _tracing_mesh(self.mesh, staged=True):
             traced = self._jax_jit.trace(*args, **kwargs)
         results = signature.result_signature(traced.out_info, self.out_shardings, mesh,
-                                             follow_types=False)
+                                             follow_types=False,
+                                             api_name=self.options.api_name)
         return binding.bind(SHARDC_JIT, traced, jax.tree.leaves((tuple(dynamic_args), dynamic_kwargs)),
                             [leaf.sharding for leaf in arg_leaves],
-                            [leaf.sharding for leaf in results], self.options.keep_unused)
+                            [leaf.sharding for leaf in results], self.options.keep_unused,
+                            self.options.compiler_options)
 
     def _call_key(self, args: tuple, kwargs: dict) -> tuple | None:
         """A cheap key for the fast call path: what lowering and compiling depend on.
@@ -392,6 +394,11 @@ class JitFunction(JitSurface):
             self._caches.lowerings[key] = cached
         else:
             self._caches.hits += 1
+        if not given_platforms:
+            signature.check_devices_known(
+                arg_leaves, jax.tree.leaves((tuple(dynamic_args), dynamic_kwargs)),
+                cached.body_meshes, (self.in_shardings, self.out_shardings), self.mesh,
+                devices)
         self._check_refs(args, kwargs, cached.effects)
         static = StaticArguments(
             positions, static_args, tuple(sorted(static_kwargs.items()))
@@ -428,7 +435,7 @@ class JitFunction(JitSurface):
             placed_by_jit=placed_by_jit, devices=devices,
             names=lambda: jax_private.argument_names(
                 self.fun, args, kwargs, self.static_argnums, self.static_argnames),
-            fun_name=getattr(self.fun, "__name__", "fun"))
+            fun_name=getattr(self.fun, "__name__", "fun"), api_name=self.options.api_name)
         leaves = layouts.argument_layouts(
             leaves, dynamic_args, dynamic_kwargs, self.options.in_formats,
             placed_by_option=self.options.device is not None or self.options.backend is not None)
@@ -488,7 +495,9 @@ class JitFunction(JitSurface):
         results = self._result_signature(traced.out_info, mesh)
         named_inside = jax_private.meshes_in(traced.jaxpr)
         signature.check_body_devices(arg_leaves, results, named_inside,
-                                     self._requested_devices())
+                                     self._requested_devices(),
+                                     self._committed_arguments(args, kwargs, arg_leaves)
+                                     if named_inside else ())
         body_meshes = tuple(mesh for _, mesh in named_inside)
         jax_lowered = export.lowered_with_exported_calls(
             jax_private.without_dead_code(
@@ -533,9 +542,20 @@ class JitFunction(JitSurface):
             jax_lowering=jax_private.jit_lowering(jax_lowered),
         ), module
 
+    def _committed_arguments(self, args: tuple, kwargs: dict,
+                             arg_leaves: Sequence[LeafSignature]) -> list[tuple[str, tuple]]:
+        """The committed arguments that follow their data, as jax's errors name them."""
+        dynamic = (tuple(self._split_static(args)[0]),
+                   {k: v for k, v in kwargs.items() if k not in self.static_argnames})
+        names = jax_private.argument_names(self.fun, args, kwargs, self.static_argnums,
+                                           self.static_argnames)
+        return signature.committed_arguments(jax.tree.leaves(dynamic), arg_leaves, names,
+                                             getattr(self.fun, "__name__", "fun"))
+
     def _result_signature(self, out_info: Any, mesh: AnyMesh | None) -> list[LeafSignature]:
         """The results' signatures: their shardings and the layouts asked for them."""
-        results = signature.result_signature(out_info, self.out_shardings, mesh)
+        results = signature.result_signature(out_info, self.out_shardings, mesh,
+                                             api_name=self.options.api_name)
         return layouts.result_layouts(results, jax.tree.structure(out_info),
                                       self.options.out_formats)
 
@@ -832,7 +852,7 @@ def jit(
 
 
 def _jit_of_flat(fun: Callable, in_shardings: tuple, out_shardings: tuple,
-                 donate_argnums: tuple) -> JitFunction:
+                 donate_argnums: tuple, compiler_options: tuple) -> JitFunction:
     """What executes an equation of shardc's jit primitive: shardc's jit of its jaxpr.
 
     The equation's shardings go in as they are: transformations write ones users
@@ -842,7 +862,7 @@ def _jit_of_flat(fun: Callable, in_shardings: tuple, out_shardings: tuple,
     options = jit_options.parse(
         fun, None, None, static_argnums=None, static_argnames=None,
         donate_argnums=donate_argnums, donate_argnames=None, keep_unused=False, device=None,
-        backend=None, inline=False, compiler_options=None)
+        backend=None, inline=False, compiler_options=dict(compiler_options))
     options = dataclasses.replace(options, in_shardings=in_shardings, out_shardings=out_shardings)
     # The equation's concrete mesh is its context mesh, as jax's jit executes it.
     mesh = next((s.mesh for s in (*in_shardings, *out_shardings)
@@ -887,7 +907,7 @@ class PjitFunction:
         self._fun = fun
         self._replicated = replicated
         self._options = options
-        self._unspecified = jit(fun, *shardings, **options)
+        self._unspecified = _as_pjit(jit(fun, *shardings, **options))
         self._in_mesh: dict[Any, JitFunction] = {}  # per legacy mesh
         functools.update_wrapper(self, fun, updated=())
 
@@ -899,7 +919,8 @@ class PjitFunction:
         if jitted is None:
             # jit(mesh=) is shardc's context mesh, under enclosing traces too.
             options = {"mesh": mesh, **self._options}
-            jitted = self._in_mesh[mesh] = jit(self._fun, *self._replicated, **options)
+            jitted = self._in_mesh[mesh] = _as_pjit(
+                jit(self._fun, *self._replicated, **options))
             # A None read as replicated is still no in_shardings to jax: keyword
             # arguments stay allowed.
             jitted.options = dataclasses.replace(
@@ -920,6 +941,12 @@ class PjitFunction:
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
         """``JitFunction.eval_shape`` under the legacy mesh, if any."""
         return self._current().eval_shape(*args, **kwargs)
+
+
+def _as_pjit(jitted: JitFunction) -> JitFunction:
+    """``jitted``, whose errors name ``pjit`` as jax's pjit's do."""
+    jitted.options = dataclasses.replace(jitted.options, api_name="pjit")
+    return jitted
 
 
 def pjit(fun: Callable, in_shardings: Any = _NOT_GIVEN, out_shardings: Any = _NOT_GIVEN,

@@ -44,8 +44,13 @@ def _from_jax(name: str, doc: str) -> property:
     return property(lambda self: getattr(self._jax_traced, name), doc=doc)
 
 
-class Traced:
-    """A traced function: ``jaxpr``, ``out_info``, ``args_info``, ``lower()``..."""
+class Traced(jax.stages.Traced):
+    """A traced function: ``jaxpr``, ``out_info``, ``args_info``, ``lower()``...
+
+    A ``jax.stages.Traced`` (code that checks for one accepts it) whose every
+    attribute is answered here: jax's own ``Traced`` it wraps, or shardc's
+    lowering. jax's constructor is not run: its state is the wrapped object's.
+    """
 
     jaxpr = _from_jax("jaxpr", "The closed jaxpr jax traced.")
     fun_name = _from_jax("fun_name", "The traced function's name.")
@@ -99,12 +104,18 @@ def _dialect(dialect: str | None) -> str:
     raise ValueError(f"unknown dialect: {dialect}")
 
 
-class Lowered(Stage):
+class Lowered(Stage, jax.stages.Lowered):
     """A function lowered to StableHLO with shardc's ``sdy`` shardings.
 
     ``module`` is this object's own ``ir.Module``: passes may change it in
-    place without touching the cache or other ``Lowered`` objects.
+    place without touching the cache or other ``Lowered`` objects. A
+    ``jax.stages.Lowered`` (code that checks for one accepts it) that answers
+    every attribute of jax's itself; jax's constructor is not run.
     """
+
+    # jax's flag for lowerings made by transformations that take no keyword
+    # arguments (pmap's); jit's take them.
+    _no_kwargs = False
 
     def __init__(
         self,

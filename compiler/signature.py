@@ -34,10 +34,12 @@ from shardc.dialects.errors import (
     DeviceMismatchError,
     IndivisibleDimensionError,
     InvalidArgumentError,
+    LoweringPlatformsError,
     MeshMismatchError,
     MissingMeshError,
     ShardcError,
     ShardingTreeError,
+    UncommittedArrayError,
 )
 
 AnyMesh = Mesh | AbstractMesh
@@ -155,12 +157,14 @@ def device_mesh(explicit: AnyMesh | None) -> Mesh | None:
 
 
 def to_named_sharding(
-    entry: Any, mesh: AnyMesh | None, path: str, ndim: int
+    entry: Any, mesh: AnyMesh | None, path: str, ndim: int,
+    option: str = "in_shardings", api_name: str = "jit",
 ) -> NamedSharding | None:
     """Turn one user-given sharding leaf into a ``NamedSharding`` (or ``None``).
 
     A ``PartitionSpec`` is validated before jax sees it, so a bad spec gets
-    shardc's error (with the path) rather than jax's.
+    shardc's error (with the path) rather than jax's. ``option`` (``in_shardings``
+    / ``out_shardings``) and ``api_name`` (``jit`` / ``pjit``) word jax's error.
     """
     if entry is None or isinstance(entry, NamedSharding):
         return entry
@@ -169,10 +173,12 @@ def to_named_sharding(
     if isinstance(entry, PartitionSpec):
         if mesh is None:
             raise MissingMeshError(
-                "jit requires a non-empty mesh in context if you are passing "
-                f"`PartitionSpec`s: {path}: PartitionSpec {entry} needs a mesh: pass "
-                "jit(..., mesh=...), use a NamedSharding, or call inside "
-                "`with jax.set_mesh(mesh):`"
+                f"{api_name} requires a non-empty mesh in context if you are passing "
+                f"`PartitionSpec`s to {option}. You can define a context mesh via "
+                "`jax.set_mesh(mesh)`. Alternatively, provide `Sharding`s to "
+                f"{option} and then the mesh context manager is not required. "
+                f"({path}: PartitionSpec {entry} needs a mesh: pass jit(..., mesh=...), "
+                "use a NamedSharding, or call inside `with jax.set_mesh(mesh):`)"
             )
         try:
             sdy.validate_spec(entry, mesh, ndim)
@@ -315,11 +321,19 @@ def abstract_value(value: Any, name: str, fun_name: str = "fun") -> jax.ShapeDty
 
 
 def sharding_of_value(value: Any) -> NamedSharding | None:
-    """The sharding a value brings with it: computation follows data."""
+    """The sharding a value brings with it: computation follows data.
+
+    An uncommitted array may go wherever the program runs, which jax decides
+    for one device only: on several, it is jax's ``NotImplementedError``.
+    """
     if jax_private.is_tracer(value):
         return None  # an abstract value of an enclosing trace: no buffers, no devices
     sharding = getattr(value, "sharding", None)
     if isinstance(value, jax.Array) and not value.committed:
+        if len(sharding.device_set) > 1 and not (
+                isinstance(sharding, NamedSharding) and sharding.mesh.empty):
+            raise UncommittedArrayError(
+                "Having uncommitted Array sharded on multiple devices is not supported.")
         return None
     if isinstance(value, jax.Array) and not isinstance(
             sharding, (NamedSharding, SingleDeviceSharding)):
@@ -369,6 +383,7 @@ def argument_signature(
     devices: Mesh | None = None,
     names: Callable[[], Sequence[str] | None] = lambda: None,
     fun_name: str = "fun",
+    api_name: str = "jit",
 ) -> list[LeafSignature]:
     """Resolve every dynamic argument leaf to its aval and sharding.
 
@@ -383,7 +398,7 @@ def argument_signature(
     (``jit(device=...)`` / ``jit(backend=...)``): every argument is moved to the
     program's device as by ``device_put``, so nothing of where it is counts.
     Errors name arguments as jax does (``names()``: jax's names of the leaves,
-    asked for only then; ``fun_name``: the function's).
+    asked for only then; ``fun_name``: the function's; ``api_name``: ``jit`` or ``pjit``).
     """
     paths, values = flatten_with_paths((tuple(args), kwargs), "")
     paths = [_argument_path(path) for path in paths]
@@ -400,7 +415,7 @@ def argument_signature(
     checked: set[tuple] = set()
     for index, (path, value, entry) in enumerate(zip(paths, values, given)):
         aval = abstract_value(value, _name(names, index, path), fun_name)
-        sharding = to_named_sharding(entry, mesh, path, len(aval.shape))
+        sharding = to_named_sharding(entry, mesh, path, len(aval.shape), api_name=api_name)
         traced_as = None if placed_by_jit else type_sharding(value)
         given_here = sharding is not None
         followed.append(None if given_here or placed_by_jit else value)
@@ -415,13 +430,31 @@ def argument_signature(
         leaves.append(LeafSignature(path, aval, sharding, traced_as,
                                     moved_by_jit=given_here or placed_by_jit))
     def describe(index: int) -> str:
-        name = _name(names, index, paths[index])
-        aval = leaves[index].aval
-        return (f"argument {name} of {fun_name} with shape "
-                f"{np.dtype(aval.dtype).name}[{','.join(map(str, aval.shape))}]")
+        return describe_argument(_name(names, index, paths[index]), fun_name,
+                                 leaves[index].aval)
 
     check_committed_devices(paths, followed, leaves, devices, describe)
     return leaves
+
+
+def describe_argument(name: str, fun_name: str, aval: Any) -> str:
+    """jax's words for an argument in its errors: "argument x of f with shape f32[8]"."""
+    return (f"argument {name} of {fun_name} with shape "
+            f"{np.dtype(aval.dtype).name}[{','.join(map(str, aval.shape))}]")
+
+
+def committed_arguments(values: Sequence[Any], leaves: Sequence[LeafSignature],
+                        names: Sequence[str] | None, fun_name: str
+                        ) -> list[tuple[str, tuple]]:
+    """``(jax's description, devices)`` of each committed argument whose own placement
+    is the program's (no sharding given for it, not moved by ``jit(device=)``)."""
+    found = []
+    for index, (value, leaf) in enumerate(zip(values, leaves)):
+        devices = None if leaf.moved_by_jit else committed_devices(value)
+        if devices is not None:
+            name = names[index] if names and index < len(names) else leaf.path
+            found.append((describe_argument(name, fun_name, leaf.aval), devices))
+    return found
 
 
 def _name(names: Callable[[], Sequence[str] | None], index: int, path: str) -> str:
@@ -543,13 +576,42 @@ def check_program_meshes(args: Sequence[LeafSignature], results: Sequence[tuple[
             + ", ".join(f"{what}: {size} devices" for what, size in sizes))
 
 
+def check_devices_known(leaves: Sequence[LeafSignature], values: Sequence[Any],
+                        body_meshes: Sequence[AnyMesh], given: Any, jit_mesh: AnyMesh | None,
+                        devices: Mesh | None) -> None:
+    """jax.jit's rule for a lowering without ``lowering_platforms``: arguments whose types
+    are on abstract meshes only (``ShapeDtypeStruct``s), with no devices anywhere else
+    (a concrete mesh, a committed argument, the context mesh), name no platform to
+    lower for. ``devices``: the concrete context mesh (``device_mesh``); ``given``:
+    jit's ``in_shardings`` / ``out_shardings``, and ``jit_mesh`` its ``mesh=``: a
+    sharding or an ``AbstractMesh`` given to shardc's ``jit`` asks for a lowering that
+    names no devices, which shardc makes (and reuses on any devices)."""
+    typed = [s.mesh for leaf in leaves for s in (leaf.sharding, leaf.type_sharding)
+             if s is not None and s.mesh.axis_names]
+    if not typed or any(isinstance(m, Mesh) for m in (*typed, *body_meshes)):
+        return
+    if isinstance(jit_mesh, AbstractMesh) or any(
+            s is not None for s in jax.tree.leaves(given, is_leaf=is_sharding_leaf)):
+        return
+    if devices is not None or any(committed_devices(v) is not None for v in values):
+        return
+    raise LoweringPlatformsError(
+        "Passing lowering_platforms via jax.export or "
+        "jit(f).trace(*args).lower(lowering_platforms=...) is required when only "
+        f"AbstractMesh exists in a jitted computation. Got context mesh: "
+        f"{jax.sharding.get_abstract_mesh()} (the arguments' types are on "
+        f"{typed[0]}, and no argument, sharding or mesh names devices)")
+
+
 def check_body_devices(args: Sequence[LeafSignature], results: Sequence[LeafSignature],
-                       body: Sequence[tuple[str, Mesh]], requested: tuple | None = None
-                       ) -> None:
+                       body: Sequence[tuple[str, Mesh]], requested: tuple | None = None,
+                       committed: Sequence[tuple[str, tuple]] = ()) -> None:
     """A concrete mesh named inside the function (``(primitive, mesh)``: a constraint's,
     a ``shard_map``'s...) must list the program's devices in the program's order, as
     jax.jit requires: the order decides which device holds which shard. ``requested``:
-    the device ``jit(device=...)`` names (jax's "explicit output sharding")."""
+    the device ``jit(device=...)`` names (jax's "explicit output sharding");
+    ``committed``: the committed arguments that follow their data
+    (``committed_arguments``), whose device set must be the body meshes' too."""
     first = ("explicit output sharding", requested) if requested else next(
         ((f"the sharding of {leaf.path}", tuple(leaf.sharding.mesh.devices.flat))
          for leaf in (*args, *results) if leaf.sharding is not None
@@ -557,6 +619,9 @@ def check_body_devices(args: Sequence[LeafSignature], results: Sequence[LeafSign
         None)
     for primitive, mesh in body:
         inside = (f"{primitive} inside jit", tuple(mesh.devices.flat))
+        for argument in committed:  # a device set, not an order: the argument is resharded
+            if argument[1] != sorted_devices(mesh):
+                raise incompatible_devices(argument, inside)
         if first is None:
             first = inside
         elif inside[1] != first[1]:
@@ -569,8 +634,8 @@ def incompatible_devices(first: tuple[str, tuple], second: tuple[str, tuple]
     platform = first[1][0].platform.upper() if first[1] else ""
 
     def culprit(what: str, devices: tuple) -> str:
-        # jax's words: "argument x of f with shape f32[8] and device ids [...]".
-        joint = "and" if what.startswith("argument ") else "with"
+        # jax's words: "argument x of f with shape f32[8] and with device ids [...]".
+        joint = "and with" if what.startswith("argument ") else "with"
         return f"{what} {joint} device ids {_ids(devices)} on platform {platform}"
 
     return DeviceMismatchError(
@@ -598,7 +663,8 @@ def _ids(devices: Sequence) -> list[int]:
 
 
 def result_signature(
-    out_info: Any, out_shardings: Any, mesh: AnyMesh | None, *, follow_types: bool = True
+    out_info: Any, out_shardings: Any, mesh: AnyMesh | None, *, follow_types: bool = True,
+    api_name: str = "jit",
 ) -> list[LeafSignature]:
     """Resolve the results' shardings against the traced output avals: the given ones,
     else (with ``follow_types``) the ones their types carry on Explicit axes."""
@@ -610,7 +676,8 @@ def result_signature(
         typed = typed_sharding(aval, mesh)
         aval = jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type,
                                     sharding=typed)
-        sharding = to_named_sharding(entry, mesh, path, len(aval.shape))
+        sharding = to_named_sharding(entry, mesh, path, len(aval.shape), "out_shardings",
+                                     api_name)
         if sharding is None and follow_types:
             sharding = typed
         if sharding is not None and (sharding, aval.shape) not in checked:

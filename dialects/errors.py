@@ -79,6 +79,16 @@ class DeletedArrayError(ShardcError, RuntimeError):
     ``RuntimeError`` says it."""
 
 
+class UncommittedArrayError(ShardcError, NotImplementedError):
+    """An uncommitted array sharded over several devices: jax decides where an
+    uncommitted array goes only for one device (jax's ``NotImplementedError``)."""
+
+
+class LoweringPlatformsError(ShardcError, ValueError):
+    """A program whose meshes are all abstract, lowered without ``lowering_platforms``
+    (jax's ``ValueError``): nothing says which devices, or which platform, it is for."""
+
+
 class PlatformMismatchError(ShardcError, RuntimeError):
     """A program lowered for given platforms (``lowering_platforms``) on abstract meshes
     and compiled without devices, as jax's ``RuntimeError`` says it."""

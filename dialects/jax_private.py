@@ -238,6 +238,15 @@ def trace_context() -> Any:
     return _config().trace_context()
 
 
+def default_device() -> Any:
+    """The device jax runs a program on when nothing else decides (no sharding, no
+    committed argument, no context mesh): ``jax.default_device``'s, else the first
+    local one."""
+    from jax._src.interpreters import pxla
+
+    return pxla.get_default_device()
+
+
 def is_tracer(value: Any) -> bool:
     """Whether ``value`` is an abstract value of some enclosing trace."""
     return isinstance(value, _core().Tracer)

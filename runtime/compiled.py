@@ -73,7 +73,7 @@ def device_assignment(meshes: Sequence[Mesh | AbstractMesh], devices: Sequence |
 
     Explicit ``devices`` win; otherwise the first concrete mesh's order; an
     all-abstract program takes the first devices of the default backend; a
-    program without any mesh runs on one device.
+    program without any mesh runs on jax's default device (``jax.default_device``).
     """
     main = program_mesh(meshes)
     size = int(np.prod(main.axis_sizes)) if main is not None else 1
@@ -96,14 +96,22 @@ def device_assignment(meshes: Sequence[Mesh | AbstractMesh], devices: Sequence |
                 f"devices but {len(concrete[0])} were given)"
             )
         return concrete[0]
+    if main is None:
+        return (jax_private.default_device(),)
     available = jax.devices()
     if len(available) < size:
         raise DeviceMismatchError(f"the program needs {size} devices; jax has {len(available)}")
     return tuple(available[:size])
 
 
-class Compiled(Stage):
-    """A compiled program: call it like the lowered function."""
+class Compiled(Stage, jax.stages.Compiled):
+    """A compiled program: call it like the lowered function.
+
+    A ``jax.stages.Compiled`` (code that checks for one accepts it) that answers
+    every attribute of jax's itself; jax's constructor is not run.
+    """
+
+    _no_kwargs = False  # as jax's for jit: keyword arguments are taken
 
     def __init__(
         self,

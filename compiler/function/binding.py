@@ -28,9 +28,9 @@ from jax.sharding import NamedSharding
 from shardc.dialects import jax_private
 
 # Builds a shardc jit of a flat function: (fun, in_shardings, out_shardings,
-# donate_argnums) -> a jit whose ``run`` executes it. Given by
+# donate_argnums, compiler_options) -> a jit whose ``run`` executes it. Given by
 # ``shardc.compiler.api``, which this module must not import (the api imports it).
-MakeJit = Callable[[Callable, tuple, tuple, tuple], Callable]
+MakeJit = Callable[[Callable, tuple, tuple, tuple, tuple], Callable]
 
 
 def jit_primitive(make_jit: MakeJit) -> Any:
@@ -39,14 +39,16 @@ def jit_primitive(make_jit: MakeJit) -> Any:
     jitted: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def execute(*args: Any, jaxpr: Any, in_shardings: Sequence, out_shardings: Sequence,
-                donated_invars: Sequence[bool], **_: Any) -> list:
+                donated_invars: Sequence[bool], compiler_options_kvs: tuple = (),
+                **_: Any) -> list:
         ins = tuple(_given(s) for s in in_shardings)
         outs = tuple(_given(s) for s in out_shardings)
         donated = tuple(i for i, d in enumerate(donated_invars) if d)
         per_jaxpr = jitted.setdefault(jaxpr, {})
-        key = (ins, outs, donated)
+        key = (ins, outs, donated, compiler_options_kvs)
         if key not in per_jaxpr:
-            per_jaxpr[key] = make_jit(jax_private.jaxpr_function(jaxpr), ins, outs, donated)
+            per_jaxpr[key] = make_jit(jax_private.jaxpr_function(jaxpr), ins, outs, donated,
+                                      compiler_options_kvs)
         return list(per_jaxpr[key].run(*args))
 
     return jax_private.clone_jit_primitive("jit", execute)
@@ -67,18 +69,23 @@ def under_a_trace() -> bool:
 
 def bind(primitive: Any, traced: Any, leaves: Sequence[Any],
          in_shardings: Sequence[NamedSharding | None],
-         out_shardings: Sequence[NamedSharding | None], keep_unused: bool) -> Any:
+         out_shardings: Sequence[NamedSharding | None], keep_unused: bool,
+         compiler_options: tuple = ()) -> Any:
     """Bind one equation for a ``jax.stages.Traced`` with shardc's resolved shardings.
 
     ``leaves`` are the dynamic argument leaves in the traced order;
     ``in_shardings`` / ``out_shardings`` hold one ``NamedSharding`` (given) or
     ``None`` (left to propagation) per argument / result leaf; ``keep_unused``
-    is the user's (shardc traces with every argument kept).
+    is the user's (shardc traces with every argument kept), and so are
+    ``compiler_options`` (``(name, value)`` pairs): jax's staging rule refuses
+    them on a jit nested in another, with jax's error, and executing the
+    equation compiles with them.
     """
     params, consts = jax_private.jit_call_parts(traced)
     params["in_shardings"] = _merged(params["in_shardings"], in_shardings, len(consts))
     params["out_shardings"] = _merged(params["out_shardings"], out_shardings, 0)
     params["keep_unused"] = keep_unused
+    params["compiler_options_kvs"] = tuple(compiler_options)
     out = primitive.bind(*consts, *leaves, **params)
     return jax.tree.unflatten(traced.out_tree, out)
 

@@ -54,6 +54,8 @@ class JitOptions:
     # shardings are the ones above; None when no leaf is a ``Format``.
     in_formats: Any = None
     out_formats: Any = None
+    # The API the user called, as jax's errors name it: "jit", or "pjit" (shardc's pjit).
+    api_name: str = "jit"
 
     def tracing_options(self) -> dict[str, Any]:
         """The options jax.jit takes as they are: they decide how the function is

@@ -12,12 +12,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax._src import array, core
 from jax.extend.sharding import GSPMDSharding
 from jax.sharding import AxisType, Mesh, NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
 from shardc.compiler import jit
-from shardc.dialects.errors import ArgumentShardingError
+from shardc.dialects.errors import (
+    ArgumentShardingError,
+    DeviceMismatchError,
+    UncommittedArrayError,
+)
 
 AUTO = (AxisType.Auto,)
 
@@ -175,3 +180,51 @@ def test_jit_device_with_a_constraint_on_other_devices_names_both(devices):
     for j in (jax.jit, jit):
         with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=words):
             j(zeros, device=jax.devices()[0])()
+
+
+def test_committed_argument_on_other_devices_than_a_constraint_inside_is_jax_error(devices):
+    mesh = jax.make_mesh((2, 2), ("x", "y"), axis_types=AUTO * 2)
+
+    def sharded_inp(inp):
+        return jax.lax.with_sharding_constraint(inp, NamedSharding(mesh, P("x", "y")))
+
+    committed = jax.device_put(jnp.zeros((8, 2), jnp.bfloat16), jax.devices()[0])
+    wording = (r"Received incompatible devices for jitted computation. Got argument inp of "
+               r".*sharded_inp with shape bfloat16\[8,2\] and with device ids \[0\] on "
+               r"platform CPU and sharding_constraint inside jit with device ids \[0, 1, 2, 3\]")
+    with pytest.raises(ValueError, match=wording):
+        jax.jit(sharded_inp)(committed)
+    with pytest.raises(DeviceMismatchError, match=wording):
+        jit(sharded_inp)(committed)
+    # On the constraint's devices, it runs as jax.jit runs it.
+    placed = jax.device_put(jnp.ones((8, 2), jnp.bfloat16), NamedSharding(mesh, P("x")))
+    ours, theirs = jit(sharded_inp)(placed), jax.jit(sharded_inp)(placed)
+    assert ours.sharding == theirs.sharding
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+
+
+def test_uncommitted_array_on_several_devices_is_jax_error():
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=AUTO * 2)
+    inp = np.arange(16, dtype=np.int32).reshape(8, 2)
+    # jax's own way to make one (users cannot): an ArrayImpl of per-device buffers.
+    arr = array.ArrayImpl(core.ShapedArray(inp.shape, np.int32), NamedSharding(mesh, P()),
+                          [jax.device_put(inp, d) for d in mesh.devices.flat], committed=False)
+    wording = "Having uncommitted Array sharded on multiple devices is not supported."
+    with pytest.raises(NotImplementedError, match=wording):
+        jax.jit(lambda x: x)(arr)
+    with pytest.raises(UncommittedArrayError, match=wording):
+        jit(lambda x: x)(arr)
+
+
+def test_uncommitted_arguments_run_on_the_default_device():
+    f = lambda x, y: x + y  # noqa: E731
+    with jax.default_device(jax.devices()[1]):
+        b = jnp.array([4.0, 5.0, 6.0])
+        assert not b.committed
+        theirs, ours = jax.jit(f)(b, b), jit(f)(b, b)
+    assert ours.devices() == theirs.devices() == {jax.devices()[1]}
+    assert not ours.committed and not theirs.committed
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+    # Outside the block, the same program runs on the first device again.
+    a = jnp.array([1.0, 2.0, 3.0])
+    assert jit(f)(a, a).devices() == jax.jit(f)(a, a).devices() == {jax.devices()[0]}

@@ -18,6 +18,7 @@ from shardc.dialects.errors import (
     DeviceMismatchError,
     IndivisibleDimensionError,
     InvalidArgumentError,
+    LoweringPlatformsError,
     MeshMismatchError,
     MissingMeshError,
     PlatformMismatchError,
@@ -245,9 +246,9 @@ def test_device_mismatch_among_committed_arguments():
     b = jax.device_put(jnp.ones(8), NamedSharding(high, P("d")))
     # jax's words: the arguments by name, with the function's name and their shapes.
     with pytest.raises(DeviceMismatchError, match=r"incompatible devices.*Got argument a of "
-                                                  r"<lambda> with shape float32\[8\] and device "
-                                                  r"ids \[0, 1, 2, 3\].*argument b of <lambda>.*"
-                                                  r"\[4, 5, 6, 7\]"):
+                                                  r"<lambda> with shape float32\[8\] and with "
+                                                  r"device ids \[0, 1, 2, 3\].*argument b of "
+                                                  r"<lambda>.*\[4, 5, 6, 7\]"):
         jit(lambda a, b: a + b).lower(a, b)
     single = jax.device_put(jnp.ones(8), devices[5])
     with pytest.raises(DeviceMismatchError):
@@ -265,7 +266,7 @@ def test_committed_argument_off_the_context_mesh_is_jax_error():
         with pytest.raises(DeviceMismatchError, match=r"Got jit's context mesh with device ids "
                                                       r"\[0, 1, 2, 3, 4, 5, 6, 7\].*argument "
                                                       r"a of <lambda> with shape float32\[8,2\] "
-                                                      r"and device ids \[0, 1, 2, 3\]"):
+                                                      r"and with device ids \[0, 1, 2, 3\]"):
             jit(f)(a)
     with pytest.raises(DeviceMismatchError, match="context mesh"):
         jit(f, mesh=mesh_4x2())(a)
@@ -611,6 +612,52 @@ def test_lowering_for_another_platform_on_an_abstract_mesh():
     out = cpu(jax.device_put(jnp.ones((8, 2)), NamedSharding(
         Mesh(np.array(jax.devices()[:2]), ("x",)), P("x"))))
     np.testing.assert_array_equal(np.asarray(out), 2 * np.ones((8, 2)))
+
+
+def test_abstract_argument_types_alone_need_lowering_platforms():
+    # jax.jit's rule: arguments typed on an abstract mesh, with nothing that names
+    # devices (host data does not), lower only for given platforms.
+    abstract = AbstractMesh((2,), ("x",), axis_types=(AUTO,))
+    x = jax.ShapeDtypeStruct((8, 2), jnp.float32, sharding=NamedSharding(abstract, P("x")))
+    g = lambda a, b: (a, b)  # noqa: E731
+    wording = r"Passing lowering_platforms.*is required when only AbstractMesh exists"
+    with pytest.raises(ValueError, match=wording) as theirs:
+        jax.jit(g).lower(x, np.arange(8))
+    with pytest.raises(LoweringPlatformsError, match=wording):
+        jit(g).lower(x, np.arange(8))
+    assert issubclass(LoweringPlatformsError, type(theirs.value))
+    for jitted in (jax.jit, jit):
+        lowered = jitted(g).trace(x, np.arange(8)).lower(lowering_platforms=("tpu",))
+        assert "num_partitions = 2" in lowered.as_text()
+    # Devices from anywhere else decide: a committed argument, the context mesh.
+    committed = jax.device_put(np.arange(8), NamedSharding(
+        Mesh(np.array(jax.devices()[:2]), ("x",)), P()))
+    for jitted in (jax.jit, jit):
+        assert jitted(g).lower(x, committed).compile() is not None
+    with jax.set_mesh(Mesh(np.array(jax.devices()[:2]), ("x",), axis_types=(AUTO,))):
+        jit(g).lower(x, np.arange(8))
+        jax.jit(g).lower(x, np.arange(8))
+
+
+def test_stages_are_jax_stages():
+    # Code written against jax.stages (isinstance checks, type annotations) takes
+    # shardc's stages; what jax's would say, they say.
+    mesh = mesh_4x2()
+    f = lambda x, y: x @ y  # noqa: E731
+    x = jnp.arange(64).reshape(8, 8)
+    for jitted in (jax.jit, jit):
+        j = jitted(f, in_shardings=NamedSharding(mesh, P(("x", "y"))),
+                   out_shardings=NamedSharding(mesh, P(("x", "y"))))
+        traced = j.trace(x, x + 1)
+        lowered = traced.lower()
+        compiled = lowered.compile()
+        assert isinstance(traced, jax.stages.Traced)
+        assert isinstance(lowered, jax.stages.Lowered)
+        assert isinstance(compiled, jax.stages.Compiled)
+        assert lowered.in_avals == compiled.in_avals
+        assert lowered.in_tree == compiled.in_tree == jax.tree.flatten(((0, 0), {}))[1]
+        assert not lowered._no_kwargs and not compiled._no_kwargs
+        np.testing.assert_array_equal(np.asarray(compiled(x, x + 1)), np.asarray(x @ (x + 1)))
 
 
 def test_set_mesh_devices_run_programs_that_name_none():

@@ -93,6 +93,22 @@ def test_compiler_options_reach_xla():
         jit(f, compiler_options={"xla_no_such_option": 1})(jnp.ones(2))
 
 
+def test_compiler_options_on_a_nested_jit_are_jax_error():
+    # jax's staging rule refuses them on a jit staged into any jaxpr: inside another
+    # jit, and (as jax.jit's) under grad, which stages the function to linearize it.
+    wording = "`compiler_options` can only be passed to top-level `jax.jit`. Got compiler_options="
+    for jitted in (jax.jit, jit):
+        inner = jitted(lambda a: a * 2, compiler_options={"invalid_key": "invalid_value"})
+        outer = jitted(lambda a: inner(a + 2))
+        with pytest.raises(ValueError, match=wording + "{'invalid_key': 'invalid_value'}"):
+            outer(jnp.arange(4.0))
+        squares = jitted(lambda a: (a * a).sum(),
+                         compiler_options={"xla_embed_ir_in_executable": True})
+        assert squares(jnp.arange(3.0)) == 5.0
+        with pytest.raises(ValueError, match=wording):
+            jax.grad(squares)(jnp.arange(3.0))
+
+
 def test_inline_under_an_enclosing_trace():
     inner = jit(lambda a: jnp.sin(a), inline=True)
     jaxpr = jax.make_jaxpr(lambda a: inner(a) * 2)(jnp.ones(3))

@@ -8,7 +8,7 @@ from jax._src.pjit import pjit as jax_pjit  # jax.experimental's warns it is dep
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shardc.compiler import pjit
+from shardc.compiler import jit, pjit
 from shardc.compiler.api import PjitFunction
 
 # jax deprecates `with mesh:` blocks; they are what pjit is for.
@@ -113,3 +113,19 @@ def test_keyword_arguments_under_a_legacy_mesh(mesh, in_shardings):
         for p in (jax_pjit, pjit):
             with pytest.raises(ValueError, match="pjit does not support kwargs"):
                 run(p)
+
+
+def test_partition_spec_without_a_mesh_names_pjit_as_jax_does():
+    arr = jnp.array([1, 2, 3])
+    with pytest.raises(RuntimeError, match="pjit requires a non-empty mesh in context if "
+                                           "you are passing `PartitionSpec`s to in_shardings"
+                       ) as theirs:
+        jax_pjit(lambda x: x, in_shardings=P("x"))(arr)
+    with pytest.raises(type(theirs.value), match=r"pjit requires a non-empty mesh in context "
+                                                 r"if you are passing `PartitionSpec`s to "
+                                                 r"in_shardings\..*\(args\[0\]: PartitionSpec"):
+        pjit(lambda x: x, in_shardings=P("x"))(arr)
+    with pytest.raises(RuntimeError, match="jit requires a non-empty mesh.*out_shardings"):
+        jax.jit(lambda x: x, out_shardings=P("x"))(arr)
+    with pytest.raises(RuntimeError, match="^jit requires a non-empty mesh.*out_shardings"):
+        jit(lambda x: x, out_shardings=P("x"))(arr)
