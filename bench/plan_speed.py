@@ -62,31 +62,39 @@ def _rms_norm(x, scale):
     return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-5) * scale
 
 
-def _block(x, p, heads: int):
+def _block(x, p, heads: int, mesh: AbstractMesh):
+    # FSDP keeps the activations batch-sharded (the weights are gathered for each
+    # matmul), TP splits the heads and the hidden units
+    x = jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P("data", None, None)))
     batch, seq, d = x.shape
     h = _rms_norm(x, p["attn_norm"])
     q = (h @ p["wq"]).reshape(batch, seq, heads, d // heads)
     k = (h @ p["wk"]).reshape(batch, seq, heads, d // heads)
     v = (h @ p["wv"]).reshape(batch, seq, heads, d // heads)
+    q, k, v = (jax.lax.with_sharding_constraint(
+        t, NamedSharding(mesh, P("data", None, "model", None))) for t in (q, k, v))
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(d // heads).astype(x.dtype)
     mask = jnp.tril(jnp.ones((seq, seq), bool))
     scores = jnp.where(mask, scores, jnp.finfo(x.dtype).min)
     attn = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v)
     x = x + attn.reshape(batch, seq, d) @ p["wo"]
     h = _rms_norm(x, p["ffn_norm"])
-    return x + (jax.nn.silu(h @ p["w1"]) * (h @ p["w3"])) @ p["w2"]
+    hidden = jax.nn.silu(h @ p["w1"]) * (h @ p["w3"])
+    hidden = jax.lax.with_sharding_constraint(hidden, NamedSharding(mesh, P("data", None, "model")))
+    return x + hidden @ p["w2"]
 
 
-def make_step(variant: str, layers: int, heads: int = HEADS):
-    """The train step of ``variant``: unrolled, scan, or remat (scan of checkpointed layers)."""
+def make_step(variant: str, layers: int, heads: int, mesh: AbstractMesh):
+    """The train step of ``variant`` on ``mesh``: unrolled, scan, or remat (scan of
+    checkpointed layers)."""
 
     def forward(params, tokens):
         x = params["embed"][tokens]
         if variant == "unrolled":
             for p in params["layers"]:
-                x = _block(x, p, heads)
+                x = _block(x, p, heads, mesh)
         else:
-            body = lambda x, p: _block(x, p, heads)  # noqa: E731
+            body = lambda x, p: _block(x, p, heads, mesh)  # noqa: E731
             if variant == "remat":
                 body = jax.checkpoint(body)
             x, _ = jax.lax.scan(lambda x, p: (body(x, p), None), x, params["layers"])
@@ -131,7 +139,7 @@ def plan(variant: str, devices: int, layers: int = LAYERS, *, heads: int = HEADS
     """Lower the step and report it; seconds per stage and the headline figures."""
     mesh = mesh_of(devices)
     args = abstract_args(variant, mesh, layers, **shape)
-    step = jit(make_step(variant, layers, heads))
+    step = jit(make_step(variant, layers, heads, mesh))
     gc.collect()
     start = clock()
     lowered = step.lower(*args)
