@@ -39,6 +39,7 @@ from shardc.compiler.cost.reshard import (
     reshard_tensor,
     shard_bytes,
 )
+from shardc.compiler.cost.trips import runs_per_step, trip_count
 from shardc.compiler.cost.windows import window_collectives
 from shardc.compiler.diagnostics import SourceLoc, source_loc_of
 from shardc.compiler.propagation.manual import MANUAL_OP
@@ -75,6 +76,9 @@ class CommEntry:
     # XLA combines this all-reduce into an earlier one of the report (the platform's
     # all-reduce combiner): its bytes count, it adds no collective to the count.
     combined: bool = False
+    # times it runs per step: the static trip counts of the loops around it multiplied
+    # (None: a loop around it has no static trip count)
+    runs: int | None = 1
 
     def as_dict(self) -> dict:
         """JSON-ready fields (the MLIR location as its file:line:col)."""
@@ -107,20 +111,35 @@ class CommReport:
             sums[entry.kind][1] += entry.bytes_per_device
         return {kind: CommTotal(kind, c, b) for kind, (c, b) in sums.items()}
 
+    def step_totals(self) -> dict[str, CommTotal]:
+        """``totals`` per step: a collective in a loop body counts once per iteration
+        (``runs``; once where the trip count is not static, as ``notes`` says)."""
+        sums = {kind: [0, 0] for kind in KINDS}
+        for entry in self.entries:
+            runs = entry.runs if entry.runs is not None else 1
+            sums[entry.kind][0] += 0 if entry.combined else runs
+            sums[entry.kind][1] += runs * entry.bytes_per_device
+        return {kind: CommTotal(kind, c, b) for kind, (c, b) in sums.items()}
+
     def format_text(self) -> str:
         """A human-readable table: one line per collective, then totals per kind."""
         lines = [f"{'kind':<19} {'bytes/dev':>10}  {'axes':<12} {'op':<26} location / reason"]
         for e in self.entries:
             axes = ",".join(e.axes)
             where = f'loc("{e.loc.file}":{e.loc.line}:{e.loc.col})' if e.loc else "loc(unknown)"
+            runs = "" if e.runs == 1 else f" (runs x{e.runs if e.runs is not None else '?'})"
             combined = ", combined with an earlier all-reduce" if e.combined else ""
             lines.append(f"{e.kind:<19} {e.bytes_per_device:>10}  {axes:<12} {e.op:<26} "
-                         f"{where}: {e.reason} ({e.tensor}){combined}")
-        lines.append("totals:")
-        for total in self.totals().values():
-            if total.count:
-                lines.append(f"  {total.kind:<19} x{total.count:<4} "
-                             f"{total.bytes_per_device} bytes/dev")
+                         f"{where}: {e.reason} ({e.tensor}){combined}{runs}")
+        looped = any(e.runs != 1 for e in self.entries)
+        for title, totals in (("totals:" if not looped else "totals (loop bodies once):",
+                               self.totals()),
+                              *((("totals per step:", self.step_totals()),) if looped else ())):
+            lines.append(title)
+            for total in totals.values():
+                if total.count:
+                    lines.append(f"  {total.kind:<19} x{total.count:<4} "
+                                 f"{total.bytes_per_device} bytes/dev")
         if not self.entries:
             lines.append("  no communication")
         lines += [f"note: {note}" for note in self.notes]
@@ -130,8 +149,9 @@ class CommReport:
         """The report as JSON: entries and totals."""
         entries = [e.as_dict() for e in self.entries]
         totals = {k: asdict(t) for k, t in self.totals().items()}
-        return json.dumps({"entries": entries, "totals": totals, "notes": list(self.notes)},
-                          indent=1)
+        per_step = {k: asdict(t) for k, t in self.step_totals().items()}
+        return json.dumps({"entries": entries, "totals": totals, "step_totals": per_step,
+                           "notes": list(self.notes)}, indent=1)
 
 
 # What one site needs: where, why, which collectives, which tensor (a ``_tensor_text``
@@ -158,13 +178,15 @@ def _tensor_text(op: ir.Operation, tensor: tuple) -> str:
     return f"{label} {k} ({op.operands[k].type})"
 
 
-def collectives_at(reader: ModuleValues, op: int) -> Iterator[CommEntry]:
-    """The collectives XLA needs at op ``op`` (a graph index) of ``reader``'s module."""
+def collectives_at(reader: ModuleValues, op: int, runs: int | None = 1
+                   ) -> Iterator[CommEntry]:
+    """The collectives XLA needs at op ``op`` (a graph index) of ``reader``'s module
+    (``runs``: how often the op runs per step)."""
     for at, reason, collectives, tensor, implicit in _found_at(reader, op):
         loc, text = source_loc_of(at.location), _tensor_text(at, tensor)
         for c in collectives:
             yield CommEntry(at.name, loc, reason, c.kind, c.axes, c.bytes_per_device, text,
-                            implicit, at.location)
+                            implicit, at.location, runs)
 
 
 def collective_bytes_at(reader: ModuleValues, op: int) -> int:
@@ -482,12 +504,14 @@ def comm_report_of(reader: ModuleValues) -> CommReport:
     """``comm_report`` of a module already read (``reader`` is used up: its reshard
     cache fills), for the platform predicted for (``platforms.active_rules``)."""
     sites: list[tuple[int, CommEntry]] = []
+    trips: dict[int, int | None] = {}  # while loop -> its static trip count
     for op in range(len(reader.graph.ops)):
-        sites.extend((op, entry) for entry in collectives_at(reader, op))
+        sites.extend((op, entry) for entry in
+                     collectives_at(reader, op, runs_per_step(reader.graph, op, trips)))
     rules = active_rules()
     if rules.all_reduce_combine_bytes:
         sites = _combine_all_reduces(reader, sites, rules.all_reduce_combine_bytes)
-    return CommReport(tuple(entry for _, entry in sites), _notes(reader))
+    return CommReport(tuple(entry for _, entry in sites), _notes(reader, trips))
 
 
 def _combine_all_reduces(reader: ModuleValues, sites: list[tuple[int, CommEntry]],
@@ -529,7 +553,7 @@ def _feeds_collective(graph, op: int, at_ops: set[int]) -> bool:
     return False
 
 
-def _notes(reader: ModuleValues) -> tuple[str, ...]:
+def _notes(reader: ModuleValues, trips: dict[int, int | None]) -> tuple[str, ...]:
     """What the prediction cannot see: unsharded callee and loop bodies."""
     names = reader.graph.op_name
     notes = []
@@ -537,10 +561,14 @@ def _notes(reader: ModuleValues) -> tuple[str, ...]:
     if calls:
         notes.append(f"{calls} func.call op(s) left: values inside callees without shardings "
                      "are assumed replicated, their communication may be missed")
-    loops = sum(1 for name in names if name == "stablehlo.while")
-    if loops:
-        notes.append(f"{loops} stablehlo.while op(s): collectives in loop bodies count once, "
-                     "not once per iteration")
+    dynamic = sum(1 for op, name in enumerate(names)
+                  if name == "stablehlo.while" and trip_count(reader.graph, op) is None)
+    if any(trips.values()):
+        notes.append("collectives in loop bodies count once in totals(), once per iteration "
+                     "in step_totals()")
+    if dynamic:
+        notes.append(f"{dynamic} stablehlo.while op(s) without a static trip count: "
+                     "collectives in their bodies count once, not once per iteration")
     return tuple(notes)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from math import prod
 
 import numpy as np
@@ -123,13 +124,14 @@ class _Tiling:
     def tiles(self) -> int:
         return prod(self.counts)
 
-    def coords(self) -> dict[int, tuple[int, ...]]:
-        """Each device's tile coordinates."""
-        array = self.array
-        out = {}
-        for index in np.ndindex(array.shape):
-            out[int(array[index])] = tuple(index[:-1])
-        return out
+    def coords(self) -> np.ndarray:
+        """Each device's tile coordinates: row ``d`` is device ``d``'s (devices are
+        ``0 .. n-1``), one array operation whatever the device count."""
+        flat = np.asarray(self.devices)
+        place = np.empty(len(flat), dtype=np.int64)
+        place[flat] = np.arange(len(flat))
+        index = np.unravel_index(place, self.counts + (self.replication,))[:-1]
+        return np.stack(index, axis=-1) if index else np.zeros((len(flat), 0), np.int64)
 
 
 def _tiling(sharding: TensorSharding | None, rank: int, axes: list[tuple]) -> _Tiling:
@@ -253,13 +255,8 @@ def _nested(inner: _Tiling, outer: _Tiling) -> bool:
     """Whether every device's ``inner`` tile lies inside its ``outer`` tile."""
     if any(i % o for i, o in zip(inner.counts, outer.counts)):
         return False
-    outer_at = outer.coords()
-    for device, coords in inner.coords().items():
-        mine = outer_at[device]
-        for c, o, i_count, o_count in zip(coords, mine, inner.counts, outer.counts):
-            if c // (i_count // o_count) != o:
-                return False
-    return True
+    ratio = np.array([i // o for i, o in zip(inner.counts, outer.counts)], dtype=np.int64)
+    return bool(np.array_equal(inner.coords() // ratio, outer.coords()))
 
 
 def _replicate(shape, element_bytes, counts, names) -> list[Collective]:
@@ -355,11 +352,27 @@ def reshard_collectives(
     (``platforms.active_rules()`` when None).
     """
     element_bytes = collective_element_bytes(element_bytes, dtype, rules)
-    rank = len(shape)
-    before, after = dim_axes(src, rank), dim_axes(dst, rank)
-    if before == after:
+    if dim_axes(src, len(shape)) == dim_axes(dst, len(shape)):
         return []
-    axes = mesh_axes(mesh, src, dst)
+    return list(_reshard(tuple(shape), element_bytes, src, dst,
+                         tuple(mesh_axes(mesh, src, dst))))
+
+
+@lru_cache(maxsize=65536)
+def _reshard(shape: tuple[int, ...], element_bytes: int, src: TensorSharding | None,
+             dst: TensorSharding | None, axes: tuple[tuple[str, int], ...]
+             ) -> tuple[Collective, ...]:
+    """``reshard_collectives`` once per distinct question: a program reshards the same
+    shapes between the same shardings many times (every layer), and each answer
+    places every device of the mesh."""
+    return tuple(_reshard_uncached(shape, element_bytes, src, dst, axes))
+
+
+def _reshard_uncached(shape: tuple[int, ...], element_bytes: int,
+                      src: TensorSharding | None, dst: TensorSharding | None,
+                      axes: tuple[tuple[str, int], ...]) -> list[Collective]:
+    rank = len(shape)
+    before = dim_axes(src, rank)
     a, b = _tiling(src, rank, axes), _tiling(dst, rank, axes)
     if a == b:
         return []

@@ -13,9 +13,11 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import product
+from functools import lru_cache
 from math import prod
 from typing import Any
+
+import numpy as np
 
 from shardc.compiler.sharding.tensor import TensorSharding
 
@@ -88,22 +90,46 @@ def _devices_text(devices: Sequence[int]) -> str:
 def grid_of_sharding(shape: Sequence[int], sharding: TensorSharding | None,
                      mesh_sizes: Mapping[str, int]) -> ShardGrid:
     """The shard grid of a module value with ``sharding`` on a mesh of ``mesh_sizes``."""
-    names = list(mesh_sizes)
-    sizes = [mesh_sizes[n] for n in names]
+    return _grid(tuple(shape), sharding, tuple(mesh_sizes.items()))
+
+
+def shard_shape(shape: Sequence[int], sharding: TensorSharding | None) -> tuple[int, ...]:
+    """Per-device shard shape of ``shape`` with ``sharding`` (a padded dimension rounds
+    up): ``grid_of_sharding(...).shard_shape()`` without placing a single device."""
+    return _shard_shape(tuple(shape), sharding)
+
+
+@lru_cache(maxsize=65536)
+def _shard_shape(shape: tuple[int, ...], sharding: TensorSharding | None) -> tuple[int, ...]:
+    return tuple(-(-size // n) for size, n in zip(shape, _splits(shape, sharding)))
+
+
+def _splits(shape: tuple[int, ...], sharding: TensorSharding | None) -> tuple[int, ...]:
     dims = sharding.dims if sharding is not None else ()
-    splits = tuple(prod(a.size for a in dims[d].axes) if d < len(dims) else 1
-                   for d in range(len(shape)))
-    devices: dict[tuple[int, ...], list[int]] = {}
-    for device, coords in enumerate(product(*(range(s) for s in sizes))):
-        coordinate = dict(zip(names, coords))
-        index = []
-        for d in range(len(shape)):
-            position = 0
-            for axis in (dims[d].axes if d < len(dims) else ()):
-                position = position * axis.size + (coordinate[axis.name] // axis.pre) % axis.size
-            index.append(position)
-        devices.setdefault(tuple(index), []).append(device)
-    return ShardGrid(tuple(shape), splits, {k: tuple(v) for k, v in devices.items()})
+    return tuple(prod(a.size for a in dims[d].axes) if d < len(dims) else 1
+                 for d in range(len(shape)))
+
+
+@lru_cache(maxsize=1024)
+def _grid(shape: tuple[int, ...], sharding: TensorSharding | None,
+          sizes: tuple[tuple[str, int], ...]) -> ShardGrid:
+    # Each device's shard index, per dimension, from its mesh coordinates: one
+    # array operation per (dimension, axis), then devices grouped by index.
+    names = [name for name, _ in sizes]
+    count = prod(size for _, size in sizes)
+    coords = np.indices([size for _, size in sizes]).reshape(len(sizes), count)
+    coordinate = dict(zip(names, coords))
+    dims = sharding.dims if sharding is not None else ()
+    index = np.zeros((len(shape), count), dtype=np.int64)
+    for d in range(len(shape)):
+        for axis in (dims[d].axes if d < len(dims) else ()):
+            index[d] = index[d] * axis.size + (coordinate[axis.name] // axis.pre) % axis.size
+    keys, owner = np.unique(index.T, axis=0, return_inverse=True)
+    order = np.argsort(owner.reshape(-1), kind="stable")
+    groups = np.split(order, np.cumsum(np.bincount(owner.reshape(-1)))[:-1])
+    devices = {tuple(int(i) for i in key): tuple(group.tolist())
+               for key, group in zip(keys, groups)}
+    return ShardGrid(shape, _splits(shape, sharding), devices)
 
 
 def grid_of_array(array: Any) -> ShardGrid:

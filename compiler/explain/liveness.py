@@ -23,7 +23,7 @@ from shardc.compiler.cost.fusion import FUSIBLE, FUSING_CONSUMERS
 from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.diagnostics import source_loc_of
 from shardc.compiler.explain.aliasing import Slot
-from shardc.compiler.explain.grid import grid_of_sharding
+from shardc.compiler.explain.grid import shard_shape
 from shardc.compiler.explain.needs import CONSTANTS as _CONSTANTS
 from shardc.compiler.explain.needs import OpNeeds
 from shardc.compiler.propagation.values import ModuleValues
@@ -94,8 +94,7 @@ class LivenessWalker:
             return Slot(0, ())
         tensor = self.values.tensor(value)
         sharding = sharding if sharding is not None else tensor.sharding
-        shard = grid_of_sharding(shape, sharding, self.sizes).shard_shape() \
-            if self.sizes else shape
+        shard = shard_shape(shape, sharding) if self.sizes else shape
         total = self.rules.buffer_bytes(shard, tensor.element_bytes)
         element = ir.ShapedType(self.graph.values[value].type).element_type
         return Slot(total, (tuple(shard), str(element)))
@@ -130,23 +129,51 @@ class LivenessWalker:
             graph.op_name[t] == "stablehlo.reduce" for t in tops)
 
     def last_read(self, value: int, op: int, position: dict[int, int], returned: set[int],
-                  at: int) -> int:
+                  at: int, memo: dict[int, int] | None = None) -> int:
         """Position of the last op that reads ``value``'s buffer (``at`` at least).
 
         A user XLA fuses into its own consumers (not materialised) reads the
         buffer where those consumers run, so its uses count, recursively.
+        ``memo`` (one per block walk: ``position`` and ``returned`` fixed) keeps
+        each value's latest reader, so a chain of fusible ops each read twice
+        is walked once, not once per path through it.
+        """
+        return max(at, self._latest_read(value, op, position, returned,
+                                         {} if memo is None else memo))
+
+    def _latest_read(self, value: int, op: int, position: dict[int, int],
+                     returned: set[int], memo: dict[int, int]) -> int:
+        """``last_read`` without its floor: -1 when no reader is in ``position``.
+
+        Depth first with an explicit stack (a fused chain may be longer than
+        Python's recursion limit): a value is finished once the fused users'
+        results it reads through are.
         """
         graph = self.graph
-        last = at
-        for user, _ in graph.uses[value]:
-            top = self.top_user(user, op)
-            here = position.get(top, at)
-            if top == user and graph.op_name[user] in FUSIBLE and not any(
-                    r in returned or self.materialised(r, user) for r in graph.op_results[user]):
-                for result in graph.op_results[user]:
-                    here = max(here, self.last_read(result, user, position, returned, here))
-            last = max(last, here)
-        return last
+        through: dict[int, tuple[int, list[int]]] = {}  # value -> (direct latest, fused results)
+        stack = [(value, op)]
+        while stack:
+            current, owner = stack.pop()
+            if current in memo:
+                continue
+            if current not in through:
+                latest, fused = -1, []
+                for user, _ in graph.uses[current]:
+                    top = self.top_user(user, owner)
+                    latest = max(latest, position.get(top, -1))
+                    if top == user and graph.op_name[user] in FUSIBLE and not any(
+                            r in returned or self.materialised(r, user)
+                            for r in graph.op_results[user]):
+                        fused.extend((r, user) for r in graph.op_results[user])
+                through[current] = latest, [r for r, _ in fused]
+                waiting = [(r, user) for r, user in fused if r not in memo]
+                if waiting:
+                    stack.append((current, owner))
+                    stack.extend(waiting)
+                    continue
+            latest, fused = through[current]
+            memo[current] = max([latest, *(memo[r] for r in fused)])
+        return memo[value]
 
     def top_user(self, user: int, block_owner_child: int) -> int:
         """The op of ``block_owner_child``'s block that contains ``user``."""
@@ -346,8 +373,9 @@ class LivenessWalker:
         carries = args if owner == "stablehlo.while" else set()
         frees: dict[int, list[tuple]] = {}
         live, best, best_op = 0, 0, -1
+        reads: dict[int, int] = {}  # last_read's memo for this block
         for arg, size in (owned or {}).items():
-            last = self.last_read(arg, ops[0], position, returned, 0)
+            last = self.last_read(arg, ops[0], position, returned, 0, reads)
             live += size
             frees.setdefault(last, []).append((arg, size, Interval(0, last, size, None)))
         for i, op in enumerate(ops):
@@ -356,7 +384,7 @@ class LivenessWalker:
                 if value in returned or not self.materialised(value, op):
                     continue
                 size = self.partial.get(value) or self.bytes_of(value)
-                last = self.last_read(value, op, position, returned, i)
+                last = self.last_read(value, op, position, returned, i, reads)
                 last = max(last, extend.get(value, i))
                 if graph.op_name[op] == "stablehlo.reshape":
                     # a reshape of a row-major array is a bitcast in XLA: it shares its
