@@ -186,7 +186,7 @@ def collectives_at(reader: ModuleValues, op: int, runs: int | None = 1
         loc, text = source_loc_of(at.location), _tensor_text(at, tensor)
         for c in collectives:
             yield CommEntry(at.name, loc, reason, c.kind, c.axes, c.bytes_per_device, text,
-                            implicit, at.location, runs)
+                            implicit, at.location, runs=runs)
 
 
 def collective_bytes_at(reader: ModuleValues, op: int) -> int:
