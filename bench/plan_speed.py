@@ -135,14 +135,16 @@ def abstract_args(variant: str, mesh: AbstractMesh, layers: int, *, d: int = D_M
 
 
 def plan(variant: str, devices: int, layers: int = LAYERS, *, heads: int = HEADS,
-         clock=time.perf_counter, **shape) -> dict:
-    """Lower the step and report it; seconds per stage and the headline figures."""
+         clock=time.perf_counter, platform: str = "cpu", **shape) -> dict:
+    """Lower the step for ``platform`` and report it; seconds per stage and the
+    headline figures. The arguments name no devices (an AbstractMesh), so the
+    platform is the lowering's, as jax.jit requires."""
     mesh = mesh_of(devices)
     args = abstract_args(variant, mesh, layers, **shape)
     step = jit(make_step(variant, layers, heads, mesh))
     gc.collect()
     start = clock()
-    lowered = step.lower(*args)
+    lowered = step.trace(*args).lower(lowering_platforms=(platform,))
     lowering = clock() - start
     start = clock()
     report = lowered.comm_report()
