@@ -49,6 +49,7 @@ from shardc.compiler.signature import LeafSignature
 from shardc.compiler.stages import ImportCensus, xla_import_rewrites
 from shardc.dialects import jax_private, sdy
 from shardc.dialects.errors import InternalError, InvalidArgumentError
+from shardc.runtime import tokens
 from shardc.runtime.compiled import Compiled, StaticArguments, device_assignment
 from shardc.runtime.effects import NO_EFFECTS, ProgramEffects
 
@@ -611,7 +612,7 @@ def _traced_aval(leaf: LeafSignature) -> jax.ShapeDtypeStruct:
     need concrete devices to lower at all.
     """
     if leaf.type_sharding is None:
-        return leaf.aval
+        return tokens.traced_type(leaf.aval)
     return leaf.aval.update(sharding=leaf.type_sharding)
 
 

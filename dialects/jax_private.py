@@ -910,3 +910,15 @@ def default_array_layout(sharding: Any, shape: tuple, dtype: Any) -> Any | None:
         return device.client.get_default_layout(dtype, sharding.shard_shape(shape), device)
     except _jax.JaxRuntimeError:
         return None
+
+
+def token_types() -> tuple[type, type]:
+    """jax's token value (``jax.lax.create_token()``'s) and its abstract type."""
+    core = _core()
+    return core.Token, core.AbstractToken
+
+
+def abstract_token() -> Any:
+    """The abstract type jax traces and lowers a token as (``!stablehlo.token``)."""
+    return _core().abstract_token
+

@@ -29,7 +29,7 @@ from shardc.dialects.errors import (
     ShardcError,
 )
 from shardc.dialects.xla_form import module_for_xla
-from shardc.runtime import arguments, collectives, layouts, results
+from shardc.runtime import arguments, collectives, layouts, results, tokens
 from shardc.runtime.effects import NO_EFFECTS, ProgramEffects, execute_with_tokens
 from shardc.runtime.stage import Stage
 from shardc.runtime.verify import verify
@@ -162,7 +162,7 @@ class Compiled(Stage):
             dataclasses.replace(expected, moves_committed=getattr(info, "moved_by_jit", False))
             for info, expected in zip(inputs, self._expected)]
         self._handlers = [
-            results.result_handler(jax_private.typed_aval(info.aval, sharding), sharding)
+            results.result_handler(tokens.typed_aval(info.aval, sharding), sharding)
             for info, sharding in zip(outputs, output_shardings)
         ]
         # A program without any sharding (one device) returns uncommitted arrays
@@ -175,7 +175,7 @@ class Compiled(Stage):
                                                               *output_shardings)) \
                 and all(info.sharding is None for info in (*inputs, *outputs)):
             self._uncommitted_handlers = [
-                results.result_handler(jax_private.typed_aval(info.aval, sharding), sharding,
+                results.result_handler(tokens.typed_aval(info.aval, sharding), sharding,
                                        committed=False)
                 for info, sharding in zip(outputs, output_shardings)
             ]
