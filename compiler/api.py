@@ -254,7 +254,19 @@ class JitFunction(JitSurface):
             return self._bind(args, kwargs)
         if jax.config.jax_disable_jit:
             return self.fun(*args, **kwargs)
+        if jax_private.debug_key_reuse():
+            return self._checking_key_reuse(args, kwargs)
         return self._dispatch(*args, **kwargs)
+
+    def _checking_key_reuse(self, args: tuple, kwargs: dict) -> Any:
+        """A call under ``jax_debug_key_reuse``: checked on jax's trace of it, as jax.jit's."""
+        with _tracing_mesh(self.mesh, staged=True):
+            traced = self._jax_jit.trace(*args, **kwargs)
+        dynamic, _ = self._split_static(args)
+        leaves = jax.tree.leaves((tuple(dynamic), {k: v for k, v in kwargs.items()
+                                                   if k not in self.static_argnames}))
+        return jax_private.key_reuse_checked(traced, leaves,
+                                             lambda: self._dispatch(*args, **kwargs))
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """Execute now on concrete arguments, whatever transformation is active around

@@ -922,3 +922,26 @@ def abstract_token() -> Any:
     """The abstract type jax traces and lowers a token as (``!stablehlo.token``)."""
     return _core().abstract_token
 
+
+
+def debug_key_reuse() -> bool:
+    """Whether jax checks PRNG keys for reuse (``jax_debug_key_reuse``)."""
+    return _config().debug_key_reuse.value
+
+
+def key_reuse_checked(traced: Any, dynamic_leaves: list, run: Any) -> Any:
+    """``run()`` (a jit call's outputs) as jax.jit runs a call under
+    ``jax_debug_key_reuse``: its jaxpr's key reuse signature checked against the
+    arguments (a consumed key passed in raises jax's ``KeyReuseError``), and the keys
+    it consumes marked consumed afterwards (jax's ``call_impl_with_key_reuse_checks``
+    for its jit primitive, with the constants the trace closed over)."""
+    import jax
+    from jax.experimental.key_reuse import _core as key_reuse
+
+    closed = traced._params["jaxpr"]
+    args = [*traced._consts, *dynamic_leaves, *closed.consts]
+    signature = key_reuse.jaxpr_type_signature(closed.jaxpr)
+    signature.check_signature(*args, funcname="jit-compiled function")
+    outputs = run()
+    signature.update_consumption(args, jax.tree.leaves(outputs))
+    return outputs
