@@ -622,10 +622,18 @@ def _traced_aval(leaf: LeafSignature) -> jax.ShapeDtypeStruct:
     from the one jax.jit lowers. jax only reads the mesh's shape and axis types
     from it (its devices are decided when compiling), except that host callbacks
     need concrete devices to lower at all.
+
+    A ``jax.Array`` made under ``jax.enable_x64()`` keeps its 64-bit type when x64 is
+    off: jax traces it as it is, while a ``ShapeDtypeStruct`` would be traced as the
+    canonical (32-bit) type, so such an argument is traced as its exact jax type.
     """
+    aval = leaf.aval
+    if not aval.is_ref and not jax.dtypes.issubdtype(aval.dtype, jax.dtypes.extended) \
+            and jax.dtypes.canonicalize_dtype(aval.dtype) != aval.dtype:
+        return jax_private.typed_aval(aval, leaf.type_sharding, canonical=False)
     if leaf.type_sharding is None:
-        return tokens.traced_type(leaf.aval)
-    return leaf.aval.update(sharding=leaf.type_sharding)
+        return tokens.traced_type(aval)
+    return aval.update(sharding=leaf.type_sharding)
 
 
 def _platform(leaves: Sequence[LeafSignature]) -> str:

@@ -541,13 +541,15 @@ def hlo_cost_analysis(computation: Any) -> Any:
     return _jax.hlo_module_cost_analysis(backend.get_backend(), computation.as_hlo_module())
 
 
-def typed_aval(aval: Any, sharding: Any) -> Any:
+def typed_aval(aval: Any, sharding: Any, *, canonical: bool = True) -> Any:
     """``aval`` (a ``ShapeDtypeStruct``) as a ``ShapedArray`` whose type carries
     ``sharding`` as jax's types do (``None``: no sharding), its dtype canonical as
-    jax traces it (``float64`` is ``float32`` without x64)."""
+    jax traces it (``float64`` is ``float32`` without x64) unless not ``canonical``
+    (a traced result's type is what it is: made under ``jax.enable_x64()``, 64-bit)."""
     from jax._src import core, dtypes
 
-    dtype = dtypes.canonicalize_dtype(aval.dtype, allow_extended_dtype=True)
+    dtype = (dtypes.canonicalize_dtype(aval.dtype, allow_extended_dtype=True) if canonical
+             else aval.dtype)
     return core.update_aval_with_sharding(
         core.ShapedArray(aval.shape, dtype, weak_type=aval.weak_type), sharding)
 

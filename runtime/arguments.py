@@ -111,9 +111,8 @@ def check_arguments(values: Sequence[Any], expected: Sequence[ExpectedArgument],
             continue  # Python scalars take the compiled dtype
         if jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
             continue  # typed PRNG keys run as their key data, checked when placed
-        # Host data of a 64-bit type runs as its canonical type (x64 off), as in jax.
         if tuple(value.shape) != tuple(want.aval.shape) or (
-                jax.dtypes.canonicalize_dtype(dtype) != want.aval.dtype):
+                _traced_dtype(value, dtype) != want.aval.dtype):
             types.append(f"Argument '{name}' compiled with "
                          f"{_short(want.aval.shape, want.aval.dtype)} and called with "
                          f"{_short(value.shape, dtype)} ({want.path})")
@@ -159,10 +158,17 @@ def _short(shape, dtype) -> str:
     return f"{np.dtype(dtype).name}[{','.join(map(str, shape))}]"
 
 
+def _traced_dtype(value: Any, dtype: Any) -> np.dtype:
+    """The dtype jax traces ``value`` with: a ``jax.Array``'s own (64-bit when made
+    under ``jax.enable_x64()``, whatever the x64 state now); host data of a 64-bit
+    type as its canonical type in the x64 state of the call (32-bit with x64 off)."""
+    return dtype if isinstance(value, jax.Array) else jax.dtypes.canonicalize_dtype(dtype)
+
+
 def _check_type(value: Any, expected: ExpectedArgument) -> None:
     shape, dtype = np.shape(value), getattr(value, "dtype", None)
     if tuple(shape) != tuple(expected.aval.shape) or (
-        dtype is not None and jax.dtypes.canonicalize_dtype(dtype) != expected.aval.dtype
+        dtype is not None and _traced_dtype(value, dtype) != expected.aval.dtype
     ):
         raise InvalidArgumentError(
             f"{expected.path}: got {_describe(shape, dtype)} but the function was compiled "

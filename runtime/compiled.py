@@ -162,7 +162,7 @@ class Compiled(Stage):
             dataclasses.replace(expected, moves_committed=getattr(info, "moved_by_jit", False))
             for info, expected in zip(inputs, self._expected)]
         self._handlers = [
-            results.result_handler(tokens.typed_aval(info.aval, sharding), sharding)
+            results.result_handler(tokens.result_aval(info.aval, sharding), sharding)
             for info, sharding in zip(outputs, output_shardings)
         ]
         # A program without any sharding (one device) returns uncommitted arrays
@@ -175,7 +175,7 @@ class Compiled(Stage):
                                                               *output_shardings)) \
                 and all(info.sharding is None for info in (*inputs, *outputs)):
             self._uncommitted_handlers = [
-                results.result_handler(tokens.typed_aval(info.aval, sharding), sharding,
+                results.result_handler(tokens.result_aval(info.aval, sharding), sharding,
                                        committed=False)
                 for info, sharding in zip(outputs, output_shardings)
             ]

@@ -49,12 +49,13 @@ def traced_type(aval: jax.ShapeDtypeStruct) -> Any:
     return jax_private.abstract_token() if isinstance(aval, TokenStruct) else aval
 
 
-def typed_aval(aval: jax.ShapeDtypeStruct, sharding: Any) -> Any:
-    """A result's type as jax's result handlers take it (``jax_private.typed_aval``);
-    a token's is jax's abstract token, so that it comes back as a token object."""
+def result_aval(aval: jax.ShapeDtypeStruct, sharding: Any) -> Any:
+    """A result's type as jax's result handlers take it (``jax_private.typed_aval``,
+    of the dtype it was traced with); a token's is jax's abstract token, so that it
+    comes back as a token object."""
     if isinstance(aval, TokenStruct):
         return jax_private.abstract_token()
-    return jax_private.typed_aval(aval, sharding)
+    return jax_private.typed_aval(aval, sharding, canonical=False)
 
 
 def _place_token(token: Any, expected: arguments.ExpectedArgument,
