@@ -947,3 +947,16 @@ def key_reuse_checked(traced: Any, dynamic_leaves: list, run: Any) -> Any:
     outputs = run()
     signature.update_consumption(args, jax.tree.leaves(outputs))
     return outputs
+
+
+def place_as_jit(value: Any, sharding: Any, layout: Any = None) -> Any:
+    """``value`` (host data, a ``jax.Array``, a token's buffer) put where a jit call
+    puts an argument, as jax.jit's dispatch does (jax's ``shard_args``): an implicit
+    transfer, which jax's transfer guards check (``"disallow"`` refuses it), unlike
+    the explicit one of ``jax.device_put``. ``layout``: the device-local layout the
+    program reads it in (None: the default)."""
+    from jax._src.interpreters import pxla
+    from jaxlib import xla_client
+
+    return pxla.shard_args([sharding], [layout], [xla_client.ArrayCopySemantics.REUSE_INPUT],
+                           [value], canonicalize=False)[0]

@@ -19,8 +19,8 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.experimental.layout import Format
 
+from shardc.dialects import jax_private
 from shardc.dialects.errors import (
     ArgumentShardingError,
     DeletedArrayError,
@@ -219,7 +219,7 @@ def _sharded(value: jax.Array, expected: ExpectedArgument, counts: PlacementCoun
         counts.resharded += 1
     else:
         counts.placed += 1
-    return jax.device_put(value, expected.sharding)
+    return jax_private.place_as_jit(value, expected.sharding)
 
 
 def _host_value(value: Any, expected: ExpectedArgument, counts: PlacementCounts):
@@ -230,9 +230,8 @@ def _host_value(value: Any, expected: ExpectedArgument, counts: PlacementCounts)
         # float0 (the tangent type of integers) holds no data: it runs as booleans, as
         # jax places it.
         array = np.zeros(array.shape, dtype=np.bool_)
-    target = expected.sharding if expected.default_layout else Format(expected.layout,
-                                                                     expected.sharding)
-    return jax.device_put(array, target)
+    return jax_private.place_as_jit(array, expected.sharding,
+                                    None if expected.default_layout else expected.layout)
 
 
 def _unsupported(value: Any, expected: ExpectedArgument, counts: PlacementCounts):

@@ -64,7 +64,7 @@ def _place_token(token: Any, expected: arguments.ExpectedArgument,
     # token orders before it, then reads a fresh empty buffer on its devices.
     token.block_until_ready()
     counts.placed += 1
-    return jax.device_put(np.array([], dtype=np.bool_), expected.sharding)
+    return jax_private.place_as_jit(np.array([], dtype=np.bool_), expected.sharding)
 
 
 arguments.register_argument_handler(jax_private.token_types()[0], _place_token)
