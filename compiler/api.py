@@ -412,9 +412,11 @@ class JitFunction(JitSurface):
         lowered = self._make_lowered(cached, module, in_tree, arg_leaves, mesh, static, devices)
         lowered.donated = self._donated(args, dynamic_kwargs)
         lowered.platforms = platforms if given_platforms else None
-        lowered.placed_on_request = self.options.single_device is not None
-        lowered.requested_devices = self._requested_devices()
         lowered.placed_by_jit = self.options.device is not None or self.options.backend is not None
+        # jax.jit takes device=/backend= as a SingleDeviceSharding given for every
+        # argument and result: its results are committed there too.
+        lowered.placed_on_request = self.options.single_device is not None or lowered.placed_by_jit
+        lowered.requested_devices = self._requested_devices()
         lowered.arg_names = cached.arg_names
         lowered.jax_lowering = cached.jax_lowering
         lowered.reference = self._jax_jit  # the unsharded program, for Compiled.verify
