@@ -66,8 +66,10 @@ class LeafSignature:
 
     def abstract_key(self) -> tuple:
         """The part of this leaf a lowering depends on: no devices, only shapes."""
-        return (type(self.aval), self.aval.shape, self.aval.dtype, self.aval.weak_type, self.aval.is_ref,
-                abstract_key(self.sharding), abstract_key(self.type_sharding), self.layout)
+        # (The type tells a token from an array of its buffer's type, bool[0].)
+        return (type(self.aval), self.aval.shape, self.aval.dtype, self.aval.weak_type,
+                self.aval.is_ref, abstract_key(self.sharding), abstract_key(self.type_sharding),
+                self.layout)
 
 
 def abstract_key(sharding: NamedSharding | None) -> tuple | None:

@@ -925,7 +925,6 @@ def abstract_token() -> Any:
     return _core().abstract_token
 
 
-
 def debug_key_reuse() -> bool:
     """Whether jax checks PRNG keys for reuse (``jax_debug_key_reuse``)."""
     return _config().debug_key_reuse.value
