@@ -49,6 +49,7 @@ from shardc.compiler.signature import LeafSignature
 from shardc.compiler.stages import ImportCensus, xla_import_rewrites
 from shardc.dialects import jax_private, sdy
 from shardc.dialects.errors import InternalError, InvalidArgumentError
+from shardc.runtime import tokens
 from shardc.runtime.compiled import Compiled, StaticArguments, device_assignment
 from shardc.runtime.effects import NO_EFFECTS, ProgramEffects
 
@@ -253,7 +254,19 @@ class JitFunction(JitSurface):
             return self._bind(args, kwargs)
         if jax.config.jax_disable_jit:
             return self.fun(*args, **kwargs)
+        if jax_private.debug_key_reuse():
+            return self._checking_key_reuse(args, kwargs)
         return self._dispatch(*args, **kwargs)
+
+    def _checking_key_reuse(self, args: tuple, kwargs: dict) -> Any:
+        """A call under ``jax_debug_key_reuse``: checked on jax's trace of it, as jax.jit's."""
+        with _tracing_mesh(self.mesh, staged=True):
+            traced = self._jax_jit.trace(*args, **kwargs)
+        dynamic, _ = self._split_static(args)
+        leaves = jax.tree.leaves((tuple(dynamic), {k: v for k, v in kwargs.items()
+                                                   if k not in self.static_argnames}))
+        return jax_private.key_reuse_checked(traced, leaves,
+                                             lambda: self._dispatch(*args, **kwargs))
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """Execute now on concrete arguments, whatever transformation is active around
@@ -406,9 +419,11 @@ class JitFunction(JitSurface):
         lowered = self._make_lowered(cached, module, in_tree, arg_leaves, mesh, static, devices)
         lowered.donated = self._donated(args, dynamic_kwargs)
         lowered.platforms = platforms if given_platforms else None
-        lowered.placed_on_request = self.options.single_device is not None
-        lowered.requested_devices = self._requested_devices()
         lowered.placed_by_jit = self.options.device is not None or self.options.backend is not None
+        # jax.jit takes device=/backend= as a SingleDeviceSharding given for every
+        # argument and result: its results are committed there too.
+        lowered.placed_on_request = self.options.single_device is not None or lowered.placed_by_jit
+        lowered.requested_devices = self._requested_devices()
         lowered.arg_names = cached.arg_names
         lowered.jax_lowering = cached.jax_lowering
         lowered.reference = self._jax_jit  # the unsharded program, for Compiled.verify
@@ -629,10 +644,18 @@ def _traced_aval(leaf: LeafSignature) -> jax.ShapeDtypeStruct:
     from the one jax.jit lowers. jax only reads the mesh's shape and axis types
     from it (its devices are decided when compiling), except that host callbacks
     need concrete devices to lower at all.
+
+    A ``jax.Array`` made under ``jax.enable_x64()`` keeps its 64-bit type when x64 is
+    off: jax traces it as it is, while a ``ShapeDtypeStruct`` would be traced as the
+    canonical (32-bit) type, so such an argument is traced as its exact jax type.
     """
+    aval = leaf.aval
+    if not aval.is_ref and not jax.dtypes.issubdtype(aval.dtype, jax.dtypes.extended) \
+            and jax.dtypes.canonicalize_dtype(aval.dtype) != aval.dtype:
+        return jax_private.typed_aval(aval, leaf.type_sharding, canonical=False)
     if leaf.type_sharding is None:
-        return leaf.aval
-    return leaf.aval.update(sharding=leaf.type_sharding)
+        return tokens.traced_type(aval)
+    return aval.update(sharding=leaf.type_sharding)
 
 
 def _platform(leaves: Sequence[LeafSignature]) -> str:

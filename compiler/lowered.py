@@ -157,7 +157,8 @@ class Lowered(Stage, jax.stages.Lowered):
     arg_names: tuple[str, ...] | None = None
     # The platforms given as ``Traced.lower(lowering_platforms=...)``; None: the devices'.
     platforms: tuple[str, ...] | None = None
-    # Whether a SingleDeviceSharding given to jit chose the device (results committed).
+    # Whether a SingleDeviceSharding given to jit, or jit(device=/backend=), chose the
+    # device (results committed).
     placed_on_request: bool = False
     # The device jit(device=/backend=) or a SingleDeviceSharding asked for: compile()
     # runs there unless given devices.

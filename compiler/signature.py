@@ -41,6 +41,7 @@ from shardc.dialects.errors import (
     ShardingTreeError,
     UncommittedArrayError,
 )
+from shardc.runtime import tokens
 
 AnyMesh = Mesh | AbstractMesh
 
@@ -67,8 +68,10 @@ class LeafSignature:
 
     def abstract_key(self) -> tuple:
         """The part of this leaf a lowering depends on: no devices, only shapes."""
-        return (self.aval.shape, self.aval.dtype, self.aval.weak_type, self.aval.is_ref,
-                abstract_key(self.sharding), abstract_key(self.type_sharding), self.layout)
+        # (The type tells a token from an array of its buffer's type, bool[0].)
+        return (type(self.aval), self.aval.shape, self.aval.dtype, self.aval.weak_type,
+                self.aval.is_ref, abstract_key(self.sharding), abstract_key(self.type_sharding),
+                self.layout)
 
 
 def abstract_key(sharding: NamedSharding | None) -> tuple | None:
@@ -296,6 +299,8 @@ def abstract_value(value: Any, name: str, fun_name: str = "fun") -> jax.ShapeDty
     """Return the unsharded abstract value jax traces ``value`` as (a mutable array,
     ``jax.new_ref``, as a ``Ref`` type: ``is_ref``); ``name`` (the argument's) and
     ``fun_name`` (the function's) are for jax's error."""
+    if tokens.is_token(value):
+        return tokens.TOKEN
     if isinstance(value, (jax.ShapeDtypeStruct, jax.core.ShapedArray)):
         # Of the type jax traces it as: 64-bit types are 32-bit ones without x64.
         dtype = value.dtype if jax.dtypes.issubdtype(value.dtype, jax.dtypes.extended) \
@@ -316,6 +321,8 @@ def abstract_value(value: Any, name: str, fun_name: str = "fun") -> jax.ShapeDty
             "called with a non-array argument, and this argument was not marked as "
             "static using the static_argnums or static_argnames parameters of jax.jit."
         ) from None
+    if tokens.is_token(aval):  # a token of an enclosing trace
+        return tokens.TOKEN
     return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type,
                                 is_ref=jax_private.is_ref(value))
 
@@ -673,6 +680,9 @@ def result_signature(
     leaves = []
     checked: set[tuple] = set()  # as in argument_signature
     for path, aval, entry in zip(paths, avals, given):
+        if tokens.is_token(aval):
+            leaves.append(LeafSignature(path, tokens.TOKEN, None))
+            continue
         typed = typed_sharding(aval, mesh)
         aval = jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type,
                                     sharding=typed)

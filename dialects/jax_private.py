@@ -563,13 +563,15 @@ def hlo_cost_analysis(computation: Any) -> Any:
     return _jax.hlo_module_cost_analysis(backend.get_backend(), computation.as_hlo_module())
 
 
-def typed_aval(aval: Any, sharding: Any) -> Any:
+def typed_aval(aval: Any, sharding: Any, *, canonical: bool = True) -> Any:
     """``aval`` (a ``ShapeDtypeStruct``) as a ``ShapedArray`` whose type carries
     ``sharding`` as jax's types do (``None``: no sharding), its dtype canonical as
-    jax traces it (``float64`` is ``float32`` without x64)."""
+    jax traces it (``float64`` is ``float32`` without x64) unless not ``canonical``
+    (a traced result's type is what it is: made under ``jax.enable_x64()``, 64-bit)."""
     from jax._src import core, dtypes
 
-    dtype = dtypes.canonicalize_dtype(aval.dtype, allow_extended_dtype=True)
+    dtype = (dtypes.canonicalize_dtype(aval.dtype, allow_extended_dtype=True) if canonical
+             else aval.dtype)
     return core.update_aval_with_sharding(
         core.ShapedArray(aval.shape, dtype, weak_type=aval.weak_type), sharding)
 
@@ -944,3 +946,50 @@ def default_array_layout(sharding: Any, shape: tuple, dtype: Any) -> Any | None:
         return device.client.get_default_layout(dtype, sharding.shard_shape(shape), device)
     except _jax.JaxRuntimeError:
         return None
+
+
+def token_types() -> tuple[type, type]:
+    """jax's token value (``jax.lax.create_token()``'s) and its abstract type."""
+    core = _core()
+    return core.Token, core.AbstractToken
+
+
+def abstract_token() -> Any:
+    """The abstract type jax traces and lowers a token as (``!stablehlo.token``)."""
+    return _core().abstract_token
+
+
+def debug_key_reuse() -> bool:
+    """Whether jax checks PRNG keys for reuse (``jax_debug_key_reuse``)."""
+    return _config().debug_key_reuse.value
+
+
+def key_reuse_checked(traced: Any, dynamic_leaves: list, run: Any) -> Any:
+    """``run()`` (a jit call's outputs) as jax.jit runs a call under
+    ``jax_debug_key_reuse``: its jaxpr's key reuse signature checked against the
+    arguments (a consumed key passed in raises jax's ``KeyReuseError``), and the keys
+    it consumes marked consumed afterwards (jax's ``call_impl_with_key_reuse_checks``
+    for its jit primitive, with the constants the trace closed over)."""
+    import jax
+    from jax.experimental.key_reuse import _core as key_reuse
+
+    closed = traced._params["jaxpr"]
+    args = [*traced._consts, *dynamic_leaves, *closed.consts]
+    signature = key_reuse.jaxpr_type_signature(closed.jaxpr)
+    signature.check_signature(*args, funcname="jit-compiled function")
+    outputs = run()
+    signature.update_consumption(args, jax.tree.leaves(outputs))
+    return outputs
+
+
+def place_as_jit(value: Any, sharding: Any, layout: Any = None) -> Any:
+    """``value`` (host data, a ``jax.Array``, a token's buffer) put where a jit call
+    puts an argument, as jax.jit's dispatch does (jax's ``shard_args``): an implicit
+    transfer, which jax's transfer guards check (``"disallow"`` refuses it), unlike
+    the explicit one of ``jax.device_put``. ``layout``: the device-local layout the
+    program reads it in (None: the default)."""
+    from jax._src.interpreters import pxla
+    from jaxlib import xla_client
+
+    return pxla.shard_args([sharding], [layout], [xla_client.ArrayCopySemantics.REUSE_INPUT],
+                           [value], canonicalize=False)[0]

@@ -19,8 +19,8 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.experimental.layout import Format
 
+from shardc.dialects import jax_private
 from shardc.dialects.errors import (
     ArgumentShardingError,
     DeletedArrayError,
@@ -111,9 +111,8 @@ def check_arguments(values: Sequence[Any], expected: Sequence[ExpectedArgument],
             continue  # Python scalars take the compiled dtype
         if jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
             continue  # typed PRNG keys run as their key data, checked when placed
-        # Host data of a 64-bit type runs as its canonical type (x64 off), as in jax.
         if tuple(value.shape) != tuple(want.aval.shape) or (
-                jax.dtypes.canonicalize_dtype(dtype) != want.aval.dtype):
+                _traced_dtype(value, dtype) != want.aval.dtype):
             types.append(f"Argument '{name}' compiled with "
                          f"{_short(want.aval.shape, want.aval.dtype)} and called with "
                          f"{_short(value.shape, dtype)} ({want.path})")
@@ -159,10 +158,17 @@ def _short(shape, dtype) -> str:
     return f"{np.dtype(dtype).name}[{','.join(map(str, shape))}]"
 
 
+def _traced_dtype(value: Any, dtype: Any) -> np.dtype:
+    """The dtype jax traces ``value`` with: a ``jax.Array``'s own (64-bit when made
+    under ``jax.enable_x64()``, whatever the x64 state now); host data of a 64-bit
+    type as its canonical type in the x64 state of the call (32-bit with x64 off)."""
+    return dtype if isinstance(value, jax.Array) else jax.dtypes.canonicalize_dtype(dtype)
+
+
 def _check_type(value: Any, expected: ExpectedArgument) -> None:
     shape, dtype = np.shape(value), getattr(value, "dtype", None)
     if tuple(shape) != tuple(expected.aval.shape) or (
-        dtype is not None and jax.dtypes.canonicalize_dtype(dtype) != expected.aval.dtype
+        dtype is not None and _traced_dtype(value, dtype) != expected.aval.dtype
     ):
         raise InvalidArgumentError(
             f"{expected.path}: got {_describe(shape, dtype)} but the function was compiled "
@@ -213,7 +219,7 @@ def _sharded(value: jax.Array, expected: ExpectedArgument, counts: PlacementCoun
         counts.resharded += 1
     else:
         counts.placed += 1
-    return jax.device_put(value, expected.sharding)
+    return jax_private.place_as_jit(value, expected.sharding)
 
 
 def _host_value(value: Any, expected: ExpectedArgument, counts: PlacementCounts):
@@ -224,9 +230,8 @@ def _host_value(value: Any, expected: ExpectedArgument, counts: PlacementCounts)
         # float0 (the tangent type of integers) holds no data: it runs as booleans, as
         # jax places it.
         array = np.zeros(array.shape, dtype=np.bool_)
-    target = expected.sharding if expected.default_layout else Format(expected.layout,
-                                                                     expected.sharding)
-    return jax.device_put(array, target)
+    return jax_private.place_as_jit(array, expected.sharding,
+                                    None if expected.default_layout else expected.layout)
 
 
 def _unsupported(value: Any, expected: ExpectedArgument, counts: PlacementCounts):

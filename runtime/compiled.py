@@ -31,7 +31,7 @@ from shardc.dialects.errors import (
     ShardcError,
 )
 from shardc.dialects.xla_form import module_for_xla
-from shardc.runtime import arguments, collectives, layouts, results
+from shardc.runtime import arguments, collectives, layouts, results, tokens
 from shardc.runtime.effects import NO_EFFECTS, ProgramEffects, execute_with_tokens
 from shardc.runtime.stage import Stage
 from shardc.runtime.verify import verify
@@ -174,7 +174,7 @@ class Compiled(Stage, jax.stages.Compiled):
             dataclasses.replace(expected, moves_committed=getattr(info, "moved_by_jit", False))
             for info, expected in zip(inputs, self._expected)]
         self._handlers = [
-            results.result_handler(jax_private.typed_aval(info.aval, sharding), sharding)
+            results.result_handler(tokens.result_aval(info.aval, sharding), sharding)
             for info, sharding in zip(outputs, output_shardings)
         ]
         # A program without any sharding (one device) returns uncommitted arrays
@@ -187,7 +187,7 @@ class Compiled(Stage, jax.stages.Compiled):
                                                               *output_shardings)) \
                 and all(info.sharding is None for info in (*inputs, *outputs)):
             self._uncommitted_handlers = [
-                results.result_handler(jax_private.typed_aval(info.aval, sharding), sharding,
+                results.result_handler(tokens.result_aval(info.aval, sharding), sharding,
                                        committed=False)
                 for info, sharding in zip(outputs, output_shardings)
             ]

@@ -76,6 +76,23 @@ def test_device_and_backend_choose_where_it_runs():
     assert on_backend.devices() == {jax.devices("cpu")[0]}
 
 
+def test_device_and_backend_commit_the_results_as_jax_jit():
+    # jax.jit takes device=/backend= as a SingleDeviceSharding for every argument and
+    # result: what it returns is committed there, even made from no argument at all.
+    device = jax.devices()[1]
+    x = jnp.ones(3)  # uncommitted, on device 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for options in (dict(device=device), dict(backend="cpu")):
+            for args in ((), (x,)):
+                f = lambda *a: a[0] * 2 if a else jax.lax.add(3.0, 4.0)  # noqa: E731
+                ours, theirs = jit(f, **options)(*args), jax.jit(f, **options)(*args)
+                assert ours.committed and theirs.committed
+                assert ours.devices() == theirs.devices()
+    # Without them, a program of uncommitted data returns uncommitted data.
+    assert not jit(lambda: jax.lax.add(3.0, 4.0))().committed
+
+
 def test_meshless_program_follows_its_committed_argument():
     device = jax.devices()[5]
     x = jax.device_put(jnp.ones(4), device)
