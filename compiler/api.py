@@ -281,6 +281,8 @@ class JitFunction(JitSurface):
             self._check_refs(args, kwargs, compiled.effects)
         moved = compiled.placement.resharded
         outputs = compiled.call_as_jit(*args, **kwargs)
+        if jax_private.debug_special_values():
+            jax_private.check_special_outputs(self.fun, args, kwargs, outputs)
         if compiled.placement.resharded != moved:
             # A committed argument was moved (other devices or device order): jax's C++
             # dispatch would pass it on unmoved, which crashes; such calls stay here.
@@ -554,15 +556,17 @@ class JitFunction(JitSurface):
         return call_args, call_kwargs
 
     def _donated(self, args: tuple, dynamic_kwargs: dict) -> tuple[bool, ...]:
-        """Per dynamic argument leaf (in the order of ``(args, kwargs)``): is it donated?"""
+        """Per dynamic argument leaf (in the order of ``(args, kwargs)``): is it donated?
+        (Never under jax_debug_nans, as with jax.jit: its de-optimized rerun needs them.)"""
         static = set(self._static_positions(len(args)))
         donate = {i if i >= 0 else len(args) + i for i in self.donate_argnums}
+        debug_nans = jax_private.debug_nans()
         flags: list[bool] = []
         for i, arg in enumerate(args):
             if i not in static:
-                flags += [i in donate] * len(jax.tree.leaves(arg))
+                flags += [i in donate and not debug_nans] * len(jax.tree.leaves(arg))
         for name in sorted(dynamic_kwargs):
-            flags += [name in self.options.donate_argnames] * len(
+            flags += [name in self.options.donate_argnames and not debug_nans] * len(
                 jax.tree.leaves(dynamic_kwargs[name]))
         return tuple(flags)
 
