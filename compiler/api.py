@@ -274,7 +274,15 @@ class JitFunction(JitSurface):
         key = self._call_key(args, kwargs)
         compiled = self._caches.by_call.get(key) if key is not None else None
         if compiled is None:
-            compiled = self._compile_for(args, kwargs)
+            # A program with jax's high-level types (hijax) runs as jax.jit runs one:
+            # one equation of the jit primitive, whose rule lowers the types to arrays
+            # and binds again; traced at every call, as jax.jit does.
+            if _has_high_values(args, kwargs):
+                return self._bind(args, kwargs), None, False
+            try:
+                compiled = self._compile_for(args, kwargs)
+            except HighLevelProgramError:
+                return self._bind(args, kwargs), None, False
             if key is not None:
                 self._caches.by_call[key] = compiled
         elif compiled.effects.mutates:  # the lowering's checks, again for these Refs
@@ -301,10 +309,17 @@ class JitFunction(JitSurface):
         Only the shardings given to ``jit`` go into the equation, as with
         ``jax.jit``: tracers carry no data whose sharding could be followed.
         """
-        dynamic_args, dynamic_kwargs, mesh, arg_leaves = self._arguments(
-            args, kwargs, follow_data=False)
+        high_args = _has_high_values(args, kwargs)
+        if not high_args:
+            dynamic_args, dynamic_kwargs, mesh, arg_leaves = self._arguments(
+                args, kwargs, follow_data=False)
         with _tracing_mesh(self.mesh, staged=True):
             traced = self._jax_jit.trace(*args, **kwargs)
+        if high_args or jax_private.is_high(traced):
+            dynamic, _ = self._split_static(args)
+            dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
+            return binding.bind_high(SHARDC_JIT, traced,
+                                     jax.tree.leaves((tuple(dynamic), dynamic_kwargs)))
         results = signature.result_signature(traced.out_info, self.out_shardings, mesh,
                                              follow_types=False)
         return binding.bind(SHARDC_JIT, traced, jax.tree.leaves((tuple(dynamic_args), dynamic_kwargs)),
@@ -486,6 +501,11 @@ class JitFunction(JitSurface):
         """The cache entry, and the module it was written from (for this call's
         ``Lowered`` alone: later hits parse their own copy of the entry)."""
         traced = self._trace(args, kwargs, arg_leaves)
+        if jax_private.is_high(traced):
+            raise HighLevelProgramError(
+                f"shardc lowers no program with jax's high-level types (results or "
+                f"closed-over boxes of {function_name(self.fun)}): it runs them, as "
+                "jax.jit does, by lowering the types to arrays at each call")
         out_tree = jax.tree.structure(traced.out_info)
         results = self._result_signature(traced.out_info, mesh)
         named_inside = jax_private.meshes_in(traced.jaxpr)
@@ -601,6 +621,15 @@ class JitFunction(JitSurface):
             effects=cached.effects,
             closed_refs=cached.closed_refs,
         )
+
+
+class HighLevelProgramError(NotImplementedError):
+    """A lowering of a program with jax's high-level types (hijax): shardc lowers
+    arrays; such a program runs by binding jit's primitive (``JitFunction._bind``)."""
+
+
+def _has_high_values(args: tuple, kwargs: dict) -> bool:
+    return any(map(jax_private.is_high_value, jax.tree.leaves((args, kwargs))))
 
 
 def _traced_aval(leaf: LeafSignature) -> jax.ShapeDtypeStruct:

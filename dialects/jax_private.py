@@ -240,6 +240,20 @@ def jit_call_parts(traced: Any) -> tuple[dict, list]:
     return dict(traced._params), list(traced._consts)
 
 
+def is_high(traced: Any) -> bool:
+    """Whether a ``jax.stages.Traced``'s program uses jax's high-level types (hijax)."""
+    return traced.jaxpr.jaxpr.is_high
+
+
+def is_high_value(value: Any) -> bool:
+    """Whether ``value``'s type is one of jax's high-level types (a hijax ``Box``, a
+    type registered with ``hijax.HiType``...)."""
+    try:
+        return _core().typeof(value).is_high
+    except TypeError:  # not a value jax has a type for: the trace reports it
+        return False
+
+
 def check_no_escaped_tracers(traced: Any) -> None:
     """jax.jit's check of a program about to run outside any transformation: a
     constant its trace closed over that is a tracer escaped another trace (a side
