@@ -315,7 +315,7 @@ class JitFunction(JitSurface):
                 args, kwargs, follow_data=False)
         with _tracing_mesh(self.mesh, staged=True):
             traced = self._jax_jit.trace(*args, **kwargs)
-        if high_args or jax_private.is_high(traced):
+        if high_args or jax_private.has_high_types(traced):
             dynamic, _ = self._split_static(args)
             dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
             return binding.bind_high(SHARDC_JIT, traced,
@@ -501,7 +501,7 @@ class JitFunction(JitSurface):
         """The cache entry, and the module it was written from (for this call's
         ``Lowered`` alone: later hits parse their own copy of the entry)."""
         traced = self._trace(args, kwargs, arg_leaves)
-        if jax_private.is_high(traced):
+        if jax_private.has_high_types(traced):
             raise HighLevelProgramError(
                 f"shardc lowers no program with jax's high-level types (results or "
                 f"closed-over boxes of {function_name(self.fun)}): it runs them, as "

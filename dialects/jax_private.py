@@ -240,9 +240,13 @@ def jit_call_parts(traced: Any) -> tuple[dict, list]:
     return dict(traced._params), list(traced._consts)
 
 
-def is_high(traced: Any) -> bool:
-    """Whether a ``jax.stages.Traced``'s program uses jax's high-level types (hijax)."""
-    return traced.jaxpr.jaxpr.is_high
+def has_high_types(traced: Any) -> bool:
+    """Whether a ``jax.stages.Traced``'s arguments, results or closed-over values have
+    jax's high-level types (hijax). (High-level primitives between arrays alone jax's
+    lowering turns into array programs itself.)"""
+    jaxpr = traced.jaxpr
+    return (any(aval.is_high for aval in (*jaxpr.in_avals, *jaxpr.out_avals))
+            or any(map(is_high_value, traced._consts)))
 
 
 def is_high_value(value: Any) -> bool:
