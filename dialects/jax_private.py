@@ -254,7 +254,7 @@ def is_high_value(value: Any) -> bool:
     type registered with ``hijax.HiType``...)."""
     try:
         return _core().typeof(value).is_high
-    except TypeError:  # not a value jax has a type for: the trace reports it
+    except (TypeError, OverflowError):  # no value jax has a type for: the lowering says
         return False
 
 
