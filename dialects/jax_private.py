@@ -242,11 +242,17 @@ def jit_call_parts(traced: Any) -> tuple[dict, list]:
 
 def has_high_types(traced: Any) -> bool:
     """Whether a ``jax.stages.Traced``'s arguments, results or closed-over values have
-    jax's high-level types (hijax). (High-level primitives between arrays alone jax's
-    lowering turns into array programs itself.)"""
+    jax's high-level types (hijax), or its high-level primitives take ``Ref``
+    arguments. (High-level primitives between arrays alone jax's lowering turns into
+    array programs itself.)"""
+    from jax._src.state.types import AbstractRef
+
     jaxpr = traced.jaxpr
     return (any(aval.is_high for aval in (*jaxpr.in_avals, *jaxpr.out_avals))
-            or any(map(is_high_value, traced._consts)))
+            or any(map(is_high_value, traced._consts))
+            # Such primitives writing a Ref argument: the rule writes it back.
+            or (jaxpr.jaxpr.is_high
+                and any(isinstance(aval, AbstractRef) for aval in jaxpr.in_avals)))
 
 
 def is_high_value(value: Any) -> bool:

@@ -8,8 +8,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax._src import state
 from jax._src.hijax import Box
-from jax.experimental.hijax import HiType, register_hitype
+from jax.experimental.hijax import HiType, VJPHiPrimitive, register_hitype
 
 from shardc.compiler import jit
 
@@ -89,3 +90,24 @@ def test_closed_over_box(make_jit):
     np.testing.assert_array_equal(bump(jnp.ones(2)), jnp.full(2, 2.0))
     bump(jnp.ones(2))
     np.testing.assert_array_equal(box.get(), jnp.full(2, 2.0))
+
+
+class _SquareInPlace(VJPHiPrimitive):
+    """A high-level primitive writing its ``Ref`` argument."""
+
+    def __init__(self, ref_aval):
+        self.in_avals = (ref_aval,)
+        self.out_aval = None
+        self.params = {}
+        self.effects = {state.WriteEffect(0)}
+        super().__init__()
+
+    def expand(self, ref):
+        ref[...] = ref[...] ** 2
+
+
+@pytest.mark.parametrize("make_jit", JITS, ids=["jax", "shardc"])
+def test_high_level_primitive_writing_a_ref(make_jit):
+    ref = jax.new_ref(jnp.float32(3.0))
+    make_jit(lambda r: _SquareInPlace(jax.typeof(r))(r))(ref)
+    assert ref[...] == 9.0
