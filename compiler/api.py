@@ -287,13 +287,23 @@ class JitFunction(JitSurface):
         key = self._call_key(args, kwargs)
         compiled = self._caches.by_call.get(key) if key is not None else None
         if compiled is None:
-            compiled = self._compile_for(args, kwargs)
+            # A program with jax's high-level types (hijax) runs as jax.jit runs one:
+            # one equation of the jit primitive, whose rule lowers the types to arrays
+            # and binds again; traced at every call, as jax.jit does.
+            if _has_high_values(args, kwargs):
+                return self._bind(args, kwargs), None, False
+            try:
+                compiled = self._compile_for(args, kwargs)
+            except HighLevelProgramError:
+                return self._bind(args, kwargs), None, False
             if key is not None:
                 self._caches.by_call[key] = compiled
         elif compiled.effects.mutates:  # the lowering's checks, again for these Refs
             self._check_refs(args, kwargs, compiled.effects)
         moved = compiled.placement.resharded
         outputs = compiled.call_as_jit(*args, **kwargs)
+        if jax_private.debug_special_values():
+            jax_private.check_special_outputs(self.fun, args, kwargs, outputs)
         if compiled.placement.resharded != moved:
             # A committed argument was moved (other devices or device order): jax's C++
             # dispatch would pass it on unmoved, which crashes; such calls stay here.
@@ -312,10 +322,17 @@ class JitFunction(JitSurface):
         Only the shardings given to ``jit`` go into the equation, as with
         ``jax.jit``: tracers carry no data whose sharding could be followed.
         """
-        dynamic_args, dynamic_kwargs, mesh, arg_leaves = self._arguments(
-            args, kwargs, follow_data=False)
+        high_args = _has_high_values(args, kwargs)
+        if not high_args:
+            dynamic_args, dynamic_kwargs, mesh, arg_leaves = self._arguments(
+                args, kwargs, follow_data=False)
         with _tracing_mesh(self.mesh, staged=True):
             traced = self._jax_jit.trace(*args, **kwargs)
+        if high_args or jax_private.has_high_types(traced):
+            dynamic, _ = self._split_static(args)
+            dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
+            return binding.bind_high(SHARDC_JIT, traced,
+                                     jax.tree.leaves((tuple(dynamic), dynamic_kwargs)))
         results = signature.result_signature(traced.out_info, self.out_shardings, mesh,
                                              follow_types=False,
                                              api_name=self.options.api_name)
@@ -506,6 +523,11 @@ class JitFunction(JitSurface):
         """The cache entry, and the module it was written from (for this call's
         ``Lowered`` alone: later hits parse their own copy of the entry)."""
         traced = self._trace(args, kwargs, arg_leaves)
+        if jax_private.has_high_types(traced):
+            raise HighLevelProgramError(
+                f"shardc lowers no program with jax's high-level types (results or "
+                f"closed-over boxes of {function_name(self.fun)}): it runs them, as "
+                "jax.jit does, by lowering the types to arrays at each call")
         out_tree = jax.tree.structure(traced.out_info)
         results = self._result_signature(traced.out_info, mesh)
         named_inside = jax_private.meshes_in(traced.jaxpr)
@@ -589,15 +611,17 @@ class JitFunction(JitSurface):
         return call_args, call_kwargs
 
     def _donated(self, args: tuple, dynamic_kwargs: dict) -> tuple[bool, ...]:
-        """Per dynamic argument leaf (in the order of ``(args, kwargs)``): is it donated?"""
+        """Per dynamic argument leaf (in the order of ``(args, kwargs)``): is it donated?
+        (Never under jax_debug_nans, as with jax.jit: its de-optimized rerun needs them.)"""
         static = set(self._static_positions(len(args)))
         donate = {i if i >= 0 else len(args) + i for i in self.donate_argnums}
+        debug_nans = jax_private.debug_nans()
         flags: list[bool] = []
         for i, arg in enumerate(args):
             if i not in static:
-                flags += [i in donate] * len(jax.tree.leaves(arg))
+                flags += [i in donate and not debug_nans] * len(jax.tree.leaves(arg))
         for name in sorted(dynamic_kwargs):
-            flags += [name in self.options.donate_argnames] * len(
+            flags += [name in self.options.donate_argnames and not debug_nans] * len(
                 jax.tree.leaves(dynamic_kwargs[name]))
         return tuple(flags)
 
@@ -632,6 +656,15 @@ class JitFunction(JitSurface):
             effects=cached.effects,
             closed_refs=cached.closed_refs,
         )
+
+
+class HighLevelProgramError(NotImplementedError):
+    """A lowering of a program with jax's high-level types (hijax): shardc lowers
+    arrays; such a program runs by binding jit's primitive (``JitFunction._bind``)."""
+
+
+def _has_high_values(args: tuple, kwargs: dict) -> bool:
+    return any(map(jax_private.is_high_value, jax.tree.leaves((args, kwargs))))
 
 
 def _traced_aval(leaf: LeafSignature) -> jax.ShapeDtypeStruct:

@@ -262,6 +262,30 @@ def jit_call_parts(traced: Any) -> tuple[dict, list]:
     return dict(traced._params), list(traced._consts)
 
 
+def has_high_types(traced: Any) -> bool:
+    """Whether a ``jax.stages.Traced``'s arguments, results or closed-over values have
+    jax's high-level types (hijax), or its high-level primitives take ``Ref``
+    arguments. (High-level primitives between arrays alone jax's lowering turns into
+    array programs itself.)"""
+    from jax._src.state.types import AbstractRef
+
+    jaxpr = traced.jaxpr
+    return (any(aval.is_high for aval in (*jaxpr.in_avals, *jaxpr.out_avals))
+            or any(map(is_high_value, traced._consts))
+            # Such primitives writing a Ref argument: the rule writes it back.
+            or (jaxpr.jaxpr.is_high
+                and any(isinstance(aval, AbstractRef) for aval in jaxpr.in_avals)))
+
+
+def is_high_value(value: Any) -> bool:
+    """Whether ``value``'s type is one of jax's high-level types (a hijax ``Box``, a
+    type registered with ``hijax.HiType``...)."""
+    try:
+        return _core().typeof(value).is_high
+    except (TypeError, OverflowError):  # no value jax has a type for: the lowering says
+        return False
+
+
 def check_no_escaped_tracers(traced: Any) -> None:
     """jax.jit's check of a program about to run outside any transformation: a
     constant its trace closed over that is a tracer escaped another trace (a side
@@ -691,8 +715,41 @@ def cpp_dispatch(name: str, fun: Any, call: Any, static_argnums: tuple,
     from jax._src.interpreters import pxla
     from jax._src.lib import _jax
 
-    return _jax.pjit(name, fun, call, list(static_argnums), list(static_argnames),
-                     key, tree_util.dispatch_registry, pxla.cc_shard_arg, cache)
+    dispatch = _jax.pjit(name, fun, call, list(static_argnums), list(static_argnames),
+                         key, tree_util.dispatch_registry, pxla.cc_shard_arg, cache)
+    # Under jax_debug_nans / jax_debug_infs the C++ fast path hands its outputs to
+    # jax's post hook, which re-runs ``_fun`` de-optimized to name the bad operation.
+    dispatch._fun = fun
+    return dispatch
+
+
+def debug_special_values() -> bool:
+    """Whether jax_debug_nans or jax_debug_infs is on: jit's outputs are checked for
+    NaNs / infinities."""
+    from jax._src import dispatch
+
+    return dispatch.needs_check_special()
+
+
+def debug_nans() -> bool:
+    return _config().debug_nans.value
+
+
+def check_special_outputs(fun: Any, args: tuple, kwargs: dict, outputs: Any) -> None:
+    """jax.jit's check of a call's outputs under jax_debug_nans / jax_debug_infs: on a
+    NaN (infinity) it calls ``fun`` de-optimized on the same arguments, so that the
+    operation making it raises ``FloatingPointError``, or raises jax's error saying
+    that the de-optimized function made none."""
+    import jax
+    from jax._src import api_util, dispatch
+    from jax._src.pjit import jit_p
+
+    buffers = [shard.data for leaf in jax.tree.leaves(outputs)
+               if hasattr(leaf, "addressable_shards") for shard in leaf.addressable_shards]
+    try:
+        dispatch.check_special(jit_p.name, buffers)
+    except api_util.InternalFloatingPointError as e:
+        api_util.maybe_recursive_nan_check(e, fun, args, kwargs)
 
 
 def compiled_dispatch(name: str, call: Any) -> Any:

@@ -90,6 +90,15 @@ def bind(primitive: Any, traced: Any, leaves: Sequence[Any],
     return jax.tree.unflatten(traced.out_tree, out)
 
 
+def bind_high(primitive: Any, traced: Any, leaves: Sequence[Any]) -> Any:
+    """Bind one equation for a ``jax.stages.Traced`` whose program has jax's high-level
+    types, with jax's parameters as they are (jit's lowering rule for such programs,
+    ``to_lojax``, turns the types into arrays and binds again)."""
+    params, consts = jax_private.jit_call_parts(traced)
+    out = primitive.bind(*consts, *leaves, **params)
+    return jax.tree.unflatten(traced.out_tree, out)
+
+
 def _merged(entries: Sequence, given: Sequence[NamedSharding | None], offset: int) -> tuple:
     """jax's per-value entries with shardc's given shardings in place of the unspecified."""
     merged = list(entries)
