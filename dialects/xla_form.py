@@ -24,8 +24,14 @@ mishandle:
   single one ("Number of tile assignment dimensions ... is different than the
   input rank"). The copy folds the pair itself, keeping the outer sharding
   as a constraint where it differs from the operand's.
-* ``sdy.sharding`` on ``optimization_barrier``: implied by the closed
-  shardings around it; dropped, XLA's data-flow edges re-derive it. (A
+* ``sdy.sharding`` on ``optimization_barrier`` (``jax.checkpoint``'s, around
+  what the backward pass recomputes): XLA's conversion folds an identity of a
+  result (``x - 0`` in ``softplus``) into the result and moves the folded op's
+  one sharding onto the barrier, all its results then sharded alike ("Number
+  of tile assignment dimensions ... is different than the input rank" for a
+  scalar among them). The copy drops the barrier's sharding and constrains
+  each result to its sharding instead, so a moved sharding lands on a
+  constraint of one value. (A
   ``case`` keeps its sharding: without it XLA re-derives its branches'
   results apart and its verifier rejects branches that return differently
   sharded values, "Inconsistent conditional sharding".)
@@ -60,7 +66,7 @@ from shardc.dialects.sdy import SHARDING_ATTR, value_sharding
 from shardc.dialects.while_loops import hoist_all_invariant_carries, terminator
 
 LOOP = "stablehlo.while"
-# Data-flow ops whose shardings XLA must re-derive.
+# Data-flow ops whose per-value sharding XLA's folding can overwrite with one sharding.
 _DROPPED_SHARDINGS = ("stablehlo.optimization_barrier",)
 # Custom calls XLA's conversion rewrites into other ops, refusing a sharding on them.
 _UNSHARDABLE_CALLS = ("ApproxTopK",)
@@ -85,13 +91,12 @@ def to_xla_form(module: ir.Operation) -> None:
     loops: list[ir.Operation] = []
     reshards: list[ir.Operation] = []
     reshapes: list[ir.Operation] = []
-    unshardable: list[ir.Operation] = []
+    constrained: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name in _DROPPED_SHARDINGS and SHARDING_ATTR in op.attributes:
-            del op.attributes[SHARDING_ATTR]
-        elif _is_unshardable_call(op) and SHARDING_ATTR in op.attributes:
-            unshardable.append(op)
+        if (op.name in _DROPPED_SHARDINGS or _is_unshardable_call(op)) and (
+                SHARDING_ATTR in op.attributes):
+            constrained.append(op)
         elif op.name == LOOP:
             loops.append(op)
         elif op.name in ("sdy.reshard", "sdy.sharding_constraint"):
@@ -108,8 +113,8 @@ def to_xla_form(module: ir.Operation) -> None:
             _fold_reshape_round_trip(reshape)
         for reshard in reshards:
             _reshard_as_constraints(reshard)
-        for call in unshardable:
-            _constrain_results(call)
+        for op in constrained:
+            _constrain_results(op)
 
 
 def check_xla_form(module: ir.Operation) -> None:
