@@ -29,9 +29,12 @@ mishandle:
   result (``x - 0`` in ``softplus``) into the result and moves the folded op's
   one sharding onto the barrier, all its results then sharded alike ("Number
   of tile assignment dimensions ... is different than the input rank" for a
-  scalar among them). The copy drops the barrier's sharding and constrains
-  each result to its sharding instead, so a moved sharding lands on a
-  constraint of one value. (A
+  scalar among them). Where the results differ in rank, the copy drops the
+  barrier's sharding and follows each result by a constraint to its operand's
+  sharding (the barrier passes values through: no reshard where XLA would
+  make none), so a moved sharding lands on a constraint of one value;
+  elsewhere it only drops it, for XLA's data-flow edges to re-derive
+  (constraints there cost reshards XLA does not make). (A
   ``case`` keeps its sharding: without it XLA re-derives its branches'
   results apart and its verifier rejects branches that return differently
   sharded values, "Inconsistent conditional sharding".)
@@ -92,10 +95,15 @@ def to_xla_form(module: ir.Operation) -> None:
     reshards: list[ir.Operation] = []
     reshapes: list[ir.Operation] = []
     constrained: list[ir.Operation] = []
+    barriers: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        if (op.name in _DROPPED_SHARDINGS or _is_unshardable_call(op)) and (
-                SHARDING_ATTR in op.attributes):
+        if op.name in _DROPPED_SHARDINGS and SHARDING_ATTR in op.attributes:
+            if _ranks(op) > 1:
+                barriers.append(op)
+            else:  # one sharding fits every result: XLA's data-flow edges re-derive it
+                del op.attributes[SHARDING_ATTR]
+        elif _is_unshardable_call(op) and SHARDING_ATTR in op.attributes:
             constrained.append(op)
         elif op.name == LOOP:
             loops.append(op)
@@ -115,6 +123,8 @@ def to_xla_form(module: ir.Operation) -> None:
             _reshard_as_constraints(reshard)
         for op in constrained:
             _constrain_results(op)
+        for barrier in barriers:  # after the loops' carries got their constraints
+            _constrain_like_operands(barrier)
 
 
 def check_xla_form(module: ir.Operation) -> None:
@@ -233,6 +243,27 @@ def _constrain_uses(value: ir.Value, sharding: ir.Attribute, ip: ir.InsertionPoi
         return
     constraint = sdy.ShardingConstraintOp(value, sharding, loc=loc, ip=ip)
     value.replace_all_uses_except(constraint.result, constraint.operation)
+
+
+def _ranks(op: ir.Operation) -> int:
+    """How many different ranks ``op``'s results have."""
+    return len({len(result.type.shape) for result in op.results
+                if isinstance(result.type, ir.RankedTensorType)})  # fmt: skip
+
+
+def _constrain_like_operands(barrier: ir.Operation) -> None:
+    """Drop ``barrier``'s sharding and follow each result whose operand is sharded by a
+    closed constraint to that operand's sharding: the barrier passes its operands
+    through, so XLA reshards nowhere it would not (as when it re-derives the
+    barrier's sharding), and a sharding its folding moves lands on one value."""
+    del barrier.attributes[SHARDING_ATTR]
+    after = ir.InsertionPoint.after(barrier)
+    for operand, result in zip(barrier.operands, barrier.results, strict=True):
+        sharding = value_sharding(operand)
+        if sharding is None:
+            continue
+        constraint = sdy.ShardingConstraintOp(result, sharding, loc=barrier.location, ip=after)
+        result.replace_all_uses_except(constraint.result, constraint.operation)
 
 
 def _constrain_results(op: ir.Operation) -> None:
