@@ -24,8 +24,17 @@ mishandle:
   single one ("Number of tile assignment dimensions ... is different than the
   input rank"). The copy folds the pair itself, keeping the outer sharding
   as a constraint where it differs from the operand's.
-* ``sdy.sharding`` on ``optimization_barrier``: implied by the closed
-  shardings around it; dropped, XLA's data-flow edges re-derive it. (A
+* ``sdy.sharding`` on ``optimization_barrier`` (``jax.checkpoint``'s, around
+  what the backward pass recomputes): XLA's conversion folds an identity of a
+  result (``x - 0`` in ``softplus``) into the result and moves the folded op's
+  one sharding onto the barrier, all its results then sharded alike ("Number
+  of tile assignment dimensions ... is different than the input rank" for a
+  scalar among them). Where the results differ in rank, the copy drops the
+  barrier's sharding and follows each result by a constraint to its operand's
+  sharding (the barrier passes values through: no reshard where XLA would
+  make none), so a moved sharding lands on a constraint of one value;
+  elsewhere it only drops it, for XLA's data-flow edges to re-derive
+  (constraints there cost reshards XLA does not make). (A
   ``case`` keeps its sharding: without it XLA re-derives its branches'
   results apart and its verifier rejects branches that return differently
   sharded values, "Inconsistent conditional sharding".)
@@ -60,7 +69,7 @@ from shardc.dialects.sdy import SHARDING_ATTR, value_sharding
 from shardc.dialects.while_loops import hoist_all_invariant_carries, terminator
 
 LOOP = "stablehlo.while"
-# Data-flow ops whose shardings XLA must re-derive.
+# Data-flow ops whose per-value sharding XLA's folding can overwrite with one sharding.
 _DROPPED_SHARDINGS = ("stablehlo.optimization_barrier",)
 # Custom calls XLA's conversion rewrites into other ops, refusing a sharding on them.
 _UNSHARDABLE_CALLS = ("ApproxTopK",)
@@ -85,13 +94,17 @@ def to_xla_form(module: ir.Operation) -> None:
     loops: list[ir.Operation] = []
     reshards: list[ir.Operation] = []
     reshapes: list[ir.Operation] = []
-    unshardable: list[ir.Operation] = []
+    constrained: list[ir.Operation] = []
+    barriers: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
         if op.name in _DROPPED_SHARDINGS and SHARDING_ATTR in op.attributes:
-            del op.attributes[SHARDING_ATTR]
+            if _ranks(op) > 1:
+                barriers.append(op)
+            else:  # one sharding fits every result: XLA's data-flow edges re-derive it
+                del op.attributes[SHARDING_ATTR]
         elif _is_unshardable_call(op) and SHARDING_ATTR in op.attributes:
-            unshardable.append(op)
+            constrained.append(op)
         elif op.name == LOOP:
             loops.append(op)
         elif op.name in ("sdy.reshard", "sdy.sharding_constraint"):
@@ -108,8 +121,10 @@ def to_xla_form(module: ir.Operation) -> None:
             _fold_reshape_round_trip(reshape)
         for reshard in reshards:
             _reshard_as_constraints(reshard)
-        for call in unshardable:
-            _constrain_results(call)
+        for op in constrained:
+            _constrain_results(op)
+        for barrier in barriers:  # after the loops' carries got their constraints
+            _constrain_like_operands(barrier)
 
 
 def check_xla_form(module: ir.Operation) -> None:
@@ -228,6 +243,27 @@ def _constrain_uses(value: ir.Value, sharding: ir.Attribute, ip: ir.InsertionPoi
         return
     constraint = sdy.ShardingConstraintOp(value, sharding, loc=loc, ip=ip)
     value.replace_all_uses_except(constraint.result, constraint.operation)
+
+
+def _ranks(op: ir.Operation) -> int:
+    """How many different ranks ``op``'s results have."""
+    return len({len(result.type.shape) for result in op.results
+                if isinstance(result.type, ir.RankedTensorType)})  # fmt: skip
+
+
+def _constrain_like_operands(barrier: ir.Operation) -> None:
+    """Drop ``barrier``'s sharding and follow each result whose operand is sharded by a
+    closed constraint to that operand's sharding: the barrier passes its operands
+    through, so XLA reshards nowhere it would not (as when it re-derives the
+    barrier's sharding), and a sharding its folding moves lands on one value."""
+    del barrier.attributes[SHARDING_ATTR]
+    after = ir.InsertionPoint.after(barrier)
+    for operand, result in zip(barrier.operands, barrier.results, strict=True):
+        sharding = value_sharding(operand)
+        if sharding is None:
+            continue
+        constraint = sdy.ShardingConstraintOp(result, sharding, loc=barrier.location, ip=after)
+        result.replace_all_uses_except(constraint.result, constraint.operation)
 
 
 def _constrain_results(op: ir.Operation) -> None:

@@ -10,8 +10,11 @@ saved and restored onto its shardings, then stepped), penzai (a named-axis
 (``multi_transform`` with a label tree and ``None`` parameters, ``chain`` of
 ``clip_by_global_norm`` and ``adamw``, ``MultiSteps``), chex (a
 ``chex.dataclass`` state and chex's shape asserts) and jaxtyping (a model typed
-with ``Float[Array, "batch features"]`` and checked under ``jaxtyped``).
-Gemma's library is left out: it needs tensorflow. Each module holds one
+with ``Float[Array, "batch features"]`` and checked under ``jaxtyped``),
+jax's own extension points (``shard_map``, ``custom_vjp``, ``pure_callback``,
+``lax.scan`` with ``jax.checkpoint``) and, where the ``gemma`` extra is
+installed (it needs tensorflow), Gemma's library (a small ``gm.nn.Transformer``
+trained with optax). Each module holds one
 program, with the zoo's interface (``NAME``, ``SIZES``, ``make(size) ->
 Program``); the user's jit call goes to the route's jit: ``jax.jit`` itself, or
 ``eqx.filter_jit`` built on it (``equinox_jit``). ``python -m bench.zoo --zoo
@@ -21,6 +24,8 @@ on them. A program in ``ISOLATED`` is measured in a child process.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from collections.abc import Callable, Iterable
 
 from bench.libzoo import (
@@ -28,6 +33,7 @@ from bench.libzoo import (
     diffrax_neural_ode,
     eqx_filter_jit,
     eqx_partition_jit,
+    jax_host_callback_scan,
     jaxtyping_mlp,
     optax_multi_transform,
     optax_multisteps,
@@ -47,7 +53,16 @@ _MODULES = (
     optax_multisteps,
     chex_dataclass_state,
     jaxtyping_mlp,
+    jax_host_callback_scan,
 )
+# Programs of a library too heavy for the ``libzoo`` extra (gemma brings kauldron and
+# tensorflow: the ``gemma`` extra), registered only where it is installed: program name
+# -> the module it needs.
+OPTIONAL = {"gemma_train_step": "gemma"}
+_MODULES += tuple(
+    importlib.import_module(f"bench.libzoo.{name}")
+    for name, library in OPTIONAL.items() if importlib.util.find_spec(library) is not None
+)  # fmt: skip
 REGISTRY: dict[str, Callable[[str], Program]] = {module.NAME: module.make for module in _MODULES}
 # Programs measured in a child process of their own (``report.measure_isolated``) by
 # ``python -m bench.zoo --zoo libzoo`` and the test: diffrax's solve is a while loop
@@ -60,4 +75,4 @@ def make_programs(size: str = "small", only: Iterable[str] | None = None) -> lis
     return _make_programs(size, only, registry=REGISTRY)
 
 
-__all__ = ["ISOLATED", "REGISTRY", "SIZES", "Program", "make_programs"]
+__all__ = ["ISOLATED", "OPTIONAL", "REGISTRY", "SIZES", "Program", "make_programs"]

@@ -57,6 +57,14 @@ def dim_axes(sharding: TensorSharding | None, rank: int) -> list[tuple[AxisRef, 
     return [dim.axes for dim in sharding.dims]
 
 
+def _maximal(sharding: TensorSharding | None, rank: int) -> bool:
+    """Whether ``sharding`` puts a whole rank-``rank`` tensor on one device
+    (``<@maximal_mesh_k, []>``, e.g. a host callback's result): only a maximal
+    sharding lists fewer dimensions than its tensor has. A scalar's is told
+    from its mesh alone, which this model does not see; its bytes are a few."""
+    return sharding is not None and len(sharding.dims) < rank
+
+
 def shard_shape(shape: Sequence[int], axes: Sequence[Sequence[AxisRef]]) -> list[int]:
     """Per-device shape: each dimension divided (rounded up) by its axes' product."""
     return [-(-size // max(size_product(dim), 1)) for size, dim in zip(shape, axes)]
@@ -352,7 +360,17 @@ def reshard_collectives(
     (``platforms.active_rules()`` when None).
     """
     element_bytes = collective_element_bytes(element_bytes, dtype, rules)
-    if dim_axes(src, len(shape)) == dim_axes(dst, len(shape)):
+    rank = len(shape)
+    if _maximal(src, rank):
+        if _maximal(dst, rank) and dst.mesh == src.mesh:
+            return []
+        # XLA's ``PartitionedHlo::Broadcast``: the owning device's value, zeros on the
+        # others, all-reduced over every device; any tiling is then a free slice.
+        names = tuple(name for name, _ in mesh_axes(mesh, None, dst))
+        return [Collective(ALL_REDUCE, names, _bytes(shape, element_bytes))]
+    if _maximal(dst, rank):
+        dst = None  # XLA replicates onto every device; the owner keeps its copy
+    if dim_axes(src, rank) == dim_axes(dst, rank):
         return []
     return list(_reshard(tuple(shape), element_bytes, src, dst,
                          tuple(mesh_axes(mesh, src, dst))))

@@ -2,7 +2,8 @@
 
 Each libzoo program is written the way another library's users write theirs
 (equinox's ``filter_jit`` and ``eqx.partition``, diffrax, orbax-checkpoint,
-penzai, optax's combinators, chex, jaxtyping), with the user's jit call routed
+penzai, optax's combinators, chex, jaxtyping, jax's shard_map / custom_vjp /
+pure_callback, and Gemma's library where the ``gemma`` extra is installed), with the user's jit call routed
 to shardc's ``jit`` on the shardc routes (``bench/libzoo/equinox_jit.py`` for
 equinox's wrapper of ``jax.jit``). The rules are the zoo's
 (``test_zoo.py``'s tests, run here on the libzoo's rows): every program must
@@ -10,22 +11,25 @@ compile and run on shardc's default and cost-aware routes, return jax.jit's
 results (bit for bit where jax.jit is bitwise deterministic), jax.jit's output
 shardings, and no more collective bytes per device. Programs in
 ``bench.libzoo.ISOLATED`` are measured in a child process (one that can abort
-the process fails its tests instead of ending the session).
+the process fails its tests instead of ending the session). A program of
+``bench.libzoo.OPTIONAL`` is skipped, saying so, only where its library is not
+installed.
 """
 
 import functools
+import importlib.util
 import sys
 
 import pytest
 import test_zoo as zoo_rules
 
-from bench.libzoo import ISOLATED, REGISTRY
+from bench.libzoo import ISOLATED, OPTIONAL, REGISTRY
 from bench.zoo import report
 
 PROGRAMS = (
     "eqx_filter_jit", "eqx_partition_jit", "diffrax_neural_ode", "orbax_restore_step",
     "penzai_named_lm", "optax_multi_transform", "optax_multisteps", "chex_dataclass_state",
-    "jaxtyping_mlp",
+    "jaxtyping_mlp", "jax_host_callback_scan",
 )  # fmt: skip
 # The library each program is written with (besides jax, optax and numpy).
 LIBRARIES = {
@@ -33,6 +37,7 @@ LIBRARIES = {
     "orbax_restore_step": "orbax-checkpoint", "penzai_named_lm": "penzai",
     "optax_multi_transform": "optax", "optax_multisteps": "optax",
     "chex_dataclass_state": "chex", "jaxtyping_mlp": "jaxtyping",
+    "jax_host_callback_scan": "jax", "gemma_train_step": "gemma",
 }  # fmt: skip
 # A child process measuring one program at the small size takes well under this.
 ISOLATED_TIMEOUT_SECONDS = 600
@@ -48,9 +53,12 @@ def measure_program(name: str) -> dict:
     return report.measure(REGISTRY[name]("small"))
 
 
-@pytest.fixture(scope="module", params=list(REGISTRY))
+@pytest.fixture(scope="module", params=[*PROGRAMS, *OPTIONAL])
 def row(request) -> dict:
-    return measure_program(request.param)
+    name = request.param
+    if name not in REGISTRY:
+        pytest.skip(f"{OPTIONAL[name]} is not installed (the {OPTIONAL[name]} extra)")
+    return measure_program(name)
 
 
 # The zoo's rules, on the libzoo's rows (the ``row`` fixture above).
@@ -65,8 +73,11 @@ test_cost_aware_never_more_bytes_or_memory_than_shardys_choices = (
 
 
 def test_libzoo_has_every_program_from_six_libraries():
-    assert tuple(REGISTRY) == PROGRAMS
-    assert len(set(LIBRARIES.values()) - {"optax", "flax"}) >= 6
+    installed = tuple(name for name, library in OPTIONAL.items()
+                      if importlib.util.find_spec(library) is not None)  # fmt: skip
+    assert tuple(REGISTRY) == PROGRAMS + installed
+    assert set(LIBRARIES) == set(PROGRAMS) | set(OPTIONAL)
+    assert len(set(LIBRARIES[name] for name in PROGRAMS) - {"optax", "flax", "jax"}) >= 6
 
 
 def test_isolated_child_reports_how_it_died(tmp_path, monkeypatch):

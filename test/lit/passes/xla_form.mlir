@@ -69,3 +69,27 @@ func.func @case_with_free_variables(
   }) {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {}]>]>} : (tensor<i32>) -> tensor<16x8xf32>
   return %0 : tensor<16x8xf32>
 }
+
+// -----
+
+// jax.checkpoint's optimization_barrier: XLA's conversion folds `x - 0` into
+// the barrier's result and moves the subtraction's one sharding onto the
+// barrier, every result then sharded alike (a scalar among them fails). Where
+// the results differ in rank, the form drops the barrier's sharding and follows
+// each result whose operand is sharded by a constraint to that sharding.
+sdy.mesh @mesh = <["x"=4, "y"=2]>
+
+// CHECK-LABEL: func @barrier_of_differently_sharded_values
+// CHECK:      %[[B:.*]]:2 = stablehlo.optimization_barrier %arg0, %arg1 : tensor<16x8xf32>, tensor<f32>{{$}}
+// CHECK-NEXT: %[[H:.*]] = sdy.sharding_constraint %[[B]]#0 <@mesh, [{"x"}, {"y"}]>
+// CHECK-NOT:  sdy.sharding_constraint
+// CHECK:      stablehlo.subtract %[[H]], %{{.*}}
+// CHECK:      return {{.*}}, %[[B]]#1
+func.func @barrier_of_differently_sharded_values(
+    %arg0: tensor<16x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>},
+    %arg1: tensor<f32>) -> (tensor<16x8xf32>, tensor<f32>) {
+  %b:2 = stablehlo.optimization_barrier {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {"y"}]>, <@mesh, []>]>} %arg0, %arg1 : tensor<16x8xf32>, tensor<f32>
+  %z = stablehlo.constant dense<0.000000e+00> : tensor<16x8xf32>
+  %d = stablehlo.subtract %b#0, %z {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {"y"}]>]>} : tensor<16x8xf32>
+  return %d, %b#1 : tensor<16x8xf32>, tensor<f32>
+}

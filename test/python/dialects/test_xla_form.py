@@ -154,6 +154,28 @@ def test_scan_carrying_unchanged_state(mesh):
     check_like_jax(f, xs, h)
 
 
+def test_scan_of_checkpointed_softplus_layers_saving_dots():
+    """``jax.checkpoint`` with a policy puts an ``optimization_barrier`` of values
+    sharded apart (a scalar among them) in the backward loop; softplus's ``x - 0``
+    folds into one of its results in XLA's conversion (the barrier then sharded
+    as one value: "Number of tile assignment dimensions ... different than the
+    input rank"). Auto axes: where they are explicit, the layer's result is sharded
+    unlike its carry and jax refuses the scan."""
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+    ws, x = put(mesh, rand(4, 32, 32) * 0.2, P(None, "x", "y")), put(mesh, rand(16, 32), P("x"))
+
+    def layer(h, w):
+        h = jax.nn.softplus(h @ w)
+        return h, jnp.mean(h)
+
+    def loss(ws, x):
+        saving = jax.checkpoint(layer, policy=jax.checkpoint_policies.dots_saveable)
+        h, means = jax.lax.scan(saving, x, ws)
+        return jnp.mean(h**2) + jnp.sum(means)
+
+    check_like_jax(jax.value_and_grad(loss), ws, x)
+
+
 def test_cond_with_unused_operand(mesh):
     x, w = put(mesh, rand(16, 8), P("x", "y")), put(mesh, rand(8, 8), P(None, "y"))
     for sign in (1.0, -1.0):

@@ -60,6 +60,22 @@ def test_same_tiling_on_other_axes_is_a_collective_permute():
     assert kinds(found) == [("collective-permute", ("a", "b"), 8 * 8 * 4)]
 
 
+def test_maximal_value_is_broadcast_by_an_all_reduce():
+    # A host callback's result lives on one device (``<@maximal_mesh_0, []>``): XLA's
+    # PartitionedHlo::Broadcast all-reduces the whole tensor, then slices any tiling.
+    maximal = TensorSharding("maximal_mesh_0", ())
+    found = reshard_collectives((16, 4), 4, maximal, sharding([X], []), mesh=[("x", 4)])
+    assert kinds(found) == [("all-reduce", ("x",), 16 * 4 * 4)]
+    assert reshard_collectives((16, 4), 4, maximal, maximal) == []
+
+
+def test_moving_onto_one_device_gathers_like_replicating():
+    maximal = TensorSharding("maximal_mesh_0", ())
+    found = reshard_collectives((16, 4), 4, sharding([X], []), maximal)
+    assert found == reshard_collectives((16, 4), 4, sharding([X], []), sharding([], []))
+    assert kinds(found) == [("all-gather", ("x",), 16 * 4 * 4)]
+
+
 def test_cli_appends_report_as_comments(tmp_path):
     source = tmp_path / "dot.mlir"
     source.write_text(

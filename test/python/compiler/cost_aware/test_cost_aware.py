@@ -217,3 +217,21 @@ def test_export_merges_constant_copies_as_shardy_does():
     shardy = jit(f, in_shardings=sharding).lower(x).as_text()
     cost_aware = jit(f, in_shardings=sharding, propagation="cost-aware").lower(x).as_text()
     assert cost_aware == shardy
+
+
+def test_host_callback_result_on_one_device_matches_jax_jit():
+    """A ``pure_callback``'s result is maximal (on device 0): the cost model prices
+    moving it, and the route returns jax.jit's values and output sharding."""
+    mesh = jax.make_mesh((4, 2), ("data", "model"),
+                         axis_types=(jax.sharding.AxisType.Auto,) * 2)  # fmt: skip
+    x = jax.device_put(jnp.arange(64.0).reshape(16, 4), NamedSharding(mesh, PartitionSpec("data")))
+
+    def step(x):
+        h = x * 2
+        return jax.pure_callback(lambda v: v + 1, jax.ShapeDtypeStruct(h.shape, h.dtype), h), h
+
+    expected = jax.jit(step)(x)
+    found = jit(step, propagation="cost-aware")(x)
+    for got, want in zip(found, expected):
+        assert (got == want).all()
+        assert got.sharding.is_equivalent_to(want.sharding, got.ndim)
