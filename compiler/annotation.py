@@ -22,6 +22,7 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.diagnostics import internal_message
 from shardc.compiler.signature import LeafSignature, shard_shape
+from shardc.compiler.stages.lift_inlined_meshes import STABLEHLO_MESH_ATTR, stablehlo_mesh_attr
 from shardc.dialects import sdy
 from shardc.dialects.errors import InternalError, MeshMismatchError, ShardcError
 
@@ -131,7 +132,9 @@ def unify_body_meshes(module: ir.Module, symbols: MeshSymbols) -> None:
     _rename_symbols(module, renames)
     insert_at = ir.InsertionPoint.at_block_begin(module.body)
     for name, attr in symbols.attrs.items():
-        sdy.MeshOp(name, attr, ip=insert_at)
+        op = sdy.MeshOp(name, attr, ip=insert_at)
+        # As jax's lowering writes its mesh symbols (jax.jit's text).
+        op.operation.attributes[STABLEHLO_MESH_ATTR] = stablehlo_mesh_attr(sdy.MeshAttr(attr))
 
 
 def _body_meshes(module: ir.Module) -> list:

@@ -43,6 +43,7 @@ from shardc.compiler.function import binding, caches
 from shardc.compiler.function import options as jit_options
 from shardc.compiler.function.caches import StaticKey, static_keys
 from shardc.compiler.function.surface import JitSurface, function_name
+from shardc.compiler.key_results import key_result_shardings
 from shardc.compiler.lowered import AnyMesh, Lowered, Traced
 from shardc.compiler.pipelines import ConflictResolution, propagation_pipeline
 from shardc.compiler.signature import LeafSignature
@@ -106,22 +107,34 @@ class _Unpropagated:
     it), made again from jax's module the first time it is asked for, by the very
     steps the lowering took: explain() and the replay that names a broken step
     want it, and most lowerings never do (a copy at every lowering costs a tenth
-    of the stages' time on a small program)."""
+    of the stages' time on a small program). ``annotated()`` copies the module before
+    those rewrites: jax.jit's lowered module, what ``Lowered.as_text()`` prints."""
 
     def __init__(self, jax_module: ir.Module, args: Sequence[LeafSignature],
                  results: Sequence[LeafSignature], devices: tuple | None,
                  program_effects: ProgramEffects) -> None:
         self._made = (jax_module, args, results, devices, program_effects)
+        self._annotated: ir.Module | None = None
         self._module: ir.Module | None = None
+
+    def annotated(self) -> ir.Module:
+        """A new copy of jax's module with the given shardings written on it."""
+        return _copy_module(self._annotated_module())
 
     def __call__(self) -> ir.Operation:
         if self._module is None:
-            jax_module, args, results, devices, program_effects = self._made
-            with jax_module.context, ir.Location.unknown():
-                self._module, _ = _annotated(jax_module, args, results, devices,
-                                             program_effects)
+            self._module = self.annotated()
+            with self._module.context, ir.Location.unknown():
                 xla_import_rewrites(self._module.operation)
         return self._module.operation
+
+    def _annotated_module(self) -> ir.Module:
+        if self._annotated is None:
+            jax_module, args, results, devices, program_effects = self._made
+            with jax_module.context, ir.Location.unknown():
+                self._annotated, _ = _annotated(jax_module, args, results, devices,
+                                                program_effects)
+        return self._annotated
 
 
 def _annotated(jax_module: ir.Module, args: Sequence[LeafSignature],
@@ -538,7 +551,8 @@ class JitFunction(JitSurface):
         body_meshes = tuple(mesh for _, mesh in named_inside)
         jax_lowered = export.lowered_with_exported_calls(
             jax_private.without_dead_code(
-                traced, effects.callback_placement(traced.jaxpr, arg_leaves)),
+                traced, effects.callback_placement(traced.jaxpr, arg_leaves),
+                key_result_shardings(results)),
             arg_leaves, results,
         ).lower(lowering_platforms=platforms, _private_parameters=lowering_parameters)
         jax_module = jax_private.refined_module(jax_lowered)

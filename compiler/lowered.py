@@ -5,18 +5,20 @@ like ``jax.stages.Traced``: the jaxpr jax traced (with the arguments'
 shardings, as jax.jit traces them), the output types and shardings, and
 ``lower()``, which lowers those same arguments with shardc.
 
-``jit(f).lower(*args)`` returns a ``Lowered``. It holds its own
-``ir.Module`` with shardc's ``sdy`` shardings and the pytrees and signatures
-of the arguments and results; it compiles through XLA (``compile``) and
-answers questions about the program before compiling: ``check``,
-``comm_report``, ``explain`` and ``memory_estimate``, thin layers over
-``shardc.compiler.checks``, ``cost`` and ``explain``.
+``jit(f).lower(*args)`` returns a ``Lowered``. As jax's, its ``as_text()`` and
+``compiler_ir()`` are the module as lowered, with the shardings the user gave
+(jax.jit's text: the module handed to the compiler, which propagates).
+``module`` is its own ``ir.Module`` after shardc's propagation, every value's
+sharding decided (``as_text(propagated=True)``): what it compiles through XLA
+(``compile``), exports and answers questions about before compiling:
+``check``, ``comm_report``, ``explain`` and ``memory_estimate``, thin layers
+over ``shardc.compiler.checks``, ``cost`` and ``explain``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 from jax.sharding import AbstractMesh, Mesh
@@ -96,6 +98,17 @@ class Traced(jax.stages.Traced):
 AnyMesh = Mesh | AbstractMesh
 
 
+class UnpropagatedForms(Protocol):
+    """The forms of a propagated program before propagation, made when first asked."""
+
+    def annotated(self) -> ir.Module:
+        """A new copy of jax's module with the given shardings (jax.jit's lowered
+        module)."""
+
+    def __call__(self) -> ir.Operation:
+        """That module as XLA's import rewrites it: where propagation starts."""
+
+
 def _dialect(dialect: str | None) -> str:
     if dialect in (None, "stablehlo"):
         return "stablehlo"
@@ -107,8 +120,11 @@ def _dialect(dialect: str | None) -> str:
 class Lowered(Stage, jax.stages.Lowered):
     """A function lowered to StableHLO with shardc's ``sdy`` shardings.
 
-    ``module`` is this object's own ``ir.Module``: passes may change it in
-    place without touching the cache or other ``Lowered`` objects. A
+    ``module`` is this object's own ``ir.Module``, after shardc's propagation
+    (unless lowered with ``propagate=False``): what ``compile`` compiles; passes
+    may change it in place without touching the cache or other ``Lowered``
+    objects. ``as_text()`` and ``compiler_ir()`` are jax's: the module as
+    lowered, before propagation; ``propagated=True`` gives ``module``. A
     ``jax.stages.Lowered`` (code that checks for one accepts it) that answers
     every attribute of jax's itself; jax's constructor is not run.
     """
@@ -128,7 +144,7 @@ class Lowered(Stage, jax.stages.Lowered):
         static: StaticArguments = StaticArguments(),
         host_callbacks: Sequence = (),
         keepalive: Sequence = (),
-        unpropagated: Callable[[], ir.Operation] | None = None,
+        unpropagated: UnpropagatedForms | None = None,
         fallback: bytes | None = None,
         compiler_options: tuple = (),
         cost_aware_resolution: Resolution | None = None,
@@ -145,6 +161,7 @@ class Lowered(Stage, jax.stages.Lowered):
         self._host_callbacks = tuple(host_callbacks)
         self._keepalive = tuple(keepalive)
         self._unpropagated = unpropagated
+        self._lowered_module: ir.Module | None = None
         self._in_tree = in_tree
         self._args = tuple(args)
         self._out_tree = out_tree
@@ -180,21 +197,33 @@ class Lowered(Stage, jax.stages.Lowered):
         return export_lowering(self.jax_lowering, self.module, self._args, self._results,
                                self._meshes)
 
-    def as_text(self, dialect: str | None = None, *, debug_info: bool = False) -> str:
-        """The module as text: MLIR (``"stablehlo"``, the default) or XLA's HLO
-        (``"hlo"``); ``debug_info`` adds the source locations."""
-        dialect = _dialect(dialect)
-        if dialect == "hlo":
+    def as_text(self, dialect: str | None = None, *, debug_info: bool = False,
+                propagated: bool = False) -> str:
+        """The module as text, as ``jax.stages.Lowered.as_text``: MLIR (``"stablehlo"``,
+        the default) or XLA's HLO (``"hlo"``); ``debug_info`` adds the source
+        locations. The MLIR is the module as lowered, with the shardings given
+        (jax.jit's text); ``propagated=True``: shardc's propagated ``module``.
+        The HLO is always converted from the propagated module (``compiler_ir``)."""
+        if _dialect(dialect) == "hlo":
             return jax_private.hlo_text(self.compiler_ir("hlo"), debug_info=debug_info)
-        return self.module.operation.get_asm(enable_debug_info=debug_info)
+        module = self.compiler_ir(propagated=propagated)
+        return module.operation.get_asm(enable_debug_info=debug_info)
 
-    def compiler_ir(self, dialect: str | None = None) -> Any:
-        """The module (``"stablehlo"``, the default: this object's own ``ir.Module``) or
-        its ``XlaComputation`` (``"hlo"``: converted from the form ``.compile()`` hands
-        XLA, since XLA's conversion can abort the process on the module as it is)."""
+    def compiler_ir(self, dialect: str | None = None, *, propagated: bool = False) -> Any:
+        """The module, as ``jax.stages.Lowered.compiler_ir``: ``"stablehlo"`` (the
+        default) is an ``ir.Module``, the module as lowered with the shardings given
+        (as jax.jit's; this object's own copy), or with ``propagated=True`` this
+        object's ``module``, after shardc's propagation. ``"hlo"`` is the
+        ``XlaComputation`` of the propagated module as ``.compile()`` hands it to XLA
+        (XLA's conversion can abort the process on the module as it is)."""
         if _dialect(dialect) == "hlo":
             return jax_private.xla_computation(module_for_xla(self.module))
-        return self.module
+        if propagated or self._unpropagated is None:
+            # Without propagation, ``module`` is the module as lowered.
+            return self.module
+        if self._lowered_module is None:
+            self._lowered_module = self._unpropagated.annotated()
+        return self._lowered_module
 
     def cost_analysis(self) -> Any:
         """XLA's cost estimate of the unoptimized module (see ``Compiled.cost_analysis``)."""

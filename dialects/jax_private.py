@@ -405,15 +405,16 @@ def jaxpr_function(closed_jaxpr: Any) -> Any:
     return lambda *args: tuple(evaluate(*args))
 
 
-def without_dead_code(traced: Any, in_shardings: list | None = None) -> Any:
+def without_dead_code(traced: Any, in_shardings: list | None = None,
+                      out_shardings: list | None = None) -> Any:
     """``traced`` with the equations whose results nothing uses removed (arguments kept).
 
     jax's own lowering runs this elimination, inside loop and branch bodies too,
     unless told to keep unused arguments; shardc keeps every argument (its
     signature and runtime are per argument), so it asks for the equations alone.
     Dead equations must go before propagation: their shardings would steer it.
-    ``in_shardings`` (per argument, None: unspecified) are the jit's shardings jax
-    lowers with, as if given to ``jax.jit``.
+    ``in_shardings`` and ``out_shardings`` (per argument / result, None:
+    unspecified) are the jit's shardings jax lowers with, as if given to ``jax.jit``.
     """
     from jax._src import core, sharding_impls, stages
     from jax._src.interpreters import partial_eval as pe
@@ -425,6 +426,9 @@ def without_dead_code(traced: Any, in_shardings: list | None = None) -> Any:
     if in_shardings is not None:
         params["in_shardings"] = tuple(sharding_impls.UNSPECIFIED if s is None else s
                                        for s in in_shardings)
+    if out_shardings is not None:
+        params["out_shardings"] = tuple(sharding_impls.UNSPECIFIED if s is None else s
+                                        for s in out_shardings)
     return stages.Traced(traced._meta_tys_flat, params, traced._in_tree, traced.out_tree,
                          traced._consts)
 

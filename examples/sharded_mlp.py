@@ -41,7 +41,7 @@ def main() -> None:
         out_shardings=NamedSharding(mesh, P("data")),
         mesh=mesh,
     ).lower(params, x)
-    print(lowered.as_text())
+    print(lowered.as_text(propagated=True))  # every value's sharding, as shardc decided
 
     compiled = lowered.compile()
     rng = np.random.default_rng(0)

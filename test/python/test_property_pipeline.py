@@ -127,7 +127,7 @@ def unsharded_reference(program: program_grammar.Program, args) -> list[np.ndarr
 
 def lowered_text(program: program_grammar.Program) -> str:
     args = program.arguments()
-    return shardc_jit(program, program.make_mesh()).lower(*args).as_text()
+    return shardc_jit(program, program.make_mesh()).lower(*args).as_text(propagated=True)
 
 
 @COMPILE_SETTINGS

@@ -106,7 +106,7 @@ def test_nested_in_a_shardc_jit_propagates_the_inner_shardings(pair, args, mesh)
     ours, theirs = pair
     outer = jit(lambda w, x: ours(w, x) * 2)
     _assert_same(outer(*args), 2 * theirs(*args))
-    text = outer.lower(*args).as_text()
+    text = outer.lower(*args).as_text(propagated=True)
     # The inner jit's argument shardings reach the outer module and propagate.
     assert 'stablehlo.dot_general' in text and '<@mesh, [{"x"}, {"y"}]>' in text
 

@@ -503,8 +503,10 @@ def test_lower_propagates_by_default():
     mesh = mesh_8()
     x = jax.ShapeDtypeStruct((16, 4), jnp.float32)
     lowered = shardc_jit(lambda a: jnp.sin(a) * 2, P("d"), mesh=mesh).lower(x)
-    text = lowered.as_text()
-    # The result and every intermediate get the propagated, closed sharding.
+    text = lowered.as_text(propagated=True)
+    # The result and every intermediate get the propagated, closed sharding; the
+    # plain text is jax.jit's, as lowered.
+    assert "sharding_per_value" not in lowered.as_text()
     assert result_shardings(text) == ['#sdy.sharding<@mesh, [{"d"}, {}]>']
     assert 'stablehlo.sine %arg0 {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"d"}, {}]>]>}' in text
     unpropagated = shardc_jit(lambda a: jnp.sin(a) * 2, P("d"), mesh=mesh).lower(x, propagate=False)
@@ -535,7 +537,7 @@ def test_mesh_argument_is_the_context_mesh_while_tracing():
         expected = jax.jit(f)(x)
     np.testing.assert_array_equal(out, expected)
     assert out.sharding.is_equivalent_to(expected.sharding, 2)
-    abstract = shardc_jit(f, mesh=mesh.abstract_mesh).lower(x).as_text()
+    abstract = shardc_jit(f, mesh=mesh.abstract_mesh).lower(x).as_text(propagated=True)
     assert '#sdy.sharding<@mesh, [{"x"}, {}]>' in abstract
 
 

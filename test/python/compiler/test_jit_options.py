@@ -152,7 +152,8 @@ def test_stages_api_is_shaped_like_jax():
     assert lowered.in_tree == reference.in_tree and lowered.out_tree == reference.out_tree
     assert lowered.args_info == reference.args_info  # types and donation
     assert lowered.as_text("hlo").startswith("HloModule") and "dot" in lowered.as_text("hlo")
-    assert lowered.compiler_ir("stablehlo") is lowered.module
+    assert lowered.compiler_ir("stablehlo", propagated=True) is lowered.module
+    assert str(lowered.compiler_ir("stablehlo")) == str(reference.compiler_ir("stablehlo"))
     assert type(lowered.compiler_ir("hlo")) is type(reference.compiler_ir("hlo"))
     assert lowered.cost_analysis()["flops"] == reference.cost_analysis()["flops"]
     with pytest.raises(ValueError, match="unknown dialect"):

@@ -55,8 +55,8 @@ def shardings_of(text: str) -> dict:
         sharding = named(op.attributes["sharding"]) if op.name == "sdy.sharding_constraint" \
             else None
         # jax's lowering pins the key-data dims of a PRNG key result whose out_sharding is
-        # unspecified (shardc never gives jax out_shardings) with a constraint on an
-        # axis-less mesh: it constrains nothing the result's own sharding does not.
+        # unspecified with a constraint on an axis-less mesh: it constrains nothing the
+        # result's own sharding does not (test_lowered_text.py compares whole texts).
         if sharding is not None and not sharding.startswith("#sdy.sharding<#sdy.mesh<[]>"):
             constraints.append(sharding)
         return ir.WalkResult.ADVANCE

@@ -23,7 +23,8 @@ def _gather():
     mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
     table = jax.device_put(np.ones((64, 16), np.float32), NamedSharding(mesh, P("x")))
     indices = jax.device_put(np.arange(8, dtype=np.int32), NamedSharding(mesh, P()))
-    text = jit(lambda t, i: jnp.take(t, i, axis=0)).lower(table, indices).as_text()
+    text = jit(lambda t, i: jnp.take(t, i, axis=0)).lower(table, indices).as_text(
+        propagated=True)
     module = ir.Module.parse(text, make_context())
     reader = ModuleValues(module.operation, missing_as_replicated=True)
     op = reader.graph.op_name.index("stablehlo.gather")

@@ -77,7 +77,7 @@ def test_deterministic():
     texts = []
     for _ in range(2):
         lowered, _, _ = bench_cost_aware._lower(program, "cost-aware")
-        texts.append((lowered.as_text(),
+        texts.append((lowered.as_text(propagated=True),
                       lowered.cost_aware_resolution.format_text().split(",")[0]))
     assert texts[0] == texts[1]
 
@@ -160,7 +160,7 @@ def test_search_choices_reach_xla_as_constraints():
     lowered, _ = _found_case(2, "cost-aware")
     resolution = lowered.cost_aware_resolution
     assert resolution.final_bytes < resolution.baseline_bytes
-    assert "sdy.sharding_constraint" in lowered.as_text()
+    assert "sdy.sharding_constraint" in lowered.as_text(propagated=True)
     compiled = lowered.compile()
     assert not compiled.kept_shardy
     assert compiled.collective_bytes() <= resolution.final_bytes, resolution.format_text()
@@ -214,8 +214,9 @@ def test_export_merges_constant_copies_as_shardy_does():
         return jnp.tanh(a * 2.0) * 2.0 + jnp.sum(a * 2.0)
 
     x = jnp.ones((16, 4))
-    shardy = jit(f, in_shardings=sharding).lower(x).as_text()
-    cost_aware = jit(f, in_shardings=sharding, propagation="cost-aware").lower(x).as_text()
+    shardy = jit(f, in_shardings=sharding).lower(x).as_text(propagated=True)
+    cost_aware = jit(f, in_shardings=sharding,
+                     propagation="cost-aware").lower(x).as_text(propagated=True)
     assert cost_aware == shardy
 
 

@@ -44,7 +44,7 @@ def test_spec_parsing():
 def test_spec_rule_used_by_propagation_checks_and_strict_mode(mesh):
     sc.register_sharding_rule("user_rule_matmul", "ij,jk->ik", reduction="j")
     lowered = _lower(mesh)
-    text = lowered.as_text()
+    text = lowered.as_text(propagated=True)
     assert "([i, j], [j, k])->([i, k]) {i=16, j=32, k=8} reduction={j}, custom" in text
     assert 'custom_call @user_rule_matmul' in text and '<@mesh, [{"x"}, {}]>' in text
     (entry,) = lowered.comm_report().entries
@@ -63,7 +63,7 @@ def test_builder_function_rule(mesh):
                 .build())
 
     sc.register_sharding_rule("user_rule_matmul", rule)
-    text = _lower(mesh).as_text()
+    text = _lower(mesh).as_text(propagated=True)
     assert "need_replication={j}, custom" in text
 
 
