@@ -222,7 +222,8 @@ class JitFunction(JitSurface):
         ``lower()``), as ``jax.jit(f).trace`` does."""
         _, _, mesh, arg_leaves = self._arguments(args, kwargs)
         jax_traced = self._trace(args, kwargs, arg_leaves)
-        results = self._result_signature(jax_traced.out_info, mesh)
+        results = self._result_signature(jax_traced.out_info, mesh,
+                                         signature.result_types(jax_traced))
         # A SingleDeviceSharding given for a result is its sharding, as in jax's out_info.
         given = signature.broadcast_shardings(self.options.given_out_shardings,
                                               jax_traced.out_info, "out_shardings")
@@ -485,7 +486,7 @@ class JitFunction(JitSurface):
         ``Lowered`` alone: later hits parse their own copy of the entry)."""
         traced = self._trace(args, kwargs, arg_leaves)
         out_tree = jax.tree.structure(traced.out_info)
-        results = self._result_signature(traced.out_info, mesh)
+        results = self._result_signature(traced.out_info, mesh, signature.result_types(traced))
         named_inside = jax_private.meshes_in(traced.jaxpr)
         signature.check_body_devices(arg_leaves, results, named_inside,
                                      self._requested_devices())
@@ -533,9 +534,10 @@ class JitFunction(JitSurface):
             jax_lowering=jax_private.jit_lowering(jax_lowered),
         ), module
 
-    def _result_signature(self, out_info: Any, mesh: AnyMesh | None) -> list[LeafSignature]:
-        """The results' signatures: their shardings and the layouts asked for them."""
-        results = signature.result_signature(out_info, self.out_shardings, mesh)
+    def _result_signature(self, out_info: Any, mesh: AnyMesh | None, types: list
+                          ) -> list[LeafSignature]:
+        """The results' signatures: their shardings, types and the layouts asked for them."""
+        results = signature.result_signature(out_info, self.out_shardings, mesh, types=types)
         return layouts.result_layouts(results, jax.tree.structure(out_info),
                                       self.options.out_formats)
 
@@ -573,7 +575,7 @@ class JitFunction(JitSurface):
             # A hit may come with another concrete mesh of the same shape.
             results = self._result_signature(
                 jax.tree.unflatten(cached.out_tree, [leaf.aval for leaf in cached.results]),
-                mesh)
+                mesh, [leaf.type_sharding for leaf in cached.results])
         else:  # the miss that just wrote the entry, for this very mesh
             results = list(cached.results)
         signature.check_result_devices(arg_leaves, results)

@@ -598,15 +598,19 @@ def _ids(devices: Sequence) -> list[int]:
 
 
 def result_signature(
-    out_info: Any, out_shardings: Any, mesh: AnyMesh | None, *, follow_types: bool = True
+    out_info: Any, out_shardings: Any, mesh: AnyMesh | None, *, follow_types: bool = True,
+    types: Sequence[NamedSharding | None] | None = None,
 ) -> list[LeafSignature]:
     """Resolve the results' shardings against the traced output avals: the given ones,
-    else (with ``follow_types``) the ones their types carry on Explicit axes."""
+    else (with ``follow_types``) the ones their types carry on Explicit axes.
+    ``types``: per result, the sharding of its traced type (``result_types``), which
+    the sharding it comes back with follows (``shardc.runtime.result_shardings``)."""
     paths, avals = flatten_with_paths(out_info, "result")
     given = broadcast_shardings(out_shardings, out_info, "out_shardings")
+    types = list(types) if types is not None else [None] * len(avals)
     leaves = []
     checked: set[tuple] = set()  # as in argument_signature
-    for path, aval, entry in zip(paths, avals, given):
+    for path, aval, entry, type_of in zip(paths, avals, given, types):
         typed = typed_sharding(aval, mesh)
         aval = jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type,
                                     sharding=typed)
@@ -616,8 +620,15 @@ def result_signature(
         if sharding is not None and (sharding, aval.shape) not in checked:
             check_sharding(sharding, aval, path)
             checked.add((sharding, aval.shape))
-        leaves.append(LeafSignature(path, aval, sharding))
+        leaves.append(LeafSignature(path, aval, sharding, type_of))
     return leaves
+
+
+def result_types(traced: Any) -> list[NamedSharding | None]:
+    """The sharding each traced result's type carries (``jax.typeof(result).sharding``:
+    its mesh's axis names and types even where every axis is Auto, which ``out_info``
+    leaves out)."""
+    return [getattr(aval, "sharding", None) for aval in traced.jaxpr.out_avals]
 
 
 def typed_sharding(aval: Any, mesh: AnyMesh | None) -> NamedSharding | None:
