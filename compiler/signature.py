@@ -62,6 +62,10 @@ class LeafSignature:
     # The device-local layout it is compiled for (``shardc.compiler.layouts``): a
     # ``Layout``, ``Layout.AUTO``, or None for the default one.
     layout: Any = None
+    # A committed argument's own sharding where it is of another class than
+    # ``sharding`` (a GSPMDSharding, read as a NamedSharding): jax.jit's results
+    # follow NamedSharding arguments only (``shardc.runtime.result_shardings``).
+    placed_as: Any = None
 
     def abstract_key(self) -> tuple:
         """The part of this leaf a lowering depends on: no devices, only shapes."""
@@ -404,8 +408,11 @@ def argument_signature(
         traced_as = None if placed_by_jit else type_sharding(value)
         given_here = sharding is not None
         followed.append(None if given_here or placed_by_jit else value)
+        placed_as = None
         if not given_here and follow_data and not placed_by_jit:
             sharding = sharding_of_value(value)
+            if sharding is not None and not isinstance(value.sharding, NamedSharding):
+                placed_as = value.sharding
         if sharding is not None and (sharding, aval.shape) not in checked:
             check_sharding(sharding, aval, path)
             checked.add((sharding, aval.shape))
@@ -413,7 +420,8 @@ def argument_signature(
             check_committed_sharding(path, value, sharding)
             traced_as = entered_as(traced_as, sharding)
         leaves.append(LeafSignature(path, aval, sharding, traced_as,
-                                    moved_by_jit=given_here or placed_by_jit))
+                                    moved_by_jit=given_here or placed_by_jit,
+                                    placed_as=placed_as))
     def describe(index: int) -> str:
         name = _name(names, index, paths[index])
         aval = leaves[index].aval

@@ -115,8 +115,15 @@ def _compiled(info: Any, op_sharding: Any, rank: int, devices: tuple) -> Any:
 
 def _recovered(decided: list, outputs: Sequence[Any], inputs: Sequence[Any],
                devices: tuple, mesh: Mesh | None) -> list:
-    """XLA's shardings of the results left to it, in the user's terms."""
-    first = next((info for info in inputs if info.sharding is not None), None)
+    """XLA's shardings of the results left to it, in the user's terms: as the first
+    argument placed with a ``NamedSharding``, else over the program's mesh, unless
+    that is only the mesh shardc reads an argument's ``GSPMDSharding`` over (jax.jit
+    then keeps XLA's ``GSPMDSharding``)."""
+    first = next((info for info in inputs if info.sharding is not None
+                  and getattr(info, "placed_as", None) is None), None)
+    if any(getattr(info, "placed_as", None) is not None and info.sharding.mesh == mesh
+           for info in inputs):
+        mesh = None
     out = []
     for sharding, info in zip(decided, outputs):
         if not jax_private.is_gspmd_sharding(sharding):

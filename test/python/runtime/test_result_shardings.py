@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.extend.sharding import GSPMDSharding
 from jax.sharding import AxisType, NamedSharding, auto_axes, reshard, use_abstract_mesh
 from jax.sharding import PartitionSpec as P
 
@@ -31,7 +32,9 @@ def both(fun, *args, **options):
                 e, g = jax.random.key_data(e), jax.random.key_data(g)
             np.testing.assert_array_equal(np.asarray(g), np.asarray(e))
             assert g.sharding == e.sharding, (g.sharding, e.sharding)
-            assert g.sharding.mesh.axis_types == e.sharding.mesh.axis_types
+            assert type(g.sharding) is type(e.sharding)
+            if isinstance(e.sharding, NamedSharding):
+                assert g.sharding.mesh.axis_types == e.sharding.mesh.axis_types
             assert jax.typeof(g).sharding == jax.typeof(e).sharding
     return got
 
@@ -127,3 +130,14 @@ def test_a_result_tiled_as_the_first_argument_is_that_arguments_sharding(spec):
     x = jax.device_put(np.arange(32.0).reshape(8, 4), NamedSharding(mesh, spec))
     out = both(lambda x: (x * 2, x.sum(0), x.T), x)
     assert out[0].sharding is x.sharding
+
+
+def test_results_of_a_gspmd_sharded_argument_stay_gspmd_shardings():
+    mesh = jax.make_mesh((2, 1), ("x", "y"), axis_types=(AUTO, AUTO))
+    named = NamedSharding(mesh, P("x"))
+    gspmd = GSPMDSharding(tuple(mesh.devices.flat), named._to_xla_hlo_sharding(2))
+    out = both(lambda x: x * 2, jax.device_put(np.arange(8).reshape(8, 1), named))
+    assert isinstance(out.sharding, NamedSharding)
+    out = both(lambda x: x * 2, jax.device_put(np.arange(8).reshape(8, 1), gspmd))
+    assert isinstance(out.sharding, GSPMDSharding)
+    assert isinstance(both(lambda x: x * 2, out).sharding, GSPMDSharding)
