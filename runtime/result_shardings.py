@@ -148,9 +148,17 @@ def _like_argument(compiled: Any, info: Any, argument: Any, devices: tuple) -> A
     typed = _type(info)
     type_mesh = typed.mesh if typed is not None else AbstractMesh((), ())
     if ndim == len(argument.aval.shape) and type_mesh == own.mesh.abstract_mesh \
-            and compiled.is_equivalent_to(own, ndim):
+            and _tiled_alike(compiled, own, ndim, devices):
         return own
     return _named(compiled, typed, own.mesh, devices)
+
+
+def _tiled_alike(compiled: Any, own: NamedSharding, ndim: int, devices: tuple) -> bool:
+    """Whether XLA tiles a result as an argument's sharding does, on the same devices in
+    the same order. The memory kind is the argument's: a result XLA computes from an
+    argument in host memory is where that argument is, as jax.jit returns it."""
+    return tuple(own.mesh.devices.flat) == tuple(devices) and jax_private.same_hlo_sharding(
+        jax_private.hlo_sharding(compiled, ndim), jax_private.hlo_sharding(own, ndim))
 
 
 def _named(compiled: Any, typed: NamedSharding | None, fallback: Mesh, devices: tuple
