@@ -142,8 +142,9 @@ def _like_argument(compiled: Any, info: Any, argument: Any, devices: tuple) -> A
     where XLA tiles the result alike (same rank, the same mesh in the result's type),
     else XLA's tiling over the result type's mesh (the argument's if it has none)."""
     own = argument.sharding
-    if not isinstance(own.mesh, Mesh):
-        return compiled
+    if not isinstance(own.mesh, Mesh):  # given on an abstract mesh: now on the devices
+        own = NamedSharding(concrete_mesh(own.mesh, devices), own.spec,
+                            memory_kind=own.memory_kind)
     ndim = len(info.aval.shape)
     typed = _type(info)
     type_mesh = typed.mesh if typed is not None else AbstractMesh((), ())
