@@ -5,8 +5,8 @@ after shardc's pipeline) plus the description of its arguments and results
 into an executable: SPMD partitioning with the Shardy partitioner, one
 partition per device in the mesh's order (non-iota orders included). The
 shardings the executable settled on are read back as jax.jit reads them
-(``shardc.runtime.result_shardings``); result handlers are built once here, and each call only places
-arguments, executes and wraps.
+(``shardc.runtime.result_shardings``); result handlers are built once here,
+and each call only places arguments, executes and wraps.
 """
 
 from __future__ import annotations
