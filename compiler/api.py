@@ -236,7 +236,8 @@ class JitFunction(JitSurface):
         ``lower()``), as ``jax.jit(f).trace`` does."""
         _, _, mesh, arg_leaves = self._arguments(args, kwargs)
         jax_traced = self._trace(args, kwargs, arg_leaves)
-        results = self._result_signature(jax_traced.out_info, mesh)
+        results = self._result_signature(jax_traced.out_info, mesh,
+                                         signature.result_types(jax_traced))
         # A SingleDeviceSharding given for a result is its sharding, as in jax's out_info.
         given = signature.broadcast_shardings(self.options.given_out_shardings,
                                               jax_traced.out_info, "out_shardings")
@@ -542,7 +543,7 @@ class JitFunction(JitSurface):
                 f"closed-over boxes of {function_name(self.fun)}): it runs them, as "
                 "jax.jit does, by lowering the types to arrays at each call")
         out_tree = jax.tree.structure(traced.out_info)
-        results = self._result_signature(traced.out_info, mesh)
+        results = self._result_signature(traced.out_info, mesh, signature.result_types(traced))
         named_inside = jax_private.meshes_in(traced.jaxpr)
         signature.check_body_devices(arg_leaves, results, named_inside,
                                      self._requested_devices(),
@@ -603,9 +604,10 @@ class JitFunction(JitSurface):
         return signature.committed_arguments(jax.tree.leaves(dynamic), arg_leaves, names,
                                              getattr(self.fun, "__name__", "fun"))
 
-    def _result_signature(self, out_info: Any, mesh: AnyMesh | None) -> list[LeafSignature]:
-        """The results' signatures: their shardings and the layouts asked for them."""
-        results = signature.result_signature(out_info, self.out_shardings, mesh,
+    def _result_signature(self, out_info: Any, mesh: AnyMesh | None, types: list
+                          ) -> list[LeafSignature]:
+        """The results' signatures: their shardings, types and the layouts asked for them."""
+        results = signature.result_signature(out_info, self.out_shardings, mesh, types=types,
                                              api_name=self.options.api_name)
         return layouts.result_layouts(results, jax.tree.structure(out_info),
                                       self.options.out_formats)
@@ -646,7 +648,7 @@ class JitFunction(JitSurface):
             # A hit may come with another concrete mesh of the same shape.
             results = self._result_signature(
                 jax.tree.unflatten(cached.out_tree, [leaf.aval for leaf in cached.results]),
-                mesh)
+                mesh, [leaf.type_sharding for leaf in cached.results])
         else:  # the miss that just wrote the entry, for this very mesh
             results = list(cached.results)
         signature.check_result_devices(arg_leaves, results)

@@ -65,6 +65,10 @@ class LeafSignature:
     # The device-local layout it is compiled for (``shardc.compiler.layouts``): a
     # ``Layout``, ``Layout.AUTO``, or None for the default one.
     layout: Any = None
+    # A committed argument's own sharding where it is of another class than
+    # ``sharding`` (a GSPMDSharding, read as a NamedSharding): jax.jit's results
+    # follow NamedSharding arguments only (``shardc.runtime.result_shardings``).
+    placed_as: Any = None
 
     def abstract_key(self) -> tuple:
         """The part of this leaf a lowering depends on: no devices, only shapes."""
@@ -426,8 +430,11 @@ def argument_signature(
         traced_as = None if placed_by_jit else type_sharding(value)
         given_here = sharding is not None
         followed.append(None if given_here or placed_by_jit else value)
+        placed_as = None
         if not given_here and follow_data and not placed_by_jit:
             sharding = sharding_of_value(value)
+            if sharding is not None and not isinstance(value.sharding, NamedSharding):
+                placed_as = value.sharding
         if sharding is not None and (sharding, aval.shape) not in checked:
             check_sharding(sharding, aval, path)
             checked.add((sharding, aval.shape))
@@ -435,7 +442,8 @@ def argument_signature(
             check_committed_sharding(path, value, sharding)
             traced_as = entered_as(traced_as, sharding)
         leaves.append(LeafSignature(path, aval, sharding, traced_as,
-                                    moved_by_jit=given_here or placed_by_jit))
+                                    moved_by_jit=given_here or placed_by_jit,
+                                    placed_as=placed_as))
     def describe(index: int) -> str:
         return describe_argument(_name(names, index, paths[index]), fun_name,
                                  leaves[index].aval)
@@ -672,14 +680,18 @@ def _ids(devices: Sequence) -> list[int]:
 def result_signature(
     out_info: Any, out_shardings: Any, mesh: AnyMesh | None, *, follow_types: bool = True,
     api_name: str = "jit",
+    types: Sequence[NamedSharding | None] | None = None,
 ) -> list[LeafSignature]:
     """Resolve the results' shardings against the traced output avals: the given ones,
-    else (with ``follow_types``) the ones their types carry on Explicit axes."""
+    else (with ``follow_types``) the ones their types carry on Explicit axes.
+    ``types``: per result, the sharding of its traced type (``result_types``), which
+    the sharding it comes back with follows (``shardc.runtime.result_shardings``)."""
     paths, avals = flatten_with_paths(out_info, "result")
     given = broadcast_shardings(out_shardings, out_info, "out_shardings")
+    types = list(types) if types is not None else [None] * len(avals)
     leaves = []
     checked: set[tuple] = set()  # as in argument_signature
-    for path, aval, entry in zip(paths, avals, given):
+    for path, aval, entry, type_of in zip(paths, avals, given, types):
         if tokens.is_token(aval):
             leaves.append(LeafSignature(path, tokens.TOKEN, None))
             continue
@@ -693,8 +705,15 @@ def result_signature(
         if sharding is not None and (sharding, aval.shape) not in checked:
             check_sharding(sharding, aval, path)
             checked.add((sharding, aval.shape))
-        leaves.append(LeafSignature(path, aval, sharding))
+        leaves.append(LeafSignature(path, aval, sharding, type_of))
     return leaves
+
+
+def result_types(traced: Any) -> list[NamedSharding | None]:
+    """The sharding each traced result's type carries (``jax.typeof(result).sharding``:
+    its mesh's axis names and types even where every axis is Auto, which ``out_info``
+    leaves out)."""
+    return [getattr(aval, "sharding", None) for aval in traced.jaxpr.out_avals]
 
 
 def typed_sharding(aval: Any, mesh: AnyMesh | None) -> NamedSharding | None:

@@ -150,6 +150,46 @@ def sharding_from_op_sharding(op_sharding: Any, mesh: Any, devices: tuple, ndim:
     return named if named.is_equivalent_to(gspmd, ndim) else gspmd
 
 
+def compiled_sharding(op_sharding: Any, devices: tuple, aval: Any) -> Any:
+    """XLA's sharding of one compiled value as jax.jit reads it back: a ``GSPMDSharding``
+    over ``devices`` (replicated where one device ran no partitioner, or XLA said
+    nothing), a PRNG key's the logical one of its data's (``aval``: its type)."""
+    from jax._src import dtypes, sharding_impls
+    from jax.extend.sharding import GSPMDSharding
+    from jaxlib import xla_client
+
+    device_list = xla_client.DeviceList(tuple(devices))
+    if len(devices) == 1 or op_sharding is None:
+        gspmd = GSPMDSharding.get_replicated(device_list)
+    else:
+        gspmd = GSPMDSharding(device_list, op_sharding)
+    if dtypes.issubdtype(aval.dtype, dtypes.extended):
+        return sharding_impls.logical_sharding(aval.shape, aval.dtype, gspmd)
+    return gspmd
+
+
+def is_gspmd_sharding(sharding: Any) -> bool:
+    """Whether ``sharding`` is XLA's form (``GSPMDSharding``), not one a user writes."""
+    from jax.extend.sharding import GSPMDSharding
+
+    return isinstance(sharding, GSPMDSharding)
+
+
+def named_via_mesh(gspmd: Any, mesh: Any) -> Any:
+    """A ``GSPMDSharding`` as the ``NamedSharding`` over ``mesh`` jax reads it as (its
+    spec without trailing replicated dimensions); jax's ``IndivisibleError`` or other
+    errors where no spec over ``mesh`` says the same."""
+    from jax._src import sharding_impls
+
+    return sharding_impls._gspmd_to_named_sharding_via_mesh(gspmd, mesh)
+
+
+def spec_of_type(spec: Any, ndim: int) -> Any:
+    """A ``PartitionSpec`` as jax writes it into a rank-``ndim`` type: unconstrained
+    entries unsharded, trailing dimensions named (``None``)."""
+    return spec._normalized_spec_for_aval(ndim)
+
+
 def hlo_sharding_equivalent(sharding: Any, op_sharding: Any, devices: tuple, ndim: int) -> bool:
     """Whether a jax sharding and an XLA ``OpSharding`` on ``devices`` place data alike
     (the memory kind, which an ``OpSharding`` does not carry, is the sharding's)."""
@@ -771,15 +811,19 @@ def compiled_dispatch(name: str, call: Any) -> Any:
 def fast_path(executable: Any, outputs: Any, in_shardings: list, out_shardings: list,
               in_layouts: list | None = None) -> Any:
     """What jax's C++ dispatch needs to run ``executable`` again without Python, or None
-    where it cannot (outputs that are not plain arrays). ``in_layouts``: per argument,
-    the non-default layout it must be placed in (None: the default)."""
-    import jax
+    where it cannot (outputs that are not arrays). ``in_layouts``: per argument,
+    the non-default layout it must be placed in (None: the default).
+
+    As jax.jit's, PRNG keys among the outputs are flattened to their data by jax's
+    dispatch registry, which the C++ dispatch wraps in the keys' own (logical)
+    shardings: the data of a key it returns is sharded ``P(None, 'y', 'x')``, not
+    ``P(None, 'y', 'x', None)`` as from the first call."""
+    from jax._src import tree_util
     from jax._src.interpreters import pxla
     from jaxlib import xla_client
 
-    flat, tree = jax.tree.flatten(outputs)
-    if not all(isinstance(o, xla_client.ArrayImpl) for o in flat) or any(
-            jax.dtypes.issubdtype(o.dtype, jax.dtypes.extended) for o in flat):
+    flat, tree = tree_util.dispatch_registry.flatten(outputs, None)
+    if not all(isinstance(o, xla_client.ArrayImpl) for o in flat):
         return None
     count = len(in_shardings)
     return pxla.MeshExecutableFastpathData(

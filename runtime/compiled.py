@@ -4,9 +4,9 @@
 after shardc's pipeline) plus the description of its arguments and results
 into an executable: SPMD partitioning with the Shardy partitioner, one
 partition per device in the mesh's order (non-iota orders included). The
-shardings the executable settled on are read back as ``NamedSharding``s on the
-user's mesh; result handlers are built once here, and each call only places
-arguments, executes and wraps.
+shardings the executable settled on are read back as jax.jit reads them
+(``shardc.runtime.result_shardings``); result handlers are built once here,
+and each call only places arguments, executes and wraps.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from shardc.dialects.errors import (
     InvalidArgumentError,
     NotExecutableError,
     PytreeMismatchError,
-    ShardcError,
 )
 from shardc.dialects.xla_form import module_for_xla
-from shardc.runtime import arguments, collectives, layouts, results, tokens
+from shardc.runtime import arguments, collectives, layouts, result_shardings, results, tokens
 from shardc.runtime.effects import NO_EFFECTS, ProgramEffects, execute_with_tokens
+from shardc.runtime.result_shardings import concrete_mesh, is_open, requested_sharding
 from shardc.runtime.stage import Stage
 from shardc.runtime.verify import verify
 
@@ -43,6 +43,9 @@ class ValueInfo(Protocol):
     path: str
     aval: jax.ShapeDtypeStruct
     sharding: NamedSharding | None
+    # Its type's sharding (``jax.typeof(value).sharding``), on an abstract mesh; None
+    # where unknown.
+    type_sharding: NamedSharding | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,14 +55,6 @@ class StaticArguments:
     positions: tuple[int, ...] = ()
     values: tuple = ()
     keywords: tuple[tuple[str, object], ...] = ()
-
-
-def concrete_mesh(mesh: Mesh | AbstractMesh, devices: Sequence) -> Mesh:
-    """``mesh`` itself if concrete, else the abstract mesh laid over ``devices`` in order."""
-    if isinstance(mesh, Mesh):
-        return mesh
-    grid = np.array(list(devices), dtype=object).reshape(mesh.axis_sizes)
-    return Mesh(grid, mesh.axis_names, axis_types=mesh.axis_types)
 
 
 def program_mesh(meshes: Sequence[Mesh | AbstractMesh]) -> Mesh | AbstractMesh | None:
@@ -472,8 +467,8 @@ def compile_program(
     executable = jax_private.compile_executable(
         module_for_xla(module),
         order,
-        propagate_to_parameters=[False] * tokens + [_is_open(info.sharding) for info in inputs],
-        propagate_to_outputs=[False] * tokens + [_is_open(info.sharding) for info in outputs],
+        propagate_to_parameters=[False] * tokens + [is_open(info.sharding) for info in inputs],
+        propagate_to_outputs=[False] * tokens + [is_open(info.sharding) for info in outputs],
         host_callbacks=list(host_callbacks),
         compiler_options=compiler_options,
     )
@@ -494,10 +489,9 @@ def compile_program(
             _decided_sharding(info, op, order, mesh)
             for info, op in zip(inputs, parameter_ops)
         ],
-        output_shardings=[
-            _decided_sharding(info, op, order, mesh, like=_first_placed(inputs))
-            for info, op in zip(outputs, output_ops)
-        ],
+        output_shardings=result_shardings.output_shardings(
+            outputs, output_ops, [len(_physical(info.aval).shape) for info in outputs],
+            order, inputs, mesh),
         static=static,
         uses_host_callbacks=bool(host_callbacks),
         placed_on_request=placed_on_request,
@@ -506,13 +500,6 @@ def compile_program(
         output_layouts=output_layouts,
         placed_layouts=placed_layouts,
     )
-
-
-def _is_open(sharding: NamedSharding | None) -> bool:
-    if sharding is None:
-        return True
-    return any(entry is jax.sharding.PartitionSpec.UNCONSTRAINED
-               for entry in sharding.spec.partitions)
 
 
 def _per_value(op_shardings: Sequence | None, count: int) -> list:
@@ -524,46 +511,14 @@ def _per_value(op_shardings: Sequence | None, count: int) -> list:
     return list(op_shardings)
 
 
-def _first_placed(inputs: Sequence[ValueInfo]) -> ValueInfo | None:
-    """The first argument with a sharding: jax.jit returns its sharding object itself for
-    every result XLA gives the same tiling (so that spec, trailing Nones and all)."""
-    return next((info for info in inputs if info.sharding is not None), None)
-
-
-def _decided_sharding(
-    info: ValueInfo, op_sharding: Any, devices: tuple, mesh: Mesh | None,
-    like: ValueInfo | None = None,
-) -> jax.sharding.Sharding:
-    """The sharding XLA settled on for one value, on the user's mesh where possible;
-    ``like``'s own, where it is the same."""
+def _decided_sharding(info: ValueInfo, op_sharding: Any, devices: tuple, mesh: Mesh | None
+                      ) -> jax.sharding.Sharding:
+    """The sharding XLA settled on for one argument, on the user's mesh where possible."""
     ndim = len(_physical(info.aval).shape)
+    if not is_open(info.sharding):
+        return requested_sharding(info, op_sharding, devices, ndim)
     if mesh is None or op_sharding is None:
-        # One device: jax.jit keeps the first argument's NamedSharding type on that
-        # device (the object itself for a result of its rank, where tilings agree).
-        if like is not None and isinstance(like.sharding.mesh, Mesh) \
-                and tuple(like.sharding.mesh.devices.flat) == devices[:1]:
-            if len(_physical(like.aval).shape) == ndim:
-                return like.sharding
-            return NamedSharding(like.sharding.mesh, jax.sharding.PartitionSpec())
         return SingleDeviceSharding(devices[0])
-    requested = info.sharding
-    if requested is not None and not _is_open(requested):
-        if not isinstance(requested.mesh, Mesh):
-            # Only rebuild abstract ones: keeping the caller's object keeps the
-            # `arg.sharding is expected` fast path of every later call.
-            requested = NamedSharding(concrete_mesh(requested.mesh, devices), requested.spec)
-        empty = 0 in _physical(info.aval).shape  # no data: XLA may report anything
-        if not empty and not jax_private.hlo_sharding_equivalent(
-                requested, op_sharding, devices, ndim):
-            raise ShardcError(
-                f"{info.path}: XLA compiled a different sharding than the one requested "
-                f"({op_sharding} instead of {requested.spec}); this is a shardc bug"
-            )
-        return requested
-    if like is not None and isinstance(like.sharding.mesh, Mesh) \
-            and len(_physical(like.aval).shape) == ndim \
-            and jax_private.hlo_sharding_equivalent(like.sharding, op_sharding, devices, ndim):
-        return like.sharding
     return jax_private.sharding_from_op_sharding(op_sharding, mesh, devices, ndim)
 
 
