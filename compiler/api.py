@@ -20,7 +20,7 @@ import inspect
 import itertools
 import os
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -618,8 +618,8 @@ class JitFunction(JitSurface):
         static = set(self._static_positions(len(args)))
         dynamic = [a for i, a in enumerate(args) if i not in static]
         dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
-        tree = jax.tree.structure((tuple(dynamic), dyn_kwargs))
-        abstract_dynamic, abstract_kwargs = jax.tree.unflatten(tree, list(avals))
+        abstract_dynamic = [_abstract_tree(a, avals) for a in dynamic]
+        abstract_kwargs = {k: _abstract_tree(dyn_kwargs[k], avals) for k in sorted(dyn_kwargs)}
         it = iter(abstract_dynamic)
         call_args = [a if i in static else next(it) for i, a in enumerate(args)]
         call_kwargs = {k: (v if k in self.static_argnames else abstract_kwargs[k])
@@ -681,6 +681,19 @@ class HighLevelProgramError(NotImplementedError):
 
 def _has_high_values(args: tuple, kwargs: dict) -> bool:
     return any(map(jax_private.is_high_value, jax.tree.leaves((args, kwargs))))
+
+
+def _abstract_tree(value: Any, avals: Iterator[Any]) -> Any:
+    """``value``'s pytree with its leaves' next avals from ``avals`` in their place; the
+    value itself where its pytree refuses abstract leaves (a dataclass that checks
+    its fields are arrays when unflattened, as ``StatefulPRNG`` does): jax.jit never
+    unflattens avals into an argument, and traces the value by its leaves' types."""
+    treedef = jax.tree.structure(value)
+    leaves = list(itertools.islice(avals, treedef.num_leaves))
+    try:
+        return jax.tree.unflatten(treedef, leaves)
+    except Exception:  # the node's own unflatten (user code) refused them, whatever its error
+        return value
 
 
 def _traced_aval(leaf: LeafSignature) -> jax.ShapeDtypeStruct:

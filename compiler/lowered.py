@@ -253,7 +253,7 @@ class Lowered(Stage, jax.stages.Lowered):
     def in_avals(self) -> Any:
         """The arguments' types with the shardings they are lowered with, as
         ``(args, kwargs)`` (``jax.core.ShapedArray``s, as jax's)."""
-        return jax.tree.unflatten(self._in_tree, [
+        return jax.tree.unflatten(jax_private.args_info_tree(self._in_tree), [
             jax_private.typed_aval(leaf.aval, leaf.sharding) for leaf in self._args])
 
     @property

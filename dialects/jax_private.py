@@ -469,8 +469,25 @@ def without_dead_code(traced: Any, in_shardings: list | None = None,
     if out_shardings is not None:
         params["out_shardings"] = tuple(sharding_impls.UNSPECIFIED if s is None else s
                                         for s in out_shardings)
-    return stages.Traced(traced._meta_tys_flat, params, traced._in_tree, traced.out_tree,
-                         traced._consts)
+    return stages.Traced(traced._meta_tys_flat, params, args_info_tree(traced._in_tree),
+                         traced.out_tree, traced._consts)
+
+
+def args_info_tree(in_tree: Any) -> Any:
+    """The arguments' tree for jax's ``Lowered``, which unflattens one ``ArgInfo`` record
+    per leaf into it: a tree whose nodes refuse such leaves (a dataclass checking its
+    fields are arrays when built, as ``StatefulPRNG`` does) takes the arguments flat
+    (jax.jit's own call never builds a ``Lowered``, so such a function runs there)."""
+    import jax
+    import numpy as np
+    from jax._src import core, stages
+
+    probe = stages.ArgInfo(core.ShapedArray((), np.float32), False)
+    try:
+        in_tree.unflatten([probe] * in_tree.num_leaves)
+    except Exception:  # the node's own unflatten (user code) refused them, whatever its error
+        return jax.tree.structure((tuple(range(in_tree.num_leaves)), {}))
+    return in_tree
 
 
 def meshes_in(closed_jaxpr: Any) -> list:
@@ -665,7 +682,8 @@ def args_info(in_tree: Any, avals: list, donated: tuple[bool, ...]) -> Any:
     ``in_tree``'s structure."""
     from jax._src import stages
 
-    return in_tree.unflatten([stages.ArgInfo(aval, d) for aval, d in zip(avals, donated)])
+    return args_info_tree(in_tree).unflatten(
+        [stages.ArgInfo(aval, d) for aval, d in zip(avals, donated)])
 
 
 def jit_lowering(jax_lowered: Any) -> Any:
