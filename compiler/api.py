@@ -30,7 +30,7 @@ from jaxlib.mlir import ir
 
 import shardc.compiler as shardc_compiler
 import shardc.runtime as shardc_runtime
-from shardc.compiler import annotation, effects, export, layouts, memories, signature
+from shardc.compiler import annotation, effects, export, hitypes, layouts, memories, signature
 from shardc.compiler.checks.strict import check_strict
 from shardc.compiler.cost_aware import Resolution
 from shardc.compiler.diagnostics import (
@@ -229,13 +229,22 @@ class JitFunction(JitSurface):
         if self._lower_takes_propagate and "propagate" in kwargs:
             kwargs = dict(kwargs)
             propagate = bool(kwargs.pop("propagate"))
-        return self._lower(args, kwargs, propagate)[1]
+        if _has_high_values(args, kwargs):
+            return self._lower_high(args, kwargs, propagate)
+        try:
+            return self._lower(args, kwargs, propagate)[1]
+        except HighLevelProgramError:  # high-level results or closed-over boxes
+            return self._lower_high(args, kwargs, propagate)
 
     def trace(self, *args: Any, **kwargs: Any) -> Traced:
         """Trace the function for these arguments (a ``Traced``: ``jaxpr``, ``out_info``,
         ``lower()``), as ``jax.jit(f).trace`` does."""
+        if _has_high_values(args, kwargs):
+            return self._trace_high(args, kwargs)
         _, _, mesh, arg_leaves = self._arguments(args, kwargs)
         jax_traced = self._trace(args, kwargs, arg_leaves)
+        if jax_private.has_high_types(jax_traced):
+            return self._trace_high(args, kwargs)
         results = self._result_signature(jax_traced.out_info, mesh,
                                          signature.result_types(jax_traced))
         # A SingleDeviceSharding given for a result is its sharding, as in jax's out_info.
@@ -346,7 +355,8 @@ class JitFunction(JitSurface):
             dynamic, _ = self._split_static(args)
             dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
             return binding.bind_high(SHARDC_JIT, traced,
-                                     jax.tree.leaves((tuple(dynamic), dynamic_kwargs)))
+                                     jax.tree.leaves((tuple(dynamic), dynamic_kwargs)),
+                                     *self._high_shardings(traced, dynamic, dynamic_kwargs))
         results = signature.result_signature(traced.out_info, self.out_shardings, mesh,
                                              follow_types=False,
                                              api_name=self.options.api_name)
@@ -354,6 +364,41 @@ class JitFunction(JitSurface):
                             [leaf.sharding for leaf in arg_leaves],
                             [leaf.sharding for leaf in results], self.options.keep_unused,
                             self.options.compiler_options)
+
+    def _high_shardings(self, traced: Any, dynamic_args: Sequence, dynamic_kwargs: dict
+                        ) -> tuple[list, list]:
+        """The given shardings of a high-level program's argument and result leaves."""
+        mesh = signature.context_mesh(self.mesh)
+        return (hitypes.argument_shardings(self.in_shardings, dynamic_args, dynamic_kwargs, mesh),
+                hitypes.result_shardings(self.out_shardings, traced, mesh))
+
+    def _trace_high(self, args: tuple, kwargs: dict) -> Traced:
+        """jax's trace of a program with high-level types (its results' types are
+        jax's), lowered as ``lower()`` lowers it."""
+        with _tracing_mesh(self.mesh):
+            jax_traced = self._jax_jit.trace(*args, **kwargs)
+
+        def lower(*, lowering_platforms: Sequence[str] | None = None,
+                  propagate: bool | None = None, lowering_parameters: Any = None) -> Any:
+            return self._lower_high(args, kwargs,
+                                    self.propagate if propagate is None else propagate)
+
+        return Traced(jax_traced, lower, jax_traced.out_info)
+
+    def _lower_high(self, args: tuple, kwargs: dict, propagate: bool) -> hitypes.HighLowered:
+        """A program with high-level types, lowered in its low-level form (jax's) by
+        shardc's jit of that form (``shardc.compiler.hitypes``)."""
+        dynamic_args, _ = self._split_static(args)
+        dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
+        with _tracing_mesh(self.mesh):
+            traced = self._jax_jit.trace(*args, **kwargs)
+        program = hitypes.low_level_program(
+            traced, *self._high_shardings(traced, dynamic_args, dynamic_kwargs))
+        low = _jit_of_flat(program.fun, program.in_shardings, program.out_shardings,
+                           program.donate_argnums, self.options.compiler_options)
+        lowered = low.lower(*hitypes.low_level_arguments(dynamic_args, dynamic_kwargs),
+                            propagate=propagate)
+        return hitypes.HighLowered(lowered, program)
 
     def _call_key(self, args: tuple, kwargs: dict) -> tuple | None:
         """A cheap key for the fast call path: what lowering and compiling depend on.

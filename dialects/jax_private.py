@@ -935,6 +935,55 @@ def is_ref(value: Any) -> bool:
     return isinstance(value, _core().Ref)
 
 
+def low_level_form(traced: Any, params: dict) -> tuple[Any, list, tuple, tuple, tuple, Any, Any]:
+    """jax's low-level form of a high-level ``Traced`` (``Traced.lojax``) bound with
+    ``params`` (its jit parameters, shardings given): a function of the low-level
+    argument leaves (constants closed over), their shardings, the results' (the
+    mutable arguments' new contents first, unspecified), the donated positions,
+    and the high-level input and output types ``jax.stages.Compiled`` converts
+    calls with."""
+    from jax._src import stages
+
+    lo = stages.Traced(traced._meta_tys_flat, params, traced._in_tree, traced.out_tree,
+                       traced._consts).lojax
+    consts = list(lo._consts)
+    evaluate = jaxpr_function(lo._params["jaxpr"])
+    n = len(consts)
+    ins, donated = lo._params["in_shardings"][n:], lo._params["donated_invars"][n:]
+    def low_level(*args: Any) -> Any:
+        return evaluate(*consts, *args)
+
+    # The module is named for the user's function, as jax names it.
+    low_level.__name__ = low_level.__qualname__ = traced.fun_name
+    return (low_level, list(ins), tuple(lo._params["out_shardings"]),
+            tuple(i for i, d in enumerate(donated) if d), lo._in_types, lo._out_types)
+
+
+def lower_high_values(values: list) -> list:
+    """The low-level leaves of argument values, as ``jax.stages.Compiled`` lowers them
+    (a mutable value's current contents)."""
+    from jax._src import core
+
+    lowered = []
+    for x in values:
+        aval = core.typeof(x)
+        lowered += aval.read_loval(core.cur_qdd(x), x) if aval.has_qdd else aval.lower_val(x)
+    return lowered
+
+
+def raise_high_results(in_types: Any, out_types: Any, hi_args: list, lo_outs: list) -> Any:
+    """A low-level program's results as the high-level program's (a pytree), the
+    mutable arguments updated from their new contents, as ``jax.stages.Compiled`` does."""
+    import jax
+    from jax._src import stages
+
+    _, final_qdds = in_types
+    num_mutable = stages._num_himuts_out(final_qdds)
+    stages._apply_himut(final_qdds, hi_args, lo_outs[:num_mutable])
+    out_tree, out_avals = out_types
+    return jax.tree.unflatten(out_tree, stages.raise_lo_outs(out_avals, lo_outs[num_mutable:]))
+
+
 def ref_buffer(ref: Any) -> Any:
     """The ``jax.Array`` a mutable array currently holds."""
     return ref._refs._buf

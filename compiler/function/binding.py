@@ -41,8 +41,8 @@ def jit_primitive(make_jit: MakeJit) -> Any:
     def execute(*args: Any, jaxpr: Any, in_shardings: Sequence, out_shardings: Sequence,
                 donated_invars: Sequence[bool], compiler_options_kvs: tuple = (),
                 **_: Any) -> list:
-        ins = tuple(_given(s) for s in in_shardings)
-        outs = tuple(_given(s) for s in out_shardings)
+        ins = tuple(given_sharding(s) for s in in_shardings)
+        outs = tuple(given_sharding(s) for s in out_shardings)
         donated = tuple(i for i, d in enumerate(donated_invars) if d)
         per_jaxpr = jitted.setdefault(jaxpr, {})
         key = (ins, outs, donated, compiler_options_kvs)
@@ -54,7 +54,7 @@ def jit_primitive(make_jit: MakeJit) -> Any:
     return jax_private.clone_jit_primitive("jit", execute)
 
 
-def _given(sharding: Any) -> NamedSharding | None:
+def given_sharding(sharding: Any) -> NamedSharding | None:
     """A jit parameter's sharding as shardc's jit takes it (None: unspecified)."""
     if jax_private.is_unspecified(sharding) or not isinstance(sharding, NamedSharding):
         return None
@@ -82,24 +82,29 @@ def bind(primitive: Any, traced: Any, leaves: Sequence[Any],
     equation compiles with them.
     """
     params, consts = jax_private.jit_call_parts(traced)
-    params["in_shardings"] = _merged(params["in_shardings"], in_shardings, len(consts))
-    params["out_shardings"] = _merged(params["out_shardings"], out_shardings, 0)
+    params["in_shardings"] = merged_shardings(params["in_shardings"], in_shardings, len(consts))
+    params["out_shardings"] = merged_shardings(params["out_shardings"], out_shardings, 0)
     params["keep_unused"] = keep_unused
     params["compiler_options_kvs"] = tuple(compiler_options)
     out = primitive.bind(*consts, *leaves, **params)
     return jax.tree.unflatten(traced.out_tree, out)
 
 
-def bind_high(primitive: Any, traced: Any, leaves: Sequence[Any]) -> Any:
+def bind_high(primitive: Any, traced: Any, leaves: Sequence[Any],
+              in_shardings: Sequence[NamedSharding | None],
+              out_shardings: Sequence[NamedSharding | None]) -> Any:
     """Bind one equation for a ``jax.stages.Traced`` whose program has jax's high-level
-    types, with jax's parameters as they are (jit's lowering rule for such programs,
-    ``to_lojax``, turns the types into arrays and binds again)."""
+    types, with jax's parameters and the given shardings, one per high-level argument
+    / result leaf (jit's lowering rule for such programs, ``to_lojax``, turns the
+    types into arrays, spreads each sharding over a value's arrays and binds again)."""
     params, consts = jax_private.jit_call_parts(traced)
+    params["in_shardings"] = merged_shardings(params["in_shardings"], in_shardings, len(consts))
+    params["out_shardings"] = merged_shardings(params["out_shardings"], out_shardings, 0)
     out = primitive.bind(*consts, *leaves, **params)
     return jax.tree.unflatten(traced.out_tree, out)
 
 
-def _merged(entries: Sequence, given: Sequence[NamedSharding | None], offset: int) -> tuple:
+def merged_shardings(entries: Sequence, given: Sequence[NamedSharding | None], offset: int) -> tuple:
     """jax's per-value entries with shardc's given shardings in place of the unspecified."""
     merged = list(entries)
     for i, sharding in enumerate(given):
