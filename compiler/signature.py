@@ -454,8 +454,11 @@ def argument_signature(
 
 def describe_argument(name: str, fun_name: str, aval: Any) -> str:
     """jax's words for an argument in its errors: "argument x of f with shape f32[8]"."""
-    return (f"argument {name} of {fun_name} with shape "
-            f"{np.dtype(aval.dtype).name}[{','.join(map(str, aval.shape))}]")
+    dtype = aval.dtype
+    # A PRNG key's dtype (key<fry>) is jax's own, not numpy's: named as jax prints it.
+    dtype_name = str(dtype) if jax.dtypes.issubdtype(dtype, jax.dtypes.extended) \
+        else np.dtype(dtype).name
+    return f"argument {name} of {fun_name} with shape {dtype_name}[{','.join(map(str, aval.shape))}]"
 
 
 def committed_arguments(values: Sequence[Any], leaves: Sequence[LeafSignature],

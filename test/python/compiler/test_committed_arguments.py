@@ -228,3 +228,19 @@ def test_uncommitted_arguments_run_on_the_default_device():
     # Outside the block, the same program runs on the first device again.
     a = jnp.array([1.0, 2.0, 3.0])
     assert jit(f)(a, a).devices() == jax.jit(f)(a, a).devices() == {jax.devices()[0]}
+
+
+def test_committed_prng_keys_on_an_explicit_mesh_are_described_as_jax_names_them():
+    """Committed PRNG key arrays among the arguments (jax.random under sharding in
+    types): checking their devices describes them with jax's key dtype."""
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+    with jax.set_mesh(mesh):
+        keys = jax.random.split(jax.random.key(0), 8)
+        keys = jax.device_put(keys, P("x"))
+        sample = lambda k: jax.vmap(lambda k: jax.random.normal(k, (4,)))(k)  # noqa: E731
+        ours, theirs = jit(sample)(keys), jax.jit(sample)(keys)
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+    assert ours.sharding == theirs.sharding
+    from shardc.compiler.signature import describe_argument
+    text = describe_argument("keys", "sample", jax.typeof(keys))
+    assert text == "argument keys of sample with shape key<fry>[8]"
