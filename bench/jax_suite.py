@@ -109,7 +109,8 @@ WIDE_FILES = (
     # Measured later, as files the project had not run before (--jit-tests-only).
     "core_test.py", "custom_linear_solve_test.py", "custom_root_test.py",
     "debug_nans_test.py", "error_check_test.py", "hijax_test.py", "nn_test.py",
-    "batching_test.py", "sparse_test.py",
+    "batching_test.py", "sparse_test.py", "x64_context_test.py", "transfer_guard_test.py",
+    "name_stack_test.py", "logging_test.py", "stateful_rng_test.py", "cache_key_test.py",
 )
 SETS = {"peer": FILES, "wide": WIDE_FILES}
 # --jit-tests-only: both passes leave out the tests whose source never names jit.

@@ -30,7 +30,7 @@ from jaxlib.mlir import ir
 
 import shardc.compiler as shardc_compiler
 import shardc.runtime as shardc_runtime
-from shardc.compiler import annotation, effects, export, hitypes, layouts, memories, signature
+from shardc.compiler import annotation, effects, export, layouts, memories, signature
 from shardc.compiler.checks.strict import check_strict
 from shardc.compiler.cost_aware import Resolution
 from shardc.compiler.diagnostics import (
@@ -39,11 +39,10 @@ from shardc.compiler.diagnostics import (
     verify_step,
     verifying_steps,
 )
-from shardc.compiler.function import binding, caches
+from shardc.compiler.function import binding, caches, hitypes
 from shardc.compiler.function import options as jit_options
 from shardc.compiler.function.caches import StaticKey, static_keys
 from shardc.compiler.function.surface import JitSurface, function_name
-from shardc.compiler.key_results import key_result_shardings
 from shardc.compiler.lowered import AnyMesh, Lowered, Traced
 from shardc.compiler.pipelines import ConflictResolution, propagation_pipeline
 from shardc.compiler.signature import LeafSignature
@@ -387,7 +386,7 @@ class JitFunction(JitSurface):
 
     def _lower_high(self, args: tuple, kwargs: dict, propagate: bool) -> hitypes.HighLowered:
         """A program with high-level types, lowered in its low-level form (jax's) by
-        shardc's jit of that form (``shardc.compiler.hitypes``)."""
+        shardc's jit of that form (``shardc.compiler.function.hitypes``)."""
         dynamic_args, _ = self._split_static(args)
         dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
         with _tracing_mesh(self.mesh):
@@ -598,7 +597,7 @@ class JitFunction(JitSurface):
         jax_lowered = export.lowered_with_exported_calls(
             jax_private.without_dead_code(
                 traced, effects.callback_placement(traced.jaxpr, arg_leaves),
-                key_result_shardings(results)),
+                signature.key_result_shardings(results)),
             arg_leaves, results,
         ).lower(lowering_platforms=platforms, _private_parameters=lowering_parameters)
         jax_module = jax_private.refined_module(jax_lowered)

@@ -740,3 +740,16 @@ def shard_shape(sharding: NamedSharding, shape: Sequence[int]) -> tuple[int, ...
     for dim, entry in enumerate(dims):
         out[dim] //= int(np.prod([sizes[name] for name in sdy.dim_axis_names(entry)]))
     return tuple(out)
+
+
+def key_result_shardings(results: Sequence[LeafSignature]) -> list | None:
+    """Per result, its given sharding if it is a PRNG key (None otherwise); None when
+    no key result has one: the only shardings jax's own lowering of shardc's trace
+    gets. shardc writes the shardings itself, but jax's lowering reads one kind: a
+    PRNG key result without a given sharding gets a ``sdy.sharding_constraint``
+    (key dims open, key-data dims replicated), with one none. For the module to be
+    jax.jit's, the given shardings of key results reach jax's lowering."""
+    shardings = [leaf.sharding if leaf.sharding is not None
+                 and jax.dtypes.issubdtype(leaf.aval.dtype, jax.dtypes.extended) else None
+                 for leaf in results]
+    return shardings if any(s is not None for s in shardings) else None
