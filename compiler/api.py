@@ -380,13 +380,17 @@ class JitFunction(JitSurface):
         def lower(*, lowering_platforms: Sequence[str] | None = None,
                   propagate: bool | None = None, lowering_parameters: Any = None) -> Any:
             return self._lower_high(args, kwargs,
-                                    self.propagate if propagate is None else propagate)
+                                    self.propagate if propagate is None else propagate,
+                                    lowering_platforms, lowering_parameters)
 
         return Traced(jax_traced, lower, jax_traced.out_info)
 
-    def _lower_high(self, args: tuple, kwargs: dict, propagate: bool) -> hitypes.HighLowered:
+    def _lower_high(self, args: tuple, kwargs: dict, propagate: bool,
+                    lowering_platforms: Sequence[str] | None = None,
+                    lowering_parameters: Any = None) -> hitypes.HighLowered:
         """A program with high-level types, lowered in its low-level form (jax's) by
-        shardc's jit of that form (``shardc.compiler.function.hitypes``)."""
+        shardc's jit of that form (``shardc.compiler.function.hitypes``); the
+        platforms and parameters of ``trace(...).lower(...)`` reach that lowering."""
         dynamic_args, _ = self._split_static(args)
         dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
         with _tracing_mesh(self.mesh):
@@ -395,8 +399,13 @@ class JitFunction(JitSurface):
             traced, *self._high_shardings(traced, dynamic_args, dynamic_kwargs))
         low = _jit_of_flat(program.fun, program.in_shardings, program.out_shardings,
                            program.donate_argnums, self.options.compiler_options)
-        lowered = low.lower(*hitypes.low_level_arguments(dynamic_args, dynamic_kwargs),
-                            propagate=propagate)
+        low_args = hitypes.low_level_arguments(dynamic_args, dynamic_kwargs)
+        if lowering_platforms is None and lowering_parameters is None:
+            lowered = low.lower(*low_args, propagate=propagate)
+        else:
+            lowered = low.trace(*low_args).lower(lowering_platforms=lowering_platforms,
+                                                 propagate=propagate,
+                                                 _private_parameters=lowering_parameters)
         return hitypes.HighLowered(lowered, program)
 
     def _call_key(self, args: tuple, kwargs: dict) -> tuple | None:

@@ -185,3 +185,14 @@ def test_trace_of_high_level_values_lowers_as_lower_does():
     traced = jit(passing).trace(q, 1.0)
     assert traced.jaxpr.in_avals[0] == jax.jit(passing).trace(q, 1.0).jaxpr.in_avals[0]
     assert_same_results(traced.lower().compile()(q, 2.0), jax.jit(passing)(q, 2.0))
+
+
+def test_trace_lowers_for_the_platforms_asked():
+    """``trace(...).lower(lowering_platforms=...)`` of a high-level program lowers its
+    low-level form for those platforms, as jax's ``Traced.lower`` does."""
+    q = quantized()
+    ours = jit(passing).trace(q, 1.0).lower(lowering_platforms=("cpu", "tpu"))
+    theirs = jax.jit(passing).trace(q, 1.0).lower(lowering_platforms=("cpu", "tpu"))
+    assert ours.platforms == ("cpu", "tpu")
+    for text in (ours.as_text(), theirs.as_text()):
+        assert "tensor<8x4xi8>" in text and "_platform_index" in text
