@@ -38,6 +38,12 @@ mishandle:
   ``case`` keeps its sharding: without it XLA re-derives its branches'
   results apart and its verifier rejects branches that return differently
   sharded values, "Inconsistent conditional sharding".)
+* a ``case`` whose branches return a value sharded otherwise than the case's
+  result (a gradient's branch ending in a dot, another in an add): XLA takes
+  each branch's last op as its root and its verifier rejects roots sharded
+  apart ("Inconsistent conditional sharding among instructions"). The copy
+  returns such a value through a closed constraint to the case's sharding,
+  the reshard XLA makes at the end of the branch anyway.
 * ``sdy.sharding`` on an ``ApproxTopK`` custom call: XLA's conversion turns
   the call into its own reduction and rejects any sharding on it ("mhlo.sharding
   is not a supported attribute for ApproxTopK"; jax's own modules never carry
@@ -69,6 +75,7 @@ from shardc.dialects.sdy import SHARDING_ATTR, value_sharding
 from shardc.dialects.while_loops import hoist_all_invariant_carries, terminator
 
 LOOP = "stablehlo.while"
+CASE = "stablehlo.case"
 # Data-flow ops whose per-value sharding XLA's folding can overwrite with one sharding.
 _DROPPED_SHARDINGS = ("stablehlo.optimization_barrier",)
 # Custom calls XLA's conversion rewrites into other ops, refusing a sharding on them.
@@ -96,6 +103,7 @@ def to_xla_form(module: ir.Operation) -> None:
     reshapes: list[ir.Operation] = []
     constrained: list[ir.Operation] = []
     barriers: list[ir.Operation] = []
+    cases: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
         if op.name in _DROPPED_SHARDINGS and SHARDING_ATTR in op.attributes:
@@ -107,6 +115,8 @@ def to_xla_form(module: ir.Operation) -> None:
             constrained.append(op)
         elif op.name == LOOP:
             loops.append(op)
+        elif op.name == CASE:
+            cases.append(op)
         elif op.name in ("sdy.reshard", "sdy.sharding_constraint"):
             reshards.append(op)
         elif op.name == "stablehlo.reshape":
@@ -117,6 +127,8 @@ def to_xla_form(module: ir.Operation) -> None:
         module.walk(visit, ir.WalkOrder.POST_ORDER)
         for loop in loops:  # post-order: inner loops first
             _constrain_carries(hoist_all_invariant_carries(loop))
+        for case in cases:
+            _constrain_branch_results(case)
         for reshape in reshapes:
             _fold_reshape_round_trip(reshape)
         for reshard in reshards:
@@ -210,6 +222,35 @@ def _constrain_carries(loop: ir.Operation) -> None:
                             ir.InsertionPoint.at_block_begin(block), loop.location)
         _constrain_uses(loop.results[k], sharding, ir.InsertionPoint.after(loop),
                         loop.location)
+
+
+def _constrain_branch_results(case: ir.Operation) -> None:
+    """Have every branch of a ``case`` return each result in the case's sharding of it,
+    through a closed constraint where the returned value is sharded otherwise (the
+    module docstring says why)."""
+    returns = [terminator(region.blocks[0]) for region in case.regions]
+    if SHARDING_ATTR in case.attributes:
+        shardings = list(
+            sdy.TensorShardingPerValueAttr(case.attributes[SHARDING_ATTR]).shardings)
+    else:  # open: replicated, as XLA leaves a conditional no sharding decides
+        shardings = [_replicated_like(value_sharding(value), value.type)
+                     for value in returns[0].operands]
+    for returned in returns:
+        for k, sharding in enumerate(shardings):
+            value = returned.operands[k]
+            if sharding is not None and _decides_anything(sharding, value.type) \
+                    and not _sharded_as(value, sharding):
+                returned.operands[k] = _constrained(value, sharding,
+                                                    ir.InsertionPoint(returned), case.location)
+
+
+def _replicated_like(sharding: ir.Attribute | None, type_: ir.Type) -> ir.Attribute | None:
+    """A closed replicated sharding on ``sharding``'s mesh (None without one)."""
+    if sharding is None or not isinstance(type_, ir.RankedTensorType):
+        return None
+    mesh = str(sdy.TensorShardingAttr(sharding).mesh_or_ref)
+    dims = ", ".join("{}" for _ in range(type_.rank))
+    return ir.Attribute.parse(f"#sdy.sharding<{mesh}, [{dims}]>")
 
 
 def _decides_anything(sharding: ir.Attribute, type_: ir.Type) -> bool:

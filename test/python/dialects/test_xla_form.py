@@ -247,3 +247,32 @@ def test_check_refuses_sharding_counts_that_do_not_match_results():
         with pytest.raises(InternalError, match="stablehlo.case.*2 shardings vs 1 values") as info:
             check_xla_form(module.operation)
     assert info.value.op == "stablehlo.case"
+
+
+def test_case_branches_returning_other_shardings_compile_as_jax_jit():
+    """A gradient through ``cond`` whose branches end in differently sharded ops (an add,
+    a dot): XLA's verifier rejected the exported module ("Inconsistent conditional
+    sharding among instructions"); each branch now returns through a constraint to the
+    case's sharding, and the run equals jax.jit's (values and result sharding)."""
+    import test_property_jax_programs as differential
+    from fuzz.jax_programs import Arg, Program, Step
+
+    tanh = ("tanh",)
+    program = Program(
+        mesh_shape=(2, 4),
+        args=(Arg(shape=(2, 8), dtype="f32", spec=None, placement=None),
+              Arg(shape=(2,), dtype="i32", spec=None, placement=None),
+              Arg(shape=(8, 8), dtype="f32", spec=None, placement=P("x", "y"))),
+        steps=(Step("unary", ("a0",), tanh),
+               Step("fori", ("v0", "a1"), (0, 0, (Step("unary", (0,), tanh),) * 3)),
+               Step("cond", ("a0", "a0", "a2"),
+                    (-0.625, (Step("unary", (0,), tanh), Step("matmul", (0, 1), ())),
+                     (Step("unary", (0,), tanh),) * 3)),
+               Step("unary", ("v2",), tanh), Step("unary", ("a0",), tanh),
+               Step("unary", ("a0",), tanh)),
+        outputs=("v2",), mode="grad", wrt=(0,), out_specs=None, out_prefix=False,
+        in_form="none", data_seed=0)
+    mesh = program.make_mesh()
+    fun, args = program.build(mesh), program.arguments(mesh)
+    differential.compare(program, differential.run_shardc(program, mesh, fun, args),
+                         differential.run_jax_jit(program, mesh, fun, args), "shardc")
