@@ -26,7 +26,7 @@ from jaxlib.mlir import ir
 
 from shardc.compiler import layouts
 from shardc.compiler.checks.program import check_lowered
-from shardc.compiler.cost import comm_report
+from shardc.compiler.cost import comm_report, step_time
 from shardc.compiler.cost_aware import Resolution
 from shardc.compiler.effects import program_values
 from shardc.compiler.explain import explain, memory_estimate
@@ -381,6 +381,12 @@ class Lowered(Stage, jax.stages.Lowered):
         return comm_report(propagated_copy(self.module, export=False),
                            missing_as_replicated=True,
                            platform=platform or self.target_platform)
+
+    def step_time(self, *, platform: str | None = None) -> Any:
+        """Model one step's compute and communication time per device (a
+        ``StepTime``) on ``platform`` ("cpu", "tpu", "gpu"; default the lowering's);
+        ``shardc.compiler.cost.step_time``."""
+        return step_time(self, platform=platform)
 
     @property
     def target_platform(self) -> str:

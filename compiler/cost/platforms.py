@@ -124,6 +124,72 @@ TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_re
                     tile=(8, 128), vector_tile=1024, min_buffer_bytes=512)
 
 PLATFORMS: dict[str, PlatformRules] = {rules.name: rules for rules in (CPU, TPU)}
+# XLA:GPU as the step-time model assumes it partitions (never validated against its
+# compiled HLO, hence not in ``PLATFORMS``): bf16 collectives in bf16, an all-reduce
+# of partial sums that each device then slices made a reduce-scatter.
+GPU = PlatformRules("gpu", forms_reduce_scatter=True)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One device kind's speeds and sizes, for the step-time model
+    (``cost.step_time``; ``docs/step-time-model.md`` gives each figure's source).
+
+    A mesh's minor axes (last in the mesh, as ``jax.make_mesh`` lays devices
+    out) run over the fast interconnect while their device count fits in
+    ``fast_group`` devices; an axis past that runs over ``slow_bandwidth``.
+    """
+
+    name: str
+    rules: PlatformRules  # how XLA partitions for it: the collectives and their bytes
+    # Peak dense matrix-unit operations per second by element type of the result;
+    # other types run at the ``"f32"`` figure.
+    matmul_flops: Mapping[str, float]
+    vector_flops: float  # elementwise and reduction operations per second
+    memory_bytes: int  # device memory (HBM; host RAM per device for CPU)
+    link_bandwidth: float  # bytes/s one device sends over the fast interconnect
+    fast_group: int  # devices the fast interconnect joins (an ICI slice, an NVLink node)
+    slow_bandwidth: float  # bytes/s per device between fast groups (data-centre network)
+    latency_s: float  # fixed cost of one collective (launch and synchronisation)
+
+    def matmul_rate(self, dtype: str) -> float:
+        """Peak matrix operations per second for results of ``dtype``."""
+        return self.matmul_flops.get(dtype, self.matmul_flops["f32"])
+
+
+_GB = 1e9
+HARDWARE: dict[str, Hardware] = {hw.name: hw for hw in (
+    # One x86 core (AVX2: 2 FMA units x 8 f32 lanes x 2 operations x 3 GHz) per
+    # host device; collectives are memory copies between threads of one process.
+    Hardware("cpu", CPU, matmul_flops={"f32": 96e9, "bf16": 48e9}, vector_flops=48e9,
+             memory_bytes=16 << 30, link_bandwidth=10 * _GB, fast_group=1 << 30,
+             slow_bandwidth=10 * _GB, latency_s=20e-6),
+    # TPU v5e: 197 TFLOP/s bf16 (f32 dots run as bf16 at DEFAULT precision), 16 GiB
+    # HBM, 1600 Gbit/s of ICI per chip in a 2D torus of up to 256 chips.
+    Hardware("tpu v5e", TPU, matmul_flops={"bf16": 197e12, "f32": 197e12},
+             vector_flops=197e12 / 16, memory_bytes=16 << 30, link_bandwidth=200 * _GB,
+             fast_group=256, slow_bandwidth=25 * _GB, latency_s=5e-6),
+    # H100 SXM: 989 TFLOP/s dense bf16, 495 TF32 (f32 dots at DEFAULT precision), 67
+    # f32 vector; 80 GB HBM3; NVLink 4 at 450 GB/s per direction within an 8-GPU
+    # node, one 400 Gbit/s network adapter per GPU between nodes.
+    Hardware("gpu h100", GPU, matmul_flops={"bf16": 989e12, "f16": 989e12, "f32": 495e12},
+             vector_flops=67e12, memory_bytes=80 * 10**9, link_bandwidth=450 * _GB,
+             fast_group=8, slow_bandwidth=50 * _GB, latency_s=10e-6),
+)}
+# What ``hardware(name)`` also accepts: jax's platform names and short forms.
+_HARDWARE_ALIASES = {"tpu": "tpu v5e", "v5e": "tpu v5e", "gpu": "gpu h100",
+                     "cuda": "gpu h100", "h100": "gpu h100"}
+
+
+def hardware(name: str) -> Hardware:
+    """The device kind ``name`` ("cpu", "tpu"/"tpu v5e", "gpu"/"gpu h100"); a
+    ``ValueError`` naming those for any other."""
+    key = name.lower() if isinstance(name, str) else name
+    found = HARDWARE.get(_HARDWARE_ALIASES.get(key, key))
+    if found is None:
+        raise ValueError(f"shardc models step time for {sorted(HARDWARE)} "
+                         f"(or {sorted(_HARDWARE_ALIASES)}), not {name!r}")
+    return found
 
 
 def platform_rules(platform: str) -> PlatformRules:
@@ -155,5 +221,5 @@ def predicting_for(rules: PlatformRules) -> Iterator[PlatformRules]:
         _ACTIVE.reset(token)
 
 
-__all__ = ["CPU", "PLATFORMS", "TPU", "PlatformRules", "active_rules", "platform_rules",
-           "predicting_for"]
+__all__ = ["CPU", "GPU", "HARDWARE", "PLATFORMS", "TPU", "Hardware", "PlatformRules",
+           "active_rules", "hardware", "platform_rules", "predicting_for"]
