@@ -1,0 +1,21 @@
+"""Train steps for the AUTO-sharding benchmark (``bench/auto_sharding.py``), each
+written once and sharded by a ``Layout``: a Llama-like decoder (``llama``, dense
+and ``moe``), a ViT (``vit``) and a CNN (``cnn``).
+
+Each module holds ``NAME``, ``SIZES`` (``"small"`` for the 8 CPU devices the
+benchmark compiles for, ``"large"`` for the 256- and 1024-device
+``AbstractMesh``es it only predicts) and ``make(layout, size) -> (step, args)``:
+the step ``(params, batch) -> (params, loss)`` (loss, gradients, an SGD
+update) and its arguments as ``jax.ShapeDtypeStruct``s carrying the layout's
+shardings (``layout.param`` / ``layout.batch``). ``layout.constrain`` marks the
+activations an expert pins (a no-op where the layout leaves them open).
+"""
+
+from __future__ import annotations
+
+from bench.auto_programs import cnn, llama, moe, vit
+from bench.auto_programs.layout import CONFIGS, Layout, layout_for
+
+PROGRAMS = {module.NAME: module for module in (llama, moe, vit, cnn)}
+
+__all__ = ["CONFIGS", "PROGRAMS", "Layout", "layout_for"]
