@@ -31,9 +31,15 @@ TOLERANCE = 0.05
 EXPLAINED = {
     "cnn_batchnorm": "batch-norm statistics on 4x8x8x4 shards: XLA's fusion copies their "
                      "elementwise producers into more fusions than the model follows",
-    "vit_bf16": "XLA:CPU runs bf16 elementwise ops in f32, converting around each fusion",
-    "dropout_cond": "a program of random bits (no dot): XLA folds and rewrites the threefry "
-                    "arithmetic",
+    "vit_bf16": "XLA:CPU computes bf16 arithmetic in f32: the converts it adds around "
+                "each op (5x the program's own) are not modelled",
+    "dropout_cond": "a program of random bits and no dot: XLA folds and rewrites the "
+                    "threefry arithmetic",
+    "embedding_scatter": "a 5,000-operation program: the partitioner's masks and offsets "
+                         "for the sharded scatter",
+    "conflict_attention": "XLA moves the sequence-sharded result to the head sharding with "
+                          "masked multiplies the model does not count (5.04%)",
+    "conflict_attention_seq": "as conflict_attention (5.04%)",
 }
 
 
