@@ -82,7 +82,7 @@ def lower(program: str, mesh_name: str, config: str):
         args = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
         auto = auto_available()
         auto = auto(mesh) if callable(auto) else auto
-        jitted = shardc.compiler.jit(step, in_shardings=auto, mesh=mesh)
+        jitted = shardc.compiler.jit(step, in_shardings=auto, out_shardings=auto, mesh=mesh)
     else:
         step, args = PROGRAMS[program].make(layout_for(mesh, config), size)
         jitted = shardc.compiler.jit(step)

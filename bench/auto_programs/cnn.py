@@ -13,7 +13,7 @@ from bench.auto_programs.layout import BATCH, EMBED, TENSOR, cross_entropy, sgd_
 NAME = "cnn"
 SIZES = {
     "small": dict(image=16, channels=(8, 16, 32), classes=10, batch=8),
-    "large": dict(image=128, channels=(64, 128, 256, 512), classes=1000, batch=512),
+    "large": dict(image=128, channels=(64, 128, 256, 512), classes=1000, batch=1024),
 }
 
 

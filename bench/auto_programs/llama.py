@@ -16,7 +16,7 @@ NAME = "llama"
 SIZES = {
     "small": dict(layers=2, d=128, heads=4, ffn=256, vocab=512, seq=64, batch=8),
     # Llama-2-7B's widths, 8 of its 32 layers
-    "large": dict(layers=8, d=4096, heads=32, ffn=11008, vocab=32000, seq=2048, batch=256),
+    "large": dict(layers=8, d=4096, heads=32, ffn=11008, vocab=32000, seq=2048, batch=1024),
 }
 
 

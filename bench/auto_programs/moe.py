@@ -17,7 +17,7 @@ NAME = "llama_moe"
 SIZES = {
     "small": dict(layers=2, d=128, heads=4, ffn=128, experts=4, vocab=512, seq=64, batch=8),
     "large": dict(layers=8, d=4096, heads=32, ffn=4096, experts=16, vocab=32000, seq=2048,
-                  batch=256),
+                  batch=1024),
 }
 CAPACITY_FACTOR = 1.25
 

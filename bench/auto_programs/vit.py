@@ -13,7 +13,7 @@ NAME = "vit"
 SIZES = {
     "small": dict(layers=2, image=32, patch=8, d=128, heads=4, ffn=256, classes=10, batch=8),
     "large": dict(layers=4, image=224, patch=16, d=1024, heads=16, ffn=4096, classes=1000,
-                  batch=512),
+                  batch=1024),
 }
 
 

@@ -154,17 +154,16 @@ class _Counter:
         if known is not None:
             return known
         graph = self.graph
-        stack, order = [op], []
-        while stack:  # users first (iteratively: chains are long)
-            top = stack.pop()
-            if top in self._roots:
-                continue
-            order.append(top)
-            for value in graph.op_results[top]:
+        stack, reached = [op], {op}
+        while stack:  # every op reached through fusible users (iteratively: chains are long)
+            for value in graph.op_results[stack.pop()]:
                 for user, _ in graph.uses[value]:
-                    if user not in self._roots and self._fuses(user):
+                    if user not in reached and user not in self._roots and self._fuses(user):
+                        reached.add(user)
                         stack.append(user)
-        for top in reversed(order):
+        # users before their producers: an op's users come after it in the graph's
+        # pre-order (in its block, or in the regions of ops after it)
+        for top in sorted(reached, reverse=True):
             users = [user for value in graph.op_results[top] for user, _ in graph.uses[value]]
             roots: set[int] = set()
             for user in users:
