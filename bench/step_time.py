@@ -29,8 +29,6 @@ from bench.zoo import REGISTRY as ZOO  # noqa: E402
 TOLERANCE = 0.05
 # Programs whose operations are known to be off by more, with the reason.
 EXPLAINED = {
-    "cnn_batchnorm": "batch-norm statistics on 4x8x8x4 shards: XLA's fusion copies their "
-                     "elementwise producers into more fusions than the model follows",
     "vit_bf16": "XLA:CPU computes bf16 arithmetic in f32: the converts it adds around "
                 "each op (5x the program's own) are not modelled",
     "dropout_cond": "a program of random bits and no dot: XLA folds and rewrites the "

@@ -284,7 +284,6 @@ class _Counter:
                               lhs_axes[dims.input_feature_dimension],
                               rhs_axes[dims.kernel_input_feature_dimension])
         groups = _int_attr(ir_op, "feature_group_count", 1)
-        batch_groups = _int_attr(ir_op, "batch_group_count", 1)
         spatial = len(dims.input_spatial_dimensions)
         strides = _ints(ir_op, "window_strides", [1] * spatial)
         lhs_dilation = _ints(ir_op, "lhs_dilation", [1] * spatial)
@@ -297,9 +296,10 @@ class _Counter:
                 rhs_t.shape[dims.kernel_spatial_dimensions[k]],
                 out[dims.output_spatial_dimensions[k]],
                 strides[k], padding[k][0], lhs_dilation[k], rhs_dilation[k])
-        batch = local_in[dims.input_batch_dimension]
+        # batch / batch groups is the result's batch: read it there, where the device's
+        # part is the one it computes (the input may be split otherwise)
         fma = (feature // groups) * out[dims.output_feature_dimension] \
-            * (batch // batch_groups) * positions
+            * out[dims.output_batch_dimension] * positions
         return float(_FMA * fma)
 
     def _applied(self, op: int) -> int:

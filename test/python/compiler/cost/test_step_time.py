@@ -87,8 +87,18 @@ def test_matmul_chain_with_both_weights_fsdp_matches_xla():
     _bytes_per_kind_match(lowered, compiled)
 
 
-@pytest.mark.parametrize("stride, padding", [(1, "SAME"), (2, "SAME"), (1, "VALID")])
-def test_convolution_counts_kernel_positions_inside_the_input(stride, padding):
+_BATCH = P("data", None, None, None)
+
+
+@pytest.mark.parametrize("stride, padding, x, kernel", [
+    (1, "SAME", _BATCH, P(None, None, None, "model")),
+    (2, "SAME", _BATCH, P(None, None, None, "model")),
+    (1, "VALID", _BATCH, P(None, None, None, "model")),
+    # FSDP x TP: the kernel's input channels over the batch's axis, the input's
+    # channels over model; XLA computes the kernel's gradient from the device's
+    # batch for all input channels, then reduces it
+    (1, "SAME", P("data", None, None, "model"), P(None, None, "data", "model"))])
+def test_convolution_counts_kernel_positions_inside_the_input(stride, padding, x, kernel):
     mesh = _mesh()
 
     def f(x, k):
@@ -97,8 +107,7 @@ def test_convolution_counts_kernel_positions_inside_the_input(stride, padding):
         return jax.nn.relu(y).sum()
 
     lowered = jit(jax.grad(f, argnums=(0, 1))).lower(
-        _spec(mesh, (8, 16, 16, 8), P("data", None, None, None)),
-        _spec(mesh, (3, 3, 8, 16), P(None, None, None, "model")))
+        _spec(mesh, (8, 16, 16, 8), x), _spec(mesh, (3, 3, 8, 16), kernel))
     modelled, xla, _ = _compare(lowered)
     assert abs(modelled.flops_once / xla - 1) <= TOLERANCE
 
