@@ -15,7 +15,8 @@ row's when ``shardc.compiler.AUTO`` exists (``n/a`` otherwise): the same step
 with every sharding left to AUTO.
 
 Run: ``python -m bench.auto_sharding [--programs ...] [--meshes ...] [--configs ...]
-[--json out.json] [--readme README.md]`` (a few minutes on 2 cores).
+[--json out.json] [--readme README.md]`` (about 10 minutes on 2 idle cores;
+``--report out.json`` renders rows measured before, measuring nothing).
 """
 
 from __future__ import annotations
@@ -184,7 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--readme", help="rewrite this README's auto-sharding section")
+    parser.add_argument("--report", help="render the rows of this JSON instead of measuring")
     options = parser.parse_args(argv)
+    if options.report:
+        rows = json.loads(pathlib.Path(options.report).read_text())
+        return publish(rows, options)
     configs = list(options.configs) + (["auto"] if auto_available() is not None else [])
     rows = []
     for program in options.programs:
@@ -200,11 +205,16 @@ def main(argv: list[str] | None = None) -> int:
                 r = rows[-1]
                 print(f"{program:10} {mesh:6} {config:7} step {r['step']['total_s']:.3g} s "
                       f"({r['seconds']:.1f} s)", file=sys.stderr, flush=True)
+    if options.json:
+        pathlib.Path(options.json).write_text(json.dumps(rows, indent=1) + "\n")
+    return publish(rows, options)
+
+
+def publish(rows: list[dict], options: argparse.Namespace) -> int:
+    """Print the table (and write the README's section); 1 if a row failed."""
     good = [r for r in rows if "error" not in r]
     table = format_table(good)
     print(table)
-    if options.json:
-        pathlib.Path(options.json).write_text(json.dumps(rows, indent=1) + "\n")
     if options.readme:
         env = environment("small")
         header = (f"`python -m bench.auto_sharding` ({env['devices']} {env['platform']} devices "
