@@ -110,9 +110,10 @@ def measure(program: str, mesh_name: str, config: str) -> dict:
     else:
         modelled = lowered.step_time(platform=PREDICTED_ON)
         row["flops"] = modelled.flops
-        row["collectives"] = {k: t.bytes_per_device for k, t in
-                              lowered.comm_report(platform=PREDICTED_ON).step_totals().items()
-                              if t.bytes_per_device}
+        per_kind: dict[str, int] = {}  # comm_report's step totals, as the model read them
+        for c in modelled.comm:
+            per_kind[c.kind] = per_kind.get(c.kind, 0) + c.bytes_per_device
+        row["collectives"] = {k: n for k, n in per_kind.items() if n}
         row["memory"] = lowered.memory_estimate(platform=PREDICTED_ON).net_bytes
         row["step_gpu"] = lowered.step_time(platform="gpu").as_dict()
     row["step"] = modelled.as_dict()
@@ -167,7 +168,7 @@ FOOTNOTE = (
     "aliased of XLA's memory analysis; the modelled step is `Lowered.step_time(platform=\"cpu\")` "
     "and its error column is the model's operations against XLA's. Rows of the 256- and "
     "1024-device `AbstractMesh`es (large sizes) are predictions for TPU v5e (nothing is "
-    "compiled): modelled operations, `comm_report(platform=\"tpu\").step_totals()`, "
+    "compiled): modelled operations, `comm_report(platform=\"tpu\").step_totals()` bytes, "
     "`memory_estimate(platform=\"tpu\")` (\"over\": more than a v5e's 16 GiB) and `step_time(platform=\"tpu\")`; the JSON also "
     "holds the H100 step. Configurations: expert = FSDP on the data axis (`fsdp` on 2x2x2) "
     "and tensor parallelism on `model`, activations constrained (MaxText's rules); dp = batch "
