@@ -37,6 +37,7 @@ import shardc.compiler  # noqa: E402
 from bench import e2e_measure, render_readme  # noqa: E402
 from bench.auto_programs import CONFIGS, PROGRAMS, layout_for  # noqa: E402
 from bench.e2e import environment  # noqa: E402
+from bench.e2e_table import human_bytes, human_seconds  # noqa: E402
 from shardc.compiler.cost.platforms import hardware  # noqa: E402
 from shardc.runtime.collectives import KINDS  # noqa: E402
 
@@ -121,17 +122,6 @@ def measure(program: str, mesh_name: str, config: str) -> dict:
     return row
 
 
-def _bytes(n: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{int(n)} B"
-
-
-def _seconds(s: float) -> str:
-    return f"{s * 1e3:.3g} ms" if s >= 1e-3 else f"{s * 1e6:.3g} µs"
-
-
 def format_table(rows: list[dict]) -> str:
     """Markdown: one line per program, mesh and baseline; AUTO's modelled step over
     the row's in the last column."""
@@ -142,18 +132,18 @@ def format_table(rows: list[dict]) -> str:
     for r in rows:
         if r["config"] == "auto":
             continue
-        kinds = ", ".join(f"{SHORT[k]} {_bytes(r['collectives'][k])}"
+        kinds = ", ".join(f"{SHORT[k]} {human_bytes(r['collectives'][k])}"
                           for k in KINDS if k in r["collectives"]) or "0"
         step = r["step"]
-        timing = (f"{_seconds(step['total_s'])} ({_seconds(step['compute_s'])} + "
-                  f"{_seconds(step['comm_s'])})")
+        timing = (f"{human_seconds(step['total_s'])} ({human_seconds(step['compute_s'])} + "
+                  f"{human_seconds(step['comm_s'])})")
         error = (f"{100 * r['model_flops_error']:+.1f}%" if "model_flops_error" in r
                  else "predicted")
         mine = auto.get((r["program"], r["mesh"]))
         versus = ("n/a" if mine is None or "step" not in mine
                   else f"{mine['step']['total_s'] / step['total_s']:.2f}×")
         mark = "" if r["compiled"] else " (model)"
-        memory = _bytes(r["memory"]) + ("" if r["compiled"] or r["memory"] <= DEVICE_MEMORY
+        memory = human_bytes(r["memory"]) + ("" if r["compiled"] or r["memory"] <= DEVICE_MEMORY
                                         else " (over)")
         lines.append(f"| {r['program']} | {r['mesh']} | {r['config']} | {r['flops']:.3g}{mark} | "
                      f"{kinds} | {memory} | {timing} | {error} | {versus} |")
