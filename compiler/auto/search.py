@@ -1,0 +1,185 @@
+"""The search for AUTO argument shardings: fewest modelled seconds within a memory budget.
+
+Every AUTO argument belongs to a structure group (``candidates.structure_groups``:
+the weights of repeated layers are one group) whose members take one spec,
+chosen among ``candidates.candidates``. A state closes each decided group's
+members to its spec and leaves the undecided ones open, so propagation settles
+them around the decided ones; it is priced by ``Evaluator`` (``objective``).
+A state is better than another when it exceeds the budget by fewer bytes,
+then when its step is faster.
+
+* **Exhaustive** when the groups' candidate counts multiply to at most
+  ``exhaustive_limit``: every combination is priced, the best kept.
+* Otherwise **greedy, then coordinate descent**: groups are decided one at a
+  time, most bytes first, each taking the candidate whose state (the groups
+  decided so far, it, the rest open) is best; then sweeps revisit every group
+  with the others closed, moving it to a better candidate, until a sweep moves
+  none or ``max_evaluations`` states have been priced.
+
+Repeated states are priced once. The outcome keeps, per group, every
+candidate priced in the last pass over it: why the winner won and what the
+runner-up would have cost (``report``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from shardc.compiler.auto.candidates import Spec, candidates, spec_of, tensor_sharding
+from shardc.compiler.auto.evaluate import Evaluator
+from shardc.compiler.auto.objective import StepTime
+from shardc.compiler.propagation.values import ModuleValues
+
+
+@dataclass
+class Group:
+    """Arguments that take one spec: function argument positions, names, candidates."""
+
+    positions: list[int]
+    names: list[str]
+    shape: tuple[int, ...]
+    element_bytes: int
+    candidates: list[Spec]
+    chosen: Spec | None = None
+    # spec -> the step of the state it was priced in, during the last pass over the group
+    tried: dict[Spec, StepTime] = field(default_factory=dict)
+
+    @property
+    def bytes(self) -> int:
+        return math.prod(self.shape) * self.element_bytes * len(self.positions)
+
+
+@dataclass
+class Outcome:
+    """The best state: a spec per group, the result specs propagation gave it, its step."""
+
+    groups: list[Group]
+    results: list[Spec | None]
+    step: StepTime
+    evaluations: int
+    seconds: float
+    exhaustive: bool
+    budget: int | None
+
+
+class Search:
+    def __init__(self, evaluator: Evaluator, groups: list[Group], axes: list[tuple[str, int]],
+                 budget: int | None, *, max_evaluations: int = 160,
+                 exhaustive_limit: int = 64):
+        self.evaluate = evaluator
+        self.groups = groups
+        self.sizes = dict(axes)
+        self.budget = budget
+        self.max_evaluations = max_evaluations
+        self.exhaustive_limit = exhaustive_limit
+        self._priced: dict[tuple, tuple[StepTime, ModuleValues]] = {}
+        self.best: tuple[tuple, StepTime, ModuleValues] | None = None
+
+    def score(self, step: StepTime) -> tuple[int, float, int]:
+        """Bytes over the budget, then seconds, then memory peak (ties: the lighter)."""
+        over = 0 if self.budget is None else max(0, step.memory_peak - self.budget)
+        return over, step.seconds, step.memory_peak
+
+    def price(self, specs: dict[int, Spec]) -> StepTime:
+        """The step of the state where group ``g`` is closed to ``specs[g]``, others open."""
+        key = tuple(sorted(specs.items()))
+        found = self._priced.get(key)
+        if found is None:
+            assignment = {}
+            for g, spec in specs.items():
+                group = self.groups[g]
+                sharding = tensor_sharding(self.evaluate.mesh, spec, self.sizes)
+                for position in group.positions:
+                    assignment[position] = sharding
+            found = self._priced[key] = self.evaluate(assignment)
+            if len(specs) == len(self.groups) and (
+                    self.best is None or self.score(found[0]) < self.score(self.best[1])):
+                self.best = (key, found[0], found[1])
+        return found[0]
+
+    def run(self) -> Outcome:
+        start = time.perf_counter()
+        space = math.prod(len(g.candidates) for g in self.groups)
+        exhaustive = space <= self.exhaustive_limit
+        if exhaustive:
+            self._exhaustive()
+        else:
+            self._greedy()
+            self._descend()
+        key, step, reader = self.best
+        for g, spec in key:
+            self.groups[g].chosen = spec
+        return Outcome(self.groups, _result_specs(reader), step, len(self._priced),
+                       time.perf_counter() - start, exhaustive, self.budget)
+
+    def _exhaustive(self) -> None:
+        combos = _product([g.candidates for g in self.groups])
+        for combo in combos:
+            specs = dict(enumerate(combo))
+            step = self.price(specs)
+            for g, spec in specs.items():
+                group = self.groups[g]
+                known = group.tried.get(spec)
+                if known is None or self.score(step) < self.score(known):
+                    group.tried[spec] = step  # the best state with that choice
+
+    def _greedy(self) -> None:
+        decided: dict[int, Spec] = {}
+        order = sorted(range(len(self.groups)), key=lambda g: -self.groups[g].bytes)
+        for g in order:
+            group = self.groups[g]
+            group.tried = {spec: self.price({**decided, g: spec}) for spec in group.candidates}
+            decided[g] = min(group.tried, key=lambda s: self.score(group.tried[s]))
+        self.state = decided
+        self.price(decided)
+
+    def _descend(self) -> None:
+        moved = True
+        while moved and len(self._priced) < self.max_evaluations:
+            moved = False
+            for g, group in enumerate(self.groups):
+                current = self.state[g]
+                tried = {current: self.price(self.state)}
+                for spec in group.candidates:
+                    if len(self._priced) >= self.max_evaluations:
+                        break
+                    tried[spec] = self.price({**self.state, g: spec})
+                if len(tried) > 1:  # else the greedy pass's prices say more
+                    group.tried = tried
+                best = min(tried, key=lambda s: self.score(tried[s]))
+                if self.score(tried[best]) < self.score(tried[current]):
+                    self.state[g] = best
+                    moved = True
+
+
+def _product(lists: list[list[Spec]]) -> list[tuple[Spec, ...]]:
+    combos: list[tuple[Spec, ...]] = [()]
+    for options in lists:
+        combos = [c + (o,) for c in combos for o in options]
+    return combos
+
+
+def _result_specs(reader: ModuleValues) -> list[Spec | None]:
+    """The main function's result shardings in ``reader``, as specs (None: a sub-axis)."""
+    store, graph = reader.store, reader.graph
+    main = next(f for f in store.funcs if graph.op_parent[f] == -1)
+    return [spec_of(store.value[slot], store.rank[slot]) for slot in store.func_results[main]]
+
+
+def make_groups(evaluator: Evaluator, positions: list[int], names: list[str],
+                axes: list[tuple[str, int]], structure: list[list[int]]) -> list[Group]:
+    """One ``Group`` per structure group (indices into ``positions``)."""
+    graph = evaluator.read.graph
+    groups = []
+    for members in structure:
+        value = evaluator.arguments[positions[members[0]]]
+        shape = graph.value_shape[value] or ()
+        element = evaluator.element_bytes(value)
+        groups.append(Group([positions[m] for m in members], [names[m] for m in members],
+                            tuple(shape), element, candidates(shape, axes)))
+    return groups
+
+
+__all__ = ["Group", "Outcome", "Search", "candidates", "make_groups"]
