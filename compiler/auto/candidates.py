@@ -8,7 +8,7 @@ axes on two dimensions (FSDP x tensor parallel); several axes on one
 dimension (the batch over the whole mesh). Closed, so propagation cannot
 move them, in the mesh's axis order within a dimension.
 
-``structure_groups(graph, positions)``: arguments whose values are used the
+``structure_groups(reader, values)``: arguments whose values are used the
 same way (shape and type, and per use the op, the operand position, the
 result types and how those results are used in turn) form one group and get
 one choice: the weights of repeated layers are searched once.
@@ -19,7 +19,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from shardc.compiler.propagation.graph import PropagationGraph
+from shardc.compiler.cost_aware.regions import op_fingerprint
+from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.axes import full_axis
 from shardc.compiler.sharding.tensor import DimSharding, TensorSharding
 
@@ -82,23 +83,27 @@ def spec_of(sharding: TensorSharding | None, rank: int) -> Spec | None:
     return tuple(spec)
 
 
-def structure_groups(graph: PropagationGraph, values: Sequence[int]) -> list[list[int]]:
-    """Indices into ``values`` (function arguments of ``graph``) grouped by how each is used,
-    groups in order of first member."""
+def structure_groups(reader: ModuleValues, values: Sequence[int]) -> list[list[int]]:
+    """Indices into ``values`` (function arguments of ``reader``'s module) grouped by how
+    each is used, groups in order of first member."""
     groups: dict[tuple, list[int]] = {}
     for index, value in enumerate(values):
-        groups.setdefault(_use_key(graph, value, depth=1), []).append(index)
+        groups.setdefault(_use_key(reader, value, depth=2), []).append(index)
     return list(groups.values())
 
 
-def _use_key(graph: PropagationGraph, value: int, depth: int) -> tuple:
+def _use_key(reader: ModuleValues, value: int, depth: int) -> tuple:
+    """The value's type, and per use: the op as the cost-aware search's structure keys
+    see it (name, result types, attributes: a dot's dimension numbers tell a forward
+    use from a backward one), the operand position, and the uses of its results."""
+    graph = reader.graph
     uses = []
     for op, position in graph.uses[value]:
         if graph.op_terminator[op]:  # returned: which result it is says nothing of its use
             position = -1
+        name, _tag, *rest = op_fingerprint(reader, op)
         inner = ()
         if depth > 1:
-            inner = tuple(_use_key(graph, result, depth - 1) for result in graph.op_results[op])
-        uses.append((graph.op_name[op], position,
-                     tuple(graph.value_type_key[r] for r in graph.op_results[op]), inner))
+            inner = tuple(_use_key(reader, result, depth - 1) for result in graph.op_results[op])
+        uses.append((name, position, *rest, inner))
     return (graph.value_type_key[value], tuple(sorted(uses, key=repr)))

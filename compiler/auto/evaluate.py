@@ -58,6 +58,13 @@ class Evaluator:
         self.arguments: list[int] = list(graph.op_blocks[main][0][0])
         self.mesh = next(iter(self.read.store.meshes), None)
 
+    def reader(self) -> ModuleValues:
+        """The module as read, before any propagation (what groups arguments by structure)."""
+        reader = ModuleValues(self.read.graph.module, read=(self.read.graph, self.read.store),
+                              costs=self.costs)
+        reader.facts = self.read.facts
+        return reader
+
     def element_bytes(self, value: int) -> int:
         """Bytes of one element of graph value ``value``."""
         return element_bytes(self.read.graph.values[value].type)

@@ -124,7 +124,7 @@ class AutoJitFunction:
         positions = [first + i for i in auto_leaves]
         names = list(open_lowered.arg_names or [f"args leaf {i}" for i in range(len(leaves))])
         axes = [(name, size) for name, size in mesh.shape.items() if size > 1]
-        structure = structure_groups(evaluator.read.graph,
+        structure = structure_groups(evaluator.reader(),
                                      [evaluator.arguments[p] for p in positions])
         groups = make_groups(evaluator, positions, [names[i] for i in auto_leaves], axes,
                              structure)

@@ -36,11 +36,13 @@ class Choice:
     runner_up: PartitionSpec | None
     runner_up_step: StepTime | None
     candidates: int
+    settled: bool = False  # taken as propagation settled it around earlier choices
 
     def why(self, budget: int | None) -> str:
         """Why the choice beat the runner-up, in the objective's terms."""
         if self.runner_up_step is None:
-            return "the only candidate priced"
+            return ("settled by propagation around the arguments chosen before it"
+                    if self.settled else "the only candidate priced")
         if budget is not None and self.runner_up_step.memory_peak > budget >= (
                 self.step.memory_peak):
             return (f"the runner-up's peak {self.runner_up_step.memory_peak} B exceeds the "
@@ -97,7 +99,7 @@ def auto_report(outcome: Outcome) -> AutoReport:
         choices.append(Choice(tuple(group.names), group.shape, partition_spec(group.chosen),
                               step, partition_spec(runner) if runner is not None else None,
                               group.tried[runner] if runner is not None else None,
-                              len(group.candidates)))
+                              len(group.candidates), group.settled))
     return AutoReport(tuple(choices), tuple(partition_spec(r) if r is not None else None
                                             for r in outcome.results),
                       outcome.step, outcome.evaluations, outcome.seconds, outcome.exhaustive,

@@ -43,6 +43,7 @@ class Group:
     element_bytes: int
     candidates: list[Spec]
     chosen: Spec | None = None
+    settled: bool = False  # decided as propagation settled it, not by pricing candidates
     # spec -> the step of the state it was priced in, during the last pass over the group
     tried: dict[Spec, StepTime] = field(default_factory=dict)
 
@@ -74,7 +75,8 @@ class Search:
         self.budget = budget
         self.max_evaluations = max_evaluations
         self.exhaustive_limit = exhaustive_limit
-        self._priced: dict[tuple, tuple[StepTime, ModuleValues]] = {}
+        self._priced: dict[tuple, StepTime] = {}
+        self._readers: dict[tuple, ModuleValues] = {}
         self.best: tuple[tuple, StepTime, ModuleValues] | None = None
 
     def score(self, step: StepTime) -> tuple[int, float, int]:
@@ -93,11 +95,33 @@ class Search:
                 sharding = tensor_sharding(self.evaluate.mesh, spec, self.sizes)
                 for position in group.positions:
                     assignment[position] = sharding
-            found = self._priced[key] = self.evaluate(assignment)
+            found, reader = self.evaluate(assignment)
+            self._priced[key] = found
+            # The last few states' propagated values: what settles the groups left open.
+            self._readers[key] = reader
+            while len(self._readers) > 16:
+                del self._readers[next(iter(self._readers))]
             if len(specs) == len(self.groups) and (
-                    self.best is None or self.score(found[0]) < self.score(self.best[1])):
-                self.best = (key, found[0], found[1])
-        return found[0]
+                    self.best is None or self.score(found) < self.score(self.best[1])):
+                self.best = (key, found, reader)
+        return found
+
+    def settled(self, specs: dict[int, Spec], group: Group) -> Spec | None:
+        """The spec propagation gave every member of ``group`` (open) in the state of
+        ``specs``, when it gave them one with axes, the same for all; else None."""
+        reader = self._readers.get(tuple(sorted(specs.items())))
+        if reader is None:
+            return None
+        store = reader.store
+        found = set()
+        for position in group.positions:
+            slot = store.slot_of[self.evaluate.arguments[position]]
+            sharding = store.value[slot] if slot >= 0 else None
+            found.add(spec_of(sharding, len(group.shape)) if sharding is not None else None)
+        (spec,) = found if len(found) == 1 else (None,)
+        if spec is None or not any(spec):
+            return None
+        return spec
 
     def run(self) -> Outcome:
         start = time.perf_counter()
@@ -129,9 +153,21 @@ class Search:
         decided: dict[int, Spec] = {}
         order = sorted(range(len(self.groups)), key=lambda g: -self.groups[g].bytes)
         for g in order:
+            if g in decided:
+                continue
             group = self.groups[g]
             group.tried = {spec: self.price({**decided, g: spec}) for spec in group.candidates}
             decided[g] = min(group.tried, key=lambda s: self.score(group.tried[s]))
+            # Groups propagation settled around the decided ones take what it gave them
+            # (closing them to it is the same state): optimizer moments follow their
+            # parameters through the update. The descent revisits them.
+            state = dict(decided)
+            for h in order:
+                if h not in decided:
+                    spec = self.settled(state, self.groups[h])
+                    if spec is not None and spec in self.groups[h].candidates:
+                        decided[h] = spec
+                        self.groups[h].settled = True
         self.state = decided
         self.price(decided)
 

@@ -1,0 +1,165 @@
+"""AUTO shardings: the search's choices are ordinary shardings jax.jit agrees with."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shardc.compiler import AUTO, jit
+from shardc.compiler.auto import AutoShardingError, modelled_step
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+
+
+def _loss(params, x, y):
+    h = x
+    for w1, w2 in params:
+        h = h + jax.nn.relu(h @ w1) @ w2
+    return jnp.mean((h - y) ** 2)
+
+
+def train_step(params, x, y):
+    grads = jax.grad(_loss)(params, x, y)
+    return jax.tree.map(lambda w, g: w - 0.1 * g, params, grads)
+
+
+def _mlp(layers=2, d=64, hidden=256, batch=32):
+    keys = jax.random.split(jax.random.key(0), 2 * layers + 2)
+    params = [(np.asarray(jax.random.normal(keys[2 * i], (d, hidden)) * 0.05),
+               np.asarray(jax.random.normal(keys[2 * i + 1], (hidden, d)) * 0.05))
+              for i in range(layers)]
+    x = np.asarray(jax.random.normal(keys[-2], (batch, d)))
+    y = np.asarray(jax.random.normal(keys[-1], (batch, d)))
+    return params, x, y
+
+
+def _shardings_on(tree, mesh):
+    leaves = jax.tree.leaves(tree)
+    assert leaves and all(isinstance(s, NamedSharding) and s.mesh == mesh for s in leaves)
+    return leaves
+
+
+def _close(got, want):
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def _step_with(mesh, args, in_specs):
+    """The objective of ``train_step`` with these argument specs, as AUTO prices states."""
+    in_shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), in_specs,
+                                is_leaf=lambda s: isinstance(s, P))
+    lowered = jit(train_step, in_shardings=in_shardings, mesh=mesh).trace(*args).lower(
+        propagate=False)
+    return modelled_step(lowered.module).seconds
+
+
+def test_auto_train_step_runs_as_jax_jit_with_the_chosen_shardings(mesh):
+    args = _mlp()
+    lowered = jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh).lower(*args)
+    in_shardings, out_shardings = lowered.in_shardings[0], lowered.out_shardings
+    _shardings_on(in_shardings, mesh)
+    _shardings_on(out_shardings, mesh)
+    compiled = lowered.compile()
+    assert jax.tree.leaves(compiled.input_shardings[0]) == jax.tree.leaves(in_shardings)
+    assert jax.tree.leaves(compiled.output_shardings) == jax.tree.leaves(out_shardings)
+
+    got = compiled(*args)  # host arrays: placed by the chosen shardings
+    _close(got, jax.jit(train_step)(*args))
+    # jax.jit given the chosen shardings computes the same, laid out the same.
+    want = jax.jit(train_step, in_shardings=in_shardings, out_shardings=out_shardings)(*args)
+    _close(got, want)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert a.sharding.is_equivalent_to(b.sharding, a.ndim)
+    # The chosen specs paste into ordinary code: device_put, then the jitted function.
+    placed = jax.device_put(args, tuple(in_shardings))
+    _close(jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh)(*placed), got)
+
+
+def test_auto_is_no_slower_than_data_parallel_or_replicated(mesh):
+    args = _mlp()
+    lowered = jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh).lower(*args)
+    report = lowered.auto_report()
+    chosen = report.step.seconds
+    replicated = _step_with(mesh, args, jax.tree.map(lambda _: P(), args))
+    batch = P(("data", "model"))
+    data_parallel = _step_with(mesh, args, (jax.tree.map(lambda _: P(), args[0]), batch, batch))
+    assert chosen <= data_parallel and chosen <= replicated, report.format_text()
+    # The search priced the state it chose: the lowering's own shardings cost the same.
+    assert _step_with(mesh, args, tuple(
+        jax.tree.map(lambda s: s.spec, lowered.in_shardings[0]))) == pytest.approx(chosen)
+
+
+def test_auto_report_says_why_and_what_the_runner_up_costs(mesh):
+    args = _mlp(layers=6)
+    lowered = jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh).lower(*args)
+    report = lowered.auto_report()
+    # The middle layers' weights share one choice (searched once).
+    assert max(len(c.arguments) for c in report.choices) >= 4
+    assert len(report.choices) < len(jax.tree.leaves(args))
+    for choice in report.choices:
+        assert choice.runner_up is not None and choice.runner_up != choice.chosen
+        assert (choice.step.seconds, choice.step.memory_peak) <= (
+            choice.runner_up_step.seconds, choice.runner_up_step.memory_peak)
+    text = report.format_text()
+    assert "runner-up" in text and "params[1][0]" in text
+
+
+def test_auto_out_shardings_with_given_in_shardings(mesh):
+    w = np.arange(64 * 128, dtype=np.float32).reshape(64, 128) / 1e3
+    x = np.ones((16, 64), np.float32)
+    in_shardings = (NamedSharding(mesh, P(None, "model")), NamedSharding(mesh, P("data")))
+    f = jit(lambda w, x: jnp.tanh(x @ w), in_shardings=in_shardings, out_shardings=AUTO,
+            mesh=mesh)
+    lowered = f.lower(w, x)
+    assert lowered.in_shardings[0] == in_shardings
+    (out_sharding,) = _shardings_on(lowered.out_shardings, mesh)
+    assert out_sharding.spec == P("data", "model")  # what propagation gives, kept
+    got = f(w, x)
+    want = jax.jit(lambda w, x: jnp.tanh(x @ w), in_shardings=in_shardings,
+                   out_shardings=out_sharding)(w, x)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+    assert got.sharding.is_equivalent_to(want.sharding, 2)
+
+
+def test_memory_budget_forces_sharded_parameters(mesh):
+    w = np.ones((512, 512), np.float32)  # 1 MiB
+    x = np.ones((8, 512), np.float32)
+    f = lambda w, x: x @ w  # noqa: E731
+    free = jit(f, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh).lower(w, x)
+    assert free.auto_report().budget is None
+    budget = 400_000  # less than half the weight: it must be split at least 4 ways
+    tight = jit(f, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh, memory_budget=budget)
+    lowered = tight.lower(w, x)
+    report = lowered.auto_report()
+    assert report.step.memory_peak <= budget, report.format_text()
+    w_sharding = lowered.in_shardings[0][0]
+    assert w_sharding.num_devices // len(w_sharding.device_set) == 1
+    assert w_sharding.shard_shape(w.shape)[0] * w_sharding.shard_shape(w.shape)[1] <= (
+        512 * 512 // 4)
+    np.testing.assert_allclose(np.asarray(tight(w, x)), x @ w)
+
+
+def test_auto_needs_a_mesh():
+    f = jit(lambda x: x * 2, in_shardings=AUTO)
+    with pytest.raises(ValueError, match="AUTO shardings need a mesh"):
+        f.lower(np.ones(8, np.float32))
+    with pytest.raises(AutoShardingError):
+        f(np.ones(8, np.float32))
+
+
+def test_memory_budget_without_auto_is_an_error(mesh):
+    with pytest.raises(ValueError, match="no leaf of in_shardings or out_shardings is AUTO"):
+        jit(lambda x: x, mesh=mesh, memory_budget=1 << 20)
+
+
+def test_auto_under_the_context_mesh(mesh):
+    x = np.arange(32.0, dtype=np.float32).reshape(8, 4)
+    with jax.set_mesh(mesh):
+        lowered = jit(lambda x: jnp.sin(x) * 2, in_shardings=AUTO, out_shardings=AUTO).lower(x)
+    _shardings_on(lowered.in_shardings, mesh)
+    np.testing.assert_allclose(np.asarray(lowered.compile()(x)), np.sin(x) * 2, rtol=1e-6)
