@@ -12,6 +12,7 @@ propagates a copy per candidate instead: slower, the same answer.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from jaxlib.mlir import ir
@@ -56,7 +57,11 @@ class Evaluator:
         funcs = self.read.store.funcs
         main = next(f for f in funcs if graph.op_parent[f] == -1)
         self.arguments: list[int] = list(graph.op_blocks[main][0][0])
-        self.mesh = next(iter(self.read.store.meshes), None)
+        # The mesh symbol the candidates name: the one with the most devices (a module
+        # may also hold an empty mesh, or a maximal one for a callback).
+        meshes = self.read.store.meshes
+        self.mesh = max(meshes, key=lambda name: math.prod(meshes[name].sizes.values()),
+                        default=None)
 
     def reader(self) -> ModuleValues:
         """The module as read, before any propagation (what groups arguments by structure)."""

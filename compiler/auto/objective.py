@@ -92,7 +92,7 @@ def step_time(reader: ModuleValues, speeds: DeviceSpeeds, memo: dict | None = No
 
     ``memo``: kept by the caller across the propagated copies of one module (with
     ``reader.costs``, whose interned sharding ids it keys each op's work by)."""
-    sizes = next(iter(reader.meshes.values())).sizes if reader.meshes else {}
+    sizes = {name: size for mesh in reader.meshes.values() for name, size in mesh.sizes.items()}
     compute, traffic = _work(reader, memo if reader.costs is not None else None)
     comm_s, count, total, by_axes = 0.0, 0, 0, {}
     for entry in comm_report_of(reader).entries:
