@@ -6,9 +6,13 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
+from jaxlib.mlir import ir
 
 from shardc.compiler import AUTO, jit
 from shardc.compiler.auto import AutoShardingError, modelled_step
+from shardc.compiler.auto.candidates import tensor_sharding
+from shardc.compiler.auto.evaluate import Evaluator
+from shardc.compiler.auto.objective import speeds_for
 
 
 @pytest.fixture(scope="module")
@@ -163,3 +167,40 @@ def test_auto_under_the_context_mesh(mesh):
         lowered = jit(lambda x: jnp.sin(x) * 2, in_shardings=AUTO, out_shardings=AUTO).lower(x)
     _shardings_on(lowered.in_shardings, mesh)
     np.testing.assert_allclose(np.asarray(lowered.compile()(x)), np.sin(x) * 2, rtol=1e-6)
+
+
+def test_the_search_prices_the_program_mesh_beside_an_empty_one(mesh):
+    # The int step makes jax's module hold an ``empty_mesh`` symbol besides ``mesh``;
+    # a flax train state's module names it first. The candidates must name the
+    # program's mesh (the search once priced the states of such a program on the empty
+    # one, as free of collectives).
+    def f(step, w, x):
+        return jnp.sum(jnp.tanh(x @ w)), step + 1
+
+    args = (np.int32(3), np.ones((256, 512), np.float32), np.ones((64, 256), np.float32))
+    module = jit(f, mesh=mesh).trace(*args).lower(propagate=False).module
+    lines = str(module).splitlines()
+    meshes = [line for line in lines if line.lstrip().startswith("sdy.mesh")]
+    assert len(meshes) == 2
+    rest = [line for line in lines if line not in meshes]
+    with module.context:
+        empty_first = ir.Module.parse("\n".join(rest[:1] + sorted(meshes) + rest[1:]))
+    assert str(empty_first).index("@empty_mesh =") < str(empty_first).index("@mesh =")
+    evaluator = Evaluator(empty_first, speeds_for("cpu"))
+    assert evaluator.mesh == "mesh"
+    x_on_data = tensor_sharding("mesh", (("data",), ()), dict(mesh.shape))
+    step, _ = evaluator({2: x_on_data})
+    assert step.collectives >= 1 and step.comm_bytes > 0  # the sum's all-reduce
+
+    lowered = jit(f, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh).lower(*args)
+    report = lowered.auto_report()
+    given = jit(f, in_shardings=lowered.in_shardings[0], mesh=mesh).trace(*args).lower(
+        propagate=False)
+    fresh = modelled_step(given.module)
+    assert (report.step.collectives, report.step.comm_bytes) == (fresh.collectives,
+                                                                 fresh.comm_bytes)
+    assert report.step.seconds == pytest.approx(fresh.seconds)
+    total, step = lowered.compile()(*args)
+    np.testing.assert_allclose(float(total), float(np.sum(np.tanh(args[2] @ args[1]))),
+                               rtol=1e-5)
+    assert int(step) == 4
