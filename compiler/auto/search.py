@@ -10,11 +10,13 @@ then when its step is faster.
 
 * **Exhaustive** when the groups' candidate counts multiply to at most
   ``exhaustive_limit``: every combination is priced, the best kept.
-* Otherwise **greedy, then coordinate descent**: groups are decided one at a
-  time, most bytes first, each taking the candidate whose state (the groups
-  decided so far, it, the rest open) is best; then sweeps revisit every group
-  with the others closed, moving it to a better candidate, until a sweep moves
-  none or ``max_evaluations`` states have been priced.
+* Otherwise **greedy, then coordinate descent**: every candidate of every group
+  is priced alone (the rest open) and the best such move is decided first; then
+  the other groups one at a time, most bytes first, each taking the candidate
+  whose state (the groups decided so far, it, the rest open) is best, and groups
+  propagation settled to one sharding around them taking it unpriced; then sweeps
+  revisit every group with the others closed, moving it to a better candidate,
+  until a sweep moves none or ``max_evaluations`` states have been priced.
 
 Repeated states are priced once. The outcome keeps, per group, every
 candidate priced in the last pass over it: why the winner won and what the
@@ -152,6 +154,16 @@ class Search:
     def _greedy(self) -> None:
         decided: dict[int, Spec] = {}
         order = sorted(range(len(self.groups)), key=lambda g: -self.groups[g].bytes)
+        # The first decision is the best single move of any group (the others open): the
+        # one the rest settles around. By bytes alone a weight would go first and
+        # propagation would shard the model around it, never finding that the batch
+        # alone sharded (weights replicated) is cheaper on a small model.
+        for g in order:
+            group = self.groups[g]
+            group.tried = {spec: self.price({g: spec}) for spec in group.candidates}
+        first = min(order, key=lambda g: min(self.score(t) for t in self.groups[g].tried.values()))
+        order.remove(first)
+        order.insert(0, first)
         for g in order:
             if g in decided:
                 continue
