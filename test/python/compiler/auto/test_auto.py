@@ -8,6 +8,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 from jaxlib.mlir import ir
 
+from bench import auto_sharding as auto_bench
 from shardc.compiler import AUTO, jit
 from shardc.compiler.auto import AutoShardingError, modelled_step
 from shardc.compiler.auto.candidates import tensor_sharding
@@ -204,3 +205,17 @@ def test_the_search_prices_the_program_mesh_beside_an_empty_one(mesh):
     np.testing.assert_allclose(float(total), float(np.sum(np.tanh(args[2] @ args[1]))),
                                rtol=1e-5)
     assert int(step) == 4
+
+
+def test_llama_like_step_reaches_the_expert_configuration():
+    # Attention + SwiGLU MLP train step: the choice models no slower than FSDP on
+    # `data` x Megatron TP on `model`, nor than data parallel, and runs as jax.jit.
+    case = auto_bench.llama_case(layers=2, d=64, hidden=176, batch=8, seq=16)
+    lowered = jit(case.fun, in_shardings=AUTO, out_shardings=AUTO, mesh=case.mesh).lower(
+        *case.args)
+    chosen = lowered.auto_report().step.seconds
+    for name, config in case.configs.items():
+        given = jit(case.fun, in_shardings=auto_bench._named(config, case.mesh),
+                    mesh=case.mesh).trace(*case.args).lower(propagate=False)
+        assert chosen <= modelled_step(given.module).seconds, name
+    _close(lowered.compile()(*case.args), jax.jit(case.fun)(*case.args))
