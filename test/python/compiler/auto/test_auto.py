@@ -219,3 +219,21 @@ def test_llama_like_step_reaches_the_expert_configuration():
                     mesh=case.mesh).trace(*case.args).lower(propagate=False)
         assert chosen <= modelled_step(given.module).seconds, name
     _close(lowered.compile()(*case.args), jax.jit(case.fun)(*case.args))
+
+
+def test_auto_around_a_shard_map(mesh):
+    # A manual computation: each state propagates a copy of the module (the shared
+    # read cannot stand for it); the search and its results are the same kind.
+    def f(w, x):
+        h = jax.shard_map(lambda a: a * 2, mesh=mesh, in_specs=P("data"), out_specs=P("data"))(x)
+        return jnp.tanh(h @ w)
+
+    w = np.ones((64, 128), np.float32) / 64
+    x = np.arange(16 * 64, dtype=np.float32).reshape(16, 64) / 1e3
+    lowered = jit(f, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh).lower(w, x)
+    _shardings_on(lowered.in_shardings, mesh)
+    (result,) = _shardings_on(lowered.out_shardings, mesh)
+    got = lowered.compile()(w, x)
+    want = jax.jit(f, in_shardings=lowered.in_shardings[0], out_shardings=result)(w, x)
+    _close(got, want)
+    assert got.sharding.is_equivalent_to(want.sharding, 2)
