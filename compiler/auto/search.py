@@ -15,8 +15,9 @@ then when its step is faster.
   the other groups one at a time, most bytes first, each taking the candidate
   whose state (the groups decided so far, it, the rest open) is best, and groups
   propagation settled to one sharding around them taking it unpriced; then sweeps
-  revisit every group with the others closed, moving it to a better candidate,
-  until a sweep moves none or ``max_evaluations`` states have been priced.
+  revisit every group with the others closed, moving it to a better one of the
+  ``descent_width`` candidates its last pass ranked best, until a sweep moves none
+  or ``max_evaluations`` states have been priced.
 
 Repeated states are priced once. The outcome keeps, per group, every
 candidate priced in the last pass over it: why the winner won and what the
@@ -70,13 +71,14 @@ class Outcome:
 class Search:
     def __init__(self, evaluator: Evaluator, groups: list[Group], axes: list[tuple[str, int]],
                  budget: int | None, *, max_evaluations: int = 160,
-                 exhaustive_limit: int = 64):
+                 exhaustive_limit: int = 64, descent_width: int = 3):
         self.evaluate = evaluator
         self.groups = groups
         self.sizes = dict(axes)
         self.budget = budget
         self.max_evaluations = max_evaluations
         self.exhaustive_limit = exhaustive_limit
+        self.descent_width = descent_width
         self._priced: dict[tuple, StepTime] = {}
         self._readers: dict[tuple, ModuleValues] = {}
         self.best: tuple[tuple, StepTime, ModuleValues] | None = None
@@ -190,7 +192,10 @@ class Search:
             for g, group in enumerate(self.groups):
                 current = self.state[g]
                 tried = {current: self.price(self.state)}
-                for spec in group.candidates:
+                # The candidates the last pass over the group ranked best: the others
+                # were far behind in a state that differs from this one in a few groups.
+                ranked = sorted(group.tried, key=lambda s: self.score(group.tried[s]))
+                for spec in ranked[:self.descent_width] or group.candidates:
                     if len(self._priced) >= self.max_evaluations:
                         break
                     tried[spec] = self.price({**self.state, g: spec})
