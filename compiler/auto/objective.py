@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from shardc.compiler.cost.report import comm_report_of
+from shardc.compiler.cost.report import collectives_at
 from shardc.compiler.cost.reshard import dim_axes, shard_bytes
+from shardc.compiler.cost.trips import runs_per_step
 from shardc.compiler.cost_aware.pricing import memory_peak
 from shardc.compiler.propagation.values import ModuleValues
+from shardc.compiler.sharding.rules import INDEXED_ROLES
 
 
 @dataclass(frozen=True)
@@ -93,22 +96,60 @@ def step_time(reader: ModuleValues, speeds: DeviceSpeeds, memo: dict | None = No
     ``memo``: kept by the caller across the propagated copies of one module (with
     ``reader.costs``, whose interned sharding ids it keys each op's work by)."""
     sizes = {name: size for mesh in reader.meshes.values() for name, size in mesh.sizes.items()}
-    compute, traffic = _work(reader, memo if reader.costs is not None else None)
+    memo = memo if reader.costs is not None else None
+    compute, traffic = _work(reader, memo.setdefault("work", {}) if memo is not None else None)
     comm_s, count, total, by_axes = 0.0, 0, 0, {}
-    for entry in comm_report_of(reader).entries:
-        runs = entry.runs if entry.runs is not None else 1
-        devices = math.prod(sizes.get(a, 1) for a in entry.axes) or 1
-        if devices <= 1 or entry.bytes_per_device == 0:
+    collectives = memo.setdefault("collectives", {}) if memo is not None else None
+    for kind, axes, size, runs in _collectives(reader, collectives):
+        devices = math.prod(sizes.get(a, 1) for a in axes) or 1
+        if devices <= 1 or size == 0:
             continue
-        moved = entry.bytes_per_device * runs
-        factor = (1.0 if entry.kind == "collective-permute"
-                  else _RING.get(entry.kind, lambda n: (n - 1) / n)(devices))
+        runs = runs if runs is not None else 1
+        moved = size * runs
+        factor = (1.0 if kind == "collective-permute"
+                  else _RING.get(kind, lambda n: (n - 1) / n)(devices))
         comm_s += moved * factor / speeds.link_bandwidth + runs * speeds.latency
-        count += runs if not entry.combined else 0
+        count += runs
         total += moved
-        by_axes[entry.axes] = by_axes.get(entry.axes, 0) + moved
+        by_axes[axes] = by_axes.get(axes, 0) + moved
     return StepTime(compute / speeds.flops, traffic / speeds.memory_bandwidth, comm_s, count,
                     total, memory_peak(reader), by_axes)
+
+
+def _collectives(reader: ModuleValues, memo: dict | None
+                 ) -> Iterator[tuple[str, tuple[str, ...], int, int | None]]:
+    """``(kind, axes, bytes per device, runs per step)`` of every collective
+    ``comm_report`` predicts, in program order (XLA's combining of all-reduces aside).
+
+    ``memo`` keeps an op's collectives by its ``op_key`` (rule, types, interned
+    shardings) where the cost model found them without resharding an operand for it
+    (so without asking which values earlier ops resharded): most ops of most states.
+    """
+    graph = reader.graph
+    trips: dict[int, int | None] = {}
+    found = reader.costs.found if memo is not None else None
+    for op in range(len(graph.ops)):
+        key = None
+        if found is not None and graph.op_results[op] and graph.op_name[op] not in _UNKEYED:
+            key = reader.op_key(op)
+            known = memo.get(key) if key is not None else None
+            if known is not None:
+                if known:
+                    runs = runs_per_step(graph, op, trips)
+                    yield from ((kind, axes, size, runs) for kind, axes, size in known)
+                continue
+        entries = [(c.kind, c.axes, c.bytes_per_device) for c in collectives_at(reader, op)]
+        if entries:
+            runs = runs_per_step(graph, op, trips)
+            yield from ((kind, axes, size, runs) for kind, axes, size in entries)
+        if key is not None:
+            needs = found.get(key)
+            if needs is not None and all(need.target is None for need in needs[0]):
+                memo[key] = entries
+
+
+# Ops whose attributes decide more than their op key says (the cost model keys none).
+_UNKEYED = frozenset({"stablehlo.reduce_window", *INDEXED_ROLES})
 
 
 def _work(reader: ModuleValues, memo: dict | None) -> tuple[float, int]:
