@@ -21,26 +21,12 @@ def mesh():
     return jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
 
 
-def _loss(params, x, y):
-    h = x
-    for w1, w2 in params:
-        h = h + jax.nn.relu(h @ w1) @ w2
-    return jnp.mean((h - y) ** 2)
+train_step = auto_bench.mlp_step  # a residual MLP stack's SGD step
 
 
-def train_step(params, x, y):
-    grads = jax.grad(_loss)(params, x, y)
-    return jax.tree.map(lambda w, g: w - 0.1 * g, params, grads)
-
-
-def _mlp(layers=2, d=64, hidden=256, batch=32):
-    keys = jax.random.split(jax.random.key(0), 2 * layers + 2)
-    params = [(np.asarray(jax.random.normal(keys[2 * i], (d, hidden)) * 0.05),
-               np.asarray(jax.random.normal(keys[2 * i + 1], (hidden, d)) * 0.05))
-              for i in range(layers)]
-    x = np.asarray(jax.random.normal(keys[-2], (batch, d)))
-    y = np.asarray(jax.random.normal(keys[-1], (batch, d)))
-    return params, x, y
+def _mlp(layers=2):
+    """Host arrays for ``train_step``: ``(params, x, y)``."""
+    return auto_bench.mlp_case(layers=layers, d=64, hidden=256, batch=32).args
 
 
 def _shardings_on(tree, mesh):
