@@ -1073,8 +1073,10 @@ class PjitFunction:
                 jit(self._fun, *self._replicated, **options))
             # A None read as replicated is still no in_shardings to jax: keyword
             # arguments stay allowed.
-            jitted.options = dataclasses.replace(
-                jitted.options, in_shardings_given=self._unspecified.options.in_shardings_given)
+            if isinstance(jitted, JitFunction):  # not AUTO's, which jits once it chose
+                jitted.options = dataclasses.replace(
+                    jitted.options,
+                    in_shardings_given=self._unspecified.options.in_shardings_given)
         return jitted
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -1095,7 +1097,8 @@ class PjitFunction:
 
 def _as_pjit(jitted: JitFunction) -> JitFunction:
     """``jitted``, whose errors name ``pjit`` as jax's pjit's do."""
-    jitted.options = dataclasses.replace(jitted.options, api_name="pjit")
+    if isinstance(jitted, JitFunction):
+        jitted.options = dataclasses.replace(jitted.options, api_name="pjit")
     return jitted
 
 

@@ -9,7 +9,7 @@ from jax.sharding import PartitionSpec as P
 from jaxlib.mlir import ir
 
 from bench import auto_sharding as auto_bench
-from shardc.compiler import AUTO, jit
+from shardc.compiler import AUTO, jit, pjit
 from shardc.compiler.auto import AutoShardingError, modelled_step
 from shardc.compiler.auto.candidates import tensor_sharding
 from shardc.compiler.auto.evaluate import Evaluator
@@ -226,3 +226,15 @@ def test_auto_around_a_shard_map(mesh):
     want = jax.jit(f, in_shardings=lowered.in_shardings[0], out_shardings=result)(w, x)
     _close(got, want)
     assert got.sharding.is_equivalent_to(want.sharding, 2)
+
+
+def test_pjit_auto_under_a_legacy_mesh(mesh):
+    # pjit.AUTO's old home: pjit under `with mesh:` (the mesh it chooses on).
+    x = np.arange(64.0, dtype=np.float32).reshape(16, 4)
+    f = pjit(lambda x: jnp.sin(x) @ jnp.ones((4, 8)), in_shardings=AUTO, out_shardings=AUTO)
+    with mesh:
+        lowered = f.lower(x)
+        _shardings_on(lowered.in_shardings, mesh)
+        np.testing.assert_allclose(np.asarray(f(x)), np.sin(x) @ np.ones((4, 8)), rtol=1e-5)
+    with pytest.raises(ValueError, match="AUTO shardings need a mesh"):
+        f.lower(x)
