@@ -14,6 +14,7 @@ _LAZY = {
     "pjit": "shardc.compiler.api",
     "Lowered": "shardc.compiler.lowered",
     "JitFunction": "shardc.compiler.api",
+    "AUTO": "shardc.compiler.auto",
     "register_sharding_rule": "shardc.compiler.sharding.user_rules",
     "StrictModeError": "shardc.compiler.checks.strict",
 }

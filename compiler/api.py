@@ -30,7 +30,7 @@ from jaxlib.mlir import ir
 
 import shardc.compiler as shardc_compiler
 import shardc.runtime as shardc_runtime
-from shardc.compiler import annotation, effects, export, layouts, memories, signature
+from shardc.compiler import annotation, auto, effects, export, layouts, memories, signature
 from shardc.compiler.checks.strict import check_strict
 from shardc.compiler.cost_aware import Resolution
 from shardc.compiler.diagnostics import (
@@ -937,7 +937,8 @@ def jit(
     propagate: bool = True,
     strict: Any = False,
     propagation: str = "shardy",
-) -> JitFunction | Callable[[Callable], JitFunction]:
+    memory_budget: int | None = None,
+) -> JitFunction | auto.AutoJitFunction | Callable[[Callable], JitFunction]:
     """Prepare ``fun`` for lowering with shardc; ``jax.jit``'s signature and semantics.
 
     ``in_shardings`` / ``out_shardings`` are pytree prefixes of the positional
@@ -958,6 +959,8 @@ def jit(
     user's source line. ``propagation`` picks how conflicts are resolved:
     ``"shardy"`` (Shardy's heuristics, the default) or ``"cost-aware"``
     (fewest predicted collective bytes, ``shardc.compiler.cost_aware``).
+    An ``AUTO`` leaf (or tree) of the shardings asks shardc to choose them
+    (``shardc.compiler.auto``), within ``memory_budget`` bytes per device.
     """
     if isinstance(fun, _NotGiven):
         return functools.partial(
@@ -966,8 +969,17 @@ def jit(
             donate_argnums=donate_argnums, donate_argnames=donate_argnames,
             keep_unused=keep_unused, device=device, backend=backend, inline=inline,
             compiler_options=compiler_options, mesh=mesh, propagate=propagate, strict=strict,
-            propagation=propagation,
+            propagation=propagation, memory_budget=memory_budget,
         )  # fmt: skip
+    if auto.has_auto(in_shardings, out_shardings) or memory_budget is not None:
+        return auto.AutoJitFunction(
+            fun, in_shardings, out_shardings, mesh=mesh, memory_budget=memory_budget,
+            make_jit=lambda given_in, given_out: jit(
+                fun, given_in, given_out, static_argnums=static_argnums,
+                static_argnames=static_argnames, donate_argnums=donate_argnums,
+                donate_argnames=donate_argnames, keep_unused=keep_unused, device=device,
+                backend=backend, inline=inline, compiler_options=compiler_options, mesh=mesh,
+                propagate=propagate, strict=strict, propagation=propagation))
     try:
         ConflictResolution.parse(propagation)
     except ValueError:
@@ -1061,8 +1073,10 @@ class PjitFunction:
                 jit(self._fun, *self._replicated, **options))
             # A None read as replicated is still no in_shardings to jax: keyword
             # arguments stay allowed.
-            jitted.options = dataclasses.replace(
-                jitted.options, in_shardings_given=self._unspecified.options.in_shardings_given)
+            if isinstance(jitted, JitFunction):  # not AUTO's, which jits once it chose
+                jitted.options = dataclasses.replace(
+                    jitted.options,
+                    in_shardings_given=self._unspecified.options.in_shardings_given)
         return jitted
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -1083,7 +1097,8 @@ class PjitFunction:
 
 def _as_pjit(jitted: JitFunction) -> JitFunction:
     """``jitted``, whose errors name ``pjit`` as jax's pjit's do."""
-    jitted.options = dataclasses.replace(jitted.options, api_name="pjit")
+    if isinstance(jitted, JitFunction):
+        jitted.options = dataclasses.replace(jitted.options, api_name="pjit")
     return jitted
 
 

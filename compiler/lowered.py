@@ -168,6 +168,15 @@ class Lowered(Stage, jax.stages.Lowered):
         self._results = tuple(results)
         self._meshes = tuple(meshes)
 
+    # What the search of AUTO shardings chose and why (``shardc.compiler.auto``'s
+    # ``AutoReport``, set by the jit that made this); None without AUTO.
+    auto: Any = None
+
+    def auto_report(self) -> Any:
+        """Why each AUTO sharding won and what the runner-up would have cost
+        (``AutoReport``: ``choices``, ``format_text()``); None without AUTO."""
+        return self.auto
+
     # Per argument leaf, whether it is donated, and jax's name for it (set by the jit
     # that made this).
     donated: tuple[bool, ...] = ()

@@ -1,0 +1,128 @@
+"""Propagating one candidate assignment of argument shardings, and pricing it.
+
+``Evaluator(module)`` takes the program as lowered with the AUTO arguments and
+results carrying no sharding, runs the import stage on a copy once and reads
+it once (``propagation.SharedRead``). Each call then starts Shardy-compatible
+user-priority propagation from that read with some function arguments closed
+to a candidate sharding (the others left as they are: open ones settle with
+the candidate) and prices the result with ``objective.step_time``. A module
+the shared read cannot stand for (manual computations, sharding groups)
+propagates a copy per candidate instead: slower, the same answer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from jaxlib.mlir import ir
+
+from shardc.compiler.auto.objective import DeviceSpeeds, StepTime, speeds_for, step_time
+from shardc.compiler.cost_aware.candidates import tag_ops
+from shardc.compiler.cost_aware.pricing import attach_rules
+from shardc.compiler.propagation import PLANS, SharedRead, cyclic_gc_paused
+from shardc.compiler.propagation.driver import Driver
+from shardc.compiler.propagation.graph import ReadMemo
+from shardc.compiler.propagation.values import CostMemo, ModuleValues, element_bytes
+from shardc.compiler.sharding.tensor import TensorSharding, format_sharding
+from shardc.compiler.stages import import_pipeline, xla_import_rewrites
+from shardc.dialects.sdy import SHARDING_ATTR
+
+_PLAN = "user-priority"
+
+
+class Evaluator:
+    """Prices assignments ``{argument position: closed TensorSharding}`` of one program."""
+
+    def __init__(self, module: ir.Module, speeds: DeviceSpeeds):
+        self.speeds = speeds
+        self.count = 0
+        self.costs = CostMemo(ReadMemo())
+        self.work: dict = {}  # ``step_time``'s memo
+        with module.context:
+            imported = module.operation.clone()
+            xla_import_rewrites(imported)
+            import_pipeline(imported)
+            tag_ops(imported)
+            # One propagation written to a copy attaches every op's rule to the imported
+            # module, so the propagations of the shared read attach none (the cost
+            # model reads rules from the IR).
+            first = ModuleValues.propagated(imported.clone(), plan=_PLAN, conservative=False,
+                                            missing_as_replicated=True, costs=self.costs)
+            attach_rules(imported, first)
+        self.imported = imported
+        self.read = SharedRead(imported.clone(), memo=self.costs.reads)
+        self._first: Driver | None = None
+        graph = self.read.graph
+        funcs = self.read.store.funcs
+        main = next(f for f in funcs if graph.op_parent[f] == -1)
+        self.arguments: list[int] = list(graph.op_blocks[main][0][0])
+        # The mesh symbol the candidates name: the one with the most devices (a module
+        # may also hold an empty mesh, or a maximal one for a callback).
+        meshes = self.read.store.meshes
+        self.mesh = max(meshes, key=lambda name: math.prod(meshes[name].sizes.values()),
+                        default=None)
+
+    def reader(self) -> ModuleValues:
+        """The module as read, before any propagation (what groups arguments by structure)."""
+        reader = ModuleValues(self.read.graph.module, read=(self.read.graph, self.read.store),
+                              costs=self.costs)
+        reader.facts = self.read.facts
+        return reader
+
+    def element_bytes(self, value: int) -> int:
+        """Bytes of one element of graph value ``value``."""
+        return element_bytes(self.read.graph.values[value].type)
+
+    def __call__(self, assignment: Mapping[int, TensorSharding]) -> tuple[StepTime, ModuleValues]:
+        """The modelled step of the program with these arguments closed to these shardings,
+        and its propagated values (function argument ``k`` is ``arguments[k]``)."""
+        self.count += 1
+        reader = self._on_read(assignment) if self.read.usable else None
+        if reader is None:
+            reader = self._on_copy(assignment)
+        return step_time(reader, self.speeds, self.work), reader
+
+    def _on_read(self, assignment: Mapping[int, TensorSharding]) -> ModuleValues | None:
+        read = self.read
+        store = read.store.fresh_copy()
+        for position, sharding in assignment.items():
+            slot = store.slot_of[self.arguments[position]]
+            if slot < 0:
+                return None
+            store.value[slot] = sharding
+            store.sid[slot] = store.intern(sharding)
+        with cyclic_gc_paused():
+            driver = Driver(read.graph, store, {}, after=self._first)
+            PLANS[_PLAN](driver)
+        if self._first is None and driver.reusable():
+            self._first = driver
+        if read.rules_to_attach():
+            return None
+        reader = ModuleValues(read.graph.module, missing_as_replicated=True,
+                              read=(read.graph, store), costs=self.costs)
+        reader.facts = read.facts
+        return reader
+
+    def _on_copy(self, assignment: Mapping[int, TensorSharding]) -> ModuleValues:
+        with self.imported.context:
+            copy = self.imported.clone()
+            func = next(op for op in copy.regions[0].blocks[0].operations
+                        if op.operation.name == "func.func")
+            attrs = list(ir.ArrayAttr(func.attributes["arg_attrs"])) if (
+                "arg_attrs" in func.attributes) else [ir.DictAttr.get({})] * len(self.arguments)
+            for position, sharding in assignment.items():
+                entries = ir.DictAttr(attrs[position])
+                values = {entries[i].name: entries[i].attr for i in range(len(entries))}
+                values[SHARDING_ATTR] = ir.Attribute.parse(format_sharding(sharding))
+                attrs[position] = ir.DictAttr.get(values)
+            func.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
+            return ModuleValues.propagated(copy, plan=_PLAN, conservative=False,
+                                           missing_as_replicated=True, costs=self.costs)
+
+
+def modelled_step(unpropagated: ir.Module, platform: str = "cpu") -> StepTime:
+    """The objective of a program lowered with its shardings given and not propagated
+    (``jit(...).trace(*args).lower(propagate=False).module``): what AUTO's search would
+    price it at, to compare hand-written shardings with its choice."""
+    return Evaluator(unpropagated, speeds_for(platform))({})[0]

@@ -1,0 +1,192 @@
+"""``jit`` with AUTO shardings: search once per signature, then an ordinary shardc ``jit``.
+
+``AutoJitFunction.lower(*args)`` lowers the function once with the AUTO
+arguments and results unspecified and unpropagated (their data's shardings
+ignored: AUTO chooses), searches (``search``), and lowers again with the
+choices as ``NamedSharding``s on the mesh: the ``Lowered`` is that ordinary
+jit's (``in_shardings`` / ``out_shardings``, ``compile()``,
+``input_shardings`` / ``output_shardings`` hold the choices), with
+``auto_report()`` saying why. Calling the function searches the same way (once
+per signature) and runs that jit: host arrays are placed by the choices,
+committed arrays must already have them, as with ``jax.jit``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import AbstractMesh, Mesh, NamedSharding
+
+from shardc.compiler.auto.candidates import structure_groups
+from shardc.compiler.auto.evaluate import Evaluator
+from shardc.compiler.auto.marker import (
+    AutoShardingError,
+    broadcast,
+    has_auto,
+    is_auto,
+    without_auto,
+)
+from shardc.compiler.auto.objective import speeds_for
+from shardc.compiler.auto.report import AutoReport, auto_report, partition_spec
+from shardc.compiler.auto.search import Search, make_groups
+from shardc.compiler.signature import context_mesh
+
+# (in_shardings, out_shardings) -> the jit of the function with those shardings and
+# every other option as given.
+MakeJit = Callable[[Any, Any], Any]
+
+
+class AutoJitFunction:
+    """What ``jit`` returns when a leaf of its shardings is ``AUTO``."""
+
+    def __init__(self, fun: Callable, in_shardings: Any, out_shardings: Any, *,
+                 mesh: Mesh | AbstractMesh | None, memory_budget: int | None,
+                 make_jit: MakeJit):
+        if not has_auto(in_shardings, out_shardings):
+            raise AutoShardingError(
+                "memory_budget bounds the search of AUTO shardings, and no leaf of "
+                "in_shardings or out_shardings is AUTO")
+        functools.update_wrapper(self, fun)
+        self.fun = fun
+        self.in_shardings = in_shardings
+        self.out_shardings = out_shardings
+        self.mesh = mesh
+        self.memory_budget = memory_budget
+        self._make_jit = make_jit
+        # The function with AUTO unspecified: jit's own validation of every other
+        # option happens here, when ``jit`` is called, as jax.jit's.
+        self._open = make_jit(without_auto(in_shardings), without_auto(out_shardings))
+        self._searched: dict[tuple, tuple[Any, AutoReport]] = {}
+
+    def __repr__(self) -> str:
+        return f"<PjitFunction of {self.fun!r} with AUTO shardings>"
+
+    def lower(self, *args: Any, **kwargs: Any):
+        """Search the AUTO shardings for these arguments and lower with them."""
+        jitted, report = self._choose(args, kwargs)
+        lowered = jitted.lower(*args, **kwargs)
+        lowered.auto = report
+        return lowered
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        jitted, _ = self._choose(args, kwargs)
+        return jitted(*args, **kwargs)
+
+    def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
+        return self._open.eval_shape(*args, **kwargs)
+
+    def trace(self, *args: Any, **kwargs: Any) -> Any:
+        jitted, _ = self._choose(args, kwargs)
+        return jitted.trace(*args, **kwargs)
+
+    # -- the search ----------------------------------------------------------
+
+    def _choose(self, args: tuple, kwargs: dict) -> tuple[Any, AutoReport]:
+        mesh = context_mesh(self.mesh)
+        if mesh is None or not mesh.axis_names:
+            raise AutoShardingError(
+                "AUTO shardings need a mesh to choose shardings on: pass jit(..., mesh=...) "
+                "or call under jax.set_mesh(...)")
+        static = self._static_positions(len(args))
+        dynamic = tuple(a for i, a in enumerate(args) if i not in static)
+        dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self._open.static_argnames}
+        key = (_signature(args, kwargs), mesh)
+        found = self._searched.get(key)
+        if found is None:
+            found = self._searched[key] = self._search(args, kwargs, dynamic, dynamic_kwargs,
+                                                       mesh)
+        return found
+
+    def _static_positions(self, count: int) -> set[int]:
+        return {i if i >= 0 else count + i for i in self._open.static_argnums}
+
+    def _search(self, args: tuple, kwargs: dict, dynamic: tuple, dynamic_kwargs: dict,
+                mesh: Mesh | AbstractMesh) -> tuple[Any, AutoReport]:
+        static = self._static_positions(len(args))
+        abstract = [_abstract(a) if i not in static else a for i, a in enumerate(args)]
+        abstract_kwargs = {k: (_abstract(v) if k in dynamic_kwargs else v)
+                           for k, v in kwargs.items()}
+        open_lowered = self._open.trace(*abstract, **abstract_kwargs).lower(propagate=False)
+        leaves = jax.tree.leaves((dynamic, dynamic_kwargs))
+        given_in = broadcast(self.in_shardings, dynamic) + [None] * (
+            len(leaves) - len(jax.tree.leaves(dynamic)))
+        out_avals = open_lowered.out_avals
+        given_out = broadcast(self.out_shardings, out_avals)
+
+        platform = _platform(mesh)
+        evaluator = Evaluator(open_lowered.module, speeds_for(platform))
+        first = len(evaluator.arguments) - len(leaves)  # tokens come first
+        auto_leaves = [i for i, s in enumerate(given_in) if is_auto(s)]
+        positions = [first + i for i in auto_leaves]
+        names = list(open_lowered.arg_names or [f"args leaf {i}" for i in range(len(leaves))])
+        axes = [(name, size) for name, size in mesh.shape.items() if size > 1]
+        structure = structure_groups(evaluator.reader(),
+                                     [evaluator.arguments[p] for p in positions])
+        groups = make_groups(evaluator, positions, [names[i] for i in auto_leaves], axes,
+                             structure)
+        budget = self.memory_budget if self.memory_budget is not None else _device_memory(mesh)
+        outcome = Search(evaluator, groups, axes, budget).run()
+
+        chosen = {}
+        for group in outcome.groups:
+            sharding = NamedSharding(mesh, partition_spec(group.chosen))
+            for position in group.positions:
+                chosen[position - first] = sharding
+        in_leaves = [chosen.get(i, s) for i, s in enumerate(given_in)][:len(jax.tree.leaves(
+            dynamic))]
+        in_tree = jax.tree.unflatten(jax.tree.structure(dynamic), in_leaves)
+        result_first = len(outcome.results) - len(given_out)
+        out_leaves = [
+            (NamedSharding(mesh, partition_spec(outcome.results[result_first + k]))
+             if outcome.results[result_first + k] is not None else None) if is_auto(s) else s
+            for k, s in enumerate(given_out)]
+        out_tree = jax.tree.unflatten(jax.tree.structure(out_avals), out_leaves)
+        return self._make_jit(in_tree, out_tree), auto_report(outcome)
+
+
+def _abstract(tree: Any) -> Any:
+    """Array leaves as ``ShapeDtypeStruct``s without a sharding: AUTO ignores the data's."""
+    def leaf(x: Any) -> Any:
+        if hasattr(x, "shape") and hasattr(x, "dtype"):
+            return jax.ShapeDtypeStruct(np.shape(x), x.dtype,
+                                        weak_type=getattr(x, "weak_type", False))
+        return x
+    return jax.tree.map(leaf, tree)
+
+
+def _signature(args: tuple, kwargs: dict) -> tuple:
+    """What the search depends on: the tree, and each leaf's type (or static value)."""
+    def key(x: Any) -> Any:
+        if hasattr(x, "shape") and hasattr(x, "dtype"):
+            return (tuple(np.shape(x)), str(x.dtype), getattr(x, "weak_type", False))
+        try:
+            hash(x)
+            return x
+        except TypeError:
+            return id(x)
+    leaves, tree = jax.tree.flatten((args, kwargs))
+    return tree, tuple(map(key, leaves))
+
+
+def _platform(mesh: Mesh | AbstractMesh) -> str:
+    if isinstance(mesh, Mesh):
+        return mesh.devices.flat[0].platform
+    return "cpu"
+
+
+def _device_memory(mesh: Mesh | AbstractMesh) -> int | None:
+    """The memory of one of the mesh's devices where the platform says (none on CPU)."""
+    if not isinstance(mesh, Mesh):
+        return None
+    device = mesh.devices.flat[0]
+    if device.platform == "cpu":
+        return None
+    try:
+        stats = device.memory_stats() or {}
+    except (NotImplementedError, RuntimeError):  # a platform without memory statistics
+        return None
+    return stats.get("bytes_limit")

@@ -1,0 +1,106 @@
+"""Why each AUTO choice won: the record ``Lowered.auto_report()`` returns.
+
+One ``Choice`` per structure group of AUTO arguments: the arguments, the spec
+kept and its modelled step, and the runner-up (the best other candidate priced
+in the last pass over the group) with its step, so a reader sees what the
+choice saved; then the results' specs (propagated from the arguments') and
+the search's own figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jax.sharding import PartitionSpec
+
+from shardc.compiler.auto.candidates import Spec
+from shardc.compiler.auto.objective import StepTime
+from shardc.compiler.auto.search import Outcome
+
+
+def partition_spec(spec: Spec) -> PartitionSpec:
+    """A ``Spec`` as the ``PartitionSpec`` a user pastes (trailing unsharded dims dropped)."""
+    entries = [None if not used else used[0] if len(used) == 1 else tuple(used)
+               for used in spec]
+    while entries and entries[-1] is None:
+        entries.pop()
+    return PartitionSpec(*entries)
+
+
+@dataclass(frozen=True)
+class Choice:
+    arguments: tuple[str, ...]
+    shape: tuple[int, ...]
+    chosen: PartitionSpec
+    step: StepTime
+    runner_up: PartitionSpec | None
+    runner_up_step: StepTime | None
+    candidates: int
+    settled: bool = False  # taken as propagation settled it around earlier choices
+
+    def why(self, budget: int | None) -> str:
+        """Why the choice beat the runner-up, in the objective's terms."""
+        if self.runner_up_step is None:
+            return ("settled by propagation around the arguments chosen before it"
+                    if self.settled else "the only candidate priced")
+        if budget is not None and self.runner_up_step.memory_peak > budget >= (
+                self.step.memory_peak):
+            return (f"the runner-up's peak {self.runner_up_step.memory_peak} B exceeds the "
+                    f"budget")
+        parts = []
+        for name in ("compute_s", "memory_s", "comm_s"):
+            saved = getattr(self.runner_up_step, name) - getattr(self.step, name)
+            if saved > 0:
+                parts.append(f"{name[:-2]} -{saved * 1e3:.4f} ms")
+        if self.runner_up_step.memory_peak > self.step.memory_peak:
+            parts.append(f"peak -{self.runner_up_step.memory_peak - self.step.memory_peak} B")
+        return "saves " + (", ".join(parts) if parts else "nothing (a tie, first kept)")
+
+
+@dataclass(frozen=True)
+class AutoReport:
+    choices: tuple[Choice, ...]
+    results: tuple[PartitionSpec | None, ...]
+    step: StepTime
+    evaluations: int
+    seconds: float
+    exhaustive: bool
+    budget: int | None
+
+    def format_text(self) -> str:
+        how = "exhaustive" if self.exhaustive else "greedy + coordinate descent"
+        budget = "none" if self.budget is None else f"{self.budget} B"
+        lines = [f"AUTO shardings: {self.step.format_text()}; {how}, {self.evaluations} "
+                 f"states priced in {self.seconds:.2f}s; memory budget {budget}"]
+        for c in self.choices:
+            names = ", ".join(c.arguments[:3]) + (
+                f" (+{len(c.arguments) - 3} more)" if len(c.arguments) > 3 else "")
+            lines.append(f"  {names} {c.shape}: {c.chosen} of {c.candidates} candidates, "
+                         f"{c.why(self.budget)}")
+            lines.append(f"    chosen    {c.step.format_text()}")
+            if c.runner_up is not None:
+                lines.append(f"    runner-up {c.runner_up} {c.runner_up_step.format_text()}")
+        lines.append("  results: " + ", ".join(str(r) for r in self.results))
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.format_text()
+
+
+def auto_report(outcome: Outcome) -> AutoReport:
+    choices = []
+    for group in outcome.groups:
+        ranked = sorted(group.tried, key=lambda s: (
+            0 if outcome.budget is None else max(0, group.tried[s].memory_peak - outcome.budget),
+            group.tried[s].seconds, group.tried[s].memory_peak))
+        others = [s for s in ranked if s != group.chosen]
+        step = group.tried.get(group.chosen, outcome.step)
+        runner = others[0] if others else None
+        choices.append(Choice(tuple(group.names), group.shape, partition_spec(group.chosen),
+                              step, partition_spec(runner) if runner is not None else None,
+                              group.tried[runner] if runner is not None else None,
+                              len(group.candidates), group.settled))
+    return AutoReport(tuple(choices), tuple(partition_spec(r) if r is not None else None
+                                            for r in outcome.results),
+                      outcome.step, outcome.evaluations, outcome.seconds, outcome.exhaustive,
+                      outcome.budget)

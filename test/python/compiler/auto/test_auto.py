@@ -1,0 +1,240 @@
+"""AUTO shardings: the search's choices are ordinary shardings jax.jit agrees with."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+from jaxlib.mlir import ir
+
+from bench import auto_search as auto_bench
+from shardc.compiler import AUTO, jit, pjit
+from shardc.compiler.auto import AutoShardingError, modelled_step
+from shardc.compiler.auto.candidates import tensor_sharding
+from shardc.compiler.auto.evaluate import Evaluator
+from shardc.compiler.auto.objective import speeds_for
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+
+
+train_step = auto_bench.mlp_step  # a residual MLP stack's SGD step
+
+
+def _mlp(layers=2):
+    """Host arrays for ``train_step``: ``(params, x, y)``."""
+    return auto_bench.mlp_case(layers=layers, d=64, hidden=256, batch=32).args
+
+
+def _shardings_on(tree, mesh):
+    leaves = jax.tree.leaves(tree)
+    assert leaves and all(isinstance(s, NamedSharding) and s.mesh == mesh for s in leaves)
+    return leaves
+
+
+def _close(got, want):
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def _step_with(mesh, args, in_specs):
+    """The objective of ``train_step`` with these argument specs, as AUTO prices states."""
+    in_shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), in_specs,
+                                is_leaf=lambda s: isinstance(s, P))
+    lowered = jit(train_step, in_shardings=in_shardings, mesh=mesh).trace(*args).lower(
+        propagate=False)
+    return modelled_step(lowered.module).seconds
+
+
+def test_auto_train_step_runs_as_jax_jit_with_the_chosen_shardings(mesh):
+    args = _mlp()
+    lowered = jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh).lower(*args)
+    in_shardings, out_shardings = lowered.in_shardings[0], lowered.out_shardings
+    _shardings_on(in_shardings, mesh)
+    _shardings_on(out_shardings, mesh)
+    compiled = lowered.compile()
+    assert jax.tree.leaves(compiled.input_shardings[0]) == jax.tree.leaves(in_shardings)
+    assert jax.tree.leaves(compiled.output_shardings) == jax.tree.leaves(out_shardings)
+
+    got = compiled(*args)  # host arrays: placed by the chosen shardings
+    _close(got, jax.jit(train_step)(*args))
+    # jax.jit given the chosen shardings computes the same, laid out the same.
+    want = jax.jit(train_step, in_shardings=in_shardings, out_shardings=out_shardings)(*args)
+    _close(got, want)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert a.sharding.is_equivalent_to(b.sharding, a.ndim)
+    # The chosen specs paste into ordinary code: device_put, then the jitted function.
+    placed = jax.device_put(args, tuple(in_shardings))
+    _close(jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh)(*placed), got)
+
+
+def test_auto_is_no_slower_than_data_parallel_or_replicated(mesh):
+    args = _mlp()
+    lowered = jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh).lower(*args)
+    report = lowered.auto_report()
+    chosen = report.step.seconds
+    replicated = _step_with(mesh, args, jax.tree.map(lambda _: P(), args))
+    batch = P(("data", "model"))
+    data_parallel = _step_with(mesh, args, (jax.tree.map(lambda _: P(), args[0]), batch, batch))
+    assert chosen <= data_parallel and chosen <= replicated, report.format_text()
+    # The search priced the state it chose: the lowering's own shardings cost the same.
+    assert _step_with(mesh, args, tuple(
+        jax.tree.map(lambda s: s.spec, lowered.in_shardings[0]))) == pytest.approx(chosen)
+
+
+def test_auto_report_says_why_and_what_the_runner_up_costs(mesh):
+    args = _mlp(layers=6)
+    lowered = jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh).lower(*args)
+    report = lowered.auto_report()
+    # The middle layers' weights share one choice (searched once).
+    assert max(len(c.arguments) for c in report.choices) >= 4
+    assert len(report.choices) < len(jax.tree.leaves(args))
+    for choice in report.choices:
+        assert choice.runner_up is not None and choice.runner_up != choice.chosen
+        assert (choice.step.seconds, choice.step.memory_peak) <= (
+            choice.runner_up_step.seconds, choice.runner_up_step.memory_peak)
+    text = report.format_text()
+    assert "runner-up" in text and "params[1][0]" in text
+
+
+def test_auto_out_shardings_with_given_in_shardings(mesh):
+    w = np.arange(64 * 128, dtype=np.float32).reshape(64, 128) / 1e3
+    x = np.ones((16, 64), np.float32)
+    in_shardings = (NamedSharding(mesh, P(None, "model")), NamedSharding(mesh, P("data")))
+    f = jit(lambda w, x: jnp.tanh(x @ w), in_shardings=in_shardings, out_shardings=AUTO,
+            mesh=mesh)
+    lowered = f.lower(w, x)
+    assert lowered.in_shardings[0] == in_shardings
+    (out_sharding,) = _shardings_on(lowered.out_shardings, mesh)
+    assert out_sharding.spec == P("data", "model")  # what propagation gives, kept
+    got = f(w, x)
+    want = jax.jit(lambda w, x: jnp.tanh(x @ w), in_shardings=in_shardings,
+                   out_shardings=out_sharding)(w, x)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+    assert got.sharding.is_equivalent_to(want.sharding, 2)
+
+
+def test_memory_budget_forces_sharded_parameters(mesh):
+    # Unbounded, data parallel is cheapest (the row sums need no collective with the
+    # weight replicated); a budget under the weight's 1 MiB forces it apart.
+    w = np.ones((512, 512), np.float32) / 512
+    x = np.ones((64, 512), np.float32)
+    f = lambda w, x: jnp.sum(jnp.tanh(x @ w), axis=1)  # noqa: E731
+    free = jit(f, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh).lower(w, x)
+    assert free.auto_report().budget is None
+    assert free.in_shardings[0][0].spec == P()
+    budget = 400_000
+    assert free.auto_report().step.memory_peak > budget
+    tight = jit(f, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh, memory_budget=budget)
+    lowered = tight.lower(w, x)
+    report = lowered.auto_report()
+    assert report.budget == budget and report.step.memory_peak <= budget, report.format_text()
+    w_shard = lowered.in_shardings[0][0].shard_shape(w.shape)
+    assert w.size // (w_shard[0] * w_shard[1]) >= 4
+    np.testing.assert_allclose(np.asarray(tight(w, x)), np.asarray(jax.jit(f)(w, x)),
+                               rtol=1e-5)
+
+
+def test_auto_needs_a_mesh():
+    f = jit(lambda x: x * 2, in_shardings=AUTO)
+    with pytest.raises(ValueError, match="AUTO shardings need a mesh"):
+        f.lower(np.ones(8, np.float32))
+    with pytest.raises(AutoShardingError):
+        f(np.ones(8, np.float32))
+
+
+def test_memory_budget_without_auto_is_an_error(mesh):
+    with pytest.raises(ValueError, match="no leaf of in_shardings or out_shardings is AUTO"):
+        jit(lambda x: x, mesh=mesh, memory_budget=1 << 20)
+
+
+def test_auto_under_the_context_mesh(mesh):
+    x = np.arange(32.0, dtype=np.float32).reshape(8, 4)
+    with jax.set_mesh(mesh):
+        lowered = jit(lambda x: jnp.sin(x) * 2, in_shardings=AUTO, out_shardings=AUTO).lower(x)
+    _shardings_on(lowered.in_shardings, mesh)
+    np.testing.assert_allclose(np.asarray(lowered.compile()(x)), np.sin(x) * 2, rtol=1e-6)
+
+
+def test_the_search_prices_the_program_mesh_beside_an_empty_one(mesh):
+    # The int step makes jax's module hold an ``empty_mesh`` symbol besides ``mesh``;
+    # a flax train state's module names it first. The candidates must name the
+    # program's mesh (the search once priced the states of such a program on the empty
+    # one, as free of collectives).
+    def f(step, w, x):
+        return jnp.sum(jnp.tanh(x @ w)), step + 1
+
+    args = (np.int32(3), np.ones((256, 512), np.float32), np.ones((64, 256), np.float32))
+    module = jit(f, mesh=mesh).trace(*args).lower(propagate=False).module
+    lines = str(module).splitlines()
+    meshes = [line for line in lines if line.lstrip().startswith("sdy.mesh")]
+    assert len(meshes) == 2
+    rest = [line for line in lines if line not in meshes]
+    with module.context:
+        empty_first = ir.Module.parse("\n".join(rest[:1] + sorted(meshes) + rest[1:]))
+    assert str(empty_first).index("@empty_mesh =") < str(empty_first).index("@mesh =")
+    evaluator = Evaluator(empty_first, speeds_for("cpu"))
+    assert evaluator.mesh == "mesh"
+    x_on_data = tensor_sharding("mesh", (("data",), ()), dict(mesh.shape))
+    step, _ = evaluator({2: x_on_data})
+    assert step.collectives >= 1 and step.comm_bytes > 0  # the sum's all-reduce
+
+    lowered = jit(f, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh).lower(*args)
+    report = lowered.auto_report()
+    given = jit(f, in_shardings=lowered.in_shardings[0], mesh=mesh).trace(*args).lower(
+        propagate=False)
+    fresh = modelled_step(given.module)
+    assert (report.step.collectives, report.step.comm_bytes) == (fresh.collectives,
+                                                                 fresh.comm_bytes)
+    assert report.step.seconds == pytest.approx(fresh.seconds)
+    total, step = lowered.compile()(*args)
+    np.testing.assert_allclose(float(total), float(np.sum(np.tanh(args[2] @ args[1]))),
+                               rtol=1e-5)
+    assert int(step) == 4
+
+
+def test_llama_like_step_reaches_the_expert_configuration():
+    # Attention + SwiGLU MLP train step: the choice models no slower than FSDP on
+    # `data` x Megatron TP on `model`, nor than data parallel, and runs as jax.jit.
+    case = auto_bench.llama_case(layers=2, d=64, hidden=176, batch=8, seq=16)
+    lowered = jit(case.fun, in_shardings=AUTO, out_shardings=AUTO, mesh=case.mesh).lower(
+        *case.args)
+    chosen = lowered.auto_report().step.seconds
+    for name, config in case.configs.items():
+        given = jit(case.fun, in_shardings=auto_bench._named(config, case.mesh),
+                    mesh=case.mesh).trace(*case.args).lower(propagate=False)
+        assert chosen <= modelled_step(given.module).seconds, name
+    _close(lowered.compile()(*case.args), jax.jit(case.fun)(*case.args))
+
+
+def test_auto_around_a_shard_map(mesh):
+    # A manual computation: each state propagates a copy of the module (the shared
+    # read cannot stand for it); the search and its results are the same kind.
+    def f(w, x):
+        h = jax.shard_map(lambda a: a * 2, mesh=mesh, in_specs=P("data"), out_specs=P("data"))(x)
+        return jnp.tanh(h @ w)
+
+    w = np.ones((64, 128), np.float32) / 64
+    x = np.arange(16 * 64, dtype=np.float32).reshape(16, 64) / 1e3
+    lowered = jit(f, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh).lower(w, x)
+    _shardings_on(lowered.in_shardings, mesh)
+    (result,) = _shardings_on(lowered.out_shardings, mesh)
+    got = lowered.compile()(w, x)
+    want = jax.jit(f, in_shardings=lowered.in_shardings[0], out_shardings=result)(w, x)
+    _close(got, want)
+    assert got.sharding.is_equivalent_to(want.sharding, 2)
+
+
+def test_pjit_auto_under_a_legacy_mesh(mesh):
+    # pjit.AUTO's old home: pjit under `with mesh:` (the mesh it chooses on).
+    x = np.arange(64.0, dtype=np.float32).reshape(16, 4)
+    f = pjit(lambda x: jnp.sin(x) @ jnp.ones((4, 8)), in_shardings=AUTO, out_shardings=AUTO)
+    with mesh:
+        lowered = f.lower(x)
+        _shardings_on(lowered.in_shardings, mesh)
+        np.testing.assert_allclose(np.asarray(f(x)), np.sin(x) @ np.ones((4, 8)), rtol=1e-5)
+    with pytest.raises(ValueError, match="AUTO shardings need a mesh"):
+        f.lower(x)
