@@ -395,7 +395,8 @@ class Lowered(Stage, jax.stages.Lowered):
         """Model one step's compute and communication time per device (a
         ``StepTime``) on ``platform`` ("cpu", "tpu", "gpu"; default the lowering's);
         ``shardc.compiler.cost.step_time``."""
-        return step_time(self, platform=platform)
+        return step_time(propagated_copy(self.module, export=False),
+                         platform=platform or self.target_platform)
 
     @property
     def target_platform(self) -> str:

@@ -17,7 +17,8 @@ from collections.abc import Mapping
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.auto.objective import DeviceSpeeds, StepTime, speeds_for, step_time
+from shardc.compiler.auto.objective import StepTime, step_time
+from shardc.compiler.cost.platforms import Hardware, hardware
 from shardc.compiler.cost_aware.candidates import tag_ops
 from shardc.compiler.cost_aware.pricing import attach_rules
 from shardc.compiler.propagation import PLANS, SharedRead, cyclic_gc_paused
@@ -34,7 +35,7 @@ _PLAN = "user-priority"
 class Evaluator:
     """Prices assignments ``{argument position: closed TensorSharding}`` of one program."""
 
-    def __init__(self, module: ir.Module, speeds: DeviceSpeeds):
+    def __init__(self, module: ir.Module, speeds: Hardware):
         self.speeds = speeds
         self.count = 0
         self.costs = CostMemo(ReadMemo())
@@ -125,4 +126,4 @@ def modelled_step(unpropagated: ir.Module, platform: str = "cpu") -> StepTime:
     """The objective of a program lowered with its shardings given and not propagated
     (``jit(...).trace(*args).lower(propagate=False).module``): what AUTO's search would
     price it at, to compare hand-written shardings with its choice."""
-    return Evaluator(unpropagated, speeds_for(platform))({})[0]
+    return Evaluator(unpropagated, hardware(platform))({})[0]

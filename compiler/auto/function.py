@@ -30,9 +30,9 @@ from shardc.compiler.auto.marker import (
     is_auto,
     without_auto,
 )
-from shardc.compiler.auto.objective import speeds_for
 from shardc.compiler.auto.report import AutoReport, auto_report, partition_spec
 from shardc.compiler.auto.search import Search, make_groups
+from shardc.compiler.cost.platforms import hardware
 from shardc.compiler.signature import context_mesh
 
 # (in_shardings, out_shardings) -> the jit of the function with those shardings and
@@ -118,7 +118,7 @@ class AutoJitFunction:
         given_out = broadcast(self.out_shardings, out_avals)
 
         platform = _platform(mesh)
-        evaluator = Evaluator(open_lowered.module, speeds_for(platform))
+        evaluator = Evaluator(open_lowered.module, hardware(platform))
         first = len(evaluator.arguments) - len(leaves)  # tokens come first
         auto_leaves = [i for i, s in enumerate(given_in) if is_auto(s)]
         positions = [first + i for i in auto_leaves]

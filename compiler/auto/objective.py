@@ -1,6 +1,6 @@
 """The objective AUTO shardings minimise: a propagated program's modelled step time.
 
-``step_time(reader, speeds)`` models one execution of a propagated module on
+``step_time(reader, device)`` models one execution of a propagated module on
 one device of the mesh as three terms, summed (no overlap assumed):
 
 * **compute**: the floating-point work of every ``dot_general`` and
@@ -11,9 +11,12 @@ one device of the mesh as three terms, summed (no overlap assumed):
 * **memory traffic**: the shard bytes every other op writes, over the device's
   memory bandwidth (elementwise work scales with the shard, as XLA fuses it);
 * **communication**: every collective ``comm_report`` predicts (bytes per
-  device, times it runs per step), as the bytes a ring moves over the link of
-  the slowest mesh axis it spans (all-reduce ``2 (n-1)/n`` of its bytes,
-  gathers, scatters and all-to-alls ``(n-1)/n``), plus a latency per collective.
+  device, times it runs per step), each timed as ``cost.step_time`` times it
+  (``collective_seconds``: a ring's share of its bytes over its mesh axes'
+  bandwidth, plus a latency).
+
+The device's figures are ``platforms.HARDWARE``'s, the table the step-time
+model that judges AUTO's choices (``Lowered.step_time``) reads too.
 
 The memory peak (``cost_aware.pricing.memory_peak``: every value live from its
 definition to its last use, at its shard bytes) decides feasibility under a
@@ -28,40 +31,14 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from shardc.compiler.cost.platforms import Hardware
 from shardc.compiler.cost.report import collectives_at
 from shardc.compiler.cost.reshard import dim_axes, shard_bytes
+from shardc.compiler.cost.step_time import axis_sizes, collective_seconds
 from shardc.compiler.cost.trips import runs_per_step
 from shardc.compiler.cost_aware.pricing import memory_peak
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.rules import INDEXED_ROLES
-
-
-@dataclass(frozen=True)
-class DeviceSpeeds:
-    """One platform's figures per device: what the step-time model divides by."""
-
-    flops: float  # peak floating-point operations per second
-    memory_bandwidth: float  # bytes per second to the device's own memory
-    link_bandwidth: float  # bytes per second a device sends along one mesh axis
-    latency: float  # seconds each collective costs whatever its size
-
-
-# Conservative per-device figures: XLA:CPU's virtual devices share the host's cores
-# and memory; TPU v5e (bf16 peak, one ICI link per axis); an H100-class GPU (NVLink).
-SPEEDS = {
-    "cpu": DeviceSpeeds(flops=5e10, memory_bandwidth=2e10, link_bandwidth=1e10, latency=5e-6),
-    "tpu": DeviceSpeeds(flops=1.97e14, memory_bandwidth=8.1e11, link_bandwidth=4.5e10,
-                        latency=2e-6),
-    "gpu": DeviceSpeeds(flops=9.9e14, memory_bandwidth=3.35e12, link_bandwidth=4.5e11,
-                        latency=1e-5),
-}
-
-
-def speeds_for(platform: str) -> DeviceSpeeds:
-    """The figures of ``platform`` ("cpu", "tpu", "gpu"/"cuda"/"rocm")."""
-    if platform in ("cuda", "rocm"):
-        platform = "gpu"
-    return SPEEDS.get(platform, SPEEDS["cpu"])
 
 
 @dataclass(frozen=True)
@@ -86,16 +63,14 @@ class StepTime:
                 f"{self.comm_bytes} B {self.comm_s * 1e3:.4f}), peak {self.memory_peak} B")
 
 
-_RING = {"all-reduce": lambda n: 2 * (n - 1) / n}  # others: (n - 1) / n, permutes 1
-
-
-def step_time(reader: ModuleValues, speeds: DeviceSpeeds, memo: dict | None = None
-              ) -> StepTime:
-    """The modelled step time of ``reader``'s propagated module (see the module doc).
+def step_time(reader: ModuleValues, device: Hardware, memo: dict | None = None) -> StepTime:
+    """The modelled step time of ``reader``'s propagated module on ``device`` (see
+    the module doc; the figures are ``platforms.HARDWARE``'s, each collective timed
+    as ``cost.step_time`` times it).
 
     ``memo``: kept by the caller across the propagated copies of one module (with
     ``reader.costs``, whose interned sharding ids it keys each op's work by)."""
-    sizes = {name: size for mesh in reader.meshes.values() for name, size in mesh.sizes.items()}
+    sizes = axis_sizes(reader)
     memo = memo if reader.costs is not None else None
     compute, traffic = _work(reader, memo.setdefault("work", {}) if memo is not None else None)
     comm_s, count, total, by_axes = 0.0, 0, 0, {}
@@ -105,15 +80,12 @@ def step_time(reader: ModuleValues, speeds: DeviceSpeeds, memo: dict | None = No
         if devices <= 1 or size == 0:
             continue
         runs = runs if runs is not None else 1
-        moved = size * runs
-        factor = (1.0 if kind == "collective-permute"
-                  else _RING.get(kind, lambda n: (n - 1) / n)(devices))
-        comm_s += moved * factor / speeds.link_bandwidth + runs * speeds.latency
+        comm_s += runs * collective_seconds(kind, size, axes, sizes, device)
         count += runs
-        total += moved
-        by_axes[axes] = by_axes.get(axes, 0) + moved
-    return StepTime(compute / speeds.flops, traffic / speeds.memory_bandwidth, comm_s, count,
-                    total, memory_peak(reader), by_axes)
+        total += size * runs
+        by_axes[axes] = by_axes.get(axes, 0) + size * runs
+    return StepTime(compute / device.matmul_rate("f32"), traffic / device.memory_bandwidth,
+                    comm_s, count, total, memory_peak(reader), by_axes)
 
 
 def _collectives(reader: ModuleValues, memo: dict | None

@@ -146,6 +146,7 @@ class Hardware:
     # other types run at the ``"f32"`` figure.
     matmul_flops: Mapping[str, float]
     vector_flops: float  # elementwise and reduction operations per second
+    memory_bandwidth: float  # bytes/s between the device and its own memory
     memory_bytes: int  # device memory (HBM; host RAM per device for CPU)
     link_bandwidth: float  # bytes/s one device sends over the fast interconnect
     fast_group: int  # devices the fast interconnect joins (an ICI slice, an NVLink node)
@@ -162,18 +163,20 @@ HARDWARE: dict[str, Hardware] = {hw.name: hw for hw in (
     # One x86 core (AVX2: 2 FMA units x 8 f32 lanes x 2 operations x 3 GHz) per
     # host device; collectives are memory copies between threads of one process.
     Hardware("cpu", CPU, matmul_flops={"f32": 96e9, "bf16": 48e9}, vector_flops=48e9,
-             memory_bytes=16 << 30, link_bandwidth=10 * _GB, fast_group=1 << 30,
+             memory_bandwidth=20 * _GB, memory_bytes=16 << 30, link_bandwidth=10 * _GB, fast_group=1 << 30,
              slow_bandwidth=10 * _GB, latency_s=20e-6),
     # TPU v5e: 197 TFLOP/s bf16 (f32 dots run as bf16 at DEFAULT precision), 16 GiB
     # HBM, 1600 Gbit/s of ICI per chip in a 2D torus of up to 256 chips.
     Hardware("tpu v5e", TPU, matmul_flops={"bf16": 197e12, "f32": 197e12},
-             vector_flops=197e12 / 16, memory_bytes=16 << 30, link_bandwidth=200 * _GB,
+             vector_flops=197e12 / 16, memory_bandwidth=819 * _GB,
+             memory_bytes=16 << 30, link_bandwidth=200 * _GB,
              fast_group=256, slow_bandwidth=25 * _GB, latency_s=5e-6),
     # H100 SXM: 989 TFLOP/s dense bf16, 495 TF32 (f32 dots at DEFAULT precision), 67
     # f32 vector; 80 GB HBM3; NVLink 4 at 450 GB/s per direction within an 8-GPU
     # node, one 400 Gbit/s network adapter per GPU between nodes.
     Hardware("gpu h100", GPU, matmul_flops={"bf16": 989e12, "f16": 989e12, "f32": 495e12},
-             vector_flops=67e12, memory_bytes=80 * 10**9, link_bandwidth=450 * _GB,
+             vector_flops=67e12, memory_bandwidth=3350 * _GB,
+             memory_bytes=80 * 10**9, link_bandwidth=450 * _GB,
              fast_group=8, slow_bandwidth=50 * _GB, latency_s=10e-6),
 )}
 # What ``hardware(name)`` also accepts: jax's platform names and short forms.

@@ -1,8 +1,8 @@
 """How long one step of a sharded program takes on a device kind, before compiling.
 
-``step_time(program, platform)`` reads a propagated module (a ``Lowered``'s,
-propagated on a copy as ``comm_report`` does, or a module given as it is) and
-models one device's step (``docs/step-time-model.md``):
+``step_time(module, platform)`` reads a propagated module (``Lowered.step_time``
+propagates a copy, as ``comm_report`` does) and models one device's step
+(``docs/step-time-model.md``):
 
 * compute: the device's operations per step (``cost.flops``: XLA's cost
   analysis rules on the shard shapes, loop bodies once per iteration, the
@@ -42,7 +42,6 @@ from shardc.compiler.cost.reshard import (
     collective_element_bytes,
 )
 from shardc.compiler.propagation.values import ModuleValues
-from shardc.compiler.stages.shardy_pipeline import propagated_copy
 
 # Per kind, the share of its counted bytes a ring algorithm moves per device
 # over n devices (a collective-permute moves its buffer once).
@@ -128,23 +127,19 @@ class StepTime:
         return json.dumps(self.as_dict(), indent=1)
 
 
-def step_time(program, platform: str | None = None) -> StepTime:
-    """Model one step of ``program`` on ``platform`` (``platforms.hardware``: "cpu",
-    "tpu" (v5e) or "gpu" (H100); default a ``Lowered``'s ``target_platform``, else
-    "cpu"). ``program`` is a ``Lowered`` (its module propagated on a copy) or a
-    module whose values already carry their shardings."""
-    if isinstance(program, (ir.Module, ir.Operation)):
-        module = program.operation
-        platform = platform or "cpu"
-    else:
-        module = propagated_copy(program.module, export=False).operation
-        platform = platform or program.target_platform
+def step_time(module: ir.Module | ir.Operation, platform: str | None = None) -> StepTime:
+    """Model one step of ``module`` on ``platform`` (``platforms.hardware``: "cpu",
+    "tpu" (v5e) or "gpu" (H100); default "cpu"). ``module``'s values carry their
+    shardings already: a propagated module (``Lowered.step_time`` propagates a
+    copy of its own)."""
+    module = module.operation
+    platform = platform or "cpu"
     device = hardware(platform)
     with predicting_for(device.rules):
         reader = ModuleValues(module, missing_as_replicated=True)
         flops = module_flops(reader)  # before the report: it uses the reader up
         report = comm_report_of(reader)
-        sizes = _axis_sizes(reader)
+        sizes = axis_sizes(reader)
         reduced = sum(_all_reduce_elements(e) * (e.runs or 1) for e in report.entries
                       if e.kind == ALL_REDUCE)
         reduced_once = sum(_all_reduce_elements(e) for e in report.entries
@@ -202,7 +197,7 @@ def _comm_times(entries, sizes: Mapping[str, int], device: Hardware) -> tuple[Co
                  for (kind, axes), (c, b, s) in groups.items())
 
 
-def _axis_sizes(reader: ModuleValues) -> dict[str, int]:
+def axis_sizes(reader: ModuleValues) -> dict[str, int]:
     """The axes of the module's first mesh with axes, major first."""
     for mesh in reader.meshes.values():
         if mesh.sizes:

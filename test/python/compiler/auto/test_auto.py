@@ -13,7 +13,7 @@ from shardc.compiler import AUTO, jit, pjit
 from shardc.compiler.auto import AutoShardingError, modelled_step
 from shardc.compiler.auto.candidates import tensor_sharding
 from shardc.compiler.auto.evaluate import Evaluator
-from shardc.compiler.auto.objective import speeds_for
+from shardc.compiler.cost.platforms import hardware
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +176,7 @@ def test_the_search_prices_the_program_mesh_beside_an_empty_one(mesh):
     with module.context:
         empty_first = ir.Module.parse("\n".join(rest[:1] + sorted(meshes) + rest[1:]))
     assert str(empty_first).index("@empty_mesh =") < str(empty_first).index("@mesh =")
-    evaluator = Evaluator(empty_first, speeds_for("cpu"))
+    evaluator = Evaluator(empty_first, hardware("cpu"))
     assert evaluator.mesh == "mesh"
     x_on_data = tensor_sharding("mesh", (("data",), ()), dict(mesh.shape))
     step, _ = evaluator({2: x_on_data})

@@ -160,7 +160,7 @@ def test_step_time_adds_compute_and_communication():
     assert modelled.overlapped_s == max(modelled.compute_s, modelled.comm_s)
     assert modelled.comm_by_axes() == {"model": comm.seconds}
     assert "all-reduce" in modelled.format_text()
-    assert step_time(lowered, "gpu").platform == "gpu h100"
+    assert lowered.step_time(platform="gpu").platform == "gpu h100"
 
 
 def test_axes_past_a_fast_group_run_over_the_network():
