@@ -6,6 +6,10 @@ has not seen, which lowers (or reuses a lowering), compiles for the devices the
 call decides (``_compile_for``), runs the executable and hands the dispatch the
 executable's fast-path description, so that the next calls of that signature
 run in C++. Which arguments a call donates is decided here too (``_donated``).
+Donation happens in the executable on either path; what Python adds after a
+donating call is deleting the caller's donated arrays (``_dispatched``), so that
+their later use raises jax's "Array has been deleted" error instead of handing
+a consumed buffer to a fast path.
 
 ``JitCalls`` is that part of ``shardc.compiler.api.JitFunction``: it uses what
 the class keeps (``fun``, ``options``, ``mesh``, static and donated argument
@@ -28,6 +32,7 @@ from shardc.compiler.function.caches import StaticKey
 from shardc.compiler.function.surface import function_name
 from shardc.compiler.lowered import Lowered
 from shardc.dialects import jax_private
+from shardc.runtime import arguments
 from shardc.runtime.compiled import Compiled, device_assignment
 from shardc.runtime.effects import ProgramEffects
 
@@ -57,6 +62,7 @@ class JitCalls:
             function_name(self.fun), self.fun,
             lambda *args, **kwargs: this()._call(*args, **kwargs),
             self.static_argnums, self.static_argnames, key, cache)
+        self._donates = bool(self.donate_argnums or self.options.donate_argnames)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run on these arguments; lowering and compiling happen once per signature.
@@ -70,7 +76,18 @@ class JitCalls:
             return self.fun(*args, **kwargs)
         if jax_private.debug_key_reuse():
             return self._checking_key_reuse(args, kwargs)
-        return self._dispatch(*args, **kwargs)
+        return self._dispatched(args, kwargs)
+
+    def _dispatched(self, args: tuple, kwargs: dict) -> Any:
+        """The call through jax's C++ dispatch, and then, if it donates, the caller's
+        donated arrays deleted (``arguments.release_donated``): jax's dispatch leaves
+        them holding consumed buffers."""
+        outputs = self._dispatch(*args, **kwargs)
+        if self._donates:
+            donated = [args[i] for i in self.donate_argnums if -len(args) <= i < len(args)]
+            donated += [kwargs[name] for name in self.options.donate_argnames if name in kwargs]
+            arguments.release_donated(jax.tree.leaves(donated))
+        return outputs
 
     def _checking_key_reuse(self, args: tuple, kwargs: dict) -> Any:
         """A call under ``jax_debug_key_reuse``: checked on jax's trace of it, as jax.jit's."""
@@ -79,13 +96,13 @@ class JitCalls:
         leaves = jax.tree.leaves((tuple(dynamic), {k: v for k, v in kwargs.items()
                                                    if k not in self.static_argnames}))
         return jax_private.key_reuse_checked(traced, leaves,
-                                             lambda: self._dispatch(*args, **kwargs))
+                                             lambda: self._dispatched(args, kwargs))
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """Execute now on concrete arguments, whatever transformation is active around
         (what executing an equation of shardc's jit primitive does: under ``vmap``
         with ``spmd_axis_name`` the trace state is not clean, yet nothing is traced)."""
-        return self._dispatch(*args, **kwargs)
+        return self._dispatched(args, kwargs)
 
     def _call(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, bool]:
         """A call jax's C++ dispatch has not seen: lower, compile (or reuse), run.
