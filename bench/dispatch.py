@@ -8,7 +8,9 @@ ratio shardc / jax.jit (the anchor). *Caller CPU*: the CPU time of the calling
 thread (and of the whole process) per steady-state call of ``jit(f)(x)``,
 ``compiled(x)`` (``jit(f).lower(x).compile()``) and both with
 ``donate_argnums=0`` (every call on fresh inputs, placed before the clock
-starts), for a list of 1 and of 20 arrays, medians over rounds. Writes both
+starts), for a list of 1 and of 20 arrays, medians over the calls, the routes
+interleaved call by call; for donating calls also jax.jit's followed by
+``delete()`` of the donated arrays, what shardc's calls add. Writes both
 tables as JSON, and the second into the README (``--readme``).
 
     python -m bench.dispatch [--rounds N] [--calls N] [--json PATH] [--readme README.md]
@@ -89,37 +91,48 @@ def call_kinds(route, xs) -> dict:
     }
 
 
-def caller_cpu(fn, inputs: list) -> tuple[float, float]:
-    """Microseconds of CPU per call of ``fn`` on each of ``inputs``: the calling
+def then_deleted(fn):
+    """``fn``, whose donated arguments are then deleted as shardc's calls delete them:
+    jax.jit's reference for what that costs (jax.jit leaves them holding consumed
+    buffers, which crash its fast path when passed again)."""
+    def call(xs):
+        outputs = fn(xs)
+        for x in xs:
+            x.delete()
+        return outputs
+    return call
+
+
+def caller_cpu(fn, xs) -> tuple[float, float]:
+    """Microseconds of CPU of one call of ``fn`` on ``xs``, blocked on: the calling
     thread's, and the whole process's (XLA's threads included)."""
     thread, process = time.thread_time(), time.process_time()
-    for xs in inputs:
-        jax.block_until_ready(fn(xs))
-    return ((time.thread_time() - thread) / len(inputs) * 1e6,
-            (time.process_time() - process) / len(inputs) * 1e6)
+    jax.block_until_ready(fn(xs))
+    return (time.thread_time() - thread) * 1e6, (time.process_time() - process) * 1e6
 
 
 def call_rows(mesh, rounds: int, calls: int, leaf_counts=(1, 20)) -> list[dict]:
-    """Caller CPU of jax.jit's and shardc's calls, interleaved round by round."""
+    """Caller CPU of jax.jit's and shardc's calls, interleaved call by call (medians
+    of ``rounds`` x ``calls`` calls of each)."""
     rows = []
     for leaves in leaf_counts:
         xs = placed(mesh, leaves)
-        routes = {"jax.jit": call_kinds(jax.jit, xs), "shardc": call_kinds(jit, xs)}
-        for kind in routes["jax.jit"]:
-            samples: dict = {route: [] for route in routes}
-            for route in routes:  # compile and warm up outside the timing
-                fn, donates = routes[route][kind]
+        kinds = {"jax.jit": call_kinds(jax.jit, xs), "shardc": call_kinds(jit, xs)}
+        for kind, (jax_fn, donates) in kinds["jax.jit"].items():
+            routes = {"jax.jit": jax_fn, "shardc": kinds["shardc"][kind][0]}
+            if donates:
+                routes["jax.jit, then delete()"] = then_deleted(jax_fn)
+            for fn in routes.values():  # compile and warm up outside the timing
                 for _ in range(3):
                     jax.block_until_ready(fn(placed(mesh, leaves) if donates else xs))
-            for _ in range(rounds):
-                for route in routes:
-                    fn, donates = routes[route][kind]
-                    inputs = ([placed(mesh, leaves) for _ in range(calls)] if donates
-                              else [xs] * calls)
-                    samples[route].append(caller_cpu(fn, inputs))
+            samples: dict = {route: [] for route in routes}
+            for _ in range(rounds * calls):
+                for route, fn in routes.items():
+                    samples[route].append(caller_cpu(fn, placed(mesh, leaves) if donates
+                                                     else xs))
             thread = {r: statistics.median(t for t, _ in s) for r, s in samples.items()}
             process = {r: statistics.median(p for _, p in s) for r, s in samples.items()}
-            rows.append({
+            row = {
                 "call": kind, "leaves": leaves,
                 "jax_thread_us": round(thread["jax.jit"], 1),
                 "shardc_thread_us": round(thread["shardc"], 1),
@@ -127,18 +140,24 @@ def call_rows(mesh, rounds: int, calls: int, leaf_counts=(1, 20)) -> list[dict]:
                 "jax_process_us": round(process["jax.jit"], 1),
                 "shardc_process_us": round(process["shardc"], 1),
                 "process_ratio": round(process["shardc"] / process["jax.jit"], 3),
-            })
+            }
+            if donates:
+                deleting = thread["jax.jit, then delete()"]
+                row["jax_deleting_thread_us"] = round(deleting, 1)
+                row["deleting_ratio"] = round(thread["shardc"] / deleting, 3)
+            rows.append(row)
     return rows
 
 
 def call_table(rows: list[dict]) -> list[str]:
-    lines = ["| call | arrays | jax.jit caller µs | shardc caller µs | shardc / jax.jit "
-             "| jax.jit process µs | shardc process µs | shardc / jax.jit |",
+    lines = ["| call | arrays | jax.jit µs | shardc µs | shardc / jax.jit "
+             "| jax.jit, then `delete()` µs | shardc / that | process CPU, shardc / jax.jit |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
+        deleting = (f"{r['jax_deleting_thread_us']} | {r['deleting_ratio']:.2f}×"
+                    if "deleting_ratio" in r else "|")
         lines.append(f"| `{r['call']}` | {r['leaves']} | {r['jax_thread_us']} | "
-                     f"{r['shardc_thread_us']} | {r['thread_ratio']:.2f}× | "
-                     f"{r['jax_process_us']} | {r['shardc_process_us']} | "
+                     f"{r['shardc_thread_us']} | {r['thread_ratio']:.2f}× | {deleting} | "
                      f"{r['process_ratio']:.2f}× |")
     return lines
 
@@ -147,12 +166,14 @@ def readme_section(rows: list[dict], rounds: int, calls: int) -> str:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, cwd=pathlib.Path(__file__).parent).stdout.strip()
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    intro = (f"Steady-state CPU per call, `python -m bench.dispatch` (jax {jax.__version__}; "
-             f"shardc {commit}; 8 cpu devices; {stamp}): `f` doubles a list of (16, 8) float32 "
-             "arrays tiled over a 4x2 mesh; caller = the calling thread's CPU time, process = "
-             "the whole process's (XLA's threads included); medians of "
-             f"{rounds} rounds of {calls} calls, jax.jit and shardc interleaved; donating "
-             "calls take fresh arrays, placed before the clock starts.")
+    intro = (f"`python -m bench.dispatch` (jax {jax.__version__}; shardc {commit}; 8 cpu "
+             f"devices; {stamp}): `f` doubles a list of (16, 8) float32 arrays tiled over a "
+             "4x2 mesh; µs = CPU time of the calling thread per call, blocked on (the last "
+             "column: of the whole process, XLA's threads included); medians of "
+             f"{rounds * calls} calls of each, the routes interleaved call by call; donating "
+             "calls take fresh arrays, placed before the clock starts; \"jax.jit, then "
+             "`delete()`\" deletes the donated arrays after jax.jit's call, as shardc's "
+             "calls do.")
     return "\n" + intro + "\n\n" + "\n".join(call_table(rows)) + "\n"
 
 

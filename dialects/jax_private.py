@@ -1131,6 +1131,21 @@ def abstract_token() -> Any:
     return _core().abstract_token
 
 
+def plain_call() -> bool:
+    """Whether a call of a jitted function now simply runs it: no trace is active,
+    ``jax_disable_jit`` and ``jax_debug_key_reuse`` are off (asked first on every call;
+    one function for the three)."""
+    config = _config()
+    return (_core().trace_state_clean() and not config.disable_jit.value
+            and not config.debug_key_reuse.value)
+
+
+def jit_disabled() -> bool:
+    """Whether ``jax_disable_jit`` is on (read on every call of a jitted function: the
+    config value, not ``jax.config``'s slower attribute lookup)."""
+    return _config().disable_jit.value
+
+
 def debug_key_reuse() -> bool:
     """Whether jax checks PRNG keys for reuse (``jax_debug_key_reuse``)."""
     return _config().debug_key_reuse.value

@@ -62,6 +62,7 @@ class JitCalls:
             function_name(self.fun), self.fun,
             lambda *args, **kwargs: this()._call(*args, **kwargs),
             self.static_argnums, self.static_argnames, key, cache)
+        # Whether calls donate arguments: their arrays are deleted after each call.
         self._donates = bool(self.donate_argnums or self.options.donate_argnames)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -70,9 +71,11 @@ class JitCalls:
         Later calls whose arguments have the same types, shapes, shardings and
         static values go straight to the executable.
         """
+        if jax_private.plain_call():
+            return self._dispatched(args, kwargs)
         if binding.under_a_trace():
             return self._bind(args, kwargs)
-        if jax.config.jax_disable_jit:
+        if jax_private.jit_disabled():
             return self.fun(*args, **kwargs)
         if jax_private.debug_key_reuse():
             return self._checking_key_reuse(args, kwargs)
