@@ -72,6 +72,8 @@ class JitCalls:
         static values go straight to the executable.
         """
         if jax_private.plain_call():
+            if not self._donates:  # the common call, one frame over jax.jit's
+                return self._dispatch(*args, **kwargs)
             return self._dispatched(args, kwargs)
         if binding.under_a_trace():
             return self._bind(args, kwargs)
