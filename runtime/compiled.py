@@ -246,11 +246,12 @@ class Compiled(Stage, jax.stages.Compiled):
             this = weakref.ref(self)
             self._dispatch = jax_private.compiled_dispatch(
                 "compiled", lambda *a, **k: this()._first_call(a, k))
+        if not self.donates or len(args) != self._num_positional:
+            # (Calls passing the static arguments again run in Python, which releases.)
+            return self._dispatch(*args, **kwargs)
+        leaves = jax.tree.leaves((args, kwargs))  # (before the call: cheaper than after)
         outputs = self._dispatch(*args, **kwargs)
-        if self.donates and len(args) == self._num_positional:
-            # (Calls passing the static arguments again ran in Python, which released.)
-            leaves = jax.tree.leaves((args, kwargs))
-            arguments.release_donated([leaves[i] for i in self._donated_leaves()])
+        arguments.release_donated([leaves[i] for i in self._donated_leaves()])
         return outputs
 
     _dispatch: Any = None
