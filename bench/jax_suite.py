@@ -549,7 +549,7 @@ from jax._src import api as src_api
 from jax.experimental import pjit as pjit_module
 import jax_suite_plugin as plugin
 from shardc.compiler.api import JitFunction
-from shardc.compiler.api import PjitFunction
+from shardc.compiler.function.pjit import PjitFunction
 
 AT_IMPORT = [jax.jit]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 _LAZY = {
     "jit": "shardc.compiler.api",
-    "pjit": "shardc.compiler.api",
+    "pjit": "shardc.compiler.function.pjit",
     "Lowered": "shardc.compiler.lowered",
     "JitFunction": "shardc.compiler.api",
     "AUTO": "shardc.compiler.auto",

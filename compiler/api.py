@@ -7,8 +7,9 @@ then shardc writes the Shardy mesh and sharding attributes itself
 they depend on: static arguments, the abstract signature and the *abstract*
 shardings (mesh shape, axis types, spec), never on devices, so the same
 program on another set of devices reuses the lowering. ``Lowered`` itself,
-with what it offers before and after compiling, is ``shardc.compiler.lowered``.
-``pjit``, at the end, is the same for code written against jax's ``pjit``.
+with what it offers before and after compiling, is ``shardc.compiler.lowered``;
+calling, ``shardc.compiler.function.calling``; ``pjit``, the same for code written
+against jax's ``pjit``, ``shardc.compiler.function.pjit``.
 """
 
 from __future__ import annotations
@@ -19,38 +20,31 @@ import functools
 import inspect
 import itertools
 import os
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
-import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh, NamedSharding
 from jaxlib.mlir import ir
 
 import shardc.compiler as shardc_compiler
 import shardc.runtime as shardc_runtime
-from shardc.compiler import annotation, auto, effects, export, layouts, memories, signature
+from shardc.compiler import auto, effects, export, layouts, signature
 from shardc.compiler.checks.strict import check_strict
 from shardc.compiler.cost_aware import Resolution
-from shardc.compiler.diagnostics import (
-    steps_verified,
-    verify_module,
-    verify_step,
-    verifying_steps,
-)
-from shardc.compiler.function import binding, caches, hitypes
+from shardc.compiler.function import annotated, binding, caches, hitypes
 from shardc.compiler.function import options as jit_options
-from shardc.compiler.function.caches import StaticKey, static_keys
+from shardc.compiler.function.caches import static_keys
+from shardc.compiler.function.calling import JitCalls
 from shardc.compiler.function.surface import JitSurface, function_name
 from shardc.compiler.lowered import AnyMesh, Lowered, Traced
-from shardc.compiler.pipelines import ConflictResolution, propagation_pipeline
+from shardc.compiler.pipelines import ConflictResolution
 from shardc.compiler.signature import LeafSignature
-from shardc.compiler.stages import ImportCensus, xla_import_rewrites
+from shardc.compiler.stages import xla_import_rewrites
 from shardc.dialects import jax_private, sdy
-from shardc.dialects.errors import InternalError, InvalidArgumentError
+from shardc.dialects.errors import InvalidArgumentError
 from shardc.runtime import tokens
-from shardc.runtime.compiled import Compiled, StaticArguments, device_assignment
+from shardc.runtime.compiled import StaticArguments
 from shardc.runtime.effects import NO_EFFECTS, ProgramEffects
 
 # Op locations must name the user's source line, not shardc's jit wrapper.
@@ -82,7 +76,7 @@ class _CachedLowering:
     # The annotated module before propagation (None when not propagated), made when
     # first asked: explain() re-propagates it to record exactly where each sharding
     # came from.
-    unpropagated: _Unpropagated | None = None
+    unpropagated: annotated.Unpropagated | None = None
     # propagation="cost-aware" that changed Shardy's choices: those choices,
     # exported, which Lowered.compile() also compiles (the safety net).
     fallback: bytes | None = None
@@ -101,66 +95,10 @@ class _CachedLowering:
     jax_lowering: Any = None
 
 
-class _Unpropagated:
-    """The module propagation starts from (jax's, annotated, as XLA's import rewrites
-    it), made again from jax's module the first time it is asked for, by the very
-    steps the lowering took: explain() and the replay that names a broken step
-    want it, and most lowerings never do (a copy at every lowering costs a tenth
-    of the stages' time on a small program). ``annotated()`` copies the module before
-    those rewrites: jax.jit's lowered module, what ``Lowered.as_text()`` prints."""
-
-    def __init__(self, jax_module: ir.Module, args: Sequence[LeafSignature],
-                 results: Sequence[LeafSignature], devices: tuple | None,
-                 program_effects: ProgramEffects) -> None:
-        self._made = (jax_module, args, results, devices, program_effects)
-        self._annotated: ir.Module | None = None
-        self._module: ir.Module | None = None
-
-    def annotated(self) -> ir.Module:
-        """A new copy of jax's module with the given shardings written on it."""
-        return _copy_module(self._annotated_module())
-
-    def __call__(self) -> ir.Operation:
-        if self._module is None:
-            self._module = self.annotated()
-            with self._module.context, ir.Location.unknown():
-                xla_import_rewrites(self._module.operation)
-        return self._module.operation
-
-    def _annotated_module(self) -> ir.Module:
-        if self._annotated is None:
-            jax_module, args, results, devices, program_effects = self._made
-            with jax_module.context, ir.Location.unknown():
-                self._annotated, _ = _annotated(jax_module, args, results, devices,
-                                                program_effects)
-        return self._annotated
-
-
-def _annotated(jax_module: ir.Module, args: Sequence[LeafSignature],
-               results: Sequence[LeafSignature], devices: tuple | None,
-               program_effects: ProgramEffects,
-               ) -> tuple[ir.Module, annotation.MeshSymbols]:
-    """A copy of jax's module with shardc's meshes, shardings and donation written on
-    it, and its mesh symbols (in the module's context); ``args`` and ``results`` are
-    ``@main``'s after its tokens (``effects.program_values``)."""
-    module = _copy_module(jax_module)
-    symbols = annotation.annotate(module, args, results, devices, tokens=program_effects.tokens,
-                                  writes=program_effects.writes or ())
-    offsets = annotation.user_offsets(module, program_effects.tokens)
-    layouts.write_layouts(module, args, results, offsets)
-    memories.write_memory_kinds(module, args, results, offsets)
-    verify_step(module.operation, "annotate")
-    effects.check_device_count(program_effects, symbols.device_count())
-    return module, symbols
-
-
-# jax's C++ dispatch entries of every shardc jit with hashable options.
-_DISPATCH_CACHE = jax_private.dispatch_cache(8192)
-
-
-class JitFunction(JitSurface):
-    """The object ``jit`` returns: call ``.lower(*args, **kwargs)``; the rest of
-    ``jax.jit``'s object (repr, pickling, methods, cache control) is ``JitSurface``."""
+class JitFunction(JitCalls, JitSurface):
+    """The object ``jit`` returns: call it (``JitCalls``) or ``.lower(*args, **kwargs)``;
+    the rest of ``jax.jit``'s object (repr, pickling, methods, cache control) is
+    ``JitSurface``."""
 
     def __init__(
         self,
@@ -193,23 +131,7 @@ class JitFunction(JitSurface):
         # Every argument is kept (shardc's signature and runtime are per argument),
         # whatever `keep_unused` says: the results are the same.
         self._jax_jit = jax.jit(fun, keep_unused=True, **options.tracing_options())
-        # Repeated calls go through jax's own C++ dispatch, as jax.jit's do; it comes
-        # back to `_call` for every signature it has not seen. As with jax.jit, jits
-        # of one function with the same options share what it has seen.
-        key: Any = ("shardc", options, mesh, propagate, strict, propagation)
-        try:
-            hash(key)
-            cache = _DISPATCH_CACHE
-        except TypeError:  # e.g. shardings given in a list: this jit's alone
-            key, cache = ("shardc", id(self)), jax_private.dispatch_cache(256)
-        # The dispatch reaches back to this object weakly: a strong reference would
-        # make a cycle, which keeps the function's closure (and its arrays) alive
-        # after the last reference to the jitted function goes, until a collection.
-        this = weakref.ref(self)
-        self._dispatch = jax_private.cpp_dispatch(
-            function_name(fun), fun,
-            lambda *args, **kwargs: this()._call(*args, **kwargs),
-            self.static_argnums, self.static_argnames, key, cache)
+        self._start_dispatch((options, mesh, propagate, strict, propagation))
         self._caches = caches.FunctionCaches()
 
     def cache_info(self) -> CacheInfo:
@@ -228,17 +150,17 @@ class JitFunction(JitSurface):
         if self._lower_takes_propagate and "propagate" in kwargs:
             kwargs = dict(kwargs)
             propagate = bool(kwargs.pop("propagate"))
-        if _has_high_values(args, kwargs):
+        if hitypes.has_high_values(args, kwargs):
             return self._lower_high(args, kwargs, propagate)
         try:
             return self._lower(args, kwargs, propagate)[1]
-        except HighLevelProgramError:  # high-level results or closed-over boxes
+        except hitypes.HighLevelProgramError:  # high-level results or closed-over boxes
             return self._lower_high(args, kwargs, propagate)
 
     def trace(self, *args: Any, **kwargs: Any) -> Traced:
         """Trace the function for these arguments (a ``Traced``: ``jaxpr``, ``out_info``,
         ``lower()``), as ``jax.jit(f).trace`` does."""
-        if _has_high_values(args, kwargs):
+        if hitypes.has_high_values(args, kwargs):
             return self._trace_high(args, kwargs)
         _, _, mesh, arg_leaves = self._arguments(args, kwargs)
         jax_traced = self._trace(args, kwargs, arg_leaves)
@@ -266,77 +188,6 @@ class JitFunction(JitSurface):
         """The results' types and given shardings, as ``jax.ShapeDtypeStruct``s."""
         return self.trace(*args, **kwargs).out_info
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run on these arguments; lowering and compiling happen once per signature.
-
-        Later calls whose arguments have the same types, shapes, shardings and
-        static values go straight to the executable.
-        """
-        if binding.under_a_trace():
-            return self._bind(args, kwargs)
-        if jax.config.jax_disable_jit:
-            return self.fun(*args, **kwargs)
-        if jax_private.debug_key_reuse():
-            return self._checking_key_reuse(args, kwargs)
-        return self._dispatch(*args, **kwargs)
-
-    def _checking_key_reuse(self, args: tuple, kwargs: dict) -> Any:
-        """A call under ``jax_debug_key_reuse``: checked on jax's trace of it, as jax.jit's."""
-        with _tracing_mesh(self.mesh, staged=True):
-            traced = self._jax_jit.trace(*args, **kwargs)
-        dynamic, _ = self._split_static(args)
-        leaves = jax.tree.leaves((tuple(dynamic), {k: v for k, v in kwargs.items()
-                                                   if k not in self.static_argnames}))
-        return jax_private.key_reuse_checked(traced, leaves,
-                                             lambda: self._dispatch(*args, **kwargs))
-
-    def run(self, *args: Any, **kwargs: Any) -> Any:
-        """Execute now on concrete arguments, whatever transformation is active around
-        (what executing an equation of shardc's jit primitive does: under ``vmap``
-        with ``spmd_axis_name`` the trace state is not clean, yet nothing is traced)."""
-        return self._dispatch(*args, **kwargs)
-
-    def _call(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, bool]:
-        """A call jax's C++ dispatch has not seen: lower, compile (or reuse), run.
-
-        Returns what the dispatch caches for the next calls with the same
-        signature: the outputs, the executable's fast-path description (None:
-        every call comes back here) and False (nothing to rebuild).
-        """
-        if any(jax_private.is_tracer(leaf) for leaf in jax.tree.leaves((args, kwargs))):
-            return self._bind(args, kwargs), None, False  # the dispatch passed tracers on
-        jax_private.test_event("jit_cpp_cache_miss")
-        key = self._call_key(args, kwargs)
-        compiled = self._caches.by_call.get(key) if key is not None else None
-        if compiled is None:
-            # A program with jax's high-level types (hijax) runs as jax.jit runs one:
-            # one equation of the jit primitive, whose rule lowers the types to arrays
-            # and binds again; traced at every call, as jax.jit does.
-            if _has_high_values(args, kwargs):
-                return self._bind(args, kwargs), None, False
-            try:
-                compiled = self._compile_for(args, kwargs)
-            except HighLevelProgramError:
-                return self._bind(args, kwargs), None, False
-            if key is not None:
-                self._caches.by_call[key] = compiled
-        elif compiled.effects.mutates:  # the lowering's checks, again for these Refs
-            self._check_refs(args, kwargs, compiled.effects)
-        moved = compiled.placement.resharded
-        outputs = compiled.call_as_jit(*args, **kwargs)
-        if jax_private.debug_special_values():
-            jax_private.check_special_outputs(self.fun, args, kwargs, outputs)
-        if compiled.placement.resharded != moved:
-            # A committed argument was moved (other devices or device order): jax's C++
-            # dispatch would pass it on unmoved, which crashes; such calls stay here.
-            return outputs, None, False
-        return outputs, compiled.fast_path(outputs), False
-
-    def _check_refs(self, args: tuple, kwargs: dict, program_effects: ProgramEffects) -> None:
-        effects.check_ref_arguments(
-            self.fun, args, kwargs, static_argnums=self._static_positions(len(args)),
-            static_argnames=self.static_argnames, effects=program_effects)
-
     def _bind(self, args: tuple, kwargs: dict) -> Any:
         """Under an enclosing trace: one equation of shardc's jit primitive
         (``shardc.compiler.function.binding``).
@@ -344,12 +195,11 @@ class JitFunction(JitSurface):
         Only the shardings given to ``jit`` go into the equation, as with
         ``jax.jit``: tracers carry no data whose sharding could be followed.
         """
-        high_args = _has_high_values(args, kwargs)
+        high_args = hitypes.has_high_values(args, kwargs)
         if not high_args:
             dynamic_args, dynamic_kwargs, mesh, arg_leaves = self._arguments(
                 args, kwargs, follow_data=False)
-        with _tracing_mesh(self.mesh, staged=True):
-            traced = self._jax_jit.trace(*args, **kwargs)
+        traced = self._trace_staged(args, kwargs)
         if high_args or jax_private.has_high_types(traced):
             dynamic, _ = self._split_static(args)
             dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
@@ -363,6 +213,12 @@ class JitFunction(JitSurface):
                             [leaf.sharding for leaf in arg_leaves],
                             [leaf.sharding for leaf in results], self.options.keep_unused,
                             self.options.compiler_options)
+
+    def _trace_staged(self, args: tuple, kwargs: dict) -> Any:
+        """jax's trace of the function as staged into an enclosing trace (``jit(mesh=)``
+        as an abstract context mesh)."""
+        with _tracing_mesh(self.mesh, staged=True):
+            return self._jax_jit.trace(*args, **kwargs)
 
     def _high_shardings(self, traced: Any, dynamic_args: Sequence, dynamic_kwargs: dict
                         ) -> tuple[list, list]:
@@ -407,53 +263,6 @@ class JitFunction(JitSurface):
                                                  propagate=propagate,
                                                  _private_parameters=lowering_parameters)
         return hitypes.HighLowered(lowered, program)
-
-    def _call_key(self, args: tuple, kwargs: dict) -> tuple | None:
-        """A cheap key for the fast call path: what lowering and compiling depend on.
-
-        Static arguments count by value; array leaves by shape, dtype, weak type
-        and (committed arrays) sharding and layout; other leaves (Python scalars) by type.
-        The context mesh, which bare ``PartitionSpec``s resolve against and whose
-        devices run programs that name none, is included, and jax's trace context
-        (the configuration a trace depends on, e.g. the default matmul precision).
-        ``None`` when a static value is unhashable: such calls take the slow path,
-        which reports the error.
-        """
-        positions = self._static_positions(len(args))
-        static = tuple(StaticKey(args[i]) for i in positions if i < len(args))
-        static += tuple(StaticKey(kwargs[k]) for k in self.static_argnames if k in kwargs)
-        leaves, tree = jax.tree.flatten((args, kwargs))
-        parts: list = [tree, static, jax.sharding.get_abstract_mesh(),
-                       signature.device_mesh(self.mesh), jax_private.trace_context()]
-        for leaf in leaves:
-            if isinstance(leaf, jax.Array):
-                # A committed array's layout decides the program's (layouts.py).
-                sharding, layout = ((leaf.sharding, jax_private.array_layout(leaf))
-                                    if leaf.committed else (None, None))
-                parts.append((leaf.shape, leaf.dtype, getattr(leaf, "weak_type", False),
-                              sharding, layout))
-            elif isinstance(leaf, np.ndarray):
-                parts.append((leaf.shape, leaf.dtype))
-            elif jax_private.is_ref(leaf):  # always committed, laid out as its buffer
-                parts.append((type(leaf), leaf.shape, leaf.dtype, leaf.sharding))
-            else:
-                parts.append(type(leaf))
-        key = tuple(parts)
-        try:
-            hash(key)
-        except TypeError:
-            return None
-        return key
-
-    def _compile_for(self, args: tuple, kwargs: dict) -> Compiled:
-        key, lowered = self._lower(args, kwargs)
-        devices = device_assignment(lowered.meshes, self._requested_devices()
-                                    or _devices_of_arguments(args, kwargs, lowered))
-        compiled = self._caches.executables.get((key, devices))
-        if compiled is None:
-            compiled = self._caches.executables[(key, devices)] = lowered.compile(
-                device_assignment=devices)
-        return compiled
 
     def _requested_devices(self) -> tuple | None:
         """The one device ``jit(device=...)``, ``jit(backend=...)`` or ``SingleDeviceSharding``
@@ -591,7 +400,7 @@ class JitFunction(JitSurface):
         ``Lowered`` alone: later hits parse their own copy of the entry)."""
         traced = self._trace(args, kwargs, arg_leaves)
         if jax_private.has_high_types(traced):
-            raise HighLevelProgramError(
+            raise hitypes.HighLevelProgramError(
                 f"shardc lowers no program with jax's high-level types (results or "
                 f"closed-over boxes of {function_name(self.fun)}): it runs them, as "
                 "jax.jit does, by lowering the types to arrays at each call")
@@ -618,7 +427,7 @@ class JitFunction(JitSurface):
         # jax's module may be shared by its lowering cache: shardc rewrites a copy,
         # in jax's context (a fresh one per jax lowering, which has every dialect).
         with jax_module.context, ir.Location.unknown():
-            module, symbols = _annotated(jax_module, *values, devices, program_effects)
+            module, symbols = annotated.annotated_copy(jax_module, *values, devices, program_effects)
             unpropagated = fallback = resolution = None
             # Shardy propagates static shapes only: a module exported for symbolic
             # shapes keeps the given shardings, as jax's export does, and is
@@ -632,10 +441,10 @@ class JitFunction(JitSurface):
                 census = xla_import_rewrites(
                     module.operation,
                     census=ConflictResolution.parse(self.propagation) is ConflictResolution.SHARDY)
-                unpropagated = _Unpropagated(jax_module, *values, devices, program_effects)
-                resolution = _propagate(module, unpropagated, self.propagation, census)
+                unpropagated = annotated.Unpropagated(jax_module, *values, devices, program_effects)
+                resolution = annotated.propagate(module, unpropagated, self.propagation, census)
                 fallback = resolution.fallback if resolution is not None else None
-            entry = _copy_module(module)
+            entry = annotated.copy_module(module)
         debug_info = traced.jaxpr.jaxpr.debug_info
         return _CachedLowering(
             entry, out_tree, results, symbols.attrs, host_callbacks, keepalive,
@@ -679,25 +488,10 @@ class JitFunction(JitSurface):
                        for k, v in kwargs.items()}
         return call_args, call_kwargs
 
-    def _donated(self, args: tuple, dynamic_kwargs: dict) -> tuple[bool, ...]:
-        """Per dynamic argument leaf (in the order of ``(args, kwargs)``): is it donated?
-        (Never under jax_debug_nans, as with jax.jit: its de-optimized rerun needs them.)"""
-        static = set(self._static_positions(len(args)))
-        donate = {i if i >= 0 else len(args) + i for i in self.donate_argnums}
-        debug_nans = jax_private.debug_nans()
-        flags: list[bool] = []
-        for i, arg in enumerate(args):
-            if i not in static:
-                flags += [i in donate and not debug_nans] * len(jax.tree.leaves(arg))
-        for name in sorted(dynamic_kwargs):
-            flags += [name in self.options.donate_argnames and not debug_nans] * len(
-                jax.tree.leaves(dynamic_kwargs[name]))
-        return tuple(flags)
-
     def _make_lowered(self, cached, module, in_tree, arg_leaves, mesh, static, devices
                       ) -> Lowered:
         if module is None:
-            module = _copy_module(cached.module)
+            module = annotated.copy_module(cached.module)
             # A hit may come with another concrete mesh of the same shape.
             results = self._result_signature(
                 jax.tree.unflatten(cached.out_tree, [leaf.aval for leaf in cached.results]),
@@ -725,15 +519,6 @@ class JitFunction(JitSurface):
             effects=cached.effects,
             closed_refs=cached.closed_refs,
         )
-
-
-class HighLevelProgramError(NotImplementedError):
-    """A lowering of a program with jax's high-level types (hijax): shardc lowers
-    arrays; such a program runs by binding jit's primitive (``JitFunction._bind``)."""
-
-
-def _has_high_values(args: tuple, kwargs: dict) -> bool:
-    return any(map(jax_private.is_high_value, jax.tree.leaves((args, kwargs))))
 
 
 def _abstract_tree(value: Any, avals: Iterator[Any]) -> Any:
@@ -804,79 +589,6 @@ def _tracing_mesh(mesh: AnyMesh | None, *, staged: bool = False
     return jax.sharding.use_abstract_mesh(mesh.abstract_mesh)
 
 
-def _propagate(module: ir.Module, unpropagated: _Unpropagated, propagation: str,
-               census: ImportCensus | None) -> Resolution | None:
-    """Run the propagation pipeline (``census``: the module's import census, which
-    ``xla_import_rewrites`` took); return the cost-aware search's ``Resolution``
-    (None for Shardy's propagation).
-
-    The result is verified once. A module the pipeline made invalid is replayed
-    from ``unpropagated`` with every step verified, so that the
-    ``InternalError`` names the step that broke it.
-    """
-    try:
-        resolution = propagation_pipeline(module.operation, resolution=propagation,
-                                          keep_constraints=True, import_census=census)
-        verify_module(module.operation, "the propagation pipeline")
-    except InternalError:
-        if not steps_verified():
-            with verifying_steps():
-                propagation_pipeline(unpropagated().clone(),
-                                     resolution=propagation, keep_constraints=True)
-        raise
-    return resolution
-
-
-def _devices_of_arguments(args: tuple, kwargs: dict, lowered: Lowered) -> tuple | None:
-    """Devices for a program lowered on an abstract mesh (or on none): a committed argument's.
-
-    An argument already laid out on a concrete mesh of the program's shape
-    decides the device order, so computation follows data; a program without
-    a mesh runs on the one device its committed arguments are on.
-    """
-    mesh = lowered.mesh
-    if mesh is None:
-        return _device_of_committed(args, kwargs)
-    if isinstance(mesh, Mesh):
-        return None
-    for value in jax.tree.leaves((args, kwargs)):
-        sharding = getattr(value, "sharding", None)
-        if (
-            isinstance(value, jax.Array)
-            and value.committed
-            and isinstance(sharding, NamedSharding)
-            and isinstance(sharding.mesh, Mesh)
-            and sharding.mesh.axis_sizes == mesh.axis_sizes
-        ):
-            return tuple(sharding.mesh.devices.flat)
-    return None
-
-
-def _device_of_committed(args: tuple, kwargs: dict) -> tuple | None:
-    """The single device the committed arguments of a meshless program are on, if any."""
-    for value in jax.tree.leaves((args, kwargs)):
-        # (Its sharding's devices: a deleted array still has them, and the call's
-        # check of its arguments then names it.)
-        if isinstance(value, jax.Array) and value.committed \
-                and len(value.sharding.device_set) == 1:
-            return tuple(value.sharding.device_set)
-    return None
-
-
-def _copy_module(source: ir.Module) -> ir.Module:
-    """A copy of ``source`` in its context: a new module with its attributes and a
-    clone of each of its ops (a tenth of the cost of a copy through bytecode)."""
-    with source.context:
-        copy = ir.Module.create(source.operation.location)
-        attributes, source_attributes = copy.operation.attributes, source.operation.attributes
-        for name in source_attributes:
-            attributes[name] = source_attributes[name]
-        body = ir.InsertionPoint(copy.body)
-        for op in source.body.operations:
-            op.operation.clone(body)
-    return copy
-
-
 def _meshes_by_symbol(
     mesh_symbols: dict[str, ir.Attribute], leaves: Sequence[LeafSignature],
     others: Sequence[Mesh],
@@ -911,9 +623,7 @@ def _attr_axes(attr: ir.Attribute) -> tuple[tuple[str, int], ...]:
 
 
 class _NotGiven:
-    """An argument not given: ``jit(in_shardings=...)`` without the function is a
-    decorator; ``pjit`` without shardings leaves them unspecified even under a
-    legacy mesh (unlike None)."""
+    """The function not given: ``jit(in_shardings=...)`` without it is a decorator."""
 
 
 _NOT_GIVEN = _NotGiven()
@@ -1029,93 +739,3 @@ def _parameter_names(fun: Callable) -> set[str]:
         return set(inspect.signature(fun).parameters)
     except (TypeError, ValueError):  # builtins and some C callables have no signature
         return set()
-
-
-# ----------------------------------------------------------------------------
-# pjit
-# ----------------------------------------------------------------------------
-#
-# ``shardc.compiler.pjit``: jax's ``pjit`` on shardc, for code written against it.
-#
-# jax deprecated ``jax.experimental.pjit.pjit`` in favour of ``jax.jit`` but keeps
-# its behaviour, which differs from jit's in one place: the mesh of a legacy
-# ``with mesh:`` block. Under one, pjit takes that mesh as the context mesh (as
-# ``jax.set_mesh`` is for jit): bare ``PartitionSpec``s resolve against it and the
-# program runs on its devices; and it reads a ``None`` in ``in_shardings`` /
-# ``out_shardings`` as *replicated over that mesh* (jit reads it as unspecified,
-# as pjit does outside such a block). ``pjit`` builds a shardc jit of the
-# function for each reading of ``None`` (one per legacy mesh, which it gets as
-# ``jit(mesh=...)``, shardc's context mesh) and picks per call (or ``lower`` /
-# ``trace``) by which block, if any, is active.
-
-
-class PjitFunction:
-    """What ``pjit`` returns: called, lowered and traced like a shardc jit."""
-
-    def __init__(self, fun: Callable, shardings: tuple[Any, Any], replicated: tuple[Any, Any],
-                 options: dict[str, Any]) -> None:
-        self._fun = fun
-        self._replicated = replicated
-        self._options = options
-        self._unspecified = _as_pjit(jit(fun, *shardings, **options))
-        self._in_mesh: dict[Any, JitFunction] = {}  # per legacy mesh
-        functools.update_wrapper(self, fun, updated=())
-
-    def _current(self) -> JitFunction:
-        mesh = jax_private.legacy_context_mesh()
-        if mesh is None:
-            return self._unspecified
-        jitted = self._in_mesh.get(mesh)
-        if jitted is None:
-            # jit(mesh=) is shardc's context mesh, under enclosing traces too.
-            options = {"mesh": mesh, **self._options}
-            jitted = self._in_mesh[mesh] = _as_pjit(
-                jit(self._fun, *self._replicated, **options))
-            # A None read as replicated is still no in_shardings to jax: keyword
-            # arguments stay allowed.
-            if isinstance(jitted, JitFunction):  # not AUTO's, which jits once it chose
-                jitted.options = dataclasses.replace(
-                    jitted.options,
-                    in_shardings_given=self._unspecified.options.in_shardings_given)
-        return jitted
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._current()(*args, **kwargs)
-
-    def lower(self, *args: Any, **kwargs: Any) -> Any:
-        """``JitFunction.lower`` under the legacy mesh, if any."""
-        return self._current().lower(*args, **kwargs)
-
-    def trace(self, *args: Any, **kwargs: Any) -> Any:
-        """``JitFunction.trace`` under the legacy mesh, if any."""
-        return self._current().trace(*args, **kwargs)
-
-    def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
-        """``JitFunction.eval_shape`` under the legacy mesh, if any."""
-        return self._current().eval_shape(*args, **kwargs)
-
-
-def _as_pjit(jitted: JitFunction) -> JitFunction:
-    """``jitted``, whose errors name ``pjit`` as jax's pjit's do."""
-    if isinstance(jitted, JitFunction):
-        jitted.options = dataclasses.replace(jitted.options, api_name="pjit")
-    return jitted
-
-
-def pjit(fun: Callable, in_shardings: Any = _NOT_GIVEN, out_shardings: Any = _NOT_GIVEN,
-         **options: Any) -> PjitFunction:
-    """jax's ``pjit`` with shardc's jit underneath: the keywords are ``jit``'s.
-
-    Under a legacy ``with mesh:`` block, a ``None`` sharding given here means
-    replicated over that mesh, and the mesh is the context mesh; elsewhere
-    ``pjit`` is ``jit``.
-    """
-    replicate = lambda x: PartitionSpec() if x is None else x  # noqa: E731
-
-    def readings(shardings: Any) -> tuple[Any, Any]:
-        if shardings is _NOT_GIVEN:
-            return None, None
-        return shardings, jax.tree.map(replicate, shardings, is_leaf=signature.is_sharding_leaf)
-
-    (ins, ins_replicated), (outs, outs_replicated) = readings(in_shardings), readings(out_shardings)
-    return PjitFunction(fun, (ins, outs), (ins_replicated, outs_replicated), options)

@@ -239,13 +239,20 @@ class Compiled(Stage, jax.stages.Compiled):
         ``jit(device=...)`` asked for the device: then it is moved there). As
         jax's compiled calls, repeated calls of one signature run in jax's C++
         dispatch; it comes back here (``_first_call``) for a signature it has not
-        seen, or always where there is no fast path."""
+        seen, or always where there is no fast path. A donating call deletes the
+        caller's donated arrays after it, on either path."""
         if self._dispatch is None:
             # Weakly: the dispatch is held by this object.
             this = weakref.ref(self)
             self._dispatch = jax_private.compiled_dispatch(
                 "compiled", lambda *a, **k: this()._first_call(a, k))
-        return self._dispatch(*args, **kwargs)
+        if not self.donates or len(args) != self._num_positional:
+            # (Calls passing the static arguments again run in Python, which releases.)
+            return self._dispatch(*args, **kwargs)
+        leaves = jax.tree.leaves((args, kwargs))  # (before the call: cheaper than after)
+        outputs = self._dispatch(*args, **kwargs)
+        arguments.release_donated([leaves[i] for i in self._donated_leaves()])
+        return outputs
 
     _dispatch: Any = None
 
@@ -304,23 +311,8 @@ class Compiled(Stage, jax.stages.Compiled):
         else:
             outputs = self._executable.execute_sharded(placed).consume_with_handlers(handlers)
         if self.donates:
-            self._release_donated(values, placed)
+            arguments.release_donated([values[i] for i in self._donated_leaves()])
         return jax.tree.unflatten(self._out_tree, effects.write_back(leaves, outputs))
-
-    def _release_donated(self, leaves: Sequence[Any], placed: Sequence[jax.Array]) -> None:
-        """Delete the caller's arrays whose buffers this call donated.
-
-        XLA invalidates a donated buffer but the ``jax.Array`` still holds it, and
-        jax's C++ dispatch, which checks only whether an array was deleted, would
-        run it through another function's fast path: a crash (a segfault on
-        several devices) instead of jax's "Array has been deleted" error. Deleted
-        outright, the array sends every later call to a check that raises it.
-        An argument that was copied to be placed donated the copy and stays.
-        """
-        for index in self._donated_leaves():
-            value = leaves[index]
-            if placed[index] is value and value.is_deleted():
-                value.delete()
 
     def _donated_leaves(self) -> tuple[int, ...]:
         if self._donated is None:
@@ -330,16 +322,15 @@ class Compiled(Stage, jax.stages.Compiled):
     def fast_path(self, outputs: Any) -> Any:
         """What jax's C++ dispatch needs to run this again without Python (given the
         outputs of a call), or None: programs with effects (their tokens and Refs
-        are threaded in Python, as jax's are), PRNG keys among their arguments,
-        donated arguments, and calls with an argument copied into the compiled
-        layout always run through ``__call__`` (jaxlib 0.10.2's fast path crashes
-        the process when a donated, hence deleted, array is passed again;
-        ``__call__`` raises). Host callbacks alone (``pure_callback``) take the
-        fast path, as with jax.jit.
+        are threaded in Python, as jax's are), PRNG keys among their arguments
+        and calls with an argument copied into the compiled layout always run
+        through ``_call``. Host callbacks alone (``pure_callback``) and donated
+        arguments take the fast path, as with jax.jit: the executable donates, and
+        the caller (``__call__``, jit's) deletes the donated arrays after it.
         """
         effects = self._effects
         if effects.ordered or effects.unordered or effects.mutates or self._extended_inputs \
-                or self.donates or self._last_call_relaid:
+                or self._last_call_relaid:
             return None
         return jax_private.fast_path(self._executable, outputs, list(self._input_shardings),
                                      list(self._output_shardings),

@@ -40,6 +40,16 @@ from shardc.compiler.lowered import AnyMesh, Lowered
 from shardc.dialects import jax_private
 
 
+class HighLevelProgramError(NotImplementedError):
+    """A lowering of a program with jax's high-level types (hijax): shardc lowers
+    arrays; such a program runs by binding jit's primitive (``JitFunction._bind``)."""
+
+
+def has_high_values(args: tuple, kwargs: dict) -> bool:
+    """Whether any argument leaf is a value of a high-level type."""
+    return any(map(jax_private.is_high_value, jax.tree.leaves((args, kwargs))))
+
+
 def argument_shardings(in_shardings: Any, args: Sequence[Any], kwargs: dict[str, Any],
                        mesh: AnyMesh | None) -> list[NamedSharding | None]:
     """The given sharding of each dynamic argument leaf (None: unspecified); keyword

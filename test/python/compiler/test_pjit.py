@@ -9,7 +9,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shardc.compiler import jit, pjit
-from shardc.compiler.api import PjitFunction
+from shardc.compiler.function.pjit import PjitFunction
 
 # jax deprecates `with mesh:` blocks; they are what pjit is for.
 pytestmark = pytest.mark.filterwarnings("ignore:.*with mesh.*:DeprecationWarning")

@@ -5,7 +5,8 @@ import jax.numpy as jnp
 from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
-from shardc.compiler import api, jit
+from shardc.compiler import jit
+from shardc.compiler.function import annotated
 
 
 def _loop(w, x):
@@ -16,13 +17,13 @@ def _loop(w, x):
 def test_the_kept_module_is_the_one_propagation_started_from(monkeypatch):
     mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
     seen = []
-    propagate = api.propagation_pipeline
+    propagate = annotated.propagation_pipeline
 
     def recording(module, **options):
         seen.append(module.get_asm(enable_debug_info=True))
         return propagate(module, **options)
 
-    monkeypatch.setattr(api, "propagation_pipeline", recording)
+    monkeypatch.setattr(annotated, "propagation_pipeline", recording)
     jitted = jit(_loop, in_shardings=(P(None, "y"), P("x")), mesh=mesh)
     lowered = jitted.lower(jnp.ones((8, 8)), jnp.ones((16, 8)))
     kept = lowered._unpropagated

@@ -205,8 +205,8 @@ def test_arguments_pass_through_or_are_placed_and_counted(mesh):
 
 def test_repeated_compiled_calls_run_in_jax_dispatch(mesh, monkeypatch):
     """As jax's compiled calls: one signature goes through Python once, then runs in
-    jax's C++ dispatch; donating calls and static arguments passed again stay in
-    Python (donation deletes the caller's arrays there)."""
+    jax's C++ dispatch, donating calls too (their donated arrays deleted after it);
+    static arguments passed again stay in Python."""
     from shardc.runtime.compiled import Compiled
 
     calls = []
@@ -233,9 +233,11 @@ def test_repeated_compiled_calls_run_in_jax_dispatch(mesh, monkeypatch):
     calls.clear()
     donating = jit(lambda a: a + 1, P("x", "y"), donate_argnums=0, mesh=mesh)
     compiled = donating.lower(a).compile()
-    for _ in range(2):
-        block(compiled(put(mesh, np.asarray(a), P("x", "y"))))
-    assert len(calls) == 2
+    for _ in range(3):
+        donated = put(mesh, np.asarray(a), P("x", "y"))
+        np.testing.assert_array_equal(np.asarray(block(compiled(donated))), expected)
+        assert donated.is_deleted()
+    assert len(calls) == 1
 
 
 def test_committed_argument_of_another_sharding_is_jax_error(mesh):

@@ -1,0 +1,253 @@
+"""Calling a shardc jit: jax's C++ dispatch over shardc's executables.
+
+A call outside any trace goes to jax's own C++ jit dispatch, as ``jax.jit``'s
+does; the dispatch comes back to Python (``JitCalls._call``) for a signature it
+has not seen, which lowers (or reuses a lowering), compiles for the devices the
+call decides (``_compile_for``), runs the executable and hands the dispatch the
+executable's fast-path description, so that the next calls of that signature
+run in C++. Which arguments a call donates is decided here too (``_donated``).
+Donation happens in the executable on either path; what Python adds after a
+donating call is deleting the caller's donated arrays (``_dispatched``), so that
+their later use raises jax's "Array has been deleted" error instead of handing
+a consumed buffer to a fast path.
+
+``JitCalls`` is that part of ``shardc.compiler.api.JitFunction``: it uses what
+the class keeps (``fun``, ``options``, ``mesh``, static and donated argument
+numbers, ``_caches``) and its lowering (``_lower``, ``_bind``, ``_trace_staged``,
+``_split_static``, ``_static_positions``, ``_requested_devices``).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+
+from shardc.compiler import effects, signature
+from shardc.compiler.function import binding, hitypes
+from shardc.compiler.function.caches import StaticKey
+from shardc.compiler.function.surface import function_name
+from shardc.compiler.lowered import Lowered
+from shardc.dialects import jax_private
+from shardc.runtime import arguments
+from shardc.runtime.compiled import Compiled, device_assignment
+from shardc.runtime.effects import ProgramEffects
+
+# jax's C++ dispatch entries of every shardc jit with hashable options.
+_DISPATCH_CACHE = jax_private.dispatch_cache(8192)
+
+
+class JitCalls:
+    """Calling a jitted function: through jax's C++ dispatch, back here once per signature."""
+
+    def _start_dispatch(self, made_with: tuple) -> None:
+        """Repeated calls go through jax's own C++ dispatch, as jax.jit's do; it comes
+        back to ``_call`` for every signature it has not seen. As with jax.jit, jits
+        of one function made with the same arguments (``made_with``) share what it
+        has seen."""
+        key: Any = ("shardc", *made_with)
+        try:
+            hash(key)
+            cache = _DISPATCH_CACHE
+        except TypeError:  # e.g. shardings given in a list: this jit's alone
+            key, cache = ("shardc", id(self)), jax_private.dispatch_cache(256)
+        # The dispatch reaches back to this object weakly: a strong reference would
+        # make a cycle, which keeps the function's closure (and its arrays) alive
+        # after the last reference to the jitted function goes, until a collection.
+        this = weakref.ref(self)
+        self._dispatch = jax_private.cpp_dispatch(
+            function_name(self.fun), self.fun,
+            lambda *args, **kwargs: this()._call(*args, **kwargs),
+            self.static_argnums, self.static_argnames, key, cache)
+        # Whether calls donate arguments: their arrays are deleted after each call.
+        self._donates = bool(self.donate_argnums or self.options.donate_argnames)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run on these arguments; lowering and compiling happen once per signature.
+
+        Later calls whose arguments have the same types, shapes, shardings and
+        static values go straight to the executable.
+        """
+        if jax_private.plain_call():
+            if not self._donates:  # the common call, one frame over jax.jit's
+                return self._dispatch(*args, **kwargs)
+            return self._dispatched(args, kwargs)
+        if binding.under_a_trace():
+            return self._bind(args, kwargs)
+        if jax_private.jit_disabled():
+            return self.fun(*args, **kwargs)
+        if jax_private.debug_key_reuse():
+            return self._checking_key_reuse(args, kwargs)
+        return self._dispatched(args, kwargs)
+
+    def _dispatched(self, args: tuple, kwargs: dict) -> Any:
+        """The call through jax's C++ dispatch, and then, if it donates, the caller's
+        donated arrays deleted (``arguments.release_donated``): jax's dispatch leaves
+        them holding consumed buffers."""
+        if not self._donates:
+            return self._dispatch(*args, **kwargs)
+        # (Gathered before the call: right after it, with the executable just
+        # dispatched, the same walk costs the caller twice the CPU.)
+        donated = [args[i] for i in self.donate_argnums if -len(args) <= i < len(args)]
+        donated += [kwargs[name] for name in self.options.donate_argnames if name in kwargs]
+        donated = jax.tree.leaves(donated)
+        outputs = self._dispatch(*args, **kwargs)
+        arguments.release_donated(donated)
+        return outputs
+
+    def _checking_key_reuse(self, args: tuple, kwargs: dict) -> Any:
+        """A call under ``jax_debug_key_reuse``: checked on jax's trace of it, as jax.jit's."""
+        traced = self._trace_staged(args, kwargs)
+        dynamic, _ = self._split_static(args)
+        leaves = jax.tree.leaves((tuple(dynamic), {k: v for k, v in kwargs.items()
+                                                   if k not in self.static_argnames}))
+        return jax_private.key_reuse_checked(traced, leaves,
+                                             lambda: self._dispatched(args, kwargs))
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """Execute now on concrete arguments, whatever transformation is active around
+        (what executing an equation of shardc's jit primitive does: under ``vmap``
+        with ``spmd_axis_name`` the trace state is not clean, yet nothing is traced)."""
+        return self._dispatched(args, kwargs)
+
+    def _call(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, bool]:
+        """A call jax's C++ dispatch has not seen: lower, compile (or reuse), run.
+
+        Returns what the dispatch caches for the next calls with the same
+        signature: the outputs, the executable's fast-path description (None:
+        every call comes back here) and False (nothing to rebuild).
+        """
+        if any(jax_private.is_tracer(leaf) for leaf in jax.tree.leaves((args, kwargs))):
+            return self._bind(args, kwargs), None, False  # the dispatch passed tracers on
+        jax_private.test_event("jit_cpp_cache_miss")
+        key = self._call_key(args, kwargs)
+        compiled = self._caches.by_call.get(key) if key is not None else None
+        if compiled is None:
+            # A program with jax's high-level types (hijax) runs as jax.jit runs one:
+            # one equation of the jit primitive, whose rule lowers the types to arrays
+            # and binds again; traced at every call, as jax.jit does.
+            if hitypes.has_high_values(args, kwargs):
+                return self._bind(args, kwargs), None, False
+            try:
+                compiled = self._compile_for(args, kwargs)
+            except hitypes.HighLevelProgramError:
+                return self._bind(args, kwargs), None, False
+            if key is not None:
+                self._caches.by_call[key] = compiled
+        elif compiled.effects.mutates:  # the lowering's checks, again for these Refs
+            self._check_refs(args, kwargs, compiled.effects)
+        moved = compiled.placement.resharded
+        outputs = compiled.call_as_jit(*args, **kwargs)
+        if jax_private.debug_special_values():
+            jax_private.check_special_outputs(self.fun, args, kwargs, outputs)
+        if compiled.placement.resharded != moved:
+            # A committed argument was moved (other devices or device order): jax's C++
+            # dispatch would pass it on unmoved, which crashes; such calls stay here.
+            return outputs, None, False
+        return outputs, compiled.fast_path(outputs), False
+
+    def _check_refs(self, args: tuple, kwargs: dict, program_effects: ProgramEffects) -> None:
+        effects.check_ref_arguments(
+            self.fun, args, kwargs, static_argnums=self._static_positions(len(args)),
+            static_argnames=self.static_argnames, effects=program_effects)
+
+    def _call_key(self, args: tuple, kwargs: dict) -> tuple | None:
+        """A cheap key for the fast call path: what lowering and compiling depend on.
+
+        Static arguments count by value; array leaves by shape, dtype, weak type
+        and (committed arrays) sharding and layout; other leaves (Python scalars) by type.
+        The context mesh, which bare ``PartitionSpec``s resolve against and whose
+        devices run programs that name none, is included, and jax's trace context
+        (the configuration a trace depends on, e.g. the default matmul precision).
+        ``None`` when a static value is unhashable: such calls take the slow path,
+        which reports the error.
+        """
+        positions = self._static_positions(len(args))
+        static = tuple(StaticKey(args[i]) for i in positions if i < len(args))
+        static += tuple(StaticKey(kwargs[k]) for k in self.static_argnames if k in kwargs)
+        leaves, tree = jax.tree.flatten((args, kwargs))
+        parts: list = [tree, static, jax.sharding.get_abstract_mesh(),
+                       signature.device_mesh(self.mesh), jax_private.trace_context()]
+        for leaf in leaves:
+            if isinstance(leaf, jax.Array):
+                # A committed array's layout decides the program's (layouts.py).
+                sharding, layout = ((leaf.sharding, jax_private.array_layout(leaf))
+                                    if leaf.committed else (None, None))
+                parts.append((leaf.shape, leaf.dtype, getattr(leaf, "weak_type", False),
+                              sharding, layout))
+            elif isinstance(leaf, np.ndarray):
+                parts.append((leaf.shape, leaf.dtype))
+            elif jax_private.is_ref(leaf):  # always committed, laid out as its buffer
+                parts.append((type(leaf), leaf.shape, leaf.dtype, leaf.sharding))
+            else:
+                parts.append(type(leaf))
+        key = tuple(parts)
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
+    def _compile_for(self, args: tuple, kwargs: dict) -> Compiled:
+        key, lowered = self._lower(args, kwargs)
+        devices = device_assignment(lowered.meshes, self._requested_devices()
+                                    or _devices_of_arguments(args, kwargs, lowered))
+        compiled = self._caches.executables.get((key, devices))
+        if compiled is None:
+            compiled = self._caches.executables[(key, devices)] = lowered.compile(
+                device_assignment=devices)
+        return compiled
+
+    def _donated(self, args: tuple, dynamic_kwargs: dict) -> tuple[bool, ...]:
+        """Per dynamic argument leaf (in the order of ``(args, kwargs)``): is it donated?
+        (Never under jax_debug_nans, as with jax.jit: its de-optimized rerun needs them.)"""
+        static = set(self._static_positions(len(args)))
+        donate = {i if i >= 0 else len(args) + i for i in self.donate_argnums}
+        debug_nans = jax_private.debug_nans()
+        flags: list[bool] = []
+        for i, arg in enumerate(args):
+            if i not in static:
+                flags += [i in donate and not debug_nans] * len(jax.tree.leaves(arg))
+        for name in sorted(dynamic_kwargs):
+            flags += [name in self.options.donate_argnames and not debug_nans] * len(
+                jax.tree.leaves(dynamic_kwargs[name]))
+        return tuple(flags)
+
+
+def _devices_of_arguments(args: tuple, kwargs: dict, lowered: Lowered) -> tuple | None:
+    """Devices for a program lowered on an abstract mesh (or on none): a committed argument's.
+
+    An argument already laid out on a concrete mesh of the program's shape
+    decides the device order, so computation follows data; a program without
+    a mesh runs on the one device its committed arguments are on.
+    """
+    mesh = lowered.mesh
+    if mesh is None:
+        return _device_of_committed(args, kwargs)
+    if isinstance(mesh, Mesh):
+        return None
+    for value in jax.tree.leaves((args, kwargs)):
+        sharding = getattr(value, "sharding", None)
+        if (
+            isinstance(value, jax.Array)
+            and value.committed
+            and isinstance(sharding, NamedSharding)
+            and isinstance(sharding.mesh, Mesh)
+            and sharding.mesh.axis_sizes == mesh.axis_sizes
+        ):
+            return tuple(sharding.mesh.devices.flat)
+    return None
+
+
+def _device_of_committed(args: tuple, kwargs: dict) -> tuple | None:
+    """The single device the committed arguments of a meshless program are on, if any."""
+    for value in jax.tree.leaves((args, kwargs)):
+        # (Its sharding's devices: a deleted array still has them, and the call's
+        # check of its arguments then names it.)
+        if isinstance(value, jax.Array) and value.committed \
+                and len(value.sharding.device_set) == 1:
+            return tuple(value.sharding.device_set)
+    return None
