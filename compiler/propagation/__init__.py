@@ -57,6 +57,7 @@ from shardc.compiler.propagation.factor_propagation import (
 )
 from shardc.compiler.propagation.graph import PropagationGraph, ReadMemo
 from shardc.compiler.propagation.groups import sharding_groups, split_conflicts
+from shardc.compiler.propagation.incremental import Propagation, Recorder, start_slots
 from shardc.compiler.propagation.ir_access import ShardingStore
 from shardc.compiler.propagation.origins import OriginRecorder, ShardingOrigins
 from shardc.compiler.propagation.user_priority import user_priority_propagate
@@ -216,6 +217,11 @@ class SharedRead:
             self._rules_to_attach = self.graph.rules_to_attach()
         return self._rules_to_attach
 
+    @property
+    def first(self) -> Driver | None:
+        """The first reusable run's driver, whose plans and caches later runs reuse."""
+        return self._first
+
     def propagate(self, plan: str, starts: dict[int, ir.Attribute],
                   unsharded: tuple[Collection[int], Collection[int]] = ((), ())
                   ) -> ShardingStore | None:
@@ -224,6 +230,23 @@ class SharedRead:
         own, and the arguments and results of its function at the positions of
         ``unsharded`` read without one; None where a start is not read that way
         (``ShardingStore.start``, ``ShardingStore.start_unsharded``)."""
+        driver = self._run(plan, starts, unsharded, record=False)
+        return None if driver is None else driver.store
+
+    def recorded(self, plan: str, starts: dict[int, ir.Attribute],
+                 unsharded: tuple[Collection[int], Collection[int]] = ((), ())
+                 ) -> Propagation | None:
+        """``propagate``, recorded: a ``Propagation`` whose ``store`` is that run's result
+        and whose ``repropagate`` gives the runs from other starts, re-propagating only
+        what their difference reaches (``incremental``); None where ``propagate`` is."""
+        driver = self._run(plan, starts, unsharded, record=True)
+        if driver is None:
+            return None
+        slots = start_slots(self.store, starts, unsharded)
+        return Propagation(self, plan, starts, unsharded, driver, driver.trace, slots)
+
+    def _run(self, plan: str, starts: dict[int, ir.Attribute],
+             unsharded: tuple[Collection[int], Collection[int]], record: bool) -> Driver | None:
         _check_plan(plan)
         if not self.usable:
             raise ValueError("this module's propagations can change its graph: "
@@ -237,11 +260,15 @@ class SharedRead:
         with cyclic_gc_paused():
             # No sharding groups (``usable``): none to sync or split.
             driver = Driver(self.graph, store, {}, after=self._first)
+            if record:
+                driver.trace = Recorder(store)
             PLANS[plan](driver)
+            if record:
+                driver.trace.finish()
         self.runs += 1
         if self._first is None and driver.reusable():
             self._first = driver
-        return store
+        return driver
 
 
 def _propagate(operation: ir.Operation, plan: str, conservative: bool,
@@ -270,5 +297,5 @@ def _propagate(operation: ir.Operation, plan: str, conservative: bool,
     return graph, store, origins
 
 
-__all__ = ["PLANS", "ShardingOrigins", "SharedRead", "cyclic_gc_paused", "propagate",
+__all__ = ["PLANS", "Propagation", "ShardingOrigins", "SharedRead", "cyclic_gc_paused", "propagate",
            "propagate_read"]
