@@ -16,6 +16,15 @@ for a caller that reads the result). Plans:
 ``user-priority``        priority rounds, each an op-priority plan
 =======================  ====================================================
 
+Re-propagation (``incremental.py``): ``SharedRead(module).recorded(plan, starts)``
+propagates once and records the run; its ``repropagate(other_starts)`` gives the
+store ``SharedRead.propagate(plan, other_starts)`` would, computing again only the
+steps the differing starts reach (one changed sharding in a deep model: a few
+percent of the steps)::
+
+    base = SharedRead(module).recorded("user-priority", {})
+    store = base.repropagate({op: attribute})   # op's result started from attribute
+
 Sharding origins (Shardy's ``debug-sharding-origins``, ``origins.py``):
 ``propagate(..., debug_sharding_origins=True)`` writes the attributes the
 native passes write (``sdy.sharding_origins`` on func argument/result dicts,
@@ -42,13 +51,12 @@ reads shardings after each step: results and the step memo are unchanged.
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 
 from jaxlib.mlir import ir
 
 from shardc.compiler.diagnostics import PassError
+from shardc.compiler.propagation.collection import cyclic_gc_paused
 from shardc.compiler.propagation.directions import OP_PRIORITY_CHAIN, propagate_any
 from shardc.compiler.propagation.driver import Driver
 from shardc.compiler.propagation.factor_propagation import (
@@ -156,23 +164,6 @@ def propagate_read(
 def _check_plan(plan: str) -> None:
     if plan not in PLANS:
         raise ValueError(f"unknown propagation plan '{plan}'; known: {sorted(PLANS)}")
-
-
-@contextlib.contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """Pause cyclic garbage collection (as it was before, after).
-
-    A run that allocates many small tuples and frees none of them until the end
-    (a propagation, the cost-aware search) gains nothing from it: the collector
-    would only rescan the growing heap, and time per op would grow with the module.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class SharedRead:

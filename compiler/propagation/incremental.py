@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.propagation.collection import cyclic_gc_paused
 from shardc.compiler.propagation.driver import Driver
 from shardc.compiler.propagation.ir_access import ShardingStore
 from shardc.compiler.propagation.user_priority import initialise, live_slots, restore
@@ -105,9 +106,11 @@ class Propagation:
     """One recorded propagation of a ``SharedRead`` (``SharedRead.recorded``), from which
     propagations from other starting shardings are re-propagated (``repropagate``).
 
-    ``store`` is the recorded run's result (never to be written to). ``events``,
-    ``ticks`` and ``fallbacks`` count, over every ``repropagate`` call, the visits
-    computed, the ticks followed and the runs propagated from scratch instead.
+    ``store`` is the recorded run's result (never to be written to). After each
+    ``repropagate``, ``changed`` holds the slots whose sharding differs from it and
+    ``changed_ops()`` the ops that read them: what a cost model must price again.
+    ``events``, ``ticks`` and ``fallbacks`` count, over every ``repropagate`` call,
+    the visits computed, the ticks followed and the runs propagated from scratch.
     """
 
     def __init__(self, read: SharedRead, plan: str, starts: dict[int, ir.Attribute],
@@ -124,6 +127,8 @@ class Propagation:
         self.events = 0
         self.ticks = 0
         self.fallbacks = 0
+        # The slots whose sharding the last ``repropagate`` gave differently from this run.
+        self.changed: set[int] = set()
         self._trace = trace
         self._start_slots = start_slots  # slot -> (sharding, sid) the starts set
         self._usable = driver.reusable()
@@ -152,9 +157,27 @@ class Propagation:
         slots = start_slots(read.store, starts, unsharded)
         if slots is None:
             return None
-        if not self._usable:
+        store = self._followed(slots) if self._usable else None
+        if store is None:
             self.fallbacks += 1
-            return read.propagate(self.plan, starts, unsharded)
+            store = read.propagate(self.plan, starts, unsharded)
+            final = self._trace.phases[-1].sids
+            self.changed = {slot for slot, (now, then) in enumerate(zip(store.sid, final))
+                            if now != then}
+        else:
+            read.runs += 1
+        return store
+
+    def changed_ops(self) -> set[int]:
+        """The ops whose step reads a slot of ``changed``: the only ops whose shardings
+        differ from the recorded run's after the last ``repropagate`` (to price again)."""
+        readers = self._scratch.readers
+        return {op for slot in self.changed for op in readers[slot]}
+
+    def _followed(self, slots: dict[int, tuple]) -> ShardingStore | None:
+        """The run from start ``slots`` followed on the recorded one (None where it
+        cannot be, or would cost more than a run from scratch)."""
+        read = self.read
         original_value, original_sid = read.store.value, read.store.sid
         base, changed = self._start_slots, {}
         for slot in set(base) | set(slots):
@@ -163,16 +186,14 @@ class Propagation:
             if then[1] != now[1]:
                 changed[slot] = now
         if self._rounds_differ(changed):
-            self.fallbacks += 1  # other user-priority rounds: not the recorded run
-            return read.propagate(self.plan, starts, unsharded)
+            return None  # other user-priority rounds: not the recorded run
         replay = _Replay(self, changed, slots)
-        store = replay.run()
+        with cyclic_gc_paused():
+            store = replay.run()
         self.events += replay.events
         self.ticks += len(self._trace.visits)
-        if store is None:
-            self.fallbacks += 1
-            return read.propagate(self.plan, starts, unsharded)
-        read.runs += 1
+        if store is not None:
+            self.changed = set(replay.diff)
         return store
 
     def _rounds_differ(self, changed: dict[int, tuple]) -> bool:

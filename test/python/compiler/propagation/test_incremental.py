@@ -77,6 +77,9 @@ def test_repropagation_equals_propagation_from_scratch(plan):
             expected = read.propagate(plan, starts)
             assert store.value == expected.value, (seed, starts)
             assert store.sid == expected.sid and store.dirty == expected.dirty, (seed, starts)
+            # What differs from the recorded run, for a caller that prices only that.
+            assert base.changed == {slot for slot, (now, then) in
+                                    enumerate(zip(store.sid, base.store.sid)) if now != then}
             checked += 1
             replayed += base.fallbacks == fallbacks
     assert checked >= 40 * 6
