@@ -19,12 +19,15 @@ applied, which is exactly what propagating from the new starts gives: every
 skipped visit provably wrote the same, every event was computed as the full
 run computes it.
 
-Where the new run would not follow the recorded one (an event writes other
-slots than the recorded visit did, so the worklist would differ; another set
-of user priorities, so other rounds), or where the difference reaches so many
-visits that following it costs more than a run (``budget``), the store is
-propagated from scratch instead (``fallbacks`` counts them): the answer is the
-same either way, only its cost differs.
+Where an event writes other slots than the recorded visit did, the worklists
+part: the new run's own cascade is then run for real (``_StageReplay.diverge``:
+the worklist at that tick is rebuilt from the sweep's last visit, when it held
+only the ops the sweep had not reached) until the sweep's next op is on top
+again, where both runs' worklists are the same and the difference is taken
+anew. Where the new starts give other user-priority rounds, or the difference
+reaches so many visits that following it costs more than a run (``budget``),
+the store is propagated from scratch instead (``fallbacks`` counts them): the
+answer is the same either way, only its cost differs.
 
     read = SharedRead(module)
     base = read.recorded("user-priority", starts)       # one full run, recorded
@@ -346,11 +349,8 @@ class _Replay:
             if not self.diff and not self.started:
                 break
             kind = phase.kind
-            if kind == "init":
-                self._per_slot(index, None)
-            elif kind == "restore":
-                if not self._per_slot(index, phase.payload):
-                    return None
+            if kind in ("init", "restore"):
+                self._per_slot(index, phase.payload)
             elif kind == "results":
                 self._results(index)
             elif not self._stage(index):
@@ -366,20 +366,16 @@ class _Replay:
         scratch = self.scratch
         scratch.value[slot], scratch.sid[slot] = value
 
-    def _reconcile(self, slots: Collection[int], values: list, sids: list[int]) -> list[int]:
-        """Compare ``slots`` on the scratch store with the recorded ``values``/``sids``;
-        update the difference. Returns the slots newly differing."""
+    def _reconcile(self, slots: Collection[int], sids: list[int]) -> None:
+        """Compare ``slots`` on the scratch store with the recorded run's ``sids`` (after
+        the phase); update the difference."""
         scratch, diff = self.scratch, self.diff
-        entered = []
         for slot in slots:
             sid = scratch.sid[slot]
             if sid == sids[slot]:
                 diff.pop(slot, None)
             else:
-                if slot not in diff:
-                    entered.append(slot)
                 diff[slot] = (scratch.value[slot], sid)
-        return entered
 
     def _count(self, removed: list[tuple], added: list[tuple]) -> None:
         delta = self.delta
@@ -394,7 +390,7 @@ class _Replay:
                          trace.marks[trace.phases[index + 1].tick]]
 
     # ------------------------------------------------------------------ phases
-    def _per_slot(self, index: int, priority: int | None) -> bool:
+    def _per_slot(self, index: int, priority: int | None) -> None:
         """User-priority initialisation (``priority`` None) or a restore, on the slots that
         differ or started differently (with their siblings), in the recorded order."""
         base, trace = self.base, self.trace
@@ -424,8 +420,7 @@ class _Replay:
                 removed.append(entry)
         self._count(removed, log[mark:])
         del log[mark:]
-        self._reconcile(slots, after.values, after.sids)
-        return True
+        self._reconcile(slots, after.sids)
 
     def _start(self, slot: int) -> tuple:
         read = self.base.read.store
@@ -444,7 +439,7 @@ class _Replay:
         self.driver.func_result_step(phase.payload)
         self._count(self._phase_log(index), log[mark:])
         del log[mark:]
-        self._reconcile(slots, after.values, after.sids)
+        self._reconcile(slots, after.sids)
 
     def _stage(self, index: int) -> bool:
         """A worklist stage: only the visits of ops that read the difference (False: over
