@@ -472,6 +472,25 @@ class _Replay:
         return store
 
 
+class _Positions:
+    """A driver's worklist positions while a cascade is run (``_StageReplay.diverge``):
+    ops after ``swept`` in program order, which the sweep has not reached, are queued;
+    the others only while they are on the cascade."""
+
+    def __init__(self, swept: int):
+        self.swept = swept
+        self.queued: dict[int, int] = {}
+
+    def __getitem__(self, op: int) -> int:
+        return self.queued.get(op, 0 if op > self.swept else -1)
+
+    def __setitem__(self, op: int, index: int) -> None:
+        if index < 0:
+            self.queued.pop(op, None)
+        else:
+            self.queued[op] = index
+
+
 class _StageReplay:
     """One stage of a ``_Replay``: the recorded visits that read the difference, in tick
     order (a heap of each such op's next visit), computed again; where one writes other
@@ -610,16 +629,15 @@ class _StageReplay:
         trace, stage = self.trace, self.stage
         marks, log, visits = trace.marks, trace.log, trace.visits
         plans = driver._plans
-        n = len(plans)
         j = bisect_right(stage.sweep, tick) - 1
         start = stage.sweep[j]
         rejoin = stage.sweep[j + 1] if j + 1 < len(stage.sweep) else stage.end
         swept = visits[start]
-        worklist = list(range(n - 1, swept - 1, -1))
-        position = driver.position
-        position[:swept] = [-1] * swept
-        position[swept:] = range(n - 1 - swept, -1, -1)
-        driver.worklist = worklist
+        # The worklist holds the cascade only; the ops the sweep has not reached read
+        # as queued (they are, below it), so nothing queues them again.
+        worklist = [swept]
+        position = _Positions(swept)
+        driver.worklist, driver.position = worklist, position
         value_of = base.value_of_slot()
         at = start
         while True:  # the recorded run up to ``tick``: its notifications only
@@ -643,8 +661,7 @@ class _StageReplay:
         added = self.write(op, updates, True)
         for entry in added:
             mine[entry[0]] = (entry[1], entry[2])
-        rest = n - 1 - swept  # the ops the sweep has not reached
-        while len(worklist) > rest:
+        while worklist:  # the new run's cascade, until the sweep's next op is on top
             popped = worklist.pop()
             position[popped] = -1
             if plans[popped] is False:
