@@ -11,36 +11,11 @@ from __future__ import annotations
 import random
 
 import pytest
-from differential.test_propagation_differential import gen, rand_sharding
-from jaxlib.mlir import ir
+from differential.shared_reads import generated_reads, mesh_axes, random_start, startable_ops
 
 from bench import repropagation
 from bench.models import REGISTRY, REGRESSIONS
-from shardc.compiler.propagation import SharedRead
-from shardc.compiler.propagation.graph import ReadMemo
-from shardc.compiler.propagation.ir_access import PER_VALUE
 from shardc.dialects import make_context
-from shardc.dialects.sdy import SHARDING_ATTR
-
-SEEDS = 300
-
-
-def _startable(read: SharedRead) -> list[int]:
-    graph, store = read.graph, read.store
-    return [op for op, results in enumerate(graph.op_results)
-            if len(results) == 1 and store.slot_of[results[0]] >= 0
-            and store.where[store.slot_of[results[0]]] == (PER_VALUE, op, SHARDING_ATTR, 0)]
-
-
-def _mesh(text: str) -> list[tuple[str, int]]:
-    axes = (axis.split("=") for axis in text.split("<[")[1].split("]>")[0].split(", "))
-    return [(name.strip('"'), int(size)) for name, size in axes]
-
-
-def _start(rng, read, mesh, op, context) -> ir.Attribute:
-    shape = read.graph.value_shape[read.graph.op_results[op][0]]
-    return ir.Attribute.parse(
-        "#sdy.sharding_per_value<[" + rand_sharding(rng, mesh, shape) + "]>", context)
 
 
 @pytest.mark.filterwarnings("ignore")
@@ -48,28 +23,22 @@ def _start(rng, read, mesh, op, context) -> ir.Attribute:
 def test_repropagation_equals_propagation_from_scratch(plan):
     context = make_context()
     checked = replayed = 0
-    for seed in range(SEEDS):
-        text = gen(seed)
-        try:
-            module = ir.Module.parse(text, context)
-            read = SharedRead(module.operation.clone(), memo=ReadMemo())
-        except Exception:  # programs the generator gets wrong, or dynamic shapes
-            continue
+    for seed, text, _, read in generated_reads(context):
         if not read.usable:
             continue
         rng = random.Random(seed)
-        mesh = _mesh(text)
-        startable = _startable(read)
+        mesh = mesh_axes(text)
+        startable = startable_ops(read)
         if not startable:
             continue
-        base_starts = {op: _start(rng, read, mesh, op, context)
+        base_starts = {op: random_start(rng, read, mesh, op, context)
                        for op in rng.sample(startable, min(len(startable), rng.randint(0, 1)))}
         base = read.recorded(plan, base_starts)
         candidates = [dict(base_starts), {}]
         for _ in range(4):
             starts = dict(base_starts)
             for op in rng.sample(startable, min(len(startable), rng.randint(1, 2))):
-                starts[op] = _start(rng, read, mesh, op, context)
+                starts[op] = random_start(rng, read, mesh, op, context)
             candidates.append(starts)
         for starts in candidates:
             fallbacks = base.fallbacks
