@@ -35,7 +35,7 @@ from shardc.compiler.cost_aware.candidates import (
     tagged_ops,
 )
 from shardc.compiler.cost_aware.explicit import signatures
-from shardc.compiler.propagation import SharedRead
+from shardc.compiler.propagation import Propagation, SharedRead
 from shardc.compiler.propagation.graph import ReadMemo
 from shardc.compiler.propagation.values import CostMemo, ModuleValues
 from shardc.compiler.sharding.rules import rule_for
@@ -182,6 +182,13 @@ def returned_in_declared_layout(reader: ModuleValues, changed: set[int],
     return extra
 
 
+# Modules from this many ops on re-propagate each copy from a recorded one: a step
+# computed again costs about ten memoised ones, so following what a pin reaches pays
+# where it reaches a small share of the module (a layer of a deep model), not in a
+# region or a small module, where it reaches most of it.
+INCREMENTAL_OPS = 1024
+
+
 class PinnedCopies:
     """The copies of one module with pins (``pinned_clone``), propagated with user
     priorities and read.
@@ -211,6 +218,9 @@ class PinnedCopies:
         self._ops: dict[int, list[ir.Operation]] | None = None  # ``ops_by_tag``, when a copy is made
         self._read: SharedRead | None = None
         self._indices: dict[int, list[int]] = {}  # the read's graph ops by tag
+        # The first propagation on the read since ``rebase``, recorded: the later ones
+        # re-propagate only what differs from it (``propagation.incremental``).
+        self._base: Propagation | None = None
         # Positions of the function's arguments and results read without a sharding.
         self._unsharded: tuple[frozenset[int], frozenset[int]] = (frozenset(), frozenset())
 
@@ -249,6 +259,11 @@ class PinnedCopies:
                                                  write=write)
         return reader
 
+    def rebase(self) -> None:
+        """Record the next propagation on the read and re-propagate the later ones from
+        it (the search calls it when it keeps a candidate: the next ones add to its pins)."""
+        self._base = None
+
     def _shared_read(self) -> SharedRead:
         if self._read is None:
             self._read = SharedRead(self.module.clone(), conservative=self.conservative,
@@ -269,9 +284,13 @@ class PinnedCopies:
                     attribute = ir.Attribute.parse(format_per_value([pin.sharding]), context)
                     for op in found:
                         starts[op] = attribute
+            if self._base is None and read.usable and len(read.graph.ops) >= INCREMENTAL_OPS:
+                # Re-propagated from itself below: a copy of its store, no step again.
+                self._base = read.recorded("user-priority", starts, self._unsharded)
             return ModuleValues.propagated_on(
                 read, starts, lambda: self._pinned_clone(pins), unsharded=self._unsharded,
-                plan="user-priority", missing_as_replicated=True, costs=self.costs)
+                plan="user-priority", missing_as_replicated=True, costs=self.costs,
+                base=self._base)
 
 
 class ModuleEvaluator:
@@ -296,6 +315,11 @@ class ModuleEvaluator:
         # finds the same at most ops.
         self.costs = CostMemo(ReadMemo())
         self._copies: PinnedCopies | None = None
+
+    def rebase(self) -> None:
+        """Re-propagate later candidates from the next one (``PinnedCopies.rebase``)."""
+        if self._copies is not None:
+            self._copies.rebase()
 
     def __call__(self, pins: list[Pin]) -> tuple[int, int, ModuleValues]:
         self.count += 1

@@ -199,6 +199,7 @@ class _Search:
     def accept(self, pins: list[Pin], cost: int, memory: int, reader: ModuleValues) -> None:
         reader.write_back()  # the new state: regions are cut out of its module, or it is kept
         self.pins.extend(pins)
+        self.evaluate.rebase()  # later candidates add to these pins
         self.best_bytes, self.best_memory, self.reader = cost, memory, reader
 
     def decide(self, point: ConflictPoint, tried, chosen, **extra) -> None:

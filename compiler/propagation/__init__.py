@@ -16,6 +16,15 @@ for a caller that reads the result). Plans:
 ``user-priority``        priority rounds, each an op-priority plan
 =======================  ====================================================
 
+Re-propagation (``incremental.py``): ``SharedRead(module).recorded(plan, starts)``
+propagates once and records the run; its ``repropagate(other_starts)`` gives the
+store ``SharedRead.propagate(plan, other_starts)`` would, computing again only the
+steps the differing starts reach (one changed sharding in a deep model: a few
+percent of the steps)::
+
+    base = SharedRead(module).recorded("user-priority", {})
+    store = base.repropagate({op: attribute})   # op's result started from attribute
+
 Sharding origins (Shardy's ``debug-sharding-origins``, ``origins.py``):
 ``propagate(..., debug_sharding_origins=True)`` writes the attributes the
 native passes write (``sdy.sharding_origins`` on func argument/result dicts,
@@ -42,13 +51,12 @@ reads shardings after each step: results and the step memo are unchanged.
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 
 from jaxlib.mlir import ir
 
 from shardc.compiler.diagnostics import PassError
+from shardc.compiler.propagation.collection import cyclic_gc_paused
 from shardc.compiler.propagation.directions import OP_PRIORITY_CHAIN, propagate_any
 from shardc.compiler.propagation.driver import Driver
 from shardc.compiler.propagation.factor_propagation import (
@@ -57,6 +65,7 @@ from shardc.compiler.propagation.factor_propagation import (
 )
 from shardc.compiler.propagation.graph import PropagationGraph, ReadMemo
 from shardc.compiler.propagation.groups import sharding_groups, split_conflicts
+from shardc.compiler.propagation.incremental import Propagation, Recorder, start_slots
 from shardc.compiler.propagation.ir_access import ShardingStore
 from shardc.compiler.propagation.origins import OriginRecorder, ShardingOrigins
 from shardc.compiler.propagation.user_priority import user_priority_propagate
@@ -157,23 +166,6 @@ def _check_plan(plan: str) -> None:
         raise ValueError(f"unknown propagation plan '{plan}'; known: {sorted(PLANS)}")
 
 
-@contextlib.contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """Pause cyclic garbage collection (as it was before, after).
-
-    A run that allocates many small tuples and frees none of them until the end
-    (a propagation, the cost-aware search) gains nothing from it: the collector
-    would only rescan the growing heap, and time per op would grow with the module.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 class SharedRead:
     """One module read once, then propagated from many starting shardings.
 
@@ -216,6 +208,11 @@ class SharedRead:
             self._rules_to_attach = self.graph.rules_to_attach()
         return self._rules_to_attach
 
+    @property
+    def first(self) -> Driver | None:
+        """The first reusable run's driver, whose plans and caches later runs reuse."""
+        return self._first
+
     def propagate(self, plan: str, starts: dict[int, ir.Attribute],
                   unsharded: tuple[Collection[int], Collection[int]] = ((), ())
                   ) -> ShardingStore | None:
@@ -224,6 +221,23 @@ class SharedRead:
         own, and the arguments and results of its function at the positions of
         ``unsharded`` read without one; None where a start is not read that way
         (``ShardingStore.start``, ``ShardingStore.start_unsharded``)."""
+        driver = self._run(plan, starts, unsharded, record=False)
+        return None if driver is None else driver.store
+
+    def recorded(self, plan: str, starts: dict[int, ir.Attribute],
+                 unsharded: tuple[Collection[int], Collection[int]] = ((), ())
+                 ) -> Propagation | None:
+        """``propagate``, recorded: a ``Propagation`` whose ``store`` is that run's result
+        and whose ``repropagate`` gives the runs from other starts, re-propagating only
+        what their difference reaches (``incremental``); None where ``propagate`` is."""
+        driver = self._run(plan, starts, unsharded, record=True)
+        if driver is None:
+            return None
+        slots = start_slots(self.store, starts, unsharded)
+        return Propagation(self, plan, starts, unsharded, driver, driver.trace, slots)
+
+    def _run(self, plan: str, starts: dict[int, ir.Attribute],
+             unsharded: tuple[Collection[int], Collection[int]], record: bool) -> Driver | None:
         _check_plan(plan)
         if not self.usable:
             raise ValueError("this module's propagations can change its graph: "
@@ -237,11 +251,15 @@ class SharedRead:
         with cyclic_gc_paused():
             # No sharding groups (``usable``): none to sync or split.
             driver = Driver(self.graph, store, {}, after=self._first)
+            if record:
+                driver.trace = Recorder(store)
             PLANS[plan](driver)
+            if record:
+                driver.trace.finish()
         self.runs += 1
         if self._first is None and driver.reusable():
             self._first = driver
-        return store
+        return driver
 
 
 def _propagate(operation: ir.Operation, plan: str, conservative: bool,
@@ -270,5 +288,5 @@ def _propagate(operation: ir.Operation, plan: str, conservative: bool,
     return graph, store, origins
 
 
-__all__ = ["PLANS", "ShardingOrigins", "SharedRead", "cyclic_gc_paused", "propagate",
+__all__ = ["PLANS", "Propagation", "ShardingOrigins", "SharedRead", "cyclic_gc_paused", "propagate",
            "propagate_read"]

@@ -106,6 +106,8 @@ class Driver:
         # Sharding-origin recorder (``origins.OriginRecorder``), None when off,
         # and its memo: strategy -> key -> (updates, factor edges).
         self.recorder = None
+        # What the run did, step by step (``incremental.Recorder``), None when not recorded.
+        self.trace = None
         self._origin_memo: dict[FactorPropagation, dict[tuple, tuple]] = {}
         # The func-result step, like an op step, is a pure function of the shape,
         # the strategy and the two shardings: strategy -> (shape, sids) -> updates.
@@ -139,8 +141,15 @@ class Driver:
     # ------------------------------------------------------------------ run
     def propagate(self, strategy: FactorPropagation, direction: DirectionFn) -> None:
         """Func-result step, one worklist run, func-result step."""
+        trace = self.trace
+        if trace is not None:
+            trace.phase("results", strategy)
         self.func_result_step(strategy)
+        if trace is not None:
+            trace.phase("stage", (strategy, direction))
         self.worklist_run(strategy, direction)
+        if trace is not None:
+            trace.phase("results", strategy)
         self.func_result_step(strategy)
 
     def worklist_run(self, strategy: FactorPropagation, direction: DirectionFn) -> None:
@@ -166,6 +175,7 @@ class Driver:
         recorder = self.recorder
         origin_memo = self._origin_memo.setdefault(strategy, {})
         settled = self.store.settled
+        trace = self.trace
         if strategy is not self._settled_by:
             # A step that wrote nothing under one strategy may write under
             # another (basic, then aggressive): settled steps are forgotten.
@@ -185,6 +195,8 @@ class Driver:
                 plan = plan_for(op)
             if plan is False:
                 continue
+            if trace is not None:
+                trace.visit(op)
             done = settled[op]
             if done == _UNSHARDED:
                 continue

@@ -116,6 +116,9 @@ class ShardingStore:
         self.edge_view: dict[int, tuple[tuple[str, ...], TensorSharding | None, bool]] = {}
         self._attr_cache: dict[str, ir.Attribute] = {}
         self.erase_log: list[int] = []
+        # Every write, ``(slot, sharding, sid, primary)`` (primary: the slot written,
+        # not a sibling given a placeholder), while a run is recorded (``incremental``).
+        self.log: list[tuple] | None = None
         self._assign_slots()
         self._assign_edges()
         # An always-empty slot id for values without a slot (never written).
@@ -138,31 +141,53 @@ class ShardingStore:
         fresh.readers = [[] for _ in self.readers]
         fresh.settled = [-1] * len(self.settled)
         fresh.erase_log = []
+        fresh.log = None
         return fresh
 
     def start(self, op: int, attribute: ir.Attribute) -> bool:
         """Read op ``op``'s result sharding from ``attribute`` (an ``sdy.sharding``
         per-value attribute) as if the op carried it; False (nothing changed) unless
         the op has one result whose sharding is read from that attribute."""
+        found = self.start_slot(op, attribute)
+        if found is None:
+            return False
+        slot, sharding = found
+        self.value[slot] = sharding
+        self.sid[slot] = self.intern(sharding)
+        return True
+
+    def start_slot(self, op: int, attribute: ir.Attribute) -> tuple[int, TensorSharding] | None:
+        """The slot ``start(op, attribute)`` would write and what, without writing it
+        (None where it would refuse)."""
         results = self.graph.op_results[op]
         if len(results) != 1:
-            return False
+            return None
         slot = self.slot_of[results[0]]
         if slot < 0 or self.where[slot] != (PER_VALUE, op, SHARDING_ATTR, 0):
-            return False
+            return None
         parsed = self._parse_per_value(attribute)
         if len(parsed) != 1:
-            return False
-        self.value[slot] = parsed[0]
-        self.sid[slot] = self.intern(parsed[0])
-        return True
+            return None
+        return slot, parsed[0]
 
     def start_unsharded(self, arguments: Iterable[int], results: Iterable[int]) -> bool:
         """Read the arguments and results at these positions of the module's function as
         if they carried no sharding; False (nothing changed) unless the module has one
         function, with those positions."""
-        if len(self.funcs) != 1:
+        slots = self.unsharded_slots(arguments, results)
+        if slots is None:
             return False
+        for slot in slots:
+            self.value[slot] = None
+            self.sid[slot] = 0
+        return True
+
+    def unsharded_slots(self, arguments: Iterable[int], results: Iterable[int]
+                        ) -> list[int] | None:
+        """The slots ``start_unsharded(arguments, results)`` would clear, without
+        clearing them (None where it would refuse)."""
+        if len(self.funcs) != 1:
+            return None
         func = self.funcs[0]
         blocks = self.graph.op_blocks[func]
         args = blocks[0][0] if blocks else []
@@ -170,17 +195,14 @@ class ShardingStore:
         for k in arguments:
             slot = self.slot_of[args[k]] if k < len(args) else -1
             if slot < 0 or self.where[slot] != (ARG, func, k):
-                return False
+                return None
             slots.append(slot)
         returned = self.func_results[func]
         for k in results:
             if k >= len(returned):
-                return False
+                return None
             slots.append(returned[k])
-        for slot in slots:
-            self.value[slot] = None
-            self.sid[slot] = 0
-        return True
+        return slots
 
     def moved_to(self, graph: PropagationGraph) -> None:
         """Write back onto ``graph`` from now on: a graph of a copy of this store's
@@ -412,6 +434,9 @@ class ShardingStore:
         self.value[slot] = sharding
         self.sid[slot] = sid
         self.dirty.add(slot)
+        log = self.log
+        if log is not None:
+            log.append((slot, sharding, sid, True))
         settled = self.settled
         for op in self.readers[slot]:
             settled[op] = -1
@@ -421,6 +446,8 @@ class ShardingStore:
                 self.value[sibling] = placeholder
                 self.sid[sibling] = self.intern(placeholder)
                 self.dirty.add(sibling)
+                if log is not None:
+                    log.append((sibling, placeholder, self.sid[sibling], False))
                 for op in self.readers[sibling]:
                     settled[op] = -1
 

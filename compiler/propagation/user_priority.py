@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from shardc.compiler.propagation.driver import Driver
+from shardc.compiler.propagation.ir_access import ShardingStore
 from shardc.compiler.sharding.tensor import DimSharding, TensorSharding
 
 
@@ -45,13 +46,34 @@ def restored(current: TensorSharding, original: TensorSharding, priority: int) -
 def user_priority_propagate(driver: Driver, rounds: Callable[[Driver], None]) -> None:
     """Initialise, run ``rounds`` (op-priority propagation), then one call per priority."""
     store = driver.store
+    trace = driver.trace
+    if trace is not None:
+        trace.phase("init", None)
+    references = initialise(store, sorted(live_slots(store)))
+    rounds(driver)
+    for priority in sorted(references):
+        if trace is not None:
+            trace.phase("restore", priority)
+        restore(store, references[priority], priority)
+        rounds(driver)
+
+
+def live_slots(store: ShardingStore) -> set[int]:
+    """The slots the priorities of a run are read from: every value's and function result's."""
     live = {slot for slot in store.slot_of if slot >= 0}
     for slots in store.func_results.values():
         live.update(slots)
+    return live
+
+
+def initialise(store: ShardingStore, slots: list[int]
+               ) -> dict[int, list[tuple[int, TensorSharding]]]:
+    """Initialise the shardings of ``slots`` (``initialised``), in that order; by
+    priority, the slots that referenced it and their shardings before."""
     references: dict[int, list[tuple[int, TensorSharding]]] = {}
     # sharding id -> (priorities, initialised sharding or None when unchanged)
     seen: dict[int, tuple[set[int], TensorSharding | None]] = {}
-    for slot in sorted(live):
+    for slot in slots:
         sharding = store.value[slot]
         if sharding is None:
             continue
@@ -66,10 +88,13 @@ def user_priority_propagate(driver: Driver, rounds: Callable[[Driver], None]) ->
             references.setdefault(priority, []).append((slot, sharding))
         if known[1] is not None:
             store.set_slot(slot, known[1])
-    rounds(driver)
-    for priority in sorted(references):
-        for slot, original in references[priority]:
-            new = restored(store.value[slot], original, priority)
-            if new != store.value[slot]:
-                store.set_slot(slot, new)
-        rounds(driver)
+    return references
+
+
+def restore(store: ShardingStore, references: list[tuple[int, TensorSharding]],
+            priority: int) -> None:
+    """Give each referencing slot back the dims of ``priority`` (``restored``)."""
+    for slot, original in references:
+        new = restored(store.value[slot], original, priority)
+        if new != store.value[slot]:
+            store.set_slot(slot, new)

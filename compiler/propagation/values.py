@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.propagation import SharedRead, propagate_read
+from shardc.compiler.propagation import Propagation, SharedRead, propagate_read
 from shardc.compiler.propagation.graph import PropagationGraph, ReadMemo
 from shardc.compiler.propagation.ir_access import ShardingStore
 from shardc.compiler.sharding.rule import OpShardingRule
@@ -154,7 +154,8 @@ class ModuleValues:
                       unsharded: tuple[frozenset[int], frozenset[int]] = (frozenset(),
                                                                           frozenset()),
                       missing_as_replicated: bool = False,
-                      costs: CostMemo | None = None) -> ModuleValues | None:
+                      costs: CostMemo | None = None, base: Propagation | None = None
+                      ) -> ModuleValues | None:
         """``propagated(copy(), write=False)`` without the copy: ``copy`` makes a copy of
         ``read``'s module that differs from it only in the ``sdy.sharding`` of the ops
         of ``starts`` and in the function arguments and results of ``unsharded``
@@ -163,11 +164,14 @@ class ModuleValues:
 
         None where the shared read cannot stand for the copy (``SharedRead.usable``,
         a start it cannot apply, or a rule the copy would be written to carry, which
-        the cost model would read from it): propagate the copy instead.
+        the cost model would read from it): propagate the copy instead. With ``base``
+        (a recorded propagation of ``read`` with ``plan``) the store is re-propagated
+        from it (``Propagation.repropagate``).
         """
         if not read.usable:
             return None
-        store = read.propagate(plan, starts, unsharded)
+        store = (base.repropagate(starts, unsharded) if base is not None
+                 else read.propagate(plan, starts, unsharded))
         if store is None or read.rules_to_attach():
             return None
         reader = cls(read.graph.module, missing_as_replicated=missing_as_replicated,

@@ -19,6 +19,7 @@ from jaxlib.mlir import ir
 
 from bench import cost_aware_speed, e2e_measure, zoo
 from bench.models import REGISTRY, REGRESSIONS
+from shardc.compiler.cost_aware import pricing
 from shardc.compiler.cost_aware.candidates import conflict_points, tag_ops
 from shardc.compiler.cost_aware.regions import imported_shardings, region_of, structure_key
 from shardc.compiler.propagation import propagate
@@ -61,3 +62,18 @@ def test_memoised_fingerprints_give_the_same_structure_keys():
     memoised = [structure_key(reader, ops, starts, {}, shared) for ops in regions]
     assert memoised == [structure_key(reader, ops, starts, {}) for ops in regions]
     assert len(set(map(hash, memoised))) > 1
+
+
+@pytest.mark.parametrize("name", [
+    "moe",  # module rounds
+    "conflict_attention_seq",  # best-first module rounds, a pin kept
+    "cnn_batchnorm",  # region rounds, a pin kept
+])
+def test_decisions_unchanged_when_every_copy_is_repropagated(name, monkeypatch):
+    """Every module and region copy re-propagated from a recorded one (not only those of
+    modules of ``INCREMENTAL_OPS``): the same stores, so the same decisions."""
+    monkeypatch.setattr(pricing, "INCREMENTAL_OPS", 0)
+    lower = cost_aware_speed.zoo_lowering(PROGRAMS[name]("small"))
+    resolution = lower("cost-aware").cost_aware_resolution
+    assert cost_aware_speed.decisions_of(resolution) == DECISIONS[name], (
+        resolution.format_text())

@@ -11,16 +11,18 @@ from __future__ import annotations
 import random
 
 import pytest
-from differential.test_propagation_differential import gen, rand_sharding
+from differential.shared_reads import (
+    generated_reads,
+    mesh_axes,
+    random_start,
+    startable_ops,
+)
 from jaxlib.mlir import ir
 
 from shardc.compiler.propagation import SharedRead, propagate_read
-from shardc.compiler.propagation.graph import PropagationGraph, ReadMemo
-from shardc.compiler.propagation.ir_access import PER_VALUE
+from shardc.compiler.propagation.graph import PropagationGraph
 from shardc.dialects import make_context
 from shardc.dialects.sdy import SHARDING_ATTR
-
-SEEDS = 300
 
 
 def _ops(module: ir.Operation) -> list[ir.Operation]:
@@ -28,14 +30,6 @@ def _ops(module: ir.Operation) -> list[ir.Operation]:
     ops: list[ir.Operation] = []
     module.walk(lambda op: ops.append(op) or ir.WalkResult.ADVANCE, ir.WalkOrder.PRE_ORDER)
     return ops[1:]
-
-
-def _startable(read: SharedRead) -> list[int]:
-    """Ops whose one result's sharding is read from their own ``sdy.sharding``."""
-    graph, store = read.graph, read.store
-    return [op for op, results in enumerate(graph.op_results)
-            if len(results) == 1 and store.slot_of[results[0]] >= 0
-            and store.where[store.slot_of[results[0]]] == (PER_VALUE, op, SHARDING_ATTR, 0)]
 
 
 def _copy_with(module: ir.Operation, starts: dict[int, ir.Attribute]) -> ir.Operation:
@@ -51,30 +45,18 @@ def _copy_with(module: ir.Operation, starts: dict[int, ir.Attribute]) -> ir.Oper
 def test_propagations_on_a_shared_read_are_those_of_copies(plan):
     context = make_context()
     checked = unusable = 0
-    for seed in range(SEEDS):
-        text = gen(seed)
-        try:
-            module = ir.Module.parse(text, context)
-            read = SharedRead(module.operation.clone(), memo=ReadMemo())
-        except Exception:  # programs the generator gets wrong, or dynamic shapes
-            continue
+    for seed, text, module, read in generated_reads(context):
         if not read.usable:
             unusable += 1
             continue
         rng = random.Random(seed)
-        mesh = [(name, size) for name, size in
-                (axis.split("=") for axis in text.split("<[")[1].split("]>")[0].split(", "))]
-        mesh = [(name.strip('"'), int(size)) for name, size in mesh]
-        startable = _startable(read)
+        mesh = mesh_axes(text)
+        startable = startable_ops(read)
         # The module as it is first (the first run's plans are reused by the others).
         candidates = [{}]
         for _ in range(4):
             chosen = rng.sample(startable, min(len(startable), rng.randint(1, 2)))
-            candidates.append({
-                op: ir.Attribute.parse("#sdy.sharding_per_value<[" + rand_sharding(
-                    rng, mesh, read.graph.value_shape[read.graph.op_results[op][0]]) + "]>",
-                    context)
-                for op in chosen})
+            candidates.append({op: random_start(rng, read, mesh, op, context) for op in chosen})
         for starts in candidates:
             store = read.propagate(plan, starts)
             copy = _copy_with(module.operation, starts)
