@@ -217,6 +217,7 @@ class JitFunction(JitSurface):
         c = self._caches
         return CacheInfo(c.hits, c.misses, len(c.lowerings), len(c.executables))
 
+    @jax_private.api_boundary
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Trace (or reuse), annotate and propagate the function for these arguments.
 
@@ -235,6 +236,7 @@ class JitFunction(JitSurface):
         except HighLevelProgramError:  # high-level results or closed-over boxes
             return self._lower_high(args, kwargs, propagate)
 
+    @jax_private.api_boundary
     def trace(self, *args: Any, **kwargs: Any) -> Traced:
         """Trace the function for these arguments (a ``Traced``: ``jaxpr``, ``out_info``,
         ``lower()``), as ``jax.jit(f).trace`` does."""
@@ -262,10 +264,12 @@ class JitFunction(JitSurface):
 
         return Traced(jax_traced, lower, out_info)
 
+    @jax_private.api_boundary
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
         """The results' types and given shardings, as ``jax.ShapeDtypeStruct``s."""
         return self.trace(*args, **kwargs).out_info
 
+    @jax_private.api_boundary
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run on these arguments; lowering and compiling happen once per signature.
 
@@ -919,6 +923,7 @@ class _NotGiven:
 _NOT_GIVEN = _NotGiven()
 
 
+@jax_private.api_boundary
 def jit(
     fun: Callable | _NotGiven = _NOT_GIVEN,
     in_shardings: Any = None,

@@ -244,6 +244,16 @@ def hide_frames_of(directories: list[str]) -> None:
         traceback_util.register_exclusion(directory)
 
 
+def api_boundary(fun: Any) -> Any:
+    """``fun`` as an entry point of jax's API: an exception raised below it leaves
+    with a traceback without jax's and shardc's frames, in the form
+    ``jax_traceback_filtering`` asks for (a note, an ``UnfilteredStackTrace``
+    cause, ``__tracebackhide__``), as from jax.jit's own entry points."""
+    from jax._src import traceback_util
+
+    return traceback_util.api_boundary(fun)
+
+
 # ----------------------------------------------------------------------------
 # shardc's jit as a primitive of jax's traces
 # ----------------------------------------------------------------------------
