@@ -318,6 +318,8 @@ class JitFunction(JitSurface):
             # and binds again; traced at every call, as jax.jit does.
             if _has_high_values(args, kwargs):
                 return self._bind(args, kwargs), None, False
+            jax_private.check_jax_values((self._split_static(args)[0], {
+                k: v for k, v in kwargs.items() if k not in self.static_argnames}))
             try:
                 compiled = self._compile_for(args, kwargs)
             except HighLevelProgramError:

@@ -244,6 +244,16 @@ def hide_frames_of(directories: list[str]) -> None:
         traceback_util.register_exclusion(directory)
 
 
+def check_jax_values(tree: Any) -> None:
+    """Raise jax.jit's ``TypeError`` for a leaf that is no JAX type (a string array,
+    say): jax.jit checks a call's dynamic arguments so before running it."""
+    import jax
+    from jax._src import dispatch
+
+    for leaf in jax.tree.leaves(tree):
+        dispatch.check_arg(leaf)
+
+
 def api_boundary(fun: Any) -> Any:
     """``fun`` as an entry point of jax's API: an exception raised below it leaves
     with a traceback without jax's and shardc's frames, in the form

@@ -374,6 +374,18 @@ def test_abstract_or_unsupported_arguments(compiled_add):
         compiled_add("no", np.ones(8, np.float32))
 
 
+def test_string_array_argument_is_no_jax_type():
+    # A string array is a jax.Array (on CPU) that jit refuses before compiling.
+    strings = jax.device_put(np.array(["abcd", "efgh"], dtype=np.dtypes.StringDType()),
+                             device=jax.devices("cpu")[0])
+    with pytest.raises(TypeError) as theirs:
+        jax.jit(lambda x: x)(strings)
+    with pytest.raises(TypeError) as ours:
+        jit(lambda x: x)(strings)
+    assert str(ours.value) == str(theirs.value)
+    assert "is not a valid JAX type" in str(ours.value)
+
+
 def test_wrong_pytree(compiled_add):
     with pytest.raises(PytreeMismatchError, match="Function compiled with input pytree does not match"):
         compiled_add((np.ones(8, np.float32),), np.ones(8, np.float32))
