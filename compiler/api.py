@@ -29,6 +29,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxlib.mlir import ir
 
 import shardc.compiler as shardc_compiler
+import shardc.dialects as shardc_dialects
 import shardc.runtime as shardc_runtime
 from shardc.compiler import annotation, effects, export, layouts, memories, signature
 from shardc.compiler.checks.strict import check_strict
@@ -55,7 +56,7 @@ from shardc.runtime.effects import NO_EFFECTS, ProgramEffects
 
 # Op locations must name the user's source line, not shardc's jit wrapper.
 jax_private.hide_frames_of(
-    [os.path.dirname(module.__file__) for module in (shardc_compiler, shardc_runtime)]
+    [os.path.dirname(module.__file__) for module in (shardc_compiler, shardc_runtime, shardc_dialects)]
 )
 
 
@@ -318,7 +319,7 @@ class JitFunction(JitSurface):
             # and binds again; traced at every call, as jax.jit does.
             if _has_high_values(args, kwargs):
                 return self._bind(args, kwargs), None, False
-            jax_private.check_jax_values((self._split_static(args)[0], {
+            jax_private.check_jax_arrays((self._split_static(args)[0], {
                 k: v for k, v in kwargs.items() if k not in self.static_argnames}))
             try:
                 compiled = self._compile_for(args, kwargs)

@@ -244,14 +244,17 @@ def hide_frames_of(directories: list[str]) -> None:
         traceback_util.register_exclusion(directory)
 
 
-def check_jax_values(tree: Any) -> None:
-    """Raise jax.jit's ``TypeError`` for a leaf that is no JAX type (a string array,
-    say): jax.jit checks a call's dynamic arguments so before running it."""
+def check_jax_arrays(tree: Any) -> None:
+    """Raise jax.jit's ``TypeError`` for a ``jax.Array`` leaf that is no JAX type (a
+    string array): jax.jit checks a call's dynamic arguments so after tracing, before
+    lowering. Only arrays: another leaf that is no JAX type fails its abstraction
+    first, with jax's error for that (``signature.argument_signature``)."""
     import jax
     from jax._src import dispatch
 
     for leaf in jax.tree.leaves(tree):
-        dispatch.check_arg(leaf)
+        if isinstance(leaf, jax.Array):
+            dispatch.check_arg(leaf)
 
 
 def api_boundary(fun: Any) -> Any:
