@@ -86,7 +86,7 @@ def compile_executable(
     debug options by name, as ``jax.jit(compiler_options=...)`` passes them.
     """
     import numpy as np
-    from jax._src import dispatch
+    from jax._src import compiler, dispatch
     from jax.extend import backend
     from jaxlib import xla_client
 
@@ -115,7 +115,11 @@ def compile_executable(
         if is_compile_only(client):
             return client.compile(module, executable_devices=device_list,
                                   compile_options=options, **extra)
-        return client.compile_and_load(module, device_list, options, **extra)
+        # Through jax's persistent compilation cache (`jax_compilation_cache_dir`),
+        # read and written as for jax.jit's programs, with its events and logs.
+        return compiler.compile_or_get_cached(
+            client, module, np.array(devices, dtype=object), options, host_callbacks,
+            device_list)
 
 
 def is_compile_only(client: Any) -> bool:
