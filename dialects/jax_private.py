@@ -227,6 +227,30 @@ def fast_array_result_handler(aval: Any, sharding: Any, committed: bool = True) 
                                            _skip_checks=True)
 
 
+def physical_type(aval: Any) -> Any:
+    """The ``ShapeDtypeStruct`` an extended-dtype value (a PRNG key, any other
+    ``dtypes.ExtendedDType``) has inside a module: its element's physical shape
+    appended, its physical dtype (jax's ``core.physical_aval``)."""
+    import jax
+    from jax._src import core
+
+    element = core.physical_element_aval(aval.dtype)
+    return jax.ShapeDtypeStruct((*aval.shape, *element.shape), element.dtype)
+
+
+def physical_data(value: Any) -> Any:
+    """The array of physical elements an extended-dtype ``jax.Array`` holds (a PRNG
+    key array's key data, an ``EArray``'s data), as jax's argument handlers pass it."""
+    from jax._src import earray
+    from jax._src.random import prng
+
+    if isinstance(value, prng.PRNGKeyArray):
+        return value._base_array
+    if isinstance(value, earray.EArray):
+        return value._data
+    raise TypeError(f"no physical data known for an array of type {type(value)}")
+
+
 def jax_result_handler(aval: Any, sharding: Any, committed: bool = True) -> Any:
     """jax's own global result handler registry (float0, PRNG keys, tokens...)."""
     from jax._src.interpreters import pxla
