@@ -395,9 +395,14 @@ def is_unspecified(sharding: Any) -> bool:
 
 
 # jax modules that register rules for the jit primitive but that ``import jax`` does
-# not import (jax's sparse transform, 0.5 s to import, is left out).
+# not import: imported with the clone.
 _MODULES_WITH_JIT_RULES = (
     "jax._src.checkify", "jax.experimental.key_reuse._core", "jax.experimental.jet")
+# Such modules too slow to import for every user (jax's sparse transform, 1 s): their
+# rules are copied once the user has imported them (``copy_late_jit_rules``).
+_LATE_MODULES_WITH_JIT_RULES = ("jax.experimental.sparse.transform",)
+# Per clone, its registry copier and the late modules whose rules it has not copied.
+_late_rules: list[tuple[Any, set[str]]] = []
 
 
 def clone_jit_primitive(name: str, impl: Any) -> Any:
@@ -470,22 +475,39 @@ def clone_jit_primitive(name: str, impl: Any) -> Any:
             return rebound(rule)
         return rule
 
+    def copy_registries(modules: list[types.ModuleType]) -> None:
+        for module in modules:
+            if not getattr(module, "__name__", "").startswith("jax"):
+                continue
+            for registry in list(vars(module).values()):
+                try:
+                    if isinstance(registry, dict) and original in registry:
+                        registry.setdefault(primitive, remap(registry[original]))
+                    elif isinstance(registry, set) and original in registry:
+                        registry.add(primitive)
+                except TypeError:  # a dict or set whose keys cannot be compared with ours
+                    continue
+
     for attr, value in vars(original).items():
         if attr not in ("name", "impl"):
             setattr(primitive, attr, remap(value))
-    for module in list(sys.modules.values()):
-        if not getattr(module, "__name__", "").startswith("jax"):
-            continue
-        for registry in list(vars(module).values()):
-            try:
-                if isinstance(registry, dict) and original in registry:
-                    registry.setdefault(primitive, remap(registry[original]))
-                elif isinstance(registry, set) and original in registry:
-                    registry.add(primitive)
-            except TypeError:  # a dict or set whose keys cannot be compared with ours
-                continue
+    copy_registries(list(sys.modules.values()))
+    _late_rules.append((copy_registries, set(_LATE_MODULES_WITH_JIT_RULES)))
     primitive.def_impl(impl)
     return primitive
+
+
+def copy_late_jit_rules() -> None:
+    """Give the cloned jit primitives the jit rules of the slow modules
+    (``_LATE_MODULES_WITH_JIT_RULES``) imported since: called before binding one, so
+    that, e.g., ``sparsify`` of a function calling a shardc jit finds its rule."""
+    import sys
+
+    for copy_registries, pending in _late_rules:
+        loaded = [name for name in pending if name in sys.modules]
+        if loaded:
+            pending.difference_update(loaded)
+            copy_registries([sys.modules[name] for name in loaded])
 
 
 def jaxpr_function(closed_jaxpr: Any) -> Any:
