@@ -118,6 +118,8 @@ WIDE_FILES = (
     "lax_numpy_indexing_test.py", "shape_poly_test.py", "ode_test.py", "jet_test.py",
     "optimizers_test.py", "async_collectives_test.py", "sparsify_test.py",
     "scipy_optimize_test.py", "fused_test.py", "tree_util_test.py",
+    "jax_numpy_error_test.py", "debugger_test.py", "jaxpr_util_test.py",
+    "multibackend_test.py", "lax_numpy_hijax_test.py", "pmap_test.py",
 )
 SETS = {"peer": FILES, "wide": WIDE_FILES}
 # --jit-tests-only: both passes leave out the tests whose source never names jit.
