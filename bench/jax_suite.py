@@ -111,6 +111,15 @@ WIDE_FILES = (
     "debug_nans_test.py", "error_check_test.py", "hijax_test.py", "nn_test.py",
     "batching_test.py", "sparse_test.py", "x64_context_test.py", "transfer_guard_test.py",
     "name_stack_test.py", "logging_test.py", "stateful_rng_test.py", "cache_key_test.py",
+    "traceback_test.py", "errors_test.py", "source_info_test.py", "dtypes_test.py",
+    "compilation_cache_test.py", "custom_partitioning_test.py", "buffer_callback_test.py",
+    "ffi_test.py", "string_array_test.py", "control_deps_test.py",
+    "scheduling_groups_test.py", "metadata_test.py", "lax_autodiff_test.py",
+    "lax_numpy_indexing_test.py", "shape_poly_test.py", "ode_test.py", "jet_test.py",
+    "optimizers_test.py", "async_collectives_test.py", "sparsify_test.py",
+    "scipy_optimize_test.py", "fused_test.py", "tree_util_test.py",
+    "jax_numpy_error_test.py", "debugger_test.py", "jaxpr_util_test.py",
+    "multibackend_test.py", "lax_numpy_hijax_test.py", "pmap_test.py",
 )
 SETS = {"peer": FILES, "wide": WIDE_FILES}
 # --jit-tests-only: both passes leave out the tests whose source never names jit.

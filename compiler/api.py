@@ -28,6 +28,7 @@ from jax.sharding import Mesh, NamedSharding
 from jaxlib.mlir import ir
 
 import shardc.compiler as shardc_compiler
+import shardc.dialects as shardc_dialects
 import shardc.runtime as shardc_runtime
 from shardc.compiler import auto, effects, export, layouts, signature
 from shardc.compiler.checks.strict import check_strict
@@ -49,7 +50,8 @@ from shardc.runtime.effects import NO_EFFECTS, ProgramEffects
 
 # Op locations must name the user's source line, not shardc's jit wrapper.
 jax_private.hide_frames_of(
-    [os.path.dirname(module.__file__) for module in (shardc_compiler, shardc_runtime)]
+    [os.path.dirname(module.__file__)
+     for module in (shardc_compiler, shardc_runtime, shardc_dialects)]
 )
 
 
@@ -139,6 +141,7 @@ class JitFunction(JitCalls, JitSurface):
         c = self._caches
         return CacheInfo(c.hits, c.misses, len(c.lowerings), len(c.executables))
 
+    @jax_private.api_boundary
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Trace (or reuse), annotate and propagate the function for these arguments.
 
@@ -157,6 +160,7 @@ class JitFunction(JitCalls, JitSurface):
         except hitypes.HighLevelProgramError:  # high-level results or closed-over boxes
             return self._lower_high(args, kwargs, propagate)
 
+    @jax_private.api_boundary
     def trace(self, *args: Any, **kwargs: Any) -> Traced:
         """Trace the function for these arguments (a ``Traced``: ``jaxpr``, ``out_info``,
         ``lower()``), as ``jax.jit(f).trace`` does."""
@@ -184,6 +188,7 @@ class JitFunction(JitCalls, JitSurface):
 
         return Traced(jax_traced, lower, out_info)
 
+    @jax_private.api_boundary
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
         """The results' types and given shardings, as ``jax.ShapeDtypeStruct``s."""
         return self.trace(*args, **kwargs).out_info
@@ -629,6 +634,7 @@ class _NotGiven:
 _NOT_GIVEN = _NotGiven()
 
 
+@jax_private.api_boundary
 def jit(
     fun: Callable | _NotGiven = _NOT_GIVEN,
     in_shardings: Any = None,

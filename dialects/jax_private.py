@@ -86,7 +86,7 @@ def compile_executable(
     debug options by name, as ``jax.jit(compiler_options=...)`` passes them.
     """
     import numpy as np
-    from jax._src import dispatch
+    from jax._src import compiler, dispatch
     from jax.extend import backend
     from jaxlib import xla_client
 
@@ -115,7 +115,11 @@ def compile_executable(
         if is_compile_only(client):
             return client.compile(module, executable_devices=device_list,
                                   compile_options=options, **extra)
-        return client.compile_and_load(module, device_list, options, **extra)
+        # Through jax's persistent compilation cache (`jax_compilation_cache_dir`),
+        # read and written as for jax.jit's programs, with its events and logs.
+        return compiler.compile_or_get_cached(
+            client, module, np.array(devices, dtype=object), options, host_callbacks,
+            device_list)
 
 
 def is_compile_only(client: Any) -> bool:
@@ -223,6 +227,30 @@ def fast_array_result_handler(aval: Any, sharding: Any, committed: bool = True) 
                                            _skip_checks=True)
 
 
+def physical_type(aval: Any) -> Any:
+    """The ``ShapeDtypeStruct`` an extended-dtype value (a PRNG key, any other
+    ``dtypes.ExtendedDType``) has inside a module: its element's physical shape
+    appended, its physical dtype (jax's ``core.physical_aval``)."""
+    import jax
+    from jax._src import core
+
+    element = core.physical_element_aval(aval.dtype)
+    return jax.ShapeDtypeStruct((*aval.shape, *element.shape), element.dtype)
+
+
+def physical_data(value: Any) -> Any:
+    """The array of physical elements an extended-dtype ``jax.Array`` holds (a PRNG
+    key array's key data, an ``EArray``'s data), as jax's argument handlers pass it."""
+    from jax._src import earray
+    from jax._src.random import prng
+
+    if isinstance(value, prng.PRNGKeyArray):
+        return value._base_array
+    if isinstance(value, earray.EArray):
+        return value._data
+    raise TypeError(f"no physical data known for an array of type {type(value)}")
+
+
 def jax_result_handler(aval: Any, sharding: Any, committed: bool = True) -> Any:
     """jax's own global result handler registry (float0, PRNG keys, tokens...)."""
     from jax._src.interpreters import pxla
@@ -242,6 +270,29 @@ def hide_frames_of(directories: list[str]) -> None:
     for directory in directories:
         source_info_util.register_exclusion(directory)
         traceback_util.register_exclusion(directory)
+
+
+def check_jax_arrays(tree: Any) -> None:
+    """Raise jax.jit's ``TypeError`` for a ``jax.Array`` leaf that is no JAX type (a
+    string array): jax.jit checks a call's dynamic arguments so after tracing, before
+    lowering. Only arrays: another leaf that is no JAX type fails its abstraction
+    first, with jax's error for that (``signature.argument_signature``)."""
+    import jax
+    from jax._src import dispatch
+
+    for leaf in jax.tree.leaves(tree):
+        if isinstance(leaf, jax.Array):
+            dispatch.check_arg(leaf)
+
+
+def api_boundary(fun: Any) -> Any:
+    """``fun`` as an entry point of jax's API: an exception raised below it leaves
+    with a traceback without jax's and shardc's frames, in the form
+    ``jax_traceback_filtering`` asks for (a note, an ``UnfilteredStackTrace``
+    cause, ``__tracebackhide__``), as from jax.jit's own entry points."""
+    from jax._src import traceback_util
+
+    return traceback_util.api_boundary(fun)
 
 
 # ----------------------------------------------------------------------------
@@ -344,9 +395,14 @@ def is_unspecified(sharding: Any) -> bool:
 
 
 # jax modules that register rules for the jit primitive but that ``import jax`` does
-# not import (jax's sparse transform, 0.5 s to import, is left out).
+# not import: imported with the clone.
 _MODULES_WITH_JIT_RULES = (
     "jax._src.checkify", "jax.experimental.key_reuse._core", "jax.experimental.jet")
+# Such modules too slow to import for every user (jax's sparse transform, 1 s): their
+# rules are copied once the user has imported them (``copy_late_jit_rules``).
+_LATE_MODULES_WITH_JIT_RULES = ("jax.experimental.sparse.transform",)
+# Per clone, its registry copier and the late modules whose rules it has not copied.
+_late_rules: list[tuple[Any, set[str]]] = []
 
 
 def clone_jit_primitive(name: str, impl: Any) -> Any:
@@ -419,22 +475,39 @@ def clone_jit_primitive(name: str, impl: Any) -> Any:
             return rebound(rule)
         return rule
 
+    def copy_registries(modules: list[types.ModuleType]) -> None:
+        for module in modules:
+            if not getattr(module, "__name__", "").startswith("jax"):
+                continue
+            for registry in list(vars(module).values()):
+                try:
+                    if isinstance(registry, dict) and original in registry:
+                        registry.setdefault(primitive, remap(registry[original]))
+                    elif isinstance(registry, set) and original in registry:
+                        registry.add(primitive)
+                except TypeError:  # a dict or set whose keys cannot be compared with ours
+                    continue
+
     for attr, value in vars(original).items():
         if attr not in ("name", "impl"):
             setattr(primitive, attr, remap(value))
-    for module in list(sys.modules.values()):
-        if not getattr(module, "__name__", "").startswith("jax"):
-            continue
-        for registry in list(vars(module).values()):
-            try:
-                if isinstance(registry, dict) and original in registry:
-                    registry.setdefault(primitive, remap(registry[original]))
-                elif isinstance(registry, set) and original in registry:
-                    registry.add(primitive)
-            except TypeError:  # a dict or set whose keys cannot be compared with ours
-                continue
+    copy_registries(list(sys.modules.values()))
+    _late_rules.append((copy_registries, set(_LATE_MODULES_WITH_JIT_RULES)))
     primitive.def_impl(impl)
     return primitive
+
+
+def copy_late_jit_rules() -> None:
+    """Give the cloned jit primitives the jit rules of the slow modules
+    (``_LATE_MODULES_WITH_JIT_RULES``) imported since: called before binding one, so
+    that, e.g., ``sparsify`` of a function calling a shardc jit finds its rule."""
+    import sys
+
+    for copy_registries, pending in _late_rules:
+        loaded = [name for name in pending if name in sys.modules]
+        if loaded:
+            pending.difference_update(loaded)
+            copy_registries([sys.modules[name] for name in loaded])
 
 
 def jaxpr_function(closed_jaxpr: Any) -> Any:

@@ -209,6 +209,10 @@ def _jax_array(value: jax.Array, expected: ExpectedArgument, counts: PlacementCo
 
 
 def _sharded(value: jax.Array, expected: ExpectedArgument, counts: PlacementCounts):
+    if jax.dtypes.issubdtype(value.dtype, jax.dtypes.extended):
+        # Extended dtypes run as their physical data (typed PRNG keys as their uint32
+        # key data), the physical type in @main.
+        return _sharded(jax_private.physical_data(value), expected, counts)
     sharding = value.sharding
     if sharding is expected.sharding or (
         sharding == expected.sharding and value.shape == expected.aval.shape
@@ -216,9 +220,6 @@ def _sharded(value: jax.Array, expected: ExpectedArgument, counts: PlacementCoun
         if value.is_deleted():
             raise _deleted(value, expected)
         return value
-    if jax.dtypes.issubdtype(value.dtype, jax.dtypes.extended):
-        # Typed PRNG keys run as their uint32 key data (the physical type in @main).
-        return _sharded(jax.random.key_data(value), expected, counts)
     if value.is_deleted():
         raise _deleted(value, expected)
     _check_type(value, expected)

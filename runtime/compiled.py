@@ -514,7 +514,8 @@ def _decided_sharding(info: ValueInfo, op_sharding: Any, devices: tuple, mesh: M
 
 
 def _physical(aval: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
-    """The type a value has inside the module: PRNG keys are their uint32 data."""
+    """The type a value has inside the module: an extended dtype's physical elements
+    (PRNG keys are their uint32 data)."""
     if jax.dtypes.issubdtype(aval.dtype, jax.dtypes.extended):
-        return jax.eval_shape(jax.random.key_data, aval)
+        return jax_private.physical_type(aval)
     return aval

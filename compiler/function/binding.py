@@ -81,6 +81,7 @@ def bind(primitive: Any, traced: Any, leaves: Sequence[Any],
     them on a jit nested in another, with jax's error, and executing the
     equation compiles with them.
     """
+    jax_private.copy_late_jit_rules()
     params, consts = jax_private.jit_call_parts(traced)
     params["in_shardings"] = merged_shardings(params["in_shardings"], in_shardings, len(consts))
     params["out_shardings"] = merged_shardings(params["out_shardings"], out_shardings, 0)
@@ -97,6 +98,7 @@ def bind_high(primitive: Any, traced: Any, leaves: Sequence[Any],
     types, with jax's parameters and the given shardings, one per high-level argument
     / result leaf (jit's lowering rule for such programs, ``to_lojax``, turns the
     types into arrays, spreads each sharding over a value's arrays and binds again)."""
+    jax_private.copy_late_jit_rules()
     params, consts = jax_private.jit_call_parts(traced)
     params["in_shardings"] = merged_shardings(params["in_shardings"], in_shardings, len(consts))
     params["out_shardings"] = merged_shardings(params["out_shardings"], out_shardings, 0)

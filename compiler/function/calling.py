@@ -65,6 +65,7 @@ class JitCalls:
         # Whether calls donate arguments: their arrays are deleted after each call.
         self._donates = bool(self.donate_argnums or self.options.donate_argnames)
 
+    @jax_private.api_boundary
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run on these arguments; lowering and compiling happen once per signature.
 
@@ -131,6 +132,8 @@ class JitCalls:
             # and binds again; traced at every call, as jax.jit does.
             if hitypes.has_high_values(args, kwargs):
                 return self._bind(args, kwargs), None, False
+            jax_private.check_jax_arrays((self._split_static(args)[0], {
+                k: v for k, v in kwargs.items() if k not in self.static_argnames}))
             try:
                 compiled = self._compile_for(args, kwargs)
             except hitypes.HighLevelProgramError:

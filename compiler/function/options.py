@@ -59,8 +59,12 @@ class JitOptions:
 
     def tracing_options(self) -> dict[str, Any]:
         """The options jax.jit takes as they are: they decide how the function is
-        traced (which arguments are static or donated, whether it is inlined)."""
-        return {name: getattr(self, name) for name in _TRACING_OPTIONS}
+        traced (which arguments are static or donated, whether it is inlined).
+        No donated names is ``None``: jax refuses any other value for a function
+        without a signature (``int``), whose names it cannot check."""
+        options = {name: getattr(self, name) for name in _TRACING_OPTIONS}
+        options["donate_argnames"] = options["donate_argnames"] or None
+        return options
 
 
 _TRACING_OPTIONS = ("static_argnums", "static_argnames", "donate_argnums", "donate_argnames",

@@ -7,6 +7,11 @@ shardings) equal ``jax.jit``'s with the same shardings. Executing a
 transformed equation eagerly compiles it with shardc, never with jax.
 """
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -201,3 +206,26 @@ def test_checkify_and_jet_bind_shardc_primitive_and_equal_jax_jit(mesh):
     assert ours(zero)[0].get() is None
     series = lambda j: jet.jet(j(jnp.sin), (x,), ((jnp.ones(8),),))  # noqa: E731
     _assert_same(series(jit), series(jax.jit))
+
+
+def test_sparsify_of_a_function_calling_jit_after_shardc_was_imported():
+    # jax's sparse transform (slow to import) is imported by the user after shardc;
+    # its rule for the jit primitive must still reach shardc's. In a fresh process,
+    # where nothing imported the transform before shardc.
+    script = textwrap.dedent(
+        """
+        import jax, jax.numpy as jnp, sys
+        from shardc.compiler import jit
+        assert "jax.experimental.sparse.transform" not in sys.modules
+        from jax.experimental import sparse
+        M = sparse.BCOO.fromdense(jnp.array([[0., 1.], [2., 0.]]))
+        v = jnp.array([1., 2.])
+        for j in (jax.jit, jit):
+            out = sparse.sparsify(lambda M, v: j(lambda M, v: (M @ v, 2 * M))(M, v))(M, v)
+            print(out[0].tolist(), out[1].todense().tolist(), type(out[1]).__name__)
+        """)
+    run = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True, text=True,
+                         timeout=180, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert run.returncode == 0, run.stderr
+    theirs, ours = run.stdout.splitlines()
+    assert ours == theirs == "[2.0, 2.0] [[0.0, 2.0], [4.0, 0.0]] BCOO"

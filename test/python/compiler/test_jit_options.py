@@ -59,6 +59,23 @@ def test_signature_errors_are_jax_errors():
         jit(f, P(), device=jax.devices()[0])
 
 
+def test_a_function_without_a_signature():
+    # A builtin such as int has no inspect.signature: jax.jit takes it unless names
+    # are given, which it cannot check.
+    for value, error in ((jnp.arange(3), TypeError),
+                         (jnp.int32(3), jax.errors.ConcretizationTypeError)):
+        with pytest.raises(error) as theirs:
+            jax.jit(int)(value)
+        with pytest.raises(error) as ours:
+            jit(int)(value)
+        assert type(ours.value) is type(theirs.value)
+        assert str(ours.value).splitlines()[0] == str(theirs.value).splitlines()[0]
+    with pytest.raises(ValueError, match="Pass donate_argnums instead of donate_argnames"):
+        jax.jit(int, donate_argnames="x")
+    with pytest.raises(ValueError, match="Pass donate_argnums instead of donate_argnames"):
+        jit(int, donate_argnames="x")
+
+
 def test_donate_argnames_deletes_the_donated_argument():
     x, y = jnp.ones(8), jnp.ones(8)
     out = jit(lambda a, b: a + b, donate_argnames="a")(x, y)

@@ -4,10 +4,14 @@ Every output is blocked on before the next call: with 2 cores, XLA's CPU
 collectives can stall if calls of collective programs overlap.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax._src import core, dtypes, earray
+from jax._src.interpreters import pxla
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from jaxlib.mlir import ir
@@ -175,6 +179,44 @@ def test_prng_keys_in_and_out(mesh):
     np.testing.assert_array_equal(jax.random.key_data(ours[0]), jax.random.key_data(theirs[0]))
     np.testing.assert_array_equal(np.asarray(ours[1]), np.asarray(theirs[1]))
     assert ours[0].sharding.spec == P(("x", "y"))
+
+
+class _FooRules:
+    """A float32 in an extended dtype of its own (jax's ``EArray``), not a PRNG key."""
+    allow_conversion = True
+
+    @staticmethod
+    def physical_element_aval(dtype):
+        return core.ShapedArray((), jnp.float32)
+
+    @staticmethod
+    def global_sharded_result_handler(aval, sharding, committed):
+        physical = pxla.global_result_handlers[core.ShapedArray](
+            core.physical_aval(aval), sharding, committed)
+        return physical.wrap(lambda data: earray.EArray(aval, data))
+
+
+class _foo(dtypes.extended):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class _FooDType(dtypes.ExtendedDType):
+    name: str = "foo"
+    _rules: type = _FooRules
+    type: type = _foo
+
+
+def test_an_extended_dtype_other_than_keys_in_and_out():
+    make = lambda x: jax.lax.convert_element_type(x, _FooDType())  # noqa: E731
+    twice = lambda e: (e, jax.lax.convert_element_type(e, jnp.float32) * 2)  # noqa: E731
+    data = jnp.arange(3, dtype=jnp.float32)
+    ours, theirs = jit(make)(data), jax.jit(make)(data)
+    assert type(ours) is type(theirs) and ours.dtype == theirs.dtype == _FooDType()
+    (same, doubled), (jax_same, jax_doubled) = jit(twice)(ours), jax.jit(twice)(theirs)
+    assert same.dtype == jax_same.dtype == _FooDType()
+    np.testing.assert_array_equal(np.asarray(same._data), np.asarray(jax_same._data))
+    np.testing.assert_array_equal(np.asarray(doubled), np.asarray(jax_doubled))
 
 
 def test_donation_deletes_the_input(mesh):
@@ -374,6 +416,18 @@ def test_abstract_or_unsupported_arguments(compiled_add):
     assert issubclass(InvalidArgumentError, type(theirs.value))
     with pytest.raises(InvalidArgumentError, match=r"args\[0\]: cannot pass a str"):
         compiled_add("no", np.ones(8, np.float32))
+
+
+def test_string_array_argument_is_no_jax_type():
+    # A string array is a jax.Array (on CPU) that jit refuses before compiling.
+    strings = jax.device_put(np.array(["abcd", "efgh"], dtype=np.dtypes.StringDType()),
+                             device=jax.devices("cpu")[0])
+    with pytest.raises(TypeError) as theirs:
+        jax.jit(lambda x: x)(strings)
+    with pytest.raises(TypeError) as ours:
+        jit(lambda x: x)(strings)
+    assert str(ours.value) == str(theirs.value)
+    assert "is not a valid JAX type" in str(ours.value)
 
 
 def test_wrong_pytree(compiled_add):
