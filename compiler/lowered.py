@@ -26,13 +26,12 @@ from jaxlib.mlir import ir
 
 from shardc.compiler import layouts
 from shardc.compiler.checks.program import check_lowered
-from shardc.compiler.cost import comm_report
 from shardc.compiler.cost_aware import Resolution
 from shardc.compiler.effects import program_values
-from shardc.compiler.explain import explain, memory_estimate
+from shardc.compiler.explain import explain
 from shardc.compiler.export import export_lowering
+from shardc.compiler.reports import ProgramReports
 from shardc.compiler.signature import LeafSignature
-from shardc.compiler.stages.shardy_pipeline import propagated_copy
 from shardc.dialects import jax_private
 from shardc.dialects.errors import PlatformMismatchError
 from shardc.dialects.xla_form import module_for_xla
@@ -162,6 +161,7 @@ class Lowered(Stage, jax.stages.Lowered):
         self._keepalive = tuple(keepalive)
         self._unpropagated = unpropagated
         self._lowered_module: ir.Module | None = None
+        self._program_reports: ProgramReports | None = None
         self._in_tree = in_tree
         self._args = tuple(args)
         self._out_tree = out_tree
@@ -378,9 +378,7 @@ class Lowered(Stage, jax.stages.Lowered):
     def comm_report(self, *, platform: str | None = None) -> Any:
         """Predict XLA's collectives per op and source line (a ``CommReport``) as XLA
         compiles them for ``platform`` ("cpu" or "tpu"; default the lowering's)."""
-        return comm_report(propagated_copy(self.module, export=False),
-                           missing_as_replicated=True,
-                           platform=platform or self.target_platform)
+        return self._reports().comm_report(platform or self.target_platform)
 
     @property
     def target_platform(self) -> str:
@@ -408,5 +406,11 @@ class Lowered(Stage, jax.stages.Lowered):
         """Per-device bytes of arguments, outputs, temporaries and donated buffers the
         outputs reuse, before compiling (a ``MemoryEstimate``), as XLA lays them out
         on ``platform`` ("cpu" or "tpu"; default the lowering's)."""
-        return memory_estimate(self.module, arg_names=self.arg_names,
-                               platform=platform or self.target_platform)
+        return self._reports().memory_estimate(platform or self.target_platform,
+                                               self.arg_names)
+
+    def _reports(self) -> ProgramReports:
+        """Both predictions' one read of ``module`` (read anew when ``module`` is another)."""
+        if self._program_reports is None or self._program_reports.module is not self.module:
+            self._program_reports = ProgramReports(self.module)
+        return self._program_reports

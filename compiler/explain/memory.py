@@ -159,13 +159,21 @@ def estimate_memory(module: ir.Operation, *, top: int = 5,
 
     ``arg_names`` (jax's names of the argument leaves) label the aliased buffers.
     """
+    return estimate_memory_of(ModuleValues(module, missing_as_replicated=True), top=top,
+                              arg_names=arg_names, platform=platform)
+
+
+def estimate_memory_of(values: ModuleValues, *, top: int = 5,
+                       arg_names: tuple[str, ...] | None = None,
+                       platform: str = "cpu") -> MemoryEstimate:
+    """``estimate_memory`` of a propagated module already read (``values``, read with
+    ``missing_as_replicated``), which it leaves as it was."""
     with predicting_for(platform_rules(platform)):
-        return _estimate(module, top, arg_names)
+        return _estimate(values, top, arg_names)
 
 
-def _estimate(module: ir.Operation, top: int,
+def _estimate(values: ModuleValues, top: int,
               arg_names: tuple[str, ...] | None) -> MemoryEstimate:
-    values = ModuleValues(module, missing_as_replicated=True)
     walker = LivenessWalker(values)
     graph = values.graph
     func = _main(values)
