@@ -20,8 +20,10 @@ from jaxlib.mlir import ir
 from shardc.compiler.cost.platforms import platform_rules, predicting_for
 from shardc.compiler.cost.report import CommReport, comm_report_of
 from shardc.compiler.explain.memory import MemoryEstimate, estimate_memory_of
+from shardc.compiler.propagation import propagate_read
 from shardc.compiler.propagation.values import ModuleValues
-from shardc.compiler.stages.shardy_pipeline import propagated_copy
+from shardc.compiler.stages import import_pipeline
+from shardc.compiler.stages.shardy_pipeline import clone
 
 
 class ProgramReports:
@@ -37,8 +39,15 @@ class ProgramReports:
         """The propagated copy, read (a value without a sharding is replicated, as XLA
         takes it once propagation is over)."""
         if self._values is None:
-            copy = propagated_copy(self.module.operation, export=False)
-            self._values = ModuleValues(copy, missing_as_replicated=True)
+            # ``propagated_copy(export=False)``, read through the propagation's own graph
+            # and store: what reading the copy again builds, except where the propagation
+            # erased ops or a manual computation's in-shardings are read again.
+            copy = clone(self.module)
+            with copy.context:
+                import_pipeline(copy)
+                graph, store = propagate_read(copy, plan="user-priority")
+            read = None if any(graph.erased) or store.manual else (graph, store)
+            self._values = ModuleValues(copy, missing_as_replicated=True, read=read)
         return self._values
 
     def comm_report(self, platform: str) -> CommReport:
