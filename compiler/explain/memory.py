@@ -210,7 +210,8 @@ def _estimate(values: ModuleValues, top: int,
     peak_op = ops[at] if temp else -1
     inside = {id(iv.buffer) for iv in packed if iv.buffer is not None}
     kept = [b for b in walker.buffers if id(b) not in inside]
-    largest = tuple(sorted(kept, key=lambda b: -b.bytes_per_device)[:top])
+    largest = tuple(map(walker.described,
+                        sorted(kept, key=lambda b: -b.bytes_per_device)[:top]))
     return MemoryEstimate(sum(a.bytes_per_device for a in arguments), output_bytes, temp,
                           graph.op_name[peak_op] if peak_op >= 0 else None,
                           loc_text(graph.ops[peak_op]) if peak_op >= 0 else None, largest,
