@@ -377,7 +377,11 @@ class Lowered(Stage, jax.stages.Lowered):
 
     def comm_report(self, *, platform: str | None = None) -> Any:
         """Predict XLA's collectives per op and source line (a ``CommReport``) as XLA
-        compiles them for ``platform`` ("cpu" or "tpu"; default the lowering's)."""
+        compiles them for ``platform`` ("cpu" or "tpu"; default the lowering's).
+
+        Made once per platform, from one propagated read of ``module`` that
+        ``memory_estimate`` shares (``compiler.reports``): a ``module`` changed in
+        place afterwards is not read again; one assigned anew is."""
         return self._reports().comm_report(platform or self.target_platform)
 
     @property
@@ -405,7 +409,8 @@ class Lowered(Stage, jax.stages.Lowered):
     def memory_estimate(self, *, platform: str | None = None) -> Any:
         """Per-device bytes of arguments, outputs, temporaries and donated buffers the
         outputs reuse, before compiling (a ``MemoryEstimate``), as XLA lays them out
-        on ``platform`` ("cpu" or "tpu"; default the lowering's)."""
+        on ``platform`` ("cpu" or "tpu"; default the lowering's); read as
+        ``comm_report`` reads ``module``."""
         return self._reports().memory_estimate(platform or self.target_platform,
                                                self.arg_names)
 
