@@ -1,5 +1,6 @@
 """bench/plan_speed.py: planning on an AbstractMesh of 16,384 devices, without devices."""
 
+import json
 import math
 
 import jax
@@ -47,3 +48,21 @@ def test_readme_table_shows_before_and_after(tmp_path):
     readme.write_text(plan_speed.splice(readme.read_text(), text, *plan_speed.README_MARKERS))
     assert readme.read_text().startswith("intro\n<!-- plan:start -->\ncpu seconds")
     assert readme.read_text().endswith("<!-- plan:end -->\nrest\n")
+
+
+def test_plan_outputs_compares_dumps(tmp_path):
+    """bench.plan_outputs: a program's answers, dumped twice, compare equal; a changed
+    answer or a missing program is named."""
+    from bench import plan_outputs
+
+    first = plan_outputs.dump(["mlp_megatron"])
+    assert first["mlp_megatron"]["cpu"]["comm"] and first["mlp_megatron"]["cpu"]["memory"]
+    paths = []
+    for name, results in (("a", first), ("b", plan_outputs.dump(["mlp_megatron"]))):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps({"root": str(plan_outputs.ROOT), "results": results}))
+    assert plan_outputs.main(["compare", *map(str, paths)]) == 0
+    changed = json.loads(json.dumps(first))
+    changed["mlp_megatron"]["tpu"]["memory"]["temp_bytes"] += 1
+    assert plan_outputs.compare(first, changed) == ["mlp_megatron"]
+    assert plan_outputs.compare(first, {}) == ["mlp_megatron"]
