@@ -12,9 +12,12 @@ seconds per stage (lowering, comm_report, memory_estimate) with the predicted
 collective bytes per device per step (``step_totals``: loop bodies once per
 iteration; and ``totals``: once), the estimated per-device total, and JSON.
 ``--clock cpu`` times this thread's CPU time instead of wall time (steadier on
-a machine shared with other work). Run: ``python -m bench.plan_speed
-[--devices 16 256 4096 16384] [--variants unrolled scan remat] [--layers 32]
-[--dtype f32|bf16] [--clock wall|cpu] [--json PATH]``.
+a machine shared with other work). ``--readme README.md`` also writes the table
+between its ``<!-- plan:start -->`` and ``<!-- plan:end -->`` markers, next to
+the seconds of an earlier run's ``--json`` given as ``--before``. Run:
+``python -m bench.plan_speed [--devices 16 256 4096 16384] [--variants unrolled
+scan remat] [--layers 32] [--dtype f32|bf16] [--clock wall|cpu] [--json PATH]
+[--readme README.md [--before BEFORE.json]]``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
+import pathlib
 import time
 
 import jax
@@ -29,6 +34,7 @@ import jax.numpy as jnp
 from jax.sharding import AbstractMesh, AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from bench.render_readme import splice
 from shardc.compiler import jit
 
 # Llama-2-7B's shape.
@@ -159,6 +165,35 @@ def plan(variant: str, devices: int, layers: int = LAYERS, *, heads: int = HEADS
             "net_bytes": estimate.net_bytes}
 
 
+README_MARKERS = ("<!-- plan:start -->", "<!-- plan:end -->")
+
+
+def readme_table(data: dict, before: dict | None = None) -> str:
+    """The rows of a run (``--json``'s form) as a markdown table: seconds per stage,
+    after those of ``before`` (an earlier run of the same rows) when given."""
+    stages = ("lowering_s", "comm_s", "memory_s", "total_s")
+
+    def seconds(row: dict | None) -> str:
+        return " / ".join(f"{row[k]:.2f}" for k in stages) if row else ""
+
+    earlier = {(r["variant"], r["devices"]): r for r in (before or {}).get("rows", ())}
+    head = ["variant", "devices"] + (["before: lower / comm / memory / total s"] if before
+                                     else []) + ["lower / comm / memory / total s",
+                                                 "comm GiB/step (bodies once)",
+                                                 "net GiB/device"]
+    lines = [f"{data['clock']} seconds, {data['layers']} layers, {data['dtype']}"
+             + (f"; load average {data['load']:.1f}" if data.get("load") is not None else ""),
+             "", "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for row in data["rows"]:
+        cells = [row["variant"], str(row["devices"])]
+        if before:
+            cells.append(seconds(earlier.get((row["variant"], row["devices"]))))
+        cells += [seconds(row), f"{row['step_bytes'] / 2**30:.2f} "
+                  f"({row['body_once_bytes'] / 2**30:.2f})", f"{row['net_bytes'] / 2**30:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n" + "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.plan_speed",
                                      description=__doc__.splitlines()[0])
@@ -170,6 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="wall time, or this thread's CPU time (steadier on a busy machine)")
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--readme", help="also write the table into this README's plan "
+                        "section")
+    parser.add_argument("--before", help="an earlier run's --json, shown next to this one "
+                        "in the README's table")
     options = parser.parse_args(argv)
     print(f"{'variant':9} {'devices':>7} {'lower s':>8} {'comm s':>7} {'memory s':>8} "
           f"{'total s':>7} {'comm GiB/step':>13} {'(bodies once)':>13} {'net GiB/device':>14}")
@@ -184,10 +223,17 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['step_bytes'] / 2**30:13.2f} {row['body_once_bytes'] / 2**30:13.2f} "
                   f"{row['net_bytes'] / 2**30:14.2f}",
                   flush=True)
+    data = {"layers": options.layers, "dtype": options.dtype, "clock": options.clock,
+            "load": os.getloadavg()[0], "rows": rows}
     if options.json:
         with open(options.json, "w") as f:
-            json.dump({"layers": options.layers, "dtype": options.dtype,
-                       "clock": options.clock, "rows": rows}, f, indent=2)
+            json.dump(data, f, indent=2)
+    if options.readme:
+        before = json.loads(pathlib.Path(options.before).read_text()) if options.before \
+            else None
+        readme = pathlib.Path(options.readme)
+        readme.write_text(splice(readme.read_text(), readme_table(data, before),
+                                 *README_MARKERS))
     return 0
 
 

@@ -52,6 +52,7 @@ _SEVERITY_FROM_MLIR = {
 # The first file location inside any printed location (name, call site, fused
 # locations nest it), which is what MLIR's findInstanceOf<FileLineColLoc> picks.
 _FILE_LOC = re.compile(r'"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
+_ESCAPED = re.compile(r"\\(.)")
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,9 @@ def source_loc_of(location: ir.Location) -> SourceLoc | None:
     match = _FILE_LOC.search(str(location))
     if match is None:
         return None
-    name = re.sub(r"\\(.)", r"\1", match.group(1))
+    name = match.group(1)
+    if "\\" in name:  # most paths have nothing escaped: no substitution to make
+        name = _ESCAPED.sub(r"\1", name)
     loc = SourceLoc(name, int(match.group(2)), int(match.group(3)))
     location_map = _ACTIVE_LOCATION_MAP.get()
     return loc if location_map is None else location_map(loc)

@@ -26,10 +26,11 @@ from jaxlib.mlir import ir
 
 from shardc.compiler import layouts
 from shardc.compiler.checks.program import check_lowered
-from shardc.compiler.cost import comm_report, step_time
+from shardc.compiler.cost import step_time
 from shardc.compiler.cost_aware import Resolution
 from shardc.compiler.effects import program_values
-from shardc.compiler.explain import explain, memory_estimate
+from shardc.compiler.explain import explain
+from shardc.compiler.explain.reports import ProgramReports
 from shardc.compiler.export import export_lowering
 from shardc.compiler.signature import LeafSignature
 from shardc.compiler.stages.shardy_pipeline import propagated_copy
@@ -162,6 +163,7 @@ class Lowered(Stage, jax.stages.Lowered):
         self._keepalive = tuple(keepalive)
         self._unpropagated = unpropagated
         self._lowered_module: ir.Module | None = None
+        self._program_reports: ProgramReports | None = None
         self._in_tree = in_tree
         self._args = tuple(args)
         self._out_tree = out_tree
@@ -386,10 +388,12 @@ class Lowered(Stage, jax.stages.Lowered):
 
     def comm_report(self, *, platform: str | None = None) -> Any:
         """Predict XLA's collectives per op and source line (a ``CommReport``) as XLA
-        compiles them for ``platform`` ("cpu" or "tpu"; default the lowering's)."""
-        return comm_report(propagated_copy(self.module, export=False),
-                           missing_as_replicated=True,
-                           platform=platform or self.target_platform)
+        compiles them for ``platform`` ("cpu" or "tpu"; default the lowering's).
+
+        Made once per platform, from one propagated read of ``module`` that
+        ``memory_estimate`` shares (``compiler.explain.reports``): a ``module`` changed in
+        place afterwards is not read again; one assigned anew is."""
+        return self._reports().comm_report(platform or self.target_platform)
 
     def step_time(self, *, platform: str | None = None) -> Any:
         """Model one step's compute and communication time per device (a
@@ -423,6 +427,13 @@ class Lowered(Stage, jax.stages.Lowered):
     def memory_estimate(self, *, platform: str | None = None) -> Any:
         """Per-device bytes of arguments, outputs, temporaries and donated buffers the
         outputs reuse, before compiling (a ``MemoryEstimate``), as XLA lays them out
-        on ``platform`` ("cpu" or "tpu"; default the lowering's)."""
-        return memory_estimate(self.module, arg_names=self.arg_names,
-                               platform=platform or self.target_platform)
+        on ``platform`` ("cpu" or "tpu"; default the lowering's); read as
+        ``comm_report`` reads ``module``."""
+        return self._reports().memory_estimate(platform or self.target_platform,
+                                               self.arg_names)
+
+    def _reports(self) -> ProgramReports:
+        """Both predictions' one read of ``module`` (read anew when ``module`` is another)."""
+        if self._program_reports is None or self._program_reports.module is not self.module:
+            self._program_reports = ProgramReports(self.module)
+        return self._program_reports

@@ -411,6 +411,8 @@ def argument_signature(
     Errors name arguments as jax does (``names()``: jax's names of the leaves,
     asked for only then; ``fun_name``: the function's; ``api_name``: ``jit`` or ``pjit``).
     """
+    # jax's names are made for all leaves at once: asked once, not once per leaf.
+    names = functools.cache(names)
     paths, values = flatten_with_paths((tuple(args), kwargs), "")
     paths = [_argument_path(path) for path in paths]
     num_positional = len(jax.tree.leaves(tuple(args)))

@@ -122,11 +122,14 @@ class _Tiling:
 
     counts: tuple[int, ...]
     replication: int
-    devices: tuple  # nested tuples (hashable); see ``array``
+    # The device array's entries as int64 bytes, in order (hashable, compared whole;
+    # a tuple of a pod's Python ints cost more to make and read than the answer).
+    devices: bytes
 
     @property
     def array(self):
-        return np.array(self.devices).reshape(self.counts + (self.replication,))
+        return np.frombuffer(self.devices, dtype=np.int64).reshape(
+            self.counts + (self.replication,))
 
     @property
     def tiles(self) -> int:
@@ -135,15 +138,18 @@ class _Tiling:
     def coords(self) -> np.ndarray:
         """Each device's tile coordinates: row ``d`` is device ``d``'s (devices are
         ``0 .. n-1``), one array operation whatever the device count."""
-        flat = np.asarray(self.devices)
+        flat = np.frombuffer(self.devices, dtype=np.int64)
         place = np.empty(len(flat), dtype=np.int64)
         place[flat] = np.arange(len(flat))
         index = np.unravel_index(place, self.counts + (self.replication,))[:-1]
         return np.stack(index, axis=-1) if index else np.zeros((len(flat), 0), np.int64)
 
 
-def _tiling(sharding: TensorSharding | None, rank: int, axes: list[tuple]) -> _Tiling:
-    """XLA's tile assignment for ``sharding`` on a mesh of ``axes`` (devices in iota order)."""
+@lru_cache(maxsize=4096)
+def _tiling(sharding: TensorSharding | None, rank: int,
+            axes: tuple[tuple[str, int], ...]) -> _Tiling:
+    """XLA's tile assignment for ``sharding`` on a mesh of ``axes`` (devices in iota order),
+    once per sharding: a program reshards each of a few shardings to several others."""
     per_dim = dim_axes(sharding, rank)
     # Split every mesh axis into the sub-axes any dimension uses (major to minor).
     cuts: dict[str, set[int]] = {name: {1, size} for name, size in axes}
@@ -173,7 +179,12 @@ def _tiling(sharding: TensorSharding | None, rank: int, axes: list[tuple]) -> _T
     array = array.transpose(order + rest) if pieces else array
     replication = prod(pieces[k][2] for k in rest) if rest else 1
     array = array.reshape(tuple(counts) + (replication,))
-    return _Tiling(tuple(counts), replication, tuple(array.flatten().tolist()))
+    return _Tiling(tuple(counts), replication, _entries(array))
+
+
+def _entries(array: np.ndarray) -> bytes:
+    """``_Tiling.devices`` of a device array."""
+    return np.ascontiguousarray(array, dtype=np.int64).tobytes()
 
 
 def _local(shape: Sequence[int], counts: Sequence[int]) -> list[int]:
@@ -256,7 +267,7 @@ def _swap(tiling: _Tiling, source: int, target: int, group: int | None = None) -
     counts[source] //= group
     counts[target] *= group
     moved = moved.reshape(tuple(counts) + (tiling.replication,))
-    return _Tiling(tuple(counts), tiling.replication, tuple(moved.flatten().tolist()))
+    return _Tiling(tuple(counts), tiling.replication, _entries(moved))
 
 
 def _nested(inner: _Tiling, outer: _Tiling) -> bool:
@@ -312,7 +323,7 @@ def _coarsen(a: _Tiling, keep: Sequence[int]) -> _Tiling | None:
     rank = len(keep)
     order = [2 * i for i in range(rank)] + [2 * i + 1 for i in range(rank)] + [2 * rank]
     array = array.transpose(order).reshape(tuple(keep) + (-1,))
-    return _Tiling(tuple(keep), array.shape[-1], tuple(array.flatten().tolist()))
+    return _Tiling(tuple(keep), array.shape[-1], _entries(array))
 
 
 def _gather(shape, element_bytes, counts, keep, names) -> list[Collective]:

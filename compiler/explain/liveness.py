@@ -54,6 +54,16 @@ class Buffer:
     bytes_per_device: int
 
 
+@dataclass(frozen=True)
+class Allocation:
+    """A temporary buffer as the walk finds it: the value and op, described (named and
+    located, which prints the op's location) only if the estimate lists it."""
+
+    value: int
+    op: int
+    bytes_per_device: int
+
+
 @dataclass
 class Interval:
     """A buffer's live positions (inclusive) in the main function's op list."""
@@ -61,7 +71,7 @@ class Interval:
     start: int
     end: int
     size: int
-    buffer: Buffer | None
+    buffer: Allocation | None
     fits_output: bool = True  # one value, so XLA may place it in an output buffer
 
 
@@ -80,9 +90,16 @@ class LivenessWalker:
             for block_args, block_ops in graph.op_blocks[op]:
                 if block_ops:
                     self.block_args[block_ops[0]] = block_args
-        self.buffers: list[Buffer] = []
+        self.buffers: list[Allocation] = []
         self.state = ir.AsmState(values.graph.module)
         self.rules = active_rules()  # the platform's buffer layout
+
+    def described(self, allocation: Allocation) -> Buffer:
+        """The buffer of ``allocation`` with its value's name and its op's source line."""
+        graph = self.graph
+        return Buffer(graph.values[allocation.value].get_name(self.state),
+                      graph.op_name[allocation.op], loc_text(graph.ops[allocation.op]),
+                      allocation.bytes_per_device)
 
     def bytes_of(self, value: int) -> int:
         return self.slot(value).bytes_per_device
@@ -427,8 +444,7 @@ class LivenessWalker:
                 live += size
                 buffer = None
                 if value is not None:
-                    buffer = Buffer(graph.values[value].get_name(self.state),
-                                    graph.op_name[op], loc_text(graph.ops[op]), size)
+                    buffer = Allocation(value, op, size)
                     self.buffers.append(buffer)
                 # a combined all-reduce is one tuple-shaped op in XLA: its results
                 # stay in the heap (mlp_data_parallel's gradients, buffer assignment)

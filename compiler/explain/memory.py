@@ -159,13 +159,21 @@ def estimate_memory(module: ir.Operation, *, top: int = 5,
 
     ``arg_names`` (jax's names of the argument leaves) label the aliased buffers.
     """
+    return estimate_memory_of(ModuleValues(module, missing_as_replicated=True), top=top,
+                              arg_names=arg_names, platform=platform)
+
+
+def estimate_memory_of(values: ModuleValues, *, top: int = 5,
+                       arg_names: tuple[str, ...] | None = None,
+                       platform: str = "cpu") -> MemoryEstimate:
+    """``estimate_memory`` of a propagated module already read (``values``, read with
+    ``missing_as_replicated``), which it leaves as it was."""
     with predicting_for(platform_rules(platform)):
-        return _estimate(module, top, arg_names)
+        return _estimate(values, top, arg_names)
 
 
-def _estimate(module: ir.Operation, top: int,
+def _estimate(values: ModuleValues, top: int,
               arg_names: tuple[str, ...] | None) -> MemoryEstimate:
-    values = ModuleValues(module, missing_as_replicated=True)
     walker = LivenessWalker(values)
     graph = values.graph
     func = _main(values)
@@ -202,7 +210,8 @@ def _estimate(module: ir.Operation, top: int,
     peak_op = ops[at] if temp else -1
     inside = {id(iv.buffer) for iv in packed if iv.buffer is not None}
     kept = [b for b in walker.buffers if id(b) not in inside]
-    largest = tuple(sorted(kept, key=lambda b: -b.bytes_per_device)[:top])
+    largest = tuple(map(walker.described,
+                        sorted(kept, key=lambda b: -b.bytes_per_device)[:top]))
     return MemoryEstimate(sum(a.bytes_per_device for a in arguments), output_bytes, temp,
                           graph.op_name[peak_op] if peak_op >= 0 else None,
                           loc_text(graph.ops[peak_op]) if peak_op >= 0 else None, largest,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from shardc.compiler.cost.fusion import FREE, FUSIBLE
 from shardc.compiler.cost.op_comm import computation_axes, required_sharding
+from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.cost.report import collectives_at
 from shardc.compiler.cost.reshard import (
     ALL_REDUCE,
@@ -45,11 +46,14 @@ class OpNeeds:
     def collect(cls, values: ModuleValues) -> OpNeeds:
         """The needs of every op of ``values``' module."""
         found = cls()
+        # (rule, operands, results, mesh, platform) -> (the rule, what ``_rule_needs``
+        # finds there)
+        memo: dict[tuple, tuple] = {}
         for op in range(len(values.graph.ops)):
-            found._collect(values, op)
+            found._collect(values, op, memo)
         return found
 
-    def _collect(self, values: ModuleValues, op: int) -> None:
+    def _collect(self, values: ModuleValues, op: int, memo: dict[tuple, tuple]) -> None:
         """Record the reshard buffers and all-reduces op ``op`` needs."""
         graph = values.graph
         name = graph.op_name[op]
@@ -85,31 +89,29 @@ class OpNeeds:
         if all(r.sharding is None for r in results):
             return
         mesh = values.mesh_of(*(t.sharding for t in results + operands))
-        factor_axes, reduction = computation_axes(rule, operands, results, mesh)
-        reduced = {axis for axes in reduction.values() for axis in axes}
+        # Models repeat ops with equal shardings (layers): what the rule needs there
+        # depends on nothing else but the platform.
+        key = (id(rule), tuple(operands), tuple(results), mesh.key if mesh else None,
+               active_rules())
+        known = memo.get(key)
+        if known is None:
+            known = memo[key] = (rule, *_rule_needs(rule, operands, results, mesh))
+        _, reduced, wanted = known
         copied = relayout(graph.ops[op], name, operands, results)
         if copied.pop(-1, 0):  # a result in a non-canonical layout: transposed copy
             self.extra[op] = self.extra.get(op, 0) + sum(
                 shard_bytes(r.shape, r.element_bytes, dim_axes(r.sharding, len(r.shape)))
                 for r in results)
-        for index, operand in enumerate(operands):
+        for index, want in enumerate(wanted):
             value = graph.op_operands[op][index]
             owner = graph.value_def[value]
             if owner >= 0 and graph.op_name[owner] in CONSTANTS:
                 continue  # XLA folds a reshaped constant
-            needed = required_sharding(rule, index, operand, factor_axes)
-            if needed is None:
+            if want is None:
                 continue
-            rank = len(operand.shape)
-            before, after = dim_axes(operand.sharding, rank), dim_axes(needed, rank)
-            if before == after:
-                continue
-            found = reshard_collectives(operand.shape, operand.element_bytes,
-                                        operand.sharding, needed, mesh)
-            if not found and name in FUSIBLE:
+            after, moves, size, copy = want
+            if not moves and name in FUSIBLE:
                 continue  # a local slice fuses into an elementwise consumer
-            size = shard_bytes(operand.shape, operand.element_bytes, after)
-            copy = size if transposed_gather(operand.shape, before, after, found) else 0
             if index in copied:
                 copy, copied[index] = max(copy, size), 0
             self.needs.setdefault(op, []).append(((value, tuple(after)), size, copy))
@@ -139,3 +141,28 @@ class OpNeeds:
                 continue
             kept = [[axis for axis in dim if axis not in reduced] for dim in axes]
             self.partial[value] = shard_bytes(result.shape, result.element_bytes, kept)
+
+
+def _rule_needs(rule, operands, results, mesh) -> tuple[set, list[tuple | None]]:
+    """What an op of ``rule`` on these operands and results needs: the axes it
+    all-reduces over, and per operand None (no reshard) or ``(target axes, whether
+    data moves, the target's bytes, bytes of a transposed copy of a gather)``."""
+    factor_axes, reduction = computation_axes(rule, operands, results, mesh)
+    reduced = {axis for axes in reduction.values() for axis in axes}
+    wanted: list[tuple | None] = []
+    for index, operand in enumerate(operands):
+        needed = required_sharding(rule, index, operand, factor_axes)
+        if needed is None:
+            wanted.append(None)
+            continue
+        rank = len(operand.shape)
+        before, after = dim_axes(operand.sharding, rank), dim_axes(needed, rank)
+        if before == after:
+            wanted.append(None)
+            continue
+        found = reshard_collectives(operand.shape, operand.element_bytes,
+                                    operand.sharding, needed, mesh)
+        size = shard_bytes(operand.shape, operand.element_bytes, after)
+        copy = size if transposed_gather(operand.shape, before, after, found) else 0
+        wanted.append((after, bool(found), size, copy))
+    return reduced, wanted

@@ -262,7 +262,16 @@ class ModuleValues:
         None when the op has no rule or one of its operands or results is not
         a static tensor, since the cost model can then say nothing about it.
         """
-        rule = rule_for(self.graph.ops[op])
+        graph = self.graph
+        # The graph's rule is ``rule_for``'s, found by uniqued types and attributes rather
+        # than printed ones, and kept per op (unless the graph's rules are conservative).
+        compact = None if graph.conservative else graph.rule(op)
+        if compact is not None and compact.rule is not None:
+            rule = compact.rule
+        elif compact is None and not graph.conservative:
+            return None
+        else:
+            rule = rule_for(graph.ops[op])
         if rule is None:
             return None
         operands = [self.tensor(v) for v in self.graph.op_operands[op]]

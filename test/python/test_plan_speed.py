@@ -1,5 +1,6 @@
 """bench/plan_speed.py: planning on an AbstractMesh of 16,384 devices, without devices."""
 
+import json
 import math
 
 import jax
@@ -29,3 +30,39 @@ def test_plan_on_16384_devices(variant):
     runs = {e.runs for e in report.entries}
     assert runs == ({1} if variant == "unrolled" else {1, 2})
     assert row["step_bytes"] >= row["body_once_bytes"] > 0
+
+
+def test_readme_table_shows_before_and_after(tmp_path):
+    row = {"variant": "unrolled", "devices": 4096, "lowering_s": 2.5, "comm_s": 0.75,
+           "memory_s": 0.5, "total_s": 3.75, "step_bytes": 2 * 2**30,
+           "body_once_bytes": 2**30, "net_bytes": 3 * 2**30}
+    after = {"layers": 32, "dtype": "f32", "clock": "cpu", "load": 2.0, "rows": [row]}
+    before = {"rows": [dict(row, lowering_s=4.0, comm_s=2.0, memory_s=3.0, total_s=9.0)]}
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- plan:start -->old<!-- plan:end -->\nrest\n")
+    text = plan_speed.readme_table(after, before)
+    assert "| unrolled | 4096 | 4.00 / 2.00 / 3.00 / 9.00 | 2.50 / 0.75 / 0.50 / 3.75 " \
+           "| 2.00 (1.00) | 3.00 |" in text
+    assert "cpu seconds, 32 layers, f32; load average 2.0" in text
+    assert "before" not in plan_speed.readme_table(after)
+    readme.write_text(plan_speed.splice(readme.read_text(), text, *plan_speed.README_MARKERS))
+    assert readme.read_text().startswith("intro\n<!-- plan:start -->\ncpu seconds")
+    assert readme.read_text().endswith("<!-- plan:end -->\nrest\n")
+
+
+def test_plan_outputs_compares_dumps(tmp_path):
+    """bench.plan_outputs: a program's answers, dumped twice, compare equal; a changed
+    answer or a missing program is named."""
+    from bench import plan_outputs
+
+    first = plan_outputs.dump(["mlp_megatron"])
+    assert first["mlp_megatron"]["cpu"]["comm"] and first["mlp_megatron"]["cpu"]["memory"]
+    paths = []
+    for name, results in (("a", first), ("b", plan_outputs.dump(["mlp_megatron"]))):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps({"root": str(plan_outputs.ROOT), "results": results}))
+    assert plan_outputs.main(["compare", *map(str, paths)]) == 0
+    changed = json.loads(json.dumps(first))
+    changed["mlp_megatron"]["tpu"]["memory"]["temp_bytes"] += 1
+    assert plan_outputs.compare(first, changed) == ["mlp_megatron"]
+    assert plan_outputs.compare(first, {}) == ["mlp_megatron"]
