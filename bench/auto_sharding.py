@@ -72,10 +72,10 @@ def make_mesh(name: str):
     return AbstractMesh(shape, names, axis_types=types)
 
 
-def lower(program: str, mesh_name: str, config: str):
+def lower(program: str, mesh_name: str, config: str, budget: int | None = None):
     """The step lowered by shardc under ``config`` (``"auto"``: every argument's
-    sharding left to AUTO), for the mesh's devices or, on an abstract mesh, for
-    ``PREDICTED_ON``."""
+    sharding left to AUTO, within ``budget`` bytes per device), for the mesh's
+    devices or, on an abstract mesh, for ``PREDICTED_ON``."""
     mesh = make_mesh(mesh_name)
     concrete = MESHES[mesh_name][2]
     size = "small" if concrete else "large"
@@ -84,7 +84,8 @@ def lower(program: str, mesh_name: str, config: str):
         args = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
         auto = auto_available()
         auto = auto(mesh) if callable(auto) else auto
-        jitted = shardc.compiler.jit(step, in_shardings=auto, out_shardings=auto, mesh=mesh)
+        jitted = shardc.compiler.jit(step, in_shardings=auto, out_shardings=auto, mesh=mesh,
+                                     memory_budget=budget)
     else:
         step, args = PROGRAMS[program].make(layout_for(mesh, config), size)
         jitted = shardc.compiler.jit(step)
@@ -92,11 +93,11 @@ def lower(program: str, mesh_name: str, config: str):
     return traced.lower() if concrete else traced.lower(lowering_platforms=(PREDICTED_ON,))
 
 
-def measure(program: str, mesh_name: str, config: str) -> dict:
+def measure(program: str, mesh_name: str, config: str, budget: int | None = None) -> dict:
     """One row: XLA's figures (8 devices) or the predictions (abstract meshes), and
     the modelled step."""
     start = time.perf_counter()
-    lowered = lower(program, mesh_name, config)
+    lowered = lower(program, mesh_name, config, budget)
     row = {"program": program, "mesh": mesh_name, "config": config,
            "compiled": MESHES[mesh_name][2]}
     if row["compiled"]:
@@ -164,6 +165,7 @@ FOOTNOTE = (
     "and tensor parallelism on `model`, activations constrained (MaxText's rules); dp = batch "
     "over every axis, weights replicated; shardy = the expert's parameter and batch shardings, "
     "activations left open to shardc's default propagation. AUTO / this: AUTO's modelled step "
+    "(every sharding left to AUTO, `memory_budget` = the expert's memory of that row's mesh) "
     "over the row's (n/a: this shardc has no `shardc.compiler.AUTO`). See "
     "`docs/step-time-model.md`.")
 
@@ -182,12 +184,18 @@ def main(argv: list[str] | None = None) -> int:
         rows = json.loads(pathlib.Path(options.report).read_text())
         return publish(rows, options)
     configs = list(options.configs) + (["auto"] if auto_available() is not None else [])
+    if "auto" in configs and "expert" in configs:  # AUTO's budget is the expert's memory
+        configs = ["expert"] + [c for c in configs if c != "expert"]
     rows = []
     for program in options.programs:
         for mesh in options.meshes:
+            budget = None
             for config in configs:
                 try:
-                    rows.append(measure(program, mesh, config))
+                    rows.append(measure(program, mesh, config,
+                                        budget if config == "auto" else None))
+                    if config == "expert":
+                        budget = rows[-1]["memory"]
                 except Exception as error:  # a failing configuration is a row, not a stop
                     rows.append({"program": program, "mesh": mesh, "config": config,
                                  "error": f"{type(error).__name__}: {error}"[:300]})

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 from jaxlib.mlir import ir
 
 from shardc.compiler.auto.objective import StepTime, step_time
-from shardc.compiler.cost.platforms import Hardware, hardware
+from shardc.compiler.cost.platforms import Hardware, hardware, predicting_for
 from shardc.compiler.cost_aware.candidates import tag_ops
 from shardc.compiler.cost_aware.pricing import attach_rules
 from shardc.compiler.propagation import PLANS, SharedRead, cyclic_gc_paused
@@ -27,6 +28,7 @@ from shardc.compiler.propagation.graph import ReadMemo
 from shardc.compiler.propagation.values import CostMemo, ModuleValues, element_bytes
 from shardc.compiler.sharding.tensor import TensorSharding, format_sharding
 from shardc.compiler.stages import import_pipeline, xla_import_rewrites
+from shardc.dialects import sdy
 from shardc.dialects.sdy import SHARDING_ATTR
 
 _PLAN = "user-priority"
@@ -35,13 +37,15 @@ _PLAN = "user-priority"
 class Evaluator:
     """Prices assignments ``{argument position: closed TensorSharding}`` of one program."""
 
-    def __init__(self, module: ir.Module, speeds: Hardware):
+    def __init__(self, module: ir.Module, speeds: Hardware, mesh: Any = None):
         self.speeds = speeds
         self.count = 0
         self.costs = CostMemo(ReadMemo())
         self.work: dict = {}  # ``step_time``'s memo
         with module.context:
             imported = module.operation.clone()
+            if mesh is not None:
+                _declare_mesh(imported, mesh)
             xla_import_rewrites(imported)
             import_pipeline(imported)
             tag_ops(imported)
@@ -82,7 +86,9 @@ class Evaluator:
         reader = self._on_read(assignment) if self.read.usable else None
         if reader is None:
             reader = self._on_copy(assignment)
-        return step_time(reader, self.speeds, self.work), reader
+        # Collectives as XLA forms them for the device's platform (reduce-scatters on TPU).
+        with predicting_for(self.speeds.rules):
+            return step_time(reader, self.speeds, self.work), reader
 
     def _on_read(self, assignment: Mapping[int, TensorSharding]) -> ModuleValues | None:
         read = self.read
@@ -120,6 +126,23 @@ class Evaluator:
             func.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
             return ModuleValues.propagated(copy, plan=_PLAN, conservative=False,
                                            missing_as_replicated=True, costs=self.costs)
+
+
+def _declare_mesh(module: ir.Operation, mesh: Any) -> None:
+    """Give ``module`` a symbol for ``mesh`` where it declares no mesh with axes: a
+    program whose every sharding is AUTO, on an ``AbstractMesh`` (no device
+    assignment writes one), names none, and the candidates need one."""
+    body = module.regions[0].blocks[0]
+    names = set()
+    for op in body.operations:
+        if op.operation.name == "sdy.mesh":
+            if sdy.MeshAttr(op.operation.attributes["mesh"]).axes:
+                return
+            names.add(ir.StringAttr(op.operation.attributes["sym_name"]).value)
+    name = next(n for n in ("mesh", *(f"mesh_{i}" for i in range(len(names) + 1)))
+                if n not in names)
+    sdy.MeshOp(name, sdy.mesh_attr(mesh, with_device_ids=False),
+               ip=ir.InsertionPoint.at_block_begin(body), loc=ir.Location.unknown())
 
 
 def modelled_step(unpropagated: ir.Module, platform: str = "cpu") -> StepTime:

@@ -33,6 +33,7 @@ from shardc.compiler.auto.marker import (
 from shardc.compiler.auto.report import AutoReport, auto_report, partition_spec
 from shardc.compiler.auto.search import Search, make_groups
 from shardc.compiler.cost.platforms import hardware
+from shardc.compiler.lowered import Traced
 from shardc.compiler.signature import context_mesh
 
 # (in_shardings, out_shardings) -> the jit of the function with those shardings and
@@ -79,13 +80,28 @@ class AutoJitFunction:
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
         return self._open.eval_shape(*args, **kwargs)
 
-    def trace(self, *args: Any, **kwargs: Any) -> Any:
-        jitted, _ = self._choose(args, kwargs)
-        return jitted.trace(*args, **kwargs)
+    def trace(self, *args: Any, **kwargs: Any) -> Traced:
+        """The function traced with AUTO unspecified; its ``lower()`` searches for the
+        platform it lowers for (``lowering_platforms``' first, e.g. ``("tpu",)`` on an
+        ``AbstractMesh``; else the mesh's devices'), then lowers with the choices."""
+        opened = self._open.trace(*args, **kwargs)
+
+        def lower(*, lowering_platforms: Any = None, propagate: bool | None = None,
+                  lowering_parameters: Any = None) -> Any:
+            platform = lowering_platforms[0] if lowering_platforms else None
+            jitted, report = self._choose(args, kwargs, platform)
+            lowered = jitted.trace(*args, **kwargs).lower(
+                lowering_platforms=lowering_platforms, propagate=propagate,
+                _private_parameters=lowering_parameters)
+            lowered.auto = report
+            return lowered
+
+        return Traced(opened._jax_traced, lower, opened.out_info)
 
     # -- the search ----------------------------------------------------------
 
-    def _choose(self, args: tuple, kwargs: dict) -> tuple[Any, AutoReport]:
+    def _choose(self, args: tuple, kwargs: dict, platform: str | None = None
+                ) -> tuple[Any, AutoReport]:
         mesh = context_mesh(self.mesh)
         if mesh is None or not mesh.axis_names:
             raise AutoShardingError(
@@ -94,18 +110,19 @@ class AutoJitFunction:
         static = self._static_positions(len(args))
         dynamic = tuple(a for i, a in enumerate(args) if i not in static)
         dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self._open.static_argnames}
-        key = (_signature(args, kwargs), mesh)
+        platform = platform or _platform(mesh)
+        key = (_signature(args, kwargs), mesh, platform)
         found = self._searched.get(key)
         if found is None:
             found = self._searched[key] = self._search(args, kwargs, dynamic, dynamic_kwargs,
-                                                       mesh)
+                                                       mesh, platform)
         return found
 
     def _static_positions(self, count: int) -> set[int]:
         return {i if i >= 0 else count + i for i in self._open.static_argnums}
 
     def _search(self, args: tuple, kwargs: dict, dynamic: tuple, dynamic_kwargs: dict,
-                mesh: Mesh | AbstractMesh) -> tuple[Any, AutoReport]:
+                mesh: Mesh | AbstractMesh, platform: str) -> tuple[Any, AutoReport]:
         static = self._static_positions(len(args))
         abstract = [_abstract(a) if i not in static else a for i, a in enumerate(args)]
         abstract_kwargs = {k: (_abstract(v) if k in dynamic_kwargs else v)
@@ -117,8 +134,7 @@ class AutoJitFunction:
         out_avals = open_lowered.out_avals
         given_out = broadcast(self.out_shardings, out_avals)
 
-        platform = _platform(mesh)
-        evaluator = Evaluator(open_lowered.module, hardware(platform))
+        evaluator = Evaluator(open_lowered.module, hardware(platform), mesh)
         first = len(evaluator.arguments) - len(leaves)  # tokens come first
         auto_leaves = [i for i, s in enumerate(given_in) if is_auto(s)]
         positions = [first + i for i in auto_leaves]
@@ -173,6 +189,8 @@ def _signature(args: tuple, kwargs: dict) -> tuple:
 
 
 def _platform(mesh: Mesh | AbstractMesh) -> str:
+    """The platform of the mesh's devices; "cpu" for an ``AbstractMesh`` lowered
+    without ``lowering_platforms``."""
     if isinstance(mesh, Mesh):
         return mesh.devices.flat[0].platform
     return "cpu"

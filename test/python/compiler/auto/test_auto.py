@@ -238,3 +238,29 @@ def test_pjit_auto_under_a_legacy_mesh(mesh):
         np.testing.assert_allclose(np.asarray(f(x)), np.sin(x) @ np.ones((4, 8)), rtol=1e-5)
     with pytest.raises(ValueError, match="AUTO shardings need a mesh"):
         f.lower(x)
+
+
+def test_auto_on_an_abstract_mesh_plans_for_the_lowering_platform():
+    # Every sharding AUTO on an AbstractMesh: jax's module names no mesh, and the
+    # search must still price candidates on the mesh given, for the platform the
+    # trace is lowered for.
+    abstract = jax.sharding.AbstractMesh((2, 4), ("data", "model"),
+                                         axis_types=(AxisType.Auto,) * 2)
+    d, hidden, batch = 2048, 8192, 1024  # large enough that a TPU step gains by sharding
+    f32 = jnp.float32
+    args = ([(jax.ShapeDtypeStruct((d, hidden), f32), jax.ShapeDtypeStruct((hidden, d), f32))] * 2,
+            jax.ShapeDtypeStruct((batch, d), f32), jax.ShapeDtypeStruct((batch, d), f32))
+    lowered = jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=abstract).trace(
+        *args).lower(lowering_platforms=("tpu",))
+    assert lowered.target_platform == "tpu"
+    report = lowered.auto_report()
+    in_shardings = jax.tree.leaves(lowered.in_shardings[0])
+    assert all(isinstance(s, NamedSharding) and s.mesh == abstract for s in in_shardings)
+    assert any(s.spec != P() for s in in_shardings)
+    # What the search reports is what Lowered.step_time models for its choice (both
+    # tpu v5e), and no slower than everything replicated, priced the same way.
+    replicated = jax.tree.map(lambda _: NamedSharding(abstract, P()), args)
+    unchosen = jit(train_step, in_shardings=replicated).trace(*args).lower(
+        lowering_platforms=("tpu",), propagate=False)
+    assert report.step.seconds <= modelled_step(unchosen.module, "tpu").seconds
+    assert report.step.comm_bytes > 0
