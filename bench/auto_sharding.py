@@ -130,9 +130,7 @@ def format_table(rows: list[dict]) -> str:
     lines = ["| program | mesh | config | operations / device | collective bytes / device "
              "| memory / device | modelled step (compute + comm) | model ops error | AUTO / this |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        if r["config"] == "auto":
-            continue
+    for r in rows:  # AUTO's own row too: its flops, bytes and memory against the budget
         kinds = ", ".join(f"{SHORT[k]} {human_bytes(r['collectives'][k])}"
                           for k in KINDS if k in r["collectives"]) or "0"
         step = r["step"]
@@ -166,7 +164,8 @@ FOOTNOTE = (
     "over every axis, weights replicated; shardy = the expert's parameter and batch shardings, "
     "activations left open to shardc's default propagation. AUTO / this: AUTO's modelled step "
     "(every sharding left to AUTO, `memory_budget` = the expert's memory of that row's mesh) "
-    "over the row's (n/a: this shardc has no `shardc.compiler.AUTO`). See "
+    "over the row's (n/a: this shardc has no `shardc.compiler.AUTO`); the auto rows are AUTO's "
+    "choice measured the same way. See "
     "`docs/step-time-model.md`.")
 
 
