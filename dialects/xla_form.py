@@ -18,12 +18,15 @@ mishandle:
   the condition and body, of a returned value sharded otherwise, and of the
   uses of the result. They pin the carry to the sharding shardc decided
   whichever carries XLA drops (a replicated scalar needs none).
-* a ``reshape`` of a ``reshape`` back to the first one's operand type: XLA
-  folds the pair into that operand and moves the outer reshape's sharding
-  onto the operand's producer, replacing a loop's per-carry sharding with a
-  single one ("Number of tile assignment dimensions ... is different than the
-  input rank"). The copy folds the pair itself, keeping the outer sharding
-  as a constraint where it differs from the operand's.
+* a ``reshape`` of a ``reshape`` back to the first one's operand type, or a
+  ``transpose`` of a ``transpose`` whose permutations cancel (``swapaxes``
+  twice, as a QR's Householder factors are read back): XLA folds the pair
+  into that operand and moves the outer op's sharding onto the operand's
+  producer, replacing a loop's per-carry sharding, or a multi-result custom
+  call's (a LAPACK ``geqrf``), with a single one ("Number of tile assignment
+  dimensions ... is different than the input rank", "Failed to get shape").
+  The copy folds the pair itself, keeping the outer sharding as a constraint
+  where it differs from the operand's.
 * ``sdy.sharding`` on ``optimization_barrier`` (``jax.checkpoint``'s, around
   what the backward pass recomputes): XLA's conversion folds an identity of a
   result (``x - 0`` in ``softplus``) into the result and moves the folded op's
@@ -80,6 +83,8 @@ CASE = "stablehlo.case"
 _DROPPED_SHARDINGS = ("stablehlo.optimization_barrier",)
 # Custom calls XLA's conversion rewrites into other ops, refusing a sharding on them.
 _UNSHARDABLE_CALLS = ("ApproxTopK",)
+# Ops a pair of which XLA folds away when the second undoes the first.
+_ROUND_TRIPS = ("stablehlo.reshape", "stablehlo.transpose")
 # How the verifier's messages start: "'stablehlo.while' op result shardings ...".
 _OP_NAMED = re.compile(r"'([\w.]+)' op ")
 
@@ -100,7 +105,7 @@ def to_xla_form(module: ir.Operation) -> None:
     """Rewrite ``module`` in place into the form XLA's compiler takes it in."""
     loops: list[ir.Operation] = []
     reshards: list[ir.Operation] = []
-    reshapes: list[ir.Operation] = []
+    round_trips: list[ir.Operation] = []
     constrained: list[ir.Operation] = []
     barriers: list[ir.Operation] = []
     cases: list[ir.Operation] = []
@@ -119,8 +124,8 @@ def to_xla_form(module: ir.Operation) -> None:
             cases.append(op)
         elif op.name in ("sdy.reshard", "sdy.sharding_constraint"):
             reshards.append(op)
-        elif op.name == "stablehlo.reshape":
-            reshapes.append(op)
+        elif op.name in _ROUND_TRIPS:
+            round_trips.append(op)
         return ir.WalkResult.ADVANCE
 
     with module.context:
@@ -129,8 +134,8 @@ def to_xla_form(module: ir.Operation) -> None:
             _constrain_carries(hoist_all_invariant_carries(loop))
         for case in cases:
             _constrain_branch_results(case)
-        for reshape in reshapes:
-            _fold_reshape_round_trip(reshape)
+        for outer in round_trips:
+            _fold_round_trip(outer)
         for reshard in reshards:
             _reshard_as_constraints(reshard)
         for op in constrained:
@@ -314,23 +319,37 @@ def _constrain_results(op: ir.Operation) -> None:
     sdy.constrain_results(op, shardings)
 
 
-def _fold_reshape_round_trip(reshape: ir.Operation) -> None:
-    """``reshape(reshape(x))`` of ``x``'s own type: use ``x`` (constrained to the outer
-    reshape's sharding where it differs from ``x``'s)."""
-    owner = reshape.operands[0].owner
-    if isinstance(owner, ir.Block):
+def _permutation(op: ir.Operation) -> list[int]:
+    return [int(d) for d in ir.DenseI64ArrayAttr(op.attributes["permutation"])]
+
+
+def _undoes(outer: ir.Operation, inner: ir.Operation) -> bool:
+    """Whether ``outer`` applied to ``inner``'s result gives ``inner``'s operand back: two
+    reshapes back to the first one's operand type, or two transposes whose
+    permutations compose to the identity."""
+    if inner.name != outer.name or inner.operands[0].type != outer.results[0].type:
+        return False
+    if outer.name == "stablehlo.reshape":
+        return True
+    inner_permutation = _permutation(inner)
+    return all(inner_permutation[d] == i for i, d in enumerate(_permutation(outer)))
+
+
+def _fold_round_trip(outer: ir.Operation) -> None:
+    """``reshape(reshape(x))`` of ``x``'s own type, or ``transpose(transpose(x))`` whose
+    permutations cancel: use ``x`` (constrained to the outer op's sharding where it
+    differs from ``x``'s)."""
+    owner = outer.operands[0].owner
+    if isinstance(owner, ir.Block) or not _undoes(outer, owner.operation):
         return
-    inner = owner.operation
-    if inner.name != "stablehlo.reshape" or inner.operands[0].type != reshape.results[0].type:
-        return
-    source = inner.operands[0]
-    wanted = value_sharding(reshape.results[0])
+    source = owner.operation.operands[0]
+    wanted = value_sharding(outer.results[0])
     own = value_sharding(source)
     if wanted is not None and (own is None or wanted != own):
-        source = sdy.ShardingConstraintOp(source, wanted, loc=reshape.location,
-                                          ip=ir.InsertionPoint(reshape)).result
-    reshape.results[0].replace_all_uses_with(source)
-    reshape.erase()
+        source = sdy.ShardingConstraintOp(source, wanted, loc=outer.location,
+                                          ip=ir.InsertionPoint(outer)).result
+    outer.results[0].replace_all_uses_with(source)
+    outer.erase()
 
 
 def _reshard_as_constraints(reshard: ir.Operation) -> None:

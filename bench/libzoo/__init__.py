@@ -12,7 +12,16 @@ saved and restored onto its shardings, then stepped), penzai (a named-axis
 ``chex.dataclass`` state and chex's shape asserts) and jaxtyping (a model typed
 with ``Float[Array, "batch features"]`` and checked under ``jaxtyped``),
 jax's own extension points (``shard_map``, ``custom_vjp``, ``pure_callback``,
-``lax.scan`` with ``jax.checkpoint``) and, where the ``gemma`` extra is
+``lax.scan`` with ``jax.checkpoint``); then flax NNX as its sharding guides
+write it (``nnx.with_partitioning`` kernels pinned to
+``nnx.get_partition_spec`` inside ``nnx.jit``, an ``nnx.Optimizer`` step
+through ``nnx.split`` / ``nnx.merge``; blocks made by ``nnx.vmap`` and run by
+``nnx.scan`` + ``nnx.remat`` on a mesh of Explicit axes), equinox's stateful
+``BatchNorm`` (``eqx.nn.make_with_state``, ``vmap(axis_name=...)``), a flax
+linen ``TrainState`` saved by orbax's ``CheckpointManager`` and restored
+with ``ArrayRestoreArgs`` onto another mesh, ``optax.lookahead`` over
+``inject_hyperparams``, and penzai's KV-cached sampling mode decoding
+greedily. Where the ``gemma`` extra is
 installed (it needs tensorflow), Gemma's library (a small ``gm.nn.Transformer``
 trained with optax). Each module holds one
 program, with the zoo's interface (``NAME``, ``SIZES``, ``make(size) ->
@@ -31,13 +40,19 @@ from collections.abc import Callable, Iterable
 from bench.libzoo import (
     chex_dataclass_state,
     diffrax_neural_ode,
+    eqx_batchnorm_state,
     eqx_filter_jit,
     eqx_partition_jit,
+    flax_nnx_scan_explicit,
+    flax_nnx_sharded,
     jax_host_callback_scan,
     jaxtyping_mlp,
+    optax_lookahead_inject,
     optax_multi_transform,
     optax_multisteps,
+    orbax_manager_reshard,
     orbax_restore_step,
+    penzai_kv_decode,
     penzai_named_lm,
 )
 from bench.models import make_programs as _make_programs
@@ -54,6 +69,12 @@ _MODULES = (
     chex_dataclass_state,
     jaxtyping_mlp,
     jax_host_callback_scan,
+    flax_nnx_sharded,
+    flax_nnx_scan_explicit,
+    eqx_batchnorm_state,
+    orbax_manager_reshard,
+    optax_lookahead_inject,
+    penzai_kv_decode,
 )
 # Programs of a library too heavy for the ``libzoo`` extra (gemma brings kauldron and
 # tensorflow: the ``gemma`` extra), registered only where it is installed: program name

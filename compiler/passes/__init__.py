@@ -14,6 +14,7 @@ from shardc.compiler.passes.capture_loop_invariants import CaptureLoopInvariants
 from shardc.compiler.passes.check_shardings import CheckShardingsPass
 from shardc.compiler.passes.close_shardings import CloseShardingsPass
 from shardc.compiler.passes.drop_shardings import DropShardingsPass
+from shardc.compiler.passes.erase_dead_constraints import EraseDeadConstraintsPass
 from shardc.compiler.passes.export_pipeline import ExportPipelinePass
 from shardc.compiler.passes.fold_identities import FoldIdentitiesPass
 from shardc.compiler.passes.insert_explicit_reshards import InsertExplicitReshardsPass
@@ -33,6 +34,7 @@ ALL_PASSES: tuple[type[ModulePass], ...] = (
     CheckShardingsPass,
     CloseShardingsPass,
     DropShardingsPass,
+    EraseDeadConstraintsPass,
     ExportPipelinePass,
     FoldIdentitiesPass,
     InsertExplicitReshardsPass,

@@ -72,6 +72,18 @@ _NEIGHBOUR_DEPENDENT = _NEIGHBOUR_KEYS
 _MISSING = object()
 _KNOWN_DIALECTS = ("stablehlo.", "sdy.", "chlo.", "func.", "arith.", "tensor.", "math.")
 NEVER_DEAD = frozenset({"func.func", "sdy.mesh", "builtin.module"})
+
+
+def has_no_effects_of_its_own(op: ir.Operation, name: str) -> bool:
+    """Whether ``op`` (named ``name``), leaving aside the ops in its regions, is free of
+    memory effects as MLIR sees it."""
+    if name in _EFFECTFUL or not name.startswith(_KNOWN_DIALECTS):
+        return False
+    if name == "stablehlo.custom_call":
+        attrs = op.attributes
+        if "has_side_effect" in attrs and ir.BoolAttr(attrs["has_side_effect"]).value:
+            return False
+    return True
 _NAME, _RESULT, _RESULTS, _REGIONS, _TYPE = map(
     attrgetter, ("name", "result", "results", "regions", "type"))
 
@@ -458,12 +470,8 @@ class PropagationGraph:
 
     def _effect_free(self, op: int) -> bool:
         name = self.op_name[op]
-        if name in _EFFECTFUL or not name.startswith(_KNOWN_DIALECTS):
+        if not has_no_effects_of_its_own(self.ops[op], name):
             return False
-        if name == "stablehlo.custom_call":
-            attrs = self.ops[op].attributes
-            if "has_side_effect" in attrs and ir.BoolAttr(attrs["has_side_effect"]).value:
-                return False
         if name in _RECURSIVE or self.op_blocks[op]:
             for _, nested in self.op_blocks[op]:
                 for inner in nested:

@@ -29,6 +29,7 @@ from shardc.compiler.stages import export_steps, import_steps
 from shardc.compiler.stages.apply_constraints import apply_sharding_constraints
 from shardc.compiler.stages.capture_loop_invariants import capture_loop_invariants
 from shardc.compiler.stages.data_flow_edges import add_data_flow_edges, sink_data_flow_edges
+from shardc.compiler.stages.dead_constraints import CONSTRAINT, erase_dead_constraints
 from shardc.compiler.stages.fold_identities import fold_identities
 from shardc.compiler.stages.inline_calls import CALL_OP, inline_all_calls
 from shardc.compiler.stages.lift_inlined_meshes import MESH_OP, InlineMeshes, lift_inlined_meshes
@@ -44,18 +45,29 @@ def _generic(module: ir.Operation, pipeline: str) -> None:
 
 
 def xla_import_rewrites(module: ir.Operation, census: bool = False) -> ImportCensus | None:
-    """``fold_identities`` then ``capture_loop_invariants``, the loops found by the
-    walk that folds; with ``census``, returns the import stage's census, taken by
-    that walk too.
+    """``fold_identities``, ``erase_dead_constraints`` then ``capture_loop_invariants``,
+    the loops and constraints found by the walk that folds; with ``census``, returns the
+    import stage's census, taken by that walk too.
 
-    Neither rewrite adds, erases or copies a call or a sharding naming a mesh the
-    census has not seen (a rebuilt loop keeps its blocks, a constraint opened
-    before one takes a sharding its free variable has): the census stands for
-    the module they leave, for ``import_pipeline``.
+    No rewrite adds or copies a call or a sharding naming a mesh the census has
+    not seen (a rebuilt loop keeps its blocks, a constraint opened before one
+    takes a sharding its free variable has), and erasing dead constraints erases
+    no call: the census stands for the module they leave, for ``import_pipeline``
+    (a mesh it saw named inline only by an erased constraint is one lifted for
+    nothing).
     """
     loops: list[ir.Operation] = []
+    constraints: list[ir.Operation] = []
     found = ImportCensus() if census else None
-    fold_identities(module, loops, found.look if found is not None else None)
+
+    def look(op: ir.Operation, name: str) -> None:
+        if name == CONSTRAINT:
+            constraints.append(op)
+        if found is not None:
+            found.look(op, name)
+
+    fold_identities(module, loops, look)
+    erase_dead_constraints(constraints)
     capture_loop_invariants(module, loops)
     return found
 

@@ -3,7 +3,7 @@
 Each libzoo program is written the way another library's users write theirs
 (equinox's ``filter_jit`` and ``eqx.partition``, diffrax, orbax-checkpoint,
 penzai, optax's combinators, chex, jaxtyping, jax's shard_map / custom_vjp /
-pure_callback, and Gemma's library where the ``gemma`` extra is installed), with the user's jit call routed
+pure_callback, flax NNX's sharding guides, and Gemma's library where the ``gemma`` extra is installed), with the user's jit call routed
 to shardc's ``jit`` on the shardc routes (``bench/libzoo/equinox_jit.py`` for
 equinox's wrapper of ``jax.jit``). The rules are the zoo's
 (``test_zoo.py``'s tests, run here on the libzoo's rows): every program must
@@ -29,7 +29,8 @@ from bench.zoo import report
 PROGRAMS = (
     "eqx_filter_jit", "eqx_partition_jit", "diffrax_neural_ode", "orbax_restore_step",
     "penzai_named_lm", "optax_multi_transform", "optax_multisteps", "chex_dataclass_state",
-    "jaxtyping_mlp", "jax_host_callback_scan",
+    "jaxtyping_mlp", "jax_host_callback_scan", "flax_nnx_sharded", "flax_nnx_scan_explicit",
+    "eqx_batchnorm_state", "orbax_manager_reshard", "optax_lookahead_inject", "penzai_kv_decode",
 )  # fmt: skip
 # The library each program is written with (besides jax, optax and numpy).
 LIBRARIES = {
@@ -38,6 +39,9 @@ LIBRARIES = {
     "optax_multi_transform": "optax", "optax_multisteps": "optax",
     "chex_dataclass_state": "chex", "jaxtyping_mlp": "jaxtyping",
     "jax_host_callback_scan": "jax", "gemma_train_step": "gemma",
+    "flax_nnx_sharded": "flax", "flax_nnx_scan_explicit": "flax",
+    "eqx_batchnorm_state": "equinox", "orbax_manager_reshard": "orbax-checkpoint",
+    "optax_lookahead_inject": "optax", "penzai_kv_decode": "penzai",
 }  # fmt: skip
 # A child process measuring one program at the small size takes well under this.
 ISOLATED_TIMEOUT_SECONDS = 600

@@ -207,6 +207,27 @@ REGRESSIONS = {
                jax_programs.Step("slice", ("a0",), (0, 0, 2, 1))),
         outputs=("v2", "v0"), mode="vjp", wrt=(0,), out_specs=(None, None, P("x")),
         out_prefix=False, in_form="none", data_seed=0),
+    # A dead P() constraint in a while body on a carry the body returns unchanged:
+    # XLA erases the dead constraint before its own Shardy runs, so the slice the
+    # carry starts from takes P(None, 'x') from the concatenate after the loop;
+    # shardc gave the slice the constraint's P() until jit erased dead constraints
+    # too (stages/dead_constraints.py).
+    "dead_constraint_on_invariant_carry": jax_programs.Program(
+        mesh_shape=(8,),
+        args=(jax_programs.Arg(shape=(2, 8, 2), dtype="f32", spec=None, placement=None),
+              jax_programs.Arg(shape=(2,), dtype="i32", spec=None, placement=None),
+              jax_programs.Arg(shape=(1, 8, 2), dtype="f32", spec=None,
+                               placement=P(None, "x"))),
+        steps=(jax_programs.Step("slice", ("a0",), (0, 0, 1, 1)),
+               jax_programs.Step("while", ("v0", "a1", "v0"), (
+                   "dynamic", (jax_programs.Step("constraint", (1,), (P(),)),
+                               jax_programs.Step("unary", (0,), ("tanh",)),
+                               jax_programs.Step("unary", (0,), ("tanh",))), True)),
+               jax_programs.Step("concatenate", ("v1", "a2"), (1,)),
+               jax_programs.Step("unary", ("a0",), ("tanh",)),
+               jax_programs.Step("unary", ("a0",), ("tanh",))),
+        outputs=("v2", "v0"), mode="plain", wrt=(), out_specs=(None, None),
+        out_prefix=False, in_form="none", data_seed=0),
 }
 
 

@@ -276,3 +276,43 @@ def test_case_branches_returning_other_shardings_compile_as_jax_jit():
     fun, args = program.build(mesh), program.arguments(mesh)
     differential.compare(program, differential.run_shardc(program, mesh, fun, args),
                          differential.run_jax_jit(program, mesh, fun, args), "shardc")
+
+
+# ------------------------------------------------------- folded transpose round trips
+def test_householder_factors_read_back_through_two_transposes():
+    """``jnp.linalg.qr(mode="raw")`` returns a LAPACK ``geqrf``'s factors transposed, and
+    a solver reading them transposes back (optimistix's Levenberg-Marquardt through
+    lineax's QR): XLA folds the two transposes into the custom call's first result and
+    moved the outer one's sharding onto the two-result call ("Number of tile
+    assignment dimensions ... is different than the input rank"). The pair is folded
+    in the copy for XLA, and the run equals jax.jit's. (An Explicit mesh refuses the
+    factorisation of a matrix sharded along its rows.)"""
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+    x = put(mesh, rand(16, 10, 2), P("x", "y"))
+
+    def f(x):
+        h, tau = jnp.linalg.qr(x, mode="raw")
+        return jnp.swapaxes(h, -1, -2) * 2, tau
+
+    check_like_jax(f, x)
+
+
+def test_optimistix_least_squares_gradient():
+    optx = pytest.importorskip("optimistix")
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+    xs = put(mesh, np.random.default_rng(1).uniform(0, 2, (16, 8)).astype(np.float32),
+             P("x", "y"))
+    ys = put(mesh, 2 * np.exp(-0.7 * np.asarray(xs)).astype(np.float32), P("x", "y"))
+
+    def loss(params, xs, ys):
+        def residuals(theta, data):
+            x, y = data
+            return theta[0] * jnp.exp(-theta[1] * x) - y
+
+        def fit(x, y):
+            solver = optx.LevenbergMarquardt(rtol=1e-5, atol=1e-5)
+            return optx.least_squares(residuals, solver, params, args=(x, y), max_steps=32,
+                                      throw=False).value
+        return jnp.sum(jax.vmap(fit)(xs, ys) ** 2)
+
+    check_like_jax(jax.value_and_grad(loss), jnp.array([1.0, 0.5]), xs, ys)
