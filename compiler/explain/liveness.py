@@ -75,6 +75,7 @@ class LivenessWalker:
         found = OpNeeds.collect(values)
         self.extra, self.needs, self.reduced = found.extra, found.needs, found.reduced
         self.partial, self.moved = found.partial, found.moved
+        self.widened = found.widened
         self.block_args: dict[int, list[int]] = {}  # first op of a block -> its arguments
         for op in range(len(graph.ops)):
             for block_args, block_ops in graph.op_blocks[op]:
@@ -98,6 +99,14 @@ class LivenessWalker:
         total = self.rules.buffer_bytes(shard, tensor.element_bytes)
         element = ir.ShapedType(self.graph.values[value].type).element_type
         return Slot(total, (tuple(shard), str(element)))
+
+    def reduced_bytes(self, value: int) -> int:
+        """Bytes of the buffer an op writes ``value`` into: its partial sums when it
+        is all-reduced before a slice, computed wider when the platform does."""
+        size = self.partial.get(value) or self.bytes_of(value)
+        if value in self.widened:  # the platform computes the dot wider
+            size = size * self.widened[value] // max(self.bytes_of(value), 1)
+        return size
 
     def materialised(self, value: int, op: int) -> bool:
         graph = self.graph
@@ -125,8 +134,31 @@ class LivenessWalker:
         tops = {self.top_user(u, op) for u, _ in graph.uses[value]}
         if len(tops) < 2:
             return False
-        return graph.op_name[op] in _EXPENSIVE or any(
-            graph.op_name[t] == "stablehlo.reduce" for t in tops)
+        return graph.op_name[op] in _EXPENSIVE or any(self.reduces(t) for t in tops)
+
+    def reduces(self, op: int) -> bool:
+        """Whether ``op`` is a reduction, or a fusible op whose one reader chain of
+        such ops, each read once (so fused), ends in one: the reduction's kernel
+        reads ``op``'s operands.
+
+        XLA:CPU keeps a value a reduction reads through such a chain apart from
+        its other readers (a llama-shaped step's residual stream: the
+        ``x * x`` of its RMS norm fuses into the reduction, ``wrapped_add``
+        stays a buffer read by that fusion and by the next residual add; its
+        normalised ``x * rsqrt``, read by the scale's gradient reduction and
+        by the scale multiply, too).
+        """
+        graph = self.graph
+        seen = 0
+        while graph.op_name[op] != "stablehlo.reduce":
+            results = graph.op_results[op]
+            if graph.op_name[op] not in FUSIBLE or len(results) != 1 or seen > 64:
+                return False
+            readers = {self.top_user(u, op) for u, _ in graph.uses[results[0]]}
+            if len(readers) != 1:
+                return False
+            op, seen = next(iter(readers)), seen + 1
+        return True
 
     def last_read(self, value: int, op: int, position: dict[int, int], returned: set[int],
                   at: int, memo: dict[int, int] | None = None) -> int:
@@ -368,6 +400,16 @@ class LivenessWalker:
                     self.top_user(self.graph.value_def[value], ops[0]), first))
             gathered.setdefault(first, []).append((size, last))
         extend = self.combined(ops)
+        # An all-reduce writes a buffer apart from its operand's, both live while it
+        # runs; a combined one runs where the last of its members is, so all the
+        # members' operands are live there with their results (eqx_partition_jit's
+        # gradients: all-reduce.15, a tuple of ten, at position 74 of its schedule).
+        reducing: dict[int, int] = {}
+        for i, op in enumerate(ops):
+            if op in self.reduced:
+                for value in graph.op_results[op]:
+                    at = extend.get(value, i)
+                    reducing[at] = reducing.get(at, 0) + self.reduced_bytes(value)
         early = self.unanchored(ops)
         owner = graph.op_name[graph.op_parent[ops[0]]] if ops else ""
         carries = args if owner == "stablehlo.while" else set()
@@ -383,7 +425,7 @@ class LivenessWalker:
             for k, value in enumerate(graph.op_results[op]):
                 if value in returned or not self.materialised(value, op):
                     continue
-                size = self.partial.get(value) or self.bytes_of(value)
+                size = self.reduced_bytes(value)
                 last = self.last_read(value, op, position, returned, i, reads)
                 last = max(last, extend.get(value, i))
                 if graph.op_name[op] == "stablehlo.reshape":
@@ -412,7 +454,8 @@ class LivenessWalker:
                 allocated.append((value, size, last))
             looped = graph.op_name[op] == "stablehlo.while"
             inner, handed = self._inner_peak(op, i, frees)
-            transient = inner + self.extra.get(op, 0) + copies.get(i, 0)
+            transient = (inner + self.extra.get(op, 0) + copies.get(i, 0)
+                         + reducing.get(i, 0))
             # a non-loop body (manual computation, case branch) writes the op's results:
             # its own peak holds them while it runs
             inside = set() if looped or not inner else set(graph.op_results[op])

@@ -65,6 +65,7 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.cost.platforms import active_rules, platform_rules, predicting_for
 from shardc.compiler.explain.aliasing import Alias, donations, find_aliases
+from shardc.compiler.explain.heap import heap_bytes
 from shardc.compiler.explain.liveness import (
     Buffer,
     Interval,
@@ -198,8 +199,11 @@ def _estimate(module: ir.Operation, top: int,
                           position.get(walker.top_user(owner, ops[0]), 0)))
     packed = _place_in_outputs(intervals, slots)
     inside = {id(iv) for iv in packed}
-    temp, at = _live_peak([iv for iv in intervals if id(iv) not in inside], len(ops))
-    peak_op = ops[at] if temp else -1
+    heaped = [iv for iv in intervals if id(iv) not in inside]
+    live, at = _live_peak(heaped, len(ops))
+    peak_op = ops[at] if live else -1
+    temp = heap_bytes([(iv.start, iv.end, iv.size) for iv in heaped],
+                      active_rules().heap_alignment)
     inside = {id(iv.buffer) for iv in packed if iv.buffer is not None}
     kept = [b for b in walker.buffers if id(b) not in inside]
     largest = tuple(sorted(kept, key=lambda b: -b.bytes_per_device)[:top])
