@@ -100,6 +100,13 @@ class LivenessWalker:
         element = ir.ShapedType(self.graph.values[value].type).element_type
         return Slot(total, (tuple(shard), str(element)))
 
+    def aligned(self, size: int) -> int:
+        """``size`` as the platform's heap holds a buffer of it: rounded up to the
+        alignment of offsets in the heap (XLA:CPU: 64 bytes; diffrax_neural_ode's
+        loop keeps hundreds of buffers of a few floats)."""
+        alignment = self.rules.heap_alignment
+        return -(-size // alignment) * alignment
+
     def reduced_bytes(self, value: int) -> int:
         """Bytes of the buffer an op writes ``value`` into: its partial sums when it
         is all-reduced before a slice, computed wider when the platform does."""
@@ -398,7 +405,7 @@ class LivenessWalker:
             elif target[0] == "transposed" and self.graph.value_def[value] >= 0:
                 first = min(first, position.get(
                     self.top_user(self.graph.value_def[value], ops[0]), first))
-            gathered.setdefault(first, []).append((size, last))
+            gathered.setdefault(first, []).append((self.aligned(size), last))
         extend = self.combined(ops)
         # An all-reduce writes a buffer apart from its operand's, both live while it
         # runs; a combined one runs where the last of its members is, so all the
@@ -451,11 +458,11 @@ class LivenessWalker:
                         frees.setdefault(max(last, i), []).append(dying[0])
                         dying[0][2].end = max(last, i)
                         continue
-                allocated.append((value, size, last))
+                allocated.append((value, self.aligned(size), last))
             looped = graph.op_name[op] == "stablehlo.while"
             inner, handed = self._inner_peak(op, i, frees)
-            transient = (inner + self.extra.get(op, 0) + copies.get(i, 0)
-                         + reducing.get(i, 0))
+            transient = inner + sum(self.aligned(n) for n in (
+                self.extra.get(op, 0), copies.get(i, 0), reducing.get(i, 0)) if n)
             # a non-loop body (manual computation, case branch) writes the op's results:
             # its own peak holds them while it runs
             inside = set() if looped or not inner else set(graph.op_results[op])
