@@ -18,19 +18,21 @@ from dataclasses import dataclass
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.cost.fusion import CHLO_ELEMENTWISE, FUSIBLE, FUSING_CONSUMERS
 from shardc.compiler.cost.fusion import FREE as _FREE
-from shardc.compiler.cost.fusion import FUSIBLE, FUSING_CONSUMERS
 from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.diagnostics import source_loc_of
 from shardc.compiler.explain.aliasing import Slot
 from shardc.compiler.explain.grid import shard_shape
 from shardc.compiler.explain.needs import CONSTANTS as _CONSTANTS
 from shardc.compiler.explain.needs import OpNeeds
+from shardc.compiler.propagation.graph import ELEMENTWISE
 from shardc.compiler.propagation.values import ModuleValues
 
 # ops whose result k XLA writes into the buffer of one operand when that dies there
 _IN_PLACE = {"stablehlo.while": lambda k: k, "stablehlo.dynamic_update_slice": lambda k: 0,
              "stablehlo.scatter": lambda k: k}
+_ELEMENTWISE = (ELEMENTWISE | CHLO_ELEMENTWISE) - _FREE
 _PASS_ON = frozenset({"sdy.data_flow_edge", "sdy.sharding_constraint", "sdy.reshard",
                       "sdy.propagation_barrier"})
 _EXPENSIVE = frozenset("stablehlo." + n for n in (
@@ -411,12 +413,18 @@ class LivenessWalker:
         # runs; a combined one runs where the last of its members is, so all the
         # members' operands are live there with their results (eqx_partition_jit's
         # gradients: all-reduce.15, a tuple of ten, at position 74 of its schedule).
-        reducing: dict[int, int] = {}
+        # Each is a buffer of its own that XLA may place in an output's allocation not
+        # yet written (mlp_data_parallel's gradients, reduced, then copied transposed
+        # into the outputs).
+        reducing: dict[int, list[int]] = {}
         for i, op in enumerate(ops):
             if op in self.reduced:
                 for value in graph.op_results[op]:
-                    at = extend.get(value, i)
-                    reducing[at] = reducing.get(at, 0) + self.reduced_bytes(value)
+                    if value not in returned:
+                        # it runs after the op, once the op's operands are freed
+                        at = min(extend.get(value, i) + 1, len(ops) - 1)
+                        reducing.setdefault(at, []).append(
+                            self.aligned(self.reduced_bytes(value)))
         early = self.unanchored(ops)
         owner = graph.op_name[graph.op_parent[ops[0]]] if ops else ""
         carries = args if owner == "stablehlo.while" else set()
@@ -458,21 +466,33 @@ class LivenessWalker:
                         frees.setdefault(max(last, i), []).append(dying[0])
                         dying[0][2].end = max(last, i)
                         continue
+                if graph.op_name[op] in _ELEMENTWISE and len(graph.op_results[op]) == 1:
+                    # XLA's elementwise fusion writes its result over an operand buffer
+                    # of the same size that dies there (a residual add into its summand)
+                    dying = [entry for entry in frees.get(i, [])
+                             if entry[0] is not None and entry[1] == self.aligned(size)]
+                    if dying:
+                        frees[i].remove(dying[0])
+                        frees.setdefault(max(last, i), []).append(dying[0])
+                        dying[0][2].end = max(last, i)
+                        continue
                 allocated.append((value, self.aligned(size), last))
             looped = graph.op_name[op] == "stablehlo.while"
             inner, handed = self._inner_peak(op, i, frees)
             transient = inner + sum(self.aligned(n) for n in (
-                self.extra.get(op, 0), copies.get(i, 0), reducing.get(i, 0)) if n)
+                self.extra.get(op, 0), copies.get(i, 0)) if n)
             # a non-loop body (manual computation, case branch) writes the op's results:
             # its own peak holds them while it runs
             inside = set() if looped or not inner else set(graph.op_results[op])
             now = (live - handed + sum(s for v, s, _ in allocated if v not in inside)
-                   + transient)
+                   + transient + sum(reducing.get(i, ())))
             if now > best:
                 best, best_op = now, op
             if record is not None and transient:
                 # nested peaks and buffers live only while the op runs stay in the heap
                 record.append(Interval(i, i, transient, None, fits_output=False))
+            if record is not None:
+                record.extend(Interval(i, i, size, None) for size in reducing.get(i, ()))
             for value, size, last in allocated:
                 live += size
                 buffer = None
