@@ -80,24 +80,6 @@ def test_bf16_dots_computed_in_f32_on_cpu():
     assert estimate.temp_bytes > f32.temp_bytes // 2
 
 
-def test_combined_gradient_all_reduce_holds_operands_and_results():
-    # Data-parallel gradients are all-reduced in one combined op: every gradient's
-    # partial sums and its reduced copy are live there together.
-    def loss(params, x):
-        for w in params:
-            x = jnp.tanh(x @ w)
-        return jnp.sum(x ** 2)
-
-    def step(params, x):
-        grads = jax.grad(loss)(params, x)
-        return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
-
-    mesh = _mesh()
-    params = [jnp.full((64, 64), 0.01)] * 4
-    shardings = ([NamedSharding(mesh, P())] * 4, NamedSharding(mesh, P("data")))
-    _assert_close(*_compare(step, (params, jnp.ones((32, 64))), shardings, donate=(0,)))
-
-
 def test_many_small_buffers_take_the_heap_alignment():
     # Tiny dot results all live until the end: a few floats each, and XLA:CPU's heap
     # gives each a 64-byte aligned slot (counted at 24 bytes, the estimate was 40%).
