@@ -59,12 +59,15 @@ def _gap(lows: np.ndarray, highs: np.ndarray, size: int, alignment: int) -> int:
     if not len(lows):
         return 0
     order = np.argsort(lows, kind="stable")
-    best, best_size, reached = None, None, 0
-    for low, high in zip(lows[order].tolist(), highs[order].tolist()):
-        if low - reached >= size and (best_size is None or low - reached < best_size):
-            best, best_size = reached, low - reached
-        reached = max(reached, _round_up(high, alignment))
-    return reached if best is None else best
+    starts = lows[order]
+    ends = -(-highs[order] // alignment) * alignment
+    reached = np.maximum.accumulate(ends)
+    before = np.concatenate(([0], reached[:-1]))  # the free space starts here
+    gaps = starts - before
+    fits = gaps >= size
+    if not fits.any():
+        return int(reached[-1])
+    return int(before[np.argmin(np.where(fits, gaps, np.iinfo(np.int64).max))])
 
 
 def _round_up(n: int, multiple: int) -> int:
