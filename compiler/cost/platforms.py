@@ -17,11 +17,6 @@ collectives but differs in a few measurable ways, each one field here:
   up to ``all_reduce_combine_bytes``, so the count falls and the bytes stay;
   XLA:CPU combines none of a step's gradients in the figures measured, so
   there the count is one per reduction;
-* dots in a wider type: XLA:CPU computes a bf16 dot or convolution in f32, its
-  operands converted into f32 buffers (one per value: a bf16 weight read by the
-  forward and the backward dot is converted once and kept) and its result an
-  f32 buffer, rounded to bf16 inside the fusions reading it; XLA:TPU's MXU
-  takes bf16;
 * buffer layout: XLA:TPU tiles arrays in memory (rank >= 2: two dimensions
   padded to (8, 128) tiles, fewer than 8 rows to a power of two, the two
   that pad least, as XLA picks the layout;
@@ -74,10 +69,6 @@ class PlatformRules:
     tile: tuple[int, int] | None = None
     vector_tile: int = 1
     min_buffer_bytes: int = 0
-    # Element types whose dots and convolutions the backend computes wider, and the
-    # bytes per element it computes them in: each operand converted into a wide
-    # buffer (one per value, kept for every op reading it), the result a wide buffer.
-    dot_computed_as: Mapping[str, int] = field(default_factory=dict)
     # The alignment of each temporary's offset in the heap XLA packs them into.
     heap_alignment: int = 1
 
@@ -127,10 +118,7 @@ def _power_of_two(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-# XLA:CPU's float normalisation runs bf16 dots in f32 (``convert`` fusions of the
-# operands, an f32 dot, the rounding to bf16 fused into the readers).
-CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as={"bf16": 4},
-                    heap_alignment=64)
+CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, heap_alignment=64)
 # The combine threshold is XLA:TPU's default all-reduce combiner size (the
 # step's gradients of the bench's programs combine into one op per device group).
 TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_reshards=False,

@@ -77,7 +77,6 @@ class LivenessWalker:
         found = OpNeeds.collect(values)
         self.extra, self.needs, self.reduced = found.extra, found.needs, found.reduced
         self.partial, self.moved = found.partial, found.moved
-        self.widened = found.widened
         self.block_args: dict[int, list[int]] = {}  # first op of a block -> its arguments
         for op in range(len(graph.ops)):
             for block_args, block_ops in graph.op_blocks[op]:
@@ -128,11 +127,8 @@ class LivenessWalker:
 
     def reduced_bytes(self, value: int) -> int:
         """Bytes of the buffer an op writes ``value`` into: its partial sums when it
-        is all-reduced before a slice, computed wider when the platform does."""
-        size = self.partial.get(value) or self.bytes_of(value)
-        if value in self.widened:  # the platform computes the dot wider
-            size = size * self.widened[value] // max(self.bytes_of(value), 1)
-        return size
+        is all-reduced before a slice."""
+        return self.partial.get(value) or self.bytes_of(value)
 
     def materialised(self, value: int, op: int) -> bool:
         graph = self.graph
@@ -160,31 +156,8 @@ class LivenessWalker:
         tops = {self.top_user(u, op) for u, _ in graph.uses[value]}
         if len(tops) < 2:
             return False
-        return graph.op_name[op] in _EXPENSIVE or any(self.reduces(t) for t in tops)
-
-    def reduces(self, op: int) -> bool:
-        """Whether ``op`` is a reduction, or a fusible op whose one reader chain of
-        such ops, each read once (so fused), ends in one: the reduction's kernel
-        reads ``op``'s operands.
-
-        XLA:CPU keeps a value a reduction reads through such a chain apart from
-        its other readers (a llama-shaped step's residual stream: the
-        ``x * x`` of its RMS norm fuses into the reduction, ``wrapped_add``
-        stays a buffer read by that fusion and by the next residual add; its
-        normalised ``x * rsqrt``, read by the scale's gradient reduction and
-        by the scale multiply, too).
-        """
-        graph = self.graph
-        seen = 0
-        while graph.op_name[op] != "stablehlo.reduce":
-            results = graph.op_results[op]
-            if graph.op_name[op] not in FUSIBLE or len(results) != 1 or seen > 64:
-                return False
-            readers = {self.top_user(u, op) for u, _ in graph.uses[results[0]]}
-            if len(readers) != 1:
-                return False
-            op, seen = next(iter(readers)), seen + 1
-        return True
+        return graph.op_name[op] in _EXPENSIVE or any(
+            graph.op_name[t] == "stablehlo.reduce" for t in tops)
 
     def last_read(self, value: int, op: int, position: dict[int, int], returned: set[int],
                   at: int, memo: dict[int, int] | None = None) -> int:

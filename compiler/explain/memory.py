@@ -20,8 +20,7 @@ not divide counting padded like XLA pads it:
   users are all fusible ops, reductions or dynamic-update-slices, since XLA
   fuses such producers into their consumer, unless
   several ops read one that is expensive (XLA does not duplicate exp, tanh,
-  rsqrt, ...) or feeds a reduction, directly or through a chain of fused ops
-  each read once (an RMS norm's ``x * x``); a transpose read only by dots is
+  rsqrt, ...) or feeds a reduction; a transpose read only by dots is
   folded into them; chlo's elementwise ops (``square``, ``erf``) fuse alike. A buffer is freed after the last op reading it, a fused reader
   reading it where its own readers run. Values returned from the function
   (and the ops producing them) live in the output buffers, not in
@@ -53,9 +52,6 @@ not divide counting padded like XLA pads it:
 * an all-reduce writes a buffer apart from its operand's, right after the op
   (after a combined one's last member), which XLA may place in an output's
   allocation not yet written;
-* dots in a wider type: on XLA:CPU a bf16 dot's operands are converted to f32
-  buffers (one per value, kept for all its dots) and its result is f32
-  (``PlatformRules.dot_computed_as``);
 * the heap: temporaries are packed as XLA's buffer assigner packs them
   (``heap``: best fit, largest or longest-lived first, offsets aligned to
   64 bytes on XLA:CPU), so ``temp`` is the heap's size, at least the live peak.

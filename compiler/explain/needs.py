@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 from shardc.compiler.cost.fusion import FREE, FUSIBLE
 from shardc.compiler.cost.op_comm import computation_axes, required_sharding
-from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.cost.report import collectives_at
 from shardc.compiler.cost.reshard import (
     ALL_REDUCE,
@@ -27,10 +26,6 @@ from shardc.compiler.explain.layout import relayout, transposed_gather
 from shardc.compiler.propagation.values import ModuleValues
 
 RESHARDS = frozenset({"sdy.reshard", "sdy.sharding_constraint"})
-_DOTS = frozenset({"stablehlo.dot_general", "stablehlo.convolution"})
-# ops that move their operand's elements unchanged
-_MOVES = RESHARDS | frozenset({"stablehlo.reshape", "stablehlo.transpose",
-                               "stablehlo.broadcast_in_dim", "sdy.data_flow_edge"})
 CONSTANTS = frozenset({"sdy.constant", "stablehlo.constant", "stablehlo.iota"})
 
 
@@ -45,8 +40,6 @@ class OpNeeds:
     # result -> bytes of its partial sums when the all-reduce precedes a slice
     partial: dict[int, int] = field(default_factory=dict)
     moved: set[int] = field(default_factory=set)  # explicit reshards that move data
-    # result -> bytes per device of a dot's result the platform computes wider
-    widened: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def collect(cls, values: ModuleValues) -> OpNeeds:
@@ -124,46 +117,9 @@ class OpNeeds:
             if size:  # XLA copies it transposed as soon as the operand exists
                 value = graph.op_operands[op][index]
                 self.needs.setdefault(op, []).append(((value, ("transposed", op, index)), size, 0))
-        if name in _DOTS:
-            self._widen(values, op, operands, results)
         if reduced:
             self.reduced[op] = tuple(sorted(str(a) for a in reduced))
             self._partial_sums(graph.op_results[op], results, reduced)
-
-    def _widen(self, values: ModuleValues, op: int, operands, results) -> None:
-        """Record the wide buffers of a dot the platform computes in a wider type
-        (``PlatformRules.dot_computed_as``): its result's, and one converted copy per
-        operand value, shared by every dot reading it (XLA CSEs the converts), unless
-        the operand is already wide: another such dot's result, seen through ops that
-        only move it (XLA drops the round trip through the narrow type)."""
-        graph = values.graph
-        wide = active_rules().dot_computed_as
-        for value, result in zip(graph.op_results[op], results):
-            element = wide.get(result.dtype)
-            if element:
-                self.widened[value] = shard_bytes(result.shape, element,
-                                                  dim_axes(result.sharding, len(result.shape)))
-        for index, operand in enumerate(operands):
-            element = wide.get(operand.dtype)
-            value = graph.op_operands[op][index]
-            if not element or self._computed_wide(graph, value):
-                continue
-            size = shard_bytes(operand.shape, element,
-                               dim_axes(operand.sharding, len(operand.shape)))
-            self.needs.setdefault(op, []).append(((value, ("widened",)), size, 0))
-
-    @staticmethod
-    def _computed_wide(graph, value: int) -> bool:
-        """Whether ``value`` is a dot's result seen through ops that only move it."""
-        while graph.value_def[value] >= 0:
-            owner = graph.value_def[value]
-            name = graph.op_name[owner]
-            if name in _DOTS:
-                return True
-            if name not in _MOVES or not graph.op_operands[owner]:
-                return False
-            value = graph.op_operands[owner][0]
-        return False
 
     def _partial_sums(self, values: list[int], results, reduced: set) -> None:
         """Record the unsliced partial-sum buffers of an op whose result is sharded

@@ -34,52 +34,6 @@ def _assert_close(estimate, stats, xla_net):
     assert abs(estimate.temp_bytes / stats.temp_size_in_bytes - 1) <= 0.25, figures
 
 
-def _rms(x, scale):
-    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) * scale
-
-
-def _residual_step(dtype):
-    """A residual stack of RMS-normed MLP blocks and its SGD step."""
-    def loss(params, x):
-        for scale, w1, w2 in params:
-            x = x + jax.nn.gelu(_rms(x, scale) @ w1) @ w2
-        return jnp.mean(x.astype(jnp.float32) ** 2)
-
-    def step(params, x):
-        grads = jax.grad(loss)(params, x)
-        return jax.tree.map(lambda p, g: (p - 0.1 * g).astype(p.dtype), params, grads)
-
-    mesh = _mesh()
-    d, hidden = 128, 256
-    layer = (jnp.ones((d,), dtype), jnp.full((d, hidden), 0.01, dtype),
-             jnp.full((hidden, d), 0.01, dtype))
-    params = [layer] * 3
-    specs = [(NamedSharding(mesh, P()), NamedSharding(mesh, P(None, "model")),
-              NamedSharding(mesh, P("model", None)))] * 3
-    x = jnp.ones((32, 16, d), dtype)
-    return step, (params, x), (specs, NamedSharding(mesh, P("data")))
-
-
-def test_residual_stream_read_by_a_norm_is_a_buffer():
-    # The residual sum feeds the next block's norm (x * x fused into its reduction)
-    # and the next residual add: XLA keeps it, and the normalised x * rsqrt the
-    # scale's gradient reduces over; fusing them everywhere put the estimate 25% low.
-    step, args, shardings = _residual_step(jnp.float32)
-    _assert_close(*_compare(step, args, shardings))
-
-
-def test_bf16_dots_computed_in_f32_on_cpu():
-    # XLA:CPU converts bf16 dot operands to f32 buffers (the weights once, for the
-    # forward and the backward) and keeps the results in f32: counting them at bf16
-    # put the estimate's temporaries at half XLA's.
-    step, args, shardings = _residual_step(jnp.bfloat16)
-    estimate, stats, xla_net = _compare(step, args, shardings)
-    _assert_close(estimate, stats, xla_net)
-    f32 = sc.jit(step, in_shardings=shardings).lower(
-        *jax.tree.map(lambda a: a.astype(jnp.float32), args)).memory_estimate()
-    assert estimate.temp_bytes > f32.temp_bytes // 2
-
-
 def test_many_small_buffers_take_the_heap_alignment():
     # Tiny dot results all live until the end: a few floats each, and XLA:CPU's heap
     # gives each a 64-byte aligned slot (counted at 24 bytes, the estimate was 40%).
