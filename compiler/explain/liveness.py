@@ -101,23 +101,6 @@ class LivenessWalker:
         element = ir.ShapedType(self.graph.values[value].type).element_type
         return Slot(total, (tuple(shard), str(element)))
 
-    def one_output(self, value: int, op: int) -> bool:
-        """Whether ``value`` is read by one chain of fusible ops, each read once,
-        that ends in the function's return (it writes a single output)."""
-        graph = self.graph
-        for _ in range(64):
-            readers = {self.top_user(u, op) for u, _ in graph.uses[value]}
-            if len(readers) != 1:
-                return False
-            op = next(iter(readers))
-            if graph.op_name[op] == "func.return":
-                return True
-            results = graph.op_results[op]
-            if graph.op_name[op] not in FUSIBLE or len(results) != 1:
-                return False
-            value = results[0]
-        return False
-
     def aligned(self, size: int) -> int:
         """``size`` as the platform's heap holds a buffer of it: rounded up to the
         alignment of offsets in the heap (XLA:CPU: 64 bytes; diffrax_neural_ode's
@@ -399,24 +382,6 @@ class LivenessWalker:
                     self.top_user(self.graph.value_def[value], ops[0]), first))
             gathered.setdefault(first, []).append((self.aligned(size), last))
         extend = self.combined(ops)
-        # An all-reduce writes a buffer apart from its operand's, both live while it
-        # runs; a combined one runs where the last of its members is, so all the
-        # members' operands are live there with their results (eqx_partition_jit's
-        # gradients: all-reduce.15, a tuple of ten, at position 74 of its schedule).
-        # The reduced copies stay in the heap. A value whose one reader chain writes an
-        # output is counted once: XLA puts its operand in that output's allocation
-        # (mlp_data_parallel's gradients, reduced, then copied transposed into the
-        # outputs: dot.5-7 in the outputs' allocations, all-reduce.4's tuple in the
-        # heap, where the value's own interval stands for it).
-        reducing: dict[int, list[int]] = {}
-        for i, op in enumerate(ops):
-            if op in self.reduced:
-                for value in graph.op_results[op]:
-                    if value not in returned and not self.one_output(value, op):
-                        # it runs after the op, once the op's operands are freed
-                        at = min(extend.get(value, i) + 1, len(ops) - 1)
-                        reducing.setdefault(at, []).append(
-                            self.aligned(self.reduced_bytes(value)))
         early = self.unanchored(ops)
         owner = graph.op_name[graph.op_parent[ops[0]]] if ops else ""
         carries = args if owner == "stablehlo.while" else set()
@@ -477,15 +442,12 @@ class LivenessWalker:
             # its own peak holds them while it runs
             inside = set() if looped or not inner else set(graph.op_results[op])
             now = (live - handed + sum(s for v, s, _ in allocated if v not in inside)
-                   + transient + sum(reducing.get(i, ())))
+                   + transient)
             if now > best:
                 best, best_op = now, op
             if record is not None and transient:
                 # nested peaks and buffers live only while the op runs stay in the heap
                 record.append(Interval(i, i, transient, None, fits_output=False))
-            if record is not None:
-                record.extend(Interval(i, i, size, None, fits_output=False)
-                              for size in reducing.get(i, ()))
             for value, size, last in allocated:
                 live += size
                 buffer = None

@@ -49,9 +49,6 @@ not divide counting padded like XLA pads it:
   unchanged is its init value), ``dynamic_update_slice``/``scatter`` their
   dying operand, an elementwise result a same-sized operand buffer that dies
   there, and a reshape shares its operand's buffer;
-* an all-reduce writes a buffer apart from its operand's, right after the op
-  (after a combined one's last member), which XLA may place in an output's
-  allocation not yet written;
 * the heap: temporaries are packed as XLA's buffer assigner packs them
   (``heap``: best fit, largest or longest-lived first, offsets aligned to
   64 bytes on XLA:CPU), so ``temp`` is the heap's size, at least the live peak.
