@@ -18,21 +18,19 @@ from dataclasses import dataclass
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.cost.fusion import CHLO_ELEMENTWISE, FUSIBLE, FUSING_CONSUMERS
 from shardc.compiler.cost.fusion import FREE as _FREE
+from shardc.compiler.cost.fusion import FUSIBLE, FUSING_CONSUMERS
 from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.diagnostics import source_loc_of
 from shardc.compiler.explain.aliasing import Slot
 from shardc.compiler.explain.grid import shard_shape
 from shardc.compiler.explain.needs import CONSTANTS as _CONSTANTS
 from shardc.compiler.explain.needs import OpNeeds
-from shardc.compiler.propagation.graph import ELEMENTWISE
 from shardc.compiler.propagation.values import ModuleValues
 
 # ops whose result k XLA writes into the buffer of one operand when that dies there
 _IN_PLACE = {"stablehlo.while": lambda k: k, "stablehlo.dynamic_update_slice": lambda k: 0,
              "stablehlo.scatter": lambda k: k}
-_ELEMENTWISE = (ELEMENTWISE | CHLO_ELEMENTWISE) - _FREE
 _PASS_ON = frozenset({"sdy.data_flow_edge", "sdy.sharding_constraint", "sdy.reshard",
                       "sdy.propagation_barrier"})
 _EXPENSIVE = frozenset("stablehlo." + n for n in (
@@ -419,16 +417,6 @@ class LivenessWalker:
                     dying = [entry for entry in frees.get(i, []) if entry[0] == operand]
                     if dying and dying[0][1] >= size:
                         # the result takes over its operand's buffer (XLA updates in place)
-                        frees[i].remove(dying[0])
-                        frees.setdefault(max(last, i), []).append(dying[0])
-                        dying[0][2].end = max(last, i)
-                        continue
-                if graph.op_name[op] in _ELEMENTWISE and len(graph.op_results[op]) == 1:
-                    # XLA's elementwise fusion writes its result over an operand buffer
-                    # of the same size that dies there (a residual add into its summand)
-                    dying = [entry for entry in frees.get(i, [])
-                             if entry[0] is not None and entry[1] == self.aligned(size)]
-                    if dying:
                         frees[i].remove(dying[0])
                         frees.setdefault(max(last, i), []).append(dying[0])
                         dying[0][2].end = max(last, i)

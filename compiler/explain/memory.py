@@ -47,8 +47,7 @@ not divide counting padded like XLA pads it:
   combined: their results stay live until the last of them;
 * in place: ``while`` results reuse their carries (a carry the body returns
   unchanged is its init value), ``dynamic_update_slice``/``scatter`` their
-  dying operand, an elementwise result a same-sized operand buffer that dies
-  there, and a reshape shares its operand's buffer;
+  dying operand, and a reshape shares its operand's buffer;
 * the heap: temporaries are packed as XLA's buffer assigner packs them
   (``heap``: best fit, largest or longest-lived first, offsets aligned to
   64 bytes on XLA:CPU), so ``temp`` is the heap's size, at least the live peak.
