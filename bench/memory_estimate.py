@@ -1,13 +1,19 @@
 """Per-device memory estimated before compiling (``Lowered.memory_estimate()``) against XLA.
 
-For every program of ``bench/models`` and of the zoo (``bench/zoo``, donated
-train states included): lower with shardc as ``bench.e2e_measure`` does,
+For every program of ``bench/models``, of the zoo (``bench/zoo``, donated
+train states included) and of the libzoo (``bench/libzoo``: other libraries'
+programs, held out from the rules' reading): lower with shardc as ``bench.e2e_measure`` does,
 estimate arguments, outputs, the live peak of temporaries and the donated
 bytes outputs reuse, compile, and compare with ``Compiled.memory_analysis()``.
 Prints a table and JSON with the ratio estimate / XLA per field; a program
 whose net total (``argument + output + temp - alias``) is off by more than
 ``TOLERANCE`` must have an entry in ``EXPLAINED`` saying why.
-Run: ``python -m bench.memory_estimate [--size small|large] [--json out.json] [names...]``.
+``--llama N`` measures instead the Llama-shaped train step of ``bench.plan_speed``
+(unrolled, scanned, scanned under ``jax.checkpoint``; f32 and bf16; two layers of
+small dimensions) on a (N/16, 16) mesh of fake CPU devices: run it with
+``XLA_FLAGS=--xla_force_host_platform_device_count=N``.
+Run: ``python -m bench.memory_estimate [--size small|large] [--llama N] [--json out.json]
+[names...]``.
 """
 
 from __future__ import annotations
@@ -21,14 +27,22 @@ import sys
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
-from bench import e2e_measure  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
+
+from bench import e2e_measure, plan_speed  # noqa: E402
+from bench.libzoo import REGISTRY as LIBZOO  # noqa: E402
+from bench.libzoo import make_programs as make_libzoo  # noqa: E402
 from bench.models import REGISTRY as MODELS  # noqa: E402
 from bench.models import make_programs as make_models  # noqa: E402
 from bench.models.program import Program  # noqa: E402
 from bench.zoo import REGISTRY as ZOO  # noqa: E402
 from bench.zoo import make_programs as make_zoo  # noqa: E402
+from shardc.compiler import jit  # noqa: E402
 
-REGISTRY = {**MODELS, **ZOO}
+REGISTRY = {**MODELS, **ZOO, **LIBZOO}
 
 TOLERANCE = 0.10
 # Arguments match exactly and outputs to XLA's output tuple; the temporaries
@@ -87,9 +101,36 @@ def compare(program: Program) -> Row:
     """Estimate, compile and compare one program."""
     with e2e_measure.mesh_context(program):
         lowered, _, devices = e2e_measure.lower_route(program, "shardc")
+        lowered = e2e_measure.stage(lowered)  # equinox's stage wraps shardc's
         estimate = lowered.memory_estimate()
         compiled = lowered.compile() if devices is None else lowered.compile(device_assignment=devices)
         stats = compiled.memory_analysis()
+    return _row(program.name, estimate, stats)
+
+
+LLAMA_VARIANTS = ("unrolled", "scan", "remat", "unrolled_bf16", "scan_bf16")
+# Two layers, d_model 256 (16 heads: the model axis divides them), ffn 512, vocab 512,
+# 64 tokens a sequence, one sequence per data shard.
+LLAMA_SHAPE = {"d": 256, "ffn": 512, "vocab": 512, "seq": 64}
+
+
+def compare_llama(variant: str, devices: int) -> Row:
+    """Estimate, compile and compare ``bench.plan_speed``'s step (``variant``, a
+    ``_bf16`` suffix for bf16 parameters) on ``devices`` of this process's devices."""
+    layout = plan_speed.mesh_of(devices)
+    mesh = Mesh(np.array(jax.devices()[:devices]).reshape(layout.axis_sizes),
+                layout.axis_names, axis_types=layout.axis_types)
+    base, _, dtype = variant.partition("_")
+    args = plan_speed.abstract_args(base, layout, 2, **LLAMA_SHAPE,
+                                    dtype=jnp.bfloat16 if dtype == "bf16" else jnp.float32)
+    args = jax.tree.map(lambda a: jax.ShapeDtypeStruct(
+        a.shape, a.dtype, sharding=NamedSharding(mesh, a.sharding.spec)), args)
+    lowered = jit(plan_speed.make_step(base, 2, 16, mesh)).lower(*args)
+    return _row(f"llama_{variant}@{devices}", lowered.memory_estimate(),
+                lowered.compile().memory_analysis())
+
+
+def _row(name: str, estimate, stats) -> Row:
     mine = {"argument": estimate.argument_bytes, "output": estimate.output_bytes,
             "temp": estimate.temp_bytes, "alias": estimate.alias_bytes,
             "net": estimate.net_bytes}
@@ -97,16 +138,19 @@ def compare(program: Program) -> Row:
               "temp": stats.temp_size_in_bytes, "alias": stats.alias_size_in_bytes}
     theirs["net"] = (theirs["argument"] + theirs["output"] + theirs["temp"]
                      - theirs["alias"])
-    return Row(program.name, mine, theirs)
+    return Row(name, mine, theirs)
 
 
 def make_programs(size: str = "small", only=None) -> list[Program]:
-    """The bench/models programs, then the zoo's, named in ``only`` (all when None)."""
+    """The bench/models programs, then the zoo's and the libzoo's, named in ``only``
+    (all when None)."""
     only = None if only is None else list(only)
     models = [n for n in (only or MODELS) if n in MODELS]
     zoo = [n for n in (only or ZOO) if n in ZOO]
+    libzoo = [n for n in (only or LIBZOO) if n in LIBZOO]
     return ((make_models(size, models) if models else [])
-            + (make_zoo(size, zoo) if zoo else []))
+            + (make_zoo(size, zoo) if zoo else [])
+            + (make_libzoo(size, libzoo) if libzoo else []))
 
 
 def format_table(rows: list[Row]) -> str:
@@ -140,8 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help=f"programs (default all: {sorted(REGISTRY)})")
     parser.add_argument("--size", default="small", choices=("small", "large"))
     parser.add_argument("--json", help="write the rows as JSON to this file")
+    parser.add_argument("--llama", type=int, metavar="N",
+                        help="measure the Llama-shaped steps on N devices instead")
     args = parser.parse_args(argv)
-    rows = [compare(p) for p in make_programs(args.size, args.names or None)]
+    if args.llama:
+        rows = [compare_llama(v, args.llama) for v in (args.names or LLAMA_VARIANTS)]
+    else:
+        rows = [compare(p) for p in make_programs(args.size, args.names or None)]
     sys.stdout.write(format_table(rows))
     if args.json:
         pathlib.Path(args.json).write_text(to_json(rows))

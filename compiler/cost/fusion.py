@@ -16,7 +16,13 @@ from shardc.compiler.propagation.graph import ELEMENTWISE
 FREE = frozenset({"sdy.constant", "stablehlo.constant", "sdy.sharding_constraint",
                   "sdy.reshard", "stablehlo.optimization_barrier", "sdy.data_flow_edge",
                   "sdy.propagation_barrier", "stablehlo.get_tuple_element"})
-FUSIBLE = ELEMENTWISE | frozenset({
+# chlo's elementwise ops (jax lowers ``square``, ``erf``, ``tan``, ``lgamma`` ... to
+# them) are expanded into elementwise HLO before XLA fuses: fusible alike.
+CHLO_ELEMENTWISE = frozenset("chlo." + n for n in (
+    "acos", "acosh", "asin", "asinh", "atan", "atanh", "bessel_i1e", "conj", "cosh",
+    "digamma", "erf", "erf_inv", "erfc", "is_inf", "is_neg_inf", "is_pos_inf", "lgamma",
+    "next_after", "polygamma", "sinh", "square", "tan", "zeta"))
+FUSIBLE = ELEMENTWISE | CHLO_ELEMENTWISE | frozenset({
     "stablehlo.broadcast_in_dim", "stablehlo.concatenate", "stablehlo.convert",
     "stablehlo.dynamic_slice", "stablehlo.iota", "stablehlo.pad", "stablehlo.reshape",
     "stablehlo.reverse", "stablehlo.slice", "stablehlo.transpose",

@@ -69,6 +69,8 @@ class PlatformRules:
     tile: tuple[int, int] | None = None
     vector_tile: int = 1
     min_buffer_bytes: int = 0
+    # The alignment of each temporary's offset in the heap XLA packs them into.
+    heap_alignment: int = 1
 
     def element_bytes_in_collective(self, element_bytes: int, dtype: str | None) -> int:
         """Bytes one element of ``dtype`` takes inside a collective."""
@@ -116,7 +118,7 @@ def _power_of_two(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4})
+CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, heap_alignment=64)
 # The combine threshold is XLA:TPU's default all-reduce combiner size (the
 # step's gradients of the bench's programs combine into one op per device group).
 TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_reshards=False,

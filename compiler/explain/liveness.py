@@ -116,6 +116,18 @@ class LivenessWalker:
         element = ir.ShapedType(self.graph.values[value].type).element_type
         return Slot(total, (tuple(shard), str(element)))
 
+    def aligned(self, size: int) -> int:
+        """``size`` as the platform's heap holds a buffer of it: rounded up to the
+        alignment of offsets in the heap (XLA:CPU: 64 bytes; diffrax_neural_ode's
+        loop keeps hundreds of buffers of a few floats)."""
+        alignment = self.rules.heap_alignment
+        return -(-size // alignment) * alignment
+
+    def reduced_bytes(self, value: int) -> int:
+        """Bytes of the buffer an op writes ``value`` into: its partial sums when it
+        is all-reduced before a slice."""
+        return self.partial.get(value) or self.bytes_of(value)
+
     def materialised(self, value: int, op: int) -> bool:
         graph = self.graph
         name = graph.op_name[op]
@@ -383,7 +395,7 @@ class LivenessWalker:
             elif target[0] == "transposed" and self.graph.value_def[value] >= 0:
                 first = min(first, position.get(
                     self.top_user(self.graph.value_def[value], ops[0]), first))
-            gathered.setdefault(first, []).append((size, last))
+            gathered.setdefault(first, []).append((self.aligned(size), last))
         extend = self.combined(ops)
         early = self.unanchored(ops)
         owner = graph.op_name[graph.op_parent[ops[0]]] if ops else ""
@@ -400,7 +412,7 @@ class LivenessWalker:
             for k, value in enumerate(graph.op_results[op]):
                 if value in returned or not self.materialised(value, op):
                     continue
-                size = self.partial.get(value) or self.bytes_of(value)
+                size = self.reduced_bytes(value)
                 last = self.last_read(value, op, position, returned, i, reads)
                 last = max(last, extend.get(value, i))
                 if graph.op_name[op] == "stablehlo.reshape":
@@ -426,10 +438,11 @@ class LivenessWalker:
                         frees.setdefault(max(last, i), []).append(dying[0])
                         dying[0][2].end = max(last, i)
                         continue
-                allocated.append((value, size, last))
+                allocated.append((value, self.aligned(size), last))
             looped = graph.op_name[op] == "stablehlo.while"
             inner, handed = self._inner_peak(op, i, frees)
-            transient = inner + self.extra.get(op, 0) + copies.get(i, 0)
+            transient = inner + sum(self.aligned(n) for n in (
+                self.extra.get(op, 0), copies.get(i, 0)) if n)
             # a non-loop body (manual computation, case branch) writes the op's results:
             # its own peak holds them while it runs
             inside = set() if looped or not inner else set(graph.op_results[op])

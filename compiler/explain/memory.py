@@ -20,8 +20,8 @@ not divide counting padded like XLA pads it:
   users are all fusible ops, reductions or dynamic-update-slices, since XLA
   fuses such producers into their consumer, unless
   several ops read one that is expensive (XLA does not duplicate exp, tanh,
-  rsqrt, ...) or feeds a reduction; a transpose read only by dots is folded
-  into them. A buffer is freed after the last op reading it, a fused reader
+  rsqrt, ...) or feeds a reduction; a transpose read only by dots is
+  folded into them; chlo's elementwise ops (``square``, ``erf``) fuse alike. A buffer is freed after the last op reading it, a fused reader
   reading it where its own readers run. Values returned from the function
   (and the ops producing them) live in the output buffers, not in
   temporaries, and a temporary that fits in a non-aliased output buffer
@@ -47,7 +47,10 @@ not divide counting padded like XLA pads it:
   combined: their results stay live until the last of them;
 * in place: ``while`` results reuse their carries (a carry the body returns
   unchanged is its init value), ``dynamic_update_slice``/``scatter`` their
-  dying operand, and a reshape shares its operand's buffer.
+  dying operand, and a reshape shares its operand's buffer;
+* the heap: temporaries are packed as XLA's buffer assigner packs them
+  (``heap``: best fit, largest or longest-lived first, offsets aligned to
+  64 bytes on XLA:CPU), so ``temp`` is the heap's size, at least the live peak.
 
 Each rule was read off XLA's buffer assignment (``--xla_dump_to``).
 
@@ -65,6 +68,7 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.cost.platforms import active_rules, platform_rules, predicting_for
 from shardc.compiler.explain.aliasing import Alias, donations, find_aliases
+from shardc.compiler.explain.heap import heap_bytes
 from shardc.compiler.explain.liveness import (
     Buffer,
     Interval,
@@ -206,8 +210,11 @@ def _estimate(values: ModuleValues, top: int,
                           position.get(walker.top_user(owner, ops[0]), 0)))
     packed = _place_in_outputs(intervals, slots)
     inside = {id(iv) for iv in packed}
-    temp, at = _live_peak([iv for iv in intervals if id(iv) not in inside], len(ops))
-    peak_op = ops[at] if temp else -1
+    heaped = [iv for iv in intervals if id(iv) not in inside]
+    live, at = _live_peak(heaped, len(ops))
+    peak_op = ops[at] if live else -1
+    temp = heap_bytes([(iv.start, iv.end, iv.size) for iv in heaped],
+                      active_rules().heap_alignment)
     inside = {id(iv.buffer) for iv in packed if iv.buffer is not None}
     kept = [b for b in walker.buffers if id(b) not in inside]
     largest = tuple(map(walker.described,

@@ -6,29 +6,31 @@ import pytest
 
 import shardc.compiler as sc
 
-# (argument, output, temp, alias) bytes per device that the recursive walk (one
-# visit per path through a fused chain: exponential in its length) gave for
-# these programs; the memoised walk must give the same.
+# (argument, output, temp, alias) bytes per device the walk gives for these
+# programs (first those of the recursive walk, one visit per path through a fused
+# chain: exponential in its length; re-pinned when the model's rules change: the
+# heap packing and what XLA:CPU materialises, see test_memory_effects.py); the
+# memoised walk must give the same.
 BEFORE = {
-    "mlp_data_parallel": (53248, 49188, 51204, 0),
+    "mlp_data_parallel": (53248, 49188, 51264, 0),
     "mlp_megatron": (68352, 2048, 8192, 0),
     "fsdp_train_step": (32960, 24828, 197632, 0),
     "transformer": (108544, 8192, 18432, 0),
-    "conv_net": (18416, 6148, 312452, 0),
+    "conv_net": (18416, 6148, 313088, 0),
     "embedding_scatter": (10368, 8464, 12416, 0),
-    "moe_routing": (37888, 4096, 16800, 0),
+    "moe_routing": (37888, 4096, 16832, 0),
     "scan_rnn": (7488, 528, 5632, 0),
-    "shard_map_pipeline": (14336, 2048, 5128, 0),
+    "shard_map_pipeline": (14336, 2048, 5248, 0),
     "abstract_mesh_constraint": (33792, 1024, 18432, 0),
     "conflict_mlp": (270336, 8192, 2162688, 0),
     "conflict_attention": (98304, 32768, 819200, 0),
     "conflict_attention_seq": (98304, 32768, 1081344, 0),
     "conflict_mlp_deep": (787456, 1024, 3219456, 0),
     "grad_loops": (12288, 14404, 18048, 0),
-    "grad_loops_unrolled": (12288, 14404, 18052, 0),
+    "grad_loops_unrolled": (12288, 14404, 18112, 0),
     "decode_kv_cache": (49164, 8744, 13184, 8192),
-    "pipeline_shard_map": (5184, 3180, 12157, 0),
-    "dropout_cond": (2380, 2164, 5264, 0),
+    "pipeline_shard_map": (5184, 3180, 12736, 0),
+    "dropout_cond": (2380, 2164, 5504, 0),
 }
 
 
@@ -57,9 +59,9 @@ def test_estimate_unchanged_on_benchmark_programs(programs, name):
 # jax.checkpoint, whose recomputed forward made the recursive walk never finish
 # for a 7B-shaped model.
 TINY_BEFORE = {
-    "unrolled": (8704, 8628, 135688, 0),
-    "scan": (8704, 8556, 200708, 0),
-    "remat": (8704, 8556, 92292, 0),
+    "unrolled": (8704, 8628, 141440, 0),
+    "scan": (8704, 8556, 206912, 0),
+    "remat": (8704, 8556, 92352, 0),
 }
 
 
