@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from shardc.compiler.cost.step_time import human_seconds
+
 COST_AWARE = "cost-aware"  # the route's key in the rows' per-route dicts
 HEADER = (
     "| program | max rel. error | output shardings match | collective bytes / device "
@@ -57,15 +59,6 @@ def human_bytes(count: float) -> str:
             return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
         count /= 1024
     raise AssertionError("unreachable")
-
-
-def human_seconds(seconds: float) -> str:
-    """``0.0123`` -> ``12.3 ms``."""
-    if seconds >= 1:
-        return f"{seconds:.2f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.1f} ms"
-    return f"{seconds * 1e6:.0f} µs"
 
 
 def format_ratio(value: float | None) -> str:

@@ -106,14 +106,15 @@ class StepTime:
 
     def format_text(self) -> str:
         """A short human-readable account of the step."""
-        lines = [f"step time on {self.platform}: {_seconds(self.total_s)} "
-                 f"(compute {_seconds(self.compute_s)}, communication {_seconds(self.comm_s)}; "
-                 f"overlapped {_seconds(self.overlapped_s)})",
+        lines = [f"step time on {self.platform}: {human_seconds(self.total_s)} "
+                 f"(compute {human_seconds(self.compute_s)}, "
+                 f"communication {human_seconds(self.comm_s)}; "
+                 f"overlapped {human_seconds(self.overlapped_s)})",
                  f"  {self.flops:.4g} operations per device ({self.flops_once:.4g} with loop "
                  f"bodies once), {self.bytes} collective bytes per device"]
         for c in self.comm:
             lines.append(f"  {c.kind:<19} over {','.join(c.axes) or '(manual)':<12} "
-                         f"x{c.count:<5} {c.bytes_per_device:>12} B  {_seconds(c.seconds)}")
+                         f"x{c.count:<5} {c.bytes_per_device:>12} B  {human_seconds(c.seconds)}")
         lines += [f"note: {note}" for note in self.notes]
         return "\n".join(lines) + "\n"
 
@@ -220,12 +221,13 @@ def _summed(comm, key) -> dict[str, float]:
     return out
 
 
-def _seconds(s: float) -> str:
-    if s >= 1:
-        return f"{s:.3g} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    return f"{s * 1e6:.3g} us"
+def human_seconds(seconds: float) -> str:
+    """``0.0123`` -> ``12.3 ms``."""
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds * 1e6:.0f} µs"
 
 
-__all__ = ["CommTime", "StepTime", "collective_seconds", "step_time"]
+__all__ = ["CommTime", "StepTime", "collective_seconds", "human_seconds", "step_time"]
