@@ -509,9 +509,38 @@ def comm_report_of(reader: ModuleValues) -> CommReport:
         sites.extend((op, entry) for entry in
                      collectives_at(reader, op, runs_per_step(reader.graph, op, trips)))
     rules = active_rules()
+    if rules.reassociates_all_reduces:
+        sites = _reassociate_all_reduces(reader, sites)
     if rules.all_reduce_combine_bytes:
         sites = _combine_all_reduces(reader, sites, rules.all_reduce_combine_bytes)
     return CommReport(tuple(entry for _, entry in sites), _notes(reader, trips))
+
+
+def _reassociate_all_reduces(reader: ModuleValues,
+                             sites: list[tuple[int, CommEntry]]) -> list[tuple[int, CommEntry]]:
+    """Drop the all-reduces XLA's reassociation folds: ``add(all-reduce(a),
+    all-reduce(b))`` over the same axes and bytes is ``all-reduce(add(a, b))``, so
+    of a sum of dots' all-reduced partial sums (an activation's gradient through
+    several projections) one all-reduce is left, the first dot's."""
+    graph = reader.graph
+    reduced: dict[int, tuple[int, CommEntry]] = {}  # op -> (site index, its all-reduce)
+    for index, (op, entry) in enumerate(sites):
+        if (entry.kind == ALL_REDUCE and entry.implicit
+                and graph.op_name[op] == "stablehlo.dot_general"):
+            reduced[op] = (index, entry)
+    dropped: set[int] = set()
+    for op, name in enumerate(graph.op_name):
+        if name != "stablehlo.add" or len(graph.op_operands[op]) != 2:
+            continue
+        found = [reduced.get(graph.value_def[v]) for v in graph.op_operands[op]]
+        if None in found or found[0][0] == found[1][0]:
+            continue
+        (first, kept), (second, other) = sorted(found, key=lambda f: f[0])
+        if (kept.axes, kept.bytes_per_device) != (other.axes, other.bytes_per_device):
+            continue
+        dropped.add(second)
+        reduced[op] = (first, kept)  # the sum is all-reduced: it may be summed again
+    return [site for index, site in enumerate(sites) if index not in dropped]
 
 
 def _combine_all_reduces(reader: ModuleValues, sites: list[tuple[int, CommEntry]],
