@@ -256,8 +256,10 @@ def step_collectives(hlo_text: str) -> dict[str, tuple[int, int]]:
             channel = _CHANNEL.search(line)
             key = (kind, channel.group(1) if channel else f"{name}:{line}")
             size = max(shape_bytes(match.group(1)), shape_bytes(match.group(3)))
+            # A split collective's copies may sit in a loop its steps overlap with:
+            # it runs as often as the least-run copy (its start).
             count = runs_of(name)
-            if count > seen.get(key, (0, 0))[0]:
+            if key not in seen or count < seen[key][0]:
                 seen[key] = (count, size)
     totals: dict[str, tuple[int, int]] = {}
     for (kind, _), (count, size) in seen.items():

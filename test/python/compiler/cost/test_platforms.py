@@ -163,6 +163,24 @@ def test_tpu_reassociates_summed_all_reduces_of_dots(mesh):
         "all-reduce"].bytes_per_device == 3 * 8 * 64 * 4
 
 
+def test_tpu_reduce_scatters_a_scatter_adds_partial_sums_into_a_sharded_table(mesh):
+    # An embedding's gradient: a scatter-add of the rows read into a table sharded
+    # ("model", "data"), its partial sums over "model" reduced onto the table's rows
+    # (XLA:TPU, Llama-2-7B's step on v5e 16x16: one reduce-scatter of the
+    # [vocab, d / 16] buffer where XLA:CPU all-reduces it and slices).
+    def step(table, tokens):
+        return jax.grad(lambda t: jnp.sum(t[tokens].astype(jnp.float32) ** 2))(table)
+    lowered = jit(step, in_shardings=(P("model", "data"), P("data")),
+                  out_shardings=P("model", "data"), mesh=mesh).lower(
+        jax.ShapeDtypeStruct((256, 512), BF16), jax.ShapeDtypeStruct((8, 128), jnp.int32))
+    reduced = lambda platform: [  # noqa: E731
+        (e.kind, e.axes, e.bytes_per_device)
+        for e in lowered.comm_report(platform=platform).entries
+        if e.op == "stablehlo.scatter" and e.kind in ("all-reduce", "reduce-scatter")]
+    assert reduced("tpu") == [("reduce-scatter", ("model",), 256 * 128 * 2)]
+    assert reduced("cpu") == [("all-reduce", ("model",), 256 * 128 * 4)]
+
+
 def test_tpu_buffers_are_tiled_as_xla_tpu_lays_them_out():
     # Argument bytes XLA:TPU compiled for one array of each shape (v5e).
     measured = {((), 4): 512, ((3,), 4): 512, ((300,), 4): 2048, ((1000,), 4): 4096,
