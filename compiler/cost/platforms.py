@@ -24,7 +24,9 @@ collectives but differs in a few measurable ways, each one field here:
   of n/2 trips computes four chunks of the result and passes each one step
   round the ring (a collective-permute of one device's result shard), and one
   more permute after the loop: 2n + 1 permutes of a 1/n chunk per step, no
-  reduce-scatter;
+  reduce-scatter; a dot in a loop body (a scanned layer) gathers its operand the
+  same way (2n + 1 permutes of a 1/n chunk of the gathered operand), where
+  unrolled it all-gathers it;
 * all-reduce reassociation: the sum of two all-reduced partial sums over the
   same devices (the gradient of an activation read by several dots, e.g.
   Q, K and V) is one all-reduce of the summed partial sums;
@@ -75,6 +77,9 @@ class PlatformRules:
     # A dot whose partial sums are reduce-scattered runs as a windowed loop of
     # collective-permutes once its contraction has more elements than this (0: never).
     windowed_reduce_scatter_above: int = 0
+    # Whether a dot in a loop body gathers its operand by a windowed loop of
+    # collective-permutes instead of an all-gather.
+    windows_loop_all_gathers: bool = False
     # Whether the sum of two all-reduces over the same devices is one all-reduce.
     reassociates_all_reduces: bool = False
     # Independent all-reduces over the same devices are combined up to this many
@@ -100,7 +105,7 @@ class PlatformRules:
         if not self.windowed_reduce_scatter_above or contraction <= self.windowed_reduce_scatter_above \
                 or devices < 2:
             return None
-        return (2 * devices + 1) * (operand_bytes // devices)
+        return windowed_bytes(devices, operand_bytes)
 
     def dot_operand(self, tensor: Tensor) -> Tensor:
         """A dot's operand as the platform moves it (``dot_operands_moved_as``)."""
@@ -136,6 +141,13 @@ class PlatformRules:
         return tiled * prod(d for k, d in enumerate(shape) if k not in (second, minor))
 
 
+def windowed_bytes(devices: int, gathered_bytes: int) -> int:
+    """Bytes per device per step of XLA:TPU's windowed einsum over ``devices``
+    (bidirectional, unrolled twice): 2n + 1 collective-permutes of a 1/n chunk of
+    the gathered operand or the reduce-scattered result."""
+    return (2 * devices + 1) * (gathered_bytes // devices)
+
+
 def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
@@ -151,7 +163,8 @@ CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, heap_alignment=
 # meshes) reduce-scatter a dot contracting 4096 elements and window one contracting 4224.
 TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_reshards=False,
                     forms_reduce_scatter=True, all_reduce_combine_bytes=256 << 20,
-                    windowed_reduce_scatter_above=4096, reassociates_all_reduces=True,
+                    windowed_reduce_scatter_above=4096, windows_loop_all_gathers=True,
+                    reassociates_all_reduces=True,
                     tile=(8, 128), vector_tile=1024, min_buffer_bytes=512)
 
 PLATFORMS: dict[str, PlatformRules] = {rules.name: rules for rules in (CPU, TPU)}
@@ -256,4 +269,4 @@ def predicting_for(rules: PlatformRules) -> Iterator[PlatformRules]:
 
 
 __all__ = ["CPU", "GPU", "HARDWARE", "PLATFORMS", "TPU", "Hardware", "PlatformRules",
-           "active_rules", "hardware", "platform_rules", "predicting_for"]
+           "active_rules", "hardware", "platform_rules", "predicting_for", "windowed_bytes"]

@@ -147,6 +147,26 @@ def test_tpu_windows_a_long_contractions_reduce_scatter(mesh):
     assert _totals(long.comm_report(platform="cpu")) == {"all-reduce": (1, 256 * 256 * 4)}
 
 
+def test_tpu_gathers_a_scanned_layers_weight_by_a_windowed_loop(mesh):
+    # FSDP weights of scanned layers (XLA:TPU, Llama-shaped steps with lax.scan on
+    # v5e 16x16: every gathered weight in the loop body is windowed, 2n + 1
+    # collective-permutes of a 1/n chunk of it per trip; unrolled, all-gathers).
+    def forward(ws, x):
+        return jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), x, ws)[0]
+    lowered = jit(forward, in_shardings=(P(None, "data", "model"), P("data")),
+                  out_shardings=P("data"), mesh=mesh).lower(
+        jax.ShapeDtypeStruct((3, 128, 128), BF16), jax.ShapeDtypeStruct((32, 128), BF16))
+    gathered = 128 * 64 * 2  # one layer's weight gathered over "data" (4 devices)
+    cpu = [(e.kind, e.runs) for e in lowered.comm_report(platform="cpu").entries
+           if e.op == "stablehlo.dot_general"]
+    tpu = [(e.kind, e.bytes_per_device, e.runs)
+           for e in lowered.comm_report(platform="tpu").entries
+           if e.op == "stablehlo.dot_general"]
+    assert ("all-gather", 3) in cpu
+    assert ("collective-permute", (2 * 4 + 1) * gathered // 4, 3) in tpu
+    assert all(kind != "all-gather" for kind, _, _ in tpu)
+
+
 def test_tpu_reassociates_summed_all_reduces_of_dots(mesh):
     # The gradient of an activation read by three projections: three dots
     # contracting over "model", summed; XLA:TPU all-reduces the sum once.
