@@ -7,8 +7,9 @@ checks the ``"tpu"`` platform's rules against XLA:TPU itself, from a host withou
 TPUs: libtpu compiles ahead of time for a topology's devices
 (``jax.experimental.topologies``, a v5e slice by default), and shardc compiles the
 same lowering for them (``Compiled.collectives()``, ``memory_analysis()``). Per
-program it prints, per collective kind, the count and bytes per device predicted
-for CPU and for TPU and those XLA:TPU compiled, then per memory field the TPU
+program it prints, per collective kind, the count and bytes per device per step
+predicted for CPU and for TPU, those of XLA:TPU's optimized module per step
+(``step_collectives``) and its instructions, then per memory field the TPU
 estimate against XLA:TPU's (temporaries: the HBM its buffer assignment allocates
 besides arguments and outputs, since a compile-only client's ``memory_analysis()``
 reports none; the on-chip VMEM scratch it uses is printed alongside);
