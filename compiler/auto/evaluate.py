@@ -5,7 +5,9 @@ results carrying no sharding, runs the import stage on a copy once and reads
 it once (``propagation.SharedRead``). Each call then starts Shardy-compatible
 user-priority propagation from that read with some function arguments closed
 to a candidate sharding (the others left as they are: open ones settle with
-the candidate) and prices the result with ``objective.step_time``. A module
+the candidate) and prices the result with ``objective.step_time`` (its memory by
+``Lowered.memory_estimate``'s model when ``estimate_memory``: the search has a
+budget to judge). A module
 the shared read cannot stand for (manual computations, sharding groups)
 propagates a copy per candidate instead: slower, the same answer.
 """
@@ -37,8 +39,10 @@ _PLAN = "user-priority"
 class Evaluator:
     """Prices assignments ``{argument position: closed TensorSharding}`` of one program."""
 
-    def __init__(self, module: ir.Module, speeds: Hardware, mesh: Any = None):
+    def __init__(self, module: ir.Module, speeds: Hardware, mesh: Any = None, *,
+                 estimate_memory: bool = False):
         self.speeds = speeds
+        self.estimate_memory = estimate_memory
         self.count = 0
         self.costs = CostMemo(ReadMemo())
         self.work: dict = {}  # ``step_time``'s memo
@@ -88,7 +92,8 @@ class Evaluator:
             reader = self._on_copy(assignment)
         # Collectives as XLA forms them for the device's platform (reduce-scatters on TPU).
         with predicting_for(self.speeds.rules):
-            return step_time(reader, self.speeds, self.work), reader
+            return step_time(reader, self.speeds, self.work,
+                             estimate_memory=self.estimate_memory), reader
 
     def _on_read(self, assignment: Mapping[int, TensorSharding]) -> ModuleValues | None:
         read = self.read
