@@ -5,9 +5,9 @@ results carrying no sharding, runs the import stage on a copy once and reads
 it once (``propagation.SharedRead``). Each call then starts Shardy-compatible
 user-priority propagation from that read with some function arguments closed
 to a candidate sharding (the others left as they are: open ones settle with
-the candidate) and prices the result with ``objective.step_time`` (its memory by
-``Lowered.memory_estimate``'s model when ``estimate_memory``: the search has a
-budget to judge). A module
+the candidate) and prices the result with ``objective.step_time``; ``memory``
+gives a state's memory by ``Lowered.memory_estimate``'s model (what a budget is
+judged by). A module
 the shared read cannot stand for (manual computations, sharding groups)
 propagates a copy per candidate instead: slower, the same answer.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.auto.objective import StepTime, step_time
+from shardc.compiler.auto.objective import StepTime, memory_bytes, step_time
 from shardc.compiler.cost.platforms import Hardware, hardware, predicting_for
 from shardc.compiler.cost_aware.candidates import tag_ops
 from shardc.compiler.cost_aware.pricing import attach_rules
@@ -39,10 +39,8 @@ _PLAN = "user-priority"
 class Evaluator:
     """Prices assignments ``{argument position: closed TensorSharding}`` of one program."""
 
-    def __init__(self, module: ir.Module, speeds: Hardware, mesh: Any = None, *,
-                 estimate_memory: bool = False):
+    def __init__(self, module: ir.Module, speeds: Hardware, mesh: Any = None):
         self.speeds = speeds
-        self.estimate_memory = estimate_memory
         self.count = 0
         self.costs = CostMemo(ReadMemo())
         self.work: dict = {}  # ``step_time``'s memo
@@ -66,6 +64,7 @@ class Evaluator:
         funcs = self.read.store.funcs
         main = next(f for f in funcs if graph.op_parent[f] == -1)
         self.arguments: list[int] = list(graph.op_blocks[main][0][0])
+        self.results: list[int] = list(graph.op_operands[graph.op_blocks[main][0][1][-1]])
         # The mesh symbol the candidates name: the one with the most devices (a module
         # may also hold an empty mesh, or a maximal one for a callback).
         meshes = self.read.store.meshes
@@ -92,8 +91,12 @@ class Evaluator:
             reader = self._on_copy(assignment)
         # Collectives as XLA forms them for the device's platform (reduce-scatters on TPU).
         with predicting_for(self.speeds.rules):
-            return step_time(reader, self.speeds, self.work,
-                             estimate_memory=self.estimate_memory), reader
+            return step_time(reader, self.speeds, self.work), reader
+
+    def memory(self, reader: ModuleValues) -> int:
+        """Per-device bytes of a state as ``Lowered.memory_estimate`` models them:
+        arguments + outputs + the heap of temporaries - aliased."""
+        return memory_bytes(reader, self.speeds)
 
     def _on_read(self, assignment: Mapping[int, TensorSharding]) -> ModuleValues | None:
         read = self.read

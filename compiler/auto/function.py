@@ -135,8 +135,7 @@ class AutoJitFunction:
         given_out = broadcast(self.out_shardings, out_avals)
 
         budget = self.memory_budget if self.memory_budget is not None else _device_memory(mesh)
-        evaluator = Evaluator(open_lowered.module, hardware(platform), mesh,
-                              estimate_memory=budget is not None)
+        evaluator = Evaluator(open_lowered.module, hardware(platform), mesh)
         first = len(evaluator.arguments) - len(leaves)  # tokens come first
         auto_leaves = [i for i, s in enumerate(given_in) if is_auto(s)]
         positions = [first + i for i in auto_leaves]

@@ -16,11 +16,12 @@ model AUTO's choices are judged by:
 The device's figures are ``platforms.HARDWARE``'s.
 
 The **memory** of a state decides feasibility under a budget; it is not part of
-the time. Under a budget it is ``Lowered.memory_estimate``'s model
+the time. ``memory_bytes`` is ``Lowered.memory_estimate``'s model
 (``explain.memory.estimate_memory_of``: arguments + outputs + the heap of
-temporaries - aliased, per device, what XLA's ``memory_analysis`` adds up);
-without one, only to break ties, the quick live-range peak
-(``cost_aware.pricing.memory_peak``).
+temporaries - aliased, per device, what XLA's ``memory_analysis`` adds up),
+what a budget is judged by; ``step_time`` carries the quick live-range peak
+(``cost_aware.pricing.memory_peak``), what the search ranks states of equal
+time by where no budget is set, until it asks for ``memory_bytes``.
 """
 
 from __future__ import annotations
@@ -69,20 +70,18 @@ class StepTime:
                 f"{self.comm_s * 1e3:.4f}), {memory} {self.memory_peak} B")
 
 
-def step_time(reader: ModuleValues, device: Hardware, memo: dict | None = None, *,
-              estimate_memory: bool = False) -> StepTime:
+def step_time(reader: ModuleValues, device: Hardware, memo: dict | None = None) -> StepTime:
     """The modelled step time of ``reader``'s propagated module on ``device`` (see
-    the module doc), with its memory by ``Lowered.memory_estimate``'s model when
-    ``estimate_memory`` (what a budget is judged by), else the quick peak.
+    the module doc), with the quick memory peak (``memory_bytes`` is the model a
+    budget is judged by: the search asks for it where it decides).
 
     ``memo``: kept by the caller across the propagated copies of one module (with
     ``reader.costs``, whose interned sharding ids it keys each op's collectives by)."""
     sizes = axis_sizes(reader)
     memo = memo if reader.costs is not None else None
-    # The memory model and the flops read the shardings only; the collectives below
-    # note the operands they reshard on the reader, so they come last.
-    memory = (estimate_memory_of(reader, platform=_memory_platform(device)).net_bytes
-              if estimate_memory else memory_peak(reader))
+    # The flops and the peak read the shardings only; the collectives below note the
+    # operands they reshard on the reader, so they come last.
+    peak = memory_peak(reader)
     flops = module_flops(reader)
     matmul = sum(flops.matmul.values())
     compute_s = sum(n / device.matmul_rate(dtype) for dtype, n in flops.matmul.items()) \
@@ -101,8 +100,15 @@ def step_time(reader: ModuleValues, device: Hardware, memo: dict | None = None, 
         if kind == ALL_REDUCE:  # XLA counts an addition per element (f32 assumed)
             reduced += runs * size / 4
     compute_s += reduced / device.vector_flops
-    return StepTime(compute_s, comm_s, flops.per_step + reduced, count, total, memory,
-                    estimate_memory, by_axes)
+    return StepTime(compute_s, comm_s, flops.per_step + reduced, count, total, peak,
+                    bytes_by_axes=by_axes)
+
+
+def memory_bytes(reader: ModuleValues, device: Hardware) -> int:
+    """Per-device bytes of ``reader``'s propagated module by ``Lowered.memory_estimate``'s
+    model (``explain.memory``): arguments + outputs + temporaries - aliased, what
+    XLA's ``memory_analysis`` adds up."""
+    return estimate_memory_of(reader, platform=_memory_platform(device)).net_bytes
 
 
 def _memory_platform(device: Hardware) -> str:
