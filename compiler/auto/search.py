@@ -5,19 +5,24 @@ the weights of repeated layers are one group) whose members take one spec,
 chosen among ``candidates.candidates``. A state closes each decided group's
 members to its spec and leaves the undecided ones open, so propagation settles
 them around the decided ones; it is priced by ``Evaluator`` (``objective``).
-A state is better than another when it exceeds the budget by fewer bytes,
-then when its step is faster.
+A state is better than another when it exceeds the budget by fewer bytes
+(``Evaluator.memory``: ``Lowered.memory_estimate``'s model, asked for only where
+it can change a ranking: ``Search.ranked``), then when its step is faster.
 
 * **Exhaustive** when the groups' candidate counts multiply to at most
   ``exhaustive_limit``: every combination is priced, the best kept.
-* Otherwise **greedy, then coordinate descent**: every candidate of every group
-  is priced alone (the rest open) and the best such move is decided first; then
-  the other groups one at a time, most bytes first, each taking the candidate
-  whose state (the groups decided so far, it, the rest open) is best, and groups
-  propagation settled to one sharding around them taking it unpriced; then sweeps
-  revisit every group with the others closed, moving it to a better one of the
-  ``descent_width`` candidates its last pass ranked best, until a sweep moves none
-  or ``max_evaluations`` states have been priced.
+* Otherwise **greedy, seeds, then coordinate descent**: every candidate of every
+  group is priced alone (the rest open) and the best such move is decided
+  first; then the other groups one at a time, most bytes first, each taking the
+  candidate whose state (the groups decided so far, it, the rest open) is best,
+  and groups propagation settled to one sharding around them taking it
+  unpriced. The textbook configurations (``candidates.structured_seeds``: data
+  parallel, FSDP, tensor parallel, FSDP x tensor parallel) are priced as whole
+  states. Sweeps then revisit every group with the others closed, moving it to
+  a better one of the ``descent_width`` candidates its last pass ranked best,
+  until a sweep moves none or ``descent_evaluations`` more states (at least
+  ``max_evaluations`` in all) have been priced: from the best of the greedy and
+  seed states, and from the fastest of them where that one exceeds the budget.
 
 Repeated states are priced once. The outcome keeps, per group, every
 candidate priced in the last pass over it: why the winner won and what the
