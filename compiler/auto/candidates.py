@@ -8,6 +8,11 @@ axes on two dimensions (FSDP x tensor parallel); several axes on one
 dimension (the batch over the whole mesh). Closed, so propagation cannot
 move them, in the mesh's axis order within a dimension.
 
+``structured_seeds(shapes, updated, axes)``: the textbook configurations as
+whole states, where the search starts from too: data parallel, FSDP, tensor
+parallel and FSDP x tensor parallel over the mesh's axes (the last, minor axis
+the tensor-parallel one, the others the data / FSDP axes).
+
 ``structure_groups(reader, values)``: arguments whose values are used the
 same way (shape and type, and per use the op, the operand position, the
 result types and how those results are used in turn) form one group and get
@@ -17,6 +22,7 @@ one choice: the weights of repeated layers are searched once.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 
 from shardc.compiler.cost_aware.regions import op_fingerprint
@@ -61,6 +67,61 @@ def candidates(shape: Sequence[int], axes: Sequence[tuple[str, int]]) -> list[Sp
             for d in range(rank):
                 add({d: group})
     return found
+
+
+# The textbook configurations: (name, whether weights shard over the data axes (FSDP),
+# whether they shard over the model axis (tensor parallel)).
+CONFIGURATIONS = (("data parallel", False, False), ("FSDP", True, False),
+                  ("tensor parallel", False, True), ("FSDP x tensor parallel", True, True))
+
+
+def structured_seeds(shapes: Sequence[Sequence[int]], updated: Sequence[bool],
+                     axes: Sequence[tuple[str, int]]) -> list[tuple[str, list[Spec | None]]]:
+    """Per configuration of ``CONFIGURATIONS``, a spec per argument group (None: left
+    open where the configuration's spec does not divide the shape).
+
+    ``updated``: per group, whether it is state the step returns updated (a weight
+    or an optimizer moment: an argument of the type of a result); the others are
+    data, their leading dimension the batch. A weight's dimension whose length
+    is the model's width (the commonest length among the weights' dimensions:
+    the embedding, MaxText's ``embed``) takes the data axes under FSDP; its
+    other dimension (heads, hidden units) the model axis under tensor
+    parallelism. The batch spans the axes the weights leave free of tensor
+    parallelism."""
+    names = [name for name, _ in axes]
+    if not names:
+        return []
+    sizes = dict(axes)
+    model, data = names[-1], tuple(names[:-1])
+    lengths: dict[int, int] = {}
+    for shape, weight in zip(shapes, updated):
+        if weight and len(shape) >= 2:
+            for length in shape:
+                lengths[length] = lengths.get(length, 0) + 1
+    width = max(lengths, key=lambda n: (lengths[n], n), default=None)
+
+    def divides(length: int, used: tuple[str, ...]) -> bool:
+        return length % math.prod(sizes[a] for a in used) == 0
+
+    seeds = []
+    for name, fsdp, tensor in CONFIGURATIONS:
+        specs: list[Spec | None] = []
+        for shape, weight in zip(shapes, updated):
+            spec = [()] * len(shape)
+            if not weight:
+                batch = data if tensor else tuple(names)
+                if shape and batch and divides(shape[0], batch):
+                    spec[0] = batch
+            elif len(shape) >= 2:
+                embed = next((d for d, n in enumerate(shape) if n == width), None)
+                if fsdp and data and embed is not None and divides(shape[embed], data):
+                    spec[embed] = data
+                other = next((d for d in range(len(shape) - 1, -1, -1) if d != embed), None)
+                if tensor and other is not None and divides(shape[other], (model,)):
+                    spec[other] = (model,)
+            specs.append(tuple(spec))
+        seeds.append((name, specs))
+    return seeds
 
 
 def tensor_sharding(mesh: str, spec: Spec, sizes: dict[str, int]) -> TensorSharding:

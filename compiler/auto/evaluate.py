@@ -5,7 +5,9 @@ results carrying no sharding, runs the import stage on a copy once and reads
 it once (``propagation.SharedRead``). Each call then starts Shardy-compatible
 user-priority propagation from that read with some function arguments closed
 to a candidate sharding (the others left as they are: open ones settle with
-the candidate) and prices the result with ``objective.step_time``. A module
+the candidate) and prices the result with ``objective.step_time``; ``memory``
+gives a state's memory by ``Lowered.memory_estimate``'s model (what a budget is
+judged by). A module
 the shared read cannot stand for (manual computations, sharding groups)
 propagates a copy per candidate instead: slower, the same answer.
 """
@@ -18,7 +20,7 @@ from typing import Any
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.auto.objective import StepTime, step_time
+from shardc.compiler.auto.objective import StepTime, memory_bytes, step_time
 from shardc.compiler.cost.platforms import Hardware, hardware, predicting_for
 from shardc.compiler.cost_aware.candidates import tag_ops
 from shardc.compiler.cost_aware.pricing import attach_rules
@@ -62,6 +64,7 @@ class Evaluator:
         funcs = self.read.store.funcs
         main = next(f for f in funcs if graph.op_parent[f] == -1)
         self.arguments: list[int] = list(graph.op_blocks[main][0][0])
+        self.results: list[int] = list(graph.op_operands[graph.op_blocks[main][0][1][-1]])
         # The mesh symbol the candidates name: the one with the most devices (a module
         # may also hold an empty mesh, or a maximal one for a callback).
         meshes = self.read.store.meshes
@@ -89,6 +92,11 @@ class Evaluator:
         # Collectives as XLA forms them for the device's platform (reduce-scatters on TPU).
         with predicting_for(self.speeds.rules):
             return step_time(reader, self.speeds, self.work), reader
+
+    def memory(self, reader: ModuleValues) -> int:
+        """Per-device bytes of a state as ``Lowered.memory_estimate`` models them:
+        arguments + outputs + the heap of temporaries - aliased."""
+        return memory_bytes(reader, self.speeds)
 
     def _on_read(self, assignment: Mapping[int, TensorSharding]) -> ModuleValues | None:
         read = self.read

@@ -134,6 +134,7 @@ class AutoJitFunction:
         out_avals = open_lowered.out_avals
         given_out = broadcast(self.out_shardings, out_avals)
 
+        budget = self.memory_budget if self.memory_budget is not None else _device_memory(mesh)
         evaluator = Evaluator(open_lowered.module, hardware(platform), mesh)
         first = len(evaluator.arguments) - len(leaves)  # tokens come first
         auto_leaves = [i for i, s in enumerate(given_in) if is_auto(s)]
@@ -144,7 +145,6 @@ class AutoJitFunction:
                                      [evaluator.arguments[p] for p in positions])
         groups = make_groups(evaluator, positions, [names[i] for i in auto_leaves], axes,
                              structure)
-        budget = self.memory_budget if self.memory_budget is not None else _device_memory(mesh)
         outcome = Search(evaluator, groups, axes, budget).run()
 
         chosen = {}

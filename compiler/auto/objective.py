@@ -1,79 +1,92 @@
 """The objective AUTO shardings minimise: a propagated program's modelled step time.
 
 ``step_time(reader, device)`` models one execution of a propagated module on
-one device of the mesh as three terms, summed (no overlap assumed):
+one device of the mesh as ``Lowered.step_time`` (``cost.step_time``) does, the
+model AUTO's choices are judged by:
 
-* **compute**: the floating-point work of every ``dot_general`` and
-  ``convolution`` as the device runs it (the op's global flops divided by the
-  devices its result dimensions are split over, and by the devices a
-  contraction is split over where both operands carry the same axes there:
-  partial sums) over the device's peak flops;
-* **memory traffic**: the shard bytes every other op writes, over the device's
-  memory bandwidth (elementwise work scales with the shard, as XLA fuses it);
+* **compute**: the device's operations (``cost.flops.module_flops``: XLA's cost
+  analysis rules on the shard shapes, loop bodies once per trip), dots and
+  convolutions at the device's matrix rate for their element type, the rest at
+  its vector rate;
 * **communication**: every collective ``comm_report`` predicts (bytes per
   device, times it runs per step), each timed as ``cost.step_time`` times it
   (``collective_seconds``: a ring's share of its bytes over its mesh axes'
   bandwidth, plus a latency).
 
-The device's figures are ``platforms.HARDWARE``'s, the table the step-time
-model that judges AUTO's choices (``Lowered.step_time``) reads too.
+The device's figures are ``platforms.HARDWARE``'s.
 
-The memory peak (``cost_aware.pricing.memory_peak``: every value live from its
-definition to its last use, at its shard bytes) decides feasibility under a
-budget; it is not part of the time. This is the one function the search calls:
-a finer step-time model replaces ``step_time`` alone.
+The **memory** of a state decides feasibility under a budget; it is not part of
+the time. ``memory_bytes`` is ``Lowered.memory_estimate``'s model
+(``explain.memory.estimate_memory_of``: arguments + outputs + the heap of
+temporaries - aliased, per device, what XLA's ``memory_analysis`` adds up),
+what a budget is judged by; ``step_time`` carries the quick live-range peak
+(``cost_aware.pricing.memory_peak``), what the search ranks states of equal
+time by where no budget is set, until it asks for ``memory_bytes``.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from shardc.compiler.cost.platforms import Hardware
+from shardc.compiler.cost.flops import module_flops
+from shardc.compiler.cost.platforms import PLATFORMS, Hardware
 from shardc.compiler.cost.report import collectives_at
-from shardc.compiler.cost.reshard import dim_axes, shard_bytes
+from shardc.compiler.cost.reshard import ALL_REDUCE
 from shardc.compiler.cost.step_time import axis_sizes, collective_seconds
 from shardc.compiler.cost.trips import runs_per_step
 from shardc.compiler.cost_aware.pricing import memory_peak
+from shardc.compiler.explain.memory import estimate_memory_of
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.rules import INDEXED_ROLES
 
 
 @dataclass(frozen=True)
 class StepTime:
-    """One propagated candidate, as the objective sees it (seconds, bytes per device)."""
+    """One propagated candidate, as the objective sees it (seconds, bytes per device).
+
+    ``memory_peak``: the state's memory per device, as the search judged it (the
+    memory model's ``net_bytes`` under a budget, the quick live-range peak without);
+    ``estimated`` says which."""
 
     compute_s: float
-    memory_s: float
     comm_s: float
+    flops: float
     collectives: int
     comm_bytes: int
     memory_peak: int
+    estimated: bool = False
     bytes_by_axes: dict[tuple[str, ...], int] = field(default_factory=dict, compare=False)
 
     @property
     def seconds(self) -> float:
-        return self.compute_s + self.memory_s + self.comm_s
+        return self.compute_s + self.comm_s
 
     def format_text(self) -> str:
-        return (f"{self.seconds * 1e3:.4f} ms (compute {self.compute_s * 1e3:.4f}, memory "
-                f"{self.memory_s * 1e3:.4f}, {self.collectives} collectives "
-                f"{self.comm_bytes} B {self.comm_s * 1e3:.4f}), peak {self.memory_peak} B")
+        memory = "memory" if self.estimated else "peak"
+        return (f"{self.seconds * 1e3:.4f} ms (compute {self.compute_s * 1e3:.4f}, "
+                f"{self.collectives} collectives {self.comm_bytes} B "
+                f"{self.comm_s * 1e3:.4f}), {memory} {self.memory_peak} B")
 
 
 def step_time(reader: ModuleValues, device: Hardware, memo: dict | None = None) -> StepTime:
     """The modelled step time of ``reader``'s propagated module on ``device`` (see
-    the module doc; the figures are ``platforms.HARDWARE``'s, each collective timed
-    as ``cost.step_time`` times it).
+    the module doc), with the quick memory peak (``memory_bytes`` is the model a
+    budget is judged by: the search asks for it where it decides).
 
     ``memo``: kept by the caller across the propagated copies of one module (with
-    ``reader.costs``, whose interned sharding ids it keys each op's work by)."""
+    ``reader.costs``, whose interned sharding ids it keys each op's collectives by)."""
     sizes = axis_sizes(reader)
     memo = memo if reader.costs is not None else None
-    compute, traffic = _work(reader, memo.setdefault("work", {}) if memo is not None else None)
-    comm_s, count, total, by_axes = 0.0, 0, 0, {}
+    # The flops and the peak read the shardings only; the collectives below note the
+    # operands they reshard on the reader, so they come last.
+    peak = memory_peak(reader)
+    flops = module_flops(reader)
+    matmul = sum(flops.matmul.values())
+    compute_s = sum(n / device.matmul_rate(dtype) for dtype, n in flops.matmul.items()) \
+        + max(flops.per_step - matmul, 0.0) / device.vector_flops
+    comm_s, count, total, reduced, by_axes = 0.0, 0, 0, 0.0, {}
     collectives = memo.setdefault("collectives", {}) if memo is not None else None
     for kind, axes, size, runs in _collectives(reader, collectives):
         devices = math.prod(sizes.get(a, 1) for a in axes) or 1
@@ -84,8 +97,24 @@ def step_time(reader: ModuleValues, device: Hardware, memo: dict | None = None) 
         count += runs
         total += size * runs
         by_axes[axes] = by_axes.get(axes, 0) + size * runs
-    return StepTime(compute / device.matmul_rate("f32"), traffic / device.memory_bandwidth,
-                    comm_s, count, total, memory_peak(reader), by_axes)
+        if kind == ALL_REDUCE:  # XLA counts an addition per element (f32 assumed)
+            reduced += runs * size / 4
+    compute_s += reduced / device.vector_flops
+    return StepTime(compute_s, comm_s, flops.per_step + reduced, count, total, peak,
+                    bytes_by_axes=by_axes)
+
+
+def memory_bytes(reader: ModuleValues, device: Hardware) -> int:
+    """Per-device bytes of ``reader``'s propagated module by ``Lowered.memory_estimate``'s
+    model (``explain.memory``): arguments + outputs + temporaries - aliased, what
+    XLA's ``memory_analysis`` adds up."""
+    return estimate_memory_of(reader, platform=_memory_platform(device)).net_bytes
+
+
+def _memory_platform(device: Hardware) -> str:
+    """The platform whose buffer layout the memory model follows for ``device``
+    (XLA:GPU's is not modelled: CPU's, untiled)."""
+    return device.rules.name if device.rules.name in PLATFORMS else "cpu"
 
 
 def _collectives(reader: ModuleValues, memo: dict | None
@@ -122,104 +151,3 @@ def _collectives(reader: ModuleValues, memo: dict | None
 
 # Ops whose attributes decide more than their op key says (the cost model keys none).
 _UNKEYED = frozenset({"stablehlo.reduce_window", *INDEXED_ROLES})
-
-
-def _work(reader: ModuleValues, memo: dict | None) -> tuple[float, int]:
-    """Per-device flops of the dots and convolutions, and shard bytes the other ops write.
-
-    ``memo`` keeps each op's share by its operands' and result's interned shardings,
-    which decide it."""
-    graph = reader.graph
-    flops, traffic = 0.0, 0
-    facts = reader.facts
-    contracting = facts.setdefault("auto contracting", {})
-    counted = facts.get("auto counted ops")
-    if counted is None:
-        counted = facts["auto counted ops"] = [
-            (op, name in _DOTS) for op, name in enumerate(graph.op_name)
-            if graph.op_results[op] and name not in _FREE and not graph.erased[op]
-            and graph.value_shape[graph.op_results[op][0]] is not None]
-    sharding_id = reader.sharding_id if memo is not None else None
-    for op, is_dot in counted:
-        if memo is not None:
-            values = (graph.op_results[op][0], *graph.op_operands[op][:2]) if is_dot else (
-                graph.op_results[op][0],)
-            key = (graph.value_type_key[values[0]], op if is_dot else -1,
-                   *map(sharding_id, values))
-            found = memo.get(key)
-            if found is not None:
-                if is_dot:
-                    flops += found
-                else:
-                    traffic += found
-                continue
-        out = reader.tensor(graph.op_results[op][0])
-        if is_dot:
-            found = _op_flops(reader, op, graph.op_name[op], out, contracting)
-            flops += found
-        else:
-            found = shard_bytes(out.shape, out.element_bytes,
-                                dim_axes(out.sharding, len(out.shape)))
-            traffic += found
-        if memo is not None:
-            memo[key] = found
-    return flops, traffic
-
-
-_DOTS = frozenset({"stablehlo.dot_general", "stablehlo.convolution"})
-# Ops that move no data of their own once XLA has compiled them.
-_FREE = frozenset({"func.func", "func.return", "stablehlo.constant", "stablehlo.reshape",
-                   "stablehlo.broadcast_in_dim", "sdy.sharding_constraint", "sdy.reshard",
-                   "stablehlo.optimization_barrier", "sdy.data_flow_edge"})
-
-
-def _op_flops(reader: ModuleValues, op: int, name: str, out, contracting: dict) -> float:
-    """2 x (result elements) x (contracted elements per result element), per device."""
-    graph = reader.graph
-    lhs = reader.tensor(graph.op_operands[op][0])
-    rhs = reader.tensor(graph.op_operands[op][1])
-    if lhs is None or rhs is None:
-        return 0.0
-    found = contracting.get(op)
-    if found is None:
-        found = contracting[op] = _contraction(str(graph.ops[op].attributes[
-            "dot_dimension_numbers" if name == "stablehlo.dot_general" else "dimension_numbers"
-        ]), name, lhs.shape, rhs.shape)
-    per_element, lhs_dims, rhs_dims = found
-    total = 2.0 * math.prod(out.shape) * per_element
-    split = _devices(out.sharding, len(out.shape))
-    # A contraction split the same way on both operands runs as partial sums.
-    lhs_axes = dim_axes(lhs.sharding, len(lhs.shape))
-    rhs_axes = dim_axes(rhs.sharding, len(rhs.shape))
-    used = {a.name for axes in dim_axes(out.sharding, len(out.shape)) for a in axes}
-    for dl, dr in zip(lhs_dims, rhs_dims):
-        for axis in lhs_axes[dl]:
-            if axis in rhs_axes[dr] and axis.name not in used:
-                split *= axis.size
-    return total / split
-
-
-def _devices(sharding, rank: int) -> int:
-    return math.prod(a.size for axes in dim_axes(sharding, rank) for a in axes) or 1
-
-
-_DOT_CONTRACTING = re.compile(r"(lhs|rhs)_contracting_dimensions = \[([0-9, ]*)\]")
-_CONV_LAYOUT = re.compile(r"\[([^\]]*)\]x\[([^\]]*)\]->")
-
-
-def _contraction(numbers: str, name: str, lhs_shape, rhs_shape
-                 ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
-    """(elements contracted per result element, lhs and rhs contracted dimensions)."""
-    if name == "stablehlo.dot_general":
-        found = dict(_DOT_CONTRACTING.findall(numbers))
-        lhs = tuple(int(x) for x in found.get("lhs", "").split(",") if x.strip())
-        rhs = tuple(int(x) for x in found.get("rhs", "").split(",") if x.strip())
-        return math.prod(lhs_shape[d] for d in lhs), lhs, rhs
-    layout = _CONV_LAYOUT.search(numbers)
-    if layout is None:
-        return 1, (), ()
-    inputs = [t.strip() for t in layout.group(1).split(",")]
-    kernel = [t.strip() for t in layout.group(2).split(",")]
-    # Every kernel element but its output features meets each result element.
-    per_element = math.prod(rhs_shape) // max(1, rhs_shape[kernel.index("o")])
-    return per_element, (inputs.index("f"),), (kernel.index("i"),)

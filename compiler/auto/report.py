@@ -45,15 +45,15 @@ class Choice:
                     if self.settled else "the only candidate priced")
         if budget is not None and self.runner_up_step.memory_peak > budget >= (
                 self.step.memory_peak):
-            return (f"the runner-up's peak {self.runner_up_step.memory_peak} B exceeds the "
+            return (f"the runner-up's memory {self.runner_up_step.memory_peak} B exceeds the "
                     f"budget")
         parts = []
-        for name in ("compute_s", "memory_s", "comm_s"):
+        for name in ("compute_s", "comm_s"):
             saved = getattr(self.runner_up_step, name) - getattr(self.step, name)
             if saved > 0:
                 parts.append(f"{name[:-2]} -{saved * 1e3:.4f} ms")
         if self.runner_up_step.memory_peak > self.step.memory_peak:
-            parts.append(f"peak -{self.runner_up_step.memory_peak - self.step.memory_peak} B")
+            parts.append(f"memory -{self.runner_up_step.memory_peak - self.step.memory_peak} B")
         return "saves " + (", ".join(parts) if parts else "nothing (a tie, first kept)")
 
 

@@ -5,19 +5,24 @@ the weights of repeated layers are one group) whose members take one spec,
 chosen among ``candidates.candidates``. A state closes each decided group's
 members to its spec and leaves the undecided ones open, so propagation settles
 them around the decided ones; it is priced by ``Evaluator`` (``objective``).
-A state is better than another when it exceeds the budget by fewer bytes,
-then when its step is faster.
+A state is better than another when it exceeds the budget by fewer bytes
+(``Evaluator.memory``: ``Lowered.memory_estimate``'s model, asked for only where
+it can change a ranking: ``Search.ranked``), then when its step is faster.
 
 * **Exhaustive** when the groups' candidate counts multiply to at most
   ``exhaustive_limit``: every combination is priced, the best kept.
-* Otherwise **greedy, then coordinate descent**: every candidate of every group
-  is priced alone (the rest open) and the best such move is decided first; then
-  the other groups one at a time, most bytes first, each taking the candidate
-  whose state (the groups decided so far, it, the rest open) is best, and groups
-  propagation settled to one sharding around them taking it unpriced; then sweeps
-  revisit every group with the others closed, moving it to a better one of the
-  ``descent_width`` candidates its last pass ranked best, until a sweep moves none
-  or ``max_evaluations`` states have been priced.
+* Otherwise **greedy, seeds, then coordinate descent**: every candidate of every
+  group is priced alone (the rest open) and the best such move is decided
+  first; then the other groups one at a time, most bytes first, each taking the
+  candidate whose state (the groups decided so far, it, the rest open) is best,
+  and groups propagation settled to one sharding around them taking it
+  unpriced. The textbook configurations (``candidates.structured_seeds``: data
+  parallel, FSDP, tensor parallel, FSDP x tensor parallel) are priced as whole
+  states. Sweeps then revisit every group with the others closed, moving it to
+  a better one of the ``descent_width`` candidates its last pass ranked best,
+  until a sweep moves none or ``descent_evaluations`` more states (at least
+  ``max_evaluations`` in all) have been priced: from the best of the greedy and
+  seed states, and from the fastest of them where that one exceeds the budget.
 
 Repeated states are priced once. The outcome keeps, per group, every
 candidate priced in the last pass over it: why the winner won and what the
@@ -28,9 +33,15 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from shardc.compiler.auto.candidates import Spec, candidates, spec_of, tensor_sharding
+from shardc.compiler.auto.candidates import (
+    Spec,
+    candidates,
+    spec_of,
+    structured_seeds,
+    tensor_sharding,
+)
 from shardc.compiler.auto.evaluate import Evaluator
 from shardc.compiler.auto.objective import StepTime
 from shardc.compiler.propagation.values import ModuleValues
@@ -47,6 +58,7 @@ class Group:
     candidates: list[Spec]
     chosen: Spec | None = None
     settled: bool = False  # decided as propagation settled it, not by pricing candidates
+    updated: bool = False  # state the step returns updated (a weight, a moment), not data
     # spec -> the step of the state it was priced in, during the last pass over the group
     tried: dict[Spec, StepTime] = field(default_factory=dict)
 
@@ -71,44 +83,88 @@ class Outcome:
 class Search:
     def __init__(self, evaluator: Evaluator, groups: list[Group], axes: list[tuple[str, int]],
                  budget: int | None, *, max_evaluations: int = 160,
-                 exhaustive_limit: int = 64, descent_width: int = 3):
+                 exhaustive_limit: int = 64, descent_width: int = 3,
+                 descent_evaluations: int = 48):
         self.evaluate = evaluator
         self.groups = groups
         self.sizes = dict(axes)
+        self.axes = list(axes)
         self.budget = budget
         self.max_evaluations = max_evaluations
         self.exhaustive_limit = exhaustive_limit
         self.descent_width = descent_width
+        self.descent_evaluations = descent_evaluations
         self._priced: dict[tuple, StepTime] = {}
+        self._estimated: set[tuple] = set()
         self._readers: dict[tuple, ModuleValues] = {}
-        self.best: tuple[tuple, StepTime, ModuleValues] | None = None
+        self._tried: list[dict[Spec, tuple]] = [{} for _ in groups]  # spec -> state key
+
+    # -- pricing -------------------------------------------------------------
 
     def score(self, step: StepTime) -> tuple[int, float, int]:
-        """Bytes over the budget, then seconds, then memory peak (ties: the lighter)."""
+        """Bytes over the budget, then seconds, then memory (ties: the lighter)."""
         over = 0 if self.budget is None else max(0, step.memory_peak - self.budget)
         return over, step.seconds, step.memory_peak
 
-    def price(self, specs: dict[int, Spec]) -> StepTime:
-        """The step of the state where group ``g`` is closed to ``specs[g]``, others open."""
+    def price(self, specs: dict[int, Spec]) -> tuple:
+        """The key of the state where group ``g`` is closed to ``specs[g]``, others open,
+        priced (its memory by the memory model only when ``ranked`` needs it)."""
         key = tuple(sorted(specs.items()))
-        found = self._priced.get(key)
-        if found is None:
-            assignment = {}
-            for g, spec in specs.items():
-                group = self.groups[g]
-                sharding = tensor_sharding(self.evaluate.mesh, spec, self.sizes)
-                for position in group.positions:
-                    assignment[position] = sharding
-            found, reader = self.evaluate(assignment)
+        if key not in self._priced:
+            found, reader = self.evaluate(self._assignment(key))
             self._priced[key] = found
             # The last few states' propagated values: what settles the groups left open.
             self._readers[key] = reader
-            while len(self._readers) > 16:
+            while len(self._readers) > 64:
                 del self._readers[next(iter(self._readers))]
-            if len(specs) == len(self.groups) and (
-                    self.best is None or self.score(found) < self.score(self.best[1])):
-                self.best = (key, found, reader)
-        return found
+        return key
+
+    def _assignment(self, key: tuple) -> dict:
+        assignment = {}
+        for g, spec in key:
+            sharding = tensor_sharding(self.evaluate.mesh, spec, self.sizes)
+            for position in self.groups[g].positions:
+                assignment[position] = sharding
+        return assignment
+
+    def _estimate(self, key: tuple) -> StepTime:
+        """The state's step with its memory by the memory model (under a budget)."""
+        if self.budget is not None and key not in self._estimated:
+            reader = self._readers.get(key)
+            if reader is None:  # propagating again costs less than keeping every state
+                _, reader = self.evaluate(self._assignment(key))
+            self._priced[key] = replace(self._priced[key],
+                                        memory_peak=self.evaluate.memory(reader),
+                                        estimated=True)
+            self._estimated.add(key)
+        return self._priced[key]
+
+    def ranked(self, keys, count: int = 1) -> list[tuple]:
+        """``keys`` best first, the first ``count`` ranked by the full score.
+
+        The memory model costs several propagations, so it runs only where it can
+        change the order: in order of seconds, until ``count`` states fit the
+        budget and the next one is slower (every later one is then slower and no
+        lighter in bytes over the budget than those)."""
+        keys = list(dict.fromkeys(keys))
+        if self.budget is None:
+            return sorted(keys, key=lambda k: self.score(self._priced[k]))
+        order = sorted(keys, key=lambda k: (self._priced[k].seconds, self._priced[k].memory_peak))
+        judged: list[tuple] = []
+        fitting: list[float] = []
+        for i, key in enumerate(order):
+            if len(fitting) >= count and self._priced[key].seconds > fitting[count - 1]:
+                return sorted(judged, key=lambda k: self.score(self._priced[k])) + order[i:]
+            step = self._estimate(key)
+            judged.append(key)
+            if step.memory_peak <= self.budget:
+                fitting.append(step.seconds)
+        return sorted(judged, key=lambda k: self.score(self._priced[k]))
+
+    def best_of(self, tried: dict[Spec, tuple]) -> Spec:
+        """The spec whose state ranks first."""
+        first = self.ranked(tried.values())[0]
+        return next(spec for spec, key in tried.items() if key == first)
 
     def settled(self, specs: dict[int, Spec], group: Group) -> Spec | None:
         """The spec propagation gave every member of ``group`` (open) in the state of
@@ -127,6 +183,8 @@ class Search:
             return None
         return spec
 
+    # -- the search ----------------------------------------------------------
+
     def run(self) -> Outcome:
         start = time.perf_counter()
         space = math.prod(len(g.candidates) for g in self.groups)
@@ -135,23 +193,31 @@ class Search:
             self._exhaustive()
         else:
             self._greedy()
-            self._descend()
-        key, step, reader = self.best
+            for origin in self._seed():
+                self.state = dict(origin)
+                self._descend(len(self._priced) + self.descent_evaluations)
+        complete = [k for k in self._priced if len(k) == len(self.groups)]
+        key = self.ranked(complete)[0]
+        reader = self._readers.get(key)
+        if reader is None:
+            _, reader = self.evaluate(self._assignment(key))
         for g, spec in key:
             self.groups[g].chosen = spec
-        return Outcome(self.groups, _result_specs(reader), step, len(self._priced),
-                       time.perf_counter() - start, exhaustive, self.budget)
+        for group, tried in zip(self.groups, self._tried):
+            # the chosen spec and the runner-up judged in full, for the report
+            self.ranked(tried.values(), count=2)
+            group.tried = {spec: self._priced[k] for spec, k in tried.items()}
+        return Outcome(self.groups, _result_specs(reader), self._estimate(key),
+                       len(self._priced), time.perf_counter() - start, exhaustive, self.budget)
 
     def _exhaustive(self) -> None:
         combos = _product([g.candidates for g in self.groups])
-        for combo in combos:
-            specs = dict(enumerate(combo))
-            step = self.price(specs)
-            for g, spec in specs.items():
-                group = self.groups[g]
-                known = group.tried.get(spec)
-                if known is None or self.score(step) < self.score(known):
-                    group.tried[spec] = step  # the best state with that choice
+        keys = [self.price(dict(enumerate(combo))) for combo in combos]
+        for g in range(len(self.groups)):
+            for spec in self.groups[g].candidates:
+                # the best state with that choice
+                with_it = [k for k, combo in zip(keys, combos) if combo[g] == spec]
+                self._tried[g][spec] = self.ranked(with_it)[0]
 
     def _greedy(self) -> None:
         decided: dict[int, Spec] = {}
@@ -161,17 +227,17 @@ class Search:
         # propagation would shard the model around it, never finding that the batch
         # alone sharded (weights replicated) is cheaper on a small model.
         for g in order:
-            group = self.groups[g]
-            group.tried = {spec: self.price({g: spec}) for spec in group.candidates}
-        first = min(order, key=lambda g: min(self.score(t) for t in self.groups[g].tried.values()))
+            self._tried[g] = {spec: self.price({g: spec}) for spec in self.groups[g].candidates}
+        opening = self.ranked([k for tried in self._tried for k in tried.values()])[0]
+        first = opening[0][0]
         order.remove(first)
         order.insert(0, first)
         for g in order:
             if g in decided:
                 continue
-            group = self.groups[g]
-            group.tried = {spec: self.price({**decided, g: spec}) for spec in group.candidates}
-            decided[g] = min(group.tried, key=lambda s: self.score(group.tried[s]))
+            tried = self._tried[g] = {spec: self.price({**decided, g: spec})
+                                      for spec in self.groups[g].candidates}
+            decided[g] = self.best_of(tried)
             # Groups propagation settled around the decided ones take what it gave them
             # (closing them to it is the same state): optimizer moments follow their
             # parameters through the update. The descent revisits them.
@@ -185,24 +251,48 @@ class Search:
         self.state = decided
         self.price(decided)
 
-    def _descend(self) -> None:
+    def _seed(self) -> list[tuple]:
+        """Price the textbook configurations (``candidates.structured_seeds``) as whole
+        states: where the descent starts, beside the greedy state. It starts from
+        the best of them, and from the fastest when that one exceeds the budget (a
+        few moves may bring it under)."""
+        updated = [group.updated for group in self.groups]
+        seeds = structured_seeds([g.shape for g in self.groups], updated, self.axes)
+        keys = [self.price(self.state)]
+        for _name, specs in seeds:
+            for group, spec in zip(self.groups, specs):
+                if spec not in group.candidates:  # several data axes beside the model axis
+                    group.candidates.append(spec)
+            keys.append(self.price(dict(enumerate(specs))))
+        best = self.ranked(keys)[0]
+        fastest = min(keys, key=lambda k: self._priced[k].seconds)
+        return [best] if self._priced[fastest].seconds >= self._priced[best].seconds else [
+            best, fastest]
+
+    def _descend(self, limit: int) -> None:
+        """Sweeps of single-group moves from ``self.state`` until none improves it or
+        ``limit`` states in all have been priced."""
+        limit = max(limit, self.max_evaluations)
         moved = True
-        while moved and len(self._priced) < self.max_evaluations:
+        while moved and len(self._priced) < limit:
             moved = False
             for g, group in enumerate(self.groups):
                 current = self.state[g]
                 tried = {current: self.price(self.state)}
                 # The candidates the last pass over the group ranked best: the others
                 # were far behind in a state that differs from this one in a few groups.
-                ranked = sorted(group.tried, key=lambda s: self.score(group.tried[s]))
-                for spec in ranked[:self.descent_width] or group.candidates:
-                    if len(self._priced) >= self.max_evaluations:
+                ranked = self.ranked(self._tried[g].values())
+                specs = [spec for k in ranked[:self.descent_width]
+                         for spec in self._tried[g] if self._tried[g][spec] == k]
+                for spec in specs or group.candidates:
+                    if len(self._priced) >= limit:
                         break
                     tried[spec] = self.price({**self.state, g: spec})
                 if len(tried) > 1:  # else the greedy pass's prices say more
-                    group.tried = tried
-                best = min(tried, key=lambda s: self.score(tried[s]))
-                if self.score(tried[best]) < self.score(tried[current]):
+                    self._tried[g] = tried
+                best = self.best_of(tried)
+                if self.score(self._estimate(tried[best])) < self.score(
+                        self._estimate(tried[current])):
                     self.state[g] = best
                     moved = True
 
@@ -225,13 +315,16 @@ def make_groups(evaluator: Evaluator, positions: list[int], names: list[str],
                 axes: list[tuple[str, int]], structure: list[list[int]]) -> list[Group]:
     """One ``Group`` per structure group (indices into ``positions``)."""
     graph = evaluator.read.graph
+    # An argument of the type of a result is state the step returns updated.
+    results = {graph.value_type_key[v] for v in evaluator.results}
     groups = []
     for members in structure:
         value = evaluator.arguments[positions[members[0]]]
         shape = graph.value_shape[value] or ()
         element = evaluator.element_bytes(value)
         groups.append(Group([positions[m] for m in members], [names[m] for m in members],
-                            tuple(shape), element, candidates(shape, axes)))
+                            tuple(shape), element, candidates(shape, axes),
+                            updated=graph.value_type_key[value] in results))
     return groups
 
 
