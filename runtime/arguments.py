@@ -144,6 +144,11 @@ def check_arguments(values: Sequence[Any], expected: Sequence[ExpectedArgument],
             f"of arguments passed to it. Here are {count}:\n" + "\n".join(mismatches[:5]))
 
 
+# ``jax.tree.flatten`` without its Python frames (on every donating call: the donated
+# leaves are ``flatten(tree)[0]``).
+flatten = jax.tree_util.default_registry.flatten
+
+
 def release_donated(values: Sequence[Any]) -> None:
     """Delete each of ``values`` (a finished call's donated arguments) whose buffers the
     call consumed.

@@ -19,6 +19,7 @@ numbers, ``_caches``) and its lowering (``_lower``, ``_bind``, ``_trace_staged``
 
 from __future__ import annotations
 
+import operator
 import weakref
 from typing import Any
 
@@ -62,27 +63,46 @@ class JitCalls:
             function_name(self.fun), self.fun,
             lambda *args, **kwargs: this()._call(*args, **kwargs),
             self.static_argnums, self.static_argnames, key, cache)
+        self._plain = jax_private.plain_call_check()
         # Whether calls donate arguments: their arrays are deleted after each call.
         self._donates = bool(self.donate_argnums or self.options.donate_argnames)
+        # A call passing its arguments by position (more than ``_donated_bound``) has
+        # its donated ones found by one C++ lookup: ``donate_argnums`` names them all
+        # (``donate_argnames`` is resolved against the signature into it, as jax's).
+        positional = bool(self.donate_argnums) and all(i >= 0 for i in self.donate_argnums)
+        self._donated_of = operator.itemgetter(*self.donate_argnums) if positional else None
+        self._donated_bound = max(self.donate_argnums) if positional else 0
 
-    @jax_private.api_boundary
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run on these arguments; lowering and compiling happen once per signature.
 
         Later calls whose arguments have the same types, shapes, shardings and
         static values go straight to the executable.
         """
-        if jax_private.plain_call():
-            if not self._donates:  # the common call, one frame over jax.jit's
-                return self._dispatch(*args, **kwargs)
+        # jax's API boundary without its wrapper's frame: an error leaves with jax's
+        # filtered traceback (``filter_raised``), and a call pays for no extra frame.
+        try:
+            if self._plain():
+                if not self._donates:  # the common call: one frame over jax.jit's
+                    return self._dispatch(*args, **kwargs)
+                if kwargs or self._donated_of is None or len(args) <= self._donated_bound:
+                    return self._dispatched(args, kwargs)
+                # (Gathered before the call: right after it, with the executable
+                # just dispatched, the same walk costs the caller twice the CPU.)
+                donated = arguments.flatten(self._donated_of(args))[0]
+                outputs = self._dispatch(*args, **kwargs)
+                arguments.release_donated(donated)
+                return outputs
+            if binding.under_a_trace():
+                return self._bind(args, kwargs)
+            if jax_private.jit_disabled():
+                return self.fun(*args, **kwargs)
+            if jax_private.debug_key_reuse():
+                return self._checking_key_reuse(args, kwargs)
             return self._dispatched(args, kwargs)
-        if binding.under_a_trace():
-            return self._bind(args, kwargs)
-        if jax_private.jit_disabled():
-            return self.fun(*args, **kwargs)
-        if jax_private.debug_key_reuse():
-            return self._checking_key_reuse(args, kwargs)
-        return self._dispatched(args, kwargs)
+        except Exception as error:
+            jax_private.filter_raised(error)
+            raise
 
     def _dispatched(self, args: tuple, kwargs: dict) -> Any:
         """The call through jax's C++ dispatch, and then, if it donates, the caller's
@@ -90,11 +110,9 @@ class JitCalls:
         them holding consumed buffers."""
         if not self._donates:
             return self._dispatch(*args, **kwargs)
-        # (Gathered before the call: right after it, with the executable just
-        # dispatched, the same walk costs the caller twice the CPU.)
         donated = [args[i] for i in self.donate_argnums if -len(args) <= i < len(args)]
         donated += [kwargs[name] for name in self.options.donate_argnames if name in kwargs]
-        donated = jax.tree.leaves(donated)
+        donated = arguments.flatten(donated)[0]
         outputs = self._dispatch(*args, **kwargs)
         arguments.release_donated(donated)
         return outputs
