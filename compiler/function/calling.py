@@ -83,7 +83,7 @@ class JitCalls:
         # filtered traceback (``filter_raised``), and a call pays for no extra frame.
         try:
             if self._plain():
-                if not self._donates:  # the common call: one frame over jax.jit's
+                if not self._donates:  # the common call
                     return self._dispatch(*args, **kwargs)
                 if kwargs or self._donated_of is None or len(args) <= self._donated_bound:
                     return self._dispatched(args, kwargs)
