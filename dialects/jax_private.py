@@ -372,6 +372,13 @@ def default_device() -> Any:
     return pxla.get_default_device()
 
 
+def array_type() -> type:
+    """The type of jax's concrete arrays (``jax.Array``'s implementation)."""
+    from jaxlib import xla_client
+
+    return xla_client.ArrayImpl
+
+
 def is_tracer(value: Any) -> bool:
     """Whether ``value`` is an abstract value of some enclosing trace."""
     return isinstance(value, _core().Tracer)

@@ -106,14 +106,12 @@ def test_donated_again_on_the_fast_path_shows_the_caller(mode):
 
 def test_steady_call_has_no_boundary_wrapper():
     """A repeated call runs jax's C++ dispatch from the jitted function's ``__call__``
-    (which asks jax's state whether the call is plain: ``check``), with no API boundary
-    wrapper around it: the boundary is ``__call__``'s own handler; a donating call then
-    deletes what it consumed (``release_donated``)."""
+    alone, with no API boundary wrapper around it (the boundary is ``__call__``'s own
+    handler); a donating call then deletes what it consumed (``release_donated``)."""
     def double(x):
         return x * 2
 
-    for donate, expected in (((), ["__call__", "check"]),
-                             ((0,), ["__call__", "check", "release_donated"])):
+    for donate, expected in (((), ["__call__"]), ((0,), ["__call__", "release_donated"])):
         jitted = shardc_jit(double, donate_argnums=donate)
         jitted(jnp.ones(4))
         x = jnp.ones(4)
