@@ -1245,35 +1245,6 @@ def abstract_token() -> Any:
     return _core().abstract_token
 
 
-def plain_call() -> bool:
-    """Whether a call of a jitted function now simply runs it: no trace is active,
-    ``jax_disable_jit`` and ``jax_debug_key_reuse`` are off (asked first on every call:
-    four reads of jax's state, a third of the cost of asking each through jax)."""
-    return plain_call_check()()
-
-
-@functools.cache
-def plain_call_check() -> Any:
-    """``plain_call`` itself, for a caller that keeps it: one call fewer per question."""
-    core, config = _core(), _config()
-    # jax's ``TracingContext.is_top_level``, with its state read directly.
-    trace, axis_env = core.trace_state_strong_ref, core.axis_env_state
-    eval_trace, top_axis_env = core.eval_trace, core.top_axis_env
-    disable_jit, debug_key_reuse = config.disable_jit, config.debug_key_reuse
-
-    def check() -> bool:
-        return (trace.value is eval_trace and axis_env.value is top_axis_env
-                and not disable_jit.value and not debug_key_reuse.value)
-
-    return check
-
-
-def jit_disabled() -> bool:
-    """Whether ``jax_disable_jit`` is on (read on every call of a jitted function: the
-    config value, not ``jax.config``'s slower attribute lookup)."""
-    return _config().disable_jit.value
-
-
 def debug_key_reuse() -> bool:
     """Whether jax checks PRNG keys for reuse (``jax_debug_key_reuse``)."""
     return _config().debug_key_reuse.value

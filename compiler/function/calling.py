@@ -1,8 +1,9 @@
 """Calling a shardc jit: jax's C++ dispatch over shardc's executables.
 
-A call outside any trace goes to jax's own C++ jit dispatch, as ``jax.jit``'s
-does; the dispatch comes back to Python (``JitCalls._call``) for a signature it
-has not seen, which lowers (or reuses a lowering), compiles for the devices the
+A call goes to jax's own C++ jit dispatch, as ``jax.jit``'s does; the dispatch
+comes back to Python (``JitCalls._call``) for a signature it has not seen (jax's
+trace state is part of a signature: a call under a transformation comes back
+and binds), which lowers (or reuses a lowering), compiles for the devices the
 call decides (``_compile_for``), runs the executable and hands the dispatch the
 executable's fast-path description, so that the next calls of that signature
 run in C++. Which arguments a call donates is decided here too (``_donated``).
