@@ -167,7 +167,8 @@ def readme_section(rows: list[dict], rounds: int, calls: int) -> str:
                             text=True, cwd=pathlib.Path(__file__).parent).stdout.strip()
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     intro = (f"`python -m bench.dispatch` (jax {jax.__version__}; shardc {commit}; 8 cpu "
-             f"devices; {stamp}): `f` doubles a list of (16, 8) float32 arrays tiled over a "
+             f"devices; {stamp}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
+             "cores): `f` doubles a list of (16, 8) float32 arrays tiled over a "
              "4x2 mesh; µs = CPU time of the calling thread per call, blocked on (the last "
              "column: of the whole process, XLA's threads included); medians of "
              f"{rounds * calls} calls of each, the routes interleaved call by call; donating "

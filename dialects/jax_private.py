@@ -285,6 +285,40 @@ def check_jax_arrays(tree: Any) -> None:
             dispatch.check_arg(leaf)
 
 
+def filter_raised(error: Exception) -> None:
+    """Give ``error``, caught where it leaves jax's API, the traceback jax's
+    ``api_boundary`` gives it (``jax_traceback_filtering``: jax's and shardc's frames
+    removed, with a note or an ``UnfilteredStackTrace`` cause, or ``__tracebackhide__``
+    set); the catcher then re-raises it with a bare ``raise``, which adds no frame.
+    An entry point that catches and re-raises so needs no wrapper: one frame fewer per
+    call, as jax.jit's C++ calls have none."""
+    from jax._src import traceback_util as tb_util
+
+    mode = tb_util._filtering_mode()
+    if tb_util._is_under_reraiser(error) or mode == "off":
+        return
+    tb = error.__traceback__
+    if mode == "tracebackhide":
+        tb_util._add_tracebackhide_to_hidden_frames(tb)
+        return
+    if tb is None:
+        raise TypeError("Traceback is None") from error
+    error.with_traceback(tb_util.filter_traceback(tb))
+    if mode == "quiet_remove_frames":
+        error.add_note("--------------------\n" + tb_util._simplified_tb_msg)
+        return
+    if mode != "remove_frames":
+        raise ValueError(f"JAX_TRACEBACK_FILTERING={mode} is not a valid value.")
+    message = f"{tb_util.format_exception_only(error)}\n\n{tb_util._jax_message_append}"
+    unfiltered = tb_util.UnfilteredStackTrace(message)
+    unfiltered.with_traceback(tb_util._add_call_stack_frames(tb))
+    unfiltered.__cause__ = error.__cause__
+    unfiltered.__context__ = error.__context__
+    unfiltered.__suppress_context__ = error.__suppress_context__
+    error.__cause__ = unfiltered
+    error.__context__ = None
+
+
 def api_boundary(fun: Any) -> Any:
     """``fun`` as an entry point of jax's API: an exception raised below it leaves
     with a traceback without jax's and shardc's frames, in the form
@@ -336,6 +370,13 @@ def default_device() -> Any:
     from jax._src.interpreters import pxla
 
     return pxla.get_default_device()
+
+
+def array_type() -> type:
+    """The type of jax's concrete arrays (``jax.Array``'s implementation)."""
+    from jaxlib import xla_client
+
+    return xla_client.ArrayImpl
 
 
 def is_tracer(value: Any) -> bool:
@@ -1202,34 +1243,6 @@ def token_types() -> tuple[type, type]:
 def abstract_token() -> Any:
     """The abstract type jax traces and lowers a token as (``!stablehlo.token``)."""
     return _core().abstract_token
-
-
-def plain_call() -> bool:
-    """Whether a call of a jitted function now simply runs it: no trace is active,
-    ``jax_disable_jit`` and ``jax_debug_key_reuse`` are off (asked first on every call:
-    four reads of jax's state, a third of the cost of asking each through jax)."""
-    return _plain_call_check()()
-
-
-@functools.cache
-def _plain_call_check() -> Any:
-    core, config = _core(), _config()
-    # jax's ``TracingContext.is_top_level``, with its state read directly.
-    trace, axis_env = core.trace_state_strong_ref, core.axis_env_state
-    eval_trace, top_axis_env = core.eval_trace, core.top_axis_env
-    disable_jit, debug_key_reuse = config.disable_jit, config.debug_key_reuse
-
-    def check() -> bool:
-        return (trace.value is eval_trace and axis_env.value is top_axis_env
-                and not disable_jit.value and not debug_key_reuse.value)
-
-    return check
-
-
-def jit_disabled() -> bool:
-    """Whether ``jax_disable_jit`` is on (read on every call of a jitted function: the
-    config value, not ``jax.config``'s slower attribute lookup)."""
-    return _config().disable_jit.value
 
 
 def debug_key_reuse() -> bool:

@@ -144,6 +144,11 @@ def check_arguments(values: Sequence[Any], expected: Sequence[ExpectedArgument],
             f"of arguments passed to it. Here are {count}:\n" + "\n".join(mismatches[:5]))
 
 
+# ``jax.tree.flatten`` without its Python frames (on every donating call: the donated
+# leaves are ``flatten(tree)[0]``).
+flatten = jax.tree_util.default_registry.flatten
+
+
 def release_donated(values: Sequence[Any]) -> None:
     """Delete each of ``values`` (a finished call's donated arguments) whose buffers the
     call consumed.
@@ -156,11 +161,20 @@ def release_donated(values: Sequence[Any]) -> None:
     donated the copy: it stays live, and stays.
     """
     for value in values:
-        # (Asked of every donated leaf of every donating call: no ABC isinstance check.
-        # Host values have no is_deleted, and are never consumed.)
+        # (Asked of every donated leaf of every donating call: jax's array type first,
+        # by identity, no ABC isinstance check.)
+        if type(value) is _ARRAY:
+            if value.is_deleted():
+                value.delete()
+            continue
+        # Host values have no is_deleted and are never consumed; a tracer (a call under
+        # a transformation, which donates nothing) cannot be asked.
         is_deleted = getattr(value, "is_deleted", None)
-        if is_deleted is not None and is_deleted():
+        if is_deleted is not None and not jax_private.is_tracer(value) and is_deleted():
             value.delete()
+
+
+_ARRAY = jax_private.array_type()
 
 
 def _device_orders(passed: jax.sharding.Sharding, required: jax.sharding.Sharding) -> str:

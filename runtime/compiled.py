@@ -249,9 +249,10 @@ class Compiled(Stage, jax.stages.Compiled):
         if not self.donates or len(args) != self._num_positional:
             # (Calls passing the static arguments again run in Python, which releases.)
             return self._dispatch(*args, **kwargs)
-        leaves = jax.tree.leaves((args, kwargs))  # (before the call: cheaper than after)
+        leaves = arguments.flatten((args, kwargs))[0]  # (before the call: cheaper than after)
+        donated = [leaves[i] for i in self._donated or self._donated_leaves()]
         outputs = self._dispatch(*args, **kwargs)
-        arguments.release_donated([leaves[i] for i in self._donated_leaves()])
+        arguments.release_donated(donated)
         return outputs
 
     _dispatch: Any = None

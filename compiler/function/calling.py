@@ -1,8 +1,9 @@
 """Calling a shardc jit: jax's C++ dispatch over shardc's executables.
 
-A call outside any trace goes to jax's own C++ jit dispatch, as ``jax.jit``'s
-does; the dispatch comes back to Python (``JitCalls._call``) for a signature it
-has not seen, which lowers (or reuses a lowering), compiles for the devices the
+A call goes to jax's own C++ jit dispatch, as ``jax.jit``'s does; the dispatch
+comes back to Python (``JitCalls._call``) for a signature it has not seen (jax's
+trace state is part of a signature: a call under a transformation comes back
+and binds), which lowers (or reuses a lowering), compiles for the devices the
 call decides (``_compile_for``), runs the executable and hands the dispatch the
 executable's fast-path description, so that the next calls of that signature
 run in C++. Which arguments a call donates is decided here too (``_donated``).
@@ -19,6 +20,7 @@ numbers, ``_caches``) and its lowering (``_lower``, ``_bind``, ``_trace_staged``
 
 from __future__ import annotations
 
+import operator
 import weakref
 from typing import Any
 
@@ -64,25 +66,40 @@ class JitCalls:
             self.static_argnums, self.static_argnames, key, cache)
         # Whether calls donate arguments: their arrays are deleted after each call.
         self._donates = bool(self.donate_argnums or self.options.donate_argnames)
+        # A call passing its arguments by position (more than ``_donated_bound``) has
+        # its donated ones found by one C++ lookup: ``donate_argnums`` names them all
+        # (``donate_argnames`` is resolved against the signature into it, as jax's).
+        positional = bool(self.donate_argnums) and all(i >= 0 for i in self.donate_argnums)
+        self._donated_of = operator.itemgetter(*self.donate_argnums) if positional else None
+        self._donated_bound = max(self.donate_argnums) if positional else 0
 
-    @jax_private.api_boundary
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run on these arguments; lowering and compiling happen once per signature.
 
         Later calls whose arguments have the same types, shapes, shardings and
         static values go straight to the executable.
         """
-        if jax_private.plain_call():
-            if not self._donates:  # the common call, one frame over jax.jit's
+        # Every call goes to jax's C++ dispatch first, as jax.jit's does, which
+        # decides what jax.jit's would: jax's trace state and ``jax_debug_key_reuse``
+        # are part of its key, so a call under a transformation or checking keys
+        # misses and comes back to ``_call`` (which binds, or checks); under
+        # ``jax_disable_jit`` it calls the function itself. The API boundary is this
+        # frame's own handler: an error leaves with jax's filtered traceback
+        # (``filter_raised``), and a call pays for no wrapper frame.
+        try:
+            if not self._donates:  # the common call
                 return self._dispatch(*args, **kwargs)
-            return self._dispatched(args, kwargs)
-        if binding.under_a_trace():
-            return self._bind(args, kwargs)
-        if jax_private.jit_disabled():
-            return self.fun(*args, **kwargs)
-        if jax_private.debug_key_reuse():
-            return self._checking_key_reuse(args, kwargs)
-        return self._dispatched(args, kwargs)
+            if kwargs or self._donated_of is None or len(args) <= self._donated_bound:
+                return self._dispatched(args, kwargs)
+            # (Gathered before the call: right after it, with the executable
+            # just dispatched, the same walk costs the caller twice the CPU.)
+            donated = arguments.flatten(self._donated_of(args))[0]
+            outputs = self._dispatch(*args, **kwargs)
+            arguments.release_donated(donated)
+            return outputs
+        except Exception as error:
+            jax_private.filter_raised(error)
+            raise
 
     def _dispatched(self, args: tuple, kwargs: dict) -> Any:
         """The call through jax's C++ dispatch, and then, if it donates, the caller's
@@ -90,11 +107,9 @@ class JitCalls:
         them holding consumed buffers."""
         if not self._donates:
             return self._dispatch(*args, **kwargs)
-        # (Gathered before the call: right after it, with the executable just
-        # dispatched, the same walk costs the caller twice the CPU.)
         donated = [args[i] for i in self.donate_argnums if -len(args) <= i < len(args)]
         donated += [kwargs[name] for name in self.options.donate_argnames if name in kwargs]
-        donated = jax.tree.leaves(donated)
+        donated = arguments.flatten(donated)[0]
         outputs = self._dispatch(*args, **kwargs)
         arguments.release_donated(donated)
         return outputs
@@ -106,23 +121,34 @@ class JitCalls:
         leaves = jax.tree.leaves((tuple(dynamic), {k: v for k, v in kwargs.items()
                                                    if k not in self.static_argnames}))
         return jax_private.key_reuse_checked(traced, leaves,
-                                             lambda: self._dispatched(args, kwargs))
+                                             lambda: self._executed(args, kwargs)[0])
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """Execute now on concrete arguments, whatever transformation is active around
         (what executing an equation of shardc's jit primitive does: under ``vmap``
-        with ``spmd_axis_name`` the trace state is not clean, yet nothing is traced)."""
+        with ``spmd_axis_name`` the trace state is not clean, yet nothing is traced,
+        and the dispatch, whose key holds that state, would come back to bind)."""
+        if binding.under_a_trace():
+            return self._executed(args, kwargs)[0]
         return self._dispatched(args, kwargs)
 
     def _call(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, bool]:
-        """A call jax's C++ dispatch has not seen: lower, compile (or reuse), run.
+        """A call jax's C++ dispatch has not seen: bound into the enclosing trace,
+        checked for key reuse, or lowered, compiled (or reused) and run.
 
         Returns what the dispatch caches for the next calls with the same
         signature: the outputs, the executable's fast-path description (None:
         every call comes back here) and False (nothing to rebuild).
         """
-        if any(jax_private.is_tracer(leaf) for leaf in jax.tree.leaves((args, kwargs))):
-            return self._bind(args, kwargs), None, False  # the dispatch passed tracers on
+        if binding.under_a_trace() or any(
+                jax_private.is_tracer(leaf) for leaf in jax.tree.leaves((args, kwargs))):
+            return self._bind(args, kwargs), None, False  # traced, or tracers passed on
+        if jax_private.debug_key_reuse():
+            return self._checking_key_reuse(args, kwargs), None, False
+        return self._executed(args, kwargs)
+
+    def _executed(self, args: tuple, kwargs: dict) -> tuple[Any, Any, bool]:
+        """``_call``'s outputs of a call run now, on concrete arguments."""
         jax_private.test_event("jit_cpp_cache_miss")
         key = self._call_key(args, kwargs)
         compiled = self._caches.by_call.get(key) if key is not None else None

@@ -2,6 +2,7 @@
 in each form ``jax_traceback_filtering`` names, as jax.jit's do."""
 
 import os
+import sys
 import traceback
 
 import jax
@@ -69,3 +70,56 @@ def test_unfiltered_keeps_shardc_frames():
         error = _raised(_nested(shardc_jit))
     assert any(f.startswith(SHARDC_DIR) and "/test/" not in f for f, _ in _frames(error))
     assert not isinstance(error.__cause__, traceback_util.UnfilteredStackTrace)
+
+
+def _visible(error):
+    """(file, function) of the frames ``tracebackhide`` leaves shown."""
+    return [(f.f_code.co_filename, f.f_code.co_name)
+            for f, _ in traceback.walk_tb(error.__traceback__)
+            if "__tracebackhide__" not in f.f_locals]
+
+
+@pytest.mark.parametrize("program", [_nested, _bad_argument])
+def test_hidden_frames_match_jax_jit(program):
+    """Under ``tracebackhide`` (IPython's form) the frames left visible are jax.jit's."""
+    with config.traceback_filtering("tracebackhide"):
+        ours = _raised(program(shardc_jit))
+        theirs = _raised(program(jax.jit))
+    assert isinstance(ours, type(theirs))
+    assert _visible(ours) == _visible(theirs)
+
+
+@pytest.mark.parametrize("mode", ["remove_frames", "tracebackhide"])
+def test_donated_again_on_the_fast_path_shows_the_caller(mode):
+    """Passing a donated array again fails on the C++ fast path, whose error leaves
+    with the callers' frames alone (jax.jit's own fast path crashes the process there)."""
+    donating = shardc_jit(lambda x: x * 2, donate_argnums=0)
+    x = jnp.ones(4)
+    donating(jnp.ones(4))  # the signature's fast path, in place
+    donating(x)
+    with config.traceback_filtering(mode):
+        error = _raised(lambda: donating(x))
+    assert "Array has been deleted" in str(error)
+    frames = _frames(error) if mode == "remove_frames" else _visible(error)
+    assert [name for _, name in frames] == ["_raised", "<lambda>"]
+
+
+def test_steady_call_has_no_boundary_wrapper():
+    """A repeated call runs jax's C++ dispatch from the jitted function's ``__call__``
+    alone, with no API boundary wrapper around it (the boundary is ``__call__``'s own
+    handler); a donating call then deletes what it consumed (``release_donated``)."""
+    def double(x):
+        return x * 2
+
+    for donate, expected in (((), ["__call__"]), ((0,), ["__call__", "release_donated"])):
+        jitted = shardc_jit(double, donate_argnums=donate)
+        jitted(jnp.ones(4))
+        x = jnp.ones(4)
+        called = []
+        sys.setprofile(lambda frame, event, _: called.append(frame.f_code.co_name)
+                       if event == "call" else None)
+        try:
+            jitted(x)
+        finally:
+            sys.setprofile(None)
+        assert [name for name in called if name != "<lambda>"] == expected
