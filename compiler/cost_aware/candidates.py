@@ -260,7 +260,7 @@ def communication_needs(reader: ModuleValues, op: int):
                                                      op_name=reader.graph.op_name[op])
 
 
-def _same_mesh(reader: ModuleValues, first: str, second: str) -> bool:
+def same_mesh(reader: ModuleValues, first: str, second: str) -> bool:
     """Whether two mesh symbols name the same mesh (the same axes, sizes and devices):
     only then do one's axes mean anything in a sharding on the other (a program may
     mix meshes of other axis names over the same devices, as libraries' shardings do)."""
@@ -286,7 +286,7 @@ def _alternatives(reader, op, rule, operands, results, needs) -> list[Pin]:
     mesh = result.mesh
     if _pinnable(reader, op):
         for i, operand in enumerate(operands):
-            if not _same_mesh(reader, operand.sharding.mesh, mesh):
+            if not same_mesh(reader, operand.sharding.mesh, mesh):
                 continue
             dims = follow_operand(rule, operand.sharding, i)
             if dims is not None:
@@ -304,7 +304,7 @@ def _alternatives(reader, op, rule, operands, results, needs) -> list[Pin]:
         if producer < 0 or not _pinnable(reader, producer):
             continue
         current = reader.sharding(value)
-        if current is None or not _same_mesh(reader, current.mesh, mesh):
+        if current is None or not same_mesh(reader, current.mesh, mesh):
             continue
         add(Pin(tag_of(reader, producer), 0, closed(current.mesh, need.target),
                 f"producer of operand {need.operand} follows"), current)
