@@ -260,6 +260,16 @@ def communication_needs(reader: ModuleValues, op: int):
                                                      op_name=reader.graph.op_name[op])
 
 
+def same_mesh(reader: ModuleValues, first: str, second: str) -> bool:
+    """Whether two mesh symbols name the same mesh (the same axes, sizes and devices):
+    only then do one's axes mean anything in a sharding on the other (a program may
+    mix meshes of other axis names over the same devices, as libraries' shardings do)."""
+    if first == second:
+        return True
+    meshes = reader.meshes
+    return first in meshes and second in meshes and meshes[first].key == meshes[second].key
+
+
 def _alternatives(reader, op, rule, operands, results, needs) -> list[Pin]:
     graph = reader.graph
     pins: list[Pin] = []
@@ -276,6 +286,8 @@ def _alternatives(reader, op, rule, operands, results, needs) -> list[Pin]:
     mesh = result.mesh
     if _pinnable(reader, op):
         for i, operand in enumerate(operands):
+            if not same_mesh(reader, operand.sharding.mesh, mesh):
+                continue
             dims = follow_operand(rule, operand.sharding, i)
             if dims is not None:
                 add(Pin(tag_of(reader, op), 0, closed(mesh, dims), f"follow operand {i}"), result)
@@ -292,7 +304,7 @@ def _alternatives(reader, op, rule, operands, results, needs) -> list[Pin]:
         if producer < 0 or not _pinnable(reader, producer):
             continue
         current = reader.sharding(value)
-        if current is None:
+        if current is None or not same_mesh(reader, current.mesh, mesh):
             continue
         add(Pin(tag_of(reader, producer), 0, closed(current.mesh, need.target),
                 f"producer of operand {need.operand} follows"), current)

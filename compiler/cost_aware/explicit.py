@@ -22,6 +22,7 @@ from jaxlib.mlir import ir
 from shardc.compiler.cost_aware.candidates import (
     communication_needs,
     op_tags,
+    same_mesh,
     tag_of,
     tagged_ops,
 )
@@ -125,10 +126,15 @@ def _operand_targets(reader: ModuleValues, op: int) -> tuple[list, list[tuple]] 
     found = communication_needs(reader, op)
     if found is None:
         return None
-    _, operands, _, needs = found
+    _, operands, results, needs = found
+    # The needs' axes are the op's mesh's (its first sharding's, as the cost model
+    # reads them): an operand on another mesh keeps the reshard Shardy inserts.
+    tensors = (*results, *operands)
+    mesh = tensors[0].sharding.mesh if tensors else None
     targets: dict[int, tuple] = {}
     for need in needs:
-        if need.operand is not None and need.target is not None:
+        if (need.operand is not None and need.target is not None
+                and same_mesh(reader, operands[need.operand].sharding.mesh, mesh)):
             targets.setdefault(need.operand, need.target)
     return operands, sorted(targets.items())
 

@@ -2,6 +2,8 @@
 Shardy-compatible propagation or ``jax.jit``, strictly fewer on the conflict
 programs, same numerics, no more memory; plus the strategy's plumbing."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -236,3 +238,35 @@ def test_host_callback_result_on_one_device_matches_jax_jit():
     for got, want in zip(found, expected):
         assert (got == want).all()
         assert got.sharding.is_equivalent_to(want.sharding, got.ndim)
+
+
+def test_alternatives_stay_on_the_mesh_of_the_op():
+    """Libraries shard over meshes of their own axis names on the same devices (kauldron's
+    ``FIRST_DIM``, a ``("devices",)`` mesh, next to the parameters' ``data`` x ``model``):
+    a conflict's alternatives never pin a result with the axes of an operand on another
+    mesh (which named ``"model"`` on the ``devices`` mesh and failed the search)."""
+    import numpy as np
+    from jax.sharding import Mesh
+
+    mesh = jax.make_mesh((4, 2), ("data", "model"),
+                         axis_types=(jax.sharding.AxisType.Auto,) * 2)  # fmt: skip
+    first_dim = NamedSharding(Mesh(np.array(jax.devices()), ("devices",)), PartitionSpec("devices"))
+    w = jax.device_put(jnp.ones((16, 16)), NamedSharding(mesh, PartitionSpec(None, "model")))
+    x = jax.device_put(jnp.arange(128.0).reshape(8, 16) / 128, first_dim)
+
+    def run(jit_function):
+        @jit_function
+        def step(w, c):
+            return jnp.tanh(jax.lax.with_sharding_constraint(c, first_dim) @ w)
+
+        @jit_function
+        def loop(w, x):
+            return jax.lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, step(w, c[1])),
+                                      (0, x))[1]  # fmt: skip
+
+        return loop(w, x)
+
+    expected = run(jax.jit)
+    found = run(functools.partial(jit, propagation="cost-aware"))
+    np.testing.assert_allclose(np.asarray(found), np.asarray(expected), rtol=RELATIVE_TOLERANCE)
+    assert found.sharding.is_equivalent_to(expected.sharding, found.ndim)

@@ -1,10 +1,16 @@
 """The search's choices exported as explicit reshards (``compiler/cost_aware/explicit.py``)."""
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 from jaxlib.mlir import ir
 from search_programs import imported
 
-from shardc.compiler.cost_aware.candidates import communication_needs, tag_of
+from shardc.compiler import jit
+from shardc.compiler.cost_aware.candidates import communication_needs, tag_of, tag_ops
 from shardc.compiler.cost_aware.explicit import (
     _first_user_in_defining_block,
     insert_operand_reshards,
@@ -12,7 +18,8 @@ from shardc.compiler.cost_aware.explicit import (
 from shardc.compiler.propagation import propagate
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.tensor import DimSharding, TensorSharding, format_sharding
-from shardc.dialects import sdy
+from shardc.compiler.stages import import_pipeline
+from shardc.dialects import make_context, sdy
 
 
 def _propagated(name: str) -> ir.Module:
@@ -72,3 +79,28 @@ def test_reshards_inserted_asking_only_the_users_are_those_asking_every_op(name)
         assert str(found) == str(expected)
         inserted += count
     assert inserted  # some op needed an operand resharded
+
+
+def test_reshards_stay_on_the_mesh_of_the_op():
+    """An operand on another mesh over the same devices (a library's ``("devices",)``
+    mesh next to ``data`` x ``model``) keeps the reshard Shardy inserts: the needs'
+    axes are the op's mesh's, never written under the operand's mesh name."""
+    mesh = jax.make_mesh((4, 2), ("data", "model"),
+                         axis_types=(jax.sharding.AxisType.Auto,) * 2)  # fmt: skip
+    first_dim = NamedSharding(Mesh(np.array(jax.devices()), ("devices",)), P("devices"))
+    w = jax.device_put(jnp.ones((16, 16)), NamedSharding(mesh, P("data", "model")))
+    x = jax.device_put(jnp.ones((8, 16)), first_dim)
+
+    def f(w, x):
+        return jnp.tanh(jax.lax.with_sharding_constraint(x, first_dim) @ w)
+
+    text = jit(f).lower(w, x, propagate=False).as_text()
+    module = ir.Module.parse(text, make_context())
+    with module.context:
+        import_pipeline(module.operation)
+        tag_ops(module.operation)
+        propagate(module.operation, plan="user-priority")
+        reader = ModuleValues(module.operation, missing_as_replicated=True)
+        tags = {tag_of(reader, op) for op in range(len(reader.graph.ops))} - {None}
+        insert_operand_reshards(module.operation, tags)
+        assert module.operation.verify()
