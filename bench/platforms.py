@@ -7,8 +7,9 @@ checks the ``"tpu"`` platform's rules against XLA:TPU itself, from a host withou
 TPUs: libtpu compiles ahead of time for a topology's devices
 (``jax.experimental.topologies``, a v5e slice by default), and shardc compiles the
 same lowering for them (``Compiled.collectives()``, ``memory_analysis()``). Per
-program it prints, per collective kind, the count and bytes per device predicted
-for CPU and for TPU and those XLA:TPU compiled, then per memory field the TPU
+program it prints, per collective kind, the count and bytes per device per step
+predicted for CPU and for TPU, those of XLA:TPU's optimized module per step
+(``step_collectives``) and its instructions, then per memory field the TPU
 estimate against XLA:TPU's (temporaries: the HBM its buffer assignment allocates
 besides arguments and outputs, since a compile-only client's ``memory_analysis()``
 reports none; the on-chip VMEM scratch it uses is printed alongside);
@@ -17,6 +18,14 @@ reports none; the on-chip VMEM scratch it uses is printed alongside);
 A benchmark, never CI: it needs libtpu (``pip install -e '.[tpu]'``, best in a
 virtual environment of its own) and compiles each program for TPU (seconds each).
 Run: ``python -m bench.platforms [--topology v5e:4x4] [--json out.json] [names...]``.
+
+``--llama 1b|7b --layers N [--variant unrolled|scan|remat]`` compares instead a
+Llama-shaped train step (``bench.plan_speed``'s, at Llama-3.2-1B's or Llama-2-7B's
+widths, N layers, bf16) on a ("data", "model") mesh of the topology's devices with
+16-way tensor parallelism (v5e:16x16 by default), and prints the seconds shardc's
+planning takes (lowering, ``comm_report``, ``memory_estimate``) next to XLA:TPU's
+compile. ``--cache DIR`` keeps each compile's figures and its optimized HLO under
+``DIR/<program>_<topology>/`` and reads them back instead of compiling again.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import pathlib
 import re
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 
 import jax
@@ -36,11 +46,14 @@ import numpy as np
 from jax.sharding import AxisType, Mesh
 from jax.sharding import PartitionSpec as P
 
+from bench import plan_speed
 from shardc.compiler import jit
+from shardc.runtime.collectives import shape_bytes
 
 KINDS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
 REDUCTIONS = ("all-reduce", "reduce-scatter")
 MEMORY = ("argument", "output", "temp", "net")
+PLANNING = ("lowering", "comm_report", "memory_estimate")
 BF16 = jnp.bfloat16
 
 
@@ -116,10 +129,29 @@ def programs() -> list[Program]:
     ]
 
 
+# Llama-3.2-1B's and Llama-2-7B's widths (multi-head attention for both).
+LLAMA = {"1b": {"d": 2048, "heads": 32, "ffn": 8192, "vocab": 128256},
+         "7b": {"d": 4096, "heads": 32, "ffn": 11008, "vocab": 32000}}
+
+
+def llama_program(size: str, layers: int, variant: str, mesh: Mesh, *,
+                  seq: int = 2048) -> Program:
+    """``bench.plan_speed``'s train step at ``size``'s widths with ``layers`` layers
+    (``variant``: unrolled, scan, remat), bf16, one sequence per data shard, the
+    parameters donated; the arguments carry their shardings on ``mesh``."""
+    shape = dict(LLAMA[size])
+    heads = shape.pop("heads")
+    args = plan_speed.abstract_args(variant, mesh, layers, seq=seq, dtype=BF16, **shape)
+    return Program(f"llama_{size}_{layers}l_{variant}",
+                   plan_speed.make_step(variant, layers, heads, mesh), args,
+                   in_specs=None, donate_argnums=(0,))
+
+
 @dataclasses.dataclass(frozen=True)
 class Row:
-    """One program: per kind (count, bytes) for CPU's and TPU's predictions and XLA:TPU;
-    per memory field TPU's estimate and XLA:TPU's bytes."""
+    """One program: per kind (count, bytes per step) for CPU's and TPU's predictions
+    and XLA:TPU (``step_collectives``); per memory field TPU's estimate and XLA:TPU's
+    bytes; XLA:TPU's collective instructions as ``Compiled.collectives()`` counts them."""
 
     name: str
     cpu: dict[str, tuple[int, int]]
@@ -127,20 +159,23 @@ class Row:
     xla: dict[str, tuple[int, int]]
     memory: dict[str, int]
     xla_memory: dict[str, int]
+    xla_instructions: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    # Seconds: shardc's lowering, comm_report and memory_estimate; XLA:TPU's compile.
+    seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def ratio(self, field: str) -> float | None:
         mine, theirs = self.memory[field], self.xla_memory[field]
         return mine / theirs if theirs else (1.0 if mine == 0 else None)
 
 
-def topology_mesh(topology: str) -> Mesh:
-    """A ("data", "model") mesh over the devices of a TPU topology (no TPU needed)."""
+def topology_mesh(topology: str, model: int = 4) -> Mesh:
+    """A ("data", "model") mesh over the devices of a TPU topology (no TPU needed),
+    ``model`` devices to the tensor-parallel axis."""
     from jax.experimental import topologies
 
     devices = topologies.get_topology_desc(
         platform="tpu", topology_name=topology, chip_config_name="default",
         chips_per_host_bounds=(2, 2, 1), num_slices=1).devices
-    model = 4
     grid = np.array(devices, dtype=object).reshape(len(devices) // model, model)
     return Mesh(grid, ("data", "model"), axis_types=(AxisType.Auto,) * 2)
 
@@ -158,8 +193,84 @@ def memory_spaces(dump: str) -> dict[str, int]:
 _SPACE_TOTAL = re.compile(r"Memory Space: (\S+).*\nTotal bytes: (\d+)")
 
 
-def _totals(report) -> dict[str, tuple[int, int]]:
-    return {k: (t.count, t.bytes_per_device) for k, t in report.totals().items() if k in KINDS}
+# XLA:TPU's optimized HLO: a computation's header, the computations an instruction
+# calls (a loop's body counted per trip), a loop's trip count, a collective.
+_COMPUTATION = re.compile(r"^(?:ENTRY )?(%[\w.\-]+) ")
+_CALLS = re.compile(r"\b(calls|to_apply|body|condition|branch_computations)="
+                    r"(\{[^}]*\}|%[\w.\-]+)")
+_WHILE = re.compile(r"condition=(%[\w.\-]+), body=(%[\w.\-]+)")
+_TRIPS = re.compile(r'known_trip_count":\{"n":"(\d+)"')
+_BOUND = re.compile(r"constant\((\d+)\)")
+_COLLECTIVE = re.compile(r"=\s*(\(.*?\)|\S+)\s+(" + "|".join(KINDS) + r")(?:-start)?\(([^)]*)\)")
+_CHANNEL = re.compile(r"channel_id=(\d+)")
+
+
+def step_collectives(hlo_text: str) -> dict[str, tuple[int, int]]:
+    """Per kind, the collectives one step of XLA:TPU's optimized module runs and
+    their bytes per device (``Compiled.collectives()`` counts instructions).
+
+    Two things differ from the instructions: XLA:TPU splits an asynchronous
+    collective into several fusions (its start, the steps it overlaps with
+    compute, its end) that each hold a copy of it under the same channel id, one
+    collective run once; and the loops it makes itself (a windowed einsum's) or
+    keeps (a scan's) run their bodies once per trip (the trip count XLA records,
+    else the bound their condition compares the counter with)."""
+    bodies: dict[str, list[str]] = {}
+    current = None
+    for line in hlo_text.splitlines():
+        header = _COMPUTATION.match(line)
+        if header and line.rstrip().endswith("{"):
+            current = bodies.setdefault(header.group(1), [])
+        elif current is not None:
+            current.append(line)
+    callers: dict[str, list[tuple[str, int]]] = {}
+    for name, lines in bodies.items():
+        for line in lines:
+            loop = _WHILE.search(line)
+            trips = None
+            if loop is not None:
+                known = _TRIPS.search(line)
+                bound = [int(b) for b in _BOUND.findall("\n".join(bodies.get(loop.group(1), ())))]
+                trips = int(known.group(1)) if known else (max(bound) if bound else 1)
+            for key, called in _CALLS.findall(line):
+                for callee in re.findall(r"%[\w.\-]+", called):
+                    callers.setdefault(callee, []).append(
+                        (name, trips if key == "body" and trips else 1))
+    runs: dict[str, int] = {}
+
+    def runs_of(name: str) -> int:
+        if name not in runs:
+            runs[name] = 0  # a cycle (none in HLO) counts nothing
+            runs[name] = sum(runs_of(c) * f for c, f in callers[name]) if name in callers \
+                else 1
+        return runs[name]
+
+    seen: dict[tuple[str, str], tuple[int, int]] = {}  # (kind, channel) -> (runs, bytes)
+    for name, lines in bodies.items():
+        for line in lines:
+            match = _COLLECTIVE.search(line)
+            if match is None:
+                continue
+            kind = match.group(2)
+            if kind == "all-reduce" and name.startswith("%all-reduce-scatter"):
+                kind = "reduce-scatter"  # XLA:TPU's reduce-scatter: an all-reduce and a slice
+            channel = _CHANNEL.search(line)
+            key = (kind, channel.group(1) if channel else f"{name}:{line}")
+            size = max(shape_bytes(match.group(1)), shape_bytes(match.group(3)))
+            # A split collective's copies may sit in a loop its steps overlap with:
+            # it runs as often as the least-run copy (its start).
+            count = runs_of(name)
+            if key not in seen or count < seen[key][0]:
+                seen[key] = (count, size)
+    totals: dict[str, tuple[int, int]] = {}
+    for (kind, _), (count, size) in seen.items():
+        c, b = totals.get(kind, (0, 0))
+        totals[kind] = (c + count, b + count * size)
+    return totals
+
+
+def _totals(totals) -> dict[str, tuple[int, int]]:
+    return {k: (t.count, t.bytes_per_device) for k, t in totals.items() if k in KINDS}
 
 
 def _memory(estimate) -> dict[str, int]:
@@ -167,37 +278,77 @@ def _memory(estimate) -> dict[str, int]:
             "temp": estimate.temp_bytes, "net": estimate.net_bytes}
 
 
-def compare(program: Program, mesh: Mesh) -> Row:
-    """Predict for CPU and TPU, compile for the topology, and compare."""
-    lowered = jit(program.fun, in_shardings=program.in_specs, out_shardings=program.out_specs,
-                  donate_argnums=program.donate_argnums, mesh=mesh).lower(*program.args)
+def xla_figures(lowered, cache: pathlib.Path | None = None) -> dict:
+    """XLA:TPU's compiled figures of ``lowered``: collectives per kind (count, bytes),
+    memory per field, the seconds the compile took. With ``cache`` (a folder) the
+    figures, the optimized HLO and the buffer assignment's reports are kept there,
+    and read back instead of compiling when present."""
+    figures_file = cache / "xla.json" if cache is not None else None
+    if figures_file is not None and figures_file.exists():
+        figures = json.loads(figures_file.read_text())
+        figures["step"] = step_collectives((cache / "compiled.hlo.txt").read_text())
+        return figures
     with tempfile.TemporaryDirectory() as dump:
+        start = time.perf_counter()
         compiled = lowered.compile(compiler_options={"xla_dump_to": dump})
+        seconds = time.perf_counter() - start
         spaces = memory_spaces(dump)
+        if cache is not None:
+            cache.mkdir(parents=True, exist_ok=True)
+            for kept in pathlib.Path(dump).glob("*"):
+                if kept.name.endswith(("memory-usage-report.txt", "buffer-assignment.txt",
+                                       "after_optimizations.txt")):
+                    (cache / kept.name).write_bytes(kept.read_bytes())
     stats = compiled.memory_analysis()
-    xla_memory = {"argument": stats.argument_size_in_bytes, "output": stats.output_size_in_bytes}
+    memory = {"argument": stats.argument_size_in_bytes, "output": stats.output_size_in_bytes}
     # A compile-only client's memory_analysis() reports no temporaries: they are what
     # the buffer assignment puts in HBM (the default memory space) besides arguments
     # and outputs (an aliased output shares its donated argument's buffer).
-    xla_memory["temp"] = (spaces.get("default", 0) - stats.argument_size_in_bytes
-                          - stats.output_size_in_bytes + stats.alias_size_in_bytes)
-    xla_memory["net"] = sum(xla_memory.values()) - stats.alias_size_in_bytes
-    xla_memory["vmem"] = spaces.get("vmem", 0)
-    return Row(
-        program.name,
-        _totals(lowered.comm_report(platform="cpu")),
-        _totals(lowered.comm_report(platform="tpu")),
-        {k: (c.count, c.bytes_per_device) for k, c in compiled.collectives().items()},
-        _memory(lowered.memory_estimate(platform="tpu")),
-        xla_memory,
-    )
+    memory["temp"] = (spaces.get("default", 0) - stats.argument_size_in_bytes
+                      - stats.output_size_in_bytes + stats.alias_size_in_bytes)
+    memory["net"] = sum(memory.values()) - stats.alias_size_in_bytes
+    memory["vmem"] = spaces.get("vmem", 0)
+    text = compiled.as_text()
+    figures = {"collectives": {k: (c.count, c.bytes_per_device)
+                               for k, c in compiled.collectives().items()},
+               "step": step_collectives(text), "memory": memory, "compile_s": seconds}
+    if cache is not None:
+        (cache / "compiled.hlo.txt").write_text(text)
+        figures_file.write_text(json.dumps(figures, indent=1))
+    return figures
+
+
+def compare(program: Program, mesh: Mesh, cache: pathlib.Path | None = None) -> Row:
+    """Predict for CPU and TPU, compile for the topology, and compare."""
+    start = time.perf_counter()
+    lowered = jit(program.fun, in_shardings=program.in_specs, out_shardings=program.out_specs,
+                  donate_argnums=program.donate_argnums, mesh=mesh).lower(*program.args)
+    seconds = {"lowering": time.perf_counter() - start}
+    start = time.perf_counter()
+    tpu = _totals(lowered.comm_report(platform="tpu").step_totals())
+    seconds["comm_report"] = time.perf_counter() - start
+    start = time.perf_counter()
+    memory = _memory(lowered.memory_estimate(platform="tpu"))
+    seconds["memory_estimate"] = time.perf_counter() - start
+    xla = xla_figures(lowered, cache / f"{program.name}_{_topology_name(mesh)}"
+                      if cache is not None else None)
+    seconds["compile"] = xla["compile_s"]
+    return Row(program.name, _totals(lowered.comm_report(platform="cpu").step_totals()), tpu,
+               {k: tuple(v) for k, v in xla["step"].items()}, memory, xla["memory"],
+               {k: tuple(v) for k, v in xla["collectives"].items()}, seconds)
+
+
+def _topology_name(mesh: Mesh) -> str:
+    return f"{mesh.devices.size}dev_" + "x".join(str(n) for n in mesh.devices.shape)
 
 
 def format_table(rows: list[Row]) -> str:
-    """Per program: one line per collective kind present anywhere (count x bytes for
-    the CPU prediction, the TPU prediction, XLA:TPU), then the memory fields."""
+    """Per program: one line per collective kind present anywhere (count x bytes per
+    step for the CPU prediction, the TPU prediction, XLA:TPU, and XLA:TPU's
+    instructions), then the memory fields and the seconds."""
     lines = [f"{'program':<26} {'kind / field':<19} {'cpu predicted':>18} "
-             f"{'tpu predicted':>18} {'XLA:TPU':>18} {'tpu/XLA':>7}"]
+             f"{'tpu predicted':>18} {'XLA:TPU':>18} {'tpu/XLA':>7} "
+             f"{'XLA:TPU instructions':>21}"]
     for row in rows:
         for kind in KINDS:
             cells = [row.cpu.get(kind, (0, 0)), row.tpu.get(kind, (0, 0)),
@@ -205,8 +356,10 @@ def format_table(rows: list[Row]) -> str:
             if not any(count for count, _ in cells):
                 continue
             ratio = _ratio(cells[1][1], cells[2][1])
+            count, size = row.xla_instructions.get(kind, (0, 0))
             lines.append(f"{row.name:<26} {kind:<19} "
-                         + " ".join(f"{c:>3} x {b:>12}" for c, b in cells) + f" {ratio:>7}")
+                         + " ".join(f"{c:>3} x {b:>12}" for c, b in cells)
+                         + f" {ratio:>7} {count:>4} x {size:>14}")
         # Which reductions XLA:TPU forms as reduce-scatters varies (fewer for bf16
         # partial sums); the bytes reduced in all are what the rules must get right.
         cells = [tuple(sum(side.get(k, (0, 0))[i] for k in REDUCTIONS) for i in (0, 1))
@@ -220,6 +373,11 @@ def format_table(rows: list[Row]) -> str:
                          f"{_ratio(row.memory[field], row.xla_memory[field]):>7}")
         lines.append(f"{row.name:<26} {'vmem (on chip)':<19} {'':>18} {'':>18} "
                      f"{row.xla_memory['vmem']:>18}")
+        if row.seconds:
+            planning = sum(row.seconds[k] for k in PLANNING)
+            lines.append(f"{row.name:<26} {'seconds':<19} {'':>18} {planning:>18.1f} "
+                         f"{row.seconds['compile']:>18.1f}   (planning: "
+                         + ", ".join(f"{k} {row.seconds[k]:.1f}" for k in PLANNING) + ")")
     return "\n".join(lines) + "\n"
 
 
@@ -238,7 +396,14 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: print the table, optionally write JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="programs (default all)")
-    parser.add_argument("--topology", default="v5e:4x4", help="a TPU topology name")
+    parser.add_argument("--topology", help="a TPU topology name (default v5e:4x4; "
+                        "v5e:16x16 with --llama)")
+    parser.add_argument("--llama", choices=sorted(LLAMA),
+                        help="compare a Llama-shaped train step of this size instead")
+    parser.add_argument("--layers", type=int, default=2, help="the Llama step's layers")
+    parser.add_argument("--variant", choices=plan_speed.VARIANTS, nargs="*",
+                        default=["unrolled"], help="the Llama step's layers as written")
+    parser.add_argument("--cache", help="keep (and reuse) each compile's figures and HLO here")
     parser.add_argument("--json", help="write the rows as JSON to this file")
     args = parser.parse_args(argv)
     try:
@@ -246,8 +411,14 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         sys.stderr.write("bench.platforms needs libtpu: pip install -e '.[tpu]'\n")
         return 2
-    mesh = topology_mesh(args.topology)
-    rows = [compare(p, mesh) for p in programs() if not args.names or p.name in args.names]
+    cache = pathlib.Path(args.cache) if args.cache else None
+    if args.llama:
+        mesh = topology_mesh(args.topology or "v5e:16x16", model=plan_speed.TP)
+        selected = [llama_program(args.llama, args.layers, v, mesh) for v in args.variant]
+    else:
+        mesh = topology_mesh(args.topology or "v5e:4x4")
+        selected = [p for p in programs() if not args.names or p.name in args.names]
+    rows = [compare(p, mesh, cache) for p in selected]
     sys.stdout.write(format_table(rows))
     if args.json:
         pathlib.Path(args.json).write_text(to_json(rows))

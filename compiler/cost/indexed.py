@@ -346,6 +346,25 @@ def _communication(c: Collective, mesh: MeshInfo) -> int:
     return c.bytes_per_device
 
 
+def _sliced_after(fa: FactorAxes, over: tuple, following) -> FactorAxes:
+    """The factor axes an all-reduce's result is reduced onto: on a platform that
+    forms reduce-scatters (XLA:TPU), those the next step reshards it to when that
+    only slices it over axes it was reduced over (a scatter-add's partial sums
+    into a table sharded over them: one reduce-scatter); else its own."""
+    if not active_rules().forms_reduce_scatter or not following \
+            or following[0][:3] != ("reshard", "result", fa):
+        return fa
+    target = following[0][3]
+    kept = {f: tuple(a for a in axes if a not in over) for f, axes in target.items()}
+    if _sharded(kept) != _sharded(fa) or _sharded(target) == _sharded(fa):
+        return fa
+    return target
+
+
+def _sharded(fa: FactorAxes) -> FactorAxes:
+    return {f: axes for f, axes in fa.items() if axes}
+
+
 def indexed_communication(rule: OpShardingRule, roles: IndexedRoles,
                           operands: Sequence[Tensor], results: Sequence[Tensor],
                           mesh) -> list[OpCommunication] | None:
@@ -396,12 +415,13 @@ def _indexed_communication(rule: OpShardingRule, roles: IndexedRoles,
 
 def _communications(op: _Op, steps) -> list[OpCommunication]:
     out = []
-    for step in steps:
+    for k, step in enumerate(steps):
         if step[0] == "all-reduce":
             _, role, fa, over = step
             reason = ("partial sums of an indexed op sharded over "
                       + ", ".join(map(str, over)))
-            out.append(OpCommunication(None, reason, op.all_reduce(role, fa, over)))
+            out.append(OpCommunication(None, reason, op.all_reduce(
+                role, _sliced_after(fa, over, steps[k + 1:k + 2]), over)))
             continue
         _, role, src, dst = step
         if src == dst:

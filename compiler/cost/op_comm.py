@@ -22,6 +22,8 @@ from dataclasses import dataclass, replace
 from shardc.compiler.cost.dot_groups import regrouped_operand
 from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.cost.reshard import (
+    COLLECTIVE_PERMUTE,
+    REDUCE_SCATTER,
     Collective,
     all_reduce,
     mesh_axes,
@@ -214,14 +216,31 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     # but the platform (its bytes per element in collectives).
     key = (rule, tuple(operands), tuple(results),
            mesh.key if isinstance(mesh, MeshInfo) else (tuple(mesh) if mesh else None),
-           replicated, rules)
+           replicated, op_name == "stablehlo.dot_general", rules)
     found = _memo.get(key)
     if found is None:
         if len(_memo) >= _MEMO_LIMIT:
             _memo.clear()
         found = _memo[key] = tuple(_op_communication(rule, operands, results, mesh,
-                                                     replicated))
+                                                     replicated,
+                                                     op_name == "stablehlo.dot_general"))
     return list(found)
+
+
+def _windowed(rule: OpShardingRule, over: Sequence[AxisRef], collective: Collective,
+              reason: str) -> tuple[Collective, str]:
+    """A dot's reduce-scatter as the platform runs it: a windowed loop of
+    collective-permutes where its contraction is long (``PlatformRules.
+    windowed_reduce_scatter``), else unchanged."""
+    contraction = 1
+    for factor in rule.reduction_factors:
+        contraction *= rule.factor_sizes[factor]
+    windowed = active_rules().windowed_reduce_scatter(contraction, size_product(over),
+                                                      collective.bytes_per_device)
+    if windowed is None:
+        return collective, reason
+    return (Collective(COLLECTIVE_PERMUTE, collective.axes, windowed),
+            reason + ", reduce-scattered by a windowed loop of collective-permutes")
 
 
 _memo: dict[tuple, tuple[OpCommunication, ...]] = {}
@@ -230,7 +249,7 @@ _MEMO_LIMIT = 16384
 
 def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
                       results: Sequence[Tensor], mesh,
-                      replicated: bool) -> list[OpCommunication]:
+                      replicated: bool, dot: bool = False) -> list[OpCommunication]:
     if replicated:
         factor_axes, reduction = dict.fromkeys(range(len(rule.factor_sizes)), ()), {}
     else:
@@ -263,5 +282,7 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
         for result in results:
             collective = all_reduce(result, over)
             reason = "partial sums of a reduction sharded over " + ", ".join(map(str, over))
+            if dot and collective.kind == REDUCE_SCATTER:
+                collective, reason = _windowed(rule, over, collective, reason)
             out.append(OpCommunication(None, reason, collective))
     return out

@@ -17,6 +17,19 @@ collectives but differs in a few measurable ways, each one field here:
   up to ``all_reduce_combine_bytes``, so the count falls and the bytes stay;
   XLA:CPU combines none of a step's gradients in the figures measured, so
   there the count is one per reduction;
+* windowed reduce-scatter: XLA:TPU's SPMD partitioner computes a dot whose
+  partial sums are reduce-scattered, once its contraction is longer than
+  ``windowed_reduce_scatter_above`` elements, as a loop over the n devices of
+  the reduced axes (a "windowed einsum", bidirectional, unrolled twice): each
+  of n/2 trips computes four chunks of the result and passes each one step
+  round the ring (a collective-permute of one device's result shard), and one
+  more permute after the loop: 2n + 1 permutes of a 1/n chunk per step, no
+  reduce-scatter; a dot in a loop body (a scanned layer) gathers its operand the
+  same way (2n + 1 permutes of a 1/n chunk of the gathered operand), where
+  unrolled it all-gathers it;
+* all-reduce reassociation: the sum of two all-reduced partial sums over the
+  same devices (the gradient of an activation read by several dots, e.g.
+  Q, K and V) is one all-reduce of the summed partial sums;
 * buffer layout: XLA:TPU tiles arrays in memory (rank >= 2: two dimensions
   padded to (8, 128) tiles, fewer than 8 rows to a power of two, the two
   that pad least, as XLA picks the layout;
@@ -61,6 +74,14 @@ class PlatformRules:
     # (XLA:CPU's partitioner keeps it; XLA:TPU gathers again, e.g. a weight in the
     # backward pass, rather than hold the gathered copy).
     reuses_reshards: bool = True
+    # A dot whose partial sums are reduce-scattered runs as a windowed loop of
+    # collective-permutes once its contraction has more elements than this (0: never).
+    windowed_reduce_scatter_above: int = 0
+    # Whether a dot in a loop body gathers its operand by a windowed loop of
+    # collective-permutes instead of an all-gather.
+    windows_loop_all_gathers: bool = False
+    # Whether the sum of two all-reduces over the same devices is one all-reduce.
+    reassociates_all_reduces: bool = False
     # Independent all-reduces over the same devices are combined up to this many
     # bytes per combined op (0: never combined).
     all_reduce_combine_bytes: int = 0
@@ -75,6 +96,16 @@ class PlatformRules:
     def element_bytes_in_collective(self, element_bytes: int, dtype: str | None) -> int:
         """Bytes one element of ``dtype`` takes inside a collective."""
         return self.collective_element_bytes.get(dtype, element_bytes)
+
+    def windowed_reduce_scatter(self, contraction: int, devices: int,
+                                operand_bytes: int) -> int | None:
+        """Bytes per device per step of the collective-permutes of a windowed
+        reduce-scatter of ``operand_bytes`` over ``devices`` for a dot contracting
+        ``contraction`` elements; None where the platform reduce-scatters it whole."""
+        if not self.windowed_reduce_scatter_above or contraction <= self.windowed_reduce_scatter_above \
+                or devices < 2:
+            return None
+        return windowed_bytes(devices, operand_bytes)
 
     def dot_operand(self, tensor: Tensor) -> Tensor:
         """A dot's operand as the platform moves it (``dot_operands_moved_as``)."""
@@ -110,6 +141,13 @@ class PlatformRules:
         return tiled * prod(d for k, d in enumerate(shape) if k not in (second, minor))
 
 
+def windowed_bytes(devices: int, gathered_bytes: int) -> int:
+    """Bytes per device per step of XLA:TPU's windowed einsum over ``devices``
+    (bidirectional, unrolled twice): 2n + 1 collective-permutes of a 1/n chunk of
+    the gathered operand or the reduce-scattered result."""
+    return (2 * devices + 1) * (gathered_bytes // devices)
+
+
 def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
@@ -121,8 +159,12 @@ def _power_of_two(n: int) -> int:
 CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, heap_alignment=64)
 # The combine threshold is XLA:TPU's default all-reduce combiner size (the
 # step's gradients of the bench's programs combine into one op per device group).
+# The windowed reduce-scatter's threshold: XLA:TPU v5e compiles (16x16 and 4x4
+# meshes) reduce-scatter a dot contracting 4096 elements and window one contracting 4224.
 TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_reshards=False,
                     forms_reduce_scatter=True, all_reduce_combine_bytes=256 << 20,
+                    windowed_reduce_scatter_above=4096, windows_loop_all_gathers=True,
+                    reassociates_all_reduces=True,
                     tile=(8, 128), vector_tile=1024, min_buffer_bytes=512)
 
 PLATFORMS: dict[str, PlatformRules] = {rules.name: rules for rules in (CPU, TPU)}
@@ -227,4 +269,4 @@ def predicting_for(rules: PlatformRules) -> Iterator[PlatformRules]:
 
 
 __all__ = ["CPU", "GPU", "HARDWARE", "PLATFORMS", "TPU", "Hardware", "PlatformRules",
-           "active_rules", "hardware", "platform_rules", "predicting_for"]
+           "active_rules", "hardware", "platform_rules", "predicting_for", "windowed_bytes"]

@@ -24,14 +24,22 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields, replace
+from math import prod
 
 from jaxlib.mlir import ir
 
 from shardc.compiler.cost.indexed import indexed_communication
 from shardc.compiler.cost.op_comm import dims_text, op_communication
-from shardc.compiler.cost.platforms import active_rules, platform_rules, predicting_for
+from shardc.compiler.cost.platforms import (
+    active_rules,
+    platform_rules,
+    predicting_for,
+    windowed_bytes,
+)
 from shardc.compiler.cost.reshard import (
+    ALL_GATHER,
     ALL_REDUCE,
+    COLLECTIVE_PERMUTE,
     KINDS,
     Collective,
     collective_element_bytes,
@@ -509,9 +517,75 @@ def comm_report_of(reader: ModuleValues) -> CommReport:
         sites.extend((op, entry) for entry in
                      collectives_at(reader, op, runs_per_step(reader.graph, op, trips)))
     rules = active_rules()
+    if rules.windows_loop_all_gathers:
+        sites = _window_loop_all_gathers(reader, sites)
+    if rules.reassociates_all_reduces:
+        sites = _reassociate_all_reduces(reader, sites)
     if rules.all_reduce_combine_bytes:
         sites = _combine_all_reduces(reader, sites, rules.all_reduce_combine_bytes)
     return CommReport(tuple(entry for _, entry in sites), _notes(reader, trips))
+
+
+def _window_loop_all_gathers(reader: ModuleValues, sites: list[tuple[int, CommEntry]]
+                             ) -> list[tuple[int, CommEntry]]:
+    """A dot's all-gathered operand inside a loop body as the platform gathers it: a
+    windowed loop of collective-permutes (``platforms.windowed_bytes``)."""
+    graph = reader.graph
+    out = []
+    for op, entry in sites:
+        devices = _axis_devices(reader, entry.axes)
+        if (entry.kind == ALL_GATHER and graph.op_name[op] == "stablehlo.dot_general"
+                and devices is not None and _in_loop(graph, op)):
+            entry = replace(entry, kind=COLLECTIVE_PERMUTE,
+                            bytes_per_device=windowed_bytes(devices, entry.bytes_per_device),
+                            reason=entry.reason + ", gathered in a loop body by a windowed "
+                            "loop of collective-permutes")
+        out.append((op, entry))
+    return out
+
+
+def _axis_devices(reader: ModuleValues, axes: tuple[str, ...]) -> int | None:
+    """The devices ``axes`` (names) span on a mesh of the module naming them all."""
+    for mesh in reader.meshes.values():
+        if axes and all(a in mesh.sizes for a in axes):
+            return prod(mesh.sizes[a] for a in axes)
+    return None
+
+
+def _in_loop(graph, op: int) -> bool:
+    parent = graph.op_parent[op]
+    while parent >= 0:
+        if graph.op_name[parent] == "stablehlo.while":
+            return True
+        parent = graph.op_parent[parent]
+    return False
+
+
+def _reassociate_all_reduces(reader: ModuleValues,
+                             sites: list[tuple[int, CommEntry]]) -> list[tuple[int, CommEntry]]:
+    """Drop the all-reduces XLA's reassociation folds: ``add(all-reduce(a),
+    all-reduce(b))`` over the same axes and bytes is ``all-reduce(add(a, b))``, so
+    of a sum of dots' all-reduced partial sums (an activation's gradient through
+    several projections) one all-reduce is left, the first dot's."""
+    graph = reader.graph
+    reduced: dict[int, tuple[int, CommEntry]] = {}  # op -> (site index, its all-reduce)
+    for index, (op, entry) in enumerate(sites):
+        if (entry.kind == ALL_REDUCE and entry.implicit
+                and graph.op_name[op] == "stablehlo.dot_general"):
+            reduced[op] = (index, entry)
+    dropped: set[int] = set()
+    for op, name in enumerate(graph.op_name):
+        if name != "stablehlo.add" or len(graph.op_operands[op]) != 2:
+            continue
+        found = [reduced.get(graph.value_def[v]) for v in graph.op_operands[op]]
+        if None in found or found[0][0] == found[1][0]:
+            continue
+        (first, kept), (second, other) = sorted(found, key=lambda f: f[0])
+        if (kept.axes, kept.bytes_per_device) != (other.axes, other.bytes_per_device):
+            continue
+        dropped.add(second)
+        reduced[op] = (first, kept)  # the sum is all-reduced: it may be summed again
+    return [site for index, site in enumerate(sites) if index not in dropped]
 
 
 def _combine_all_reduces(reader: ModuleValues, sites: list[tuple[int, CommEntry]],

@@ -123,6 +123,84 @@ def test_tpu_combines_independent_gradient_all_reduces(mesh):
     assert "combined with an earlier all-reduce" in tpu.format_text()
 
 
+def _weight_gradient(mesh, tokens):
+    # The weight gradient of an FSDP x TP dot: partial sums over "data" (the tokens
+    # contracted), reduce-scattered onto the weight's ("data", "model") sharding.
+    args = (jax.ShapeDtypeStruct((tokens, 256), BF16), jax.ShapeDtypeStruct((tokens, 512), BF16))
+    return jit(lambda x, g: jnp.einsum("td,tf->df", x, g),
+               in_shardings=(P("data", None), P("data", "model")),
+               out_shardings=P("data", "model"), mesh=mesh).lower(*args)
+
+
+def test_tpu_windows_a_long_contractions_reduce_scatter(mesh):
+    # XLA:TPU (v5e 16x16 and 4x4) reduce-scatters a dot contracting 4096 elements
+    # and, past that, runs it as a windowed loop: over the n = 4 devices of "data",
+    # 2n + 1 collective-permutes of one device's [64, 256] result shard per step.
+    short = _totals(_weight_gradient(mesh, 4096).comm_report(platform="tpu"))
+    assert short == {"reduce-scatter": (1, 256 * 256 * 2)}
+    long = _weight_gradient(mesh, 4224)
+    [windowed] = long.comm_report(platform="tpu").entries
+    assert (windowed.kind, windowed.axes) == ("collective-permute", ("data",))
+    assert windowed.bytes_per_device == (2 * 4 + 1) * 64 * 256 * 2
+    assert "windowed loop" in windowed.reason
+    # XLA:CPU keeps its all-reduce (of f32) whatever the contraction.
+    assert _totals(long.comm_report(platform="cpu")) == {"all-reduce": (1, 256 * 256 * 4)}
+
+
+def test_tpu_gathers_a_scanned_layers_weight_by_a_windowed_loop(mesh):
+    # FSDP weights of scanned layers (XLA:TPU, Llama-shaped steps with lax.scan on
+    # v5e 16x16: every gathered weight in the loop body is windowed, 2n + 1
+    # collective-permutes of a 1/n chunk of it per trip; unrolled, all-gathers).
+    def forward(ws, x):
+        return jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), x, ws)[0]
+    lowered = jit(forward, in_shardings=(P(None, "data", "model"), P("data")),
+                  out_shardings=P("data"), mesh=mesh).lower(
+        jax.ShapeDtypeStruct((3, 128, 128), BF16), jax.ShapeDtypeStruct((32, 128), BF16))
+    gathered = 128 * 64 * 2  # one layer's weight gathered over "data" (4 devices)
+    cpu = [(e.kind, e.runs) for e in lowered.comm_report(platform="cpu").entries
+           if e.op == "stablehlo.dot_general"]
+    tpu = [(e.kind, e.bytes_per_device, e.runs)
+           for e in lowered.comm_report(platform="tpu").entries
+           if e.op == "stablehlo.dot_general"]
+    assert ("all-gather", 3) in cpu
+    assert ("collective-permute", (2 * 4 + 1) * gathered // 4, 3) in tpu
+    assert all(kind != "all-gather" for kind, _, _ in tpu)
+
+
+def test_tpu_reassociates_summed_all_reduces_of_dots(mesh):
+    # The gradient of an activation read by three projections: three dots
+    # contracting over "model", summed; XLA:TPU all-reduces the sum once.
+    def step(x, wq, wk, wv):
+        return x @ wq + x @ wk + x @ wv
+    w = jax.ShapeDtypeStruct((128, 64), BF16)
+    lowered = jit(step, in_shardings=(P("data", "model"),) + (P("model", None),) * 3,
+                  out_shardings=P("data", None), mesh=mesh).lower(
+        jax.ShapeDtypeStruct((32, 128), BF16), w, w, w)
+    assert _totals(lowered.comm_report(platform="tpu")) == {"all-reduce": (1, 8 * 64 * 2)}
+    # XLA:CPU reduces all three (in f32; its combiner makes them one op).
+    cpu = lowered.comm_report(platform="cpu").totals()["all-reduce"].bytes_per_device
+    assert cpu == summarize(find_collectives(lowered.compile().as_text()))[
+        "all-reduce"].bytes_per_device == 3 * 8 * 64 * 4
+
+
+def test_tpu_reduce_scatters_a_scatter_adds_partial_sums_into_a_sharded_table(mesh):
+    # An embedding's gradient: a scatter-add of the rows read into a table sharded
+    # ("model", "data"), its partial sums over "model" reduced onto the table's rows
+    # (XLA:TPU, Llama-2-7B's step on v5e 16x16: one reduce-scatter of the
+    # [vocab, d / 16] buffer where XLA:CPU all-reduces it and slices).
+    def step(table, tokens):
+        return jax.grad(lambda t: jnp.sum(t[tokens].astype(jnp.float32) ** 2))(table)
+    lowered = jit(step, in_shardings=(P("model", "data"), P("data")),
+                  out_shardings=P("model", "data"), mesh=mesh).lower(
+        jax.ShapeDtypeStruct((256, 512), BF16), jax.ShapeDtypeStruct((8, 128), jnp.int32))
+    reduced = lambda platform: [  # noqa: E731
+        (e.kind, e.axes, e.bytes_per_device)
+        for e in lowered.comm_report(platform=platform).entries
+        if e.op == "stablehlo.scatter" and e.kind in ("all-reduce", "reduce-scatter")]
+    assert reduced("tpu") == [("reduce-scatter", ("model",), 256 * 128 * 2)]
+    assert reduced("cpu") == [("all-reduce", ("model",), 256 * 128 * 4)]
+
+
 def test_tpu_buffers_are_tiled_as_xla_tpu_lays_them_out():
     # Argument bytes XLA:TPU compiled for one array of each shape (v5e).
     measured = {((), 4): 512, ((3,), 4): 512, ((300,), 4): 2048, ((1000,), 4): 4096,

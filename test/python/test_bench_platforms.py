@@ -1,0 +1,64 @@
+"""``bench.platforms`` reads XLA:TPU's optimized HLO per step (no libtpu needed here)."""
+
+from __future__ import annotations
+
+from bench import platforms
+
+# The shapes of XLA:TPU's module for a Llama-shaped step, cut down: an all-gather
+# split into its start fusion and a step overlapped with compute (one channel id),
+# and a windowed einsum's loop of 8 trips with two collective-permutes per trip
+# plus one after it.
+HLO = """\
+HloModule jit_step
+
+%fused_computation.1 (param_0.1: bf16[128,128]) -> bf16[2048,128] {
+  %param_0.1 = bf16[128,128]{1,0} parameter(0)
+  ROOT %all-gather.1 = bf16[2048,128]{1,0} all-gather(%param_0.1), channel_id=20, dimensions={0}
+}
+
+%async_collective_fusion.2 (param_0.2: bf16[128,128]) -> bf16[2048,128] {
+  %param_0.2 = bf16[128,128]{1,0} parameter(0)
+  ROOT %all-gather.2 = bf16[2048,128]{1,0} all-gather(%param_0.2), channel_id=20, dimensions={0}
+}
+
+%windowed_dot_general_cond_rs (param.3: (bf16[128,512], u32[])) -> pred[] {
+  %param.3 = (bf16[128,512]{1,0}, u32[]) parameter(0)
+  %constant.3 = u32[] constant(8)
+  %get-tuple-element.3 = u32[] get-tuple-element(%param.3), index=1
+  ROOT %compare.3 = pred[] compare(%get-tuple-element.3, %constant.3), direction=LT
+}
+
+%windowed_dot_general_body_rs (param.4: (bf16[128,512], u32[])) -> (bf16[128,512], u32[]) {
+  %param.4 = (bf16[128,512]{1,0}, u32[]) parameter(0)
+  %get-tuple-element.4 = bf16[128,512]{1,0} get-tuple-element(%param.4), index=0
+  %collective-permute.4 = bf16[128,512]{1,0} collective-permute(%get-tuple-element.4), channel_id=31, source_target_pairs={{0,1},{1,0}}
+  %collective-permute.5 = bf16[128,512]{1,0} collective-permute(%collective-permute.4), channel_id=32, source_target_pairs={{0,1},{1,0}}
+  %get-tuple-element.5 = u32[] get-tuple-element(%param.4), index=1
+  ROOT %tuple.4 = (bf16[128,512]{1,0}, u32[]) tuple(%collective-permute.5, %get-tuple-element.5)
+}
+
+ENTRY %main (p0: bf16[128,128], p1: (bf16[128,512], u32[])) -> bf16[128,512] {
+  %p0 = bf16[128,128]{1,0} parameter(0)
+  %p1 = (bf16[128,512]{1,0}, u32[]) parameter(1)
+  %fusion.1 = bf16[2048,128]{1,0} fusion(%p0), kind=kCustom, calls=%fused_computation.1
+  %fusion.2 = bf16[2048,128]{1,0} fusion(%p0), kind=kCustom, calls=%async_collective_fusion.2
+  %while.1 = (bf16[128,512]{1,0}, u32[]) while(%p1), condition=%windowed_dot_general_cond_rs, body=%windowed_dot_general_body_rs
+  %get-tuple-element.6 = bf16[128,512]{1,0} get-tuple-element(%while.1), index=0
+  ROOT %collective-permute.6 = bf16[128,512]{1,0} collective-permute(%get-tuple-element.6), channel_id=33, source_target_pairs={{0,1},{1,0}}
+}
+"""
+
+
+def test_step_collectives_counts_a_split_collective_once_and_loop_bodies_per_trip():
+    chunk = 128 * 512 * 2
+    assert platforms.step_collectives(HLO) == {
+        "all-gather": (1, 2048 * 128 * 2),
+        "collective-permute": (2 * 8 + 1, (2 * 8 + 1) * chunk),
+    }
+
+
+def test_a_known_trip_count_is_read_before_the_conditions_bound():
+    known = HLO.replace("body=%windowed_dot_general_body_rs",
+                        'body=%windowed_dot_general_body_rs, '
+                        'backend_config={"known_trip_count":{"n":"3"}}')
+    assert platforms.step_collectives(known)["collective-permute"][0] == 2 * 3 + 1
