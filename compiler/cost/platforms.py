@@ -92,6 +92,18 @@ class PlatformRules:
     min_buffer_bytes: int = 0
     # The alignment of each temporary's offset in the heap XLA packs them into.
     heap_alignment: int = 1
+    # Whether a fusible value read by several fusing ops (a reduction among them, or
+    # an expensive one such as exp) is fused into each of them rather than kept as a
+    # buffer: XLA:TPU fuses a reduction with its elementwise producers and recomputes
+    # exp in each consumer (a softmax's exp and shifted logits are never buffers);
+    # XLA:CPU keeps such a value.
+    duplicates_shared_producers: bool = False
+    # Ops fusible on this platform besides elementwise ops, broadcasts, slices and such
+    # (``cost.fusion.FUSIBLE``), as producers and as consumers: XLA:TPU rewrites a
+    # scatter-add into zeros of one update per row (a take_along_axis's gradient)
+    # into a select of a one-hot compare and fuses it with the zeros and its reader,
+    # so neither the zeros nor the scattered values are a buffer.
+    fusible: frozenset[str] = frozenset()
 
     def element_bytes_in_collective(self, element_bytes: int, dtype: str | None) -> int:
         """Bytes one element of ``dtype`` takes inside a collective."""
@@ -165,7 +177,9 @@ TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_re
                     forms_reduce_scatter=True, all_reduce_combine_bytes=256 << 20,
                     windowed_reduce_scatter_above=4096, windows_loop_all_gathers=True,
                     reassociates_all_reduces=True,
-                    tile=(8, 128), vector_tile=1024, min_buffer_bytes=512)
+                    tile=(8, 128), vector_tile=1024, min_buffer_bytes=512,
+                    duplicates_shared_producers=True,
+                    fusible=frozenset({"stablehlo.scatter"}))
 
 PLATFORMS: dict[str, PlatformRules] = {rules.name: rules for rules in (CPU, TPU)}
 # XLA:GPU as the step-time model assumes it partitions (never validated against its

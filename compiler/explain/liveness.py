@@ -136,7 +136,8 @@ class LivenessWalker:
         users = {graph.op_name[self.top_user(u, op)] for u, _ in graph.uses[value]}
         if name == "stablehlo.transpose" and users == {"stablehlo.dot_general"}:
             return False  # XLA's transpose folding makes it the dot's dimension numbers
-        if name in FUSIBLE and users <= _FUSING_CONSUMERS:
+        fusible = self.rules.fusible
+        if (name in FUSIBLE or name in fusible) and users <= _FUSING_CONSUMERS | fusible:
             return self.shared(value, op)
         return True
 
@@ -150,6 +151,8 @@ class LivenessWalker:
         the forward into the backward; and of bench/models transformer: the
         residual stream, read by a layer norm's reductions and the next add).
         """
+        if self.rules.duplicates_shared_producers:
+            return False
         graph = self.graph
         tops = {self.top_user(u, op) for u, _ in graph.uses[value]}
         if len(tops) < 2:
@@ -190,7 +193,8 @@ class LivenessWalker:
                 for user, _ in graph.uses[current]:
                     top = self.top_user(user, owner)
                     latest = max(latest, position.get(top, -1))
-                    if top == user and graph.op_name[user] in FUSIBLE and not any(
+                    if top == user and (graph.op_name[user] in FUSIBLE
+                                        or graph.op_name[user] in self.rules.fusible) and not any(
                             r in returned or self.materialised(r, user)
                             for r in graph.op_results[user]):
                         fused.extend((r, user) for r in graph.op_results[user])

@@ -245,3 +245,27 @@ ENTRY %main (p: f32[512,512]) -> f32[128,512] {
     assert (totals["reduce-scatter"].count, totals["reduce-scatter"].bytes_per_device) == (
         1, 512 * 512 * 4)
     assert totals["all-reduce"].count == 1
+
+
+def test_tpu_fuses_a_softmax_cross_entropys_chain_into_its_reductions():
+    # The gradient of a log-softmax cross-entropy: XLA:CPU keeps exp (read by the
+    # reduction and by the backward) and the zeros take_along_axis's gradient scatters
+    # into; XLA:TPU recomputes exp in each consumer and fuses the scatter-add (a select
+    # of a one-hot compare) with its zeros, so no logits-sized temporary is left.
+    def loss(logits, targets):
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        return -jnp.mean(jnp.take_along_axis(logp, targets[:, None], axis=-1))
+
+    lowered = jit(jax.grad(loss)).lower(jax.ShapeDtypeStruct((256, 1024), jnp.float32),
+                                        jax.ShapeDtypeStruct((256,), jnp.int32))
+    logits_bytes = 256 * 1024 * 4
+    cpu = lowered.memory_estimate(platform="cpu")
+    assert {b.op for b in cpu.largest if b.bytes_per_device == logits_bytes} == {
+        "stablehlo.exponential", "stablehlo.broadcast_in_dim"}
+    tpu = lowered.memory_estimate(platform="tpu")
+    assert max(b.bytes_per_device for b in tpu.largest) < logits_bytes
+    assert tpu.temp_bytes < logits_bytes // 256
+    # arguments and outputs are laid out alike on both ([256, 1024] tiles exactly)
+    assert (tpu.argument_bytes, tpu.output_bytes) == (cpu.argument_bytes, cpu.output_bytes)
+    assert TPU.duplicates_shared_producers and not CPU.duplicates_shared_producers
+    assert "stablehlo.scatter" in TPU.fusible and not CPU.fusible
