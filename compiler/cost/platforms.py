@@ -37,6 +37,12 @@ collectives but differs in a few measurable ways, each one field here:
   every buffer, the output tuple's table of pointers too, at least
   ``min_buffer_bytes``), so a small or odd-shaped buffer takes more than its
   elements; XLA:CPU lays arrays out densely.
+* fusion and scheduling (the memory estimate's liveness walk): XLA:TPU fuses a
+  reduction with its elementwise producers and recomputes an expensive one (exp)
+  in each reader, so a softmax's exp and shifted logits are never buffers; it
+  fuses a take_along_axis gradient's scatter-add with the zeros it scatters into;
+  and its latency-hiding scheduler gathers a weight next to its use, where
+  XLA:CPU runs every argument's reshard first.
 
 ``platform_rules(name)`` returns a platform's rules and refuses a platform
 the predictions were not validated for (a ``ValueError`` naming those that
@@ -104,6 +110,11 @@ class PlatformRules:
     # into a select of a one-hot compare and fuses it with the zeros and its reader,
     # so neither the zeros nor the scattered values are a buffer.
     fusible: frozenset[str] = frozenset()
+    # Whether the scheduler runs the reshard of an argument (a weight's all-gather)
+    # first thing, its buffer live from the block's start (XLA:CPU), or close to its
+    # first consumer (XLA:TPU's latency-hiding scheduler overlaps each gather with
+    # the compute just before its use).
+    reshards_arguments_first: bool = True
 
     def element_bytes_in_collective(self, element_bytes: int, dtype: str | None) -> int:
         """Bytes one element of ``dtype`` takes inside a collective."""
@@ -179,7 +190,8 @@ TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_re
                     reassociates_all_reduces=True,
                     tile=(8, 128), vector_tile=1024, min_buffer_bytes=512,
                     duplicates_shared_producers=True,
-                    fusible=frozenset({"stablehlo.scatter"}))
+                    fusible=frozenset({"stablehlo.scatter"}),
+                    reshards_arguments_first=False)
 
 PLATFORMS: dict[str, PlatformRules] = {rules.name: rules for rules in (CPU, TPU)}
 # XLA:GPU as the step-time model assumes it partitions (never validated against its

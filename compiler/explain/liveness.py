@@ -394,7 +394,7 @@ class LivenessWalker:
         args = set(self.block_args.get(ops[0], ())) if ops else set()
         gathered: dict[int, list[tuple[int, int]]] = {}
         for (value, target), (first, last, size) in spans.items():
-            if self.root(value) in args:
+            if self.root(value) in args and self.rules.reshards_arguments_first:
                 first = 0
             elif target[0] == "transposed" and self.graph.value_def[value] >= 0:
                 first = min(first, position.get(

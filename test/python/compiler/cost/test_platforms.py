@@ -6,6 +6,8 @@ figures XLA:TPU compiled for a v5e topology (``bench/platforms.py`` measures the
 against XLA:TPU itself when libtpu is installed; never in CI).
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -13,7 +15,9 @@ from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
 from shardc.compiler import jit
-from shardc.compiler.cost.platforms import CPU, PLATFORMS, TPU, platform_rules
+from shardc.compiler.cost.platforms import CPU, PLATFORMS, TPU, platform_rules, predicting_for
+from shardc.compiler.explain import memory
+from shardc.compiler.propagation.values import ModuleValues
 from shardc.runtime.collectives import find_collectives, summarize
 
 BF16 = jnp.bfloat16
@@ -269,3 +273,25 @@ def test_tpu_fuses_a_softmax_cross_entropys_chain_into_its_reductions():
     assert (tpu.argument_bytes, tpu.output_bytes) == (cpu.argument_bytes, cpu.output_bytes)
     assert TPU.duplicates_shared_producers and not CPU.duplicates_shared_producers
     assert "stablehlo.scatter" in TPU.fusible and not CPU.fusible
+
+
+def test_tpu_gathers_an_argument_next_to_its_dot_not_first(mesh):
+    # x @ v is the step's largest temporary; w's all-gather is needed only by the last
+    # dot. XLA:CPU runs the gather first (both buffers live at the first dot), XLA:TPU
+    # right before its dot (latency-hiding scheduler), after x @ v is freed.
+    def f(w, v, x):
+        return ((x @ v) @ v.T) @ w
+
+    lowered = jit(f, in_shardings=(P("data"), None, P("data")), mesh=mesh).lower(
+        jax.ShapeDtypeStruct((512, 512), jnp.float32),
+        jax.ShapeDtypeStruct((512, 4096), jnp.float32),
+        jax.ShapeDtypeStruct((256, 512), jnp.float32))
+    first_dot = 256 // 4 * 4096 * 4  # x @ v per device
+    gathered = 512 * 512 * 4
+    assert lowered.memory_estimate(platform="cpu").temp_bytes >= first_dot + gathered
+    tpu = lowered.memory_estimate(platform="tpu").temp_bytes
+    assert first_dot <= tpu < first_dot + gathered
+    values = ModuleValues(lowered.module.operation, missing_as_replicated=True)
+    with predicting_for(dataclasses.replace(TPU, reshards_arguments_first=True)):
+        assert memory._estimate(values, 5, None).temp_bytes >= first_dot + gathered
+    assert CPU.reshards_arguments_first and not TPU.reshards_arguments_first
