@@ -40,6 +40,8 @@ collectives but differs in a few measurable ways, each one field here:
 * fusion and scheduling (the memory estimate's liveness walk): XLA:TPU fuses a
   reduction with its elementwise producers and recomputes an expensive one (exp)
   in each reader, so a softmax's exp and shifted logits are never buffers; it
+  recomputes a fusible value in each reader when the buffers it is computed from
+  are read until then anyway (attention's probabilities, from the kept scores); it
   fuses a take_along_axis gradient's scatter-add with the zeros it scatters into;
   and its latency-hiding scheduler gathers a weight next to its use, where
   XLA:CPU runs every argument's reshard first.
@@ -115,6 +117,11 @@ class PlatformRules:
     # first consumer (XLA:TPU's latency-hiding scheduler overlaps each gather with
     # the compute just before its use).
     reshards_arguments_first: bool = True
+    # Whether a fusible value computed from buffers that are read until its last
+    # reader anyway is recomputed in each reader instead of kept: XLA:TPU fuses it
+    # into its consumers (a dot's operand too), e.g. attention's probabilities,
+    # recomputed for the backward from the kept scores.
+    recomputes_fused_values: bool = False
 
     def element_bytes_in_collective(self, element_bytes: int, dtype: str | None) -> int:
         """Bytes one element of ``dtype`` takes inside a collective."""
@@ -191,7 +198,7 @@ TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_re
                     tile=(8, 128), vector_tile=1024, min_buffer_bytes=512,
                     duplicates_shared_producers=True,
                     fusible=frozenset({"stablehlo.scatter"}),
-                    reshards_arguments_first=False)
+                    reshards_arguments_first=False, recomputes_fused_values=True)
 
 PLATFORMS: dict[str, PlatformRules] = {rules.name: rules for rules in (CPU, TPU)}
 # XLA:GPU as the step-time model assumes it partitions (never validated against its

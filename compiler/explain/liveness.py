@@ -208,6 +208,31 @@ class LivenessWalker:
             memo[current] = max([latest, *(memo[r] for r in fused)])
         return memo[value]
 
+    def recomputed(self, value: int, op: int, last: int, position: dict[int, int],
+                   returned: set[int], reads: dict[int, int]) -> bool:
+        """Whether the platform recomputes a fusible ``value`` in each reader instead
+        of keeping it: every buffer it is computed from (through the fusible ops it
+        fuses) is read until ``last`` anyway, so recomputing it costs no memory."""
+        graph = self.graph
+        if graph.op_name[op] not in FUSIBLE:
+            return False
+        stack, seen = list(graph.op_operands[op]), set()
+        while stack:
+            source = stack.pop()
+            if source in seen:
+                continue
+            seen.add(source)
+            owner = graph.value_def[source]
+            if owner < 0 or graph.op_name[owner] in _CONSTANTS:
+                continue  # an argument or a constant: there all along
+            if owner not in position:
+                return False
+            if graph.op_name[owner] in FUSIBLE and not self.materialised(source, owner):
+                stack.extend(graph.op_operands[owner])
+            elif self.last_read(source, owner, position, returned, 0, reads) < last:
+                return False
+        return True
+
     def top_user(self, user: int, block_owner_child: int) -> int:
         """The op of ``block_owner_child``'s block that contains ``user``."""
         graph = self.graph
@@ -442,6 +467,9 @@ class LivenessWalker:
                         frees.setdefault(max(last, i), []).append(dying[0])
                         dying[0][2].end = max(last, i)
                         continue
+                if self.rules.recomputes_fused_values and self.recomputed(
+                        value, op, last, position, returned, reads):
+                    continue
                 allocated.append((value, self.aligned(size), last))
             looped = graph.op_name[op] == "stablehlo.while"
             inner, handed = self._inner_peak(op, i, frees)

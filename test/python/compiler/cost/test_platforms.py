@@ -295,3 +295,28 @@ def test_tpu_gathers_an_argument_next_to_its_dot_not_first(mesh):
     with predicting_for(dataclasses.replace(TPU, reshards_arguments_first=True)):
         assert memory._estimate(values, 5, None).temp_bytes >= first_dot + gathered
     assert CPU.reshards_arguments_first and not TPU.reshards_arguments_first
+
+
+def test_tpu_recomputes_attentions_probabilities_from_the_kept_scores():
+    # The backward reads softmax's probabilities (a divide, read by dots) and the scores
+    # they are computed from (exp is recomputed there): XLA:TPU fuses the divide into each
+    # dot rather than keep it, since the scores it reads are live until then anyway.
+    def loss(q, k, v):
+        return jnp.sum(jax.nn.softmax(q @ k.T, axis=-1) @ v)
+
+    lowered = jit(jax.grad(loss, argnums=(0, 1, 2))).lower(
+        *(jax.ShapeDtypeStruct((512, 128), jnp.float32),) * 3)
+    probabilities = 512 * 512 * 4
+
+    def kept(estimate):
+        return [b.op for b in estimate.largest if b.bytes_per_device == probabilities]
+
+    assert "stablehlo.divide" in kept(lowered.memory_estimate(platform="cpu"))
+    tpu = lowered.memory_estimate(platform="tpu")
+    assert "stablehlo.divide" not in kept(tpu) and "stablehlo.dot_general" in kept(tpu)
+    values = ModuleValues(lowered.module.operation, missing_as_replicated=True)
+    with predicting_for(dataclasses.replace(TPU, recomputes_fused_values=False)):
+        keeping = memory._estimate(values, 5, None)
+    assert "stablehlo.divide" in kept(keeping)
+    assert tpu.temp_bytes <= keeping.temp_bytes
+    assert TPU.recomputes_fused_values and not CPU.recomputes_fused_values
