@@ -37,6 +37,14 @@ collectives but differs in a few measurable ways, each one field here:
   every buffer, the output tuple's table of pointers too, at least
   ``min_buffer_bytes``), so a small or odd-shaped buffer takes more than its
   elements; XLA:CPU lays arrays out densely.
+* fusion and scheduling (the memory estimate's liveness walk): XLA:TPU fuses a
+  reduction with its elementwise producers and recomputes an expensive one (exp)
+  in each reader, so a softmax's exp and shifted logits are never buffers; it
+  recomputes a fusible value in each reader when the buffers it is computed from
+  are read until then anyway (attention's probabilities, from the kept scores); it
+  fuses a take_along_axis gradient's scatter-add with the zeros it scatters into;
+  and its latency-hiding scheduler gathers a weight next to its use, where
+  XLA:CPU runs every argument's reshard first.
 
 ``platform_rules(name)`` returns a platform's rules and refuses a platform
 the predictions were not validated for (a ``ValueError`` naming those that
@@ -92,6 +100,28 @@ class PlatformRules:
     min_buffer_bytes: int = 0
     # The alignment of each temporary's offset in the heap XLA packs them into.
     heap_alignment: int = 1
+    # Whether a fusible value read by several fusing ops (a reduction among them, or
+    # an expensive one such as exp) is fused into each of them rather than kept as a
+    # buffer: XLA:TPU fuses a reduction with its elementwise producers and recomputes
+    # exp in each consumer (a softmax's exp and shifted logits are never buffers);
+    # XLA:CPU keeps such a value.
+    duplicates_shared_producers: bool = False
+    # Ops fusible on this platform besides elementwise ops, broadcasts, slices and such
+    # (``cost.fusion.FUSIBLE``), as producers and as consumers: XLA:TPU rewrites a
+    # scatter-add into zeros of one update per row (a take_along_axis's gradient)
+    # into a select of a one-hot compare and fuses it with the zeros and its reader,
+    # so neither the zeros nor the scattered values are a buffer.
+    fusible: frozenset[str] = frozenset()
+    # Whether the scheduler runs the reshard of an argument (a weight's all-gather)
+    # first thing, its buffer live from the block's start (XLA:CPU), or close to its
+    # first consumer (XLA:TPU's latency-hiding scheduler overlaps each gather with
+    # the compute just before its use).
+    reshards_arguments_first: bool = True
+    # Whether a fusible value computed from buffers that are read until its last
+    # reader anyway is recomputed in each reader instead of kept: XLA:TPU fuses it
+    # into its consumers (a dot's operand too), e.g. attention's probabilities,
+    # recomputed for the backward from the kept scores.
+    recomputes_fused_values: bool = False
 
     def element_bytes_in_collective(self, element_bytes: int, dtype: str | None) -> int:
         """Bytes one element of ``dtype`` takes inside a collective."""
@@ -165,7 +195,10 @@ TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_re
                     forms_reduce_scatter=True, all_reduce_combine_bytes=256 << 20,
                     windowed_reduce_scatter_above=4096, windows_loop_all_gathers=True,
                     reassociates_all_reduces=True,
-                    tile=(8, 128), vector_tile=1024, min_buffer_bytes=512)
+                    tile=(8, 128), vector_tile=1024, min_buffer_bytes=512,
+                    duplicates_shared_producers=True,
+                    fusible=frozenset({"stablehlo.scatter"}),
+                    reshards_arguments_first=False, recomputes_fused_values=True)
 
 PLATFORMS: dict[str, PlatformRules] = {rules.name: rules for rules in (CPU, TPU)}
 # XLA:GPU as the step-time model assumes it partitions (never validated against its

@@ -136,7 +136,8 @@ class LivenessWalker:
         users = {graph.op_name[self.top_user(u, op)] for u, _ in graph.uses[value]}
         if name == "stablehlo.transpose" and users == {"stablehlo.dot_general"}:
             return False  # XLA's transpose folding makes it the dot's dimension numbers
-        if name in FUSIBLE and users <= _FUSING_CONSUMERS:
+        fusible = self.rules.fusible
+        if (name in FUSIBLE or name in fusible) and users <= _FUSING_CONSUMERS | fusible:
             return self.shared(value, op)
         return True
 
@@ -150,6 +151,8 @@ class LivenessWalker:
         the forward into the backward; and of bench/models transformer: the
         residual stream, read by a layer norm's reductions and the next add).
         """
+        if self.rules.duplicates_shared_producers:
+            return False
         graph = self.graph
         tops = {self.top_user(u, op) for u, _ in graph.uses[value]}
         if len(tops) < 2:
@@ -190,7 +193,8 @@ class LivenessWalker:
                 for user, _ in graph.uses[current]:
                     top = self.top_user(user, owner)
                     latest = max(latest, position.get(top, -1))
-                    if top == user and graph.op_name[user] in FUSIBLE and not any(
+                    if top == user and (graph.op_name[user] in FUSIBLE
+                                        or graph.op_name[user] in self.rules.fusible) and not any(
                             r in returned or self.materialised(r, user)
                             for r in graph.op_results[user]):
                         fused.extend((r, user) for r in graph.op_results[user])
@@ -203,6 +207,31 @@ class LivenessWalker:
             latest, fused = through[current]
             memo[current] = max([latest, *(memo[r] for r in fused)])
         return memo[value]
+
+    def recomputed(self, value: int, op: int, last: int, position: dict[int, int],
+                   returned: set[int], reads: dict[int, int]) -> bool:
+        """Whether the platform recomputes a fusible ``value`` in each reader instead
+        of keeping it: every buffer it is computed from (through the fusible ops it
+        fuses) is read until ``last`` anyway, so recomputing it costs no memory."""
+        graph = self.graph
+        if graph.op_name[op] not in FUSIBLE:
+            return False
+        stack, seen = list(graph.op_operands[op]), set()
+        while stack:
+            source = stack.pop()
+            if source in seen:
+                continue
+            seen.add(source)
+            owner = graph.value_def[source]
+            if owner < 0 or graph.op_name[owner] in _CONSTANTS:
+                continue  # an argument or a constant: there all along
+            if owner not in position:
+                return False
+            if graph.op_name[owner] in FUSIBLE and not self.materialised(source, owner):
+                stack.extend(graph.op_operands[owner])
+            elif self.last_read(source, owner, position, returned, 0, reads) < last:
+                return False
+        return True
 
     def top_user(self, user: int, block_owner_child: int) -> int:
         """The op of ``block_owner_child``'s block that contains ``user``."""
@@ -390,7 +419,7 @@ class LivenessWalker:
         args = set(self.block_args.get(ops[0], ())) if ops else set()
         gathered: dict[int, list[tuple[int, int]]] = {}
         for (value, target), (first, last, size) in spans.items():
-            if self.root(value) in args:
+            if self.root(value) in args and self.rules.reshards_arguments_first:
                 first = 0
             elif target[0] == "transposed" and self.graph.value_def[value] >= 0:
                 first = min(first, position.get(
@@ -438,6 +467,9 @@ class LivenessWalker:
                         frees.setdefault(max(last, i), []).append(dying[0])
                         dying[0][2].end = max(last, i)
                         continue
+                if self.rules.recomputes_fused_values and self.recomputed(
+                        value, op, last, position, returned, reads):
+                    continue
                 allocated.append((value, self.aligned(size), last))
             looped = graph.op_name[op] == "stablehlo.while"
             inner, handed = self._inner_peak(op, i, frees)

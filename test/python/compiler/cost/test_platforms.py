@@ -6,6 +6,8 @@ figures XLA:TPU compiled for a v5e topology (``bench/platforms.py`` measures the
 against XLA:TPU itself when libtpu is installed; never in CI).
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -13,7 +15,9 @@ from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
 from shardc.compiler import jit
-from shardc.compiler.cost.platforms import CPU, PLATFORMS, TPU, platform_rules
+from shardc.compiler.cost.platforms import CPU, PLATFORMS, TPU, platform_rules, predicting_for
+from shardc.compiler.explain import memory
+from shardc.compiler.propagation.values import ModuleValues
 from shardc.runtime.collectives import find_collectives, summarize
 
 BF16 = jnp.bfloat16
@@ -245,3 +249,74 @@ ENTRY %main (p: f32[512,512]) -> f32[128,512] {
     assert (totals["reduce-scatter"].count, totals["reduce-scatter"].bytes_per_device) == (
         1, 512 * 512 * 4)
     assert totals["all-reduce"].count == 1
+
+
+def test_tpu_fuses_a_softmax_cross_entropys_chain_into_its_reductions():
+    # The gradient of a log-softmax cross-entropy: XLA:CPU keeps exp (read by the
+    # reduction and by the backward) and the zeros take_along_axis's gradient scatters
+    # into; XLA:TPU recomputes exp in each consumer and fuses the scatter-add (a select
+    # of a one-hot compare) with its zeros, so no logits-sized temporary is left.
+    def loss(logits, targets):
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        return -jnp.mean(jnp.take_along_axis(logp, targets[:, None], axis=-1))
+
+    lowered = jit(jax.grad(loss)).lower(jax.ShapeDtypeStruct((256, 1024), jnp.float32),
+                                        jax.ShapeDtypeStruct((256,), jnp.int32))
+    logits_bytes = 256 * 1024 * 4
+    cpu = lowered.memory_estimate(platform="cpu")
+    assert {b.op for b in cpu.largest if b.bytes_per_device == logits_bytes} == {
+        "stablehlo.exponential", "stablehlo.broadcast_in_dim"}
+    tpu = lowered.memory_estimate(platform="tpu")
+    assert max(b.bytes_per_device for b in tpu.largest) < logits_bytes
+    assert tpu.temp_bytes < logits_bytes // 256
+    # arguments and outputs are laid out alike on both ([256, 1024] tiles exactly)
+    assert (tpu.argument_bytes, tpu.output_bytes) == (cpu.argument_bytes, cpu.output_bytes)
+    assert TPU.duplicates_shared_producers and not CPU.duplicates_shared_producers
+    assert "stablehlo.scatter" in TPU.fusible and not CPU.fusible
+
+
+def test_tpu_gathers_an_argument_next_to_its_dot_not_first(mesh):
+    # x @ v is the step's largest temporary; w's all-gather is needed only by the last
+    # dot. XLA:CPU runs the gather first (both buffers live at the first dot), XLA:TPU
+    # right before its dot (latency-hiding scheduler), after x @ v is freed.
+    def f(w, v, x):
+        return ((x @ v) @ v.T) @ w
+
+    lowered = jit(f, in_shardings=(P("data"), None, P("data")), mesh=mesh).lower(
+        jax.ShapeDtypeStruct((512, 512), jnp.float32),
+        jax.ShapeDtypeStruct((512, 4096), jnp.float32),
+        jax.ShapeDtypeStruct((256, 512), jnp.float32))
+    first_dot = 256 // 4 * 4096 * 4  # x @ v per device
+    gathered = 512 * 512 * 4
+    assert lowered.memory_estimate(platform="cpu").temp_bytes >= first_dot + gathered
+    tpu = lowered.memory_estimate(platform="tpu").temp_bytes
+    assert first_dot <= tpu < first_dot + gathered
+    values = ModuleValues(lowered.module.operation, missing_as_replicated=True)
+    with predicting_for(dataclasses.replace(TPU, reshards_arguments_first=True)):
+        assert memory._estimate(values, 5, None).temp_bytes >= first_dot + gathered
+    assert CPU.reshards_arguments_first and not TPU.reshards_arguments_first
+
+
+def test_tpu_recomputes_attentions_probabilities_from_the_kept_scores():
+    # The backward reads softmax's probabilities (a divide, read by dots) and the scores
+    # they are computed from (exp is recomputed there): XLA:TPU fuses the divide into each
+    # dot rather than keep it, since the scores it reads are live until then anyway.
+    def loss(q, k, v):
+        return jnp.sum(jax.nn.softmax(q @ k.T, axis=-1) @ v)
+
+    lowered = jit(jax.grad(loss, argnums=(0, 1, 2))).lower(
+        *(jax.ShapeDtypeStruct((512, 128), jnp.float32),) * 3)
+    probabilities = 512 * 512 * 4
+
+    def kept(estimate):
+        return [b.op for b in estimate.largest if b.bytes_per_device == probabilities]
+
+    assert "stablehlo.divide" in kept(lowered.memory_estimate(platform="cpu"))
+    tpu = lowered.memory_estimate(platform="tpu")
+    assert "stablehlo.divide" not in kept(tpu) and "stablehlo.dot_general" in kept(tpu)
+    values = ModuleValues(lowered.module.operation, missing_as_replicated=True)
+    with predicting_for(dataclasses.replace(TPU, recomputes_fused_values=False)):
+        keeping = memory._estimate(values, 5, None)
+    assert "stablehlo.divide" in kept(keeping)
+    assert tpu.temp_bytes <= keeping.temp_bytes
+    assert TPU.recomputes_fused_values and not CPU.recomputes_fused_values
