@@ -30,6 +30,7 @@ from shardc.compiler.stages.apply_constraints import apply_sharding_constraints
 from shardc.compiler.stages.capture_loop_invariants import capture_loop_invariants
 from shardc.compiler.stages.data_flow_edges import add_data_flow_edges, sink_data_flow_edges
 from shardc.compiler.stages.dead_constraints import CONSTRAINT, erase_dead_constraints
+from shardc.compiler.stages.dedup_meshes import dedup_meshes
 from shardc.compiler.stages.fold_identities import fold_identities
 from shardc.compiler.stages.inline_calls import CALL_OP, inline_all_calls
 from shardc.compiler.stages.lift_inlined_meshes import MESH_OP, InlineMeshes, lift_inlined_meshes
@@ -46,8 +47,8 @@ def _generic(module: ir.Operation, pipeline: str) -> None:
 
 def xla_import_rewrites(module: ir.Operation, census: bool = False) -> ImportCensus | None:
     """``fold_identities``, ``erase_dead_constraints`` then ``capture_loop_invariants``,
-    the loops and constraints found by the walk that folds; with ``census``, returns the
-    import stage's census, taken by that walk too.
+    the loops and constraints found by the walk that folds, then ``dedup_meshes``;
+    with ``census``, returns the import stage's census, taken by that walk too.
 
     No rewrite adds or copies a call or a sharding naming a mesh the census has
     not seen (a rebuilt loop keeps its blocks, a constraint opened before one
@@ -69,6 +70,7 @@ def xla_import_rewrites(module: ir.Operation, census: bool = False) -> ImportCen
     fold_identities(module, loops, look)
     erase_dead_constraints(constraints)
     capture_loop_invariants(module, loops)
+    dedup_meshes(module)
     return found
 
 
