@@ -721,17 +721,20 @@ def hlo_cost_analysis(computation: Any) -> Any:
     return _jax.hlo_module_cost_analysis(backend.get_backend(), computation.as_hlo_module())
 
 
-def typed_aval(aval: Any, sharding: Any, *, canonical: bool = True) -> Any:
+def typed_aval(aval: Any, sharding: Any, *, canonical: bool = True,
+               memory_space: Any = None) -> Any:
     """``aval`` (a ``ShapeDtypeStruct``) as a ``ShapedArray`` whose type carries
     ``sharding`` as jax's types do (``None``: no sharding), its dtype canonical as
     jax traces it (``float64`` is ``float32`` without x64) unless not ``canonical``
-    (a traced result's type is what it is: made under ``jax.enable_x64()``, 64-bit)."""
+    (a traced result's type is what it is: made under ``jax.enable_x64()``, 64-bit),
+    and ``memory_space`` where given (else the sharding's memory)."""
     from jax._src import core, dtypes
 
     dtype = (dtypes.canonicalize_dtype(aval.dtype, allow_extended_dtype=True) if canonical
              else aval.dtype)
-    return core.update_aval_with_sharding(
+    typed = core.update_aval_with_sharding(
         core.ShapedArray(aval.shape, dtype, weak_type=aval.weak_type), sharding)
+    return typed if memory_space is None else typed.update(memory_space=memory_space)
 
 
 def pytree_mismatch_message(expected: Any, given: Any) -> str:
