@@ -398,11 +398,13 @@ def is_unspecified(sharding: Any) -> bool:
 # not import: imported with the clone.
 _MODULES_WITH_JIT_RULES = (
     "jax._src.checkify", "jax.experimental.key_reuse._core", "jax.experimental.jet")
-# Such modules too slow to import for every user (jax's sparse transform, 1 s): their
-# rules are copied once the user has imported them (``copy_late_jit_rules``).
-_LATE_MODULES_WITH_JIT_RULES = ("jax.experimental.sparse.transform",)
-# Per clone, its registry copier and the late modules whose rules it has not copied.
+# Per clone, its registry copier and the modules whose registries it has copied: a
+# jax module imported later (jax's sparse transform, Pallas's fuser: too slow or too
+# rarely used to import for every user) has its jit rules copied once imported
+# (``copy_late_jit_rules``).
 _late_rules: list[tuple[Any, set[str]]] = []
+# How many modules were loaded when the clones last copied rules.
+_modules_seen = [0]
 
 
 def clone_jit_primitive(name: str, impl: Any) -> Any:
@@ -491,23 +493,29 @@ def clone_jit_primitive(name: str, impl: Any) -> Any:
     for attr, value in vars(original).items():
         if attr not in ("name", "impl"):
             setattr(primitive, attr, remap(value))
-    copy_registries(list(sys.modules.values()))
-    _late_rules.append((copy_registries, set(_LATE_MODULES_WITH_JIT_RULES)))
+    loaded = dict(sys.modules)
+    copy_registries(list(loaded.values()))
+    _late_rules.append((copy_registries, set(loaded)))
     primitive.def_impl(impl)
     return primitive
 
 
 def copy_late_jit_rules() -> None:
-    """Give the cloned jit primitives the jit rules of the slow modules
-    (``_LATE_MODULES_WITH_JIT_RULES``) imported since: called before binding one, so
-    that, e.g., ``sparsify`` of a function calling a shardc jit finds its rule."""
+    """Give the cloned jit primitives the jit rules of the jax modules imported since
+    they were made: called before binding one, so that, e.g., ``sparsify`` of a
+    function calling a shardc jit, or Pallas's fuser pulling block specs through
+    one, finds its rule. Nothing to do (one length check) when no module was
+    imported since the last call."""
     import sys
 
-    for copy_registries, pending in _late_rules:
-        loaded = [name for name in pending if name in sys.modules]
-        if loaded:
-            pending.difference_update(loaded)
-            copy_registries([sys.modules[name] for name in loaded])
+    if len(sys.modules) == _modules_seen[0]:
+        return
+    loaded = dict(sys.modules)
+    _modules_seen[0] = len(loaded)
+    for copy_registries, seen in _late_rules:
+        new = [name for name in loaded if name not in seen]
+        seen.update(new)
+        copy_registries([loaded[name] for name in new])
 
 
 def jaxpr_function(closed_jaxpr: Any) -> Any:
