@@ -1026,7 +1026,7 @@ def low_level_form(traced: Any, params: dict) -> tuple[Any, list, tuple, tuple, 
     mutable arguments' new contents first, unspecified), the donated positions,
     and the high-level input and output types ``jax.stages.Compiled`` converts
     calls with."""
-    from jax._src import stages
+    from jax._src import api_util, stages
 
     lo = stages.Traced(traced._meta_tys_flat, params, traced._in_tree, traced.out_tree,
                        traced._consts).lojax
@@ -1037,8 +1037,11 @@ def low_level_form(traced: Any, params: dict) -> tuple[Any, list, tuple, tuple, 
     def low_level(*args: Any) -> Any:
         return evaluate(*consts, *args)
 
-    # The module is named for the user's function, as jax names it.
+    # The module is named for the user's function, as jax names it, and its arguments
+    # and results as jax names the low-level ones (a high-level argument's name once
+    # per array it lowers to).
     low_level.__name__ = low_level.__qualname__ = traced.fun_name
+    api_util.save_wrapped_fun_debug_info(low_level, lo._params["jaxpr"].jaxpr.debug_info)
     return (low_level, list(ins), tuple(lo._params["out_shardings"]),
             tuple(i for i, d in enumerate(donated) if d), lo._in_types, lo._out_types)
 
