@@ -350,8 +350,8 @@ def sharding_of_value(value: Any) -> NamedSharding | None:
             raise UncommittedArrayError(
                 "Having uncommitted Array sharded on multiple devices is not supported.")
         return None
-    # On one device in another memory than the device's, it is placed as a
-    # NamedSharding on that device would be, and keeps its own class in the results.
+    # On one device in another memory than the device's, it is read as the
+    # NamedSharding on that device in that memory (compiled for that memory).
     if isinstance(value, jax.Array) and not isinstance(sharding, NamedSharding) and (
             not isinstance(sharding, SingleDeviceSharding) or memory_space(value) is not None):
         return named_form(sharding, value.ndim)
