@@ -367,6 +367,14 @@ def type_sharding(value: Any) -> NamedSharding | None:
     return sharding if isinstance(sharding, NamedSharding) else None
 
 
+def jax_type(value: Any) -> Any:
+    """jax's type of a value (``jax.typeof``), None for a value jax has no type for."""
+    try:
+        return jax.typeof(value)
+    except TypeError:
+        return None
+
+
 def memory_space(value: Any) -> Any:
     """The memory an array's type says it lives in where not the device's (jax's
     types carry it whatever the array's sharding class), else None."""

@@ -1269,6 +1269,15 @@ def key_reuse_checked(traced: Any, dynamic_leaves: list, run: Any) -> Any:
     return outputs
 
 
+def has_jax_argument_handler(value: Any) -> bool:
+    """Whether jax's dispatch places values of ``value``'s type (jax's
+    ``shard_arg_handlers``: where a user registers an array type of their own, with
+    ``core.pytype_aval_mappings`` for its type)."""
+    from jax._src.interpreters import pxla
+
+    return type(value) in pxla.shard_arg_handlers
+
+
 def place_as_jit(value: Any, sharding: Any, layout: Any = None) -> Any:
     """``value`` (host data, a ``jax.Array``, a token's buffer) put where a jit call
     puts an argument, as jax.jit's dispatch does (jax's ``shard_args``): an implicit
