@@ -367,6 +367,14 @@ def type_sharding(value: Any) -> NamedSharding | None:
     return sharding if isinstance(sharding, NamedSharding) else None
 
 
+def traced_exactly(aval: jax.ShapeDtypeStruct) -> bool:
+    """Whether an array's type is not the canonical one (64-bit, made under
+    ``jax.enable_x64()`` with x64 now off): jax traces it as it is, while a
+    ``ShapeDtypeStruct`` of it would be traced as the canonical (32-bit) type."""
+    return not aval.is_ref and not jax.dtypes.issubdtype(aval.dtype, jax.dtypes.extended) \
+        and jax.dtypes.canonicalize_dtype(aval.dtype) != aval.dtype
+
+
 def jax_type(value: Any) -> Any:
     """jax's type of a value (``jax.typeof``), None for a value jax has no type for."""
     try:
