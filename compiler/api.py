@@ -554,10 +554,10 @@ def _traced_aval(leaf: LeafSignature) -> jax.ShapeDtypeStruct:
     off: jax traces it as it is, while a ``ShapeDtypeStruct`` would be traced as the
     canonical (32-bit) type, so such an argument is traced as its exact jax type.
     """
-    aval = leaf.aval
-    if not aval.is_ref and not jax.dtypes.issubdtype(aval.dtype, jax.dtypes.extended) \
-            and jax.dtypes.canonicalize_dtype(aval.dtype) != aval.dtype:
-        return jax_private.typed_aval(aval, leaf.type_sharding, canonical=False)
+    aval, exact = leaf.aval, signature.traced_exactly(leaf.aval)
+    if exact or leaf.memory_space is not None:  # types a ShapeDtypeStruct cannot spell
+        return jax_private.typed_aval(aval, leaf.type_sharding, canonical=not exact,
+                                      memory_space=leaf.memory_space)
     if leaf.type_sharding is None:
         return tokens.traced_type(aval)
     return aval.update(sharding=leaf.type_sharding)

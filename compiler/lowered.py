@@ -257,15 +257,20 @@ class Lowered(Stage, jax.stages.Lowered):
         donated = self.donated or (False,) * len(self._args)
         return jax_private.args_info(
             self._in_tree,
-            [jax_private.typed_aval(leaf.aval, leaf.type_sharding) for leaf in self._args],
+            [jax_private.typed_aval(leaf.aval, leaf.type_sharding, memory_space=leaf.memory_space)
+             for leaf in self._args],
             donated)
 
     @property
     def in_avals(self) -> Any:
         """The arguments' types with the shardings they are lowered with, as
         ``(args, kwargs)`` (``jax.core.ShapedArray``s, as jax's)."""
+        # An argument placed by a sharding of another class (read as a NamedSharding
+        # to lower it) has no sharding in its type, as in jax's.
         return jax.tree.unflatten(jax_private.args_info_tree(self._in_tree), [
-            jax_private.typed_aval(leaf.aval, leaf.sharding) for leaf in self._args])
+            jax_private.typed_aval(leaf.aval, None if leaf.placed_as is not None else leaf.sharding,
+                                   memory_space=leaf.memory_space)
+            for leaf in self._args])
 
     @property
     def out_info(self) -> Any:

@@ -69,13 +69,17 @@ class LeafSignature:
     # ``sharding`` (a GSPMDSharding, read as a NamedSharding): jax.jit's results
     # follow NamedSharding arguments only (``shardc.runtime.result_shardings``).
     placed_as: Any = None
+    # The memory its type says it lives in where not the device's (an array placed
+    # in host memory by any sharding: ``jax.memory.Space.Host``), as jax's types
+    # carry it; None for the device's.
+    memory_space: Any = None
 
     def abstract_key(self) -> tuple:
         """The part of this leaf a lowering depends on: no devices, only shapes."""
         # (The type tells a token from an array of its buffer's type, bool[0].)
         return (type(self.aval), self.aval.shape, self.aval.dtype, self.aval.weak_type,
                 self.aval.is_ref, abstract_key(self.sharding), abstract_key(self.type_sharding),
-                self.layout)
+                self.layout, self.memory_space)
 
 
 def abstract_key(sharding: NamedSharding | None) -> tuple | None:
@@ -346,8 +350,10 @@ def sharding_of_value(value: Any) -> NamedSharding | None:
             raise UncommittedArrayError(
                 "Having uncommitted Array sharded on multiple devices is not supported.")
         return None
-    if isinstance(value, jax.Array) and not isinstance(
-            sharding, (NamedSharding, SingleDeviceSharding)):
+    # On one device in another memory than the device's, it is read as the
+    # NamedSharding on that device in that memory (compiled for that memory).
+    if isinstance(value, jax.Array) and not isinstance(sharding, NamedSharding) and (
+            not isinstance(sharding, SingleDeviceSharding) or memory_space(value) is not None):
         return named_form(sharding, value.ndim)
     return sharding if isinstance(sharding, NamedSharding) else None
 
@@ -359,6 +365,32 @@ def type_sharding(value: Any) -> NamedSharding | None:
         return None
     sharding = getattr(value, "sharding", None)
     return sharding if isinstance(sharding, NamedSharding) else None
+
+
+def traced_exactly(aval: jax.ShapeDtypeStruct) -> bool:
+    """Whether an array's type is not the canonical one (64-bit, made under
+    ``jax.enable_x64()`` with x64 now off): jax traces it as it is, while a
+    ``ShapeDtypeStruct`` of it would be traced as the canonical (32-bit) type."""
+    return not aval.is_ref and not jax.dtypes.issubdtype(aval.dtype, jax.dtypes.extended) \
+        and jax.dtypes.canonicalize_dtype(aval.dtype) != aval.dtype
+
+
+def jax_type(value: Any) -> Any:
+    """jax's type of a value (``jax.typeof``), None for a value jax has no type for."""
+    try:
+        return jax.typeof(value)
+    except TypeError:
+        return None
+
+
+def memory_space(value: Any) -> Any:
+    """The memory an array's type says it lives in where not the device's (jax's
+    types carry it whatever the array's sharding class), else None."""
+    if jax_private.is_tracer(value) or jax_private.is_ref(value) \
+            or not isinstance(value, jax.Array):
+        return None
+    space = getattr(jax.typeof(value), "memory_space", None)
+    return None if space in (None, jax.memory.Space.Device) else space
 
 
 def committed_devices(value: Any) -> tuple | None:
@@ -445,7 +477,9 @@ def argument_signature(
             traced_as = entered_as(traced_as, sharding)
         leaves.append(LeafSignature(path, aval, sharding, traced_as,
                                     moved_by_jit=given_here or placed_by_jit,
-                                    placed_as=placed_as))
+                                    placed_as=placed_as,
+                                    memory_space=None if given_here or placed_by_jit
+                                    else memory_space(value)))
     def describe(index: int) -> str:
         return describe_argument(_name(names, index, paths[index]), fun_name,
                                  leaves[index].aval)

@@ -439,11 +439,13 @@ def is_unspecified(sharding: Any) -> bool:
 # not import: imported with the clone.
 _MODULES_WITH_JIT_RULES = (
     "jax._src.checkify", "jax.experimental.key_reuse._core", "jax.experimental.jet")
-# Such modules too slow to import for every user (jax's sparse transform, 1 s): their
-# rules are copied once the user has imported them (``copy_late_jit_rules``).
-_LATE_MODULES_WITH_JIT_RULES = ("jax.experimental.sparse.transform",)
-# Per clone, its registry copier and the late modules whose rules it has not copied.
+# Per clone, its registry copier and the modules whose registries it has copied: a
+# jax module imported later (jax's sparse transform, Pallas's fuser: too slow or too
+# rarely used to import for every user) has its jit rules copied once imported
+# (``copy_late_jit_rules``).
 _late_rules: list[tuple[Any, set[str]]] = []
+# How many modules were loaded when the clones last copied rules.
+_modules_seen = [0]
 
 
 def clone_jit_primitive(name: str, impl: Any) -> Any:
@@ -532,23 +534,29 @@ def clone_jit_primitive(name: str, impl: Any) -> Any:
     for attr, value in vars(original).items():
         if attr not in ("name", "impl"):
             setattr(primitive, attr, remap(value))
-    copy_registries(list(sys.modules.values()))
-    _late_rules.append((copy_registries, set(_LATE_MODULES_WITH_JIT_RULES)))
+    loaded = dict(sys.modules)
+    copy_registries(list(loaded.values()))
+    _late_rules.append((copy_registries, set(loaded)))
     primitive.def_impl(impl)
     return primitive
 
 
 def copy_late_jit_rules() -> None:
-    """Give the cloned jit primitives the jit rules of the slow modules
-    (``_LATE_MODULES_WITH_JIT_RULES``) imported since: called before binding one, so
-    that, e.g., ``sparsify`` of a function calling a shardc jit finds its rule."""
+    """Give the cloned jit primitives the jit rules of the jax modules imported since
+    they were made: called before binding one, so that, e.g., ``sparsify`` of a
+    function calling a shardc jit, or Pallas's fuser pulling block specs through
+    one, finds its rule. Nothing to do (one length check) when no module was
+    imported since the last call."""
     import sys
 
-    for copy_registries, pending in _late_rules:
-        loaded = [name for name in pending if name in sys.modules]
-        if loaded:
-            pending.difference_update(loaded)
-            copy_registries([sys.modules[name] for name in loaded])
+    if len(sys.modules) == _modules_seen[0]:
+        return
+    loaded = dict(sys.modules)
+    _modules_seen[0] = len(loaded)
+    for copy_registries, seen in _late_rules:
+        new = [name for name in loaded if name not in seen]
+        seen.update(new)
+        copy_registries([loaded[name] for name in new])
 
 
 def jaxpr_function(closed_jaxpr: Any) -> Any:
@@ -762,17 +770,20 @@ def hlo_cost_analysis(computation: Any) -> Any:
     return _jax.hlo_module_cost_analysis(backend.get_backend(), computation.as_hlo_module())
 
 
-def typed_aval(aval: Any, sharding: Any, *, canonical: bool = True) -> Any:
+def typed_aval(aval: Any, sharding: Any, *, canonical: bool = True,
+               memory_space: Any = None) -> Any:
     """``aval`` (a ``ShapeDtypeStruct``) as a ``ShapedArray`` whose type carries
     ``sharding`` as jax's types do (``None``: no sharding), its dtype canonical as
     jax traces it (``float64`` is ``float32`` without x64) unless not ``canonical``
-    (a traced result's type is what it is: made under ``jax.enable_x64()``, 64-bit)."""
+    (a traced result's type is what it is: made under ``jax.enable_x64()``, 64-bit),
+    and ``memory_space`` where given (else the sharding's memory)."""
     from jax._src import core, dtypes
 
     dtype = (dtypes.canonicalize_dtype(aval.dtype, allow_extended_dtype=True) if canonical
              else aval.dtype)
-    return core.update_aval_with_sharding(
+    typed = core.update_aval_with_sharding(
         core.ShapedArray(aval.shape, dtype, weak_type=aval.weak_type), sharding)
+    return typed if memory_space is None else typed.update(memory_space=memory_space)
 
 
 def pytree_mismatch_message(expected: Any, given: Any) -> str:
@@ -1056,7 +1067,7 @@ def low_level_form(traced: Any, params: dict) -> tuple[Any, list, tuple, tuple, 
     mutable arguments' new contents first, unspecified), the donated positions,
     and the high-level input and output types ``jax.stages.Compiled`` converts
     calls with."""
-    from jax._src import stages
+    from jax._src import api_util, stages
 
     lo = stages.Traced(traced._meta_tys_flat, params, traced._in_tree, traced.out_tree,
                        traced._consts).lojax
@@ -1067,8 +1078,11 @@ def low_level_form(traced: Any, params: dict) -> tuple[Any, list, tuple, tuple, 
     def low_level(*args: Any) -> Any:
         return evaluate(*consts, *args)
 
-    # The module is named for the user's function, as jax names it.
+    # The module is named for the user's function, as jax names it, and its arguments
+    # and results as jax names the low-level ones (a high-level argument's name once
+    # per array it lowers to).
     low_level.__name__ = low_level.__qualname__ = traced.fun_name
+    api_util.save_wrapped_fun_debug_info(low_level, lo._params["jaxpr"].jaxpr.debug_info)
     return (low_level, list(ins), tuple(lo._params["out_shardings"]),
             tuple(i for i, d in enumerate(donated) if d), lo._in_types, lo._out_types)
 
@@ -1266,6 +1280,15 @@ def key_reuse_checked(traced: Any, dynamic_leaves: list, run: Any) -> Any:
     outputs = run()
     signature.update_consumption(args, jax.tree.leaves(outputs))
     return outputs
+
+
+def has_jax_argument_handler(value: Any) -> bool:
+    """Whether jax's dispatch places values of ``value``'s type (jax's
+    ``shard_arg_handlers``: where a user registers an array type of their own, with
+    ``core.pytype_aval_mappings`` for its type)."""
+    from jax._src.interpreters import pxla
+
+    return type(value) in pxla.shard_arg_handlers
 
 
 def place_as_jit(value: Any, sharding: Any, layout: Any = None) -> Any:

@@ -269,6 +269,11 @@ def _host_value(value: Any, expected: ExpectedArgument, counts: PlacementCounts)
 
 
 def _unsupported(value: Any, expected: ExpectedArgument, counts: PlacementCounts):
+    # A type of the user's that jax's dispatch places (registered with jax, maybe
+    # after this type was first met here): placed as jax.jit places it.
+    if jax_private.has_jax_argument_handler(value):
+        counts.placed += 1
+        return jax_private.place_as_jit(value, expected.sharding)
     if isinstance(value, jax.ShapeDtypeStruct):
         raise InvalidArgumentError(
             f"{expected.path}: a jax.ShapeDtypeStruct describes an argument but holds no "

@@ -64,7 +64,10 @@ def export_lowering(
     return jax_private.lowering_with_module(
         jax_lowering,
         module,
-        in_shardings=[leaf.sharding for leaf in args],
+        # An argument placed by a sharding of another class than NamedSharding is
+        # lowered with it read as one; jax's export reads the class it was given.
+        in_shardings=[leaf.sharding if getattr(leaf, "placed_as", None) is None
+                      else leaf.placed_as for leaf in args],
         out_shardings=[leaf.sharding for leaf in results],
         num_devices=partition_count(module),
         devices=_concrete_devices(meshes),

@@ -40,6 +40,8 @@ from shardc.runtime.effects import ProgramEffects
 
 # jax's C++ dispatch entries of every shardc jit with hashable options.
 _DISPATCH_CACHE = jax_private.dispatch_cache(8192)
+# Leaves a call key keeps by type alone: the compiled program takes any value of it.
+_SCALARS = frozenset({bool, int, float, complex})
 
 
 class JitCalls:
@@ -211,8 +213,10 @@ class JitCalls:
                 parts.append((leaf.shape, leaf.dtype))
             elif jax_private.is_ref(leaf):  # always committed, laid out as its buffer
                 parts.append((type(leaf), leaf.shape, leaf.dtype, leaf.sharding))
-            else:
+            elif type(leaf) in _SCALARS:
                 parts.append(type(leaf))
+            else:  # e.g. an array type of the user's registered with jax: by its jax type
+                parts.append((type(leaf), signature.jax_type(leaf)))
         key = tuple(parts)
         try:
             hash(key)

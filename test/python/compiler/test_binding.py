@@ -229,3 +229,27 @@ def test_sparsify_of_a_function_calling_jit_after_shardc_was_imported():
     assert run.returncode == 0, run.stderr
     theirs, ours = run.stdout.splitlines()
     assert ours == theirs == "[2.0, 2.0] [[0.0, 2.0], [4.0, 0.0]] BCOO"
+
+
+def test_pallas_fuser_through_jit_imported_after_shardc():
+    # Any jax module imported after shardc with rules for jax's jit primitive (here
+    # Pallas's fuser: its block spec rules) has them copied to shardc's. In a fresh
+    # process, where shardc's primitive is made before the fuser is imported.
+    script = textwrap.dedent(
+        """
+        import jax, jax.numpy as jnp, sys
+        from shardc.compiler import jit
+        assert "jax._src.pallas.fuser.block_spec" not in sys.modules
+        from jax._src.pallas.fuser import block_spec as block_spec_lib
+        from jax.experimental import pallas as pl
+        spec = pl.BlockSpec((None, 1, 128, 128), lambda i, j, k, l, _: (i, l, k, j))
+        x = jax.ShapeDtypeStruct((1, 1, 512, 512), jnp.float32)
+        for j in (jax.jit, jit):
+            out = block_spec_lib.push_block_spec(lambda x: j(jnp.sin)(x), spec)(x)
+            print(out.block_shape, out.index_map(0, 1, 2, 3, 4))
+        """)
+    run = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True, text=True,
+                         timeout=180, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert run.returncode == 0, run.stderr
+    theirs, ours = run.stdout.splitlines()
+    assert ours == theirs == "(None, 1, 128, 128) (0, 3, 2, 1)"

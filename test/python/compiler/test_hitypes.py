@@ -196,3 +196,14 @@ def test_trace_lowers_for_the_platforms_asked():
     assert ours.platforms == ("cpu", "tpu")
     for text in (ours.as_text(), theirs.as_text()):
         assert "tensor<8x4xi8>" in text and "_platform_index" in text
+
+
+def test_low_level_arguments_named_for_their_high_level_argument():
+    # jax names each array a high-level argument lowers to for that argument (the
+    # lowering's debug info, and the module's argument locations with it).
+    q = quantized()
+    ours, theirs = jit(passing).lower(q, 1.0), jax.jit(passing).lower(q, 1.0)
+    names = [lowered._lowering.compile_args["all_args_info"].debug_info.arg_names
+             for lowered in (ours, theirs)]
+    assert names[0] == names[1] == ("q", "q", "factor")
+    assert_same_results(ours.compile()(q, 3.0), theirs.compile()(q, 3.0))

@@ -57,3 +57,21 @@ def test_device_memory_only_leaves_the_module_as_jax_jit_does(mesh):
     sharding = NamedSharding(mesh, P("x"), memory_kind="device")
     text = jit(lambda v: v * 2, out_shardings=sharding).lower(np.ones((8, 4))).as_text()
     assert "memory_kind" not in text and "annotate_device_placement" not in text
+
+
+def test_host_array_on_one_device_traced_with_its_memory_as_jax_jit():
+    # jax's types carry the memory an array lives in whatever its sharding's class;
+    # jax.export reads it from the lowering's argument and result types.
+    host = jax.sharding.SingleDeviceSharding(jax.devices()[0], memory_kind="pinned_host")
+    x = jax.device_put(np.arange(6, dtype=np.float32).reshape(2, 3), host)
+    empty = jax.sharding.AbstractMesh((), ())
+    expected = jax.export.export(jax.jit(lambda v: v), platforms=("tpu", "cuda"))(x)
+    got = jax.export.export(jit(lambda v: v), platforms=("tpu", "cuda"))(x)
+    assert got.in_avals[0].memory_space == expected.in_avals[0].memory_space \
+        == jax.memory.Space.Host
+    assert got.out_avals[0].memory_space == expected.out_avals[0].memory_space
+    assert got.in_avals == expected.in_avals and got.out_avals == expected.out_avals
+    assert got.in_shardings_jax(empty)[0] == expected.in_shardings_jax(empty)[0] \
+        == NamedSharding(empty, P(None, None), memory_kind="pinned_host")
+    assert jit(lambda v: v).trace(x).jaxpr.in_avals == jax.jit(lambda v: v).trace(x).jaxpr.in_avals
+    np.testing.assert_array_equal(jit(lambda v: v * 2)(x), jax.jit(lambda v: v * 2)(x))
