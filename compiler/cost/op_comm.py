@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from shardc.compiler.cost.dot_groups import regrouped_operand
 from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.cost.reshard import (
+    ALL_GATHER,
     Collective,
     all_reduce,
     mesh_axes,
@@ -37,6 +38,11 @@ from shardc.compiler.sharding.tensor import DimSharding, MeshInfo, Tensor, Tenso
 # the result to its sharding (checked on XLA:CPU against compiled HLO: top_k and fft
 # with batch-sharded, sort-dimension-sharded and both-sharded operands).
 XLA_REPLICATED_OPS = frozenset({"chlo.top_k", "stablehlo.fft"})
+# A reduce of several operands at once (an argmax's values and indices) has no
+# all-reduce: XLA's reduce handler keeps each local result's reduced dimensions (size
+# one, tiled as the operand was), all-gathers them over the axes reduced over and
+# reduces the gathered results again (checked on XLA:CPU: argmax over a sharded axis).
+VARIADIC_REDUCE = "stablehlo.reduce"
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,12 @@ class OpCommunication:
     reason: str
     collective: Collective
     target: tuple | None = None  # per-dimension axes the operand is resharded to
+    # Which of XLA's reshard caches the reshard goes through: () the top level; the
+    # axes a dot's contraction stays sharded over, for a dot XLA partitions per group of
+    # devices sharing a contraction shard (``CreatePerGroupPartitioningState`` keeps a
+    # cache per device grouping). Only a reshard to the same target through the same
+    # cache reuses an earlier one.
+    cache: tuple = ()
 
 
 def _result_factor_axes(rule: OpShardingRule, results: Sequence[Tensor]) -> dict[int, tuple]:
@@ -207,6 +219,8 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     if all(r.sharding is None for r in results):
         return []
     replicated = op_name in XLA_REPLICATED_OPS
+    gathers_partials = op_name == VARIADIC_REDUCE and len(results) > 1
+    dot = op_name == "stablehlo.dot_general"
     rules = active_rules()
     if op_name == "stablehlo.dot_general" and rules.dot_operands_moved_as:
         operands = [rules.dot_operand(t) for t in operands]
@@ -214,13 +228,13 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     # but the platform (its bytes per element in collectives).
     key = (rule, tuple(operands), tuple(results),
            mesh.key if isinstance(mesh, MeshInfo) else (tuple(mesh) if mesh else None),
-           replicated, rules)
+           replicated, gathers_partials, dot, rules)
     found = _memo.get(key)
     if found is None:
         if len(_memo) >= _MEMO_LIMIT:
             _memo.clear()
         found = _memo[key] = tuple(_op_communication(rule, operands, results, mesh,
-                                                     replicated))
+                                                     replicated, gathers_partials, dot))
     return list(found)
 
 
@@ -229,8 +243,9 @@ _MEMO_LIMIT = 16384
 
 
 def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
-                      results: Sequence[Tensor], mesh,
-                      replicated: bool) -> list[OpCommunication]:
+                      results: Sequence[Tensor], mesh, replicated: bool,
+                      gathers_partials: bool = False,
+                      dot: bool = False) -> list[OpCommunication]:
     if replicated:
         factor_axes, reduction = dict.fromkeys(range(len(rule.factor_sizes)), ()), {}
     else:
@@ -239,6 +254,10 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     # operand onto devices where every group holds all of it (dot_groups).
     regrouped = (None if replicated or mesh is None
                  else regrouped_operand(rule, operands, results, mesh_axes(mesh)))
+    over = tuple(axis for axes in reduction.values() for axis in axes)
+    # A dot whose contraction stays sharded is partitioned per group of the devices
+    # holding one contraction shard: its operands are resharded within those groups.
+    cache = tuple(sorted(map(str, over))) if dot else ()
     out: list[OpCommunication] = []
     for index, operand in enumerate(operands):
         needed = required_sharding(rule, index, operand, factor_axes)
@@ -252,16 +271,21 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
             reason = (f"sharded {dims_text(operand.sharding)}, the dot groups on the other "
                       f"operand's non-contracting axes and first moves it to {dims_text(moved)}")
             for collective in reshard_tensor(operand, moved, mesh):
-                out.append(OpCommunication(index, reason, collective, target))
+                out.append(OpCommunication(index, reason, collective, target, cache))
             operand = replace(operand, sharding=moved)
         for collective in reshard_tensor(operand, needed, mesh):
             reason = (f"sharded {dims_text(operand.sharding)}, the op needs "
                       f"{dims_text(needed)}")
-            out.append(OpCommunication(index, reason, collective, target))
-    over = tuple(axis for axes in reduction.values() for axis in axes)
+            out.append(OpCommunication(index, reason, collective, target, cache))
     if over:
         for result in results:
             collective = all_reduce(result, over)
-            reason = "partial sums of a reduction sharded over " + ", ".join(map(str, over))
+            if gathers_partials:
+                collective = Collective(ALL_GATHER, collective.axes,
+                                        collective.bytes_per_device * size_product(over))
+                reason = ("partial results of a variadic reduce gathered over "
+                          + ", ".join(map(str, over)))
+            else:
+                reason = "partial sums of a reduction sharded over " + ", ".join(map(str, over))
             out.append(OpCommunication(None, reason, collective))
     return out

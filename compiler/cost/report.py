@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from jaxlib.mlir import ir
 
 from shardc.compiler.cost.indexed import indexed_communication
-from shardc.compiler.cost.op_comm import dims_text, op_communication
+from shardc.compiler.cost.op_comm import OpCommunication, dims_text, op_communication
 from shardc.compiler.cost.platforms import active_rules, platform_rules, predicting_for
 from shardc.compiler.cost.reshard import (
     ALL_REDUCE,
@@ -36,6 +36,7 @@ from shardc.compiler.cost.reshard import (
     Collective,
     collective_element_bytes,
     dim_axes,
+    maximal,
     reshard_tensor,
     shard_bytes,
 )
@@ -452,7 +453,7 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
     resharded = []
     for need in needs[0]:
         if need.target is not None:
-            reshard = (graph.op_operands[op][need.operand], need.target)
+            reshard = (graph.op_operands[op][need.operand], need.target, need.cache)
             if reshard in reader.resharded and active_rules().reuses_reshards:
                 continue  # XLA reuses the value it already resharded for an earlier op
             resharded.append(reshard)
@@ -468,6 +469,9 @@ def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
     """``(needs, *window)``: what op ``op``'s rule needs (``op_communication``, or
     XLA's gather/scatter handler) and, for a ``reduce_window``, its sharded
     window's collectives; ``((),)`` when the op has no rule or a non-static tensor."""
+    single = _single_device_needs(reader, op)
+    if single is not None:
+        return (single,)
     ruled = reader.rule_tensors(op)
     if ruled is None:
         return ((),)
@@ -484,6 +488,28 @@ def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
         needs = op_communication(rule, operands, results, mesh,
                                  op_name=reader.graph.op_name[op])
     return (tuple(needs), *window)
+
+
+def _single_device_needs(reader: ModuleValues, op: int) -> tuple[OpCommunication, ...] | None:
+    """The needs of an op that runs on one device (every result maximal, as a host
+    callback's): XLA's ``HandleSingleDevice`` reshards each operand to that device,
+    replicating a tiled one first (all-gathers, ``reshard_collectives``); None for
+    any other op."""
+    results = [reader.tensor(v) for v in reader.graph.op_results[op]]
+    if not results or any(t is None or not maximal(t.sharding, len(t.shape)) or
+                          not t.shape for t in results):
+        return None
+    target = results[0].sharding
+    needs = []
+    for index, value in enumerate(reader.graph.op_operands[op]):
+        operand = reader.tensor(value)
+        if operand is None or operand.sharding is None:
+            continue
+        reason = f"sharded {dims_text(operand.sharding)}, the op runs on one device"
+        needs.extend(OpCommunication(index, reason, collective)
+                     for collective in reshard_tensor(
+                         operand, target, reader.mesh_of(operand.sharding)))
+    return tuple(needs)
 
 
 def comm_report(module: ir.Module | ir.Operation, *,

@@ -57,7 +57,7 @@ def dim_axes(sharding: TensorSharding | None, rank: int) -> list[tuple[AxisRef, 
     return [dim.axes for dim in sharding.dims]
 
 
-def _maximal(sharding: TensorSharding | None, rank: int) -> bool:
+def maximal(sharding: TensorSharding | None, rank: int) -> bool:
     """Whether ``sharding`` puts a whole rank-``rank`` tensor on one device
     (``<@maximal_mesh_k, []>``, e.g. a host callback's result): only a maximal
     sharding lists fewer dimensions than its tensor has. A scalar's is told
@@ -372,14 +372,14 @@ def reshard_collectives(
     """
     element_bytes = collective_element_bytes(element_bytes, dtype, rules)
     rank = len(shape)
-    if _maximal(src, rank):
-        if _maximal(dst, rank) and dst.mesh == src.mesh:
+    if maximal(src, rank):
+        if maximal(dst, rank) and dst.mesh == src.mesh:
             return []
         # XLA's ``PartitionedHlo::Broadcast``: the owning device's value, zeros on the
         # others, all-reduced over every device; any tiling is then a free slice.
         names = tuple(name for name, _ in mesh_axes(mesh, None, dst))
         return [Collective(ALL_REDUCE, names, _bytes(shape, element_bytes))]
-    if _maximal(dst, rank):
+    if maximal(dst, rank):
         dst = None  # XLA replicates onto every device; the owner keeps its copy
     if dim_axes(src, rank) == dim_axes(dst, rank):
         return []
