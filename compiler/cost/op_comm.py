@@ -25,6 +25,7 @@ from shardc.compiler.cost.reshard import (
     ALL_GATHER,
     Collective,
     all_reduce,
+    axis_names,
     mesh_axes,
     reshard_tensor,
 )
@@ -42,7 +43,7 @@ XLA_REPLICATED_OPS = frozenset({"chlo.top_k", "stablehlo.fft"})
 # all-reduce: XLA's reduce handler keeps each local result's reduced dimensions (size
 # one, tiled as the operand was), all-gathers them over the axes reduced over and
 # reduces the gathered results again (checked on XLA:CPU: argmax over a sharded axis).
-VARIADIC_REDUCE = "stablehlo.reduce"
+VARIADIC_REDUCE = REDUCE = "stablehlo.reduce"
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,7 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     replicated = op_name in XLA_REPLICATED_OPS
     gathers_partials = op_name == VARIADIC_REDUCE and len(results) > 1
     dot = op_name == "stablehlo.dot_general"
+    reduce = op_name == REDUCE
     rules = active_rules()
     if op_name == "stablehlo.dot_general" and rules.dot_operands_moved_as:
         operands = [rules.dot_operand(t) for t in operands]
@@ -228,13 +230,14 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     # but the platform (its bytes per element in collectives).
     key = (rule, tuple(operands), tuple(results),
            mesh.key if isinstance(mesh, MeshInfo) else (tuple(mesh) if mesh else None),
-           replicated, gathers_partials, dot, rules)
+           replicated, gathers_partials, dot, reduce, rules)
     found = _memo.get(key)
     if found is None:
         if len(_memo) >= _MEMO_LIMIT:
             _memo.clear()
         found = _memo[key] = tuple(_op_communication(rule, operands, results, mesh,
-                                                     replicated, gathers_partials, dot))
+                                                     replicated, gathers_partials, dot,
+                                                     reduce))
     return list(found)
 
 
@@ -244,8 +247,8 @@ _MEMO_LIMIT = 16384
 
 def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
                       results: Sequence[Tensor], mesh, replicated: bool,
-                      gathers_partials: bool = False,
-                      dot: bool = False) -> list[OpCommunication]:
+                      gathers_partials: bool = False, dot: bool = False,
+                      reduce: bool = False) -> list[OpCommunication]:
     if replicated:
         factor_axes, reduction = dict.fromkeys(range(len(rule.factor_sizes)), ()), {}
     else:
@@ -255,6 +258,7 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     regrouped = (None if replicated or mesh is None
                  else regrouped_operand(rule, operands, results, mesh_axes(mesh)))
     over = tuple(axis for axes in reduction.values() for axis in axes)
+    reduces_per_dim = reduce and not gathers_partials
     # A dot whose contraction stays sharded is partitioned per group of the devices
     # holding one contraction shard: its operands are resharded within those groups.
     cache = tuple(sorted(map(str, over))) if dot else ()
@@ -280,6 +284,16 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     if over:
         for result in results:
             collective = all_reduce(result, over)
+            if reduces_per_dim:
+                # XLA's reduce handler all-reduces each sharded reduced dimension on
+                # its own, minor-most first, every time the whole (reduced) buffer.
+                for factor in sorted(reduction, reverse=True):
+                    if reduction[factor]:
+                        reason = ("partial sums of a reduction sharded over "
+                                  + ", ".join(map(str, reduction[factor])))
+                        out.append(OpCommunication(None, reason, replace(
+                            collective, axes=axis_names(reduction[factor]))))
+                continue
             if gathers_partials:
                 collective = Collective(ALL_GATHER, collective.axes,
                                         collective.bytes_per_device * size_product(over))
