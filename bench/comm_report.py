@@ -230,12 +230,6 @@ def _argmax(x):
     return jax.numpy.argmax(x, axis=-1)
 
 
-def _dot_both_ways(h, w, g):
-    """``h @ w`` contracting over ``model`` (partitioned per contraction group) and
-    ``g @ w^T`` (not): XLA gathers ``w`` for each, its reshard caches are apart."""
-    return h @ w, jax.lax.dot_general(g, w, (((1,), (1,)), ((), ())))
-
-
 HANDWRITTEN = {
     "all-gather": _reshard(P("x", "y"), P()),
     "all-to-all": _reshard(P("x", None), P(None, "x")),
@@ -274,9 +268,6 @@ HANDWRITTEN = {
     "sum over two sharded dimensions": _pair(
         "sum over two sharded dimensions", lambda x: x.sum() + x.max(), [(16, 32)],
         [P("data", "model")], P()),
-    "dot gathers once per cache": _pair(
-        "dot gathers once per cache", _dot_both_ways, [(16, 64), (64, 32), (16, 32)],
-        [P("data", "model"), P("model", "data"), P("data")], (P("data"), P("data", "model"))),
 }
 
 

@@ -54,12 +54,6 @@ class OpCommunication:
     reason: str
     collective: Collective
     target: tuple | None = None  # per-dimension axes the operand is resharded to
-    # Which of XLA's reshard caches the reshard goes through: () the top level; the
-    # axes a dot's contraction stays sharded over, for a dot XLA partitions per group of
-    # devices sharing a contraction shard (``CreatePerGroupPartitioningState`` keeps a
-    # cache per device grouping). Only a reshard to the same target through the same
-    # cache reuses an earlier one.
-    cache: tuple = ()
 
 
 def _result_factor_axes(rule: OpShardingRule, results: Sequence[Tensor]) -> dict[int, tuple]:
@@ -221,7 +215,6 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
         return []
     replicated = op_name in XLA_REPLICATED_OPS
     gathers_partials = op_name == VARIADIC_REDUCE and len(results) > 1
-    dot = op_name == "stablehlo.dot_general"
     reduce = op_name == REDUCE
     rules = active_rules()
     if op_name == "stablehlo.dot_general" and rules.dot_operands_moved_as:
@@ -230,14 +223,13 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     # but the platform (its bytes per element in collectives).
     key = (rule, tuple(operands), tuple(results),
            mesh.key if isinstance(mesh, MeshInfo) else (tuple(mesh) if mesh else None),
-           replicated, gathers_partials, dot, reduce, rules)
+           replicated, gathers_partials, reduce, rules)
     found = _memo.get(key)
     if found is None:
         if len(_memo) >= _MEMO_LIMIT:
             _memo.clear()
         found = _memo[key] = tuple(_op_communication(rule, operands, results, mesh,
-                                                     replicated, gathers_partials, dot,
-                                                     reduce))
+                                                     replicated, gathers_partials, reduce))
     return list(found)
 
 
@@ -247,7 +239,7 @@ _MEMO_LIMIT = 16384
 
 def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
                       results: Sequence[Tensor], mesh, replicated: bool,
-                      gathers_partials: bool = False, dot: bool = False,
+                      gathers_partials: bool = False,
                       reduce: bool = False) -> list[OpCommunication]:
     if replicated:
         factor_axes, reduction = dict.fromkeys(range(len(rule.factor_sizes)), ()), {}
@@ -259,9 +251,6 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
                  else regrouped_operand(rule, operands, results, mesh_axes(mesh)))
     over = tuple(axis for axes in reduction.values() for axis in axes)
     reduces_per_dim = reduce and not gathers_partials
-    # A dot whose contraction stays sharded is partitioned per group of the devices
-    # holding one contraction shard: its operands are resharded within those groups.
-    cache = tuple(sorted(map(str, over))) if dot else ()
     out: list[OpCommunication] = []
     for index, operand in enumerate(operands):
         needed = required_sharding(rule, index, operand, factor_axes)
@@ -275,12 +264,12 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
             reason = (f"sharded {dims_text(operand.sharding)}, the dot groups on the other "
                       f"operand's non-contracting axes and first moves it to {dims_text(moved)}")
             for collective in reshard_tensor(operand, moved, mesh):
-                out.append(OpCommunication(index, reason, collective, target, cache))
+                out.append(OpCommunication(index, reason, collective, target))
             operand = replace(operand, sharding=moved)
         for collective in reshard_tensor(operand, needed, mesh):
             reason = (f"sharded {dims_text(operand.sharding)}, the op needs "
                       f"{dims_text(needed)}")
-            out.append(OpCommunication(index, reason, collective, target, cache))
+            out.append(OpCommunication(index, reason, collective, target))
     if over:
         for result in results:
             collective = all_reduce(result, over)

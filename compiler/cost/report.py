@@ -497,7 +497,7 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
     resharded = []
     for need in needs[0]:
         if need.target is not None:
-            reshard = (graph.op_operands[op][need.operand], need.target, need.cache)
+            reshard = (graph.op_operands[op][need.operand], need.target)
             if reshard in reader.resharded and active_rules().reuses_reshards:
                 continue  # XLA reuses the value it already resharded for an earlier op
             resharded.append(reshard)
