@@ -194,6 +194,42 @@ def _target_logit_grad(logits, ids):
     return jax.grad(lambda x: pick(jax.nn.log_softmax(x)).sum())(logits)
 
 
+def _pair(name: str, fun, shapes, specs, outs):
+    """``fun`` of float32 arrays of ``shapes`` sharded ``specs`` on a 4x2 (data, model)
+    mesh, its results sharded ``outs``."""
+    def make(size: str = "small") -> Program:
+        mesh = make_mesh((4, 2), ("data", "model"))
+        rand = np.random.default_rng(6)
+        ins = shardings(mesh, tuple(specs))
+        args = place(tuple(rand.standard_normal(s).astype(np.float32) for s in shapes), ins)
+        return Program(name=name, description=name, fun=fun, args=args, in_shardings=ins,
+                       out_shardings=shardings(mesh, outs), mesh=mesh)
+    return make
+
+
+def _host_tanh(x: np.ndarray) -> np.ndarray:
+    return np.tanh(x).astype(x.dtype)
+
+
+def _host_callback(x):
+    """A host callback on a sharded operand: XLA runs it on one device, so it gathers the
+    operand there first (all-gathers) and broadcasts its result (an all-reduce)."""
+    return jax.pure_callback(_host_tanh, jax.ShapeDtypeStruct(x.shape, x.dtype), x * 2.0)
+
+
+def _checked_in_branch(x):
+    """A host callback in one branch of a ``cond`` (what ``eqx.error_if`` lowers to): its
+    result, on one device, is broadcast to the conditional's sharding in the branch."""
+    total = x.sum()
+    branch = lambda t: jax.pure_callback(_host_tanh, jax.ShapeDtypeStruct((), t.dtype), t)  # noqa: E731
+    return x * jax.lax.cond(total > 0, branch, lambda t: t, total)
+
+
+def _argmax(x):
+    """An argmax over a sharded axis: a reduce of values and indices together."""
+    return jax.numpy.argmax(x, axis=-1)
+
+
 HANDWRITTEN = {
     "all-gather": _reshard(P("x", "y"), P()),
     "all-to-all": _reshard(P("x", None), P(None, "x")),
@@ -223,6 +259,15 @@ HANDWRITTEN = {
         "window-of-one lookup gradient", _window_lookup_grad, (32, 64), P(None, "model")),
     "target logit gradient": _unit_window(
         "target logit gradient", _target_logit_grad, (8, 16, 64), P("data", None, "model")),
+    "host callback": _pair("host callback", _host_callback, [(16, 32)],
+                           [P("data", "model")], P("data", "model")),
+    "host callback in a branch": _pair("host callback in a branch", _checked_in_branch,
+                                       [(16, 32)], [P("data", "model")], P("data", "model")),
+    "argmax over a sharded axis": _pair("argmax over a sharded axis", _argmax, [(16, 64)],
+                                        [P("data", "model")], P("data")),
+    "sum over two sharded dimensions": _pair(
+        "sum over two sharded dimensions", lambda x: x.sum() + x.max(), [(16, 32)],
+        [P("data", "model")], P()),
 }
 
 

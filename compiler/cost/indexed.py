@@ -261,7 +261,8 @@ class _Partitioner:
         elif recursive:
             candidates = self.methods(fa, free)
             if candidates:
-                costed = [(self.cost(c, fa, target, free), k) for k, c in enumerate(candidates)]
+                costed = [(self.cost(c, fa, target, free, outer), k)
+                          for k, c in enumerate(candidates)]
                 candidates = [candidates[min(costed)[1]]]
         else:
             candidates = []
@@ -294,11 +295,20 @@ class _Partitioner:
                                shard, partial))
         return plan, computed
 
-    def cost(self, candidate, fa, target, free) -> tuple[int, int]:
-        """XLA's dry-run cost of one method: (peak memory, communication) in bytes."""
+    def cost(self, candidate, fa, target, free, outer: FactorAxes | None = None
+             ) -> tuple[int, int]:
+        """XLA's dry-run cost of one method: (peak memory, communication) in bytes.
+
+        Inside an enclosing method's groups (``outer``: the gather output axes
+        those groups impose) XLA dry-runs on the per-group shapes: the output
+        the method computes is sharded on ``outer`` too before it is resharded
+        to ``target``."""
         if candidate[0] == "batch":
             return (0, 0)  # the preferred method
-        plan, computed = self.level(fa, target, free, recursive=False, forced=candidate)
+        plan, computed = self.level(fa, target, free, recursive=False, forced=candidate,
+                                    outer=outer)
+        if not self.op.scatter and outer:
+            computed = _union(outer, computed)
         plan.steps.append(("reshard", "result", computed, target))
         memory = self.op_memory(plan.op_fa)
         comm = 0

@@ -22,10 +22,12 @@ from dataclasses import dataclass, replace
 from shardc.compiler.cost.dot_groups import regrouped_operand
 from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.cost.reshard import (
+    ALL_GATHER,
     COLLECTIVE_PERMUTE,
     REDUCE_SCATTER,
     Collective,
     all_reduce,
+    axis_names,
     mesh_axes,
     reshard_tensor,
 )
@@ -39,6 +41,11 @@ from shardc.compiler.sharding.tensor import DimSharding, MeshInfo, Tensor, Tenso
 # the result to its sharding (checked on XLA:CPU against compiled HLO: top_k and fft
 # with batch-sharded, sort-dimension-sharded and both-sharded operands).
 XLA_REPLICATED_OPS = frozenset({"chlo.top_k", "stablehlo.fft"})
+# A reduce of several operands at once (an argmax's values and indices) has no
+# all-reduce: XLA's reduce handler keeps each local result's reduced dimensions (size
+# one, tiled as the operand was), all-gathers them over the axes reduced over and
+# reduces the gathered results again (checked on XLA:CPU: argmax over a sharded axis).
+VARIADIC_REDUCE = REDUCE = "stablehlo.reduce"
 
 
 @dataclass(frozen=True)
@@ -209,21 +216,23 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     if all(r.sharding is None for r in results):
         return []
     replicated = op_name in XLA_REPLICATED_OPS
+    gathers_partials = op_name == VARIADIC_REDUCE and len(results) > 1
+    reduce = op_name == REDUCE
+    dot = op_name == "stablehlo.dot_general"
     rules = active_rules()
-    if op_name == "stablehlo.dot_general" and rules.dot_operands_moved_as:
+    if dot and rules.dot_operands_moved_as:
         operands = [rules.dot_operand(t) for t in operands]
     # Models repeat ops with equal shardings (layers): the answer depends on nothing else
     # but the platform (its bytes per element in collectives).
     key = (rule, tuple(operands), tuple(results),
            mesh.key if isinstance(mesh, MeshInfo) else (tuple(mesh) if mesh else None),
-           replicated, op_name == "stablehlo.dot_general", rules)
+           replicated, gathers_partials, reduce, dot, rules)
     found = _memo.get(key)
     if found is None:
         if len(_memo) >= _MEMO_LIMIT:
             _memo.clear()
         found = _memo[key] = tuple(_op_communication(rule, operands, results, mesh,
-                                                     replicated,
-                                                     op_name == "stablehlo.dot_general"))
+                                                     replicated, gathers_partials, reduce, dot))
     return list(found)
 
 
@@ -248,8 +257,9 @@ _MEMO_LIMIT = 16384
 
 
 def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
-                      results: Sequence[Tensor], mesh,
-                      replicated: bool, dot: bool = False) -> list[OpCommunication]:
+                      results: Sequence[Tensor], mesh, replicated: bool,
+                      gathers_partials: bool = False, reduce: bool = False,
+                      dot: bool = False) -> list[OpCommunication]:
     if replicated:
         factor_axes, reduction = dict.fromkeys(range(len(rule.factor_sizes)), ()), {}
     else:
@@ -258,6 +268,8 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     # operand onto devices where every group holds all of it (dot_groups).
     regrouped = (None if replicated or mesh is None
                  else regrouped_operand(rule, operands, results, mesh_axes(mesh)))
+    over = tuple(axis for axes in reduction.values() for axis in axes)
+    reduces_per_dim = reduce and not gathers_partials
     out: list[OpCommunication] = []
     for index, operand in enumerate(operands):
         needed = required_sharding(rule, index, operand, factor_axes)
@@ -277,12 +289,27 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
             reason = (f"sharded {dims_text(operand.sharding)}, the op needs "
                       f"{dims_text(needed)}")
             out.append(OpCommunication(index, reason, collective, target))
-    over = tuple(axis for axes in reduction.values() for axis in axes)
     if over:
         for result in results:
             collective = all_reduce(result, over)
-            reason = "partial sums of a reduction sharded over " + ", ".join(map(str, over))
-            if dot and collective.kind == REDUCE_SCATTER:
-                collective, reason = _windowed(rule, over, collective, reason)
+            if reduces_per_dim:
+                # XLA's reduce handler all-reduces each sharded reduced dimension on
+                # its own, minor-most first, every time the whole (reduced) buffer.
+                for factor in sorted(reduction, reverse=True):
+                    if reduction[factor]:
+                        reason = ("partial sums of a reduction sharded over "
+                                  + ", ".join(map(str, reduction[factor])))
+                        out.append(OpCommunication(None, reason, replace(
+                            collective, axes=axis_names(reduction[factor]))))
+                continue
+            if gathers_partials:
+                collective = Collective(ALL_GATHER, collective.axes,
+                                        collective.bytes_per_device * size_product(over))
+                reason = ("partial results of a variadic reduce gathered over "
+                          + ", ".join(map(str, over)))
+            else:
+                reason = "partial sums of a reduction sharded over " + ", ".join(map(str, over))
+                if dot and collective.kind == REDUCE_SCATTER:
+                    collective, reason = _windowed(rule, over, collective, reason)
             out.append(OpCommunication(None, reason, collective))
     return out

@@ -29,7 +29,7 @@ from math import prod
 from jaxlib.mlir import ir
 
 from shardc.compiler.cost.indexed import indexed_communication
-from shardc.compiler.cost.op_comm import dims_text, op_communication
+from shardc.compiler.cost.op_comm import OpCommunication, dims_text, op_communication
 from shardc.compiler.cost.platforms import (
     active_rules,
     platform_rules,
@@ -44,6 +44,8 @@ from shardc.compiler.cost.reshard import (
     Collective,
     collective_element_bytes,
     dim_axes,
+    maximal,
+    mesh_axes,
     reshard_tensor,
     shard_bytes,
 )
@@ -53,6 +55,7 @@ from shardc.compiler.diagnostics import SourceLoc, source_loc_of
 from shardc.compiler.propagation.manual import MANUAL_OP
 from shardc.compiler.propagation.values import ModuleValues, replicated
 from shardc.compiler.sharding.rules import INDEXED_ROLES, indexed_roles_for
+from shardc.compiler.sharding.tensor import Tensor, TensorSharding
 
 _EXPLICIT = {"sdy.reshard": "explicit reshard", "sdy.sharding_constraint": "sharding constraint"}
 # StableHLO collectives (written inside manual computations): kind, and whether
@@ -323,7 +326,7 @@ def _by_rule(graph, op: int) -> bool:
     if name == "func.return":
         return graph.op_name[graph.op_parent[op]] != "func.func"
     if name == "stablehlo.return":
-        return not _returns_carries(graph, op)
+        return not _returns_carries(graph, op) and not _returns_branch(graph, op)
     return True
 
 
@@ -361,6 +364,8 @@ def _found_at(reader: ModuleValues, op: int) -> Iterator[_Found]:
     elif name == "stablehlo.return" and _returns_carries(graph, op):
         yield from _carry_found(reader, graph.op_parent[op], operands,
                                   "returned by the loop body", at=ir_op)
+    elif name == "stablehlo.return":  # ends a branch of a case / if
+        yield from _branch_found(reader, op)
     elif name == MANUAL_OP:
         ins = store.manual[op][1]
         for k, value in enumerate(operands):
@@ -393,6 +398,46 @@ def _returns_carries(graph, op: int) -> bool:
         return False
     blocks = graph.op_blocks[owner]
     return len(blocks) == 2 and bool(blocks[1][1]) and blocks[1][1][-1] == op
+
+
+_BRANCHING = frozenset({"stablehlo.case", "stablehlo.if"})
+
+
+def _returns_branch(graph, op: int) -> bool:
+    """Whether ``op`` (a ``stablehlo.return``) ends a branch of a case / if."""
+    owner = graph.op_parent[op]
+    return owner >= 0 and graph.op_name[owner] in _BRANCHING
+
+
+def _branch_found(reader: ModuleValues, op: int) -> Iterator[_Found]:
+    """Values a branch returns sharded otherwise than the case / if returns them: XLA
+    partitions each branch to the conditional's sharding (``HandleConditional``), so
+    it reshards the branch's results there (a host callback's result, on one device,
+    is broadcast by an all-reduce)."""
+    graph = reader.graph
+    owner = graph.op_parent[op]
+    for k, (value, result) in enumerate(zip(graph.op_operands[op], graph.op_results[owner])):
+        src, dst = reader.tensor(value), reader.sharding(result)
+        if src is None or dst is None or src.sharding is None:
+            continue
+        found = _resharded(reader, src, dst)
+        if found:
+            reason = (f"branch result {k} {dims_text(src.sharding)}, the "
+                      f"{graph.op_name[owner].removeprefix('stablehlo.')} returns {dims_text(dst)}")
+            yield from _found(graph.ops[op], reason, found, ("operand", k))
+
+
+def _resharded(reader: ModuleValues, src: Tensor, dst: TensorSharding) -> list[Collective]:
+    """``reshard_tensor``, where a scalar on one device (its mesh maximal: a scalar's
+    sharding alone does not tell) is broadcast as any value on one device is."""
+    mesh = reader.meshes.get(src.sharding.mesh)
+    if mesh is None or not mesh.maximal:
+        return reshard_tensor(src, dst, reader.mesh_of(src.sharding, dst))
+    if not src.shape and dst.mesh != src.sharding.mesh:
+        names = tuple(name for name, _ in mesh_axes(reader.mesh_of(dst), None, dst))
+        return [Collective(ALL_REDUCE, names, collective_element_bytes(
+            src.element_bytes, src.dtype))]
+    return reshard_tensor(src, dst, reader.mesh_of(dst))  # the broadcast's axes: dst's mesh
 
 
 def _carry_found(reader: ModuleValues, loop: int, values: list[int], how: str,
@@ -476,6 +521,9 @@ def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
     """``(needs, *window)``: what op ``op``'s rule needs (``op_communication``, or
     XLA's gather/scatter handler) and, for a ``reduce_window``, its sharded
     window's collectives; ``((),)`` when the op has no rule or a non-static tensor."""
+    single = _single_device_needs(reader, op)
+    if single is not None:
+        return (single,)
     ruled = reader.rule_tensors(op)
     if ruled is None:
         return ((),)
@@ -492,6 +540,28 @@ def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
         needs = op_communication(rule, operands, results, mesh,
                                  op_name=reader.graph.op_name[op])
     return (tuple(needs), *window)
+
+
+def _single_device_needs(reader: ModuleValues, op: int) -> tuple[OpCommunication, ...] | None:
+    """The needs of an op that runs on one device (every result maximal, as a host
+    callback's): XLA's ``HandleSingleDevice`` reshards each operand to that device,
+    replicating a tiled one first (all-gathers, ``reshard_collectives``); None for
+    any other op."""
+    results = [reader.tensor(v) for v in reader.graph.op_results[op]]
+    if not results or any(t is None or not maximal(t.sharding, len(t.shape)) or
+                          not t.shape for t in results):
+        return None
+    target = results[0].sharding
+    needs = []
+    for index, value in enumerate(reader.graph.op_operands[op]):
+        operand = reader.tensor(value)
+        if operand is None or operand.sharding is None:
+            continue
+        reason = f"sharded {dims_text(operand.sharding)}, the op runs on one device"
+        needs.extend(OpCommunication(index, reason, collective)
+                     for collective in reshard_tensor(
+                         operand, target, reader.mesh_of(operand.sharding)))
+    return tuple(needs)
 
 
 def comm_report(module: ir.Module | ir.Operation, *,

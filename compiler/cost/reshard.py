@@ -57,7 +57,7 @@ def dim_axes(sharding: TensorSharding | None, rank: int) -> list[tuple[AxisRef, 
     return [dim.axes for dim in sharding.dims]
 
 
-def _maximal(sharding: TensorSharding | None, rank: int) -> bool:
+def maximal(sharding: TensorSharding | None, rank: int) -> bool:
     """Whether ``sharding`` puts a whole rank-``rank`` tensor on one device
     (``<@maximal_mesh_k, []>``, e.g. a host callback's result): only a maximal
     sharding lists fewer dimensions than its tensor has. A scalar's is told
@@ -79,7 +79,8 @@ def shard_bytes(shape: Sequence[int], element_bytes: int,
     return total
 
 
-def _names(axes: Sequence[AxisRef]) -> tuple[str, ...]:
+def axis_names(axes: Sequence[AxisRef]) -> tuple[str, ...]:
+    """The axes' names, unquoted (as a ``Collective`` lists them)."""
     return tuple(str(a).strip('"') for a in axes)
 
 
@@ -372,14 +373,14 @@ def reshard_collectives(
     """
     element_bytes = collective_element_bytes(element_bytes, dtype, rules)
     rank = len(shape)
-    if _maximal(src, rank):
-        if _maximal(dst, rank) and dst.mesh == src.mesh:
+    if maximal(src, rank):
+        if maximal(dst, rank) and dst.mesh == src.mesh:
             return []
         # XLA's ``PartitionedHlo::Broadcast``: the owning device's value, zeros on the
         # others, all-reduced over every device; any tiling is then a free slice.
         names = tuple(name for name, _ in mesh_axes(mesh, None, dst))
         return [Collective(ALL_REDUCE, names, _bytes(shape, element_bytes))]
-    if _maximal(dst, rank):
+    if maximal(dst, rank):
         dst = None  # XLA replicates onto every device; the owner keeps its copy
     if dim_axes(src, rank) == dim_axes(dst, rank):
         return []
@@ -405,8 +406,8 @@ def _reshard_uncached(shape: tuple[int, ...], element_bytes: int,
     a, b = _tiling(src, rank, axes), _tiling(dst, rank, axes)
     if a == b:
         return []
-    names = [_names(d) for d in before]
-    moved_names = _names([ax for d in before for ax in d])
+    names = [axis_names(d) for d in before]
+    moved_names = axis_names([ax for d in before for ax in d])
     if a.counts == b.counts and a.replication == b.replication:
         return [Collective(COLLECTIVE_PERMUTE, moved_names,
                            _bytes(_local(shape, a.counts), element_bytes))]
@@ -474,6 +475,6 @@ def all_reduce(result: Tensor, over: Sequence[AxisRef]) -> Collective:
     rules = active_rules()
     sliced = any(len(k) != len(dim) for k, dim in zip(kept, axes))
     kind = REDUCE_SCATTER if sliced and rules.forms_reduce_scatter else ALL_REDUCE
-    return Collective(kind, _names(over), shard_bytes(
+    return Collective(kind, axis_names(over), shard_bytes(
         result.shape, collective_element_bytes(result.element_bytes, result.dtype, rules),
         kept))

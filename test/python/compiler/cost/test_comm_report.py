@@ -119,6 +119,18 @@ def test_every_program_matches_xla_or_is_explained(rows):
             assert abs(predicted - measured) <= 0.10 * max(measured, 1), (row.name, kind)
 
 
+@pytest.mark.parametrize("name", ["host callback", "host callback in a branch",
+                                  "argmax over a sharded axis", "sum over two sharded dimensions"])
+def test_partitioner_rules_predict_xla_bytes_exactly(rows, name):
+    """One program per rule of XLA's partitioner the report follows: an op on one
+    device gathers its operands; a branch's results take the conditional's sharding; a
+    variadic reduce all-gathers its partial results; a reduce all-reduces each sharded
+    dimension apart. Every kind's bytes are XLA's, as compiled."""
+    row = rows[name]
+    assert row.predicted == row.xla, (row.predicted, row.xla)
+    assert any(row.xla.values())
+
+
 def test_table_and_json_name_every_program(rows):
     from bench import comm_report
 
