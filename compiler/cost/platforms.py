@@ -17,6 +17,10 @@ collectives but differs in a few measurable ways, each one field here:
   up to ``all_reduce_combine_bytes``, so the count falls and the bytes stay;
   XLA:CPU combines none of a step's gradients in the figures measured, so
   there the count is one per reduction;
+* dots in a wider type: XLA:CPU computes a bf16 dot in f32 (YNNPACK's
+  ``ynn_fusion``), its operands converted into f32 buffers and its result
+  written in f32 before the next fusion rounds it; XLA:TPU's MXU takes bf16
+  (``dot_computed_as``);
 * buffer layout: XLA:TPU tiles arrays in memory (rank >= 2: two dimensions
   padded to (8, 128) tiles, fewer than 8 rows to a power of two, the two
   that pad least, as XLA picks the layout;
@@ -69,6 +73,10 @@ class PlatformRules:
     tile: tuple[int, int] | None = None
     vector_tile: int = 1
     min_buffer_bytes: int = 0
+    # Element types whose dots the backend computes wider, and the bytes per element
+    # it computes them in: each operand converted into a wide buffer (one per value,
+    # kept for every dot reading it), the result wide while the dot runs.
+    dot_computed_as: Mapping[str, int] = field(default_factory=dict)
     # The alignment of each temporary's offset in the heap XLA packs them into.
     heap_alignment: int = 1
 
@@ -118,7 +126,8 @@ def _power_of_two(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, heap_alignment=64)
+CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as={"bf16": 4},
+                    heap_alignment=64)
 # The combine threshold is XLA:TPU's default all-reduce combiner size (the
 # step's gradients of the bench's programs combine into one op per device group).
 TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_reshards=False,
