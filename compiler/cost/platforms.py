@@ -30,6 +30,10 @@ collectives but differs in a few measurable ways, each one field here:
 * all-reduce reassociation: the sum of two all-reduced partial sums over the
   same devices (the gradient of an activation read by several dots, e.g.
   Q, K and V) is one all-reduce of the summed partial sums;
+* dots in a wider type: XLA:CPU computes a bf16 dot in f32 (YNNPACK's
+  ``ynn_fusion``), its operands converted into f32 buffers and its result
+  written in f32 before the next fusion rounds it; XLA:TPU's MXU takes bf16
+  (``dot_computed_as``);
 * buffer layout: XLA:TPU tiles arrays in memory (rank >= 2: two dimensions
   padded to (8, 128) tiles, fewer than 8 rows to a power of two, the two
   that pad least, as XLA picks the layout;
@@ -98,6 +102,14 @@ class PlatformRules:
     tile: tuple[int, int] | None = None
     vector_tile: int = 1
     min_buffer_bytes: int = 0
+    # Element types whose dots the backend computes wider, and the bytes per element
+    # it computes them in: each operand converted into a wide buffer (one per value,
+    # kept for every dot reading it), the result wide while the dot runs.
+    dot_computed_as: Mapping[str, int] = field(default_factory=dict)
+    # From how many input elements per device an f32 sum, max or min is a custom
+    # fusion of its own (XLA:CPU's YNNPACK reductions; 0: never), whose chain's
+    # inputs are then buffers rather than recomputed.
+    offloaded_reduction_elements: int = 0
     # The alignment of each temporary's offset in the heap XLA packs them into.
     heap_alignment: int = 1
     # Whether a fusible value read by several fusing ops (a reduction among them, or
@@ -186,7 +198,10 @@ def _power_of_two(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, heap_alignment=64)
+# XLA:CPU's YNNPACK reduction threshold, probed on jaxlib 0.10.2: 4095 elements
+# stay a loop fusion.
+CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as={"bf16": 4},
+                    offloaded_reduction_elements=4096, heap_alignment=64)
 # The combine threshold is XLA:TPU's default all-reduce combiner size (the
 # step's gradients of the bench's programs combine into one op per device group).
 # The windowed reduce-scatter's threshold: XLA:TPU v5e compiles (16x16 and 4x4

@@ -15,6 +15,7 @@ rules and the buffer assignments they were read from.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
 
 from jaxlib.mlir import ir
 
@@ -42,6 +43,11 @@ _EXPENSIVE = frozenset("stablehlo." + n for n in (
 # select_dynamic-update-slice_fusion, dynamic-update-slice_add_fusion in its loop bodies).
 _FUSING_CONSUMERS = FUSING_CONSUMERS | frozenset({"func.return",
                                                   "stablehlo.dynamic_update_slice"})
+
+
+# XLA:CPU offloads an f32 reduction with one of these bodies to YNNPACK from
+# ``PlatformRules.offloaded_reduction_elements`` input elements on.
+_YNN_REDUCERS = frozenset({"stablehlo.add", "stablehlo.maximum", "stablehlo.minimum"})
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,8 @@ class LivenessWalker:
                 if block_ops:
                     self.block_args[block_ops[0]] = block_args
         self.buffers: list[Allocation] = []
+        # results of the main function written into donated arguments' buffers
+        self.aliased_outputs: set[int] = set()
         self.state = ir.AsmState(values.graph.module)
         self.rules = active_rules()  # the platform's buffer layout
 
@@ -115,6 +123,35 @@ class LivenessWalker:
         total = self.rules.buffer_bytes(shard, tensor.element_bytes)
         element = ir.ShapedType(self.graph.values[value].type).element_type
         return Slot(total, (tuple(shard), str(element)))
+
+    def one_output(self, value: int, op: int) -> bool:
+        """Whether ``value`` is read by one chain of fusible ops, each read once and
+        each keeping its number of elements, that ends in the block's return (it
+        writes a single output of its size, not one aliased with a donated argument).
+        A chain that pads or concatenates it
+        into a larger output (a stacked layer's gradient) writes that output from
+        several such values at once: each stays a buffer of its own."""
+        graph = self.graph
+        shape = graph.value_shape[value]
+        elements = prod(shape) if shape is not None else -1
+        for _ in range(64):
+            readers = {self.top_user(u, op) for u, _ in graph.uses[value]}
+            if len(readers) != 1:
+                return False
+            op = next(iter(readers))
+            if graph.op_name[op] == "stablehlo.return":
+                return True
+            if graph.op_name[op] == "func.return":
+                # a donated argument's buffer holds an aliased output: not free before
+                return graph.op_operands[op].index(value) not in self.aliased_outputs
+            results = graph.op_results[op]
+            if graph.op_name[op] not in FUSIBLE or len(results) != 1:
+                return False
+            value = results[0]
+            shape = graph.value_shape[value]
+            if shape is None or prod(shape) != elements:
+                return False
+        return False
 
     def aligned(self, size: int) -> int:
         """``size`` as the platform's heap holds a buffer of it: rounded up to the
@@ -158,7 +195,52 @@ class LivenessWalker:
         if len(tops) < 2:
             return False
         return graph.op_name[op] in _EXPENSIVE or any(
-            graph.op_name[t] == "stablehlo.reduce" for t in tops)
+            graph.op_name[t] == "stablehlo.reduce" or self.offloaded_reduction(t)
+            for t in tops)
+
+    def offloaded_reduction(self, op: int) -> bool:
+        """Whether ``op`` is, or fuses through a chain of fusible ops each read once
+        into, a reduction XLA:CPU hands to YNNPACK: an f32 sum, max or min over at
+        least ``PlatformRules.offloaded_reduction_elements`` input elements per
+        device (XLA's ``IsReduceOpSupportedByYnn``).
+
+        Such a reduction is a custom fusion of its own that takes the chain's
+        elementwise ops but not the values they read, so a value read by the
+        chain and by other ops is a buffer: a llama-shaped step's residual
+        stream (``wrapped_add``, read by the RMS norm's ``x * x`` fused into
+        ``ynn_fusion`` and by the next residual add) and its normalised
+        ``x * rsqrt`` (read by the scale's gradient reduction and the scale
+        multiply). A smaller reduction is a loop fusion that recomputes the
+        chain and its inputs (vit_bf16's and transformer's layer norms).
+        """
+        graph = self.graph
+        for _ in range(64):
+            if graph.op_name[op] == "stablehlo.reduce":
+                return self._ynn_reduce(op)
+            results = graph.op_results[op]
+            if graph.op_name[op] not in FUSIBLE or len(results) != 1:
+                return False
+            readers = {self.top_user(u, op) for u, _ in graph.uses[results[0]]}
+            if len(readers) != 1:
+                return False
+            op = next(iter(readers))
+        return False
+
+    def _ynn_reduce(self, op: int) -> bool:
+        threshold = self.rules.offloaded_reduction_elements
+        if not threshold:
+            return False
+        graph = self.graph
+        operands, results = graph.op_operands[op], graph.op_results[op]
+        if len(results) != 1 or not operands or graph.value_shape[operands[0]] is None:
+            return False
+        if str(ir.ShapedType(graph.values[results[0]].type).element_type) != "f32":
+            return False
+        body = [graph.op_name[o] for _, nested in graph.op_blocks[op] for o in nested]
+        if len(body) != 2 or body[0] not in _YNN_REDUCERS:
+            return False
+        shard, _ = self.slot(operands[0]).key
+        return prod(shard) >= threshold
 
     def last_read(self, value: int, op: int, position: dict[int, int], returned: set[int],
                   at: int, memo: dict[int, int] | None = None) -> int:
@@ -426,6 +508,24 @@ class LivenessWalker:
                     self.top_user(self.graph.value_def[value], ops[0]), first))
             gathered.setdefault(first, []).append((self.aligned(size), last))
         extend = self.combined(ops)
+        # An all-reduce writes a buffer apart from its operand's, both live while it
+        # runs; a combined one runs where the last of its members is, so all the
+        # members' operands are live there with their results (eqx_partition_jit's
+        # gradients: all-reduce.15, a tuple of ten, at position 74 of its schedule).
+        # The reduced copies stay in the heap. A value whose one reader chain writes an
+        # output is counted once: XLA puts its operand in that output's allocation
+        # (mlp_data_parallel's gradients, reduced, then copied transposed into the
+        # outputs: dot.5-7 in the outputs' allocations, all-reduce.4's tuple in the
+        # heap, where the value's own interval stands for it).
+        reducing: dict[int, list[int]] = {}
+        for i, op in enumerate(ops):
+            if op in self.reduced:
+                for value in graph.op_results[op]:
+                    if value not in returned and not self.one_output(value, op):
+                        # it runs after the op, once the op's operands are freed
+                        at = min(extend.get(value, i) + 1, len(ops) - 1)
+                        reducing.setdefault(at, []).append(
+                            self.aligned(self.reduced_bytes(value)))
         early = self.unanchored(ops)
         owner = graph.op_name[graph.op_parent[ops[0]]] if ops else ""
         carries = args if owner == "stablehlo.while" else set()
@@ -479,12 +579,15 @@ class LivenessWalker:
             # its own peak holds them while it runs
             inside = set() if looped or not inner else set(graph.op_results[op])
             now = (live - handed + sum(s for v, s, _ in allocated if v not in inside)
-                   + transient)
+                   + transient + sum(reducing.get(i, ())))
             if now > best:
                 best, best_op = now, op
             if record is not None and transient:
                 # nested peaks and buffers live only while the op runs stay in the heap
                 record.append(Interval(i, i, transient, None, fits_output=False))
+            if record is not None:
+                record.extend(Interval(i, i, size, None, fits_output=False)
+                              for size in reducing.get(i, ()))
             for value, size, last in allocated:
                 live += size
                 buffer = None

@@ -20,7 +20,10 @@ not divide counting padded like XLA pads it:
   users are all fusible ops, reductions or dynamic-update-slices, since XLA
   fuses such producers into their consumer, unless
   several ops read one that is expensive (XLA does not duplicate exp, tanh,
-  rsqrt, ...) or feeds a reduction; a transpose read only by dots is
+  rsqrt, ...) or feeds a reduction, directly or, when XLA:CPU hands the
+  reduction to YNNPACK (an f32 sum/max/min of at least 4096 elements per
+  device), through a chain of fused ops each read once (an RMS norm's
+  ``x * x``); a transpose read only by dots is
   folded into them; chlo's elementwise ops (``square``, ``erf``) fuse alike. A buffer is freed after the last op reading it, a fused reader
   reading it where its own readers run. Values returned from the function
   (and the ops producing them) live in the output buffers, not in
@@ -48,6 +51,15 @@ not divide counting padded like XLA pads it:
 * in place: ``while`` results reuse their carries (a carry the body returns
   unchanged is its init value), ``dynamic_update_slice``/``scatter`` their
   dying operand, and a reshape shares its operand's buffer;
+* an all-reduce writes a buffer apart from its operand's, right after the op
+  (after a combined one's last member), unless the value's one reader chain
+  writes a same-sized output not aliased with a donated argument (XLA puts
+  the operand in that output's allocation);
+* dots in a wider type: on XLA:CPU a bf16 dot's operands are converted to f32
+  buffers (one per value, kept for all its dots), its f32 result is live
+  while it runs (``PlatformRules.dot_computed_as``), and in a loop body the
+  convert of a slice of a loop-invariant input is hoisted: the whole input in
+  f32 while the loop runs;
 * the heap: temporaries are packed as XLA's buffer assigner packs them
   (``heap``: best fit, largest or longest-lived first, offsets aligned to
   64 bytes on XLA:CPU), so ``temp`` is the heap's size, at least the live peak.
@@ -194,6 +206,7 @@ def _estimate(values: ModuleValues, top: int,
         # XLA's tuple of outputs: a table of pointers, a buffer as the platform lays out.
         output_bytes += active_rules().buffer_bytes((len(outputs),), _POINTER_BYTES)
     aliases = find_aliases(donations(graph.ops[func]), arguments, outputs, arg_names)
+    walker.aliased_outputs = {alias.result for alias in aliases}
     returned = set(graph.op_operands[ret])
     # The op that produces a result writes it straight into the output buffer.
     producers = {k: walker.root(value) for k, value in enumerate(graph.op_operands[ret])}

@@ -27,6 +27,10 @@ from shardc.compiler.explain.layout import relayout, transposed_gather
 from shardc.compiler.propagation.values import ModuleValues
 
 RESHARDS = frozenset({"sdy.reshard", "sdy.sharding_constraint"})
+_DOTS = frozenset({"stablehlo.dot_general", "stablehlo.convolution"})
+# ops that move their operand's elements unchanged
+_MOVES = RESHARDS | frozenset({"stablehlo.reshape", "stablehlo.transpose",
+                               "stablehlo.broadcast_in_dim", "sdy.data_flow_edge"})
 CONSTANTS = frozenset({"sdy.constant", "stablehlo.constant", "stablehlo.iota"})
 
 
@@ -41,6 +45,8 @@ class OpNeeds:
     # result -> bytes of its partial sums when the all-reduce precedes a slice
     partial: dict[int, int] = field(default_factory=dict)
     moved: set[int] = field(default_factory=set)  # explicit reshards that move data
+    # (while op, body argument) whose wide copy XLA hoists out of the loop
+    hoisted: set[tuple[int, int]] = field(default_factory=set)
 
     @classmethod
     def collect(cls, values: ModuleValues) -> OpNeeds:
@@ -119,9 +125,96 @@ class OpNeeds:
             if size:  # XLA copies it transposed as soon as the operand exists
                 value = graph.op_operands[op][index]
                 self.needs.setdefault(op, []).append(((value, ("transposed", op, index)), size, 0))
+        if name in _DOTS:
+            self._widen(values, op, operands, results)
         if reduced:
             self.reduced[op] = tuple(sorted(str(a) for a in reduced))
             self._partial_sums(graph.op_results[op], results, reduced)
+
+    def _widen(self, values: ModuleValues, op: int, operands, results) -> None:
+        """Record the wide buffers of a dot the platform computes in a wider type
+        (``PlatformRules.dot_computed_as``): its wide result, live while the dot runs
+        (XLA:CPU's ``ynn_fusion`` writes f32, the rounding to bf16 is the next
+        fusion's: vit_bf16's ``wrapped_convert`` right after each dot), and one
+        converted copy per operand value, shared by every dot reading it (XLA CSEs
+        the converts: a llama-shaped step's f32 weights serve the forward and the
+        backward dots), unless the operand is already wide: another such dot's
+        result, seen through ops that only move it."""
+        graph = values.graph
+        wide = active_rules().dot_computed_as
+        for value, result in zip(graph.op_results[op], results):
+            element = wide.get(result.dtype)
+            if element:
+                self.extra[op] = self.extra.get(op, 0) + shard_bytes(
+                    result.shape, element, dim_axes(result.sharding, len(result.shape)))
+        for index, operand in enumerate(operands):
+            element = wide.get(operand.dtype)
+            value = graph.op_operands[op][index]
+            if not element or self._computed_wide(graph, value):
+                continue
+            size = shard_bytes(operand.shape, element,
+                               dim_axes(operand.sharding, len(operand.shape)))
+            self.needs.setdefault(op, []).append(((value, ("widened",)), size, 0))
+            self._hoist_widened(values, value, element)
+
+    def _hoist_widened(self, values: ModuleValues, value: int, element: int) -> None:
+        """Record the wide copy of a whole loop input a dot in the loop body reads a
+        slice of: XLA hoists the loop-invariant convert out of the loop, so a
+        scanned step converts each stacked bf16 weight and each stacked saved
+        activation to f32 in one buffer, live while the loop runs (the
+        llama-shaped scanned step's ``wrapped_convert`` of ``f32[2,1,64,256]``
+        before its backward loop)."""
+        graph = values.graph
+        while graph.value_def[value] >= 0 and graph.op_name[graph.value_def[value]] in _MOVES:
+            value = graph.op_operands[graph.value_def[value]][0]
+        owner = graph.value_def[value]
+        if owner < 0 or graph.op_name[owner] != "stablehlo.dynamic_slice":
+            return
+        sliced = graph.op_operands[owner][0]
+        loop = self._invariant_in(graph, owner, sliced)
+        if loop is None or (loop, sliced) in self.hoisted:
+            return
+        self.hoisted.add((loop, sliced))
+        args = graph.op_blocks[loop][1][0]
+        whole = values.tensor(graph.op_operands[loop][args.index(sliced)]
+                              if sliced in args else sliced)
+        if whole is None or whole.sharding is None:
+            return
+        self.extra[loop] = self.extra.get(loop, 0) + shard_bytes(
+            whole.shape, element, dim_axes(whole.sharding, len(whole.shape)))
+
+    @staticmethod
+    def _invariant_in(graph, op: int, value: int) -> int | None:
+        """The while loop around ``op`` to which ``value`` is loop-invariant: defined
+        outside it (a body may read enclosing values) or a body argument the body
+        returns unchanged; None if there is no such loop."""
+        loop = graph.op_parent[op]
+        while loop >= 0 and graph.op_name[loop] != "stablehlo.while":
+            loop = graph.op_parent[loop]
+        if loop < 0 or len(graph.op_blocks[loop]) < 2:
+            return None
+        args, ops = graph.op_blocks[loop][1]
+        if value in args:
+            k = args.index(value)
+            returned = graph.op_operands[ops[-1]] if ops else []
+            return loop if k < len(returned) and returned[k] == value else None
+        inner = graph.value_def[value]
+        while inner >= 0 and inner != loop:
+            inner = graph.op_parent[inner]
+        return None if inner == loop else loop  # else defined outside the loop
+
+    @staticmethod
+    def _computed_wide(graph, value: int) -> bool:
+        """Whether ``value`` is a dot's result seen through ops that only move it."""
+        while graph.value_def[value] >= 0:
+            owner = graph.value_def[value]
+            name = graph.op_name[owner]
+            if name in _DOTS:
+                return True
+            if name not in _MOVES or not graph.op_operands[owner]:
+                return False
+            value = graph.op_operands[owner][0]
+        return False
 
     def _partial_sums(self, values: list[int], results, reduced: set) -> None:
         """Record the unsliced partial-sum buffers of an op whose result is sharded
