@@ -500,7 +500,7 @@ class JitFunction(JitCalls, JitSurface):
             # A hit may come with another concrete mesh of the same shape.
             results = self._result_signature(
                 jax.tree.unflatten(cached.out_tree, [leaf.aval for leaf in cached.results]),
-                mesh, [leaf.type_sharding for leaf in cached.results])
+                mesh, signature.leaf_types(cached.results))
         else:  # the miss that just wrote the entry, for this very mesh
             results = list(cached.results)
         signature.check_result_devices(arg_leaves, results)

@@ -20,6 +20,8 @@ from jaxlib.mlir.dialects import stablehlo
 
 from shardc.compiler import annotation
 from shardc.compiler.signature import LeafSignature
+from shardc.dialects import jax_private
+from shardc.runtime import tokens
 
 MEMORY_KIND_ATTR = "mhlo.memory_kind"
 DEVICE_MEMORY = "device"
@@ -27,19 +29,37 @@ PLACEMENT_TARGET = "annotate_device_placement"
 
 
 def memory_kind(leaf: LeafSignature) -> str | None:
-    """The memory a value is asked to live in (None: none asked)."""
-    return None if leaf.sharding is None else leaf.sharding.memory_kind
+    """The memory a value is asked to live in: its sharding's where one is given (a
+    committed argument's own), else the one its type says (an array in host memory);
+    None: none asked."""
+    if leaf.sharding is not None:
+        return leaf.sharding.memory_kind
+    return _type_memory_kind(leaf)
+
+
+def result_memory_kind(leaf: LeafSignature) -> str | None:
+    """The memory a result is compiled into once any memory is not the device's, as
+    jax lowers it: the one asked for it, else its traced type's (the device's where
+    the type says none)."""
+    if tokens.is_token(leaf.aval):
+        return None
+    return memory_kind(leaf) or _type_memory_kind(leaf) or DEVICE_MEMORY
+
+
+def _type_memory_kind(leaf: LeafSignature) -> str | None:
+    return None if leaf.memory_space is None else jax_private.memory_kind_of_space(
+        leaf.memory_space)
 
 
 def write_memory_kinds(module: ir.Module, args: Sequence[LeafSignature],
                        results: Sequence[LeafSignature],
                        offsets: tuple[int, int] = (0, 0)) -> None:
-    """Write the memory kinds on ``@main`` and place the results in theirs (jax's
-    ``lower_jaxpr_to_module`` with a memory other than the device's); ``offsets``:
-    where ``args`` and ``results`` start among ``@main``'s
+    """Write the memory kinds on ``@main`` and place the results asked for in theirs
+    (jax's ``lower_jaxpr_to_module`` with a memory other than the device's);
+    ``offsets``: where ``args`` and ``results`` start among ``@main``'s
     (``annotation.user_offsets``)."""
     arg_kinds = [memory_kind(leaf) for leaf in args]
-    result_kinds = [memory_kind(leaf) for leaf in results]
+    result_kinds = [result_memory_kind(leaf) for leaf in results]
     if all(kind in (None, DEVICE_MEMORY) for kind in (*arg_kinds, *result_kinds)):
         return
     func = annotation.main_function(module)
@@ -48,7 +68,9 @@ def write_memory_kinds(module: ir.Module, args: Sequence[LeafSignature],
         annotation.set_function_attrs(
             func, MEMORY_KIND_ATTR,
             [None if kind is None else ir.StringAttr.get(kind) for kind in kinds], which, offset)
-    _place_results(func, [None] * offsets[1] + result_kinds)
+    # Only a memory given to jit is a transfer: one the type says is where XLA computes it.
+    _place_results(func, [None] * offsets[1] + [
+        None if leaf.sharding is None else leaf.sharding.memory_kind for leaf in results])
     # A buffer is only aliased within its memory, as in jax.
     annotation.donate_only_where(func, args, results,
                                  lambda arg, out: memory_kind(arg) == memory_kind(out), offsets)

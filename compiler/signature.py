@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -389,7 +389,11 @@ def memory_space(value: Any) -> Any:
     if jax_private.is_tracer(value) or jax_private.is_ref(value) \
             or not isinstance(value, jax.Array):
         return None
-    space = getattr(jax.typeof(value), "memory_space", None)
+    return _type_memory(jax.typeof(value))
+
+
+def _type_memory(aval: Any) -> Any:
+    space = getattr(aval, "memory_space", None)
     return None if space in (None, jax.memory.Space.Device) else space
 
 
@@ -723,11 +727,12 @@ def result_signature(
 ) -> list[LeafSignature]:
     """Resolve the results' shardings against the traced output avals: the given ones,
     else (with ``follow_types``) the ones their types carry on Explicit axes.
-    ``types``: per result, the sharding of its traced type (``result_types``), which
-    the sharding it comes back with follows (``shardc.runtime.result_shardings``)."""
+    ``types``: per result, its traced type (``result_types``): the sharding it comes
+    back with follows the type's (``shardc.runtime.result_shardings``), and its
+    memory is the type's where no sharding is given (``shardc.compiler.memories``)."""
     paths, avals = flatten_with_paths(out_info, "result")
     given = broadcast_shardings(out_shardings, out_info, "out_shardings")
-    types = list(types) if types is not None else [None] * len(avals)
+    types = list(types) if types is not None else [ResultType(None)] * len(avals)
     leaves = []
     checked: set[tuple] = set()  # as in argument_signature
     for path, aval, entry, type_of in zip(paths, avals, given, types):
@@ -744,15 +749,30 @@ def result_signature(
         if sharding is not None and (sharding, aval.shape) not in checked:
             check_sharding(sharding, aval, path)
             checked.add((sharding, aval.shape))
-        leaves.append(LeafSignature(path, aval, sharding, type_of))
+        leaves.append(LeafSignature(path, aval, sharding, type_of.sharding,
+                                    memory_space=type_of.memory_space))
     return leaves
 
 
-def result_types(traced: Any) -> list[NamedSharding | None]:
-    """The sharding each traced result's type carries (``jax.typeof(result).sharding``:
-    its mesh's axis names and types even where every axis is Auto, which ``out_info``
-    leaves out)."""
-    return [getattr(aval, "sharding", None) for aval in traced.jaxpr.out_avals]
+class ResultType(NamedTuple):
+    """What a traced result's type says beyond its shape: the sharding it carries
+    (``jax.typeof(result).sharding``: its mesh's axis names and types even where every
+    axis is Auto, which ``out_info`` leaves out) and the memory it lives in where not
+    the device's (None)."""
+
+    sharding: NamedSharding | None
+    memory_space: Any = None
+
+
+def result_types(traced: Any) -> list[ResultType]:
+    """Each traced result's ``ResultType``."""
+    return [ResultType(getattr(aval, "sharding", None), _type_memory(aval))
+            for aval in traced.jaxpr.out_avals]
+
+
+def leaf_types(results: Sequence[LeafSignature]) -> list[ResultType]:
+    """The ``ResultType``s results were signed with (a lowering read back from a cache)."""
+    return [ResultType(leaf.type_sharding, leaf.memory_space) for leaf in results]
 
 
 def typed_sharding(aval: Any, mesh: AnyMesh | None) -> NamedSharding | None:

@@ -154,19 +154,21 @@ def sharding_from_op_sharding(op_sharding: Any, mesh: Any, devices: tuple, ndim:
     return named if named.is_equivalent_to(gspmd, ndim) else gspmd
 
 
-def compiled_sharding(op_sharding: Any, devices: tuple, aval: Any) -> Any:
+def compiled_sharding(op_sharding: Any, devices: tuple, aval: Any,
+                      memory_kind: str | None = None) -> Any:
     """XLA's sharding of one compiled value as jax.jit reads it back: a ``GSPMDSharding``
     over ``devices`` (replicated where one device ran no partitioner, or XLA said
-    nothing), a PRNG key's the logical one of its data's (``aval``: its type)."""
+    nothing) in ``memory_kind``, a PRNG key's the logical one of its data's (``aval``:
+    its type)."""
     from jax._src import dtypes, sharding_impls
     from jax.extend.sharding import GSPMDSharding
     from jaxlib import xla_client
 
     device_list = xla_client.DeviceList(tuple(devices))
     if len(devices) == 1 or op_sharding is None:
-        gspmd = GSPMDSharding.get_replicated(device_list)
+        gspmd = GSPMDSharding.get_replicated(device_list, memory_kind=memory_kind)
     else:
-        gspmd = GSPMDSharding(device_list, op_sharding)
+        gspmd = GSPMDSharding(device_list, op_sharding, memory_kind=memory_kind)
     if dtypes.issubdtype(aval.dtype, dtypes.extended):
         return sharding_impls.logical_sharding(aval.shape, aval.dtype, gspmd)
     return gspmd
@@ -770,19 +772,30 @@ def hlo_cost_analysis(computation: Any) -> Any:
     return _jax.hlo_module_cost_analysis(backend.get_backend(), computation.as_hlo_module())
 
 
+def memory_kind_of_space(space: Any) -> str:
+    """The memory kind a sharding names for the memory a type says (``jax.memory.Space``)."""
+    from jax._src import core
+
+    return core.mem_space_to_kind(space)
+
+
 def typed_aval(aval: Any, sharding: Any, *, canonical: bool = True,
                memory_space: Any = None) -> Any:
     """``aval`` (a ``ShapeDtypeStruct``) as a ``ShapedArray`` whose type carries
     ``sharding`` as jax's types do (``None``: no sharding), its dtype canonical as
     jax traces it (``float64`` is ``float32`` without x64) unless not ``canonical``
     (a traced result's type is what it is: made under ``jax.enable_x64()``, 64-bit),
-    and ``memory_space`` where given (else the sharding's memory)."""
+    and ``memory_space`` where given (else the sharding's memory, whatever its class:
+    a result in host memory on one device has a host type, as jax traced it)."""
     from jax._src import core, dtypes
+    from jax.sharding import NamedSharding
 
     dtype = (dtypes.canonicalize_dtype(aval.dtype, allow_extended_dtype=True) if canonical
              else aval.dtype)
     typed = core.update_aval_with_sharding(
         core.ShapedArray(aval.shape, dtype, weak_type=aval.weak_type), sharding)
+    if memory_space is None and sharding is not None and not isinstance(sharding, NamedSharding):
+        memory_space = core.mem_kind_to_space(sharding.memory_kind)
     return typed if memory_space is None else typed.update(memory_space=memory_space)
 
 

@@ -87,8 +87,8 @@ def output_shardings(outputs: Sequence[Any], op_shardings: Sequence[Any],
         decided = _recovered(decided, outputs, inputs, devices, mesh)
     if len(devices) == 1:
         # One device ran no partitioner: what is left is its SingleDeviceSharding.
-        return [SingleDeviceSharding(devices[0]) if jax_private.is_gspmd_sharding(s) else s
-                for s in decided]
+        return [SingleDeviceSharding(devices[0], memory_kind=s.memory_kind)
+                if jax_private.is_gspmd_sharding(s) else s for s in decided]
     return decided
 
 
@@ -97,14 +97,16 @@ def _compiled(info: Any, op_sharding: Any, rank: int, devices: tuple) -> Any:
     (against its type), or XLA's ``GSPMDSharding`` for a result left to it."""
     if not is_open(info.sharding):
         return requested_sharding(info, op_sharding, devices, rank)
-    compiled = jax_private.compiled_sharding(op_sharding, devices, info.aval)
+    compiled = jax_private.compiled_sharding(op_sharding, devices, info.aval,
+                                             memory_kind(info))
     typed = _type(info)
     if info.sharding is None and not _mixes_explicit_and_auto(typed):
         return compiled
     # Open: jax asked for the type's spec with its unsharded dimensions unconstrained.
     if typed is not None and typed.mesh.axis_names and not _any_manual(typed.mesh) \
             and not _extended(info.aval):
-        settled = NamedSharding(concrete_mesh(typed.mesh, devices), typed.spec)
+        settled = NamedSharding(concrete_mesh(typed.mesh, devices), typed.spec,
+                                memory_kind=compiled.memory_kind)
         ndim = len(info.aval.shape)
         if jax_private.same_hlo_sharding(jax_private.hlo_sharding(settled, ndim),
                                          jax_private.hlo_sharding(compiled, ndim)):
@@ -155,11 +157,11 @@ def _like_argument(compiled: Any, info: Any, argument: Any, devices: tuple) -> A
 
 
 def _tiled_alike(compiled: Any, own: NamedSharding, ndim: int, devices: tuple) -> bool:
-    """Whether XLA tiles a result as an argument's sharding does, on the same devices in
-    the same order. The memory kind is the argument's: a result XLA computes from an
-    argument in host memory is where that argument is, as jax.jit returns it."""
-    return tuple(own.mesh.devices.flat) == tuple(devices) and jax_private.same_hlo_sharding(
-        jax_private.hlo_sharding(compiled, ndim), jax_private.hlo_sharding(own, ndim))
+    """Whether XLA places a result as an argument's sharding does: tiled alike, on the
+    same devices in the same order, in the same memory."""
+    return tuple(own.mesh.devices.flat) == tuple(devices) \
+        and compiled.memory_kind == own.memory_kind and jax_private.same_hlo_sharding(
+            jax_private.hlo_sharding(compiled, ndim), jax_private.hlo_sharding(own, ndim))
 
 
 def _named(compiled: Any, typed: NamedSharding | None, fallback: Mesh, devices: tuple
@@ -186,6 +188,16 @@ def _read_over(compiled: Any, mesh: Mesh, ndim: int) -> Any:
     except Exception:  # tile shapes no spec over this mesh has
         return compiled
     return named if named.is_equivalent_to(compiled, ndim) else compiled
+
+
+def memory_kind(info: Any) -> str | None:
+    """The memory a value comes back in: the one asked for it, else the one its traced
+    type says (``memory_space``: None for the device's), as XLA compiled it."""
+    asked = info.sharding.memory_kind if info.sharding is not None else None
+    space = getattr(info, "memory_space", None)
+    if asked is not None or space is None:
+        return asked
+    return jax_private.memory_kind_of_space(space)
 
 
 def _type(info: Any) -> NamedSharding | None:

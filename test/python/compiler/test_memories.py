@@ -75,3 +75,48 @@ def test_host_array_on_one_device_traced_with_its_memory_as_jax_jit():
         == NamedSharding(empty, P(None, None), memory_kind="pinned_host")
     assert jit(lambda v: v).trace(x).jaxpr.in_avals == jax.jit(lambda v: v).trace(x).jaxpr.in_avals
     np.testing.assert_array_equal(jit(lambda v: v * 2)(x), jax.jit(lambda v: v * 2)(x))
+
+
+def on_one_device(kind):
+    return jax.sharding.SingleDeviceSharding(jax.devices()[0], memory_kind=kind)
+
+
+def assert_as_jax_jit(fun, *args):
+    out, expected = jit(fun)(*args), jax.jit(fun)(*args)
+    for o, e in zip(jax.tree.leaves(out), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_array_equal(o, e)
+        assert o.sharding == e.sharding and o.sharding.memory_kind == e.sharding.memory_kind
+        assert jax.typeof(o) == jax.typeof(e)
+    return out, expected
+
+
+@pytest.mark.parametrize("fun", [lambda v: v, lambda v: v * 2], ids=["identity", "double"])
+def test_host_array_on_one_device_results_in_its_memory_as_jax_jit(fun):
+    # With no sharding given, a result is in the memory its traced type says (the
+    # argument's here), as jax.jit returns it; and it is passed on as it came back.
+    x = jax.device_put(np.arange(8, dtype=np.float32), on_one_device("pinned_host"))
+    out, _ = assert_as_jax_jit(fun, x)
+    assert out.sharding.memory_kind == "pinned_host"
+    assert_as_jax_jit(lambda v: v + 1, out)
+
+
+def test_host_and_device_arguments_on_one_device_as_jax_jit():
+    # Each result in its own type's memory: host where computed from the host array.
+    x = jax.device_put(np.arange(8, dtype=np.float32), on_one_device("pinned_host"))
+    y = jax.device_put(np.ones(8, dtype=np.float32), on_one_device("device"))
+
+    def fun(a, b):
+        return a, b, a * 2, b * 3, a.sum() + 0 * b.sum()
+
+    out, _ = assert_as_jax_jit(fun, x, y)
+    assert [o.sharding.memory_kind for o in out] == [
+        "pinned_host", "device", "pinned_host", "device", "device"]
+    assert_as_jax_jit(fun, out[2], out[1])
+
+
+def test_host_array_over_a_mesh_transposed_as_jax_jit(mesh):
+    # XLA tiles the result unlike the argument: it still comes back in host memory.
+    x = jax.device_put(np.arange(64, dtype=np.float32).reshape(8, 8),
+                       NamedSharding(mesh, P("x", "y"), memory_kind="pinned_host"))
+    out, _ = assert_as_jax_jit(lambda v: v.T * 2, x)
+    assert out.sharding.memory_kind == "pinned_host"
