@@ -22,7 +22,12 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.diagnostics import internal_message
 from shardc.compiler.signature import LeafSignature, shard_shape
-from shardc.compiler.stages.lift_inlined_meshes import STABLEHLO_MESH_ATTR, stablehlo_mesh_attr
+from shardc.compiler.stages.lift_inlined_meshes import (
+    STABLEHLO_MESH_ATTR,
+    SymbolNamer,
+    new_mesh_name,
+    stablehlo_mesh_attr,
+)
 from shardc.dialects import sdy
 from shardc.dialects.errors import InternalError, MeshMismatchError, ShardcError
 
@@ -51,13 +56,16 @@ def _symbol_name(op) -> str:
 class MeshSymbols:
     """The mesh symbols of one module: one per distinct mesh shape, in first-use order.
 
-    Names follow Shardy's import step: ``mesh``, ``mesh_0``, ``mesh_1``, ... and
-    ``empty_mesh`` for a mesh without axes.
+    Names follow Shardy's lifting of inline meshes, which names jax.jit's: ``mesh``,
+    ``mesh_0``, ``mesh_1``, ... (``empty_mesh`` for a mesh without axes), unique
+    among the module's symbols ``taken`` before (an ``Exported``'s meshes, merged
+    into the module under their own names, keep them).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, taken: set[str] | None = None) -> None:
         self.attrs: dict[str, ir.Attribute] = {}
         self.meshes: dict[str, object] = {}
+        self._names = SymbolNamer(taken)
 
     def symbol_for(self, mesh) -> str:
         attr = sdy.mesh_attr(mesh, with_device_ids=False)
@@ -72,12 +80,14 @@ class MeshSymbols:
                 return name
         return None
 
+    def adopt(self, name: str, attr: ir.Attribute) -> None:
+        """Take the existing symbol ``@name`` as the one of its mesh shape."""
+        self._names.taken.add(name)
+        self.attrs[name] = attr
+        self.meshes[name] = None
+
     def _add(self, attr: ir.Attribute, mesh) -> str:
-        if not sdy.MeshAttr(attr).axes:
-            name = sdy.EMPTY_MESH_SYMBOL
-        else:
-            named = [n for n in self.attrs if n != sdy.EMPTY_MESH_SYMBOL]
-            name = "mesh" if not named else f"mesh_{len(named) - 1}"
+        name = self._names.unique(new_mesh_name(sdy.MeshAttr(attr)))
         self.attrs[name] = attr
         self.meshes[name] = mesh
         return name
@@ -112,9 +122,10 @@ def unify_body_meshes(module: ir.Module, symbols: MeshSymbols) -> None:
     Maximal meshes (host callbacks) are kept as they are.
     """
     renames: list[tuple[str, str]] = []
+    merged = _merged_meshes(module)
     for op in _body_meshes(module):
         name, attr = _symbol_name(op), op.operation.attributes["mesh"]
-        if _is_maximal(attr):
+        if _is_maximal(attr) or op in merged:
             continue
         target = symbols.match(attr)
         if target is None:
@@ -130,16 +141,47 @@ def unify_body_meshes(module: ir.Module, symbols: MeshSymbols) -> None:
         renames.append((name, target))
         op.operation.erase()
     _rename_symbols(module, renames)
-    insert_at = ir.InsertionPoint.at_block_begin(module.body)
+    # New symbols go after the merged ones, where Shardy's lifting puts them.
+    kept = {_symbol_name(op) for op in merged}
+    last = merged[-1].operation if merged else None
     for name, attr in symbols.attrs.items():
-        op = sdy.MeshOp(name, attr, ip=insert_at)
+        if name in kept:
+            continue
+        op = sdy.MeshOp(name, attr, ip=ir.InsertionPoint.at_block_begin(module.body)).operation
         # As jax's lowering writes its mesh symbols (jax.jit's text).
-        op.operation.attributes[STABLEHLO_MESH_ATTR] = stablehlo_mesh_attr(sdy.MeshAttr(attr))
+        op.attributes[STABLEHLO_MESH_ATTR] = stablehlo_mesh_attr(sdy.MeshAttr(attr))
+        if last is not None:
+            op.move_after(last)
+        last = op
 
 
 def _body_meshes(module: ir.Module) -> list:
     """The ``sdy.mesh`` ops jax's lowering wrote (constraints, shard_map, callbacks)."""
     return [op for op in module.body.operations if op.operation.name == "sdy.mesh"]
+
+
+def _merged_meshes(module: ir.Module) -> list:
+    """The body meshes of ``Exported`` modules jax merged into this one (private, as
+    ``merge_mlir_modules`` makes each merged symbol): symbols before jax's lowering
+    lifted its inline meshes, so these keep their names and the others are named
+    around them."""
+    return [op for op in _body_meshes(module)
+            if "sym_visibility" in op.operation.attributes
+            and ir.StringAttr(op.operation.attributes["sym_visibility"]).value == "private"
+            and not _is_maximal(op.operation.attributes["mesh"])]
+
+
+def mesh_symbols_for(module: ir.Module) -> MeshSymbols:
+    """Empty ``MeshSymbols`` for ``module``, its merged meshes adopted under their names
+    and its other symbols (functions) taken, as Shardy's lifting sees them in jax.jit."""
+    body_meshes = {_symbol_name(op) for op in _body_meshes(module)}
+    symbols = MeshSymbols({
+        _symbol_name(op) for op in module.body.operations
+        if "sym_name" in op.operation.attributes and _symbol_name(op) not in body_meshes
+    })
+    for op in _merged_meshes(module):
+        symbols.adopt(_symbol_name(op), op.operation.attributes["mesh"])
+    return symbols
 
 
 def _rename_symbols(module: ir.Module, renames: Sequence[tuple[str, str]]) -> None:
@@ -339,7 +381,7 @@ def annotate(
                   f"after its {leading} global constants and {tokens} tokens but the call "
                   f"has {len(args)} and {len(results)}")
         raise InternalError(internal_message("annotate", reason), step="annotate", reason=reason)
-    symbols = MeshSymbols()
+    symbols = mesh_symbols_for(module)
     # Many leaves share a sharding and a type: each pair is converted once.
     converted: dict[tuple, ir.Attribute | None] = {}
 

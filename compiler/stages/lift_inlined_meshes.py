@@ -21,17 +21,22 @@ STABLEHLO_MESH_ATTR = "stablehlo.mesh"
 EMPTY_MESH_NAME = "empty_mesh"
 
 
-class _SymbolNamer:
+class SymbolNamer:
     """Unique top-level symbol names, renamed like mlir::SymbolTable::insert does."""
 
-    def __init__(self, module: ir.Operation) -> None:
-        self.taken = {
+    def __init__(self, taken: set[str] | None = None) -> None:
+        self.taken = set(taken or ())
+        # One counter for the whole table, as in SymbolTable: `mesh_0`, `mesh_1`, ...
+        self.counter = 0
+
+    @classmethod
+    def of_module(cls, module: ir.Operation) -> SymbolNamer:
+        """A namer for new symbols of ``module``, whose symbols are taken."""
+        return cls({
             ir.StringAttr(op.attributes["sym_name"]).value
             for op in module.regions[0].blocks[0].operations
             if "sym_name" in op.attributes
-        }
-        # One counter for the whole table, as in SymbolTable: `mesh_0`, `mesh_1`, ...
-        self.counter = 0
+        })
 
     def unique(self, name: str) -> str:
         candidate = name
@@ -125,7 +130,7 @@ def lift_inlined_meshes(
     re-point those naming a duplicate mesh symbol, if there is one.
     """
     body = module.regions[0].blocks[0]
-    names = _SymbolNamer(module)
+    names = SymbolNamer.of_module(module)
     name_for_mesh: dict[ir.Attribute, str] = {}
     name_for_ref: dict[str, str] = {}
     last_mesh_op: ir.Operation | None = None

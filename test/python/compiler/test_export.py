@@ -5,6 +5,8 @@ and shardc's shardings, survive ``serialize`` / ``deserialize``, and run the
 same numbers as jax.jit's export, called directly and inside shardc's jit.
 """
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -224,5 +226,16 @@ def test_exported_on_one_mesh_called_on_another_of_as_many_devices():
     got, want = jit(restored.call)(a), jax.jit(theirs.call)(a)
     np.testing.assert_array_equal(got, want)
     assert got.sharding.is_equivalent_to(want.sharding, 2)
+    # The Exported's own mesh keeps its name @mesh, the run mesh comes after it, as
+    # jax.jit names them.
     text = jit(restored.call).lower(a).as_text()
-    assert 'sdy.mesh @mesh = <["y"=2]' in text and '<["x"=2]>' in text
+    jax_text = jax.jit(theirs.call).lower(a).as_text()
+    assert mesh_symbols(text) == mesh_symbols(jax_text) == [
+        ("mesh", '<["x"=2]>'), ("mesh_0", '<["y"=2]>')]
+    assert '#sdy.sharding<@mesh_0, [{}, {}]>' in text
+    assert 'sharding_constraint %arg0 <@mesh, [{"x"}, {}]>' in text
+
+
+def mesh_symbols(text):
+    """The ``sdy.mesh`` symbols of a module's text, in order: (name, mesh)."""
+    return re.findall(r"sdy\.mesh @(\w+) = (<[^>]*>)", text)
