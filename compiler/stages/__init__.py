@@ -116,9 +116,10 @@ Step = Callable[[ir.Operation], object]
 
 # The ops each step rewrites: a module holding none of them is left as it is, so a
 # pipeline skips the step rather than walk the module for nothing. No step creates
-# an op that a later step of its pipeline looks for here, so the names found once
-# (by a census, or by a step that walks every op anyway and returns one) serve
-# every later step.
+# an op that a later step of its pipeline looks for here (but for the constraints
+# ``remove_sharding_groups`` pins constants with, which the export pipeline counts
+# in), so the names found once (by a census, or by a step that walks every op
+# anyway and returns one) serve every later step.
 _REWRITTEN_OPS: dict[Step, frozenset[str]] = {
     inline_all_calls: frozenset({"func.call"}),
     import_steps.manual_axes_cleanup: frozenset({MANUAL_OP}),
@@ -320,6 +321,9 @@ def export_pipeline(
     """
     found = _export_census(module, keep_constraints)
     names = found.census.names
+    if "sdy.sharding_group" in names:
+        # Removing the groups pins their constants with constraints.
+        names = names | {"sdy.sharding_constraint"}
     # Only ``explicit_reshards`` may write rules after this.
     drops_rules = not keep_sharding_rules and (found.census.has_attribute
                                                or explicit_reshards is not None)

@@ -26,6 +26,7 @@ from shardc.compiler.sharding.tensor import (
     parse_sharding,
 )
 from shardc.compiler.sharding.walker import map_shardings, nested_ops
+from shardc.compiler.stages.import_steps import is_constant_expression
 from shardc.dialects import sdy
 from shardc.dialects.sdy import SHARDING_ATTR, SHARDING_RULE_ATTR
 
@@ -113,9 +114,35 @@ def _rank(value: ir.Value) -> int:
 
 
 def remove_sharding_groups(module: ir.Operation) -> None:
-    """Erase every ``sdy.sharding_group``."""
+    """Erase every ``sdy.sharding_group``, pinning the constants in one.
+
+    XLA's import splits constant expressions (an iota, ops of constants) again and
+    drops the shardings written on them, re-deriving them from their users and
+    sharding groups; without the group, a constant read only by an op XLA does not
+    propagate through (``inspect_array_sharding``'s custom call) comes back
+    replicated. A closed constraint to the sharding propagation resolved for the
+    group keeps it, as the group does under jax.jit.
+    """
+    pinned: set[ir.Value] = set()
     for op in nested_ops(module, ir.WalkOrder.POST_ORDER, {"sdy.sharding_group"}):
+        value = op.operands[0]
         op.erase()
+        if value not in pinned and is_constant_expression(value):
+            pinned.add(value)
+            _pin(value)
+
+
+def _pin(value: ir.Value) -> None:
+    """Follow ``value`` by a closed constraint to its sharding, for all its users."""
+    sharding = sdy.value_sharding(value)
+    if sharding is None:
+        return
+    producer = value.owner.operation if hasattr(value.owner, "operation") else value.owner
+    with value.context:
+        constraint = sdy.ShardingConstraintOp(
+            value, closed(sdy.TensorShardingAttr(sharding)), loc=producer.location,
+            ip=ir.InsertionPoint.after(producer))
+    value.replace_all_uses_except(constraint.result, constraint.operation)
 
 
 def sharding_constraint_to_reshard(module: ir.Operation) -> None:

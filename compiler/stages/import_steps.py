@@ -112,6 +112,19 @@ _CONSTANT_SOURCES = frozenset({"sdy.constant", "stablehlo.iota"})
 _GROUP_OP = "sdy.sharding_group"
 
 
+def is_constant_expression(value: ir.Value) -> bool:
+    """Whether ``value`` is made of constants only (a constant, an iota, or an op of the
+    kinds the splitter copies, of such values): what the constant splitter copies."""
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return False
+    op = owner.operation if hasattr(owner, "operation") else owner
+    if op.name in _CONSTANT_SOURCES or op.name == "stablehlo.constant":
+        return True
+    return op.name in _PURE_PRESERVING and all(
+        is_constant_expression(operand) for operand in op.operands)
+
+
 class _Split:
     """The constants (and ops of constants only) and scalar broadcasts of a module found
     so far, in walk order, with what cloning them reads.

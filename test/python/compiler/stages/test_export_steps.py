@@ -83,3 +83,28 @@ def test_merger_merges_equal_copies_complex_ones_and_bookkeeping_apart_too():
                 list(module.body.operations[0].regions[0].blocks[0].operations)[-1].operands]
     assert returned[0] == returned[1] != returned[2]
     assert returned[3] == returned[4] != returned[5]
+
+
+GROUPED = """
+sdy.mesh @mesh = <["x"=4]>
+func.func @main(%arg0: tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>})
+    -> tensor<8xf32> {
+  %0 = stablehlo.iota dim = 0 {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x", ?}]>]>} : tensor<8xf32>
+  sdy.sharding_group %arg0 group_id=0 : tensor<8xf32>
+  sdy.sharding_group %0 group_id=0 : tensor<8xf32>
+  %1 = stablehlo.add %arg0, %0 : tensor<8xf32>
+  return %1 : tensor<8xf32>
+}
+"""
+
+
+def test_removing_sharding_groups_pins_their_constants_only():
+    # XLA drops the shardings of constant expressions: the iota's group sharding
+    # is kept as a closed constraint; the argument needs none.
+    module = ir.Module.parse(GROUPED, make_context())
+    export_steps.remove_sharding_groups(module.operation)
+    text = str(module)
+    assert "sdy.sharding_group" not in text
+    assert text.count("sdy.sharding_constraint") == 1
+    assert '%1 = sdy.sharding_constraint %0 <@mesh, [{"x"}]>' in text
+    assert "stablehlo.add %arg0, %1" in text
