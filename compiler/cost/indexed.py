@@ -281,6 +281,8 @@ class _Partitioner:
         inner_free = tuple(a for a in free if a not in group)
         if self.op.scatter:
             inner_target = _union(_drop(new["data"], inner_free), _keep(target, inner_free))
+        elif _name == "trivially-sliced":
+            inner_target = self._trivial_target(target, new["indices"], group, inner_free)
         else:
             inner_target = _merge_target(target, on, group)
         sub, computed = self.level(new, inner_target, inner_free, recursive,
@@ -288,12 +290,34 @@ class _Partitioner:
         plan.steps += sub.steps
         plan.op_fa = sub.op_fa
         if not self.op.scatter:
-            computed = _union(on, computed)
+            # Each method ends with ``Reshard(output_sharding)``: the groups' gather
+            # is resharded to its in-group target inside the groups (the group axes
+            # stay where the method put them) before this level's own reshard.
+            held = _union(outer, on)
+            plan.steps.append(("reshard", "result", _union(held, computed),
+                               _union(held, inner_target)))
+            computed = _union(on, inner_target)
         if partial:
             shard = computed if self.op.scatter else _union(outer, computed)
             plan.steps.append(("all-reduce", "data" if self.op.scatter else "slices",
                                shard, partial))
         return plan, computed
+
+    def _trivial_target(self, target: FactorAxes, indices: FactorAxes, group: tuple,
+                        inner: tuple) -> FactorAxes:
+        """The in-group output of a trivially sliced gather.
+
+        Unlike the pass-through methods, XLA groups the requested output on
+        replicated dims (``GroupShardingOnReplicatedDim``); when that leaves it
+        replicated but the indices keep tiles in the group, the output follows
+        the indices (``GatherOutputShardingFromIndex``)."""
+        cls = self.cls
+        grouped = _regroup(target, group, inner,
+                           [*cls.parallel, *cls.index_passthrough, *cls.operand_passthrough])
+        if _sharded(grouped):
+            return grouped
+        return {f: indices.get(f, ()) for f in (*cls.parallel, *cls.index_passthrough)
+                if indices.get(f)}
 
     def cost(self, candidate, fa, target, free, outer: FactorAxes | None = None
              ) -> tuple[int, int]:
