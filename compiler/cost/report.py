@@ -49,7 +49,7 @@ from shardc.compiler.cost.reshard import (
     reshard_tensor,
     shard_bytes,
 )
-from shardc.compiler.cost.trips import runs_per_step, trip_count
+from shardc.compiler.cost.trips import loops_around, runs_per_step, trip_count
 from shardc.compiler.cost.windows import window_collectives
 from shardc.compiler.diagnostics import SourceLoc, source_loc_of
 from shardc.compiler.propagation.manual import MANUAL_OP
@@ -605,7 +605,7 @@ def _window_loop_all_gathers(reader: ModuleValues, sites: list[tuple[int, CommEn
     for op, entry in sites:
         devices = _axis_devices(reader, entry.axes)
         if (entry.kind == ALL_GATHER and graph.op_name[op] == "stablehlo.dot_general"
-                and devices is not None and _in_loop(graph, op)):
+                and devices is not None and next(loops_around(graph, op), None) is not None):
             entry = replace(entry, kind=COLLECTIVE_PERMUTE,
                             bytes_per_device=windowed_bytes(devices, entry.bytes_per_device),
                             reason=entry.reason + ", gathered in a loop body by a windowed "
@@ -620,15 +620,6 @@ def _axis_devices(reader: ModuleValues, axes: tuple[str, ...]) -> int | None:
         if axes and all(a in mesh.sizes for a in axes):
             return prod(mesh.sizes[a] for a in axes)
     return None
-
-
-def _in_loop(graph, op: int) -> bool:
-    parent = graph.op_parent[op]
-    while parent >= 0:
-        if graph.op_name[parent] == "stablehlo.while":
-            return True
-        parent = graph.op_parent[parent]
-    return False
 
 
 def _reassociate_all_reduces(reader: ModuleValues,

@@ -11,6 +11,8 @@ many times the body runs, or None when any of them is not static.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from jaxlib.mlir import ir
 
 from shardc.compiler.propagation.graph import PropagationGraph as Graph
@@ -52,19 +54,25 @@ def trip_count(graph: Graph, loop: int) -> int | None:
     return _iterations(direction, start, limit, step)
 
 
+def loops_around(graph: Graph, op: int) -> Iterator[int]:
+    """The ``while`` ops ``op`` is nested in, innermost first."""
+    parent = graph.op_parent[op]
+    while parent >= 0:
+        if graph.op_name[parent] == _WHILE:
+            yield parent
+        parent = graph.op_parent[parent]
+
+
 def runs_per_step(graph: Graph, op: int, counts: dict[int, int | None]) -> int | None:
     """How often ``op`` runs per call of its function: the product of the trip counts
     of the loops around it (None when one is not static). ``counts`` caches them."""
     runs = 1
-    parent = graph.op_parent[op]
-    while parent >= 0:
-        if graph.op_name[parent] == _WHILE:
-            if parent not in counts:
-                counts[parent] = trip_count(graph, parent)
-            if counts[parent] is None:
-                return None
-            runs *= counts[parent]
-        parent = graph.op_parent[parent]
+    for loop in loops_around(graph, op):
+        if loop not in counts:
+            counts[loop] = trip_count(graph, loop)
+        if counts[loop] is None:
+            return None
+        runs *= counts[loop]
     return runs
 
 
