@@ -27,6 +27,13 @@ collectives but differs in a few measurable ways, each one field here:
   reduce-scatter; a dot in a loop body (a scanned layer) gathers its operand the
   same way (2n + 1 permutes of a 1/n chunk of the gathered operand), where
   unrolled it all-gathers it;
+* all-gather reuse: XLA:CPU's partitioner gathers a value once per target
+  sharding and every later reader reuses it; XLA:TPU's gathers it for each
+  reader and makes a later gather the first one only when the first's readers
+  are close to it (``ScheduleAwareCollectiveOpsCSE``, ``all_gather_cse_distance``,
+  ``cost.heights``): a train step keeps the gathered weights read last in the
+  forward (the output projection, the last layer's MLP) for the backward and
+  gathers the others again;
 * all-reduce reassociation: the sum of two all-reduced partial sums over the
   same devices (the gradient of an activation read by several dots, e.g.
   Q, K and V) is one all-reduce of the summed partial sums;
@@ -86,6 +93,11 @@ class PlatformRules:
     # (XLA:CPU's partitioner keeps it; XLA:TPU gathers again, e.g. a weight in the
     # backward pass, rather than hold the gathered copy).
     reuses_reshards: bool = True
+    # XLA:TPU's all-gathers besides: one per reading op, the later made the first
+    # where they are close (``ScheduleAwareCollectiveOpsCSE`` with this threshold,
+    # ``cost.heights``; None: no such rule), so a weight read last in the forward
+    # keeps its gathered copy for the backward and the others are gathered again.
+    all_gather_cse_distance: int | None = None
     # A dot whose partial sums are reduce-scattered runs as a windowed loop of
     # collective-permutes once its contraction has more elements than this (0: never).
     windowed_reduce_scatter_above: int = 0
@@ -206,7 +218,10 @@ CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as
 # step's gradients of the bench's programs combine into one op per device group).
 # The windowed reduce-scatter's threshold: XLA:TPU v5e compiles (16x16 and 4x4
 # meshes) reduce-scatter a dot contracting 4096 elements and window one contracting 4224.
+# The all-gather CSE's threshold is libtpu's ``xla_tpu_spmd_threshold_for_allgather_cse``
+# (its compile environment's dump, ``tpu_comp_env.txt``, for v5e).
 TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_reshards=False,
+                    all_gather_cse_distance=100,
                     forms_reduce_scatter=True, all_reduce_combine_bytes=256 << 20,
                     windowed_reduce_scatter_above=4096, windows_loop_all_gathers=True,
                     reassociates_all_reduces=True,

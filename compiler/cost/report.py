@@ -28,6 +28,7 @@ from math import prod
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.cost.heights import gather_reused, heights_at
 from shardc.compiler.cost.indexed import indexed_communication
 from shardc.compiler.cost.op_comm import OpCommunication, dims_text, op_communication
 from shardc.compiler.cost.platforms import (
@@ -503,15 +504,31 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
         return needs[1:], ()
     kept = []
     resharded = []
+    rules = active_rules()
     for need in needs[0]:
         if need.target is not None:
             reshard = (graph.op_operands[op][need.operand], need.target)
-            if reshard in reader.resharded and active_rules().reuses_reshards:
+            if reshard in reader.resharded and _reused(reader, reshard, op, need, rules):
                 continue  # XLA reuses the value it already resharded for an earlier op
             resharded.append(reshard)
         kept.append(need)
-    reader.resharded.update(resharded)  # for later ops only: two needs here both count
+    for reshard in resharded:  # for later ops only: two needs here both count
+        if reshard not in reader.resharded:
+            reader.resharded[reshard] = (heights_at(graph, reader.facts, op)
+                                         if rules.all_gather_cse_distance is not None else None)
     return needs[1:], kept
+
+
+def _reused(reader: ModuleValues, reshard: tuple, op: int, need, rules) -> bool:
+    """Whether op ``op`` reuses the value an earlier op resharded as ``reshard``
+    (``PlatformRules.reuses_reshards``; an all-gather under
+    ``all_gather_cse_distance``: where the earlier gather's readers are close)."""
+    if need.collective.kind == ALL_GATHER and rules.all_gather_cse_distance is not None:
+        if rules.windows_loop_all_gathers and _in_loop_dot(reader.graph, op):
+            return False  # its own windowed loop, made by the partitioner before any CSE
+        return gather_reused(reader.graph, reader.facts, reader.resharded, reshard, op,
+                             rules.all_gather_cse_distance)
+    return rules.reuses_reshards
 
 
 _UNMEMOISED = frozenset({"stablehlo.reduce_window", *INDEXED_ROLES})
@@ -604,14 +621,20 @@ def _window_loop_all_gathers(reader: ModuleValues, sites: list[tuple[int, CommEn
     out = []
     for op, entry in sites:
         devices = _axis_devices(reader, entry.axes)
-        if (entry.kind == ALL_GATHER and graph.op_name[op] == "stablehlo.dot_general"
-                and devices is not None and next(loops_around(graph, op), None) is not None):
+        if entry.kind == ALL_GATHER and devices is not None and _in_loop_dot(graph, op):
             entry = replace(entry, kind=COLLECTIVE_PERMUTE,
                             bytes_per_device=windowed_bytes(devices, entry.bytes_per_device),
                             reason=entry.reason + ", gathered in a loop body by a windowed "
                             "loop of collective-permutes")
         out.append((op, entry))
     return out
+
+
+def _in_loop_dot(graph, op: int) -> bool:
+    """Whether ``op`` is a dot inside a loop body (which XLA:TPU gathers for by a
+    windowed loop, ``PlatformRules.windows_loop_all_gathers``)."""
+    return (graph.op_name[op] == "stablehlo.dot_general"
+            and next(loops_around(graph, op), None) is not None)
 
 
 def _axis_devices(reader: ModuleValues, axes: tuple[str, ...]) -> int | None:

@@ -57,7 +57,7 @@ class ProgramReports:
             values = self.values()
             # XLA's reshard reuse is followed op by op within one report: each starts
             # with none made.
-            values.resharded = set()
+            values.resharded = {}
             with predicting_for(platform_rules(platform)):
                 report = self._comm[platform] = comm_report_of(values)
         return report

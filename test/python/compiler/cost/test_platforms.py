@@ -14,6 +14,7 @@ import pytest
 from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
+from bench import plan_speed
 from shardc.compiler import jit
 from shardc.compiler.cost.platforms import CPU, PLATFORMS, TPU, platform_rules, predicting_for
 from shardc.compiler.explain import memory
@@ -320,3 +321,27 @@ def test_tpu_recomputes_attentions_probabilities_from_the_kept_scores():
     assert "stablehlo.divide" in kept(keeping)
     assert tpu.temp_bytes <= keeping.temp_bytes
     assert TPU.recomputes_fused_values and not CPU.recomputes_fused_values
+
+
+def test_tpu_gathers_again_for_the_backward_the_weights_read_far_from_it():
+    # XLA:TPU gathers a weight for each dot reading it and makes a later gather the
+    # first one only where the first's readers are close to it (its schedule-aware
+    # all-gather CSE, threshold 100: ``cost.heights``). Llama-3.2-1B's widths, two
+    # layers, on v5e 16x16 (``python -m bench.platforms --llama 1b --layers 2``): it
+    # keeps the gathered output projection and the last layer's MLP for the backward
+    # and gathers the other eleven weights again, 60227584 bytes per device per step
+    # (27 all-gathers, one of the token ids); a gather of every weight again would be
+    # 99483648, one gather of each 33554432 + 16777216.
+    mesh = plan_speed.mesh_of(256)
+    args = plan_speed.abstract_args("unrolled", mesh, 2, d=2048, ffn=8192, vocab=128256,
+                                    dtype=BF16)
+    lowered = jit(plan_speed.make_step("unrolled", 2, 32, mesh), donate_argnums=(0,)).trace(
+        *args).lower(lowering_platforms=("tpu",))
+    gathers = lowered.comm_report(platform="tpu").step_totals()["all-gather"]
+    assert abs(gathers.bytes_per_device / 60227584 - 1) < 0.01
+    weights = [e for e in lowered.comm_report(platform="tpu").entries
+               if e.kind == "all-gather" and e.op == "stablehlo.dot_general"]
+    assert len(weights) == 15 + 11
+    # XLA:CPU keeps every gathered weight (its partitioner reshards a value once).
+    assert len([e for e in lowered.comm_report(platform="cpu").entries
+                if e.kind == "all-gather" and e.op == "stablehlo.dot_general"]) == 15
