@@ -24,6 +24,8 @@ either side of 100).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from shardc.compiler.propagation.graph import PropagationGraph as Graph
 
 
@@ -39,8 +41,11 @@ def block_of(graph: Graph, op: int) -> tuple[int, int]:
     return owner, 0
 
 
-def block_heights(graph: Graph, block: tuple[int, int]) -> dict[int, int]:
-    """Each op of ``block`` (``block_of``'s) by its height in XLA's sense."""
+def block_heights(graph: Graph, block: tuple[int, int],
+                  after: Mapping[int, int]) -> dict[int, int]:
+    """Each op of ``block`` (``block_of``'s) by its height in XLA's sense; ``after``:
+    per op, the ops XLA's partitioner puts between it and its users (the all-reduce
+    of partial sums), each one more on the way to the root."""
     owner, index = block
     ops = (graph.op_blocks[owner][index][1] if owner >= 0
            else [op for op, parent in enumerate(graph.op_parent) if parent < 0])
@@ -53,7 +58,7 @@ def block_heights(graph: Graph, block: tuple[int, int]) -> dict[int, int]:
         for user in users:
             if user is not None:
                 height = max(height, heights.get(user, 0)) + 1
-        heights[op] = height
+        heights[op] = height + after.get(op, 0)
     return heights
 
 
@@ -67,28 +72,18 @@ def _in_block(graph: Graph, op: int, owner: int, members: set[int]) -> int | Non
     return op if op >= 0 else None
 
 
-def heights_at(graph: Graph, memo: dict, op: int) -> tuple[tuple[int, int], int]:
-    """``(block, height)`` of op ``op``; ``memo`` keeps each block's heights."""
-    block = block_of(graph, op)
-    heights = memo.get(("heights", block))
-    if heights is None:
-        heights = memo[("heights", block)] = block_heights(graph, block)
-    return block, heights.get(op, 0)
-
-
-def gather_reused(graph: Graph, memo: dict, first: dict, key, op: int,
+def gather_reused(first: dict, key, block: tuple[int, int], height: int,
                   threshold: int) -> bool:
-    """Whether op ``op``'s gather of ``key`` (a value and its target) is made the first
-    gather of it, ``first[key]`` (its block and its users' lowest height, which
-    ``op`` then joins); False where ``op`` gathers it again: in another block, or
-    more than ``threshold`` below the first's lowest user."""
-    block, height = heights_at(graph, memo, op)
+    """Whether the gather of ``key`` (a value and its target) for an op at ``height``
+    in ``block`` is made the first gather of it, ``first[key]`` (its block and its
+    users' lowest height, which the op then joins); False where the op gathers it
+    again: in another block, or more than ``threshold`` below the first's lowest user."""
     first_block, lowest = first[key]
-    # The later gather's one user is ``op``: the gather sits one above it.
+    # The later gather's one user is the op: the gather sits one above it.
     if first_block != block or lowest > height + 1 + threshold:
         return False
     first[key] = (block, min(lowest, height))
     return True
 
 
-__all__ = ["block_heights", "block_of", "gather_reused", "heights_at"]
+__all__ = ["block_heights", "block_of", "gather_reused"]

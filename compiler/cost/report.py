@@ -28,7 +28,7 @@ from math import prod
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.cost.heights import gather_reused, heights_at
+from shardc.compiler.cost.heights import block_heights, block_of, gather_reused
 from shardc.compiler.cost.indexed import indexed_communication
 from shardc.compiler.cost.op_comm import OpCommunication, dims_text, op_communication
 from shardc.compiler.cost.platforms import (
@@ -493,13 +493,7 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
     graph = reader.graph
     if not graph.op_results[op]:
         return (), []
-    # Ops whose attributes decide more than their rule does are not memoised.
-    key = None if graph.op_name[op] in _UNMEMOISED else reader.op_key(op)
-    needs = reader.costs.found.get(key) if key is not None else None
-    if needs is None:
-        needs = _needs(reader, op, graph.ops[op])
-        if key is not None:
-            reader.costs.found[key] = needs
+    needs = _op_needs(reader, op)
     if not needs[0]:  # most ops
         return needs[1:], ()
     kept = []
@@ -514,7 +508,7 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
         kept.append(need)
     for reshard in resharded:  # for later ops only: two needs here both count
         if reshard not in reader.resharded:
-            reader.resharded[reshard] = (heights_at(graph, reader.facts, op)
+            reader.resharded[reshard] = (_height(reader, op)
                                          if rules.all_gather_cse_distance is not None else None)
     return needs[1:], kept
 
@@ -526,9 +520,42 @@ def _reused(reader: ModuleValues, reshard: tuple, op: int, need, rules) -> bool:
     if need.collective.kind == ALL_GATHER and rules.all_gather_cse_distance is not None:
         if rules.windows_loop_all_gathers and _in_loop_dot(reader.graph, op):
             return False  # its own windowed loop, made by the partitioner before any CSE
-        return gather_reused(reader.graph, reader.facts, reader.resharded, reshard, op,
+        return gather_reused(reader.resharded, reshard, *_height(reader, op),
                              rules.all_gather_cse_distance)
     return rules.reuses_reshards
+
+
+def _height(reader: ModuleValues, op: int) -> tuple[tuple[int, int], int]:
+    """``(block, height)`` of op ``op`` in XLA's partitioned module (``cost.heights``):
+    an op whose partial sums are all-reduced has the all-reduce after it."""
+    graph = reader.graph
+    block = block_of(graph, op)
+    heights = reader.facts.get(("heights", block))
+    if heights is None:
+        owner, index = block
+        ops = graph.op_blocks[owner][index][1] if owner >= 0 else ()
+        after = {}
+        for member in ops:
+            if not graph.op_results[member]:
+                continue
+            reduced = sum(1 for need in _op_needs(reader, member)[0] if need.operand is None
+                          and need.collective.kind == ALL_REDUCE)
+            if reduced:
+                after[member] = reduced
+        heights = reader.facts[("heights", block)] = block_heights(graph, block, after)
+    return block, heights.get(op, 0)
+
+
+def _op_needs(reader: ModuleValues, op: int) -> tuple:
+    """``_needs`` of op ``op`` (which has results), memoised by its key."""
+    # Ops whose attributes decide more than their rule does are not memoised.
+    key = None if reader.graph.op_name[op] in _UNMEMOISED else reader.op_key(op)
+    needs = reader.costs.found.get(key) if key is not None else None
+    if needs is None:
+        needs = _needs(reader, op, reader.graph.ops[op])
+        if key is not None:
+            reader.costs.found[key] = needs
+    return needs
 
 
 _UNMEMOISED = frozenset({"stablehlo.reduce_window", *INDEXED_ROLES})

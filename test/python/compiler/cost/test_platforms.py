@@ -323,6 +323,41 @@ def test_tpu_recomputes_attentions_probabilities_from_the_kept_scores():
     assert TPU.recomputes_fused_values and not CPU.recomputes_fused_values
 
 
+def _deep_mlp(mesh, layers):
+    def step(params, x):
+        def loss(params):
+            h = x
+            for w1, w2 in params:
+                h = h + jax.nn.gelu(h @ w1) @ w2
+            return jnp.mean(h.astype(jnp.float32) ** 2)
+        grads = jax.grad(loss)(params)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
+    specs = tuple((P("data", "model"), P("model", "data")) for _ in range(layers))
+    params = tuple((jax.ShapeDtypeStruct((128, 256), BF16), jax.ShapeDtypeStruct((256, 128), BF16))
+                   for _ in range(layers))
+    return jit(step, in_shardings=(specs, P("data")), out_shardings=specs, mesh=mesh).lower(
+        params, jax.ShapeDtypeStruct((32, 128), BF16))
+
+
+@pytest.mark.parametrize("layers, gathers", [(3, 6), (4, 10), (5, 14), (6, 18)])
+def test_tpu_gathers_a_weight_again_for_a_backward_dot_far_from_its_forward_one(
+        mesh, layers, gathers):
+    # XLA:TPU's all-gathers per step of these FSDP x TP steps on v5e 2x4 (a (4, 2)
+    # mesh): each weight but the first layer's w1 is read by a forward and a
+    # backward dot, each gathering it (32768 bytes); the backward's gather is the
+    # forward's where the two are close (3 layers: all; 6: the last five weights)
+    # and made again where not (6 layers: six, the first layer's w2 to the fourth's w1).
+    report = _deep_mlp(mesh, layers).comm_report(platform="tpu")
+    assert _totals_per_step(report)["all-gather"] == (gathers, gathers * 32768)
+    cpu = _deep_mlp(mesh, layers).comm_report(platform="cpu")
+    assert _totals_per_step(cpu)["all-gather"][0] == 2 * layers  # each gathered once
+
+
+def _totals_per_step(report):
+    return {k: (t.count, t.bytes_per_device) for k, t in report.step_totals().items()
+            if t.count}
+
+
 def test_tpu_gathers_again_for_the_backward_the_weights_read_far_from_it():
     # XLA:TPU gathers a weight for each dot reading it and makes a later gather the
     # first one only where the first's readers are close to it (its schedule-aware
