@@ -498,31 +498,41 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
         return needs[1:], ()
     kept = []
     resharded = []
-    rules = active_rules()
     for need in needs[0]:
         if need.target is not None:
             reshard = (graph.op_operands[op][need.operand], need.target)
-            if reshard in reader.resharded and _reused(reader, reshard, op, need, rules):
+            if reuses_reshard(reader, reader.resharded, reshard, op, need.collective.kind):
                 continue  # XLA reuses the value it already resharded for an earlier op
             resharded.append(reshard)
         kept.append(need)
     for reshard in resharded:  # for later ops only: two needs here both count
-        if reshard not in reader.resharded:
-            reader.resharded[reshard] = (_height(reader, op)
-                                         if rules.all_gather_cse_distance is not None else None)
+        note_reshard(reader, reader.resharded, reshard, op)
     return needs[1:], kept
 
 
-def _reused(reader: ModuleValues, reshard: tuple, op: int, need, rules) -> bool:
-    """Whether op ``op`` reuses the value an earlier op resharded as ``reshard``
-    (``PlatformRules.reuses_reshards``; an all-gather under
-    ``all_gather_cse_distance``: where the earlier gather's readers are close)."""
-    if need.collective.kind == ALL_GATHER and rules.all_gather_cse_distance is not None:
+def reuses_reshard(reader: ModuleValues, first: dict, reshard: tuple, op: int,
+                   kind: str) -> bool:
+    """Whether op ``op`` reuses the value an earlier op resharded as ``reshard`` (a
+    value and its target; ``first``: ``note_reshard``'s record of the first ones)
+    by a collective of ``kind``, on the platform predicted for:
+    ``PlatformRules.reuses_reshards``, and for an all-gather under
+    ``all_gather_cse_distance``, where the first gather's readers are close."""
+    if reshard not in first:
+        return False
+    rules = active_rules()
+    if kind == ALL_GATHER and rules.all_gather_cse_distance is not None:
         if rules.windows_loop_all_gathers and _in_loop_dot(reader.graph, op):
             return False  # its own windowed loop, made by the partitioner before any CSE
-        return gather_reused(reader.resharded, reshard, *_height(reader, op),
+        return gather_reused(first, reshard, *_height(reader, op),
                              rules.all_gather_cse_distance)
     return rules.reuses_reshards
+
+
+def note_reshard(reader: ModuleValues, first: dict, reshard: tuple, op: int) -> None:
+    """Record op ``op``'s reshard in ``first`` where it is the first of ``reshard``."""
+    if reshard not in first:
+        first[reshard] = (_height(reader, op)
+                          if active_rules().all_gather_cse_distance is not None else None)
 
 
 def _height(reader: ModuleValues, op: int) -> tuple[tuple[int, int], int]:
@@ -759,4 +769,4 @@ def _notes(reader: ModuleValues, trips: dict[int, int | None]) -> tuple[str, ...
 
 __all__ = ["CommEntry", "CommReport", "CommTotal", "collective_bytes", "collective_bytes_at",
            "collectives_at",
-           "comm_report", "comm_report_of"]
+           "comm_report", "comm_report_of", "note_reshard", "reuses_reshard"]

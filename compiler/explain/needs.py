@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from shardc.compiler.cost.fusion import FREE, FUSIBLE
 from shardc.compiler.cost.op_comm import computation_axes, required_sharding
 from shardc.compiler.cost.platforms import active_rules
-from shardc.compiler.cost.report import collectives_at
+from shardc.compiler.cost.report import collectives_at, note_reshard, reuses_reshard
 from shardc.compiler.cost.reshard import (
+    ALL_GATHER,
     ALL_REDUCE,
     dim_axes,
     reshard_collectives,
@@ -47,6 +48,8 @@ class OpNeeds:
     moved: set[int] = field(default_factory=set)  # explicit reshards that move data
     # (while op, body argument) whose wide copy XLA hoists out of the loop
     hoisted: set[tuple[int, int]] = field(default_factory=set)
+    # (value, target) -> its first gather's place (``cost.report.note_reshard``)
+    gathers: dict[tuple, tuple | None] = field(default_factory=dict)
 
     @classmethod
     def collect(cls, values: ModuleValues) -> OpNeeds:
@@ -115,12 +118,15 @@ class OpNeeds:
                 continue  # XLA folds a reshaped constant
             if want is None:
                 continue
-            after, moves, size, copy = want
+            after, moves, size, copy, gathers = want
             if not moves and name in FUSIBLE:
                 continue  # a local slice fuses into an elementwise consumer
             if index in copied:
                 copy, copied[index] = max(copy, size), 0
-            self.needs.setdefault(op, []).append(((value, tuple(after)), size, copy))
+            key = (value, tuple(after))
+            if gathers and active_rules().all_gather_cse_distance is not None:
+                key = self._gathered(values, key, op)
+            self.needs.setdefault(op, []).append((key, size, copy))
         for index, size in copied.items():
             if size:  # XLA copies it transposed as soon as the operand exists
                 value = graph.op_operands[op][index]
@@ -130,6 +136,17 @@ class OpNeeds:
         if reduced:
             self.reduced[op] = tuple(sorted(str(a) for a in reduced))
             self._partial_sums(graph.op_results[op], results, reduced)
+
+    def _gathered(self, values: ModuleValues, key: tuple, op: int) -> tuple:
+        """The buffer op ``op``'s gather of ``key`` (a value and its target) writes:
+        the first gather's where XLA:TPU's all-gather CSE makes it the first one
+        (``cost.report.reuses_reshard``), else one of its own (``key`` with the op)."""
+        if key not in self.gathers:
+            note_reshard(values, self.gathers, key, op)
+            return key
+        if reuses_reshard(values, self.gathers, key, op, ALL_GATHER):
+            return key
+        return (key[0], (*key[1], ("gathered again by", op)))
 
     def _widen(self, values: ModuleValues, op: int, operands, results) -> None:
         """Record the wide buffers of a dot the platform computes in a wider type
@@ -239,7 +256,8 @@ class OpNeeds:
 def _rule_needs(rule, operands, results, mesh) -> tuple[set, list[tuple | None]]:
     """What an op of ``rule`` on these operands and results needs: the axes it
     all-reduces over, and per operand None (no reshard) or ``(target axes, whether
-    data moves, the target's bytes, bytes of a transposed copy of a gather)``."""
+    data moves, the target's bytes, bytes of a transposed copy of a gather, whether
+    it is gathered)``."""
     factor_axes, reduction = computation_axes(rule, operands, results, mesh)
     reduced = {axis for axes in reduction.values() for axis in axes}
     wanted: list[tuple | None] = []
@@ -257,5 +275,6 @@ def _rule_needs(rule, operands, results, mesh) -> tuple[set, list[tuple | None]]
                                     operand.sharding, needed, mesh)
         size = shard_bytes(operand.shape, operand.element_bytes, after)
         copy = size if transposed_gather(operand.shape, before, after, found) else 0
-        wanted.append((after, bool(found), size, copy))
+        gathers = any(c.kind == ALL_GATHER for c in found)
+        wanted.append((after, bool(found), size, copy, gathers))
     return reduced, wanted
