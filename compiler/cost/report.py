@@ -22,6 +22,7 @@ Totals per collective kind use the byte measure of
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields, replace
 from math import prod
@@ -521,7 +522,7 @@ def reuses_reshard(reader: ModuleValues, first: dict, reshard: tuple, op: int,
         return False
     rules = active_rules()
     if kind == ALL_GATHER and rules.all_gather_cse_distance is not None:
-        if rules.windows_loop_all_gathers and _in_loop_dot(reader.graph, op):
+        if rules.windows_loop_all_gathers and _windowed(reader.graph, op, reshard[0]):
             return False  # its own windowed loop, made by the partitioner before any CSE
         return gather_reused(first, reshard, *_height(reader, op),
                              rules.all_gather_cse_distance)
@@ -658,7 +659,9 @@ def _window_loop_all_gathers(reader: ModuleValues, sites: list[tuple[int, CommEn
     out = []
     for op, entry in sites:
         devices = _axis_devices(reader, entry.axes)
-        if entry.kind == ALL_GATHER and devices is not None and _in_loop_dot(graph, op):
+        operand = _OPERAND.match(entry.tensor)
+        if (entry.kind == ALL_GATHER and devices is not None and operand is not None
+                and _windowed(graph, op, graph.op_operands[op][int(operand.group(1))])):
             entry = replace(entry, kind=COLLECTIVE_PERMUTE,
                             bytes_per_device=windowed_bytes(devices, entry.bytes_per_device),
                             reason=entry.reason + ", gathered in a loop body by a windowed "
@@ -667,11 +670,18 @@ def _window_loop_all_gathers(reader: ModuleValues, sites: list[tuple[int, CommEn
     return out
 
 
-def _in_loop_dot(graph, op: int) -> bool:
-    """Whether ``op`` is a dot inside a loop body (which XLA:TPU gathers for by a
-    windowed loop, ``PlatformRules.windows_loop_all_gathers``)."""
+def _windowed(graph, op: int, value: int) -> bool:
+    """Whether XLA:TPU gathers ``value`` for op ``op`` by a windowed loop
+    (``PlatformRules.windows_loop_all_gathers``): ``op`` is a dot inside a loop body
+    and the only reader of ``value``. An operand other ops read too (a scanned
+    layer's weight read by the recomputed forward dot and the backward one under
+    ``jax.checkpoint``) is all-gathered, the gathered value shared."""
     return (graph.op_name[op] == "stablehlo.dot_general"
-            and next(loops_around(graph, op), None) is not None)
+            and next(loops_around(graph, op), None) is not None
+            and all(user == op for user, _ in graph.uses[value]))
+
+
+_OPERAND = re.compile(r"operand (\d+)")
 
 
 def _axis_devices(reader: ModuleValues, axes: tuple[str, ...]) -> int | None:
