@@ -56,10 +56,11 @@ def block_heights(graph: Graph, block: tuple[int, int],
     for op in reversed(ops):
         users = {_in_block(graph, user, owner, members)
                  for value in graph.op_results[op] for user, _ in graph.uses[value]}
+        users.discard(None)
         height = 0
-        for user in users:
-            if user is not None:
-                height = max(height, heights.get(user, 0)) + 1
+        # In program order, as XLA lists an instruction's users (the sum depends on it).
+        for user in sorted(users):
+            height = max(height, heights.get(user, 0)) + 1
         heights[op] = height + after.get(op, 0)
     return heights
 

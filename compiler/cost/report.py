@@ -541,7 +541,7 @@ def _height(reader: ModuleValues, op: int) -> tuple[tuple[int, int], int]:
     an op whose partial sums are all-reduced has the all-reduce after it."""
     graph = reader.graph
     block = block_of(graph, op)
-    heights = reader.facts.get(("heights", block))
+    heights = reader.heights.get(block)
     if heights is None:
         owner, index = block
         ops = graph.op_blocks[owner][index][1] if owner >= 0 else ()
@@ -553,7 +553,7 @@ def _height(reader: ModuleValues, op: int) -> tuple[tuple[int, int], int]:
                           and need.collective.kind == ALL_REDUCE)
             if reduced:
                 after[member] = reduced
-        heights = reader.facts[("heights", block)] = block_heights(graph, block, after)
+        heights = reader.heights[block] = block_heights(graph, block, after)
     return block, heights.get(op, 0)
 
 

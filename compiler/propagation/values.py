@@ -97,6 +97,9 @@ class ModuleValues:
         # XLA reshards a value to a given sharding once and reuses it (reshard cache):
         # (value, target) -> where its first reshard is (``cost.heights``), or None.
         self.resharded: dict[tuple[int, tuple], tuple | None] = {}
+        # Block -> its ops' heights as XLA's all-gather CSE measures them (``cost.heights``),
+        # which depend on the shardings (the all-reduces of partial sums count).
+        self.heights: dict[tuple[int, int], dict[int, int]] = {}
         # (element bytes, element type) per uniqued type: the cost model asks per use.
         self._elements: dict[int, tuple[int, str]] = {}
         # Each value as a Tensor: the cost model asks per use, and a module is read
