@@ -824,6 +824,31 @@ def args_info(in_tree: Any, avals: list, donated: tuple[bool, ...]) -> Any:
         [stages.ArgInfo(aval, d) for aval, d in zip(avals, donated)])
 
 
+def compiled_call_params(executable: Any, no_kwargs: bool, in_tree: Any, out_tree: Any, *,
+                         const_args: list) -> Any:
+    """jax's parameters of a ``jax.stages.Compiled``'s calls (``CompiledCallParams``:
+    ``const_args`` are the constants passed in front of the arguments)."""
+    from jax._src import stages
+
+    return stages.CompiledCallParams(executable, no_kwargs, in_tree, out_tree, const_args,
+                                     None, None)
+
+
+def serialized_executable(executable: Any) -> bytes:
+    """XLA's loaded executable as bytes its client loads again
+    (``deserialized_executable``)."""
+    return executable.client.serialize_executable(executable)
+
+
+def deserialized_executable(client: Any, serialized: bytes, devices: tuple) -> Any:
+    """An executable ``serialized_executable`` wrote, loaded by ``client`` onto
+    ``devices`` (the program's, in its partition order)."""
+    from jax._src.lib import xla_client
+
+    return client.deserialize_executable(
+        serialized, executable_devices=xla_client.DeviceList(tuple(devices)))
+
+
 def jit_lowering(jax_lowered: Any) -> Any:
     """The ``MeshComputation`` behind a ``jax.stages.Lowered`` of jit (its ``_lowering``)."""
     return jax_lowered._lowering
