@@ -240,6 +240,15 @@ def physical_type(aval: Any) -> Any:
     return jax.ShapeDtypeStruct((*aval.shape, *element.shape), element.dtype)
 
 
+def physical_sharding(aval: Any, sharding: Any) -> Any:
+    """The sharding of an extended-dtype value's physical data (``physical_type``)
+    given its own (jax's ``sharding_impls.physical_sharding``: the element's
+    dimensions unsharded)."""
+    from jax._src import core, sharding_impls
+
+    return sharding_impls.physical_sharding(core.ShapedArray(aval.shape, aval.dtype), sharding)
+
+
 def physical_data(value: Any) -> Any:
     """The array of physical elements an extended-dtype ``jax.Array`` holds (a PRNG
     key array's key data, an ``EArray``'s data), as jax's argument handlers pass it."""
@@ -1034,8 +1043,9 @@ def test_event(name: str) -> None:
     """Report one of jax's test events (no-op unless jax's test utilities listen).
 
     shardc reports the ones whose moments it shares with jax.jit (a call the C++
-    dispatch had no entry for: ``jit_cpp_cache_miss``; a compilation:
-    ``pxla_cached_compilation``), so tests that count them count shardc too.
+    dispatch had no entry for: ``jit_cpp_cache_miss``, or ``stages_compiled_call`` for
+    an ahead-of-time compiled one; a compilation: ``pxla_cached_compilation``), so
+    tests that count them count shardc too.
     """
     from jax._src import util
 

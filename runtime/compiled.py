@@ -280,6 +280,8 @@ class Compiled(Stage, jax.stages.Compiled):
     _dispatch: Any = None
 
     def _first_call(self, args: tuple, kwargs: dict) -> tuple[Any, Any, bool]:
+        # jax's event for a compiled program's call its C++ dispatch had no entry for.
+        jax_private.test_event("stages_compiled_call")
         expected = self._expected_by_jit if self.placed_by_jit else self._expected
         outputs = self._call(args, kwargs, expected)
         # Static arguments passed again are not the executable's: such calls stay here.
@@ -345,17 +347,23 @@ class Compiled(Stage, jax.stages.Compiled):
     def fast_path(self, outputs: Any) -> Any:
         """What jax's C++ dispatch needs to run this again without Python (given the
         outputs of a call), or None: programs with effects (their tokens and Refs
-        are threaded in Python, as jax's are), PRNG keys among their arguments
-        and calls with an argument copied into the compiled layout always run
-        through ``_call``. Host callbacks alone (``pure_callback``) and donated
-        arguments take the fast path, as with jax.jit: the executable donates, and
-        the caller (``__call__``, jit's) deletes the donated arrays after it.
+        are threaded in Python, as jax's are) and calls with an argument copied
+        into the compiled layout always run through ``_call``. Host callbacks alone
+        (``pure_callback``), PRNG keys (placed as their data, by their physical
+        shardings, as jax.jit places them) and donated arguments take the fast
+        path, as with jax.jit: the executable donates, and the caller
+        (``__call__``, jit's) deletes the donated arrays after it.
         """
         effects = self._effects
-        if effects.ordered or effects.unordered or effects.mutates or self._extended_inputs \
-                or self._last_call_relaid:
+        if effects.ordered or effects.unordered or effects.mutates or self._last_call_relaid:
             return None
-        return jax_private.fast_path(self._xla_executable, outputs, list(self._input_shardings),
+        in_shardings = list(self._input_shardings)
+        if self._extended_inputs:
+            in_shardings = [
+                jax_private.physical_sharding(info.aval, sharding)
+                if jax.dtypes.issubdtype(info.aval.dtype, jax.dtypes.extended) else sharding
+                for info, sharding in zip(self._parts["inputs"], in_shardings)]
+        return jax_private.fast_path(self._xla_executable, outputs, in_shardings,
                                      list(self._output_shardings),
                                      self._dispatch_layouts[:len(self._input_shardings)])
 
