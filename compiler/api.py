@@ -422,7 +422,8 @@ class JitFunction(JitCalls, JitSurface):
                 traced, effects.callback_placement(traced.jaxpr, arg_leaves),
                 signature.key_result_shardings(results)),
             arg_leaves, results,
-        ).lower(lowering_platforms=platforms, _private_parameters=lowering_parameters)
+        ).lower(lowering_platforms=platforms,
+                _private_parameters=jax_private.with_embedded_constants(lowering_parameters))
         jax_module = jax_private.refined_module(jax_lowered)
         host_callbacks, keepalive = jax_private.host_callbacks_of(jax_lowered)
         program_effects = effects.program_effects(jax_lowered)

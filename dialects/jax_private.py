@@ -858,6 +858,23 @@ def deserialized_executable(client: Any, serialized: bytes, devices: tuple) -> A
         serialized, executable_devices=xla_client.DeviceList(tuple(devices)))
 
 
+def with_embedded_constants(parameters: Any) -> Any:
+    """jax's lowering parameters (``mlir.LoweringParameters``; None: jax's defaults)
+    with the closed-over constants kept inside the module, not hoisted into leading
+    arguments as ``jax_use_simplified_jaxpr_constants`` set at start-up asks:
+    shardc's programs take the call's arguments alone (``const_args`` stay empty),
+    as ``jax.export``'s do."""
+    import dataclasses
+
+    from jax._src.interpreters import mlir
+
+    if parameters is None:
+        parameters = mlir.LoweringParameters()
+    if not parameters.hoist_constants_as_args:
+        return parameters
+    return dataclasses.replace(parameters, hoist_constants_as_args=False)
+
+
 def jit_lowering(jax_lowered: Any) -> Any:
     """The ``MeshComputation`` behind a ``jax.stages.Lowered`` of jit (its ``_lowering``)."""
     return jax_lowered._lowering

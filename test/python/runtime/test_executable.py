@@ -3,6 +3,7 @@ read it (``shardc.runtime.executable``): its executable's flat avals, shardings 
 layouts, the call parameters, and serialized programs loaded in this process and in
 a fresh one, compared with ``jax.jit``'s."""
 
+import os
 import pickle
 import subprocess
 import sys
@@ -147,3 +148,32 @@ def test_program_with_host_callbacks_is_not_serializable():
 
     with pytest.raises(ValueError, match="Compilation does not support serialization"):
         serialize(jit(f).lower(jnp.ones(4)).compile())
+
+
+def test_constants_stay_inside_with_simplified_constants_at_start_up():
+    # jax_use_simplified_jaxpr_constants set when jax starts hoists jax.jit's closed-over
+    # constants into leading arguments; shardc keeps them inside its module, as
+    # jax.export does, so its programs take the call's arguments alone.
+    script = textwrap.dedent(
+        """
+        import jax, jax.numpy as jnp, numpy as np
+        from shardc.compiler import jit
+        const = jnp.arange(16.0) + 42.0
+        f = lambda x: const[0:8] + x
+        x = jnp.arange(8.0)
+        theirs = jax.jit(f).lower(x).compile()
+        ours = jit(f).lower(x)
+        compiled = ours.compile()
+        assert len(theirs._params.const_args) == 1, theirs._params.const_args
+        assert ours._lowering.const_args == [] and compiled._params.const_args == []
+        assert len(compiled._executable.in_avals) == 1
+        np.testing.assert_array_equal(compiled(x), theirs(x))
+        np.testing.assert_array_equal(jit(f)(x), theirs(x))
+        print("ok")
+        """
+    )
+    env = dict(os.environ, JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS="1")
+    run = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "ok"
