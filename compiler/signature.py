@@ -750,6 +750,10 @@ def result_signature(
                                      api_name)
         if sharding is None and follow_types:
             sharding = typed
+            if typed is not None and type_of.memory_space is not None:
+                # The type's memory too: jax.jit's result stays where its type says.
+                sharding = typed.with_memory_kind(
+                    jax_private.memory_kind_of_space(type_of.memory_space))
         if sharding is not None and (sharding, aval.shape) not in checked:
             check_sharding(sharding, aval, path)
             checked.add((sharding, aval.shape))

@@ -158,3 +158,14 @@ def test_uncommitted_array_into_another_memory_is_jax_error(mesh):
                        "match memory kind on the respective arg. Got jit memory kind: "
                        "pinned_host, arg memory kind: device"):
         jit(lambda v: v * 2, in_shardings=host)(x)
+
+
+def test_host_array_over_an_explicit_mesh_results_in_its_memory_as_jax_jit():
+    # On Explicit axes the result's sharding is its type's, memory included.
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+    x = jax.device_put(np.arange(32, dtype=np.float32).reshape(8, 4),
+                       NamedSharding(mesh, P("x", "y"), memory_kind="pinned_host"))
+    ours, theirs = jit(lambda v: v * 2)(x), jax.jit(lambda v: v * 2)(x)
+    np.testing.assert_array_equal(ours, theirs)
+    assert ours.sharding == theirs.sharding and ours.sharding.memory_kind == "pinned_host"
+    assert jit(lambda v: v * 2).lower(x).as_text() == jax.jit(lambda v: v * 2).lower(x).as_text()
