@@ -30,7 +30,7 @@ from jaxlib.mlir import ir
 import shardc.compiler as shardc_compiler
 import shardc.dialects as shardc_dialects
 import shardc.runtime as shardc_runtime
-from shardc.compiler import auto, effects, export, layouts, signature
+from shardc.compiler import auto, effects, export, layouts, memories, signature
 from shardc.compiler.checks.strict import check_strict
 from shardc.compiler.cost_aware import Resolution
 from shardc.compiler.function import annotated, binding, caches, hitypes
@@ -422,7 +422,8 @@ class JitFunction(JitCalls, JitSurface):
                 traced, effects.callback_placement(traced.jaxpr, arg_leaves),
                 signature.key_result_shardings(results)),
             arg_leaves, results,
-        ).lower(lowering_platforms=platforms, _private_parameters=lowering_parameters)
+        ).lower(lowering_platforms=platforms,
+                _private_parameters=jax_private.with_embedded_constants(lowering_parameters))
         jax_module = jax_private.refined_module(jax_lowered)
         host_callbacks, keepalive = jax_private.host_callbacks_of(jax_lowered)
         program_effects = effects.program_effects(jax_lowered)
@@ -476,6 +477,9 @@ class JitFunction(JitCalls, JitSurface):
         """The results' signatures: their shardings, types and the layouts asked for them."""
         results = signature.result_signature(out_info, self.out_shardings, mesh, types=types,
                                              api_name=self.options.api_name)
+        if self.options.single_device is not None:
+            results = memories.given_on_one_device(results, signature.broadcast_shardings(
+                self.options.given_out_shardings, out_info, "out_shardings"))
         return layouts.result_layouts(results, jax.tree.structure(out_info),
                                       self.options.out_formats)
 

@@ -12,8 +12,11 @@ memory is the device's, the module is left as jax.jit leaves it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func as func_dialect
 from jaxlib.mlir.dialects import stablehlo
@@ -26,6 +29,26 @@ from shardc.runtime import tokens
 MEMORY_KIND_ATTR = "mhlo.memory_kind"
 DEVICE_MEMORY = "device"
 PLACEMENT_TARGET = "annotate_device_placement"
+
+
+def on_its_device(sharding: SingleDeviceSharding) -> NamedSharding | None:
+    """How a ``SingleDeviceSharding`` given for a result is lowered: in a memory other
+    than the device's, as a sharding of its device alone (an axis-less mesh, what
+    jax.jit writes for it: ``@empty_mesh``) in that memory, so the result is placed
+    there; else None (the program runs on that device, ``options``)."""
+    if sharding.memory_kind in (None, DEVICE_MEMORY):
+        return None
+    alone = Mesh(np.array(sharding._device, dtype=object).reshape(()), ())
+    return NamedSharding(alone, PartitionSpec(), memory_kind=sharding.memory_kind)
+
+
+def given_on_one_device(results: Sequence[LeafSignature], given: Sequence
+                        ) -> list[LeafSignature]:
+    """The results with each ``SingleDeviceSharding`` given for one (``given``: per
+    result, as given to jit) kept as the sharding it comes back with, as jax.jit's."""
+    return [dataclasses.replace(leaf, placed_as=entry)
+            if isinstance(entry, SingleDeviceSharding) else leaf
+            for leaf, entry in zip(results, given)]
 
 
 def memory_kind(leaf: LeafSignature) -> str | None:

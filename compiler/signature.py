@@ -538,17 +538,21 @@ def check_committed_sharding(path: str, value: Any, sharding: NamedSharding) -> 
     rule: the same HLO sharding, whatever the mesh's axis names, devices or device
     order; the memory kind too), since moving data to another tiling is
     communication the program does not show. Moving it to other devices, or the
-    same ones in another order, jax.jit does, and so does shardc."""
-    if committed_devices(value) is None or value.sharding == sharding:
+    same ones in another order, jax.jit does, and so does shardc. No array, committed
+    or not, moves to another memory (jax's rule too: ``device_put`` does that)."""
+    placed = isinstance(value, jax.Array) and not jax_private.is_tracer(value)
+    if not placed or value.sharding == sharding:
         return
-    ndim = value.ndim
-    own, wanted = (jax_private.hlo_sharding(s, ndim) for s in (value.sharding, sharding))
     if sharding.memory_kind is not None and value.sharding.memory_kind != sharding.memory_kind:
         raise ArgumentShardingError(
             "Memory kinds passed to jax.jit does not match memory kind on the respective "
             f"arg. Got jit memory kind: {sharding.memory_kind}, arg memory kind: "
             f"{value.sharding.memory_kind} for arg type: {value.aval.str_short()} ({path}: "
             "jax.device_put it to the given memory kind first)")
+    if committed_devices(value) is None:
+        return
+    ndim = value.ndim
+    own, wanted = (jax_private.hlo_sharding(s, ndim) for s in (value.sharding, sharding))
     if jax_private.same_hlo_sharding(own, wanted):
         return
     raise ArgumentShardingError(
@@ -746,6 +750,10 @@ def result_signature(
                                      api_name)
         if sharding is None and follow_types:
             sharding = typed
+            if typed is not None and type_of.memory_space is not None:
+                # The type's memory too: jax.jit's result stays where its type says.
+                sharding = typed.with_memory_kind(
+                    jax_private.memory_kind_of_space(type_of.memory_space))
         if sharding is not None and (sharding, aval.shape) not in checked:
             check_sharding(sharding, aval, path)
             checked.add((sharding, aval.shape))

@@ -240,6 +240,15 @@ def physical_type(aval: Any) -> Any:
     return jax.ShapeDtypeStruct((*aval.shape, *element.shape), element.dtype)
 
 
+def physical_sharding(aval: Any, sharding: Any) -> Any:
+    """The sharding of an extended-dtype value's physical data (``physical_type``)
+    given its own (jax's ``sharding_impls.physical_sharding``: the element's
+    dimensions unsharded)."""
+    from jax._src import core, sharding_impls
+
+    return sharding_impls.physical_sharding(core.ShapedArray(aval.shape, aval.dtype), sharding)
+
+
 def physical_data(value: Any) -> Any:
     """The array of physical elements an extended-dtype ``jax.Array`` holds (a PRNG
     key array's key data, an ``EArray``'s data), as jax's argument handlers pass it."""
@@ -824,6 +833,48 @@ def args_info(in_tree: Any, avals: list, donated: tuple[bool, ...]) -> Any:
         [stages.ArgInfo(aval, d) for aval, d in zip(avals, donated)])
 
 
+def compiled_call_params(executable: Any, no_kwargs: bool, in_tree: Any, out_tree: Any, *,
+                         const_args: list) -> Any:
+    """jax's parameters of a ``jax.stages.Compiled``'s calls (``CompiledCallParams``:
+    ``const_args`` are the constants passed in front of the arguments)."""
+    from jax._src import stages
+
+    return stages.CompiledCallParams(executable, no_kwargs, in_tree, out_tree, const_args,
+                                     None, None)
+
+
+def serialized_executable(executable: Any) -> bytes:
+    """XLA's loaded executable as bytes its client loads again
+    (``deserialized_executable``)."""
+    return executable.client.serialize_executable(executable)
+
+
+def deserialized_executable(client: Any, serialized: bytes, devices: tuple) -> Any:
+    """An executable ``serialized_executable`` wrote, loaded by ``client`` onto
+    ``devices`` (the program's, in its partition order)."""
+    from jax._src.lib import xla_client
+
+    return client.deserialize_executable(
+        serialized, executable_devices=xla_client.DeviceList(tuple(devices)))
+
+
+def with_embedded_constants(parameters: Any) -> Any:
+    """jax's lowering parameters (``mlir.LoweringParameters``; None: jax's defaults)
+    with the closed-over constants kept inside the module, not hoisted into leading
+    arguments as ``jax_use_simplified_jaxpr_constants`` set at start-up asks:
+    shardc's programs take the call's arguments alone (``const_args`` stay empty),
+    as ``jax.export``'s do."""
+    import dataclasses
+
+    from jax._src.interpreters import mlir
+
+    if parameters is None:
+        parameters = mlir.LoweringParameters()
+    if not parameters.hoist_constants_as_args:
+        return parameters
+    return dataclasses.replace(parameters, hoist_constants_as_args=False)
+
+
 def jit_lowering(jax_lowered: Any) -> Any:
     """The ``MeshComputation`` behind a ``jax.stages.Lowered`` of jit (its ``_lowering``)."""
     return jax_lowered._lowering
@@ -1009,8 +1060,9 @@ def test_event(name: str) -> None:
     """Report one of jax's test events (no-op unless jax's test utilities listen).
 
     shardc reports the ones whose moments it shares with jax.jit (a call the C++
-    dispatch had no entry for: ``jit_cpp_cache_miss``; a compilation:
-    ``pxla_cached_compilation``), so tests that count them count shardc too.
+    dispatch had no entry for: ``jit_cpp_cache_miss``, or ``stages_compiled_call`` for
+    an ahead-of-time compiled one; a compilation: ``pxla_cached_compilation``), so
+    tests that count them count shardc too.
     """
     from jax._src import util
 

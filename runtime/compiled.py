@@ -32,6 +32,7 @@ from shardc.dialects.errors import (
 from shardc.dialects.xla_form import module_for_xla
 from shardc.runtime import arguments, collectives, layouts, result_shardings, results, tokens
 from shardc.runtime.effects import NO_EFFECTS, ProgramEffects, execute_with_tokens
+from shardc.runtime.executable import Executable
 from shardc.runtime.result_shardings import concrete_mesh, is_open, requested_sharding
 from shardc.runtime.stage import Stage
 from shardc.runtime.verify import verify
@@ -127,7 +128,15 @@ class Compiled(Stage, jax.stages.Compiled):
         output_layouts: Sequence[Any] | None = None,
         placed_layouts: Sequence[Any] | None = None,
     ) -> None:
-        self._executable = executable
+        self._xla_executable = executable
+        # What it is made of, as its unloaded form keeps it (``shardc.runtime.executable``).
+        self._parts = dict(
+            devices=devices, in_tree=in_tree, out_tree=out_tree, inputs=tuple(inputs),
+            outputs=tuple(outputs), input_shardings=tuple(input_shardings),
+            output_shardings=tuple(output_shardings), static=static,
+            uses_host_callbacks=uses_host_callbacks, placed_on_request=placed_on_request,
+            effects=effects, input_layouts=input_layouts, output_layouts=output_layouts,
+            placed_layouts=placed_layouts)
         # ``inputs`` and ``outputs`` are the program's own after its tokens: the
         # closed-over Refs follow the arguments, Refs' new values are among the
         # results (``effects``); the user's are the leading inputs and the results
@@ -203,6 +212,19 @@ class Compiled(Stage, jax.stages.Compiled):
     arg_names: tuple[str, ...] | None = None  # jax's names of the arguments
 
     @property
+    def _executable(self) -> Executable:
+        """jax's view of this program (``jax.stages.Executable``: what code written
+        against jax's ``Compiled`` and ``jax.experimental.serialize_executable`` read)."""
+        return Executable(self)
+
+    @property
+    def _params(self) -> Any:
+        """jax's parameters of a call of this program (``CompiledCallParams``): no
+        constants passed as arguments, shardc's keep theirs inside."""
+        return jax_private.compiled_call_params(self._executable, self._no_kwargs,
+                                                self._in_tree, self._out_tree, const_args=[])
+
+    @property
     def effects(self) -> ProgramEffects:
         """The program's tokens and ``Ref``s (``shardc.runtime.effects``)."""
         return self._effects
@@ -214,7 +236,7 @@ class Compiled(Stage, jax.stages.Compiled):
 
     def runtime_executable(self) -> Any:
         """XLA's loaded executable that runs this program (for debugging, as jax's)."""
-        return self._executable
+        return self._xla_executable
 
     @property
     def out_info(self) -> Any:
@@ -258,6 +280,8 @@ class Compiled(Stage, jax.stages.Compiled):
     _dispatch: Any = None
 
     def _first_call(self, args: tuple, kwargs: dict) -> tuple[Any, Any, bool]:
+        # jax's event for a compiled program's call its C++ dispatch had no entry for.
+        jax_private.test_event("stages_compiled_call")
         expected = self._expected_by_jit if self.placed_by_jit else self._expected
         outputs = self._call(args, kwargs, expected)
         # Static arguments passed again are not the executable's: such calls stay here.
@@ -282,7 +306,7 @@ class Compiled(Stage, jax.stages.Compiled):
                 f"process cannot address ({self.devices[0]}, ...: a topology's devices); "
                 "read its memory_analysis(), cost_analysis() and as_text(), or compile it "
                 "again for devices attached here to run it")
-        jax_private.check_execution_allowed(self._executable)
+        jax_private.check_execution_allowed(self._xla_executable)
         leaves, tree = jax.tree.flatten(self._dynamic(args, kwargs))
         if tree != self._in_tree:
             raise PytreeMismatchError(jax_private.pytree_mismatch_message(self._in_tree, tree))
@@ -308,9 +332,9 @@ class Compiled(Stage, jax.stages.Compiled):
                 getattr(leaf, "committed", False) for leaf in leaves):
             handlers = self._uncommitted_handlers
         if self._with_tokens:
-            outputs = execute_with_tokens(self._executable, placed, handlers, effects)
+            outputs = execute_with_tokens(self._xla_executable, placed, handlers, effects)
         else:
-            outputs = self._executable.execute_sharded(placed).consume_with_handlers(handlers)
+            outputs = self._xla_executable.execute_sharded(placed).consume_with_handlers(handlers)
         if self.donates:
             arguments.release_donated([values[i] for i in self._donated_leaves()])
         return jax.tree.unflatten(self._out_tree, effects.write_back(leaves, outputs))
@@ -323,17 +347,23 @@ class Compiled(Stage, jax.stages.Compiled):
     def fast_path(self, outputs: Any) -> Any:
         """What jax's C++ dispatch needs to run this again without Python (given the
         outputs of a call), or None: programs with effects (their tokens and Refs
-        are threaded in Python, as jax's are), PRNG keys among their arguments
-        and calls with an argument copied into the compiled layout always run
-        through ``_call``. Host callbacks alone (``pure_callback``) and donated
-        arguments take the fast path, as with jax.jit: the executable donates, and
-        the caller (``__call__``, jit's) deletes the donated arrays after it.
+        are threaded in Python, as jax's are) and calls with an argument copied
+        into the compiled layout always run through ``_call``. Host callbacks alone
+        (``pure_callback``), PRNG keys (placed as their data, by their physical
+        shardings, as jax.jit places them) and donated arguments take the fast
+        path, as with jax.jit: the executable donates, and the caller
+        (``__call__``, jit's) deletes the donated arrays after it.
         """
         effects = self._effects
-        if effects.ordered or effects.unordered or effects.mutates or self._extended_inputs \
-                or self._last_call_relaid:
+        if effects.ordered or effects.unordered or effects.mutates or self._last_call_relaid:
             return None
-        return jax_private.fast_path(self._executable, outputs, list(self._input_shardings),
+        in_shardings = list(self._input_shardings)
+        if self._extended_inputs:
+            in_shardings = [
+                jax_private.physical_sharding(info.aval, sharding)
+                if jax.dtypes.issubdtype(info.aval.dtype, jax.dtypes.extended) else sharding
+                for info, sharding in zip(self._parts["inputs"], in_shardings)]
+        return jax_private.fast_path(self._xla_executable, outputs, in_shardings,
                                      list(self._output_shardings),
                                      self._dispatch_layouts[:len(self._input_shardings)])
 
@@ -387,15 +417,15 @@ class Compiled(Stage, jax.stages.Compiled):
 
     def as_text(self) -> str:
         """The optimised HLO module after SPMD partitioning (what runs)."""
-        return self._executable.hlo_modules()[0].to_string()
+        return self._xla_executable.hlo_modules()[0].to_string()
 
     def memory_analysis(self) -> Any:
         """XLA's per-device memory statistics (argument, output, temp, alias bytes)."""
-        return self._executable.get_compiled_memory_stats()
+        return self._xla_executable.get_compiled_memory_stats()
 
     def cost_analysis(self) -> dict[str, float]:
         """XLA's cost estimate: flops, transcendentals, bytes accessed."""
-        return dict(self._executable.cost_analysis())
+        return dict(self._xla_executable.cost_analysis())
 
     # The unsharded program (``jax.jit`` of the function), set by ``Lowered.compile``.
     reference: Any = None

@@ -86,9 +86,12 @@ def output_shardings(outputs: Sequence[Any], op_shardings: Sequence[Any],
     if any(jax_private.is_gspmd_sharding(s) for s in decided):
         decided = _recovered(decided, outputs, inputs, devices, mesh)
     if len(devices) == 1:
-        # One device ran no partitioner: what is left is its SingleDeviceSharding.
+        # One device ran no partitioner: what is left is its SingleDeviceSharding, as is
+        # a result asked for by one (lowered as a sharding of its device alone).
         return [SingleDeviceSharding(devices[0], memory_kind=s.memory_kind)
-                if jax_private.is_gspmd_sharding(s) else s for s in decided]
+                if jax_private.is_gspmd_sharding(s)
+                or isinstance(getattr(info, "placed_as", None), SingleDeviceSharding) else s
+                for s, info in zip(decided, outputs)]
     return decided
 
 

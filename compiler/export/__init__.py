@@ -64,14 +64,19 @@ def export_lowering(
     return jax_private.lowering_with_module(
         jax_lowering,
         module,
-        # An argument placed by a sharding of another class than NamedSharding is
-        # lowered with it read as one; jax's export reads the class it was given.
-        in_shardings=[leaf.sharding if getattr(leaf, "placed_as", None) is None
-                      else leaf.placed_as for leaf in args],
-        out_shardings=[leaf.sharding for leaf in results],
+        # An argument placed by a sharding of another class than NamedSharding (a
+        # result asked for by a SingleDeviceSharding) is lowered with it read as one;
+        # jax's export reads the class it was given.
+        in_shardings=[_as_given(leaf) for leaf in args],
+        out_shardings=[_as_given(leaf) for leaf in results],
         num_devices=partition_count(module),
         devices=_concrete_devices(meshes),
     )
+
+
+def _as_given(leaf: ValueInfo) -> Any:
+    placed_as = getattr(leaf, "placed_as", None)
+    return leaf.sharding if placed_as is None else placed_as
 
 
 def partition_count(module: ir.Module) -> int:

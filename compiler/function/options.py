@@ -10,7 +10,8 @@ donation) through the signature. ``parse`` runs jax's own validation, so the
 errors are jax's classes and wording, and returns the completed options shardc
 needs. ``SingleDeviceSharding`` leaves (accepted, as by jax.jit) ask for a
 one-device program: they become the device the program runs on, and the
-leaves themselves unspecified shardings.
+leaves themselves unspecified shardings (a result's in another memory than the
+device's, a sharding of that device alone in that memory).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 import jax
 from jax.sharding import SingleDeviceSharding
 
-from shardc.compiler import layouts
+from shardc.compiler import layouts, memories
 from shardc.dialects import jax_private
 from shardc.dialects.errors import DeviceMismatchError, InvalidArgumentError
 
@@ -149,8 +150,13 @@ def _single_device(in_shardings: Any, out_shardings: Any) -> tuple[Any, Any, Any
             f"Received incompatible devices for jitted computation. Got SingleDeviceSharding "
             f"leaves on devices {ids}; a program runs on one device set")
     drop = lambda x: None if isinstance(x, SingleDeviceSharding) else x  # noqa: E731
+
+    def keep_memory(x: Any) -> Any:
+        # A result asked into another memory than the device's stays there (``memories``).
+        return memories.on_its_device(x) if isinstance(x, SingleDeviceSharding) else x
+
     return (devices.pop(), jax.tree.map(drop, in_shardings, is_leaf=is_leaf),
-            jax.tree.map(drop, out_shardings, is_leaf=is_leaf))
+            jax.tree.map(keep_memory, out_shardings, is_leaf=is_leaf))
 
 
 def _check_callable(fun: Any) -> None:

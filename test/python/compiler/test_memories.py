@@ -120,3 +120,52 @@ def test_host_array_over_a_mesh_transposed_as_jax_jit(mesh):
                        NamedSharding(mesh, P("x", "y"), memory_kind="pinned_host"))
     out, _ = assert_as_jax_jit(lambda v: v.T * 2, x)
     assert out.sharding.memory_kind == "pinned_host"
+
+
+@pytest.mark.parametrize("kind", ["pinned_host", "device"])
+def test_single_device_sharding_of_a_result_places_it_in_its_memory_as_jax_jit(kind):
+    given = jax.sharding.SingleDeviceSharding(jax.devices()[1], memory_kind=kind)
+    x = np.arange(8, dtype=np.float32)
+
+    def fun(v):
+        return v * 2, v + 1
+
+    ours = jit(fun, out_shardings=(given, None))
+    theirs = jax.jit(fun, out_shardings=(given, None))
+    for got, want in zip(ours(x), theirs(x), strict=True):
+        np.testing.assert_array_equal(got, want)
+        assert (got.sharding, got.committed) == (want.sharding, want.committed)
+    compiled = ours.lower(x).compile()
+    assert compiled.output_shardings == theirs.lower(x).compile().output_shardings
+    # jax.export reads the memory from the lowering's result shardings.
+    empty = jax.sharding.AbstractMesh((), ())
+    exported, reference = (jax.export.export(f, platforms=("cpu",))(x) for f in (ours, theirs))
+    assert [a.memory_space for a in exported.out_avals] == \
+        [a.memory_space for a in reference.out_avals]
+    assert kinds(exported.out_shardings_jax(empty)) == kinds(reference.out_shardings_jax(empty))
+    if kind == "pinned_host":  # (deserialized, the types carry the memory)
+        loaded = jax.export.deserialize(exported.serialize())
+        assert loaded.out_avals[0].memory_space == jax.memory.Space.Host
+
+
+def test_uncommitted_array_into_another_memory_is_jax_error(mesh):
+    x = jax.numpy.arange(16.0).reshape(4, 4)  # uncommitted, in device memory
+    host = NamedSharding(mesh, P("x", "y"), memory_kind="pinned_host")
+    mismatch = "Memory kinds passed to jax.jit does not match"
+    with pytest.raises(ValueError, match=mismatch) as theirs:
+        jax.jit(lambda v: v * 2, in_shardings=host)(x)
+    with pytest.raises(type(theirs.value), match="Memory kinds passed to jax.jit does not "
+                       "match memory kind on the respective arg. Got jit memory kind: "
+                       "pinned_host, arg memory kind: device"):
+        jit(lambda v: v * 2, in_shardings=host)(x)
+
+
+def test_host_array_over_an_explicit_mesh_results_in_its_memory_as_jax_jit():
+    # On Explicit axes the result's sharding is its type's, memory included.
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+    x = jax.device_put(np.arange(32, dtype=np.float32).reshape(8, 4),
+                       NamedSharding(mesh, P("x", "y"), memory_kind="pinned_host"))
+    ours, theirs = jit(lambda v: v * 2)(x), jax.jit(lambda v: v * 2)(x)
+    np.testing.assert_array_equal(ours, theirs)
+    assert ours.sharding == theirs.sharding and ours.sharding.memory_kind == "pinned_host"
+    assert jit(lambda v: v * 2).lower(x).as_text() == jax.jit(lambda v: v * 2).lower(x).as_text()

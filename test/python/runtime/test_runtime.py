@@ -698,6 +698,27 @@ def test_jits_of_one_function_share_the_dispatch_as_jax_jits_do(mesh, monkeypatc
     assert events.count("jit_cpp_cache_miss") == 3
 
 
+def test_prng_key_arguments_take_jax_cpp_dispatch(mesh, monkeypatch):
+    events = []
+    monkeypatch.setattr(jax_private, "test_event", events.append)
+    keys = jax.device_put(jax.random.split(jax.random.key(0), 8), NamedSharding(mesh, P("x")))
+
+    def f(k):
+        return jax.vmap(jax.random.split)(k), jax.vmap(jax.random.normal)(k)
+
+    new_keys, normals = jax.jit(f)(keys)
+    ours, compiled = jit(f), jit(f).lower(keys).compile()
+    for _ in range(3):
+        for got_keys, got_normals in (ours(keys), compiled(keys)):
+            np.testing.assert_array_equal(jax.random.key_data(got_keys),
+                                          jax.random.key_data(new_keys))
+            np.testing.assert_array_equal(got_normals, normals)
+            assert (got_keys.sharding, got_normals.sharding) == (new_keys.sharding,
+                                                                 normals.sharding)
+    # The first calls alone ran in Python (jit's and the compiled program's).
+    assert (events.count("jit_cpp_cache_miss"), events.count("stages_compiled_call")) == (1, 1)
+
+
 def test_compile_for_other_devices_than_the_shardings_is_jax_error():
     mesh = Mesh(np.array(jax.devices()[:2]), ("x",))
     x = jax.ShapeDtypeStruct((8, 2), jnp.float32, sharding=NamedSharding(mesh, P("x")))
