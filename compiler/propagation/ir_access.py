@@ -116,6 +116,11 @@ class ShardingStore:
         self.edge_view: dict[int, tuple[tuple[str, ...], TensorSharding | None, bool]] = {}
         self._attr_cache: dict[str, ir.Attribute] = {}
         self.erase_log: list[int] = []
+        # op -> the ``sdy.sharding`` it carries (ops without one are absent): as read,
+        # as ``start`` gave it, then as ``write_back`` wrote it. What a walk of the
+        # written module would read there, for a caller that reads it after
+        # propagation (the export stage's census) without reading every op again.
+        self.sharding_attrs: dict[int, ir.Attribute] = {}
         # Every write, ``(slot, sharding, sid, primary)`` (primary: the slot written,
         # not a sibling given a placeholder), while a run is recorded (``incremental``).
         self.log: list[tuple] | None = None
@@ -142,6 +147,7 @@ class ShardingStore:
         fresh.settled = [-1] * len(self.settled)
         fresh.erase_log = []
         fresh.log = None
+        fresh.sharding_attrs = dict(self.sharding_attrs)
         return fresh
 
     def start(self, op: int, attribute: ir.Attribute) -> bool:
@@ -154,6 +160,7 @@ class ShardingStore:
         slot, sharding = found
         self.value[slot] = sharding
         self.sid[slot] = self.intern(sharding)
+        self.sharding_attrs[op] = attribute
         return True
 
     def start_slot(self, op: int, attribute: ir.Attribute) -> tuple[int, TensorSharding] | None:
@@ -256,7 +263,11 @@ class ShardingStore:
     def _per_value_attr_slots(self, op: int, attr_name: str, values: list[int],
                               attr: ir.Attribute | None) -> None:
         graph = self.graph
-        parsed = self._parse_per_value(attr) if attr is not None else None
+        parsed = None
+        if attr is not None:
+            parsed = self._parse_per_value(attr)
+            if attr_name == SHARDING_ATTR:
+                self.sharding_attrs[op] = attr
         slots = []
         for k, value in enumerate(values):
             sharding = parsed[k] if parsed is not None else None
@@ -489,6 +500,8 @@ class ShardingStore:
                 attr = formatted[sids] = self._attr(
                     format_per_value([self.value[s] for s in slots]))
             graph.ops[op].attributes[attr_name] = attr
+            if attr_name == SHARDING_ATTR:
+                self.sharding_attrs[op] = attr
         for op in sorted(manual_ins):
             self._write_manual_ins(op)
         for (op, list_name), updates in func_lists.items():

@@ -21,8 +21,8 @@ from jaxlib.mlir import ir, passmanager
 
 from shardc.compiler.diagnostics import verify_step
 from shardc.compiler.propagation.data_flow_ops import DATA_FLOW_OPS
-from shardc.compiler.propagation.graph import NEVER_DEAD
-from shardc.compiler.propagation.ir_access import EDGE_OP
+from shardc.compiler.propagation.graph import NEVER_DEAD, PropagationGraph
+from shardc.compiler.propagation.ir_access import EDGE_OP, ShardingStore
 from shardc.compiler.propagation.manual import MANUAL_OP
 from shardc.compiler.sharding.walker import Census, ShardingMapper, census
 from shardc.compiler.stages import export_steps, import_steps
@@ -284,6 +284,81 @@ def _export_census(module: ir.Operation, keep_constraints: bool) -> _ExportCensu
                          reread, unused)
 
 
+class PropagatedRead(NamedTuple):
+    """The graph and store a propagation of the module ran on, written back
+    (``propagation.propagate_read``), and whether it kept the rules it computed
+    (``keep_sharding_rules``): what the export stage would otherwise walk the module for."""
+
+    graph: PropagationGraph
+    store: ShardingStore
+    rules_kept: bool
+
+
+def _export_census_of_read(module: ir.Operation, read: PropagatedRead,
+                           keep_constraints: bool) -> _ExportCensus:
+    """``_export_census`` from the propagation's own read of the module, no walk.
+
+    The graph holds every op the written module holds but those it marks erased,
+    in pre-order: the merger's copies have no regions, so their pre-order is their
+    post-order. The store holds each op's ``sdy.sharding`` as written (an op without
+    results is read from the IR: the store gives it no slot). A sharding rule is
+    left on an op only where the propagation kept the rules it computed, or where a
+    rule is custom, which no export step drops: ``census.has_attribute`` says
+    whether the export has rules to drop.
+    """
+    graph, store = read.graph, read.store
+    names = {module.name}
+    copies: list[ir.Operation] = []
+    funcs: list[ir.Operation] = []
+    sharded: list[tuple[ir.Operation, ir.Attribute]] = []
+    reread: list[ir.Operation] = []
+    unused = False
+    complete = True
+    ops, erased, parent, uses = graph.ops, graph.erased, graph.op_parent, graph.uses
+    attrs = store.sharding_attrs
+    in_func = [False] * len(ops)
+    for op, (name, results) in enumerate(zip(graph.op_name, graph.op_results)):
+        if erased[op]:
+            continue
+        names.add(name)
+        above = parent[op]
+        if above < 0:
+            if name == "func.func":
+                funcs.append(ops[op])
+                in_func[op] = True
+            else:
+                complete = complete and name == MESH_OP
+            continue
+        if not in_func[above]:
+            continue
+        in_func[op] = True
+        if name in export_steps.MERGED:
+            copies.append(ops[op])
+        if name in DATA_FLOW_OPS or (name.startswith("sdy.") and name not in _PLAIN_SDY):
+            if name not in _UNSHARDED:
+                reread.append(ops[op])
+        else:
+            sharding = (attrs.get(op) if results
+                        else ops[op].attributes.get(SHARDING_ATTR))
+            if sharding is not None:
+                sharded.append((ops[op], sharding))
+        if (not unused and name not in NEVER_DEAD and not graph.op_terminator[op]
+                and not any(uses[value] for value in results)):
+            unused = True
+    # The funcs themselves: as the walk of each function meets it, last.
+    for func in funcs:
+        sharding = func.attributes.get(SHARDING_ATTR)
+        if sharding is not None:
+            sharded.append((func, sharding))
+    found = read.rules_kept or SHARDING_RULE_ATTR in module.attributes
+    rewritten = _REWRITTEN_OPS[export_steps.remove_sharding_groups]
+    if not keep_constraints:
+        rewritten = rewritten | _REWRITTEN_OPS[export_steps.sharding_constraint_to_reshard]
+    complete = complete and names.isdisjoint(rewritten)
+    return _ExportCensus(Census(frozenset(names), found), copies, complete, funcs, sharded,
+                         reread, unused)
+
+
 def _close_found_shardings(found: _ExportCensus, erased: list[ir.Operation]) -> None:
     """``close_shardings`` on the ops the census found, less those the merger erased."""
     gone = {id(op) for op in erased}
@@ -308,9 +383,11 @@ def export_pipeline(
     keep_sharding_rules: bool = False,
     explicit_reshards: Callable[[ir.Operation], None] | None = None,
     keep_constraints: bool = False,
+    read: PropagatedRead | None = None,
 ) -> None:
     """Shardy's export stage; ``explicit_reshards`` runs where Shardy inserts explicit
-    reshards.
+    reshards; ``read``: the propagation's, where the module was just propagated and
+    written back (the stage then takes its census from it instead of a walk).
 
     The propagation pipeline passes none, like jaxlib's native pipeline for the
     programs we compared; ``shardc-export-pipeline`` passes
@@ -319,7 +396,8 @@ def export_pipeline(
     the same reshard for XLA, and a lowering that reads like jax.jit's, where
     every ``with_sharding_constraint`` is a constraint.
     """
-    found = _export_census(module, keep_constraints)
+    found = (_export_census(module, keep_constraints) if read is None
+             else _export_census_of_read(module, read, keep_constraints))
     names = found.census.names
     if "sdy.sharding_group" in names:
         # Removing the groups pins their constants with constraints.

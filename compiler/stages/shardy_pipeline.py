@@ -13,9 +13,20 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from shardc.compiler.diagnostics import verify_step
-from shardc.compiler.propagation import ShardingOrigins, propagate
+from shardc.compiler.propagation import (
+    ShardingOrigins,
+    cyclic_gc_paused,
+    propagate,
+    propagate_read,
+)
 from shardc.compiler.sharding import user_rules
-from shardc.compiler.stages import ImportCensus, export_pipeline, export_steps, import_pipeline
+from shardc.compiler.stages import (
+    ImportCensus,
+    PropagatedRead,
+    export_pipeline,
+    export_steps,
+    import_pipeline,
+)
 
 
 def shardy_pipeline(module: ir.Operation, *, conservative: bool = False,
@@ -31,11 +42,19 @@ def shardy_pipeline(module: ir.Operation, *, conservative: bool = False,
         # drops all but the custom ones; no export step here reads them, so they
         # are written only when the caller keeps them or when users registered
         # rules (those are custom and stay).
-        propagate(operation, plan="user-priority", conservative=conservative,
-                  keep_sharding_rules=keep_sharding_rules or user_rules.has_user_rules())
-        verify_step(operation, "propagate")
-        export_pipeline(operation, keep_sharding_rules=keep_sharding_rules,
-                        keep_constraints=keep_constraints)
+        rules_kept = keep_sharding_rules or user_rules.has_user_rules()
+        # The export stage takes its census from the propagation's read of the module
+        # rather than walk it again. Collection stays paused while the read lives: the
+        # first collection after it would scan all of it.
+        with cyclic_gc_paused():
+            graph, store = propagate_read(operation, plan="user-priority",
+                                          conservative=conservative,
+                                          keep_sharding_rules=rules_kept)
+            verify_step(operation, "propagate")
+            export_pipeline(operation, keep_sharding_rules=keep_sharding_rules,
+                            keep_constraints=keep_constraints,
+                            read=PropagatedRead(graph, store, rules_kept))
+            del graph, store
 
 
 def clone(module: ir.Module | ir.Operation) -> ir.Operation:
