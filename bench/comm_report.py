@@ -225,6 +225,15 @@ def _checked_in_branch(x):
     return x * jax.lax.cond(total > 0, branch, lambda t: t, total)
 
 
+def _host_value_on_mesh(x):
+    """A host callback's result used by an op on the mesh (diffrax's checked solve
+    broadcasts its callback's unbatched result over the batch): the result lives on one
+    device, so XLA broadcasts it to every device (an all-reduce) before the op."""
+    row = jax.pure_callback(_host_tanh, jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
+                            jax.numpy.ones(x.shape[1:], x.dtype))
+    return x * row
+
+
 def _argmax(x):
     """An argmax over a sharded axis: a reduce of values and indices together."""
     return jax.numpy.argmax(x, axis=-1)
@@ -263,6 +272,9 @@ HANDWRITTEN = {
                            [P("data", "model")], P("data", "model")),
     "host callback in a branch": _pair("host callback in a branch", _checked_in_branch,
                                        [(16, 32)], [P("data", "model")], P("data", "model")),
+    "host callback result on the mesh": _pair(
+        "host callback result on the mesh", _host_value_on_mesh, [(16, 32)],
+        [P("data", "model")], P("data", "model")),
     "argmax over a sharded axis": _pair("argmax over a sharded axis", _argmax, [(16, 64)],
                                         [P("data", "model")], P("data")),
     "sum over two sharded dimensions": _pair(

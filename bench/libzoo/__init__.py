@@ -21,7 +21,11 @@ through ``nnx.split`` / ``nnx.merge``; blocks made by ``nnx.vmap`` and run by
 linen ``TrainState`` saved by orbax's ``CheckpointManager`` and restored
 with ``ArrayRestoreArgs`` onto another mesh, ``optax.lookahead`` over
 ``inject_hyperparams``, and penzai's KV-cached sampling mode decoding
-greedily. Where the ``gemma`` extra is
+greedily; equinox layers stacked by ``eqx.filter_vmap`` and scanned
+(``eqx.partition`` / ``combine``, ``eqx.nn.Shared``, ``StateIndex``), a flax
+linen decoder sharded by logical names (``MultiHeadDotProductAttention``,
+``with_logical_constraint``, a ``TrainState``), and diffrax's dense output,
+``BacksolveAdjoint`` and stiff ``Kvaerno3`` on a sharded batch. Where the ``gemma`` extra is
 installed (it needs tensorflow), Gemma's library (a small ``gm.nn.Transformer``
 trained with optax). Each module holds one
 program, with the zoo's interface (``NAME``, ``SIZES``, ``make(size) ->
@@ -39,14 +43,17 @@ from collections.abc import Callable, Iterable
 
 from bench.libzoo import (
     chex_dataclass_state,
+    diffrax_dense_adjoints,
     diffrax_neural_ode,
     eqx_batchnorm_state,
     eqx_filter_jit,
     eqx_partition_jit,
+    eqx_scan_layers,
     flax_nnx_scan_explicit,
     flax_nnx_sharded,
     jax_host_callback_scan,
     jaxtyping_mlp,
+    linen_logical_attention,
     optax_lookahead_inject,
     optax_multi_transform,
     optax_multisteps,
@@ -75,6 +82,9 @@ _MODULES = (
     orbax_manager_reshard,
     optax_lookahead_inject,
     penzai_kv_decode,
+    eqx_scan_layers,
+    linen_logical_attention,
+    diffrax_dense_adjoints,
 )
 # Programs of a library too heavy for the ``libzoo`` extra (gemma brings kauldron and
 # tensorflow: the ``gemma`` extra), registered only where it is installed: program name
@@ -88,7 +98,7 @@ REGISTRY: dict[str, Callable[[str], Program]] = {module.NAME: module.make for mo
 # Programs measured in a child process of their own (``report.measure_isolated``) by
 # ``python -m bench.zoo --zoo libzoo`` and the test: diffrax's solve is a while loop
 # whose partitioned module XLA has aborted the process on (a failed RET_CHECK).
-ISOLATED = ("diffrax_neural_ode",)
+ISOLATED = ("diffrax_neural_ode", "diffrax_dense_adjoints")
 
 
 def make_programs(size: str = "small", only: Iterable[str] | None = None) -> list[Program]:

@@ -579,9 +579,10 @@ def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
     single = _single_device_needs(reader, op)
     if single is not None:
         return (single,)
+    broadcasts = _broadcast_needs(reader, op)
     ruled = reader.rule_tensors(op)
     if ruled is None:
-        return ((),)
+        return (broadcasts,)
     rule, operands, results = ruled
     window = ()
     if reader.graph.op_name[op] == "stablehlo.reduce_window":
@@ -594,7 +595,37 @@ def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
     if needs is None:
         needs = op_communication(rule, operands, results, mesh,
                                  op_name=reader.graph.op_name[op])
-    return (tuple(needs), *window)
+    return (broadcasts + tuple(needs), *window)
+
+
+def _on_one_device(reader: ModuleValues, tensor: Tensor | None) -> bool:
+    """Whether ``tensor`` lives on one device: its mesh is maximal (a host callback's
+    result), which also tells a scalar's sharding apart."""
+    if tensor is None or tensor.sharding is None:
+        return False
+    mesh = reader.meshes.get(tensor.sharding.mesh)
+    return mesh is not None and mesh.maximal
+
+
+def _broadcast_needs(reader: ModuleValues, op: int) -> tuple[OpCommunication, ...]:
+    """The operands on one device (``_on_one_device``) of an op that runs on a mesh:
+    XLA broadcasts each to every device before the op (``PartitionedHlo::Broadcast``:
+    an all-reduce of the owner's value and the others' zeros), once per value."""
+    graph = reader.graph
+    results = [reader.tensor(v) for v in graph.op_results[op]]
+    result = next((t for t in results if t is not None and t.sharding is not None), None)
+    if result is None or _on_one_device(reader, result):
+        return ()
+    needs = []
+    for index, value in enumerate(graph.op_operands[op]):
+        operand = reader.tensor(value)
+        if not _on_one_device(reader, operand):
+            continue
+        target = replicated(result.sharding.mesh, len(operand.shape))
+        reason = "on one device, the op runs on the mesh: broadcast"
+        needs.extend(OpCommunication(index, reason, collective, target=target.dims)
+                     for collective in _resharded(reader, operand, target))
+    return tuple(needs)
 
 
 def _single_device_needs(reader: ModuleValues, op: int) -> tuple[OpCommunication, ...] | None:

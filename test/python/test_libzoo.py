@@ -31,6 +31,7 @@ PROGRAMS = (
     "penzai_named_lm", "optax_multi_transform", "optax_multisteps", "chex_dataclass_state",
     "jaxtyping_mlp", "jax_host_callback_scan", "flax_nnx_sharded", "flax_nnx_scan_explicit",
     "eqx_batchnorm_state", "orbax_manager_reshard", "optax_lookahead_inject", "penzai_kv_decode",
+    "eqx_scan_layers", "linen_logical_attention", "diffrax_dense_adjoints",
 )  # fmt: skip
 # The library each program is written with (besides jax, optax and numpy).
 LIBRARIES = {
@@ -42,6 +43,8 @@ LIBRARIES = {
     "flax_nnx_sharded": "flax", "flax_nnx_scan_explicit": "flax",
     "eqx_batchnorm_state": "equinox", "orbax_manager_reshard": "orbax-checkpoint",
     "optax_lookahead_inject": "optax", "penzai_kv_decode": "penzai",
+    "eqx_scan_layers": "equinox", "linen_logical_attention": "flax",
+    "diffrax_dense_adjoints": "diffrax",
 }  # fmt: skip
 # A child process measuring one program at the small size takes well under this.
 ISOLATED_TIMEOUT_SECONDS = 600

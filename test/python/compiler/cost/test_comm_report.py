@@ -131,6 +131,18 @@ def test_partitioner_rules_predict_xla_bytes_exactly(rows, name):
     assert any(row.xla.values())
 
 
+def test_host_value_used_on_the_mesh_is_broadcast():
+    """A host callback's result (on one device) feeding an op on the mesh, not returned
+    from a branch or the function: XLA's broadcast all-reduces the whole value over every
+    device before the op, as compiled."""
+    from bench import comm_report
+
+    (program,) = comm_report.all_programs(only=["host callback result on the mesh"])
+    row = comm_report.compare(program)
+    assert row.xla["all-reduce"] == 32 * 4
+    assert row.predicted == row.xla, (row.predicted, row.xla)
+
+
 def test_table_and_json_name_every_program(rows):
     from bench import comm_report
 
