@@ -5,8 +5,9 @@ the residual stream, the attention heads and the MLP hidden units with
 ``with_sharding_constraint`` so that, with the weights FSDP-sharded over the
 data axes, the activations keep the batch on those axes instead of taking the
 weights' embedding sharding. AUTO chooses such constraints too, on *anchors*:
-the results of the program's dots and convolutions whose leading dimension is
-a batch (a leading length of a data argument: one the step does not return).
+the results of the program's dots (not convolutions: ``ANCHOR_PRIMITIVES``) whose
+leading dimension is a batch (a leading length of a data argument: one the step
+does not return).
 
 ``Constrained(fun, ...)`` is ``fun`` traced to a jaxpr and evaluated equation by
 equation, with a sharding constraint after chosen anchors (``sharding_at``).
@@ -33,8 +34,10 @@ from jaxlib.mlir import ir
 from shardc.compiler.propagation.graph import PropagationGraph
 from shardc.dialects import jax_private, sdy
 
-# Equations whose results are the activations worth constraining.
-ANCHOR_PRIMITIVES = frozenset({"dot_general", "conv_general_dilated"})
+# Equations whose results are the activations worth constraining. Not convolutions: the
+# states their constraints open (output features over the data axes beside the batch)
+# are ones XLA partitions with far more operations than the cost model counts.
+ANCHOR_PRIMITIVES = frozenset({"dot_general"})
 CONSTRAINT = "sdy.sharding_constraint"
 
 # (equation index, result aval) -> the sharding to constrain it to, or None.
@@ -43,7 +46,7 @@ ShardingAt = Callable[[int, Any], Any]
 
 def anchors(closed: ClosedJaxpr) -> list[int]:
     """Indices of the top-level equations of ``closed`` whose result is an activation:
-    a dot or convolution result of rank >= 2 whose leading length is a batch."""
+    a dot result of rank >= 2 whose leading length is a batch."""
     jaxpr = closed.jaxpr
     returned = {(tuple(v.aval.shape), v.aval.dtype) for v in jaxpr.outvars
                 if hasattr(v.aval, "shape")}
@@ -66,12 +69,16 @@ class Constrained:
     with an open constraint on ``mesh``: the search's marks)."""
 
     def __init__(self, fun: Callable, static_argnums: Sequence[int],
-                 static_argnames: Sequence[str], sharding_at: ShardingAt):
+                 static_argnames: Sequence[str], sharding_at: ShardingAt,
+                 traced: dict | None = None):
         functools.update_wrapper(self, fun)
         self.fun = fun
         self.static_argnums = tuple(static_argnums)
         self.static_argnames = tuple(static_argnames)
         self.sharding_at = sharding_at
+        # signature -> (jaxpr, result shapes): ``fun`` traced once per signature, shared
+        # by the search's marked function and the one it returns (``traced``).
+        self.traced = {} if traced is None else traced
 
     def jaxpr(self, *args: Any, **kwargs: Any) -> tuple[ClosedJaxpr, Any, list]:
         """The function's jaxpr for these arguments, its result shapes (a tree) and the
@@ -88,7 +95,14 @@ class Constrained:
             full = [args[i] if i in static else next(rest) for i in range(len(args))]
             return self.fun(*full, **static_kwargs, **given_kwargs)
 
-        closed, shapes = jax.make_jaxpr(flat, return_shape=True)(*leaves)
+        key = (tree, tuple((tuple(getattr(x, "shape", ())), str(getattr(x, "dtype", type(x))),
+                            bool(getattr(x, "weak_type", False))) for x in leaves),
+               tuple(args[i] for i in sorted(static)), tuple(sorted(static_kwargs.items())),
+               jax.sharding.get_abstract_mesh())  # tracing may read the context mesh
+        found = self.traced.get(key)
+        if found is None:
+            found = self.traced[key] = jax.make_jaxpr(flat, return_shape=True)(*leaves)
+        closed, shapes = found
         return closed, shapes, leaves
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

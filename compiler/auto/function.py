@@ -177,7 +177,8 @@ class AutoJitFunction:
         function = self.fun
         if constraints:
             function = Constrained(self.fun, self._open.static_argnums,
-                                   self._open.static_argnames, chosen_constraints(constraints))
+                                   self._open.static_argnames, chosen_constraints(constraints),
+                                   marked.traced)
         chosen = {}
         for group in (g for g in outcome.groups if not g.activation):
             sharding = NamedSharding(mesh, partition_spec(group.chosen))
