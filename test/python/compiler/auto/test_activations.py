@@ -7,8 +7,9 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from bench import auto_search as auto_bench
 from bench.auto_programs import PROGRAMS, layout_for
-from shardc.compiler import jit
+from shardc.compiler import AUTO, jit
 from shardc.compiler.auto import modelled_step
 from shardc.compiler.auto.activations import Constrained, anchors, chosen_constraints, open_marks
 from shardc.compiler.auto.candidates import (
@@ -184,3 +185,25 @@ def test_square_weights_alternate_as_megatron_writes_them(mesh):
             value = evaluator.value_at(group.positions[0])
             roles[group.positions[0]] = weight_roles(reader, value, width)
     assert sorted(roles.values()) == [(0, 1), (0, 1), (1, 0)]
+
+
+def test_auto_searches_activations_and_runs_as_jax_jit_given_its_constraints(mesh):
+    # Every AUTO choice, activations included, is an ordinary program: jax.jit of the
+    # function with the chosen constraints written in computes the same numbers and
+    # gives the same output shardings.
+    args = auto_bench.mlp_case(layers=2, d=64, hidden=256, batch=32).args
+    step = auto_bench.mlp_step
+    lowered = jit(step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh).lower(*args)
+    report = lowered.auto_report()
+    activations = [c for c in report.choices if c.arguments[0].startswith("activation of")]
+    assert activations  # the dots' results were searched
+    chosen = {int(name.rsplit(" ", 1)[1]): NamedSharding(mesh, c.chosen)
+              for c in activations if c.chosen is not None for name in c.arguments}
+    written = Constrained(step, (), (), chosen_constraints(chosen))
+    want = jax.jit(written, in_shardings=lowered.in_shardings[0],
+                   out_shardings=lowered.out_shardings)
+    got = lowered.compile()(*args)
+    expected = want(*args)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+        assert a.sharding.is_equivalent_to(b.sharding, a.ndim)
