@@ -578,6 +578,21 @@ def jaxpr_function(closed_jaxpr: Any) -> Any:
     return lambda *args: tuple(evaluate(*args))
 
 
+def equation_context(eqn: Any) -> Any:
+    """The context jax's own ``eval_jaxpr`` binds an equation in: its source location
+    and name stack (what the lowering writes as the op's location) and its ``ctx``."""
+    import contextlib
+
+    from jax._src import source_info_util
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(source_info_util.user_context(
+        eqn.source_info.traceback,
+        name_stack=source_info_util.current_name_stack() + eqn.source_info.name_stack))
+    stack.enter_context(eqn.ctx.manager)
+    return stack
+
+
 def without_dead_code(traced: Any, in_shardings: list | None = None,
                       out_shardings: list | None = None) -> Any:
     """``traced`` with the equations whose results nothing uses removed (arguments kept).

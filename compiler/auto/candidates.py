@@ -11,7 +11,12 @@ move them, in the mesh's axis order within a dimension.
 ``structured_seeds(shapes, updated, axes)``: the textbook configurations as
 whole states, where the search starts from too: data parallel, FSDP, tensor
 parallel and FSDP x tensor parallel over the mesh's axes (the last, minor axis
-the tensor-parallel one, the others the data / FSDP axes).
+the tensor-parallel one, the others the data / FSDP axes); each also with its
+activations constrained (``activation_seed``: the batch kept on its axes, as
+MaxText's rules write it).
+
+``activation_candidates(shape, axes)``: the constraints an activation may take
+(``activations``), None (unconstrained) first.
 
 ``structure_groups(reader, values)``: arguments whose values are used the
 same way (shape and type, and per use the op, the operand position, the
@@ -25,13 +30,17 @@ import itertools
 import math
 from collections.abc import Sequence
 
+from jaxlib.mlir.dialects import stablehlo
+
+from shardc.compiler.auto.activations import is_open_mark
 from shardc.compiler.cost_aware.regions import op_fingerprint
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.axes import full_axis
 from shardc.compiler.sharding.tensor import DimSharding, TensorSharding
 
-# An assignment of mesh axes to dimensions: one tuple of axis names per dimension.
-Spec = tuple[tuple[str, ...], ...]
+# An assignment of mesh axes to dimensions: one tuple of axis names per dimension, or
+# None for a dimension left open (an activation's: propagation may shard it).
+Spec = tuple[tuple[str, ...] | None, ...]
 
 
 def candidates(shape: Sequence[int], axes: Sequence[tuple[str, int]]) -> list[Spec]:
@@ -69,14 +78,141 @@ def candidates(shape: Sequence[int], axes: Sequence[tuple[str, int]]) -> list[Sp
     return found
 
 
+def activation_candidates(shape: Sequence[int], axes: Sequence[tuple[str, int]]
+                          ) -> list[Spec | None]:
+    """What an activation (``activations``: a dot's result whose leading dimension is a
+    batch) may be constrained to: None (no constraint, as written), then the batch
+    over the data axes (every axis but the last, minor one) with the other
+    dimensions open (MaxText's constraints, the rest left to the weights), or
+    unsharded, or one of them over the model axis; the batch over every axis."""
+    names = [name for name, _ in axes]
+    rank = len(shape)
+    sizes = dict(axes)
+    found: list[Spec | None] = [None]
+    if not names or rank < 1:
+        return found
+    model, data = names[-1], tuple(names[:-1])
+
+    def add(spec: list) -> None:
+        spec = tuple(spec)
+        if spec not in found and all(
+                used is None or shape[d] % math.prod(sizes[a] for a in used) == 0
+                for d, used in enumerate(spec)):
+            found.append(spec)
+
+    if data:
+        add([data] + [None] * (rank - 1))
+        add([data] + [()] * (rank - 1))
+        for d in range(1, rank):
+            add([data] + [(model,) if e == d else () for e in range(1, rank)])
+    add([tuple(names)] + [None] * (rank - 1))
+    add([tuple(names)] + [()] * (rank - 1))
+    return found
+
+
+def activation_seed(shape: Sequence[int], axes: Sequence[tuple[str, int]], tensor: bool,
+                    residual: bool) -> Spec | None:
+    """An activation's constraint in a textbook configuration with constrained
+    activations: the batch over the axes the configuration gives it (the data
+    axes beside tensor parallelism, else every axis); the rest unsharded where it
+    is added to the residual stream (``is_residual``: MaxText's rules leave the
+    embedding unsharded), else open (heads, hidden units: the weights' tensor
+    parallelism reaches them); None where that does not divide the batch."""
+    names = [name for name, _ in axes]
+    batch = tuple(names[:-1]) if tensor else tuple(names)
+    if not shape or not batch or shape[0] % math.prod(dict(axes)[a] for a in batch):
+        return None
+    rest: tuple | None = () if residual else None
+    return (batch,) + (rest,) * (len(shape) - 1)
+
+
+def projects_weight(reader: ModuleValues, mark: int, weights: set[int]) -> bool:
+    """Whether the activation ``mark`` (a mark's result) is a weight's forward dot: the
+    first dot that reads one of ``weights`` (graph values of the weight arguments).
+    A textbook configuration constrains those alone: the backward dots' partial
+    sums are added before they are reduced."""
+    graph = reader.graph
+    dot = graph.value_def[graph.op_operands[graph.value_def[mark]][0]]
+    for operand in graph.op_operands[dot] if dot >= 0 else ():
+        if operand in weights:
+            first = min((op for op, _ in _uses_through_marks(graph, operand)
+                         if graph.op_name[op] == "stablehlo.dot_general"), default=None)
+            if first == dot:
+                return True
+    return False
+
+
+def is_residual(reader: ModuleValues, value: int) -> bool:
+    """Whether an activation is added to the residual stream as it is (a mixture of
+    experts' output, combined first, keeps its experts on the model axis)."""
+    return _reaches_add(reader.graph, value, hops=1)
+
+
+def model_width(shapes: Sequence[Sequence[int]], updated: Sequence[bool]) -> int | None:
+    """The model's width: the commonest length among the weights' dimensions (the
+    embedding, MaxText's ``embed``)."""
+    lengths: dict[int, int] = {}
+    for shape, weight in zip(shapes, updated):
+        if weight and len(shape) >= 2:
+            for length in shape:
+                lengths[length] = lengths.get(length, 0) + 1
+    return max(lengths, key=lambda n: (lengths[n], n), default=None)
+
+
 # The textbook configurations: (name, whether weights shard over the data axes (FSDP),
 # whether they shard over the model axis (tensor parallel)).
 CONFIGURATIONS = (("data parallel", False, False), ("FSDP", True, False),
                   ("tensor parallel", False, True), ("FSDP x tensor parallel", True, True))
 
 
+def weight_roles(reader: ModuleValues, value: int, width: int | None
+                 ) -> tuple[int | None, int | None]:
+    """``(embedding dimension, tensor-parallel dimension)`` of a weight (graph value
+    ``value``) as its first dot (the forward one) uses it, or None each where it
+    does not say: Megatron's alternation, which the lengths alone cannot tell
+    apart when a weight is square.
+
+    A weight whose dot result is added to the residual stream (directly, or after
+    one more op: a mixture of experts' combine) projects back to it: its
+    contracted dimension holds the heads or hidden units (tensor parallel) and
+    its free one the embedding. Any other contracts the embedding, its free
+    dimension tensor parallel. A dimension the dot batches (the experts of a
+    mixture of experts) is the tensor-parallel one (expert parallelism)."""
+    graph = reader.graph
+    shape = graph.value_shape[value] or ()
+    for op, position in sorted(_uses_through_marks(graph, value)):  # program order
+        if graph.op_name[op] != "stablehlo.dot_general" or position > 1:
+            continue
+        dims = stablehlo.DotDimensionNumbers(graph.ops[op].attributes["dot_dimension_numbers"])
+        side = "lhs" if position == 0 else "rhs"
+        contracted = list(getattr(dims, f"{side}_contracting_dimensions"))
+        batched = list(getattr(dims, f"{side}_batching_dimensions"))
+        free = [d for d in range(len(shape)) if d not in contracted and d not in batched]
+        projects = _reaches_add(graph, graph.op_results[op][0], hops=2)
+        embed_side, tensor_side = (free, contracted) if projects else (contracted, free)
+        embed = next((d for d in embed_side if shape[d] == width), None)
+        tensor = batched[0] if batched else next(
+            (d for d in tensor_side if d != embed), None)
+        return embed, tensor
+    return None, None
+
+
+def _reaches_add(graph, value: int, hops: int) -> bool:
+    """Whether ``value`` is an operand of an ``add`` within ``hops`` ops (the search's
+    marks are not counted)."""
+    for op, _ in _uses_through_marks(graph, value):
+        if graph.op_name[op] == "stablehlo.add":
+            return True
+        if hops > 1 and graph.op_results[op] and _reaches_add(
+                graph, graph.op_results[op][0], hops - 1):
+            return True
+    return False
+
+
 def structured_seeds(shapes: Sequence[Sequence[int]], updated: Sequence[bool],
-                     axes: Sequence[tuple[str, int]]) -> list[tuple[str, list[Spec | None]]]:
+                     axes: Sequence[tuple[str, int]],
+                     roles: Sequence[tuple[int | None, int | None]] | None = None
+                     ) -> list[tuple[str, list[Spec | None]]]:
     """Per configuration of ``CONFIGURATIONS``, a spec per argument group (None: left
     open where the configuration's spec does not divide the shape).
 
@@ -86,37 +222,36 @@ def structured_seeds(shapes: Sequence[Sequence[int]], updated: Sequence[bool],
     is the model's width (the commonest length among the weights' dimensions:
     the embedding, MaxText's ``embed``) takes the data axes under FSDP; its
     other dimension (heads, hidden units) the model axis under tensor
-    parallelism. The batch spans the axes the weights leave free of tensor
-    parallelism."""
+    parallelism. ``roles``: per group, ``weight_roles``' dimensions where the
+    program's dots say them (they decide first). The batch spans the axes the
+    weights leave free of tensor parallelism."""
     names = [name for name, _ in axes]
     if not names:
         return []
     sizes = dict(axes)
     model, data = names[-1], tuple(names[:-1])
-    lengths: dict[int, int] = {}
-    for shape, weight in zip(shapes, updated):
-        if weight and len(shape) >= 2:
-            for length in shape:
-                lengths[length] = lengths.get(length, 0) + 1
-    width = max(lengths, key=lambda n: (lengths[n], n), default=None)
+    width = model_width(shapes, updated)
 
     def divides(length: int, used: tuple[str, ...]) -> bool:
         return length % math.prod(sizes[a] for a in used) == 0
 
     seeds = []
+    roles = roles if roles is not None else [(None, None)] * len(shapes)
     for name, fsdp, tensor in CONFIGURATIONS:
         specs: list[Spec | None] = []
-        for shape, weight in zip(shapes, updated):
+        for shape, weight, (embed_role, tensor_role) in zip(shapes, updated, roles):
             spec = [()] * len(shape)
             if not weight:
                 batch = data if tensor else tuple(names)
                 if shape and batch and divides(shape[0], batch):
                     spec[0] = batch
             elif len(shape) >= 2:
-                embed = next((d for d, n in enumerate(shape) if n == width), None)
+                embed = embed_role if embed_role is not None else next(
+                    (d for d, n in enumerate(shape) if n == width), None)
                 if fsdp and data and embed is not None and divides(shape[embed], data):
                     spec[embed] = data
-                other = next((d for d in range(len(shape) - 1, -1, -1) if d != embed), None)
+                other = tensor_role if tensor_role is not None and tensor_role != embed else next(
+                    (d for d in range(len(shape) - 1, -1, -1) if d != embed), None)
                 if tensor and other is not None and divides(shape[other], (model,)):
                     spec[other] = (model,)
             specs.append(tuple(spec))
@@ -127,6 +262,7 @@ def structured_seeds(shapes: Sequence[Sequence[int]], updated: Sequence[bool],
 def tensor_sharding(mesh: str, spec: Spec, sizes: dict[str, int]) -> TensorSharding:
     """``spec`` as a closed sharding on the mesh symbol ``mesh``."""
     return TensorSharding(mesh, tuple(
+        DimSharding((), False) if used is None else
         DimSharding(tuple(full_axis(name, sizes[name]) for name in used), True)
         for used in spec))
 
@@ -156,10 +292,11 @@ def structure_groups(reader: ModuleValues, values: Sequence[int]) -> list[list[i
 def _use_key(reader: ModuleValues, value: int, depth: int) -> tuple:
     """The value's type, and per use: the op as the cost-aware search's structure keys
     see it (name, result types, attributes: a dot's dimension numbers tell a forward
-    use from a backward one), the operand position, and the uses of its results."""
+    use from a backward one), the operand position, and the uses of its results.
+    The search's activation marks are looked through (they stand for no op)."""
     graph = reader.graph
     uses = []
-    for op, position in graph.uses[value]:
+    for op, position in _uses_through_marks(graph, value):
         if graph.op_terminator[op]:  # returned: which result it is says nothing of its use
             position = -1
         name, _tag, *rest = op_fingerprint(reader, op)
@@ -168,3 +305,14 @@ def _use_key(reader: ModuleValues, value: int, depth: int) -> tuple:
             inner = tuple(_use_key(reader, result, depth - 1) for result in graph.op_results[op])
         uses.append((name, position, *rest, inner))
     return (graph.value_type_key[value], tuple(sorted(uses, key=repr)))
+
+
+def _uses_through_marks(graph, value: int) -> list[tuple[int, int]]:
+    """The uses of ``value``, those of an open mark replaced by the mark's own uses."""
+    found = []
+    for op, position in graph.uses[value]:
+        if graph.op_name[op] == "sdy.sharding_constraint" and is_open_mark(graph.ops[op]):
+            found.extend(_uses_through_marks(graph, graph.op_results[op][0]))
+        else:
+            found.append((op, position))
+    return found

@@ -20,6 +20,7 @@ from typing import Any
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.auto.activations import is_open_mark, mark_values
 from shardc.compiler.auto.objective import StepTime, memory_bytes, step_time
 from shardc.compiler.cost.platforms import Hardware, hardware, predicting_for
 from shardc.compiler.cost_aware.candidates import tag_ops
@@ -28,7 +29,7 @@ from shardc.compiler.propagation import PLANS, SharedRead, cyclic_gc_paused
 from shardc.compiler.propagation.driver import Driver
 from shardc.compiler.propagation.graph import ReadMemo
 from shardc.compiler.propagation.values import CostMemo, ModuleValues, element_bytes
-from shardc.compiler.sharding.tensor import TensorSharding, format_sharding
+from shardc.compiler.sharding.tensor import TensorSharding, format_per_value, format_sharding
 from shardc.compiler.stages import import_pipeline, xla_import_rewrites
 from shardc.dialects import sdy
 from shardc.dialects.sdy import SHARDING_ATTR
@@ -44,6 +45,11 @@ class Evaluator:
         self.count = 0
         self.costs = CostMemo(ReadMemo())
         self.work: dict = {}  # ``step_time``'s memo
+        # Assignments that propagate to the same shardings are the same state (an open
+        # activation constraint propagation fills as it would unconstrained, say): its
+        # step and memory are read once, by ``_signature``.
+        self._steps: dict[tuple, StepTime] = {}
+        self._memories: dict[tuple, int] = {}
         with module.context:
             imported = module.operation.clone()
             if mesh is not None:
@@ -65,6 +71,9 @@ class Evaluator:
         main = next(f for f in funcs if graph.op_parent[f] == -1)
         self.arguments: list[int] = list(graph.op_blocks[main][0][0])
         self.results: list[int] = list(graph.op_operands[graph.op_blocks[main][0][1][-1]])
+        # The activations AUTO may constrain (``activations``): the open marks' results,
+        # at positions after the arguments'.
+        self.marks: list[int] = mark_values(graph)
         # The mesh symbol the candidates name: the one with the most devices (a module
         # may also hold an empty mesh, or a maximal one for a callback).
         meshes = self.read.store.meshes
@@ -78,6 +87,12 @@ class Evaluator:
         reader.facts = self.read.facts
         return reader
 
+    def value_at(self, position: int) -> int:
+        """The graph value of an assignment position: function argument ``position``, or
+        past the arguments, mark ``position - len(arguments)``."""
+        count = len(self.arguments)
+        return self.arguments[position] if position < count else self.marks[position - count]
+
     def element_bytes(self, value: int) -> int:
         """Bytes of one element of graph value ``value``."""
         return element_bytes(self.read.graph.values[value].type)
@@ -89,24 +104,53 @@ class Evaluator:
         reader = self._on_read(assignment) if self.read.usable else None
         if reader is None:
             reader = self._on_copy(assignment)
-        # Collectives as XLA forms them for the device's platform (reduce-scatters on TPU).
-        with predicting_for(self.speeds.rules):
-            return step_time(reader, self.speeds, self.work), reader
+        signature = self._signature(reader)
+        found = self._steps.get(signature) if signature is not None else None
+        if found is None:
+            # Collectives as XLA forms them for the device's platform (reduce-scatters on TPU).
+            with predicting_for(self.speeds.rules):
+                found = step_time(reader, self.speeds, self.work)
+            if signature is not None:
+                self._steps[signature] = found
+        return found, reader
 
     def memory(self, reader: ModuleValues) -> int:
         """Per-device bytes of a state as ``Lowered.memory_estimate`` models them:
         arguments + outputs + the heap of temporaries - aliased."""
-        return memory_bytes(reader, self.speeds)
+        signature = self._signature(reader)
+        found = self._memories.get(signature) if signature is not None else None
+        if found is None:
+            found = memory_bytes(reader, self.speeds)
+            if signature is not None:
+                self._memories[signature] = found
+        return found
+
+    def _signature(self, reader: ModuleValues) -> tuple | None:
+        """What a state propagated on the shared read is: every value's interned sharding
+        (the read's stores share one table) and the ops propagation erased; None for a
+        propagated copy (a graph of its own)."""
+        if reader.graph is not self.read.graph:
+            return None
+        return tuple(reader.store.sid), tuple(reader.store.erase_log)
 
     def _on_read(self, assignment: Mapping[int, TensorSharding]) -> ModuleValues | None:
         read = self.read
         store = read.store.fresh_copy()
+        graph = read.graph
         for position, sharding in assignment.items():
-            slot = store.slot_of[self.arguments[position]]
-            if slot < 0:
-                return None
-            store.value[slot] = sharding
-            store.sid[slot] = store.intern(sharding)
+            value = self.value_at(position)
+            slots = [store.slot_of[value]]
+            if position >= len(self.arguments) and _closed(sharding):
+                # The import gives a closed constraint's sharding to the op it constrains
+                # (``apply_sharding_constraints``): the state the program AUTO returns has.
+                operand = graph.op_operands[graph.value_def[value]][0]
+                if graph.value_def[operand] >= 0:
+                    slots.append(store.slot_of[operand])
+            for slot in slots:
+                if slot < 0:
+                    return None
+                store.value[slot] = sharding
+                store.sid[slot] = store.intern(sharding)
         with cyclic_gc_paused():
             driver = Driver(read.graph, store, {}, after=self._first)
             PLANS[_PLAN](driver)
@@ -127,13 +171,43 @@ class Evaluator:
             attrs = list(ir.ArrayAttr(func.attributes["arg_attrs"])) if (
                 "arg_attrs" in func.attributes) else [ir.DictAttr.get({})] * len(self.arguments)
             for position, sharding in assignment.items():
+                if position >= len(self.arguments):
+                    continue
                 entries = ir.DictAttr(attrs[position])
                 values = {entries[i].name: entries[i].attr for i in range(len(entries))}
                 values[SHARDING_ATTR] = ir.Attribute.parse(format_sharding(sharding))
                 attrs[position] = ir.DictAttr.get(values)
             func.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
+            marks = _mark_ops(copy)
+            for position, sharding in assignment.items():
+                if position < len(self.arguments):
+                    continue
+                mark = marks[position - len(self.arguments)]
+                mark.attributes["sharding"] = ir.Attribute.parse(format_sharding(sharding))
+                producer = mark.operands[0].owner
+                if _closed(sharding) and isinstance(producer, ir.Operation) and (
+                        len(producer.results) == 1):
+                    producer.attributes[SHARDING_ATTR] = ir.Attribute.parse(
+                        format_per_value([sharding]))
             return ModuleValues.propagated(copy, plan=_PLAN, conservative=False,
                                            missing_as_replicated=True, costs=self.costs)
+
+
+def _closed(sharding: TensorSharding) -> bool:
+    return all(dim.closed for dim in sharding.dims)
+
+
+def _mark_ops(module: ir.Operation) -> list[ir.Operation]:
+    """The open marks of ``module`` (``activations``), in program order."""
+    found = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if is_open_mark(op):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    return found
 
 
 def _declare_mesh(module: ir.Operation, mesh: Any) -> None:

@@ -21,6 +21,12 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding
 
+from shardc.compiler.auto.activations import (
+    Constrained,
+    anchors,
+    chosen_constraints,
+    open_marks,
+)
 from shardc.compiler.auto.candidates import structure_groups
 from shardc.compiler.auto.evaluate import Evaluator
 from shardc.compiler.auto.marker import (
@@ -36,9 +42,10 @@ from shardc.compiler.cost.platforms import hardware
 from shardc.compiler.lowered import Traced
 from shardc.compiler.signature import context_mesh
 
-# (in_shardings, out_shardings) -> the jit of the function with those shardings and
-# every other option as given.
-MakeJit = Callable[[Any, Any], Any]
+# (in_shardings, out_shardings[, function]) -> the jit of the function (or of ``function``:
+# the same one with activation constraints) with those shardings and every other option
+# as given.
+MakeJit = Callable[..., Any]
 
 
 class AutoJitFunction:
@@ -127,7 +134,16 @@ class AutoJitFunction:
         abstract = [_abstract(a) if i not in static else a for i, a in enumerate(args)]
         abstract_kwargs = {k: (_abstract(v) if k in dynamic_kwargs else v)
                            for k, v in kwargs.items()}
-        open_lowered = self._open.trace(*abstract, **abstract_kwargs).lower(propagate=False)
+        # The activations AUTO may constrain: the search's program marks each.
+        marked = Constrained(self.fun, self._open.static_argnums, self._open.static_argnames,
+                             lambda index, aval: None)
+        points = anchors(marked.jaxpr(*abstract, **abstract_kwargs)[0])
+        opened = self._open
+        if points:
+            marked.sharding_at = open_marks(mesh, set(points))
+            opened = self._make_jit(without_auto(self.in_shardings),
+                                    without_auto(self.out_shardings), marked)
+        open_lowered = opened.trace(*abstract, **abstract_kwargs).lower(propagate=False)
         leaves = jax.tree.leaves((dynamic, dynamic_kwargs))
         given_in = broadcast(self.in_shardings, dynamic) + [None] * (
             len(leaves) - len(jax.tree.leaves(dynamic)))
@@ -141,14 +157,30 @@ class AutoJitFunction:
         positions = [first + i for i in auto_leaves]
         names = list(open_lowered.arg_names or [f"args leaf {i}" for i in range(len(leaves))])
         axes = [(name, size) for name, size in mesh.shape.items() if size > 1]
-        structure = structure_groups(evaluator.reader(),
-                                     [evaluator.arguments[p] for p in positions])
+        reader = evaluator.reader()
+        structure = structure_groups(reader, [evaluator.arguments[p] for p in positions])
         groups = make_groups(evaluator, positions, [names[i] for i in auto_leaves], axes,
                              structure)
+        if len(evaluator.marks) == len(points):  # else a mark did not survive as one
+            marks = [len(evaluator.arguments) + k for k in range(len(points))]
+            groups += make_groups(
+                evaluator, marks, [f"activation of equation {i}" for i in points], axes,
+                structure_groups(reader, evaluator.marks), activation=True)
         outcome = Search(evaluator, groups, axes, budget).run()
 
-        chosen = {}
+        constraints = {}
         for group in outcome.groups:
+            if group.activation and group.chosen is not None:
+                sharding = NamedSharding(mesh, partition_spec(group.chosen))
+                for position in group.positions:
+                    constraints[points[position - len(evaluator.arguments)]] = sharding
+        function = self.fun
+        if constraints:
+            function = Constrained(self.fun, self._open.static_argnums,
+                                   self._open.static_argnames, chosen_constraints(constraints),
+                                   marked.traced)
+        chosen = {}
+        for group in (g for g in outcome.groups if not g.activation):
             sharding = NamedSharding(mesh, partition_spec(group.chosen))
             for position in group.positions:
                 chosen[position - first] = sharding
@@ -161,7 +193,7 @@ class AutoJitFunction:
              if outcome.results[result_first + k] is not None else None) if is_auto(s) else s
             for k, s in enumerate(given_out)]
         out_tree = jax.tree.unflatten(jax.tree.structure(out_avals), out_leaves)
-        return self._make_jit(in_tree, out_tree), auto_report(outcome)
+        return self._make_jit(in_tree, out_tree, function), auto_report(outcome)
 
 
 def _abstract(tree: Any) -> Any:

@@ -18,10 +18,13 @@ from shardc.compiler.auto.objective import StepTime
 from shardc.compiler.auto.search import Outcome
 
 
-def partition_spec(spec: Spec) -> PartitionSpec:
-    """A ``Spec`` as the ``PartitionSpec`` a user pastes (trailing unsharded dims dropped)."""
-    entries = [None if not used else used[0] if len(used) == 1 else tuple(used)
-               for used in spec]
+def partition_spec(spec: Spec | None) -> PartitionSpec | None:
+    """A ``Spec`` as the ``PartitionSpec`` a user pastes (trailing unsharded dims dropped;
+    an open one ``UNCONSTRAINED``); None for None (an activation left unconstrained)."""
+    if spec is None:
+        return None
+    entries = [PartitionSpec.UNCONSTRAINED if used is None else None if not used
+               else used[0] if len(used) == 1 else tuple(used) for used in spec]
     while entries and entries[-1] is None:
         entries.pop()
     return PartitionSpec(*entries)
@@ -75,7 +78,8 @@ class AutoReport:
         for c in self.choices:
             names = ", ".join(c.arguments[:3]) + (
                 f" (+{len(c.arguments) - 3} more)" if len(c.arguments) > 3 else "")
-            lines.append(f"  {names} {c.shape}: {c.chosen} of {c.candidates} candidates, "
+            chosen = "unconstrained" if c.chosen is None else c.chosen
+            lines.append(f"  {names} {c.shape}: {chosen} of {c.candidates} candidates, "
                          f"{c.why(self.budget)}")
             lines.append(f"    chosen    {c.step.format_text()}")
             if c.runner_up is not None:

@@ -36,11 +36,18 @@ import time
 from dataclasses import dataclass, field, replace
 
 from shardc.compiler.auto.candidates import (
+    CONFIGURATIONS,
     Spec,
+    activation_candidates,
+    activation_seed,
     candidates,
+    is_residual,
+    model_width,
+    projects_weight,
     spec_of,
     structured_seeds,
     tensor_sharding,
+    weight_roles,
 )
 from shardc.compiler.auto.evaluate import Evaluator
 from shardc.compiler.auto.objective import StepTime
@@ -59,6 +66,7 @@ class Group:
     chosen: Spec | None = None
     settled: bool = False  # decided as propagation settled it, not by pricing candidates
     updated: bool = False  # state the step returns updated (a weight, a moment), not data
+    activation: bool = False  # constraints on activations (``activations``), not arguments
     # spec -> the step of the state it was priced in, during the last pass over the group
     tried: dict[Spec, StepTime] = field(default_factory=dict)
 
@@ -122,6 +130,8 @@ class Search:
     def _assignment(self, key: tuple) -> dict:
         assignment = {}
         for g, spec in key:
+            if spec is None:  # an activation left unconstrained
+                continue
             sharding = tensor_sharding(self.evaluate.mesh, spec, self.sizes)
             for position in self.groups[g].positions:
                 assignment[position] = sharding
@@ -220,14 +230,18 @@ class Search:
                 self._tried[g][spec] = self.ranked(with_it)[0]
 
     def _greedy(self) -> None:
-        decided: dict[int, Spec] = {}
-        order = sorted(range(len(self.groups)), key=lambda g: -self.groups[g].bytes)
+        # Activations start unconstrained: the seeds and the descent constrain them.
+        unconstrained = {g: None for g, group in enumerate(self.groups) if group.activation}
+        decided: dict[int, Spec | None] = dict(unconstrained)
+        order = sorted((g for g, group in enumerate(self.groups) if not group.activation),
+                       key=lambda g: -self.groups[g].bytes)
         # The first decision is the best single move of any group (the others open): the
         # one the rest settles around. By bytes alone a weight would go first and
         # propagation would shard the model around it, never finding that the batch
         # alone sharded (weights replicated) is cheaper on a small model.
         for g in order:
-            self._tried[g] = {spec: self.price({g: spec}) for spec in self.groups[g].candidates}
+            self._tried[g] = {spec: self.price({**unconstrained, g: spec})
+                              for spec in self.groups[g].candidates}
         opening = self.ranked([k for tried in self._tried for k in tried.values()])[0]
         first = opening[0][0]
         order.remove(first)
@@ -256,14 +270,38 @@ class Search:
         states: where the descent starts, beside the greedy state. It starts from
         the best of them, and from the fastest when that one exceeds the budget (a
         few moves may bring it under)."""
-        updated = [group.updated for group in self.groups]
-        seeds = structured_seeds([g.shape for g in self.groups], updated, self.axes)
+        weights = [g for g, group in enumerate(self.groups) if not group.activation]
+        activations = [g for g, group in enumerate(self.groups) if group.activation]
+        updated = [self.groups[g].updated for g in weights]
+        shapes = [self.groups[g].shape for g in weights]
+        width = model_width(shapes, updated)
+        reader = self.evaluate.reader()
+        roles = [weight_roles(reader, self.evaluate.value_at(self.groups[g].positions[0]), width)
+                 for g in weights]
+        seeds = structured_seeds(shapes, updated, self.axes, roles)
+        residual = {g: is_residual(reader, self.evaluate.value_at(self.groups[g].positions[0]))
+                    for g in activations}
+        weight_values = {self.evaluate.value_at(p) for g in weights if self.groups[g].updated
+                         for p in self.groups[g].positions}
+        projections = {g for g in activations if projects_weight(
+            reader, self.evaluate.value_at(self.groups[g].positions[0]), weight_values)}
         keys = [self.price(self.state)]
-        for _name, specs in seeds:
-            for group, spec in zip(self.groups, specs):
-                if spec not in group.candidates:  # several data axes beside the model axis
-                    group.candidates.append(spec)
-            keys.append(self.price(dict(enumerate(specs))))
+        for (_name, specs), (_, _fsdp, tensor) in zip(seeds, CONFIGURATIONS):
+            state = {}
+            for g, spec in zip(weights, specs):
+                if spec not in self.groups[g].candidates:  # several data axes beside model
+                    self.groups[g].candidates.append(spec)
+                state[g] = spec
+            # Each configuration as written, and with its activations constrained.
+            for constrained in (False, True)[:1 + bool(activations)]:
+                for g in activations:
+                    group = self.groups[g]
+                    spec = activation_seed(group.shape, self.axes, tensor, residual[g]) if (
+                        constrained and g in projections) else None
+                    if spec not in group.candidates:
+                        group.candidates.append(spec)
+                    state[g] = spec
+                keys.append(self.price(dict(state)))
         best = self.ranked(keys)[0]
         fastest = min(keys, key=lambda k: self._priced[k].seconds)
         return [best] if self._priced[fastest].seconds >= self._priced[best].seconds else [
@@ -312,19 +350,22 @@ def _result_specs(reader: ModuleValues) -> list[Spec | None]:
 
 
 def make_groups(evaluator: Evaluator, positions: list[int], names: list[str],
-                axes: list[tuple[str, int]], structure: list[list[int]]) -> list[Group]:
-    """One ``Group`` per structure group (indices into ``positions``)."""
+                axes: list[tuple[str, int]], structure: list[list[int]], *,
+                activation: bool = False) -> list[Group]:
+    """One ``Group`` per structure group (indices into ``positions``: evaluator
+    positions, ``Evaluator.value_at``'s; of marks, activation groups)."""
     graph = evaluator.read.graph
     # An argument of the type of a result is state the step returns updated.
     results = {graph.value_type_key[v] for v in evaluator.results}
     groups = []
     for members in structure:
-        value = evaluator.arguments[positions[members[0]]]
+        value = evaluator.value_at(positions[members[0]])
         shape = graph.value_shape[value] or ()
         element = evaluator.element_bytes(value)
+        options = activation_candidates(shape, axes) if activation else candidates(shape, axes)
         groups.append(Group([positions[m] for m in members], [names[m] for m in members],
-                            tuple(shape), element, candidates(shape, axes),
-                            updated=graph.value_type_key[value] in results))
+                            tuple(shape), element, options, activation=activation,
+                            updated=not activation and graph.value_type_key[value] in results))
     return groups
 
 

@@ -108,7 +108,9 @@ class _Counter:
         self._calls: dict[int, tuple[float, float]] = {}
         self._scale = 1.0  # how many times the op being counted runs per step
         self._used: set[str] = set()  # the mesh axes of the dot being counted's result
-        self._roots: dict[int, frozenset[int]] = {}  # ``_fusion_roots``, per op
+        # ``_fusion_roots``, per op: the graph's alone (no sharding changes them), kept with
+        # the facts the readers of one shared read share.
+        self._roots: dict[int, frozenset[int]] = reader.facts.setdefault("fusion roots", {})
 
     def region(self, blocks: Iterable[tuple[list[int], list[int]]]) -> tuple[float, float]:
         """(per step, once) of the ops of ``blocks``."""

@@ -1,0 +1,209 @@
+"""AUTO's activation constraints: chosen on dots' results, written as jax writes them."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from bench import auto_search as auto_bench
+from bench.auto_programs import PROGRAMS, layout_for
+from shardc.compiler import AUTO, jit
+from shardc.compiler.auto import modelled_step
+from shardc.compiler.auto.activations import Constrained, anchors, chosen_constraints, open_marks
+from shardc.compiler.auto.candidates import (
+    activation_candidates,
+    activation_seed,
+    is_residual,
+    model_width,
+    projects_weight,
+    structure_groups,
+    structured_seeds,
+    tensor_sharding,
+    weight_roles,
+)
+from shardc.compiler.auto.evaluate import Evaluator
+from shardc.compiler.auto.search import make_groups
+from shardc.compiler.cost.platforms import hardware
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+
+
+def _mlp(w1, w2, x):
+    return jnp.sum(jnp.tanh(x @ w1) @ w2)
+
+
+def _args():
+    rng = np.random.default_rng(0)
+    return (rng.normal(size=(32, 64)).astype(np.float32) / 8,
+            rng.normal(size=(64, 32)).astype(np.float32) / 8,
+            rng.normal(size=(16, 32)).astype(np.float32))
+
+
+def test_anchors_are_the_dots_whose_leading_dimension_is_a_batch():
+    step = jax.grad(_mlp, argnums=(0, 1))
+    closed = jax.make_jaxpr(step)(*_args())
+    found = anchors(closed)
+    names = [closed.jaxpr.eqns[i].primitive.name for i in found]
+    shapes = [closed.jaxpr.eqns[i].outvars[0].aval.shape for i in found]
+    # x @ w1 and tanh(.) @ w2 forward, the cotangent of tanh(.) backward: batch 16
+    # leading; the weights' gradients (32, 64) and (64, 32) are not activations.
+    assert set(names) == {"dot_general"}
+    assert all(shape[0] == 16 for shape in shapes)
+    assert (16, 64) in shapes and (16, 32) in shapes
+
+
+def test_constrained_function_is_jax_jit_with_the_constraint_written(mesh):
+    args = _args()
+    closed = jax.make_jaxpr(_mlp)(*args)
+    first = anchors(closed)[0]
+    sharding = NamedSharding(mesh, P("data", "model"))
+    constrained = Constrained(_mlp, (), (), chosen_constraints({first: sharding}))
+    assert constrained.__name__ == "_mlp"
+
+    def by_hand(w1, w2, x):
+        h = jax.lax.with_sharding_constraint(x @ w1, sharding)
+        return jnp.sum(jnp.tanh(h) @ w2)
+
+    lowered = jit(constrained, mesh=mesh).lower(*args)
+    want = jax.jit(by_hand).lower(*args)
+    assert 'sdy.sharding_constraint' in jax.jit(constrained).lower(*args).as_text()
+    np.testing.assert_allclose(np.asarray(lowered.compile()(*args)),
+                               np.asarray(jax.jit(by_hand)(*args)), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(jax.jit(constrained)(*args)),
+                               np.asarray(jax.jit(_mlp)(*args)), rtol=1e-5)
+    # The same program as the constraint written by hand: same collectives.
+    assert lowered.compile().as_text().count("all-reduce") == want.compile().as_text().count(
+        "all-reduce")
+
+
+def test_a_closed_mark_prices_as_the_constraint_written_by_hand(mesh):
+    # The search closes an open mark in the store; the program it returns carries a
+    # closed with_sharding_constraint: both must be the same state.
+    args = _args()
+    closed = jax.make_jaxpr(_mlp)(*args)
+    first = anchors(closed)[0]
+    spec = (("data",), ("model",))
+    marked = Constrained(_mlp, (), (), open_marks(mesh, {first}))
+    evaluator = Evaluator(jit(marked, mesh=mesh).trace(*args).lower(propagate=False).module,
+                          hardware("cpu"))
+    assert len(evaluator.marks) == 1
+    mark = len(evaluator.arguments)
+    sharding = tensor_sharding(evaluator.mesh, spec, dict(mesh.shape))
+    searched = evaluator({mark: sharding})[0]
+    written = Constrained(_mlp, (), (), chosen_constraints(
+        {first: NamedSharding(mesh, P("data", "model"))}))
+    module = jit(written, mesh=mesh).trace(*args).lower(propagate=False).module
+    assert searched.seconds == modelled_step(module).seconds
+    assert searched.comm_bytes == modelled_step(module).comm_bytes
+    # An open mark alone is the program as written.
+    unmarked = jit(_mlp, mesh=mesh).trace(*args).lower(propagate=False).module
+    assert evaluator({})[0].seconds == modelled_step(unmarked).seconds
+
+
+def test_activation_candidates_keep_the_batch_on_the_data_axes():
+    axes = [("data", 2), ("model", 4)]
+    found = activation_candidates((8, 64, 128), axes)
+    assert found[0] is None  # unconstrained first
+    assert (("data",), None, None) in found  # MaxText's: the rest left to the weights
+    assert (("data",), (), ()) in found
+    assert (("data",), (), ("model",)) in found
+    assert (("data", "model"), (), ()) in found
+    assert activation_seed((8, 64, 128), axes, True, residual=True) == (("data",), (), ())
+    assert activation_seed((8, 64, 128), axes, True, residual=False) == (("data",), None, None)
+    assert activation_seed((8, 64, 128), axes, False, residual=False) == (
+        ("data", "model"), None, None)
+    assert activation_seed((3, 64), axes, True, residual=False) is None
+
+
+def _expert_like_state(mesh, program):
+    """The search's evaluator of ``program`` (every argument AUTO, activations marked)
+    and its FSDP x tensor parallel seed with activations constrained."""
+    step, args = PROGRAMS[program].make(layout_for(mesh, "dp"), "small")
+    args = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
+    marked = Constrained(step, (), (), lambda index, aval: None)
+    points = anchors(marked.jaxpr(*args)[0])
+    marked.sharding_at = open_marks(mesh, set(points))
+    lowered = jit(marked, mesh=mesh).trace(*args).lower(propagate=False)
+    evaluator = Evaluator(lowered.module, hardware("cpu"), mesh)
+    assert len(evaluator.marks) == len(points)
+    axes = list(mesh.shape.items())
+    reader = evaluator.reader()
+    positions = list(range(len(evaluator.arguments)))
+    names = [str(p) for p in positions]
+    weights = make_groups(evaluator, positions, names, axes,
+                          structure_groups(reader, evaluator.arguments))
+    marks = [len(evaluator.arguments) + k for k in range(len(points))]
+    activations = make_groups(evaluator, marks, [str(m) for m in marks], axes,
+                              structure_groups(reader, evaluator.marks), activation=True)
+    shapes = [g.shape for g in weights]
+    updated = [g.updated for g in weights]
+    width = model_width(shapes, updated)
+    roles = [weight_roles(reader, evaluator.value_at(g.positions[0]), width) for g in weights]
+    _, specs = structured_seeds(shapes, updated, axes, roles)[3]  # FSDP x tensor parallel
+    weight_values = {evaluator.value_at(p) for g in weights if g.updated for p in g.positions}
+    assignment = {}
+    for group, spec in zip(weights, specs):
+        for position in group.positions:
+            assignment[position] = tensor_sharding(evaluator.mesh, spec, dict(axes))
+    for group in activations:
+        value = evaluator.value_at(group.positions[0])
+        if projects_weight(reader, value, weight_values):
+            spec = activation_seed(group.shape, axes, True, is_residual(reader, value))
+            for position in group.positions:
+                assignment[position] = tensor_sharding(evaluator.mesh, spec, dict(axes))
+    return evaluator, assignment, weights
+
+
+def test_the_expert_state_is_a_seed_of_the_search(mesh):
+    # MaxText's FSDP x tensor parallel with its activation constraints (the benchmark's
+    # expert) is reachable: the seed with activations constrained prices as the
+    # expert's own program, and without them (weights alone) it does not.
+    evaluator, assignment, weights = _expert_like_state(mesh, "llama")
+    step, args = PROGRAMS["llama"].make(layout_for(mesh, "expert"), "small")
+    expert = modelled_step(jit(step).trace(*args).lower(propagate=False).module)
+    seeded = evaluator(assignment)[0]
+    assert seeded.seconds == pytest.approx(expert.seconds, rel=1e-9)
+    assert seeded.comm_bytes == expert.comm_bytes
+    weights_only = {p: s for p, s in assignment.items() if p < len(evaluator.arguments)}
+    assert evaluator(weights_only)[0].comm_bytes != expert.comm_bytes
+
+
+def test_square_weights_alternate_as_megatron_writes_them(mesh):
+    # wq, wk, wv contract the embedding (tensor parallel on their heads); wo projects
+    # back to the residual stream (tensor parallel on what it contracts).
+    evaluator, _, weights = _expert_like_state(mesh, "llama")
+    reader = evaluator.reader()
+    width = model_width([g.shape for g in weights], [g.updated for g in weights])
+    roles = {}
+    for group in weights:
+        if group.shape == (width, width):
+            value = evaluator.value_at(group.positions[0])
+            roles[group.positions[0]] = weight_roles(reader, value, width)
+    assert sorted(roles.values()) == [(0, 1), (0, 1), (1, 0)]
+
+
+def test_auto_searches_activations_and_runs_as_jax_jit_given_its_constraints(mesh):
+    # Every AUTO choice, activations included, is an ordinary program: jax.jit of the
+    # function with the chosen constraints written in computes the same numbers and
+    # gives the same output shardings.
+    args = auto_bench.mlp_case(layers=2, d=64, hidden=256, batch=32).args
+    step = auto_bench.mlp_step
+    lowered = jit(step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh).lower(*args)
+    report = lowered.auto_report()
+    activations = [c for c in report.choices if c.arguments[0].startswith("activation of")]
+    assert activations  # the dots' results were searched
+    chosen = {int(name.rsplit(" ", 1)[1]): NamedSharding(mesh, c.chosen)
+              for c in activations if c.chosen is not None for name in c.arguments}
+    written = Constrained(step, (), (), chosen_constraints(chosen))
+    want = jax.jit(written, in_shardings=lowered.in_shardings[0],
+                   out_shardings=lowered.out_shardings)
+    got = lowered.compile()(*args)
+    expected = want(*args)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+        assert a.sharding.is_equivalent_to(b.sharding, a.ndim)
