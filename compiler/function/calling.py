@@ -225,7 +225,7 @@ class JitCalls:
         return key
 
     def _compile_for(self, args: tuple, kwargs: dict) -> Compiled:
-        key, lowered = self._lower(args, kwargs)
+        key, lowered = self._lower(args, kwargs, called=True)
         devices = device_assignment(lowered.meshes, self._requested_devices()
                                     or _devices_of_arguments(args, kwargs, lowered))
         compiled = self._caches.executables.get((key, devices))
