@@ -133,8 +133,9 @@ class JitFunction(JitCalls, JitSurface):
         # Every argument is kept (shardc's signature and runtime are per argument),
         # whatever `keep_unused` says: the results are the same.
         self._jax_jit = jax.jit(fun, keep_unused=True, **options.tracing_options())
-        self._start_dispatch((options, mesh, propagate, strict, propagation))
-        self._caches = caches.FunctionCaches()
+        made_with = (options, mesh, propagate, strict, propagation)
+        self._start_dispatch(made_with)
+        self._caches = caches.function_caches(fun, made_with)
 
     def cache_info(self) -> CacheInfo:
         """How often ``lower`` reused a cached lowering."""

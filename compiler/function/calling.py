@@ -232,6 +232,10 @@ class JitCalls:
         if compiled is None:
             compiled = self._caches.executables[(key, devices)] = lowered.compile(
                 device_assignment=devices)
+            # Calls never verify: the executable, kept by the caches every jit of the
+            # function shares, holds no reference to the function (through its jax.jit)
+            # that would keep the function, and the caches, alive.
+            compiled.reference = None
         return compiled
 
     def _donated(self, args: tuple, dynamic_kwargs: dict) -> tuple[bool, ...]:
