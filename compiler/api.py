@@ -37,7 +37,7 @@ from shardc.compiler.function import annotated, binding, caches, hitypes
 from shardc.compiler.function import options as jit_options
 from shardc.compiler.function.caches import static_keys
 from shardc.compiler.function.calling import JitCalls
-from shardc.compiler.function.surface import JitSurface, function_name
+from shardc.compiler.function.surface import JitSurface, error_name, function_name
 from shardc.compiler.lowered import AnyMesh, Lowered, Traced
 from shardc.compiler.pipelines import ConflictResolution
 from shardc.compiler.signature import LeafSignature
@@ -133,8 +133,9 @@ class JitFunction(JitCalls, JitSurface):
         # Every argument is kept (shardc's signature and runtime are per argument),
         # whatever `keep_unused` says: the results are the same.
         self._jax_jit = jax.jit(fun, keep_unused=True, **options.tracing_options())
-        self._start_dispatch((options, mesh, propagate, strict, propagation))
-        self._caches = caches.FunctionCaches()
+        made_with = (options, mesh, propagate, strict, propagation)
+        self._start_dispatch(made_with)
+        self._caches = caches.function_caches(fun, made_with)
 
     def cache_info(self) -> CacheInfo:
         """How often ``lower`` reused a cached lowering."""
@@ -283,9 +284,11 @@ class JitFunction(JitCalls, JitSurface):
     def _lower(
         self, args: tuple, kwargs: dict, propagate: bool | None = None,
         platforms: Sequence[str] | None = None, lowering_parameters: Any = None,
+        called: bool = False,
     ) -> tuple[tuple, Lowered]:
         propagate = self.propagate if propagate is None else propagate
-        dynamic_args, dynamic_kwargs, mesh, arg_leaves = self._arguments(args, kwargs)
+        dynamic_args, dynamic_kwargs, mesh, arg_leaves = self._arguments(args, kwargs,
+                                                                         called=called)
         positions = self._static_positions(len(args))
         static_args = tuple(args[i] for i in positions)
         static_kwargs = {k: v for k, v in kwargs.items() if k in self.static_argnames}
@@ -301,7 +304,8 @@ class JitFunction(JitCalls, JitSurface):
         if cached is None:
             self._caches.misses += 1
             cached, module = self._lower_uncached(args, kwargs, arg_leaves, mesh, propagate,
-                                                  platforms, devices, lowering_parameters)
+                                                  platforms, devices, lowering_parameters,
+                                                  called)
             self._caches.lowerings[key] = cached
         else:
             self._caches.hits += 1
@@ -331,7 +335,8 @@ class JitFunction(JitCalls, JitSurface):
 
     # -- steps ---------------------------------------------------------------
 
-    def _arguments(self, args: tuple, kwargs: dict, *, follow_data: bool = True
+    def _arguments(self, args: tuple, kwargs: dict, *, follow_data: bool = True,
+                   called: bool = False
                    ) -> tuple[list, dict, AnyMesh | None, list[LeafSignature]]:
         """A call's dynamic arguments (positional, keyword), the context mesh and the
         arguments' signatures (``signature.argument_signature``), errors naming the
@@ -348,7 +353,8 @@ class JitFunction(JitCalls, JitSurface):
             placed_by_jit=placed_by_jit, devices=devices,
             names=lambda: jax_private.argument_names(
                 self.fun, args, kwargs, self.static_argnums, self.static_argnames),
-            fun_name=getattr(self.fun, "__name__", "fun"), api_name=self.options.api_name)
+            fun=self.fun, fun_name=error_name(self.fun, called),
+            api_name=self.options.api_name)
         leaves = layouts.argument_layouts(
             leaves, dynamic_args, dynamic_kwargs, self.options.in_formats,
             placed_by_option=self.options.device is not None or self.options.backend is not None)
@@ -399,7 +405,7 @@ class JitFunction(JitCalls, JitSurface):
         return traced
 
     def _lower_uncached(self, args, kwargs, arg_leaves, mesh, propagate,
-                        platforms, devices, lowering_parameters=None
+                        platforms, devices, lowering_parameters=None, called=False
                         ) -> tuple[_CachedLowering, ir.Module]:
         """The cache entry, and the module it was written from (for this call's
         ``Lowered`` alone: later hits parse their own copy of the entry)."""
@@ -414,7 +420,7 @@ class JitFunction(JitCalls, JitSurface):
         named_inside = jax_private.meshes_in(traced.jaxpr)
         signature.check_body_devices(arg_leaves, results, named_inside,
                                      self._requested_devices(),
-                                     self._committed_arguments(args, kwargs, arg_leaves)
+                                     self._committed_arguments(args, kwargs, arg_leaves, called)
                                      if named_inside else ())
         body_meshes = tuple(mesh for _, mesh in named_inside)
         jax_lowered = export.lowered_with_exported_calls(
@@ -462,15 +468,15 @@ class JitFunction(JitCalls, JitSurface):
             jax_lowering=jax_private.jit_lowering(jax_lowered),
         ), module
 
-    def _committed_arguments(self, args: tuple, kwargs: dict,
-                             arg_leaves: Sequence[LeafSignature]) -> list[tuple[str, tuple]]:
+    def _committed_arguments(self, args: tuple, kwargs: dict, arg_leaves: Sequence[LeafSignature],
+                             called: bool) -> list[tuple[str, tuple]]:
         """The committed arguments that follow their data, as jax's errors name them."""
         dynamic = (tuple(self._split_static(args)[0]),
                    {k: v for k, v in kwargs.items() if k not in self.static_argnames})
         names = jax_private.argument_names(self.fun, args, kwargs, self.static_argnums,
                                            self.static_argnames)
         return signature.committed_arguments(jax.tree.leaves(dynamic), arg_leaves, names,
-                                             getattr(self.fun, "__name__", "fun"))
+                                             error_name(self.fun, called))
 
     def _result_signature(self, out_info: Any, mesh: AnyMesh | None, types: list
                           ) -> list[LeafSignature]:

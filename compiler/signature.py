@@ -303,10 +303,10 @@ def check_sharding(sharding: NamedSharding, aval: jax.ShapeDtypeStruct, path: st
 # ----------------------------------------------------------------------------
 
 
-def abstract_value(value: Any, name: str, fun_name: str = "fun") -> jax.ShapeDtypeStruct:
+def abstract_value(value: Any, name: str, fun: Any = "fun") -> jax.ShapeDtypeStruct:
     """Return the unsharded abstract value jax traces ``value`` as (a mutable array,
     ``jax.new_ref``, as a ``Ref`` type: ``is_ref``); ``name`` (the argument's) and
-    ``fun_name`` (the function's) are for jax's error."""
+    ``fun`` (the jitted function, printed as jax prints it) are for jax's error."""
     if tokens.is_token(value):
         return tokens.TOKEN
     if isinstance(value, (jax.ShapeDtypeStruct, jax.core.ShapedArray)):
@@ -323,7 +323,7 @@ def abstract_value(value: Any, name: str, fun_name: str = "fun") -> jax.ShapeDty
             f"whose argument path is {name}. Got {type(value)} with value {value}") from None
     except TypeError:
         raise InvalidArgumentError(
-            f"Error interpreting argument to {fun_name} as an abstract array. The "
+            f"Error interpreting argument to {fun} as an abstract array. The "
             f"problematic value is of type {type(value)} and was passed to the function "
             f"at path {name}.\nThis typically means that a jit-wrapped function was "
             "called with a non-array argument, and this argument was not marked as "
@@ -429,6 +429,7 @@ def argument_signature(
     placed_by_jit: bool = False,
     devices: Mesh | None = None,
     names: Callable[[], Sequence[str] | None] = lambda: None,
+    fun: Any = "fun",
     fun_name: str = "fun",
     api_name: str = "jit",
 ) -> list[LeafSignature]:
@@ -445,7 +446,8 @@ def argument_signature(
     (``jit(device=...)`` / ``jit(backend=...)``): every argument is moved to the
     program's device as by ``device_put``, so nothing of where it is counts.
     Errors name arguments as jax does (``names()``: jax's names of the leaves,
-    asked for only then; ``fun_name``: the function's; ``api_name``: ``jit`` or ``pjit``).
+    asked for only then; ``fun``: the jitted function, ``fun_name``: its name in
+    them, ``surface.error_name``'s; ``api_name``: ``jit`` or ``pjit``).
     """
     # jax's names are made for all leaves at once: asked once, not once per leaf.
     names = functools.cache(names)
@@ -463,7 +465,7 @@ def argument_signature(
     # state has its shape): each pair that passed is not checked again.
     checked: set[tuple] = set()
     for index, (path, value, entry) in enumerate(zip(paths, values, given)):
-        aval = abstract_value(value, _name(names, index, path), fun_name)
+        aval = abstract_value(value, _name(names, index, path), fun)
         sharding = to_named_sharding(entry, mesh, path, len(aval.shape), api_name=api_name)
         traced_as = None if placed_by_jit else type_sharding(value)
         given_here = sharding is not None
@@ -692,7 +694,10 @@ def check_body_devices(args: Sequence[LeafSignature], results: Sequence[LeafSign
 
 def incompatible_devices(first: tuple[str, tuple], second: tuple[str, tuple]
                          ) -> DeviceMismatchError:
-    """jax.jit's error for two device sets in one program, naming both culprits."""
+    """jax.jit's error for two device sets in one program, naming both culprits (an
+    argument before anything else, as jax words it)."""
+    if second[0].startswith("argument ") and not first[0].startswith("argument "):
+        first, second = second, first
     platform = first[1][0].platform.upper() if first[1] else ""
 
     def culprit(what: str, devices: tuple) -> str:

@@ -129,7 +129,8 @@ def check_arguments(values: Sequence[Any], expected: Sequence[ExpectedArgument],
         which = f"The first 5 of {len(types)}" if len(types) >= 5 else "The"
         raise InvalidArgumentError(
             "Argument types differ from the types for which this computation was compiled. "
-            f"{which} mismatches are:\n" + "\n".join(types[:5])
+            "Perhaps you are calling the compiled executable with a different enable_x64 "
+            f"mode than when it was AOT compiled? {which} mismatches are:\n" + "\n".join(types[:5])
             + "\n(lower the function again for these arguments)")
     laid_out = layouts.layout_mismatches(values, expected, names)
     if shardings or laid_out:

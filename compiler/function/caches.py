@@ -121,6 +121,30 @@ def static_keys(values: Any) -> tuple[StaticKey, ...]:
 
 # Every live function's caches, for jax.clear_caches().
 _LIVE: weakref.WeakSet[FunctionCaches] = weakref.WeakSet()
+# The caches of the jits of each live function, by what each jit was made with.
+_BY_FUNCTION: weakref.WeakKeyDictionary[Any, dict[Hashable, FunctionCaches]] = \
+    weakref.WeakKeyDictionary()
+
+
+def function_caches(fun: Any, made_with: Hashable) -> FunctionCaches:
+    """The caches of a jit of ``fun`` made with ``made_with`` (jit's arguments).
+
+    As jax.jit's objects share one C++ cache per function and jit arguments, every
+    jit of one function made with the same arguments shares its lowerings and
+    executables: ``jit(f)(x)`` written again (in a loop, a helper) compiles once,
+    also for the calls jax's dispatch hands back to Python each time. A function
+    that cannot be weakly referenced or hashed, or arguments that cannot be hashed
+    (shardings given in a list), get caches of their own."""
+    try:
+        of_fun = _BY_FUNCTION.get(fun)
+        if of_fun is None:
+            of_fun = _BY_FUNCTION[fun] = {}
+        found = of_fun.get(made_with)
+    except TypeError:
+        return FunctionCaches()
+    if found is None:
+        found = of_fun[made_with] = FunctionCaches()
+    return found
 
 
 class _Info(NamedTuple):

@@ -95,3 +95,12 @@ def function_name(fun: Any) -> str:
     if isinstance(fun, functools.partial):
         return function_name(fun.func)
     return "<unnamed function>"
+
+
+def error_name(fun: Any, called: bool) -> str:
+    """The name jax's device errors give a jitted function: when it is called, its
+    ``__qualname__`` (``Test.test_f.<locals>.f``; else its ``__name__``, else what it
+    prints as); from ``lower()``, the name its jit equation carries."""
+    if called:
+        return getattr(fun, "__qualname__", getattr(fun, "__name__", str(fun)))
+    return function_name(fun)

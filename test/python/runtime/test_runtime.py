@@ -387,8 +387,13 @@ def test_argument_of_wrong_shape_or_dtype(compiled_add):
     # jax's words first (every mismatch, by parameter name), the pytree path after.
     with pytest.raises(InvalidArgumentError, match=r"Argument types differ .*\nArgument 'a' "
                                                    r"compiled with float32\[8\] and called "
-                                                   r"with float32\[9\] \(args\[0\]\)"):
+                                                   r"with float32\[9\] \(args\[0\]\)") as ours:
         compiled_add(np.ones(9, np.float32), np.ones(8, np.float32))
+    theirs = jax.jit(lambda a, b: a + b).lower(np.ones(8, np.float32),
+                                               np.ones(8, np.float32)).compile()
+    with pytest.raises(TypeError) as info:
+        theirs(np.ones(9, np.float32), np.ones(8, np.float32))
+    assert str(ours.value).startswith(str(info.value).splitlines()[0])
     with pytest.raises(InvalidArgumentError, match=r"called with int32\[8\] \(args\[1\]\)"):
         compiled_add(np.ones(8, np.float32), jnp.ones(8, jnp.int32))
 

@@ -148,5 +148,7 @@ def test_explain_leaves_the_kept_unpropagated_module_as_it_was():
     miss = jitted.lower(jnp.ones((16, 32)), jnp.ones((32, 8)))
     first = miss.explain().to_json()
     assert miss.explain().to_json() == first
+    # (Counted from here: jits of _program made alike share their caches.)
+    hits = jitted.cache_info().hits
     hit = jitted.lower(jnp.ones((16, 32)), jnp.ones((32, 8)))
-    assert jitted.cache_info().hits == 1 and hit.explain().to_json() == first
+    assert jitted.cache_info().hits == hits + 1 and hit.explain().to_json() == first
