@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from shardc.compiler.cost.dot_groups import regrouped_operand
+from shardc.compiler.cost.dot_groups import matching_operand, regrouped_operand
 from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.cost.reshard import (
     ALL_GATHER,
@@ -56,6 +56,10 @@ class OpCommunication:
     reason: str
     collective: Collective
     target: tuple | None = None  # per-dimension axes the operand is resharded to
+    # The mesh axes of the device groups XLA reshards the operand inside (a grouped
+    # dot's matching operand, ``dot_groups.matching_operand``); () before any grouping.
+    # A reshard is reused only by ops that reshard the value inside the same groups.
+    groups: tuple[str, ...] = ()
 
 
 def _result_factor_axes(rule: OpShardingRule, results: Sequence[Tensor]) -> dict[int, tuple]:
@@ -268,6 +272,7 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     # operand onto devices where every group holds all of it (dot_groups).
     regrouped = (None if replicated or mesh is None
                  else regrouped_operand(rule, operands, results, mesh_axes(mesh)))
+    matching = matching_operand(rule, operands, results) if dot and not replicated else None
     over = tuple(axis for axes in reduction.values() for axis in axes)
     reduces_per_dim = reduce and not gathers_partials
     out: list[OpCommunication] = []
@@ -278,17 +283,18 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
         # The target stays where the operand ends up, also for the move: callers key
         # reuse and explicit reshards on it.
         target = tuple(d.axes for d in needed.dims)
+        groups = matching[1] if matching is not None and matching[0] == index else ()
         if regrouped is not None and regrouped[0] == index:
             moved = regrouped[1]
             reason = (f"sharded {dims_text(operand.sharding)}, the dot groups on the other "
                       f"operand's non-contracting axes and first moves it to {dims_text(moved)}")
             for collective in reshard_tensor(operand, moved, mesh):
-                out.append(OpCommunication(index, reason, collective, target))
+                out.append(OpCommunication(index, reason, collective, target, groups))
             operand = replace(operand, sharding=moved)
         for collective in reshard_tensor(operand, needed, mesh):
             reason = (f"sharded {dims_text(operand.sharding)}, the op needs "
                       f"{dims_text(needed)}")
-            out.append(OpCommunication(index, reason, collective, target))
+            out.append(OpCommunication(index, reason, collective, target, groups))
     if over:
         for result in results:
             collective = all_reduce(result, over)

@@ -505,9 +505,10 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
     resharded = []
     for need in needs[0]:
         if need.target is not None:
-            reshard = (graph.op_operands[op][need.operand], need.target)
+            reshard = (graph.op_operands[op][need.operand], need.target, need.groups)
             if reshard in reader.resharded and active_rules().reuses_reshards:
                 continue  # XLA reuses the value it already resharded for an earlier op
+                # (inside the same device groups: each grouping has its own cache)
             resharded.append(reshard)
         kept.append(need)
     reader.resharded.update(resharded)  # for later ops only: two needs here both count

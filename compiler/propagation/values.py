@@ -94,8 +94,9 @@ class ModuleValues:
         self.graph, self.store = read
         self.meshes: dict[str, MeshInfo] = self.store.meshes
         self.mesh = next(iter(self.meshes), None) if missing_as_replicated else None
-        # XLA reshards a value to a given sharding once and reuses it (reshard cache).
-        self.resharded: set[tuple[int, tuple]] = set()
+        # XLA reshards a value to a given sharding once and reuses it (reshard cache):
+        # (value, target, device groups resharded in: ``OpCommunication.groups``).
+        self.resharded: set[tuple[int, tuple, tuple]] = set()
         # (element bytes, element type) per uniqued type: the cost model asks per use.
         self._elements: dict[int, tuple[int, str]] = {}
         # Each value as a Tensor: the cost model asks per use, and a module is read
