@@ -46,6 +46,13 @@ XLA_REPLICATED_OPS = frozenset({"chlo.top_k", "stablehlo.fft"})
 # one, tiled as the operand was), all-gathers them over the axes reduced over and
 # reduces the gathered results again (checked on XLA:CPU: argmax over a sharded axis).
 VARIADIC_REDUCE = REDUCE = "stablehlo.reduce"
+# A custom call XLA has no partitioner for (a LAPACK factorization...) runs on every
+# device along the factors its rule shares with its results (batch dims) and needs
+# every other factor of its operands whole: XLA all-gathers them (checked on XLA:CPU:
+# ``lu_factor`` of a [16, 16] matrix sharded on rows, of a batch sharded on the batch
+# only, and on the batch and rows). ``jax.experimental.custom_partitioning``'s calls
+# are partitioned by their own callback and are not this op name.
+UNPARTITIONED_CUSTOM_CALL = "stablehlo.custom_call"
 
 
 @dataclass(frozen=True)
@@ -223,6 +230,7 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     gathers_partials = op_name == VARIADIC_REDUCE and len(results) > 1
     reduce = op_name == REDUCE
     dot = op_name == "stablehlo.dot_general"
+    custom_call = op_name == UNPARTITIONED_CUSTOM_CALL
     rules = active_rules()
     if dot and rules.dot_operands_moved_as:
         operands = [rules.dot_operand(t) for t in operands]
@@ -230,13 +238,14 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     # but the platform (its bytes per element in collectives).
     key = (rule, tuple(operands), tuple(results),
            mesh.key if isinstance(mesh, MeshInfo) else (tuple(mesh) if mesh else None),
-           replicated, gathers_partials, reduce, dot, rules)
+           replicated, gathers_partials, reduce, dot, custom_call, rules)
     found = _memo.get(key)
     if found is None:
         if len(_memo) >= _MEMO_LIMIT:
             _memo.clear()
         found = _memo[key] = tuple(_op_communication(rule, operands, results, mesh,
-                                                     replicated, gathers_partials, reduce, dot))
+                                                     replicated, gathers_partials, reduce, dot,
+                                                     custom_call))
     return list(found)
 
 
@@ -263,11 +272,16 @@ _MEMO_LIMIT = 16384
 def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
                       results: Sequence[Tensor], mesh, replicated: bool,
                       gathers_partials: bool = False, reduce: bool = False,
-                      dot: bool = False) -> list[OpCommunication]:
+                      dot: bool = False, custom_call: bool = False) -> list[OpCommunication]:
     if replicated:
         factor_axes, reduction = dict.fromkeys(range(len(rule.factor_sizes)), ()), {}
     else:
         factor_axes, reduction = computation_axes(rule, operands, results, mesh)
+    if custom_call and rule.is_custom:
+        in_results = {f for mapping in rule.result_mappings for dim in mapping for f in dim}
+        factor_axes.update((f, ()) for mapping in rule.operand_mappings for dim in mapping
+                           for f in dim if f not in in_results
+                           and f not in rule.reduction_factors)
     # A dot grouped on one operand's non-contracting axes first moves the other
     # operand onto devices where every group holds all of it (dot_groups).
     regrouped = (None if replicated or mesh is None
