@@ -689,8 +689,8 @@ def indexed_cases() -> list[IndexedCase]:
         IndexedCase("take", (R, x), Y, Y),
         IndexedCase("scatter-add", (R, x), X, (R, x)),  # operand pass-through + identity
         IndexedCase("scatter-add", (y, x), (), (y, x)),  # replicated indices: local
-        IndexedCase("take", (x, R), X, X, "same-axis-on-operand-and-indices"),
-        IndexedCase("take", (x, y), X, X, "same-axis-on-operand-and-indices"),
+        IndexedCase("take", (x, R), X, X),      # operand and indices on the same axis
+        IndexedCase("take", (x, y), X, X),
         # trivially sliced inside the operand pass-through groups loses to index
         # pass-through once the dry run costs the per-group output (XLA gathers the table)
         IndexedCase("take", (y, x), Y, Y),

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from math import prod
 
+from shardc.compiler.cost.reshard import dim_axes, shard_bytes
 from shardc.compiler.propagation.projection import projected_axes
 from shardc.compiler.sharding.axes import AxisRef, full_axis
 from shardc.compiler.sharding.rule import OpShardingRule
@@ -90,6 +91,52 @@ def regrouped_operand(rule: OpShardingRule, operands: Sequence[Tensor],
     group = {a.name for f in non_contracting[matching[0]] for a in out[f]}
     moved = _other_layout(operands[other].sharding, group, mesh_axes)
     return None if moved is None else (other, moved)
+
+
+def matching_operand(rule: OpShardingRule, operands: Sequence[Tensor],
+                     results: Sequence[Tensor]) -> tuple[int, tuple[str, ...]] | None:
+    """The operand XLA's dot handler groups the devices on, and the axes of the groups.
+
+    ``PartitionDotGroupOnNonContractingDims`` groups on an operand whose
+    non-contracting dimensions are split into as many tiles as the result's
+    (on both sides: the lhs when its tile count times the rhs's shard bytes is
+    the smaller, ``LhsIsBestMatchForNonContractingPartitioning``; on neither:
+    the first side split on both, on the dimensions whose counts agree). The
+    other operand is resharded before the groups are made; the matching
+    operand's reshards are made inside them, with the reshard cache of that
+    grouping (``CreatePerGroupPartitioningState``), so XLA reuses them only for
+    dots grouped alike. None when the op is not a dot or XLA groups on batch
+    dimensions first or on none.
+    """
+    factors = _dot_factors(rule)
+    if factors is None:
+        return None
+    batch, non_contracting = factors
+    axes = [_factor_axes(t, m, rule) for t, m in zip(operands, rule.operand_mappings)]
+    out = _factor_axes(results[0], rule.result_mappings[0], rule)
+    if out is None or any(a is None for a in axes):
+        return None
+    if any(fa.get(f) for fa in (*axes, out) for f in batch):
+        return None  # XLA groups on batch dims first
+
+    def tiles(found: dict, factors) -> int:
+        return prod(a.size for f in factors for a in found.get(f, ()))
+
+    own = [tiles(axes[side], non_contracting[side]) for side in (0, 1)]
+    wanted = [tiles(out, non_contracting[side]) for side in (0, 1)]
+    may = [own[side] == wanted[side] > 1 for side in (0, 1)]
+    if any(may):
+        shard = [shard_bytes(t.shape, t.element_bytes, dim_axes(t.sharding, len(t.shape)))
+                 for t in operands]
+        side = 0 if may[0] and (not may[1] or own[0] * shard[1] < own[1] * shard[0]) else 1
+    else:
+        split = [side for side in (0, 1) if own[side] > 1 and wanted[side] > 1]
+        if not split:
+            return None
+        side = split[0]
+    group = {a.name for f in non_contracting[side]
+             if tiles(axes[side], (f,)) == tiles(out, (f,)) for a in out.get(f, ())}
+    return (side, tuple(sorted(group))) if group else None
 
 
 def _other_layout(sharding: TensorSharding, group: set[str],

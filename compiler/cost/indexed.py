@@ -39,7 +39,12 @@ from math import prod
 
 from shardc.compiler.cost.op_comm import OpCommunication, dims_text
 from shardc.compiler.cost.platforms import active_rules
-from shardc.compiler.cost.reshard import Collective, all_reduce, reshard_tensor
+from shardc.compiler.cost.reshard import (
+    Collective,
+    all_reduce,
+    collective_element_bytes,
+    reshard_tensor,
+)
 from shardc.compiler.propagation.projection import projected_axes
 from shardc.compiler.sharding.axes import AxisRef
 from shardc.compiler.sharding.rule import OpShardingRule
@@ -271,7 +276,8 @@ class _Partitioner:
         if not candidates:  # replicate inside the group
             new = {role: _drop(v, free) for role, v in fa.items()}
             plan.steps += [("reshard", role, fa[role], new[role]) for role in roles]
-            plan.op_fa = new if self.op.scatter else {**new, "slices": {}}
+            # A gather's output is sharded on the enclosing groups' axes only.
+            plan.op_fa = new if self.op.scatter else {**new, "slices": dict(outer)}
             return plan, new["data"] if self.op.scatter else {}
         _name, group, new, on, partial = candidates[0]
         # A splat operand (zeros of a gradient) is rebuilt in the new sharding for free.
@@ -332,11 +338,13 @@ class _Partitioner:
         plan, computed = self.level(fa, target, free, recursive=False, forced=candidate,
                                     outer=outer)
         if not self.op.scatter and outer:
-            computed = _union(outer, computed)
+            # The groups' output keeps the enclosing groups' axes: the dry run reshards
+            # it inside the groups, not across them.
+            computed, target = _union(outer, computed), _union(outer, target)
         plan.steps.append(("reshard", "result", computed, target))
         memory = self.op_memory(plan.op_fa)
         comm = 0
-        for collective, extra in self.collectives(plan):
+        for collective, extra in self.collectives(plan, native=True):
             memory = max(memory, extra)
             comm += _communication(collective, self.op.mesh)
         return (memory, comm)
@@ -346,16 +354,25 @@ class _Partitioner:
         total = sum(self.op.shard_bytes(r, op_fa.get(r, {})) for r in roles)
         return total
 
-    def collectives(self, plan: _Plan):
+    def collectives(self, plan: _Plan, native: bool = False):
+        """The collectives of ``plan`` with their memory; with ``native``, in the
+        tensors' own element bytes, as the partitioner's dry run sizes them (before a
+        platform widens a collective's elements, as XLA:CPU does bf16's)."""
         for step in plan.steps:
             if step[0] == "reshard":
                 _, role, src, dst = step
-                for c in self.op.reshard(role, src, dst):
-                    yield c, _memory(c, self.op.mesh)
-            elif step[0] == "all-reduce":
+                found = self.op.reshard(role, src, dst)
+            else:
                 _, role, fa, over = step
-                c = self.op.all_reduce(role, fa, over)
-                yield c, c.bytes_per_device
+                found = [self.op.all_reduce(role, fa, over)]
+            tensor = self.op.tensors[role]
+            moved = collective_element_bytes(tensor.element_bytes, tensor.dtype)
+            for c in found:
+                if native and moved != tensor.element_bytes:
+                    c = replace(c, bytes_per_device=c.bytes_per_device
+                                * tensor.element_bytes // moved)
+                yield c, (_memory(c, self.op.mesh) if step[0] == "reshard"
+                          else c.bytes_per_device)
 
 
 def _group_size(c: Collective, mesh: MeshInfo) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from shardc.compiler.cost.dot_groups import regrouped_operand
+from shardc.compiler.cost.dot_groups import matching_operand, regrouped_operand
 from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.cost.reshard import (
     ALL_GATHER,
@@ -46,6 +46,13 @@ XLA_REPLICATED_OPS = frozenset({"chlo.top_k", "stablehlo.fft"})
 # one, tiled as the operand was), all-gathers them over the axes reduced over and
 # reduces the gathered results again (checked on XLA:CPU: argmax over a sharded axis).
 VARIADIC_REDUCE = REDUCE = "stablehlo.reduce"
+# A custom call XLA has no partitioner for (a LAPACK factorization...) runs on every
+# device along the factors its rule shares with its results (batch dims) and needs
+# every other factor of its operands whole: XLA all-gathers them (checked on XLA:CPU:
+# ``lu_factor`` of a [16, 16] matrix sharded on rows, of a batch sharded on the batch
+# only, and on the batch and rows). ``jax.experimental.custom_partitioning``'s calls
+# are partitioned by their own callback and are not this op name.
+UNPARTITIONED_CUSTOM_CALL = "stablehlo.custom_call"
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,10 @@ class OpCommunication:
     reason: str
     collective: Collective
     target: tuple | None = None  # per-dimension axes the operand is resharded to
+    # The mesh axes of the device groups XLA reshards the operand inside (a grouped
+    # dot's matching operand, ``dot_groups.matching_operand``); () before any grouping.
+    # A reshard is reused only by ops that reshard the value inside the same groups.
+    groups: tuple[str, ...] = ()
 
 
 def _result_factor_axes(rule: OpShardingRule, results: Sequence[Tensor]) -> dict[int, tuple]:
@@ -219,6 +230,7 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     gathers_partials = op_name == VARIADIC_REDUCE and len(results) > 1
     reduce = op_name == REDUCE
     dot = op_name == "stablehlo.dot_general"
+    custom_call = op_name == UNPARTITIONED_CUSTOM_CALL
     rules = active_rules()
     if dot and rules.dot_operands_moved_as:
         operands = [rules.dot_operand(t) for t in operands]
@@ -226,13 +238,14 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     # but the platform (its bytes per element in collectives).
     key = (rule, tuple(operands), tuple(results),
            mesh.key if isinstance(mesh, MeshInfo) else (tuple(mesh) if mesh else None),
-           replicated, gathers_partials, reduce, dot, rules)
+           replicated, gathers_partials, reduce, dot, custom_call, rules)
     found = _memo.get(key)
     if found is None:
         if len(_memo) >= _MEMO_LIMIT:
             _memo.clear()
         found = _memo[key] = tuple(_op_communication(rule, operands, results, mesh,
-                                                     replicated, gathers_partials, reduce, dot))
+                                                     replicated, gathers_partials, reduce, dot,
+                                                     custom_call))
     return list(found)
 
 
@@ -259,15 +272,21 @@ _MEMO_LIMIT = 16384
 def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
                       results: Sequence[Tensor], mesh, replicated: bool,
                       gathers_partials: bool = False, reduce: bool = False,
-                      dot: bool = False) -> list[OpCommunication]:
+                      dot: bool = False, custom_call: bool = False) -> list[OpCommunication]:
     if replicated:
         factor_axes, reduction = dict.fromkeys(range(len(rule.factor_sizes)), ()), {}
     else:
         factor_axes, reduction = computation_axes(rule, operands, results, mesh)
+    if custom_call and rule.is_custom:
+        in_results = {f for mapping in rule.result_mappings for dim in mapping for f in dim}
+        factor_axes.update((f, ()) for mapping in rule.operand_mappings for dim in mapping
+                           for f in dim if f not in in_results
+                           and f not in rule.reduction_factors)
     # A dot grouped on one operand's non-contracting axes first moves the other
     # operand onto devices where every group holds all of it (dot_groups).
     regrouped = (None if replicated or mesh is None
                  else regrouped_operand(rule, operands, results, mesh_axes(mesh)))
+    matching = matching_operand(rule, operands, results) if dot and not replicated else None
     over = tuple(axis for axes in reduction.values() for axis in axes)
     reduces_per_dim = reduce and not gathers_partials
     out: list[OpCommunication] = []
@@ -278,17 +297,18 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
         # The target stays where the operand ends up, also for the move: callers key
         # reuse and explicit reshards on it.
         target = tuple(d.axes for d in needed.dims)
+        groups = matching[1] if matching is not None and matching[0] == index else ()
         if regrouped is not None and regrouped[0] == index:
             moved = regrouped[1]
             reason = (f"sharded {dims_text(operand.sharding)}, the dot groups on the other "
                       f"operand's non-contracting axes and first moves it to {dims_text(moved)}")
             for collective in reshard_tensor(operand, moved, mesh):
-                out.append(OpCommunication(index, reason, collective, target))
+                out.append(OpCommunication(index, reason, collective, target, groups))
             operand = replace(operand, sharding=moved)
         for collective in reshard_tensor(operand, needed, mesh):
             reason = (f"sharded {dims_text(operand.sharding)}, the op needs "
                       f"{dims_text(needed)}")
-            out.append(OpCommunication(index, reason, collective, target))
+            out.append(OpCommunication(index, reason, collective, target, groups))
     if over:
         for result in results:
             collective = all_reduce(result, over)

@@ -501,9 +501,10 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
     resharded = []
     for need in needs[0]:
         if need.target is not None:
-            reshard = (graph.op_operands[op][need.operand], need.target)
+            reshard = (graph.op_operands[op][need.operand], need.target, need.groups)
             if reuses_reshard(reader, reader.resharded, reshard, op, need.collective.kind):
                 continue  # XLA reuses the value it already resharded for an earlier op
+                # (inside the same device groups: each grouping has its own cache)
             resharded.append(reshard)
         kept.append(need)
     for reshard in resharded:  # for later ops only: two needs here both count
@@ -570,6 +571,18 @@ def _op_needs(reader: ModuleValues, op: int) -> tuple:
 
 
 _UNMEMOISED = frozenset({"stablehlo.reduce_window", *INDEXED_ROLES})
+# Custom calls XLA partitions with a partitioner of their own (custom_partitioning's).
+_SELF_PARTITIONED_TARGETS = frozenset({"CustomSPMDPartitioning"})
+
+
+def _partitioned_as(name: str, ir_op: ir.Operation) -> str:
+    """The op name ``op_communication`` partitions ``ir_op`` as: a custom call with a
+    partitioner of its own is not partitioned as the calls XLA has none for."""
+    if name == "stablehlo.custom_call":
+        target = ir.StringAttr(ir_op.attributes["call_target_name"]).value
+        if target in _SELF_PARTITIONED_TARGETS:
+            return f"{name} @{target}"
+    return name
 
 
 def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
@@ -594,7 +607,7 @@ def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
         needs = indexed_communication(rule, roles, operands, results, mesh)
     if needs is None:
         needs = op_communication(rule, operands, results, mesh,
-                                 op_name=reader.graph.op_name[op])
+                                 op_name=_partitioned_as(reader.graph.op_name[op], ir_op))
     return (broadcasts + tuple(needs), *window)
 
 

@@ -95,8 +95,9 @@ class ModuleValues:
         self.meshes: dict[str, MeshInfo] = self.store.meshes
         self.mesh = next(iter(self.meshes), None) if missing_as_replicated else None
         # XLA reshards a value to a given sharding once and reuses it (reshard cache):
-        # (value, target) -> where its first reshard is (``cost.heights``), or None.
-        self.resharded: dict[tuple[int, tuple], tuple | None] = {}
+        # (value, target, device groups resharded in: ``OpCommunication.groups``) ->
+        # where its first reshard is (``cost.heights``), or None.
+        self.resharded: dict[tuple[int, tuple, tuple], tuple | None] = {}
         # Block -> its ops' heights as XLA's all-gather CSE measures them (``cost.heights``),
         # which depend on the shardings (the all-reduces of partial sums count).
         self.heights: dict[tuple[int, int], dict[int, int]] = {}

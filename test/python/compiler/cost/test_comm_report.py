@@ -264,3 +264,29 @@ def test_native_insert_explicit_reshards_agrees():
                 "builtin.module(func.func(sdy-insert-explicit-reshards))").run(native.operation)
             insert_explicit_reshards(ours.operation)
             assert str(ours) == str(native)
+
+
+@pytest.mark.parametrize("shape, spec, out", [
+    ((16, 16), ("data",), ()),                  # the rows gathered
+    ((8, 16, 16), ("data",), ("data",)),        # batch-sharded: local
+    ((8, 16, 16), ("data", "model"), ("data",)),  # the batch kept, the rows gathered
+])
+def test_custom_call_without_a_partitioner_gathers_its_non_batch_dims(shape, spec, out):
+    """LAPACK's LU (a custom call whose rule shares only the batch with its results):
+    XLA partitions it along the batch and all-gathers every other operand dimension."""
+    import jax
+    import jax.scipy.linalg as jsl
+    import numpy as np
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from shardc.compiler import jit
+
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    a = jax.device_put(np.eye(shape[-1], dtype=np.float32) * np.ones(shape, np.float32),
+                       NamedSharding(mesh, P(*spec)))
+    lowered = jit(lambda a: jsl.lu_factor(a)[0],
+                  out_shardings=NamedSharding(mesh, P(*out))).lower(a)
+    predicted = {k: t.bytes_per_device for k, t in lowered.comm_report().totals().items()}
+    compiled = {k: c.bytes_per_device for k, c in lowered.compile().collectives().items()}
+    assert predicted == compiled

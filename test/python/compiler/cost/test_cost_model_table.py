@@ -100,7 +100,7 @@ ENTRY %main (p0: f32[4], p1: f32[8]) -> (f32[8], f32[16]) {
 
 # Indexed ops (gather / scatter): each case compiled alone, predicted per kind
 # against XLA; cases with a known miss name what the model does not follow yet.
-EXPECTED_INDEXED_MISSES = {"same-axis-on-operand-and-indices": 2}
+EXPECTED_INDEXED_MISSES = {}
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,15 @@
 """Where XLA's dot handler moves the operand it replicates across device groups
 (the layouts checked against compiled HLO in bench/comm_report.py's HANDWRITTEN cases)."""
 
-from shardc.compiler.cost.dot_groups import regrouped_operand
+import jax
+import numpy as np
+import pytest
+from jax import lax
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shardc.compiler import jit
+from shardc.compiler.cost.dot_groups import matching_operand, regrouped_operand
 from shardc.compiler.cost.op_comm import op_communication
 from shardc.compiler.sharding.axes import full_axis
 from shardc.compiler.sharding.rule import OpShardingRule
@@ -72,3 +80,73 @@ def test_op_communication_permutes_before_the_gather():
         (1, "all-gather", ("fsdp",), 1024),
         (None, "all-reduce", ("data",), 2048),
     ]
+
+
+def test_matching_operand_is_the_side_grouped_on():
+    # h^T @ g with the result [model, {}]: only the lhs's m matches (model), the
+    # rhs's n is unsharded in the result.
+    found = matching_operand(TRANSPOSED_DOT, [tensor(["data"], ["model"]),
+                                              tensor(["data"], ["model"])],
+                             [tensor(["model"], [], shape=(32, 32))])
+    assert found == (0, ("model",))
+    # Both sides match: XLA groups on the lhs when its tile count times the rhs's
+    # shard bytes is the smaller (2 * 512 < 2 * 1024), else on the rhs.
+    out = tensor(["model"], ["fsdp"], shape=(32, 32))
+    assert matching_operand(TRANSPOSED_DOT, [tensor([], ["model"]),
+                                             tensor(["data"], ["fsdp"])], [out]) == (0, ("model",))
+    assert matching_operand(TRANSPOSED_DOT, [tensor(["data"], ["model"]),
+                                             tensor([], ["fsdp"])], [out]) == (1, ("fsdp",))
+    # No non-contracting dimension sharded in the result: no grouping.
+    assert matching_operand(TRANSPOSED_DOT, [tensor(["data"], []), tensor(["data"], [])],
+                            [tensor([], [], shape=(32, 32))]) is None
+
+
+# --------------------------------------------------------------------------- vs XLA
+
+def _contract_minor(a, b):
+    """``a @ b.T`` as one dot_general (what a weight's backward pass emits)."""
+    return lax.dot_general(a, b, (((1,), (1,)), ((), ())))
+
+
+def _contract_major(a, b):
+    """``a.T @ b`` as one dot_general (a weight gradient)."""
+    return lax.dot_general(a, b, (((0,), (0,)), ((), ())))
+
+
+# A value two dots reshard alike: XLA reuses the reshard only when both make it in the
+# same device groups (its reshard cache is per grouping).
+REUSE_CASES = {
+    # w2 [model, data] gathered over data: before grouping on h's data (forward), inside
+    # the groups on w2's own model (backward, ``g @ w2.T`` as one dot): twice.
+    "forward and backward through one weight": (
+        lambda h, g, w: (h @ w, _contract_minor(g, w)), [(16, 64), (16, 32), (64, 32)],
+        (P("data", "model"), P("data"), P("model", "data")),
+        (P("data"), P("data", "model")), 8192),
+    # Two backward dots, both grouped on w2's model: gathered once.
+    "two backward dots through one weight": (
+        lambda g, g2, w: (_contract_minor(g, w), _contract_minor(g2, w)),
+        [(16, 32), (16, 32), (64, 32)], (P("data"), P("data"), P("model", "data")),
+        (P("data", "model"), P("data", "model")), 4096),
+    # h [data, model] gathered over data: before grouping on w's data (forward), inside
+    # the groups on h's own model (the weight gradient h^T @ g): twice.
+    "activation in the forward pass and the weight gradient": (
+        lambda h, g, w: (h @ w, _contract_major(h, g)), [(16, 64), (16, 32), (64, 32)],
+        (P("data", "model"), P(None, "data"), P("model", "data")),
+        (P(None, "data"), P("model", "data")), 4096),
+}
+
+
+@pytest.mark.parametrize("name", REUSE_CASES)
+def test_reshards_are_reused_only_inside_the_same_groups(name):
+    fun, shapes, ins, outs, gathered = REUSE_CASES[name]
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    ins = tuple(NamedSharding(mesh, spec) for spec in ins)
+    outs = tuple(NamedSharding(mesh, spec) for spec in outs)
+    rand = np.random.default_rng(0)
+    args = [jax.device_put(rand.standard_normal(s).astype(np.float32), i)
+            for s, i in zip(shapes, ins)]
+    lowered = jit(fun, in_shardings=ins, out_shardings=outs).lower(*args)
+    predicted = {k: t.bytes_per_device for k, t in lowered.comm_report().totals().items()}
+    compiled = {k: c.bytes_per_device for k, c in lowered.compile().collectives().items()}
+    assert predicted == compiled
+    assert compiled["all-gather"] == gathered

@@ -68,3 +68,23 @@ def test_a_methods_groups_reshard_their_output_before_the_level_above():
                   out_shardings=NamedSharding(mesh, P("data", None, None))).lower(table, tokens)
     found = [(e.kind, e.bytes_per_device) for e in lowered.comm_report(platform="cpu").entries]
     assert sorted(found) == sorted(xla)
+
+
+def test_the_dry_run_inside_groups_sizes_the_per_group_output():
+    """The same lookup, small, at 1024 devices (64 x 16): inside the ``data`` groups of
+    the operand pass-through XLA dry-runs trivially sliced (replicated tokens, a
+    partial output all-reduced over ``model``) against index pass-through (the table
+    gathered over ``model``, the output after it) on the per-group output, 1/64 of the
+    whole, and takes index pass-through. XLA:CPU's collectives at 1024 devices:"""
+    xla = [("all-gather", 256), ("all-gather", 8192), ("all-gather", 16384),
+           ("all-to-all", 16384), ("collective-permute", 64)]
+    mesh = jax.sharding.AbstractMesh((64, 16), ("data", "model"),
+                                     axis_types=(AxisType.Auto,) * 2)
+    table = jax.ShapeDtypeStruct((512, 256), jnp.float32,
+                                 sharding=NamedSharding(mesh, P("model", "data")))
+    tokens = jax.ShapeDtypeStruct((64, 16), jnp.int32,
+                                  sharding=NamedSharding(mesh, P("data", None)))
+    lowered = jit(lambda t, i: t[i],
+                  out_shardings=NamedSharding(mesh, P("data", None, None))).lower(table, tokens)
+    found = [(e.kind, e.bytes_per_device) for e in lowered.comm_report(platform="cpu").entries]
+    assert sorted(found) == sorted(xla)
