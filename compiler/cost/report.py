@@ -501,7 +501,7 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
     resharded = []
     for need in needs[0]:
         if need.target is not None:
-            reshard = (graph.op_operands[op][need.operand], need.target, need.groups)
+            reshard = _reshard_key(graph.op_operands[op][need.operand], need)
             if reuses_reshard(reader, reader.resharded, reshard, op, need.collective.kind):
                 continue  # XLA reuses the value it already resharded for an earlier op
                 # (inside the same device groups: each grouping has its own cache)
@@ -512,10 +512,21 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
     return needs[1:], kept
 
 
+def _reshard_key(value: int, need: OpCommunication) -> tuple:
+    """What XLA keys a reshard of ``value`` for ``need`` by: its target and the device
+    groups it is made in (each grouping has its own reshard cache), except for an
+    all-gather under the platform's all-gather CSE, which merges equal gathers
+    whichever cache made them."""
+    if (need.collective.kind == ALL_GATHER
+            and active_rules().all_gather_cse_distance is not None):
+        return (value, need.target, ())
+    return (value, need.target, need.groups)
+
+
 def reuses_reshard(reader: ModuleValues, first: dict, reshard: tuple, op: int,
                    kind: str) -> bool:
     """Whether op ``op`` reuses the value an earlier op resharded as ``reshard`` (a
-    value and its target; ``first``: ``note_reshard``'s record of the first ones)
+    value, its target and its device groups: ``_reshard_key``; ``first``: ``note_reshard``'s record of the first ones)
     by a collective of ``kind``, on the platform predicted for:
     ``PlatformRules.reuses_reshards``, and for an all-gather under
     ``all_gather_cse_distance``, where the first gather's readers are close."""

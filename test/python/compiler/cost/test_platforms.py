@@ -349,8 +349,10 @@ def test_tpu_gathers_a_weight_again_for_a_backward_dot_far_from_its_forward_one(
     # and made again where not (6 layers: six, the first layer's w2 to the fourth's w1).
     report = _deep_mlp(mesh, layers).comm_report(platform="tpu")
     assert _totals_per_step(report)["all-gather"] == (gathers, gathers * 32768)
+    # XLA:CPU has no all-gather CSE: the backward dot, grouped on the weight, gathers
+    # it again inside its device groups (its own reshard cache), as compiled there.
     cpu = _deep_mlp(mesh, layers).comm_report(platform="cpu")
-    assert _totals_per_step(cpu)["all-gather"][0] == 2 * layers  # each gathered once
+    assert _totals_per_step(cpu)["all-gather"][0] == 4 * layers - 1
 
 
 def _totals_per_step(report):
