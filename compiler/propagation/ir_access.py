@@ -99,6 +99,9 @@ class ShardingStore:
         self.sid: list[int] = []
         self._intern = graph.memo.steps.sharding_ids
         self._parsed = graph.memo.shardings
+        # The shardings written on function boundaries, by attribute: what parsing
+        # the attribute would give (the export stage reads them there).
+        self._written: dict[int, TensorSharding] = {}
         # Steps that wrote nothing are not repeated on unchanged shardings:
         # ``settled[op]`` is the head (``Driver``'s memo key without the
         # shardings) of op's last step if it wrote nothing, reset to -1 by any
@@ -248,6 +251,12 @@ class ShardingStore:
         if parsed is None:
             parsed = self._parsed[key] = parse_sharding(str(attr), self.meshes)
         return parsed
+
+    def parsed(self, attr: ir.Attribute) -> TensorSharding:
+        """The sharding ``attr`` (a function argument's or result's, as read or as
+        written back) holds, parsed once."""
+        written = self._written.get(hash(attr))
+        return written if written is not None else self._parse(attr)
 
     def _parse_per_value(self, attr: ir.Attribute) -> list[TensorSharding]:
         key = hash(attr)
@@ -527,7 +536,8 @@ class ShardingStore:
         for k in range(count):
             entries = _dict_entries(old[k]) if k < len(old) else {}
             if k in updates:
-                entries[SHARDING_ATTR] = self._attr(format_sharding(updates[k]))
+                attr = entries[SHARDING_ATTR] = self._attr(format_sharding(updates[k]))
+                self._written[hash(attr)] = updates[k]
             new.append(ir.DictAttr.get(entries, context=func.context))
         func.attributes[list_name] = ir.ArrayAttr.get(new, context=func.context)
 

@@ -372,9 +372,9 @@ def _close_found_shardings(found: _ExportCensus, erased: list[ir.Operation]) -> 
             mapper.map_op(op)
 
 
-def fix_io_shardings(module: ir.Operation) -> None:
-    """``export_steps.fix_io_shardings`` with the main function."""
-    export_steps.fix_io_shardings(module, main_func(module))
+def fix_io_shardings(module: ir.Operation, store: ShardingStore | None = None) -> None:
+    """``export_steps.fix_io_shardings`` with the main function (``store``: as there)."""
+    export_steps.fix_io_shardings(module, main_func(module), store)
 
 
 def export_pipeline(
@@ -411,8 +411,11 @@ def export_pipeline(
         sink_data_flow_edges,
         export_steps.remove_sharding_groups,
         *(() if keep_constraints else (export_steps.sharding_constraint_to_reshard,)),
-        fix_io_shardings,
     ), names)
+    # The store wrote every function boundary the propagation changed: its parses
+    # stand for those shardings (no step since touches a function boundary).
+    fix_io_shardings(module, None if read is None else read.store)
+    verify_step(module, fix_io_shardings.__name__)
     if found.complete:
         # The ops found hold every sharding there is to close: no walk to find them.
         _close_found_shardings(found, erased)

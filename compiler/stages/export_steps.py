@@ -11,12 +11,13 @@ data-flow edges lives in ``data_flow_edges``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from math import gcd
 
 from jaxlib.mlir import ir
 
 from shardc.compiler.propagation.graph import NEVER_DEAD, PropagationGraph
-from shardc.compiler.propagation.ir_access import read_meshes
+from shardc.compiler.propagation.ir_access import ShardingStore, read_meshes
 from shardc.compiler.sharding.rules import is_bookkeeping
 from shardc.compiler.sharding.tensor import (
     DimSharding,
@@ -174,7 +175,8 @@ def divisible_dim(dim: DimSharding, size: int, mesh: MeshInfo) -> DimSharding:
     return DimSharding(tuple(axes), dim.closed)
 
 
-def _map_func_io(func: ir.Operation, meshes: dict[str, MeshInfo], fn) -> None:
+def _map_func_io(func: ir.Operation, meshes: dict[str, MeshInfo], fn,
+                 parse: Callable[[ir.Attribute], TensorSharding] | None = None) -> None:
     func_type = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
     # Attributes and types are uniqued, and a function's arguments mostly share a few
     # shardings and shapes: each pair is fixed once (None: unchanged).
@@ -183,7 +185,7 @@ def _map_func_io(func: ir.Operation, meshes: dict[str, MeshInfo], fn) -> None:
     def fix(attr: ir.Attribute, type_: ir.Type) -> ir.Attribute | None:
         key = (attr, type_)
         if key not in fixed:
-            sharding = parse_sharding(str(attr), meshes)
+            sharding = parse(attr) if parse is not None else parse_sharding(str(attr), meshes)
             shape = ir.ShapedType(type_).shape if isinstance(type_, ir.ShapedType) else []
             new = fn(sharding, shape)
             fixed[key] = None if new == sharding else ir.Attribute.parse(
@@ -249,17 +251,22 @@ def remove_sub_axes_in_io_shardings(module: ir.Operation, main: ir.Operation | N
     _map_func_io(main, read_meshes(module), _without_sub_axes)
 
 
-def fix_io_shardings(module: ir.Operation, main: ir.Operation | None) -> None:
+def fix_io_shardings(module: ir.Operation, main: ir.Operation | None,
+                     store: ShardingStore | None = None) -> None:
     """``update_non_divisible_io_shardings`` then ``remove_sub_axes_in_io_shardings``
-    on ``main``, each function boundary read and written once."""
-    meshes = read_meshes(module)
+    on ``main``, each function boundary read and written once; ``store``: the one
+    that wrote the module's function boundaries back, where the shardings there
+    are already parsed (with the module's meshes)."""
+    meshes = read_meshes(module) if store is None else store.meshes
+    parse = None if store is None else store.parsed
     divisible = _divisible(meshes)
 
     def both(sharding: TensorSharding, shape) -> TensorSharding:
         return _without_sub_axes(divisible(sharding, shape), shape)
 
     for func in _funcs(module):
-        _map_func_io(func, meshes, both if main is not None and func == main else divisible)
+        _map_func_io(func, meshes, both if main is not None and func == main else divisible,
+                     parse)
 
 
 def closed(attr: sdy.TensorShardingAttr) -> ir.Attribute:

@@ -69,3 +69,37 @@ def test_census_of_read_equals_walk_on_programs(name):
     jitted, args, _ = e2e_measure.prepare(program, "shardc")
     text = jitted.lower(*args, propagate=False).as_text()
     _assert_same_census(ir.Module.parse(text, make_context()), keep_constraints=True)
+
+
+# Function boundaries the propagation reads (an indivisible dim, an open dim with a
+# sub-axis) and writes (the result, which takes both from the argument).
+IO = """
+sdy.mesh @mesh = <["x"=4, "y"=4]>
+func.func @main(%arg0: tensor<6x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y":(1)2, ?}]>})
+    -> tensor<6x8xf32> {
+  %0 = stablehlo.negate %arg0 : tensor<6x8xf32>
+  return %0 : tensor<6x8xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("text", [IO, LOOP])
+def test_export_with_the_read_fixes_io_shardings_as_parsing_them_does(text):
+    module = ir.Module.parse(text, make_context())
+    operation = module.operation
+    with operation.context:
+        import_pipeline(operation)
+        graph, store = propagate_read(operation, plan="user-priority")
+        written = str(operation)
+        unread = ir.Module.parse(written)
+        stages.export_pipeline(operation, keep_constraints=True,
+                               read=PropagatedRead(graph, store, False))
+        stages.export_pipeline(unread.operation, keep_constraints=True)
+    assert str(operation) == str(unread)
+    if text is IO:
+        # The propagation wrote the result's sharding (open dims); the export cut
+        # both to what divides, then dropped the sub-axes of open dims.
+        assert '-> (tensor<6x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x", ?}' in written
+        assert ('%arg0: tensor<6x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x":(1)2}, {}]>}'
+                in str(operation))
+        assert '-> (tensor<6x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>})' in str(operation)
