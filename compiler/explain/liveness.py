@@ -179,6 +179,8 @@ class LivenessWalker:
         key = self.slot(value).key
         found: set[int] = set()
         owner = graph.value_def[self.root(value)]
+        if owner in self.reduced:
+            return found  # the all-reduce of its partial sums writes it, apart
         if owner >= 0 and graph.op_name[owner] in ("stablehlo.dynamic_update_slice",
                                                    "stablehlo.scatter"):
             # an in-place update writes over the operand it updates
