@@ -48,7 +48,8 @@ collectives but differs in a few measurable ways, each one field here:
   in each reader, so a softmax's exp and shifted logits are never buffers; it
   recomputes a fusible value in each reader when the buffers it is computed from
   are read until then anyway (attention's probabilities, from the kept scores); it
-  fuses a take_along_axis gradient's scatter-add with the zeros it scatters into;
+  fuses a take_along_axis gradient's scatter-add with the zeros it scatters into
+  (XLA:CPU fuses a gather with its operand's producer and its readers);
   and its latency-hiding scheduler gathers a weight next to its use, where
   XLA:CPU runs every argument's reshard first.
 
