@@ -108,7 +108,7 @@ def compare(program: Program) -> Row:
     return _row(program.name, estimate, stats)
 
 
-LLAMA_VARIANTS = ("unrolled", "scan", "remat", "unrolled_bf16", "scan_bf16")
+LLAMA_VARIANTS = ("unrolled", "scan", "remat", "unrolled_bf16", "scan_bf16", "remat_bf16")
 # Two layers, d_model 256 (16 heads: the model axis divides them), ffn 512, vocab 512,
 # 64 tokens a sequence, one sequence per data shard.
 LLAMA_SHAPE = {"d": 256, "ffn": 512, "vocab": 512, "seq": 64}

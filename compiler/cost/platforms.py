@@ -40,7 +40,9 @@ collectives but differs in a few measurable ways, each one field here:
 * dots in a wider type: XLA:CPU computes a bf16 dot in f32 (YNNPACK's
   ``ynn_fusion``), its operands converted into f32 buffers and its result
   written in f32 before the next fusion rounds it; XLA:TPU's MXU takes bf16
-  (``dot_computed_as``);
+  (``dot_computed_as``); XLA:CPU's elementwise arithmetic on bf16 is computed in
+  f32 too, so a loop body's converted slice of a stacked bf16 input is hoisted
+  out of the loop as the whole input converted (``arithmetic_computed_as``);
 * buffer layout: XLA:TPU tiles arrays in memory (rank >= 2: two dimensions
   padded to (8, 128) tiles, fewer than 8 rows to a power of two, the two
   that pad least, as XLA picks the layout;
@@ -53,7 +55,8 @@ collectives but differs in a few measurable ways, each one field here:
   in each reader, so a softmax's exp and shifted logits are never buffers; it
   recomputes a fusible value in each reader when the buffers it is computed from
   are read until then anyway (attention's probabilities, from the kept scores); it
-  fuses a take_along_axis gradient's scatter-add with the zeros it scatters into;
+  fuses a take_along_axis gradient's scatter-add with the zeros it scatters into
+  (XLA:CPU fuses a gather with its operand's producer and its readers);
   and its latency-hiding scheduler gathers a weight next to its use, where
   XLA:CPU runs every argument's reshard first.
 
@@ -118,6 +121,11 @@ class PlatformRules:
     # it computes them in: each operand converted into a wide buffer (one per value,
     # kept for every dot reading it), the result wide while the dot runs.
     dot_computed_as: Mapping[str, int] = field(default_factory=dict)
+    # Element types the backend has no arithmetic for, and the bytes per element it
+    # computes elementwise ops on them in (XLA:CPU's float normalization converts a
+    # bf16 add or multiply to f32 and back): a loop body's slice of a loop-invariant
+    # input so computed is converted whole, outside the loop.
+    arithmetic_computed_as: Mapping[str, int] = field(default_factory=dict)
     # From how many input elements per device an f32 sum, max or min is a custom
     # fusion of its own (XLA:CPU's YNNPACK reductions; 0: never), whose chain's
     # inputs are then buffers rather than recomputed.
@@ -213,7 +221,9 @@ def _power_of_two(n: int) -> int:
 # XLA:CPU's YNNPACK reduction threshold, probed on jaxlib 0.10.2: 4095 elements
 # stay a loop fusion.
 CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as={"bf16": 4},
-                    offloaded_reduction_elements=4096, heap_alignment=64)
+                    arithmetic_computed_as={"bf16": 4},
+                    offloaded_reduction_elements=4096, heap_alignment=64,
+                    fusible=frozenset({"stablehlo.gather"}))
 # The combine threshold is XLA:TPU's default all-reduce combiner size (the
 # step's gradients of the bench's programs combine into one op per device group).
 # The windowed reduce-scatter's threshold: XLA:TPU v5e compiles (16x16 and 4x4

@@ -14,19 +14,20 @@ rules and the buffer assignments they were read from.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import prod
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.cost.fusion import CHLO_ELEMENTWISE, FUSIBLE, FUSING_CONSUMERS
 from shardc.compiler.cost.fusion import FREE as _FREE
-from shardc.compiler.cost.fusion import FUSIBLE, FUSING_CONSUMERS
 from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.diagnostics import source_loc_of
 from shardc.compiler.explain.aliasing import Slot
 from shardc.compiler.explain.grid import shard_shape
 from shardc.compiler.explain.needs import CONSTANTS as _CONSTANTS
 from shardc.compiler.explain.needs import OpNeeds
+from shardc.compiler.propagation.graph import ELEMENTWISE
 from shardc.compiler.propagation.values import ModuleValues
 
 # ops whose result k XLA writes into the buffer of one operand when that dies there
@@ -43,6 +44,10 @@ _EXPENSIVE = frozenset("stablehlo." + n for n in (
 # select_dynamic-update-slice_fusion, dynamic-update-slice_add_fusion in its loop bodies).
 _FUSING_CONSUMERS = FUSING_CONSUMERS | frozenset({"func.return",
                                                   "stablehlo.dynamic_update_slice"})
+
+# ops a fused kernel computes element by element (one output element from the same
+# element of each operand)
+ELEMENTWISE_OPS = ELEMENTWISE | CHLO_ELEMENTWISE
 
 
 # XLA:CPU offloads an f32 reduction with one of these bodies to YNNPACK from
@@ -79,6 +84,8 @@ class Interval:
     size: int
     buffer: Allocation | None
     fits_output: bool = True  # one value, so XLA may place it in an output buffer
+    # the values the buffer holds in turn (its own, then results written in place)
+    holders: list[int] = field(default_factory=list)
 
 
 class LivenessWalker:
@@ -152,6 +159,48 @@ class LivenessWalker:
             if shape is None or prod(shape) != elements:
                 return False
         return False
+
+    def read_in_place(self, value: int) -> set[int]:
+        """The buffers the kernel writing ``value`` may write it over: the values it
+        reads elementwise, each of ``value``'s per-device shape and type, through
+        the elementwise ops fused into it.
+
+        XLA lets a loop fusion's result share an operand's buffer when the fused
+        computation reads that operand only elementwise and both have one shape
+        (``CanShareOperandBufferWithUser``): the operand dying there is then
+        overwritten. Seen writing outputs: an optimizer's update
+        (multiply_add_fusion.4 of eqx_batchnorm_state) takes the all-reduced
+        gradient's allocation, and a scanned gradient accumulator (the while
+        loop's carry) is the allocation its ``w - lr * g`` output is written to
+        (multiply_subtract_fusion of jax_host_callback_scan). A scatter or a
+        dynamic-update-slice writes over the operand it updates.
+        """
+        graph = self.graph
+        key = self.slot(value).key
+        found: set[int] = set()
+        owner = graph.value_def[self.root(value)]
+        if owner in self.reduced:
+            return found  # the all-reduce of its partial sums writes it, apart
+        if owner >= 0 and graph.op_name[owner] in ("stablehlo.dynamic_update_slice",
+                                                   "stablehlo.scatter"):
+            # an in-place update writes over the operand it updates
+            found.add(self.root(graph.op_operands[owner][0]))
+        stack, seen = [self.root(value)], set()
+        while stack:
+            current = stack.pop()
+            owner = graph.value_def[current]
+            if current in seen or owner < 0 or graph.op_name[owner] not in ELEMENTWISE_OPS:
+                continue
+            seen.add(current)
+            for operand in graph.op_operands[owner]:
+                operand = self.root(operand)
+                if self.slot(operand).key != key:
+                    continue
+                found.add(operand)
+                source = graph.value_def[operand]
+                if source >= 0 and not self.materialised(operand, source):
+                    stack.append(operand)
+        return found
 
     def aligned(self, size: int) -> int:
         """``size`` as the platform's heap holds a buffer of it: rounded up to the
@@ -413,11 +462,13 @@ class LivenessWalker:
         return returned | {self.root(value) for value in returned}
 
     @staticmethod
-    def _extend(frees: dict[int, list[tuple]], value: int, last: int) -> bool:
-        """Keep ``value``'s buffer (if it is live) until position ``last``."""
+    def _extend(frees: dict[int, list[tuple]], value: int, last: int, holder: int) -> bool:
+        """Keep ``value``'s buffer (if it is live) until position ``last``, where
+        ``holder`` (a value written in place or sharing it) is in it."""
         for at, entries in list(frees.items()):
             for entry in entries:
                 if entry[0] == value:
+                    entry[2].holders.append(holder)
                     if at < last:
                         entries.remove(entry)
                         frees.setdefault(last, []).append(entry)
@@ -548,7 +599,7 @@ class LivenessWalker:
                     # a reshape of a row-major array is a bitcast in XLA: it shares its
                     # operand's buffer (an argument's, or a live temporary's)
                     operand = self.root(graph.op_operands[op][0])
-                    if graph.value_def[operand] < 0 or self._extend(frees, operand, last):
+                    if graph.value_def[operand] < 0 or self._extend(frees, operand, last, value):
                         continue
                 source = _IN_PLACE.get(graph.op_name[op], lambda k: None)(k)
                 if source is not None and source < len(graph.op_operands[op]):
@@ -558,7 +609,7 @@ class LivenessWalker:
                     if self.passed_through(op, k):
                         # a carry the loop body returns unchanged is its init value: XLA
                         # hoists it out of the loop; the init buffer lives on instead
-                        self._extend(frees, operand, last)
+                        self._extend(frees, operand, last, value)
                         continue
                     dying = [entry for entry in frees.get(i, []) if entry[0] == operand]
                     if dying and dying[0][1] >= size:
@@ -566,6 +617,7 @@ class LivenessWalker:
                         frees[i].remove(dying[0])
                         frees.setdefault(max(last, i), []).append(dying[0])
                         dying[0][2].end = max(last, i)
+                        dying[0][2].holders.append(value)
                         continue
                 if self.rules.recomputes_fused_values and self.recomputed(
                         value, op, last, position, returned, reads):
@@ -598,7 +650,8 @@ class LivenessWalker:
                 # stay in the heap (mlp_data_parallel's gradients, buffer assignment)
                 start = i + 1 if value in inside else (0 if op in early else i)
                 interval = Interval(start, max(last, start), size, buffer,
-                                     fits_output=value not in extend)
+                                     fits_output=value not in extend,
+                                     holders=[] if value is None else [value])
                 if record is not None and last >= start:
                     record.append(interval)
                 frees.setdefault(max(last, i), []).append((value, size, interval))

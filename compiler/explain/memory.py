@@ -78,6 +78,7 @@ from dataclasses import asdict, dataclass
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.cost.fusion import FUSIBLE
 from shardc.compiler.cost.platforms import active_rules, platform_rules, predicting_for
 from shardc.compiler.explain.aliasing import Alias, donations, find_aliases
 from shardc.compiler.explain.heap import heap_bytes
@@ -214,13 +215,21 @@ def _estimate(values: ModuleValues, top: int,
     intervals: list[Interval] = []
     walker.peak(ops, returned, intervals)
     position = {op: i for i, op in enumerate(ops)}
+    intervals.extend(_copied_donations(walker, ops, args, aliases, producers, position, returned))
     slots = []
-    aliased = {alias.result for alias in aliases}
+    donor = {alias.result: args[alias.argument] for alias in aliases}
+    reads: dict[int, int] = {}
     for k, value in producers.items():
         owner = graph.value_def[value]
-        if k not in aliased and owner >= 0:
-            slots.append((outputs[k].bytes_per_device,
-                          position.get(walker.top_user(owner, ops[0]), 0)))
+        if owner < 0:
+            continue
+        opens = -1  # an output's allocation is free from the start
+        if k in donor:
+            # a donated argument's, once its last reader has run
+            opens = walker.last_read(donor[k], ops[0], position, returned, 0, reads)
+        slots.append((outputs[k].bytes_per_device, opens,
+                      position.get(walker.top_user(owner, ops[0]), 0),
+                      walker.read_in_place(value)))
     packed = _place_in_outputs(intervals, slots)
     inside = {id(iv) for iv in packed}
     heaped = [iv for iv in intervals if id(iv) not in inside]
@@ -238,27 +247,97 @@ def _estimate(values: ModuleValues, top: int,
                           sum(a.bytes_per_device for a in aliases), aliases)
 
 
+def _copied_donations(walker: LivenessWalker, ops: list[int], args: list[int],
+                      aliases: tuple[Alias, ...], producers: dict[int, int],
+                      position: dict[int, int], returned: set[int]) -> list[Interval]:
+    """The copies XLA makes of donated arguments still read after their output is
+    written.
+
+    An output aliased with a donated argument is written into the argument's
+    buffer, so XLA's copy insertion copies the argument first unless every
+    kernel reading it (an op fused into its readers reads it where they run)
+    runs before the one writing that output, in the order of the schedule
+    (program order here). The copy lives from the start to the argument's
+    last reader. Seen in optax_lookahead_inject: the slow parameters' update
+    reads the fast parameters, donated and updated before it
+    (``copy.86 = copy(param.5)`` and its kind, live until the slow update);
+    penzai_named_lm's backward dots read weights whose updates come later:
+    no copy.
+    """
+    graph = walker.graph
+    copies = []
+    reads: dict[int, int] = {}
+    for alias in aliases:
+        writer = graph.value_def[producers[alias.result]]
+        if writer < 0:
+            continue
+        writer = walker.top_user(writer, ops[0])
+        readers = _kernels_reading(walker, args[alias.argument], ops[0], position, returned)
+        if all(position[r] <= position[writer] for r in readers):
+            continue
+        last = walker.last_read(args[alias.argument], ops[0], position, returned, 0, reads)
+        copies.append(Interval(0, last, walker.aligned(alias.bytes_per_device), None))
+    return copies
+
+
+def _fused(walker: LivenessWalker, op: int, returned: set[int]) -> bool:
+    """Whether XLA fuses ``op`` into its readers (each computes it again)."""
+    graph = walker.graph
+    return graph.op_name[op] in FUSIBLE and not any(
+        r in returned or walker.materialised(r, op) for r in graph.op_results[op])
+
+
+def _kernels_reading(walker: LivenessWalker, value: int, first: int,
+                     position: dict[int, int], returned: set[int]) -> set[int]:
+    """The ops of the block that read ``value`` as XLA runs them: a reader fused
+    into its own readers reads it where those run."""
+    graph = walker.graph
+    found: set[int] = set()
+    stack, seen = [value], set()
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        for user, _ in graph.uses[current]:
+            top = walker.top_user(user, first)
+            if top not in position:
+                continue
+            if top == user and _fused(walker, user, returned):
+                stack.extend(graph.op_results[user])
+            else:
+                found.add(top)
+    return found
+
+
 def _place_in_outputs(intervals: list[Interval],
-                       slots: list[tuple[int, int]]) -> list[Interval]:
+                       slots: list[tuple[int, int, int, set[int]]]) -> list[Interval]:
     """The temporaries XLA places in output buffers before the outputs are written.
 
     XLA's buffer assigner takes values largest first and gives a temporary
     the smallest existing allocation it fits in whose values it does not
     overlap; an output buffer not aliased with an argument is such an
-    allocation up to the op that writes the output (argument buffers never
-    are). What does not fit goes to the heap, i.e. into ``temp``. Seen in
-    the buffer assignment of the zoo's vit_bf16 step: its gradient outputs'
-    allocations hold most of the forward and backward activations.
+    allocation up to the op that writes the output, and through that op for
+    a value it reads in place (each slot's set:
+    ``LivenessWalker.read_in_place``). A donated argument's buffer, which an
+    output reuses, is such an allocation from its last reader on (an
+    argument that is not donated never is). What does not fit goes to the
+    heap, i.e. into ``temp``. Seen in the buffer assignment of the zoo's
+    vit_bf16 step: its gradient outputs' allocations hold most of the
+    forward and backward activations; and of optax_multisteps: the donated
+    optimizer state's allocations hold the second micro-step's activations.
     """
     order = sorted(range(len(slots)), key=lambda s: slots[s][0])
     taken: dict[int, list[Interval]] = {s: [] for s in order}
     packed = []
     for interval in sorted(intervals, key=lambda iv: -iv.size):
-        if not interval.fits_output:
-            continue
         for s in order:
-            size, written = slots[s]
-            if size < interval.size or interval.end >= written:
+            size, opens, written, in_place = slots[s]
+            if interval.start <= opens:
+                continue
+            overwritten = interval.end == written and not in_place.isdisjoint(interval.holders)
+            if size < interval.size or not (
+                    overwritten or (interval.fits_output and interval.end < written)):
                 continue
             if all(iv.end < interval.start or interval.end < iv.start for iv in taken[s]):
                 taken[s].append(interval)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shardc.compiler.cost.fusion import FREE, FUSIBLE
+from shardc.compiler.cost.fusion import CHLO_ELEMENTWISE, FREE, FUSIBLE
 from shardc.compiler.cost.op_comm import computation_axes, required_sharding
 from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.cost.report import collectives_at, note_reshard, reuses_reshard
@@ -25,6 +25,7 @@ from shardc.compiler.cost.reshard import (
     shard_bytes,
 )
 from shardc.compiler.explain.layout import relayout, transposed_gather
+from shardc.compiler.propagation.graph import ELEMENTWISE
 from shardc.compiler.propagation.values import ModuleValues
 
 RESHARDS = frozenset({"sdy.reshard", "sdy.sharding_constraint"})
@@ -33,6 +34,12 @@ _DOTS = frozenset({"stablehlo.dot_general", "stablehlo.convolution"})
 _MOVES = RESHARDS | frozenset({"stablehlo.reshape", "stablehlo.transpose",
                                "stablehlo.broadcast_in_dim", "sdy.data_flow_edge"})
 CONSTANTS = frozenset({"sdy.constant", "stablehlo.constant", "stablehlo.iota"})
+_PASS_ON = frozenset({"sdy.data_flow_edge", "sdy.sharding_constraint",
+                      "sdy.propagation_barrier"})
+# elementwise ops that compute on their operands' values (a backend without
+# arithmetic in an element type computes them in a wider one), and converts
+ARITHMETIC = (ELEMENTWISE | CHLO_ELEMENTWISE) - RESHARDS - frozenset({
+    "sdy.propagation_barrier", "stablehlo.select", "stablehlo.bitcast_convert"})
 
 
 @dataclass
@@ -50,6 +57,9 @@ class OpNeeds:
     hoisted: set[tuple[int, int]] = field(default_factory=set)
     # (value, target) -> its first gather's place (``cost.report.note_reshard``)
     gathers: dict[tuple, tuple | None] = field(default_factory=dict)
+    # while op -> bytes of the largest narrow input converted whole before it and
+    # read by nothing else
+    converted_last: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def collect(cls, values: ModuleValues) -> OpNeeds:
@@ -116,6 +126,12 @@ class OpNeeds:
             owner = graph.value_def[value]
             if owner >= 0 and graph.op_name[owner] in CONSTANTS:
                 continue  # XLA folds a reshaped constant
+            if owner >= 0 and graph.op_name[owner] == "stablehlo.broadcast_in_dim" and (
+                    _splat(graph, graph.op_operands[owner][0])):
+                # XLA's partitioner builds a broadcast constant at the sharding its
+                # reader needs (penzai_named_lm's embedding gradient: the scatter-add's
+                # zeros, wrapped_broadcast, at the scatter's shard shape, no gather)
+                continue
             if want is None:
                 continue
             after, moves, size, copy, gathers = want
@@ -133,6 +149,8 @@ class OpNeeds:
                 self.needs.setdefault(op, []).append(((value, ("transposed", op, index)), size, 0))
         if name in _DOTS:
             self._widen(values, op, operands, results)
+        elif name in ARITHMETIC:
+            self._widen_arithmetic(values, op, operands)
         if reduced:
             self.reduced[op] = tuple(sorted(str(a) for a in reduced))
             self._partial_sums(graph.op_results[op], results, reduced)
@@ -174,6 +192,21 @@ class OpNeeds:
             self.needs.setdefault(op, []).append(((value, ("widened",)), size, 0))
             self._hoist_widened(values, value, element)
 
+    def _widen_arithmetic(self, values: ModuleValues, op: int, operands) -> None:
+        """Record the wide copy of a whole loop input an elementwise op in the loop
+        body computes on a slice of, on a platform without arithmetic in its type
+        (``PlatformRules.arithmetic_computed_as``): XLA:CPU converts a bf16 slice to
+        f32 for the op, and the convert of the slice becomes a slice of the whole
+        input converted before the loop (the llama-shaped scanned bf16 step's
+        backward loop carries six ``wrapped_convert`` f32[2,1,64,256] copies of the
+        saved activations its RMS norms and residual adds read, not only those its
+        dots read)."""
+        wide = active_rules().arithmetic_computed_as
+        for index, operand in enumerate(operands):
+            element = wide.get(operand.dtype)
+            if element:
+                self._hoist_widened(values, values.graph.op_operands[op][index], element)
+
     def _hoist_widened(self, values: ModuleValues, value: int, element: int) -> None:
         """Record the wide copy of a whole loop input a dot in the loop body reads a
         slice of: XLA hoists the loop-invariant convert out of the loop, so a
@@ -193,12 +226,48 @@ class OpNeeds:
             return
         self.hoisted.add((loop, sliced))
         args = graph.op_blocks[loop][1][0]
-        whole = values.tensor(graph.op_operands[loop][args.index(sliced)]
-                              if sliced in args else sliced)
+        outer = graph.op_operands[loop][args.index(sliced)] if sliced in args else sliced
+        whole = values.tensor(outer)
         if whole is None or whole.sharding is None:
             return
-        self.extra[loop] = self.extra.get(loop, 0) + shard_bytes(
-            whole.shape, element, dim_axes(whole.sharding, len(whole.shape)))
+        axes = dim_axes(whole.sharding, len(whole.shape))
+        size = shard_bytes(whole.shape, element, axes)
+        if self._computed(graph, outer) and self._only_sliced_in(graph, loop, outer, sliced):
+            # A temporary the loop reads only as the wide copy dies at its convert,
+            # before the loop: the converts run one after another, the narrow input
+            # of the last one live with all the wide copies (the largest counts).
+            narrow = shard_bytes(whole.shape, whole.element_bytes, axes)
+            kept = self.converted_last.get(loop, 0)
+            self.converted_last[loop] = max(kept, narrow)
+            size += max(kept, narrow) - kept - narrow
+        self.extra[loop] = self.extra.get(loop, 0) + size
+
+    @staticmethod
+    def _computed(graph, value: int) -> bool:
+        """Whether ``value`` is a buffer the block computes, not an argument seen
+        through ops that pass it on unchanged."""
+        while graph.value_def[value] >= 0:
+            owner = graph.value_def[value]
+            if graph.op_name[owner] not in _PASS_ON or not graph.op_operands[owner]:
+                return True
+            value = graph.op_operands[owner][0]
+        return False
+
+    @staticmethod
+    def _only_sliced_in(graph, loop: int, outer: int, sliced: int) -> bool:
+        """Whether nothing but ``loop`` reads ``outer``, and the loop only slices it
+        (``sliced``: ``outer`` itself, read from the enclosing block, or the body's
+        argument it enters as)."""
+        for user, _ in graph.uses[outer]:
+            if user == loop and outer != sliced:
+                continue
+            inside = user
+            while inside >= 0 and inside != loop:
+                inside = graph.op_parent[inside]
+            if inside != loop:
+                return False
+        return all(graph.op_name[user] in ("stablehlo.dynamic_slice", "stablehlo.return")
+                   for user, _ in graph.uses[sliced])
 
     @staticmethod
     def _invariant_in(graph, op: int, value: int) -> int | None:
@@ -251,6 +320,12 @@ class OpNeeds:
                 continue
             kept = [[axis for axis in dim if axis not in reduced] for dim in axes]
             self.partial[value] = shard_bytes(result.shape, result.element_bytes, kept)
+
+
+def _splat(graph, value: int) -> bool:
+    """Whether ``value`` is a constant (a scalar broadcast is a splat of it)."""
+    owner = graph.value_def[value]
+    return owner >= 0 and graph.op_name[owner] in CONSTANTS
 
 
 def _rule_needs(rule, operands, results, mesh) -> tuple[set, list[tuple | None]]:

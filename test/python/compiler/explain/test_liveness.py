@@ -16,9 +16,9 @@ BEFORE = {
     "mlp_megatron": (68352, 2048, 8192, 0),
     "fsdp_train_step": (32960, 24828, 197632, 0),
     "transformer": (108544, 8192, 24576, 0),
-    "conv_net": (18416, 6148, 313088, 0),
-    "embedding_scatter": (10368, 8464, 12416, 0),
-    "moe_routing": (37888, 4096, 16832, 0),
+    "conv_net": (18416, 6148, 317120, 0),
+    "embedding_scatter": (10368, 8464, 10432, 0),
+    "moe_routing": (37888, 4096, 17856, 0),
     "scan_rnn": (7488, 528, 5632, 0),
     "shard_map_pipeline": (14336, 2048, 5248, 0),
     "abstract_mesh_constraint": (33792, 1024, 18432, 0),
@@ -28,7 +28,7 @@ BEFORE = {
     "conflict_mlp_deep": (787456, 1024, 3219456, 0),
     "grad_loops": (12288, 14404, 18048, 0),
     "grad_loops_unrolled": (12288, 14404, 18112, 0),
-    "decode_kv_cache": (49164, 8744, 13184, 8192),
+    "decode_kv_cache": (49164, 8744, 10752, 8192),
     "pipeline_shard_map": (5184, 3180, 12736, 0),
     "dropout_cond": (2380, 2164, 5504, 0),
 }
@@ -59,9 +59,9 @@ def test_estimate_unchanged_on_benchmark_programs(programs, name):
 # jax.checkpoint, whose recomputed forward made the recursive walk never finish
 # for a 7B-shaped model.
 TINY_BEFORE = {
-    "unrolled": (8704, 8628, 141440, 0),
+    "unrolled": (8704, 8628, 133376, 0),
     "scan": (8704, 8556, 206912, 0),
-    "remat": (8704, 8556, 94912, 0),
+    "remat": (8704, 8556, 94208, 0),
 }
 
 
@@ -94,8 +94,6 @@ def test_fused_chain_is_walked_once(n):
     stats = jax.jit(_chain(n)).lower(x).compile().memory_analysis()
     assert estimate.argument_bytes == stats.argument_size_in_bytes
     assert estimate.output_bytes == stats.output_size_in_bytes
-    # The dot's buffer, live to the end of the chain (what the recursive walk gave
-    # for n=16); XLA writes it into the output's allocation instead (temp 0), a
-    # placement the estimate does not make for a buffer read by the output's writer.
-    assert estimate.temp_bytes == 64 * 64 * 4
-    assert stats.temp_size_in_bytes in (0, estimate.temp_bytes)
+    # The dot's buffer, live to the end of the chain, is read elementwise by the
+    # output's writer, which XLA writes over it (in the output's allocation).
+    assert estimate.temp_bytes == stats.temp_size_in_bytes == 0
