@@ -86,9 +86,14 @@ def step_time(reader: ModuleValues, device: Hardware, memo: dict | None = None) 
     # The flops and the peak read the shardings only; the collectives below note the
     # operands they reshard on the reader, so they come last.
     peak = memory_peak(reader)
-    flops = module_flops(reader)
+    graph = reader.graph
+    # Every op's key, read once for both (most ops are looked up by it).
+    keys = [reader.op_key(op) if graph.op_results[op] else None
+            for op in range(len(graph.ops))] if memo is not None else None
+    flops = module_flops(reader, memo.setdefault("flops", {}) if memo is not None else None,
+                         keys)
     collectives = memo.setdefault("collectives", {}) if memo is not None else None
-    sites = as_compiled(reader, list(_collectives(reader, collectives)))
+    sites = as_compiled(reader, list(_collectives(reader, collectives, keys)))
     step = step_time_from(flops, [entry for _, entry in sites], axis_sizes(reader), device)
     by_axes: dict[tuple[str, ...], int] = {}
     for c in step.comm:
@@ -110,7 +115,8 @@ def _memory_platform(device: Hardware) -> str:
     return device.rules.name if device.rules.name in PLATFORMS else "cpu"
 
 
-def _collectives(reader: ModuleValues, memo: dict | None) -> Iterator[tuple[int, CommEntry]]:
+def _collectives(reader: ModuleValues, memo: dict | None, keys: list[tuple | None] | None
+                 ) -> Iterator[tuple[int, CommEntry]]:
     """``(op, entry)`` of every collective ``comm_report`` finds at an op, in program
     order, before the platform's rewrites (``report.as_compiled``).
 
@@ -124,7 +130,7 @@ def _collectives(reader: ModuleValues, memo: dict | None) -> Iterator[tuple[int,
     for op in range(len(graph.ops)):
         key = None
         if found is not None and graph.op_results[op] and graph.op_name[op] not in _UNKEYED:
-            key = reader.op_key(op)
+            key = keys[op]
             known = memo.get(key) if key is not None else None
             if known is not None:
                 if known:

@@ -11,6 +11,11 @@ from jax.sharding import PartitionSpec as P
 from bench import auto_search as auto_bench
 from shardc.compiler import AUTO, jit
 from shardc.compiler.auto import modelled_step
+from shardc.compiler.auto.candidates import tensor_sharding
+from shardc.compiler.auto.evaluate import Evaluator
+from shardc.compiler.auto.objective import step_time
+from shardc.compiler.cost.flops import module_flops
+from shardc.compiler.cost.platforms import hardware, predicting_for
 
 
 def _attention_like(wq, wk, wv, wo, x):
@@ -65,3 +70,25 @@ def test_auto_price_is_step_time_of_the_program_it_returns(platform):
     assert report.step.seconds == pytest.approx(timed.total_s, rel=1e-9), (
         report.format_text(), timed.format_text())
     assert report.step.comm_bytes == timed.bytes
+
+
+def test_states_priced_with_the_memo_count_as_a_fresh_read(mesh):
+    # The evaluator looks each op's flops and collectives up by its key across states
+    # and layers: every state's price is that of counting it afresh.
+    args = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
+                        auto_bench.mlp_case(layers=4, d=64, hidden=256, batch=32).args)
+    module = jit(auto_bench.mlp_step, mesh=mesh).trace(*args).lower(propagate=False).module
+    device = hardware("tpu")
+    evaluator = Evaluator(module, device)
+    sizes = dict(mesh.shape)
+    specs = [(("data",), ("model",)), (("model",), ("data",)), ((), ("model",)), ((), ())]
+    weights = len(jax.tree.leaves(args[0]))
+    for first, second in [(a, b) for a in specs for b in specs]:
+        assignment = {k: tensor_sharding(evaluator.mesh, first if k % 2 == 0 else second, sizes)
+                      for k in range(weights)}
+        priced, reader = evaluator(assignment)  # looked up by op keys where known
+        with predicting_for(device.rules):
+            memoized = module_flops(reader, evaluator.work["flops"])
+            fresh = step_time(reader, device)  # no memo: every op counted
+            assert memoized == module_flops(reader)
+        assert priced == fresh
