@@ -9,9 +9,15 @@ model AUTO's choices are judged by:
   convolutions at the device's matrix rate for their element type, the rest at
   its vector rate;
 * **communication**: every collective ``comm_report`` predicts (bytes per
-  device, times it runs per step), each timed as ``cost.step_time`` times it
-  (``collective_seconds``: a ring's share of its bytes over its mesh axes'
-  bandwidth, plus a latency).
+  device, times it runs per step) as the platform compiles them
+  (``report.as_compiled``: all-reduces reassociated and combined, loop
+  all-gathers windowed), each timed as ``cost.step_time`` times it (a ring's
+  share of its bytes over its mesh axes' bandwidth, plus a latency).
+
+Both parts are ``cost.step_time.step_time_from``'s: one model with
+``Lowered.step_time``, so a state's price is the step time of the program AUTO
+returns for it; only the finding of each op's collectives is kept per op
+across states here.
 
 The device's figures are ``platforms.HARDWARE``'s.
 
@@ -26,15 +32,13 @@ time by where no budget is set, until it asks for ``memory_bytes``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from shardc.compiler.cost.flops import module_flops
 from shardc.compiler.cost.platforms import PLATFORMS, Hardware
-from shardc.compiler.cost.report import collectives_at
-from shardc.compiler.cost.reshard import ALL_REDUCE
-from shardc.compiler.cost.step_time import axis_sizes, collective_seconds
+from shardc.compiler.cost.report import CommEntry, as_compiled, collectives_at
+from shardc.compiler.cost.step_time import axis_sizes, step_time_from
 from shardc.compiler.cost.trips import runs_per_step
 from shardc.compiler.cost_aware.pricing import memory_peak
 from shardc.compiler.explain.memory import estimate_memory_of
@@ -73,35 +77,29 @@ class StepTime:
 def step_time(reader: ModuleValues, device: Hardware, memo: dict | None = None) -> StepTime:
     """The modelled step time of ``reader``'s propagated module on ``device`` (see
     the module doc), with the quick memory peak (``memory_bytes`` is the model a
-    budget is judged by: the search asks for it where it decides).
+    budget is judged by: the search asks for it where it decides). Run under
+    ``predicting_for(device.rules)``: the collectives are the platform's.
 
     ``memo``: kept by the caller across the propagated copies of one module (with
     ``reader.costs``, whose interned sharding ids it keys each op's collectives by)."""
-    sizes = axis_sizes(reader)
     memo = memo if reader.costs is not None else None
     # The flops and the peak read the shardings only; the collectives below note the
     # operands they reshard on the reader, so they come last.
     peak = memory_peak(reader)
-    flops = module_flops(reader)
-    matmul = sum(flops.matmul.values())
-    compute_s = sum(n / device.matmul_rate(dtype) for dtype, n in flops.matmul.items()) \
-        + max(flops.per_step - matmul, 0.0) / device.vector_flops
-    comm_s, count, total, reduced, by_axes = 0.0, 0, 0, 0.0, {}
+    graph = reader.graph
+    # Every op's key, read once for both (most ops are looked up by it).
+    keys = [reader.op_key(op) if graph.op_results[op] else None
+            for op in range(len(graph.ops))] if memo is not None else None
+    flops = module_flops(reader, memo.setdefault("flops", {}) if memo is not None else None,
+                         keys)
     collectives = memo.setdefault("collectives", {}) if memo is not None else None
-    for kind, axes, size, runs in _collectives(reader, collectives):
-        devices = math.prod(sizes.get(a, 1) for a in axes) or 1
-        if devices <= 1 or size == 0:
-            continue
-        runs = runs if runs is not None else 1
-        comm_s += runs * collective_seconds(kind, size, axes, sizes, device)
-        count += runs
-        total += size * runs
-        by_axes[axes] = by_axes.get(axes, 0) + size * runs
-        if kind == ALL_REDUCE:  # XLA counts an addition per element (f32 assumed)
-            reduced += runs * size / 4
-    compute_s += reduced / device.vector_flops
-    return StepTime(compute_s, comm_s, flops.per_step + reduced, count, total, peak,
-                    bytes_by_axes=by_axes)
+    sites = as_compiled(reader, list(_collectives(reader, collectives, keys)))
+    step = step_time_from(flops, [entry for _, entry in sites], axis_sizes(reader), device)
+    by_axes: dict[tuple[str, ...], int] = {}
+    for c in step.comm:
+        by_axes[c.axes] = by_axes.get(c.axes, 0) + c.bytes_per_device
+    return StepTime(step.compute_s, step.comm_s, step.flops, sum(c.count for c in step.comm),
+                    step.bytes, peak, bytes_by_axes=by_axes)
 
 
 def memory_bytes(reader: ModuleValues, device: Hardware) -> int:
@@ -117,10 +115,10 @@ def _memory_platform(device: Hardware) -> str:
     return device.rules.name if device.rules.name in PLATFORMS else "cpu"
 
 
-def _collectives(reader: ModuleValues, memo: dict | None
-                 ) -> Iterator[tuple[str, tuple[str, ...], int, int | None]]:
-    """``(kind, axes, bytes per device, runs per step)`` of every collective
-    ``comm_report`` predicts, in program order (XLA's combining of all-reduces aside).
+def _collectives(reader: ModuleValues, memo: dict | None, keys: list[tuple | None] | None
+                 ) -> Iterator[tuple[int, CommEntry]]:
+    """``(op, entry)`` of every collective ``comm_report`` finds at an op, in program
+    order, before the platform's rewrites (``report.as_compiled``).
 
     ``memo`` keeps an op's collectives by its ``op_key`` (rule, types, interned
     shardings) where the cost model found them without resharding an operand for it
@@ -132,17 +130,19 @@ def _collectives(reader: ModuleValues, memo: dict | None
     for op in range(len(graph.ops)):
         key = None
         if found is not None and graph.op_results[op] and graph.op_name[op] not in _UNKEYED:
-            key = reader.op_key(op)
+            key = keys[op]
             known = memo.get(key) if key is not None else None
             if known is not None:
                 if known:
                     runs = runs_per_step(graph, op, trips)
-                    yield from ((kind, axes, size, runs) for kind, axes, size in known)
+                    yield from ((op, entry if runs == 1 else replace(entry, runs=runs))
+                                for entry in known)
                 continue
-        entries = [(c.kind, c.axes, c.bytes_per_device) for c in collectives_at(reader, op)]
+        entries = list(collectives_at(reader, op))
         if entries:
             runs = runs_per_step(graph, op, trips)
-            yield from ((kind, axes, size, runs) for kind, axes, size in entries)
+            yield from ((op, entry if runs == 1 else replace(entry, runs=runs))
+                        for entry in entries)
         if key is not None:
             needs = found.get(key)
             if needs is not None and all(need.target is None for need in needs[0]):

@@ -73,6 +73,10 @@ _THROUGH = frozenset({"stablehlo.broadcast_in_dim", "stablehlo.reshape", "stable
                       "sdy.reshard"})
 
 
+# Ops whose count ``op_key`` decides (a convolution's windows are attributes it omits).
+_KEYED = frozenset({*ELEMENTWISE, "stablehlo.dot_general"})
+
+
 @dataclass(frozen=True)
 class Flops:
     """One device's operations: per step (loop bodies once per iteration of their
@@ -85,10 +89,18 @@ class Flops:
     matmul: dict[str, float]
 
 
-def module_flops(reader: ModuleValues) -> Flops:
+def module_flops(reader: ModuleValues, memo: dict | None = None,
+                 keys: list[tuple | None] | None = None) -> Flops:
     """Per-device operations of every public function of ``reader``'s module's
-    entry (``main``, else every public function)."""
-    counter = _Counter(reader)
+    entry (``main``, else every public function).
+
+    ``memo``: kept by the caller across the propagated copies of one module (with
+    ``reader.costs``): a dot's or an elementwise op's count by its ``op_key`` (its
+    rule, types and interned shardings: all its count reads, with the fusions it is
+    copied into), so an op situated as one already counted, in a repeated layer or in
+    an earlier copy, is looked up; ``keys``: every op's ``op_key``, where the caller
+    has them."""
+    counter = _Counter(reader, memo if reader.costs is not None else None, keys)
     graph = reader.graph
     entries = [op for name, op in reader.funcs.items() if name == "main"] or [
         op for op in reader.funcs.values() if not _private(graph.ops[op])]
@@ -101,8 +113,11 @@ def module_flops(reader: ModuleValues) -> Flops:
 
 
 class _Counter:
-    def __init__(self, reader: ModuleValues) -> None:
+    def __init__(self, reader: ModuleValues, memo: dict | None = None,
+                 keys: list[tuple | None] | None = None) -> None:
         self.reader = reader
+        self.memo = memo
+        self.keys = keys
         self.graph = reader.graph
         self.matmul: dict[str, float] = {}
         self._calls: dict[int, tuple[float, float]] = {}
@@ -143,8 +158,23 @@ class _Counter:
             return n, n
         if graph.op_blocks[op] and name not in ("stablehlo.sort",):
             return self.region(graph.op_blocks[op])  # manual / named computations
-        n = self._leaf(op, name)
+        n = self._leaf(op, name) if self.memo is None or name not in _KEYED else (
+            self._keyed_leaf(op, name))
         return n, n
+
+    def _keyed_leaf(self, op: int, name: str) -> float:
+        """``_leaf`` looked up in ``memo`` by the op's key (counted where new)."""
+        key = self.keys[op] if self.keys is not None else self.reader.op_key(op)
+        if key is None:
+            return self._leaf(op, name)
+        if name in ELEMENTWISE and name not in _EXPENSIVE:
+            key = (key, len(self._fusion_roots(op)))
+        n = self.memo.get(key)
+        if n is None:
+            n = self.memo[key] = self._leaf(op, name)  # a dot's part of ``matmul`` added
+        elif name == "stablehlo.dot_general":
+            self._matmul(op, n)
+        return n
 
     def _fusion_roots(self, op: int) -> frozenset[int]:
         """The fusions XLA copies op ``op`` into, each named by its last op. XLA's

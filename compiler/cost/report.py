@@ -696,6 +696,16 @@ def comm_report_of(reader: ModuleValues) -> CommReport:
     for op in range(len(reader.graph.ops)):
         sites.extend((op, entry) for entry in
                      collectives_at(reader, op, runs_per_step(reader.graph, op, trips)))
+    return CommReport(tuple(entry for _, entry in as_compiled(reader, sites)),
+                      _notes(reader, trips))
+
+
+def as_compiled(reader: ModuleValues, sites: list[tuple[int, CommEntry]]
+                ) -> list[tuple[int, CommEntry]]:
+    """``(op, entry)`` sites of every op's collectives, in program order, as the
+    platform predicted for compiles them: loop all-gathers windowed, all-reduces
+    reassociated and combined, as its rules say (what ``comm_report_of`` reports
+    and what every step-time model of a program times)."""
     rules = active_rules()
     if rules.windows_loop_all_gathers:
         sites = _window_loop_all_gathers(reader, sites)
@@ -703,7 +713,7 @@ def comm_report_of(reader: ModuleValues) -> CommReport:
         sites = _reassociate_all_reduces(reader, sites)
     if rules.all_reduce_combine_bytes:
         sites = _combine_all_reduces(reader, sites, rules.all_reduce_combine_bytes)
-    return CommReport(tuple(entry for _, entry in sites), _notes(reader, trips))
+    return sites
 
 
 def _window_loop_all_gathers(reader: ModuleValues, sites: list[tuple[int, CommEntry]]
@@ -832,6 +842,6 @@ def _notes(reader: ModuleValues, trips: dict[int, int | None]) -> tuple[str, ...
     return tuple(notes)
 
 
-__all__ = ["CommEntry", "CommReport", "CommTotal", "collective_bytes", "collective_bytes_at",
-           "collectives_at",
+__all__ = ["CommEntry", "CommReport", "CommTotal", "as_compiled", "collective_bytes",
+           "collective_bytes_at", "collectives_at",
            "comm_report", "comm_report_of", "note_reshard", "reuses_reshard"]

@@ -31,7 +31,7 @@ from math import prod
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.cost.flops import module_flops
+from shardc.compiler.cost.flops import Flops, module_flops
 from shardc.compiler.cost.platforms import Hardware, hardware, predicting_for
 from shardc.compiler.cost.report import CommEntry, comm_report_of
 from shardc.compiler.cost.reshard import (
@@ -140,17 +140,25 @@ def step_time(module: ir.Module | ir.Operation, platform: str | None = None) -> 
         reader = ModuleValues(module, missing_as_replicated=True)
         flops = module_flops(reader)  # before the report: it uses the reader up
         report = comm_report_of(reader)
-        sizes = axis_sizes(reader)
-        reduced = sum(_all_reduce_elements(e) * (e.runs or 1) for e in report.entries
-                      if e.kind == ALL_REDUCE)
-        reduced_once = sum(_all_reduce_elements(e) for e in report.entries
-                           if e.kind == ALL_REDUCE)
+    return step_time_from(flops, report.entries, axis_sizes(reader), device, report.notes)
+
+
+def step_time_from(flops: Flops, entries: tuple[CommEntry, ...] | list[CommEntry],
+                   sizes: Mapping[str, int], device: Hardware,
+                   notes: tuple[str, ...] = ()) -> StepTime:
+    """The step of a program whose operations are ``flops`` and whose collectives,
+    as the platform compiles them, are ``entries`` (``comm_report_of``'s), on a mesh
+    of axis ``sizes``: ``step_time``'s model, for a caller that found them itself
+    (AUTO's search, which keeps them per op across the states it prices)."""
+    reduced = sum(_all_reduce_elements(e) * (e.runs or 1) for e in entries
+                  if e.kind == ALL_REDUCE)
+    reduced_once = sum(_all_reduce_elements(e) for e in entries if e.kind == ALL_REDUCE)
     per_step = flops.per_step + reduced
     matmul = sum(flops.matmul.values())
     compute = sum(n / device.matmul_rate(dtype) for dtype, n in flops.matmul.items()) \
         + max(per_step - matmul, 0.0) / device.vector_flops
-    comm = _comm_times(report.entries, sizes, device)
-    notes = list(report.notes)
+    comm = _comm_times(entries, sizes, device)
+    notes = list(notes)
     if device.rules.name not in ("cpu", "tpu"):
         notes.append(f"{device.name}: XLA's collectives on it are predicted with rules not "
                      "validated against its compiled HLO")
@@ -230,4 +238,5 @@ def human_seconds(seconds: float) -> str:
     return f"{seconds * 1e6:.0f} µs"
 
 
-__all__ = ["CommTime", "StepTime", "collective_seconds", "human_seconds", "step_time"]
+__all__ = ["CommTime", "StepTime", "collective_seconds", "human_seconds", "step_time",
+           "step_time_from"]
