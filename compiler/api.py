@@ -40,6 +40,7 @@ from shardc.compiler.function.calling import JitCalls
 from shardc.compiler.function.surface import JitSurface, error_name, function_name
 from shardc.compiler.lowered import AnyMesh, Lowered, Traced
 from shardc.compiler.pipelines import ConflictResolution
+from shardc.compiler.sharding import user_rules
 from shardc.compiler.signature import LeafSignature
 from shardc.compiler.stages import xla_import_rewrites
 from shardc.dialects import jax_private, sdy
@@ -296,8 +297,9 @@ class JitFunction(JitCalls, JitSurface):
         in_tree = jax.tree.structure((tuple(dynamic_args), dynamic_kwargs))
         given_platforms = bool(platforms)
         platforms = tuple(platforms) if platforms else (_platform(arg_leaves),)
+        # The registered sharding rules decide the propagation: a new rule is a new lowering.
         key = (propagate, self.propagation, platforms, lowering_parameters, devices is not None,
-               jax_private.trace_context(),
+               jax_private.trace_context(), user_rules.generation(),
                self._cache_key(static_args, static_kwargs, in_tree, arg_leaves, mesh))
         cached = self._caches.lowerings.get(key)
         module = None  # a miss's own module goes to its Lowered as it is, not copied

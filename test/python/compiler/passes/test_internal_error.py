@@ -82,8 +82,13 @@ def test_broken_step_is_an_internal_error_naming_step_and_op(monkeypatch, mesh, 
     monkeypatch.setattr(export_steps, "constant_or_scalar_merger", _broken_merger)
     # Unverified steps: the pipeline's one final verification fails, and the
     # replay with every step verified finds which step broke the module.
+    # A function of its own: jits of `_reverse_scan` made with these arguments share
+    # the lowering an earlier test made with the real step.
+    def reverse_scan(x):
+        return _reverse_scan(x)
+
     with verifying_steps(verified), pytest.raises(InternalError) as info:
-        jit(_reverse_scan, in_shardings=P("data"), mesh=mesh).lower(jnp.zeros(8))
+        jit(reverse_scan, in_shardings=P("data"), mesh=mesh).lower(jnp.zeros(8))
     error = info.value
     assert isinstance(error, ShardcError) and isinstance(error, RuntimeError)
     assert error.step == "step 'constant_or_scalar_merger'"

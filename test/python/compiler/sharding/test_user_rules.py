@@ -97,3 +97,12 @@ def test_rule_for_an_op_name(mesh):
         unregister_sharding_rule("chlo.broadcast_subtract")
     assert 'chlo.broadcast_subtract %arg0, %arg1 {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {"y"}]>]>}' in text
     assert "custom" not in text  # an op rule is not a custom call's: not exported
+
+
+def test_a_rule_registered_later_is_a_new_lowering(mesh):
+    # Jits of one function made with the same arguments share their lowerings; a rule
+    # registered after the first lowering must still reach the second.
+    before = _lower(mesh).as_text(propagated=True)
+    assert "reduction={j}, custom" not in before
+    sc.register_sharding_rule("user_rule_matmul", "ij,jk->ik", reduction="j")
+    assert "reduction={j}, custom" in _lower(mesh).as_text(propagated=True)
