@@ -93,6 +93,9 @@ def step_time(reader: ModuleValues, device: Hardware, memo: dict | None = None) 
     flops = module_flops(reader, memo.setdefault("flops", {}) if memo is not None else None,
                          keys)
     collectives = memo.setdefault("collectives", {}) if memo is not None else None
+    # XLA's reshard reuse is followed op by op within one pricing: each starts with
+    # none made (a reader priced again must not reuse its earlier pricing's gathers).
+    reader.resharded = {}
     sites = as_compiled(reader, list(_collectives(reader, collectives, keys)))
     step = step_time_from(flops, [entry for _, entry in sites], axis_sizes(reader), device)
     by_axes: dict[tuple[str, ...], int] = {}
