@@ -60,6 +60,20 @@ def _dot_factors(rule: OpShardingRule) -> tuple[set[int], tuple[set[int], set[in
     return lhs & rhs & out, (lhs - rhs, rhs - lhs)
 
 
+
+def _dot_axes(rule: OpShardingRule, operands: Sequence[Tensor], results: Sequence[Tensor]):
+    """A dot's (batch factors, non-contracting factors per side, each operand's and the
+    result's mesh axes per factor); None when the op is not a dot or a tensor's axes
+    cannot be read."""
+    factors = _dot_factors(rule)
+    if factors is None:
+        return None
+    axes = [_factor_axes(t, m, rule) for t, m in zip(operands, rule.operand_mappings)]
+    out = _factor_axes(results[0], rule.result_mappings[0], rule)
+    if out is None or any(a is None for a in axes):
+        return None
+    return (*factors, axes, out)
+
 def regrouped_operand(rule: OpShardingRule, operands: Sequence[Tensor],
                       results: Sequence[Tensor], mesh_axes: Sequence[tuple[str, int]]
                       ) -> tuple[int, TensorSharding] | None:
@@ -69,14 +83,10 @@ def regrouped_operand(rule: OpShardingRule, operands: Sequence[Tensor],
     when the op is not a dot, when XLA would not group it on one operand's
     non-contracting axes, or when the other operand stays where it is.
     """
-    factors = _dot_factors(rule)
-    if factors is None or not mesh_axes:
+    read = _dot_axes(rule, operands, results) if mesh_axes else None
+    if read is None:
         return None
-    batch, non_contracting = factors
-    axes = [_factor_axes(t, m, rule) for t, m in zip(operands, rule.operand_mappings)]
-    out = _factor_axes(results[0], rule.result_mappings[0], rule)
-    if out is None or any(a is None for a in axes):
-        return None
+    batch, non_contracting, axes, out = read
     every = [*axes, out]
     if any(a.pre != 1 or a.size != a.total for fa in every for f in fa for a in fa[f]):
         return None  # sub-axes: not modelled
@@ -108,14 +118,10 @@ def matching_operand(rule: OpShardingRule, operands: Sequence[Tensor],
     dots grouped alike. None when the op is not a dot or XLA groups on batch
     dimensions first or on none.
     """
-    factors = _dot_factors(rule)
-    if factors is None:
+    read = _dot_axes(rule, operands, results)
+    if read is None:
         return None
-    batch, non_contracting = factors
-    axes = [_factor_axes(t, m, rule) for t, m in zip(operands, rule.operand_mappings)]
-    out = _factor_axes(results[0], rule.result_mappings[0], rule)
-    if out is None or any(a is None for a in axes):
-        return None
+    batch, non_contracting, axes, out = read
     if any(fa.get(f) for fa in (*axes, out) for f in batch):
         return None  # XLA groups on batch dims first
 

@@ -276,12 +276,17 @@ def _export_census(module: ir.Operation, keep_constraints: bool) -> _ExportCensu
             names.update(other.names)
             found = found or other.has_attribute
             complete = complete and op.name == MESH_OP
+    return _ExportCensus(Census(frozenset(names), found), copies,
+                         complete and names.isdisjoint(_rewritten_ops(keep_constraints)),
+                         funcs, sharded, reread, unused)
+
+
+def _rewritten_ops(keep_constraints: bool) -> frozenset:
+    """The ops the export's steps rewrite (the census is incomplete where one is)."""
     rewritten = _REWRITTEN_OPS[export_steps.remove_sharding_groups]
     if not keep_constraints:
         rewritten = rewritten | _REWRITTEN_OPS[export_steps.sharding_constraint_to_reshard]
-    complete = complete and names.isdisjoint(rewritten)
-    return _ExportCensus(Census(frozenset(names), found), copies, complete, funcs, sharded,
-                         reread, unused)
+    return rewritten
 
 
 class PropagatedRead(NamedTuple):
@@ -351,12 +356,9 @@ def _export_census_of_read(module: ir.Operation, read: PropagatedRead,
         if sharding is not None:
             sharded.append((func, sharding))
     found = read.rules_kept or SHARDING_RULE_ATTR in module.attributes
-    rewritten = _REWRITTEN_OPS[export_steps.remove_sharding_groups]
-    if not keep_constraints:
-        rewritten = rewritten | _REWRITTEN_OPS[export_steps.sharding_constraint_to_reshard]
-    complete = complete and names.isdisjoint(rewritten)
-    return _ExportCensus(Census(frozenset(names), found), copies, complete, funcs, sharded,
-                         reread, unused)
+    return _ExportCensus(Census(frozenset(names), found), copies,
+                         complete and names.isdisjoint(_rewritten_ops(keep_constraints)),
+                         funcs, sharded, reread, unused)
 
 
 def _close_found_shardings(found: _ExportCensus, erased: list[ir.Operation]) -> None:
