@@ -315,11 +315,18 @@ def filter_raised(error: Exception) -> None:
     if tb is None:
         raise TypeError("Traceback is None") from error
     error.with_traceback(tb_util.filter_traceback(tb))
+    # One of jax's own boundaries below shardc's (``jit(...).trace``, which shardc
+    # calls) has already told the user, in this mode's form: jax says it once, as its
+    # boundaries nested under an outer one stay silent.
+    note = "--------------------\n" + tb_util._simplified_tb_msg
     if mode == "quiet_remove_frames":
-        error.add_note("--------------------\n" + tb_util._simplified_tb_msg)
+        if note not in getattr(error, "__notes__", ()):
+            error.add_note(note)
         return
     if mode != "remove_frames":
         raise ValueError(f"JAX_TRACEBACK_FILTERING={mode} is not a valid value.")
+    if isinstance(error.__cause__, tb_util.UnfilteredStackTrace):
+        return  # (its traceback, the whole stack, already runs through shardc's frames)
     message = f"{tb_util.format_exception_only(error)}\n\n{tb_util._jax_message_append}"
     unfiltered = tb_util.UnfilteredStackTrace(message)
     unfiltered.with_traceback(tb_util._add_call_stack_frames(tb))

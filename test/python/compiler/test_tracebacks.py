@@ -65,6 +65,41 @@ def test_filtered_frames_match_jax_jit(program, mode):
         assert isinstance(ours.__cause__, traceback_util.UnfilteredStackTrace)
 
 
+def _user_error(jit):
+    def helper(x):
+        raise ValueError("in helper")
+
+    def f(x):
+        return helper(x)
+    return lambda: jit(f)(1.0)
+
+
+def _unfiltered_causes(error):
+    causes = []
+    while error.__cause__ is not None:
+        error = error.__cause__
+        causes.append(type(error))
+    return causes
+
+
+@pytest.mark.parametrize("program", [_nested, _user_error, _lowering])
+@pytest.mark.parametrize("mode", ["remove_frames", "quiet_remove_frames"])
+def test_told_once_as_by_jax_jit(program, mode):
+    """jax's own boundary under shardc's (its trace of the function) filters first; the
+    error still carries one note, or one ``UnfilteredStackTrace`` with the whole stack,
+    as from jax.jit."""
+    with config.traceback_filtering(mode):
+        ours = _raised(program(shardc_jit))
+        theirs = _raised(program(jax.jit))
+    assert getattr(ours, "__notes__", []) == getattr(theirs, "__notes__", [])
+    assert _unfiltered_causes(ours) == _unfiltered_causes(theirs)
+    if mode == "remove_frames":  # the whole stack's user frames, as jax.jit's
+        def user_frames(error):
+            return [(file, name) for file, name in _frames(error.__cause__)
+                    if file == __file__]
+        assert user_frames(ours) == user_frames(theirs)
+
+
 def test_unfiltered_keeps_shardc_frames():
     with config.traceback_filtering("off"):
         error = _raised(_nested(shardc_jit))
