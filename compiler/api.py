@@ -428,7 +428,7 @@ class JitFunction(JitCalls, JitSurface):
         jax_lowered = export.lowered_with_exported_calls(
             jax_private.without_dead_code(
                 traced, effects.callback_placement(traced.jaxpr, arg_leaves),
-                signature.key_result_shardings(results)),
+                signature.key_result_shardings(results), self.options.keep_unused),
             arg_leaves, results,
         ).lower(lowering_platforms=platforms,
                 _private_parameters=jax_private.with_embedded_constants(lowering_parameters))

@@ -83,6 +83,24 @@ def test_donate_argnames_deletes_the_donated_argument():
     assert x.is_deleted() and not y.is_deleted()
 
 
+@pytest.mark.parametrize("keep_unused", [False, True])
+def test_an_unused_donated_argument_is_pruned_with_its_donation(keep_unused):
+    """jax.jit prunes an argument the program does not read (unless ``keep_unused``),
+    its donation with it: the caller's array stays live; kept, it is consumed."""
+    def f(a, b):
+        return b + 1
+
+    outcomes = []
+    for make in (jax.jit, jit):
+        x, y = jnp.ones(8), jnp.ones(8)
+        out = make(f, donate_argnums=0, keep_unused=keep_unused)(x, y)
+        np.testing.assert_array_equal(out, jnp.full(8, 2.0))
+        outcomes.append(x.is_deleted())
+        if not keep_unused:
+            np.testing.assert_array_equal(x, jnp.ones(8))
+    assert outcomes[0] == outcomes[1] == keep_unused
+
+
 def test_device_and_backend_choose_where_it_runs():
     device = jax.devices()[3]
     with warnings.catch_warnings():
