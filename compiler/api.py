@@ -261,7 +261,8 @@ class JitFunction(JitCalls, JitSurface):
         program = hitypes.low_level_program(
             traced, *self._high_shardings(traced, dynamic_args, dynamic_kwargs))
         low = _jit_of_flat(program.fun, program.in_shardings, program.out_shardings,
-                           program.donate_argnums, self.options.compiler_options)
+                           program.donate_argnums, self.options.compiler_options,
+                           self.options.keep_unused)
         low_args = hitypes.low_level_arguments(dynamic_args, dynamic_kwargs)
         if lowering_platforms is None and lowering_parameters is None:
             lowered = low.lower(*low_args, propagate=propagate)
@@ -324,6 +325,7 @@ class JitFunction(JitCalls, JitSurface):
         lowered.donated = self._donated(args, dynamic_kwargs)
         lowered.platforms = platforms if given_platforms else None
         lowered.placed_by_jit = self.options.device is not None or self.options.backend is not None
+        lowered.keep_unused = self.options.keep_unused
         # jax.jit takes device=/backend= as a SingleDeviceSharding given for every
         # argument and result: its results are committed there too.
         lowered.placed_on_request = self.options.single_device is not None or lowered.placed_by_jit
@@ -730,7 +732,8 @@ def jit(
 
 
 def _jit_of_flat(fun: Callable, in_shardings: tuple, out_shardings: tuple,
-                 donate_argnums: tuple, compiler_options: tuple) -> JitFunction:
+                 donate_argnums: tuple, compiler_options: tuple,
+                 keep_unused: bool = False) -> JitFunction:
     """What executes an equation of shardc's jit primitive: shardc's jit of its jaxpr.
 
     The equation's shardings go in as they are: transformations write ones users
@@ -739,7 +742,7 @@ def _jit_of_flat(fun: Callable, in_shardings: tuple, out_shardings: tuple,
     """
     options = jit_options.parse(
         fun, None, None, static_argnums=None, static_argnames=None,
-        donate_argnums=donate_argnums, donate_argnames=None, keep_unused=False, device=None,
+        donate_argnums=donate_argnums, donate_argnames=None, keep_unused=keep_unused, device=None,
         backend=None, inline=False, compiler_options=dict(compiler_options))
     options = dataclasses.replace(options, in_shardings=in_shardings, out_shardings=out_shardings)
     # The equation's concrete mesh is its context mesh, as jax's jit executes it.

@@ -24,7 +24,7 @@ import jax
 from jax.sharding import AbstractMesh, Mesh
 from jaxlib.mlir import ir
 
-from shardc.compiler import layouts
+from shardc.compiler import layouts, unused_arguments
 from shardc.compiler.checks.program import check_lowered
 from shardc.compiler.cost import step_time
 from shardc.compiler.cost_aware import Resolution
@@ -194,6 +194,9 @@ class Lowered(Stage, jax.stages.Lowered):
     # jit(device=/backend=): every argument is moved there, as by device_put, by the
     # compiled program's calls too (as jax's).
     placed_by_jit: bool = False
+    # jit(keep_unused=True): the compiled program takes the arguments it never reads
+    # too; without it, as jax.jit's, it leaves them out (``unused_arguments``).
+    keep_unused: bool = True
 
     # jax's lowering of the traced program shardc annotated (set by the jit that made
     # this): what ``_lowering`` is made from.
@@ -364,6 +367,13 @@ class Lowered(Stage, jax.stages.Lowered):
                  compiler_options: tuple) -> Compiled:
         inputs, outputs = program_values(self._effects, self._args, self._results,
                                          self._closed_refs)
+        kept = None
+        dropped = () if self.keep_unused else unused_arguments.unused(
+            module, self._effects, len(self._args))
+        if dropped:
+            module = unused_arguments.without(module, dropped)
+            kept = tuple(i for i in range(len(inputs)) if i not in set(dropped))
+            inputs = [inputs[i] for i in kept]
         compiled = compile_program(
             module,
             in_tree=self._in_tree,
@@ -378,6 +388,7 @@ class Lowered(Stage, jax.stages.Lowered):
             compiler_options=compiler_options,
             placed_on_request=self.placed_on_request,
             effects=self._effects,
+            kept=kept,
         )
         compiled.reference = getattr(self, "reference", None)  # for Compiled.verify
         compiled.args_info = self.args_info

@@ -1048,10 +1048,12 @@ def compiled_dispatch(name: str, call: Any) -> Any:
 
 
 def fast_path(executable: Any, outputs: Any, in_shardings: list, out_shardings: list,
-              in_layouts: list | None = None) -> Any:
+              in_layouts: list | None = None, kept: list[bool] | None = None) -> Any:
     """What jax's C++ dispatch needs to run ``executable`` again without Python, or None
-    where it cannot (outputs that are not arrays). ``in_layouts``: per argument,
-    the non-default layout it must be placed in (None: the default).
+    where it cannot (outputs that are not arrays). ``in_shardings`` and ``in_layouts``
+    (the non-default layout it must be placed in, None: the default) are per
+    argument the executable takes; ``kept``, per argument leaf, whether it takes it
+    (None: every one), as jax's ``kept_var_bitvec``.
 
     As jax.jit's, PRNG keys among the outputs are flattened to their data by jax's
     dispatch registry, which the C++ dispatch wraps in the keys' own (logical)
@@ -1067,7 +1069,7 @@ def fast_path(executable: Any, outputs: Any, in_shardings: list, out_shardings: 
     count = len(in_shardings)
     return pxla.MeshExecutableFastpathData(
         executable, tree, list(in_shardings), list(out_shardings), [o.aval for o in flat],
-        [o._committed for o in flat], [True] * count,
+        [o._committed for o in flat], [True] * count if kept is None else list(kept),
         list(in_layouts) if in_layouts is not None else [None] * count, [])
 
 

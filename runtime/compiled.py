@@ -127,6 +127,7 @@ class Compiled(Stage, jax.stages.Compiled):
         input_layouts: Sequence[Any] | None = None,
         output_layouts: Sequence[Any] | None = None,
         placed_layouts: Sequence[Any] | None = None,
+        kept: Sequence[int] | None = None,
     ) -> None:
         self._xla_executable = executable
         # What it is made of, as its unloaded form keeps it (``shardc.runtime.executable``).
@@ -136,7 +137,11 @@ class Compiled(Stage, jax.stages.Compiled):
             output_shardings=tuple(output_shardings), static=static,
             uses_host_callbacks=uses_host_callbacks, placed_on_request=placed_on_request,
             effects=effects, input_layouts=input_layouts, output_layouts=output_layouts,
-            placed_layouts=placed_layouts)
+            placed_layouts=placed_layouts, kept=kept)
+        # The argument leaves the executable takes (None: every one), as jax's
+        # ``kept_var_idx``: ``inputs`` are theirs; the others are neither placed nor
+        # passed (``shardc.compiler.unused_arguments``).
+        self._kept = None if kept is None else tuple(kept)
         # ``inputs`` and ``outputs`` are the program's own after its tokens: the
         # closed-over Refs follow the arguments, Refs' new values are among the
         # results (``effects``); the user's are the leading inputs and the results
@@ -144,7 +149,7 @@ class Compiled(Stage, jax.stages.Compiled):
         self._effects = effects
         own = [i for i, source in enumerate(effects.writes or [None] * len(outputs))
                if source is None]
-        num_args = in_tree.num_leaves
+        num_args = in_tree.num_leaves if kept is None else len(kept)
         # The layouts XLA compiled (None each where the backend does not say), and
         # per argument the one jax's C++ dispatch must place it in (None: default).
         # The user's are the leading inputs and the outputs that write no Ref.
@@ -318,11 +323,15 @@ class Compiled(Stage, jax.stages.Compiled):
                 f"particular signature. Detected argument of Tracer type {type(tracer)}.")
         effects = self._effects
         values = effects.buffers(leaves) if effects.mutates else leaves  # Refs' arrays
-        arguments.check_arguments(values, expected, self.arg_names)
+        taken, names = values, self.arg_names
+        if self._kept is not None:
+            taken = [values[i] for i in self._kept]
+            names = names and tuple(names[i] for i in self._kept)
+        arguments.check_arguments(taken, expected, names)
         relaid = self.placement.relaid
         placed = [
             arguments.place(value, want, self.placement)
-            for value, want in zip(values, expected)
+            for value, want in zip(taken, expected)
         ]
         # jax's C++ dispatch would pass such an argument on as it lies (wrong values):
         # calls like this one always come back here (``fast_path``).
@@ -363,9 +372,11 @@ class Compiled(Stage, jax.stages.Compiled):
                 jax_private.physical_sharding(info.aval, sharding)
                 if jax.dtypes.issubdtype(info.aval.dtype, jax.dtypes.extended) else sharding
                 for info, sharding in zip(self._parts["inputs"], in_shardings)]
+        kept = None if self._kept is None else [
+            i in self._kept for i in range(self._in_tree.num_leaves)]
         return jax_private.fast_path(self._xla_executable, outputs, in_shardings,
                                      list(self._output_shardings),
-                                     self._dispatch_layouts[:len(self._input_shardings)])
+                                     self._dispatch_layouts[:len(self._input_shardings)], kept)
 
     def _dynamic(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """Drop the static arguments if the caller passed them again (they must match)."""
@@ -391,8 +402,9 @@ class Compiled(Stage, jax.stages.Compiled):
 
     @property
     def input_shardings(self) -> Any:
-        """The argument shardings the executable expects, as ``(args, kwargs)``."""
-        return jax.tree.unflatten(self._in_tree, list(self._input_shardings))
+        """The argument shardings the executable expects, as ``(args, kwargs)`` (None for
+        an argument it does not take, as jax's)."""
+        return jax.tree.unflatten(self._in_tree, self._per_argument(self._input_shardings))
 
     @property
     def output_shardings(self) -> Any:
@@ -404,8 +416,19 @@ class Compiled(Stage, jax.stages.Compiled):
         """Each argument's ``Format`` (the layout XLA compiled, the sharding), as
         ``(args, kwargs)``."""
         return jax.tree.unflatten(self._in_tree, [
-            Format(layout, sharding)
-            for layout, sharding in zip(self._input_layouts, self._input_shardings)])
+            Format(layout, sharding) for layout, sharding in zip(
+                self._per_argument(self._input_layouts[:len(self._input_shardings)]),
+                self._per_argument(self._input_shardings))])
+
+    def _per_argument(self, taken: Sequence[Any]) -> list:
+        """One entry per argument leaf from those of the arguments the executable takes
+        (None for the others)."""
+        if self._kept is None:
+            return list(taken)
+        entries: list = [None] * self._in_tree.num_leaves
+        for i, entry in zip(self._kept, taken):
+            entries[i] = entry
+        return entries
 
     @property
     def output_formats(self) -> Any:
@@ -476,11 +499,13 @@ def compile_program(
     compiler_options: tuple[tuple[str, Any], ...] = (),
     placed_on_request: bool = False,
     effects: ProgramEffects = NO_EFFECTS,
+    kept: Sequence[int] | None = None,
 ) -> Compiled:
     """Compile an annotated module for the program's devices and return ``Compiled``
     (``placed_on_request``: a ``SingleDeviceSharding`` chose the device, so the
     results are committed to it; ``effects``: the program's tokens and Refs, with
-    ``inputs`` / ``outputs`` its values after the tokens)."""
+    ``inputs`` / ``outputs`` its values after the tokens; ``kept``: the argument leaves
+    ``module`` takes, ``inputs`` being theirs, where it does not take every one)."""
     order = device_assignment(meshes, devices)
     tokens = effects.tokens
     main = program_mesh(meshes)
@@ -521,6 +546,7 @@ def compile_program(
         input_layouts=input_layouts,
         output_layouts=output_layouts,
         placed_layouts=placed_layouts,
+        kept=kept,
     )
 
 

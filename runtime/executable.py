@@ -33,6 +33,14 @@ from shardc.dialects import jax_private
 STAGE_ATTRIBUTES = ("args_info", "in_avals", "donates", "arg_names", "placed_by_jit")
 
 
+class AllArguments(NamedTuple):
+    """jax's ``AllArgsInfo``: the types of every argument, those the executable does
+    not take among them."""
+
+    in_avals: list
+    debug_info: Any = None
+
+
 class Mutations(NamedTuple):
     """The ``Ref``s a program updates, as jax's ``MutationData``: ``in_mut`` the
     closed-over ones (extra arguments after the call's), ``out_mut`` per result
@@ -53,9 +61,11 @@ class Executable:
 
     @property
     def in_avals(self) -> list:
-        """The arguments' types, flat (jax's: its constants passed as arguments first;
-        shardc's programs keep their constants inside, and every argument)."""
-        return jax.tree.leaves(self._compiled.in_avals)
+        """The types of the arguments it takes, flat (jax's: its constants passed as
+        arguments first; shardc's programs keep their constants inside)."""
+        avals = jax.tree.leaves(self._compiled.in_avals)
+        kept = self._compiled._kept
+        return avals if kept is None else [avals[i] for i in kept]
 
     @property
     def out_avals(self) -> list:
@@ -83,10 +93,16 @@ class Executable:
 
     @property
     def _kept_var_idx(self) -> set[int]:
-        # shardc compiles every argument, used or not.
-        return set(range(len(self._compiled._input_shardings)))
+        kept = self._compiled._kept
+        return set(range(len(self._compiled._input_shardings)) if kept is None else kept)
 
-    _all_args_info = None  # (jax's, for programs whose unused arguments it dropped)
+    @property
+    def _all_args_info(self) -> AllArguments | None:
+        """Every argument's type, for a program that does not take every argument
+        (jax's ``Compiled.in_avals`` reads them here); None for the others."""
+        if self._compiled._kept is None:
+            return None
+        return AllArguments(jax.tree.leaves(self._compiled.in_avals))
 
     @property
     def _mut(self) -> Mutations | None:

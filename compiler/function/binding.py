@@ -28,9 +28,10 @@ from jax.sharding import NamedSharding
 from shardc.dialects import jax_private
 
 # Builds a shardc jit of a flat function: (fun, in_shardings, out_shardings,
-# donate_argnums, compiler_options) -> a jit whose ``run`` executes it. Given by
-# ``shardc.compiler.api``, which this module must not import (the api imports it).
-MakeJit = Callable[[Callable, tuple, tuple, tuple, tuple], Callable]
+# donate_argnums, compiler_options, keep_unused) -> a jit whose ``run`` executes it.
+# Given by ``shardc.compiler.api``, which this module must not import (the api
+# imports it).
+MakeJit = Callable[[Callable, tuple, tuple, tuple, tuple, bool], Callable]
 
 
 def jit_primitive(make_jit: MakeJit) -> Any:
@@ -40,15 +41,15 @@ def jit_primitive(make_jit: MakeJit) -> Any:
 
     def execute(*args: Any, jaxpr: Any, in_shardings: Sequence, out_shardings: Sequence,
                 donated_invars: Sequence[bool], compiler_options_kvs: tuple = (),
-                **_: Any) -> list:
+                keep_unused: bool = False, **_: Any) -> list:
         ins = tuple(given_sharding(s) for s in in_shardings)
         outs = tuple(given_sharding(s) for s in out_shardings)
         donated = tuple(i for i, d in enumerate(donated_invars) if d)
         per_jaxpr = jitted.setdefault(jaxpr, {})
-        key = (ins, outs, donated, compiler_options_kvs)
+        key = (ins, outs, donated, compiler_options_kvs, keep_unused)
         if key not in per_jaxpr:
             per_jaxpr[key] = make_jit(jax_private.jaxpr_function(jaxpr), ins, outs, donated,
-                                      compiler_options_kvs)
+                                      compiler_options_kvs, keep_unused)
         return list(per_jaxpr[key].run(*args))
 
     return jax_private.clone_jit_primitive("jit", execute)

@@ -101,6 +101,61 @@ def test_an_unused_donated_argument_is_pruned_with_its_donation(keep_unused):
     assert outcomes[0] == outcomes[1] == keep_unused
 
 
+@pytest.mark.parametrize("keep_unused", [False, True])
+@pytest.mark.parametrize("under_vmap", [False, True])
+def test_unused_arguments_are_not_transferred(keep_unused, under_vmap):
+    """As jax.jit, the executable leaves out the arguments the program never reads
+    (unless ``keep_unused``): host data given for them is never transferred, on the
+    first call or on the C++ fast path's later ones; so does the equation a
+    transformation binds (``vmap``, the unused argument unbatched), run eagerly."""
+    def f(a, b, c):
+        return b * 2
+
+    y = jnp.arange(4.0)
+    for make in (jax.jit, jit):
+        jitted = make(f, keep_unused=keep_unused)
+        if under_vmap:
+            jitted = jax.vmap(jitted, in_axes=(None, 0, None))
+            y = jnp.arange(8.0).reshape(2, 4)
+        np.testing.assert_array_equal(jitted(np.ones(3, np.float32), y, 1.0), y * 2)
+        for step in range(3):
+            host, placed = np.full(3, step, np.float32), y + step
+            if keep_unused:
+                with jax.transfer_guard_host_to_device("disallow"), \
+                        pytest.raises(Exception, match="Disallowed host-to-device transfer"):
+                    jitted(host, y, 1.0)
+            else:
+                with jax.transfer_guard_host_to_device("disallow"):
+                    out = jitted(host, placed, 1.0)
+                np.testing.assert_array_equal(out, placed * 2)
+
+
+def test_compiled_takes_no_unused_argument():
+    """Its shardings and formats say None for an argument the executable does not take,
+    as jax's (positional and keyword, on a mesh)."""
+    mesh = jax.make_mesh((4, 2), ("x", "y"))
+    s = jax.sharding.NamedSharding(mesh, P("x"))
+    x, w = jax.device_put(jnp.ones((8, 2)), s), jnp.ones((8, 2))
+
+    def f(x, unused, *, w, also_unused):
+        return x + w
+
+    args, kwargs = (x, jnp.ones(3)), {"w": w, "also_unused": np.zeros(2)}
+    ours = jit(f).lower(*args, **kwargs).compile()
+    theirs = jax.jit(f).lower(*args, **kwargs).compile()
+    assert ours.input_shardings == theirs.input_shardings
+    assert jax.tree.leaves(ours.input_shardings, is_leaf=lambda v: v is None)[1] is None
+    assert [fmt.sharding for fmt in jax.tree.leaves(ours.input_formats)] == \
+        [fmt.sharding for fmt in jax.tree.leaves(theirs.input_formats)]
+    assert ours.in_avals == theirs.in_avals
+    for _ in range(2):  # the first call, then jax's C++ dispatch
+        out = ours(*args, **kwargs)
+        np.testing.assert_array_equal(out, theirs(*args, **kwargs))
+        assert out.sharding == theirs(*args, **kwargs).sharding
+    kept = jit(f, keep_unused=True).lower(*args, **kwargs).compile()
+    assert None not in jax.tree.leaves(kept.input_shardings, is_leaf=lambda v: v is None)
+
+
 def test_device_and_backend_choose_where_it_runs():
     device = jax.devices()[3]
     with warnings.catch_warnings():

@@ -59,12 +59,16 @@ def test_executable_attributes_are_jaxs():
 
     x, y = jnp.arange(8.0), jnp.arange(24.0)
     ours = jit(f).lower(x, y).compile()
-    theirs = jax.jit(f, keep_unused=True).lower(x, y).compile()
+    theirs = jax.jit(f).lower(x, y).compile()
     # Constants stay inside the program (jax's default): none passed as arguments.
     assert ours._params.const_args == theirs._params.const_args == []
     assert ours._params.in_tree == theirs._params.in_tree and not ours._params.no_kwargs
-    assert ours._executable.in_avals == theirs._executable.in_avals
-    assert ours._executable._kept_var_idx == theirs._executable._kept_var_idx == {0, 1}
+    assert ours._executable.in_avals == list(theirs._executable.in_avals)
+    # The unused argument is not the executable's (keep_unused=False, as jax's).
+    assert ours._executable._kept_var_idx == theirs._executable._kept_var_idx == {0}
+    assert ours._executable._all_args_info.in_avals == \
+        list(theirs._executable._all_args_info.in_avals)
+    assert ours.in_avals == theirs.in_avals and ours.input_shardings == theirs.input_shardings
     assert ours._executable._in_shardings == list(theirs._executable._in_shardings)
     assert [a.shape for a in ours._executable.out_avals] == \
         [a.shape for a in theirs._executable.out_avals]
@@ -98,6 +102,21 @@ def test_serialized_program_on_one_device_donates():
     np.testing.assert_array_equal(loaded(argument), x * 2)
     assert argument.is_deleted()
     assert loaded.args_info[0][0].donated
+
+
+def test_serialized_program_without_its_unused_argument():
+    """A program that does not take an unused argument loads as one (its shardings and
+    types for every argument, as jax's), and calls leave that argument out."""
+    x, unused = jnp.arange(8.0), np.ones(3, np.float32)
+    compiled = jit(lambda a, b: a * 2).lower(x, unused).compile()
+    loaded = deserialize_and_load(*serialize(compiled))
+    theirs = jax.jit(lambda a, b: a * 2).lower(x, unused).compile()
+    assert loaded.input_shardings == compiled.input_shardings == theirs.input_shardings
+    assert loaded.in_avals == compiled.in_avals == theirs.in_avals
+    for _ in range(2):  # the first call, then jax's C++ dispatch
+        with jax.transfer_guard_host_to_device("disallow"):
+            out = loaded(x, unused)
+        np.testing.assert_array_equal(out, x * 2)
 
 
 def test_serialized_program_runs_in_a_fresh_process(mesh, tmp_path):
