@@ -131,8 +131,9 @@ class JitFunction(JitCalls, JitSurface):
         self.static_argnames = options.static_argnames
         self.donate_argnums = options.donate_argnums
         self.mesh = mesh
-        # Every argument is kept (shardc's signature and runtime are per argument),
-        # whatever `keep_unused` says: the results are the same.
+        # Traced and lowered with every argument (shardc's signature, module and
+        # reports are per argument); the compiled program leaves out those it never
+        # reads unless `keep_unused` (``shardc.compiler.unused_arguments``).
         self._jax_jit = jax.jit(fun, keep_unused=True, **options.tracing_options())
         made_with = (options, mesh, propagate, strict, propagation)
         self._start_dispatch(made_with)
