@@ -69,3 +69,14 @@ def test_operand_sharded_on_the_group_axes_is_replicated_before_grouping():
         P("data"))
     assert predicted == compiled == {"all-gather": 32, "all-reduce": 8}
 
+
+def test_operand_sharded_on_the_group_axes_is_gathered_inside_the_groups_after():
+    """``x [{data}] @ w [{data}, {model}]^T`` into ``[{data}, {}, {model}]``: grouped on
+    ``w``'s rows (``model``), ``x`` and ``w`` sharded on ``data`` alone; ``w`` is
+    grouped on its ``data`` dimension and all-gathered there, the result moved by
+    an all-to-all."""
+    predicted, compiled = predicted_and_compiled(
+        lambda x, w: jnp.einsum("bsd,vd->bsv", x, w), (ones(4, 8, 64), ones(128, 64)),
+        (P("data"), P("data", "model")), P("data", None, "model"))
+    assert predicted == compiled == {"all-gather": 16384, "all-to-all": 16384}
+
