@@ -16,7 +16,12 @@ collective-permute when the tile count stays), and then, inside the groups,
 to what the dot needs. For example, on a 2x2x2 (data, fsdp, model) mesh,
 ``h^T @ g`` with ``h`` and ``g`` ``[{"data"}, {"model"}]`` and the result
 ``[{"model"}, {}]`` groups on ``model``: ``g`` moves to ``[{"data"},
-{"fsdp"}]`` (a collective-permute) and is all-gathered over ``fsdp``.
+{"fsdp"}]`` (a collective-permute) and is all-gathered over ``fsdp``. An
+operand not partially replicated over a multiple of the group count but
+sharded on the group axes alone (on some of its dimensions, together all of
+them) is grouped on those dimensions and all-gathered there
+(``FindMatchingPartitionedDimsForGrouping``): a CG step's ``a [{"data"},
+{"model"}] @ p [{"data"}]`` all-gathers ``p`` over ``data``.
 
 Not modelled (``regrouped_operand`` answers None, the plain reshard
 stands): dots with sharded batch factors, both operands matching the
@@ -154,8 +159,10 @@ def _other_layout(sharding: TensorSharding, group: set[str],
     replicated = tuple(full_axis(name, size) for name, size in mesh_axes if name not in used)
     replication = prod(a.size for a in replicated)
     group_count = prod(sizes[name] for name in group)
-    if replication == 1 or not used or replication % group_count or sharding.unreduced:
-        return None  # not partially replicated over a multiple of the groups
+    if not used or sharding.unreduced:
+        return None
+    if replication == 1 or replication % group_count:
+        return _group_dims_replicated(sharding, group)
     if group <= {a.name for a in replicated}:
         return None  # every group already holds each tile
     for j in reversed(range(len(sharding.dims))):
@@ -166,3 +173,21 @@ def _other_layout(sharding: TensorSharding, group: set[str],
             dims[j] = DimSharding(replicated, True)
             return sharding._replace(dims=tuple(dims))
     return None
+
+
+def _group_dims_replicated(sharding: TensorSharding, group: set[str]) -> TensorSharding | None:
+    """An operand not partially replicated over a multiple of the groups: when some of
+    its dimensions are sharded on the group axes alone, together on all of them, XLA
+    groups it on those dimensions (``FindMatchingPartitionedDimsForGrouping``) and
+    replicates them (``PartiallyReplicateTiledShardingOnDims``): an all-gather over
+    the group axes, before the groups are made. None where no dimensions match."""
+    matched = [j for j, dim in enumerate(sharding.dims)
+               if dim.axes and {a.name for a in dim.axes} <= group]
+    if not matched or {a.name for j in matched for a in sharding.dims[j].axes} != group:
+        return None
+    if any(a.pre != 1 or a.size != a.total for j in matched for a in sharding.dims[j].axes):
+        return None  # sub-axes: not modelled
+    dims = list(sharding.dims)
+    for j in matched:
+        dims[j] = DimSharding((), True)
+    return sharding._replace(dims=tuple(dims))

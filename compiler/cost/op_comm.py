@@ -110,7 +110,48 @@ def _contraction_partitions(rule: OpShardingRule, factor: int, projections, axes
         for other, want in result_axes.items():
             if other != factor and other in proj.factors:
                 grouped.update(a for a in proj.factors[other][AXES] if a in want)
-    return size_product([*axes, *grouped]) >= devices
+    if size_product([*axes, *grouped]) < devices:
+        return False
+    return _partial_sums_pay(rule, factor, projections, grouped, result_axes)
+
+
+def _group_elements(rule: OpShardingRule, mapping, axes: Sequence[AxisRef],
+                    grouped: set[AxisRef]) -> int:
+    """Elements of a tensor (``mapping``, its ``axes``) inside one device group."""
+    count = 1
+    for dim in mapping:
+        for factor in dim:
+            count *= rule.factor_sizes[factor]
+    return count // size_product([a for a in axes if a in grouped])
+
+
+def _partial_sums_pay(rule: OpShardingRule, factor: int, projections,
+                      grouped: set[AxisRef], result_axes: dict[int, tuple]) -> bool:
+    """Whether XLA keeps a dot's contraction sharded inside its device groups when
+    one operand holds it sharded and the other operand and the result are
+    replicated there (``PartitionBaseCase``, "we compare the cost of all-gather
+    on RHS vs all-reduce on the output"): only when the sharded operand has more
+    elements in a group than the result; otherwise it all-gathers that operand."""
+    held_by_result = [a for want in result_axes.values() for a in want]
+    if any(a not in grouped for a in held_by_result):
+        return True  # the result is sharded inside the groups: another case
+    sharded, replicated = [], []
+    for proj, mapping in zip(projections, rule.operand_mappings):
+        if not any(factor in dim for dim in mapping):
+            continue
+        if proj is None:
+            return True  # unknown
+        held = factor in proj.factors and proj.factors[factor][AXES]
+        (sharded if held else replicated).append((proj, mapping))
+    if len(sharded) != 1 or len(replicated) != 1:
+        return True
+    if any(a not in grouped for record in replicated[0][0].factors.values()
+           for a in record[AXES]):
+        return True  # the other operand is sharded inside the groups: another case
+    proj, mapping = sharded[0]
+    held_by_operand = [a for record in proj.factors.values() for a in record[AXES]]
+    return (_group_elements(rule, mapping, held_by_operand, grouped)
+            > _group_elements(rule, rule.result_mappings[0], held_by_result, grouped))
 
 
 def _reduction_axes(rule: OpShardingRule, operands: Sequence[Tensor],
@@ -129,8 +170,11 @@ def _reduction_axes(rule: OpShardingRule, operands: Sequence[Tensor],
     tiles (so no collective-permute can line the two up), XLA keeps the
     contraction sharded only if its axes, times the result axes the operands
     already hold on the same factors (the dimensions it groups on first),
-    cover every device (``PartitionBaseCase``). Otherwise it replicates the
-    operands along the factor (all-gathers) and the factor stays unsharded.
+    cover every device (``PartitionBaseCase``), and, where the other operand
+    and the result are replicated inside those groups, only if the sharded
+    operand has more elements there than the result (``_partial_sums_pay``).
+    Otherwise it replicates the operands along the factor (all-gathers) and
+    the factor stays unsharded.
     """
     chosen: dict[int, tuple] = {}
     projections = [

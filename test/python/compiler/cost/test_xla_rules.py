@@ -1,0 +1,82 @@
+"""Rules of XLA's SPMD partitioner the communication report follows, each held to
+what XLA compiles: ``Lowered.comm_report()``'s bytes per device per collective kind
+equal ``Compiled.collectives()``'s on 8 CPU devices."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shardc.compiler import jit
+
+
+def mesh(shape=(4, 2), names=("data", "model")):
+    return jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(names))
+
+
+def predicted_and_compiled(fun, args, specs, out=None, grid=None):
+    grid = grid or mesh()
+    shardings = tuple(NamedSharding(grid, spec) for spec in specs)
+    placed = tuple(jax.device_put(a, s) for a, s in zip(args, shardings))
+    out_shardings = None if out is None else NamedSharding(grid, out)
+    lowered = jit(fun, in_shardings=shardings, out_shardings=out_shardings).lower(*placed)
+    predicted = {k: t.bytes_per_device for k, t in lowered.comm_report().totals().items()
+                 if t.count}
+    compiled = {k: c.bytes_per_device for k, c in lowered.compile().collectives().items()
+                if c.count}
+    return predicted, compiled
+
+
+def ones(*shape, dtype=np.float32):
+    return np.ones(shape, dtype)
+
+
+@pytest.mark.parametrize("x_shape, w_shape, x_spec, w_spec, out, kind", [
+    # x's contraction sharded, w and the result replicated in each data group: x has
+    # fewer elements there than the result, so XLA all-gathers x.
+    ((4, 8, 64), (128, 64), P("data", None, "model"), P(), None, "all-gather"),
+    ((4, 8, 64), (128, 64), P("data", None, "model"), P(), P("data"), "all-gather"),
+    # the tied embedding's logits: the same choice
+    ((4, 8, 64), (512, 64), P("data", None, "model"), P(), None, "all-gather"),
+    # more elements in x than in the result: partial sums and an all-reduce
+    ((4, 8, 256), (32, 256), P("data", None, "model"), P(), None, "all-reduce"),
+    # grouped on w's rows: x (not divided by the groups) outweighs the group's result
+    ((4, 8, 64), (128, 64), P(None, None, "model"), P("data", None), None, "all-reduce"),
+])
+def test_dot_sharded_on_one_side_of_the_contraction(x_shape, w_shape, x_spec, w_spec, out,
+                                                    kind):
+    """``PartitionBaseCase``: with the result and the other operand replicated in a
+    device group, XLA keeps an operand's sharded contraction (partial sums, then an
+    all-reduce) only when that operand has more elements in the group than the
+    result; otherwise it all-gathers the operand."""
+    predicted, compiled = predicted_and_compiled(
+        lambda x, w: jnp.einsum("bsd,vd->bsv", x, w), (ones(*x_shape), ones(*w_shape)),
+        (x_spec, w_spec), out)
+    assert predicted == compiled
+    assert set(compiled) == {kind}
+
+
+def test_operand_sharded_on_the_group_axes_is_replicated_before_grouping():
+    """A CG step's matrix-vector product, ``a [{data}, {model}] @ p [{data}]``: XLA groups
+    on ``a``'s rows (``data``); ``p``, sharded on the group axes alone, is grouped on
+    that dimension (``FindMatchingPartitionedDimsForGrouping``) and all-gathered over
+    ``data`` (not moved to ``model`` by a permute), then ``a``'s columns keep the
+    contraction: partial sums all-reduced over ``model``."""
+    predicted, compiled = predicted_and_compiled(
+        lambda a, p: a @ p, (ones(8, 8), ones(8)), (P("data", "model"), P("data")),
+        P("data"))
+    assert predicted == compiled == {"all-gather": 32, "all-reduce": 8}
+
+
+def test_operand_sharded_on_the_group_axes_is_gathered_inside_the_groups_after():
+    """``x [{data}] @ w [{data}, {model}]^T`` into ``[{data}, {}, {model}]``: grouped on
+    ``w``'s rows (``model``), ``x`` and ``w`` sharded on ``data`` alone; ``w`` is
+    grouped on its ``data`` dimension and all-gathered there, the result moved by
+    an all-to-all."""
+    predicted, compiled = predicted_and_compiled(
+        lambda x, w: jnp.einsum("bsd,vd->bsv", x, w), (ones(4, 8, 64), ones(128, 64)),
+        (P("data"), P("data", "model")), P("data", None, "model"))
+    assert predicted == compiled == {"all-gather": 16384, "all-to-all": 16384}
+
