@@ -38,12 +38,10 @@ from shardc.dialects import jax_private, sdy
 # states their constraints open (output features over the data axes beside the batch)
 # are ones XLA partitions with far more operations than the cost model counts.
 ANCHOR_PRIMITIVES = frozenset({"dot_general"})
-# The residual stream's sums (``x + f(x) @ w``) are anchors too, and what lays out a dot's
-# result (an einsum's output order) is still that result.
-RESIDUAL_PRIMITIVE = "add"
-# Where the residual stream starts: an embedding's lookup.
+# Where the residual stream starts, which MaxText pins too: an embedding's lookup. (Not
+# its sums: one more group per layer kind lengthens the search, and propagation
+# carries a sum's sharding from the lookup and the dots around it.)
 STREAM_PRIMITIVES = frozenset({"gather"})
-LAYOUT_PRIMITIVES = frozenset({"transpose", "reshape"})
 CONSTRAINT = "sdy.sharding_constraint"
 
 # (equation index, result aval) -> the sharding to constrain it to, or None.
@@ -52,8 +50,8 @@ ShardingAt = Callable[[int, Any], Any]
 
 def anchors(closed: ClosedJaxpr) -> list[int]:
     """Indices of the top-level equations of ``closed`` whose result is an activation:
-    a dot result, or a residual sum (an ``add`` of a dot's result: MaxText pins the
-    residual stream), of rank >= 2 whose leading length is a batch."""
+    a dot result, or the start of the residual stream (a gather: an embedding's
+    lookup, which MaxText pins), of rank >= 2 whose leading length is a batch."""
     jaxpr = closed.jaxpr
     returned = {(tuple(v.aval.shape), v.aval.dtype) for v in jaxpr.outvars
                 if hasattr(v.aval, "shape")}
@@ -61,17 +59,10 @@ def anchors(closed: ClosedJaxpr) -> list[int]:
                if getattr(v.aval, "shape", ()) and
                (tuple(v.aval.shape), v.aval.dtype) not in returned}
     found = []
-    dots: set = set()  # dot results, and their transposes and reshapes (an einsum's)
     for index, eqn in enumerate(jaxpr.eqns):
         name = eqn.primitive.name
-        if len(eqn.outvars) != 1:
-            continue
-        if name in ANCHOR_PRIMITIVES or name in LAYOUT_PRIMITIVES and (
-                not isinstance(eqn.invars[0], Literal) and eqn.invars[0] in dots):
-            dots.add(eqn.outvars[0])
-        residual = name == RESIDUAL_PRIMITIVE and any(
-            not isinstance(v, Literal) and v in dots for v in eqn.invars)
-        if name not in ANCHOR_PRIMITIVES and name not in STREAM_PRIMITIVES and not residual:
+        if len(eqn.outvars) != 1 or (name not in ANCHOR_PRIMITIVES and
+                                     name not in STREAM_PRIMITIVES):
             continue
         shape = getattr(eqn.outvars[0].aval, "shape", ())
         if len(shape) >= 2 and shape[0] in batches:

@@ -146,12 +146,13 @@ def projects_weight(reader: ModuleValues, mark: int, weights: set[int]) -> bool:
     return False
 
 
-def is_residual_sum(reader: ModuleValues, mark: int) -> bool:
-    """Whether the activation ``mark`` (a mark's result) is a sum of the residual
-    stream (``activations.anchors``' adds), which MaxText's rules pin too."""
+def starts_stream(reader: ModuleValues, mark: int) -> bool:
+    """Whether the activation ``mark`` (a mark's result) is where the residual stream
+    starts (``activations.anchors``' gathers: an embedding's lookup), which
+    MaxText's rules pin too."""
     graph = reader.graph
-    return graph.op_name[graph.value_def[graph.op_operands[graph.value_def[mark]][0]]] in (
-        "stablehlo.add", "stablehlo.gather")
+    return graph.op_name[graph.value_def[graph.op_operands[graph.value_def[mark]][0]]] == (
+        "stablehlo.gather")
 
 
 def is_residual(reader: ModuleValues, value: int) -> bool:

@@ -42,10 +42,10 @@ from shardc.compiler.auto.candidates import (
     activation_seed,
     candidates,
     is_residual,
-    is_residual_sum,
     model_width,
     projects_weight,
     spec_of,
+    starts_stream,
     structured_seeds,
     tensor_sharding,
     weight_roles,
@@ -310,10 +310,10 @@ class Search:
         weight_values = {self.evaluate.value_at(p) for g in weights if self.groups[g].updated
                          for p in self.groups[g].positions}
         # What the textbook configurations constrain: the weights' forward dots and the
-        # residual stream.
+        # start of the residual stream.
         pinned = {g for g in activations if projects_weight(
             reader, self.evaluate.value_at(self.groups[g].positions[0]), weight_values) or
-            is_residual_sum(reader, self.evaluate.value_at(self.groups[g].positions[0]))}
+            starts_stream(reader, self.evaluate.value_at(self.groups[g].positions[0]))}
         keys = [self.price(self.state)]
         unconstrained: dict[str, tuple] = {}  # configuration -> its state as written
         for (name, specs), (_, fsdp, tensor) in zip(seeds, CONFIGURATIONS):
