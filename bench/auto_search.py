@@ -1,13 +1,14 @@
 """AUTO shardings against hand-written ones: search time and modelled step time.
 
-``python -m bench.auto_search [--only NAME] [--check]`` (8 CPU devices,
+``python -m bench.auto_search [--only NAME] [--check] [--budget]`` (8 CPU devices,
 ``XLA_FLAGS=--xla_force_host_platform_device_count=8``). For each program, the
 AUTO search's wall time (``lower()`` of ``jit(..., in_shardings=AUTO,
 out_shardings=AUTO)``, tracing and the final lowering included, and the
 search alone) and the modelled step time (``shardc.compiler.auto.objective``)
 of its choice, of the expert configuration (FSDP on ``data`` x Megatron tensor
 parallel on ``model``), of data parallel (batch over the whole mesh, weights
-replicated) and of everything replicated. ``--check`` also runs the AUTO
+replicated) and of everything replicated. ``--budget`` searches within the
+expert's memory as ``Lowered.memory_estimate`` models it (``memory_budget``). ``--check`` also runs the AUTO
 program and compares its results with ``jax.jit``'s given the same shardings (the
 largest absolute difference) and with one device's (the largest difference relative
 to the largest value: float reassociation of partial sums).
@@ -164,18 +165,26 @@ def _abstract(args):
     return jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), args)
 
 
-def measure(case: Case, check: bool) -> dict:
+def measure(case: Case, check: bool, budgeted: bool = False) -> dict:
     context = jax.set_mesh(case.mesh) if case.mesh_context else _Nothing()
     with context:
         abstract = _abstract(case.args)
+        budget = None
+        if budgeted:  # the expert's memory, as the budget's model (memory_estimate) puts it
+            expert = next(iter(case.configs.values()))
+            budget = jit(case.fun, in_shardings=_named(expert, case.mesh), mesh=case.mesh
+                         ).trace(*abstract).lower().memory_estimate().net_bytes
         start = time.perf_counter()
-        lowered = jit(case.fun, in_shardings=AUTO, out_shardings=AUTO, mesh=case.mesh).lower(
-            *abstract)
+        lowered = jit(case.fun, in_shardings=AUTO, out_shardings=AUTO, mesh=case.mesh,
+                      memory_budget=budget).lower(*abstract)
         seconds = time.perf_counter() - start
         report = lowered.auto_report()
         row = {"program": case.name, "lower_s": seconds, "search_s": report.seconds,
                "states": report.evaluations, "groups": len(report.choices),
                "auto_ms": report.step.seconds * 1e3}
+        if budgeted:
+            row["budget"] = budget
+            row["auto_memory"] = report.step.memory_peak
         for name, config in case.configs.items():
             unpropagated = jit(case.fun, in_shardings=_named(config, case.mesh),
                                mesh=case.mesh).trace(*abstract).lower(propagate=False)
@@ -215,9 +224,11 @@ def main() -> None:
     parser.add_argument("--only", action="append", choices=sorted(CASES))
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--report", action="store_true", help="print each search's report")
+    parser.add_argument("--budget", action="store_true",
+                        help="search within the expert's modelled memory (memory_budget)")
     options = parser.parse_args()
     for name in options.only or list(CASES):
-        row = measure(CASES[name](), options.check)
+        row = measure(CASES[name](), options.check, options.budget)
         report = row.pop("report")
         print(" | ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
                          for k, v in row.items()), flush=True)

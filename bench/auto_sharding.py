@@ -109,6 +109,7 @@ def measure(program: str, mesh_name: str, config: str, budget: int | None = None
                               if s.bytes_per_device}
         row["memory"] = e2e_measure.memory_bytes_of(compiled)
         row["model_flops_error"] = modelled.flops_once / row["flops"] - 1
+        row["memory_model"] = lowered.memory_estimate(platform="cpu").net_bytes
     else:
         modelled = lowered.step_time(platform=PREDICTED_ON)
         row["flops"] = modelled.flops
@@ -116,7 +117,8 @@ def measure(program: str, mesh_name: str, config: str, budget: int | None = None
         for c in modelled.comm:
             per_kind[c.kind] = per_kind.get(c.kind, 0) + c.bytes_per_device
         row["collectives"] = {k: n for k, n in per_kind.items() if n}
-        row["memory"] = lowered.memory_estimate(platform=PREDICTED_ON).net_bytes
+        row["memory"] = row["memory_model"] = lowered.memory_estimate(
+            platform=PREDICTED_ON).net_bytes
         row["step_gpu"] = lowered.step_time(platform="gpu").as_dict()
     row["step"] = modelled.as_dict()
     row["seconds"] = time.perf_counter() - start
@@ -163,7 +165,8 @@ FOOTNOTE = (
     "and tensor parallelism on `model`, activations constrained (MaxText's rules); dp = batch "
     "over every axis, weights replicated; shardy = the expert's parameter and batch shardings, "
     "activations left open to shardc's default propagation. AUTO / this: AUTO's modelled step "
-    "(every sharding left to AUTO, `memory_budget` = the expert's memory of that row's mesh) "
+    "(every sharding left to AUTO, `memory_budget` = the expert's memory of that row's mesh "
+    "as `memory_estimate` models it, the terms a budget is given in) "
     "over the row's (n/a: this shardc has no `shardc.compiler.AUTO`); the auto rows are AUTO's "
     "choice measured the same way. See "
     "`docs/step-time-model.md`.")
@@ -194,7 +197,10 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(measure(program, mesh, config,
                                         budget if config == "auto" else None))
                     if config == "expert":
-                        budget = rows[-1]["memory"]
+                        # AUTO's budget is the expert's memory in the terms a budget is
+                        # given in (``memory_budget``: ``Lowered.memory_estimate``'s model):
+                        # the expert's own state fits it, whatever the model's error.
+                        budget = rows[-1]["memory_model"]
                 except Exception as error:  # a failing configuration is a row, not a stop
                     rows.append({"program": program, "mesh": mesh, "config": config,
                                  "error": f"{type(error).__name__}: {error}"[:300]})

@@ -1,6 +1,7 @@
 """Train steps for the AUTO-sharding benchmark (``bench/auto_sharding.py``), each
 written once and sharded by a ``Layout``: a Llama-like decoder (``llama``, dense
-and ``moe``), a ViT (``vit``) and a CNN (``cnn``).
+and ``moe``), a ViT (``vit``), a CNN (``cnn``) and, held out from AUTO's
+tuning, an MLP-Mixer (``mixer``).
 
 Each module holds ``NAME``, ``SIZES`` (``"small"`` for the 8 CPU devices the
 benchmark compiles for, ``"large"`` for the 256- and 1024-device
@@ -13,9 +14,9 @@ activations an expert pins (a no-op where the layout leaves them open).
 
 from __future__ import annotations
 
-from bench.auto_programs import cnn, llama, moe, vit
+from bench.auto_programs import cnn, llama, mixer, moe, vit
 from bench.auto_programs.layout import CONFIGS, Layout, layout_for
 
-PROGRAMS = {module.NAME: module for module in (llama, moe, vit, cnn)}
+PROGRAMS = {module.NAME: module for module in (llama, moe, vit, cnn, mixer)}
 
 __all__ = ["CONFIGS", "PROGRAMS", "Layout", "layout_for"]

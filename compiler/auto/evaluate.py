@@ -25,6 +25,8 @@ from shardc.compiler.auto.objective import StepTime, memory_bytes, step_time
 from shardc.compiler.cost.platforms import Hardware, hardware, predicting_for
 from shardc.compiler.cost_aware.candidates import tag_ops
 from shardc.compiler.cost_aware.pricing import attach_rules
+from shardc.compiler.explain.aliasing import donations
+from shardc.compiler.explain.grid import shard_shape
 from shardc.compiler.propagation import PLANS, SharedRead, cyclic_gc_paused
 from shardc.compiler.propagation.driver import Driver
 from shardc.compiler.propagation.graph import ReadMemo
@@ -124,6 +126,27 @@ class Evaluator:
             if signature is not None:
                 self._memories[signature] = found
         return found
+
+    def floor(self, reader: ModuleValues) -> int:
+        """A lower bound of ``memory(reader)`` read off the arguments' and results'
+        shardings alone: their unpadded bytes per device (the arguments' alone where
+        one is donated: a result may take its buffer). The memory model adds the
+        temporaries, the layout's padding, and counts the aliased bytes once."""
+        graph, store = reader.graph, reader.store
+        main = next(f for f in store.funcs if graph.op_parent[f] == -1)
+        donated = any(d is not None for d in donations(graph.ops[main]))
+        total = sum(self._shard_bytes(reader, value, store.value[store.slot_of[value]])
+                    for value in self.arguments if store.slot_of[value] >= 0)
+        if not donated:
+            total += sum(self._shard_bytes(reader, value, store.value[slot])
+                         for value, slot in zip(self.results, store.func_results[main]))
+        return total
+
+    def _shard_bytes(self, reader: ModuleValues, value: int, sharding) -> int:
+        shape = reader.graph.value_shape[value]
+        if shape is None:
+            return 0
+        return math.prod(shard_shape(shape, sharding)) * self.element_bytes(value)
 
     def _signature(self, reader: ModuleValues) -> tuple | None:
         """What a state propagated on the shared read is: every value's interned sharding

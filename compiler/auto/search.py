@@ -45,6 +45,7 @@ from shardc.compiler.auto.candidates import (
     model_width,
     projects_weight,
     spec_of,
+    starts_stream,
     structured_seeds,
     tensor_sharding,
     weight_roles,
@@ -104,6 +105,7 @@ class Search:
         self.descent_evaluations = descent_evaluations
         self._priced: dict[tuple, StepTime] = {}
         self._estimated: set[tuple] = set()
+        self._floors: dict[tuple, int] = {}  # a lower bound of each state's memory
         self._readers: dict[tuple, ModuleValues] = {}
         self._tried: list[dict[Spec, tuple]] = [{} for _ in groups]  # spec -> state key
 
@@ -121,6 +123,8 @@ class Search:
         if key not in self._priced:
             found, reader = self.evaluate(self._assignment(key))
             self._priced[key] = found
+            if self.budget is not None:
+                self._floors[key] = self.evaluate.floor(reader)
             # The last few states' propagated values: what settles the groups left open.
             self._readers[key] = reader
             while len(self._readers) > 64:
@@ -155,21 +159,36 @@ class Search:
         The memory model costs several propagations, so it runs only where it can
         change the order: in order of seconds, until ``count`` states fit the
         budget and the next one is slower (every later one is then slower and no
-        lighter in bytes over the budget than those)."""
+        lighter in bytes over the budget than those). A state whose arguments and
+        results alone exceed the budget (``Evaluator.floor``) is over it whatever the
+        model says: it waits, judged only where fewer than ``count`` states fit (then
+        bytes over the budget rank them)."""
         keys = list(dict.fromkeys(keys))
         if self.budget is None:
             return sorted(keys, key=lambda k: self.score(self._priced[k]))
         order = sorted(keys, key=lambda k: (self._priced[k].seconds, self._priced[k].memory_peak))
         judged: list[tuple] = []
+        over: list[tuple] = []  # over the budget by their floor, not judged yet
         fitting: list[float] = []
+
+        def best_first(keys: list[tuple]) -> list[tuple]:
+            return sorted(keys, key=lambda k: self.score(self._priced[k]))
+
         for i, key in enumerate(order):
             if len(fitting) >= count and self._priced[key].seconds > fitting[count - 1]:
-                return sorted(judged, key=lambda k: self.score(self._priced[k])) + order[i:]
+                return best_first(judged) + over + order[i:]
+            if key not in self._estimated and self._floors.get(key, 0) > self.budget:
+                over.append(key)
+                continue
             step = self._estimate(key)
             judged.append(key)
             if step.memory_peak <= self.budget:
                 fitting.append(step.seconds)
-        return sorted(judged, key=lambda k: self.score(self._priced[k]))
+        if len(fitting) >= count:
+            return best_first(judged) + over
+        for key in over:
+            self._estimate(key)
+        return best_first(judged + over)
 
     def best_of(self, tried: dict[Spec, tuple]) -> Spec:
         """The spec whose state ranks first."""
@@ -179,18 +198,25 @@ class Search:
     def settled(self, specs: dict[int, Spec], group: Group) -> Spec | None:
         """The spec propagation gave every member of ``group`` (open) in the state of
         ``specs``, when it gave them one with axes, the same for all; else None."""
-        reader = self._readers.get(tuple(sorted(specs.items())))
+        spec = self.propagated(tuple(sorted(specs.items())), group)
+        if spec is None or not any(spec):
+            return None
+        return spec
+
+    def propagated(self, key: tuple, group: Group) -> Spec | None:
+        """The spec every member of ``group`` has in the propagated state ``key`` (one
+        of the last states priced), the same for all (None: they differ, a sub-axis,
+        or the state's values are no longer kept)."""
+        reader = self._readers.get(key)
         if reader is None:
             return None
         store = reader.store
         found = set()
         for position in group.positions:
-            slot = store.slot_of[self.evaluate.arguments[position]]
+            slot = store.slot_of[self.evaluate.value_at(position)]
             sharding = store.value[slot] if slot >= 0 else None
             found.add(spec_of(sharding, len(group.shape)) if sharding is not None else None)
         (spec,) = found if len(found) == 1 else (None,)
-        if spec is None or not any(spec):
-            return None
         return spec
 
     # -- the search ----------------------------------------------------------
@@ -283,29 +309,46 @@ class Search:
                     for g in activations}
         weight_values = {self.evaluate.value_at(p) for g in weights if self.groups[g].updated
                          for p in self.groups[g].positions}
-        projections = {g for g in activations if projects_weight(
-            reader, self.evaluate.value_at(self.groups[g].positions[0]), weight_values)}
+        # What the textbook configurations constrain: the weights' forward dots and the
+        # start of the residual stream.
+        pinned = {g for g in activations if projects_weight(
+            reader, self.evaluate.value_at(self.groups[g].positions[0]), weight_values) or
+            starts_stream(reader, self.evaluate.value_at(self.groups[g].positions[0]))}
         keys = [self.price(self.state)]
-        for (_name, specs), (_, _fsdp, tensor) in zip(seeds, CONFIGURATIONS):
+        unconstrained: dict[str, tuple] = {}  # configuration -> its state as written
+        for (name, specs), (_, fsdp, tensor) in zip(seeds, CONFIGURATIONS):
             state = {}
             for g, spec in zip(weights, specs):
-                if spec not in self.groups[g].candidates:  # several data axes beside model
-                    self.groups[g].candidates.append(spec)
-                state[g] = spec
+                state[g] = self._candidate(g, spec)  # several data axes beside model
             # Each configuration as written, and with its activations constrained.
             for constrained in (False, True)[:1 + bool(activations)]:
                 for g in activations:
                     group = self.groups[g]
                     spec = activation_seed(group.shape, self.axes, tensor, residual[g]) if (
-                        constrained and g in projections) else None
-                    if spec not in group.candidates:
-                        group.candidates.append(spec)
-                    state[g] = spec
+                        constrained and g in pinned) else None
+                    state[g] = self._candidate(g, spec)
+                keys.append(self.price(dict(state)))
+                if not constrained:
+                    unconstrained[name] = keys[-1]
+            if fsdp and tensor and activations and "tensor parallel" in unconstrained:
+                # MaxText's: the weights also FSDP-sharded, every activation pinned where
+                # tensor parallelism alone puts it (the batch on the data axes, heads,
+                # hidden units and experts on the model axis), so that the weights'
+                # embedding sharding does not reach the activations.
+                placed = unconstrained["tensor parallel"]
+                for g in activations:
+                    state[g] = self._candidate(g, self.propagated(placed, self.groups[g]))
                 keys.append(self.price(dict(state)))
         best = self.ranked(keys)[0]
         fastest = min(keys, key=lambda k: self._priced[k].seconds)
         return [best] if self._priced[fastest].seconds >= self._priced[best].seconds else [
             best, fastest]
+
+    def _candidate(self, g: int, spec: Spec | None) -> Spec | None:
+        """``spec`` for group ``g``, added to its candidates where they lack it."""
+        if spec not in self.groups[g].candidates:
+            self.groups[g].candidates.append(spec)
+        return spec
 
     def _descend(self, limit: int) -> None:
         """Sweeps of single-group moves from ``self.state`` until none improves it or

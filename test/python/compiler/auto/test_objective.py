@@ -92,3 +92,23 @@ def test_states_priced_with_the_memo_count_as_a_fresh_read(mesh):
             fresh = step_time(reader, device)  # no memo: every op counted
             assert memoized == module_flops(reader)
         assert priced == fresh
+
+
+@pytest.mark.parametrize("donate", [False, True])
+def test_memory_floor_bounds_the_memory_model(mesh, donate):
+    # Under a budget the search skips the memory model for states whose arguments and
+    # results alone exceed it: that floor never exceeds the model's memory.
+    args = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
+                        auto_bench.mlp_case(layers=2, d=64, hidden=256, batch=32).args)
+    module = jit(auto_bench.mlp_step, mesh=mesh, donate_argnums=(0,) if donate else ()
+                 ).trace(*args).lower(propagate=False).module
+    evaluator = Evaluator(module, hardware("cpu"))
+    sizes = dict(mesh.shape)
+    weights = len(jax.tree.leaves(args[0]))
+    for spec in [((), ()), (("data",), ("model",)), (("data", "model"), ())]:
+        assignment = {k: tensor_sharding(evaluator.mesh, spec, sizes) for k in range(weights)}
+        _, reader = evaluator(assignment)
+        floor, memory = evaluator.floor(reader), evaluator.memory(reader)
+        assert 0 < floor <= memory
+        if spec == ((), ()) and not donate:  # replicated weights in and out: most of it
+            assert floor >= 0.5 * memory
