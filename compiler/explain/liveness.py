@@ -102,7 +102,7 @@ class LivenessWalker:
         found = OpNeeds.collect(values)
         self.extra, self.needs, self.reduced = found.extra, found.needs, found.reduced
         self.partial, self.moved = found.partial, found.moved
-        self.scattered = found.scattered
+        self.scattered, self.relaid = found.scattered, found.relaid
         self.block_args: dict[int, list[int]] = {}  # first op of a block -> its arguments
         for op in range(len(graph.ops)):
             for block_args, block_ops in graph.op_blocks[op]:
@@ -327,6 +327,8 @@ class LivenessWalker:
             if current not in through:
                 latest, fused = -1, []
                 for user, _ in graph.uses[current]:
+                    if (current, user) in self.relaid:
+                        continue  # the dot reads the value's copy in its layout
                     top = self.top_user(user, owner)
                     latest = max(latest, position.get(top, -1))
                     if top == user and (graph.op_name[user] in FUSIBLE

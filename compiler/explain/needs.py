@@ -56,6 +56,8 @@ class OpNeeds:
     reduced: dict[int, tuple] = field(default_factory=dict)  # op -> all-reduced axes
     # result -> bytes of its partial sums when the all-reduce precedes a slice
     partial: dict[int, int] = field(default_factory=dict)
+    # (value, dot) pairs where the dot reads the value's second-layout copy
+    relaid: set[tuple[int, int]] = field(default_factory=set)
     # results a reduce-scatter writes (a platform that forms them, XLA:TPU): the
     # shard is their buffer, the partial sums live only while their op runs
     scattered: set[int] = field(default_factory=set)
@@ -93,7 +95,8 @@ class OpNeeds:
         dimension before those two (a layer's normalised input ``h``: ``h @ w`` in
         the forward, ``h^T @ dy`` over batch and sequence for the weight's
         gradient) keeps its own layout for the first and is copied for the
-        others as soon as it is computed, the copy live until the last of them:
+        others as soon as it is computed (they read the copy, not the value), the
+        copy live until the last of them:
         the llama-shaped step's ``copy.98 = bf16[1,2048,2048]{1,2,0} copy(
         multiply_multiply_fusion.3)`` per norm and layer in XLA:TPU's buffer
         assignment, made in the forward and read by the backward's dot. An
@@ -123,6 +126,7 @@ class OpNeeds:
             for user in other:
                 self.needs.setdefault(user, []).append(
                     ((value, ("transposed", "contracted minor")), size, 0))
+                self.relaid.add((value, user))
 
     def _collect(self, values: ModuleValues, op: int, memo: dict[tuple, tuple]) -> None:
         """Record the reshard buffers and all-reduces op ``op`` needs."""

@@ -83,6 +83,7 @@ def test_tpu_copies_an_operand_dots_read_in_two_layouts(mesh):
         tpu = OpNeeds.collect(values)
     copy = ((h, ("transposed", "contracted minor")), 2 * 256 * 512 * 4, 0)
     assert copy in tpu.needs.get(gradient, [])
+    assert tpu.relaid == {(h, gradient)}  # the gradient reads the copy, not h
     assert all(key[0] != h for key, _, _ in tpu.needs.get(forward, []))
     with predicting_for(CPU):
         assert all(key[0] != h for key, _, _ in OpNeeds.collect(values).needs.get(gradient, []))
