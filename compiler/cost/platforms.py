@@ -59,6 +59,12 @@ collectives but differs in a few measurable ways, each one field here:
   (XLA:CPU fuses a gather with its operand's producer and its readers);
   and its latency-hiding scheduler gathers a weight next to its use, where
   XLA:CPU runs every argument's reshard first.
+* buffers (the memory estimate): XLA:TPU reduce-scatters a value's partial sums
+  into its shard (``forms_reduce_scatter``; a windowed loop never holds them
+  whole), copies a value that dots read in two layouts into the second one when
+  it is computed (``copies_operands_per_layout``: a layer's normalised input for
+  its weight gradient), and keeps short-lived buffers in on-chip VMEM rather
+  than HBM (``on_chip_bytes``, ``explain.on_chip``).
 
 ``platform_rules(name)`` returns a platform's rules and refuses a platform
 the predictions were not validated for (a ``ValueError`` naming those that
@@ -154,6 +160,15 @@ class PlatformRules:
     # into its consumers (a dot's operand too), e.g. attention's probabilities,
     # recomputed for the backward from the kept scores.
     recomputes_fused_values: bool = False
+    # Whether a value dots read in two layouts (one contracting its last dimension,
+    # another others: a layer's normalised input, read by the forward dot and the
+    # weight gradient's) is copied into the second layout when computed, the copy
+    # live until its last such reader (XLA:TPU's layout assignment).
+    copies_operands_per_layout: bool = False
+    # Bytes of on-chip memory the backend keeps short-lived temporaries in instead of
+    # HBM (0: none; ``explain.on_chip``): XLA:TPU's memory-space assignment uses up
+    # to 112 MiB of a v5e core's 128 MiB of VMEM.
+    on_chip_bytes: int = 0
 
     def element_bytes_in_collective(self, element_bytes: int, dtype: str | None) -> int:
         """Bytes one element of ``dtype`` takes inside a collective."""
@@ -238,7 +253,8 @@ TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_re
                     tile=(8, 128), vector_tile=1024, min_buffer_bytes=512,
                     duplicates_shared_producers=True,
                     fusible=frozenset({"stablehlo.scatter"}),
-                    reshards_arguments_first=False, recomputes_fused_values=True)
+                    reshards_arguments_first=False, recomputes_fused_values=True,
+                    copies_operands_per_layout=True, on_chip_bytes=112 << 20)
 
 PLATFORMS: dict[str, PlatformRules] = {rules.name: rules for rules in (CPU, TPU)}
 # XLA:GPU as the step-time model assumes it partitions (never validated against its

@@ -46,14 +46,14 @@ def _best_fit(buffers: list[tuple[int, int, int]], order: list[int], alignment: 
     for placed, k in enumerate(order):
         start, end, size = buffers[k]
         overlap = (starts[:placed] <= end) & (ends[:placed] >= start)
-        offset = _gap(lows[:placed][overlap], highs[:placed][overlap], size, alignment)
+        offset = gap(lows[:placed][overlap], highs[:placed][overlap], size, alignment)
         starts[placed], ends[placed] = start, end
         lows[placed], highs[placed] = offset, offset + size
         top = max(top, offset + size)
     return top
 
 
-def _gap(lows: np.ndarray, highs: np.ndarray, size: int, alignment: int) -> int:
+def gap(lows: np.ndarray, highs: np.ndarray, size: int, alignment: int) -> int:
     """The offset of the smallest free gap of at least ``size`` bytes between the
     chunks ``[lows, highs)``, or the first aligned offset above them all."""
     if not len(lows):

@@ -27,6 +27,7 @@ from shardc.compiler.explain.aliasing import Slot
 from shardc.compiler.explain.grid import shard_shape
 from shardc.compiler.explain.needs import CONSTANTS as _CONSTANTS
 from shardc.compiler.explain.needs import OpNeeds
+from shardc.compiler.explain.on_chip import split_peak
 from shardc.compiler.propagation.graph import ELEMENTWISE
 from shardc.compiler.propagation.values import ModuleValues
 
@@ -86,6 +87,9 @@ class Interval:
     fits_output: bool = True  # one value, so XLA may place it in an output buffer
     # the values the buffer holds in turn (its own, then results written in place)
     holders: list[int] = field(default_factory=list)
+    # on-chip bytes a nested body holds while the op runs (``on_chip``)
+    on_chip: int = 0
+    moved: bool = False  # a collective's result (a gathered operand)
 
 
 class LivenessWalker:
@@ -98,6 +102,7 @@ class LivenessWalker:
         found = OpNeeds.collect(values)
         self.extra, self.needs, self.reduced = found.extra, found.needs, found.reduced
         self.partial, self.moved = found.partial, found.moved
+        self.scattered, self.relaid = found.scattered, found.relaid
         self.block_args: dict[int, list[int]] = {}  # first op of a block -> its arguments
         for op in range(len(graph.ops)):
             for block_args, block_ops in graph.op_blocks[op]:
@@ -322,6 +327,8 @@ class LivenessWalker:
             if current not in through:
                 latest, fused = -1, []
                 for user, _ in graph.uses[current]:
+                    if (current, user) in self.relaid:
+                        continue  # the dot reads the value's copy in its layout
                     top = self.top_user(user, owner)
                     latest = max(latest, position.get(top, -1))
                     if top == user and (graph.op_name[user] in FUSIBLE
@@ -389,8 +396,10 @@ class LivenessWalker:
             value = graph.op_operands[graph.value_def[value]][0]
         return value
 
-    def _inner_peak(self, op: int, at: int, frees: dict[int, list[tuple]]) -> tuple[int, int]:
-        """The peak of ``op``'s regions, and the bytes of operands handed to its body.
+    def _inner_peak(self, op: int, at: int,
+                    frees: dict[int, list[tuple]]) -> tuple[int, int, int]:
+        """The peak of ``op``'s regions, the bytes of operands handed to its body, and
+        the on-chip bytes a loop body holds (``body_peak``).
 
         A manual computation's body is inlined by XLA: an operand whose last
         reader is the computation is freed after its last reader inside the
@@ -402,9 +411,10 @@ class LivenessWalker:
         graph = self.graph
         blocks = [(args, nested) for args, nested in graph.op_blocks[op] if nested]
         if not blocks:
-            return 0, 0
+            return 0, 0, 0
         if graph.op_name[op] == "stablehlo.while":
-            return max(self.peak(nested, self.yielded(nested))[0] for _, nested in blocks), 0
+            peak, chip = max(self.body_peak(nested) for _, nested in blocks)
+            return peak, 0, chip
         owned: dict[int, int] = {}
         handed = 0
         args = blocks[0][0]
@@ -417,7 +427,21 @@ class LivenessWalker:
                         entry[2].end = at - 1  # the body frees it
         inner = max(self.peak(nested, set(), owned=owned if k == 0 else None)[0]
                     for k, (_, nested) in enumerate(blocks))
-        return inner, handed
+        return inner, handed, 0
+
+    def body_peak(self, ops: list[int]) -> tuple[int, int]:
+        """The peak of a loop body's buffers while the loop runs, and the on-chip
+        bytes it holds: on a platform that keeps short-lived buffers on chip
+        (``PlatformRules.on_chip_bytes``), the peak of those in HBM (``on_chip``: a
+        scanned layer's recomputed activations are VMEM in XLA:TPU's buffer
+        assignment as far as it holds them), the rest taking the on-chip memory
+        from the buffers around the loop."""
+        capacity = self.rules.on_chip_bytes
+        if not capacity:
+            return self.peak(ops, self.yielded(ops))[0], 0
+        record: list[Interval] = []
+        self.peak(ops, self.yielded(ops), record)
+        return split_peak(record, capacity, len(ops))
 
     def unanchored(self, ops: list[int]) -> set[int]:
         """The ops of a block that read no buffer the block computes (only its
@@ -550,14 +574,15 @@ class LivenessWalker:
         # A transposed copy XLA makes for a dot or convolution is scheduled right
         # after its operand is computed.
         args = set(self.block_args.get(ops[0], ())) if ops else set()
-        gathered: dict[int, list[tuple[int, int]]] = {}
+        gathered: dict[int, list[tuple[int, int, bool]]] = {}
         for (value, target), (first, last, size) in spans.items():
             if self.root(value) in args and self.rules.reshards_arguments_first:
                 first = 0
             elif target[0] == "transposed" and self.graph.value_def[value] >= 0:
                 first = min(first, position.get(
                     self.top_user(self.graph.value_def[value], ops[0]), first))
-            gathered.setdefault(first, []).append((self.aligned(size), last))
+            gathered.setdefault(first, []).append(
+                (self.aligned(size), last, target[0] not in ("transposed", "widened")))
         extend = self.combined(ops)
         # An all-reduce writes a buffer apart from its operand's, both live while it
         # runs; a combined one runs where the last of its members is, so all the
@@ -572,7 +597,9 @@ class LivenessWalker:
         for i, op in enumerate(ops):
             if op in self.reduced:
                 for value in graph.op_results[op]:
-                    if value not in returned and not self.one_output(value, op):
+                    # a reduce-scatter's result is the buffer it writes (``needs``)
+                    if value not in returned and value not in self.scattered \
+                            and not self.one_output(value, op):
                         # it runs after the op, once the op's operands are freed
                         at = min(extend.get(value, i) + 1, len(ops) - 1)
                         reducing.setdefault(at, []).append(
@@ -588,7 +615,7 @@ class LivenessWalker:
             live += size
             frees.setdefault(last, []).append((arg, size, Interval(0, last, size, None)))
         for i, op in enumerate(ops):
-            allocated = [(None, size, last) for size, last in gathered.get(i, ())]
+            allocated = [(None, size, last, moved) for size, last, moved in gathered.get(i, ())]
             for k, value in enumerate(graph.op_results[op]):
                 if value in returned or not self.materialised(value, op):
                     continue
@@ -622,25 +649,25 @@ class LivenessWalker:
                 if self.rules.recomputes_fused_values and self.recomputed(
                         value, op, last, position, returned, reads):
                     continue
-                allocated.append((value, self.aligned(size), last))
+                allocated.append((value, self.aligned(size), last, False))
             looped = graph.op_name[op] == "stablehlo.while"
-            inner, handed = self._inner_peak(op, i, frees)
+            inner, handed, chip = self._inner_peak(op, i, frees)
             transient = inner + sum(self.aligned(n) for n in (
                 self.extra.get(op, 0), copies.get(i, 0)) if n)
             # a non-loop body (manual computation, case branch) writes the op's results:
             # its own peak holds them while it runs
             inside = set() if looped or not inner else set(graph.op_results[op])
-            now = (live - handed + sum(s for v, s, _ in allocated if v not in inside)
+            now = (live - handed + sum(s for v, s, _, _ in allocated if v not in inside)
                    + transient + sum(reducing.get(i, ())))
             if now > best:
                 best, best_op = now, op
             if record is not None and transient:
                 # nested peaks and buffers live only while the op runs stay in the heap
-                record.append(Interval(i, i, transient, None, fits_output=False))
+                record.append(Interval(i, i, transient, None, fits_output=False, on_chip=chip))
             if record is not None:
                 record.extend(Interval(i, i, size, None, fits_output=False)
                               for size in reducing.get(i, ()))
-            for value, size, last in allocated:
+            for value, size, last, moved in allocated:
                 live += size
                 buffer = None
                 if value is not None:
@@ -651,7 +678,7 @@ class LivenessWalker:
                 start = i + 1 if value in inside else (0 if op in early else i)
                 interval = Interval(start, max(last, start), size, buffer,
                                      fits_output=value not in extend,
-                                     holders=[] if value is None else [value])
+                                     holders=[] if value is None else [value], moved=moved)
                 if record is not None and last >= start:
                     record.append(interval)
                 frees.setdefault(max(last, i), []).append((value, size, interval))

@@ -45,7 +45,9 @@ not divide counting padded like XLA pads it:
   ``b01f_01io->b01f``, from when the operand exists to the consumer;
 * partial sums: an op whose result is sharded over axes it also reduces
   over all-reduces its partial sums unsliced and slices them in each reader,
-  so its buffer is the result without those axes, live while it is read;
+  so its buffer is the result without those axes, live while it is read
+  (XLA:TPU reduce-scatters them: the shard is the buffer, the partial sums
+  live while the op runs, never whole in a windowed loop's);
 * all-reduces over the same axes that do not depend on one another are
   combined: their results stay live until the last of them;
 * in place: ``while`` results reuse their carries (a carry the body returns
@@ -60,6 +62,9 @@ not divide counting padded like XLA pads it:
   while it runs (``PlatformRules.dot_computed_as``), and in a loop body the
   convert of a slice of a loop-invariant input is hoisted: the whole input in
   f32 while the loop runs;
+* on chip (XLA:TPU, ``on_chip``): the buffers its memory-space assignment keeps
+  in VMEM are not HBM temporaries: a loop body's while they fit, a gathered
+  operand, a buffer read only by the op after its writer;
 * the heap: temporaries are packed as XLA's buffer assigner packs them
   (``heap``: best fit, largest or longest-lived first, offsets aligned to
   64 bytes on XLA:CPU), so ``temp`` is the heap's size, at least the live peak.
@@ -88,6 +93,7 @@ from shardc.compiler.explain.liveness import (
     LivenessWalker,
     loc_text,
 )
+from shardc.compiler.explain.on_chip import live_peak, on_chip
 from shardc.compiler.propagation.values import ModuleValues
 
 _POINTER_BYTES = 8
@@ -233,11 +239,13 @@ def _estimate(values: ModuleValues, top: int,
     packed = _place_in_outputs(intervals, slots)
     inside = {id(iv) for iv in packed}
     heaped = [iv for iv in intervals if id(iv) not in inside]
-    live, at = _live_peak(heaped, len(ops))
+    chip = on_chip(heaped, active_rules().on_chip_bytes, len(ops), body=False)
+    heaped = [iv for iv in heaped if all(iv is not c for c in chip)]
+    live, at = live_peak(heaped, len(ops))
     peak_op = ops[at] if live else -1
     temp = heap_bytes([(iv.start, iv.end, iv.size) for iv in heaped],
                       active_rules().heap_alignment)
-    inside = {id(iv.buffer) for iv in packed if iv.buffer is not None}
+    inside = {id(iv.buffer) for iv in (*packed, *chip) if iv.buffer is not None}
     kept = [b for b in walker.buffers if id(b) not in inside]
     largest = tuple(map(walker.described,
                         sorted(kept, key=lambda b: -b.bytes_per_device)[:top]))
@@ -344,17 +352,3 @@ def _place_in_outputs(intervals: list[Interval],
                 packed.append(interval)
                 break
     return packed
-
-
-def _live_peak(intervals: list[Interval], length: int) -> tuple[int, int]:
-    """The largest sum of live intervals, and the first position reaching it."""
-    change = [0] * (length + 1)
-    for interval in intervals:
-        change[interval.start] += interval.size
-        change[interval.end + 1] -= interval.size
-    live, best, at = 0, 0, 0
-    for i in range(length):
-        live += change[i]
-        if live > best:
-            best, at = live, i
-    return best, at

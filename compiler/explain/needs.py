@@ -12,6 +12,9 @@ The liveness walk (``liveness``) turns them into buffers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from math import prod
+
+from jaxlib.mlir.dialects import stablehlo
 
 from shardc.compiler.cost.fusion import CHLO_ELEMENTWISE, FREE, FUSIBLE
 from shardc.compiler.cost.op_comm import computation_axes, required_sharding
@@ -27,6 +30,7 @@ from shardc.compiler.cost.reshard import (
 from shardc.compiler.explain.layout import relayout, transposed_gather
 from shardc.compiler.propagation.graph import ELEMENTWISE
 from shardc.compiler.propagation.values import ModuleValues
+from shardc.compiler.sharding.axes import size_product
 
 RESHARDS = frozenset({"sdy.reshard", "sdy.sharding_constraint"})
 _DOTS = frozenset({"stablehlo.dot_general", "stablehlo.convolution"})
@@ -52,6 +56,11 @@ class OpNeeds:
     reduced: dict[int, tuple] = field(default_factory=dict)  # op -> all-reduced axes
     # result -> bytes of its partial sums when the all-reduce precedes a slice
     partial: dict[int, int] = field(default_factory=dict)
+    # (value, dot) pairs where the dot reads the value's second-layout copy
+    relaid: set[tuple[int, int]] = field(default_factory=set)
+    # results a reduce-scatter writes (a platform that forms them, XLA:TPU): the
+    # shard is their buffer, the partial sums live only while their op runs
+    scattered: set[int] = field(default_factory=set)
     moved: set[int] = field(default_factory=set)  # explicit reshards that move data
     # (while op, body argument) whose wide copy XLA hoists out of the loop
     hoisted: set[tuple[int, int]] = field(default_factory=set)
@@ -70,7 +79,54 @@ class OpNeeds:
         memo: dict[tuple, tuple] = {}
         for op in range(len(values.graph.ops)):
             found._collect(values, op, memo)
+        if active_rules().copies_operands_per_layout:
+            found._copy_per_layout(values)
         return found
+
+    def _copy_per_layout(self, values: ModuleValues) -> None:
+        """Record the second-layout copy of each value dots read in two layouts
+        (``PlatformRules.copies_operands_per_layout``).
+
+        XLA:TPU's layout assignment gives a dot's operand the layout its kernel
+        wants, the contracted dimensions minor; its matrix unit reads either of an
+        operand's two minor dimensions as the contracted one (attention's
+        probabilities, saved ``{2,3,1,0}``, serve ``p @ v`` and ``p^T @ dout``). A
+        value that one dot contracts over its last dimension and another over a
+        dimension before those two (a layer's normalised input ``h``: ``h @ w`` in
+        the forward, ``h^T @ dy`` over batch and sequence for the weight's
+        gradient) keeps its own layout for the first and is copied for the
+        others as soon as it is computed (they read the copy, not the value), the
+        copy live until the last of them:
+        the llama-shaped step's ``copy.98 = bf16[1,2048,2048]{1,2,0} copy(
+        multiply_multiply_fusion.3)`` per norm and layer in XLA:TPU's buffer
+        assignment, made in the forward and read by the backward's dot. An
+        operand the dot reads resharded (a gathered weight) is the gather's
+        buffer, written in the layout wanted.
+        """
+        graph = values.graph
+        for value in range(len(graph.values)):
+            minor, other = [], []
+            for user, index in graph.uses[value]:
+                if graph.op_name[user] != "stablehlo.dot_general" or index > 1 or any(
+                        key[0] == value for key, _, _ in self.needs.get(user, ())):
+                    continue
+                contracted = _contracted(graph.ops[user], index)
+                rank = len(graph.value_shape[value] or ())
+                if contracted is None or not rank:
+                    continue
+                if rank - 1 in contracted:
+                    minor.append(user)
+                elif any(dim < rank - 2 for dim in contracted):
+                    other.append(user)
+            tensor = values.tensor(value) if minor and other else None
+            if tensor is None or tensor.sharding is None:
+                continue
+            size = shard_bytes(tensor.shape, tensor.element_bytes,
+                               dim_axes(tensor.sharding, len(tensor.shape)))
+            for user in other:
+                self.needs.setdefault(user, []).append(
+                    ((value, ("transposed", "contracted minor")), size, 0))
+                self.relaid.add((value, user))
 
     def _collect(self, values: ModuleValues, op: int, memo: dict[tuple, tuple]) -> None:
         """Record the reshard buffers and all-reduces op ``op`` needs."""
@@ -115,7 +171,7 @@ class OpNeeds:
         known = memo.get(key)
         if known is None:
             known = memo[key] = (rule, *_rule_needs(rule, operands, results, mesh))
-        _, reduced, wanted = known
+        _, reduced, wanted, contraction = known
         copied = relayout(graph.ops[op], name, operands, results)
         if copied.pop(-1, 0):  # a result in a non-canonical layout: transposed copy
             self.extra[op] = self.extra.get(op, 0) + sum(
@@ -153,7 +209,9 @@ class OpNeeds:
             self._widen_arithmetic(values, op, operands)
         if reduced:
             self.reduced[op] = tuple(sorted(str(a) for a in reduced))
-            self._partial_sums(graph.op_results[op], results, reduced)
+            windowed = name == "stablehlo.dot_general" and active_rules().windowed_reduce_scatter(
+                contraction, size_product(reduced), 0) is not None
+            self._partial_sums(op, graph.op_results[op], results, reduced, windowed)
 
     def _gathered(self, values: ModuleValues, key: tuple, op: int) -> tuple:
         """The buffer op ``op``'s gather of ``key`` (a value and its target) writes:
@@ -302,24 +360,49 @@ class OpNeeds:
             value = graph.op_operands[owner][0]
         return False
 
-    def _partial_sums(self, values: list[int], results, reduced: set) -> None:
+    def _partial_sums(self, op: int, values: list[int], results, reduced: set,
+                      windowed: bool) -> None:
         """Record the unsliced partial-sum buffers of an op whose result is sharded
         over axes it also reduces over.
 
-        XLA all-reduces the partial sums at the shape the op computed them in
+        XLA:CPU all-reduces the partial sums at the shape the op computed them in
         (those axes not sharding the result) and slices afterwards, the slice
         fused into each reader (``partition-id`` operands), so the all-reduce's
         full buffer lives as long as the sliced value is read. Seen in
         lm_linen_unconstrained's buffer assignment: the MLP up-projections
         contract over `data` and ``all-reduce.9``/``.19`` (f32[8,16,32], the
         whole batch) live from the forward to the gelu gradient.
+
+        A platform that forms reduce-scatters (XLA:TPU) writes the result's shard
+        instead, the partial sums a buffer live only while the op runs, and none at
+        all where the dot is reduce-scattered by a windowed loop, which computes the
+        shard chunk by chunk (``PlatformRules.windowed_reduce_scatter``): the
+        llama-shaped step's output-projection gradient is ``bf16[128,8016]`` in
+        XLA:TPU's buffer assignment (``while.274``'s accumulators), never the
+        ``[2048,8016]`` partial sums.
         """
+        scatters = active_rules().forms_reduce_scatter
         for value, result in zip(values, results):
             axes = dim_axes(result.sharding, len(result.shape))
             if not any(axis in reduced for dim in axes for axis in dim):
                 continue
             kept = [[axis for axis in dim if axis not in reduced] for dim in axes]
-            self.partial[value] = shard_bytes(result.shape, result.element_bytes, kept)
+            partial = shard_bytes(result.shape, result.element_bytes, kept)
+            if not scatters:
+                self.partial[value] = partial
+                continue
+            self.scattered.add(value)
+            if not windowed:
+                self.extra[op] = self.extra.get(op, 0) + partial
+
+
+def _contracted(op, index: int) -> set[int] | None:
+    """The dimensions dot ``op`` contracts of its operand ``index`` (None if unread)."""
+    try:
+        dims = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
+    except (KeyError, ValueError, AttributeError):
+        return None
+    return set(dims.lhs_contracting_dimensions if index == 0 else dims.rhs_contracting_dimensions)
 
 
 def _splat(graph, value: int) -> bool:
@@ -328,11 +411,11 @@ def _splat(graph, value: int) -> bool:
     return owner >= 0 and graph.op_name[owner] in CONSTANTS
 
 
-def _rule_needs(rule, operands, results, mesh) -> tuple[set, list[tuple | None]]:
+def _rule_needs(rule, operands, results, mesh) -> tuple[set, list[tuple | None], int]:
     """What an op of ``rule`` on these operands and results needs: the axes it
-    all-reduces over, and per operand None (no reshard) or ``(target axes, whether
+    all-reduces over, per operand None (no reshard) or ``(target axes, whether
     data moves, the target's bytes, bytes of a transposed copy of a gather, whether
-    it is gathered)``."""
+    it is gathered)``, and the elements it contracts."""
     factor_axes, reduction = computation_axes(rule, operands, results, mesh)
     reduced = {axis for axes in reduction.values() for axis in axes}
     wanted: list[tuple | None] = []
@@ -352,4 +435,4 @@ def _rule_needs(rule, operands, results, mesh) -> tuple[set, list[tuple | None]]
         copy = size if transposed_gather(operand.shape, before, after, found) else 0
         gathers = any(c.kind == ALL_GATHER for c in found)
         wanted.append((after, bool(found), size, copy, gathers))
-    return reduced, wanted
+    return reduced, wanted, prod(rule.factor_sizes[f] for f in rule.reduction_factors)
