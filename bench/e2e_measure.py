@@ -322,8 +322,10 @@ def errors_of(expected: Any, actual: Any) -> tuple[float, float]:
             if want != got:
                 raise AssertionError(f"static outputs differ: {want!r} vs {got!r}")
             continue
-        want = host_array(want).astype(np.float64)
-        got = host_array(got).astype(np.float64)
+        want, got = host_array(want), host_array(got)
+        # Complex outputs keep their imaginary part (float64 would drop it).
+        exact = np.complex128 if np.iscomplexobj(want) else np.float64
+        want, got = want.astype(exact), got.astype(exact)
         if want.shape != got.shape:
             raise AssertionError(f"output shapes differ: {want.shape} vs {got.shape}")
         if want.size == 0:

@@ -25,7 +25,11 @@ greedily; equinox layers stacked by ``eqx.filter_vmap`` and scanned
 (``eqx.partition`` / ``combine``, ``eqx.nn.Shared``, ``StateIndex``), a flax
 linen decoder sharded by logical names (``MultiHeadDotProductAttention``,
 ``with_logical_constraint``, a ``TrainState``), and diffrax's dense output,
-``BacksolveAdjoint`` and stiff ``Kvaerno3`` on a sharded batch. Where the ``gemma`` extra is
+``BacksolveAdjoint`` and stiff ``Kvaerno3`` on a sharded batch; a spectral layer
+whose FFT is a ``jax.experimental.custom_partitioning`` op (jax docs' partition
+rule with a ``sharding_rule`` for Shardy) and an equinox U-Net (``Conv2d``,
+``GroupNorm``, pooling, ``ConvTranspose2d``) trained with its head frozen by
+``eqx.tree_at`` + ``eqx.partition``. Where the ``gemma`` extra is
 installed (it needs tensorflow), Gemma's library (a small ``gm.nn.Transformer``
 trained with optax). Each module holds one
 program, with the zoo's interface (``NAME``, ``SIZES``, ``make(size) ->
@@ -49,8 +53,10 @@ from bench.libzoo import (
     eqx_filter_jit,
     eqx_partition_jit,
     eqx_scan_layers,
+    eqx_unet_frozen,
     flax_nnx_scan_explicit,
     flax_nnx_sharded,
+    jax_custom_partitioning_fft,
     jax_host_callback_scan,
     jaxtyping_mlp,
     linen_logical_attention,
@@ -85,6 +91,8 @@ _MODULES = (
     eqx_scan_layers,
     linen_logical_attention,
     diffrax_dense_adjoints,
+    jax_custom_partitioning_fft,
+    eqx_unet_frozen,
 )
 # Programs of a library too heavy for the ``libzoo`` extra (gemma brings kauldron and
 # tensorflow: the ``gemma`` extra), registered only where it is installed: program name

@@ -11,6 +11,7 @@ threshold to loosen. Timing is left to ``bench/e2e.py``.
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 
 from bench import e2e_measure, e2e_table
@@ -80,6 +81,15 @@ def test_ratio_handles_zero_jax_figures():
     assert e2e_measure.ratio(5, 0) is None
     assert math.isclose(e2e_measure.ratio(3, 4), 0.75)
     assert e2e_table.format_ratio(None) == "∞"
+
+
+def test_errors_of_complex_outputs_count_the_imaginary_part():
+    expected = np.array([1 + 2j, 3 - 1j], np.complex64)
+    assert e2e_measure.errors_of(expected, expected.copy()) == (0.0, 0.0)
+    imaginary_off = expected + np.array([0.5j, 0], np.complex64)
+    worst_abs, worst_rel = e2e_measure.errors_of(expected, imaginary_off)
+    assert math.isclose(worst_abs, 0.5)
+    assert math.isclose(worst_rel, 0.5 / abs(3 - 1j), rel_tol=1e-6)
 
 
 def test_table_shows_a_failed_program_with_its_error():
