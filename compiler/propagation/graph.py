@@ -18,6 +18,7 @@ from operator import attrgetter
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.propagation import step_memo
 from shardc.compiler.propagation.compact_rule import CompactRule, compact_rule
 from shardc.compiler.propagation.step_memo import StepMemo
 from shardc.compiler.sharding.rule import OpShardingRule
@@ -29,6 +30,7 @@ from shardc.compiler.sharding.rules import (
     rule_from_texts,
 )
 from shardc.compiler.sharding.rules.elementwise import POINTWISE_OPS
+from shardc.compiler.sharding.tensor import MeshInfo
 from shardc.dialects.sdy import SHARDING_RULE_ATTR
 
 # Ops that must never be erased even when unused (MLIR: not memory-effect free).
@@ -146,7 +148,8 @@ class ReadMemo:
     ``texts``) and parsed shardings (``ShardingStore``), all keyed on uniqued
     pointers, which stay valid as long as the context lives, the rule
     attributes written back (``keep_sharding_rules``) and what the drivers of
-    these graphs repeat (``step_memo.StepMemo``). A caller that
+    these graphs repeat (``step_memo.StepMemo``, the one of the first store
+    read: ``bind_steps``). A caller that
     propagates many copies of one module (the cost-aware search) hands each
     graph the same memo; it holds only for one context, one set of meshes and
     one ``conservative`` setting.
@@ -158,7 +161,13 @@ class ReadMemo:
         self.shardings: dict[int, object] = {}
         # id of a rule -> (the rule, kept alive so the id stays its own, its attribute).
         self.rule_attributes: dict[int, tuple[OpShardingRule, ir.Attribute]] = {}
-        self.steps = StepMemo()
+        self.steps: StepMemo | None = None
+
+    def bind_steps(self, meshes: dict[str, MeshInfo]) -> StepMemo:
+        """The step memo of these reads: that of every read of the same meshes."""
+        if self.steps is None:
+            self.steps = step_memo.for_meshes(meshes)
+        return self.steps
 
 
 class PropagationGraph:

@@ -97,7 +97,7 @@ class ShardingStore:
         # on tuples of ints instead of hashing nested tuples each time. The ids
         # are shared by every store of one ``ReadMemo``, as the step memo is.
         self.sid: list[int] = []
-        self._intern = graph.memo.steps.sharding_ids
+        self._intern = graph.memo.bind_steps(self.meshes).sharding_ids
         self._parsed = graph.memo.shardings
         # The shardings written on function boundaries, by attribute: what parsing
         # the attribute would give (the export stage reads them there).
