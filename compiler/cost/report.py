@@ -29,6 +29,7 @@ from math import prod
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.cost.folded import folded_value, untaken
 from shardc.compiler.cost.heights import block_heights, block_of, gather_reused
 from shardc.compiler.cost.indexed import indexed_communication
 from shardc.compiler.cost.op_comm import OpCommunication, dims_text, op_communication
@@ -289,8 +290,11 @@ def _bytes_layout(reader: ModuleValues) -> list[tuple | bool | str | None]:
     by ``_return_bytes`` (with ``costs``)."""
     graph = reader.graph
     layout: list[tuple | bool | str | None] = []
+    folds = reader.facts.setdefault("folded branches", {})
     for op, name in enumerate(graph.op_name):
-        if (name == "func.return" and reader.costs is not None
+        if untaken(graph, op, folds):
+            layout.append(None)  # in a branch XLA folds away
+        elif (name == "func.return" and reader.costs is not None
                 and graph.op_name[graph.op_parent[op]] == "func.func"):
             layout.append(_RETURN)
         elif not _by_rule(graph, op):
@@ -418,8 +422,11 @@ def _branch_found(reader: ModuleValues, op: int) -> Iterator[_Found]:
     is broadcast by an all-reduce)."""
     graph = reader.graph
     owner = graph.op_parent[op]
+    folds = reader.facts.setdefault("folded branches", {})
     for k, (value, result) in enumerate(zip(graph.op_operands[op], graph.op_results[owner])):
-        src, dst = reader.tensor(value), reader.sharding(result)
+        # a folded case's result is what its taken branch returned
+        src = reader.tensor(folded_value(graph, value, folds))
+        dst = reader.sharding(result)
         if src is None or dst is None or src.sharding is None:
             continue
         found = _resharded(reader, src, dst)
@@ -693,7 +700,10 @@ def comm_report_of(reader: ModuleValues) -> CommReport:
     cache fills), for the platform predicted for (``platforms.active_rules``)."""
     sites: list[tuple[int, CommEntry]] = []
     trips: dict[int, int | None] = {}  # while loop -> its static trip count
+    folds = reader.facts.setdefault("folded branches", {})
     for op in range(len(reader.graph.ops)):
+        if untaken(reader.graph, op, folds):
+            continue  # in a branch XLA folds away: never compiled
         sites.extend((op, entry) for entry in
                      collectives_at(reader, op, runs_per_step(reader.graph, op, trips)))
     return CommReport(tuple(entry for _, entry in as_compiled(reader, sites)),

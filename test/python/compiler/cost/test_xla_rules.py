@@ -80,3 +80,24 @@ def test_operand_sharded_on_the_group_axes_is_gathered_inside_the_groups_after()
         (P("data"), P("data", "model")), P("data", None, "model"))
     assert predicted == compiled == {"all-gather": 16384, "all-to-all": 16384}
 
+
+
+def test_branch_on_a_constant_index_is_folded_away():
+    """An error check on values known when tracing (equinox's ``error_if`` of
+    diffrax's ``t1 < t0``): a ``case`` whose index folds to a constant. XLA keeps
+    only the taken branch, so the host callback's result of the other branch is
+    never broadcast (no all-reduce)."""
+
+    def checked(x):
+        t0, t1 = jnp.float32(0.0), jnp.float32(10.0)
+        direction = jnp.where(t0 < t1, 1.0, -1.0)
+        bad = (t1 * direction) < (t0 * direction)
+
+        def fail(x):
+            return jax.pure_callback(lambda v: np.asarray(v), jax.ShapeDtypeStruct(
+                x.shape, x.dtype), x)
+
+        return jax.lax.cond(bad, fail, lambda x: x * 2.0, x)
+
+    predicted, compiled = predicted_and_compiled(checked, (ones(8, 4),), (P("data"),), P())
+    assert predicted == compiled
