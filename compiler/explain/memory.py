@@ -57,9 +57,10 @@ not divide counting padded like XLA pads it:
   the operand in that output's allocation);
 * dots in a wider type: on XLA:CPU a bf16 dot's operands are converted to f32
   buffers (one per value, kept for all its dots), its f32 result is live
-  while it runs (``PlatformRules.dot_computed_as``), and in a loop body the
-  convert of a slice of a loop-invariant input is hoisted: the whole input in
-  f32 while the loop runs;
+  while it runs (``PlatformRules.dot_computed_as``); an operand the dot reads
+  resharded is converted once resharded (the narrow reshard freed then); in a
+  loop body the convert of a slice of a loop-invariant input is hoisted: the
+  whole input in f32 while the loop runs;
 * the heap: temporaries are packed as XLA's buffer assigner packs them
   (``heap``: best fit, largest or longest-lived first, offsets aligned to
   64 bytes on XLA:CPU), so ``temp`` is the heap's size, at least the live peak.
