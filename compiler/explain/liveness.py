@@ -103,6 +103,7 @@ class LivenessWalker:
         self.extra, self.needs, self.reduced = found.extra, found.needs, found.reduced
         self.partial, self.moved = found.partial, found.moved
         self.scattered, self.relaid = found.scattered, found.relaid
+        self.converted = found.converted
         self.block_args: dict[int, list[int]] = {}  # first op of a block -> its arguments
         for op in range(len(graph.ops)):
             for block_args, block_ops in graph.op_blocks[op]:
@@ -559,6 +560,7 @@ class LivenessWalker:
         # buffer is live from the first consumer to the last one in this block.
         spans: dict[tuple, list[int]] = {}
         copies: dict[int, int] = {}
+        read_narrow: set[tuple] = set()  # reshards some op reads as they are, not wide
         for i, op in enumerate(ops):
             for key, size, copy in self.needs.get(op, ()):
                 if key in spans:
@@ -566,6 +568,8 @@ class LivenessWalker:
                 else:
                     spans[key] = [i, i, size]
                     copies[i] = copies.get(i, 0) + copy
+                if graph.op_name[op] != "stablehlo.dot_general":
+                    read_narrow.add(key)
         # XLA's scheduler runs a reshard of an argument first thing: it depends on
         # nothing else, so its buffer is live from the block's start. A sharding
         # constraint on the argument changes nothing: lm_linen_unconstrained's weight
@@ -581,6 +585,8 @@ class LivenessWalker:
             elif target[0] == "transposed" and self.graph.value_def[value] >= 0:
                 first = min(first, position.get(
                     self.top_user(self.graph.value_def[value], ops[0]), first))
+            if (value, target) in self.converted and (value, target) not in read_narrow:
+                last = first  # the dots read its wide copy, converted right after it
             gathered.setdefault(first, []).append(
                 (self.aligned(size), last, target[0] not in ("transposed", "widened")))
         extend = self.combined(ops)

@@ -59,9 +59,10 @@ not divide counting padded like XLA pads it:
   the operand in that output's allocation);
 * dots in a wider type: on XLA:CPU a bf16 dot's operands are converted to f32
   buffers (one per value, kept for all its dots), its f32 result is live
-  while it runs (``PlatformRules.dot_computed_as``), and in a loop body the
-  convert of a slice of a loop-invariant input is hoisted: the whole input in
-  f32 while the loop runs;
+  while it runs (``PlatformRules.dot_computed_as``); an operand the dot reads
+  resharded is converted once resharded (the narrow reshard freed then); in a
+  loop body the convert of a slice of a loop-invariant input is hoisted: the
+  whole input in f32 while the loop runs;
 * on chip (XLA:TPU, ``on_chip``): the buffers its memory-space assignment keeps
   in VMEM are not HBM temporaries: a loop body's while they fit, a gathered
   operand, a buffer read only by the op after its writer;

@@ -69,6 +69,8 @@ class OpNeeds:
     # while op -> bytes of the largest narrow input converted whole before it and
     # read by nothing else
     converted_last: dict[int, int] = field(default_factory=dict)
+    # reshards (value, target) some dot reads only as a wide copy
+    converted: set[tuple] = field(default_factory=set)
 
     @classmethod
     def collect(cls, values: ModuleValues) -> OpNeeds:
@@ -177,6 +179,7 @@ class OpNeeds:
             self.extra[op] = self.extra.get(op, 0) + sum(
                 shard_bytes(r.shape, r.element_bytes, dim_axes(r.sharding, len(r.shape)))
                 for r in results)
+        read_as: dict[int, tuple] = {}  # operand index -> (its reshard's key, target axes)
         for index, want in enumerate(wanted):
             value = graph.op_operands[op][index]
             owner = graph.value_def[value]
@@ -199,12 +202,13 @@ class OpNeeds:
             if gathers and active_rules().all_gather_cse_distance is not None:
                 key = self._gathered(values, key, op)
             self.needs.setdefault(op, []).append((key, size, copy))
+            read_as[index] = (key, after)
         for index, size in copied.items():
             if size:  # XLA copies it transposed as soon as the operand exists
                 value = graph.op_operands[op][index]
                 self.needs.setdefault(op, []).append(((value, ("transposed", op, index)), size, 0))
         if name in _DOTS:
-            self._widen(values, op, operands, results)
+            self._widen(values, op, operands, results, read_as)
         elif name in ARITHMETIC:
             self._widen_arithmetic(values, op, operands)
         if reduced:
@@ -224,7 +228,8 @@ class OpNeeds:
             return key
         return (key[0], (*key[1], ("gathered again by", op)))
 
-    def _widen(self, values: ModuleValues, op: int, operands, results) -> None:
+    def _widen(self, values: ModuleValues, op: int, operands, results,
+               read_as: dict[int, tuple]) -> None:
         """Record the wide buffers of a dot the platform computes in a wider type
         (``PlatformRules.dot_computed_as``): its wide result, live while the dot runs
         (XLA:CPU's ``ynn_fusion`` writes f32, the rounding to bf16 is the next
@@ -232,7 +237,11 @@ class OpNeeds:
         converted copy per operand value, shared by every dot reading it (XLA CSEs
         the converts: a llama-shaped step's f32 weights serve the forward and the
         backward dots), unless the operand is already wide: another such dot's
-        result, seen through ops that only move it."""
+        result, seen through ops that only move it. An operand the dot reads
+        resharded (``read_as``) is converted once resharded: the wide copy has the
+        reshard's shape, and the narrow reshard is freed once converted (a
+        llama-shaped bf16 step's gathered weights: ``convert_convert_fusion.59-77``,
+        f32 copies of the all-gathers, live from the forward into the backward)."""
         graph = values.graph
         wide = active_rules().dot_computed_as
         for value, result in zip(graph.op_results[op], results):
@@ -245,9 +254,14 @@ class OpNeeds:
             value = graph.op_operands[op][index]
             if not element or self._computed_wide(graph, value):
                 continue
-            size = shard_bytes(operand.shape, element,
-                               dim_axes(operand.sharding, len(operand.shape)))
-            self.needs.setdefault(op, []).append(((value, ("widened",)), size, 0))
+            resharded = read_as.get(index)
+            axes = (resharded[1] if resharded else
+                    dim_axes(operand.sharding, len(operand.shape)))
+            size = shard_bytes(operand.shape, element, axes)
+            target = ("widened",) if resharded is None else ("widened", tuple(axes))
+            self.needs.setdefault(op, []).append(((value, target), size, 0))
+            if resharded is not None:
+                self.converted.add(resharded[0])
             self._hoist_widened(values, value, element)
 
     def _widen_arithmetic(self, values: ModuleValues, op: int, operands) -> None:

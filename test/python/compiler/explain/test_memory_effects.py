@@ -131,3 +131,24 @@ def test_all_reduce_writes_a_buffer_apart_from_its_operand():
                  NamedSharding(mesh, P("data")))
     args = (jnp.full((64, 64), 0.01), jnp.zeros((64,)), jnp.ones((64, 64)))
     _assert_close(*_compare(step, args, shardings, donate=(0, 1)))
+
+
+def test_bf16_dot_converts_its_gathered_operand_on_cpu():
+    # FSDP: bf16 weights sharded over data are gathered for the dots, forward and
+    # backward. XLA:CPU converts the gathered weight to f32 once (a copy of the
+    # gathered shape, kept for both dots) and frees the gathered buffer: the wide
+    # copy at the shard's shape beside a long-lived narrow gathered one put the
+    # estimate 17% low.
+    def step(w1, w2, x):
+        def loss(w1, w2):
+            return jnp.mean((jnp.tanh(x @ w1) @ w2).astype(jnp.float32) ** 2)
+        g1, g2 = jax.grad(loss, argnums=(0, 1))(w1, w2)
+        return w1 - (0.1 * g1).astype(w1.dtype), w2 - (0.1 * g2).astype(w2.dtype)
+
+    mesh = _mesh()
+    d, hidden = 256, 512
+    args = (jnp.full((d, hidden), 0.01, jnp.bfloat16), jnp.full((hidden, d), 0.01, jnp.bfloat16),
+            jnp.ones((64, d), jnp.bfloat16))
+    shardings = (NamedSharding(mesh, P("data", "model")), NamedSharding(mesh, P("model", "data")),
+                 NamedSharding(mesh, P("data")))
+    _assert_close(*_compare(step, args, shardings))
