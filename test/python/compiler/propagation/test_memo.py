@@ -153,6 +153,40 @@ def test_memo_off_gives_the_same_module(monkeypatch, program, plan):
     assert run() == memoised
 
 
+# PROGRAM on a mesh of other axis sizes under the same name: not the same steps.
+OTHER_MESH = PROGRAM.replace('<["a"=2, "b"=4]>', '<["a"=4, "b"=2]>')
+
+
+def test_a_module_of_another_context_replays_the_steps(monkeypatch):
+    """Every read of modules with the same meshes shares one step memo: the same program
+    parsed again (a new context, as every lowering has) computes no step and prints
+    what the first propagation printed; another mesh under the same name gets a memo
+    of its own."""
+    computed = []
+    original = Driver._step
+
+    def step(self, *args, **kwargs):
+        computed.append(args)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Driver, "_step", step)
+
+    def run(program: str) -> str:
+        module = ir.Module.parse(program, make_context())
+        propagate(module.operation, plan="user-priority")
+        return str(module)
+
+    first = run(PROGRAM)
+    computed.clear()
+    assert run(PROGRAM) == first
+    assert not computed
+    other = run(OTHER_MESH)
+    assert computed
+    computed.clear()
+    assert run(OTHER_MESH) == other
+    assert not computed
+
+
 def test_basic_then_aggressive_resolves_the_conflict():
     module = ir.Module.parse(DOT_CONFLICT, make_context())
     propagate(module.operation, plan="basic-then-aggressive")
