@@ -50,19 +50,21 @@ ShardingAt = Callable[[int, Any], Any]
 
 def anchors(closed: ClosedJaxpr) -> list[int]:
     """Indices of the top-level equations of ``closed`` whose result is an activation:
-    a dot result, or the start of the residual stream (a gather: an embedding's
-    lookup, which MaxText pins), of rank >= 2 whose leading length is a batch."""
+    a dot result, or the start of the residual stream (a gather from an argument: an
+    embedding's lookup, which MaxText pins), of rank >= 2 whose leading length is a
+    batch."""
     jaxpr = closed.jaxpr
     returned = {(tuple(v.aval.shape), v.aval.dtype) for v in jaxpr.outvars
                 if hasattr(v.aval, "shape")}
     batches = {v.aval.shape[0] for v in jaxpr.invars
                if getattr(v.aval, "shape", ()) and
                (tuple(v.aval.shape), v.aval.dtype) not in returned}
+    inputs = set(jaxpr.invars)
     found = []
     for index, eqn in enumerate(jaxpr.eqns):
         name = eqn.primitive.name
-        if len(eqn.outvars) != 1 or (name not in ANCHOR_PRIMITIVES and
-                                     name not in STREAM_PRIMITIVES):
+        lookup = name in STREAM_PRIMITIVES and eqn.invars[0] in inputs  # of a weight's rows
+        if len(eqn.outvars) != 1 or (name not in ANCHOR_PRIMITIVES and not lookup):
             continue
         shape = getattr(eqn.outvars[0].aval, "shape", ())
         if len(shape) >= 2 and shape[0] in batches:

@@ -151,8 +151,9 @@ def starts_stream(reader: ModuleValues, mark: int) -> bool:
     starts (``activations.anchors``' gathers: an embedding's lookup), which
     MaxText's rules pin too."""
     graph = reader.graph
-    return graph.op_name[graph.value_def[graph.op_operands[graph.value_def[mark]][0]]] == (
-        "stablehlo.gather")
+    op = graph.value_def[graph.op_operands[graph.value_def[mark]][0]]
+    return op >= 0 and graph.op_name[op] == "stablehlo.gather" and (
+        graph.value_def[graph.op_operands[op][0]] < 0)  # a function argument's rows
 
 
 def is_residual(reader: ModuleValues, value: int) -> bool:

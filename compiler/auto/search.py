@@ -315,8 +315,7 @@ class Search:
             reader, self.evaluate.value_at(self.groups[g].positions[0]), weight_values) or
             starts_stream(reader, self.evaluate.value_at(self.groups[g].positions[0]))}
         keys = [self.price(self.state)]
-        unconstrained: dict[str, tuple] = {}  # configuration -> its state as written
-        for (name, specs), (_, fsdp, tensor) in zip(seeds, CONFIGURATIONS):
+        for (_name, specs), (_, _fsdp, tensor) in zip(seeds, CONFIGURATIONS):
             state = {}
             for g, spec in zip(weights, specs):
                 state[g] = self._candidate(g, spec)  # several data axes beside model
@@ -327,17 +326,6 @@ class Search:
                     spec = activation_seed(group.shape, self.axes, tensor, residual[g]) if (
                         constrained and g in pinned) else None
                     state[g] = self._candidate(g, spec)
-                keys.append(self.price(dict(state)))
-                if not constrained:
-                    unconstrained[name] = keys[-1]
-            if fsdp and tensor and activations and "tensor parallel" in unconstrained:
-                # MaxText's: the weights also FSDP-sharded, every activation pinned where
-                # tensor parallelism alone puts it (the batch on the data axes, heads,
-                # hidden units and experts on the model axis), so that the weights'
-                # embedding sharding does not reach the activations.
-                placed = unconstrained["tensor parallel"]
-                for g in activations:
-                    state[g] = self._candidate(g, self.propagated(placed, self.groups[g]))
                 keys.append(self.price(dict(state)))
         best = self.ranked(keys)[0]
         fastest = min(keys, key=lambda k: self._priced[k].seconds)

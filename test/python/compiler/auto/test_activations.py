@@ -62,7 +62,10 @@ def test_anchors_include_the_start_of_the_residual_stream():
     def loss(table, w1, w2, ids):
         x = table[ids]
         h = x + jnp.tanh(x @ w1) @ w2
-        return jnp.sum(h * jax.lax.rsqrt(jnp.mean(h * h, -1, keepdims=True) + 1e-6))
+        # not a lookup of an argument's rows: a gather of an activation
+        picked = jnp.take_along_axis(h, ids[..., :1, None] % 32, axis=-1)
+        return jnp.sum(h * jax.lax.rsqrt(jnp.mean(h * h, -1, keepdims=True) + 1e-6)) + (
+            jnp.sum(picked))
 
     closed = jax.make_jaxpr(loss)(np.ones((64, 32), np.float32), np.ones((32, 48), np.float32),
                                   np.ones((48, 32), np.float32), np.zeros((16, 8), np.int32))
@@ -207,9 +210,9 @@ def test_the_expert_mixture_of_experts_state_is_a_seed_of_the_search():
     # MaxText's MoE layout: w1 (experts, embed, hidden) and w2 (experts, hidden, embed)
     # have one shape and one einsum form, but w2's result goes back to the residual
     # stream, so its embedding is its last dimension (structure groups and roles look
-    # through the einsum's transpose); the dispatched tokens keep the experts on the
-    # model axis as tensor parallelism places them. A seed of the search is then the
-    # expert's state, modelled as fast and no heavier.
+    # through the einsum's transpose), and the embedding's lookup is pinned as MaxText
+    # pins it. A seed of the search is then the expert's state, modelled as fast and
+    # no heavier.
     mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
     evaluator, weights, activations = _search_groups(mesh, "llama_moe")
     experts = [g for g in weights if len(g.shape) == 3]
