@@ -38,10 +38,6 @@ from shardc.dialects import jax_private, sdy
 # states their constraints open (output features over the data axes beside the batch)
 # are ones XLA partitions with far more operations than the cost model counts.
 ANCHOR_PRIMITIVES = frozenset({"dot_general"})
-# Where the residual stream starts, which MaxText pins too: an embedding's lookup. (Not
-# its sums: one more group per layer kind lengthens the search, and propagation
-# carries a sum's sharding from the lookup and the dots around it.)
-STREAM_PRIMITIVES = frozenset({"gather"})
 CONSTRAINT = "sdy.sharding_constraint"
 
 # (equation index, result aval) -> the sharding to constrain it to, or None.
@@ -50,8 +46,7 @@ ShardingAt = Callable[[int, Any], Any]
 
 def anchors(closed: ClosedJaxpr) -> list[int]:
     """Indices of the top-level equations of ``closed`` whose result is an activation:
-    a dot result, or the start of the residual stream (a gather: an embedding's
-    lookup, which MaxText pins), of rank >= 2 whose leading length is a batch."""
+    a dot result of rank >= 2 whose leading length is a batch."""
     jaxpr = closed.jaxpr
     returned = {(tuple(v.aval.shape), v.aval.dtype) for v in jaxpr.outvars
                 if hasattr(v.aval, "shape")}
@@ -60,9 +55,7 @@ def anchors(closed: ClosedJaxpr) -> list[int]:
                (tuple(v.aval.shape), v.aval.dtype) not in returned}
     found = []
     for index, eqn in enumerate(jaxpr.eqns):
-        name = eqn.primitive.name
-        if len(eqn.outvars) != 1 or (name not in ANCHOR_PRIMITIVES and
-                                     name not in STREAM_PRIMITIVES):
+        if eqn.primitive.name not in ANCHOR_PRIMITIVES or len(eqn.outvars) != 1:
             continue
         shape = getattr(eqn.outvars[0].aval, "shape", ())
         if len(shape) >= 2 and shape[0] in batches:

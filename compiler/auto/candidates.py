@@ -38,10 +38,6 @@ from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.axes import full_axis
 from shardc.compiler.sharding.tensor import DimSharding, TensorSharding
 
-# Ops that only lay out their operand's elements (an einsum's dot result put in its
-# output order): the structure keys and the residual test look through them.
-LAYOUT_OPS = frozenset({"stablehlo.transpose", "stablehlo.reshape"})
-
 # An assignment of mesh axes to dimensions: one tuple of axis names per dimension, or
 # None for a dimension left open (an activation's: propagation may shard it).
 Spec = tuple[tuple[str, ...] | None, ...]
@@ -146,15 +142,6 @@ def projects_weight(reader: ModuleValues, mark: int, weights: set[int]) -> bool:
     return False
 
 
-def starts_stream(reader: ModuleValues, mark: int) -> bool:
-    """Whether the activation ``mark`` (a mark's result) is where the residual stream
-    starts (``activations.anchors``' gathers: an embedding's lookup), which
-    MaxText's rules pin too."""
-    graph = reader.graph
-    return graph.op_name[graph.value_def[graph.op_operands[graph.value_def[mark]][0]]] == (
-        "stablehlo.gather")
-
-
 def is_residual(reader: ModuleValues, value: int) -> bool:
     """Whether an activation is added to the residual stream as it is (a mixture of
     experts' output, combined first, keeps its experts on the model axis)."""
@@ -212,14 +199,12 @@ def weight_roles(reader: ModuleValues, value: int, width: int | None
 
 def _reaches_add(graph, value: int, hops: int) -> bool:
     """Whether ``value`` is an operand of an ``add`` within ``hops`` ops (the search's
-    marks and the transposes and reshapes that lay out an einsum's result are not
-    counted)."""
+    marks are not counted)."""
     for op, _ in _uses_through_marks(graph, value):
         if graph.op_name[op] == "stablehlo.add":
             return True
-        left = hops if graph.op_name[op] in LAYOUT_OPS else hops - 1
-        if left > 0 and graph.op_results[op] and _reaches_add(
-                graph, graph.op_results[op][0], left):
+        if hops > 1 and graph.op_results[op] and _reaches_add(
+                graph, graph.op_results[op][0], hops - 1):
             return True
     return False
 
@@ -316,11 +301,8 @@ def _use_key(reader: ModuleValues, value: int, depth: int) -> tuple:
             position = -1
         name, _tag, *rest = op_fingerprint(reader, op)
         inner = ()
-        # A transpose or reshape is the layout of its operand's op's result (an einsum's
-        # dot, then its output order): how that result is used is one level further.
-        deeper = depth if name in LAYOUT_OPS else depth - 1
-        if deeper > 0:
-            inner = tuple(_use_key(reader, result, deeper) for result in graph.op_results[op])
+        if depth > 1:
+            inner = tuple(_use_key(reader, result, depth - 1) for result in graph.op_results[op])
         uses.append((name, position, *rest, inner))
     return (graph.value_type_key[value], tuple(sorted(uses, key=repr)))
 

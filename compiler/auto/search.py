@@ -45,7 +45,6 @@ from shardc.compiler.auto.candidates import (
     model_width,
     projects_weight,
     spec_of,
-    starts_stream,
     structured_seeds,
     tensor_sharding,
     weight_roles,
@@ -198,25 +197,18 @@ class Search:
     def settled(self, specs: dict[int, Spec], group: Group) -> Spec | None:
         """The spec propagation gave every member of ``group`` (open) in the state of
         ``specs``, when it gave them one with axes, the same for all; else None."""
-        spec = self.propagated(tuple(sorted(specs.items())), group)
-        if spec is None or not any(spec):
-            return None
-        return spec
-
-    def propagated(self, key: tuple, group: Group) -> Spec | None:
-        """The spec every member of ``group`` has in the propagated state ``key`` (one
-        of the last states priced), the same for all (None: they differ, a sub-axis,
-        or the state's values are no longer kept)."""
-        reader = self._readers.get(key)
+        reader = self._readers.get(tuple(sorted(specs.items())))
         if reader is None:
             return None
         store = reader.store
         found = set()
         for position in group.positions:
-            slot = store.slot_of[self.evaluate.value_at(position)]
+            slot = store.slot_of[self.evaluate.arguments[position]]
             sharding = store.value[slot] if slot >= 0 else None
             found.add(spec_of(sharding, len(group.shape)) if sharding is not None else None)
         (spec,) = found if len(found) == 1 else (None,)
+        if spec is None or not any(spec):
+            return None
         return spec
 
     # -- the search ----------------------------------------------------------
@@ -309,46 +301,29 @@ class Search:
                     for g in activations}
         weight_values = {self.evaluate.value_at(p) for g in weights if self.groups[g].updated
                          for p in self.groups[g].positions}
-        # What the textbook configurations constrain: the weights' forward dots and the
-        # start of the residual stream.
-        pinned = {g for g in activations if projects_weight(
-            reader, self.evaluate.value_at(self.groups[g].positions[0]), weight_values) or
-            starts_stream(reader, self.evaluate.value_at(self.groups[g].positions[0]))}
+        projections = {g for g in activations if projects_weight(
+            reader, self.evaluate.value_at(self.groups[g].positions[0]), weight_values)}
         keys = [self.price(self.state)]
-        unconstrained: dict[str, tuple] = {}  # configuration -> its state as written
-        for (name, specs), (_, fsdp, tensor) in zip(seeds, CONFIGURATIONS):
+        for (_name, specs), (_, _fsdp, tensor) in zip(seeds, CONFIGURATIONS):
             state = {}
             for g, spec in zip(weights, specs):
-                state[g] = self._candidate(g, spec)  # several data axes beside model
+                if spec not in self.groups[g].candidates:  # several data axes beside model
+                    self.groups[g].candidates.append(spec)
+                state[g] = spec
             # Each configuration as written, and with its activations constrained.
             for constrained in (False, True)[:1 + bool(activations)]:
                 for g in activations:
                     group = self.groups[g]
                     spec = activation_seed(group.shape, self.axes, tensor, residual[g]) if (
-                        constrained and g in pinned) else None
-                    state[g] = self._candidate(g, spec)
-                keys.append(self.price(dict(state)))
-                if not constrained:
-                    unconstrained[name] = keys[-1]
-            if fsdp and tensor and activations and "tensor parallel" in unconstrained:
-                # MaxText's: the weights also FSDP-sharded, every activation pinned where
-                # tensor parallelism alone puts it (the batch on the data axes, heads,
-                # hidden units and experts on the model axis), so that the weights'
-                # embedding sharding does not reach the activations.
-                placed = unconstrained["tensor parallel"]
-                for g in activations:
-                    state[g] = self._candidate(g, self.propagated(placed, self.groups[g]))
+                        constrained and g in projections) else None
+                    if spec not in group.candidates:
+                        group.candidates.append(spec)
+                    state[g] = spec
                 keys.append(self.price(dict(state)))
         best = self.ranked(keys)[0]
         fastest = min(keys, key=lambda k: self._priced[k].seconds)
         return [best] if self._priced[fastest].seconds >= self._priced[best].seconds else [
             best, fastest]
-
-    def _candidate(self, g: int, spec: Spec | None) -> Spec | None:
-        """``spec`` for group ``g``, added to its candidates where they lack it."""
-        if spec not in self.groups[g].candidates:
-            self.groups[g].candidates.append(spec)
-        return spec
 
     def _descend(self, limit: int) -> None:
         """Sweeps of single-group moves from ``self.state`` until none improves it or
