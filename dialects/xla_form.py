@@ -46,7 +46,12 @@ mishandle:
   each branch's last op as its root and its verifier rejects roots sharded
   apart ("Inconsistent conditional sharding among instructions"). The copy
   returns such a value through a closed constraint to the case's sharding,
-  the reshard XLA makes at the end of the branch anyway.
+  the reshard XLA makes at the end of the branch anyway. A use of a result of a
+  case with several results reads it through a closed constraint to the case's
+  sharding of it: XLA's conversion folds an identity of a result (``zeros + r``)
+  into the result and moved the folded op's one sharding onto the case, all its
+  results then sharded alike ("Number of tile assignment dimensions ... is
+  different than the input rank" for a scalar among them).
 * ``sdy.sharding`` on an ``ApproxTopK`` custom call: XLA's conversion turns
   the call into its own reduction and rejects any sharding on it ("mhlo.sharding
   is not a supported attribute for ApproxTopK"; jax's own modules never carry
@@ -231,8 +236,9 @@ def _constrain_carries(loop: ir.Operation) -> None:
 
 def _constrain_branch_results(case: ir.Operation) -> None:
     """Have every branch of a ``case`` return each result in the case's sharding of it,
-    through a closed constraint where the returned value is sharded otherwise (the
-    module docstring says why)."""
+    through a closed constraint where the returned value is sharded otherwise, and the
+    uses of a result of a case with several results read it through one (the module
+    docstring says why)."""
     returns = [terminator(region.blocks[0]) for region in case.regions]
     if SHARDING_ATTR in case.attributes:
         shardings = list(
@@ -247,6 +253,10 @@ def _constrain_branch_results(case: ir.Operation) -> None:
                     and not _sharded_as(value, sharding):
                 returned.operands[k] = _constrained(value, sharding,
                                                     ir.InsertionPoint(returned), case.location)
+    if len(case.results) > 1 and SHARDING_ATTR in case.attributes:
+        for result, sharding in zip(case.results, shardings):
+            if _decides_anything(sharding, result.type):
+                _constrain_uses(result, sharding, ir.InsertionPoint.after(case), case.location)
 
 
 def _replicated_like(sharding: ir.Attribute | None, type_: ir.Type) -> ir.Attribute | None:

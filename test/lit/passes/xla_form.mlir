@@ -93,3 +93,32 @@ func.func @barrier_of_differently_sharded_values(
   %d = stablehlo.subtract %b#0, %z {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {"y"}]>]>} : tensor<16x8xf32>
   return %d, %b#1 : tensor<16x8xf32>, tensor<f32>
 }
+
+// -----
+
+// A use of a result of a case with several results reads it through a
+// constraint to the case's sharding of it: XLA's conversion folds an identity
+// of the result (`zeros + r`) into it and moved the add's one sharding onto the
+// case, all its results then sharded alike (the scalar's sharding fails).
+sdy.mesh @mesh = <["x"=4, "y"=2]>
+
+// CHECK-LABEL: func @case_results_read_through_constraints
+// CHECK:      %[[C:.*]]:2 = "stablehlo.case"(%arg0)
+// CHECK:      }) {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}]>, <@mesh, []>]>}
+// CHECK-NEXT: %[[R:.*]] = sdy.sharding_constraint %[[C]]#0 <@mesh, [{"x"}]>
+// CHECK:      stablehlo.add %{{.*}}, %[[R]]
+// CHECK:      return {{.*}}, %[[C]]#1
+func.func @case_results_read_through_constraints(
+    %arg0: tensor<i32>,
+    %arg1: tensor<16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>},
+    %arg2: tensor<f32>) -> (tensor<16xf32>, tensor<f32>) {
+  %0:2 = "stablehlo.case"(%arg0) ({
+    stablehlo.return %arg1, %arg2 : tensor<16xf32>, tensor<f32>
+  }, {
+    %n = stablehlo.negate %arg1 {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}]>]>} : tensor<16xf32>
+    stablehlo.return %n, %arg2 : tensor<16xf32>, tensor<f32>
+  }) {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}]>, <@mesh, []>]>} : (tensor<i32>) -> (tensor<16xf32>, tensor<f32>)
+  %z = stablehlo.constant dense<0.0> : tensor<16xf32>
+  %1 = stablehlo.add %z, %0#0 {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}]>]>} : tensor<16xf32>
+  return %1, %0#1 : tensor<16xf32>, tensor<f32>
+}

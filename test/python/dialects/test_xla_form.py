@@ -205,6 +205,26 @@ def test_cond_inside_while_loop(mesh):
     check_like_jax(f, x, w)
 
 
+def test_cond_results_of_other_ranks_read_by_a_foldable_add():
+    """A ``cond`` returning a sharded vector, a scalar and a matrix, its vector read by
+    ``zeros + v``: XLA's conversion folds the add into the case's result and moved the
+    add's one sharding onto the three-result case ("Number of tile assignment dimensions
+    ... is different than the input rank" for the scalar). Each use of a result now reads
+    it through a constraint to the case's sharding of it; the run equals jax.jit's.
+    (optimistix's IndirectLevenbergMarquardt, whose error check is such a cond.)"""
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+    x, w = put(mesh, rand(16), P("x")), put(mesh, rand(8, 8), P(None, "y"))
+
+    def f(x, w, s):
+        a = jnp.sin(x)
+        r = jax.lax.cond(s > 0, lambda: (a, jnp.sum(a), w),
+                         lambda: (a * 2, jnp.float32(1.0), w * 2))
+        return jnp.zeros_like(a) + r[0], r[1], r[2]
+
+    for s in (1.0, -1.0):
+        check_like_jax(f, x, w, jnp.float32(s))
+
+
 # ------------------------------------------------------------------ the form and its check
 def _lit_program(name):
     """The function ``name`` of the lit test's input, alone in a module."""
