@@ -88,9 +88,12 @@ def _deleted(value: jax.Array, expected: ExpectedArgument) -> DeletedArrayError:
 
 
 def check_arguments(values: Sequence[Any], expected: Sequence[ExpectedArgument],
-                    names: Sequence[str] | None = None) -> None:
+                    names: Sequence[str] | None = None,
+                    unused: Sequence[tuple[Any, Any, str]] = ()) -> None:
     """Every argument against the compiled ones in one pass, all mismatches at once, in
-    jax's words (``names``: jax's names of the arguments, e.g. the parameters').
+    jax's words (``names``: jax's names of the arguments, e.g. the parameters';
+    ``unused``: ``(value, aval, name)`` of each argument the program leaves out,
+    whose type is checked as jax checks it).
 
     Shapes and dtypes first (jax's TypeError), then shardings and layouts: a
     committed array must come with the compiled sharding and lie in the compiled
@@ -100,23 +103,11 @@ def check_arguments(values: Sequence[Any], expected: Sequence[ExpectedArgument],
     types, shardings = [], []
     for k, (value, want) in enumerate(zip(values, expected)):
         name = names[k] if names is not None and k < len(names) else want.path
-        if isinstance(value, jax.ShapeDtypeStruct):
-            raise InvalidArgumentError(
-                f"Argument '{name}' of shape {_short(value.shape, value.dtype)} of type "
-                f"{type(value)} is not a valid JAX type. {want.path}: a ShapeDtypeStruct "
-                "describes an argument but holds no data; call with arrays (or lower() "
-                "with it)")
-        dtype = getattr(value, "dtype", None)
-        if not hasattr(value, "shape") or dtype is None:
-            continue  # Python scalars take the compiled dtype
-        if jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
-            continue  # typed PRNG keys run as their key data, checked when placed
-        if tuple(value.shape) != tuple(want.aval.shape) or (
-                _traced_dtype(value, dtype) != want.aval.dtype):
-            types.append(f"Argument '{name}' compiled with "
-                         f"{_short(want.aval.shape, want.aval.dtype)} and called with "
-                         f"{_short(value.shape, dtype)} ({want.path})")
-        elif isinstance(value, jax.Array) and value.committed and not want.moves_committed \
+        mismatch = _type_mismatch(value, want.aval, name, want.path)
+        if mismatch:
+            types.append(mismatch)
+        elif mismatch == "" and isinstance(value, jax.Array) and value.committed \
+                and not want.moves_committed \
                 and value.sharding is not want.sharding \
                 and frozenset(value.sharding.device_set) == want.device_set \
                 and not value.sharding.is_equivalent_to(want.sharding, value.ndim):
@@ -125,6 +116,9 @@ def check_arguments(values: Sequence[Any], expected: Sequence[ExpectedArgument],
                              f"  Passed sharding: {value.sharding}\n"
                              f"  Required sharding: {want.sharding} ({want.path})"
                              + _device_orders(value.sharding, want.sharding))
+    # The arguments the program leaves out are still of the types it was lowered for.
+    types += filter(None, (_type_mismatch(value, aval, name, name)
+                           for value, aval, name in unused))
     if types:
         which = f"The first 5 of {len(types)}" if len(types) >= 5 else "The"
         raise InvalidArgumentError(
@@ -144,6 +138,26 @@ def check_arguments(values: Sequence[Any], expected: Sequence[ExpectedArgument],
             f"Computation was compiled for input {kind} that disagree with the {kind} "
             f"of arguments passed to it. Here are {count}:\n" + "\n".join(mismatches[:5]))
 
+
+
+def _type_mismatch(value: Any, aval: Any, name: str, path: str) -> str | None:
+    """The line naming ``value``'s shape or dtype where it is not ``aval``'s; "" where
+    it matches; None where the value carries no type to check (Python scalars take
+    the compiled dtype; typed PRNG keys are checked when placed)."""
+    if isinstance(value, jax.ShapeDtypeStruct):
+        raise InvalidArgumentError(
+            f"Argument '{name}' of shape {_short(value.shape, value.dtype)} of type "
+            f"{type(value)} is not a valid JAX type. {path}: a ShapeDtypeStruct "
+            "describes an argument but holds no data; call with arrays (or lower() "
+            "with it)")
+    dtype = getattr(value, "dtype", None)
+    if not hasattr(value, "shape") or dtype is None \
+            or jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
+        return None
+    if tuple(value.shape) != tuple(aval.shape) or _traced_dtype(value, dtype) != aval.dtype:
+        return (f"Argument '{name}' compiled with {_short(aval.shape, aval.dtype)} and "
+                f"called with {_short(value.shape, dtype)} ({path})")
+    return ""
 
 # ``jax.tree.flatten`` without its Python frames (on every donating call: the donated
 # leaves are ``flatten(tree)[0]``).

@@ -323,11 +323,15 @@ class Compiled(Stage, jax.stages.Compiled):
                 f"particular signature. Detected argument of Tracer type {type(tracer)}.")
         effects = self._effects
         values = effects.buffers(leaves) if effects.mutates else leaves  # Refs' arrays
-        taken, names = values, self.arg_names
+        taken, names, unused = values, self.arg_names, ()
         if self._kept is not None:
             taken = [values[i] for i in self._kept]
             names = names and tuple(names[i] for i in self._kept)
-        arguments.check_arguments(taken, expected, names)
+            kept = set(self._kept)
+            unused = [(value, aval, self.arg_names[i] if self.arg_names else f"argument {i}")
+                      for i, (value, aval) in enumerate(zip(values, jax.tree.leaves(self.in_avals)))
+                      if i not in kept]
+        arguments.check_arguments(taken, expected, names, unused)
         relaid = self.placement.relaid
         placed = [
             arguments.place(value, want, self.placement)

@@ -156,6 +156,23 @@ def test_compiled_takes_no_unused_argument():
     assert None not in jax.tree.leaves(kept.input_shardings, is_leaf=lambda v: v is None)
 
 
+
+def test_an_unused_argument_of_another_type_is_refused_as_by_jax_jit():
+    """The program leaves the argument out, but a call still checks its type against
+    the one it was lowered for: jax's TypeError, naming it."""
+    x, y1, y2 = jnp.ones(4), jnp.ones(4), jnp.ones(1)
+
+    def f(x, y):
+        return x + 1
+
+    ours = jit(f).lower(x, y1).compile()
+    theirs = jax.jit(f).lower(x, y1).compile()
+    np.testing.assert_array_equal(ours(x, y1), theirs(x, y1))
+    for compiled in (theirs, ours):
+        with pytest.raises(TypeError, match=r"Argument 'y' compiled with float32\[4\] "
+                                            r"and called with float32\[1\]"):
+            compiled(x, y2)
+
 def test_device_and_backend_choose_where_it_runs():
     device = jax.devices()[3]
     with warnings.catch_warnings():
