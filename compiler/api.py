@@ -133,7 +133,7 @@ class JitFunction(JitCalls, JitSurface):
         self.mesh = mesh
         # Traced and lowered with every argument (shardc's signature, module and
         # reports are per argument); the compiled program leaves out those it never
-        # reads unless `keep_unused` (``shardc.compiler.unused_arguments``).
+        # reads unless `keep_unused` (``shardc.compiler.function.unused_arguments``).
         self._jax_jit = jax.jit(fun, keep_unused=True, **options.tracing_options())
         made_with = (options, mesh, propagate, strict, propagation)
         self._start_dispatch(made_with)

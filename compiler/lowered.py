@@ -24,7 +24,7 @@ import jax
 from jax.sharding import AbstractMesh, Mesh
 from jaxlib.mlir import ir
 
-from shardc.compiler import layouts, unused_arguments
+from shardc.compiler import layouts
 from shardc.compiler.checks.program import check_lowered
 from shardc.compiler.cost import step_time
 from shardc.compiler.cost_aware import Resolution
@@ -32,6 +32,7 @@ from shardc.compiler.effects import program_values
 from shardc.compiler.explain import explain
 from shardc.compiler.explain.reports import ProgramReports
 from shardc.compiler.export import export_lowering
+from shardc.compiler.function import unused_arguments
 from shardc.compiler.signature import LeafSignature
 from shardc.compiler.stages.shardy_pipeline import propagated_copy
 from shardc.dialects import jax_private

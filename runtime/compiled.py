@@ -140,7 +140,7 @@ class Compiled(Stage, jax.stages.Compiled):
             placed_layouts=placed_layouts, kept=kept)
         # The argument leaves the executable takes (None: every one), as jax's
         # ``kept_var_idx``: ``inputs`` are theirs; the others are neither placed nor
-        # passed (``shardc.compiler.unused_arguments``).
+        # passed (``shardc.compiler.function.unused_arguments``).
         self._kept = None if kept is None else tuple(kept)
         # ``inputs`` and ``outputs`` are the program's own after its tokens: the
         # closed-over Refs follow the arguments, Refs' new values are among the

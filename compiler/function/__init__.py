@@ -7,5 +7,7 @@ control as jax.jit's object has them; ``binding``: the jit primitive a shardc
 jit binds under an enclosing trace; ``calling``: calls through jax's C++
 dispatch, and the executables they compile; ``annotated``: jax's module with
 shardc's shardings written on it, and propagated; ``hitypes``: programs with
-jax's high-level types; ``pjit``: jax's ``pjit`` on shardc's jit.
+jax's high-level types; ``pjit``: jax's ``pjit`` on shardc's jit;
+``unused_arguments``: the arguments a program never reads, left out of what XLA
+compiles.
 """
