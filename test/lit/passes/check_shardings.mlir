@@ -25,7 +25,7 @@ func.func @indivisible(%arg0: tensor<6x16xf32> {sdy.sharding = #sdy.sharding<@m,
 sdy.mesh @m = <["x"=4, "y"=2]>
 func.func @implicit_all_gather(%arg0: tensor<16x32xf32> {sdy.sharding = #sdy.sharding<@m, [{"x"}, {}]>},
                                %arg1: tensor<32x64xf32> {sdy.sharding = #sdy.sharding<@m, [{}, {"x"}]>}) -> (tensor<16x64xf32> {sdy.sharding = #sdy.sharding<@m, [{"x"}, {}]>}) {
-  // expected-warning@+1 {{implicit reshard: operand 1 (tensor<32x64xf32>) needs an all-gather over "x", 8192 bytes per device (sharded [{}, {"x"}], the op needs [{}, {}]) [implicit-reshard]}}
+  // expected-warning@+1 {{implicit reshard: operand 1 (tensor<32x64xf32>) needs an all-gather over "x", 8192 bytes per device (sharded [{}, {"x"}], the dot groups on the other operand's non-contracting axes and first moves it to [{}, {}]) [implicit-reshard]}}
   %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] {sdy.sharding = #sdy.sharding_per_value<[<@m, [{"x"}, {}]>]>} : (tensor<16x32xf32>, tensor<32x64xf32>) -> tensor<16x64xf32>
   return %0 : tensor<16x64xf32>
 }
