@@ -12,6 +12,7 @@ and each call only places arguments, executes and wraps.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import weakref
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -327,10 +328,7 @@ class Compiled(Stage, jax.stages.Compiled):
         if self._kept is not None:
             taken = [values[i] for i in self._kept]
             names = names and tuple(names[i] for i in self._kept)
-            kept = set(self._kept)
-            unused = [(value, aval, self.arg_names[i] if self.arg_names else f"argument {i}")
-                      for i, (value, aval) in enumerate(zip(values, jax.tree.leaves(self.in_avals)))
-                      if i not in kept]
+            unused = [(values[i], aval, name) for i, aval, name in self._left_out]
         arguments.check_arguments(taken, expected, names, unused)
         relaid = self.placement.relaid
         placed = [
@@ -381,6 +379,15 @@ class Compiled(Stage, jax.stages.Compiled):
         return jax_private.fast_path(self._xla_executable, outputs, in_shardings,
                                      list(self._output_shardings),
                                      self._dispatch_layouts[:len(self._input_shardings)], kept)
+
+    @functools.cached_property
+    def _left_out(self) -> tuple[tuple[int, Any, str], ...]:
+        """``(position, aval, name)`` of each argument leaf the program leaves out (its
+        type is still checked on calls), read once: ``in_avals`` and ``arg_names`` are
+        set after construction."""
+        kept = set(self._kept or ())
+        return tuple((i, aval, self.arg_names[i] if self.arg_names else f"argument {i}")
+                     for i, aval in enumerate(jax.tree.leaves(self.in_avals)) if i not in kept)
 
     def _dynamic(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """Drop the static arguments if the caller passed them again (they must match)."""
