@@ -1381,6 +1381,19 @@ def key_reuse_checked(traced: Any, dynamic_leaves: list, run: Any) -> Any:
     return outputs
 
 
+def as_placed_host_value(value: Any, array: Any) -> Any:
+    """``array`` (host data converted from ``value``) typed as jax.jit's dispatch types
+    ``value`` when placing it: a Python scalar (``1``, ``2.0``) is weakly typed, so
+    what jax says of its transfer (the transfer guard's ``aval=ShapedArray(int32[],
+    weak_type=True)``) is what it says for ``jax.jit``'s."""
+    from jax._src import core, dtypes, literals
+
+    if not dtypes.is_weakly_typed(value):
+        return array
+    return literals.TypedNdArray(array, aval=core.ShapedArray(array.shape, array.dtype,
+                                                              weak_type=True))
+
+
 def has_jax_argument_handler(value: Any) -> bool:
     """Whether jax's dispatch places values of ``value``'s type (jax's
     ``shard_arg_handlers``: where a user registers an array type of their own, with

@@ -279,6 +279,7 @@ def _host_value(value: Any, expected: ExpectedArgument, counts: PlacementCounts)
         # float0 (the tangent type of integers) holds no data: it runs as booleans, as
         # jax places it.
         array = np.zeros(array.shape, dtype=np.bool_)
+    array = jax_private.as_placed_host_value(value, array)
     return jax_private.place_as_jit(array, expected.sharding,
                                     None if expected.default_layout else expected.layout)
 

@@ -71,3 +71,26 @@ def test_arguments_in_place_need_no_transfer(wrap):
     with jax.transfer_guard("allow"):
         np.testing.assert_array_equal(out, np.arange(16.0).reshape(8, 2) * 2)
     assert out.sharding == x.sharding
+
+
+@pytest.mark.parametrize("value", [1, 2.0, 1j, True, np.float32(1)],
+                         ids=["int", "float", "complex", "bool", "np.float32"])
+def test_refused_python_scalar_named_as_jax_jit_names_it(value):
+    # jax.jit's dispatch places a Python scalar weakly typed, and its transfer guard
+    # says so: aval=ShapedArray(int32[], weak_type=True).
+    messages = []
+    for wrap in (jax.jit, jit):
+        f = wrap(lambda x: x + 1)
+        with jax.transfer_guard("disallow"):
+            messages.append(str(error_of(lambda: f(value))))
+    jax_message, message = messages
+    assert "Disallowed host-to-device transfer" in jax_message
+    assert message == jax_message
+
+
+@pytest.mark.parametrize("value", [3, 2.5, True])
+def test_python_scalar_arguments_compute_as_jax_jit(value):
+    expected = jax.jit(lambda x: x * 2)(value)
+    out = jit(lambda x: x * 2)(value)
+    assert out.dtype == expected.dtype and out.weak_type == expected.weak_type
+    np.testing.assert_array_equal(out, expected)
