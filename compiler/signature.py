@@ -480,6 +480,7 @@ def argument_signature(
             checked.add((sharding, aval.shape))
         if given_here:
             check_committed_sharding(path, value, sharding)
+            check_host_data_sharding(path, value, sharding)
             traced_as = entered_as(traced_as, sharding)
         leaves.append(LeafSignature(path, aval, sharding, traced_as,
                                     moved_by_jit=given_here or placed_by_jit,
@@ -563,6 +564,23 @@ def check_committed_sharding(path: str, value: Any, sharding: NamedSharding) -> 
         f"{value.aval.str_short()} ({path}: the argument is tiled as {own} but the given "
         f"sharding tiles it as {wanted}; device_put it with the given sharding, or leave "
         "its in_shardings entry None to follow it)")
+
+
+def check_host_data_sharding(path: str, value: Any, sharding: NamedSharding) -> None:
+    """With several processes, a numpy array given a sharding that splits it is refused
+    (jax.jit's rule): each process holds its own numpy data, so which process's rows
+    a device gets would be a guess; a global array is made from the processes' data
+    explicitly (``jax.make_array_from_process_local_data``)."""
+    if not isinstance(value, np.ndarray) or sharding.is_fully_replicated \
+            or jax.process_count() == 1:
+        return
+    raise ArgumentShardingError(
+        "Passing non-trivial shardings for numpy inputs is not allowed. To fix this error, "
+        "either specify a replicated sharding explicitly or use "
+        "`jax.make_array_from_process_local_data(...)` to convert your host local numpy "
+        "inputs to a jax.Array which you can pass to jit. If the numpy input is the same "
+        "on each process, then you can use `jax.make_array_from_callback(...) to create a "
+        f"`jax.Array` which you can pass to jit. Got arg type: {jax.typeof(value)} ({path})")
 
 
 def _argument_path(path: str) -> str:

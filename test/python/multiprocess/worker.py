@@ -75,6 +75,21 @@ def main() -> None:
     np.testing.assert_allclose(np.asarray(total), full.sum(), rtol=1e-5)
     np.testing.assert_array_equal(np.asarray(global_to_host_local(as_global, mesh, spec)), rows)
     print("OK host_local_round_trip", flush=True)
+
+    # A numpy argument given a sharding that splits it: each process's numpy data is
+    # its own, so jax.jit refuses it (a replicated one is fine), and so does shardc.
+    host = np.arange(16, dtype=np.float32)
+    errors = []
+    for wrap in (jax.jit, jit):
+        np.testing.assert_array_equal(
+            np.asarray(wrap(lambda a: a, in_shardings=jax.NamedSharding(
+                mesh, jax.P()))(host).addressable_data(0)), host)
+        try:
+            wrap(lambda a: a, in_shardings=jax.NamedSharding(mesh, jax.P("x")))(host)
+        except ValueError as error:
+            errors.append(str(error))
+    assert len(errors) == 2 and errors[1].startswith(errors[0]), errors
+    print("OK numpy_input_sharding", flush=True)
     jax.distributed.shutdown()
 
 

@@ -73,6 +73,7 @@ def test_programs_match_single_process_jax_jit(expected_file):
             assert f"OK {program.name}" in out, out
         assert f"OK {programs.ZOO_PROGRAM}" in out, out
         assert "OK host_local_round_trip" in out
+        assert "OK numpy_input_sharding" in out
     # Outputs sharded over x span both processes: neither holds all of them.
     assert "OK sharded_across_processes fully_addressable=[False]" in outputs[0][0]
     assert "OK replicated_output fully_addressable=[False, False]" in outputs[0][0]
