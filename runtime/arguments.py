@@ -142,22 +142,36 @@ def check_arguments(values: Sequence[Any], expected: Sequence[ExpectedArgument],
 
 def _type_mismatch(value: Any, aval: Any, name: str, path: str) -> str | None:
     """The line naming ``value``'s shape or dtype where it is not ``aval``'s; "" where
-    it matches; None where the value carries no type to check (Python scalars take
-    the compiled dtype; typed PRNG keys are checked when placed)."""
+    it matches; None where the value carries no type to check (typed PRNG keys are
+    checked when placed). A Python scalar has the type jax gives it (``2``: int32[]
+    with x64 off), so it passes only where that is the compiled one, as with jax."""
     if isinstance(value, jax.ShapeDtypeStruct):
         raise InvalidArgumentError(
             f"Argument '{name}' of shape {_short(value.shape, value.dtype)} of type "
             f"{type(value)} is not a valid JAX type. {path}: a ShapeDtypeStruct "
             "describes an argument but holds no data; call with arrays (or lower() "
             "with it)")
-    dtype = getattr(value, "dtype", None)
-    if not hasattr(value, "shape") or dtype is None \
-            or jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if dtype is None and isinstance(value, _PYTHON_SCALARS):
+        shape, dtype = (), _python_scalar_dtype(value)
+    if shape is None or dtype is None or jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
         return None
-    if tuple(value.shape) != tuple(aval.shape) or _traced_dtype(value, dtype) != aval.dtype:
+    if tuple(shape) != tuple(aval.shape) or _traced_dtype(value, dtype) != aval.dtype:
         return (f"Argument '{name}' compiled with {_short(aval.shape, aval.dtype)} and "
-                f"called with {_short(value.shape, dtype)} ({path})")
+                f"called with {_short(shape, _traced_dtype(value, dtype))} ({path})")
     return ""
+
+
+_PYTHON_SCALARS = (bool, int, float, complex)
+
+
+def _python_scalar_dtype(value: bool | int | float | complex) -> np.dtype:
+    """The 64-bit dtype jax starts a Python scalar from (canonicalized to 32 bits with
+    x64 off, as for host data); ``bool`` first: it is an ``int`` too."""
+    for kind in _PYTHON_SCALARS:
+        if isinstance(value, kind):
+            return np.dtype(kind)
+    raise TypeError(type(value))
 
 # ``jax.tree.flatten`` without its Python frames (on every donating call: the donated
 # leaves are ``flatten(tree)[0]``).

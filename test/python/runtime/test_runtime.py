@@ -398,6 +398,32 @@ def test_argument_of_wrong_shape_or_dtype(compiled_add):
         compiled_add(np.ones(8, np.float32), jnp.ones(8, jnp.int32))
 
 
+@pytest.mark.parametrize("lowered_with, called_with", [
+    (np.float32(1), 2), (np.int32(1), 2.0), (np.float32(1), True), (True, 1),
+    (np.complex64(1), 1.0), (np.ones(3, np.float32), np.arange(3))])
+def test_argument_of_another_type_than_compiled_named_as_jax_names_it(lowered_with, called_with):
+    # A Python scalar has the type jax gives it (2: int32[]), host data its canonical
+    # type (int64 data: int32[3]); either is refused where the program was compiled
+    # for another, with jax's words.
+    errors = []
+    for wrap in (jax.jit, jit):
+        compiled = wrap(lambda x: x * 2).lower(lowered_with).compile()
+        with pytest.raises(TypeError) as info:
+            compiled(called_with)
+        errors.append(str(info.value).splitlines())
+    theirs, ours = errors
+    assert ours[0] == theirs[0] and ours[1].startswith(theirs[1])
+
+
+@pytest.mark.parametrize("lowered_with, called_with", [(1, 2), (1.0, 3.0), (1, np.int32(3)),
+                                                       (True, False)])
+def test_python_scalar_of_the_compiled_type_runs_as_with_jax(lowered_with, called_with):
+    outs = [wrap(lambda x: x * 2).lower(lowered_with).compile()(called_with)
+            for wrap in (jax.jit, jit)]
+    assert outs[1].dtype == outs[0].dtype and outs[1].weak_type == outs[0].weak_type
+    np.testing.assert_array_equal(outs[1], outs[0])
+
+
 def test_host_data_of_a_64_bit_type_runs_as_its_canonical_type(compiled_add):
     # With x64 off, jax runs float64 numpy data as float32 (and int64 as int32).
     out = compiled_add(np.ones(8, np.float64), np.arange(8, dtype=np.float64))
