@@ -17,7 +17,7 @@ import pathlib
 
 import pytest
 
-from bench import jax_suite
+from bench import jax_suite, jax_suite_multiprocess
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -66,6 +66,23 @@ def test_sample_of_jax_tests_passes_in_both_modes(tmp_path, capsys):
         assert (t["shardc"], t["shardc_called_jit"]) == ("passed", True), (nodeid, t)
     assert report["totals"]["total"]["pass_shardc"] == len(SAMPLE)
     assert "TOTAL" in capsys.readouterr().out
+
+
+MULTIPROCESS_PJIT = PEER / "tests" / "multiprocess" / "pjit_test.py" if PEER else None
+
+
+@pytest.mark.skipif(MULTIPROCESS_PJIT is None or not MULTIPROCESS_PJIT.is_file(),
+                    reason="JAX's multiprocess tests (a whole checkout in SHARDC_JAX_TESTS) missing")
+def test_multiprocess_tests_run_through_shardc_in_two_processes(tmp_path):
+    # Two pytest processes of 4 CPU devices each join jax's distributed runtime; the
+    # tests' jit calls go to shardc: a program over both processes' devices, and
+    # jax's error for numpy data given a sharding that splits it.
+    outcomes = jax_suite_multiprocess.run(
+        MULTIPROCESS_PJIT, "shardc", 2, 4, tmp_path,
+        ["-k", "test_sharded_jit_add or test_numpy_input_error_with_non_trivial_sharding"], 600)
+    assert outcomes == {
+        f"pjit_test.py::ArrayPjitMultiHost::{name}": ("passed", True)
+        for name in ("test_sharded_jit_add", "test_numpy_input_error_with_non_trivial_sharding")}
 
 
 @needs_peer
