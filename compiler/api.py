@@ -173,8 +173,9 @@ class JitFunction(JitCalls, JitSurface):
         jax_traced = self._trace(args, kwargs, arg_leaves)
         if jax_private.has_high_types(jax_traced):
             return self._trace_high(args, kwargs)
-        results = self._result_signature(jax_traced.out_info, mesh,
-                                         signature.result_types(jax_traced))
+        results = layouts.as_traced(
+            self._result_signature(jax_traced.out_info, mesh, signature.result_types(jax_traced)),
+            jax.tree.structure(jax_traced.out_info), self.options.out_formats)
         # A SingleDeviceSharding given for a result is its sharding, as in jax's out_info.
         given = signature.broadcast_shardings(self.options.given_out_shardings,
                                               jax_traced.out_info, "out_shardings")

@@ -193,6 +193,19 @@ def result_layouts(results: Sequence[LeafSignature], out_tree: Any, formats: Any
     return resolved
 
 
+def as_traced(results: Sequence[LeafSignature], out_tree: Any, formats: Any
+              ) -> list[LeafSignature]:
+    """The result signatures as a trace describes them (jax's ``Traced.out_info``): with
+    each concrete layout asked for, the default one too, which only lowering drops
+    (``result_layouts``)."""
+    if formats is None:
+        return list(results)
+    given = _broadcast(formats, jax.tree.unflatten(out_tree, list(range(len(results)))))
+    return [dataclasses.replace(leaf, layout=entry.layout)
+            if entry is not None and isinstance(entry.layout, Layout) else leaf
+            for leaf, entry in zip(results, given)]
+
+
 def described(leaf: LeafSignature) -> Any:
     """What a ``jax.ShapeDtypeStruct`` of ``leaf`` takes as its ``sharding``: a ``Format``
     where it has a concrete layout (as jax's ``out_info``), else the sharding."""

@@ -103,6 +103,19 @@ def test_concrete_layouts_in_and_out(sharding):
                                     ).lower(jax.device_put(x, sharding)).as_text()
 
 
+@pytest.mark.parametrize("layout", [ROW_MAJOR, COLUMN_MAJOR], ids=["default", "column"])
+def test_trace_describes_results_with_the_layout_asked_for(sharding, layout):
+    # jax's Traced.out_info keeps the layout given, the default one too; only lowering
+    # drops a default layout (Lowered.out_info: no layout).
+    given = Format(layout, sharding)
+    arr = jax.device_put(data((128, 16)), given)
+    ours, theirs = both(lambda a: a * a, in_shardings=given, out_shardings=given)
+    for stage in (lambda f: f.trace(arr).out_info, lambda f: f.eval_shape(arr),
+                  lambda f: f.lower(arr).out_info):
+        assert stage(ours).format == stage(theirs).format
+    assert ours.eval_shape(arr).format == given
+
+
 def test_out_layout_of_a_jit_call(sharding):
     x = data((16, 128))
     arr = jax.device_put(x, sharding)
