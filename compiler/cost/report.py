@@ -578,8 +578,11 @@ def _height(reader: ModuleValues, op: int) -> tuple[tuple[int, int], int]:
 
 def _op_needs(reader: ModuleValues, op: int) -> tuple:
     """``_needs`` of op ``op`` (which has results), memoised by its key."""
+    name = reader.graph.op_name[op]
     # Ops whose attributes decide more than their rule does are not memoised.
-    key = None if reader.graph.op_name[op] in _UNMEMOISED else reader.op_key(op)
+    key = None if name in _UNMEMOISED else reader.op_key(op)
+    if key is None and name in _CONSTANTS and reader.costs is not None:
+        key = _constant_key(reader, op)
     needs = reader.costs.found.get(key) if key is not None else None
     if needs is None:
         needs = _needs(reader, op, reader.graph.ops[op])
@@ -589,6 +592,19 @@ def _op_needs(reader: ModuleValues, op: int) -> tuple:
 
 
 _UNMEMOISED = frozenset({"stablehlo.reduce_window", *INDEXED_ROLES})
+# Ops without operands whose needs only their result's type and sharding decide; they
+# carry no attached rule (no ``op_key``), and a program has thousands of them.
+_CONSTANTS = frozenset({"stablehlo.constant", "sdy.constant"})
+
+
+def _constant_key(reader: ModuleValues, op: int) -> tuple | None:
+    """``_op_needs``'s key of a constant: its name, result type and sharding (interned:
+    the same in every reader of one ``CostMemo``, as ``op_key``'s)."""
+    graph = reader.graph
+    if graph.op_operands[op] or len(graph.op_results[op]) != 1:
+        return None
+    value = graph.op_results[op][0]
+    return (graph.op_name[op], graph.value_type_key[value], reader.sharding_id(value))
 # Custom calls XLA partitions with a partitioner of their own (custom_partitioning's).
 _SELF_PARTITIONED_TARGETS = frozenset({"CustomSPMDPartitioning"})
 

@@ -18,6 +18,7 @@ from shardc.compiler.cost_aware.explicit import constrain_changed_results, inser
 from shardc.compiler.cost_aware.search import Resolution, resolve
 from shardc.compiler.diagnostics import verify_step
 from shardc.compiler.stages import export_pipeline, import_pipeline
+from shardc.compiler.stages.export_steps import erase_dead_ops
 
 
 def _adopt_body(target: ir.Operation, source: ir.Operation) -> None:
@@ -40,6 +41,9 @@ def cost_aware_pipeline(module: ir.Operation, *, conservative: bool = False,
         import_pipeline(operation)
         tag_ops(operation)
         verify_step(operation, "tag_ops")
+        # Propagation erases the ops the program leaves dead: erased once here, every
+        # copy the search propagates is one module read once (``PinnedCopies``).
+        erase_dead_ops(operation)
         resolution = resolve(operation.clone(), conservative=conservative,
                              max_evaluations=max_evaluations, **search_options)
         # The search already propagated the imported module with the pins it kept.

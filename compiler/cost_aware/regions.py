@@ -494,7 +494,8 @@ class RegionEvaluator:
 
     def _evaluate(self, region: _Region, pin: Pin | None,
                   open_cut: bool = False) -> tuple[int, int, tuple]:
-        """``(bytes, memory peak, signatures by position)`` of the region with ``pin``."""
+        """``(bytes, memory peak, signatures by position)`` of the region with ``pin`` (no
+        signatures for a region that returns nothing of the real function's)."""
         key = self._key(region, pin, open_cut)
         if key not in self._memo:
             base = None if pin is None else self._evaluate(region, None, open_cut)
@@ -504,12 +505,17 @@ class RegionEvaluator:
             # Only priced and dropped: its shardings need not reach its IR.
             reader = copies.propagated([pin] if pin is not None else [], write=False)
             cost, peak = price(reader)
-            by_tag = signatures(reader)
-            by_position = tuple(by_tag.get(tag) for tag in region.tags)
-            if base is not None:
-                changed = {tag for tag, now, then in zip(region.tags, by_position, base[2])
-                           if now != then}
-                cost += returned_in_declared_layout(reader, changed, region.returns)
+            by_position = ()
+            # The changed ops are asked for only where the region returns a value of the
+            # real function (``returned_in_declared_layout``): regions of one structure
+            # return alike, so a region that returns none needs no signatures.
+            if region.returns:
+                by_tag = signatures(reader)
+                by_position = tuple(by_tag.get(tag) for tag in region.tags)
+                if base is not None:
+                    changed = {tag for tag, now, then in zip(region.tags, by_position,
+                                                             base[2]) if now != then}
+                    cost += returned_in_declared_layout(reader, changed, region.returns)
             self._memo[key] = (cost, peak, by_position)
         return self._memo[key]
 

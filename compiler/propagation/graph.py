@@ -415,8 +415,14 @@ class PropagationGraph:
             self._rules[op] = None
             return None
         key = None
-        attributes = (_attributes_key(ir_attributes) if name not in _NEIGHBOUR_DEPENDENT
-                      else None)
+        if name in _NEIGHBOUR_DEPENDENT:
+            attributes = None
+        elif SHARDING_RULE_ATTR in ir_attributes:
+            # An attached rule is the op's rule whatever its other attributes say
+            # (``rule_for``): its uniqued pointer alone keys it, without reading them.
+            attributes = ((SHARDING_RULE_ATTR, hash(ir_attributes[SHARDING_RULE_ATTR])),)
+        else:
+            attributes = _attributes_key(ir_attributes)
         if attributes is not None:
             # What the registry's own cache key says, from uniqued pointers
             # instead of printed text: types and attributes are uniqued per context.

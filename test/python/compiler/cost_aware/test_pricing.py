@@ -274,3 +274,22 @@ def test_a_pinned_clone_is_the_clone_with_the_pins_applied_and_the_module_unchan
             apply_pins(expected, chosen)
             assert str(pinned_clone(module.operation, ops, chosen)) == str(expected)
             assert str(module) == before
+
+
+@pytest.mark.parametrize("name", ["conflict_mlp", "moe_routing"])
+def test_constants_are_priced_from_the_memo_as_without_it(name):
+    """A constant carries no attached rule (no op key): its needs are memoised by its
+    result type and sharding, and a module is priced as a reader without the memo
+    prices it."""
+    evaluator = ModuleEvaluator(imported(name).operation, conservative=False)
+    *_, baseline = evaluator([])
+    module = baseline.graph.module
+    assert any(n in ("sdy.constant", "stablehlo.constant") for n in baseline.graph.op_name)
+    memoised = [key for key in evaluator.costs.found if isinstance(key[0], str)]
+    assert memoised and all(key[0] in ("sdy.constant", "stablehlo.constant")
+                            for key in memoised)
+    # (A reader prices once: its reshard cache fills. Each of these is fresh.)
+    expected = price(ModuleValues(module, missing_as_replicated=True))
+    for _ in range(2):  # the second finds every constant's needs in the memo
+        assert price(ModuleValues(module, missing_as_replicated=True,
+                                  costs=evaluator.costs)) == expected
