@@ -29,6 +29,11 @@ from math import prod
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.cost.custom_partitioning import (
+    STABLEHLO_COLLECTIVES,
+    custom_partitioned_needs,
+    is_custom_partitioned,
+)
 from shardc.compiler.cost.folded import folded_value, untaken
 from shardc.compiler.cost.heights import block_heights, block_of, gather_reused
 from shardc.compiler.cost.indexed import indexed_communication
@@ -61,17 +66,8 @@ from shardc.compiler.sharding.rules import INDEXED_ROLES, indexed_roles_for
 from shardc.compiler.sharding.tensor import Tensor, TensorSharding
 
 _EXPLICIT = {"sdy.reshard": "explicit reshard", "sdy.sharding_constraint": "sharding constraint"}
-# StableHLO collectives (written inside manual computations): kind, and whether
-# XLA's counted side is the result (all-gather) rather than the operand.
-_STABLEHLO_COLLECTIVES = {
-    "stablehlo.all_gather": ("all-gather", True),
-    "stablehlo.all_reduce": ("all-reduce", False),
-    "stablehlo.all_to_all": ("all-to-all", False),
-    "stablehlo.collective_permute": ("collective-permute", False),
-    "stablehlo.reduce_scatter": ("reduce-scatter", False),
-}
 # Ops ``_found_at`` never prices by their rule.
-_NOT_BY_RULE = frozenset({"stablehlo.while", MANUAL_OP, "func.call", *_STABLEHLO_COLLECTIVES})
+_NOT_BY_RULE = frozenset({"stablehlo.while", MANUAL_OP, "func.call", *STABLEHLO_COLLECTIVES})
 
 
 @dataclass(frozen=True)
@@ -382,8 +378,8 @@ def _found_at(reader: ModuleValues, op: int) -> Iterator[_Found]:
                                   ("operand", k), implicit=False)
     elif name == "func.call":
         yield from _call_found(reader, op)
-    else:  # a collective written in a manual computation (_STABLEHLO_COLLECTIVES)
-        kind, result_side = _STABLEHLO_COLLECTIVES[name]
+    else:  # a collective written in a manual computation (STABLEHLO_COLLECTIVES)
+        kind, result_side = STABLEHLO_COLLECTIVES[name]
         values = graph.op_results[op] if result_side else operands
         total = 0
         for value in values:
@@ -588,7 +584,9 @@ def _op_needs(reader: ModuleValues, op: int) -> tuple:
     return needs
 
 
-_UNMEMOISED = frozenset({"stablehlo.reduce_window", *INDEXED_ROLES})
+# (A custom call's key misses its target and backend config: a custom_partitioning
+# op's callback is one of them.)
+_UNMEMOISED = frozenset({"stablehlo.reduce_window", "stablehlo.custom_call", *INDEXED_ROLES})
 # Custom calls XLA partitions with a partitioner of their own (custom_partitioning's).
 _SELF_PARTITIONED_TARGETS = frozenset({"CustomSPMDPartitioning"})
 
@@ -615,6 +613,12 @@ def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
     if ruled is None:
         return (broadcasts,)
     rule, operands, results = ruled
+    if is_custom_partitioned(ir_op):  # partitioned by its own callback, not by its rule
+        mesh = reader.mesh_of(*(t.sharding for t in results + operands))
+        needs = mesh and custom_partitioned_needs(ir_op, operands, results, mesh,
+                                                  reader.facts.setdefault("custom partitions", {}))
+        if needs is not None:
+            return (broadcasts + needs,)
     window = ()
     if reader.graph.op_name[op] == "stablehlo.reduce_window":
         window = (list(window_collectives(ir_op, operands[0])),)
