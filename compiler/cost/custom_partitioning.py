@@ -54,18 +54,7 @@ def custom_partitioned_needs(ir_op: ir.Operation, operands: list[Tensor | None],
     their ``MeshInfo``): operand reshards, the body's collectives, the result's
     reshard. None where the callback cannot be asked (it is gone, a sharding names a
     sub-axis, or a type has no numpy name); ``memo`` keeps answers per question."""
-    values = operands + results
-    if any(t is None or t.sharding is None for t in values):
-        return None
-    described = [_described(t) for t in values]
-    if any(d is None for d in described):
-        return None
-    key = ir.StringAttr(ir_op.attributes["backend_config"]).value
-    question = (key, tuple((d[0], d[1], tuple(d[2])) for d in described))
-    if question not in memo:
-        memo[question] = jax_private.custom_partition(
-            key, described[:len(operands)], described[len(operands):])
-    answer = memo[question]
+    answer = _partitioned(ir_op, operands, results, memo)
     if answer is None:
         return None
     body, operand_specs, result_specs = answer
@@ -84,6 +73,34 @@ def custom_partitioned_needs(ir_op: ir.Operation, operands: list[Tensor | None],
         needs.extend(OpCommunication(None, reason, collective)
                      for collective in reshard_tensor(written, tensor.sharding, mesh))
     return tuple(needs)
+
+
+def custom_partitioned_results(ir_op: ir.Operation, operands: list[Tensor | None],
+                               results: list[Tensor | None], mesh, memo: dict
+                               ) -> list[TensorSharding] | None:
+    """The shardings the partition rule's body computes the results in (XLA then
+    reshards them to the op's); None where ``custom_partitioned_needs`` is."""
+    answer = _partitioned(ir_op, operands, results, memo)
+    if answer is None:
+        return None
+    return [_sharding(spec, tensor, mesh) for tensor, spec in zip(results, answer[2])]
+
+
+def _partitioned(ir_op: ir.Operation, operands: list[Tensor | None],
+                 results: list[Tensor | None], memo: dict) -> tuple | None:
+    """The partition callback's answer for these operands and results, asked once."""
+    values = operands + results
+    if any(t is None or t.sharding is None for t in values):
+        return None
+    described = [_described(t) for t in values]
+    if any(d is None for d in described):
+        return None
+    key = ir.StringAttr(ir_op.attributes["backend_config"]).value
+    question = (key, tuple((d[0], d[1], tuple(d[2])) for d in described))
+    if question not in memo:
+        memo[question] = jax_private.custom_partition(
+            key, described[:len(operands)], described[len(operands):])
+    return memo[question]
 
 
 def body_collectives(body: bytes, context: ir.Context) -> list[Collective]:

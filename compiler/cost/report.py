@@ -32,11 +32,12 @@ from jaxlib.mlir import ir
 from shardc.compiler.cost.custom_partitioning import (
     STABLEHLO_COLLECTIVES,
     custom_partitioned_needs,
+    custom_partitioned_results,
     is_custom_partitioned,
 )
 from shardc.compiler.cost.folded import folded_value, untaken
 from shardc.compiler.cost.heights import block_heights, block_of, gather_reused
-from shardc.compiler.cost.indexed import indexed_communication
+from shardc.compiler.cost.indexed import indexed_communication, indexed_computed
 from shardc.compiler.cost.op_comm import OpCommunication, dims_text, op_communication
 from shardc.compiler.cost.platforms import (
     active_rules,
@@ -259,6 +260,16 @@ def _return_bytes(reader: ModuleValues, op: int) -> int:
     memo = reader.costs.returns
     total = 0
     for k, value in enumerate(graph.op_operands[op][:len(results)]):
+        dst = store.value[results[k]]
+        if dst is None and mesh is not None and graph.value_shape[value] is not None:
+            dst = replicated(mesh, len(graph.value_shape[value]))
+        if dst is not None and (value, tuple(d.axes for d in dst.dims), ()) in reader.resharded:
+            src = reader.tensor(value)
+            found = [] if src is None else reshard_tensor(
+                src, dst, reader.mesh_of(src.sharding, dst))
+            if not _returned_reuses(reader, op, value, dst, found):
+                total += sum(c.bytes_per_device for c in found)
+            continue
         key = (types[value], reader.sharding_id(value), sid[results[k]], mesh)
         cost = memo.get(key)
         if cost is None:
@@ -357,7 +368,7 @@ def _found_at(reader: ModuleValues, op: int) -> Iterator[_Found]:
                         continue  # an unsharded result is unknown: no reshard to predict
                     dst = replicated(reader.mesh, len(src.shape))
                 found = reshard_tensor(src, dst, reader.mesh_of(src.sharding, dst))
-                if found:  # the reason is text: only for a value resharded
+                if found and not _returned_reuses(reader, op, value, dst, found):
                     reason = (f"returned {dims_text(src.sharding)} as result {k}, "
                               f"declared {dims_text(dst)}")
                     yield from _found(ir_op, reason, found, ("result", k))
@@ -498,6 +509,7 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
     if not graph.op_results[op]:
         return (), []
     needs = _op_needs(reader, op)
+    _note_computed(reader, op)
     if not needs[0]:  # most ops
         return needs[1:], ()
     kept = []
@@ -513,6 +525,55 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
     for reshard in resharded:  # for later ops only: two needs here both count
         note_reshard(reader, reader.resharded, reshard, op)
     return needs[1:], kept
+
+
+def _note_computed(reader: ModuleValues, op: int) -> None:
+    """Results op ``op``'s handler computes in another sharding than their own and then
+    reshards: XLA's reshard cache keeps the computed value for the resharded one
+    (``PartitionedHlo::Reshard`` caches the reverse), so a later reshard of the
+    result back to the computed sharding (a return, another op) reuses it."""
+    for value, computed in _computed_results(reader, op):
+        own = reader.sharding(value)
+        target = tuple(d.axes for d in computed.dims)
+        if own is None or tuple(d.axes for d in own.dims) != target:
+            note_reshard(reader, reader.resharded, (value, target, ()), op)
+
+
+def _computed_results(reader: ModuleValues, op: int) -> list[tuple[int, TensorSharding]]:
+    """(result, sharding computed in) of a gather / scatter (XLA's indexed-op handler)
+    or a custom_partitioning op (its partition rule); none for other ops."""
+    graph = reader.graph
+    name, ir_op = graph.op_name[op], graph.ops[op]
+    if name not in INDEXED_ROLES and not (name == "stablehlo.custom_call"
+                                          and is_custom_partitioned(ir_op)):
+        return []
+    ruled = reader.rule_tensors(op)
+    if ruled is None:
+        return []
+    rule, operands, results = ruled
+    mesh = reader.mesh_of(*(t.sharding for t in results + operands))
+    if name in INDEXED_ROLES:
+        roles = indexed_roles_for(ir_op)
+        computed = (None if roles is None else
+                    indexed_computed(rule, roles, operands, results, mesh))
+        computed = None if computed is None else [computed]
+    else:
+        computed = mesh and custom_partitioned_results(
+            ir_op, operands, results, mesh, reader.facts.setdefault("custom partitions", {}))
+    return list(zip(graph.op_results[op], computed or []))
+
+
+def _returned_reuses(reader: ModuleValues, op: int, value: int, dst: TensorSharding,
+                     found: list[Collective]) -> bool:
+    """Whether returning ``value`` as ``dst`` reuses a reshard of it an earlier op made
+    (or the value its handler computed it from, ``_note_computed``): the results of a
+    function returning several (a tuple, whose handler reshards each element) go
+    through the same reshard cache; a single result, the root itself, does not."""
+    if len(reader.graph.op_operands[op]) < 2:
+        return False
+    key = (value, tuple(d.axes for d in dst.dims), ())
+    return key in reader.resharded and all(
+        reuses_reshard(reader, reader.resharded, key, op, c.kind) for c in found)
 
 
 def _reshard_key(value: int, need: OpCommunication) -> tuple:
