@@ -38,6 +38,7 @@ from shardc.compiler.cost.custom_partitioning import (
 from shardc.compiler.cost.folded import folded_value, untaken
 from shardc.compiler.cost.heights import block_heights, block_of, gather_reused
 from shardc.compiler.cost.indexed import indexed_communication, indexed_computed
+from shardc.compiler.cost.moved_tiles import moved_tiles_needs, moves_tiles
 from shardc.compiler.cost.op_comm import OpCommunication, dims_text, op_communication
 from shardc.compiler.cost.platforms import (
     active_rules,
@@ -646,8 +647,9 @@ def _op_needs(reader: ModuleValues, op: int) -> tuple:
 
 
 # (A custom call's key misses its target and backend config: a custom_partitioning
-# op's callback is one of them.)
-_UNMEMOISED = frozenset({"stablehlo.reduce_window", "stablehlo.custom_call", *INDEXED_ROLES})
+# op's callback is one of them; a sort's, which of its results are read.)
+_UNMEMOISED = frozenset({"stablehlo.reduce_window", "stablehlo.custom_call", "stablehlo.sort",
+                         *INDEXED_ROLES})
 # Custom calls XLA partitions with a partitioner of their own (custom_partitioning's).
 _SELF_PARTITIONED_TARGETS = frozenset({"CustomSPMDPartitioning"})
 
@@ -678,6 +680,11 @@ def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
         mesh = reader.mesh_of(*(t.sharding for t in results + operands))
         needs = mesh and custom_partitioned_needs(ir_op, operands, results, mesh,
                                                   reader.facts.setdefault("custom partitions", {}))
+        if needs is not None:
+            return (broadcasts + needs,)
+    if moves_tiles(ir_op.name):  # a concatenate / sort along a sharded dimension
+        needs = moved_tiles_needs(ir_op, operands, results,
+                                  reader.mesh_of(*(t.sharding for t in results + operands)))
         if needs is not None:
             return (broadcasts + needs,)
     window = ()
