@@ -60,7 +60,7 @@ from shardc.compiler.cost.reshard import (
     shard_bytes,
 )
 from shardc.compiler.cost.trips import loops_around, runs_per_step, trip_count
-from shardc.compiler.cost.windows import window_collectives
+from shardc.compiler.cost.windows import window_collectives, window_gather_target
 from shardc.compiler.diagnostics import SourceLoc, source_loc_of
 from shardc.compiler.propagation.manual import MANUAL_OP
 from shardc.compiler.propagation.values import ModuleValues, replicated
@@ -511,8 +511,11 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
         return (), []
     needs = _op_needs(reader, op)
     _note_computed(reader, op)
+    windows = needs[1:]
+    if windows and windows[0]:
+        windows = _kept_windows(reader, op, windows[0])
     if not needs[0]:  # most ops
-        return needs[1:], ()
+        return windows, ()
     kept = []
     resharded = []
     for need in needs[0]:
@@ -525,7 +528,23 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
         kept.append(need)
     for reshard in resharded:  # for later ops only: two needs here both count
         note_reshard(reader, reader.resharded, reshard, op)
-    return needs[1:], kept
+    return windows, kept
+
+
+def _kept_windows(reader: ModuleValues, op: int, collectives: list[Collective]) -> tuple:
+    """A reduce_window's window collectives, less the gather of its operand where an
+    earlier op gathered that value the same way (XLA reuses it: two cumulative sums
+    along one sharded axis of one value gather it once)."""
+    value = reader.graph.op_operands[op][0]
+    operand = reader.tensor(value)
+    target = None if operand is None else window_gather_target(reader.graph.ops[op], operand)
+    if target is None:
+        return (collectives,)
+    key = (value, target, ())
+    if reuses_reshard(reader, reader.resharded, key, op, ALL_GATHER):
+        return ([c for c in collectives if c.kind != ALL_GATHER],)
+    note_reshard(reader, reader.resharded, key, op)
+    return (collectives,)
 
 
 def _note_computed(reader: ModuleValues, op: int) -> None:

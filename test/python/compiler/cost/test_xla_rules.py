@@ -131,3 +131,14 @@ def test_a_rotation_is_not_a_concatenate_moving_its_tiles():
                                           (ones(16, 32),), (P("data", "model"),),
                                           P("data", "model"))
     assert "all-to-all" not in predicted
+
+
+def test_window_ops_gathering_one_value_the_same_way_gather_it_once():
+    """A cumulative sum and a cumulative max along one sharded axis of one value: each
+    reduce_window's window spans the axis, so its operand is gathered there; XLA
+    gathers the value once and both read it (the cumulative sum along the other axis
+    gathers it another way)."""
+    predicted, compiled = predicted_and_compiled(
+        lambda x: (jnp.cumsum(x, axis=1), jax.lax.cummax(x, axis=1), jnp.cumsum(x, axis=0)),
+        (ones(16, 64),), (P("data", "model"),), grid=mesh((2, 4)))
+    assert predicted == compiled == {"all-gather": 3072}
