@@ -1414,3 +1414,52 @@ def place_as_jit(value: Any, sharding: Any, layout: Any = None) -> Any:
 
     return pxla.shard_args([sharding], [layout], [xla_client.ArrayCopySemantics.REUSE_INPUT],
                            [value], canonicalize=False)[0]
+
+
+def custom_partition(key: str, operands: list[tuple], results: list[tuple]
+                     ) -> tuple[bytes, list, list] | None:
+    """What XLA's SPMD partitioner gets from a ``custom_partitioning`` op's partition
+    callback (the ``CustomSPMDPartitioning`` call whose ``backend_config`` is ``key``):
+    the partitioned body as MLIR bytecode, and the operand and result shardings it
+    was written for as ``PartitionSpec``s. ``operands`` / ``results``: (shape, numpy
+    dtype, ``PartitionSpec``) each, as the call is sharded. None where the callback is
+    gone (its lowering freed) or it gives shardings that are not on its mesh."""
+    import numpy as np
+    from jax._src import custom_partitioning
+    from jax.sharding import NamedSharding
+    from jaxlib import xla_client
+
+    info = custom_partitioning._sharding_callbacks.get(key.encode())
+    if info is None or info.mesh.empty:
+        return None
+
+    def shapes(values: list[tuple]) -> tuple[list, list]:
+        return ([xla_client.Shape.array_shape(np.dtype(dtype), shape) for shape, dtype, _ in values],
+                [NamedSharding(info.mesh, spec)._to_xla_hlo_sharding(len(shape))
+                 for shape, _, spec in values])
+
+    arg_shapes, arg_shardings = shapes(operands)
+    result_shapes, result_shardings = shapes(results)
+    if len(results) == 1:
+        result_shape, result_sharding = result_shapes[0], result_shardings[0]
+    else:
+        result_shape = xla_client.Shape.tuple_shape(result_shapes)
+        result_sharding = xla_client.HloSharding.tuple_sharding(result_shape, result_shardings)
+    body, arg_shardings, result_sharding = custom_partitioning._custom_partitioning_partition(
+        arg_shapes, arg_shardings, result_shape, result_sharding, key.encode())
+    if len(results) != 1:
+        result_shardings = result_sharding.tuple_elements()
+    else:
+        result_shardings = [result_sharding]
+
+    def specs(hlo_shardings: list, values: list[tuple]) -> list | None:
+        decoded = [info.to_mesh_pspec_sharding(hlo, len(shape))
+                   for hlo, (shape, _, _) in zip(hlo_shardings, values)]
+        if not all(isinstance(s, NamedSharding) for s in decoded):
+            return None
+        return [s.spec for s in decoded]
+
+    operand_specs, result_specs = specs(arg_shardings, operands), specs(result_shardings, results)
+    if operand_specs is None or result_specs is None:
+        return None
+    return body, operand_specs, result_specs

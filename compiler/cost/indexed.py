@@ -431,23 +431,44 @@ def indexed_communication(rule: OpShardingRule, roles: IndexedRoles,
         return None
     # Programs and the cost-aware search's candidates repeat gathers and scatters with
     # equal shardings: the answer depends on nothing else but the platform.
+    found = _planned(rule, roles, operands, results, mesh)
+    return None if found is None else list(found[0])
+
+
+def indexed_computed(rule: OpShardingRule, roles: IndexedRoles, operands: Sequence[Tensor],
+                     results: Sequence[Tensor], mesh) -> TensorSharding | None:
+    """The sharding XLA's gather/scatter handler computes the op's result in, before it
+    reshards it to the result's own (``indexed_communication``'s last step); None
+    where that model does not apply."""
+    found = _planned(rule, roles, operands, results, mesh)
+    return None if found is None else found[1]
+
+
+def _planned(rule: OpShardingRule, roles: IndexedRoles, operands: Sequence[Tensor],
+             results: Sequence[Tensor], mesh
+             ) -> tuple[tuple[OpCommunication, ...], TensorSharding] | None:
+    if not isinstance(mesh, MeshInfo) or mesh.maximal or mesh.empty or len(roles.data) != 1:
+        return None
+    if any(t.sharding is None for t in [*operands, *results]):
+        return None
+    # Programs and the cost-aware search's candidates repeat gathers and scatters with
+    # equal shardings: the answer depends on nothing else but the platform.
     key = (rule, roles, tuple(operands), tuple(results), mesh.key, active_rules())
     if key not in _memo:
         if len(_memo) >= _MEMO_LIMIT:
             _memo.clear()
-        found = _indexed_communication(rule, roles, operands, results, mesh)
-        _memo[key] = None if found is None else tuple(found)
-    found = _memo[key]
-    return None if found is None else list(found)
+        _memo[key] = _indexed_communication(rule, roles, operands, results, mesh)
+    return _memo[key]
 
 
-_memo: dict[tuple, tuple[OpCommunication, ...] | None] = {}
+_memo: dict[tuple, tuple[tuple[OpCommunication, ...], TensorSharding] | None] = {}
 _MEMO_LIMIT = 4096
 
 
 def _indexed_communication(rule: OpShardingRule, roles: IndexedRoles,
                            operands: Sequence[Tensor], results: Sequence[Tensor],
-                           mesh: MeshInfo) -> list[OpCommunication] | None:
+                           mesh: MeshInfo
+                           ) -> tuple[tuple[OpCommunication, ...], TensorSharding] | None:
     op = _Op(rule, roles, operands, results, mesh)
     part = _Partitioner(op)
     fa = {role: op.axes(role) for role in ("data", "indices", "slices")}
@@ -461,7 +482,7 @@ def _indexed_communication(rule: OpShardingRule, roles: IndexedRoles,
     plan, computed = part.level(start, target, free, recursive=True)
     steps = [("reshard", role, fa[role], start[role]) for role in fa]
     steps += plan.steps + [("reshard", "result", computed, target)]
-    return list(_communications(op, steps))
+    return tuple(_communications(op, steps)), op.sharding("result", computed)
 
 
 def _communications(op: _Op, steps) -> list[OpCommunication]:

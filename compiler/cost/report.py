@@ -29,9 +29,16 @@ from math import prod
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.cost.custom_partitioning import (
+    STABLEHLO_COLLECTIVES,
+    custom_partitioned_needs,
+    custom_partitioned_results,
+    is_custom_partitioned,
+)
 from shardc.compiler.cost.folded import folded_value, untaken
 from shardc.compiler.cost.heights import block_heights, block_of, gather_reused
-from shardc.compiler.cost.indexed import indexed_communication
+from shardc.compiler.cost.indexed import indexed_communication, indexed_computed
+from shardc.compiler.cost.moved_tiles import moved_tiles_needs, moves_tiles
 from shardc.compiler.cost.op_comm import OpCommunication, dims_text, op_communication
 from shardc.compiler.cost.platforms import (
     active_rules,
@@ -53,7 +60,7 @@ from shardc.compiler.cost.reshard import (
     shard_bytes,
 )
 from shardc.compiler.cost.trips import loops_around, runs_per_step, trip_count
-from shardc.compiler.cost.windows import window_collectives
+from shardc.compiler.cost.windows import window_collectives, window_gather_target
 from shardc.compiler.diagnostics import SourceLoc, source_loc_of
 from shardc.compiler.propagation.manual import MANUAL_OP
 from shardc.compiler.propagation.values import ModuleValues, replicated
@@ -61,17 +68,8 @@ from shardc.compiler.sharding.rules import INDEXED_ROLES, indexed_roles_for
 from shardc.compiler.sharding.tensor import Tensor, TensorSharding
 
 _EXPLICIT = {"sdy.reshard": "explicit reshard", "sdy.sharding_constraint": "sharding constraint"}
-# StableHLO collectives (written inside manual computations): kind, and whether
-# XLA's counted side is the result (all-gather) rather than the operand.
-_STABLEHLO_COLLECTIVES = {
-    "stablehlo.all_gather": ("all-gather", True),
-    "stablehlo.all_reduce": ("all-reduce", False),
-    "stablehlo.all_to_all": ("all-to-all", False),
-    "stablehlo.collective_permute": ("collective-permute", False),
-    "stablehlo.reduce_scatter": ("reduce-scatter", False),
-}
 # Ops ``_found_at`` never prices by their rule.
-_NOT_BY_RULE = frozenset({"stablehlo.while", MANUAL_OP, "func.call", *_STABLEHLO_COLLECTIVES})
+_NOT_BY_RULE = frozenset({"stablehlo.while", MANUAL_OP, "func.call", *STABLEHLO_COLLECTIVES})
 
 
 @dataclass(frozen=True)
@@ -263,6 +261,16 @@ def _return_bytes(reader: ModuleValues, op: int) -> int:
     memo = reader.costs.returns
     total = 0
     for k, value in enumerate(graph.op_operands[op][:len(results)]):
+        dst = store.value[results[k]]
+        if dst is None and mesh is not None and graph.value_shape[value] is not None:
+            dst = replicated(mesh, len(graph.value_shape[value]))
+        if dst is not None and (value, tuple(d.axes for d in dst.dims), ()) in reader.resharded:
+            src = reader.tensor(value)
+            found = [] if src is None else reshard_tensor(
+                src, dst, reader.mesh_of(src.sharding, dst))
+            if not _returned_reuses(reader, op, value, dst, found):
+                total += sum(c.bytes_per_device for c in found)
+            continue
         key = (types[value], reader.sharding_id(value), sid[results[k]], mesh)
         cost = memo.get(key)
         if cost is None:
@@ -361,7 +369,7 @@ def _found_at(reader: ModuleValues, op: int) -> Iterator[_Found]:
                         continue  # an unsharded result is unknown: no reshard to predict
                     dst = replicated(reader.mesh, len(src.shape))
                 found = reshard_tensor(src, dst, reader.mesh_of(src.sharding, dst))
-                if found:  # the reason is text: only for a value resharded
+                if found and not _returned_reuses(reader, op, value, dst, found):
                     reason = (f"returned {dims_text(src.sharding)} as result {k}, "
                               f"declared {dims_text(dst)}")
                     yield from _found(ir_op, reason, found, ("result", k))
@@ -382,8 +390,8 @@ def _found_at(reader: ModuleValues, op: int) -> Iterator[_Found]:
                                   ("operand", k), implicit=False)
     elif name == "func.call":
         yield from _call_found(reader, op)
-    else:  # a collective written in a manual computation (_STABLEHLO_COLLECTIVES)
-        kind, result_side = _STABLEHLO_COLLECTIVES[name]
+    else:  # a collective written in a manual computation (STABLEHLO_COLLECTIVES)
+        kind, result_side = STABLEHLO_COLLECTIVES[name]
         values = graph.op_results[op] if result_side else operands
         total = 0
         for value in values:
@@ -502,8 +510,12 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
     if not graph.op_results[op]:
         return (), []
     needs = _op_needs(reader, op)
+    _note_computed(reader, op)
+    windows = needs[1:]
+    if windows and windows[0]:
+        windows = _kept_windows(reader, op, windows[0])
     if not needs[0]:  # most ops
-        return needs[1:], ()
+        return windows, ()
     kept = []
     resharded = []
     for need in needs[0]:
@@ -516,7 +528,72 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
         kept.append(need)
     for reshard in resharded:  # for later ops only: two needs here both count
         note_reshard(reader, reader.resharded, reshard, op)
-    return needs[1:], kept
+    return windows, kept
+
+
+def _kept_windows(reader: ModuleValues, op: int, collectives: list[Collective]) -> tuple:
+    """A reduce_window's window collectives, less the gather of its operand where an
+    earlier op gathered that value the same way (XLA reuses it: two cumulative sums
+    along one sharded axis of one value gather it once)."""
+    value = reader.graph.op_operands[op][0]
+    operand = reader.tensor(value)
+    target = None if operand is None else window_gather_target(reader.graph.ops[op], operand)
+    if target is None:
+        return (collectives,)
+    key = (value, target, ())
+    if reuses_reshard(reader, reader.resharded, key, op, ALL_GATHER):
+        return ([c for c in collectives if c.kind != ALL_GATHER],)
+    note_reshard(reader, reader.resharded, key, op)
+    return (collectives,)
+
+
+def _note_computed(reader: ModuleValues, op: int) -> None:
+    """Results op ``op``'s handler computes in another sharding than their own and then
+    reshards: XLA's reshard cache keeps the computed value for the resharded one
+    (``PartitionedHlo::Reshard`` caches the reverse), so a later reshard of the
+    result back to the computed sharding (a return, another op) reuses it."""
+    for value, computed in _computed_results(reader, op):
+        own = reader.sharding(value)
+        target = tuple(d.axes for d in computed.dims)
+        if own is None or tuple(d.axes for d in own.dims) != target:
+            note_reshard(reader, reader.resharded, (value, target, ()), op)
+
+
+def _computed_results(reader: ModuleValues, op: int) -> list[tuple[int, TensorSharding]]:
+    """(result, sharding computed in) of a gather / scatter (XLA's indexed-op handler)
+    or a custom_partitioning op (its partition rule); none for other ops."""
+    graph = reader.graph
+    name, ir_op = graph.op_name[op], graph.ops[op]
+    if name not in INDEXED_ROLES and not (name == "stablehlo.custom_call"
+                                          and is_custom_partitioned(ir_op)):
+        return []
+    ruled = reader.rule_tensors(op)
+    if ruled is None:
+        return []
+    rule, operands, results = ruled
+    mesh = reader.mesh_of(*(t.sharding for t in results + operands))
+    if name in INDEXED_ROLES:
+        roles = indexed_roles_for(ir_op)
+        computed = (None if roles is None else
+                    indexed_computed(rule, roles, operands, results, mesh))
+        computed = None if computed is None else [computed]
+    else:
+        computed = mesh and custom_partitioned_results(
+            ir_op, operands, results, mesh, reader.facts.setdefault("custom partitions", {}))
+    return list(zip(graph.op_results[op], computed or []))
+
+
+def _returned_reuses(reader: ModuleValues, op: int, value: int, dst: TensorSharding,
+                     found: list[Collective]) -> bool:
+    """Whether returning ``value`` as ``dst`` reuses a reshard of it an earlier op made
+    (or the value its handler computed it from, ``_note_computed``): the results of a
+    function returning several (a tuple, whose handler reshards each element) go
+    through the same reshard cache; a single result, the root itself, does not."""
+    if len(reader.graph.op_operands[op]) < 2:
+        return False
+    key = (value, tuple(d.axes for d in dst.dims), ())
+    return key in reader.resharded and all(
+        reuses_reshard(reader, reader.resharded, key, op, c.kind) for c in found)
 
 
 def _reshard_key(value: int, need: OpCommunication) -> tuple:
@@ -591,7 +668,10 @@ def _op_needs(reader: ModuleValues, op: int) -> tuple:
     return needs
 
 
-_UNMEMOISED = frozenset({"stablehlo.reduce_window", *INDEXED_ROLES})
+# (A custom call's key misses its target and backend config: a custom_partitioning
+# op's callback is one of them; a sort's, which of its results are read.)
+_UNMEMOISED = frozenset({"stablehlo.reduce_window", "stablehlo.custom_call", "stablehlo.sort",
+                         *INDEXED_ROLES})
 # Ops without operands whose needs only their result's type and sharding decide; they
 # carry no attached rule (no ``op_key``), and a program has thousands of them.
 _CONSTANTS = frozenset({"stablehlo.constant", "sdy.constant"})
@@ -605,6 +685,8 @@ def _constant_key(reader: ModuleValues, op: int) -> tuple | None:
         return None
     value = graph.op_results[op][0]
     return (graph.op_name[op], graph.value_type_key[value], reader.sharding_id(value))
+
+
 # Custom calls XLA partitions with a partitioner of their own (custom_partitioning's).
 _SELF_PARTITIONED_TARGETS = frozenset({"CustomSPMDPartitioning"})
 
@@ -631,6 +713,17 @@ def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
     if ruled is None:
         return (broadcasts,)
     rule, operands, results = ruled
+    if is_custom_partitioned(ir_op):  # partitioned by its own callback, not by its rule
+        mesh = reader.mesh_of(*(t.sharding for t in results + operands))
+        needs = mesh and custom_partitioned_needs(ir_op, operands, results, mesh,
+                                                  reader.facts.setdefault("custom partitions", {}))
+        if needs is not None:
+            return (broadcasts + needs,)
+    if moves_tiles(ir_op.name):  # a concatenate / sort along a sharded dimension
+        needs = moved_tiles_needs(ir_op, operands, results,
+                                  reader.mesh_of(*(t.sharding for t in results + operands)))
+        if needs is not None:
+            return (broadcasts + needs,)
     window = ()
     if reader.graph.op_name[op] == "stablehlo.reduce_window":
         window = (list(window_collectives(ir_op, operands[0])),)

@@ -32,11 +32,23 @@ def _window(op: ir.Operation, rank: int) -> list[int]:
 
 def window_collectives(op: ir.Operation, operand: Tensor) -> list[Collective]:
     """The halo exchange or gather a reduce_window needs on its sharded windowed dims."""
+    return _window_plan(op, operand)[0]
+
+
+def window_gather_target(op: ir.Operation, operand: Tensor) -> tuple | None:
+    """The per-dimension axes a reduce_window's operand is gathered to (its windowed
+    dimensions that a halo cannot serve unsharded), or None where nothing is gathered:
+    a later op gathering the value the same way reuses the gathered one."""
+    return _window_plan(op, operand)[1]
+
+
+def _window_plan(op: ir.Operation, operand: Tensor) -> tuple[list[Collective], tuple | None]:
     rank = len(operand.shape)
     axes = [list(a) for a in dim_axes(operand.sharding, rank)]
     local = shard_shape(operand.shape, axes)
     element_bytes = collective_element_bytes(operand.element_bytes, operand.dtype)
     out: list[Collective] = []
+    gathered = False
     for d, window in enumerate(_window(op, rank)):
         if window <= 1 or size_product(axes[d]) <= 1:
             continue
@@ -50,6 +62,7 @@ def window_collectives(op: ir.Operation, operand: Tensor) -> list[Collective]:
             out.append(Collective(COLLECTIVE_PERMUTE, names, total))
         else:
             axes[d] = []
+            gathered = True
             out.append(Collective(ALL_GATHER, names,
                                   shard_bytes(operand.shape, element_bytes, axes)))
-    return out
+    return out, (tuple(tuple(a) for a in axes) if gathered else None)

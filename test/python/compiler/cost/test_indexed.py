@@ -6,12 +6,17 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 from jaxlib.mlir import ir
 
 from shardc.compiler import jit
-from shardc.compiler.cost.indexed import _indexed_communication, indexed_communication
+from shardc.compiler.cost.indexed import (
+    _indexed_communication,
+    indexed_communication,
+    indexed_computed,
+)
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.rules import indexed_roles_for
 from shardc.compiler.sharding.tensor import DimSharding
@@ -37,7 +42,9 @@ def _gather():
 def test_memoised_answers_are_the_computed_ones():
     rule, roles, operands, results, mesh = _gather()
     first = indexed_communication(rule, roles, operands, results, mesh)
-    assert first and first == _indexed_communication(rule, roles, operands, results, mesh)
+    needs, computed = _indexed_communication(rule, roles, operands, results, mesh)
+    assert first and first == list(needs)
+    assert indexed_computed(rule, roles, operands, results, mesh) == computed
     assert indexed_communication(rule, roles, operands, results, mesh) == first
     # Another sharding of the table is another question (the key holds the shardings).
     data = operands[0]
@@ -45,7 +52,7 @@ def test_memoised_answers_are_the_computed_ones():
     replicated = dataclasses.replace(data, sharding=data.sharding._replace(dims=dims))
     moved = [replicated, *operands[1:]]
     again = indexed_communication(rule, roles, moved, results, mesh)
-    assert again == _indexed_communication(rule, roles, moved, results, mesh)
+    assert again == list(_indexed_communication(rule, roles, moved, results, mesh)[0])
     assert again != first
 
 
@@ -88,3 +95,32 @@ def test_the_dry_run_inside_groups_sizes_the_per_group_output():
                   out_shardings=NamedSharding(mesh, P("data", None, None))).lower(table, tokens)
     found = [(e.kind, e.bytes_per_device) for e in lowered.comm_report(platform="cpu").entries]
     assert sorted(found) == sorted(xla)
+
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_a_result_computed_replicated_is_returned_without_gathering_it_again(count):
+    """XLA's scatter handler computes a scatter of sharded updates into a replicated
+    history (L-BFGS's memory of parameter differences) replicated, the updates
+    gathered, and slices it to its sharding; its reshard cache keeps the replicated
+    value for the slice, so returning it replicated in a tuple gathers nothing more.
+    A single result (the root itself) is gathered again."""
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    replicated, sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P("data", "model"))
+    args = (jax.device_put(np.zeros((4, 16, 32), np.float32), replicated),
+            jax.device_put(np.ones((16, 32), np.float32), sharded), np.int32(1))
+
+    def write(history, update, row):
+        return tuple(history.at[row].set(update * (k + 2)) for k in range(count))
+
+    shardings = dict(in_shardings=(replicated, sharded, replicated),
+                     out_shardings=(replicated,) * count)
+    lowered = jit(write, **shardings).lower(*args)
+    predicted = {k: t.bytes_per_device for k, t in lowered.comm_report().totals().items()
+                 if t.count}
+    compiled = lowered.compile()
+    assert predicted == {k: c.bytes_per_device
+                         for k, c in compiled.collectives().items() if c.count}
+    for ours, theirs in zip(compiled(*args), jax.jit(write, **shardings)(*args)):
+        np.testing.assert_array_equal(ours, theirs)
+        assert ours.sharding.is_equivalent_to(theirs.sharding, ours.ndim)

@@ -101,3 +101,44 @@ def test_branch_on_a_constant_index_is_folded_away():
 
     predicted, compiled = predicted_and_compiled(checked, (ones(8, 4),), (P("data"),), P())
     assert predicted == compiled
+
+
+@pytest.mark.parametrize("grid, spec", [
+    (((2, 4), ("data", "model")), P("data", "model")),
+    (((4, 2), ("data", "model")), P("data", "model")),
+    (((4, 2), ("data", "model")), P(None, "model")),
+])
+@pytest.mark.parametrize("op", ["concatenate", "sort", "argsort"])
+def test_an_op_needing_its_dimension_whole_moves_its_tiles(grid, spec, op):
+    """A concatenate or sort along a sharded dimension: XLA moves that dimension's tiles
+    to the first other dimension the merged tile count divides (after its own axes),
+    runs the op there and moves them back, an all-to-all each way
+    (``GetFirstTargetDimToMoveShardingTiles``, ``MoveAndMergeShardingTiles``)."""
+    fun = {"concatenate": lambda x, y: jnp.concatenate([x, y], axis=1),
+           "sort": lambda x, y: jnp.sort(x + y, axis=1),
+           "argsort": lambda x, y: jnp.argsort(x * y, axis=1)}[op]
+    x = (np.arange(16 * 32) * 37 % 101).reshape(16, 32).astype(np.float32)
+    predicted, compiled = predicted_and_compiled(fun, (x, ones(16, 32)), (spec, spec), spec,
+                                                 grid=mesh(*grid))
+    assert predicted == compiled
+    assert "all-to-all" in compiled and "all-gather" not in compiled
+
+
+def test_a_rotation_is_not_a_concatenate_moving_its_tiles():
+    """``jnp.roll`` concatenates two slices of one value: XLA partitions that rotation
+    with collective-permutes, not by moving the concatenated dimension's tiles."""
+    predicted, _ = predicted_and_compiled(lambda x: jnp.roll(x, 3, axis=0),
+                                          (ones(16, 32),), (P("data", "model"),),
+                                          P("data", "model"))
+    assert "all-to-all" not in predicted
+
+
+def test_window_ops_gathering_one_value_the_same_way_gather_it_once():
+    """A cumulative sum and a cumulative max along one sharded axis of one value: each
+    reduce_window's window spans the axis, so its operand is gathered there; XLA
+    gathers the value once and both read it (the cumulative sum along the other axis
+    gathers it another way)."""
+    predicted, compiled = predicted_and_compiled(
+        lambda x: (jnp.cumsum(x, axis=1), jax.lax.cummax(x, axis=1), jnp.cumsum(x, axis=0)),
+        (ones(16, 64),), (P("data", "model"),), grid=mesh((2, 4)))
+    assert predicted == compiled == {"all-gather": 3072}
