@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import weakref
 from typing import Any
 
 from jaxlib.mlir import ir
@@ -682,16 +683,39 @@ def callback_shardings_in(closed_jaxpr: Any) -> list:
             and eqn.params.get("sharding") is item]
 
 
-def _equation_parameters(closed_jaxpr: Any) -> Any:
+def _equation_parameters(closed_jaxpr: Any) -> tuple:
     """``(equation, parameter)`` for every parameter value of every equation of a jaxpr
-    (tuples unpacked), inner jaxprs included. Walking a jaxpr's equations and their
-    inner jaxprs has no public API."""
+    (tuples unpacked), inner jaxprs included."""
+    return _equations_read(closed_jaxpr.jaxpr)[1]
+
+
+def primitive_names(closed_jaxpr: Any) -> frozenset[str]:
+    """The names of the primitives a jaxpr's equations bind, inner jaxprs included."""
+    return _equations_read(closed_jaxpr.jaxpr)[0]
+
+
+# A jaxpr's equations as read by ``_equations_read``, while the jaxpr lives: a lowering
+# asks of the one it traced for its meshes, callbacks and primitives, each in a walk
+# of its own otherwise. Jaxprs are immutable.
+_EQUATIONS_READ: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _equations_read(top: Any) -> tuple[frozenset[str], tuple]:
+    """The primitive names and ``(equation, parameter)`` pairs of ``top`` (a jaxpr),
+    inner jaxprs included, from one walk. Walking a jaxpr's equations and their inner
+    jaxprs has no public API."""
+    found = _EQUATIONS_READ.get(top)
+    if found is not None:
+        return found
     from jax._src import core
 
-    stack = [closed_jaxpr.jaxpr]
+    names: set[str] = set()
+    parameters = []
+    stack = [top]
     while stack:
         jaxpr = stack.pop()
         for eqn in jaxpr.eqns:
+            names.add(eqn.primitive.name)
             for value in eqn.params.values():
                 for item in value if isinstance(value, tuple) else (value,):
                     # Most parameters are plain values, with no mesh to ask for.
@@ -701,20 +725,9 @@ def _equation_parameters(closed_jaxpr: Any) -> Any:
                         stack.append(item)
                     elif isinstance(item, core.ClosedJaxpr):
                         stack.append(item.jaxpr)
-                    yield eqn, item
-
-
-def primitive_names(closed_jaxpr: Any) -> set[str]:
-    """The names of the primitives a jaxpr's equations bind, inner jaxprs included."""
-    from jax._src import core
-
-    names, stack = set(), [closed_jaxpr.jaxpr]
-    while stack:
-        jaxpr = stack.pop()
-        for eqn in jaxpr.eqns:
-            names.add(eqn.primitive.name)
-            stack.extend(core.jaxprs_in_params(eqn.params))
-    return names
+                    parameters.append((eqn, item))
+    found = _EQUATIONS_READ[top] = (frozenset(names), tuple(parameters))
+    return found
 
 
 def with_context_mesh(traced: Any, mesh: Any) -> Any:
