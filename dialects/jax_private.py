@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import weakref
 from typing import Any
 
 from jaxlib.mlir import ir
@@ -602,7 +603,7 @@ def equation_context(eqn: Any) -> Any:
 
 def without_dead_code(traced: Any, in_shardings: list | None = None,
                       out_shardings: list | None = None, keep_unused: bool = True) -> Any:
-    """``traced`` with the equations whose results nothing uses removed (arguments kept).
+    """``traced`` to lower without the equations whose results nothing uses.
 
     jax's own lowering runs this elimination, inside loop and branch bodies too,
     unless told to keep unused arguments; shardc keeps every argument (its
@@ -612,22 +613,26 @@ def without_dead_code(traced: Any, in_shardings: list | None = None,
     unspecified) are the jit's shardings jax lowers with, as if given to ``jax.jit``.
     Without ``keep_unused`` an argument the program does not read is not donated:
     jax prunes it (``pxla._dce_jaxpr``) with its donation, so the caller's array
-    stays live.
+    stays live. jax then eliminates the dead equations itself, as it prunes: the
+    jaxpr goes to it as traced, and the elimination that tells which arguments
+    are read is the very call jax's pruning makes (``pxla.prune_unused_inputs``),
+    which jax's cache answers then, so the program is eliminated once.
     """
     from jax._src import core, sharding_impls, stages
     from jax._src.interpreters import partial_eval as pe
 
     closed = traced._params["jaxpr"]
     used = [True] * len(closed.jaxpr.outvars)
-    jaxpr, _, _ = pe.dce_jaxpr_consts(closed.jaxpr, used, instantiate=True)
-    params = dict(traced._params, jaxpr=core.ClosedJaxpr(jaxpr, closed.consts))
-    if not keep_unused and all(core.is_constant_shape(getattr(a, "shape", ()))
-                               for a in closed.in_avals):
-        read = {v for eqn in jaxpr.eqns for v in eqn.invars if isinstance(v, core.Var)}
-        read.update(v for v in jaxpr.outvars if isinstance(v, core.Var))
-        params["donated_invars"] = tuple(
-            donated and var in read
-            for donated, var in zip(params["donated_invars"], jaxpr.invars))
+    if (not keep_unused and not traced._params["keep_unused"]
+            and all(core.is_constant_shape(getattr(a, "shape", ()))
+                    for a in closed.in_avals)):
+        _, _, read = pe.dce_jaxpr_consts(closed.jaxpr, used)
+        params = dict(traced._params, donated_invars=tuple(
+            donated and is_read for donated, is_read in zip(traced._params["donated_invars"],
+                                                            read)))
+    else:
+        jaxpr, _, _ = pe.dce_jaxpr_consts(closed.jaxpr, used, instantiate=True)
+        params = dict(traced._params, jaxpr=core.ClosedJaxpr(jaxpr, closed.consts))
     if in_shardings is not None:
         params["in_shardings"] = tuple(sharding_impls.UNSPECIFIED if s is None else s
                                        for s in in_shardings)
@@ -678,16 +683,39 @@ def callback_shardings_in(closed_jaxpr: Any) -> list:
             and eqn.params.get("sharding") is item]
 
 
-def _equation_parameters(closed_jaxpr: Any) -> Any:
+def _equation_parameters(closed_jaxpr: Any) -> tuple:
     """``(equation, parameter)`` for every parameter value of every equation of a jaxpr
-    (tuples unpacked), inner jaxprs included. Walking a jaxpr's equations and their
-    inner jaxprs has no public API."""
+    (tuples unpacked), inner jaxprs included."""
+    return _equations_read(closed_jaxpr.jaxpr)[1]
+
+
+def primitive_names(closed_jaxpr: Any) -> frozenset[str]:
+    """The names of the primitives a jaxpr's equations bind, inner jaxprs included."""
+    return _equations_read(closed_jaxpr.jaxpr)[0]
+
+
+# A jaxpr's equations as read by ``_equations_read``, while the jaxpr lives: a lowering
+# asks of the one it traced for its meshes, callbacks and primitives, each in a walk
+# of its own otherwise. Jaxprs are immutable.
+_EQUATIONS_READ: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _equations_read(top: Any) -> tuple[frozenset[str], tuple]:
+    """The primitive names and ``(equation, parameter)`` pairs of ``top`` (a jaxpr),
+    inner jaxprs included, from one walk. Walking a jaxpr's equations and their inner
+    jaxprs has no public API."""
+    found = _EQUATIONS_READ.get(top)
+    if found is not None:
+        return found
     from jax._src import core
 
-    stack = [closed_jaxpr.jaxpr]
+    names: set[str] = set()
+    parameters = []
+    stack = [top]
     while stack:
         jaxpr = stack.pop()
         for eqn in jaxpr.eqns:
+            names.add(eqn.primitive.name)
             for value in eqn.params.values():
                 for item in value if isinstance(value, tuple) else (value,):
                     # Most parameters are plain values, with no mesh to ask for.
@@ -697,20 +725,9 @@ def _equation_parameters(closed_jaxpr: Any) -> Any:
                         stack.append(item)
                     elif isinstance(item, core.ClosedJaxpr):
                         stack.append(item.jaxpr)
-                    yield eqn, item
-
-
-def primitive_names(closed_jaxpr: Any) -> set[str]:
-    """The names of the primitives a jaxpr's equations bind, inner jaxprs included."""
-    from jax._src import core
-
-    names, stack = set(), [closed_jaxpr.jaxpr]
-    while stack:
-        jaxpr = stack.pop()
-        for eqn in jaxpr.eqns:
-            names.add(eqn.primitive.name)
-            stack.extend(core.jaxprs_in_params(eqn.params))
-    return names
+                    parameters.append((eqn, item))
+    found = _EQUATIONS_READ[top] = (frozenset(names), tuple(parameters))
+    return found
 
 
 def with_context_mesh(traced: Any, mesh: Any) -> Any:
