@@ -104,6 +104,7 @@ class LivenessWalker:
         self.partial, self.moved = found.partial, found.moved
         self.scattered, self.relaid = found.scattered, found.relaid
         self.converted = found.converted
+        self.exchanged = found.exchanged
         self.block_args: dict[int, list[int]] = {}  # first op of a block -> its arguments
         for op in range(len(graph.ops)):
             for block_args, block_ops in graph.op_blocks[op]:
@@ -222,6 +223,8 @@ class LivenessWalker:
 
     def materialised(self, value: int, op: int) -> bool:
         graph = self.graph
+        if value in self.exchanged:
+            return True  # an all-to-all writes it (``OpNeeds.exchanged``)
         name = graph.op_name[op]
         if name in _FREE and value not in self.moved:
             return False
@@ -625,7 +628,8 @@ class LivenessWalker:
             for k, value in enumerate(graph.op_results[op]):
                 if value in returned or not self.materialised(value, op):
                     continue
-                size = self.reduced_bytes(value)
+                # an all-to-all'd result's copy into its layout lives as long
+                size = self.reduced_bytes(value) + self.exchanged.get(value, 0)
                 last = self.last_read(value, op, position, returned, i, reads)
                 last = max(last, extend.get(value, i))
                 if graph.op_name[op] == "stablehlo.reshape":
