@@ -192,6 +192,13 @@ class LivenessWalker:
                                                    "stablehlo.scatter"):
             # an in-place update writes over the operand it updates
             found.add(self.root(graph.op_operands[owner][0]))
+        if owner >= 0 and graph.op_name[owner] == "stablehlo.while":
+            # a loop's result is its carry, updated in place over the carry's initial
+            # value: a scanned backward's zero gradient stack (``wrapped_broadcast.1``
+            # of a rematerialised scan's bf16 weight gradients) is written in the
+            # output's allocation and accumulated there
+            k = graph.op_results[owner].index(self.root(value))
+            found.add(self.root(graph.op_operands[owner][k]))
         stack, seen = [self.root(value)], set()
         while stack:
             current = stack.pop()
@@ -628,8 +635,7 @@ class LivenessWalker:
             for k, value in enumerate(graph.op_results[op]):
                 if value in returned or not self.materialised(value, op):
                     continue
-                # an all-to-all'd result's copy into its layout lives as long
-                size = self.reduced_bytes(value) + self.exchanged.get(value, 0)
+                size = self.reduced_bytes(value)
                 last = self.last_read(value, op, position, returned, i, reads)
                 last = max(last, extend.get(value, i))
                 if graph.op_name[op] == "stablehlo.reshape":

@@ -76,9 +76,8 @@ class OpNeeds:
     converted_last: dict[int, int] = field(default_factory=dict)
     # reshards (value, target) some dot reads only as a wide copy
     converted: set[tuple] = field(default_factory=set)
-    # results an indexed op computes in one sharding and all-to-alls to the declared
-    # one -> bytes of the copy into the result's layout (0: none)
-    exchanged: dict[int, int] = field(default_factory=dict)
+    # results an indexed op computes in one sharding and all-to-alls to the declared one
+    exchanged: set[int] = field(default_factory=set)
 
     @classmethod
     def collect(cls, values: ModuleValues) -> OpNeeds:
@@ -182,8 +181,8 @@ class OpNeeds:
         if known is None:
             known = memo[key] = (rule, *_rule_needs(rule, operands, results, mesh))
         _, reduced, wanted, contraction = known
-        if name in _INDEXED and active_rules().concatenates_all_to_all:
-            self._exchange(graph, op, rule, operands, results, mesh)
+        if name in _INDEXED:
+            wanted = self._indexed(graph, op, rule, operands, results, mesh) or wanted
         copied = relayout(graph.ops[op], name, operands, results)
         if copied.pop(-1, 0):  # a result in a non-canonical layout: transposed copy
             self.extra[op] = self.extra.get(op, 0) + sum(
@@ -227,7 +226,37 @@ class OpNeeds:
                 contraction, size_product(reduced), 0) is not None
             self._partial_sums(op, graph.op_results[op], results, reduced, windowed)
 
-    def _exchange(self, graph, op: int, rule, operands, results, mesh) -> None:
+    def _indexed(self, graph, op: int, rule, operands, results, mesh) -> list | None:
+        """What a gather or scatter needs as XLA's gather/scatter handler partitions
+        it (``cost.indexed``, as ``comm_report`` prices it), not the factor model:
+        per operand None or its reshard (as ``_rule_needs`` gives it), and the
+        results it all-to-alls (``_exchange``); None where the handler has no plan.
+
+        The handler often looks rows up where the table lies and moves the rows,
+        not the table: a lookup in a table sharded over rows and columns gathers
+        no table at all on 8 devices (a select of the local rows, an all-reduce of
+        f32[4,64,64] and an all-to-all), where the factor model gathered the
+        table's rows (a buffer of 256 KiB and its transposed copy)."""
+        roles = indexed_roles_for(graph.ops[op])
+        needs = None if roles is None else indexed_communication(
+            rule, roles, operands, results, mesh)
+        if needs is None:
+            return None
+        if active_rules().concatenates_all_to_all:
+            self._exchange(graph, op, results, needs)
+        wanted: list[tuple | None] = [None] * len(operands)
+        for need in needs:
+            index = need.operand
+            if index is None or need.target is None or index >= len(operands):
+                continue
+            operand, after = operands[index], list(need.target)
+            gathers = need.collective.kind == ALL_GATHER or bool(
+                wanted[index] and wanted[index][4])
+            size = shard_bytes(operand.shape, operand.element_bytes, after)
+            wanted[index] = (after, True, size, 0, gathers)
+        return wanted
+
+    def _exchange(self, graph, op: int, results, needs) -> None:
         """Record the results XLA's gather/scatter handler computes in another
         sharding and all-to-alls into the declared one (an embedding lookup whose
         rows are looked up over the table's sharding, then moved to the batch's).
@@ -236,26 +265,24 @@ class OpNeeds:
         the all-to-all writes it. XLA:CPU's all-to-all sends a tuple of pieces and
         concatenates them along the major dimension; where the dimension the
         pieces make whole has a longer one before it, the concatenated buffer is
-        then copied into the result's layout, and both stay live as the result
-        (the llama-shaped step at 16 x 16 devices: ``concatenate.2 =
-        f32[16,1,64,16]`` of ``all-to-all.2`` and its copy ``copy_bitcast_fusion.29
-        = f32[1,64,256]``, both live from the lookup into the backward, where the
-        scatter-add's fusion reads the first)."""
-        roles = indexed_roles_for(graph.ops[op])
-        needs = None if roles is None else indexed_communication(
-            rule, roles, operands, results, mesh)
-        for need in needs or ():
+        copied into the result's layout, both live while the copy is made (a
+        lookup read by a dot: ``concatenate = f32[4,1,64,64]`` of ``all-to-all.1``
+        and its copy ``select_bitcast_fusion = f32[64,256]``, the copy the value
+        the dots read; at 16 x 16 devices the llama-shaped step's ``concatenate.2``
+        of ``all-to-all.2`` and its copy ``copy_bitcast_fusion.29``)."""
+        for need in needs:
             if need.operand is not None or need.source is None or (
                     need.collective.kind != ALL_TO_ALL):
                 continue
             value, result = graph.op_results[op][0], results[0]
+            self.exchanged.add(value)
             declared = dim_axes(result.sharding, len(result.shape))
             old = shard_shape(result.shape, need.source)
             new = shard_shape(result.shape, declared)
-            copied = any(b > a and any(n > 1 for n in new[:dim])
-                         for dim, (a, b) in enumerate(zip(old, new)))
-            self.exchanged[value] = shard_bytes(result.shape, result.element_bytes,
-                                                declared) if copied else 0
+            if any(b > a and any(n > 1 for n in new[:dim])
+                   for dim, (a, b) in enumerate(zip(old, new))):
+                self.extra[op] = self.extra.get(op, 0) + shard_bytes(
+                    result.shape, result.element_bytes, declared)
 
     def _gathered(self, values: ModuleValues, key: tuple, op: int) -> tuple:
         """The buffer op ``op``'s gather of ``key`` (a value and its target) writes:
