@@ -504,7 +504,8 @@ def _communications(op: _Op, steps) -> list[OpCommunication]:
             if index is None:
                 reason = (f"computed {dims_text(op.sharding(role, src))}, "
                           f"declared {dims_text(needed)}")
-                out.append(OpCommunication(None, reason, collective))
+                source = tuple(d.axes for d in op.sharding(role, src).dims)
+                out.append(OpCommunication(None, reason, collective, source=source))
             else:
                 reason = (f"sharded {dims_text(op.sharding(role, src))}, the op needs "
                           f"{dims_text(needed)}")

@@ -67,6 +67,10 @@ class OpCommunication:
     # dot's matching operand, ``dot_groups.matching_operand``); () before any grouping.
     # A reshard is reused only by ops that reshard the value inside the same groups.
     groups: tuple[str, ...] = ()
+    # For a result (``operand`` None) resharded to its declared sharding: the
+    # per-dimension axes the op computes it in (the memory estimate lays out the
+    # buffers of that reshard from it); None otherwise.
+    source: tuple | None = None
 
 
 def _result_factor_axes(rule: OpShardingRule, results: Sequence[Tensor]) -> dict[int, tuple]:

@@ -155,6 +155,12 @@ class PlatformRules:
     # first consumer (XLA:TPU's latency-hiding scheduler overlaps each gather with
     # the compute just before its use).
     reshards_arguments_first: bool = True
+    # Whether an all-to-all writes its pieces as a tuple concatenated along the major
+    # dimension (XLA:CPU's decomposition of an array all-to-all), so an op's result
+    # moved by one is that concatenated buffer, and a copy into the result's layout
+    # where the dimension it makes whole is not the major one (``OpNeeds.exchanged``);
+    # XLA:TPU's all-to-all writes the result in place.
+    concatenates_all_to_all: bool = False
     # Whether a fusible value computed from buffers that are read until its last
     # reader anyway is recomputed in each reader instead of kept: XLA:TPU fuses it
     # into its consumers (a dot's operand too), e.g. attention's probabilities,
@@ -238,7 +244,7 @@ def _power_of_two(n: int) -> int:
 CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as={"bf16": 4},
                     arithmetic_computed_as={"bf16": 4},
                     offloaded_reduction_elements=4096, heap_alignment=64,
-                    fusible=frozenset({"stablehlo.gather"}))
+                    fusible=frozenset({"stablehlo.gather"}), concatenates_all_to_all=True)
 # The combine threshold is XLA:TPU's default all-reduce combiner size (the
 # step's gradients of the bench's programs combine into one op per device group).
 # The windowed reduce-scatter's threshold: XLA:TPU v5e compiles (16x16 and 4x4

@@ -104,6 +104,7 @@ class LivenessWalker:
         self.partial, self.moved = found.partial, found.moved
         self.scattered, self.relaid = found.scattered, found.relaid
         self.converted = found.converted
+        self.exchanged = found.exchanged
         self.block_args: dict[int, list[int]] = {}  # first op of a block -> its arguments
         for op in range(len(graph.ops)):
             for block_args, block_ops in graph.op_blocks[op]:
@@ -191,6 +192,13 @@ class LivenessWalker:
                                                    "stablehlo.scatter"):
             # an in-place update writes over the operand it updates
             found.add(self.root(graph.op_operands[owner][0]))
+        if owner >= 0 and graph.op_name[owner] == "stablehlo.while":
+            # a loop's result is its carry, updated in place over the carry's initial
+            # value: a scanned backward's zero gradient stack (``wrapped_broadcast.1``
+            # of a rematerialised scan's bf16 weight gradients) is written in the
+            # output's allocation and accumulated there
+            k = graph.op_results[owner].index(self.root(value))
+            found.add(self.root(graph.op_operands[owner][k]))
         stack, seen = [self.root(value)], set()
         while stack:
             current = stack.pop()
@@ -222,6 +230,8 @@ class LivenessWalker:
 
     def materialised(self, value: int, op: int) -> bool:
         graph = self.graph
+        if value in self.exchanged:
+            return True  # an all-to-all writes it (``OpNeeds.exchanged``)
         name = graph.op_name[op]
         if name in _FREE and value not in self.moved:
             return False

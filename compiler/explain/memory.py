@@ -51,7 +51,8 @@ not divide counting padded like XLA pads it:
 * all-reduces over the same axes that do not depend on one another are
   combined: their results stay live until the last of them;
 * in place: ``while`` results reuse their carries (a carry the body returns
-  unchanged is its init value), ``dynamic_update_slice``/``scatter`` their
+  unchanged is its init value; a returned result's initial value may sit in the
+  output's allocation), ``dynamic_update_slice``/``scatter`` their
   dying operand, and a reshape shares its operand's buffer;
 * an all-reduce writes a buffer apart from its operand's, right after the op
   (after a combined one's last member), unless the value's one reader chain
@@ -62,7 +63,13 @@ not divide counting padded like XLA pads it:
   while it runs (``PlatformRules.dot_computed_as``); an operand the dot reads
   resharded is converted once resharded (the narrow reshard freed then); in a
   loop body the convert of a slice of a loop-invariant input is hoisted: the
-  whole input in f32 while the loop runs;
+  whole input in f32 while the loop runs (behind ``jax.checkpoint``'s
+  optimization barrier too: XLA expands the barrier first);
+* gathers and scatters reshard their operands as XLA's gather/scatter handler
+  plans them (``cost.indexed``, as ``comm_report`` prices them); a result it
+  all-to-alls to the declared sharding is a buffer the all-to-all writes, on
+  XLA:CPU its pieces concatenated and copied into the result's layout while
+  the copy is made;
 * on chip (XLA:TPU, ``on_chip``): the buffers its memory-space assignment keeps
   in VMEM are not HBM temporaries: a loop body's while they fit, a gathered
   operand, a buffer read only by the op after its writer;

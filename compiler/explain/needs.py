@@ -17,20 +17,24 @@ from math import prod
 from jaxlib.mlir.dialects import stablehlo
 
 from shardc.compiler.cost.fusion import CHLO_ELEMENTWISE, FREE, FUSIBLE
+from shardc.compiler.cost.indexed import indexed_communication
 from shardc.compiler.cost.op_comm import computation_axes, required_sharding
 from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.cost.report import collectives_at, note_reshard, reuses_reshard
 from shardc.compiler.cost.reshard import (
     ALL_GATHER,
     ALL_REDUCE,
+    ALL_TO_ALL,
     dim_axes,
     reshard_collectives,
     shard_bytes,
+    shard_shape,
 )
 from shardc.compiler.explain.layout import relayout, transposed_gather
 from shardc.compiler.propagation.graph import ELEMENTWISE
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.axes import size_product
+from shardc.compiler.sharding.rules import indexed_roles_for
 
 RESHARDS = frozenset({"sdy.reshard", "sdy.sharding_constraint"})
 _DOTS = frozenset({"stablehlo.dot_general", "stablehlo.convolution"})
@@ -38,6 +42,7 @@ _DOTS = frozenset({"stablehlo.dot_general", "stablehlo.convolution"})
 _MOVES = RESHARDS | frozenset({"stablehlo.reshape", "stablehlo.transpose",
                                "stablehlo.broadcast_in_dim", "sdy.data_flow_edge"})
 CONSTANTS = frozenset({"sdy.constant", "stablehlo.constant", "stablehlo.iota"})
+_INDEXED = frozenset({"stablehlo.gather", "stablehlo.scatter"})
 _PASS_ON = frozenset({"sdy.data_flow_edge", "sdy.sharding_constraint",
                       "sdy.propagation_barrier"})
 # elementwise ops that compute on their operands' values (a backend without
@@ -71,6 +76,8 @@ class OpNeeds:
     converted_last: dict[int, int] = field(default_factory=dict)
     # reshards (value, target) some dot reads only as a wide copy
     converted: set[tuple] = field(default_factory=set)
+    # results an indexed op computes in one sharding and all-to-alls to the declared one
+    exchanged: set[int] = field(default_factory=set)
 
     @classmethod
     def collect(cls, values: ModuleValues) -> OpNeeds:
@@ -174,6 +181,8 @@ class OpNeeds:
         if known is None:
             known = memo[key] = (rule, *_rule_needs(rule, operands, results, mesh))
         _, reduced, wanted, contraction = known
+        if name in _INDEXED:
+            wanted = self._indexed(graph, op, rule, operands, results, mesh) or wanted
         copied = relayout(graph.ops[op], name, operands, results)
         if copied.pop(-1, 0):  # a result in a non-canonical layout: transposed copy
             self.extra[op] = self.extra.get(op, 0) + sum(
@@ -216,6 +225,64 @@ class OpNeeds:
             windowed = name == "stablehlo.dot_general" and active_rules().windowed_reduce_scatter(
                 contraction, size_product(reduced), 0) is not None
             self._partial_sums(op, graph.op_results[op], results, reduced, windowed)
+
+    def _indexed(self, graph, op: int, rule, operands, results, mesh) -> list | None:
+        """What a gather or scatter needs as XLA's gather/scatter handler partitions
+        it (``cost.indexed``, as ``comm_report`` prices it), not the factor model:
+        per operand None or its reshard (as ``_rule_needs`` gives it), and the
+        results it all-to-alls (``_exchange``); None where the handler has no plan.
+
+        The handler often looks rows up where the table lies and moves the rows,
+        not the table: a lookup in a table sharded over rows and columns gathers
+        no table at all on 8 devices (a select of the local rows, an all-reduce of
+        f32[4,64,64] and an all-to-all), where the factor model gathered the
+        table's rows (a buffer of 256 KiB and its transposed copy)."""
+        roles = indexed_roles_for(graph.ops[op])
+        needs = None if roles is None else indexed_communication(
+            rule, roles, operands, results, mesh)
+        if needs is None:
+            return None
+        if active_rules().concatenates_all_to_all:
+            self._exchange(graph, op, results, needs)
+        wanted: list[tuple | None] = [None] * len(operands)
+        for need in needs:
+            index = need.operand
+            if index is None or need.target is None or index >= len(operands):
+                continue
+            operand, after = operands[index], list(need.target)
+            gathers = need.collective.kind == ALL_GATHER or bool(
+                wanted[index] and wanted[index][4])
+            size = shard_bytes(operand.shape, operand.element_bytes, after)
+            wanted[index] = (after, True, size, 0, gathers)
+        return wanted
+
+    def _exchange(self, graph, op: int, results, needs) -> None:
+        """Record the results XLA's gather/scatter handler computes in another
+        sharding and all-to-alls into the declared one (an embedding lookup whose
+        rows are looked up over the table's sharding, then moved to the batch's).
+
+        Such a result is a buffer even where its op would fuse into its readers:
+        the all-to-all writes it. XLA:CPU's all-to-all sends a tuple of pieces and
+        concatenates them along the major dimension; where the dimension the
+        pieces make whole has a longer one before it, the concatenated buffer is
+        copied into the result's layout, both live while the copy is made (a
+        lookup read by a dot: ``concatenate = f32[4,1,64,64]`` of ``all-to-all.1``
+        and its copy ``select_bitcast_fusion = f32[64,256]``, the copy the value
+        the dots read; at 16 x 16 devices the llama-shaped step's ``concatenate.2``
+        of ``all-to-all.2`` and its copy ``copy_bitcast_fusion.29``)."""
+        for need in needs:
+            if need.operand is not None or need.source is None or (
+                    need.collective.kind != ALL_TO_ALL):
+                continue
+            value, result = graph.op_results[op][0], results[0]
+            self.exchanged.add(value)
+            declared = dim_axes(result.sharding, len(result.shape))
+            old = shard_shape(result.shape, need.source)
+            new = shard_shape(result.shape, declared)
+            if any(b > a and any(n > 1 for n in new[:dim])
+                   for dim, (a, b) in enumerate(zip(old, new))):
+                self.extra[op] = self.extra.get(op, 0) + shard_bytes(
+                    result.shape, result.element_bytes, declared)
 
     def _gathered(self, values: ModuleValues, key: tuple, op: int) -> tuple:
         """The buffer op ``op``'s gather of ``key`` (a value and its target) writes:
@@ -287,8 +354,7 @@ class OpNeeds:
         llama-shaped scanned step's ``wrapped_convert`` of ``f32[2,1,64,256]``
         before its backward loop)."""
         graph = values.graph
-        while graph.value_def[value] >= 0 and graph.op_name[graph.value_def[value]] in _MOVES:
-            value = graph.op_operands[graph.value_def[value]][0]
+        value = _moved_from(graph, value)
         owner = graph.value_def[value]
         if owner < 0 or graph.op_name[owner] != "stablehlo.dynamic_slice":
             return
@@ -408,6 +474,26 @@ class OpNeeds:
             self.scattered.add(value)
             if not windowed:
                 self.extra[op] = self.extra.get(op, 0) + partial
+
+
+def _moved_from(graph, value: int) -> int:
+    """``value`` seen back through ops that only move it, optimization barriers
+    included: XLA:CPU expands a barrier into control dependencies before its
+    loop-invariant code motion (``OptimizationBarrierExpander``), so a convert of
+    a slice behind the barrier ``jax.checkpoint`` puts around a rematerialised
+    layer's inputs is hoisted out of the loop all the same (the llama-shaped
+    remat step's backward loop: ``wrapped_convert.19``, the saved activations'
+    f32[2,1,64,256], and the stacked weights' f32 copies, live while it runs)."""
+    while graph.value_def[value] >= 0:
+        owner = graph.value_def[value]
+        name = graph.op_name[owner]
+        if name == "stablehlo.optimization_barrier":
+            value = graph.op_operands[owner][graph.op_results[owner].index(value)]
+        elif name in _MOVES and graph.op_operands[owner]:
+            value = graph.op_operands[owner][0]
+        else:
+            break
+    return value
 
 
 def _contracted(op, index: int) -> set[int] | None:

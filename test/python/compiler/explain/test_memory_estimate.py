@@ -243,3 +243,86 @@ def test_libzoo_net_total_within_ten_percent(name):
     row = memory_estimate.compare(program)
     assert row.estimate["alias"] == row.xla["alias"], row
     assert row.within_tolerance, row
+
+
+def _net(stats) -> int:
+    return (stats.argument_size_in_bytes + stats.output_size_in_bytes
+            + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
+
+
+def _rematerialised_scan(ws, x):
+    def layer(h, w):
+        return jnp.tanh(h @ w) + h, None
+
+    h, _ = jax.lax.scan(jax.checkpoint(layer), x, ws)
+    return jnp.sum(h.astype(jnp.float32))
+
+
+def test_convert_behind_a_checkpoint_barrier_is_hoisted_out_of_the_loop():
+    # jax.checkpoint puts an optimization barrier around the layer's inputs; XLA
+    # expands it before hoisting the loop-invariant convert of the bf16 weight
+    # stack, so the backward loop reads the whole stack converted to f32
+    # (wrapped_convert, f32[16,256,128] per device) like an unrematerialised one.
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    step = sc.jit(jax.grad(_rematerialised_scan),
+                  in_shardings=(NamedSharding(mesh, P(None, None, "model")),
+                                NamedSharding(mesh, P("data"))))
+    lowered = step.lower(jnp.ones((16, 256, 256), jnp.bfloat16), jnp.ones((16, 256), jnp.bfloat16))
+    estimate = lowered.memory_estimate()
+    stats = lowered.compile().memory_analysis()
+    assert abs(estimate.net_bytes / _net(stats) - 1) <= 0.10, (estimate.net_bytes, _net(stats))
+    wide_stack = 16 * 256 * 128 * 4
+    assert stats.temp_size_in_bytes >= wide_stack and estimate.temp_bytes >= wide_stack
+
+
+def _lookup_loss(mesh):
+    def loss(table, ids):
+        x = jnp.take(table, ids, axis=0)
+        x = jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P("data", None, None)))
+        return jnp.sum(jnp.tanh(x) * x)
+    return loss
+
+
+def test_lookup_reshards_as_xlas_gather_handler_plans():
+    # A table sharded over rows ("model") and columns ("data"), ids over "data":
+    # XLA's gather handler looks the rows up where the table lies (a select and an
+    # all-reduce of f32[4,64,64]) and all-to-alls them to the batch; the estimate
+    # gathered the table's rows (256 KiB and its transposed copy) as the factor
+    # model reshards, 1.23x XLA's temporaries.
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    step = sc.jit(jax.grad(_lookup_loss(mesh)),
+                  in_shardings=(NamedSharding(mesh, P("model", "data")),
+                                NamedSharding(mesh, P("data"))))
+    lowered = step.lower(jnp.ones((512, 256)), jnp.zeros((4, 64), jnp.int32))
+    estimate = lowered.memory_estimate()
+    compiled = lowered.compile()
+    stats = compiled.memory_analysis()
+    assert "all-to-all" in compiled.as_text()
+    assert abs(estimate.temp_bytes / stats.temp_size_in_bytes - 1) <= 0.10, (
+        estimate.temp_bytes, stats.temp_size_in_bytes)
+    assert abs(estimate.net_bytes / _net(stats) - 1) <= 0.10
+
+
+def _projected_lookup(mesh):
+    def loss(w, table, ids):
+        x = jnp.take(table, ids, axis=0)
+        x = jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P("data", None, None)))
+        return jnp.sum(jnp.tanh(x @ w) * x)
+    return loss
+
+
+def test_rows_all_to_alled_to_the_batch_are_a_buffer_for_their_dots():
+    # The all-to-all writes the looked-up rows (XLA:CPU: its pieces concatenated,
+    # ``concatenate``, then copied into the result's layout, ``select_bitcast_fusion``,
+    # the buffer the forward and the weight gradient's dots read): the lookup is not
+    # fused into its readers as a local gather is.
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    step = sc.jit(jax.grad(_projected_lookup(mesh)),
+                  in_shardings=(NamedSharding(mesh, P()), NamedSharding(mesh, P("model", "data")),
+                                NamedSharding(mesh, P("data"))))
+    lowered = step.lower(jnp.ones((256, 256)), jnp.ones((512, 256)), jnp.zeros((4, 64), jnp.int32))
+    estimate = lowered.memory_estimate()
+    compiled = lowered.compile()
+    stats = compiled.memory_analysis()
+    assert "concatenate(" in compiled.as_text()
+    assert abs(estimate.net_bytes / _net(stats) - 1) <= 0.10, (estimate.net_bytes, _net(stats))
