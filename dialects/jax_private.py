@@ -603,7 +603,7 @@ def equation_context(eqn: Any) -> Any:
 
 def without_dead_code(traced: Any, in_shardings: list | None = None,
                       out_shardings: list | None = None, keep_unused: bool = True) -> Any:
-    """``traced`` to lower without the equations whose results nothing uses.
+    """``traced`` with the equations whose results nothing uses removed (arguments kept).
 
     jax's own lowering runs this elimination, inside loop and branch bodies too,
     unless told to keep unused arguments; shardc keeps every argument (its
@@ -613,26 +613,22 @@ def without_dead_code(traced: Any, in_shardings: list | None = None,
     unspecified) are the jit's shardings jax lowers with, as if given to ``jax.jit``.
     Without ``keep_unused`` an argument the program does not read is not donated:
     jax prunes it (``pxla._dce_jaxpr``) with its donation, so the caller's array
-    stays live. jax then eliminates the dead equations itself, as it prunes: the
-    jaxpr goes to it as traced, and the elimination that tells which arguments
-    are read is the very call jax's pruning makes (``pxla.prune_unused_inputs``),
-    which jax's cache answers then, so the program is eliminated once.
+    stays live.
     """
     from jax._src import core, sharding_impls, stages
     from jax._src.interpreters import partial_eval as pe
 
     closed = traced._params["jaxpr"]
     used = [True] * len(closed.jaxpr.outvars)
-    if (not keep_unused and not traced._params["keep_unused"]
-            and all(core.is_constant_shape(getattr(a, "shape", ()))
-                    for a in closed.in_avals)):
-        _, _, read = pe.dce_jaxpr_consts(closed.jaxpr, used)
-        params = dict(traced._params, donated_invars=tuple(
-            donated and is_read for donated, is_read in zip(traced._params["donated_invars"],
-                                                            read)))
-    else:
-        jaxpr, _, _ = pe.dce_jaxpr_consts(closed.jaxpr, used, instantiate=True)
-        params = dict(traced._params, jaxpr=core.ClosedJaxpr(jaxpr, closed.consts))
+    jaxpr, _, _ = pe.dce_jaxpr_consts(closed.jaxpr, used, instantiate=True)
+    params = dict(traced._params, jaxpr=core.ClosedJaxpr(jaxpr, closed.consts))
+    if not keep_unused and all(core.is_constant_shape(getattr(a, "shape", ()))
+                               for a in closed.in_avals):
+        read = {v for eqn in jaxpr.eqns for v in eqn.invars if isinstance(v, core.Var)}
+        read.update(v for v in jaxpr.outvars if isinstance(v, core.Var))
+        params["donated_invars"] = tuple(
+            donated and var in read
+            for donated, var in zip(params["donated_invars"], jaxpr.invars))
     if in_shardings is not None:
         params["in_shardings"] = tuple(sharding_impls.UNSPECIFIED if s is None else s
                                        for s in in_shardings)
