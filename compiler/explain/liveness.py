@@ -444,7 +444,10 @@ class LivenessWalker:
                 and cheap_to_duplicate(self, op)):
             tops = [(u, self.top_user(u, op)) for u, _ in graph.uses[value]]
             fusing = [u for u, t in tops if u == t and self.fusing(u)]
-            found = bool(fusing) and len(fusing) < len(tops)
+            # read from the buffer by convolutions only: a dot on XLA:CPU is a
+            # YNNPACK fusion of its own (the zoo LMs keep such values whole)
+            kept_for = {graph.op_name[t] for u, t in tops if u not in fusing}
+            found = bool(fusing) and kept_for == {"stablehlo.convolution"}
         self._duplicated[value] = found
         return found
 

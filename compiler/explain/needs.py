@@ -226,7 +226,10 @@ class OpNeeds:
                 # and, copied transposed right after it is computed, by the backward's
                 # weight-gradient convolution: transpose_copy_fusion.2 holds it there;
                 # XLA:TPU's layouts are ``_copy_per_layout``'s)
-                if not active_rules().copies_operands_per_layout:
+                # (a batched dot's copies are not read so: the zoo LMs' attention
+                # operands stay live, XLA's YNNPACK dot reading them)
+                if name == "stablehlo.convolution" and \
+                        not active_rules().copies_operands_per_layout:
                     self.relaid.add((value, op))
         if name in _DOTS:
             self._widen(values, op, operands, results, read_as)
