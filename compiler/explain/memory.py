@@ -42,10 +42,10 @@ not divide counting padded like XLA pads it:
   their op runs;
 * transposed copies XLA's CPU kernels make of batched-dot operands whose batch
   dimensions are not leading and of convolution operands/results not in
-  ``b01f_01io->b01f``, from when the operand exists to the consumer, which reads
-  the copy, not the operand (a fusible operand read only so, a kernel's reverse,
-  is computed in its copy), as an op reading a reshard an earlier op made reads
-  that buffer;
+  ``b01f_01io->b01f``, from when the operand exists to the consumer; a
+  convolution reads the copy, not the operand (a fusible operand read only so,
+  a kernel's reverse, is computed in its copy), as an op reading a reshard an
+  earlier op made reads that buffer;
 * duplicated producers (``duplication``): a cheap fusible value (one large
   operand) that a convolution or dot reads is kept for those only; the ops
   that can fuse it compute it again, reading its operands;
