@@ -175,6 +175,21 @@ class PlatformRules:
     # HBM (0: none; ``explain.on_chip``): XLA:TPU's memory-space assignment uses up
     # to 112 MiB of a v5e core's 128 MiB of VMEM.
     on_chip_bytes: int = 0
+    # Bytes per element of the table of pointers an op with several results writes
+    # (0: none): XLA:CPU gives each tuple-shaped value (a while loop's carries, a
+    # custom call's or a combined all-reduce's results) a buffer of one 8-byte
+    # pointer per element, live while any element is read.
+    tuple_pointer_bytes: int = 0
+    # Whether a select-and-scatter (a max pool's gradient) is expanded into a
+    # reduce-window over one s32 iota per dimension and a scatter (XLA:CPU's
+    # ``SelectAndScatterExpander``), whose index buffers live while it runs.
+    expands_select_and_scatter: bool = False
+    # Whether a cheap fusible value some ops cannot fuse (a convolution, a dot)
+    # is kept for them only and computed again inside each op that can fuse it
+    # (XLA:CPU's fusion duplicates a producer reading one large operand into every
+    # fusing consumer: a ReLU's output lives until the next convolution, its
+    # gradient recomputes it from the convolution output before it).
+    duplicates_cheap_producers: bool = False
 
     def element_bytes_in_collective(self, element_bytes: int, dtype: str | None) -> int:
         """Bytes one element of ``dtype`` takes inside a collective."""
@@ -244,7 +259,9 @@ def _power_of_two(n: int) -> int:
 CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as={"bf16": 4},
                     arithmetic_computed_as={"bf16": 4},
                     offloaded_reduction_elements=4096, heap_alignment=64,
-                    fusible=frozenset({"stablehlo.gather"}), concatenates_all_to_all=True)
+                    fusible=frozenset({"stablehlo.gather"}), tuple_pointer_bytes=8,
+                    expands_select_and_scatter=True, duplicates_cheap_producers=True,
+                    concatenates_all_to_all=True)
 # The combine threshold is XLA:TPU's default all-reduce combiner size (the
 # step's gradients of the bench's programs combine into one op per device group).
 # The windowed reduce-scatter's threshold: XLA:TPU v5e compiles (16x16 and 4x4

@@ -24,6 +24,7 @@ from shardc.compiler.cost.fusion import FREE as _FREE
 from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.diagnostics import source_loc_of
 from shardc.compiler.explain.aliasing import Slot
+from shardc.compiler.explain.duplication import cheap_to_duplicate, expensive
 from shardc.compiler.explain.grid import shard_shape
 from shardc.compiler.explain.needs import CONSTANTS as _CONSTANTS
 from shardc.compiler.explain.needs import OpNeeds
@@ -34,6 +35,10 @@ from shardc.compiler.propagation.values import ModuleValues
 # ops whose result k XLA writes into the buffer of one operand when that dies there
 _IN_PLACE = {"stablehlo.while": lambda k: k, "stablehlo.dynamic_update_slice": lambda k: 0,
              "stablehlo.scatter": lambda k: k}
+# ops whose regions compute one element (or pair) at a time, not the op's results
+_PER_ELEMENT_BODIES = frozenset("stablehlo." + n for n in (
+    "reduce", "reduce_window", "sort", "scatter", "select_and_scatter", "all_reduce",
+    "reduce_scatter", "map"))
 _PASS_ON = frozenset({"sdy.data_flow_edge", "sdy.sharding_constraint", "sdy.reshard",
                       "sdy.propagation_barrier"})
 _EXPENSIVE = frozenset("stablehlo." + n for n in (
@@ -115,6 +120,7 @@ class LivenessWalker:
         self.aliased_outputs: set[int] = set()
         self.state = ir.AsmState(values.graph.module)
         self.rules = active_rules()  # the platform's buffer layout
+        self._duplicated: dict[int, bool] = {}  # ``duplicated``'s answers
 
     def described(self, allocation: Allocation) -> Buffer:
         """The buffer of ``allocation`` with its value's name and its op's source line."""
@@ -238,6 +244,12 @@ class LivenessWalker:
         users = {graph.op_name[self.top_user(u, op)] for u, _ in graph.uses[value]}
         if name == "stablehlo.transpose" and users == {"stablehlo.dot_general"}:
             return False  # XLA's transpose folding makes it the dot's dimension numbers
+        if name in FUSIBLE and graph.uses[value] and all(
+                (value, u) in self.relaid for u, _ in graph.uses[value]):
+            # read only through the transposed copies made for its readers, it is
+            # computed inside them: a kernel's reverse for a convolution's input
+            # gradient is fused into the copy (conv_net's transpose_copy_fusion.5)
+            return False
         fusible = self.rules.fusible
         if (name in FUSIBLE or name in fusible) and users <= _FUSING_CONSUMERS | fusible:
             return self.shared(value, op)
@@ -252,6 +264,10 @@ class LivenessWalker:
         the buffer assignments of the zoo LMs: exp/tanh/rsqrt fusions live from
         the forward into the backward; and of bench/models transformer: the
         residual stream, read by a layer norm's reductions and the next add).
+        XLA's own rule (``InstructionFusion::ComputeGloballyUnfusible``, see
+        ``duplication``) fuses some such values into every reader
+        (cnn_batchnorm's ReLU gradient), but replacing the reduction rule by a
+        replay of it lost the zoo LMs' kept layer-norm inputs.
         """
         if self.rules.duplicates_shared_producers:
             return False
@@ -262,6 +278,28 @@ class LivenessWalker:
         return graph.op_name[op] in _EXPENSIVE or any(
             graph.op_name[t] == "stablehlo.reduce" or self.offloaded_reduction(t)
             for t in tops)
+
+    def tuple_table(self, op: int, at: int) -> tuple[int, int] | None:
+        """The bytes and last live position of the table of pointers ``op`` (at
+        position ``at``) writes when it has several results, on a platform that
+        writes one (``PlatformRules.tuple_pointer_bytes``), else None.
+
+        XLA:CPU's ops with several results are tuple-shaped: a while loop's carries
+        (the body's parameter and root share the table), a custom call's results
+        (lineax's LU, QR, SVD and eigh: ``svd.66{}``, five pointers), a variadic
+        reduce or sort. The table, a buffer of the heap like any other, is taken as
+        live while the op runs (XLA reads its elements out right after, and a
+        loop's while it runs). In a program of small loops (lineax's solvers,
+        diffrax's steps) these 64-byte buffers are a good part of the heap.
+        """
+        graph = self.graph
+        results = graph.op_results[op]
+        pointer = self.rules.tuple_pointer_bytes
+        name = graph.op_name[op]
+        if not pointer or len(results) < 2 or not name.startswith("stablehlo.") \
+                or name in _FREE:
+            return None
+        return self.aligned(pointer * len(results)), at
 
     def offloaded_reduction(self, op: int) -> bool:
         """Whether ``op`` is, or fuses through a chain of fusible ops each read once
@@ -337,16 +375,32 @@ class LivenessWalker:
                 continue
             if current not in through:
                 latest, fused = -1, []
+                # a value also recomputed in its fusing readers is read from its
+                # buffer by the others only
+                recomputed = current not in returned and self.duplicated(current)
                 for user, _ in graph.uses[current]:
                     if (current, user) in self.relaid:
                         continue  # the dot reads the value's copy in its layout
                     top = self.top_user(user, owner)
+                    if recomputed and top == user and self.fusing(user):
+                        continue
                     latest = max(latest, position.get(top, -1))
-                    if top == user and (graph.op_name[user] in FUSIBLE
-                                        or graph.op_name[user] in self.rules.fusible) and not any(
-                            r in returned or self.materialised(r, user)
-                            for r in graph.op_results[user]):
+                    if top != user:
+                        continue
+                    if self._fused_away(user, returned):
                         fused.extend((r, user) for r in graph.op_results[user])
+                        continue
+                    for result in graph.op_results[user]:
+                        if result in returned or not self.duplicated(result):
+                            continue
+                        # the user's kernel keeps its value for its non-fusing readers
+                        # and its fusing readers compute it again: they read ours
+                        for reader, _ in graph.uses[result]:
+                            if self.top_user(reader, user) != reader or not self.fusing(reader):
+                                continue
+                            latest = max(latest, position.get(reader, -1))
+                            if self._fused_away(reader, returned):
+                                fused.extend((r, reader) for r in graph.op_results[reader])
                 through[current] = latest, [r for r, _ in fused]
                 waiting = [(r, user) for r, user in fused if r not in memo]
                 if waiting:
@@ -356,6 +410,56 @@ class LivenessWalker:
             latest, fused = through[current]
             memo[current] = max([latest, *(memo[r] for r in fused)])
         return memo[value]
+
+    def _fused_away(self, op: int, returned: set[int]) -> bool:
+        """Whether fusible ``op`` has no buffer: each of its readers computes it."""
+        graph = self.graph
+        return (graph.op_name[op] in FUSIBLE or graph.op_name[op] in self.rules.fusible) \
+            and not any(r in returned or self.materialised(r, op) for r in graph.op_results[op])
+
+    def fusing(self, op: int) -> bool:
+        """Whether ``op`` takes its fusible producers fused into its kernel (an
+        elementwise op, a broadcast, a reduction not handed to YNNPACK, ...)."""
+        name = self.graph.op_name[op]
+        if name == "stablehlo.reduce":
+            return not self._ynn_reduce(op)
+        return name in _FUSING_CONSUMERS or name in self.rules.fusible
+
+    def duplicated(self, value: int) -> bool:
+        """Whether XLA both keeps fusible ``value`` in a buffer, for the readers that
+        cannot fuse it (a convolution, a dot, a collective), and computes it again
+        inside each reader that can (``PlatformRules.duplicates_cheap_producers``).
+
+        XLA's fusion duplicates a cheap producer into every consumer it may fuse
+        into; only one that reads more than one large operand and more elements
+        than it writes is kept from that when a consumer cannot fuse it
+        (``duplication``). The buffer then lives until its last non-fusing reader
+        and the producer's operands until its last fusing one. Seen in a flax
+        ResNet's buffer assignment: a block's ``relu(batch_norm(conv))`` is
+        ``broadcast_maximum_fusion.1``, live from the next convolution's start to
+        its end, while the backward's ReLU gradient recomputes it from the kept
+        convolution output; conv_net's first relu likewise.
+        """
+        if not self.rules.duplicates_cheap_producers:
+            return False
+        known = self._duplicated.get(value)
+        if known is not None:
+            return known
+        graph = self.graph
+        op = graph.value_def[value]
+        found = False
+        if (op >= 0 and graph.op_name[op] in FUSIBLE and graph.op_name[op] not in _FREE
+                and value not in self.moved and op not in self.reduced
+                and len(graph.op_results[op]) == 1 and not expensive(graph, op)
+                and cheap_to_duplicate(self, op)):
+            tops = [(u, self.top_user(u, op)) for u, _ in graph.uses[value]]
+            fusing = [u for u, t in tops if u == t and self.fusing(u)]
+            # read from the buffer by convolutions only: a dot on XLA:CPU is a
+            # YNNPACK fusion of its own (the zoo LMs keep such values whole)
+            kept_for = {graph.op_name[t] for u, t in tops if u not in fusing}
+            found = bool(fusing) and kept_for == {"stablehlo.convolution"}
+        self._duplicated[value] = found
+        return found
 
     def recomputed(self, value: int, op: int, last: int, position: dict[int, int],
                    returned: set[int], reads: dict[int, int]) -> bool:
@@ -620,6 +724,15 @@ class LivenessWalker:
                         at = min(extend.get(value, i) + 1, len(ops) - 1)
                         reducing.setdefault(at, []).append(
                             self.aligned(self.reduced_bytes(value)))
+        if self.rules.tuple_pointer_bytes:
+            # a combined all-reduce is tuple-shaped: its table of pointers too
+            # (eqx_partition_jit's all-reduce.15{}, ten pointers, at its position)
+            members: dict[int, int] = {}
+            for at in extend.values():
+                members[at] = members.get(at, 0) + 1
+            for at, count in members.items():
+                reducing.setdefault(min(at + 1, len(ops) - 1), []).append(
+                    self.aligned(self.rules.tuple_pointer_bytes * count))
         early = self.unanchored(ops)
         owner = graph.op_name[graph.op_parent[ops[0]]] if ops else ""
         carries = args if owner == "stablehlo.while" else set()
@@ -666,13 +779,18 @@ class LivenessWalker:
                         value, op, last, position, returned, reads):
                     continue
                 allocated.append((value, self.aligned(size), last, False))
+            table = self.tuple_table(op, i)
+            if table:
+                allocated.append((None, *table, False))
             looped = graph.op_name[op] == "stablehlo.while"
             inner, handed, chip = self._inner_peak(op, i, frees)
             transient = inner + sum(self.aligned(n) for n in (
                 self.extra.get(op, 0), copies.get(i, 0)) if n)
             # a non-loop body (manual computation, case branch) writes the op's results:
-            # its own peak holds them while it runs
-            inside = set() if looped or not inner else set(graph.op_results[op])
+            # its own peak holds them while it runs; a reduction's, sort's or
+            # scatter's body computes one element at a time (its results are the op's)
+            inside = set() if looped or not inner or graph.op_name[op] in _PER_ELEMENT_BODIES \
+                else set(graph.op_results[op])
             now = (live - handed + sum(s for v, s, _, _ in allocated if v not in inside)
                    + transient + sum(reducing.get(i, ())))
             if now > best:

@@ -42,7 +42,16 @@ not divide counting padded like XLA pads it:
   their op runs;
 * transposed copies XLA's CPU kernels make of batched-dot operands whose batch
   dimensions are not leading and of convolution operands/results not in
-  ``b01f_01io->b01f``, from when the operand exists to the consumer;
+  ``b01f_01io->b01f``, from when the operand exists to the consumer; a
+  convolution reads the copy, not the operand (a fusible operand read only so,
+  a kernel's reverse, is computed in its copy), as an op reading a reshard an
+  earlier op made reads that buffer;
+* duplicated producers (``duplication``): a cheap fusible value (one large
+  operand) that a convolution or dot reads is kept for those only; the ops
+  that can fuse it compute it again, reading its operands;
+* XLA:CPU's expansions: a select-and-scatter (a max pool's gradient) holds one
+  s32 iota per dimension and the reduce-window's results while it runs; an op
+  with several results holds a table of 8-byte pointers while it runs;
 * partial sums: an op whose result is sharded over axes it also reduces
   over all-reduces its partial sums unsliced and slices them in each reader,
   so its buffer is the result without those axes, live while it is read

@@ -41,6 +41,7 @@ _DOTS = frozenset({"stablehlo.dot_general", "stablehlo.convolution"})
 # ops that move their operand's elements unchanged
 _MOVES = RESHARDS | frozenset({"stablehlo.reshape", "stablehlo.transpose",
                                "stablehlo.broadcast_in_dim", "sdy.data_flow_edge"})
+_INDEX_BYTES = 4  # the s32 indices XLA's expansions compute
 CONSTANTS = frozenset({"sdy.constant", "stablehlo.constant", "stablehlo.iota"})
 _INDEXED = frozenset({"stablehlo.gather", "stablehlo.scatter"})
 _PASS_ON = frozenset({"sdy.data_flow_edge", "sdy.sharding_constraint",
@@ -61,7 +62,8 @@ class OpNeeds:
     reduced: dict[int, tuple] = field(default_factory=dict)  # op -> all-reduced axes
     # result -> bytes of its partial sums when the all-reduce precedes a slice
     partial: dict[int, int] = field(default_factory=dict)
-    # (value, dot) pairs where the dot reads the value's second-layout copy
+    # (value, op) pairs where the op reads a copy of the value made before it (a
+    # dot's second-layout or a convolution's transposed copy, an earlier reshard)
     relaid: set[tuple[int, int]] = field(default_factory=set)
     # results a reduce-scatter writes (a platform that forms them, XLA:TPU): the
     # shard is their buffer, the partial sums live only while their op runs
@@ -78,6 +80,7 @@ class OpNeeds:
     converted: set[tuple] = field(default_factory=set)
     # results an indexed op computes in one sharding and all-to-alls to the declared one
     exchanged: set[int] = field(default_factory=set)
+    _resharded: set[tuple] = field(default_factory=set)  # reshard keys seen so far
 
     @classmethod
     def collect(cls, values: ModuleValues) -> OpNeeds:
@@ -188,6 +191,9 @@ class OpNeeds:
             self.extra[op] = self.extra.get(op, 0) + sum(
                 shard_bytes(r.shape, r.element_bytes, dim_axes(r.sharding, len(r.shape)))
                 for r in results)
+        if name == "stablehlo.select_and_scatter" and \
+                active_rules().expands_select_and_scatter:
+            self.extra[op] = self.extra.get(op, 0) + _expanded_select_and_scatter(operands)
         read_as: dict[int, tuple] = {}  # operand index -> (its reshard's key, target axes)
         for index, want in enumerate(wanted):
             value = graph.op_operands[op][index]
@@ -210,12 +216,29 @@ class OpNeeds:
             key = (value, tuple(after))
             if gathers and active_rules().all_gather_cse_distance is not None:
                 key = self._gathered(values, key, op)
+            if key in self._resharded and active_rules().reuses_reshards:
+                # an earlier op's reshard made this buffer: the op reads it, not the
+                # value (cnn_batchnorm's first relu, all-gathered over ``model`` for
+                # the second convolution, dies there; the weight gradient's
+                # convolution reads the gathered buffer's copy, transpose_copy_fusion.2)
+                self.relaid.add((value, op))
+            self._resharded.add(key)
             self.needs.setdefault(op, []).append((key, size, copy))
             read_as[index] = (key, after)
         for index, size in copied.items():
             if size:  # XLA copies it transposed as soon as the operand exists
                 value = graph.op_operands[op][index]
                 self.needs.setdefault(op, []).append(((value, ("transposed", op, index)), size, 0))
+                # and XLA:CPU's kernel reads the copy: the operand's own buffer is not
+                # kept for it (conv_net's first relu, read by the second convolution
+                # and, copied transposed right after it is computed, by the backward's
+                # weight-gradient convolution: transpose_copy_fusion.2 holds it there;
+                # XLA:TPU's layouts are ``_copy_per_layout``'s)
+                # (a batched dot's copies are not read so: the zoo LMs' attention
+                # operands stay live, XLA's YNNPACK dot reading them)
+                if name == "stablehlo.convolution" and \
+                        not active_rules().copies_operands_per_layout:
+                    self.relaid.add((value, op))
         if name in _DOTS:
             self._widen(values, op, operands, results, read_as)
         elif name in ARITHMETIC:
@@ -494,6 +517,29 @@ def _moved_from(graph, value: int) -> int:
         else:
             break
     return value
+
+
+def _expanded_select_and_scatter(operands) -> int:
+    """Bytes of the buffers XLA:CPU's expansion of a select-and-scatter (a max
+    pool's gradient) holds while it runs, beyond its operands and result.
+
+    ``SelectAndScatterExpander`` rewrites it as a reduce-window over the operand
+    and one s32 iota of the operand's shape per dimension (which element of each
+    window was selected), whose results (one of the source's shape per input)
+    are concatenated into scatter indices, and a scatter of the source into a
+    broadcast of the initial value (the result). Seen in an equinox CNN's
+    ``MaxPool2d`` gradient: ``wrapped_iota`` .. ``wrapped_iota.3`` and
+    ``wrapped_broadcast.1`` (s32[4,1,16,16,32], one per dimension) live into
+    ``wrapped_reduce-window``, whose six results feed
+    ``concatenate_bitcast_fusion.1`` and ``wrapped_scatter.1``.
+    """
+    operand, source = operands[0], operands[1]
+    rank = len(operand.shape)
+    elements = [prod(shard_shape(t.shape, dim_axes(t.sharding, rank)))
+                for t in (operand, source)]
+    iotas = rank * elements[0] * _INDEX_BYTES
+    windowed = elements[1] * (operand.element_bytes + rank * _INDEX_BYTES)
+    return iotas + windowed
 
 
 def _contracted(op, index: int) -> set[int] | None:
