@@ -248,6 +248,8 @@ class Search:
         memory, so it is not judged (its figure stays the quick peak). Judging
         every group's runner-up in full was most of a budgeted search's memory
         estimates (22 of 27 on the 32-layer MLP)."""
+        if not tried:  # settled by propagation, never priced
+            return []
         ranked = self.ranked(tried.values())
         best = ranked[0]
 
