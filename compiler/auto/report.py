@@ -46,8 +46,8 @@ class Choice:
         if self.runner_up_step is None:
             return ("settled by propagation around the arguments chosen before it"
                     if self.settled else "the only candidate priced")
-        if budget is not None and self.runner_up_step.memory_peak > budget >= (
-                self.step.memory_peak):
+        if budget is not None and self.runner_up_step.estimated and (
+                self.runner_up_step.memory_peak > budget >= self.step.memory_peak):
             return (f"the runner-up's memory {self.runner_up_step.memory_peak} B exceeds the "
                     f"budget")
         parts = []
@@ -94,10 +94,8 @@ class AutoReport:
 def auto_report(outcome: Outcome) -> AutoReport:
     choices = []
     for group in outcome.groups:
-        ranked = sorted(group.tried, key=lambda s: (
-            0 if outcome.budget is None else max(0, group.tried[s].memory_peak - outcome.budget),
-            group.tried[s].seconds, group.tried[s].memory_peak))
-        others = [s for s in ranked if s != group.chosen]
+        # ``group.tried`` is in the search's order: its best, then the runner-up
+        others = [s for s in group.tried if s != group.chosen]
         step = group.tried.get(group.chosen, outcome.step)
         runner = others[0] if others else None
         choices.append(Choice(tuple(group.names), group.shape, partition_spec(group.chosen),
