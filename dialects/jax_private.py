@@ -1435,11 +1435,11 @@ def custom_partition(key: str, operands: list[tuple], results: list[tuple]
     callback (the ``CustomSPMDPartitioning`` call whose ``backend_config`` is ``key``):
     the partitioned body as MLIR bytecode, and the operand and result shardings it
     was written for as ``PartitionSpec``s. ``operands`` / ``results``: (shape, numpy
-    dtype, ``PartitionSpec``) each, as the call is sharded. None where the callback is
+    dtype, ``PartitionSpec`` entries) each, as the call is sharded. None where the callback is
     gone (its lowering freed) or it gives shardings that are not on its mesh."""
     import numpy as np
     from jax._src import custom_partitioning
-    from jax.sharding import NamedSharding
+    from jax.sharding import NamedSharding, PartitionSpec
     from jaxlib import xla_client
 
     info = custom_partitioning._sharding_callbacks.get(key.encode())
@@ -1448,7 +1448,7 @@ def custom_partition(key: str, operands: list[tuple], results: list[tuple]
 
     def shapes(values: list[tuple]) -> tuple[list, list]:
         return ([xla_client.Shape.array_shape(np.dtype(dtype), shape) for shape, dtype, _ in values],
-                [NamedSharding(info.mesh, spec)._to_xla_hlo_sharding(len(shape))
+                [NamedSharding(info.mesh, PartitionSpec(*spec))._to_xla_hlo_sharding(len(shape))
                  for shape, _, spec in values])
 
     arg_shapes, arg_shardings = shapes(operands)

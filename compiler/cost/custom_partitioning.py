@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 
-from jax.sharding import PartitionSpec
 from jaxlib.mlir import ir
 
 from shardc.compiler.cost.op_comm import OpCommunication, dims_text
@@ -136,8 +135,8 @@ def _value_bytes(type_: ir.Type) -> int:
 
 
 def _described(tensor: Tensor) -> tuple | None:
-    """(shape, numpy dtype name, ``PartitionSpec``) of ``tensor``, as jax's callback
-    takes it; None for a sub-axis or a type without a numpy name."""
+    """(shape, numpy dtype name, ``PartitionSpec`` entries) of ``tensor``, as jax's
+    callback takes it; None for a sub-axis or a type without a numpy name."""
     name = _NUMPY_NAMES.get(tensor.dtype or "")
     integer = _INTEGER.match(tensor.dtype or "")
     if integer:
@@ -150,11 +149,12 @@ def _described(tensor: Tensor) -> tuple | None:
             return None
         names = tuple(axis.name for axis in dim.axes)
         spec.append(names[0] if len(names) == 1 else (names or None))
-    return tensor.shape, name, PartitionSpec(*spec)
+    return tensor.shape, name, tuple(spec)
 
 
-def _sharding(spec: PartitionSpec, like: Tensor, mesh) -> TensorSharding:
-    """``spec`` as a closed sharding of ``like``'s rank on ``mesh`` (a ``MeshInfo``)."""
+def _sharding(spec, like: Tensor, mesh) -> TensorSharding:
+    """``spec`` (a ``PartitionSpec``) as a closed sharding of ``like``'s rank on
+    ``mesh`` (a ``MeshInfo``)."""
     dims = []
     for k in range(len(like.shape)):
         entry = spec[k] if k < len(spec) else None
