@@ -5,7 +5,7 @@ the residual stream, the attention heads and the MLP hidden units with
 ``with_sharding_constraint`` so that, with the weights FSDP-sharded over the
 data axes, the activations keep the batch on those axes instead of taking the
 weights' embedding sharding. AUTO chooses such constraints too, on *anchors*:
-the results of the program's dots (not convolutions: ``ANCHOR_PRIMITIVES``) whose
+the results of the program's dots and convolutions (``ANCHOR_PRIMITIVES``) whose
 leading dimension is a batch (a leading length of a data argument: one the step
 does not return).
 
@@ -34,10 +34,9 @@ from jaxlib.mlir import ir
 from shardc.compiler.propagation.graph import PropagationGraph
 from shardc.dialects import jax_private, sdy
 
-# Equations whose results are the activations worth constraining. Not convolutions: the
-# states their constraints open (output features over the data axes beside the batch)
-# are ones XLA partitions with far more operations than the cost model counts.
-ANCHOR_PRIMITIVES = frozenset({"dot_general"})
+# Equations whose results are the activations worth constraining. A convolution's are
+# constrained closed only (``candidates.activation_candidates``).
+ANCHOR_PRIMITIVES = frozenset({"dot_general", "conv_general_dilated"})
 CONSTRAINT = "sdy.sharding_constraint"
 
 # (equation index, result aval) -> the sharding to constrain it to, or None.
@@ -46,7 +45,7 @@ ShardingAt = Callable[[int, Any], Any]
 
 def anchors(closed: ClosedJaxpr) -> list[int]:
     """Indices of the top-level equations of ``closed`` whose result is an activation:
-    a dot result of rank >= 2 whose leading length is a batch."""
+    a dot's or convolution's result of rank >= 2 whose leading length is a batch."""
     jaxpr = closed.jaxpr
     returned = {(tuple(v.aval.shape), v.aval.dtype) for v in jaxpr.outvars
                 if hasattr(v.aval, "shape")}

@@ -30,6 +30,7 @@ import itertools
 import math
 from collections.abc import Sequence
 
+from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
 from shardc.compiler.auto.activations import is_open_mark
@@ -43,8 +44,10 @@ from shardc.compiler.sharding.tensor import DimSharding, TensorSharding
 Spec = tuple[tuple[str, ...] | None, ...]
 
 
-def candidates(shape: Sequence[int], axes: Sequence[tuple[str, int]]) -> list[Spec]:
-    """The specs ``shape`` may take on a mesh with these ``(name, size)`` axes (size > 1)."""
+def candidates(shape: Sequence[int], axes: Sequence[tuple[str, int]],
+               windows: frozenset[int] = frozenset()) -> list[Spec]:
+    """The specs ``shape`` may take on a mesh with these ``(name, size)`` axes (size > 1),
+    none sharding a dimension of ``windows`` (``window_dims``)."""
     rank = len(shape)
     replicated: Spec = ((),) * rank
     found: list[Spec] = [replicated]
@@ -52,6 +55,8 @@ def candidates(shape: Sequence[int], axes: Sequence[tuple[str, int]]) -> list[Sp
     sizes = dict(axes)
 
     def fits(spec: Spec) -> bool:
+        if any(spec[d] for d in windows):
+            return False
         for dim, used in zip(shape, spec):
             total = 1
             for name in used:
@@ -78,13 +83,25 @@ def candidates(shape: Sequence[int], axes: Sequence[tuple[str, int]]) -> list[Sp
     return found
 
 
-def activation_candidates(shape: Sequence[int], axes: Sequence[tuple[str, int]]
-                          ) -> list[Spec | None]:
-    """What an activation (``activations``: a dot's result whose leading dimension is a
-    batch) may be constrained to: None (no constraint, as written), then the batch
-    over the data axes (every axis but the last, minor one) with the other
-    dimensions open (MaxText's constraints, the rest left to the weights), or
-    unsharded, or one of them over the model axis; the batch over every axis."""
+# A convolution's result as its dimension numbers lay it out: its spatial (window)
+# dimensions and its feature dimension.
+Image = tuple[frozenset[int], int]
+
+
+def activation_candidates(shape: Sequence[int], axes: Sequence[tuple[str, int]],
+                          image: Image | None = None) -> list[Spec | None]:
+    """What an activation (``activations``: a dot's or convolution's result whose
+    leading dimension is a batch) may be constrained to: None (no constraint, as
+    written), then the batch over the data axes (every axis but the last, minor
+    one) with the other dimensions open (MaxText's constraints, the rest left to
+    the weights), or unsharded, or one of them over the model axis; the batch over
+    every axis.
+
+    A convolution's result (``image``: ``convolution_result``) is constrained
+    closed, its spatial dimensions unsharded (``window_dims``: XLA's halos are
+    not modelled), only its features over the model axis: left open, its
+    features take the kernel's FSDP axes beside the batch, a state XLA
+    partitions with far more operations than the cost model counts."""
     names = [name for name, _ in axes]
     rank = len(shape)
     sizes = dict(axes)
@@ -107,28 +124,56 @@ def activation_candidates(shape: Sequence[int], axes: Sequence[tuple[str, int]]
             add([data] + [(model,) if e == d else () for e in range(1, rank)])
     add([tuple(names)] + [None] * (rank - 1))
     add([tuple(names)] + [()] * (rank - 1))
+    if image is not None:
+        windows, _ = image
+        closed = [None] + [tuple(() if used is None else used for used in spec)
+                           for spec in found[1:]]
+        found = [spec for spec in dict.fromkeys(closed)
+                 if spec is None or not any(spec[d] for d in windows)]
     return found
 
 
 def activation_seed(shape: Sequence[int], axes: Sequence[tuple[str, int]], tensor: bool,
-                    residual: bool) -> Spec | None:
+                    residual: bool, image: Image | None = None) -> Spec | None:
     """An activation's constraint in a textbook configuration with constrained
     activations: the batch over the axes the configuration gives it (the data
     axes beside tensor parallelism, else every axis); the rest unsharded where it
     is added to the residual stream (``is_residual``: MaxText's rules leave the
     embedding unsharded), else open (heads, hidden units: the weights' tensor
-    parallelism reaches them); None where that does not divide the batch."""
+    parallelism reaches them); a convolution's result (``image``) closed, its
+    features over the model axis beside tensor parallelism (MaxText's ``conv``
+    activations); None where that does not divide the batch."""
     names = [name for name, _ in axes]
     batch = tuple(names[:-1]) if tensor else tuple(names)
     if not shape or not batch or shape[0] % math.prod(dict(axes)[a] for a in batch):
         return None
+    if image is not None:
+        _, feature = image
+        model = names[-1]
+        spec: list = [batch] + [()] * (len(shape) - 1)
+        if tensor and shape[feature] % dict(axes)[model] == 0:
+            spec[feature] = (model,)
+        return tuple(spec)
     rest: tuple | None = () if residual else None
     return (batch,) + (rest,) * (len(shape) - 1)
 
 
+def convolution_result(reader: ModuleValues, mark: int) -> Image | None:
+    """The layout of the convolution whose result the mark ``mark`` constrains (its
+    output spatial dimensions and feature dimension, from its dimension numbers),
+    or None where a mark constrains anything else."""
+    graph = reader.graph
+    op = graph.value_def[graph.op_operands[graph.value_def[mark]][0]]
+    if op < 0 or graph.op_name[op] != "stablehlo.convolution":
+        return None
+    dims = stablehlo.ConvDimensionNumbers(graph.ops[op].attributes["dimension_numbers"])
+    return frozenset(dims.output_spatial_dimensions), dims.output_feature_dimension
+
+
 def projects_weight(reader: ModuleValues, mark: int, weights: set[int]) -> bool:
-    """Whether the activation ``mark`` (a mark's result) is a weight's forward dot: the
-    first dot that reads one of ``weights`` (graph values of the weight arguments).
+    """Whether the activation ``mark`` (a mark's result) is a weight's forward dot or
+    convolution: the first that reads one of ``weights`` (graph values of the weight
+    arguments).
     A textbook configuration constrains those alone: the backward dots' partial
     sums are added before they are reduced."""
     graph = reader.graph
@@ -136,10 +181,13 @@ def projects_weight(reader: ModuleValues, mark: int, weights: set[int]) -> bool:
     for operand in graph.op_operands[dot] if dot >= 0 else ():
         if operand in weights:
             first = min((op for op, _ in _uses_through_marks(graph, operand)
-                         if graph.op_name[op] == "stablehlo.dot_general"), default=None)
+                         if graph.op_name[op] in _CONTRACTIONS), default=None)
             if first == dot:
                 return True
     return False
+
+
+_CONTRACTIONS = frozenset({"stablehlo.dot_general", "stablehlo.convolution"})
 
 
 def is_residual(reader: ModuleValues, value: int) -> bool:
@@ -148,14 +196,19 @@ def is_residual(reader: ModuleValues, value: int) -> bool:
     return _reaches_add(reader.graph, value, hops=1)
 
 
-def model_width(shapes: Sequence[Sequence[int]], updated: Sequence[bool]) -> int | None:
+def model_width(shapes: Sequence[Sequence[int]], updated: Sequence[bool],
+                windows: Sequence[Sequence[int]] | None = None) -> int | None:
     """The model's width: the commonest length among the weights' dimensions (the
-    embedding, MaxText's ``embed``)."""
+    embedding, MaxText's ``embed``), not counting ``windows`` (per weight, the
+    dimensions a convolution slides its window over: a 3x3 kernel's 3s are no
+    width)."""
     lengths: dict[int, int] = {}
-    for shape, weight in zip(shapes, updated):
+    windows = windows if windows is not None else [()] * len(shapes)
+    for shape, weight, window in zip(shapes, updated, windows):
         if weight and len(shape) >= 2:
-            for length in shape:
-                lengths[length] = lengths.get(length, 0) + 1
+            for d, length in enumerate(shape):
+                if d not in window:
+                    lengths[length] = lengths.get(length, 0) + 1
     return max(lengths, key=lambda n: (lengths[n], n), default=None)
 
 
@@ -181,6 +234,11 @@ def weight_roles(reader: ModuleValues, value: int, width: int | None
     graph = reader.graph
     shape = graph.value_shape[value] or ()
     for op, position in sorted(_uses_through_marks(graph, value)):  # program order
+        if graph.op_name[op] == "stablehlo.convolution" and position == 1:
+            # A kernel: its input features are contracted (the FSDP dimension, as a
+            # dot's embedding), its output features are the tensor-parallel one.
+            dims = stablehlo.ConvDimensionNumbers(graph.ops[op].attributes["dimension_numbers"])
+            return dims.kernel_input_feature_dimension, dims.kernel_output_feature_dimension
         if graph.op_name[op] != "stablehlo.dot_general" or position > 1:
             continue
         dims = stablehlo.DotDimensionNumbers(graph.ops[op].attributes["dot_dimension_numbers"])
@@ -197,6 +255,30 @@ def weight_roles(reader: ModuleValues, value: int, width: int | None
     return None, None
 
 
+def window_dims(reader: ModuleValues, value: int) -> frozenset[int]:
+    """The dimensions of ``value`` an op that reads it slides a window over, from the
+    op's own dimension numbers: a convolution's input or kernel spatial dimensions,
+    a ``reduce_window``'s dimensions of window > 1 (pooling).
+
+    AUTO shards none of them: XLA partitions such a dimension with halo exchanges
+    and windows recomputed at the shard edges, operations and bytes the cost model
+    does not count (it prices the convolution as if each shard's windows were its
+    own), so a state that shards them looks cheaper than XLA makes it. The expert
+    shards a convolution's batch and features, never its image."""
+    graph = reader.graph
+    found: set[int] = set()
+    for op, position in _uses_through_marks(graph, value):
+        name = graph.op_name[op]
+        if name == "stablehlo.convolution" and position < 2:
+            dims = stablehlo.ConvDimensionNumbers(graph.ops[op].attributes["dimension_numbers"])
+            found.update(dims.input_spatial_dimensions if position == 0
+                         else dims.kernel_spatial_dimensions)
+        elif name == "stablehlo.reduce_window" and position == 0:
+            window = ir.DenseI64ArrayAttr(graph.ops[op].attributes["window_dimensions"])
+            found.update(d for d, size in enumerate(window) if size > 1)
+    return frozenset(found)
+
+
 def _reaches_add(graph, value: int, hops: int) -> bool:
     """Whether ``value`` is an operand of an ``add`` within ``hops`` ops (the search's
     marks are not counted)."""
@@ -211,7 +293,8 @@ def _reaches_add(graph, value: int, hops: int) -> bool:
 
 def structured_seeds(shapes: Sequence[Sequence[int]], updated: Sequence[bool],
                      axes: Sequence[tuple[str, int]],
-                     roles: Sequence[tuple[int | None, int | None]] | None = None
+                     roles: Sequence[tuple[int | None, int | None]] | None = None,
+                     windows: Sequence[Sequence[int]] | None = None
                      ) -> list[tuple[str, list[Spec | None]]]:
     """Per configuration of ``CONFIGURATIONS``, a spec per argument group (None: left
     open where the configuration's spec does not divide the shape).
@@ -223,14 +306,15 @@ def structured_seeds(shapes: Sequence[Sequence[int]], updated: Sequence[bool],
     the embedding, MaxText's ``embed``) takes the data axes under FSDP; its
     other dimension (heads, hidden units) the model axis under tensor
     parallelism. ``roles``: per group, ``weight_roles``' dimensions where the
-    program's dots say them (they decide first). The batch spans the axes the
-    weights leave free of tensor parallelism."""
+    program's dots and convolutions say them (they decide first); ``windows``:
+    per group, the dimensions windows slide over (``window_dims``), never the width.
+    The batch spans the axes the weights leave free of tensor parallelism."""
     names = [name for name, _ in axes]
     if not names:
         return []
     sizes = dict(axes)
     model, data = names[-1], tuple(names[:-1])
-    width = model_width(shapes, updated)
+    width = model_width(shapes, updated, windows)
 
     def divides(length: int, used: tuple[str, ...]) -> bool:
         return length % math.prod(sizes[a] for a in used) == 0

@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec
 
 from shardc.compiler.auto.candidates import Spec
 from shardc.compiler.auto.objective import StepTime
-from shardc.compiler.auto.search import Outcome
+from shardc.compiler.auto.search import FLOPS_SLACK, Outcome
 
 
 def partition_spec(spec: Spec | None) -> PartitionSpec | None:
@@ -41,7 +41,7 @@ class Choice:
     candidates: int
     settled: bool = False  # taken as propagation settled it around earlier choices
 
-    def why(self, budget: int | None) -> str:
+    def why(self, budget: int | None, flops_limit: float | None = None) -> str:
         """Why the choice beat the runner-up, in the objective's terms."""
         if self.runner_up_step is None:
             return ("settled by propagation around the arguments chosen before it"
@@ -50,6 +50,9 @@ class Choice:
                 self.runner_up_step.memory_peak > budget >= self.step.memory_peak):
             return (f"the runner-up's memory {self.runner_up_step.memory_peak} B exceeds the "
                     f"budget")
+        if flops_limit is not None and self.runner_up_step.flops > flops_limit >= self.step.flops:
+            return (f"the runner-up's {self.runner_up_step.flops:.4g} operations per device "
+                    f"exceed the least state's by more than {FLOPS_SLACK:.0%}")
         parts = []
         for name in ("compute_s", "comm_s"):
             saved = getattr(self.runner_up_step, name) - getattr(self.step, name)
@@ -69,6 +72,7 @@ class AutoReport:
     seconds: float
     exhaustive: bool
     budget: int | None
+    flops_limit: float | None = None
 
     def format_text(self) -> str:
         how = "exhaustive" if self.exhaustive else "greedy + coordinate descent"
@@ -80,7 +84,7 @@ class AutoReport:
                 f" (+{len(c.arguments) - 3} more)" if len(c.arguments) > 3 else "")
             chosen = "unconstrained" if c.chosen is None else c.chosen
             lines.append(f"  {names} {c.shape}: {chosen} of {c.candidates} candidates, "
-                         f"{c.why(self.budget)}")
+                         f"{c.why(self.budget, self.flops_limit)}")
             lines.append(f"    chosen    {c.step.format_text()}")
             if c.runner_up is not None:
                 lines.append(f"    runner-up {c.runner_up} {c.runner_up_step.format_text()}")
@@ -105,4 +109,4 @@ def auto_report(outcome: Outcome) -> AutoReport:
     return AutoReport(tuple(choices), tuple(partition_spec(r) if r is not None else None
                                             for r in outcome.results),
                       outcome.step, outcome.evaluations, outcome.seconds, outcome.exhaustive,
-                      outcome.budget)
+                      outcome.budget, outcome.flops_limit)

@@ -7,7 +7,9 @@ members to its spec and leaves the undecided ones open, so propagation settles
 them around the decided ones; it is priced by ``Evaluator`` (``objective``).
 A state is better than another when it exceeds the budget by fewer bytes
 (``Evaluator.memory``: ``Lowered.memory_estimate``'s model, asked for only where
-it can change a ranking: ``Search.ranked``), then when its step is faster.
+it can change a ranking: ``Search.ranked``), then when its operations per device
+stay within ``FLOPS_SLACK`` of the fewest any priced state needs (``Search.flops_limit``),
+then when its step is faster.
 
 * **Exhaustive** when the groups' candidate counts multiply to at most
   ``exhaustive_limit``: every combination is priced, the best kept.
@@ -37,10 +39,12 @@ from dataclasses import dataclass, field, replace
 
 from shardc.compiler.auto.candidates import (
     CONFIGURATIONS,
+    Image,
     Spec,
     activation_candidates,
     activation_seed,
     candidates,
+    convolution_result,
     is_residual,
     model_width,
     projects_weight,
@@ -48,10 +52,22 @@ from shardc.compiler.auto.candidates import (
     structured_seeds,
     tensor_sharding,
     weight_roles,
+    window_dims,
 )
 from shardc.compiler.auto.evaluate import Evaluator
 from shardc.compiler.auto.objective import StepTime
 from shardc.compiler.propagation.values import ModuleValues
+
+# How many more operations per device than the least any priced state needs a state
+# may take before it ranks after every state within that: the step-time model trades
+# compute for communication at the platform's peak rates, and a state that buys a
+# little modelled communication with much replicated compute (every device computing
+# what it could have split) is a loss wherever compute runs below peak, which the
+# model does not see. The textbook configurations split every op (data parallel,
+# FSDP x tensor parallel), so the least is close to the work divided by the devices.
+# 2%: the replicated scalars and norms any state keeps, with room left within 5% of
+# that for the model's own error against XLA's count of the state (a few % either way).
+FLOPS_SLACK = 0.02
 
 
 @dataclass
@@ -67,6 +83,7 @@ class Group:
     settled: bool = False  # decided as propagation settled it, not by pricing candidates
     updated: bool = False  # state the step returns updated (a weight, a moment), not data
     activation: bool = False  # constraints on activations (``activations``), not arguments
+    image: Image | None = None  # a convolution's result (``convolution_result``)
     # spec -> the step of the state it was priced in, during the last pass over the group;
     # the search's best first, then the runner-up (``Search._report_order``)
     tried: dict[Spec, StepTime] = field(default_factory=dict)
@@ -87,6 +104,7 @@ class Outcome:
     seconds: float
     exhaustive: bool
     budget: int | None
+    flops_limit: float | None = None
 
 
 class Search:
@@ -104,6 +122,7 @@ class Search:
         self.descent_width = descent_width
         self.descent_evaluations = descent_evaluations
         self._priced: dict[tuple, StepTime] = {}
+        self._least_flops = math.inf  # the fewest operations per device of a priced state
         self._estimated: set[tuple] = set()
         self._floors: dict[tuple, int] = {}  # a lower bound of each state's memory
         self._readers: dict[tuple, ModuleValues] = {}
@@ -111,10 +130,16 @@ class Search:
 
     # -- pricing -------------------------------------------------------------
 
-    def score(self, step: StepTime) -> tuple[int, float, int]:
-        """Bytes over the budget, then seconds, then memory (ties: the lighter)."""
+    @property
+    def flops_limit(self) -> float:
+        """The operations per device a state may take and still rank by its step."""
+        return self._least_flops * (1 + FLOPS_SLACK)
+
+    def score(self, step: StepTime) -> tuple[int, bool, float, int]:
+        """Bytes over the budget, then operations over ``flops_limit``, then seconds,
+        then memory (ties: the lighter)."""
         over = 0 if self.budget is None else max(0, step.memory_peak - self.budget)
-        return over, step.seconds, step.memory_peak
+        return over, step.flops > self.flops_limit, step.seconds, step.memory_peak
 
     def price(self, specs: dict[int, Spec]) -> tuple:
         """The key of the state where group ``g`` is closed to ``specs[g]``, others open,
@@ -123,6 +148,7 @@ class Search:
         if key not in self._priced:
             found, reader = self.evaluate(self._assignment(key))
             self._priced[key] = found
+            self._least_flops = min(self._least_flops, found.flops)
             if self.budget is not None:
                 self._floors[key] = self.evaluate.floor(reader)
             # The last few states' propagated values: what settles the groups left open.
@@ -182,7 +208,7 @@ class Search:
                 continue
             step = self._estimate(key)
             judged.append(key)
-            if step.memory_peak <= self.budget:
+            if step.memory_peak <= self.budget and step.flops <= self.flops_limit:
                 fitting.append(step.seconds)
         if len(fitting) >= count:
             return best_first(judged) + over
@@ -236,7 +262,8 @@ class Search:
             order = self._report_order(tried)
             group.tried = {spec: self._priced[tried[spec]] for spec in order}
         return Outcome(self.groups, _result_specs(reader), self._estimate(key),
-                       len(self._priced), time.perf_counter() - start, exhaustive, self.budget)
+                       len(self._priced), time.perf_counter() - start, exhaustive, self.budget,
+                       self.flops_limit)
 
     def _report_order(self, tried: dict[Spec, tuple]) -> list[Spec]:
         """The specs of a group's last pass, its best first, then the others as the
@@ -324,11 +351,13 @@ class Search:
         activations = [g for g, group in enumerate(self.groups) if group.activation]
         updated = [self.groups[g].updated for g in weights]
         shapes = [self.groups[g].shape for g in weights]
-        width = model_width(shapes, updated)
         reader = self.evaluate.reader()
+        windows = [window_dims(reader, self.evaluate.value_at(self.groups[g].positions[0]))
+                   for g in weights]
+        width = model_width(shapes, updated, windows)
         roles = [weight_roles(reader, self.evaluate.value_at(self.groups[g].positions[0]), width)
                  for g in weights]
-        seeds = structured_seeds(shapes, updated, self.axes, roles)
+        seeds = structured_seeds(shapes, updated, self.axes, roles, windows)
         residual = {g: is_residual(reader, self.evaluate.value_at(self.groups[g].positions[0]))
                     for g in activations}
         weight_values = {self.evaluate.value_at(p) for g in weights if self.groups[g].updated
@@ -346,7 +375,8 @@ class Search:
             for constrained in (False, True)[:1 + bool(activations)]:
                 for g in activations:
                     group = self.groups[g]
-                    spec = activation_seed(group.shape, self.axes, tensor, residual[g]) if (
+                    spec = activation_seed(group.shape, self.axes, tensor, residual[g],
+                                           group.image) if (
                         constrained and g in projections) else None
                     if spec not in group.candidates:
                         group.candidates.append(spec)
@@ -404,7 +434,8 @@ def make_groups(evaluator: Evaluator, positions: list[int], names: list[str],
                 activation: bool = False) -> list[Group]:
     """One ``Group`` per structure group (indices into ``positions``: evaluator
     positions, ``Evaluator.value_at``'s; of marks, activation groups)."""
-    graph = evaluator.read.graph
+    reader = evaluator.reader()
+    graph = reader.graph
     # An argument of the type of a result is state the step returns updated.
     results = {graph.value_type_key[v] for v in evaluator.results}
     groups = []
@@ -412,9 +443,11 @@ def make_groups(evaluator: Evaluator, positions: list[int], names: list[str],
         value = evaluator.value_at(positions[members[0]])
         shape = graph.value_shape[value] or ()
         element = evaluator.element_bytes(value)
-        options = activation_candidates(shape, axes) if activation else candidates(shape, axes)
+        image = convolution_result(reader, value) if activation else None
+        options = activation_candidates(shape, axes, image) if activation else candidates(
+            shape, axes, window_dims(reader, value))
         groups.append(Group([positions[m] for m in members], [names[m] for m in members],
-                            tuple(shape), element, options, activation=activation,
+                            tuple(shape), element, options, activation=activation, image=image,
                             updated=not activation and graph.value_type_key[value] in results))
     return groups
 
