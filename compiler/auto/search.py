@@ -8,8 +8,8 @@ them around the decided ones; it is priced by ``Evaluator`` (``objective``).
 A state is better than another when it exceeds the budget by fewer bytes
 (``Evaluator.memory``: ``Lowered.memory_estimate``'s model, asked for only where
 it can change a ranking: ``Search.ranked``), then when its operations per device
-stay within ``FLOPS_SLACK`` of the fewest any priced state needs (``Search.flops_limit``),
-then when its step is faster.
+stay within ``FLOPS_SLACK`` of the fewest a textbook configuration needs
+(``Search.flops_limit``), then when its step is faster.
 
 * **Exhaustive** when the groups' candidate counts multiply to at most
   ``exhaustive_limit``: every combination is priced, the best kept.
@@ -58,13 +58,15 @@ from shardc.compiler.auto.evaluate import Evaluator
 from shardc.compiler.auto.objective import StepTime
 from shardc.compiler.propagation.values import ModuleValues
 
-# How many more operations per device than the least any priced state needs a state
-# may take before it ranks after every state within that: the step-time model trades
+# How many more operations per device than the least a textbook configuration needs a
+# state may take before it ranks after every state within that: the step-time model trades
 # compute for communication at the platform's peak rates, and a state that buys a
 # little modelled communication with much replicated compute (every device computing
 # what it could have split) is a loss wherever compute runs below peak, which the
 # model does not see. The textbook configurations split every op (data parallel,
-# FSDP x tensor parallel), so the least is close to the work divided by the devices.
+# FSDP x tensor parallel), so the least is close to the work divided by the devices
+# (the least of every priced state would not do: a state the model counts short sets
+# a limit no real state meets).
 # 2%: the replicated scalars and norms any state keeps, with room left within 5% of
 # that for the model's own error against XLA's count of the state (a few % either way).
 FLOPS_SLACK = 0.02
@@ -122,7 +124,8 @@ class Search:
         self.descent_width = descent_width
         self.descent_evaluations = descent_evaluations
         self._priced: dict[tuple, StepTime] = {}
-        self._least_flops = math.inf  # the fewest operations per device of a priced state
+        # the fewest operations per device of a textbook configuration (``_seed``)
+        self._least_flops = math.inf
         self._estimated: set[tuple] = set()
         self._floors: dict[tuple, int] = {}  # a lower bound of each state's memory
         self._readers: dict[tuple, ModuleValues] = {}
@@ -148,7 +151,6 @@ class Search:
         if key not in self._priced:
             found, reader = self.evaluate(self._assignment(key))
             self._priced[key] = found
-            self._least_flops = min(self._least_flops, found.flops)
             if self.budget is not None:
                 self._floors[key] = self.evaluate.floor(reader)
             # The last few states' propagated values: what settles the groups left open.
@@ -246,6 +248,8 @@ class Search:
         exhaustive = space <= self.exhaustive_limit
         if exhaustive:
             self._exhaustive()
+            self.state = {g: group.candidates[0] for g, group in enumerate(self.groups)}
+            self._seed()  # the operations the textbook configurations need
         else:
             self._greedy()
             for origin in self._seed():
@@ -364,7 +368,7 @@ class Search:
                          for p in self.groups[g].positions}
         projections = {g for g in activations if projects_weight(
             reader, self.evaluate.value_at(self.groups[g].positions[0]), weight_values)}
-        keys = [self.price(self.state)]
+        keys = []
         for (_name, specs), (_, _fsdp, tensor) in zip(seeds, CONFIGURATIONS):
             state = {}
             for g, spec in zip(weights, specs):
@@ -382,6 +386,9 @@ class Search:
                         group.candidates.append(spec)
                     state[g] = spec
                 keys.append(self.price(dict(state)))
+        if keys:
+            self._least_flops = min(self._priced[k].flops for k in keys)
+        keys.append(self.price(self.state))
         best = self.ranked(keys)[0]
         fastest = min(keys, key=lambda k: self._priced[k].seconds)
         return [best] if self._priced[fastest].seconds >= self._priced[best].seconds else [
