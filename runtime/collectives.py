@@ -41,6 +41,11 @@ _INSTRUCTION = re.compile(
 # counts as that reduce-scatter (its buffer is the reduce-scatter's full operand).
 _REDUCE_SCATTER_FUSION = "%all-reduce-scatter"
 _ARRAY_SHAPE = re.compile(r"\b([a-z]+\d*[a-z0-9]*)\[([\d,]*)\]")
+# `[ROOT] %name = <shape> ...`: the shape each instruction of a computation defines, by
+# name. XLA prints an instruction's operands by name only (`reduce-scatter(%fusion)`),
+# so an operand's bytes are those of the shape its defining instruction declares.
+_DEFINITION = re.compile(r"^\s*(?:ROOT\s+)?(?P<name>%[\w.\-]+)\s*=\s*(?P<shape>\(.*?\)|\S+)\s")
+_OPERAND_NAME = re.compile(r"%[\w.\-]+")
 
 
 _OP_NAME = re.compile(r'metadata=\{[^}]*?op_name="(?P<name>[^"]*)"')
@@ -102,9 +107,14 @@ def find_collectives(hlo_text: str) -> list[Collective]:
     frames = stack_frames(hlo_text)
     found = []
     computation = ""
+    shapes: dict[str, str] = {}  # the current computation's instructions' shapes, by name
     for line in hlo_text.splitlines():
         if line.startswith("%") or line.startswith("ENTRY"):
             computation = line.split()[1 if line.startswith("ENTRY") else 0]
+            shapes = {}
+        definition = _DEFINITION.match(line)
+        if definition is not None:
+            shapes[definition.group("name")] = definition.group("shape")
         match = _INSTRUCTION.search(line)
         if match is None:
             continue
@@ -112,7 +122,8 @@ def find_collectives(hlo_text: str) -> list[Collective]:
         if kind == "all-reduce" and computation.startswith(_REDUCE_SCATTER_FUSION):
             kind = "reduce-scatter"  # XLA:TPU's: an all-reduce and a slice, fused
         result = shape_bytes(match.group("result"))
-        operands = shape_bytes(match.group("operands"))
+        operands = shape_bytes(match.group("operands")) or sum(
+            shape_bytes(shapes.get(name, "")) for name in _OPERAND_NAME.findall(match.group("operands")))
         op_name, frame_id = _OP_NAME.search(line), _FRAME_ID.search(line)
         found.append(Collective(
             kind, max(result, operands), line.strip(),

@@ -29,7 +29,10 @@ linen decoder sharded by logical names (``MultiHeadDotProductAttention``,
 whose FFT is a ``jax.experimental.custom_partitioning`` op (jax docs' partition
 rule with a ``sharding_rule`` for Shardy) and an equinox U-Net (``Conv2d``,
 ``GroupNorm``, pooling, ``ConvTranspose2d``) trained with its head frozen by
-``eqx.tree_at`` + ``eqx.partition``. Where the ``gemma`` extra is
+``eqx.tree_at`` + ``eqx.partition``; optax's differentially private SGD
+(``optax.contrib.dpsgd``) on per-example gradients (``vmap`` of ``grad``) over a
+batch split eight ways; an equinox model trained by a ``lax.scan`` of optax steps
+over stacked batches in one jitted call (``eqx.partition`` / ``eqx.combine`` carry). Where the ``gemma`` extra is
 installed (it needs tensorflow), Gemma's library (a small ``gm.nn.Transformer``
 trained with optax). Each module holds one
 program, with the zoo's interface (``NAME``, ``SIZES``, ``make(size) ->
@@ -53,6 +56,7 @@ from bench.libzoo import (
     eqx_filter_jit,
     eqx_partition_jit,
     eqx_scan_layers,
+    eqx_scan_train_loop,
     eqx_unet_frozen,
     flax_nnx_scan_explicit,
     flax_nnx_sharded,
@@ -60,6 +64,7 @@ from bench.libzoo import (
     jax_host_callback_scan,
     jaxtyping_mlp,
     linen_logical_attention,
+    optax_dpsgd,
     optax_lookahead_inject,
     optax_multi_transform,
     optax_multisteps,
@@ -93,6 +98,8 @@ _MODULES = (
     diffrax_dense_adjoints,
     jax_custom_partitioning_fft,
     eqx_unet_frozen,
+    optax_dpsgd,
+    eqx_scan_train_loop,
 )
 # Programs of a library too heavy for the ``libzoo`` extra (gemma brings kauldron and
 # tensorflow: the ``gemma`` extra), registered only where it is installed: program name

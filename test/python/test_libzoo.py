@@ -32,7 +32,8 @@ PROGRAMS = (
     "jaxtyping_mlp", "jax_host_callback_scan", "flax_nnx_sharded", "flax_nnx_scan_explicit",
     "eqx_batchnorm_state", "orbax_manager_reshard", "optax_lookahead_inject", "penzai_kv_decode",
     "eqx_scan_layers", "linen_logical_attention", "diffrax_dense_adjoints",
-    "jax_custom_partitioning_fft", "eqx_unet_frozen",
+    "jax_custom_partitioning_fft", "eqx_unet_frozen", "optax_dpsgd",
+    "eqx_scan_train_loop",
 )  # fmt: skip
 # The library each program is written with (besides jax, optax and numpy).
 LIBRARIES = {
@@ -46,7 +47,8 @@ LIBRARIES = {
     "optax_lookahead_inject": "optax", "penzai_kv_decode": "penzai",
     "eqx_scan_layers": "equinox", "linen_logical_attention": "flax",
     "diffrax_dense_adjoints": "diffrax", "jax_custom_partitioning_fft": "jax",
-    "eqx_unet_frozen": "equinox",
+    "eqx_unet_frozen": "equinox", "optax_dpsgd": "optax",
+    "eqx_scan_train_loop": "equinox",
 }  # fmt: skip
 # A child process measuring one program at the small size takes well under this.
 ISOLATED_TIMEOUT_SECONDS = 600
