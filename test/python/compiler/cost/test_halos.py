@@ -181,3 +181,20 @@ def test_halo_sizes_follow_the_window():
     assert windowed_halos(64, 4, WindowDim(padding_low=-5, padding_high=-27)) == ([16, 3], 8)
     # fewer windows than shards: XLA trims shards first, not modelled
     assert windowed_halos(64, 8, WindowDim(padding_low=-2, padding_high=-58)) is None
+
+
+@pytest.mark.parametrize("window, strides, padding, cp", [
+    ((1, 2, 2, 1), (1, 2, 2, 1), "VALID", 0),      # the stride tiles the shards: no halo
+    ((1, 3, 3, 1), (1, 2, 2, 1), "SAME", 1024),    # one row from the right neighbour
+    ((1, 3, 3, 1), (1, 1, 1, 1), "SAME", 2048),    # a row from each side
+])
+def test_pooling_window_over_a_sharded_image(window, strides, padding, cp):
+    """A reduce_window reads the rows its windows reach in its neighbours' shards: the
+    window's stride and padding decide them, as for a convolution."""
+    grid = mesh(*GRID_2x4)
+    spec = P("data", "model")
+    predicted, compiled = predicted_and_compiled(
+        lambda x: jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, window, strides, padding),
+        (np.ones((4, 32, 16, 8), np.float32),), (spec,), spec, grid)
+    assert predicted == compiled
+    assert compiled.get("collective-permute", 0) == cp
