@@ -219,7 +219,7 @@ def _shard_sizes(tensor: Tensor, counts: list[int]) -> list[int]:
     return [_ceil(size, count) for size, count in zip(tensor.shape, counts)]
 
 
-def _counts(tensor: Tensor, axes_of) -> list[int]:
+def _counts(axes_of) -> list[int]:
     return [size_product(axes) for axes in axes_of]
 
 
@@ -252,7 +252,7 @@ def window_halo_collectives(operand: Tensor, result: Tensor, windows: list[Windo
     dst = dim_axes(result.sharding, rank)
     if src is None:
         src = dim_axes(operand.sharding, rank)
-    counts = _counts(result, dst)
+    counts = _counts(dst)
     local = _shard_sizes(operand, counts)
     out: list[Collective] = []
     for d, window in enumerate(windows):
@@ -295,7 +295,7 @@ def reverse_collectives(op: ir.Operation, operand: Tensor, result: Tensor) -> li
         return []
     rank = len(result.shape)
     dst = dim_axes(result.sharding, rank)
-    counts = _counts(result, dst)
+    counts = _counts(dst)
     dims = [d for d in _ints(op, "dimensions") if counts[d] > 1]
     if not dims:
         return []
@@ -345,7 +345,7 @@ def rotate_collectives(result: Tensor, dim: int, amount: int) -> list[Collective
         return []
     rank = len(result.shape)
     dst = dim_axes(result.sharding, rank)
-    counts = _counts(result, dst)
+    counts = _counts(dst)
     if counts[dim] <= 1:
         return []
     local = _shard_sizes(result, counts)
@@ -447,10 +447,10 @@ def conv_collectives(op: ir.Operation, lhs: Tensor, kernel: Tensor, result: Tens
         return [], ()
     _, windows = _conv_windows(op, kernel)
     src = dim_axes(lhs.sharding, len(lhs.shape))
-    out_counts = _counts(result, dim_axes(result.sharding, len(result.shape)))
+    out_counts = _counts(dim_axes(result.sharding, len(result.shape)))
     out_axes = dim_axes(result.sharding, len(result.shape))
     kernel_axes = dim_axes(kernel.sharding, len(kernel.shape))
-    local = _shard_sizes(lhs, _counts(lhs, src))
+    local = _shard_sizes(lhs, _counts(src))
     found: list[Collective] = []
     spatial_axes: list[str] = []
     for i, k, o, window in windows:
