@@ -4,7 +4,9 @@
 all-to-all, collective-permute, or a free slice) with bytes per device;
 ``op_comm`` derives, from an op's sharding rule and its result sharding,
 the operand shardings the op needs and the all-reduce of sharded reductions;
-``windows`` adds the halo or gather of sharded windowed dimensions;
+``windows`` adds the halo or gather of a reduce_window's sharded windowed
+dimensions and ``halos`` the halo exchanges of slices, pads, reverses,
+rotations and convolution windows along sharded dimensions;
 ``report`` walks a module and lists every collective with its op and source
 line (``comm_report``; ``Lowered.comm_report()`` runs it on a propagated
 copy, ``stages.shardy_pipeline.propagated_copy``); ``flops`` counts each

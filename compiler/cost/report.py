@@ -36,6 +36,16 @@ from shardc.compiler.cost.custom_partitioning import (
     is_custom_partitioned,
 )
 from shardc.compiler.cost.folded import folded_value, untaken
+from shardc.compiler.cost.halos import (
+    CONVOLUTION,
+    HALO_OPS,
+    conv_collectives,
+    halo_needs,
+    rotate_needs,
+    rotated_slice,
+    rotation,
+    split_conv_all_reduces,
+)
 from shardc.compiler.cost.heights import block_heights, block_of, gather_reused
 from shardc.compiler.cost.indexed import indexed_communication, indexed_computed
 from shardc.compiler.cost.moved_tiles import moved_tiles_needs, moves_tiles
@@ -671,7 +681,7 @@ def _op_needs(reader: ModuleValues, op: int) -> tuple:
 # (A custom call's key misses its target and backend config: a custom_partitioning
 # op's callback is one of them; a sort's, which of its results are read.)
 _UNMEMOISED = frozenset({"stablehlo.reduce_window", "stablehlo.custom_call", "stablehlo.sort",
-                         *INDEXED_ROLES})
+                         *HALO_OPS, *INDEXED_ROLES})
 # Ops without operands whose needs only their result's type and sharding decide; they
 # carry no attached rule (no ``op_key``), and a program has thousands of them.
 _CONSTANTS = frozenset({"stablehlo.constant", "sdy.constant"})
@@ -709,6 +719,11 @@ def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
     if single is not None:
         return (single,)
     broadcasts = _broadcast_needs(reader, op)
+    if rotated_slice(ir_op):  # dead once XLA rewrote its readers into a rotation
+        return (broadcasts,)
+    rotated = rotation(ir_op)
+    if rotated is not None:
+        return (broadcasts + _rotation_needs(reader, op, rotated),)
     ruled = reader.rule_tensors(op)
     if ruled is None:
         return (broadcasts,)
@@ -735,7 +750,25 @@ def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
     if needs is None:
         needs = op_communication(rule, operands, results, mesh,
                                  op_name=_partitioned_as(reader.graph.op_name[op], ir_op))
-    return (broadcasts + tuple(needs), *window)
+    if ir_op.name == CONVOLUTION:
+        needs = split_conv_all_reduces(tuple(needs), conv_collectives(
+            ir_op, operands[0], operands[1], results[0])[1])
+    needs = tuple(needs)
+    return (broadcasts + needs + halo_needs(ir_op, operands, results, needs), *window)
+
+
+def _rotation_needs(reader: ModuleValues, op: int, rotated: tuple) -> tuple[OpCommunication, ...]:
+    """A concatenate XLA rewrites into a rotation (``halos.rotation``): its source
+    value resharded to the result's sharding, then rotated."""
+    graph = reader.graph
+    source = graph.op_operands[graph.value_def[graph.op_operands[op][0]]][0]
+    operand, result = reader.tensor(source), reader.tensor(graph.op_results[op][0])
+    if operand is None or result is None or result.sharding is None:
+        return ()
+    needs = tuple(OpCommunication(0, f"rotated from {dims_text(operand.sharding)}, resharded "
+                                  f"to {dims_text(result.sharding)}", collective)
+                  for collective in _resharded(reader, operand, result.sharding))
+    return needs + rotate_needs(result, *rotated[1:])
 
 
 def _on_one_device(reader: ModuleValues, tensor: Tensor | None) -> bool:

@@ -1,16 +1,19 @@
 """Communication of windowed ops whose windowed dimension is sharded (reduce_window).
 
 The op sharding rule marks such a dimension as a permutation factor: each
-shard needs ``window - 1`` elements of its neighbours. XLA exchanges that halo
-with a collective-permute when it fits in one neighbour's shard and otherwise
-all-gathers the dimension (a cumulative sum's window spans the whole
-dimension, so its operand is gathered).
+shard reads the elements its windows reach in its neighbours' shards. XLA
+exchanges those halos with collective-permutes (``halos.windowed_halos``: the
+window's size, stride, padding and dilations decide them; a pooling window
+whose stride tiles the shards needs none) and, where a halo reaches past the
+neighbours with the dimension read almost whole, all-gathers the dimension (a
+cumulative sum's window spans the whole dimension, so its operand is gathered).
 """
 
 from __future__ import annotations
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.cost.halos import WindowDim, windowed_halos
 from shardc.compiler.cost.reshard import (
     ALL_GATHER,
     COLLECTIVE_PERMUTE,
@@ -24,10 +27,22 @@ from shardc.compiler.sharding.axes import size_product
 from shardc.compiler.sharding.tensor import Tensor
 
 
-def _window(op: ir.Operation, rank: int) -> list[int]:
-    if "window_dimensions" not in op.attributes:
-        return [1] * rank
-    return list(ir.DenseI64ArrayAttr(op.attributes["window_dimensions"]))
+def _attr(op: ir.Operation, name: str, rank: int, default: int) -> list[int]:
+    if name not in op.attributes:
+        return [default] * rank
+    return list(ir.DenseI64ArrayAttr(op.attributes[name]))
+
+
+def _window(op: ir.Operation, rank: int) -> list[WindowDim]:
+    """The reduce_window's window, one ``WindowDim`` per dimension."""
+    sizes = _attr(op, "window_dimensions", rank, 1)
+    strides = _attr(op, "window_strides", rank, 1)
+    base = _attr(op, "base_dilations", rank, 1)
+    dilations = _attr(op, "window_dilations", rank, 1)
+    padding = ([int(v) for v in ir.DenseIntElementsAttr(op.attributes["padding"])]
+               if "padding" in op.attributes else [0] * (2 * rank))
+    return [WindowDim(sizes[d], strides[d], padding[2 * d], padding[2 * d + 1], base[d],
+                      dilations[d]) for d in range(rank)]
 
 
 def window_collectives(op: ir.Operation, operand: Tensor) -> list[Collective]:
@@ -50,16 +65,17 @@ def _window_plan(op: ir.Operation, operand: Tensor) -> tuple[list[Collective], t
     out: list[Collective] = []
     gathered = False
     for d, window in enumerate(_window(op, rank)):
-        if window <= 1 or size_product(axes[d]) <= 1:
+        count = size_product(axes[d])
+        if window == WindowDim() or count <= 1:
             continue
         names = tuple(str(a).strip('"') for a in axes[d])
-        if window - 1 <= local[d]:
-            halo = list(local)
-            halo[d] = window - 1
-            total = element_bytes
-            for size in halo:
-                total *= size
-            out.append(Collective(COLLECTIVE_PERMUTE, names, total))
+        found = windowed_halos(operand.shape[d], count, window)
+        if found is not None:
+            rest = element_bytes
+            for other, size in enumerate(local):
+                rest *= size if other != d else 1
+            out.extend(Collective(COLLECTIVE_PERMUTE, names, halo * rest) for halo in found[0])
+            local[d] = found[1]
         else:
             axes[d] = []
             gathered = True

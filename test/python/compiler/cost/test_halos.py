@@ -1,0 +1,200 @@
+"""Halo exchanges of windowed reads of sharded dimensions (``cost.halos``), each held to
+what XLA compiles: ``Lowered.comm_report()``'s bytes per device per collective kind
+equal ``Compiled.collectives()``'s on 8 CPU devices."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from shardc.compiler import jit
+from shardc.compiler.cost.halos import WindowDim, windowed_halos
+
+NHWC = ("NHWC", "HWIO", "NHWC")
+
+
+def mesh(shape, names):
+    return jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(names))
+
+
+def predicted_and_compiled(fun, args, specs, out=None, grid=None):
+    shardings = tuple(NamedSharding(grid, spec) for spec in specs)
+    placed = tuple(jax.device_put(a, s) for a, s in zip(args, shardings))
+    out_shardings = None if out is None else NamedSharding(grid, out)
+    lowered = jit(fun, in_shardings=shardings, out_shardings=out_shardings).lower(*placed)
+    predicted = {k: t.bytes_per_device for k, t in lowered.comm_report().totals().items()
+                 if t.count}
+    compiled = lowered.compile()
+    got = {k: c.bytes_per_device for k, c in compiled.collectives().items() if c.count}
+    return predicted, got
+
+
+def matrix(rows, cols, dtype=np.float32):
+    return (np.arange(rows * cols) % 97).reshape(rows, cols).astype(dtype)
+
+
+GRID_2x4 = ((2, 4), ("data", "model"))
+GRID_8 = ((8,), ("model",))
+
+
+@pytest.mark.parametrize("grid, spec, fun, cp", [
+    # one neighbour's halo on the left: x[:, 1:61] over 4 shards of 16
+    (GRID_2x4, P("data", "model"), lambda x: x[:, 1:61], 64),
+    # a window over the middle: each shard reads rows of two others (ExchangeHaloCompact)
+    (GRID_2x4, P("data", "model"), lambda x: x[:, 5:37], 608),
+    (GRID_8, P(None, "model"), lambda x: x[:, 5:37], 768),
+    # a replicated operand is first sliced to the result's sharding, then exchanged
+    (GRID_2x4, P(), lambda x: x[:, 4:60], 256),
+    # a stride lines windows up with the shards: no halo
+    (GRID_2x4, P("data", "model"), lambda x: x[:, 1::2], 0),
+])
+def test_slice_of_a_sharded_dimension(grid, spec, fun, cp):
+    """``HandleSlice`` reads a slice as a window of size one (stride the slice's,
+    padding ``-start`` / ``limit - size``) over the operand resharded to the result's
+    sharding: the halos each shard lacks come from its neighbours."""
+    grid = mesh(*grid)
+    predicted, compiled = predicted_and_compiled(
+        fun, (matrix(16, 64),), (spec,), P(*([None] * (len(grid.shape) - 1)), "model")
+        if spec == P() else spec, grid)
+    assert predicted == compiled
+    assert compiled.get("collective-permute", 0) == cp
+
+
+@pytest.mark.parametrize("grid, padding, dtype, cp", [
+    (GRID_2x4, (4, 4), np.float32, 128),   # a halo each side
+    (GRID_2x4, (1, 7), np.float32, 160),   # the right halo only
+    (GRID_8, (1, 15), np.float32, 576),    # reaching past the neighbour (compact)
+    ((4, 2), (1, 3), jnp.bfloat16, 16),    # bf16 moved as f32 on XLA:CPU
+])
+def test_pad_of_a_sharded_dimension(grid, padding, dtype, cp):
+    """A pad is a window of size one padded by the edge padding; each result shard
+    reads its rows from the operand shards around it."""
+    if grid != GRID_2x4 and grid != GRID_8:
+        grid = (grid, ("data", "model"))
+    grid = mesh(*grid)
+    spec = P("data", "model") if len(grid.shape) == 2 else P(None, "model")
+    predicted, compiled = predicted_and_compiled(
+        lambda x: jnp.pad(x, ((0, 0), padding)), (matrix(16, 32, dtype),), (spec,), spec, grid)
+    assert predicted == compiled == {"collective-permute": cp}
+
+
+def test_pad_reads_a_replicated_operand_locally_and_a_resharded_one_by_halos():
+    """A replicated operand is padded and sliced on each device (no collective); one
+    sharded along another dimension is first moved by an all-to-all, then exchanged."""
+    grid = mesh(*GRID_2x4)
+    out = NamedSharding(grid, P(None, "model"))
+
+    def fun(x):
+        return jax.lax.with_sharding_constraint(jnp.pad(x, ((0, 0), (1, 7))), out) * 2
+
+    predicted, compiled = predicted_and_compiled(fun, (matrix(16, 32),), (P(),), grid=grid)
+    assert predicted == compiled == {}
+    predicted, compiled = predicted_and_compiled(fun, (matrix(16, 32),), (P("model"),),
+                                                 grid=grid)
+    assert predicted == compiled == {"all-to-all": 512, "collective-permute": 320}
+
+
+@pytest.mark.parametrize("grid, shift, axis, cp", [
+    (GRID_2x4, 3, 1, 96),     # a piece from the left neighbour
+    (GRID_2x4, 21, 1, 512),   # pieces from two and one shards away
+    (GRID_2x4, -5, 0, 320),   # a piece moved a whole turn stays on its device
+    (GRID_8, 21, 1, 512),
+])
+def test_roll_is_a_rotation(grid, shift, axis, cp):
+    """``jnp.roll`` concatenates ``x[n-k:]`` and ``x[:n-k]``; XLA rewrites it into a
+    rotation: each shard's pieces come from the shards ``ceil((k - done) / shard)``
+    away, one collective-permute each."""
+    grid = mesh(*grid)
+    spec = P("data", "model") if len(grid.shape) == 2 else P(None, "model")
+    predicted, compiled = predicted_and_compiled(
+        lambda x: jnp.roll(x, shift, axis=axis), (matrix(16, 64),), (spec,), spec, grid)
+    assert predicted == compiled == {"collective-permute": cp}
+
+
+def test_uneven_rotation_and_reverse():
+    """A rotation of a dimension the mesh does not divide rotates twice (the last
+    shard's padding); a reverse sends every shard to its mirror device."""
+    grid = mesh(*GRID_2x4)
+    cols = NamedSharding(grid, P(None, "model"))
+
+    def fun(x):
+        y = jax.lax.with_sharding_constraint(x[:, :42] * 2, cols)
+        return jnp.roll(y, 5, axis=1).sum(0), jnp.flip(x, axis=1) * 2
+
+    predicted, compiled = predicted_and_compiled(fun, (matrix(16, 48),), (P(None, "model"),),
+                                                 grid=grid)
+    assert predicted == compiled
+    # the slice's left halo of 3 columns, the rotation's pieces of 5 and 7 (11-column
+    # shards, 2 of padding), the reverse's whole 12-column shard
+    assert compiled["collective-permute"] == 16 * 3 * 4 + 16 * (5 + 7) * 4 + 16 * 12 * 4
+
+
+@pytest.mark.parametrize("grid, strides, padding, kernel, cp", [
+    (GRID_2x4, (1, 1), "SAME", 3, 2048),
+    (GRID_2x4, (2, 2), "SAME", 3, 1024),
+    (GRID_8, (1, 1), "VALID", 5, 8192),
+])
+def test_convolution_window_over_a_sharded_image(grid, strides, padding, kernel, cp):
+    """A convolution whose input and output are split along a spatial dimension reads
+    its window as a reduce_window would: halos of the rows the window reaches."""
+    grid = mesh(*grid)
+    image = P("data", "model") if len(grid.shape) == 2 else P(None, "model")
+    x = np.ones((4, 32, 16, 8), np.float32)
+    w = np.full((kernel, kernel, 8, 8), 0.1, np.float32)
+    out = image if padding == "SAME" else None
+    predicted, compiled = predicted_and_compiled(
+        lambda x, w: jax.lax.conv_general_dilated(x, w, strides, padding,
+                                                  dimension_numbers=NHWC),
+        (x, w), (image, P()), out, grid)
+    assert predicted == compiled
+    assert compiled["collective-permute"] == cp
+
+
+@pytest.mark.parametrize("strides, padding, kernel", [((1, 1), "SAME", 3), ((2, 2), "SAME", 3),
+                                                      ((1, 1), "VALID", 5)])
+def test_filter_gradient_over_a_sharded_image(strides, padding, kernel):
+    """The filter gradient convolves the image with the output gradient, both split
+    along rows: each device exchanges the image rows its gradient rows reach, and the
+    partial sums are all-reduced over the batch axis, then over the rows' axis."""
+    grid = mesh(*GRID_2x4)
+    x = np.ones((4, 32, 16, 8), np.float32)
+    w = np.full((kernel, kernel, 8, 8), 0.1, np.float32)
+
+    def grad(x, w):
+        return jax.grad(lambda w: jnp.sum(jax.lax.conv_general_dilated(
+            x, w, strides, padding, dimension_numbers=NHWC) ** 2))(w)
+
+    predicted, compiled = predicted_and_compiled(grad, (x, w), (P("data", "model"), P()),
+                                                 grid=grid)
+    assert predicted == compiled
+    assert compiled["all-reduce"] == 2 * kernel * kernel * 8 * 8 * 4
+
+
+def test_halo_sizes_follow_the_window():
+    """``windowed_halos`` as ``ExchangeHalo`` sizes it: (permutes along the dimension,
+    the windowed shard)."""
+    assert windowed_halos(32, 4, WindowDim(padding_low=4, padding_high=4)) == ([2, 2], 10)
+    assert windowed_halos(32, 4, WindowDim(size=3, padding_low=1, padding_high=1)) == (
+        [1, 1], 10)
+    assert windowed_halos(64, 4, WindowDim(padding_low=-5, padding_high=-27)) == ([16, 3], 8)
+    # fewer windows than shards: XLA trims shards first, not modelled
+    assert windowed_halos(64, 8, WindowDim(padding_low=-2, padding_high=-58)) is None
+
+
+@pytest.mark.parametrize("window, strides, padding, cp", [
+    ((1, 2, 2, 1), (1, 2, 2, 1), "VALID", 0),      # the stride tiles the shards: no halo
+    ((1, 3, 3, 1), (1, 2, 2, 1), "SAME", 1024),    # one row from the right neighbour
+    ((1, 3, 3, 1), (1, 1, 1, 1), "SAME", 2048),    # a row from each side
+])
+def test_pooling_window_over_a_sharded_image(window, strides, padding, cp):
+    """A reduce_window reads the rows its windows reach in its neighbours' shards: the
+    window's stride and padding decide them, as for a convolution."""
+    grid = mesh(*GRID_2x4)
+    spec = P("data", "model")
+    predicted, compiled = predicted_and_compiled(
+        lambda x: jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, window, strides, padding),
+        (np.ones((4, 32, 16, 8), np.float32),), (spec,), spec, grid)
+    assert predicted == compiled
+    assert compiled.get("collective-permute", 0) == cp
