@@ -43,6 +43,7 @@ from shardc.compiler.pipelines import ConflictResolution
 from shardc.compiler.sharding import user_rules
 from shardc.compiler.signature import LeafSignature
 from shardc.compiler.stages import xla_import_rewrites
+from shardc.compiler.stages.hlo_order import restore_jax_order
 from shardc.dialects import jax_private, sdy
 from shardc.dialects.errors import InvalidArgumentError
 from shardc.runtime import tokens
@@ -461,6 +462,8 @@ class JitFunction(JitCalls, JitSurface):
                     census=ConflictResolution.parse(self.propagation) is ConflictResolution.SHARDY)
                 unpropagated = annotated.Unpropagated(jax_module, *values, devices, program_effects)
                 resolution = annotated.propagate(module, unpropagated, self.propagation, census)
+                # Propagated in XLA's order; what reads the module next reads jax's.
+                restore_jax_order(module.operation)
                 fallback = resolution.fallback if resolution is not None else None
             entry = annotated.copy_module(module)
         debug_info = traced.jaxpr.jaxpr.debug_info

@@ -32,6 +32,7 @@ from shardc.compiler.stages.data_flow_edges import add_data_flow_edges, sink_dat
 from shardc.compiler.stages.dead_constraints import CONSTRAINT, erase_dead_constraints
 from shardc.compiler.stages.dedup_meshes import dedup_meshes
 from shardc.compiler.stages.fold_identities import fold_identities
+from shardc.compiler.stages.hlo_order import order_as_hlo
 from shardc.compiler.stages.inline_calls import CALL_OP, inline_all_calls
 from shardc.compiler.stages.lift_inlined_meshes import MESH_OP, InlineMeshes, lift_inlined_meshes
 from shardc.dialects.sdy import SHARDING_ATTR, SHARDING_RULE_ATTR
@@ -46,9 +47,11 @@ def _generic(module: ir.Operation, pipeline: str) -> None:
 
 
 def xla_import_rewrites(module: ir.Operation, census: bool = False) -> ImportCensus | None:
-    """``fold_identities``, ``erase_dead_constraints`` then ``capture_loop_invariants``,
-    the loops and constraints found by the walk that folds, then ``dedup_meshes``;
-    with ``census``, returns the import stage's census, taken by that walk too.
+    """``inline_all_calls``, ``fold_identities``, ``erase_dead_constraints``, the
+    blocks put in HLO's order (``order_as_hlo``: ``hlo_order.restore_jax_order``
+    puts them back once propagated), ``capture_loop_invariants``, the loops and
+    constraints found by the walk that folds, then ``dedup_meshes``; with
+    ``census``, returns the import stage's census, taken by that walk too.
 
     No rewrite adds or copies a call or a sharding naming a mesh the census has
     not seen (a rebuilt loop keeps its blocks, a constraint opened before one
@@ -67,8 +70,12 @@ def xla_import_rewrites(module: ir.Operation, census: bool = False) -> ImportCen
         if found is not None:
             found.look(op, name)
 
+    # XLA inlines calls before it orders the ops (its CallInliner), and orders them
+    # with a loop's captures read after its own operands, as jax wrote them.
+    inline_all_calls(module)
     fold_identities(module, loops, look)
     erase_dead_constraints(constraints)
+    order_as_hlo(module)
     capture_loop_invariants(module, loops)
     dedup_meshes(module)
     return found
