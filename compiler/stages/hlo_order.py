@@ -7,7 +7,10 @@ instruction nothing uses, first to last, depth first, an instruction after its
 operands, taken first to last. A loop or conditional reads what its regions
 capture as operands of its own, after the ones it has, in the order the
 regions first use them (MLIR's ``getUsedValuesDefinedAbove``, a post-order
-walk of the regions). Propagation walks ops in block order, and where two
+walk of the regions); a loop's invariant carries are captures by then (the
+XLA dump before Shardy shows them last in the loop's tuple, after the carries
+jax put behind them), so ``jit`` orders the blocks after hoisting them
+(``capture_loop_invariants``). Propagation walks ops in block order, and where two
 shardings conflict the op it reaches first decides (a weight's gradient
 accumulated in a loop can end up sharded on the other dimension), so ``jit``
 puts every block in that order before it propagates (``order_as_hlo``).
@@ -46,7 +49,24 @@ def order_as_hlo(module: ir.Operation) -> bool:
             moved = _order_regions(op.operation) or moved
     if moved:
         module.attributes[REORDERED_ATTR] = ir.UnitAttr.get()
+        renew_uses(module)
     return moved
+
+
+def renew_uses(module: ir.Operation) -> None:
+    """Give every value the list of uses XLA's import gives it: MLIR puts each new use
+    first, and the import creates the ops in order (an op before the ops of its
+    regions), so a value's uses read last user first. Propagation queues a
+    value's users in that order when its sharding changes."""
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        operands = op.operands
+        for k, value in enumerate(list(operands)):
+            operands[k] = value  # taken off its value's use list, then put first
+        return ir.WalkResult.ADVANCE
+
+    for op in module.regions[0].blocks[0].operations:
+        if op.operation.name == "func.func":
+            op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
 
 
 def _order_regions(op: ir.Operation) -> bool:
@@ -122,6 +142,18 @@ def _used(value: ir.Value) -> bool:
     return next(iter(value.uses), None) is not None
 
 
+def take_earlier_place(kept: ir.Operation, merged: ir.Operation) -> None:
+    """``kept`` stands for ``merged`` from now on (the export merges equal constants):
+    it takes the earlier of their places in jax's order, where the first of them
+    in jax's order would have been kept."""
+    place = merged.attributes[ORDER_ATTR] if ORDER_ATTR in merged.attributes else None
+    if place is None:
+        return
+    own = kept.attributes[ORDER_ATTR] if ORDER_ATTR in kept.attributes else None
+    if own is None or ir.IntegerAttr(place).value < ir.IntegerAttr(own).value:
+        kept.attributes[ORDER_ATTR] = place
+
+
 def restore_jax_order(module: ir.Operation, *, keep_tags: bool = False) -> None:
     """Put every block ``order_as_hlo`` reordered back in jax's order and drop the tags
     (nothing to do on a module it left as it was). ``keep_tags`` leaves them: an
@@ -164,18 +196,26 @@ def _restore_block(ops: list[ir.Operation], keep_tags: bool) -> None:
             producer = position.get(hash(owner)) if owner is not None else None
             if producer is not None and producer != k:
                 users[producer].append(k)
-    keys: list[tuple[float, int]] = [(0.0, k) for k in range(n)]
+    # An op's place: its tag, or just after the op before it; never after its first
+    # user's (a constant the export merged keeps one copy's tag, maybe a later one's),
+    # and ops the pipeline added go just before it. Ties (copies of one op, as
+    # Shardy's import splits a constant per user) keep their users' order.
+    place: list[float] = []
     before = -1.0
-    for k, tag in enumerate(tags):
+    for tag in tags:
         if tag is not None:
             before = float(tag)
-            keys[k] = (before, k)
+            place.append(before)
         else:
-            keys[k] = (before + 0.5, k)
+            place.append(before + 0.5)
+    first = [float("inf")] * n
     for k in range(n - 1, -1, -1):
-        if tags[k] is None and users[k]:
-            keys[k] = (min(keys[u][0] for u in users[k]) - 0.25, k)
-    keys[n - 1] = (float("inf"), n - 1)  # the terminator stays last
+        if users[k]:
+            first[k] = min(place[u] for u in users[k])
+            if tags[k] is None or first[k] <= place[k]:
+                place[k] = first[k] - 0.25
+    keys = [(place[k], first[k], k) for k in range(n)]
+    keys[n - 1] = (float("inf"), 0.0, n - 1)  # the terminator stays last
     waiting = [0] * n
     for readers in users:
         for reader in set(readers):
@@ -184,7 +224,7 @@ def _restore_block(ops: list[ir.Operation], keep_tags: bool) -> None:
     heapq.heapify(ready)
     order: list[int] = []
     while ready:
-        _, k = heapq.heappop(ready)
+        *_, k = heapq.heappop(ready)
         order.append(k)
         for reader in set(users[k]):
             waiting[reader] -= 1
