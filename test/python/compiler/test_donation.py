@@ -83,3 +83,13 @@ def test_results_take_donations_in_order_then_by_size():
     results = [leaf((8, 4), ("x",)), leaf((32,), (), jnp.int32)]
     assert unusable_donations(args, results, [True, True, True, True]) == [1, 3]
     assert unusable_donations(args, results, [False, True, False, False]) == []
+
+
+def test_explicit_axes_give_the_results_shardings_as_jax_jit():
+    # On Explicit axes the result's type carries its sharding: jax counts it as given.
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+    placed = [(np.ones((8, 4), np.float32), NamedSharding(mesh, P("x")))]
+    with jax.set_mesh(mesh):
+        theirs = _donation_warnings(jax.jit, lambda a: a.sum(0), placed, donate_argnums=0)
+        ours = _donation_warnings(jit, lambda a: a.sum(0), placed, donate_argnums=0)
+    assert theirs and ours == theirs
