@@ -30,7 +30,7 @@ from jaxlib.mlir import ir
 import shardc.compiler as shardc_compiler
 import shardc.dialects as shardc_dialects
 import shardc.runtime as shardc_runtime
-from shardc.compiler import auto, effects, export, layouts, memories, signature
+from shardc.compiler import auto, donation, effects, export, layouts, memories, signature
 from shardc.compiler.checks.strict import check_strict
 from shardc.compiler.cost_aware import Resolution
 from shardc.compiler.function import annotated, binding, caches, hitypes
@@ -43,6 +43,7 @@ from shardc.compiler.pipelines import ConflictResolution
 from shardc.compiler.sharding import user_rules
 from shardc.compiler.signature import LeafSignature
 from shardc.compiler.stages import xla_import_rewrites
+from shardc.compiler.stages.hlo_order import restore_jax_order
 from shardc.dialects import jax_private, sdy
 from shardc.dialects.errors import InvalidArgumentError
 from shardc.runtime import tokens
@@ -446,6 +447,8 @@ class JitFunction(JitCalls, JitSurface):
         # in jax's context (a fresh one per jax lowering, which has every dialect).
         with jax_module.context, ir.Location.unknown():
             module, symbols = annotated.annotated_copy(jax_module, *values, devices, program_effects)
+            donation.warn_unusable_donations(jax_module, *values, program_effects.tokens,
+                                             symbols.device_count())
             unpropagated = fallback = resolution = None
             # Shardy propagates static shapes only: a module exported for symbolic
             # shapes keeps the given shardings, as jax's export does, and is
@@ -461,6 +464,8 @@ class JitFunction(JitCalls, JitSurface):
                     census=ConflictResolution.parse(self.propagation) is ConflictResolution.SHARDY)
                 unpropagated = annotated.Unpropagated(jax_module, *values, devices, program_effects)
                 resolution = annotated.propagate(module, unpropagated, self.propagation, census)
+                # Propagated in XLA's order; what reads the module next reads jax's.
+                restore_jax_order(module.operation)
                 fallback = resolution.fallback if resolution is not None else None
             entry = annotated.copy_module(module)
         debug_info = traced.jaxpr.jaxpr.debug_info

@@ -49,6 +49,7 @@ from shardc.compiler.cost_aware.pricing import (
 )
 from shardc.compiler.propagation.graph import ReadMemo
 from shardc.compiler.propagation.values import CostMemo, ModuleValues
+from shardc.compiler.sharding.rules import is_bookkeeping
 from shardc.compiler.sharding.tensor import TensorSharding, format_sharding
 from shardc.dialects.sdy import SHARDING_ATTR
 
@@ -268,9 +269,10 @@ def cut_out(reader: ModuleValues, ops: list[int], imported: dict[int, ir.Attribu
 
 
 def _attribute_hashes(op: ir.Operation) -> tuple:
-    # Attributes are uniqued in their context: equal hashes, equal attributes.
+    # Attributes are uniqued in their context: equal hashes, equal attributes. shardc's
+    # bookkeeping (the search's numbers, an op's place in jax's order) is none of them.
     return tuple((name, hash(op.attributes[name])) for name in op.attributes
-                 if name not in (TAG, SHARDING_ATTR))
+                 if name != SHARDING_ATTR and not is_bookkeeping(name))
 
 
 def _body_fingerprint(graph, op: int) -> tuple:

@@ -20,6 +20,7 @@ from jaxlib.mlir import ir
 from shardc.compiler.explain.grid import ShardGrid, grid_of_array, grid_of_sharding, visualize
 from shardc.compiler.explain.memory import MemoryEstimate, estimate_memory
 from shardc.compiler.explain.table import CollectiveNeed, ExplainRow, ExplainTable, build_table
+from shardc.compiler.stages.hlo_order import restore_jax_order
 from shardc.compiler.stages.shardy_pipeline import propagated_copy, propagated_copy_with_origins
 from shardc.dialects.sdy import SHARDING_ATTR
 
@@ -46,6 +47,10 @@ def explain(module: ir.Module | ir.Operation, *, propagate: bool = True,
         # Already propagated (``Lowered.module``): its pre-propagation form is
         # gone, so the origins are derived (``origins.derive_origins``).
         target = propagated_copy(operation, export=False)
+    if target is not operation:
+        # Propagated in XLA's order (a module jit rewrote as XLA's import does), read
+        # in jax's; the recorded origins hold ops as keys: their tags stay.
+        restore_jax_order(target, keep_tags=True)
     return build_table(target, user_args=user_args, user_results=user_results,
                        seeds_from=operation, recorded=recorded)
 

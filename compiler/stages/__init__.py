@@ -27,11 +27,16 @@ from shardc.compiler.propagation.manual import MANUAL_OP
 from shardc.compiler.sharding.walker import Census, ShardingMapper, census
 from shardc.compiler.stages import export_steps, import_steps
 from shardc.compiler.stages.apply_constraints import apply_sharding_constraints
-from shardc.compiler.stages.capture_loop_invariants import capture_loop_invariants
+from shardc.compiler.stages.capture_loop_invariants import (
+    hoist_loop_invariants,
+    open_free_variables,
+)
+from shardc.compiler.stages.constants_last import COMMUTATIVE, put_constants_last
 from shardc.compiler.stages.data_flow_edges import add_data_flow_edges, sink_data_flow_edges
 from shardc.compiler.stages.dead_constraints import CONSTRAINT, erase_dead_constraints
 from shardc.compiler.stages.dedup_meshes import dedup_meshes
 from shardc.compiler.stages.fold_identities import fold_identities
+from shardc.compiler.stages.hlo_order import order_as_hlo
 from shardc.compiler.stages.inline_calls import CALL_OP, inline_all_calls
 from shardc.compiler.stages.lift_inlined_meshes import MESH_OP, InlineMeshes, lift_inlined_meshes
 from shardc.dialects.sdy import SHARDING_ATTR, SHARDING_RULE_ATTR
@@ -46,9 +51,12 @@ def _generic(module: ir.Operation, pipeline: str) -> None:
 
 
 def xla_import_rewrites(module: ir.Operation, census: bool = False) -> ImportCensus | None:
-    """``fold_identities``, ``erase_dead_constraints`` then ``capture_loop_invariants``,
-    the loops and constraints found by the walk that folds, then ``dedup_meshes``;
-    with ``census``, returns the import stage's census, taken by that walk too.
+    """``inline_all_calls``, ``fold_identities``, ``erase_dead_constraints``,
+    ``put_constants_last``, then ``capture_loop_invariants`` with the blocks put in HLO's order between its
+    hoisting and its opening (``order_as_hlo``: ``hlo_order.restore_jax_order``
+    puts them back once propagated), the loops and constraints found by the walk
+    that folds, then ``dedup_meshes``; with ``census``, returns the import
+    stage's census, taken by that walk too.
 
     No rewrite adds or copies a call or a sharding naming a mesh the census has
     not seen (a rebuilt loop keeps its blocks, a constraint opened before one
@@ -61,15 +69,27 @@ def xla_import_rewrites(module: ir.Operation, census: bool = False) -> ImportCen
     constraints: list[ir.Operation] = []
     found = ImportCensus() if census else None
 
+    commutative: list[ir.Operation] = []
+
     def look(op: ir.Operation, name: str) -> None:
         if name == CONSTRAINT:
             constraints.append(op)
+        elif name in COMMUTATIVE:
+            commutative.append(op)
         if found is not None:
             found.look(op, name)
 
+    # XLA inlines calls before it orders the ops (its CallInliner); a loop's
+    # invariant carries are captures by the time it orders them (read after the
+    # loop's operands), and its import opens them afterwards, before the loop.
+    inline_all_calls(module)
     fold_identities(module, loops, look)
     erase_dead_constraints(constraints)
-    capture_loop_invariants(module, loops)
+    put_constants_last(commutative)
+    rebuilt = hoist_loop_invariants(module, loops)
+    order_as_hlo(module)
+    for loop in rebuilt:
+        open_free_variables(loop)
     dedup_meshes(module)
     return found
 

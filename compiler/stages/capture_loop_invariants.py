@@ -30,6 +30,14 @@ def capture_loop_invariants(module: ir.Operation,
 
     ``loops``: the module's loops, inner loops first, when a walk the caller made
     anyway found them (``fold_identities``'s)."""
+    for loop in hoist_loop_invariants(module, loops):
+        open_free_variables(loop)
+
+
+def hoist_loop_invariants(module: ir.Operation,
+                          loops: list[ir.Operation] | None = None) -> list[ir.Operation]:
+    """Hoist the invariant carries of every loop of ``module`` (``loops``, inner loops
+    first, when the caller found them); returns the loops as rebuilt."""
     if loops is None:
         loops = []
 
@@ -39,9 +47,7 @@ def capture_loop_invariants(module: ir.Operation,
             return ir.WalkResult.ADVANCE
 
         module.walk(visit, ir.WalkOrder.POST_ORDER)
-    rebuilt = [hoist_all_invariant_carries(loop) for loop in loops]
-    for loop in rebuilt:
-        open_free_variables(loop)
+    return [hoist_all_invariant_carries(loop) for loop in loops]
 
 
 def open_free_variables(loop: ir.Operation) -> None:

@@ -27,6 +27,7 @@ from shardc.compiler.sharding.tensor import (
     parse_sharding,
 )
 from shardc.compiler.sharding.walker import map_shardings, nested_ops
+from shardc.compiler.stages.hlo_order import take_earlier_place
 from shardc.compiler.stages.import_steps import is_constant_expression
 from shardc.dialects import sdy
 from shardc.dialects.sdy import SHARDING_ATTR, SHARDING_RULE_ATTR
@@ -99,6 +100,7 @@ def constant_or_scalar_merger(module: ir.Operation,
             cache = broadcasts
         kept = cache.setdefault(key, op)
         if kept is not op:
+            take_earlier_place(kept, op)
             op.result.replace_all_uses_with(kept.result)
             op.erase()
             erased.append(op)

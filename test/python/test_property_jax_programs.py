@@ -228,6 +228,25 @@ REGRESSIONS = {
                jax_programs.Step("unary", ("a0",), ("tanh",))),
         outputs=("v2", "v0"), mode="plain", wrt=(), out_specs=(None, None),
         out_prefix=False, in_form="none", data_seed=0),
+    # The gradient of a weight a scan body reads next to an elementwise term: XLA's
+    # Shardy propagates the body in HLO's post-order, with the uses of each value as
+    # its import creates them, and shards the gradient on the weight's rows; in jax's
+    # order shardc sharded it on its columns (stages/hlo_order.py).
+    "scan_weight_gradient_in_hlo_order": jax_programs.Program(
+        mesh_shape=(4, 2),
+        args=(jax_programs.Arg(shape=(8, 4), dtype="f32", spec=None, placement=P("x")),
+              jax_programs.Arg(shape=(3, 8, 4), dtype="f32", spec=None, placement=None),
+              jax_programs.Arg(shape=(4, 4), dtype="f32", spec=None, placement=P("y", None)),
+              jax_programs.Arg(shape=(8, 4), dtype="f32", spec=None, placement=None)),
+        steps=(jax_programs.Step("scan", ("a0", "a1", "a2", "a3"), (False, (
+            jax_programs.Step("unary", (0,), ("negate",)),
+            jax_programs.Step("matmul", (4, 2)),
+            jax_programs.Step("unary", (0,), ("sin",)),
+            jax_programs.Step("binary", (3, 6), ("multiply",)),
+            jax_programs.Step("binary", (5, 7), ("subtract",)),
+            jax_programs.Step("binary", (0, 8), ("add",))))),),
+        outputs=("v0",), mode="grad", wrt=(2,), out_specs=None,
+        out_prefix=False, in_form="none", data_seed=0),
 }
 
 

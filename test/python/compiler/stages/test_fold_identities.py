@@ -3,8 +3,13 @@
 from jaxlib.mlir import ir
 
 from shardc.compiler import stages
-from shardc.compiler.stages.capture_loop_invariants import capture_loop_invariants
+from shardc.compiler.stages.capture_loop_invariants import (
+    hoist_loop_invariants,
+    open_free_variables,
+)
 from shardc.compiler.stages.fold_identities import fold_identities
+from shardc.compiler.stages.hlo_order import order_as_hlo
+from shardc.compiler.stages.inline_calls import inline_all_calls
 from shardc.dialects import make_context
 
 BROADCASTS = """
@@ -63,11 +68,20 @@ func.func @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x
 """
 
 
+def _rewritten_step_by_step(module: ir.Operation) -> None:
+    inline_all_calls(module)
+    fold_identities(module)
+    loops = hoist_loop_invariants(module)
+    order_as_hlo(module)
+    for loop in loops:
+        open_free_variables(loop)
+
+
 def test_folding_and_capturing_in_one_walk_is_folding_then_capturing():
-    # The walk that folds also finds the loops, inner first, for capture_loop_invariants.
+    # The walk that folds also finds the loops, inner first, for capturing their
+    # invariants; the blocks are put in HLO's order between hoisting and opening.
     texts = []
-    for rewrite in (stages.xla_import_rewrites,
-                    lambda m: (fold_identities(m), capture_loop_invariants(m))):
+    for rewrite in (stages.xla_import_rewrites, _rewritten_step_by_step):
         module = ir.Module.parse(NESTED_LOOPS, make_context())
         with module.context, ir.Location.unknown():
             rewrite(module.operation)

@@ -1,0 +1,259 @@
+"""Propagate in the op order XLA's Shardy sees, and hand later stages jax's order back.
+
+XLA does not hand its Shardy the module jax wrote but one it converted to HLO
+(inlining calls) and back: the way back emits each computation's instructions
+in HLO's post-order (``HloComputation::MakeInstructionPostOrder``): from each
+instruction nothing uses, first to last, depth first, an instruction after its
+operands, taken first to last. A loop or conditional reads what its regions
+capture as operands of its own, after the ones it has, in the order the
+regions first use them (MLIR's ``getUsedValuesDefinedAbove``, a post-order
+walk of the regions); a loop's invariant carries are captures by then (the
+XLA dump before Shardy shows them last in the loop's tuple, after the carries
+jax put behind them), so ``jit`` orders the blocks after hoisting them
+(``capture_loop_invariants``). Propagation walks ops in block order, and where two
+shardings conflict the op it reaches first decides (a weight's gradient
+accumulated in a loop can end up sharded on the other dimension), so ``jit``
+puts every block in that order before it propagates (``order_as_hlo``).
+
+Only propagation follows XLA's order: what reads the propagated module for
+anything else (the memory estimate's liveness, the explain table, export)
+reads it in jax's order, which ``restore_jax_order`` puts back. Each op of a
+reordered block carries its place in jax's order (``ORDER_ATTR``, a bookkeeping
+attribute no rule or fingerprint reads) until then, so that copies of the
+module (``explain``'s) can be put back too, and ops the pipeline added in
+between go where their users or the op before them are.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from jaxlib.mlir import ir
+
+from shardc.compiler.stages.capture_loop_invariants import free_variables
+
+ORDER_ATTR = "shardc.jax_order"
+# On the module: some block is in XLA's order, its ops tagged with ``ORDER_ATTR``.
+REORDERED_ATTR = "shardc.hlo_ordered"
+# Ops whose regions read values defined outside them, as extra operands in HLO.
+_CAPTURING = frozenset({"stablehlo.while", "stablehlo.case", "stablehlo.if"})
+
+
+def order_as_hlo(module: ir.Operation) -> bool:
+    """Reorder the ops of every single-block region of ``module``'s functions in HLO's
+    post-order; returns whether some block moved (its ops then carry ``ORDER_ATTR``
+    and the module ``REORDERED_ATTR``)."""
+    moved = False
+    for op in module.regions[0].blocks[0].operations:
+        if op.operation.name == "func.func":
+            moved = _order_regions(op.operation) or moved
+    if moved:
+        module.attributes[REORDERED_ATTR] = ir.UnitAttr.get()
+        renew_uses(module)
+    return moved
+
+
+def renew_uses(module: ir.Operation) -> None:
+    """Give every value the list of uses XLA's import gives it: MLIR puts each new use
+    first, and the import creates the ops in order (an op before the ops of its
+    regions), so a value's uses read last user first. Propagation queues a
+    value's users in that order when its sharding changes."""
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        operands = op.operands
+        for k, value in enumerate(list(operands)):
+            operands[k] = value  # taken off its value's use list, then put first
+        return ir.WalkResult.ADVANCE
+
+    for op in module.regions[0].blocks[0].operations:
+        if op.operation.name == "func.func":
+            op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+
+
+def _order_regions(op: ir.Operation) -> bool:
+    moved = False
+    for region in op.regions:
+        blocks = list(region.blocks)
+        if len(blocks) == 1:
+            moved = _order_block(blocks[0]) or moved
+    return moved
+
+
+def _order_block(block: ir.Block) -> bool:
+    ops = [op.operation for op in block.operations]
+    order = post_order(ops)
+    moved = len(order) == len(ops) and order != ops
+    if moved:
+        index_type = ir.IntegerType.get_signless(64)
+        for k, op in enumerate(ops):
+            op.attributes[ORDER_ATTR] = ir.IntegerAttr.get(index_type, k)
+        last = ops[-1]
+        for op in order[:-1]:
+            op.move_before(last)
+    for op in ops:
+        if len(op.regions):
+            moved = _order_regions(op) or moved
+    return moved
+
+
+def post_order(ops: list[ir.Operation]) -> list[ir.Operation]:
+    """``ops`` (one block's, its terminator last) in HLO's post-order: from each op whose
+    results nothing uses, in block order, depth first, operands before users and
+    in operand order, a loop's or conditional's captures after its operands."""
+    in_block = {hash(op): op for op in ops}
+    placed: list[ir.Operation] = []
+    visited: dict[int, bool] = {}  # False while its operands are visited
+    for root in ops:
+        if any(_used(result) for result in root.results):
+            continue
+        stack = [root]
+        while stack:
+            current = stack[-1]
+            key = hash(current)
+            state = visited.get(key)
+            if state is not None:
+                stack.pop()
+                if not state:
+                    visited[key] = True
+                    placed.append(current)
+                continue
+            visited[key] = False
+            inputs = [in_block.get(hash(owner)) for owner in map(_owner, _inputs(current))]
+            stack.extend(op for op in reversed(inputs)
+                         if op is not None and hash(op) not in visited)
+    return placed
+
+
+def _inputs(op: ir.Operation) -> list[ir.Value]:
+    """What HLO's instruction reads: the op's operands, then what its regions capture."""
+    values = list(op.operands)
+    if op.name in _CAPTURING:
+        values += free_variables(op)
+    return values
+
+
+def _owner(value: ir.Value) -> ir.Operation | None:
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return owner.operation if hasattr(owner, "operation") else owner
+
+
+def _used(value: ir.Value) -> bool:
+    return next(iter(value.uses), None) is not None
+
+
+def take_earlier_place(kept: ir.Operation, merged: ir.Operation) -> None:
+    """``kept`` stands for ``merged`` from now on (the export merges equal constants):
+    it takes the earlier of their places in jax's order, where the first of them
+    in jax's order would have been kept."""
+    place = merged.attributes[ORDER_ATTR] if ORDER_ATTR in merged.attributes else None
+    if place is None:
+        return
+    own = kept.attributes[ORDER_ATTR] if ORDER_ATTR in kept.attributes else None
+    if own is None or ir.IntegerAttr(place).value < ir.IntegerAttr(own).value:
+        kept.attributes[ORDER_ATTR] = place
+
+
+def restore_jax_order(module: ir.Operation, *, keep_tags: bool = False) -> None:
+    """Put every block ``order_as_hlo`` reordered back in jax's order and drop the tags
+    (nothing to do on a module it left as it was). ``keep_tags`` leaves them: an
+    op's hash changes with its attributes, and a caller holding ops as keys (the
+    origins ``explain`` recorded) keeps them findable."""
+    if REORDERED_ATTR not in module.attributes:
+        return
+    if not keep_tags:
+        del module.attributes[REORDERED_ATTR]
+    for op in module.regions[0].blocks[0].operations:
+        if op.operation.name == "func.func":
+            _restore_regions(op.operation, keep_tags)
+
+
+def _restore_regions(op: ir.Operation, keep_tags: bool) -> None:
+    for region in op.regions:
+        for block in region.blocks:
+            ops = [inner.operation for inner in block.operations]
+            if any(ORDER_ATTR in inner.attributes for inner in ops):
+                _restore_block(ops, keep_tags)
+            for inner in ops:
+                if len(inner.regions):
+                    _restore_regions(inner, keep_tags)
+
+
+def _restore_block(ops: list[ir.Operation], keep_tags: bool) -> None:
+    """Order ``ops`` (a block's, as they stand) by their place in jax's order, each op
+    the pipeline added just before its first user in the block (after the op
+    before it, when it has none), operands always first; drop the tags unless
+    ``keep_tags``."""
+    n = len(ops)
+    position = {hash(op): k for k, op in enumerate(ops)}  # hashes as the ops stand
+    tags = [ir.IntegerAttr(op.attributes[ORDER_ATTR]).value if ORDER_ATTR in op.attributes
+            else None for op in ops]
+    # Who reads each op's results in this block (through nested regions too).
+    users: list[list[int]] = [[] for _ in ops]
+    for k, op in enumerate(ops):
+        for value in _read_values(op):
+            owner = _owner(value)
+            producer = position.get(hash(owner)) if owner is not None else None
+            if producer is not None and producer != k:
+                users[producer].append(k)
+    # An op's place: its tag, or just after the op before it; never after its first
+    # user's (a constant the export merged keeps one copy's tag, maybe a later one's),
+    # and ops the pipeline added go just before it. Ties (copies of one op, as
+    # Shardy's import splits a constant per user) keep their users' order.
+    place: list[float] = []
+    before = -1.0
+    for tag in tags:
+        if tag is not None:
+            before = float(tag)
+            place.append(before)
+        else:
+            place.append(before + 0.5)
+    first = [float("inf")] * n
+    for k in range(n - 1, -1, -1):
+        if users[k]:
+            first[k] = min(place[u] for u in users[k])
+            if tags[k] is None or first[k] <= place[k]:
+                place[k] = first[k] - 0.25
+    keys = [(place[k], first[k], k) for k in range(n)]
+    keys[n - 1] = (float("inf"), 0.0, n - 1)  # the terminator stays last
+    waiting = [0] * n
+    for readers in users:
+        for reader in set(readers):
+            waiting[reader] += 1
+    ready = [keys[k] for k in range(n) if not waiting[k]]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        *_, k = heapq.heappop(ready)
+        order.append(k)
+        for reader in set(users[k]):
+            waiting[reader] -= 1
+            if not waiting[reader]:
+                heapq.heappush(ready, keys[reader])
+    if len(order) == n and order != list(range(n)):
+        last = ops[-1]
+        for k in order[:-1]:
+            ops[k].move_before(last)
+    if keep_tags:
+        return
+    # Last: an op's hash changes with its attributes.
+    for op, tag in zip(ops, tags):
+        if tag is not None:
+            del op.attributes[ORDER_ATTR]
+
+
+def _read_values(op: ir.Operation) -> list[ir.Value]:
+    """The values ``op`` reads: its operands, and those its regions read from outside
+    (for ops with regions, every nested op's operands: the caller keeps those of
+    its own block)."""
+    values = list(op.operands)
+    if len(op.regions):
+        def visit(inner: ir.Operation) -> ir.WalkResult:
+            values.extend(inner.operands)
+            return ir.WalkResult.ADVANCE
+
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    inner.operation.walk(visit)
+    return values
