@@ -23,9 +23,19 @@ them) is grouped on those dimensions and all-gathered there
 (``FindMatchingPartitionedDimsForGrouping``): a CG step's ``a [{"data"},
 {"model"}] @ p [{"data"}]`` all-gathers ``p`` over ``data``.
 
+A convolution is such a dot to XLA (``DotConvDimsMapping``): the input batch is
+the lhs's non-contracting dimension, the output feature the rhs's, the input
+feature is contracted, and the spatial dimensions are partitioned apart
+(``PartitionConvolution``, first, where one is sharded). With its spatial
+factors unsharded and no feature or batch groups, it is grouped as a dot is:
+a forward convolution on its batch-sharded activations (``data``), whose
+in-group all-gather of the channel-sharded input is not the one the weight
+gradient's convolution makes outside any group, which XLA therefore does again.
+
 Not modelled (``regrouped_operand`` answers None, the plain reshard
 stands): dots with sharded batch factors, both operands matching the
-result, a matching operand on other axes than the result, sub-axes, and
+result, a matching operand on other axes than the result, sub-axes,
+convolutions with a sharded spatial dimension or with groups, and
 the last resort of XLA's search (the operand's tiles laid out on the group
 devices in order, when no layout above fits). Validated against compiled
 HLO on XLA:CPU (``bench/comm_report.py``, docs/cost-model.md).
@@ -49,46 +59,65 @@ def _factor_axes(tensor: Tensor, mapping, rule: OpShardingRule) -> dict[int, tup
     return projected_axes(tensor.sharding, mapping, rule.factor_sizes)
 
 
-def _dot_factors(rule: OpShardingRule) -> tuple[set[int], tuple[set[int], set[int]]] | None:
+def _window_factors(rule: OpShardingRule) -> set[int]:
+    """A convolution's spatial factors: its window counts (``permutation``) and the
+    kernel's windows (read by the operands only, never reduced)."""
+    out = {f for mapping in rule.result_mappings for dim in mapping for f in dim}
+    read = {f for mapping in rule.operand_mappings for dim in mapping for f in dim}
+    return set(rule.permutation_factors) | (read - out - set(rule.reduction_factors))
+
+
+def _dot_factors(rule: OpShardingRule, convolution: bool = False
+                 ) -> tuple[set[int], tuple[set[int], set[int]]] | None:
     """``(batch, (lhs non-contracting, rhs non-contracting))`` when ``rule`` is a plain
     dot's: two operands, one result, every factor batch, contracting or non-contracting
-    (not a custom call's: XLA's dot handler partitions dots and convolutions only)."""
+    (not a custom call's: XLA's dot handler partitions dots and convolutions only).
+    A ``convolution``'s spatial factors are left out (``_window_factors``); one with
+    feature or batch groups (a factor of all three tensors) is not a plain dot."""
+    window = _window_factors(rule) if convolution else set()
     if (len(rule.operand_mappings) != 2 or len(rule.result_mappings) != 1 or rule.is_custom
-            or rule.need_replication_factors or rule.permutation_factors
-            or rule.blocked_propagation_factors):
+            or rule.need_replication_factors or rule.blocked_propagation_factors
+            or (rule.permutation_factors and not convolution)):
         return None
-    lhs, rhs, out = ({f for dim in mapping for f in dim}
+    lhs, rhs, out = ({f for dim in mapping for f in dim} - window
                      for mapping in (*rule.operand_mappings, rule.result_mappings[0]))
     contracting = (lhs & rhs) - out
     if not contracting <= set(rule.reduction_factors) or (lhs | rhs) != (out | contracting):
         return None
+    if convolution and lhs & rhs & out:
+        return None
     return lhs & rhs & out, (lhs - rhs, rhs - lhs)
 
 
-
-def _dot_axes(rule: OpShardingRule, operands: Sequence[Tensor], results: Sequence[Tensor]):
+def _dot_axes(rule: OpShardingRule, operands: Sequence[Tensor], results: Sequence[Tensor],
+              convolution: bool = False):
     """A dot's (batch factors, non-contracting factors per side, each operand's and the
     result's mesh axes per factor); None when the op is not a dot or a tensor's axes
-    cannot be read."""
-    factors = _dot_factors(rule)
+    cannot be read, or when a ``convolution``'s spatial dimension is sharded (XLA
+    partitions it as a windowed op first)."""
+    factors = _dot_factors(rule, convolution)
     if factors is None:
         return None
     axes = [_factor_axes(t, m, rule) for t, m in zip(operands, rule.operand_mappings)]
     out = _factor_axes(results[0], rule.result_mappings[0], rule)
     if out is None or any(a is None for a in axes):
         return None
+    if convolution and any(fa.get(f) for fa in (*axes, out) for f in _window_factors(rule)):
+        return None
     return (*factors, axes, out)
 
+
 def regrouped_operand(rule: OpShardingRule, operands: Sequence[Tensor],
-                      results: Sequence[Tensor], mesh_axes: Sequence[tuple[str, int]]
-                      ) -> tuple[int, TensorSharding] | None:
+                      results: Sequence[Tensor], mesh_axes: Sequence[tuple[str, int]],
+                      convolution: bool = False) -> tuple[int, TensorSharding] | None:
     """The operand XLA's dot handler moves before grouping the dot, and where to.
 
-    ``mesh_axes`` are the mesh's (name, size) pairs, major to minor. None
+    ``mesh_axes`` are the mesh's (name, size) pairs, major to minor
+    (``convolution``: the op is one, ``_dot_factors``). None
     when the op is not a dot, when XLA would not group it on one operand's
     non-contracting axes, or when the other operand stays where it is.
     """
-    read = _dot_axes(rule, operands, results) if mesh_axes else None
+    read = _dot_axes(rule, operands, results, convolution) if mesh_axes else None
     if read is None:
         return None
     batch, non_contracting, axes, out = read
@@ -109,7 +138,8 @@ def regrouped_operand(rule: OpShardingRule, operands: Sequence[Tensor],
 
 
 def matching_operand(rule: OpShardingRule, operands: Sequence[Tensor],
-                     results: Sequence[Tensor]) -> tuple[int, tuple[str, ...]] | None:
+                     results: Sequence[Tensor], convolution: bool = False
+                     ) -> tuple[int, tuple[str, ...]] | None:
     """The operand XLA's dot handler groups the devices on, and the axes of the groups.
 
     ``PartitionDotGroupOnNonContractingDims`` groups on an operand whose
@@ -121,9 +151,9 @@ def matching_operand(rule: OpShardingRule, operands: Sequence[Tensor],
     operand's reshards are made inside them, with the reshard cache of that
     grouping (``CreatePerGroupPartitioningState``), so XLA reuses them only for
     dots grouped alike. None when the op is not a dot or XLA groups on batch
-    dimensions first or on none.
+    dimensions first or on none (``convolution``: the op is one, ``_dot_factors``).
     """
-    read = _dot_axes(rule, operands, results)
+    read = _dot_axes(rule, operands, results, convolution)
     if read is None:
         return None
     batch, non_contracting, axes, out = read

@@ -14,8 +14,9 @@ groups the devices on some mesh axes and recurses inside each group:
 * **index pass-through**: the indices are sharded on batch dims; the
   operand is replicated across the groups. A scatter whose combiner is a
   plain reduction (add, max...) scatters into its operand replicated
-  across the groups and all-reduces it; a constant or broadcast scalar
-  operand (the zeros of a gradient) is rebuilt there without moving data.
+  across the groups and all-reduces it, in-group tiles kept (below); a
+  constant or broadcast scalar operand (the zeros of a gradient) is
+  rebuilt there without moving data.
 
 Each method is costed by a dry run without recursion (inside the groups
 everything is replicated) and the methods are tried by (peak memory,
@@ -239,14 +240,15 @@ class _Partitioner:
             new = dict(fa)
             partial: tuple = ()
             reducing = all(f in op.rule.reduction_factors for f in cls.index_passthrough)
-            if op.scatter and reducing:
-                new["data"] = _drop(data, group)  # scattered into an identity, then summed
+            # The operand is replicated across the groups keeping the tiles the
+            # in-group axes can hold, also where it is scattered into an identity and
+            # summed: the all-reduce moves that in-group shard (on a 4x4x4 mesh, an
+            # operand [{"data", "expert"}] indexed on both is summed as [{"model"}]).
+            new["data"] = _regroup(data, group, inner(group), data_priority)
+            if op.scatter:
                 new["slices"] = _union(_drop(sl, group), on)
+            if op.scatter and reducing:
                 partial = group
-            else:
-                new["data"] = _regroup(data, group, inner(group), data_priority)
-                if op.scatter:
-                    new["slices"] = _union(_drop(sl, group), on)
             out.append(("index-passthrough", group, new, on, partial))
         return out
 

@@ -53,6 +53,8 @@ VARIADIC_REDUCE = REDUCE = "stablehlo.reduce"
 # only, and on the batch and rows). ``jax.experimental.custom_partitioning``'s calls
 # are partitioned by their own callback and are not this op name.
 UNPARTITIONED_CUSTOM_CALL = "stablehlo.custom_call"
+# XLA's dot handler partitions convolutions too, grouping them as dots (dot_groups).
+CONVOLUTION = "stablehlo.convolution"
 
 
 @dataclass(frozen=True)
@@ -279,6 +281,7 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     reduce = op_name == REDUCE
     dot = op_name == "stablehlo.dot_general"
     custom_call = op_name == UNPARTITIONED_CUSTOM_CALL
+    convolution = op_name == CONVOLUTION
     rules = active_rules()
     if dot and rules.dot_operands_moved_as:
         operands = [rules.dot_operand(t) for t in operands]
@@ -286,14 +289,14 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     # but the platform (its bytes per element in collectives).
     key = (rule, tuple(operands), tuple(results),
            mesh.key if isinstance(mesh, MeshInfo) else (tuple(mesh) if mesh else None),
-           replicated, gathers_partials, reduce, dot, custom_call, rules)
+           replicated, gathers_partials, reduce, dot, custom_call, convolution, rules)
     found = _memo.get(key)
     if found is None:
         if len(_memo) >= _MEMO_LIMIT:
             _memo.clear()
         found = _memo[key] = tuple(_op_communication(rule, operands, results, mesh,
                                                      replicated, gathers_partials, reduce, dot,
-                                                     custom_call))
+                                                     custom_call, convolution))
     return list(found)
 
 
@@ -320,7 +323,8 @@ _MEMO_LIMIT = 16384
 def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
                       results: Sequence[Tensor], mesh, replicated: bool,
                       gathers_partials: bool = False, reduce: bool = False,
-                      dot: bool = False, custom_call: bool = False) -> list[OpCommunication]:
+                      dot: bool = False, custom_call: bool = False,
+                      convolution: bool = False) -> list[OpCommunication]:
     if replicated:
         factor_axes, reduction = dict.fromkeys(range(len(rule.factor_sizes)), ()), {}
     else:
@@ -330,11 +334,12 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
         factor_axes.update((f, ()) for mapping in rule.operand_mappings for dim in mapping
                            for f in dim if f not in in_results
                            and f not in rule.reduction_factors)
-    # A dot grouped on one operand's non-contracting axes first moves the other
-    # operand onto devices where every group holds all of it (dot_groups).
+    # A dot (or convolution) grouped on one operand's non-contracting axes first moves
+    # the other operand onto devices where every group holds all of it (dot_groups).
     regrouped = (None if replicated or mesh is None
-                 else regrouped_operand(rule, operands, results, mesh_axes(mesh)))
-    matching = matching_operand(rule, operands, results) if dot and not replicated else None
+                 else regrouped_operand(rule, operands, results, mesh_axes(mesh), convolution))
+    matching = (matching_operand(rule, operands, results, convolution)
+                if (dot or convolution) and not replicated else None)
     over = tuple(axis for axes in reduction.values() for axis in axes)
     reduces_per_dim = reduce and not gathers_partials
     out: list[OpCommunication] = []

@@ -113,6 +113,16 @@ def _contract_major(a, b):
     return lax.dot_general(a, b, (((0,), (0,)), ((), ())))
 
 
+def _conv(x, w):
+    return lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                    dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+def _conv_and_weight_gradient(h, g, w):
+    """A convolution and its weight gradient (``jax.vjp``'s transposed convolution)."""
+    return _conv(h, w), jax.vjp(lambda w: _conv(h, w), w)[1](g)[0]
+
+
 # A value two dots reshard alike: XLA reuses the reshard only when both make it in the
 # same device groups (its reshard cache is per grouping).
 REUSE_CASES = {
@@ -133,6 +143,15 @@ REUSE_CASES = {
         lambda h, g, w: (h @ w, _contract_major(h, g)), [(16, 64), (16, 32), (64, 32)],
         (P("data", "model"), P(None, "data"), P("model", "data")),
         (P(None, "data"), P("model", "data")), 4096),
+    # A convolution is a dot to XLA's handler: h [data, ..., model] gathered over model
+    # inside the groups on its own batch (the forward convolution, grouped on h: 4 tiles
+    # times w's shard bytes is less than 2 tiles times h's), outside any group for the
+    # weight gradient's convolution: twice (w gathered over data once).
+    "activation in a convolution and its weight gradient": (
+        _conv_and_weight_gradient, [(4, 16, 16, 16), (4, 16, 16, 16), (3, 3, 16, 16)],
+        (P("data", None, None, "model"), P("data", None, None, "model"),
+         P(None, None, "data", "model")),
+        (P("data", None, None, "model"), P(None, None, "data", "model")), 2 * 16384 + 4608),
 }
 
 
