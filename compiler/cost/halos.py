@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
-from shardc.compiler.cost.op_comm import OpCommunication
+from shardc.compiler.cost.op_comm import CONVOLUTION, OpCommunication
 from shardc.compiler.cost.reshard import (
     ALL_REDUCE,
     COLLECTIVE_PERMUTE,
@@ -383,7 +383,6 @@ def rotated_slice(op: ir.Operation) -> bool:
                                for u in users)
 
 
-CONVOLUTION = "stablehlo.convolution"
 # Ops whose halos their attributes and producers decide (never memoised by type and
 # sharding alone).
 HALO_OPS = frozenset({"stablehlo.slice", "stablehlo.pad", "stablehlo.reverse",
