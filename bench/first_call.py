@@ -16,6 +16,11 @@ work it is what the two routes cost rather than how long they waited.
 
     python -m bench.first_call [--models] [--rounds N] [--clock cpu|wall] [--only NAME ...]
                                [--json PATH]
+    python -m bench.first_call --table RUN.json [RUN.json ...] [--readme README.md]
+
+``--table`` renders the rows of one or more runs' JSON (several runs, say, of
+parts of the programs) as the README's table, zoo and ``bench/models`` geomeans
+apart, and with ``--readme`` writes it between the README's first-call markers.
 """
 
 from __future__ import annotations
@@ -34,10 +39,12 @@ import jax  # noqa: E402
 
 from bench import e2e_measure, models, zoo  # noqa: E402
 from bench.models.program import Program  # noqa: E402
+from bench.render_readme import splice  # noqa: E402
 from bench.stats import geomean  # noqa: E402
 
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 ROUTES = {"jax": e2e_measure.jax_jitted, "shardc": e2e_measure.shardc_jitted}
+START, END = "<!-- first-call:start -->", "<!-- first-call:end -->"
 
 
 def first_call_seconds(program: Program, route: str, clock) -> float:
@@ -63,6 +70,41 @@ def measure(program: Program, rounds: int, clock) -> dict[str, float]:
     return {route: statistics.median(seconds[1:]) for route, seconds in times.items()}
 
 
+def table(runs: list[dict]) -> list[str]:
+    """The README's table of the rows of ``runs`` (``--json`` files), in program order
+    (zoo, then ``bench/models``), with each group's geometric mean of the ratios."""
+    rows = [row for run in runs for row in run["rows"]]
+    rows.sort(key=lambda row: not row["zoo"])  # stable: each run's own order within
+    loads = ", ".join(f"{run['load_average']:.1f}" for run in runs)
+    clocks = " / ".join(sorted({run["clock"] for run in runs}))
+    lines = [f"First call of a fresh function (trace, lower, compile, run; median {clocks} "
+             f"time of the process; load average {loads}):", "",
+             "| program | jax.jit ms | shardc ms | shardc / jax.jit |", "|---|---:|---:|---:|"]
+    for row in rows:
+        lines.append(f"| {row['name']} | {row['jax'] * 1e3:.1f} | {row['shardc'] * 1e3:.1f} "
+                     f"| {row['ratio']:.2f}× |")
+    for title, zoo_rows in (("zoo", True), ("bench/models", False)):
+        group = [row["ratio"] for row in rows if row["zoo"] == zoo_rows]
+        if group:
+            lines.append(f"| **geometric mean, {title}** | | | **{geomean(group):.2f}×** |")
+    return lines
+
+
+def write_table(paths: list[str], readme: str | None) -> None:
+    """Print the table of the runs at ``paths``; write it into ``readme`` if given."""
+    runs = []
+    for path in paths:
+        with open(path) as handle:
+            runs.append(json.load(handle))
+    lines = table(runs)
+    print("\n".join(lines))
+    if readme is not None:
+        with open(readme) as handle:
+            text = handle.read()
+        with open(readme, "w") as handle:
+            handle.write(splice(text, "\n" + "\n".join(lines) + "\n", START, END))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.first_call",
                                      description=__doc__.splitlines()[0])
@@ -72,7 +114,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="the process's CPU time (steadier on a busy machine), or wall time")
     parser.add_argument("--only", action="append", help="only these programs")
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--table", nargs="+", metavar="RUN",
+                        help="render these runs' JSON as the README's table instead")
+    parser.add_argument("--readme", help="with --table: write it into this README")
     options = parser.parse_args(argv)
+    if options.table:
+        write_table(options.table, options.readme)
+        return 0
     programs = zoo.make_programs("small")
     if options.models:
         programs += models.make_programs("small")
