@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     if options.only:
         programs = [p for p in programs if p.name in options.only]
     rows = []
-    print(f"{'program':24} {'jax.jit ms':>10} {'shardc ms':>10} {'ratio':>6}")
+    print(f"{'program':24} {'jax.jit ms':>10} {'shardc ms':>10} {'ratio':>6}", flush=True)
     for program in programs:
         seconds = measure(program, options.rounds, CLOCKS[options.clock])
         ratio = seconds["shardc"] / seconds["jax"]
@@ -135,13 +135,13 @@ def main(argv: list[str] | None = None) -> int:
                      "ratio": ratio})
         print(f"{program.name:24} {seconds['jax'] * 1e3:10.1f} {seconds['shardc'] * 1e3:10.1f} "
               f"{ratio:6.2f}", flush=True)
-    mean = geomean(row["ratio"] for row in rows)
-    print(f"{'geomean':24} {'':>10} {'':>10} {mean:6.2f}")
-    if options.json:
-        with open(options.json, "w") as handle:
-            json.dump({"clock": options.clock, "load_average": os.getloadavg()[0],
-                       "rows": rows, "geomean": mean}, handle, indent=1)
-            handle.write("\n")
+        if options.json:  # after every program: a long run stopped early keeps its rows
+            with open(options.json, "w") as handle:
+                json.dump({"clock": options.clock, "rounds": options.rounds,
+                           "load_average": os.getloadavg()[0], "rows": rows,
+                           "geomean": geomean(row["ratio"] for row in rows)}, handle, indent=1)
+                handle.write("\n")
+    print(f"{'geomean':24} {'':>10} {'':>10} {geomean(row['ratio'] for row in rows):6.2f}")
     return 0
 
 
