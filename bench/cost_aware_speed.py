@@ -174,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     mean = geomean(row["ratio"] for row in rows)
     print(f"{'geomean':26} {'':>10} {'':>13} {mean:6.2f}")
     if options.json:
-        write_json(options.json, {"rows": rows, "geomean": mean})
+        write_json(options.json, {"clock": "cpu" if options.cpu else "wall",
+                                  "load_average": os.getloadavg()[0], "rows": rows,
+                                  "geomean": mean})
     if options.compare:
         differing = compare(rows, options.compare)
         print("decisions: " + (f"DIFFER on {', '.join(differing)}" if differing

@@ -115,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'geomean':24} {'':>10} {'':>10} {ratios:6.2f} {'':>13} {references:20.2f}")
     if options.json:
         with open(options.json, "w") as f:
-            json.dump({"clock": options.clock, "rows": rows, "geomean": ratios,
-                       "reference_geomean": references}, f, indent=2)
+            json.dump({"clock": options.clock, "load_average": os.getloadavg()[0], "rows": rows,
+                       "geomean": ratios, "reference_geomean": references}, f, indent=2)
     return 0
 
 

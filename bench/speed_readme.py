@@ -11,6 +11,9 @@ default route's (``bench.cost_aware_speed``).
     python -m bench.propagation --json P.json
     python -m bench.cost_aware_speed --json C.json
     python -m bench.speed_readme --lowering L.json --propagation P.json --cost-aware C.json
+
+Without ``--propagation`` the propagation tables already in the section are kept,
+marked with the run they come from.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import datetime
 import json
 import pathlib
 import platform
+import re
 import subprocess
 
 from bench.models import REGISTRY
@@ -27,6 +31,18 @@ from bench.render_readme import ROOT, splice
 from bench.stats import geomean
 
 START, END = "<!-- speed:start -->", "<!-- speed:end -->"
+RUN = re.compile(r"Measured side by side in one run each \(([^)]*)\)")
+EARLIER = re.compile(r"The propagation tables are those of an earlier run \(([^)]*)\)")
+PROPAGATION_TITLE = "Propagation against Shardy's C++ passes"
+COST_AWARE_TITLE = '`propagation="cost-aware"` against the default route'
+
+
+def measured(data: dict) -> str:
+    """How a benchmark's JSON says it was timed: its clock and the machine's load."""
+    parts = [f"{data['clock']} time"] if "clock" in data else []
+    if "load_average" in data:
+        parts.append(f"load average {data['load_average']:.1f}")
+    return "; ".join(parts)
 
 
 def lowering_lines(data: dict) -> list[str]:
@@ -34,8 +50,9 @@ def lowering_lines(data: dict) -> list[str]:
     ``jax.jit``'s lowering followed by Shardy's C++ pipeline; geomeans of zoo and
     models."""
     clock = data.get("clock", "wall")
+    load = f", load average {data['load_average']:.1f}" if "load_average" in data else ""
     lines = [f"Lowering, shardc's `jit(f).lower()` against `jax.jit(f).lower()` "
-             f"(median {clock} time, `python -m bench.lowering --models`). For reference, "
+             f"(median {clock} time{load}, `python -m bench.lowering --models`). For reference, "
              "the last two columns time Shardy's C++ `sdy-propagation-pipeline` (jaxlib's; "
              "XLA runs it when it compiles) in process, on one thread as shardc's runs, on the "
              "module `jax.jit` lowered: "
@@ -86,7 +103,8 @@ def propagation_lines(data: dict) -> list[str]:
 
 def cost_aware_lines(data: dict) -> list[str]:
     """The cost-aware search's lowering time over the default route's."""
-    lines = ['`propagation="cost-aware"` against the default route (both shardc; median ms, '
+    how = measured(data)
+    lines = [f'{COST_AWARE_TITLE} (both shardc; median ms{", " + how if how else ""}, '
              "`python -m bench.cost_aware_speed`; its decisions equal the recorded ones):", "",
              "| program | default ms | cost-aware ms | cost-aware / default |",
              "|---|---:|---:|---:|"]
@@ -95,6 +113,20 @@ def cost_aware_lines(data: dict) -> list[str]:
                      f"{row['cost-aware'] * 1e3:.1f} | {row['ratio']:.2f}× |")
     lines.append(f"| **geometric mean** | | | **{data['geomean']:.2f}×** |")
     return lines + [""]
+
+
+def kept_propagation_lines(readme: str) -> list[str]:
+    """The propagation tables of the README's speed section as they are, marked with the
+    run that measured them (for a section rewritten without ``bench.propagation``)."""
+    section = readme.split(START)[1].split(END)[0]
+    if PROPAGATION_TITLE not in section or COST_AWARE_TITLE not in section:
+        raise SystemExit("the README's speed section holds no propagation tables to keep")
+    kept = section[section.index(PROPAGATION_TITLE):section.index(COST_AWARE_TITLE)]
+    # Kept once already: the run named then, not the one that kept them.
+    run = EARLIER.search(section) or RUN.search(section)
+    origin = f" ({run.group(1)})" if run else ""
+    return [f"The propagation tables are those of an earlier run{origin}:", "",
+            *kept.strip("\n").split("\n"), ""]
 
 
 def environment() -> str:
@@ -108,7 +140,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.speed_readme",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--lowering", required=True, help="bench.lowering --models --json")
-    parser.add_argument("--propagation", required=True, help="bench.propagation --json")
+    parser.add_argument("--propagation",
+                        help="bench.propagation --json (without: keep the README's tables)")
     parser.add_argument("--cost-aware", required=True, help="bench.cost_aware_speed --json")
     parser.add_argument("--readme", default=str(ROOT / "README.md"))
     options = parser.parse_args(argv)
@@ -116,12 +149,14 @@ def main(argv: list[str] | None = None) -> None:
     def read(path: str) -> dict:
         return json.loads(pathlib.Path(path).read_text())
 
-    body = "\n".join(["", f"Measured side by side in one run each ({environment()}):", "",
-                      *lowering_lines(read(options.lowering)),
-                      *propagation_lines(read(options.propagation)),
-                      *cost_aware_lines(read(options.cost_aware))])
     readme = pathlib.Path(options.readme)
-    readme.write_text(splice(readme.read_text(), body, START, END))
+    text = readme.read_text()
+    propagation = (propagation_lines(read(options.propagation)) if options.propagation
+                   else kept_propagation_lines(text))
+    body = "\n".join(["", f"Measured side by side in one run each ({environment()}):", "",
+                      *lowering_lines(read(options.lowering)), *propagation,
+                      *cost_aware_lines(read(options.cost_aware))])
+    readme.write_text(splice(text, body, START, END))
     print(f"wrote the speed section of {readme}")
 
 

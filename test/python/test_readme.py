@@ -70,3 +70,37 @@ def test_speed_section_renders_the_benchmarks_rows(tmp_path):
     assert "| 512 | 47000 | 3000 / 4000 ms = 0.75× | 0.74× | 60 / 80 | 250 / 160 = 1.56× | yes |" \
         in text
     assert "| **geometric mean** | | | **3.00×** |" in text
+
+
+def test_speed_section_keeps_the_propagation_tables_without_their_benchmark(tmp_path):
+    """Without ``--propagation`` the section's propagation tables stay as they are, named
+    with the run that measured them, also when the section is rewritten again; each
+    table says the clock and load its JSON records."""
+    lowering = {"clock": "cpu", "load_average": 17.5, "geomean": 1.2, "rows": [
+        {"name": "lm_linen", "jax": 0.16, "shardc": 0.2, "ratio": 1.25,
+         "shardy_pipeline": 0.04, "reference_ratio": 1.25}]}
+    cost_aware = {"clock": "cpu", "load_average": 18.25, "geomean": 2.0, "rows": [
+        {"name": "lm_linen", "shardy": 0.3, "cost-aware": 0.6, "ratio": 2.0}]}
+    paths = []
+    for name, data in (("l", lowering), ("c", cost_aware)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(data))
+    tables = (f"{speed_readme.PROPAGATION_TITLE} (in process):\n\n| layers |\n|---:|\n| 4 |\n\n"
+              "As whole processes:\n\n| layers |\n|---:|\n| 0 |\n\n")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"before\n{speed_readme.START}\nMeasured side by side in one run each "
+                      f"(shardc abc1234; x86_64; 2026-11-27 03:34 UTC):\n\n{tables}"
+                      f"{speed_readme.COST_AWARE_TITLE} (old):\n{speed_readme.END}\nafter\n")
+    arguments = ["--lowering", str(paths[0]), "--cost-aware", str(paths[1]),
+                 "--readme", str(readme)]
+    speed_readme.main(arguments)
+    speed_readme.main(arguments)
+    text = readme.read_text()
+    assert text.startswith("before\n") and text.endswith("after\n") and "(old)" not in text
+    assert ("The propagation tables are those of an earlier run "
+            "(shardc abc1234; x86_64; 2026-11-27 03:34 UTC):") in text
+    assert text.count(speed_readme.PROPAGATION_TITLE) == 1
+    assert tables.strip() in text
+    assert "(median cpu time, load average 17.5, `python -m bench.lowering --models`)" in text
+    assert "(both shardc; median ms, cpu time; load average 18.2, " in text
+    assert "| lm_linen | 300.0 | 600.0 | 2.00× |" in text
