@@ -157,8 +157,8 @@ class JitFunction(JitCalls, JitSurface):
             propagate = bool(kwargs.pop("propagate"))
         if hitypes.has_high_values(args, kwargs):
             return self._lower_high(args, kwargs, propagate)
-        try:
-            return self._lower(args, kwargs, propagate)[1]
+        try:  # (not through _lower: jax.jit's lower() traces one frame nearer the call)
+            return self._lower_requested(self._lowering_request(args, kwargs, propagate))[1]
         except hitypes.HighLevelProgramError:  # high-level results or closed-over boxes
             return self._lower_high(args, kwargs, propagate)
 
@@ -169,7 +169,11 @@ class JitFunction(JitCalls, JitSurface):
         if hitypes.has_high_values(args, kwargs):
             return self._trace_high(args, kwargs)
         _, _, mesh, arg_leaves = self._arguments(args, kwargs)
-        jax_traced = self._trace(args, kwargs, arg_leaves)
+        # Traced from this frame, as jax.jit's trace() traces from its own.
+        infer, inputs = self._trace_inputs(args, kwargs, arg_leaves)
+        with tracing_mesh(self.mesh):
+            jax_traced = jax_private.jit_traced(*infer(*inputs))
+        jax_private.check_no_escaped_tracers(jax_traced)
         if jax_private.has_high_types(jax_traced):
             return self._trace_high(args, kwargs)
         results = layouts.as_traced(
@@ -198,22 +202,32 @@ class JitFunction(JitCalls, JitSurface):
 
     def _bind(self, args: tuple, kwargs: dict) -> Any:
         """Under an enclosing trace: one equation of shardc's jit primitive
-        (``shardc.compiler.function.binding``).
+        (``shardc.compiler.function.binding``)."""
+        arguments = self._staged_arguments(args, kwargs)
+        return self._bound(args, kwargs, arguments, self._trace_staged(args, kwargs))
+
+    def _staged_arguments(self, args: tuple, kwargs: dict) -> tuple | None:
+        """The arguments of a call staged into an enclosing trace, checked against the
+        shardings given to ``jit`` before the function is traced, as jax.jit checks
+        them (None: jax's high-level values, bound as they are).
 
         Only the shardings given to ``jit`` go into the equation, as with
         ``jax.jit``: tracers carry no data whose sharding could be followed.
         """
-        high_args = hitypes.has_high_values(args, kwargs)
-        if not high_args:
-            dynamic_args, dynamic_kwargs, mesh, arg_leaves = self._arguments(
-                args, kwargs, follow_data=False)
-        traced = self._trace_staged(args, kwargs)
-        if high_args or jax_private.has_high_types(traced):
+        if hitypes.has_high_values(args, kwargs):
+            return None
+        return self._arguments(args, kwargs, follow_data=False)
+
+    def _bound(self, args: tuple, kwargs: dict, arguments: tuple | None, traced: Any) -> Any:
+        """The equation of ``traced``, jax's trace of the function staged for these
+        arguments (``_staged_arguments``)."""
+        if arguments is None or jax_private.has_high_types(traced):
             dynamic, _ = self._split_static(args)
             dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
             return binding.bind_high(SHARDC_JIT, traced,
                                      jax.tree.leaves((tuple(dynamic), dynamic_kwargs)),
                                      *self._high_shardings(traced, dynamic, dynamic_kwargs))
+        dynamic_args, dynamic_kwargs, mesh, arg_leaves = arguments
         results = signature.result_signature(traced.out_info, self.out_shardings, mesh,
                                              follow_types=False,
                                              api_name=self.options.api_name)
@@ -421,23 +435,25 @@ class JitFunction(JitCalls, JitSurface):
         )
 
     def _trace(self, args: tuple, kwargs: dict, arg_leaves: Sequence[LeafSignature]) -> Any:
-        """jax's trace of the function for these arguments, each traced as jax.jit
-        traces it (``traced_aval``), under ``jit(mesh=)`` as the context mesh."""
-        trace_args, trace_kwargs = self._trace_arguments(args, kwargs, arg_leaves)
+        """jax's trace of the function for these arguments (``_trace_inputs``), under
+        ``jit(mesh=)`` as the context mesh."""
+        infer, inputs = self._trace_inputs(args, kwargs, arg_leaves)
         with tracing_mesh(self.mesh):
-            traced = self._jax_jit.trace(*trace_args, **trace_kwargs)
+            traced = jax_private.jit_traced(*infer(*inputs))
         jax_private.check_no_escaped_tracers(traced)
         return traced
 
-    def _trace_arguments(self, args: tuple, kwargs: dict, arg_leaves: Sequence[LeafSignature]
-                         ) -> tuple[list, dict]:
-        """What jax traces the function with: each dynamic argument leaf as jax.jit
-        traces it (``traced_aval``), static ones as they are."""
+    def _trace_inputs(self, args: tuple, kwargs: dict, arg_leaves: Sequence[LeafSignature]
+                      ) -> tuple[Any, tuple]:
+        """What jax traces the function from (``jax_private.jit_trace_inputs``): each
+        dynamic argument leaf as jax.jit traces it (``traced_aval``), static ones as
+        they are."""
         given = jax.tree.leaves(self.out_shardings, is_leaf=signature.is_sharding_leaf)
         signature.check_program_meshes(
             arg_leaves, [(f"out_shardings leaf {i}", s) for i, s in enumerate(given)])
         avals = iter(traced_aval(leaf) for leaf in arg_leaves)
-        return self._abstract_call_args(args, kwargs, avals)
+        trace_args, trace_kwargs = self._abstract_call_args(args, kwargs, avals)
+        return jax_private.jit_trace_inputs(self._jax_jit, trace_args, trace_kwargs)
 
     def _lower_uncached(self, traced, args, kwargs, arg_leaves, mesh, propagate,
                         platforms, devices, lowering_parameters=None, called=False

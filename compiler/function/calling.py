@@ -157,9 +157,8 @@ class JitCalls:
         request = self._lowering_request(args, kwargs, called=True)
         if request.cached is not None:
             return Miss(key, lowering=request)
-        trace_args, trace_kwargs = self._trace_arguments(args, kwargs, request.arg_leaves)
-        return Miss(key, lowering=request, trace=jax_private.jit_trace_inputs(
-            self._jax_jit, trace_args, trace_kwargs))
+        return Miss(key, lowering=request,
+                    trace=self._trace_inputs(args, kwargs, request.arg_leaves))
 
     def _ran(self, args: tuple, kwargs: dict, miss: Miss, traced: Any = None
              ) -> tuple[Any, Any, bool]:
@@ -293,7 +292,7 @@ class Miss(NamedTuple):
     compiled: Compiled | None = None  # the program, when only the dispatch missed it
     high: bool = False  # jax's high-level types: bound, as jax.jit binds them
     lowering: LoweringRequest | None = None
-    # The lowering missing too: what jax traces it from (``jax_private.jit_trace_inputs``).
+    # The lowering missing too: what jax traces it from (``_trace_inputs``).
     trace: tuple | None = None
 
 
@@ -306,23 +305,27 @@ def _missed(jitted: weakref.ref, *args: Any, **kwargs: Any) -> tuple[Any, Any, b
     back here) and False (nothing to rebuild).
     """
     self = jitted()
+    # jax traces the function from this very frame, as jax.jit's traces from its own
+    # cache-miss handler: the function runs as few Python frames below the call
+    # (what a debugger, the recursion limit and inspect.stack() see) as there.
     if binding.under_a_trace() or any(
             jax_private.is_tracer(leaf) for leaf in jax.tree.leaves((args, kwargs))):
-        return self._bind(args, kwargs), None, False  # traced, or tracers passed on
+        # Traced, or tracers passed on: one equation in the enclosing trace.
+        arguments = self._staged_arguments(args, kwargs)
+        infer, inputs = jax_private.jit_trace_inputs(self._jax_jit, args, kwargs)
+        with tracing_mesh(self.mesh, staged=True):
+            traced = jax_private.jit_traced(*infer(*inputs))
+        return self._bound(args, kwargs, arguments, traced), None, False
     if jax_private.debug_key_reuse():
         return self._checking_key_reuse(args, kwargs), None, False
     miss = self._missing(args, kwargs)
     traced = None
     if miss.trace is not None:
-        # jax traces the function from this very frame, as jax.jit's traces from its
-        # own cache-miss handler: the function runs as few Python frames below the
-        # call (what a debugger, the recursion limit and inspect.stack() see) as there.
         infer, inputs = miss.trace
         with tracing_mesh(self.mesh):
             traced = jax_private.jit_traced(*infer(*inputs))
         jax_private.check_no_escaped_tracers(traced)
     return self._ran(args, kwargs, miss, traced)
-
 
 def _devices_of_arguments(args: tuple, kwargs: dict, lowered: Lowered) -> tuple | None:
     """Devices for a program lowered on an abstract mesh (or on none): a committed argument's.

@@ -162,7 +162,7 @@ def test_steady_call_has_no_boundary_wrapper():
         assert [name for name in called if name != "<lambda>"] == expected
 
 
-def _frames_below_call(jit, arguments, **options):
+def _frames_below_call(jit, arguments, how=lambda f, *xs: f(*xs), **options):
     """How many Python frames run between the caller of a jitted function and the
     function itself while it is traced (what ``inspect.stack()``, a debugger's
     ``where`` and the recursion limit see)."""
@@ -174,15 +174,15 @@ def _frames_below_call(jit, arguments, **options):
         @functools.partial(jit, **options)
         def traced(*xs):
             depths.append(len(inspect.stack()) - depth - 1)
-            return xs[0]
+            return xs[0] * 2
 
-        traced(*arguments())
+        how(traced, *arguments())
     outer()
     return depths[0]
 
 
 @pytest.mark.parametrize("arguments, options", [
-    (lambda: (1,), {}),
+    (lambda: (1.0,), {}),
     (lambda: (jnp.ones(4), 2), {"static_argnums": 1}),
     (lambda: (jnp.ones(4),), {"donate_argnums": 0}),
 ])
@@ -191,3 +191,16 @@ def test_traced_as_few_frames_below_the_call_as_jax_jit(arguments, options):
     jax.jit's is from its cache-miss handler: no frames of shardc's in between."""
     theirs = _frames_below_call(jax.jit, arguments, **options)
     assert _frames_below_call(shardc_jit, arguments, **options) == theirs
+
+
+@pytest.mark.parametrize("how", [
+    lambda f, x: f.trace(x),
+    lambda f, x: f.lower(x),
+    lambda f, x: jax.jit(lambda y: f(y) + 1)(x),
+    lambda f, x: jax.grad(f)(x),
+    lambda f, x: jax.vmap(f)(jnp.stack([x, x])),
+], ids=["trace", "lower", "inside_jit", "grad", "vmap"])
+def test_traced_as_few_frames_below_as_jax_jit_when_staged(how):
+    """So is it from ``trace()``/``lower()`` and under jax's transformations."""
+    theirs = _frames_below_call(jax.jit, lambda: (1.0,), how)
+    assert _frames_below_call(shardc_jit, lambda: (1.0,), how) == theirs
