@@ -14,13 +14,12 @@ against jax's ``pjit``, ``shardc.compiler.function.pjit``.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import inspect
 import itertools
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -36,8 +35,9 @@ from shardc.compiler.cost_aware import Resolution
 from shardc.compiler.function import annotated, binding, caches, hitypes
 from shardc.compiler.function import options as jit_options
 from shardc.compiler.function.caches import static_keys
-from shardc.compiler.function.calling import JitCalls
+from shardc.compiler.function.calling import JitCalls, LoweringRequest
 from shardc.compiler.function.surface import JitSurface, error_name, function_name
+from shardc.compiler.function.tracing import abstract_tree, traced_aval, tracing_mesh
 from shardc.compiler.lowered import AnyMesh, Lowered, Traced
 from shardc.compiler.pipelines import ConflictResolution
 from shardc.compiler.sharding import user_rules
@@ -46,7 +46,6 @@ from shardc.compiler.stages import xla_import_rewrites
 from shardc.compiler.stages.hlo_order import restore_jax_order
 from shardc.dialects import jax_private, sdy
 from shardc.dialects.errors import InvalidArgumentError
-from shardc.runtime import tokens
 from shardc.runtime.compiled import StaticArguments
 from shardc.runtime.effects import NO_EFFECTS, ProgramEffects
 
@@ -159,8 +158,8 @@ class JitFunction(JitCalls, JitSurface):
             propagate = bool(kwargs.pop("propagate"))
         if hitypes.has_high_values(args, kwargs):
             return self._lower_high(args, kwargs, propagate)
-        try:
-            return self._lower(args, kwargs, propagate)[1]
+        try:  # (not through _lower: jax.jit's lower() traces one frame nearer the call)
+            return self._lower_requested(self._lowering_request(args, kwargs, propagate))[1]
         except hitypes.HighLevelProgramError:  # high-level results or closed-over boxes
             return self._lower_high(args, kwargs, propagate)
 
@@ -171,7 +170,11 @@ class JitFunction(JitCalls, JitSurface):
         if hitypes.has_high_values(args, kwargs):
             return self._trace_high(args, kwargs)
         _, _, mesh, arg_leaves = self._arguments(args, kwargs)
-        jax_traced = self._trace(args, kwargs, arg_leaves)
+        # Traced from this frame, as jax.jit's trace() traces from its own.
+        infer, inputs = self._trace_inputs(args, kwargs, arg_leaves)
+        with tracing_mesh(self.mesh):
+            jax_traced = jax_private.jit_traced(*infer(*inputs))
+        jax_private.check_no_escaped_tracers(jax_traced)
         if jax_private.has_high_types(jax_traced):
             return self._trace_high(args, kwargs)
         results = layouts.as_traced(
@@ -200,22 +203,32 @@ class JitFunction(JitCalls, JitSurface):
 
     def _bind(self, args: tuple, kwargs: dict) -> Any:
         """Under an enclosing trace: one equation of shardc's jit primitive
-        (``shardc.compiler.function.binding``).
+        (``shardc.compiler.function.binding``)."""
+        arguments = self._staged_arguments(args, kwargs)
+        return self._bound(args, kwargs, arguments, self._trace_staged(args, kwargs))
+
+    def _staged_arguments(self, args: tuple, kwargs: dict) -> tuple | None:
+        """The arguments of a call staged into an enclosing trace, checked against the
+        shardings given to ``jit`` before the function is traced, as jax.jit checks
+        them (None: jax's high-level values, bound as they are).
 
         Only the shardings given to ``jit`` go into the equation, as with
         ``jax.jit``: tracers carry no data whose sharding could be followed.
         """
-        high_args = hitypes.has_high_values(args, kwargs)
-        if not high_args:
-            dynamic_args, dynamic_kwargs, mesh, arg_leaves = self._arguments(
-                args, kwargs, follow_data=False)
-        traced = self._trace_staged(args, kwargs)
-        if high_args or jax_private.has_high_types(traced):
+        if hitypes.has_high_values(args, kwargs):
+            return None
+        return self._arguments(args, kwargs, follow_data=False)
+
+    def _bound(self, args: tuple, kwargs: dict, arguments: tuple | None, traced: Any) -> Any:
+        """The equation of ``traced``, jax's trace of the function staged for these
+        arguments (``_staged_arguments``)."""
+        if arguments is None or jax_private.has_high_types(traced):
             dynamic, _ = self._split_static(args)
             dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
             return binding.bind_high(SHARDC_JIT, traced,
                                      jax.tree.leaves((tuple(dynamic), dynamic_kwargs)),
                                      *self._high_shardings(traced, dynamic, dynamic_kwargs))
+        dynamic_args, dynamic_kwargs, mesh, arg_leaves = arguments
         results = signature.result_signature(traced.out_info, self.out_shardings, mesh,
                                              follow_types=False,
                                              api_name=self.options.api_name)
@@ -227,7 +240,7 @@ class JitFunction(JitCalls, JitSurface):
     def _trace_staged(self, args: tuple, kwargs: dict) -> Any:
         """jax's trace of the function as staged into an enclosing trace (``jit(mesh=)``
         as an abstract context mesh)."""
-        with _tracing_mesh(self.mesh, staged=True):
+        with tracing_mesh(self.mesh, staged=True):
             return self._jax_jit.trace(*args, **kwargs)
 
     def _high_shardings(self, traced: Any, dynamic_args: Sequence, dynamic_kwargs: dict
@@ -240,7 +253,7 @@ class JitFunction(JitCalls, JitSurface):
     def _trace_high(self, args: tuple, kwargs: dict) -> Traced:
         """jax's trace of a program with high-level types (its results' types are
         jax's), lowered as ``lower()`` lowers it."""
-        with _tracing_mesh(self.mesh):
+        with tracing_mesh(self.mesh):
             jax_traced = self._jax_jit.trace(*args, **kwargs)
 
         def lower(*, lowering_platforms: Sequence[str] | None = None,
@@ -259,7 +272,7 @@ class JitFunction(JitCalls, JitSurface):
         platforms and parameters of ``trace(...).lower(...)`` reach that lowering."""
         dynamic_args, _ = self._split_static(args)
         dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
-        with _tracing_mesh(self.mesh):
+        with tracing_mesh(self.mesh):
             traced = self._jax_jit.trace(*args, **kwargs)
         program = hitypes.low_level_program(
             traced, *self._high_shardings(traced, dynamic_args, dynamic_kwargs))
@@ -291,6 +304,16 @@ class JitFunction(JitCalls, JitSurface):
         platforms: Sequence[str] | None = None, lowering_parameters: Any = None,
         called: bool = False,
     ) -> tuple[tuple, Lowered]:
+        return self._lower_requested(self._lowering_request(
+            args, kwargs, propagate, platforms, lowering_parameters, called))
+
+    def _lowering_request(
+        self, args: tuple, kwargs: dict, propagate: bool | None = None,
+        platforms: Sequence[str] | None = None, lowering_parameters: Any = None,
+        called: bool = False,
+    ) -> LoweringRequest:
+        """What ``_lower`` needs for these arguments, with the cached lowering (None:
+        a miss, which traces)."""
         propagate = self.propagate if propagate is None else propagate
         dynamic_args, dynamic_kwargs, mesh, arg_leaves = self._arguments(args, kwargs,
                                                                          called=called)
@@ -305,13 +328,27 @@ class JitFunction(JitCalls, JitSurface):
         key = (propagate, self.propagation, platforms, lowering_parameters, devices is not None,
                jax_private.trace_context(), user_rules.generation(),
                self._cache_key(static_args, static_kwargs, in_tree, arg_leaves, mesh))
-        cached = self._caches.lowerings.get(key)
+        return LoweringRequest(args, kwargs, propagate, platforms, given_platforms,
+                               lowering_parameters, called, dynamic_args, dynamic_kwargs,
+                               mesh, arg_leaves, static_args, static_kwargs, devices, in_tree,
+                               key, self._caches.lowerings.get(key))
+
+    def _lower_requested(self, request: LoweringRequest, traced: Any = None
+                         ) -> tuple[tuple, Lowered]:
+        """The lowering ``request`` asks for: the cached one, or (a miss) one written
+        from ``traced``, jax's trace of the function for it (None: traced here)."""
+        (args, kwargs, propagate, platforms, given_platforms, lowering_parameters, called,
+         dynamic_args, dynamic_kwargs, mesh, arg_leaves, static_args, static_kwargs, devices,
+         in_tree, key, cached) = request
+        positions = self._static_positions(len(args))
         module = None  # a miss's own module goes to its Lowered as it is, not copied
         if cached is None:
             self._caches.misses += 1
-            cached, module = self._lower_uncached(args, kwargs, arg_leaves, mesh, propagate,
-                                                  platforms, devices, lowering_parameters,
-                                                  called)
+            if traced is None:
+                traced = self._trace(args, kwargs, arg_leaves)
+            cached, module = self._lower_uncached(traced, args, kwargs, arg_leaves, mesh,
+                                                  propagate, platforms, devices,
+                                                  lowering_parameters, called)
             self._caches.lowerings[key] = cached
         else:
             self._caches.hits += 1
@@ -399,24 +436,31 @@ class JitFunction(JitCalls, JitSurface):
         )
 
     def _trace(self, args: tuple, kwargs: dict, arg_leaves: Sequence[LeafSignature]) -> Any:
-        """jax's trace of the function for these arguments, each traced as jax.jit
-        traces it (``_traced_aval``), under ``jit(mesh=)`` as the context mesh."""
-        given = jax.tree.leaves(self.out_shardings, is_leaf=signature.is_sharding_leaf)
-        signature.check_program_meshes(
-            arg_leaves, [(f"out_shardings leaf {i}", s) for i, s in enumerate(given)])
-        avals = iter(_traced_aval(leaf) for leaf in arg_leaves)
-        trace_args = self._abstract_call_args(args, kwargs, avals)
-        with _tracing_mesh(self.mesh):
-            traced = self._jax_jit.trace(*trace_args[0], **trace_args[1])
+        """jax's trace of the function for these arguments (``_trace_inputs``), under
+        ``jit(mesh=)`` as the context mesh."""
+        infer, inputs = self._trace_inputs(args, kwargs, arg_leaves)
+        with tracing_mesh(self.mesh):
+            traced = jax_private.jit_traced(*infer(*inputs))
         jax_private.check_no_escaped_tracers(traced)
         return traced
 
-    def _lower_uncached(self, args, kwargs, arg_leaves, mesh, propagate,
+    def _trace_inputs(self, args: tuple, kwargs: dict, arg_leaves: Sequence[LeafSignature]
+                      ) -> tuple[Any, tuple]:
+        """What jax traces the function from (``jax_private.jit_trace_inputs``): each
+        dynamic argument leaf as jax.jit traces it (``traced_aval``), static ones as
+        they are."""
+        given = jax.tree.leaves(self.out_shardings, is_leaf=signature.is_sharding_leaf)
+        signature.check_program_meshes(
+            arg_leaves, [(f"out_shardings leaf {i}", s) for i, s in enumerate(given)])
+        avals = iter(traced_aval(leaf) for leaf in arg_leaves)
+        trace_args, trace_kwargs = self._abstract_call_args(args, kwargs, avals)
+        return jax_private.jit_trace_inputs(self._jax_jit, trace_args, trace_kwargs)
+
+    def _lower_uncached(self, traced, args, kwargs, arg_leaves, mesh, propagate,
                         platforms, devices, lowering_parameters=None, called=False
                         ) -> tuple[_CachedLowering, ir.Module]:
-        """The cache entry, and the module it was written from (for this call's
-        ``Lowered`` alone: later hits parse their own copy of the entry)."""
-        traced = self._trace(args, kwargs, arg_leaves)
+        """The cache entry written from ``traced``, and the module it was written from
+        (for this call's ``Lowered`` alone: later hits parse their own copy of the entry)."""
         if jax_private.has_high_types(traced):
             raise hitypes.HighLevelProgramError(
                 f"shardc lowers no program with jax's high-level types (results or "
@@ -506,8 +550,8 @@ class JitFunction(JitCalls, JitSurface):
         static = set(self._static_positions(len(args)))
         dynamic = [a for i, a in enumerate(args) if i not in static]
         dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
-        abstract_dynamic = [_abstract_tree(a, avals) for a in dynamic]
-        abstract_kwargs = {k: _abstract_tree(dyn_kwargs[k], avals) for k in sorted(dyn_kwargs)}
+        abstract_dynamic = [abstract_tree(a, avals) for a in dynamic]
+        abstract_kwargs = {k: abstract_tree(dyn_kwargs[k], avals) for k in sorted(dyn_kwargs)}
         it = iter(abstract_dynamic)
         call_args = [a if i in static else next(it) for i, a in enumerate(args)]
         call_kwargs = {k: (v if k in self.static_argnames else abstract_kwargs[k])
@@ -547,43 +591,6 @@ class JitFunction(JitCalls, JitSurface):
         )
 
 
-def _abstract_tree(value: Any, avals: Iterator[Any]) -> Any:
-    """``value``'s pytree with its leaves' next avals from ``avals`` in their place; the
-    value itself where its pytree refuses abstract leaves (a dataclass that checks
-    its fields are arrays when unflattened, as ``StatefulPRNG`` does): jax.jit never
-    unflattens avals into an argument, and traces the value by its leaves' types."""
-    treedef = jax.tree.structure(value)
-    leaves = list(itertools.islice(avals, treedef.num_leaves))
-    try:
-        return jax.tree.unflatten(treedef, leaves)
-    except Exception:  # the node's own unflatten (user code) refused them, whatever its error
-        return value
-
-
-def _traced_aval(leaf: LeafSignature) -> jax.ShapeDtypeStruct:
-    """What an argument is traced as: its type with the sharding its own type carries
-    (a placed array's, a ``ShapeDtypeStruct``'s), as jax.jit traces it; the
-    ``in_shardings`` given to ``jit`` never enter the traced types.
-
-    jax decides things at trace time from those types (constants it places, loop
-    carries it hoists, Explicit axes), so a program traced otherwise can differ
-    from the one jax.jit lowers. jax only reads the mesh's shape and axis types
-    from it (its devices are decided when compiling), except that host callbacks
-    need concrete devices to lower at all.
-
-    A ``jax.Array`` made under ``jax.enable_x64()`` keeps its 64-bit type when x64 is
-    off: jax traces it as it is, while a ``ShapeDtypeStruct`` would be traced as the
-    canonical (32-bit) type, so such an argument is traced as its exact jax type.
-    """
-    aval, exact = leaf.aval, signature.traced_exactly(leaf.aval)
-    if exact or leaf.memory_space is not None:  # types a ShapeDtypeStruct cannot spell
-        return jax_private.typed_aval(aval, leaf.type_sharding, canonical=not exact,
-                                      memory_space=leaf.memory_space)
-    if leaf.type_sharding is None:
-        return tokens.traced_type(aval)
-    return aval.update(sharding=leaf.type_sharding)
-
-
 def _platform(leaves: Sequence[LeafSignature]) -> str:
     """The platform the program is lowered for: its meshes' devices', else the default.
 
@@ -595,24 +602,6 @@ def _platform(leaves: Sequence[LeafSignature]) -> str:
             if device is not None:
                 return device.platform
     return jax.default_backend()
-
-
-def _tracing_mesh(mesh: AnyMesh | None, *, staged: bool = False
-                  ) -> contextlib.AbstractContextManager:
-    """``jit(..., mesh=...)`` is the context mesh while the function is traced, so a
-    bare ``PartitionSpec`` inside (a sharding constraint, ``shard_map``) resolves
-    against it as it would under ``jax.set_mesh``.
-
-    A concrete one is set as ``jax.set_mesh`` sets it when the trace is lowered by
-    shardc (jax's own lowering checks Explicit-axis types against its devices);
-    staged into an enclosing trace (``staged``), its abstract form only: jax takes
-    no concrete mesh there, and the enclosing program decides the devices.
-    """
-    if mesh is None:
-        return contextlib.nullcontext()
-    if not staged and isinstance(mesh, Mesh) and mesh.axis_names:
-        return jax_private.concrete_mesh_context(mesh)
-    return jax.sharding.use_abstract_mesh(mesh.abstract_mesh)
 
 
 def _meshes_by_symbol(

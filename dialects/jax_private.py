@@ -338,6 +338,25 @@ def filter_raised(error: Exception) -> None:
     error.__context__ = None
 
 
+def jit_trace_inputs(jitted: Any, args: Any, kwargs: dict) -> tuple[Any, tuple]:
+    """What ``jitted.trace(*args, **kwargs)`` traces from, as ``(infer, inputs)``:
+    ``infer(*inputs)`` is jax's trace (its cached one if any), for a caller that runs
+    it from its own frame, as jax.jit's cache-miss handler does, without the
+    frames of ``trace``; ``jit_traced`` makes its result what ``trace`` returns."""
+    from jax._src import pjit
+
+    return pjit._infer_params, (jitted._fun, jitted._jit_info, tuple(args), kwargs)
+
+
+def jit_traced(params: Any, args_flat: Any) -> Any:
+    """The ``jax.stages.Traced`` of what ``jit_trace_inputs``'s ``infer`` returned
+    (as jax's ``jit_trace`` makes it)."""
+    from jax._src import pjit, stages
+
+    return stages.Traced(list(map(pjit.convert_to_metaty, args_flat)), params.params,
+                         params.in_tree, params.out_tree, params.consts)
+
+
 def api_boundary(fun: Any) -> Any:
     """``fun`` as an entry point of jax's API: an exception raised below it leaves
     with a traceback without jax's and shardc's frames, in the form

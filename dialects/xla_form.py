@@ -217,7 +217,7 @@ def _constrain_carries(loop: ir.Operation) -> None:
     cond, body = (region.blocks[0] for region in loop.regions)
     returned = terminator(body)
     for k, sharding in enumerate(shardings):
-        if not _decides_anything(sharding, loop.results[k].type):
+        if not _decides_anything(sharding, loop.results[k].type, loop):
             continue
         operand = loop.operands[k]
         if not _sharded_as(operand, sharding):
@@ -249,13 +249,13 @@ def _constrain_branch_results(case: ir.Operation) -> None:
     for returned in returns:
         for k, sharding in enumerate(shardings):
             value = returned.operands[k]
-            if sharding is not None and _decides_anything(sharding, value.type) \
+            if sharding is not None and _decides_anything(sharding, value.type, case) \
                     and not _sharded_as(value, sharding):
                 returned.operands[k] = _constrained(value, sharding,
                                                     ir.InsertionPoint(returned), case.location)
     if len(case.results) > 1 and SHARDING_ATTR in case.attributes:
         for result, sharding in zip(case.results, shardings):
-            if _decides_anything(sharding, result.type):
+            if _decides_anything(sharding, result.type, case):
                 _constrain_uses(result, sharding, ir.InsertionPoint.after(case), case.location)
 
 
@@ -268,13 +268,27 @@ def _replicated_like(sharding: ir.Attribute | None, type_: ir.Type) -> ir.Attrib
     return ir.Attribute.parse(f"#sdy.sharding<{mesh}, [{dims}]>")
 
 
-def _decides_anything(sharding: ir.Attribute, type_: ir.Type) -> bool:
+def _decides_anything(sharding: ir.Attribute, type_: ir.Type, op: ir.Operation) -> bool:
     """Whether a carry of ``type_`` could be laid out otherwise than ``sharding`` says: not
-    for a token, nor for a scalar no axis is unreduced on (it is replicated anyway)."""
-    if not isinstance(type_, ir.RankedTensorType):
+    for a token, nor for a scalar no axis is unreduced on (it is replicated anyway), nor
+    on a maximal mesh (a value placed on one device, e.g. a host callback's: no
+    constraint can say that of an array, and XLA keeps such a value where it is)."""
+    if not isinstance(type_, ir.RankedTensorType) or _on_maximal_mesh(sharding, op):
         return False
     tensor = sdy.TensorShardingAttr(sharding)
     return bool(list(tensor.dimension_shardings)) or bool(list(tensor.unreduced_axes))
+
+
+def _on_maximal_mesh(sharding: ir.Attribute, op: ir.Operation) -> bool:
+    """Whether ``sharding`` (of a value of ``op``) is on a mesh of one device and no axes."""
+    mesh = sdy.TensorShardingAttr(sharding).mesh_or_ref
+    if not isinstance(mesh, sdy.MeshAttr):  # a symbol: the module's sdy.mesh of that name
+        module = op
+        while module.name != "builtin.module":
+            module = module.parent
+        mesh = sdy.MeshAttr(ir.SymbolTable(module)[ir.FlatSymbolRefAttr(mesh).value]
+                            .attributes["mesh"])
+    return not list(mesh.axes) and bool(list(mesh.device_ids))
 
 
 def _sharded_as(value: ir.Value, sharding: ir.Attribute) -> bool:

@@ -1,7 +1,7 @@
 """Calling a shardc jit: jax's C++ dispatch over shardc's executables.
 
 A call goes to jax's own C++ jit dispatch, as ``jax.jit``'s does; the dispatch
-comes back to Python (``JitCalls._call``) for a signature it has not seen (jax's
+comes back to Python (``_missed``) for a signature it has not seen (jax's
 trace state is part of a signature: a call under a transformation comes back
 and binds), which lowers (or reuses a lowering), compiles for the devices the
 call decides (``_compile_for``), runs the executable and hands the dispatch the
@@ -20,9 +20,10 @@ numbers, ``_caches``) and its lowering (``_lower``, ``_bind``, ``_trace_staged``
 
 from __future__ import annotations
 
+import functools
 import operator
 import weakref
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -32,6 +33,7 @@ from shardc.compiler import effects, signature
 from shardc.compiler.function import binding, hitypes
 from shardc.compiler.function.caches import StaticKey
 from shardc.compiler.function.surface import function_name
+from shardc.compiler.function.tracing import tracing_mesh
 from shardc.compiler.lowered import Lowered
 from shardc.dialects import jax_private
 from shardc.runtime import arguments
@@ -61,10 +63,9 @@ class JitCalls:
         # The dispatch reaches back to this object weakly: a strong reference would
         # make a cycle, which keeps the function's closure (and its arrays) alive
         # after the last reference to the jitted function goes, until a collection.
-        this = weakref.ref(self)
+        # (A partial, not a lambda: it adds no Python frame below the call.)
         self._dispatch = jax_private.cpp_dispatch(
-            function_name(self.fun), self.fun,
-            lambda *args, **kwargs: this()._call(*args, **kwargs),
+            function_name(self.fun), self.fun, functools.partial(_missed, weakref.ref(self)),
             self.static_argnums, self.static_argnames, key, cache)
         # Whether calls donate arguments: their arrays are deleted after each call.
         self._donates = bool(self.donate_argnums or self.options.donate_argnames)
@@ -134,40 +135,45 @@ class JitCalls:
             return self._executed(args, kwargs)[0]
         return self._dispatched(args, kwargs)
 
-    def _call(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, bool]:
-        """A call jax's C++ dispatch has not seen: bound into the enclosing trace,
-        checked for key reuse, or lowered, compiled (or reused) and run.
-
-        Returns what the dispatch caches for the next calls with the same
-        signature: the outputs, the executable's fast-path description (None:
-        every call comes back here) and False (nothing to rebuild).
-        """
-        if binding.under_a_trace() or any(
-                jax_private.is_tracer(leaf) for leaf in jax.tree.leaves((args, kwargs))):
-            return self._bind(args, kwargs), None, False  # traced, or tracers passed on
-        if jax_private.debug_key_reuse():
-            return self._checking_key_reuse(args, kwargs), None, False
-        return self._executed(args, kwargs)
-
     def _executed(self, args: tuple, kwargs: dict) -> tuple[Any, Any, bool]:
-        """``_call``'s outputs of a call run now, on concrete arguments."""
+        """``_missed``'s outputs of a call run now, on concrete arguments."""
+        return self._ran(args, kwargs, self._missing(args, kwargs))
+
+    def _missing(self, args: tuple, kwargs: dict) -> Miss:
+        """What a call on concrete arguments lacks: a compiled program, and for it a
+        lowering, and for that jax's trace of the function."""
         jax_private.test_event("jit_cpp_cache_miss")
         key = self._call_key(args, kwargs)
         compiled = self._caches.by_call.get(key) if key is not None else None
+        if compiled is not None:
+            return Miss(key, compiled)
+        # A program with jax's high-level types (hijax) runs as jax.jit runs one:
+        # one equation of the jit primitive, whose rule lowers the types to arrays
+        # and binds again; traced at every call, as jax.jit does.
+        if hitypes.has_high_values(args, kwargs):
+            return Miss(key, high=True)
+        jax_private.check_jax_arrays((self._split_static(args)[0], {
+            k: v for k, v in kwargs.items() if k not in self.static_argnames}))
+        request = self._lowering_request(args, kwargs, called=True)
+        if request.cached is not None:
+            return Miss(key, lowering=request)
+        return Miss(key, lowering=request,
+                    trace=self._trace_inputs(args, kwargs, request.arg_leaves))
+
+    def _ran(self, args: tuple, kwargs: dict, miss: Miss, traced: Any = None
+             ) -> tuple[Any, Any, bool]:
+        """The call run: compiled first where ``miss`` says so (from ``traced``, jax's
+        trace of the function, when the lowering is missing; None: traced here)."""
+        if miss.high:
+            return self._bind(args, kwargs), None, False
+        compiled = miss.compiled
         if compiled is None:
-            # A program with jax's high-level types (hijax) runs as jax.jit runs one:
-            # one equation of the jit primitive, whose rule lowers the types to arrays
-            # and binds again; traced at every call, as jax.jit does.
-            if hitypes.has_high_values(args, kwargs):
-                return self._bind(args, kwargs), None, False
-            jax_private.check_jax_arrays((self._split_static(args)[0], {
-                k: v for k, v in kwargs.items() if k not in self.static_argnames}))
             try:
-                compiled = self._compile_for(args, kwargs)
+                compiled = self._compile_for(args, kwargs, miss.lowering, traced)
             except hitypes.HighLevelProgramError:
                 return self._bind(args, kwargs), None, False
-            if key is not None:
-                self._caches.by_call[key] = compiled
+            if miss.key is not None:
+                self._caches.by_call[miss.key] = compiled
         elif compiled.effects.mutates:  # the lowering's checks, again for these Refs
             self._check_refs(args, kwargs, compiled.effects)
         moved = compiled.placement.resharded
@@ -224,8 +230,10 @@ class JitCalls:
             return None
         return key
 
-    def _compile_for(self, args: tuple, kwargs: dict) -> Compiled:
-        key, lowered = self._lower(args, kwargs, called=True)
+    def _compile_for(self, args: tuple, kwargs: dict, request: LoweringRequest | None = None,
+                     traced: Any = None) -> Compiled:
+        key, lowered = self._lower_requested(
+            request or self._lowering_request(args, kwargs, called=True), traced)
         devices = device_assignment(lowered.meshes, self._requested_devices()
                                     or _devices_of_arguments(args, kwargs, lowered))
         compiled = self._caches.executables.get((key, devices))
@@ -253,6 +261,71 @@ class JitCalls:
                 jax.tree.leaves(dynamic_kwargs[name]))
         return tuple(flags)
 
+
+class LoweringRequest(NamedTuple):
+    """A lowering asked for (``JitFunction._lowering_request``): the arguments, what
+    the lowering depends on, its cache key, and the cached lowering (None: a miss)."""
+
+    args: tuple
+    kwargs: dict
+    propagate: bool
+    platforms: tuple
+    given_platforms: bool
+    lowering_parameters: Any
+    called: bool
+    dynamic_args: list
+    dynamic_kwargs: dict
+    mesh: Any
+    arg_leaves: list
+    static_args: tuple
+    static_kwargs: dict
+    devices: Any
+    in_tree: Any
+    key: tuple
+    cached: Any
+
+
+class Miss(NamedTuple):
+    """What a call jax's C++ dispatch has not seen lacks (``JitCalls._missing``)."""
+
+    key: tuple | None  # the call key (``_call_key``), None when unhashable
+    compiled: Compiled | None = None  # the program, when only the dispatch missed it
+    high: bool = False  # jax's high-level types: bound, as jax.jit binds them
+    lowering: LoweringRequest | None = None
+    # The lowering missing too: what jax traces it from (``_trace_inputs``).
+    trace: tuple | None = None
+
+
+def _missed(jitted: weakref.ref, *args: Any, **kwargs: Any) -> tuple[Any, Any, bool]:
+    """A call jax's C++ dispatch has not seen: bound into the enclosing trace,
+    checked for key reuse, or lowered, compiled (or reused) and run.
+
+    Returns what the dispatch caches for the next calls with the same signature:
+    the outputs, the executable's fast-path description (None: every call comes
+    back here) and False (nothing to rebuild).
+    """
+    self = jitted()
+    # jax traces the function from this very frame, as jax.jit's traces from its own
+    # cache-miss handler: the function runs as few Python frames below the call
+    # (what a debugger, the recursion limit and inspect.stack() see) as there.
+    if binding.under_a_trace() or any(
+            jax_private.is_tracer(leaf) for leaf in jax.tree.leaves((args, kwargs))):
+        # Traced, or tracers passed on: one equation in the enclosing trace.
+        arguments = self._staged_arguments(args, kwargs)
+        infer, inputs = jax_private.jit_trace_inputs(self._jax_jit, args, kwargs)
+        with tracing_mesh(self.mesh, staged=True):
+            traced = jax_private.jit_traced(*infer(*inputs))
+        return self._bound(args, kwargs, arguments, traced), None, False
+    if jax_private.debug_key_reuse():
+        return self._checking_key_reuse(args, kwargs), None, False
+    miss = self._missing(args, kwargs)
+    traced = None
+    if miss.trace is not None:
+        infer, inputs = miss.trace
+        with tracing_mesh(self.mesh):
+            traced = jax_private.jit_traced(*infer(*inputs))
+        jax_private.check_no_escaped_tracers(traced)
+    return self._ran(args, kwargs, miss, traced)
 
 def _devices_of_arguments(args: tuple, kwargs: dict, lowered: Lowered) -> tuple | None:
     """Devices for a program lowered on an abstract mesh (or on none): a committed argument's.

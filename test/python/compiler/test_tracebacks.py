@@ -1,6 +1,8 @@
 """Tracebacks of errors raised through shardc's jit leave out jax's and shardc's frames,
 in each form ``jax_traceback_filtering`` names, as jax.jit's do."""
 
+import functools
+import inspect
 import os
 import sys
 import traceback
@@ -158,3 +160,47 @@ def test_steady_call_has_no_boundary_wrapper():
         finally:
             sys.setprofile(None)
         assert [name for name in called if name != "<lambda>"] == expected
+
+
+def _frames_below_call(jit, arguments, how=lambda f, *xs: f(*xs), **options):
+    """How many Python frames run between the caller of a jitted function and the
+    function itself while it is traced (what ``inspect.stack()``, a debugger's
+    ``where`` and the recursion limit see)."""
+    depths = []
+
+    def outer():
+        depth = len(inspect.stack())
+
+        @functools.partial(jit, **options)
+        def traced(*xs):
+            depths.append(len(inspect.stack()) - depth - 1)
+            return xs[0] * 2
+
+        how(traced, *arguments())
+    outer()
+    return depths[0]
+
+
+@pytest.mark.parametrize("arguments, options", [
+    (lambda: (1.0,), {}),
+    (lambda: (jnp.ones(4), 2), {"static_argnums": 1}),
+    (lambda: (jnp.ones(4),), {"donate_argnums": 0}),
+])
+def test_traced_as_few_frames_below_the_call_as_jax_jit(arguments, options):
+    """The function is traced from the frame jax's C++ dispatch calls on a miss, as
+    jax.jit's is from its cache-miss handler: no frames of shardc's in between."""
+    theirs = _frames_below_call(jax.jit, arguments, **options)
+    assert _frames_below_call(shardc_jit, arguments, **options) == theirs
+
+
+@pytest.mark.parametrize("how", [
+    lambda f, x: f.trace(x),
+    lambda f, x: f.lower(x),
+    lambda f, x: jax.jit(lambda y: f(y) + 1)(x),
+    lambda f, x: jax.grad(f)(x),
+    lambda f, x: jax.vmap(f)(jnp.stack([x, x])),
+], ids=["trace", "lower", "inside_jit", "grad", "vmap"])
+def test_traced_as_few_frames_below_as_jax_jit_when_staged(how):
+    """So is it from ``trace()``/``lower()`` and under jax's transformations."""
+    theirs = _frames_below_call(jax.jit, lambda: (1.0,), how)
+    assert _frames_below_call(shardc_jit, lambda: (1.0,), how) == theirs

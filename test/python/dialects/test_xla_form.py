@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.experimental import io_callback
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 from jaxlib.mlir import ir
@@ -336,3 +337,24 @@ def test_optimistix_least_squares_gradient():
         return jnp.sum(jax.vmap(fit)(xs, ys) ** 2)
 
     check_like_jax(jax.value_and_grad(loss), jnp.array([1.0, 0.5]), xs, ys)
+
+
+@pytest.mark.parametrize("callback", [
+    lambda f, out, x: jax.pure_callback(f, out, x),
+    lambda f, out, x: io_callback(f, out, x, ordered=True),
+], ids=["pure", "io_ordered"])
+def test_case_of_host_callbacks_runs_as_jax_jit(callback):
+    """A ``cond`` whose branches call back to the host: the case's results are placed
+    on one device (a maximal mesh), which no closed constraint can say of an array, so
+    the branches return them unconstrained (XLA's verifier rejected the constraint:
+    "a maximal sharding can only have a sharding with rank 0"); the run equals jax.jit's."""
+    def f(pred, x):
+        out = jax.ShapeDtypeStruct(x.shape, x.dtype)
+        return jax.lax.cond(pred, lambda v: callback(lambda a: a + 1.0, out, v),
+                            lambda v: callback(lambda a: a - 1.0, out, v), x)
+
+    x = jnp.arange(4.0)
+    for pred in (True, False):
+        ours, theirs = jit(f)(pred, x), jax.jit(f)(pred, x)
+        jax.effects_barrier()
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
