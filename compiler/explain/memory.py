@@ -215,7 +215,7 @@ def estimate_memory_of(values: ModuleValues, *, top: int = 5,
 def _estimate(values: ModuleValues, top: int,
               arg_names: tuple[str, ...] | None) -> MemoryEstimate:
     walker = LivenessWalker(values)
-    graph = values.graph
+    graph = walker.graph  # as XLA's CSE leaves it
     func = _main(values)
     if func < 0 or not graph.op_blocks[func]:
         return MemoryEstimate(0, 0, 0, None, None, ())
