@@ -22,6 +22,8 @@ have run; the merged op itself writes nothing.
 
 from __future__ import annotations
 
+from shardc.compiler.cost.fusion import FUSIBLE
+from shardc.compiler.explain.duplication import expensive
 from shardc.compiler.propagation.graph import PropagationGraph
 
 _BARRIER = "stablehlo.optimization_barrier"
@@ -72,9 +74,19 @@ def merged_graph(graph: PropagationGraph):
             if block and block[0] not in seen_blocks:
                 seen_blocks.add(block[0])
                 _merge_block(graph, block, merged, merged_ops)
-    if not merged:
+    # XLA's fusion computes a merged cheap elementwise op (a multiply, a broadcast...)
+    # again inside each fusion reading it, in the backward as before the merge: the
+    # ops that stay merged are those writing a buffer of their own (dots,
+    # convolutions, reductions) and the expensive ones fusion never duplicates (tanh,
+    # exp: grad_loops_unrolled's checkpointed MLP under dots_saveable keeps its
+    # estimate, a checkpointed tanh MLP merges its tanh)
+    kept_ops = {op for op in merged_ops
+                if graph.op_name[op] not in FUSIBLE or expensive(graph, op)}
+    if not kept_ops:
         return graph
-    return MergedGraph(graph, merged, merged_ops)
+    kept = {value: into for value, into in merged.items()
+            if graph.value_def[value] in kept_ops}
+    return MergedGraph(graph, kept, kept_ops)
 
 
 def _merge_block(graph: PropagationGraph, block: list[int], merged: dict[int, int],
