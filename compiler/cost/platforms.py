@@ -190,6 +190,11 @@ class PlatformRules:
     # fusing consumer: a ReLU's output lives until the next convolution, its
     # gradient recomputes it from the convolution output before it).
     duplicates_cheap_producers: bool = False
+    # Whether the compiler removes optimization barriers before its CSE (XLA:CPU's
+    # ``OptimizationBarrierExpander``), so that ``jax.checkpoint``'s recomputation of
+    # an unrolled layer merges into the forward's ops and the forward's values live
+    # on into the backward (``explain.merged``).
+    expands_optimization_barriers: bool = False
 
     def element_bytes_in_collective(self, element_bytes: int, dtype: str | None) -> int:
         """Bytes one element of ``dtype`` takes inside a collective."""
@@ -261,7 +266,7 @@ CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as
                     offloaded_reduction_elements=4096, heap_alignment=64,
                     fusible=frozenset({"stablehlo.gather"}), tuple_pointer_bytes=8,
                     expands_select_and_scatter=True, duplicates_cheap_producers=True,
-                    concatenates_all_to_all=True)
+                    concatenates_all_to_all=True, expands_optimization_barriers=True)
 # The combine threshold is XLA:TPU's default all-reduce combiner size (the
 # step's gradients of the bench's programs combine into one op per device group).
 # The windowed reduce-scatter's threshold: XLA:TPU v5e compiles (16x16 and 4x4

@@ -26,6 +26,7 @@ from shardc.compiler.diagnostics import source_loc_of
 from shardc.compiler.explain.aliasing import Slot
 from shardc.compiler.explain.duplication import cheap_to_duplicate, expensive
 from shardc.compiler.explain.grid import shard_shape
+from shardc.compiler.explain.merged import merged_graph
 from shardc.compiler.explain.needs import CONSTANTS as _CONSTANTS
 from shardc.compiler.explain.needs import OpNeeds
 from shardc.compiler.explain.on_chip import split_peak
@@ -59,6 +60,18 @@ ELEMENTWISE_OPS = ELEMENTWISE | CHLO_ELEMENTWISE
 # XLA:CPU offloads an f32 reduction with one of these bodies to YNNPACK from
 # ``PlatformRules.offloaded_reduction_elements`` input elements on.
 _YNN_REDUCERS = frozenset({"stablehlo.add", "stablehlo.maximum", "stablehlo.minimum"})
+# The ops such a reduction's fusion takes in with it (XLA's ``ynn_support``: its unary
+# and binary operators, broadcasts, bitcasts and reshapes, transposes, slices, pads,
+# concatenates, iotas). A fusible producer outside it (a dynamic-slice, a reverse, a
+# select or compare) is a loop fusion of its own that writes a buffer the reduction
+# reads: a scanned backward's slices of the saved stacks feeding the RMS norm's weight
+# gradient (``subtract_dynamic-slice_fusion`` read by ``ynn_fusion.20``).
+_YNN_FUSED = frozenset("stablehlo." + n for n in (
+    "abs", "ceil", "convert", "cosine", "exponential", "exponential_minus_one", "floor",
+    "log", "log_plus_one", "logistic", "negate", "round_nearest_even", "rsqrt", "sign",
+    "sine", "sqrt", "tanh", "tan", "add", "divide", "maximum", "minimum", "multiply",
+    "power", "subtract", "broadcast_in_dim", "reshape", "transpose", "slice", "pad",
+    "concatenate", "iota")) | frozenset({"chlo.erf", "chlo.tan"}) | _FREE
 
 
 @dataclass(frozen=True)
@@ -100,8 +113,13 @@ class Interval:
 class LivenessWalker:
     def __init__(self, values: ModuleValues) -> None:
         self.values = values
+        self.rules = active_rules()  # the platform's buffer layout
         graph = values.graph
+        if self.rules.expands_optimization_barriers:
+            graph = merged_graph(graph)  # jax.checkpoint's recomputation merged (CSE)
         self.graph = graph
+        # ops merged into an earlier one: they write no buffer
+        self.merged_ops: set[int] = getattr(graph, "merged_ops", set())
         mesh = values.meshes.get(values.mesh) if values.mesh else None
         self.sizes = dict(mesh.sizes) if mesh is not None else {}
         found = OpNeeds.collect(values)
@@ -119,7 +137,6 @@ class LivenessWalker:
         # results of the main function written into donated arguments' buffers
         self.aliased_outputs: set[int] = set()
         self.state = ir.AsmState(values.graph.module)
-        self.rules = active_rules()  # the platform's buffer layout
         self._duplicated: dict[int, bool] = {}  # ``duplicated``'s answers
 
     def described(self, allocation: Allocation) -> Buffer:
@@ -252,8 +269,18 @@ class LivenessWalker:
             return False
         fusible = self.rules.fusible
         if (name in FUSIBLE or name in fusible) and users <= _FUSING_CONSUMERS | fusible:
-            return self.shared(value, op)
+            return self.shared(value, op) or self.outside_offloaded_reduction(value, op)
         return True
+
+    def outside_offloaded_reduction(self, value: int, op: int) -> bool:
+        """Whether fusible ``value`` feeds a reduction XLA:CPU hands to YNNPACK whose
+        fusion cannot take ``op`` in (``_YNN_FUSED``): the reduction's fusion reads it
+        from a buffer its own loop fusion writes."""
+        graph = self.graph
+        if graph.op_name[op] in _YNN_FUSED or not self.rules.offloaded_reduction_elements:
+            return False
+        return any(self.offloaded_reduction(self.top_user(u, op), within=_YNN_FUSED)
+                   for u, _ in graph.uses[value])
 
     def shared(self, value: int, op: int) -> bool:
         """Whether XLA keeps a fusible value that several ops read instead of fusing
@@ -301,7 +328,7 @@ class LivenessWalker:
             return None
         return self.aligned(pointer * len(results)), at
 
-    def offloaded_reduction(self, op: int) -> bool:
+    def offloaded_reduction(self, op: int, within: frozenset = FUSIBLE) -> bool:
         """Whether ``op`` is, or fuses through a chain of fusible ops each read once
         into, a reduction XLA:CPU hands to YNNPACK: an f32 sum, max or min over at
         least ``PlatformRules.offloaded_reduction_elements`` input elements per
@@ -315,13 +342,14 @@ class LivenessWalker:
         ``x * rsqrt`` (read by the scale's gradient reduction and the scale
         multiply). A smaller reduction is a loop fusion that recomputes the
         chain and its inputs (vit_bf16's and transformer's layer norms).
+        ``within``: the ops the chain may pass through.
         """
         graph = self.graph
         for _ in range(64):
             if graph.op_name[op] == "stablehlo.reduce":
                 return self._ynn_reduce(op)
             results = graph.op_results[op]
-            if graph.op_name[op] not in FUSIBLE or len(results) != 1:
+            if graph.op_name[op] not in within or len(results) != 1:
                 return False
             readers = {self.top_user(u, op) for u, _ in graph.uses[results[0]]}
             if len(readers) != 1:
@@ -676,7 +704,7 @@ class LivenessWalker:
         copies: dict[int, int] = {}
         read_narrow: set[tuple] = set()  # reshards some op reads as they are, not wide
         for i, op in enumerate(ops):
-            for key, size, copy in self.needs.get(op, ()):
+            for key, size, copy in () if op in self.merged_ops else self.needs.get(op, ()):
                 if key in spans:
                     spans[key][1] = i
                 else:
@@ -715,7 +743,7 @@ class LivenessWalker:
         # heap, where the value's own interval stands for it).
         reducing: dict[int, list[int]] = {}
         for i, op in enumerate(ops):
-            if op in self.reduced:
+            if op in self.reduced and op not in self.merged_ops:
                 for value in graph.op_results[op]:
                     # a reduce-scatter's result is the buffer it writes (``needs``)
                     if value not in returned and value not in self.scattered \
@@ -744,6 +772,10 @@ class LivenessWalker:
             live += size
             frees.setdefault(last, []).append((arg, size, Interval(0, last, size, None)))
         for i, op in enumerate(ops):
+            if op in self.merged_ops:
+                for _, size, _ in frees.pop(i, []):
+                    live -= size
+                continue  # its readers read the op it merged into
             allocated = [(None, size, last, moved) for size, last, moved in gathered.get(i, ())]
             for k, value in enumerate(graph.op_results[op]):
                 if value in returned or not self.materialised(value, op):

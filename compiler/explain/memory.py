@@ -49,6 +49,11 @@ not divide counting padded like XLA pads it:
 * duplicated producers (``duplication``): a cheap fusible value (one large
   operand) that a convolution or dot reads is kept for those only; the ops
   that can fuse it compute it again, reading its operands;
+* a producer YNNPACK's reduction fusion cannot take (a dynamic-slice, a reverse,
+  a select) feeding an offloaded f32 reduction is a buffer of its own loop fusion;
+* ``jax.checkpoint`` outside loops: on XLA:CPU, which removes optimization barriers
+  before CSE, the recomputation merges into the forward (``merged``), whose values
+  then live until the backward reads them;
 * XLA:CPU's expansions: a select-and-scatter (a max pool's gradient) holds one
   s32 iota per dimension and the reduce-window's results while it runs; an op
   with several results holds a table of 8-byte pointers while it runs;
@@ -215,7 +220,7 @@ def estimate_memory_of(values: ModuleValues, *, top: int = 5,
 def _estimate(values: ModuleValues, top: int,
               arg_names: tuple[str, ...] | None) -> MemoryEstimate:
     walker = LivenessWalker(values)
-    graph = values.graph
+    graph = walker.graph  # as XLA's CSE leaves it
     func = _main(values)
     if func < 0 or not graph.op_blocks[func]:
         return MemoryEstimate(0, 0, 0, None, None, ())
