@@ -36,10 +36,11 @@ from shardc.compiler.cost_aware.candidates import (
 )
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.propagation import Propagation, SharedRead
-from shardc.compiler.propagation.graph import ReadMemo
+from shardc.compiler.propagation.graph import PropagationGraph, ReadMemo
 from shardc.compiler.propagation.values import CostMemo, ModuleValues
 from shardc.compiler.sharding.rules import rule_for
 from shardc.compiler.sharding.tensor import Tensor, format_per_value
+from shardc.compiler.stages.hlo_order import ORDER_ATTR
 from shardc.dialects.sdy import SHARDING_RULE_ATTR
 
 
@@ -89,6 +90,7 @@ def _live_ranges(reader: ModuleValues) -> list[tuple[int, int, int]]:
     graph = reader.graph
     ranges = reader.facts["live ranges"] = []
     names, shapes = graph.op_name, graph.value_shape
+    places = _jax_places(graph)
     for value, producer in enumerate(graph.value_def):
         if shapes[value] is None:  # not a static tensor
             continue
@@ -96,10 +98,56 @@ def _live_ranges(reader: ModuleValues) -> list[tuple[int, int, int]]:
         if (producer >= 0 and names[producer] in FUSIBLE
                 and fused_away(names[producer], (names[user] for user, _ in uses))):
             continue
-        start = producer if producer >= 0 else 0
-        end = max([user for user, _ in uses]) if uses else start
+        start = places[producer] if producer >= 0 else 0
+        end = max([places[user] for user, _ in uses]) if uses else start
         ranges.append((value, start, end + 1))
     return ranges
+
+
+def _jax_places(graph: PropagationGraph) -> list[int] | range:
+    """Each op's place in the program as jax wrote it (pre-order).
+
+    Propagation reads blocks in XLA's order (``hlo_order``), but XLA's memory
+    follows the program's own order, which the memory estimate reads once
+    ``restore_jax_order`` has put the ops back: the search's peak is taken in
+    that order too, from the places the moved ops carry (ops without one stay
+    behind the op they follow).
+    """
+    ops = graph.ops
+    tags = [_order_tag(op) for op in ops]
+    if not any(tag is not None for tag in tags):
+        return range(len(ops))
+    places = [0] * len(ops)
+    place = 0
+    stack = [iter([i for i, parent in enumerate(graph.op_parent) if parent == -1])]
+    while stack:
+        i = next(stack[-1], None)
+        if i is None:
+            stack.pop()
+            continue
+        places[i] = place
+        place += 1
+        if graph.op_blocks[i]:
+            stack.append(iter([j for _, nested in graph.op_blocks[i]
+                               for j in _in_jax_order(nested, tags)]))
+    return places
+
+
+def _order_tag(op: ir.Operation) -> int | None:
+    attributes = op.attributes
+    return ir.IntegerAttr(attributes[ORDER_ATTR]).value if ORDER_ATTR in attributes else None
+
+
+def _in_jax_order(nested: list[int], tags: list[int | None]) -> list[int]:
+    keyed, last, behind = [], -1, 0
+    for i in nested:
+        if tags[i] is None:
+            behind += 1
+        else:
+            last, behind = tags[i], 0
+        keyed.append((last, behind, i))
+    keyed.sort()
+    return [i for _, _, i in keyed]
 
 
 def _size(tensor: Tensor) -> int:
