@@ -6,27 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import AxisType, NamedSharding
+from comm_comparison import mesh, predicted_and_compiled
 from jax.sharding import PartitionSpec as P
-
-from shardc.compiler import jit
-
-
-def mesh(shape=(4, 2), names=("data", "model")):
-    return jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(names))
-
-
-def predicted_and_compiled(fun, args, specs, out=None, grid=None):
-    grid = grid or mesh()
-    shardings = tuple(NamedSharding(grid, spec) for spec in specs)
-    placed = tuple(jax.device_put(a, s) for a, s in zip(args, shardings))
-    out_shardings = None if out is None else NamedSharding(grid, out)
-    lowered = jit(fun, in_shardings=shardings, out_shardings=out_shardings).lower(*placed)
-    predicted = {k: t.bytes_per_device for k, t in lowered.comm_report().totals().items()
-                 if t.count}
-    compiled = {k: c.bytes_per_device for k, c in lowered.compile().collectives().items()
-                if c.count}
-    return predicted, compiled
 
 
 def ones(*shape, dtype=np.float32):
