@@ -29,10 +29,10 @@ from jaxlib.mlir import ir
 import shardc.compiler as shardc_compiler
 import shardc.dialects as shardc_dialects
 import shardc.runtime as shardc_runtime
-from shardc.compiler import auto, donation, effects, export, layouts, memories, signature
+from shardc.compiler import auto, effects, export, layouts, memories, signature
 from shardc.compiler.checks.strict import check_strict
 from shardc.compiler.cost_aware import Resolution
-from shardc.compiler.function import annotated, binding, caches, hitypes
+from shardc.compiler.function import annotated, binding, caches, donation, hitypes
 from shardc.compiler.function import options as jit_options
 from shardc.compiler.function.caches import static_keys
 from shardc.compiler.function.calling import JitCalls, LoweringRequest

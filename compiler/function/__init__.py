@@ -9,5 +9,6 @@ dispatch, and the executables they compile; ``annotated``: jax's module with
 shardc's shardings written on it, and propagated; ``hitypes``: programs with
 jax's high-level types; ``pjit``: jax's ``pjit`` on shardc's jit;
 ``unused_arguments``: the arguments a program never reads, left out of what XLA
-compiles.
+compiles; ``donation``: jax.jit's warning for donated arguments no result can
+reuse.
 """

@@ -1,5 +1,5 @@
 """jax.jit's "Some donated buffers were not usable" warning, from shardc's jit when and
-only when jax.jit gives it, worded as jax words it (``shardc.compiler.donation``)."""
+only when jax.jit gives it, worded as jax words it (``shardc.compiler.function.donation``)."""
 
 import warnings
 
@@ -11,7 +11,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shardc.compiler import jit
-from shardc.compiler.donation import unusable_donations
+from shardc.compiler.function.donation import unusable_donations
 from shardc.compiler.signature import LeafSignature
 
 pytestmark = pytest.mark.skipif(len(jax.devices()) < 8, reason="needs 8 devices")
