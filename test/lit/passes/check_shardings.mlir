@@ -5,14 +5,17 @@
 // second RUN line raises the reshard threshold: no implicit-reshard warning.
 // QUIET-NOT: [implicit-reshard]
 
-// A dimension its axes do not divide: XLA pads it.
+// A dimension its axes do not divide: XLA pads it. The slice's padded shards of 3
+// start off the operand's shards of 4, so a halo moves between neighbours (XLA
+// compiles a 72-byte collective-permute after the all-to-all).
 // CHECK-LABEL: func @indivisible(
 sdy.mesh @m = <["x"=4, "y"=2]>
 // expected-warning@+2 {{dimension 0 of size 6 is not divisible by 4 ("x"): XLA pads it to 8, 25% of each shard is padding [indivisible-dimension]}}
 // expected-warning@+1 {{dimension 1 of size 12 is not divisible by 8 ("x", "y"): XLA pads it to 16, 25% of each shard is padding [indivisible-dimension]}}
 func.func @indivisible(%arg0: tensor<6x16xf32> {sdy.sharding = #sdy.sharding<@m, [{"x"}, {}]>}, %arg1: tensor<4x12xf32> {sdy.sharding = #sdy.sharding<@m, [{}, {"x", "y"}]>}) -> (tensor<6x16xf32> {sdy.sharding = #sdy.sharding<@m, [{"x"}, {}]>}) {
-  // expected-warning@+2 {{dimension 1 of size 10 is not divisible by 4 ("x")}}
-  // expected-warning@+1 {{implicit reshard: operand 0 (tensor<6x16xf32>) needs an all-to-all over "x"}}
+  // expected-warning@+3 {{dimension 1 of size 10 is not divisible by 4 ("x")}}
+  // expected-warning@+2 {{implicit reshard: operand 0 (tensor<6x16xf32>) needs an all-to-all over "x"}}
+  // expected-warning@+1 {{implicit reshard: operand 0 (tensor<6x16xf32>) needs a collective-permute over "x", 72 bytes per device (halo of a windowed read of a sharded dimension) [implicit-reshard]}}
   %0 = stablehlo.slice %arg0 [0:6, 0:10] {sdy.sharding = #sdy.sharding_per_value<[<@m, [{}, {"x"}]>]>} : (tensor<6x16xf32>) -> tensor<6x10xf32>
   return %arg0 : tensor<6x16xf32>
 }
