@@ -100,6 +100,7 @@ output, temp and alias bytes; ``net_bytes`` with arg + out + temp - alias):
 
 from __future__ import annotations
 
+import bisect
 import json
 from dataclasses import asdict, dataclass
 
@@ -358,19 +359,27 @@ def _place_in_outputs(intervals: list[Interval],
     optimizer state's allocations hold the second micro-step's activations.
     """
     order = sorted(range(len(slots)), key=lambda s: slots[s][0])
-    taken: dict[int, list[Interval]] = {s: [] for s in order}
+    sizes = [slots[s][0] for s in order]
+    # Each slot's temporaries are disjoint: kept sorted by start (their ends are
+    # then sorted too), so whether one overlaps an interval is one bisection.
+    starts: dict[int, list[int]] = {s: [] for s in order}
+    ends: dict[int, list[int]] = {s: [] for s in order}
     packed = []
     for interval in sorted(intervals, key=lambda iv: -iv.size):
-        for s in order:
-            size, opens, written, in_place = slots[s]
+        # (The slots too small for it come first in ``order``.)
+        for s in order[bisect.bisect_left(sizes, interval.size):]:
+            _, opens, written, in_place = slots[s]
             if interval.start <= opens:
                 continue
-            overwritten = interval.end == written and not in_place.isdisjoint(interval.holders)
-            if size < interval.size or not (
-                    overwritten or (interval.fits_output and interval.end < written)):
+            if not ((interval.fits_output and interval.end < written) or (
+                    interval.end == written and not in_place.isdisjoint(interval.holders))):
                 continue
-            if all(iv.end < interval.start or interval.end < iv.start for iv in taken[s]):
-                taken[s].append(interval)
-                packed.append(interval)
-                break
+            # The last temporary starting by the interval's end overlaps it if any does.
+            at = bisect.bisect_right(starts[s], interval.end)
+            if at and ends[s][at - 1] >= interval.start:
+                continue
+            starts[s].insert(at, interval.start)
+            ends[s].insert(at, interval.end)
+            packed.append(interval)
+            break
     return packed

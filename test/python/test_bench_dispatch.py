@@ -1,5 +1,8 @@
 """``bench.dispatch``'s caller-CPU table: its rows, and the README section it writes."""
 
+import types
+import weakref
+
 import jax
 
 from bench import dispatch
@@ -16,6 +19,30 @@ def test_call_rows_time_both_routes_on_every_kind_of_call():
         assert row["leaves"] == 2
         assert row["jax_thread_us"] > 0 and row["shardc_thread_us"] > 0
         assert abs(row["thread_ratio"] - row["shardc_thread_us"] / row["jax_thread_us"]) < 0.01
+
+
+def test_a_call_lets_go_of_the_arguments_it_was_given_before_the_clock_stops(monkeypatch):
+    # A donating call's fresh arrays go before the second reading, as in a loop
+    # ``x = f(x)``: jax.jit's caller pays for freeing the buffers its call consumed.
+    class Arguments:
+        pass
+
+    given = Arguments()
+    alive = weakref.ref(given)
+    readings = []
+    clock = types.SimpleNamespace(thread_time=lambda: readings.append(alive() is not None) or 0.0,
+                                  process_time=lambda: 0.0)
+    monkeypatch.setattr(dispatch, "time", clock)
+    holder = [given]
+    del given
+    dispatch.caller_cpu(lambda arguments: [], holder)
+    assert readings == [True, False] and holder == []
+    # Arguments the caller keeps (a non-donating call's) stay.
+    kept = Arguments()
+    readings.clear()
+    alive = weakref.ref(kept)
+    dispatch.caller_cpu(lambda arguments: [], [kept])
+    assert readings == [True, True]
 
 
 def test_the_readme_section_goes_between_its_markers():
