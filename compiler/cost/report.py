@@ -666,8 +666,11 @@ def _height(reader: ModuleValues, op: int) -> tuple[tuple[int, int], int]:
 def _op_needs(reader: ModuleValues, op: int) -> tuple:
     """``_needs`` of op ``op`` (which has results), memoised by its key."""
     name = reader.graph.op_name[op]
-    # Ops whose attributes decide more than their rule does are not memoised.
-    key = None if name in _UNMEMOISED else reader.op_key(op)
+    if name in _UNMEMOISED:
+        # Ops whose attributes decide more than their rule does: memoised by op instead.
+        return _read_needs(reader, op) if name in _READ_MEMOISED else _needs(
+            reader, op, reader.graph.ops[op])
+    key = reader.op_key(op)
     if key is None and name in _CONSTANTS and reader.costs is not None:
         key = _constant_key(reader, op)
     needs = reader.costs.found.get(key) if key is not None else None
@@ -678,10 +681,34 @@ def _op_needs(reader: ModuleValues, op: int) -> tuple:
     return needs
 
 
+def _read_needs(reader: ModuleValues, op: int) -> tuple:
+    """``_needs`` of an op of ``_READ_MEMOISED``, memoised by op in ``reader.facts``:
+    the readers sharing them read one module (the same op, attributes and producers),
+    so the shardings of the op's operands and results (interned: ``sharding_id``)
+    and the platform decide the answer. Unmemoised without ``reader.costs``."""
+    if reader.costs is None:
+        return _needs(reader, op, reader.graph.ops[op])
+    memo = reader.facts.get("op needs")
+    if memo is None:
+        memo = reader.facts["op needs"] = {}
+    graph, sharding_id = reader.graph, reader.sharding_id
+    key = (op, reader.mesh, active_rules(),
+           *[sharding_id(v) for v in graph.op_operands[op]],
+           *[sharding_id(v) for v in graph.op_results[op]])
+    needs = memo.get(key)
+    if needs is None:
+        needs = memo[key] = _needs(reader, op, graph.ops[op])
+    return needs
+
+
 # (A custom call's key misses its target and backend config: a custom_partitioning
 # op's callback is one of them; a sort's, which of its results are read.)
 _UNMEMOISED = frozenset({"stablehlo.reduce_window", "stablehlo.custom_call", "stablehlo.sort",
                          *HALO_OPS, *INDEXED_ROLES})
+# Of those, the ops whose needs only their own operands and results decide, besides the
+# module: not a custom call (a custom_partitioning callback may answer anything) nor a
+# concatenate (a rotation reads the value its slices slice, ``_rotation_needs``).
+_READ_MEMOISED = _UNMEMOISED - {"stablehlo.custom_call", "stablehlo.concatenate"}
 # Ops without operands whose needs only their result's type and sharding decide; they
 # carry no attached rule (no ``op_key``), and a program has thousands of them.
 _CONSTANTS = frozenset({"stablehlo.constant", "sdy.constant"})

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from itertools import accumulate
 
 from jaxlib.mlir import ir
 
@@ -74,11 +75,7 @@ def memory_peak(reader: ModuleValues) -> int:
                 size = sizes[key] = _size(reader.tensor(value))
         delta[start] += size
         delta[stop] -= size
-    peak = live = 0
-    for step in delta:
-        live += step
-        peak = max(peak, live)
-    return peak
+    return max(0, *accumulate(delta))
 
 
 def _live_ranges(reader: ModuleValues) -> list[tuple[int, int, int]]:

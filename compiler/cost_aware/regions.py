@@ -17,7 +17,11 @@ every pin it accepts from regions.
 
 Repeated structure (the layers of an unrolled model) has the same
 ``structure_key`` (read from the graph, before any cutting), which keys a
-memo: one evaluation serves every repetition.
+memo: one evaluation serves every repetition. A repetition priced with another
+pin, or in a later state of the search, is priced on the modules cut out for
+the first region of its structure (and of its open cut), its pin moved to the
+op at the same position there: equal keys cut out to equal modules but for the
+ops' numbers.
 
 A closed cut hides a pin whose point is to change what a whole chain of
 values settles to: pinning one residual-stream value of an FSDP language
@@ -35,7 +39,7 @@ keeping it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
@@ -386,11 +390,21 @@ class _Region:
     ops: list[int]
     tags: list[int | None]  # op numbers, in program order
     crossing: tuple  # ``_crossing``: the values entering and leaving it
+    reader: ModuleValues  # the state it is cut out of, with ``accepted`` pinned
+    accepted: list[Pin]
     # Cut out when first evaluated (its copies with pins): closed, and with an open cut
     # (steady-state prices).
     module: PinnedCopies | None = None
     returns: frozenset[int] = frozenset()  # result positions the real function returns
     open_module: PinnedCopies | None = None
+    # The region whose cut-out modules serve this one, None for itself: the first of its
+    # structure and open cut (``RegionEvaluator._region``); its ops are numbered
+    # ``cut.tags``. (Not itself: a region referring to itself would be a cycle.)
+    first: _Region | None = None
+
+    @property
+    def cut(self) -> _Region:
+        return self.first or self
 
 
 class RegionEvaluator:
@@ -425,6 +439,10 @@ class RegionEvaluator:
         self._accepted: list[Pin] = []
         self._fingerprints: dict[int, tuple] = {}  # ``structure_key``'s memo, of ``_reader``
         self._made: dict[tuple, ir.Attribute] = {}  # ``cut_out``'s boundary attributes
+        # (structure number, open cut's positions) -> the first region of that structure:
+        # equal structures cut out to equal modules but for the op numbers, so a region
+        # of a later state is priced on the modules of an earlier one (``_Region.cut``).
+        self._cuts: dict[tuple, _Region] = {}
 
     def set_state(self, reader: ModuleValues, accepted: list[Pin]) -> None:
         """Cut regions out of ``reader`` from now on, with ``accepted`` pinned."""
@@ -441,8 +459,12 @@ class RegionEvaluator:
             key = structure_key(reader, ops, self.imported, accepted, self._fingerprints,
                                 crossing)
             key = self._structures.setdefault(key, len(self._structures))
-            self._regions[seeds] = _Region(key, ops, [self._fingerprints[op][0] for op in ops],
-                                           crossing)
+            region = _Region(key, ops, [self._fingerprints[op][0] for op in ops], crossing,
+                             reader, self._accepted)
+            first = self._cuts.setdefault((key, open_positions(reader, ops, crossing)), region)
+            if first is not region:
+                region.first = first
+            self._regions[seeds] = region
         return self._regions[seeds]
 
     def _key(self, region: _Region, pin: Pin | None, open_cut: bool = False) -> tuple:
@@ -464,16 +486,18 @@ class RegionEvaluator:
 
     def _module(self, region: _Region, open_cut: bool) -> PinnedCopies:
         """The region cut out (with its cut open or closed) and the accepted pins in it,
-        as the copies the candidates are priced on.
+        as the copies the candidates are priced on: those of the first region of its
+        structure (``_Region.cut``, whose op numbers they carry).
 
         The open cut's module is the closed cut's but for the shardings of the function
         arguments and results it leaves open: its copies are propagated on the closed
         cut's read (``PinnedCopies.opened``), and it is cut out only if one must be made.
         """
+        region = region.cut
         if region.module is None:
-            module, region.returns = cut_out(self._reader, region.ops, self.imported,
+            module, region.returns = cut_out(region.reader, region.ops, self.imported,
                                              crossing=region.crossing, made=self._made)
-            apply_pins(module.operation, self._accepted)
+            apply_pins(module.operation, region.accepted)
             region.module = PinnedCopies(module, self.conservative, self.costs)
         if not open_cut:
             return region.module
@@ -481,7 +505,8 @@ class RegionEvaluator:
             # ``cut`` is kept by the region's copies: it holds neither the region nor
             # this evaluator, or they would live in a cycle, freed only by the cyclic
             # collector (scanning all the search allocated) instead of when dropped.
-            reader, accepted, imported, made = self._reader, self._accepted, self.imported, self._made
+            reader, accepted, imported, made = (region.reader, region.accepted, self.imported,
+                                                self._made)
             ops, crossing = region.ops, region.crossing
 
             def cut() -> ir.Module:
@@ -504,20 +529,24 @@ class RegionEvaluator:
             self.count += 1
             self.steady_count += open_cut
             copies = self._module(region, open_cut)
+            cut = region.cut  # whose op numbers the copies carry
+            pins = []
+            if pin is not None:
+                pins = [replace(pin, op=cut.tags[region.tags.index(pin.op)])]
             # Only priced and dropped: its shardings need not reach its IR.
-            reader = copies.propagated([pin] if pin is not None else [], write=False)
+            reader = copies.propagated(pins, write=False)
             cost, peak = price(reader)
             by_position = ()
             # The changed ops are asked for only where the region returns a value of the
             # real function (``returned_in_declared_layout``): regions of one structure
             # return alike, so a region that returns none needs no signatures.
-            if region.returns:
+            if cut.returns:
                 by_tag = signatures(reader)
-                by_position = tuple(by_tag.get(tag) for tag in region.tags)
+                by_position = tuple(by_tag.get(tag) for tag in cut.tags)
                 if base is not None:
-                    changed = {tag for tag, now, then in zip(region.tags, by_position,
+                    changed = {tag for tag, now, then in zip(cut.tags, by_position,
                                                              base[2]) if now != then}
-                    cost += returned_in_declared_layout(reader, changed, region.returns)
+                    cost += returned_in_declared_layout(reader, changed, cut.returns)
             self._memo[key] = (cost, peak, by_position)
         return self._memo[key]
 

@@ -245,6 +245,23 @@ def test_copies_priced_with_one_cost_memo_price_as_copies_priced_alone(name):
     assert evaluator.costs.sizes
 
 
+@pytest.mark.parametrize("name", ["conv_net", "embedding_scatter", "moe_routing"])
+def test_copies_on_one_read_price_the_ops_their_attributes_decide_as_alone(name):
+    """The copies propagated on one read keep what the ops their attributes decide
+    need (convolutions, windows, gathers, scatters, sorts: no ``CostMemo`` key) by op
+    and shardings in the facts they share: each copy still prices as read alone."""
+    evaluator = ModuleEvaluator(imported(name).operation, conservative=False)
+    *_, baseline = evaluator([])
+    pins = [pin for point in conflict_points(baseline) for pin in point.alternatives]
+    copies = PinnedCopies(evaluator.imported, False, evaluator.costs)
+    for chosen in [[], *([pin] for pin in pins[:4]), [], pins[:2]]:
+        shared = copies.propagated(chosen, write=False)
+        alone = ModuleValues(shared.graph.module, missing_as_replicated=True,
+                             read=(shared.graph, shared.store))
+        assert price(shared) == price(alone)  # each reader prices once: its reshard cache fills
+    assert copies._read.facts["op needs"]
+
+
 def test_conflict_points_found_with_a_cost_memo_are_those_found_without():
     evaluator = ModuleEvaluator(imported("conflict_attention_seq").operation,
                                 conservative=False)

@@ -250,6 +250,31 @@ def test_open_cut_copies_propagated_on_the_closed_cuts_read_are_the_open_cuts_co
     assert checked > 3
 
 
+def test_a_region_is_priced_on_the_first_cut_of_its_structure():
+    """Regions of one structure (interior layers), in one state or in a later one, are
+    priced on the modules cut out for the first of them (their op numbers mapped by
+    position): as on their own cuts."""
+    module, imported, reader = _propagated_deep_stack()
+    points = [p for p in conflict_points(reader) if p.name == "stablehlo.dot_general"]
+    middle = len(points) // 2
+    first, other = points[middle], points[middle + 2]
+    shared = RegionEvaluator(imported, limit=128, radius=4, conservative=False)
+    shared.set_state(reader, [])
+    shared.price_pin((first.op,), first.alternatives[0])
+    shared.set_state(reader, [])  # a later state: its regions are found again
+    assert shared._region((other.op,)).cut is not shared._region((other.op,))
+    assert len(other.alternatives) > 1
+    for pin in other.alternatives:
+        alone = RegionEvaluator(imported, limit=128, radius=4, conservative=False)
+        alone.set_state(reader, [])
+        for price_of in ("price_pin", "steady_price"):
+            found = getattr(shared, price_of)((other.op,), pin)
+            expected = getattr(alone, price_of)((other.op,), pin)
+            assert (found.base_bytes, found.base_memory, found.bytes, found.memory) == (
+                expected.base_bytes, expected.base_memory, expected.bytes, expected.memory)
+    assert shared.steady_count > 0
+
+
 def test_region_evaluator_is_freed_without_the_cyclic_collector():
     """The search runs with cyclic collection paused: an evaluator in a reference cycle
     (a region's open-cut copies keeping a maker that holds the region) would outlive
