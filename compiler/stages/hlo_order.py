@@ -173,20 +173,20 @@ def _restore_regions(op: ir.Operation, keep_tags: bool) -> None:
     for region in op.regions:
         for block in region.blocks:
             ops = [inner.operation for inner in block.operations]
-            if any(ORDER_ATTR in inner.attributes for inner in ops):
-                _restore_block(ops, keep_tags)
+            tags = [_tag(inner) for inner in ops]
+            if any(tag is not None for tag in tags):
+                _restore_block(ops, tags, keep_tags)
             for inner in ops:
                 if len(inner.regions):
                     _restore_regions(inner, keep_tags)
 
 
-def _restore_block(ops: list[ir.Operation], keep_tags: bool) -> None:
-    """Order ``ops`` (a block's, as they stand) by their place in jax's order, each op
-    the pipeline added just before its first user in the block (after the op
-    before it, when it has none), operands always first; drop the tags unless
-    ``keep_tags``."""
+def _restore_block(ops: list[ir.Operation], tags: list[int | None], keep_tags: bool) -> None:
+    """Order ``ops`` (a block's, as they stand, with their ``tags``) by their place in
+    jax's order, each op the pipeline added just before its first user in the block
+    (after the op before it, when it has none), operands always first; drop the
+    tags unless ``keep_tags``."""
     n = len(ops)
-    tags = [_tag(op) for op in ops]
     producers = _producers(ops)
     # Who reads each op's results in this block (through nested regions too).
     users: list[list[int]] = [[] for _ in ops]
@@ -242,10 +242,8 @@ def _restore_block(ops: list[ir.Operation], keep_tags: bool) -> None:
 
 
 def _tag(op: ir.Operation) -> int | None:
-    try:
-        return ir.IntegerAttr(op.attributes[ORDER_ATTR]).value
-    except KeyError:
-        return None
+    attributes = op.attributes
+    return ir.IntegerAttr(attributes[ORDER_ATTR]).value if ORDER_ATTR in attributes else None
 
 
 def _read_values(op: ir.Operation) -> list[ir.Value]:
