@@ -81,46 +81,54 @@ def _order_regions(op: ir.Operation) -> bool:
 def _order_block(block: ir.Block) -> bool:
     ops = [op.operation for op in block.operations]
     order = post_order(ops)
-    moved = len(order) == len(ops) and order != ops
+    moved = len(order) == len(ops) and order != list(range(len(ops)))
     if moved:
         index_type = ir.IntegerType.get_signless(64)
         for k, op in enumerate(ops):
             op.attributes[ORDER_ATTR] = ir.IntegerAttr.get(index_type, k)
         last = ops[-1]
-        for op in order[:-1]:
-            op.move_before(last)
+        for k in order[:-1]:
+            ops[k].move_before(last)
     for op in ops:
         if len(op.regions):
             moved = _order_regions(op) or moved
     return moved
 
 
-def post_order(ops: list[ir.Operation]) -> list[ir.Operation]:
-    """``ops`` (one block's, its terminator last) in HLO's post-order: from each op whose
-    results nothing uses, in block order, depth first, operands before users and
-    in operand order, a loop's or conditional's captures after its operands."""
-    in_block = {hash(op): op for op in ops}
-    placed: list[ir.Operation] = []
+def post_order(ops: list[ir.Operation]) -> list[int]:
+    """``ops`` (one block's, its terminator last) in HLO's post-order, as indices into
+    ``ops``: from each op whose results nothing uses, in block order, depth first,
+    operands before users and in operand order, a loop's or conditional's captures
+    after its operands."""
+    producer = _producers(ops)
+    inputs = [[producer.get(hash(value)) for value in _inputs(op)] for op in ops]
+    read = {k for row in inputs for k in row}
+    placed: list[int] = []
     visited: dict[int, bool] = {}  # False while its operands are visited
-    for root in ops:
-        if any(_used(result) for result in root.results):
+    for first, root in enumerate(ops):
+        # An op no op of the block reads may still be read inside a region of one.
+        if first in read or any(_used(result) for result in root.results):
             continue
-        stack = [root]
+        stack = [first]
         while stack:
             current = stack[-1]
-            key = hash(current)
-            state = visited.get(key)
+            state = visited.get(current)
             if state is not None:
                 stack.pop()
                 if not state:
-                    visited[key] = True
+                    visited[current] = True
                     placed.append(current)
                 continue
-            visited[key] = False
-            inputs = [in_block.get(hash(owner)) for owner in map(_owner, _inputs(current))]
-            stack.extend(op for op in reversed(inputs)
-                         if op is not None and hash(op) not in visited)
+            visited[current] = False
+            stack.extend(k for k in reversed(inputs[current])
+                         if k is not None and k not in visited)
     return placed
+
+
+def _producers(ops: list[ir.Operation]) -> dict[int, int]:
+    """Each result of ``ops`` (by its value's hash: the value's address, where an op's
+    hash digests its name, attributes and operands) to the index of its op."""
+    return {hash(result): k for k, op in enumerate(ops) for result in op.results}
 
 
 def _inputs(op: ir.Operation) -> list[ir.Value]:
@@ -129,13 +137,6 @@ def _inputs(op: ir.Operation) -> list[ir.Value]:
     if op.name in _CAPTURING:
         values += free_variables(op)
     return values
-
-
-def _owner(value: ir.Value) -> ir.Operation | None:
-    owner = value.owner
-    if isinstance(owner, ir.Block):
-        return None
-    return owner.operation if hasattr(owner, "operation") else owner
 
 
 def _used(value: ir.Value) -> bool:
@@ -172,28 +173,26 @@ def _restore_regions(op: ir.Operation, keep_tags: bool) -> None:
     for region in op.regions:
         for block in region.blocks:
             ops = [inner.operation for inner in block.operations]
-            if any(ORDER_ATTR in inner.attributes for inner in ops):
-                _restore_block(ops, keep_tags)
+            tags = [_tag(inner) for inner in ops]
+            if any(tag is not None for tag in tags):
+                _restore_block(ops, tags, keep_tags)
             for inner in ops:
                 if len(inner.regions):
                     _restore_regions(inner, keep_tags)
 
 
-def _restore_block(ops: list[ir.Operation], keep_tags: bool) -> None:
-    """Order ``ops`` (a block's, as they stand) by their place in jax's order, each op
-    the pipeline added just before its first user in the block (after the op
-    before it, when it has none), operands always first; drop the tags unless
-    ``keep_tags``."""
+def _restore_block(ops: list[ir.Operation], tags: list[int | None], keep_tags: bool) -> None:
+    """Order ``ops`` (a block's, as they stand, with their ``tags``) by their place in
+    jax's order, each op the pipeline added just before its first user in the block
+    (after the op before it, when it has none), operands always first; drop the
+    tags unless ``keep_tags``."""
     n = len(ops)
-    position = {hash(op): k for k, op in enumerate(ops)}  # hashes as the ops stand
-    tags = [ir.IntegerAttr(op.attributes[ORDER_ATTR]).value if ORDER_ATTR in op.attributes
-            else None for op in ops]
+    producers = _producers(ops)
     # Who reads each op's results in this block (through nested regions too).
     users: list[list[int]] = [[] for _ in ops]
     for k, op in enumerate(ops):
         for value in _read_values(op):
-            owner = _owner(value)
-            producer = position.get(hash(owner)) if owner is not None else None
+            producer = producers.get(hash(value))
             if producer is not None and producer != k:
                 users[producer].append(k)
     # An op's place: its tag, or just after the op before it; never after its first
@@ -240,6 +239,11 @@ def _restore_block(ops: list[ir.Operation], keep_tags: bool) -> None:
     for op, tag in zip(ops, tags):
         if tag is not None:
             del op.attributes[ORDER_ATTR]
+
+
+def _tag(op: ir.Operation) -> int | None:
+    attributes = op.attributes
+    return ir.IntegerAttr(attributes[ORDER_ATTR]).value if ORDER_ATTR in attributes else None
 
 
 def _read_values(op: ir.Operation) -> list[ir.Value]:

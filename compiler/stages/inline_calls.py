@@ -125,8 +125,11 @@ def inline_all_calls(module: ir.Operation, calls: list[ir.Operation] | None = No
     (JAX never emits them). A callee with several blocks is left too.
     """
     inlined = 0
-    relocations = Relocations(module.context)
     functions = _functions(module)
+    # A call to the only function would be recursive: no walk can find one to inline.
+    if len(functions) < 2:
+        return inlined
+    relocations = Relocations(module.context)
     if calls is None:
         calls = _calls(module)
     for _ in range(64):  # call-graph depth; JAX nests a few levels at most
