@@ -5,7 +5,7 @@ mask), scale_by_learning_rate(linear_schedule(...)))``: the mask function
 (``tree_map_with_path``) decays the kernels only, never the biases or the
 layer norm's scale; the step also keeps an exponential moving average of the
 parameters with ``optax.incremental_update`` and returns the loss and the
-gradients' ``optax.global_norm``. A pre-norm residual MLP on a 2x2x2 mesh
+gradients' norm (``optax.tree.norm``). A pre-norm residual MLP on a 2x2x2 mesh
 (``data``, ``fsdp``, ``model``): kernels FSDP over ``fsdp`` and tensor parallel
 over ``model``, the optimizer state placed like them by ``optax.tree_map_params``,
 the batch over ``data`` x ``fsdp``; parameters, EMA and state donated.
