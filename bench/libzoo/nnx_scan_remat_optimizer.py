@@ -8,7 +8,7 @@ out of the sharding metadata with ``transform_metadata``) and applied by an
 ``nnx.Optimizer(model, chain(clip_by_global_norm, adamw(warmup_cosine_decay_schedule)),
 wrt=nnx.Param)`` made under ``jax.set_mesh``; the step is the functional form
 (``nnx.split`` of ``(model, optimizer)``, ``nnx.merge`` inside,
-``nnx.value_and_grad``, ``optimizer.update``), its state placed by
+``nnx.value_and_grad``, ``optimizer.update``: ``flax_nnx_sharded``'s step), its state placed by
 ``nnx.get_named_sharding`` on a 2x2x2 mesh (``data``, ``fsdp``, ``model``) and
 donated.
 """
@@ -16,12 +16,12 @@ donated.
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import optax
 from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from bench.libzoo.flax_nnx_sharded import make_train_step
 from bench.models.program import Program, RandomArrays, check_size, make_mesh
 
 NAME = "nnx_scan_remat_optimizer"
@@ -71,20 +71,6 @@ class Stack(nnx.Module):
             return block(x)
 
         return self.head(body(self.blocks, x))[:, 0]
-
-
-def make_train_step(graphdef):
-    def train_step(state, x, y):
-        model, optimizer = nnx.merge(graphdef, state)
-
-        def loss_fn(model):
-            return jnp.mean((model(x) - y) ** 2)
-
-        loss, grads = nnx.value_and_grad(loss_fn)(model)
-        optimizer.update(model, grads)
-        return nnx.state((model, optimizer)), loss
-
-    return train_step
 
 
 def make(size="small"):
