@@ -70,6 +70,22 @@ EXPLAINED: dict[str, str] = {
                          "are live together at its peak: the gap, 1504768 B, is 23 gathered "
                          "64 KiB w_out; the model's liveness walk keeps program order, where "
                          "each gathered weight lives only within its layer",
+    "linen_scan_logical_dropout": "net 0.74x (temp 36224 / 60936 B): XLA:CPU runs each dropout "
+                                  "mask's threefry2x32 as a rolled while loop (jax lowers it so "
+                                  "on CPU), and its buffer assignment holds the two u32[4,8,32] "
+                                  "words' initial values (broadcast_add_fusion.2/.3, 4 KiB each) "
+                                  "and the copies copy insertion makes of them for the loop's "
+                                  "carry (copy.109/.110) apart; the model's side of the gap is "
+                                  "not read off yet",
+    "optax_adafactor_fsdp": "net 0.83x (temp 54592 / 67656 B): XLA's peak holds both weight "
+                            "gradients' dots (dot.3, dot.4, f32[32,128] and f32[128,32], 16 KiB "
+                            "each) with the combined all-reduce's two results (all-reduce.20, "
+                            "2x 16 KiB); the model's peak is at the first layer's transpose, "
+                            "before the combined all-reduce (not read off further yet)",
+    "lineax_cg_batched": "net 0.57x on a 4940-byte program: XLA's temp (3592 B) is small buffers "
+                         "rounded up to 64 bytes and the 72-byte tuple tables of the three CG "
+                         "while loops (while.253/.261/.269), each at its own offset; the model's "
+                         "side is not read off yet",
 }
 # The Llama-shaped steps of ``--llama N`` (net estimate / XLA, fake CPU devices).
 _PROMOTED = ("temp {}: XLA:CPU all-reduces bf16 in f32 (AllReducePromotion, to_apply "

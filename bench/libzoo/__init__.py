@@ -32,12 +32,20 @@ rule with a ``sharding_rule`` for Shardy) and an equinox U-Net (``Conv2d``,
 ``eqx.tree_at`` + ``eqx.partition``; optax's differentially private SGD
 (``optax.contrib.dpsgd``) on per-example gradients (``vmap`` of ``grad``) over a
 batch split eight ways; an equinox model trained by a ``lax.scan`` of optax steps
-over stacked batches in one jitted call (``eqx.partition`` / ``eqx.combine`` carry). Where the ``gemma`` extra is
+over stacked batches in one jitted call (``eqx.partition`` / ``eqx.combine`` carry); flax NNX
+blocks built by ``nnx.vmap`` and run by ``nnx.scan`` over ``nnx.remat`` with an
+``nnx.Optimizer`` on a warmup-cosine schedule, and flax linen's ``nn.scan(nn.remat(...))``
+with dropout sharded by ``nn.logical_to_mesh_sharding``; optax's ``adafactor`` under
+``apply_if_finite`` on an FSDP MLP, and Lion with masked weight decay and an EMA of
+the parameters; an equinox ``MultiheadAttention`` encoder trained by ``eqx.filter_grad``;
+lineax's conjugate gradients and optimistix's Levenberg-Marquardt, vmapped over
+sharded batches; and flax NNX's ``nnx.jit`` over the modules it updates in place
+(``nnx.Optimizer``, ``nnx.MultiMetric``, ``BatchNorm``, ``Dropout``). Where the ``gemma`` extra is
 installed (it needs tensorflow), Gemma's library (a small ``gm.nn.Transformer``
 trained with optax). Each module holds one
 program, with the zoo's interface (``NAME``, ``SIZES``, ``make(size) ->
 Program``); the user's jit call goes to the route's jit: ``jax.jit`` itself, or
-``eqx.filter_jit`` built on it (``equinox_jit``). ``python -m bench.zoo --zoo
+``eqx.filter_jit`` / ``nnx.jit`` built on it (``equinox_jit``, ``nnx_jit``). ``python -m bench.zoo --zoo
 libzoo`` measures them; ``test/python/test_libzoo.py`` holds shardc to jax.jit
 on them. A program in ``ISOLATED`` is measured in a child process.
 """
@@ -54,6 +62,7 @@ from bench.libzoo import (
     diffrax_neural_ode,
     eqx_batchnorm_state,
     eqx_filter_jit,
+    eqx_mha_filter_grad,
     eqx_partition_jit,
     eqx_scan_layers,
     eqx_scan_train_loop,
@@ -63,11 +72,18 @@ from bench.libzoo import (
     jax_custom_partitioning_fft,
     jax_host_callback_scan,
     jaxtyping_mlp,
+    lineax_cg_batched,
     linen_logical_attention,
+    linen_scan_logical_dropout,
+    nnx_jit_train,
+    nnx_scan_remat_optimizer,
+    optax_adafactor_fsdp,
     optax_dpsgd,
+    optax_lion_masked_ema,
     optax_lookahead_inject,
     optax_multi_transform,
     optax_multisteps,
+    optimistix_lm_fit,
     orbax_manager_reshard,
     orbax_restore_step,
     penzai_kv_decode,
@@ -100,6 +116,14 @@ _MODULES = (
     eqx_unet_frozen,
     optax_dpsgd,
     eqx_scan_train_loop,
+    nnx_scan_remat_optimizer,
+    linen_scan_logical_dropout,
+    optax_adafactor_fsdp,
+    optax_lion_masked_ema,
+    eqx_mha_filter_grad,
+    lineax_cg_batched,
+    optimistix_lm_fit,
+    nnx_jit_train,
 )
 # Programs of a library too heavy for the ``libzoo`` extra (gemma brings kauldron and
 # tensorflow: the ``gemma`` extra), registered only where it is installed: program name

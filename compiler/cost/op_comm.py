@@ -28,6 +28,7 @@ from shardc.compiler.cost.reshard import (
     Collective,
     all_reduce,
     axis_names,
+    dot_partial_sums,
     mesh_axes,
     reshard_tensor,
 )
@@ -364,6 +365,14 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
             out.append(OpCommunication(index, reason, collective, target, groups))
     if over:
         for result in results:
+            if dot:
+                for step, collective in dot_partial_sums(result, over):
+                    reason = ("partial sums of a reduction sharded over "
+                              + ", ".join(map(str, step)))
+                    if collective.kind == REDUCE_SCATTER:
+                        collective, reason = _windowed(rule, step, collective, reason)
+                    out.append(OpCommunication(None, reason, collective))
+                continue
             collective = all_reduce(result, over)
             if reduces_per_dim:
                 # XLA's reduce handler all-reduces each sharded reduced dimension on
@@ -382,7 +391,5 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
                           + ", ".join(map(str, over)))
             else:
                 reason = "partial sums of a reduction sharded over " + ", ".join(map(str, over))
-                if dot and collective.kind == REDUCE_SCATTER:
-                    collective, reason = _windowed(rule, over, collective, reason)
             out.append(OpCommunication(None, reason, collective))
     return out

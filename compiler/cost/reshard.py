@@ -478,3 +478,20 @@ def all_reduce(result: Tensor, over: Sequence[AxisRef]) -> Collective:
     return Collective(kind, axis_names(over), shard_bytes(
         result.shape, collective_element_bytes(result.element_bytes, result.dtype, rules),
         kept))
+
+
+def dot_partial_sums(result: Tensor, over: Sequence[AxisRef],
+                     ) -> list[tuple[tuple[AxisRef, ...], Collective]]:
+    """The collectives that sum a dot's partial sums over ``over`` into ``result``'s sharding.
+
+    XLA's dot partitioner reduces the partial sums over the reduced axes the result
+    is sharded over first (an all-reduce of the buffer unsliced over them, then
+    sliced, or the reduce-scatter formed from that), then all-reduces that slice
+    over the other reduced axes: an FSDP weight gradient summed over ``fsdp`` and
+    ``data`` moves its whole buffer over ``fsdp`` and only its shard over ``data``.
+    Each collective comes with the axes it reduces over."""
+    axes = dim_axes(result.sharding, len(result.shape))
+    sliced = tuple(axis for axis in over if any(axis in dim for dim in axes))
+    rest = tuple(axis for axis in over if axis not in sliced)
+    steps = (sliced, rest) if sliced and rest else (tuple(over),)
+    return [(step, all_reduce(result, step)) for step in steps]

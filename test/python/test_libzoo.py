@@ -3,9 +3,9 @@
 Each libzoo program is written the way another library's users write theirs
 (equinox's ``filter_jit`` and ``eqx.partition``, diffrax, orbax-checkpoint,
 penzai, optax's combinators, chex, jaxtyping, jax's shard_map / custom_vjp /
-pure_callback, flax NNX's sharding guides, and Gemma's library where the ``gemma`` extra is installed), with the user's jit call routed
-to shardc's ``jit`` on the shardc routes (``bench/libzoo/equinox_jit.py`` for
-equinox's wrapper of ``jax.jit``). The rules are the zoo's
+pure_callback, flax NNX's sharding guides, lineax and optimistix, and Gemma's library where the ``gemma`` extra is installed), with the user's jit call routed
+to shardc's ``jit`` on the shardc routes (``bench/libzoo/equinox_jit.py`` /
+``nnx_jit.py`` for equinox's and flax NNX's wrappers of ``jax.jit``). The rules are the zoo's
 (``test_zoo.py``'s tests, run here on the libzoo's rows): every program must
 compile and run on shardc's default and cost-aware routes, return jax.jit's
 results (bit for bit where jax.jit is bitwise deterministic), jax.jit's output
@@ -33,7 +33,9 @@ PROGRAMS = (
     "eqx_batchnorm_state", "orbax_manager_reshard", "optax_lookahead_inject", "penzai_kv_decode",
     "eqx_scan_layers", "linen_logical_attention", "diffrax_dense_adjoints",
     "jax_custom_partitioning_fft", "eqx_unet_frozen", "optax_dpsgd",
-    "eqx_scan_train_loop",
+    "eqx_scan_train_loop", "nnx_scan_remat_optimizer", "linen_scan_logical_dropout",
+    "optax_adafactor_fsdp", "optax_lion_masked_ema", "eqx_mha_filter_grad", "lineax_cg_batched",
+    "optimistix_lm_fit", "nnx_jit_train",
 )  # fmt: skip
 # The library each program is written with (besides jax, optax and numpy).
 LIBRARIES = {
@@ -48,7 +50,11 @@ LIBRARIES = {
     "eqx_scan_layers": "equinox", "linen_logical_attention": "flax",
     "diffrax_dense_adjoints": "diffrax", "jax_custom_partitioning_fft": "jax",
     "eqx_unet_frozen": "equinox", "optax_dpsgd": "optax",
-    "eqx_scan_train_loop": "equinox",
+    "eqx_scan_train_loop": "equinox", "nnx_scan_remat_optimizer": "flax",
+    "linen_scan_logical_dropout": "flax", "optax_adafactor_fsdp": "optax",
+    "optax_lion_masked_ema": "optax", "eqx_mha_filter_grad": "equinox",
+    "lineax_cg_batched": "lineax", "optimistix_lm_fit": "optimistix",
+    "nnx_jit_train": "flax",
 }  # fmt: skip
 # A child process measuring one program at the small size takes well under this.
 ISOLATED_TIMEOUT_SECONDS = 600

@@ -290,3 +290,24 @@ def test_custom_call_without_a_partitioner_gathers_its_non_batch_dims(shape, spe
     predicted = {k: t.bytes_per_device for k, t in lowered.comm_report().totals().items()}
     compiled = {k: c.bytes_per_device for k, c in lowered.compile().collectives().items()}
     assert predicted == compiled
+
+
+@pytest.mark.parametrize("batch, out", [
+    (("data", "fsdp"), ("fsdp", "model")),   # FSDP: scattered over fsdp, the shard over data
+    (("data", "fsdp"), ("model", "fsdp")),
+    (("data", "fsdp"), (None, "model")),     # reduced over both, sharded over neither
+])
+def test_weight_gradient_sums_its_sharded_axes_first(batch, out):
+    """A dot's partial sums reduced over more axes than its result is sharded over:
+    XLA all-reduces the whole buffer over the result's axes, slices it, and all-reduces
+    only the slice over the rest (an FSDP weight gradient over ``fsdp`` and ``data``)."""
+    import numpy as np
+    from comm_comparison import mesh, predicted_and_compiled
+    from jax.sharding import PartitionSpec as P
+
+    grid = mesh((2, 2, 2), ("data", "fsdp", "model"))
+    rng = np.random.default_rng(0)
+    x, dy = rng.standard_normal((16, 32), np.float32), rng.standard_normal((16, 64), np.float32)
+    predicted, compiled = predicted_and_compiled(
+        lambda x, dy: x.T @ dy, (x, dy), (P(batch), P(batch, "model")), out=P(*out), grid=grid)
+    assert predicted == compiled
