@@ -11,8 +11,9 @@ from the JAX repository at the version shardc pins: for ``--set peer`` (the
 default) ``pjit_test.py``, ``array_test.py`` and ``shard_map_test.py`` (e.g.
 ``../shared/peer/jax-v0.10.2``); for ``--set wide`` ``WIDE_FILES``, JAX's other
 test files that call jit and run on CPU in minutes (a checkout of JAX at the
-tag: this repository does not hold JAX's files). They are copied,
-byte for byte, into a temporary directory (with an empty ``pytest.ini`` so no
+tag: this repository does not hold JAX's files; a file in a subdirectory,
+``pallas/...``, is named by its path there). They are copied, byte for byte,
+into one temporary directory (with an empty ``pytest.ini`` so no
 outside pytest configuration applies) and run twice with pytest
 (``--timeout S``, default 120, from pytest-timeout) on 8 CPU devices
 (``JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=8``):
@@ -65,7 +66,8 @@ Without ``--jobs`` each file is one pytest process, and the JSON is rewritten
 as each ends (``"partial": true`` until the run finishes), so a long run's
 finished files are usable and ``--reuse-baseline`` merges several runs'
 JSONs. ``--baseline-only`` runs only the unmodified pass. The shardc pass runs
-only the tests that count (pass unmodified, call jit) unless ``--all-tests``.
+only the tests that count (pass unmodified, call jit) unless ``--all-tests``,
+and starts no pytest process for a file (or class) none of whose tests count.
 
 Each pytest process appends one JSON line per test to a log; if a process dies
 (a crash in XLA, say), the test it died in is recorded as ``crashed`` and the
@@ -120,6 +122,11 @@ WIDE_FILES = (
     "scipy_optimize_test.py", "fused_test.py", "tree_util_test.py",
     "jax_numpy_error_test.py", "debugger_test.py", "jaxpr_util_test.py",
     "multibackend_test.py", "lax_numpy_hijax_test.py", "pmap_test.py",
+    # First run in the ninth session, as held-out stand-ins (--jit-tests-only; the
+    # pallas files in interpret mode on CPU).
+    "lax_test.py", "lax_scipy_sparse_test.py", "export_serialization_back_compat_test.py",
+    "pallas/fusion_test.py", "pallas/fuser_block_spec_test.py",
+    "pallas/pallas_shape_poly_test.py", "pallas/tpu_pallas_interpret_distributed_test.py",
 )
 SETS = {"peer": FILES, "wide": WIDE_FILES}
 # --jit-tests-only: both passes leave out the tests whose source never names jit.
@@ -272,6 +279,26 @@ def resolve_units(only: list[str] | None, workdir: pathlib.Path, jobs: int,
             by_file.setdefault(sel.split("::")[0], []).append(sel)
         return list(by_file.values())
     return [[s] for s in selectors]
+
+
+def units_that_count(units: list[list[str]], counted: list[str]) -> list[list[str]]:
+    """The units holding a test that counts (``counted``: node ids): the shardc pass
+    starts no pytest process for the others (one costs tens of seconds on a loaded
+    machine, to deselect every test)."""
+    return [unit for unit in units
+            if any(n == sel or n.startswith(sel + "::") for sel in unit for n in counted)]
+
+
+def copy_set(src: pathlib.Path, paths: tuple[str, ...], work: pathlib.Path) -> tuple[str, ...]:
+    """Copy the set's files, byte for byte, into ``work``; their names there. A file
+    in a subdirectory of JAX's tests (``pallas/...``) is copied beside the others and
+    named by its base name from then on (the set's base names are unique)."""
+    files = tuple(os.path.basename(f) for f in paths)
+    if len(set(files)) != len(files):
+        raise ValueError(f"two files of the set share a base name: {sorted(paths)}")
+    for path, name in zip(paths, files):
+        shutil.copyfile(src / path, work / name)  # never edited
+    return files
 
 
 def run_pass(mode: str, units: list[list[str]], workdir: pathlib.Path, timeout: int,
@@ -685,11 +712,11 @@ def main(argv: list[str] | None = None) -> int:
         return write_report(prev, prev["tests"], None, args.readme)
     if not args.jax_dir:
         ap.error("jax_dir is required")
-    files = SETS[args.set]
+    paths = SETS[args.set]
     src = pathlib.Path(args.jax_dir)
-    if (src / "tests" / files[0]).is_file():
+    if (src / "tests" / paths[0]).is_file():
         src = src / "tests"
-    for f in files:
+    for f in paths:
         if not (src / f).is_file():
             ap.error(f"{src / f} not found")
     json_path = args.json or os.path.join(
@@ -708,8 +735,7 @@ def main(argv: list[str] | None = None) -> int:
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="jax_suite_"))
     try:
-        for f in files:
-            shutil.copyfile(src / f, work / f)  # byte for byte, never edited
+        files = copy_set(src, paths, work)
         (work / "pytest.ini").write_text("[pytest]\n")
         units = resolve_units(args.only, work, args.jobs, files)
         print(f"jax_suite: {src} -> {work}; units: {units}", file=sys.stderr, flush=True)
@@ -759,8 +785,10 @@ def main(argv: list[str] | None = None) -> int:
             uncounted = frozenset() if args.all_tests else frozenset(
                 n for n, u in unmodified.items()
                 if not (u["outcome"] in PASSING and u["called_jit"]))
+            shardc_units = units if args.all_tests else units_that_count(
+                units, [n for n in unmodified if n not in uncounted])
             shardc, seconds["shardc"], seconds["shardc_units"] = run_pass(
-                "shardc", units, work, args.timeout, args.jobs, files,
+                "shardc", shardc_units, work, args.timeout, args.jobs, files,
                 on_unit=lambda r, units_s: progress(
                     unmodified, r, {**seconds, "shardc_units": units_s}, uncounted),
                 skip_ids=uncounted)

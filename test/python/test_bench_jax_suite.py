@@ -104,6 +104,28 @@ def test_units_are_one_file_each_or_one_class_each(tmp_path):
                                    files) == [["b_test.py::CTest"], ["a_test.py::ATest::test_x"]]
 
 
+def test_a_file_in_a_subdirectory_is_copied_beside_the_others(tmp_path):
+    src, work = tmp_path / "tests", tmp_path / "work"
+    (src / "pallas").mkdir(parents=True)
+    work.mkdir()
+    (src / "a_test.py").write_text("A = 1\n")
+    (src / "pallas" / "b_test.py").write_text("B = 2\n")
+    assert jax_suite.copy_set(src, ("a_test.py", "pallas/b_test.py"), work) == (
+        "a_test.py", "b_test.py")
+    assert (work / "b_test.py").read_text() == "B = 2\n"
+    (src / "b_test.py").write_text("B = 3\n")
+    with pytest.raises(ValueError, match="share a base name"):
+        jax_suite.copy_set(src, ("b_test.py", "pallas/b_test.py"), work)
+
+
+def test_the_shardc_pass_starts_only_units_with_a_test_that_counts():
+    units = [["a_test.py"], ["b_test.py::BTest", "b_test.py::CTest"], ["c_test.py"]]
+    counted = ["b_test.py::CTest::test_x", "c_test.py::DTest::test_y"]
+    assert jax_suite.units_that_count(units, counted) == units[1:]
+    # A selector matches its own tests only, not a class whose name it begins.
+    assert jax_suite.units_that_count([["b_test.py::C"]], counted) == []
+
+
 def _test(nodeid, shardc="failed", exc=None, unmodified="passed", called_jit=True):
     return {"nodeid": nodeid, "class": jax_suite._class_of(nodeid), "unmodified": unmodified,
             "called_jit": called_jit, "shardc": shardc, "shardc_exc": exc}
