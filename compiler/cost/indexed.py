@@ -84,15 +84,20 @@ class _Op:
         self.scatter = roles.scatter
         slices = roles.updates[0] if roles.scatter else None
         self.index = {"data": roles.data[0], "indices": roles.indices, "slices": slices,
-                      "result": None}
-        self.tensors = {"data": operands[roles.data[0]], "indices": operands[roles.indices],
+                      "result": None, "filter": roles.indices}
+        indices = operands[roles.indices]
+        self.tensors = {"data": operands[roles.data[0]], "indices": indices,
                         "slices": operands[slices] if slices is not None else results[0],
-                        "result": results[0]}
+                        "result": results[0],
+                        # A trivially sliced gather's mask of the indices out of a
+                        # device's range: the indices' shape, of predicates.
+                        "filter": replace(indices, element_bytes=1, dtype="i1")}
         self.mappings = {"data": rule.operand_mappings[roles.data[0]],
                          "indices": rule.operand_mappings[roles.indices],
                          "slices": (rule.operand_mappings[slices] if slices is not None
                                     else rule.result_mappings[0]),
-                         "result": rule.result_mappings[0]}
+                         "result": rule.result_mappings[0],
+                         "filter": rule.operand_mappings[roles.indices]}
         self.sizes = {AxisRef(name, 1, size, size): size for name, size in mesh.sizes.items()}
 
     def factors(self, role: str) -> set[int]:
@@ -297,6 +302,12 @@ class _Partitioner:
                                    outer=_union(outer, on) if not self.op.scatter else None)
         plan.steps += sub.steps
         plan.op_fa = sub.op_fa
+        if _name == "trivially-sliced" and not self.op.scatter:
+            # The mask is computed where the indices are before the groups gather, and
+            # resharded to the indices' part of the groups' output to select from it.
+            wanted = _union(outer, inner_target)
+            plan.steps.append(("reshard", "filter", new["indices"], {
+                f: wanted.get(f, ()) for f in self.op.factors("indices")}))
         if not self.op.scatter:
             # Each method ends with ``Reshard(output_sharding)``: the groups' gather
             # is resharded to its in-group target inside the groups (the group axes
@@ -503,7 +514,12 @@ def _communications(op: _Op, steps) -> list[OpCommunication]:
         index = op.index.get(role)  # None: the result
         needed = op.sharding(role, dst)
         for collective in op.reshard(role, src, dst):
-            if index is None:
+            if role == "filter":
+                reason = (f"the mask of indices out of each device's range, computed "
+                          f"{dims_text(op.sharding(role, src))}, selects from the "
+                          f"gathered {dims_text(needed)}")
+                out.append(OpCommunication(index, reason, collective))
+            elif index is None:
                 reason = (f"computed {dims_text(op.sharding(role, src))}, "
                           f"declared {dims_text(needed)}")
                 source = tuple(d.axes for d in op.sharding(role, src).dims)

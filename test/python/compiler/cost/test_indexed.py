@@ -154,3 +154,35 @@ def test_a_summed_scatter_keeps_the_in_group_tiles_of_its_operand():
     compiled = {k: c.bytes_per_device for k, c in lowered.compile().collectives().items()}
     assert predicted == compiled
     assert compiled["all-reduce"] == groups // 4 * seq * d * 4
+
+
+@pytest.mark.parametrize("table, ids", [
+    (P(("x", "y"), "z"), P("x")),
+    (P(("x", "y"), "z"), P(("x", "y"))),
+    (P(("x", "z"), "y"), P("z")),
+])
+def test_a_trivially_sliced_gather_moves_its_mask_to_the_output(table, ids):
+    """An embedding lookup from a table sharded on rows over two axes of a 2x2x2 mesh
+    (and on columns over the third) with sharded ids: XLA masks the ids out of each
+    device's rows where the ids are before the groups gather them, then reshards that
+    mask (predicates, one byte each) to the ids' part of the output: an all-gather of
+    its own beside the ids'."""
+    mesh = jax.make_mesh((2, 2, 2), ("x", "y", "z"), axis_types=(AxisType.Auto,) * 3)
+    rand = np.random.default_rng(0)
+    args = (jax.device_put(rand.standard_normal((1024, 64)).astype(np.float32),
+                           NamedSharding(mesh, table)),
+            jax.device_put(rand.integers(0, 1024, (8, 32), np.int32), NamedSharding(mesh, ids)))
+
+    def lookup(t, i):
+        return t[i]
+
+    lowered = jit(lookup).lower(*args)
+    report = lowered.comm_report()
+    predicted = {k: t.bytes_per_device for k, t in report.totals().items() if t.count}
+    compiled = lowered.compile()
+    assert predicted == {k: c.bytes_per_device
+                         for k, c in compiled.collectives().items() if c.count}
+    assert any("mask" in e.reason and e.kind == "all-gather" for e in report.entries)
+    ours, theirs = compiled(*args), jax.jit(lookup)(*args)
+    np.testing.assert_array_equal(ours, theirs)
+    assert ours.sharding.is_equivalent_to(theirs.sharding, ours.ndim)
