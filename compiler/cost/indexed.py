@@ -201,7 +201,8 @@ class _Partitioner:
     def __init__(self, op: _Op) -> None:
         self.op, self.cls = op, op.classes()
 
-    # --- methods: (name, group axes, new factor axes per role, output axes, partial) ---
+    # --- methods: (name, group axes, new factor axes per role, output axes, partial:
+    # the axes of each all-reduce of the partial results) ---
     def methods(self, fa: dict[str, FactorAxes], free: tuple) -> list[tuple]:
         cls, op = self.cls, self.op
         data, idx, sl = fa["data"], fa["indices"], fa["slices"]
@@ -234,7 +235,7 @@ class _Partitioner:
         if group:
             new = dict(fa)
             new["indices"] = _regroup(idx, group, inner(group), idx_priority)
-            partial = () if op.scatter else group
+            partial = () if op.scatter else _per_dim(op, "data", data, cls.trivial, group)
             if op.scatter:
                 new["slices"] = _regroup(sl, group, inner(group), idx_priority)
             out.append(("trivially-sliced", group, new, {}, partial))
@@ -253,7 +254,7 @@ class _Partitioner:
             if op.scatter:
                 new["slices"] = _union(_drop(sl, group), on)
             if op.scatter and reducing:
-                partial = group
+                partial = _per_dim(op, "indices", idx, cls.index_passthrough, group)
             out.append(("index-passthrough", group, new, on, partial))
         return out
 
@@ -316,10 +317,10 @@ class _Partitioner:
             plan.steps.append(("reshard", "result", _union(held, computed),
                                _union(held, inner_target)))
             computed = _union(on, inner_target)
-        if partial:
-            shard = computed if self.op.scatter else _union(outer, computed)
+        shard = computed if self.op.scatter else _union(outer, computed)
+        for over in partial:
             plan.steps.append(("all-reduce", "data" if self.op.scatter else "slices",
-                               shard, partial))
+                               shard, over))
         return plan, computed
 
     def _trivial_target(self, target: FactorAxes, indices: FactorAxes, group: tuple,
@@ -423,6 +424,18 @@ def _sliced_after(fa: FactorAxes, over: tuple, following) -> FactorAxes:
     if _sharded(kept) != _sharded(fa) or _sharded(target) == _sharded(fa):
         return fa
     return target
+
+
+def _per_dim(op: _Op, role: str, fa: FactorAxes, factors, group: tuple) -> tuple:
+    """The axes of ``group`` on each dimension of ``role`` holding ``factors``, minor-most
+    dimension first: XLA all-reduces the partial results of a method along each sharded
+    dimension on its own (``AllReduceAlongShardingDims``), every time the whole buffer."""
+    out = []
+    for dim in reversed(op.mappings[role]):
+        axes = tuple(a for f in dim if f in factors for a in fa.get(f, ()) if a in group)
+        if axes:
+            out.append(axes)
+    return tuple(out)
 
 
 def _sharded(fa: FactorAxes) -> FactorAxes:

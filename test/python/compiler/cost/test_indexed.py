@@ -186,3 +186,31 @@ def test_a_trivially_sliced_gather_moves_its_mask_to_the_output(table, ids):
     ours, theirs = compiled(*args), jax.jit(lookup)(*args)
     np.testing.assert_array_equal(ours, theirs)
     assert ours.sharding.is_equivalent_to(theirs.sharding, ours.ndim)
+
+
+@pytest.mark.parametrize("ids, all_reduces", [
+    (P("x", "y"), 2),          # ids sharded on two dimensions: an all-reduce each
+    (P(("x", "y")), 1),        # on one dimension over both axes: one
+])
+def test_index_passthrough_sums_each_sharded_index_dimension_on_its_own(ids, all_reduces):
+    """An embedding gradient's scatter-add with ids sharded on batch and sequence: XLA
+    scatters into a table replicated across the groups and all-reduces the partial sums
+    along each sharded index dimension on its own, minor-most first, every time the
+    whole table (``AllReduceAlongShardingDims``)."""
+    mesh = jax.make_mesh((2, 2, 2), ("x", "y", "z"), axis_types=(AxisType.Auto,) * 3)
+    rand = np.random.default_rng(0)
+    args = (jax.device_put(rand.standard_normal((8, 32, 64)).astype(np.float32),
+                           NamedSharding(mesh, ids)),
+            jax.device_put(rand.integers(0, 1024, (8, 32), np.int32), NamedSharding(mesh, ids)))
+
+    def scatter(u, i):
+        return jnp.zeros((1024, 64), jnp.float32).at[i].add(u)
+
+    lowered = jit(scatter, out_shardings=NamedSharding(mesh, P())).lower(*args)
+    predicted = {k: (t.bytes_per_device, t.count)
+                 for k, t in lowered.comm_report().totals().items() if t.count}
+    compiled = lowered.compile()
+    assert predicted == {k: (c.bytes_per_device, c.count)
+                         for k, c in compiled.collectives().items() if c.count}
+    assert predicted["all-reduce"] == (all_reduces * 1024 * 64 * 4, all_reduces)
+    np.testing.assert_allclose(compiled(*args), jax.jit(scatter)(*args), rtol=1e-6, atol=1e-5)
