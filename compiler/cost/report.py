@@ -400,7 +400,7 @@ def _found_at(reader: ModuleValues, op: int) -> Iterator[_Found]:
                                   ("operand", k), implicit=False)
     elif name == "func.call":
         yield from _call_found(reader, op)
-    else:  # a collective written in a manual computation (STABLEHLO_COLLECTIVES)
+    elif op not in _written_twins(reader):  # a collective written in a manual computation
         kind, result_side = STABLEHLO_COLLECTIVES[name]
         values = graph.op_results[op] if result_side else operands
         total = 0
@@ -412,6 +412,32 @@ def _found_at(reader: ModuleValues, op: int) -> Iterator[_Found]:
                                                                  len(tensor.shape)))
         yield from _found(ir_op, "explicit collective", [Collective(kind, (), total)], (),
                           implicit=False)
+
+
+def _written_twins(reader: ModuleValues) -> dict[int, int]:
+    """Written collectives XLA's common-subexpression elimination folds into an earlier
+    one of the same block: the same operands, attributes (channels aside) and reduction.
+    Each maps to the collective it repeats."""
+    twins = reader.facts.get("written twins")
+    if twins is None:
+        graph, first = reader.graph, {}
+        twins = reader.facts["written twins"] = {}
+        for op, name in enumerate(graph.op_name):
+            if name in STABLEHLO_COLLECTIVES:
+                key = (name, graph.op_parent[op], tuple(graph.op_operands[op]),
+                       _collective_key(graph.ops[op]))
+                twins_of = first.setdefault(key, op)
+                if twins_of != op:
+                    twins[op] = twins_of
+    return twins
+
+
+def _collective_key(ir_op: ir.Operation) -> tuple:
+    attributes = tuple(sorted((name, str(ir_op.attributes[name])) for name in ir_op.attributes
+                              if name != "channel_handle"))
+    regions = tuple(tuple(o.name for block in region.blocks for o in block.operations)
+                    for region in ir_op.regions)
+    return attributes, regions
 
 
 def _returns_carries(graph, op: int) -> bool:
