@@ -146,7 +146,29 @@ class _Op:
 
 
 def _drop(fa: FactorAxes, axes) -> FactorAxes:
-    return {f: tuple(a for a in v if a not in axes) for f, v in fa.items()}
+    """``fa`` without ``axes`` (and without the sub-axes of those that are whole)."""
+    whole = {a.name for a in axes if a.size == a.total}
+    return {f: tuple(a for a in v if a not in axes and a.name not in whole)
+            for f, v in fa.items()}
+
+
+def _within(axis: AxisRef, axes) -> bool:
+    """Whether ``axis`` is one of ``axes`` or a sub-axis of a whole one of them."""
+    return axis in axes or any(a.name == axis.name and a.size == a.total for a in axes)
+
+
+def _without(free: tuple, group: tuple) -> tuple:
+    """The axes of ``free`` outside ``group``: an axis whose major part the group
+    holds (a sub-axis ``_regroup`` kept) leaves its minor part."""
+    out = []
+    for axis in free:
+        if axis in group:
+            continue
+        part = next((g for g in group if g.name == axis.name and g.pre == axis.pre
+                     and g.size < axis.size), None)
+        out.append(axis if part is None else
+                   AxisRef(axis.name, axis.pre * part.size, axis.size // part.size, axis.total))
+    return tuple(out)
 
 
 def _keep(fa: FactorAxes, axes) -> FactorAxes:
@@ -166,11 +188,18 @@ def _regroup(fa: FactorAxes, group: tuple, inner: tuple, priority: Sequence[int]
     spare = [a for a in inner if a not in used]
     for f in priority:  # highest priority first
         room = prod(a.size for a in fa.get(f, ()) if a in group)
-        for axis in list(spare):
-            if room > 1 and room % axis.size == 0:
+        for k, axis in enumerate(spare):
+            if room <= 1 or axis is None:
+                continue
+            if room % axis.size == 0:
                 out[f] = out.get(f, ()) + (axis,)
-                spare.remove(axis)
+                spare[k] = None
                 room //= axis.size
+            elif axis.size % room == 0:
+                # An in-group axis larger than the tiles kept: its major part holds them.
+                out[f] = out.get(f, ()) + (AxisRef(axis.name, axis.pre, room, axis.total),)
+                spare[k] = AxisRef(axis.name, axis.pre * room, axis.size // room, axis.total)
+                room = 1
     return out
 
 
@@ -209,11 +238,11 @@ class _Partitioner:
         out = []
 
         def group_of(source: FactorAxes, factors) -> tuple:
-            return tuple(a for f in factors for a in source.get(f, ()) if a in free)
+            return tuple(a for f in factors for a in source.get(f, ()) if _within(a, free))
 
         idx_priority = [*cls.parallel, *cls.index_passthrough]
         data_priority = [*cls.parallel, *cls.operand_passthrough, *cls.trivial]
-        inner = lambda g: tuple(a for a in free if a not in g)  # noqa: E731
+        inner = lambda g: _without(free, g)  # noqa: E731
 
         common = tuple(a for f in cls.parallel for a in data.get(f, ())
                        if a in free and a in idx.get(f, ()))
@@ -292,7 +321,7 @@ class _Partitioner:
         identity = self.op.scatter and bool(partial) and self.op.roles.splat_data
         plan.steps += [("reshard", role, fa[role], new[role]) for role in roles
                        if not (identity and role == "data")]
-        inner_free = tuple(a for a in free if a not in group)
+        inner_free = _without(free, group)
         if self.op.scatter:
             inner_target = _union(_drop(new["data"], inner_free), _keep(target, inner_free))
         elif _name == "trivially-sliced":

@@ -214,3 +214,30 @@ def test_index_passthrough_sums_each_sharded_index_dimension_on_its_own(ids, all
                          for k, c in compiled.collectives().items() if c.count}
     assert predicted["all-reduce"] == (all_reduces * 1024 * 64 * 4, all_reduces)
     np.testing.assert_allclose(compiled(*args), jax.jit(scatter)(*args), rtol=1e-6, atol=1e-5)
+
+
+def test_indices_keep_their_tiles_on_part_of_a_larger_in_group_axis():
+    """An embedding gradient on a 2x4 mesh, the table ``[{"model"}, {"data"}]`` and the
+    ids ``[{"data"}]``: operand pass-through groups on ``data`` (2 groups) and the ids,
+    replicated across the groups, keep their 2 tiles on the major half of ``model``
+    (``GroupShardingOnReplicatedDim`` splits the 4 in-group devices: a
+    collective-permute), where the scatter then passes them through and sums the table
+    over that half (an all-reduce of the in-group table)."""
+    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    rand = np.random.default_rng(0)
+    args = (jax.device_put(rand.standard_normal((512, 64)).astype(np.float32),
+                           NamedSharding(mesh, P("model", "data"))),
+            jax.device_put(rand.integers(0, 512, (2, 64), np.int32),
+                           NamedSharding(mesh, P("data"))))
+
+    def grad(t, i):
+        return jax.grad(lambda t: jnp.sum(t[i] ** 2))(t)
+
+    lowered = jit(grad).lower(*args)
+    predicted = {k: t.bytes_per_device for k, t in lowered.comm_report().totals().items()
+                 if t.count}
+    compiled = lowered.compile()
+    assert predicted == {k: c.bytes_per_device
+                         for k, c in compiled.collectives().items() if c.count}
+    assert predicted["collective-permute"] == 64 * 4
+    np.testing.assert_allclose(compiled(*args), jax.jit(grad)(*args), rtol=1e-6)
