@@ -72,12 +72,13 @@ from shardc.compiler.cost.reshard import (
 from shardc.compiler.cost.trips import loops_around, runs_per_step, trip_count
 from shardc.compiler.cost.windows import window_collectives, window_gather_target
 from shardc.compiler.diagnostics import SourceLoc, source_loc_of
-from shardc.compiler.propagation.manual import MANUAL_OP
+from shardc.compiler.propagation.manual import MANUAL_OP, erase_manual_axes
 from shardc.compiler.propagation.values import ModuleValues, replicated
 from shardc.compiler.sharding.rules import INDEXED_ROLES, indexed_roles_for
 from shardc.compiler.sharding.tensor import Tensor, TensorSharding
 
 _EXPLICIT = {"sdy.reshard": "explicit reshard", "sdy.sharding_constraint": "sharding constraint"}
+MANUAL_RETURN = "sdy.return"
 # Ops ``_found_at`` never prices by their rule.
 _NOT_BY_RULE = frozenset({"stablehlo.while", MANUAL_OP, "func.call", *STABLEHLO_COLLECTIVES})
 
@@ -351,6 +352,8 @@ def _by_rule(graph, op: int) -> bool:
         return graph.op_name[graph.op_parent[op]] != "func.func"
     if name == "stablehlo.return":
         return not _returns_carries(graph, op) and not _returns_branch(graph, op)
+    if name == MANUAL_RETURN:
+        return graph.op_name[graph.op_parent[op]] != MANUAL_OP
     return True
 
 
@@ -398,6 +401,18 @@ def _found_at(reader: ModuleValues, op: int) -> Iterator[_Found]:
                 found = reshard_tensor(src, ins[k], reader.mesh_of(src.sharding, ins[k]))
                 yield from _found(ir_op, f"in-sharding {dims_text(ins[k])}", found,
                                   ("operand", k), implicit=False)
+    elif name == MANUAL_RETURN:
+        # The body's results leave in the out-shardings (on the free axes): XLA
+        # reshards each returned value to them.
+        owner = graph.op_parent[op]
+        manual, _, outs = store.manual[owner]
+        for k, value in enumerate(operands):
+            src = reader.tensor(value)
+            if src is not None and k < len(outs):
+                dst = erase_manual_axes(outs[k], manual)
+                found = reshard_tensor(src, dst, reader.mesh_of(src.sharding, dst))
+                yield from _found(ir_op, f"returned {dims_text(src.sharding)} as out-sharding "
+                                  f"{dims_text(dst)}", found, ("operand", k), implicit=False)
     elif name == "func.call":
         yield from _call_found(reader, op)
     elif op not in _written_twins(reader):  # a collective written in a manual computation
