@@ -11,10 +11,12 @@ dilates the base). Each result shard ``i`` reads the operand's elements
 neighbours, one collective-permute per neighbour distance on each side
 (``ExchangeHalo``: the left halo of shard ``i`` is ``shard * i + padding_low -
 start(i)``, the right ``limit(i) - shard * (i + 1) - padding_low``; the largest over
-the shards sizes every permute, less what no shard reads). A halo reaching past a
+the shards sizes every permute, less what no shard reads; a permute from as far
+as the last shard has no pair and is no collective). A halo reaching past a
 neighbour's shard when the dimension is read almost whole, or one of more than
-twice the windowed shard, is partitioned otherwise (``None`` here: the caller
-prices it as before).
+twice the windowed shard read compactly, is beyond the neighbours: XLA then
+reshards the operand with every windowed dimension replicated (all-gathers) and
+pads and slices locally (``BEYOND`` here).
 
 ``jnp.roll`` concatenates two slices of one value (``x[n-k:]``, ``x[:n-k]``);
 XLA rewrites that into a rotation (``_SPMDInternalOp_RotateRight``), partitioned
@@ -28,7 +30,7 @@ the dimension is uneven (``HaloExchangeToPadOnLeft``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
@@ -40,11 +42,14 @@ from shardc.compiler.cost.reshard import (
     Collective,
     collective_element_bytes,
     dim_axes,
+    reshard_tensor,
 )
 from shardc.compiler.sharding.axes import size_product
-from shardc.compiler.sharding.tensor import Tensor
+from shardc.compiler.sharding.tensor import DimSharding, Tensor, TensorSharding
 
 Offsets = Callable[[int], int]
+# ``windowed_halos``' answer for a halo beyond the neighbours of a shard.
+BEYOND = "beyond the neighbours"
 
 
 @dataclass(frozen=True)
@@ -83,13 +88,16 @@ def exchange_halo(shard: int, count: int, left: Offsets, right: Offsets) -> list
     right_bound = shard + max(right(i) for i in range(count))
     if left_bound >= right_bound:
         return None
+    # The permute ``i`` moves data ``i + 1`` shards over: from as far as the last shard
+    # it has no source-target pair, and XLA makes zeros of it instead of a permute.
     halos = []
     i = _ceil(max_left, shard) - 1
     while i >= 0 and (-i - 1) * shard < right_bound:
-        halos.append(min(max_left - shard * i, shard) - max(-i * shard - right_bound, 0))
+        if i + 1 < count:
+            halos.append(min(max_left - shard * i, shard) - max(-i * shard - right_bound, 0))
         i -= 1
     skipped = _div(min(max(left_bound - shard, 0), max(max_right, 0)), shard)
-    for i in range(skipped, _ceil(max_right, shard)):
+    for i in range(skipped, min(_ceil(max_right, shard), count - 1)):
         halos.append(min(max_right - shard * i, shard) - max(left_bound - (i + 1) * shard, 0))
     return [h for h in halos if h > 0]
 
@@ -168,12 +176,13 @@ def exchange_halo_compact(base: int, shard: int, count: int, left: Offsets,
         permutes.append(limit - start)
 
 
-def windowed_halos(base: int, count: int, window: WindowDim) -> tuple[list[int], int] | None:
+def windowed_halos(base: int, count: int, window: WindowDim
+                   ) -> tuple[list[int], int] | str | None:
     """The collective-permutes (elements along the dimension) that read a window over a
     dimension of ``base`` elements split in ``count`` shards, and the windowed shard's
     size after them (``ReshardAsWindowedInput`` then ``ExchangeHaloAndGetValidData``);
-    None where XLA does not exchange halos (shards skipped, compact or replicated
-    exchanges)."""
+    ``BEYOND`` where a halo is beyond the neighbours; None where XLA partitions the
+    read otherwise (shards without output skipped, strides across dilations)."""
     shard = _ceil(base, count)
     dilated = 1 + (window.size - 1) * window.window_dilation
     full = (1 + (base - 1) * window.base_dilation + window.padding_high
@@ -209,10 +218,10 @@ def windowed_halos(base: int, count: int, window: WindowDim) -> tuple[list[int],
         if (shard + max(left(i) + right(i) for i in range(count)) == windowed
                 and widest > 2 * windowed):
             if windowed * 2 >= count * shard:
-                return None  # XLA replicates instead
+                return BEYOND
             return exchange_halo_compact(base, shard, count, left, right), windowed
     halos = exchange_halo(shard, count, left, right)
-    return None if halos is None else (halos, windowed)
+    return BEYOND if halos is None else (halos, windowed)
 
 
 def _shard_sizes(tensor: Tensor, counts: list[int]) -> list[int]:
@@ -245,6 +254,8 @@ def window_halo_collectives(operand: Tensor, result: Tensor, windows: list[Windo
     else as it is) into ``result``'s sharding: on every dimension sharded in both
     (an operand unsharded there is padded and sliced locally), dimension by
     dimension, each later one exchanging the windowed shards of the earlier ones.
+    Where one dimension's halo is beyond the neighbours, only the all-gathers of
+    every windowed dimension (the permutes of the dimensions before it are dead).
     None where a dimension's exchange is not modelled."""
     rank = len(operand.shape)
     if operand.sharding is None or result.sharding is None:
@@ -261,9 +272,23 @@ def window_halo_collectives(operand: Tensor, result: Tensor, windows: list[Windo
         found = windowed_halos(operand.shape[d], counts[d], window)
         if found is None:
             return None
+        if found == BEYOND:
+            return _windowed_dims_replicated(operand, src, windows)
         halos, local[d] = found
         out.extend(_permutes(operand, local, d, halos, _names(dst[d])))
     return out
+
+
+def _windowed_dims_replicated(operand: Tensor, src: list, windows: list[WindowDim]
+                              ) -> list[Collective]:
+    """The reshard of ``operand`` (sharded ``src`` per dimension) to every dimension
+    with a window replicated, the rest as they are."""
+    mesh = operand.sharding.mesh
+    before = TensorSharding(mesh, tuple(DimSharding(tuple(a), True) for a in src))
+    after = TensorSharding(mesh, tuple(
+        DimSharding(() if window != WindowDim() else tuple(a), True)
+        for a, window in zip(src, windows)))
+    return reshard_tensor(replace(operand, sharding=before), after)
 
 
 def _ints(op: ir.Operation, name: str) -> list[int]:
@@ -458,7 +483,7 @@ def conv_collectives(op: ir.Operation, lhs: Tensor, kernel: Tensor, result: Tens
         count = size_product(src[i])
         if out_counts[o] > 1 and out_counts[o] == count:
             halos = windowed_halos(lhs.shape[i], count, window)
-            if halos is None:
+            if not isinstance(halos, tuple):
                 continue
             halos, windowed = halos
             found.extend(_permutes(lhs, local, i, halos, _names(out_axes[o])))

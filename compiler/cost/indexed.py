@@ -84,15 +84,20 @@ class _Op:
         self.scatter = roles.scatter
         slices = roles.updates[0] if roles.scatter else None
         self.index = {"data": roles.data[0], "indices": roles.indices, "slices": slices,
-                      "result": None}
-        self.tensors = {"data": operands[roles.data[0]], "indices": operands[roles.indices],
+                      "result": None, "filter": roles.indices}
+        indices = operands[roles.indices]
+        self.tensors = {"data": operands[roles.data[0]], "indices": indices,
                         "slices": operands[slices] if slices is not None else results[0],
-                        "result": results[0]}
+                        "result": results[0],
+                        # A trivially sliced gather's mask of the indices out of a
+                        # device's range: the indices' shape, of predicates.
+                        "filter": replace(indices, element_bytes=1, dtype="i1")}
         self.mappings = {"data": rule.operand_mappings[roles.data[0]],
                          "indices": rule.operand_mappings[roles.indices],
                          "slices": (rule.operand_mappings[slices] if slices is not None
                                     else rule.result_mappings[0]),
-                         "result": rule.result_mappings[0]}
+                         "result": rule.result_mappings[0],
+                         "filter": rule.operand_mappings[roles.indices]}
         self.sizes = {AxisRef(name, 1, size, size): size for name, size in mesh.sizes.items()}
 
     def factors(self, role: str) -> set[int]:
@@ -141,7 +146,29 @@ class _Op:
 
 
 def _drop(fa: FactorAxes, axes) -> FactorAxes:
-    return {f: tuple(a for a in v if a not in axes) for f, v in fa.items()}
+    """``fa`` without ``axes`` (and without the sub-axes of those that are whole)."""
+    whole = {a.name for a in axes if a.size == a.total}
+    return {f: tuple(a for a in v if a not in axes and a.name not in whole)
+            for f, v in fa.items()}
+
+
+def _within(axis: AxisRef, axes) -> bool:
+    """Whether ``axis`` is one of ``axes`` or a sub-axis of a whole one of them."""
+    return axis in axes or any(a.name == axis.name and a.size == a.total for a in axes)
+
+
+def _without(free: tuple, group: tuple) -> tuple:
+    """The axes of ``free`` outside ``group``: an axis whose major part the group
+    holds (a sub-axis ``_regroup`` kept) leaves its minor part."""
+    out = []
+    for axis in free:
+        if axis in group:
+            continue
+        part = next((g for g in group if g.name == axis.name and g.pre == axis.pre
+                     and g.size < axis.size), None)
+        out.append(axis if part is None else
+                   AxisRef(axis.name, axis.pre * part.size, axis.size // part.size, axis.total))
+    return tuple(out)
 
 
 def _keep(fa: FactorAxes, axes) -> FactorAxes:
@@ -161,11 +188,18 @@ def _regroup(fa: FactorAxes, group: tuple, inner: tuple, priority: Sequence[int]
     spare = [a for a in inner if a not in used]
     for f in priority:  # highest priority first
         room = prod(a.size for a in fa.get(f, ()) if a in group)
-        for axis in list(spare):
-            if room > 1 and room % axis.size == 0:
+        for k, axis in enumerate(spare):
+            if room <= 1 or axis is None:
+                continue
+            if room % axis.size == 0:
                 out[f] = out.get(f, ()) + (axis,)
-                spare.remove(axis)
+                spare[k] = None
                 room //= axis.size
+            elif axis.size % room == 0:
+                # An in-group axis larger than the tiles kept: its major part holds them.
+                out[f] = out.get(f, ()) + (AxisRef(axis.name, axis.pre, room, axis.total),)
+                spare[k] = AxisRef(axis.name, axis.pre * room, axis.size // room, axis.total)
+                room = 1
     return out
 
 
@@ -196,18 +230,19 @@ class _Partitioner:
     def __init__(self, op: _Op) -> None:
         self.op, self.cls = op, op.classes()
 
-    # --- methods: (name, group axes, new factor axes per role, output axes, partial) ---
+    # --- methods: (name, group axes, new factor axes per role, output axes, partial:
+    # the axes of each all-reduce of the partial results) ---
     def methods(self, fa: dict[str, FactorAxes], free: tuple) -> list[tuple]:
         cls, op = self.cls, self.op
         data, idx, sl = fa["data"], fa["indices"], fa["slices"]
         out = []
 
         def group_of(source: FactorAxes, factors) -> tuple:
-            return tuple(a for f in factors for a in source.get(f, ()) if a in free)
+            return tuple(a for f in factors for a in source.get(f, ()) if _within(a, free))
 
         idx_priority = [*cls.parallel, *cls.index_passthrough]
         data_priority = [*cls.parallel, *cls.operand_passthrough, *cls.trivial]
-        inner = lambda g: tuple(a for a in free if a not in g)  # noqa: E731
+        inner = lambda g: _without(free, g)  # noqa: E731
 
         common = tuple(a for f in cls.parallel for a in data.get(f, ())
                        if a in free and a in idx.get(f, ()))
@@ -229,7 +264,7 @@ class _Partitioner:
         if group:
             new = dict(fa)
             new["indices"] = _regroup(idx, group, inner(group), idx_priority)
-            partial = () if op.scatter else group
+            partial = () if op.scatter else _per_dim(op, "data", data, cls.trivial, group)
             if op.scatter:
                 new["slices"] = _regroup(sl, group, inner(group), idx_priority)
             out.append(("trivially-sliced", group, new, {}, partial))
@@ -248,7 +283,7 @@ class _Partitioner:
             if op.scatter:
                 new["slices"] = _union(_drop(sl, group), on)
             if op.scatter and reducing:
-                partial = group
+                partial = _per_dim(op, "indices", idx, cls.index_passthrough, group)
             out.append(("index-passthrough", group, new, on, partial))
         return out
 
@@ -286,7 +321,7 @@ class _Partitioner:
         identity = self.op.scatter and bool(partial) and self.op.roles.splat_data
         plan.steps += [("reshard", role, fa[role], new[role]) for role in roles
                        if not (identity and role == "data")]
-        inner_free = tuple(a for a in free if a not in group)
+        inner_free = _without(free, group)
         if self.op.scatter:
             inner_target = _union(_drop(new["data"], inner_free), _keep(target, inner_free))
         elif _name == "trivially-sliced":
@@ -297,6 +332,12 @@ class _Partitioner:
                                    outer=_union(outer, on) if not self.op.scatter else None)
         plan.steps += sub.steps
         plan.op_fa = sub.op_fa
+        if _name == "trivially-sliced" and not self.op.scatter:
+            # The mask is computed where the indices are before the groups gather, and
+            # resharded to the indices' part of the groups' output to select from it.
+            wanted = _union(outer, inner_target)
+            plan.steps.append(("reshard", "filter", new["indices"], {
+                f: wanted.get(f, ()) for f in self.op.factors("indices")}))
         if not self.op.scatter:
             # Each method ends with ``Reshard(output_sharding)``: the groups' gather
             # is resharded to its in-group target inside the groups (the group axes
@@ -305,10 +346,10 @@ class _Partitioner:
             plan.steps.append(("reshard", "result", _union(held, computed),
                                _union(held, inner_target)))
             computed = _union(on, inner_target)
-        if partial:
-            shard = computed if self.op.scatter else _union(outer, computed)
+        shard = computed if self.op.scatter else _union(outer, computed)
+        for over in partial:
             plan.steps.append(("all-reduce", "data" if self.op.scatter else "slices",
-                               shard, partial))
+                               shard, over))
         return plan, computed
 
     def _trivial_target(self, target: FactorAxes, indices: FactorAxes, group: tuple,
@@ -414,6 +455,18 @@ def _sliced_after(fa: FactorAxes, over: tuple, following) -> FactorAxes:
     return target
 
 
+def _per_dim(op: _Op, role: str, fa: FactorAxes, factors, group: tuple) -> tuple:
+    """The axes of ``group`` on each dimension of ``role`` holding ``factors``, minor-most
+    dimension first: XLA all-reduces the partial results of a method along each sharded
+    dimension on its own (``AllReduceAlongShardingDims``), every time the whole buffer."""
+    out = []
+    for dim in reversed(op.mappings[role]):
+        axes = tuple(a for f in dim if f in factors for a in fa.get(f, ()) if a in group)
+        if axes:
+            out.append(axes)
+    return tuple(out)
+
+
 def _sharded(fa: FactorAxes) -> FactorAxes:
     return {f: axes for f, axes in fa.items() if axes}
 
@@ -503,7 +556,12 @@ def _communications(op: _Op, steps) -> list[OpCommunication]:
         index = op.index.get(role)  # None: the result
         needed = op.sharding(role, dst)
         for collective in op.reshard(role, src, dst):
-            if index is None:
+            if role == "filter":
+                reason = (f"the mask of indices out of each device's range, computed "
+                          f"{dims_text(op.sharding(role, src))}, selects from the "
+                          f"gathered {dims_text(needed)}")
+                out.append(OpCommunication(index, reason, collective))
+            elif index is None:
                 reason = (f"computed {dims_text(op.sharding(role, src))}, "
                           f"declared {dims_text(needed)}")
                 source = tuple(d.axes for d in op.sharding(role, src).dims)

@@ -339,6 +339,12 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     # the other operand onto devices where every group holds all of it (dot_groups).
     regrouped = (None if replicated or mesh is None
                  else regrouped_operand(rule, operands, results, mesh_axes(mesh), convolution))
+    if regrouped is not None:
+        # Inside the groups XLA partitions the dot on the moved operand: a contraction
+        # it now holds sharded on free axes may stay sharded (partial sums).
+        moved = [replace(t, sharding=regrouped[1]) if i == regrouped[0] else t
+                 for i, t in enumerate(operands)]
+        factor_axes, reduction = computation_axes(rule, moved, results, mesh)
     matching = (matching_operand(rule, operands, results, convolution)
                 if (dot or convolution) and not replicated else None)
     over = tuple(axis for axes in reduction.values() for axis in axes)

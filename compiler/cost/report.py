@@ -72,12 +72,13 @@ from shardc.compiler.cost.reshard import (
 from shardc.compiler.cost.trips import loops_around, runs_per_step, trip_count
 from shardc.compiler.cost.windows import window_collectives, window_gather_target
 from shardc.compiler.diagnostics import SourceLoc, source_loc_of
-from shardc.compiler.propagation.manual import MANUAL_OP
+from shardc.compiler.propagation.manual import MANUAL_OP, erase_manual_axes
 from shardc.compiler.propagation.values import ModuleValues, replicated
 from shardc.compiler.sharding.rules import INDEXED_ROLES, indexed_roles_for
 from shardc.compiler.sharding.tensor import Tensor, TensorSharding
 
 _EXPLICIT = {"sdy.reshard": "explicit reshard", "sdy.sharding_constraint": "sharding constraint"}
+MANUAL_RETURN = "sdy.return"
 # Ops ``_found_at`` never prices by their rule.
 _NOT_BY_RULE = frozenset({"stablehlo.while", MANUAL_OP, "func.call", *STABLEHLO_COLLECTIVES})
 
@@ -351,6 +352,8 @@ def _by_rule(graph, op: int) -> bool:
         return graph.op_name[graph.op_parent[op]] != "func.func"
     if name == "stablehlo.return":
         return not _returns_carries(graph, op) and not _returns_branch(graph, op)
+    if name == MANUAL_RETURN:
+        return graph.op_name[graph.op_parent[op]] != MANUAL_OP
     return True
 
 
@@ -398,9 +401,21 @@ def _found_at(reader: ModuleValues, op: int) -> Iterator[_Found]:
                 found = reshard_tensor(src, ins[k], reader.mesh_of(src.sharding, ins[k]))
                 yield from _found(ir_op, f"in-sharding {dims_text(ins[k])}", found,
                                   ("operand", k), implicit=False)
+    elif name == MANUAL_RETURN:
+        # The body's results leave in the out-shardings (on the free axes): XLA
+        # reshards each returned value to them.
+        owner = graph.op_parent[op]
+        manual, _, outs = store.manual[owner]
+        for k, value in enumerate(operands):
+            src = reader.tensor(value)
+            if src is not None and k < len(outs):
+                dst = erase_manual_axes(outs[k], manual)
+                found = reshard_tensor(src, dst, reader.mesh_of(src.sharding, dst))
+                yield from _found(ir_op, f"returned {dims_text(src.sharding)} as out-sharding "
+                                  f"{dims_text(dst)}", found, ("operand", k), implicit=False)
     elif name == "func.call":
         yield from _call_found(reader, op)
-    else:  # a collective written in a manual computation (STABLEHLO_COLLECTIVES)
+    elif op not in _written_twins(reader):  # a collective written in a manual computation
         kind, result_side = STABLEHLO_COLLECTIVES[name]
         values = graph.op_results[op] if result_side else operands
         total = 0
@@ -412,6 +427,32 @@ def _found_at(reader: ModuleValues, op: int) -> Iterator[_Found]:
                                                                  len(tensor.shape)))
         yield from _found(ir_op, "explicit collective", [Collective(kind, (), total)], (),
                           implicit=False)
+
+
+def _written_twins(reader: ModuleValues) -> dict[int, int]:
+    """Written collectives XLA's common-subexpression elimination folds into an earlier
+    one of the same block: the same operands, attributes (channels aside) and reduction.
+    Each maps to the collective it repeats."""
+    twins = reader.facts.get("written twins")
+    if twins is None:
+        graph, first = reader.graph, {}
+        twins = reader.facts["written twins"] = {}
+        for op, name in enumerate(graph.op_name):
+            if name in STABLEHLO_COLLECTIVES:
+                key = (name, graph.op_parent[op], tuple(graph.op_operands[op]),
+                       _collective_key(graph.ops[op]))
+                twins_of = first.setdefault(key, op)
+                if twins_of != op:
+                    twins[op] = twins_of
+    return twins
+
+
+def _collective_key(ir_op: ir.Operation) -> tuple:
+    attributes = tuple(sorted((name, str(ir_op.attributes[name])) for name in ir_op.attributes
+                              if name != "channel_handle"))
+    regions = tuple(tuple(o.name for block in region.blocks for o in block.operations)
+                    for region in ir_op.regions)
+    return attributes, regions
 
 
 def _returns_carries(graph, op: int) -> bool:

@@ -70,7 +70,7 @@ def _window_plan(op: ir.Operation, operand: Tensor) -> tuple[list[Collective], t
             continue
         names = tuple(str(a).strip('"') for a in axes[d])
         found = windowed_halos(operand.shape[d], count, window)
-        if found is not None:
+        if isinstance(found, tuple):
             rest = element_bytes
             for other, size in enumerate(local):
                 rest *= size if other != d else 1

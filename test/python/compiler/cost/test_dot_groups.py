@@ -169,3 +169,30 @@ def test_reshards_are_reused_only_inside_the_same_groups(name):
     compiled = {k: c.bytes_per_device for k, c in lowered.compile().collectives().items()}
     assert predicted == compiled
     assert compiled["all-gather"] == gathered
+
+
+def test_the_moved_operand_may_keep_its_contraction_sharded_inside_the_groups():
+    """Newton-Schulz's ``A @ A`` (``A = X @ X.T``, ``X`` ``[{"model"}, {"data"}]``): the
+    result keeps the lhs's rows on ``model``, so XLA groups on ``model`` and moves the
+    rhs (``[{"model"}, {}]``) to ``[{"data"}, {}]`` (a collective-permute). Inside each
+    group the rhs holds the contraction on ``data`` and has more elements than the
+    result: XLA slices the lhs to match and all-reduces the partial sums over ``data``
+    instead of all-gathering the rhs."""
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+
+    def square(x):
+        a = x @ x.T
+        return a @ a
+
+    x = jax.device_put(np.arange(64 * 128, dtype=np.float32).reshape(64, 128) / 8192,
+                       NamedSharding(mesh, P("model", "data")))
+    lowered = jit(square).lower(x)
+    predicted = {k: t.bytes_per_device for k, t in lowered.comm_report().totals().items()
+                 if t.count}
+    compiled = lowered.compile()
+    assert predicted == {k: c.bytes_per_device
+                         for k, c in compiled.collectives().items() if c.count}
+    assert predicted == {"all-gather": 8192, "all-reduce": 16384, "collective-permute": 4096}
+    ours, theirs = compiled(x), jax.jit(square)(x)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+    assert ours.sharding.is_equivalent_to(theirs.sharding, ours.ndim)

@@ -64,6 +64,47 @@ def test_pad_of_a_sharded_dimension(grid, padding, dtype, cp):
     assert predicted == compiled == {"collective-permute": cp}
 
 
+@pytest.mark.parametrize("shape, padding, expected", [
+    # two shards: the left halo reaches as far as the last shard, whose permute has no
+    # source-target pair (XLA makes zeros of it): one permute of the neighbour's shard
+    ((4, 2), (128, 0), {"collective-permute": 4096}),
+    ((4, 2), (0, 128), {"collective-permute": 4096}),
+    # four shards: the halo is beyond the neighbours, so XLA all-gathers the windowed
+    # dimension and pads and slices locally
+    ((2, 4), (128, 0), {"all-gather": 16384}),
+    ((2, 4), (3, 189), {"all-gather": 16384}),
+    ((2, 4), (8, 56), {"collective-permute": 10240}),
+    ((1, 8), (100, 28), {"collective-permute": 12288}),
+    ((1, 8), (160, 32), {"all-gather": 32768}),
+])
+def test_pad_far_from_the_operand_shards(shape, padding, expected):
+    """The fused-qkv gradient's pads (``q``, ``k``, ``v`` padded back into ``3 d``)
+    read an operand shard far from the result's: ``ExchangeHalo``'s permutes run only
+    between shards that exist, and a halo it cannot exchange makes
+    ``ReshardAsWindowedInput`` replicate the windowed dimensions first."""
+    grid = mesh(shape, ("data", "model"))
+    spec = P("data", None, "model")
+    x = np.arange(8 * 16 * 64, dtype=np.float32).reshape(8, 16, 64)
+    predicted, compiled = predicted_and_compiled(
+        lambda a: jnp.pad(a, ((0, 0), (0, 0), padding)), (x,), (spec,), spec, grid)
+    assert predicted == compiled == expected
+
+
+def test_only_the_windowed_dimensions_are_gathered():
+    """A halo beyond the neighbours on one dimension gathers every dimension the pad
+    windows (here both sharded ones), not those it leaves alone."""
+    grid = mesh((2, 4), ("data", "model"))
+    spec = P(None, "data", "model")
+    x = np.arange(8 * 64 * 64, dtype=np.float32).reshape(8, 64, 64)
+    predicted, compiled = predicted_and_compiled(
+        lambda a: jnp.pad(a, ((0, 0), (2, 2), (128, 0))), (x,), (spec,), spec, grid)
+    assert predicted == compiled == {"all-gather": 196608}
+    predicted, compiled = predicted_and_compiled(
+        lambda a: jnp.pad(a, ((0, 0), (0, 0), (128, 0))), (x,), (P("data", None, "model"),),
+        P("data", None, "model"), grid)
+    assert predicted == compiled == {"all-gather": 65536}
+
+
 def test_pad_reads_a_replicated_operand_locally_and_a_resharded_one_by_halos():
     """A replicated operand is padded and sliced on each device (no collective); one
     sharded along another dimension is first moved by an all-to-all, then exchanged."""

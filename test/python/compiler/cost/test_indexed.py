@@ -154,3 +154,90 @@ def test_a_summed_scatter_keeps_the_in_group_tiles_of_its_operand():
     compiled = {k: c.bytes_per_device for k, c in lowered.compile().collectives().items()}
     assert predicted == compiled
     assert compiled["all-reduce"] == groups // 4 * seq * d * 4
+
+
+@pytest.mark.parametrize("table, ids", [
+    (P(("x", "y"), "z"), P("x")),
+    (P(("x", "y"), "z"), P(("x", "y"))),
+    (P(("x", "z"), "y"), P("z")),
+])
+def test_a_trivially_sliced_gather_moves_its_mask_to_the_output(table, ids):
+    """An embedding lookup from a table sharded on rows over two axes of a 2x2x2 mesh
+    (and on columns over the third) with sharded ids: XLA masks the ids out of each
+    device's rows where the ids are before the groups gather them, then reshards that
+    mask (predicates, one byte each) to the ids' part of the output: an all-gather of
+    its own beside the ids'."""
+    mesh = jax.make_mesh((2, 2, 2), ("x", "y", "z"), axis_types=(AxisType.Auto,) * 3)
+    rand = np.random.default_rng(0)
+    args = (jax.device_put(rand.standard_normal((1024, 64)).astype(np.float32),
+                           NamedSharding(mesh, table)),
+            jax.device_put(rand.integers(0, 1024, (8, 32), np.int32), NamedSharding(mesh, ids)))
+
+    def lookup(t, i):
+        return t[i]
+
+    lowered = jit(lookup).lower(*args)
+    report = lowered.comm_report()
+    predicted = {k: t.bytes_per_device for k, t in report.totals().items() if t.count}
+    compiled = lowered.compile()
+    assert predicted == {k: c.bytes_per_device
+                         for k, c in compiled.collectives().items() if c.count}
+    assert any("mask" in e.reason and e.kind == "all-gather" for e in report.entries)
+    ours, theirs = compiled(*args), jax.jit(lookup)(*args)
+    np.testing.assert_array_equal(ours, theirs)
+    assert ours.sharding.is_equivalent_to(theirs.sharding, ours.ndim)
+
+
+@pytest.mark.parametrize("ids, all_reduces", [
+    (P("x", "y"), 2),          # ids sharded on two dimensions: an all-reduce each
+    (P(("x", "y")), 1),        # on one dimension over both axes: one
+])
+def test_index_passthrough_sums_each_sharded_index_dimension_on_its_own(ids, all_reduces):
+    """An embedding gradient's scatter-add with ids sharded on batch and sequence: XLA
+    scatters into a table replicated across the groups and all-reduces the partial sums
+    along each sharded index dimension on its own, minor-most first, every time the
+    whole table (``AllReduceAlongShardingDims``)."""
+    mesh = jax.make_mesh((2, 2, 2), ("x", "y", "z"), axis_types=(AxisType.Auto,) * 3)
+    rand = np.random.default_rng(0)
+    args = (jax.device_put(rand.standard_normal((8, 32, 64)).astype(np.float32),
+                           NamedSharding(mesh, ids)),
+            jax.device_put(rand.integers(0, 1024, (8, 32), np.int32), NamedSharding(mesh, ids)))
+
+    def scatter(u, i):
+        return jnp.zeros((1024, 64), jnp.float32).at[i].add(u)
+
+    lowered = jit(scatter, out_shardings=NamedSharding(mesh, P())).lower(*args)
+    predicted = {k: (t.bytes_per_device, t.count)
+                 for k, t in lowered.comm_report().totals().items() if t.count}
+    compiled = lowered.compile()
+    assert predicted == {k: (c.bytes_per_device, c.count)
+                         for k, c in compiled.collectives().items() if c.count}
+    assert predicted["all-reduce"] == (all_reduces * 1024 * 64 * 4, all_reduces)
+    np.testing.assert_allclose(compiled(*args), jax.jit(scatter)(*args), rtol=1e-6, atol=1e-5)
+
+
+def test_indices_keep_their_tiles_on_part_of_a_larger_in_group_axis():
+    """An embedding gradient on a 2x4 mesh, the table ``[{"model"}, {"data"}]`` and the
+    ids ``[{"data"}]``: operand pass-through groups on ``data`` (2 groups) and the ids,
+    replicated across the groups, keep their 2 tiles on the major half of ``model``
+    (``GroupShardingOnReplicatedDim`` splits the 4 in-group devices: a
+    collective-permute), where the scatter then passes them through and sums the table
+    over that half (an all-reduce of the in-group table)."""
+    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    rand = np.random.default_rng(0)
+    args = (jax.device_put(rand.standard_normal((512, 64)).astype(np.float32),
+                           NamedSharding(mesh, P("model", "data"))),
+            jax.device_put(rand.integers(0, 512, (2, 64), np.int32),
+                           NamedSharding(mesh, P("data"))))
+
+    def grad(t, i):
+        return jax.grad(lambda t: jnp.sum(t[i] ** 2))(t)
+
+    lowered = jit(grad).lower(*args)
+    predicted = {k: t.bytes_per_device for k, t in lowered.comm_report().totals().items()
+                 if t.count}
+    compiled = lowered.compile()
+    assert predicted == {k: c.bytes_per_device
+                         for k, c in compiled.collectives().items() if c.count}
+    assert predicted["collective-permute"] == 64 * 4
+    np.testing.assert_allclose(compiled(*args), jax.jit(grad)(*args), rtol=1e-6)
