@@ -32,9 +32,11 @@ from shardc.compiler.diagnostics import (
     format_diagnostic,
     from_mlir,
     mapping_locations,
+    source_loc_of,
 )
 from shardc.compiler.explain import explain
 from shardc.dialects import make_context
+from shardc.dialects.sdy import MeshAttr, MeshAxisAttr
 from shardc.tools import pass_pipeline
 from shardc.tools.split_input import OUTPUT_SPLIT_MARKER, Chunk, split_input
 from shardc.tools.verify_diagnostics import DiagnosticVerifier
@@ -48,6 +50,10 @@ MAX_NESTING = 1000
 _NOT_A_BRACKET_TOKEN = re.compile(rb'"(?:[^"\\\n]|\\.)*"|//[^\n]*')
 _NESTING_TOKEN = re.compile(_NOT_A_BRACKET_TOKEN.pattern + rb"|[\[\]{}()]")
 _NOT_A_BRACKET = bytes(sorted(set(range(256)) - set(b"[]{}()")))
+# The reports model every device of a mesh (shard grids, per-device tiles): a
+# mesh past this many devices, far beyond any machine, would take hours and
+# gigabytes, so the reports refuse it at the mesh instead.
+MAX_REPORTED_DEVICES = 2**17
 _PRINTED_LOC = re.compile(r'loc\("-":(\d+):(\d+)')
 # The note MLIR attaches to op diagnostics; mlir-opt turns it off under
 # --verify-diagnostics (printOpOnDiagnostic(false)), the bindings cannot.
@@ -166,6 +172,22 @@ def nesting_error(chunk: Chunk) -> Diagnostic | None:
     return None
 
 
+def oversized_mesh_errors(module: ir.Module) -> list[Diagnostic]:
+    """Errors at each ``sdy.mesh`` with more devices than the reports can model."""
+    errors = []
+    for op in module.body.operations:
+        if op.operation.name != "sdy.mesh":
+            continue
+        sizes = [MeshAxisAttr(axis).size for axis in MeshAttr(op.attributes["mesh"]).axes]
+        devices = int(np.prod(sizes, dtype=object)) if sizes else 1
+        if devices > MAX_REPORTED_DEVICES:
+            name = ir.StringAttr(op.attributes["sym_name"]).value
+            message = (f"mesh @{name} has {devices} devices: --comm-report, --explain and "
+                       f"--strict model at most {MAX_REPORTED_DEVICES}")
+            errors.append(Diagnostic(Severity.ERROR, source_loc_of(op.location), message))
+    return errors
+
+
 def _print_module(module: ir.Module, config: OptConfig) -> str:
     return module.operation.get_asm(enable_debug_info=config.print_debuginfo, assume_verified=True)
 
@@ -207,6 +229,10 @@ def process_chunk(chunk: Chunk, context: ir.Context, config: OptConfig,
         except ir.MLIRError as error:
             sink.diagnostics.extend(from_mlir(d) for d in error.error_diagnostics)
             failed = True
+    if not failed and (config.comm_report or config.explain or config.strict):
+        oversized = oversized_mesh_errors(module)
+        sink.diagnostics.extend(oversized)
+        failed = bool(oversized)
     output = None if failed else _print_module(module, config)
     if output is not None and config.comm_report:
         output += "".join(f"// {line}\n" for line in comm_report(module).format_text().splitlines())
