@@ -697,6 +697,8 @@ def jit(
             compiler_options=compiler_options, mesh=mesh, propagate=propagate, strict=strict,
             propagation=propagation, memory_budget=memory_budget,
         )  # fmt: skip
+    jit_options.check_shardc_options(mesh=mesh, propagate=propagate, strict=strict,
+                                     memory_budget=memory_budget)
     if auto.has_auto(in_shardings, out_shardings) or memory_budget is not None:
         return auto.AutoJitFunction(
             fun, in_shardings, out_shardings, mesh=mesh, memory_budget=memory_budget,
