@@ -27,6 +27,7 @@ from jax.sharding import AbstractMesh, Mesh, SingleDeviceSharding
 
 from shardc.compiler import layouts, memories
 from shardc.compiler.checks.strict import StrictOptions
+from shardc.compiler.pipelines import ConflictResolution
 from shardc.dialects import jax_private
 from shardc.dialects.errors import DeviceMismatchError, InvalidArgumentError, InvalidOptionError
 
@@ -161,7 +162,7 @@ def _single_device(in_shardings: Any, out_shardings: Any) -> tuple[Any, Any, Any
             jax.tree.map(keep_memory, out_shardings, is_leaf=is_leaf))
 
 
-def check_shardc_options(*, mesh: Any, propagate: Any, strict: Any,
+def check_shardc_options(mesh: Any, propagate: Any, strict: Any, propagation: Any,
                          memory_budget: Any) -> None:
     """Check the options shardc adds to jax.jit's, when ``jit`` is called: a wrong one
     would otherwise fail deep in tracing (a mesh) or be taken for true (a string)."""
@@ -175,6 +176,11 @@ def check_shardc_options(*, mesh: Any, propagate: Any, strict: Any,
         raise InvalidArgumentError(
             f"jit's strict must be True, False or a shardc.compiler.checks.strict.StrictOptions, "
             f"got {_short(strict)}")
+    try:
+        ConflictResolution.parse(propagation)
+    except ValueError:
+        known = tuple(m.value for m in ConflictResolution)
+        raise InvalidArgumentError(f"propagation must be one of {known}, got {propagation!r}") from None
     if memory_budget is None:
         return
     if isinstance(memory_budget, bool) or not isinstance(memory_budget, (int, np.integer)):

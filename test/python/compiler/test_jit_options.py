@@ -65,6 +65,7 @@ def test_signature_errors_are_jax_errors():
     ("propagate", "no", "jit's propagate must be True or False, got 'no'"),
     ("strict", "yes", "jit's strict must be True, False or a .*StrictOptions, got 'yes'"),
     ("strict", 3, "jit's strict must be .* got 3"),
+    ("propagation", "bogus", "propagation must be one of \\('shardy', 'cost-aware'\\), got 'bogus'"),
 ])
 def test_shardc_options_of_the_wrong_type_are_type_errors_at_jit(option, value, words):
     # Before, a string mesh failed at the call with AttributeError and a string
