@@ -223,8 +223,10 @@ def process_chunk(chunk: Chunk, context: ir.Context, config: OptConfig,
                     print_debuginfo=config.print_debuginfo,
                 ),
             )
-            sys.stdout.flush()
-            sys.stderr.flush()
+            # C++ instrumentation (timing, IR printing) writes to the same descriptors.
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:  # a closed standard stream
+                    stream.flush()
             pm.run(module.operation)
         except ir.MLIRError as error:
             sink.diagnostics.extend(from_mlir(d) for d in error.error_diagnostics)
