@@ -154,7 +154,7 @@ class JitFunction(JitCalls, JitSurface):
         propagate = self.propagate
         if self._lower_takes_propagate and "propagate" in kwargs:
             kwargs = dict(kwargs)
-            propagate = bool(kwargs.pop("propagate"))
+            propagate = jit_options.propagate_flag(kwargs.pop("propagate"))
         if hitypes.has_high_values(args, kwargs):
             return self._lower_high(args, kwargs, propagate)
         try:  # (not through _lower: jax.jit's lower() traces one frame nearer the call)

@@ -193,6 +193,13 @@ def check_shardc_options(mesh: Any, propagate: Any, strict: Any, propagation: An
             f"{memory_budget}")
 
 
+def propagate_flag(value: Any) -> bool:
+    """``lower(propagate=...)``'s value, which a string would pass for true."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidArgumentError(f"lower's propagate must be True or False, got {_short(value)}")
+    return bool(value)
+
+
 def _short(value: Any) -> str:
     text = " ".join(repr(value).split())
     return text if len(text) <= 80 else text[:77] + "..."
