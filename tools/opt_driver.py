@@ -26,6 +26,7 @@ from shardc.compiler.diagnostics import (
     Diagnostic,
     DiagnosticSink,
     LocationMap,
+    PassError,
     Severity,
     SourceLoc,
     collecting,
@@ -35,6 +36,7 @@ from shardc.compiler.diagnostics import (
     source_loc_of,
 )
 from shardc.compiler.explain import explain
+from shardc.compiler.propagation.preconditions import require_mesh_symbols
 from shardc.dialects import make_context
 from shardc.dialects.sdy import MeshAttr, MeshAxisAttr
 from shardc.tools import pass_pipeline
@@ -172,9 +174,8 @@ def nesting_error(chunk: Chunk) -> Diagnostic | None:
     return None
 
 
-def oversized_mesh_errors(module: ir.Module) -> list[Diagnostic]:
-    """Errors at each ``sdy.mesh`` with more devices than the reports can model."""
-    errors = []
+def require_reportable_meshes(module: ir.Module) -> None:
+    """Raise ``PassError`` at an ``sdy.mesh`` with more devices than the reports model."""
     for op in module.body.operations:
         if op.operation.name != "sdy.mesh":
             continue
@@ -182,10 +183,8 @@ def oversized_mesh_errors(module: ir.Module) -> list[Diagnostic]:
         devices = int(np.prod(sizes, dtype=object)) if sizes else 1
         if devices > MAX_REPORTED_DEVICES:
             name = ir.StringAttr(op.attributes["sym_name"]).value
-            message = (f"mesh @{name} has {devices} devices: --comm-report, --explain and "
-                       f"--strict model at most {MAX_REPORTED_DEVICES}")
-            errors.append(Diagnostic(Severity.ERROR, source_loc_of(op.location), message))
-    return errors
+            raise PassError(op, f"mesh @{name} has {devices} devices; the reports model at "
+                                f"most {MAX_REPORTED_DEVICES}")
 
 
 def _print_module(module: ir.Module, config: OptConfig) -> str:
@@ -231,20 +230,45 @@ def process_chunk(chunk: Chunk, context: ir.Context, config: OptConfig,
         except ir.MLIRError as error:
             sink.diagnostics.extend(from_mlir(d) for d in error.error_diagnostics)
             failed = True
-    if not failed and (config.comm_report or config.explain or config.strict):
-        oversized = oversized_mesh_errors(module)
-        sink.diagnostics.extend(oversized)
-        failed = bool(oversized)
     output = None if failed else _print_module(module, config)
-    if output is not None and config.comm_report:
-        output += "".join(f"// {line}\n" for line in comm_report(module).format_text().splitlines())
-    if output is not None and config.explain:
+    if output is not None:
+        try:
+            output += _reports(module, config, location_map, sink)
+        except PassError as error:  # the module is outside what the reports read
+            label = " / ".join(_report_flags(config))
+            message = error.message if error.message.startswith(label) else \
+                f"{label}: {error.message}"
+            sink.diagnostics.append(
+                Diagnostic(Severity.ERROR, source_loc_of(error.location), message))
+            output, failed = None, True
+    return ChunkResult(output, tuple(sink.diagnostics), failed)
+
+
+def _report_flags(config: OptConfig) -> list[str]:
+    return [flag for flag, wanted in (("--comm-report", config.comm_report),
+                                      ("--explain", config.explain),
+                                      ("--strict", config.strict)) if wanted]
+
+
+def _reports(module: ir.Module, config: OptConfig, location_map: LocationMap | None,
+             sink: DiagnosticSink) -> str:
+    """The report comments asked for (strict mode's findings go to ``sink``); raises
+    ``PassError`` where the module is one the reports cannot read."""
+    flags = _report_flags(config)
+    if not flags:
+        return ""
+    require_mesh_symbols(module.operation, " / ".join(flags))
+    require_reportable_meshes(module)
+    text = ""
+    if config.comm_report:
+        text += "".join(f"// {line}\n" for line in comm_report(module).format_text().splitlines())
+    if config.explain:
         with mapping_locations(location_map):
             table = explain(module)
-        output += "".join(f"// {line}\n" for line in table.format_text().splitlines())
-    if output is not None and config.strict:
+        text += "".join(f"// {line}\n" for line in table.format_text().splitlines())
+    if config.strict:
         sink.diagnostics.extend(d.to_diagnostic() for d in strict_diagnostics(module))
-    return ChunkResult(output, tuple(sink.diagnostics), failed)
+    return text
 
 
 class _InputLines(Mapping[str, Sequence[str]]):
