@@ -45,7 +45,6 @@ from shardc.compiler.signature import LeafSignature
 from shardc.compiler.stages import xla_import_rewrites
 from shardc.compiler.stages.hlo_order import restore_jax_order
 from shardc.dialects import jax_private, sdy
-from shardc.dialects.errors import InvalidArgumentError
 from shardc.runtime.compiled import StaticArguments
 from shardc.runtime.effects import NO_EFFECTS, ProgramEffects
 
@@ -155,7 +154,7 @@ class JitFunction(JitCalls, JitSurface):
         propagate = self.propagate
         if self._lower_takes_propagate and "propagate" in kwargs:
             kwargs = dict(kwargs)
-            propagate = bool(kwargs.pop("propagate"))
+            propagate = jit_options.propagate_flag(kwargs.pop("propagate"))
         if hitypes.has_high_values(args, kwargs):
             return self._lower_high(args, kwargs, propagate)
         try:  # (not through _lower: jax.jit's lower() traces one frame nearer the call)
@@ -697,6 +696,7 @@ def jit(
             compiler_options=compiler_options, mesh=mesh, propagate=propagate, strict=strict,
             propagation=propagation, memory_budget=memory_budget,
         )  # fmt: skip
+    jit_options.check_shardc_options(mesh, propagate, strict, propagation, memory_budget)
     if auto.has_auto(in_shardings, out_shardings) or memory_budget is not None:
         return auto.AutoJitFunction(
             fun, in_shardings, out_shardings, mesh=mesh, memory_budget=memory_budget,
@@ -706,11 +706,6 @@ def jit(
                 donate_argnames=donate_argnames, keep_unused=keep_unused, device=device,
                 backend=backend, inline=inline, compiler_options=compiler_options, mesh=mesh,
                 propagate=propagate, strict=strict, propagation=propagation))
-    try:
-        ConflictResolution.parse(propagation)
-    except ValueError:
-        known = tuple(m.value for m in ConflictResolution)
-        raise InvalidArgumentError(f"propagation must be one of {known}, got {propagation!r}") from None
     options = jit_options.parse(
         fun, in_shardings, out_shardings, static_argnums=static_argnums,
         static_argnames=static_argnames, donate_argnums=donate_argnums,

@@ -32,11 +32,12 @@ from shardc.compiler.effects import program_values
 from shardc.compiler.explain import explain
 from shardc.compiler.explain.reports import ProgramReports
 from shardc.compiler.export import export_lowering
+from shardc.compiler.function import options as jit_options
 from shardc.compiler.function import unused_arguments
 from shardc.compiler.signature import LeafSignature
 from shardc.compiler.stages.shardy_pipeline import propagated_copy
 from shardc.dialects import jax_private
-from shardc.dialects.errors import PlatformMismatchError
+from shardc.dialects.errors import InvalidArgumentError, PlatformMismatchError
 from shardc.dialects.xla_form import module_for_xla
 from shardc.runtime.compiled import Compiled, StaticArguments, compile_program, program_mesh
 from shardc.runtime.effects import NO_EFFECTS, ProgramEffects
@@ -93,6 +94,8 @@ class Traced(jax.stages.Traced):
         arguments' devices'; ``propagate=`` as in ``jit(...).lower``;
         ``_private_parameters`` are jax's lowering parameters (``jax.export`` passes
         its own), used for jax's lowering of the traced program."""
+        if propagate is not None:
+            propagate = jit_options.propagate_flag(propagate)
         return self._lower(lowering_platforms=lowering_platforms, propagate=propagate,
                            lowering_parameters=_private_parameters)
 
@@ -341,6 +344,11 @@ class Lowered(Stage, jax.stages.Lowered):
         """
         if device_assignment is None:
             device_assignment = self.requested_devices
+        elif isinstance(device_assignment, (str, bytes)) or not all(
+                isinstance(d, jax.Device) for d in device_assignment):
+            # A string would pass for a sequence of as many devices as it has characters.
+            raise InvalidArgumentError(
+                f"device_assignment must be a tuple of jax devices, got {device_assignment!r}")
         self._check_platforms(device_assignment)
         options = self._compiler_options + tuple((compiler_options or {}).items())
         compiled = self._compile(self.module, device_assignment, options)

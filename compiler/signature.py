@@ -310,6 +310,12 @@ def abstract_value(value: Any, name: str, fun: Any = "fun") -> jax.ShapeDtypeStr
     if tokens.is_token(value):
         return tokens.TOKEN
     if isinstance(value, (jax.ShapeDtypeStruct, jax.core.ShapedArray)):
+        negative = [d for d in value.shape if isinstance(d, (int, np.integer)) and d < 0]
+        if negative:
+            # jax lowers it to an MLIR type that fails to build (a raw MLIRError).
+            raise InvalidArgumentError(
+                f"the shape of an abstract argument must have every element be nonnegative, "
+                f"got {tuple(value.shape)} for the argument at path {name} of {fun}")
         # Of the type jax traces it as: 64-bit types are 32-bit ones without x64.
         dtype = value.dtype if jax.dtypes.issubdtype(value.dtype, jax.dtypes.extended) \
             else jax.dtypes.canonicalize_dtype(value.dtype)
@@ -544,24 +550,27 @@ def check_committed_sharding(path: str, value: Any, sharding: NamedSharding) -> 
     same ones in another order, jax.jit does, and so does shardc. No array, committed
     or not, moves to another memory (jax's rule too: ``device_put`` does that)."""
     placed = isinstance(value, jax.Array) and not jax_private.is_tracer(value)
-    if not placed or value.sharding == sharding:
+    # A ShapeDtypeStruct's sharding is a committed array's to come (jax.jit's rule too).
+    declared = isinstance(value, jax.ShapeDtypeStruct) and isinstance(value.sharding, NamedSharding)
+    if not (placed or declared) or value.sharding == sharding:
         return
+    arg_type = jax.core.ShapedArray(value.shape, value.dtype).str_short()
     if sharding.memory_kind is not None and value.sharding.memory_kind != sharding.memory_kind:
         raise ArgumentShardingError(
             "Memory kinds passed to jax.jit does not match memory kind on the respective "
             f"arg. Got jit memory kind: {sharding.memory_kind}, arg memory kind: "
-            f"{value.sharding.memory_kind} for arg type: {value.aval.str_short()} ({path}: "
+            f"{value.sharding.memory_kind} for arg type: {arg_type} ({path}: "
             "jax.device_put it to the given memory kind first)")
-    if committed_devices(value) is None:
+    if placed and committed_devices(value) is None:
         return
-    ndim = value.ndim
+    ndim = len(value.shape)
     own, wanted = (jax_private.hlo_sharding(s, ndim) for s in (value.sharding, sharding))
     if jax_private.same_hlo_sharding(own, wanted):
         return
     raise ArgumentShardingError(
         "Sharding passed to jit does not match the sharding on the respective arg. "
         f"Got jit sharding: {sharding},\narg sharding: {value.sharding} for arg type: "
-        f"{value.aval.str_short()} ({path}: the argument is tiled as {own} but the given "
+        f"{arg_type} ({path}: the argument is tiled as {own} but the given "
         f"sharding tiles it as {wanted}; device_put it with the given sharding, or leave "
         "its in_shardings entry None to follow it)")
 

@@ -74,6 +74,10 @@ class InvalidArgumentError(ShardcError, TypeError):
     """An argument of a type shardc cannot lower or place."""
 
 
+class InvalidOptionError(ShardcError, ValueError):
+    """A shardc option of ``jit`` of the right type with a value it cannot take."""
+
+
 class DeletedArrayError(ShardcError, RuntimeError):
     """An argument whose buffers were deleted (by ``delete()`` or by donation), as jax's
     ``RuntimeError`` says it."""

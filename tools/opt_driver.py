@@ -26,15 +26,19 @@ from shardc.compiler.diagnostics import (
     Diagnostic,
     DiagnosticSink,
     LocationMap,
+    PassError,
     Severity,
     SourceLoc,
     collecting,
     format_diagnostic,
     from_mlir,
     mapping_locations,
+    source_loc_of,
 )
 from shardc.compiler.explain import explain
+from shardc.compiler.propagation.preconditions import require_mesh_symbols
 from shardc.dialects import make_context
+from shardc.dialects.sdy import MeshAttr, MeshAxisAttr
 from shardc.tools import pass_pipeline
 from shardc.tools.split_input import OUTPUT_SPLIT_MARKER, Chunk, split_input
 from shardc.tools.verify_diagnostics import DiagnosticVerifier
@@ -48,6 +52,10 @@ MAX_NESTING = 1000
 _NOT_A_BRACKET_TOKEN = re.compile(rb'"(?:[^"\\\n]|\\.)*"|//[^\n]*')
 _NESTING_TOKEN = re.compile(_NOT_A_BRACKET_TOKEN.pattern + rb"|[\[\]{}()]")
 _NOT_A_BRACKET = bytes(sorted(set(range(256)) - set(b"[]{}()")))
+# The reports model every device of a mesh (shard grids, per-device tiles): a
+# mesh past this many devices, far beyond any machine, would take hours and
+# gigabytes, so the reports refuse it at the mesh instead.
+MAX_REPORTED_DEVICES = 2**17
 _PRINTED_LOC = re.compile(r'loc\("-":(\d+):(\d+)')
 # The note MLIR attaches to op diagnostics; mlir-opt turns it off under
 # --verify-diagnostics (printOpOnDiagnostic(false)), the bindings cannot.
@@ -166,6 +174,19 @@ def nesting_error(chunk: Chunk) -> Diagnostic | None:
     return None
 
 
+def require_reportable_meshes(module: ir.Module) -> None:
+    """Raise ``PassError`` at an ``sdy.mesh`` with more devices than the reports model."""
+    for op in module.body.operations:
+        if op.operation.name != "sdy.mesh":
+            continue
+        sizes = [MeshAxisAttr(axis).size for axis in MeshAttr(op.attributes["mesh"]).axes]
+        devices = int(np.prod(sizes, dtype=object)) if sizes else 1
+        if devices > MAX_REPORTED_DEVICES:
+            name = ir.StringAttr(op.attributes["sym_name"]).value
+            raise PassError(op, f"mesh @{name} has {devices} devices; the reports model at "
+                                f"most {MAX_REPORTED_DEVICES}")
+
+
 def _print_module(module: ir.Module, config: OptConfig) -> str:
     return module.operation.get_asm(enable_debug_info=config.print_debuginfo, assume_verified=True)
 
@@ -201,22 +222,53 @@ def process_chunk(chunk: Chunk, context: ir.Context, config: OptConfig,
                     print_debuginfo=config.print_debuginfo,
                 ),
             )
-            sys.stdout.flush()
-            sys.stderr.flush()
+            # C++ instrumentation (timing, IR printing) writes to the same descriptors.
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:  # a closed standard stream
+                    stream.flush()
             pm.run(module.operation)
         except ir.MLIRError as error:
             sink.diagnostics.extend(from_mlir(d) for d in error.error_diagnostics)
             failed = True
     output = None if failed else _print_module(module, config)
-    if output is not None and config.comm_report:
-        output += "".join(f"// {line}\n" for line in comm_report(module).format_text().splitlines())
-    if output is not None and config.explain:
+    if output is not None:
+        try:
+            output += _reports(module, config, location_map, sink)
+        except PassError as error:  # the module is outside what the reports read
+            label = " / ".join(_report_flags(config))
+            message = error.message if error.message.startswith(label) else \
+                f"{label}: {error.message}"
+            sink.diagnostics.append(
+                Diagnostic(Severity.ERROR, source_loc_of(error.location), message))
+            output, failed = None, True
+    return ChunkResult(output, tuple(sink.diagnostics), failed)
+
+
+def _report_flags(config: OptConfig) -> list[str]:
+    return [flag for flag, wanted in (("--comm-report", config.comm_report),
+                                      ("--explain", config.explain),
+                                      ("--strict", config.strict)) if wanted]
+
+
+def _reports(module: ir.Module, config: OptConfig, location_map: LocationMap | None,
+             sink: DiagnosticSink) -> str:
+    """The report comments asked for (strict mode's findings go to ``sink``); raises
+    ``PassError`` where the module is one the reports cannot read."""
+    flags = _report_flags(config)
+    if not flags:
+        return ""
+    require_mesh_symbols(module.operation, " / ".join(flags))
+    require_reportable_meshes(module)
+    text = ""
+    if config.comm_report:
+        text += "".join(f"// {line}\n" for line in comm_report(module).format_text().splitlines())
+    if config.explain:
         with mapping_locations(location_map):
             table = explain(module)
-        output += "".join(f"// {line}\n" for line in table.format_text().splitlines())
-    if output is not None and config.strict:
+        text += "".join(f"// {line}\n" for line in table.format_text().splitlines())
+    if config.strict:
         sink.diagnostics.extend(d.to_diagnostic() for d in strict_diagnostics(module))
-    return ChunkResult(output, tuple(sink.diagnostics), failed)
+    return text
 
 
 class _InputLines(Mapping[str, Sequence[str]]):

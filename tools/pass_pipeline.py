@@ -31,6 +31,10 @@ _FOREIGN_PREFIXES = ("sdy-", "stablehlo-", "chlo-", "shlo-", "mhlo-", "xla-", "h
 # Suggested in "did you mean" messages next to our own pass names.
 GENERIC_PASSES = ("canonicalize", "cse", "inline", "symbol-dce", "symbol-privatize", "sccp")
 
+# Options of generic passes whose values are pipelines: MLIR parses them only
+# when the pass is created, prints an error and runs the pass anyway.
+_PIPELINE_OPTIONS = {"inline": ("default-pipeline",)}
+
 _NAME = re.compile(r"[A-Za-z_][\w.\-]*")
 
 
@@ -187,7 +191,17 @@ def resolve(spec: PassSpec) -> ModulePass | str:
                 raise PipelineError(f"shardc pass '{inner.name}' runs on '{ANCHOR}' only")
         return str(spec)
     if not is_native_pass(str(spec)):
+        if spec.options and is_native_pass(spec.name):
+            options = " ".join(f"{k}={v}" for k, v in spec.options)
+            raise PipelineError(
+                f"invalid options '{options}' for pass '{spec.name}': MLIR's pass options "
+                "parser rejects them")
         raise PipelineError(unknown_pass_message(spec.name))
+    for key, value in spec.options:
+        if key in _PIPELINE_OPTIONS.get(spec.name, ()) and not is_native_pass(value):
+            raise PipelineError(
+                f"invalid value '{value}' for option '{key}' of pass '{spec.name}': "
+                "expected a pipeline of known passes")
     if spec.name.startswith(_FOREIGN_PREFIXES):
         raise PipelineError(unknown_pass_message(spec.name, native_rejected=True))
     return str(spec)

@@ -146,6 +146,9 @@ def _unquote(text: str) -> str:
 def _run(argv: Sequence[str]) -> int:
     rest, specs = split_argv(argv)
     args = make_parser().parse_args(rest)
+    # A closed standard stream is None in Python, not a stream that fails.
+    if sys.stdout is None and (args.list_passes or args.output == "-"):
+        raise UsageError("could not write to standard output: it is closed (pass -o FILE)")
     if args.list_passes:
         sys.stdout.write(list_passes())
         return 0
@@ -167,6 +170,8 @@ def _run(argv: Sequence[str]) -> int:
     )
     try:
         if args.input == "-":
+            if sys.stdin is None:
+                raise UsageError("could not read standard input: it is closed")
             data, name = sys.stdin.buffer.read(), STDIN_NAME
         else:
             with open(args.input, "rb") as handle:
@@ -190,6 +195,8 @@ def _run(argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``shardc-opt`` console script; returns the exit status."""
+    if sys.stderr is None:  # closed: diagnostics go nowhere, the exit status still tells
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - open for the process's life
     try:
         status = _run(sys.argv[1:] if argv is None else argv)
     except (UsageError, pass_pipeline.PipelineError) as error:
@@ -204,7 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             traceback.print_exc()
         status = 1
-    sys.stdout.flush()
+    if sys.stdout is not None:
+        sys.stdout.flush()
     return status
 
 

@@ -39,6 +39,7 @@ from shardc.compiler.auto.marker import (
 from shardc.compiler.auto.report import AutoReport, auto_report, partition_spec
 from shardc.compiler.auto.search import Search, make_groups
 from shardc.compiler.cost.platforms import hardware
+from shardc.compiler.function.caches import static_keys
 from shardc.compiler.lowered import Traced
 from shardc.compiler.signature import context_mesh
 
@@ -117,6 +118,9 @@ class AutoJitFunction:
         static = self._static_positions(len(args))
         dynamic = tuple(a for i, a in enumerate(args) if i not in static)
         dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self._open.static_argnames}
+        # jax's error for an unhashable static argument, before the search traces with it.
+        static_keys([a for i, a in enumerate(args) if i in static]
+                    + [v for k, v in kwargs.items() if k not in dynamic_kwargs])
         platform = platform or _platform(mesh)
         key = (_signature(args, kwargs), mesh, platform)
         found = self._searched.get(key)

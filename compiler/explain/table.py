@@ -277,6 +277,9 @@ def _row(values: ModuleValues, value: int, state: ir.AsmState, origins: list[Axi
         location = ir_value.location if graph.op_name[owner] == "func.func" else \
             graph.ops[owner].location
     sharding = values.sharding(value)
+    # A value on another mesh symbol (other axis names) is placed on that mesh's grid.
+    own = values.meshes.get(sharding.mesh) if sharding is not None else None
+    sizes = dict(own.sizes) if own is not None else sizes
     grid = grid_of_sharding(shape, sharding, sizes) if sizes else None
     shard = grid.shard_shape() if grid else tuple(shape)
     size = element_bytes(ir_value.type)

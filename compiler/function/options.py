@@ -22,11 +22,14 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax
-from jax.sharding import SingleDeviceSharding
+import numpy as np
+from jax.sharding import AbstractMesh, Mesh, SingleDeviceSharding
 
 from shardc.compiler import layouts, memories
+from shardc.compiler.checks.strict import StrictOptions
+from shardc.compiler.pipelines import ConflictResolution
 from shardc.dialects import jax_private
-from shardc.dialects.errors import DeviceMismatchError, InvalidArgumentError
+from shardc.dialects.errors import DeviceMismatchError, InvalidArgumentError, InvalidOptionError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +160,49 @@ def _single_device(in_shardings: Any, out_shardings: Any) -> tuple[Any, Any, Any
 
     return (devices.pop(), jax.tree.map(drop, in_shardings, is_leaf=is_leaf),
             jax.tree.map(keep_memory, out_shardings, is_leaf=is_leaf))
+
+
+def check_shardc_options(mesh: Any, propagate: Any, strict: Any, propagation: Any,
+                         memory_budget: Any) -> None:
+    """Check the options shardc adds to jax.jit's, when ``jit`` is called: a wrong one
+    would otherwise fail deep in tracing (a mesh) or be taken for true (a string)."""
+    if mesh is not None and not isinstance(mesh, (Mesh, AbstractMesh)):
+        raise InvalidArgumentError(
+            f"jit's mesh must be a jax.sharding.Mesh, an AbstractMesh or None, got "
+            f"{type(mesh).__name__} {_short(mesh)}")
+    if not isinstance(propagate, (bool, np.bool_)):
+        raise InvalidArgumentError(f"jit's propagate must be True or False, got {_short(propagate)}")
+    if not isinstance(strict, (bool, np.bool_, StrictOptions)):
+        raise InvalidArgumentError(
+            f"jit's strict must be True, False or a shardc.compiler.checks.strict.StrictOptions, "
+            f"got {_short(strict)}")
+    try:
+        ConflictResolution.parse(propagation)
+    except ValueError:
+        known = tuple(m.value for m in ConflictResolution)
+        raise InvalidArgumentError(f"propagation must be one of {known}, got {propagation!r}") from None
+    if memory_budget is None:
+        return
+    if isinstance(memory_budget, bool) or not isinstance(memory_budget, (int, np.integer)):
+        raise InvalidArgumentError(
+            f"jit's memory_budget must be a number of bytes (an int) or None, got "
+            f"{_short(memory_budget)}")
+    if memory_budget <= 0:
+        raise InvalidOptionError(
+            f"jit's memory_budget must be a positive number of bytes per device, got "
+            f"{memory_budget}")
+
+
+def propagate_flag(value: Any) -> bool:
+    """``lower(propagate=...)``'s value, which a string would pass for true."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidArgumentError(f"lower's propagate must be True or False, got {_short(value)}")
+    return bool(value)
+
+
+def _short(value: Any) -> str:
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _check_callable(fun: Any) -> None:

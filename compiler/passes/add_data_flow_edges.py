@@ -26,6 +26,7 @@ class AddDataFlowEdgesPass(ModulePass):
     """
 
     name: ClassVar[str] = "shardc-add-data-flow-edges"
+    needs_mesh_symbols: ClassVar[bool] = True
     aliases: ClassVar[tuple[str, ...]] = ("sdy-add-data-flow-edges",)
     upstream: ClassVar[str] = "sdy-add-data-flow-edges"
 

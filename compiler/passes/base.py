@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from jaxlib.mlir import ir
 
 from shardc.compiler.diagnostics import PassError, internal_message, verify_module
+from shardc.compiler.propagation.preconditions import require_mesh_symbols
 from shardc.dialects.errors import InternalError
 
 _HELP_KEY = "shardc_help"
@@ -52,6 +53,9 @@ class ModulePass:
 
     name: ClassVar[str] = ""
     aliases: ClassVar[tuple[str, ...]] = ()
+    # Passes that read shardings through mesh symbols refuse an inline mesh at its op
+    # (before ``run``), where reading it would fail without a location.
+    needs_mesh_symbols: ClassVar[bool] = False
 
     def run(self, module: ir.Operation) -> None:
         """Transform ``module`` in place; raise ``PassError`` to fail at an op."""
@@ -112,6 +116,8 @@ class ModulePass:
         it), before MLIR's verifier reports it bare.
         """
         try:
+            if self.needs_mesh_symbols:
+                require_mesh_symbols(op, self.name)
             self.run(op)
             verify_module(op, f"pass '{self.name}'")
         except PassError as error:

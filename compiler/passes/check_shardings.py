@@ -48,6 +48,7 @@ class CheckShardingsPass(ModulePass):
     """
 
     name: ClassVar[str] = "shardc-check-shardings"
+    needs_mesh_symbols: ClassVar[bool] = True
 
     werror: bool = option(False, help="report every warning as an error")
     replicated_threshold_bytes: int = option(

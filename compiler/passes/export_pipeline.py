@@ -37,6 +37,7 @@ class ExportPipelinePass(ModulePass):
     """
 
     name: ClassVar[str] = "shardc-export-pipeline"
+    needs_mesh_symbols: ClassVar[bool] = True
 
     keep_sharding_rules: bool = option(False, help="keep sdy.sharding_rule attributes")
 

@@ -173,6 +173,7 @@ class InsertExplicitReshardsPass(ModulePass):
     """
 
     name: ClassVar[str] = "shardc-insert-explicit-reshards"
+    needs_mesh_symbols: ClassVar[bool] = True
     aliases: ClassVar[tuple[str, ...]] = ("sdy-insert-explicit-reshards",)
     upstream: ClassVar[str] = "sdy-insert-explicit-reshards"
 

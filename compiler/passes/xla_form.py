@@ -7,7 +7,10 @@ from typing import ClassVar
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.diagnostics import PassError
 from shardc.compiler.passes.base import ModulePass
+from shardc.compiler.propagation.ir_access import EDGE_OP
+from shardc.compiler.sharding.walker import nested_ops
 from shardc.dialects.xla_form import check_xla_form, to_xla_form
 
 
@@ -28,5 +31,9 @@ class XlaFormPass(ModulePass):
 
     def run(self, module: ir.Operation) -> None:
         """Rewrite ``module`` into XLA's form, then check it."""
+        edges = nested_ops(module, ir.WalkOrder.PRE_ORDER, {EDGE_OP})
+        if edges:  # XLA takes a propagated module: its edges are sunk into their owners
+            raise PassError(edges[0], f"{self.name} takes a module without data-flow edges; "
+                                      "run shardc-sink-data-flow-edges first")
         to_xla_form(module)
         check_xla_form(module)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.propagation.ir_access import EDGE_OP
 from shardc.dialects import sdy
 from shardc.dialects.sdy import value_sharding
 from shardc.dialects.while_loops import hoist_all_invariant_carries
@@ -47,7 +48,15 @@ def hoist_loop_invariants(module: ir.Operation,
             return ir.WalkResult.ADVANCE
 
         module.walk(visit, ir.WalkOrder.POST_ORDER)
-    return [hoist_all_invariant_carries(loop) for loop in loops]
+    return [loop if _has_data_flow_edges(loop) else hoist_all_invariant_carries(loop)
+            for loop in loops]
+
+
+def _has_data_flow_edges(loop: ir.Operation) -> bool:
+    """Whether ``loop``'s results already feed data-flow edges (written by hand or by an
+    earlier step): XLA's import runs before there are any, and hoisting a carry
+    would give its edge an input of several users."""
+    return any(use.owner.name == EDGE_OP for result in loop.results for use in result.uses)
 
 
 def open_free_variables(loop: ir.Operation) -> None:

@@ -76,7 +76,9 @@ class _OwnerShardings:
 def _add_edges(owners: list[ir.Value], shardings: list[TensorSharding] | None) -> None:
     for index in reversed(range(len(owners))):
         owner = owners[index]
-        if not _is_static(owner):
+        # An owner whose edge is written already (by hand, or by an earlier run)
+        # keeps it: an edge of an edge owns nothing.
+        if not _is_static(owner) or _edge_user(owner) is not None:
             continue
         if isinstance(owner.owner, ir.Block):
             point = ir.InsertionPoint.at_block_begin(owner.owner)

@@ -76,6 +76,29 @@ def test_another_tiling_is_jax_error_naming_both_tilings(devices, x):
     assert "{devices=[4,1]" in str(ours.value)
 
 
+def test_a_shape_dtype_struct_is_a_committed_argument_to_be(devices, x):
+    # Its sharding was dropped for in_shardings' before: the lowering took another
+    # tiling than the one the caller declared, where jax.jit refuses it.
+    given = NamedSharding(mesh_of(devices, "x"), P("x"))
+    words = "Sharding passed to jit does not match the sharding on the respective arg"
+    for own in (NamedSharding(given.mesh, P()), NamedSharding(mesh_of(devices[:2]), P("x"))):
+        declared = jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=own)
+        with pytest.raises(ValueError, match=words):
+            jax.jit(twice, in_shardings=given).lower(declared)
+        with pytest.raises(ArgumentShardingError, match="(?s)" + words + ".*args\\[0\\]: the argument is tiled"):
+            jit(twice, in_shardings=given).lower(declared)
+    same_tiling = jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(
+        mesh_of(devices, "y"), P("y")))
+    theirs, ours = both(lambda j: j(twice, in_shardings=given).lower(same_tiling).compile())
+    assert ours.input_shardings[0][0].is_equivalent_to(theirs.input_shardings[0][0], x.ndim)
+
+
+def test_a_negative_dimension_is_an_argument_error_not_an_mlir_error():
+    with pytest.raises(TypeError, match=r"must have every element be nonnegative, got \(-1, 4\)"
+                       r" for the argument at path a"):
+        jit(lambda a: a * 2).lower(jax.ShapeDtypeStruct((-1, 4), jnp.float32))
+
+
 @pytest.mark.parametrize("spec", [P("x"), P()])
 def test_same_devices_in_another_order_are_moved(devices, x, spec):
     given = NamedSharding(mesh_of(devices), spec)

@@ -608,6 +608,22 @@ def test_abstract_mesh_of_another_size_than_the_devices_is_jax_error():
     assert issubclass(MeshMismatchError, type(theirs.value))
 
 
+def test_lower_and_compile_refuse_arguments_of_the_wrong_kind():
+    # A string propagate was taken for True, and a string device_assignment of two
+    # characters for two devices (a length error for others).
+    abstract = AbstractMesh((2,), ("x",), axis_types=(AUTO,))
+    x = jax.ShapeDtypeStruct((8, 2), jnp.float32, sharding=NamedSharding(abstract, P("x")))
+    f = lambda x: x * 2  # noqa: E731
+    with pytest.raises(TypeError, match="lower's propagate must be True or False, got 'no'"):
+        jit(f).trace(x).lower(propagate="no")
+    with pytest.raises(TypeError, match="lower's propagate must be True or False, got 'no'"):
+        jit(f).lower(jnp.ones((8, 2)), propagate="no")
+    lowered = jit(f).trace(x).lower(lowering_platforms=("cpu",))
+    with pytest.raises(TypeError, match="device_assignment must be a tuple of jax devices, "
+                                        "got 'ab'"):
+        lowered.compile(device_assignment="ab")
+
+
 def test_lowering_for_another_platform_on_an_abstract_mesh():
     abstract = AbstractMesh((2,), ("x",), axis_types=(AUTO,))
     x = jax.ShapeDtypeStruct((8, 2), jnp.float32, sharding=NamedSharding(abstract, P("x")))

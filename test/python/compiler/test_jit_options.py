@@ -59,6 +59,21 @@ def test_signature_errors_are_jax_errors():
         jit(f, P(), device=jax.devices()[0])
 
 
+@pytest.mark.parametrize("option, value, words", [
+    ("mesh", "x", "jit's mesh must be a jax.sharding.Mesh, an AbstractMesh or None, got str 'x'"),
+    ("mesh", [1, 2], "jit's mesh must be .* got list \\[1, 2\\]"),
+    ("propagate", "no", "jit's propagate must be True or False, got 'no'"),
+    ("strict", "yes", "jit's strict must be True, False or a .*StrictOptions, got 'yes'"),
+    ("strict", 3, "jit's strict must be .* got 3"),
+    ("propagation", "bogus", "propagation must be one of \\('shardy', 'cost-aware'\\), got 'bogus'"),
+])
+def test_shardc_options_of_the_wrong_type_are_type_errors_at_jit(option, value, words):
+    # Before, a string mesh failed at the call with AttributeError and a string
+    # propagate or strict was taken for True.
+    with pytest.raises(TypeError, match=words):
+        jit(lambda x: x * 2, **{option: value})
+
+
 def test_a_function_without_a_signature():
     # A builtin such as int has no inspect.signature: jax.jit takes it unless names
     # are given, which it cannot check.

@@ -191,6 +191,26 @@ def test_memory_budget_without_auto_is_an_error(mesh):
         jit(lambda x: x, mesh=mesh, memory_budget=1 << 20)
 
 
+@pytest.mark.parametrize("budget, error, words", [
+    (-1, ValueError, "must be a positive number of bytes per device, got -1"),
+    (0, ValueError, "must be a positive number of bytes per device, got 0"),
+    ("1GB", TypeError, "memory_budget must be a number of bytes \\(an int\\) or None, got '1GB'"),
+    (float("nan"), TypeError, "memory_budget must be a number of bytes"),
+])
+def test_a_memory_budget_that_is_no_byte_count_is_refused_at_jit(mesh, budget, error, words):
+    with pytest.raises(error, match=words):
+        jit(lambda x: x * 2, in_shardings=AUTO, mesh=mesh, memory_budget=budget)
+
+
+def test_an_unhashable_static_argument_is_jax_jits_error_under_auto(mesh):
+    f = lambda x, n: x * len(n)  # noqa: E731
+    x = np.ones((8, 4), np.float32)
+    with pytest.raises(ValueError, match="Non-hashable static arguments are not supported") as jax_error:
+        jax.jit(f, static_argnums=1)(x, [1])
+    with pytest.raises(type(jax_error.value), match="Non-hashable static arguments are not supported"):
+        jit(f, in_shardings=AUTO, static_argnums=1, mesh=mesh)(x, [1])
+
+
 def test_auto_under_the_context_mesh(mesh):
     x = np.arange(32.0, dtype=np.float32).reshape(8, 4)
     with jax.set_mesh(mesh):
