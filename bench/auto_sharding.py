@@ -1,7 +1,9 @@
 """What AUTO sharding is judged by: train steps under an expert's shardings and baselines.
 
-Four train steps (``bench/auto_programs``: a Llama-like decoder, its
-mixture-of-experts form, a ViT, a CNN) under three configurations
+The train steps of ``bench/auto_programs`` (a Llama-like decoder, its
+mixture-of-experts form, a ViT, a CNN; held out from AUTO's tuning an
+MLP-Mixer, GPT-2 with tied embeddings, a T5-like encoder-decoder and a ResNet
+with BatchNorm) under three configurations
 (``auto_programs.layout``): ``expert`` (FSDP over the data axis and tensor
 parallelism over ``model``, as MaxText writes it), ``dp`` (plain data
 parallelism) and ``shardy`` (the expert's parameter shardings, activations

@@ -982,18 +982,22 @@ def _reassociate_all_reduces(reader: ModuleValues,
     """Drop the all-reduces XLA's reassociation folds: ``add(all-reduce(a),
     all-reduce(b))`` over the same axes and bytes is ``all-reduce(add(a, b))``, so
     of a sum of dots' all-reduced partial sums (an activation's gradient through
-    several projections) one all-reduce is left, the first dot's."""
+    several projections) one all-reduce is left, the first dot's. A sharding
+    constraint between a dot and the add that keeps its operand's sharding moves
+    nothing (XLA's partitioner emits no op for it), so the sum is read through it."""
     graph = reader.graph
     reduced: dict[int, tuple[int, CommEntry]] = {}  # op -> (site index, its all-reduce)
     for index, (op, entry) in enumerate(sites):
         if (entry.kind == ALL_REDUCE and entry.implicit
                 and graph.op_name[op] == "stablehlo.dot_general"):
             reduced[op] = (index, entry)
+    moving = {op for op, _ in sites}
     dropped: set[int] = set()
     for op, name in enumerate(graph.op_name):
         if name != "stablehlo.add" or len(graph.op_operands[op]) != 2:
             continue
-        found = [reduced.get(graph.value_def[v]) for v in graph.op_operands[op]]
+        found = [reduced.get(_through_constraints(reader, v, moving))
+                 for v in graph.op_operands[op]]
         if None in found or found[0][0] == found[1][0]:
             continue
         (first, kept), (second, other) = sorted(found, key=lambda f: f[0])
@@ -1002,6 +1006,22 @@ def _reassociate_all_reduces(reader: ModuleValues,
         dropped.add(second)
         reduced[op] = (first, kept)  # the sum is all-reduced: it may be summed again
     return [site for index, site in enumerate(sites) if index not in dropped]
+
+
+def _through_constraints(reader: ModuleValues, value: int, moving: set[int]) -> int:
+    """The op defining ``value``, looking through the sharding constraints that keep
+    their operand's sharding and move no data (not in ``moving``, the ops with
+    collectives)."""
+    graph = reader.graph
+    op = graph.value_def[value]
+    while (op >= 0 and graph.op_name[op] == _CONSTRAINT and op not in moving
+           and reader.axes(graph.op_operands[op][0]) == reader.axes(value)):
+        value = graph.op_operands[op][0]
+        op = graph.value_def[value]
+    return op
+
+
+_CONSTRAINT = "sdy.sharding_constraint"
 
 
 def _combine_all_reduces(reader: ModuleValues, sites: list[tuple[int, CommEntry]],

@@ -41,7 +41,7 @@ from shardc.compiler.propagation.graph import PropagationGraph, ReadMemo
 from shardc.compiler.propagation.values import CostMemo, ModuleValues
 from shardc.compiler.sharding.rules import rule_for
 from shardc.compiler.sharding.tensor import Tensor, format_per_value
-from shardc.compiler.stages.hlo_order import ORDER_ATTR
+from shardc.compiler.stages.hlo_order import in_jax_order, order_tags
 from shardc.dialects.sdy import SHARDING_RULE_ATTR
 
 
@@ -110,11 +110,10 @@ def _jax_places(graph: PropagationGraph) -> list[int] | range:
     that order too, from the places the moved ops carry (ops without one stay
     behind the op they follow).
     """
-    ops = graph.ops
-    tags = [_order_tag(op) for op in ops]
-    if not any(tag is not None for tag in tags):
-        return range(len(ops))
-    places = [0] * len(ops)
+    tags = order_tags(graph.ops)
+    if tags is None:
+        return range(len(graph.ops))
+    places = [0] * len(graph.ops)
     place = 0
     stack = [iter([i for i, parent in enumerate(graph.op_parent) if parent == -1])]
     while stack:
@@ -126,25 +125,8 @@ def _jax_places(graph: PropagationGraph) -> list[int] | range:
         place += 1
         if graph.op_blocks[i]:
             stack.append(iter([j for _, nested in graph.op_blocks[i]
-                               for j in _in_jax_order(nested, tags)]))
+                               for j in in_jax_order(nested, tags)]))
     return places
-
-
-def _order_tag(op: ir.Operation) -> int | None:
-    attributes = op.attributes
-    return ir.IntegerAttr(attributes[ORDER_ATTR]).value if ORDER_ATTR in attributes else None
-
-
-def _in_jax_order(nested: list[int], tags: list[int | None]) -> list[int]:
-    keyed, last, behind = [], -1, 0
-    for i in nested:
-        if tags[i] is None:
-            behind += 1
-        else:
-            last, behind = tags[i], 0
-        keyed.append((last, behind, i))
-    keyed.sort()
-    return [i for _, _, i in keyed]
 
 
 def _size(tensor: Tensor) -> int:

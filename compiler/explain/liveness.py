@@ -32,6 +32,7 @@ from shardc.compiler.explain.needs import OpNeeds
 from shardc.compiler.explain.on_chip import split_peak
 from shardc.compiler.propagation.graph import ELEMENTWISE
 from shardc.compiler.propagation.values import ModuleValues
+from shardc.compiler.stages.hlo_order import jax_ordered
 
 # ops whose result k XLA writes into the buffer of one operand when that dies there
 _IN_PLACE = {"stablehlo.while": lambda k: k, "stablehlo.dynamic_update_slice": lambda k: 0,
@@ -114,7 +115,9 @@ class LivenessWalker:
     def __init__(self, values: ModuleValues) -> None:
         self.values = values
         self.rules = active_rules()  # the platform's buffer layout
-        graph = values.graph
+        # Propagation may have read the blocks in XLA's order (``hlo_order``); buffers
+        # live in the program's own order, as XLA schedules them.
+        graph = jax_ordered(values.graph)
         if self.rules.expands_optimization_barriers:
             graph = merged_graph(graph)  # jax.checkpoint's recomputation merged (CSE)
         self.graph = graph

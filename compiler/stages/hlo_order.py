@@ -27,6 +27,8 @@ between go where their users or the op before them are.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
+from typing import Any
 
 from jaxlib.mlir import ir
 
@@ -244,6 +246,49 @@ def _restore_block(ops: list[ir.Operation], tags: list[int | None], keep_tags: b
 def _tag(op: ir.Operation) -> int | None:
     attributes = op.attributes
     return ir.IntegerAttr(attributes[ORDER_ATTR]).value if ORDER_ATTR in attributes else None
+
+
+def order_tags(ops: Sequence[ir.Operation]) -> list[int | None] | None:
+    """Each op's place in jax's order (``ORDER_ATTR``; None for an op the pipeline
+    added), or None where no op carries one (nothing was reordered)."""
+    tags = [_tag(op) for op in ops]
+    return tags if any(tag is not None for tag in tags) else None
+
+
+def in_jax_order(nested: Sequence[int], tags: Sequence[int | None]) -> list[int]:
+    """A block's ops (indices into ``tags``) in jax's order: by their tags, an op
+    without one staying behind the op before it."""
+    keyed, last, behind = [], -1, 0
+    for i in nested:
+        if tags[i] is None:
+            behind += 1
+        else:
+            last, behind = tags[i], 0
+        keyed.append((last, behind, i))
+    keyed.sort()
+    return [i for _, _, i in keyed]
+
+
+class JaxOrderedGraph:
+    """A propagation graph of a module ``order_as_hlo`` reordered, read with every
+    block's ops in jax's order (``in_jax_order``): what reads liveness (XLA lays out
+    memory in the program's own order) without putting the module back. Every
+    attribute but ``op_blocks`` is the graph's own."""
+
+    def __init__(self, graph: Any, tags: Sequence[int | None]) -> None:
+        self._graph = graph
+        self.op_blocks = [[(args, in_jax_order(nested, tags)) for args, nested in blocks]
+                          for blocks in graph.op_blocks]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._graph, name)
+
+
+def jax_ordered(graph: Any) -> Any:
+    """``graph`` with its blocks in jax's order: a ``JaxOrderedGraph`` where some op
+    carries its place, else ``graph`` itself."""
+    tags = order_tags(graph.ops)
+    return graph if tags is None else JaxOrderedGraph(graph, tags)
 
 
 def _read_values(op: ir.Operation) -> list[ir.Value]:

@@ -37,3 +37,16 @@ def test_abstract_mesh_rows_are_predicted_and_auto_is_na_without_it():
         assert table.splitlines()[-1].endswith("| n/a |")
     assert set(CONFIGS) == {"expert", "dp", "shardy"}
     assert jax.device_count() == 8
+
+
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_every_program_traces_under_every_configuration(program):
+    # A held-out program added to the benchmark is a train step of the declared form
+    # under each layout: parameters back in their own shapes, a scalar loss.
+    mesh = auto_sharding.make_mesh("2x2x2")
+    for config in CONFIGS:
+        step, (params, batch) = PROGRAMS[program].make(layout_for(mesh, config), "small")
+        new_params, loss = jax.eval_shape(step, params, batch)
+        assert loss.shape == ()
+        assert jax.tree.map(lambda a: a.shape, new_params) == jax.tree.map(
+            lambda a: a.shape, params)

@@ -72,6 +72,21 @@ def test_auto_price_is_step_time_of_the_program_it_returns(platform):
     assert report.step.comm_bytes == timed.bytes
 
 
+def test_auto_memory_is_memory_estimate_of_the_program_it_returns():
+    # The search propagates the program in XLA's op order; its memory model walks
+    # the buffers in jax's, as Lowered.memory_estimate does (a train step's
+    # backward in HLO's post-order keeps the forward's activations live longer).
+    abstract = jax.sharding.AbstractMesh((2, 4), ("data", "model"),
+                                         axis_types=(AxisType.Auto,) * 2)
+    args = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
+                        auto_bench.mlp_case(layers=3, d=512, hidden=2048, batch=256).args)
+    lowered = jit(auto_bench.mlp_step, in_shardings=AUTO, out_shardings=AUTO, mesh=abstract,
+                  memory_budget=1 << 40).trace(*args).lower(lowering_platforms=("cpu",))
+    step = lowered.auto_report().step
+    assert step.estimated
+    assert step.memory_peak == lowered.memory_estimate(platform="cpu").net_bytes
+
+
 def test_states_priced_with_the_memo_count_as_a_fresh_read(mesh):
     # The evaluator looks each op's flops and collectives up by its key across states
     # and layers: every state's price is that of counting it afresh.

@@ -11,7 +11,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import pytest
-from jax.sharding import AxisType
+from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bench import plan_speed
@@ -186,6 +186,22 @@ def test_tpu_reassociates_summed_all_reduces_of_dots(mesh):
     cpu = lowered.comm_report(platform="cpu").totals()["all-reduce"].bytes_per_device
     assert cpu == summarize(find_collectives(lowered.compile().as_text()))[
         "all-reduce"].bytes_per_device == 3 * 8 * 64 * 4
+
+
+@pytest.mark.parametrize("spec", [P("data", None), P("data", P.UNCONSTRAINED)])
+def test_tpu_reassociates_through_constraints_that_keep_the_sharding(mesh, spec):
+    # The same sum with each dot's result constrained as the dot leaves it (an
+    # activation constraint, closed or open): the constraint moves nothing, so
+    # XLA:TPU still all-reduces the sum once.
+    def step(x, wq, wk, wv):
+        q, k, v = (jax.lax.with_sharding_constraint(x @ w, NamedSharding(mesh, spec))
+                   for w in (wq, wk, wv))
+        return q + k + v
+    w = jax.ShapeDtypeStruct((128, 64), BF16)
+    lowered = jit(step, in_shardings=(P("data", "model"),) + (P("model", None),) * 3,
+                  out_shardings=P("data", None), mesh=mesh).lower(
+        jax.ShapeDtypeStruct((32, 128), BF16), w, w, w)
+    assert _totals(lowered.comm_report(platform="tpu")) == {"all-reduce": (1, 8 * 64 * 2)}
 
 
 def test_tpu_reduce_scatters_a_scatter_adds_partial_sums_into_a_sharded_table(mesh):
