@@ -43,6 +43,7 @@ _PER_ELEMENT_BODIES = frozenset("stablehlo." + n for n in (
     "reduce_scatter", "map"))
 _PASS_ON = frozenset({"sdy.data_flow_edge", "sdy.sharding_constraint", "sdy.reshard",
                       "sdy.propagation_barrier"})
+_BARRIER = "stablehlo.optimization_barrier"
 _EXPENSIVE = frozenset("stablehlo." + n for n in (
     "exponential", "exponential_minus_one", "log", "log_plus_one", "logistic", "power",
     "rsqrt", "sqrt", "cbrt", "sine", "cosine", "tan", "tanh", "atan2")) | frozenset(
@@ -123,6 +124,7 @@ class LivenessWalker:
         self.graph = graph
         # ops merged into an earlier one: they write no buffer
         self.merged_ops: set[int] = getattr(graph, "merged_ops", set())
+        self.merged: dict[int, int] = getattr(graph, "merged", {})
         mesh = values.meshes.get(values.mesh) if values.mesh else None
         self.sizes = dict(mesh.sizes) if mesh is not None else {}
         found = OpNeeds.collect(values)
@@ -253,6 +255,48 @@ class LivenessWalker:
         """Bytes of the buffer an op writes ``value`` into: its partial sums when it
         is all-reduced before a slice."""
         return self.partial.get(value) or self.bytes_of(value)
+
+    def all_reduced_bytes(self, value: int) -> int:
+        """Bytes of an all-reduced ``value``'s buffers around its all-reduce: in the
+        type the platform all-reduces its element type in (XLA:CPU's
+        ``AllReducePromotion`` converts a bf16 all-reduce's operand to f32, reduces,
+        and converts the result back in its readers' fusions: the f32 operand and
+        result are buffers, ``convert_bitcast_fusion.*`` and ``all-reduce.*`` in a
+        scanned bf16 step's backward loop)."""
+        size = self.reduced_bytes(value)
+        if self.feeds_output(value, self.graph.value_def[value]):
+            # its f32 result is placed in the allocation of the output computed from
+            # it (vit_bf16's weight gradients: all-reduce.37{k} in the f32 outputs')
+            return size
+        element = self.values.tensor(value).element_bytes
+        dtype = self.slot(value).key[1] if element else None
+        wide = self.rules.element_bytes_in_collective(element, dtype) if element else 0
+        return size * wide // element if wide > element else size
+
+    def feeds_output(self, value: int, op: int) -> bool:
+        """Whether a chain of fusible ops keeping ``value``'s number of elements leads
+        from it to the main function's return (some output is computed from it
+        element by element)."""
+        graph = self.graph
+        shape = graph.value_shape[value]
+        elements = prod(shape) if shape is not None else -1
+        stack, seen = [(value, op)], set()
+        while stack:
+            current, owner = stack.pop()
+            if current in seen or len(seen) > 256:
+                continue
+            seen.add(current)
+            for user, _ in graph.uses[current]:
+                top = self.top_user(user, owner)
+                if graph.op_name[top] == "func.return":
+                    return True
+                if top != user or graph.op_name[user] not in FUSIBLE:
+                    continue
+                for result in graph.op_results[user]:
+                    found = graph.value_shape[result]
+                    if found is not None and prod(found) == elements:
+                        stack.append((result, user))
+        return False
 
     def materialised(self, value: int, op: int) -> bool:
         graph = self.graph
@@ -409,7 +453,7 @@ class LivenessWalker:
                 # a value also recomputed in its fusing readers is read from its
                 # buffer by the others only
                 recomputed = current not in returned and self.duplicated(current)
-                for user, _ in graph.uses[current]:
+                for user, index in graph.uses[current]:
                     if (current, user) in self.relaid:
                         continue  # the dot reads the value's copy in its layout
                     top = self.top_user(user, owner)
@@ -419,7 +463,11 @@ class LivenessWalker:
                     if top != user:
                         continue
                     if self._fused_away(user, returned):
-                        fused.extend((r, user) for r in graph.op_results[user])
+                        results = graph.op_results[user]
+                        if graph.op_name[user] == _BARRIER:
+                            # an expanded barrier hands each operand on as its own result
+                            results = results[index:index + 1]
+                        fused.extend((r, user) for r in results)
                         continue
                     for result in graph.op_results[user]:
                         if result in returned or not self.duplicated(result):
@@ -536,10 +584,17 @@ class LivenessWalker:
     def root(self, value: int) -> int:
         """``value`` seen through ops that pass their operand on unchanged."""
         graph = self.graph
-        while (graph.value_def[value] >= 0 and value not in self.moved
-               and graph.op_name[graph.value_def[value]] in _PASS_ON
-               and graph.op_operands[graph.value_def[value]]):
-            value = graph.op_operands[graph.value_def[value]][0]
+        value = self.merged.get(value, value)
+        while graph.value_def[value] >= 0 and value not in self.moved:
+            owner = graph.value_def[value]
+            if graph.op_name[owner] in _PASS_ON and graph.op_operands[owner]:
+                value = graph.op_operands[owner][0]
+            elif graph.op_name[owner] == _BARRIER and self.rules.expands_optimization_barriers:
+                # an expanded barrier hands each operand on as its result
+                value = graph.op_operands[owner][graph.op_results[owner].index(value)]
+            else:
+                break
+            value = self.merged.get(value, value)
         return value
 
     def _inner_peak(self, op: int, at: int,
@@ -662,31 +717,39 @@ class LivenessWalker:
 
         XLA's all-reduce combiner merges all-reduces over the same axes that do
         not depend on one another into one, run where the last of them is; all
-        their results are live together there.
+        their results are live together there. All-reduces over other axes in
+        between neither join nor break a group (a checkpointed layer's weight
+        gradients, reduced over ``data``, between its input gradients' reductions
+        over ``model``: all-reduce.15, a tuple of the eight weight gradients).
         """
         graph = self.graph
         extend: dict[int, int] = {}
-        group: list[tuple[int, int]] = []
-        tainted: set[int] = set()
-        axes = None
+        groups: dict[tuple, list[tuple[int, int]]] = {}
+        tainted: dict[tuple, set[int]] = {}  # per group: values depending on its members
 
-        def close() -> None:
+        def close(axes: tuple) -> None:
+            group = groups.pop(axes, [])
             if len(group) > 1:
                 for _, member in group:
                     for value in graph.op_results[member]:
                         extend[value] = group[-1][0]
 
         for i, op in enumerate(ops):
-            depends = any(v in tainted for v in self.operands_within(op))
-            if op in self.reduced:
-                if depends or self.reduced[op] != axes:
-                    close()
-                    group, tainted, axes = [], set(), self.reduced[op]
-                group.append((i, op))
-                tainted.update(graph.op_results[op])
-            elif depends:
-                tainted.update(graph.op_results[op])
-        close()
+            operands = self.operands_within(op)
+            hit = [axes for axes, found in tainted.items()
+                   if any(v in found for v in operands)]
+            axes = self.reduced.get(op)
+            if axes is not None and axes in hit:
+                close(axes)
+                tainted[axes] = set()
+                hit.remove(axes)
+            for other in hit:
+                tainted[other].update(graph.op_results[op])
+            if axes is not None:
+                groups.setdefault(axes, []).append((i, op))
+                tainted.setdefault(axes, set()).update(graph.op_results[op])
+        for axes in list(groups):
+            close(axes)
         return extend
 
     def peak(self, ops: list[int], returned: set[int],
@@ -706,8 +769,14 @@ class LivenessWalker:
         spans: dict[tuple, list[int]] = {}
         copies: dict[int, int] = {}
         read_narrow: set[tuple] = set()  # reshards some op reads as they are, not wide
+        narrow_keys: dict[tuple, set[tuple]] = {}  # a span's key -> the needs' own keys
         for i, op in enumerate(ops):
-            for key, size, copy in () if op in self.merged_ops else self.needs.get(op, ()):
+            for need, size, copy in () if op in self.merged_ops else self.needs.get(op, ()):
+                # one reshard per value as XLA sees it (through an expanded barrier: the
+                # backward's recomputation of a checkpointed layer reads the forward's
+                # gathered weight, the gathers merged by CSE)
+                key = (self.root(need[0]), need[1]) if self.merged_ops else need
+                narrow_keys.setdefault(key, set()).add(need)
                 if key in spans:
                     spans[key][1] = i
                 else:
@@ -730,7 +799,7 @@ class LivenessWalker:
             elif target[0] == "transposed" and self.graph.value_def[value] >= 0:
                 first = min(first, position.get(
                     self.top_user(self.graph.value_def[value], ops[0]), first))
-            if (value, target) in self.converted and (value, target) not in read_narrow:
+            if narrow_keys[(value, target)] <= self.converted and (value, target) not in read_narrow:
                 last = first  # the dots read its wide copy, converted right after it
             gathered.setdefault(first, []).append(
                 (self.aligned(size), last, target[0] not in ("transposed", "widened")))
@@ -744,17 +813,25 @@ class LivenessWalker:
         # (mlp_data_parallel's gradients, reduced, then copied transposed into the
         # outputs: dot.5-7 in the outputs' allocations, all-reduce.4's tuple in the
         # heap, where the value's own interval stands for it).
-        reducing: dict[int, list[int]] = {}
+        # position -> (bytes, whether an output's allocation may hold it)
+        reducing: dict[int, list[tuple[int, bool]]] = {}
         for i, op in enumerate(ops):
             if op in self.reduced and op not in self.merged_ops:
                 for value in graph.op_results[op]:
-                    # a reduce-scatter's result is the buffer it writes (``needs``)
-                    if value not in returned and value not in self.scattered \
-                            and not self.one_output(value, op):
+                    # a reduce-scatter's result is the buffer it writes (``needs``); a
+                    # returned value's output holds one of its partial sums and its
+                    # all-reduce's result, the other is a temporary: a combined
+                    # all-reduce's tuple of results is copied into the outputs
+                    # (``jax.grad``'s weight gradients: the dots written in the outputs'
+                    # allocations, all-reduce.15{0..7} in the heap, then wrapped_copy.*)
+                    if value not in self.scattered and (
+                            value in returned or not self.one_output(value, op)):
                         # it runs after the op, once the op's operands are freed
                         at = min(extend.get(value, i) + 1, len(ops) - 1)
+                        # a widened all-reduce's operand is a separate array (its convert)
+                        wide = self.all_reduced_bytes(value)
                         reducing.setdefault(at, []).append(
-                            self.aligned(self.reduced_bytes(value)))
+                            (self.aligned(wide), wide > self.reduced_bytes(value)))
         if self.rules.tuple_pointer_bytes:
             # a combined all-reduce is tuple-shaped: its table of pointers too
             # (eqx_partition_jit's all-reduce.15{}, ten pointers, at its position)
@@ -763,7 +840,8 @@ class LivenessWalker:
                 members[at] = members.get(at, 0) + 1
             for at, count in members.items():
                 reducing.setdefault(min(at + 1, len(ops) - 1), []).append(
-                    self.aligned(self.rules.tuple_pointer_bytes * count))
+                    (self.aligned(self.rules.tuple_pointer_bytes * count), False))
+        widened: set[int] = set()  # all-reduced results wider than their values
         early = self.unanchored(ops)
         owner = graph.op_name[graph.op_parent[ops[0]]] if ops else ""
         carries = args if owner == "stablehlo.while" else set()
@@ -784,6 +862,14 @@ class LivenessWalker:
                 if value in returned or not self.materialised(value, op):
                     continue
                 size = self.reduced_bytes(value)
+                if op in self.reduced and not self.one_output(value, op):
+                    # the all-reduce's result, in the type it is reduced in; a widened
+                    # one is an array of its own that XLA may place in an output's
+                    # allocation, combined or not
+                    wide = self.all_reduced_bytes(value)
+                    if wide > size:
+                        widened.add(value)
+                        size = wide
                 last = self.last_read(value, op, position, returned, i, reads)
                 last = max(last, extend.get(value, i))
                 if graph.op_name[op] == "stablehlo.reshape":
@@ -827,15 +913,15 @@ class LivenessWalker:
             inside = set() if looped or not inner or graph.op_name[op] in _PER_ELEMENT_BODIES \
                 else set(graph.op_results[op])
             now = (live - handed + sum(s for v, s, _, _ in allocated if v not in inside)
-                   + transient + sum(reducing.get(i, ())))
+                   + transient + sum(n for n, _ in reducing.get(i, ())))
             if now > best:
                 best, best_op = now, op
             if record is not None and transient:
                 # nested peaks and buffers live only while the op runs stay in the heap
                 record.append(Interval(i, i, transient, None, fits_output=False, on_chip=chip))
             if record is not None:
-                record.extend(Interval(i, i, size, None, fits_output=False)
-                              for size in reducing.get(i, ()))
+                record.extend(Interval(i, i, size, None, fits_output=fits)
+                              for size, fits in reducing.get(i, ()))
             for value, size, last, moved in allocated:
                 live += size
                 buffer = None
@@ -846,7 +932,7 @@ class LivenessWalker:
                 # stay in the heap (mlp_data_parallel's gradients, buffer assignment)
                 start = i + 1 if value in inside else (0 if op in early else i)
                 interval = Interval(start, max(last, start), size, buffer,
-                                     fits_output=value not in extend,
+                                     fits_output=value not in extend or value in widened,
                                      holders=[] if value is None else [value], moved=moved)
                 if record is not None and last >= start:
                     record.append(interval)

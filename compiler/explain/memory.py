@@ -52,8 +52,10 @@ not divide counting padded like XLA pads it:
 * a producer YNNPACK's reduction fusion cannot take (a dynamic-slice, a reverse,
   a select) feeding an offloaded f32 reduction is a buffer of its own loop fusion;
 * ``jax.checkpoint`` outside loops: on XLA:CPU, which removes optimization barriers
-  before CSE, the recomputation merges into the forward (``merged``), whose values
-  then live until the backward reads them;
+  before CSE, the recomputation merges into the forward (``merged``; a reduction
+  by its body, so a layer norm's or softmax's sums and all after them merge), whose
+  values then live until the backward reads them, and a value read through a
+  barrier is the barrier's operand (one gathered or converted copy of a weight);
 * XLA:CPU's expansions: a select-and-scatter (a max pool's gradient) holds one
   s32 iota per dimension and the reduce-window's results while it runs; an op
   with several results holds a table of 8-byte pointers while it runs;
@@ -63,7 +65,12 @@ not divide counting padded like XLA pads it:
   (XLA:TPU reduce-scatters them: the shard is the buffer, the partial sums
   live while the op runs, never whole in a windowed loop's);
 * all-reduces over the same axes that do not depend on one another are
-  combined: their results stay live until the last of them;
+  combined, whatever all-reduces over other axes run between them: their
+  results stay live until the last of them;
+* an all-reduce in a type the platform widens (XLA:CPU all-reduces bf16 in f32):
+  its operand and result are buffers of the wide type, the result one that an
+  output's allocation may hold, unless an output is computed from it element by
+  element (the f32 result then sits in that output's allocation);
 * in place: ``while`` results reuse their carries (a carry the body returns
   unchanged is its init value; a returned result's initial value may sit in the
   output's allocation), ``dynamic_update_slice``/``scatter`` their
