@@ -168,17 +168,31 @@ def test_search_choices_reach_xla_as_constraints():
     assert compiled.collective_bytes() <= resolution.final_bytes, resolution.format_text()
 
 
-def test_compile_keeps_shardy_when_xla_partitions_the_choice_worse():
-    """The safety net: a predicted saving (12160 -> 6400 bytes) that XLA partitions into
-    more than Shardy's choices (4352) is compiled, compared with them and dropped."""
+@pytest.mark.parametrize("found", [4, 5])
+def test_compile_keeps_shardy_when_xla_partitions_the_choice_worse(found, monkeypatch):
+    """The safety net: a predicted saving that XLA partitions into more bytes than
+    Shardy's choices is compiled, compared with them and dropped. The cost model now
+    prices these cases as XLA compiles them (case 5 was a saving of 12160 -> 6400 bytes
+    predicted, 4352 compiled for Shardy's), so here it is made wrong on purpose: every
+    copy's bytes priced negated, the search keeps the choice that moves the most."""
     import jax
     import numpy as np
 
-    lowered, args = _found_case(5, "cost-aware")
+    from shardc.compiler.cost_aware import pricing
+
+    true_price = pricing.price
+
+    def backwards(reader):
+        collective_bytes, peak = true_price(reader)
+        return -collective_bytes, peak
+
+    monkeypatch.setattr(pricing, "price", backwards)
+    lowered, args = _found_case(found, "cost-aware")
     resolution = lowered.cost_aware_resolution
     assert resolution.final_bytes < resolution.baseline_bytes and resolution.fallback
     compiled = lowered.compile()
-    shardy, _ = _found_case(5, "shardy")
+    monkeypatch.undo()
+    shardy, _ = _found_case(found, "shardy")
     reference = shardy.compile()
     assert compiled.kept_shardy and not reference.kept_shardy
     assert compiled.collective_bytes() == reference.collective_bytes()
