@@ -393,7 +393,8 @@ class JitFunction(JitCalls, JitSurface):
         mesh = signature.context_mesh(self.mesh)
         leaves = signature.argument_signature(
             dynamic_args, dynamic_kwargs, self.in_shardings, mesh, follow_data=follow_data,
-            placed_by_jit=placed_by_jit, devices=devices,
+            placed_by_jit=placed_by_jit or self.options.inputs_to_device is not None,
+            moved_to=self.options.inputs_to_device, devices=devices,
             names=lambda: jax_private.argument_names(
                 self.fun, args, kwargs, self.static_argnums, self.static_argnames),
             fun=self.fun, fun_name=error_name(self.fun, called),

@@ -433,6 +433,7 @@ def argument_signature(
     *,
     follow_data: bool = True,
     placed_by_jit: bool = False,
+    moved_to: Any = None,
     devices: Mesh | None = None,
     names: Callable[[], Sequence[str] | None] = lambda: None,
     fun: Any = "fun",
@@ -451,6 +452,8 @@ def argument_signature(
     ``devices`` (``device_mesh``'s) when given. ``placed_by_jit``
     (``jit(device=...)`` / ``jit(backend=...)``): every argument is moved to the
     program's device as by ``device_put``, so nothing of where it is counts.
+    ``moved_to`` (a ``SingleDeviceSharding`` given for every argument): every
+    argument is moved to its device, committed ones tiled as it says (replicated).
     Errors name arguments as jax does (``names()``: jax's names of the leaves,
     asked for only then; ``fun``: the jitted function, ``fun_name``: its name in
     them, ``surface.error_name``'s; ``api_name``: ``jit`` or ``pjit``).
@@ -472,6 +475,8 @@ def argument_signature(
     checked: set[tuple] = set()
     for index, (path, value, entry) in enumerate(zip(paths, values, given)):
         aval = abstract_value(value, _name(names, index, path), fun)
+        if moved_to is not None:
+            check_committed_sharding(path, value, moved_to)
         sharding = to_named_sharding(entry, mesh, path, len(aval.shape), api_name=api_name)
         traced_as = None if placed_by_jit else type_sharding(value)
         given_here = sharding is not None

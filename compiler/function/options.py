@@ -49,6 +49,9 @@ class JitOptions:
     in_shardings: Any = None
     out_shardings: Any = None
     single_device: Any = None
+    # The SingleDeviceSharding given for every argument (on the device's own memory),
+    # else None: jit moves each argument there, committed or not, as ``jit(device=)``.
+    inputs_to_device: Any = None
     # Whether in_shardings were given (anything but None / jax's unspecified marker):
     # jax.jit then refuses keyword arguments.
     in_shardings_given: bool = False
@@ -113,11 +116,13 @@ def parse(
         jax.tree.map(unspecified, shardings, is_leaf=_is_leaf)
         for shardings in (in_shardings, out_shardings))
     given_out_shardings = out_shardings
+    inputs_to_device = _all_on_device_memory(in_shardings)
     single_device, in_shardings, out_shardings = _single_device(in_shardings, out_shardings)
     return JitOptions(
         in_shardings=in_shardings,
         out_shardings=out_shardings,
         single_device=single_device,
+        inputs_to_device=inputs_to_device,
         in_shardings_given=in_shardings_given,
         given_out_shardings=given_out_shardings,
         in_formats=in_formats,
@@ -136,6 +141,16 @@ def parse(
 
 def _is_leaf(node: Any) -> bool:
     return node is None or isinstance(node, jax.sharding.Sharding)
+
+
+def _all_on_device_memory(in_shardings: Any) -> SingleDeviceSharding | None:
+    """The ``SingleDeviceSharding`` every leaf of ``in_shardings`` is, on the device's
+    own memory (another memory kind keeps the argument's own placement), else None."""
+    leaves = jax.tree.leaves(in_shardings, is_leaf=_is_leaf)
+    if leaves and all(isinstance(leaf, SingleDeviceSharding)
+                      and leaf.memory_kind in (None, "device") for leaf in leaves):
+        return leaves[0]
+    return None
 
 
 def _single_device(in_shardings: Any, out_shardings: Any) -> tuple[Any, Any, Any]:

@@ -174,6 +174,39 @@ def test_jit_device_moves_committed_arguments(devices, x, placement):
     assert ours.sharding == SingleDeviceSharding(target)
 
 
+@pytest.mark.parametrize("placement", ["one device", "uncommitted"])
+def test_single_device_in_shardings_move_committed_arguments(x, placement):
+    """A SingleDeviceSharding given for every argument moves it to that device,
+    committed or not, as jit(device=) does (shardc took it for "follow the data" and
+    refused an argument committed to another device)."""
+    arg = jax.device_put(x, jax.devices()[1]) if placement == "one device" else x
+    target = SingleDeviceSharding(jax.devices()[3])
+    theirs, ours = both(lambda j: j(twice, in_shardings=target)(arg))
+    assert_same(theirs, ours)
+    assert ours.sharding == target
+
+
+def test_single_device_in_shardings_refuse_a_tiled_argument(devices, x):
+    """A committed argument tiled over several devices is not one device's copy:
+    jax's "does not match" error, as for any given sharding."""
+    arg = jax.device_put(x, NamedSharding(mesh_of(devices), P("x")))
+    target = SingleDeviceSharding(jax.devices()[3])
+    for j in (jax.jit, jit):
+        with pytest.raises(ValueError, match="Sharding passed to jit does not match"):
+            j(twice, in_shardings=target)(arg)
+
+
+def test_single_device_in_shardings_compiled_refuses_another_device(x):
+    """A compiled program's call moves nothing: an argument on another device is
+    jax's ValueError."""
+    arg = jax.device_put(x, jax.devices()[1])
+    target = SingleDeviceSharding(jax.devices()[3])
+    for j in (jax.jit, jit):
+        compiled = j(twice, in_shardings=target).lower(arg).compile()
+        with pytest.raises(ValueError):
+            compiled(arg)
+
+
 def test_jit_device_compiled_runs_on_that_device_and_moves_arguments(devices, x):
     target = jax.devices()[1]
     placed = jax.device_put(x, NamedSharding(mesh_of(devices), P("x")))
