@@ -70,7 +70,9 @@ EXPLAINED: dict[str, str] = {
                          "are live together at its peak: the gap, 1504768 B, is 23 gathered "
                          "64 KiB w_out; the model's liveness walk keeps program order, where "
                          "each gathered weight lives only within its layer",
-    "linen_scan_logical_dropout": "net 0.74x (temp 36224 / 60936 B): XLA:CPU runs each dropout "
+    "linen_scan_logical_dropout": "net 0.87x (0.74x, temp 36224 / 60936 B, before reductions "
+                                  "merged by structure and all-reduces combined across "
+                                  "other axes): XLA:CPU runs each dropout "
                                   "mask's threefry2x32 as a rolled while loop (jax lowers it so "
                                   "on CPU), and its buffer assignment holds the two u32[4,8,32] "
                                   "words' initial values (broadcast_add_fusion.2/.3, 4 KiB each) "
