@@ -78,6 +78,7 @@ from shardc.compiler.sharding.rules import INDEXED_ROLES, indexed_roles_for
 from shardc.compiler.sharding.tensor import Tensor, TensorSharding
 
 _EXPLICIT = {"sdy.reshard": "explicit reshard", "sdy.sharding_constraint": "sharding constraint"}
+_CONSTRAINT = "sdy.sharding_constraint"
 MANUAL_RETURN = "sdy.return"
 # Ops ``_found_at`` never prices by their rule.
 _NOT_BY_RULE = frozenset({"stablehlo.while", MANUAL_OP, "func.call", *STABLEHLO_COLLECTIVES})
@@ -1020,8 +1021,6 @@ def _through_constraints(reader: ModuleValues, value: int, moving: set[int]) -> 
         op = graph.value_def[value]
     return op
 
-
-_CONSTRAINT = "sdy.sharding_constraint"
 
 
 def _combine_all_reduces(reader: ModuleValues, sites: list[tuple[int, CommEntry]],

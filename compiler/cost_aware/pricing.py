@@ -41,7 +41,7 @@ from shardc.compiler.propagation.graph import PropagationGraph, ReadMemo
 from shardc.compiler.propagation.values import CostMemo, ModuleValues
 from shardc.compiler.sharding.rules import rule_for
 from shardc.compiler.sharding.tensor import Tensor, format_per_value
-from shardc.compiler.stages.hlo_order import in_jax_order, order_tags
+from shardc.compiler.stages.hlo_order import jax_ordered
 from shardc.dialects.sdy import SHARDING_RULE_ATTR
 
 
@@ -107,11 +107,10 @@ def _jax_places(graph: PropagationGraph) -> list[int] | range:
     Propagation reads blocks in XLA's order (``hlo_order``), but XLA's memory
     follows the program's own order, which the memory estimate reads once
     ``restore_jax_order`` has put the ops back: the search's peak is taken in
-    that order too, from the places the moved ops carry (ops without one stay
-    behind the op they follow).
+    that order too, read through ``jax_ordered`` as the liveness walk reads it.
     """
-    tags = order_tags(graph.ops)
-    if tags is None:
+    ordered = jax_ordered(graph)
+    if ordered is graph:
         return range(len(graph.ops))
     places = [0] * len(graph.ops)
     place = 0
@@ -123,9 +122,8 @@ def _jax_places(graph: PropagationGraph) -> list[int] | range:
             continue
         places[i] = place
         place += 1
-        if graph.op_blocks[i]:
-            stack.append(iter([j for _, nested in graph.op_blocks[i]
-                               for j in in_jax_order(nested, tags)]))
+        if ordered.op_blocks[i]:
+            stack.append(iter([j for _, nested in ordered.op_blocks[i] for j in nested]))
     return places
 
 
