@@ -303,9 +303,10 @@ def check_sharding(sharding: NamedSharding, aval: jax.ShapeDtypeStruct, path: st
 # ----------------------------------------------------------------------------
 
 
-def abstract_value(value: Any, name: str, fun: Any = "fun") -> jax.ShapeDtypeStruct:
+def abstract_value(value: Any, name: Callable[[], str], fun: Any = "fun") -> jax.ShapeDtypeStruct:
     """Return the unsharded abstract value jax traces ``value`` as (a mutable array,
-    ``jax.new_ref``, as a ``Ref`` type: ``is_ref``); ``name`` (the argument's) and
+    ``jax.new_ref``, as a ``Ref`` type: ``is_ref``); ``name()`` (the argument's,
+    asked for only by an error: jax makes every argument's name at once) and
     ``fun`` (the jitted function, printed as jax prints it) are for jax's error."""
     if tokens.is_token(value):
         return tokens.TOKEN
@@ -315,7 +316,7 @@ def abstract_value(value: Any, name: str, fun: Any = "fun") -> jax.ShapeDtypeStr
             # jax lowers it to an MLIR type that fails to build (a raw MLIRError).
             raise InvalidArgumentError(
                 f"the shape of an abstract argument must have every element be nonnegative, "
-                f"got {tuple(value.shape)} for the argument at path {name} of {fun}")
+                f"got {tuple(value.shape)} for the argument at path {name()} of {fun}")
         # Of the type jax traces it as: 64-bit types are 32-bit ones without x64.
         dtype = value.dtype if jax.dtypes.issubdtype(value.dtype, jax.dtypes.extended) \
             else jax.dtypes.canonicalize_dtype(value.dtype)
@@ -326,12 +327,12 @@ def abstract_value(value: Any, name: str, fun: Any = "fun") -> jax.ShapeDtypeStr
     except OverflowError:
         raise OverflowError(
             "An overflow was encountered while parsing an argument to a jitted computation, "
-            f"whose argument path is {name}. Got {type(value)} with value {value}") from None
+            f"whose argument path is {name()}. Got {type(value)} with value {value}") from None
     except TypeError:
         raise InvalidArgumentError(
             f"Error interpreting argument to {fun} as an abstract array. The "
             f"problematic value is of type {type(value)} and was passed to the function "
-            f"at path {name}.\nThis typically means that a jit-wrapped function was "
+            f"at path {name()}.\nThis typically means that a jit-wrapped function was "
             "called with a non-array argument, and this argument was not marked as "
             "static using the static_argnums or static_argnames parameters of jax.jit."
         ) from None
@@ -474,7 +475,7 @@ def argument_signature(
     # state has its shape): each pair that passed is not checked again.
     checked: set[tuple] = set()
     for index, (path, value, entry) in enumerate(zip(paths, values, given)):
-        aval = abstract_value(value, _name(names, index, path), fun)
+        aval = abstract_value(value, functools.partial(_name, names, index, path), fun)
         if moved_to is not None:
             check_committed_sharding(path, value, moved_to)
         sharding = to_named_sharding(entry, mesh, path, len(aval.shape), api_name=api_name)
