@@ -197,6 +197,20 @@ def test_unsupported_argument_type_is_an_error():
         jit(lambda a: a).lower({"k": object()})
 
 
+def test_overflowing_argument_is_named_as_jax_names_it():
+    # jax.jit's OverflowError names the argument by jax's own name for it (the
+    # parameter's name and the path in it), made only when the error is raised.
+    def add(x, y):
+        return x + y
+
+    with pytest.raises(OverflowError) as from_jax:
+        jax.jit(add).lower(1.0, {"k": 2**70})
+    with pytest.raises(OverflowError) as from_shardc:
+        jit(add).lower(1.0, {"k": 2**70})
+    assert "whose argument path is y['k']" in str(from_jax.value)
+    assert str(from_shardc.value) == str(from_jax.value)
+
+
 @pytest.mark.parametrize(
     "spec,shape,error,words",
     [
