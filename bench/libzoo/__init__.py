@@ -40,8 +40,14 @@ with dropout sharded by ``nn.logical_to_mesh_sharding``; optax's ``adafactor`` u
 the parameters; an equinox ``MultiheadAttention`` encoder trained by ``eqx.filter_grad``;
 lineax's conjugate gradients and optimistix's Levenberg-Marquardt, vmapped over
 sharded batches; and flax NNX's ``nnx.jit`` over the modules it updates in place
-(``nnx.Optimizer``, ``nnx.MultiMetric``, ``BatchNorm``, ``Dropout``). Where the ``gemma`` extra is
-installed (it needs tensorflow), Gemma's library (a small ``gm.nn.Transformer``
+(``nnx.Optimizer``, ``nnx.MultiMetric``, ``BatchNorm``, ``Dropout``); a flax linen LM
+sharded by ``nn.with_logical_partitioning`` with dropout and ``clip_by_global_norm`` +
+``adamw``, an NNX ResNet (``BatchNorm``) on a batch split over two axes, NNX LoRA
+fine-tuning (``nnx.LoRALinear``, ``wrt=nnx.LoRAParam``), an equinox ViT
+(``MultiheadAttention``, ``Dropout``) and an ``LSTMCell`` LM scanned, diffrax's Lotka-Volterra
+solved for a batch with ``jacfwd`` through ``ForwardMode``, penzai's GPT-NeoX builder
+differentiated by axis name and a PPO update in ``chex.dataclass`` state. Where the
+``gemma`` extra is installed (it needs tensorflow), Gemma's library (a small ``gm.nn.Transformer``
 trained with optax). Each module holds one
 program, with the zoo's interface (``NAME``, ``SIZES``, ``make(size) ->
 Program``); the user's jit call goes to the route's jit: ``jax.jit`` itself, or
@@ -58,24 +64,31 @@ from collections.abc import Callable, Iterable
 
 from bench.libzoo import (
     chex_dataclass_state,
+    chex_ppo_gae,
     diffrax_dense_adjoints,
+    diffrax_lotka_volterra,
     diffrax_neural_ode,
     eqx_batchnorm_state,
     eqx_filter_jit,
+    eqx_lstm_lm,
     eqx_mha_filter_grad,
     eqx_partition_jit,
     eqx_scan_layers,
     eqx_scan_train_loop,
     eqx_unet_frozen,
+    eqx_vit_dropout,
     flax_nnx_scan_explicit,
     flax_nnx_sharded,
     jax_custom_partitioning_fft,
     jax_host_callback_scan,
     jaxtyping_mlp,
     lineax_cg_batched,
+    linen_lm_clip_adamw,
     linen_logical_attention,
     linen_scan_logical_dropout,
     nnx_jit_train,
+    nnx_lora_finetune,
+    nnx_resnet_batchnorm,
     nnx_scan_remat_optimizer,
     optax_adafactor_fsdp,
     optax_dpsgd,
@@ -86,6 +99,7 @@ from bench.libzoo import (
     optimistix_lm_fit,
     orbax_manager_reshard,
     orbax_restore_step,
+    penzai_gpt_neox_grad,
     penzai_kv_decode,
     penzai_named_lm,
 )
@@ -124,6 +138,14 @@ _MODULES = (
     lineax_cg_batched,
     optimistix_lm_fit,
     nnx_jit_train,
+    linen_lm_clip_adamw,
+    nnx_resnet_batchnorm,
+    nnx_lora_finetune,
+    eqx_vit_dropout,
+    eqx_lstm_lm,
+    diffrax_lotka_volterra,
+    penzai_gpt_neox_grad,
+    chex_ppo_gae,
 )
 # Programs of a library too heavy for the ``libzoo`` extra (gemma brings kauldron and
 # tensorflow: the ``gemma`` extra), registered only where it is installed: program name
@@ -137,7 +159,7 @@ REGISTRY: dict[str, Callable[[str], Program]] = {module.NAME: module.make for mo
 # Programs measured in a child process of their own (``report.measure_isolated``) by
 # ``python -m bench.zoo --zoo libzoo`` and the test: diffrax's solve is a while loop
 # whose partitioned module XLA has aborted the process on (a failed RET_CHECK).
-ISOLATED = ("diffrax_neural_ode", "diffrax_dense_adjoints")
+ISOLATED = ("diffrax_neural_ode", "diffrax_dense_adjoints", "diffrax_lotka_volterra")
 
 
 def make_programs(size: str = "small", only: Iterable[str] | None = None) -> list[Program]:

@@ -372,7 +372,8 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     if over:
         for result in results:
             if dot:
-                for step, collective in dot_partial_sums(result, over):
+                for step, collective in dot_partial_sums(
+                        result, [axes for axes in reduction.values() if axes]):
                     reason = ("partial sums of a reduction sharded over "
                               + ", ".join(map(str, step)))
                     if collective.kind == REDUCE_SCATTER:

@@ -480,18 +480,24 @@ def all_reduce(result: Tensor, over: Sequence[AxisRef]) -> Collective:
         kept))
 
 
-def dot_partial_sums(result: Tensor, over: Sequence[AxisRef],
+def dot_partial_sums(result: Tensor, reduced: Sequence[Sequence[AxisRef]],
                      ) -> list[tuple[tuple[AxisRef, ...], Collective]]:
-    """The collectives that sum a dot's partial sums over ``over`` into ``result``'s sharding.
+    """The collectives that sum a dot's partial sums into ``result``'s sharding;
+    ``reduced`` holds the axes of each contracting dimension it sums over.
 
     XLA's dot partitioner reduces the partial sums over the reduced axes the result
     is sharded over first (an all-reduce of the buffer unsliced over them, then
     sliced, or the reduce-scatter formed from that), then all-reduces that slice
     over the other reduced axes: an FSDP weight gradient summed over ``fsdp`` and
     ``data`` moves its whole buffer over ``fsdp`` and only its shard over ``data``.
-    Each collective comes with the axes it reduces over."""
+    Those other axes it sums one contracting dimension at a time
+    (``AllReduceAlongShardingDims`` per sharded dimension), each time the whole
+    slice: a contraction over heads on one axis and head features on another is
+    two all-reduces. Each collective comes with the axes it reduces over."""
     axes = dim_axes(result.sharding, len(result.shape))
+    over = [axis for dim in reduced for axis in dim]
     sliced = tuple(axis for axis in over if any(axis in dim for dim in axes))
-    rest = tuple(axis for axis in over if axis not in sliced)
-    steps = (sliced, rest) if sliced and rest else (tuple(over),)
+    rest = [step for step in (tuple(a for a in dim if a not in sliced) for dim in reduced)
+            if step]
+    steps = ([sliced] if sliced else []) + rest
     return [(step, all_reduce(result, step)) for step in steps]

@@ -35,7 +35,9 @@ PROGRAMS = (
     "jax_custom_partitioning_fft", "eqx_unet_frozen", "optax_dpsgd",
     "eqx_scan_train_loop", "nnx_scan_remat_optimizer", "linen_scan_logical_dropout",
     "optax_adafactor_fsdp", "optax_lion_masked_ema", "eqx_mha_filter_grad", "lineax_cg_batched",
-    "optimistix_lm_fit", "nnx_jit_train",
+    "optimistix_lm_fit", "nnx_jit_train", "linen_lm_clip_adamw", "nnx_resnet_batchnorm",
+    "nnx_lora_finetune", "eqx_vit_dropout", "eqx_lstm_lm", "diffrax_lotka_volterra",
+    "penzai_gpt_neox_grad", "chex_ppo_gae",
 )  # fmt: skip
 # The library each program is written with (besides jax, optax and numpy).
 LIBRARIES = {
@@ -54,7 +56,10 @@ LIBRARIES = {
     "linen_scan_logical_dropout": "flax", "optax_adafactor_fsdp": "optax",
     "optax_lion_masked_ema": "optax", "eqx_mha_filter_grad": "equinox",
     "lineax_cg_batched": "lineax", "optimistix_lm_fit": "optimistix",
-    "nnx_jit_train": "flax",
+    "nnx_jit_train": "flax", "linen_lm_clip_adamw": "flax", "nnx_resnet_batchnorm": "flax",
+    "nnx_lora_finetune": "flax", "eqx_vit_dropout": "equinox", "eqx_lstm_lm": "equinox",
+    "diffrax_lotka_volterra": "diffrax", "penzai_gpt_neox_grad": "penzai",
+    "chex_ppo_gae": "chex",
 }  # fmt: skip
 # A child process measuring one program at the small size takes well under this.
 ISOLATED_TIMEOUT_SECONDS = 600

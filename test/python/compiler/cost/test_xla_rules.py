@@ -123,3 +123,38 @@ def test_window_ops_gathering_one_value_the_same_way_gather_it_once():
         lambda x: (jnp.cumsum(x, axis=1), jax.lax.cummax(x, axis=1), jnp.cumsum(x, axis=0)),
         (ones(16, 64),), (P("data", "model"),), grid=mesh((2, 4)))
     assert predicted == compiled == {"all-gather": 3072}
+
+
+@pytest.mark.parametrize("grid, x_spec, w_spec, out", [
+    # attention's output projection: heads on one axis, head features on another
+    (((2, 2, 2), ("data", "fsdp", "tensor")), P("data", None, "tensor", "fsdp"),
+     P("tensor", "fsdp", None), None),
+    (((4, 2), ("a", "b")), P(None, None, "b", "a"), P("b", "a", None), None),
+    (((4, 2), ("a", "b")), P(None, None, "a", "b"), P("a", "b", None), P()),
+    # one contracting dimension over two axes: one all-reduce
+    (((4, 2), ("a", "b")), P(None, None, ("b", "a")), P(("b", "a")), None),
+])
+def test_a_dot_sums_each_sharded_contracting_dimension_on_its_own(grid, x_spec, w_spec,
+                                                                   out):
+    """``AllReduceAlongShardingDims``: XLA sums a dot's partial sums one contracting
+    dimension at a time, an all-reduce of the whole result per sharded dimension, where
+    one all-reduce over all their axes would move the buffer once."""
+    contract_two = lambda x, w: jnp.einsum("bthd,hdf->btf", x, w)
+    contract_one = lambda x, w: jnp.einsum("btk,k->bt", x, w)
+    if len(w_spec) == 1:
+        fun, args = contract_one, (ones(8, 8, 32), ones(32))
+    else:
+        fun, args = contract_two, (ones(8, 8, 4, 8), ones(4, 8, 32))
+    predicted, compiled = predicted_and_compiled(fun, args, (x_spec, w_spec), out,
+                                                 grid=mesh(*grid))
+    assert predicted == compiled
+
+
+def test_a_weight_gradient_over_batch_and_sequence_axes_sums_each_on_its_own():
+    """The weight gradient of tokens split over ``data`` (batch) and ``fsdp`` (sequence):
+    two contracting dimensions, two all-reduces of the whole gradient."""
+    grid = mesh((2, 2, 2), ("data", "fsdp", "tensor"))
+    predicted, compiled = predicted_and_compiled(
+        lambda x, dy: jnp.einsum("bthd,btf->hdf", x, dy), (ones(8, 8, 4, 8), ones(8, 8, 32)),
+        (P("data", "fsdp"), P("data", "fsdp", "tensor")), P(None, None, "tensor"), grid=grid)
+    assert predicted == compiled == {"all-reduce": 4096}
