@@ -94,7 +94,8 @@ def identical(read: SharedRead, base, starts: dict[int, ir.Attribute]) -> bool:
     store = base.repropagate(starts)
     expected = read.propagate(PLAN, starts)
     return (store.value == expected.value and store.sid == expected.sid
-            and store.dirty == expected.dirty)
+            and store.dirty == expected.dirty
+            and store.sharding_attrs == expected.sharding_attrs)
 
 
 def transformer_read(layers: int) -> SharedRead:

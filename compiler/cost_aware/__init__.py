@@ -46,29 +46,32 @@ def cost_aware_pipeline(module: ir.Operation, *, conservative: bool = False,
         erase_dead_ops(operation)
         resolution = resolve(operation.clone(), conservative=conservative,
                              max_evaluations=max_evaluations, **search_options)
-        # The search already propagated the imported module with the pins it kept.
-        _adopt_body(operation, resolution.module)
-        resolution.module = None
+        # The search already propagated the imported module with the pins it kept; the
+        # ops move with their read, so the export takes its census from it (no walk).
+        read, resolution.read = resolution.read, None
+        _adopt_body(operation, read.graph.module)
         verify_step(operation, "resolve")
         export_pipeline(operation, keep_sharding_rules=keep_sharding_rules,
-                        keep_constraints=keep_constraints)
+                        keep_constraints=keep_constraints, read=read)
+        del read
         resolution.reshards = insert_operand_reshards(operation, resolution.changed)
         verify_step(operation, "insert_operand_reshards")
         constrain_changed_results(operation, resolution.changed)
         verify_step(operation, "constrain_changed_results")
         strip_tags(operation)
-        baseline = resolution.baseline_module
-        if baseline is not None:
+        read, resolution.baseline_read = resolution.baseline_read, None
+        if read is not None:
             # The safety net: XLA may partition the search's choices differently
             # from the cost model (``Lowered.compile`` compares both compiled).
+            baseline = read.graph.module
             export_pipeline(baseline, keep_sharding_rules=keep_sharding_rules,
-                            keep_constraints=keep_constraints)
+                            keep_constraints=keep_constraints, read=read)
+            del read
             strip_tags(baseline)
             verify_step(baseline, "export of Shardy's choices")
             buffer = io.BytesIO()
             baseline.write_bytecode(buffer)
             resolution.fallback = buffer.getvalue()
-            resolution.baseline_module = None
     return resolution
 
 

@@ -33,7 +33,6 @@ from shardc.compiler.cost_aware.candidates import (
     ops_by_tag,
     pinned_clone,
     tag_of,
-    tagged_ops,
 )
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.propagation import Propagation, SharedRead
@@ -228,6 +227,9 @@ class PinnedCopies:
     for a copy, the copy is propagated, as it is where it is written at once.
     The module must not change once a copy is propagated on the read.
 
+    ``in_clone_order``: the module's use-lists are already a clone's (the read
+    is then taken from the module itself).
+
     ``opened`` gives the copies of a variant of the module whose only function
     leaves some arguments and results without a sharding: the same graph, so
     they are propagated on the same read, and that module is made only if a
@@ -235,12 +237,16 @@ class PinnedCopies:
     """
 
     def __init__(self, module: ir.Operation | ir.Module | None, conservative: bool,
-                 costs: CostMemo):
+                 costs: CostMemo, in_clone_order: bool = False):
         self.owner = module  # kept alive: an ``ir.Module`` owns its operation
         self.conservative = conservative
         self.costs = costs
+        # Whether the module's use-lists are already those of a clone of it (a module
+        # built op by op in program order, operands in order: ``regions.cut_out``), so
+        # that its read needs no clone to read its copies' worklist order.
+        self._in_clone_order = in_clone_order
         self._make: Callable[[], ir.Operation | ir.Module] | None = None  # ``opened``'s
-        self._ops: dict[int, list[ir.Operation]] | None = None  # ``ops_by_tag``, when a copy is made
+        self._ops: dict[int, list[ir.Operation]] | None = None  # ``tagged``, when first asked
         self._read: SharedRead | None = None
         self._indices: dict[int, list[int]] = {}  # the read's graph ops by tag
         # The first propagation on the read since ``rebase``, recorded: the later ones
@@ -267,10 +273,15 @@ class PinnedCopies:
         opened._unsharded = (arguments, results)
         return opened
 
-    def _pinned_clone(self, pins: list[Pin]) -> ir.Operation:
+    @property
+    def tagged(self) -> dict[int, list[ir.Operation]]:
+        """``ops_by_tag`` of the module, walked for once."""
         if self._ops is None:
             self._ops = ops_by_tag(self.module)
-        return pinned_clone(self.module, self._ops, pins)
+        return self._ops
+
+    def _pinned_clone(self, pins: list[Pin]) -> ir.Operation:
+        return pinned_clone(self.module, self.tagged, pins)
 
     def propagated(self, pins: list[Pin], *, write: bool) -> ModuleValues:
         """The copy with ``pins`` propagated and read (``ModuleValues.propagated``)."""
@@ -291,7 +302,12 @@ class PinnedCopies:
 
     def _shared_read(self) -> SharedRead:
         if self._read is None:
-            self._read = SharedRead(self.module.clone(), conservative=self.conservative,
+            # Read from a clone: the use-lists, which order the worklist, are then a
+            # copy's. The module is never written while its read lives (a pin is set on
+            # it only while ``pinned_clone`` clones it), so a module in clone order is read
+            # itself.
+            module = self.module if self._in_clone_order else self.module.clone()
+            self._read = SharedRead(module, conservative=self.conservative,
                                     memo=self.costs.reads)
             for op, tag in enumerate(op_tags(self._read.facts, self._read.graph)):
                 if tag is not None:
@@ -341,6 +357,12 @@ class ModuleEvaluator:
         self.costs = CostMemo(ReadMemo())
         self._copies: PinnedCopies | None = None
 
+    @property
+    def tagged(self) -> dict[int, list[ir.Operation]]:
+        """The imported module's ops by number (``ops_by_tag``): walked for once, by the
+        first call."""
+        return self._copies.tagged
+
     def rebase(self) -> None:
         """Re-propagate later candidates from the next one (``PinnedCopies.rebase``)."""
         if self._copies is not None:
@@ -354,15 +376,17 @@ class ModuleEvaluator:
         total, peak = price(reader)
         if self.baseline is None:
             self.baseline = signatures(reader)
-            attach_rules(self.imported, reader)
+            attach_rules(self.imported, reader, self._copies.tagged)
         elif pins:
             total += returned_in_declared_layout(reader, changed_tags(self.baseline, reader))
         return total, peak, reader
 
 
-def attach_rules(imported: ir.Operation, propagated: ModuleValues) -> None:
+def attach_rules(imported: ir.Operation, propagated: ModuleValues,
+                 tagged: dict[int, list[ir.Operation]] | None = None) -> None:
     """Give each numbered op of ``imported`` the ``sdy.sharding_rule`` propagation
-    attached to it in ``propagated`` (a copy of it).
+    attached to it in ``propagated`` (a copy of it); ``tagged``: ``ops_by_tag(imported)``,
+    where the caller has it.
 
     A pin changes shardings, never an op's rule, so the copies propagated later
     read each rule back instead of computing it and attaching it again.
@@ -374,10 +398,13 @@ def attach_rules(imported: ir.Operation, propagated: ModuleValues) -> None:
         if tag is not None and SHARDING_RULE_ATTR in ir_op.attributes:
             rules[tag] = ir_op.attributes[SHARDING_RULE_ATTR]
 
-    for tag, op in tagged_ops(imported):
+    if tagged is None:
+        tagged = ops_by_tag(imported)
+    for tag, ops in tagged.items():
         rule = rules.get(tag)
         if rule is not None:
-            op.attributes[SHARDING_RULE_ATTR] = rule
+            for op in ops:
+                op.attributes[SHARDING_RULE_ATTR] = rule
 
 
 def changed_tags(baseline: dict[int, tuple], reader: ModuleValues) -> set[int]:

@@ -235,6 +235,10 @@ def cut_out(reader: ModuleValues, ops: list[int], imported: dict[int, ir.Attribu
     value is left to propagation (the steady-state price). ``crossing``:
     ``_crossing(reader, ops)``, when the caller has it; ``made``: the boundary
     attributes made for earlier cuts in this context (``_boundary_attrs``).
+
+    The ops are made in program order, each op's operands set in order, the
+    return last: as a clone makes them, so the module's use-lists (which order
+    propagation's worklist) are those of a clone of it.
     """
     graph = reader.graph
     entering, leaving = crossing or _crossing(reader, ops)
@@ -314,7 +318,8 @@ def op_fingerprint(reader: ModuleValues, op: int) -> tuple:
 
 def structure_key(reader: ModuleValues, ops: list[int],
                   imported: dict[int, ir.Attribute | None], accepted: dict[int, Pin],
-                  fingerprints: dict[int, tuple] | None = None, crossing=None) -> tuple:
+                  fingerprints: dict[int, tuple] | None = None, crossing=None,
+                  numbered: dict[int, tuple] | None = None) -> tuple:
     """What decides the prices of region ``ops``, read without cutting it out.
 
     Per op: its ``op_fingerprint`` but the tag, operands (region position and
@@ -323,7 +328,9 @@ def structure_key(reader: ModuleValues, ops: list[int],
     equal modules, so one evaluation serves both. ``fingerprints`` memoises by
     op its tag and what it brings but its operands, for the regions of one
     ``reader``, ``imported`` and ``accepted`` (they overlap); ``crossing`` is
-    ``_crossing(reader, ops)``, when the caller has it.
+    ``_crossing(reader, ops)``, when the caller has it. ``numbered`` memoises
+    ``op_fingerprint`` by op number (``TAG``) for the states of one search, whose
+    modules are copies of one module that differ only in their shardings.
     """
     graph = reader.graph
     if fingerprints is None:
@@ -340,7 +347,13 @@ def structure_key(reader: ModuleValues, ops: list[int],
                           for v in graph.op_operands[op]])
         known = fingerprints.get(op)
         if known is None:
-            name, tag, results, attributes = op_fingerprint(reader, op)
+            tag = tag_of(reader, op)
+            found = None if numbered is None or tag is None else numbered.get(tag)
+            if found is None:
+                found = op_fingerprint(reader, op)
+                if numbered is not None and tag is not None:
+                    numbered[tag] = found
+            name, _, results, attributes = found
             start = imported.get(tag)
             pin = accepted.get(tag)
             known = fingerprints[op] = (tag, name, results, attributes,
@@ -355,9 +368,16 @@ def structure_key(reader: ModuleValues, ops: list[int],
     return tuple(parts), crossing
 
 
-def imported_shardings(module: ir.Operation) -> dict[int, ir.Attribute | None]:
-    """Each numbered op's ``sdy.sharding`` as imported (before any propagation)."""
+def imported_shardings(module: ir.Operation, tagged: dict[int, list[ir.Operation]] | None = None
+                       ) -> dict[int, ir.Attribute | None]:
+    """Each numbered op's ``sdy.sharding`` as imported (before any propagation);
+    ``tagged``: ``ops_by_tag(module)``, where the caller has it."""
     found: dict[int, ir.Attribute | None] = {}
+    if tagged is not None:
+        for tag, ops in tagged.items():
+            attributes = ops[-1].attributes  # the last in walk order, as the walk finds it
+            found[tag] = attributes[SHARDING_ATTR] if SHARDING_ATTR in attributes else None
+        return found
 
     def visit(op: ir.Operation) -> ir.WalkResult:
         if TAG in op.attributes:
@@ -416,11 +436,13 @@ class RegionEvaluator:
     docstring). A candidate's bytes include ``returned_in_declared_layout``
     for the region's ops it changes (compared by position with the region's
     own baseline). ``count`` counts the region propagations of both.
+    ``tagged``: ``ops_by_tag(imported)``, where the caller has it.
     """
 
     def __init__(self, imported: ir.Operation, *, limit: int, radius: int, conservative: bool,
-                 costs: CostMemo | None = None):
-        self.imported = imported_shardings(imported)
+                 costs: CostMemo | None = None,
+                 tagged: dict[int, list[ir.Operation]] | None = None):
+        self.imported = imported_shardings(imported, tagged)
         self.limit = limit
         self.radius = radius
         self.conservative = conservative
@@ -438,6 +460,8 @@ class RegionEvaluator:
         self._reader: ModuleValues | None = None
         self._accepted: list[Pin] = []
         self._fingerprints: dict[int, tuple] = {}  # ``structure_key``'s memo, of ``_reader``
+        # ``op_fingerprint`` by op number, for every state (``structure_key``'s ``numbered``).
+        self._numbered: dict[int, tuple] = {}
         self._made: dict[tuple, ir.Attribute] = {}  # ``cut_out``'s boundary attributes
         # (structure number, open cut's positions) -> the first region of that structure:
         # equal structures cut out to equal modules but for the op numbers, so a region
@@ -457,7 +481,7 @@ class RegionEvaluator:
             accepted = {pin.op: pin for pin in self._accepted}
             crossing = _crossing(reader, ops)
             key = structure_key(reader, ops, self.imported, accepted, self._fingerprints,
-                                crossing)
+                                crossing, self._numbered)
             key = self._structures.setdefault(key, len(self._structures))
             region = _Region(key, ops, [self._fingerprints[op][0] for op in ops], crossing,
                              reader, self._accepted)
@@ -498,7 +522,8 @@ class RegionEvaluator:
             module, region.returns = cut_out(region.reader, region.ops, self.imported,
                                              crossing=region.crossing, made=self._made)
             apply_pins(module.operation, region.accepted)
-            region.module = PinnedCopies(module, self.conservative, self.costs)
+            region.module = PinnedCopies(module, self.conservative, self.costs,
+                                         in_clone_order=True)
         if not open_cut:
             return region.module
         if region.open_module is None:

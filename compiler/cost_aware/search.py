@@ -45,7 +45,7 @@ baseline) and ``max_region_evaluations`` region propagations of at most
 and candidate order, strict improvement. The accepted pins are returned;
 ``apply_pins`` writes them onto a module as closed ``sdy.sharding``
 attributes, so the exported module carries them as explicit shardings XLA
-partitions exactly; ``Resolution.module`` is the winner already propagated.
+partitions exactly; ``Resolution.read`` is the winner already propagated.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from shardc.compiler.cost_aware.regions import LocalPrice, RegionEvaluator
 from shardc.compiler.diagnostics import source_loc_of
 from shardc.compiler.propagation import cyclic_gc_paused
 from shardc.compiler.propagation.values import ModuleValues
+from shardc.compiler.stages import PropagatedRead
 from shardc.compiler.stages.export_steps import closed
 from shardc.dialects import sdy
 from shardc.dialects.sdy import SHARDING_ATTR
@@ -94,8 +95,10 @@ class Resolution:
     changed: set[int] = field(default_factory=set)  # tags of ops whose shardings changed
     reshards: int = 0  # explicit operand reshards inserted at export
     region_evaluations: int = 0  # region propagations (region rounds only)
-    module: ir.Operation | None = None  # the imported module propagated with ``pins``
-    baseline_module: ir.Operation | None = None  # propagated without pins (when pins)
+    # The imported module propagated with ``pins``, as the read the propagation wrote
+    # it from (its ``graph.module``), which the export takes its census from.
+    read: PropagatedRead | None = None
+    baseline_read: PropagatedRead | None = None  # propagated without pins (when pins)
     # Shardy's choices exported, as bytecode (when pins): ``Lowered.compile`` compiles
     # both and keeps whichever XLA partitions with fewer collective bytes.
     fallback: bytes | None = None
@@ -271,7 +274,7 @@ class _Search:
                       max_verifications: int, max_steady_evaluations: int = 0) -> None:
         self.regions = RegionEvaluator(self.imported, limit=region_ops, radius=region_radius,
                                        conservative=self.conservative,
-                                       costs=self.evaluate.costs)
+                                       costs=self.evaluate.costs, tagged=self.evaluate.tagged)
         rejected: set[tuple] = set()  # pins (Pin.key) a module verification refused
         self.verifications_left = max_verifications
         steady_left = max_steady_evaluations
@@ -412,9 +415,15 @@ class _Search:
                           self.best_memory, self.evaluate.count, time.perf_counter() - start,
                           self.decisions, changed,
                           region_evaluations=self.regions.count if self.regions else 0,
-                          module=self.reader.graph.module,
-                          baseline_module=self.baseline_reader.graph.module if self.pins
+                          read=_written_read(self.reader),
+                          baseline_read=_written_read(self.baseline_reader) if self.pins
                           else None)
+
+
+def _written_read(reader: ModuleValues) -> PropagatedRead:
+    """The graph and store of a reader the search wrote back (``ModuleValues.write_back``,
+    with the rules its propagation used): what a walk of its module would read."""
+    return PropagatedRead(reader.graph, reader.store, rules_kept=True)
 
 
 def _combine(ranked: list[_Class]) -> list[tuple[_Class, list[tuple[ConflictPoint, Pin]]]]:

@@ -169,6 +169,9 @@ class Propagation:
                             if now != then}
         else:
             read.runs += 1
+            # Each op's ``sdy.sharding`` as ``SharedRead.propagate``'s store holds it: as
+            # read but the starts', in a dict of this store's own (``write_back`` adds to it).
+            store.sharding_attrs = {**read.store.sharding_attrs, **starts}
         return store
 
     def changed_ops(self) -> set[int]:

@@ -29,7 +29,7 @@ from shardc.compiler.cost_aware.regions import (
     structure_key,
 )
 from shardc.compiler.propagation import propagate
-from shardc.compiler.propagation.graph import ReadMemo
+from shardc.compiler.propagation.graph import PropagationGraph, ReadMemo
 from shardc.compiler.propagation.values import CostMemo, ModuleValues
 from shardc.compiler.stages import import_pipeline
 from shardc.compiler.stages.capture_loop_invariants import capture_loop_invariants
@@ -75,7 +75,13 @@ def test_repeated_layers_share_one_region_evaluation():
 
 
 def _propagated_deep_stack():
-    module = ir.Module.parse(unpropagated("conflict_mlp_deep"), make_context())
+    return _propagated("conflict_mlp_deep")
+
+
+def _propagated(name: str):
+    """Program ``name`` imported and numbered (a clone: ``imported``), then propagated
+    (the module itself, and its reader)."""
+    module = ir.Module.parse(unpropagated(name), make_context())
     operation = module.operation
     with operation.context:
         import_pipeline(operation)
@@ -107,6 +113,24 @@ def test_cut_out_region_is_a_valid_module_with_closed_boundary():
     main = region.body.operations[-1]
     assert len(main.regions[0].blocks[0].operations) == len(ops) + 1  # plus the return
     assert returns == frozenset()  # the first layer's dot returns nothing of the program
+
+
+@pytest.mark.parametrize("name", ["conflict_mlp_deep", "transformer", "conflict_attention"])
+def test_cut_out_regions_have_the_use_lists_of_their_clones(name):
+    """A region's read is taken from the cut-out module itself, not from a clone
+    (``PinnedCopies(in_clone_order=True)``): its uses, in the order that decides
+    propagation's worklist, must be those of the copies propagated from it."""
+    module, imported, reader = _propagated(name)
+    starts = imported_shardings(imported)
+    shared = 0
+    for point in conflict_points(reader):
+        ops = region_of(reader, [point.op], 128, 4)
+        for open_cut in (False, True):
+            region, _ = cut_out(reader, ops, starts, open_cut=open_cut)
+            uses = PropagationGraph(region.operation).uses
+            assert uses == PropagationGraph(region.operation.clone()).uses
+            shared += any(len(users) > 1 for users in uses)
+    assert shared  # some value has several uses, whose order is what is compared
 
 
 def test_cuts_sharing_their_boundary_attributes_are_the_cuts_made_alone():

@@ -3,7 +3,8 @@
 For random programs (the differential generator) and random changes of one
 op's starting sharding (and of two, and back to none), re-propagating from a
 recorded run must give exactly the store a propagation from scratch with those
-starts gives: shardings, interned ids and what is written back.
+starts gives: shardings, interned ids, each op's ``sdy.sharding`` attribute and
+what is written back.
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ def test_repropagation_equals_propagation_from_scratch(plan):
             expected = read.propagate(plan, starts)
             assert store.value == expected.value, (seed, starts)
             assert store.sid == expected.sid and store.dirty == expected.dirty, (seed, starts)
+            # Each op's ``sdy.sharding`` as the store holds it (the export's census reads
+            # it), the starts' included, in a dict of the store's own.
+            assert store.sharding_attrs == expected.sharding_attrs, (seed, starts)
+            assert store.sharding_attrs is not read.store.sharding_attrs
             # What differs from the recorded run, for a caller that prices only that.
             assert base.changed == {slot for slot, (now, then) in
                                     enumerate(zip(store.sid, base.store.sid)) if now != then}
