@@ -26,11 +26,11 @@ BEFORE = {
     "conflict_attention": (98304, 32768, 819200, 0),
     "conflict_attention_seq": (98304, 32768, 1081344, 0),
     "conflict_mlp_deep": (787456, 1024, 3219456, 0),
-    "grad_loops": (12288, 14404, 17600, 0),
+    "grad_loops": (12288, 14404, 18624, 0),
     "grad_loops_unrolled": (12288, 14404, 22336, 0),
     "decode_kv_cache": (49164, 8744, 10752, 8192),
     "pipeline_shard_map": (5184, 3180, 12864, 0),
-    "dropout_cond": (2380, 2164, 5632, 0),
+    "dropout_cond": (2380, 2164, 5696, 0),
 }
 
 
