@@ -79,11 +79,6 @@ EXPLAINED: dict[str, str] = {
                                   "and the copies copy insertion makes of them for the loop's "
                                   "carry (copy.109/.110) apart; the model's side of the gap is "
                                   "not read off yet",
-    "optax_adafactor_fsdp": "net 0.83x (temp 54592 / 67656 B): XLA's peak holds both weight "
-                            "gradients' dots (dot.3, dot.4, f32[32,128] and f32[128,32], 16 KiB "
-                            "each) with the combined all-reduce's two results (all-reduce.20, "
-                            "2x 16 KiB); the model's peak is at the first layer's transpose, "
-                            "before the combined all-reduce (not read off further yet)",
     "lineax_cg_batched": "net 0.57x on a 4940-byte program: XLA's temp (3592 B) is small buffers "
                          "rounded up to 64 bytes and the 72-byte tuple tables of the three CG "
                          "while loops (while.253/.261/.269), each at its own offset; the model's "
