@@ -83,12 +83,18 @@ EXPLAINED: dict[str, str] = {
                          "rounded up to 64 bytes and the 72-byte tuple tables of the three CG "
                          "while loops (while.253/.261/.269), each at its own offset; the model's "
                          "side is not read off yet",
-    "eqx_scan_train_loop": "net 1.10x (temp 4992 / 4024 B): the model's peak is the training "
-                           "loop's body, one 4672-byte block while the loop runs; XLA packs "
-                           "the body's buffers of a few floats each (64-byte aligned) into "
-                           "the gaps around the loop's carries. Not the combined all-reduce: "
-                           "running each all-reduce between its op and the next "
+    "eqx_scan_train_loop": "net 1.11x (temp 5056 / 4024 B; 1.10x before loop bodies were "
+                           "packed flattened): the model's peak is the training loop's body; "
+                           "XLA packs the body's buffers of a few floats each (64-byte "
+                           "aligned) tighter around the loop's carries. Not the combined "
+                           "all-reduce: running each all-reduce between its op and the next "
                            "(jaxtyping_mlp: 1.16x -> 1.00x) leaves it unchanged",
+    "eqx_unet_frozen": "net 1.11x (1.09x, temp 40384 B, before loop bodies were packed "
+                       "flattened: the dropout masks' threefry loops' buffers now pack "
+                       "beside the block's, heap 41152 B): the model's live peak alone, "
+                       "40384 B at the decoder's transposed convolution (its operand copies "
+                       "for XLA:CPU's kernel, 10240 B, and an 8 KiB reshard), is above XLA's "
+                       "whole heap (35464 B); not read off XLA's buffer assignment yet",
 }
 FIELDS = ("argument", "output", "temp", "alias", "net")
 
