@@ -58,6 +58,13 @@ _FUSING_CONSUMERS = FUSING_CONSUMERS | frozenset({"func.return",
 # element of each operand)
 ELEMENTWISE_OPS = ELEMENTWISE | CHLO_ELEMENTWISE
 
+# A block's positions: op k of the block at ``STEP * k``, and the moment after it at
+# ``STEP * k + 1``, where XLA runs the all-reduce of the op's partial sums as an op of
+# its own: the op's dying operands are freed by then and the next op's result is not
+# written yet (jaxtyping_mlp: all-reduce.2 between ynn_fusion.2 and the transposed
+# copy of its result, copy_bitcast_fusion.1, the three 4 KiB buffers never live at once).
+STEP = 2
+
 
 # XLA:CPU offloads an f32 reduction with one of these bodies to YNNPACK from
 # ``PlatformRules.offloaded_reduction_elements`` input elements on.
@@ -98,7 +105,8 @@ class Allocation:
 
 @dataclass
 class Interval:
-    """A buffer's live positions (inclusive) in the main function's op list."""
+    """A buffer's live positions (inclusive; ``STEP`` per op) in the main function's
+    op list."""
 
     start: int
     end: int
@@ -110,6 +118,22 @@ class Interval:
     # on-chip bytes a nested body holds while the op runs (``on_chip``)
     on_chip: int = 0
     moved: bool = False  # a collective's result (a gathered operand)
+    # a loop body's buffer, live while the loop at ``start`` runs: where in the body
+    # (``order``'s keys of the body's own interval)
+    within: tuple | None = None
+
+    def order(self) -> tuple[tuple, tuple]:
+        """Keys ordering the interval's first and last live moments in the program as
+        XLA flattens it, a loop body's ops in the loop's place: a buffer of the block
+        is live from before the body's first op at its start to after the body's last
+        at its end."""
+        if self.within is not None:
+            first, last = self.within
+            return (self.start, *first), (self.end, *last)
+        return (self.start, -1), (self.end, _AFTER)
+
+
+_AFTER = 1 << 62  # after every op of a loop body run at the same position
 
 
 class LivenessWalker:
@@ -630,6 +654,27 @@ class LivenessWalker:
                     for k, (_, nested) in enumerate(blocks))
         return inner, handed, 0
 
+    def _flattened_body(self, op: int, at: int) -> list[Interval] | None:
+        """The buffers of loop ``op``'s body, each live while the loop (at ``at``) runs,
+        placed in the body's own order (``Interval.order``), on a platform that keeps
+        no buffer on chip (else None: the body's peak is one block).
+
+        XLA's heap simulator runs over the program flattened, a loop's body in the
+        loop's place, so the body's buffers fill gaps between the block's, and leave
+        gaps of their own: the llama-shaped rematerialised step's backward body peaks
+        at 858424 live bytes in a 1066360-byte heap (HloLiveRange)."""
+        if self.rules.on_chip_bytes:
+            return None
+        blocks = [nested for _, nested in self.graph.op_blocks[op] if nested]
+        record: list[Interval] = []
+        self.peak(blocks[-1], self.yielded(blocks[-1]), record)
+        flattened = []
+        for interval in record:
+            first, last = interval.order()
+            flattened.append(Interval(at, at, interval.size, None, fits_output=False,
+                                      within=(first, last)))
+        return flattened
+
     def body_peak(self, ops: list[int]) -> tuple[int, int]:
         """The peak of a loop body's buffers while the loop runs, and the on-chip
         bytes it holds: on a platform that keeps short-lived buffers on chip
@@ -642,7 +687,7 @@ class LivenessWalker:
             return self.peak(ops, self.yielded(ops))[0], 0
         record: list[Interval] = []
         self.peak(ops, self.yielded(ops), record)
-        return split_peak(record, capacity, len(ops))
+        return split_peak(record, capacity, STEP * len(ops), step=STEP)
 
     def unanchored(self, ops: list[int]) -> set[int]:
         """The ops of a block that read no buffer the block computes (only its
@@ -713,7 +758,8 @@ class LivenessWalker:
         return k < len(returned) and returned[k] == args[k]
 
     def combined(self, ops: list[int]) -> dict[int, int]:
-        """Results of all-reduces XLA combines: value -> position of the combined op.
+        """Results of all-reduces XLA combines: value -> position of the last member's
+        op (the combined all-reduce runs right after it).
 
         XLA's all-reduce combiner merges all-reduces over the same axes that do
         not depend on one another into one, run where the last of them is; all
@@ -746,7 +792,7 @@ class LivenessWalker:
             for other in hit:
                 tainted[other].update(graph.op_results[op])
             if axes is not None:
-                groups.setdefault(axes, []).append((i, op))
+                groups.setdefault(axes, []).append((STEP * i, op))
                 tainted.setdefault(axes, set()).update(graph.op_results[op])
         for axes in list(groups):
             close(axes)
@@ -757,20 +803,20 @@ class LivenessWalker:
              owned: dict[int, int] | None = None) -> tuple[int, int]:
         """Live peak of one block's ops (and the op where it is reached).
 
-        With ``record``, every buffer's live interval (positions in ``ops``) is
+        With ``record``, every buffer's live interval (``STEP`` positions per op) is
         appended to it, for placing temporaries in output buffers afterwards.
         ``owned`` (block argument -> bytes) are buffers the block frees after
         their last reader.
         """
         graph = self.graph
-        position = {op: i for i, op in enumerate(ops)}
+        position = {op: STEP * i for i, op in enumerate(ops)}
         # XLA reshards a value once per target sharding and reuses it (CSE): the
         # buffer is live from the first consumer to the last one in this block.
         spans: dict[tuple, list[int]] = {}
         copies: dict[int, int] = {}
         read_narrow: set[tuple] = set()  # reshards some op reads as they are, not wide
         narrow_keys: dict[tuple, set[tuple]] = {}  # a span's key -> the needs' own keys
-        for i, op in enumerate(ops):
+        for op, i in position.items():
             for need, size, copy in () if op in self.merged_ops else self.needs.get(op, ()):
                 # one reshard per value as XLA sees it (through an expanded barrier: the
                 # backward's recomputation of a checkpointed layer reads the forward's
@@ -815,7 +861,7 @@ class LivenessWalker:
         # heap, where the value's own interval stands for it).
         # position -> (bytes, whether an output's allocation may hold it)
         reducing: dict[int, list[tuple[int, bool]]] = {}
-        for i, op in enumerate(ops):
+        for op, i in position.items():
             if op in self.reduced and op not in self.merged_ops:
                 for value in graph.op_results[op]:
                     # a reduce-scatter's result is the buffer it writes (``needs``); a
@@ -827,7 +873,7 @@ class LivenessWalker:
                     if value not in self.scattered and (
                             value in returned or not self.one_output(value, op)):
                         # it runs after the op, once the op's operands are freed
-                        at = min(extend.get(value, i) + 1, len(ops) - 1)
+                        at = extend.get(value, i) + 1
                         # a widened all-reduce's operand is a separate array (its convert)
                         wide = self.all_reduced_bytes(value)
                         reducing.setdefault(at, []).append(
@@ -839,7 +885,7 @@ class LivenessWalker:
             for at in extend.values():
                 members[at] = members.get(at, 0) + 1
             for at, count in members.items():
-                reducing.setdefault(min(at + 1, len(ops) - 1), []).append(
+                reducing.setdefault(at + 1, []).append(
                     (self.aligned(self.rules.tuple_pointer_bytes * count), False))
         widened: set[int] = set()  # all-reduced results wider than their values
         early = self.unanchored(ops)
@@ -852,10 +898,11 @@ class LivenessWalker:
             last = self.last_read(arg, ops[0], position, returned, 0, reads)
             live += size
             frees.setdefault(last, []).append((arg, size, Interval(0, last, size, None)))
-        for i, op in enumerate(ops):
+        for op, i in position.items():
             if op in self.merged_ops:
-                for _, size, _ in frees.pop(i, []):
-                    live -= size
+                for at in (i, i + 1):
+                    for _, size, _ in frees.pop(at, []):
+                        live -= size
                 continue  # its readers read the op it merged into
             allocated = [(None, size, last, moved) for size, last, moved in gathered.get(i, ())]
             for k, value in enumerate(graph.op_results[op]):
@@ -871,7 +918,8 @@ class LivenessWalker:
                         widened.add(value)
                         size = wide
                 last = self.last_read(value, op, position, returned, i, reads)
-                last = max(last, extend.get(value, i))
+                if value in extend:
+                    last = max(last, extend[value] + 1)  # an operand of the combined op
                 if graph.op_name[op] == "stablehlo.reshape":
                     # a reshape of a row-major array is a bitcast in XLA: it shares its
                     # operand's buffer (an argument's, or a live temporary's)
@@ -905,7 +953,10 @@ class LivenessWalker:
                 allocated.append((None, *table, False))
             looped = graph.op_name[op] == "stablehlo.while"
             inner, handed, chip = self._inner_peak(op, i, frees)
-            transient = inner + sum(self.aligned(n) for n in (
+            body = self._flattened_body(op, i) if record is not None and looped else None
+            if body is not None:
+                record.extend(body)
+            transient = (0 if body is not None else inner) + sum(self.aligned(n) for n in (
                 self.extra.get(op, 0), copies.get(i, 0)) if n)
             # a non-loop body (manual computation, case branch) writes the op's results:
             # its own peak holds them while it runs; a reduction's, sort's or
@@ -913,31 +964,37 @@ class LivenessWalker:
             inside = set() if looped or not inner or graph.op_name[op] in _PER_ELEMENT_BODIES \
                 else set(graph.op_results[op])
             now = (live - handed + sum(s for v, s, _, _ in allocated if v not in inside)
-                   + transient + sum(n for n, _ in reducing.get(i, ())))
+                   + transient + (inner if body is not None else 0))
             if now > best:
                 best, best_op = now, op
             if record is not None and transient:
                 # nested peaks and buffers live only while the op runs stay in the heap
                 record.append(Interval(i, i, transient, None, fits_output=False, on_chip=chip))
-            if record is not None:
-                record.extend(Interval(i, i, size, None, fits_output=fits)
-                              for size, fits in reducing.get(i, ()))
             for value, size, last, moved in allocated:
                 live += size
                 buffer = None
                 if value is not None:
                     buffer = Allocation(value, op, size)
                     self.buffers.append(buffer)
+                start = i + 1 if value in inside else (0 if op in early else i)
                 # a combined all-reduce is one tuple-shaped op in XLA: its results
                 # stay in the heap (mlp_data_parallel's gradients, buffer assignment)
-                start = i + 1 if value in inside else (0 if op in early else i)
                 interval = Interval(start, max(last, start), size, buffer,
-                                     fits_output=value not in extend or value in widened,
-                                     holders=[] if value is None else [value], moved=moved)
+                                    fits_output=value not in extend or value in widened,
+                                    holders=[] if value is None else [value], moved=moved)
                 if record is not None and last >= start:
                     record.append(interval)
                 frees.setdefault(max(last, i), []).append((value, size, interval))
             for _, size, _ in frees.pop(i, []):
+                live -= size
+            # the all-reduces run after the op: their buffers with what outlives it
+            after = reducing.get(i + 1, ())
+            if live + sum(n for n, _ in after) > best:
+                best, best_op = live + sum(n for n, _ in after), op
+            if record is not None:
+                record.extend(Interval(i + 1, i + 1, size, None, fits_output=fits)
+                              for size, fits in after)
+            for _, size, _ in frees.pop(i + 1, []):
                 live -= size
         return best, best_op
 

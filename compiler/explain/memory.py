@@ -76,7 +76,9 @@ not divide counting padded like XLA pads it:
   output's allocation), ``dynamic_update_slice``/``scatter`` their
   dying operand, and a reshape shares its operand's buffer;
 * an all-reduce writes a buffer apart from its operand's, right after the op
-  (after a combined one's last member), unless the value's one reader chain
+  (after a combined one's last member): between that op and the next, as XLA
+  schedules it, once the op's dying operands are freed and before the next
+  op's result is written (``liveness.STEP``: two positions per op), unless the value's one reader chain
   writes a same-sized output not aliased with a donated argument (XLA puts
   the operand in that output's allocation);
 * dots in a wider type: on XLA:CPU a bf16 dot's operands are converted to f32
@@ -96,7 +98,10 @@ not divide counting padded like XLA pads it:
   operand, a buffer read only by the op after its writer;
 * the heap: temporaries are packed as XLA's buffer assigner packs them
   (``heap``: best fit, largest or longest-lived first, offsets aligned to
-  64 bytes on XLA:CPU), so ``temp`` is the heap's size, at least the live peak.
+  64 bytes on XLA:CPU), so ``temp`` is the heap's size, at least the live peak;
+  a loop body's buffers are packed one by one in the loop's place, as XLA's heap
+  simulator runs over the program flattened (``Interval.order``; a platform
+  keeping buffers on chip packs the body's peak as one block).
 
 Each rule was read off XLA's buffer assignment (``--xla_dump_to``).
 
@@ -118,6 +123,7 @@ from shardc.compiler.cost.platforms import active_rules, platform_rules, predict
 from shardc.compiler.explain.aliasing import Alias, donations, find_aliases
 from shardc.compiler.explain.heap import heap_bytes
 from shardc.compiler.explain.liveness import (
+    STEP,
     Buffer,
     Interval,
     LivenessWalker,
@@ -250,7 +256,7 @@ def _estimate(values: ModuleValues, top: int,
     returned.update(producers.values())
     intervals: list[Interval] = []
     walker.peak(ops, returned, intervals)
-    position = {op: i for i, op in enumerate(ops)}
+    position = {op: STEP * i for i, op in enumerate(ops)}
     intervals.extend(_copied_donations(walker, ops, args, aliases, producers, position, returned))
     slots = []
     donor = {alias.result: args[alias.argument] for alias in aliases}
@@ -269,11 +275,13 @@ def _estimate(values: ModuleValues, top: int,
     packed = _place_in_outputs(intervals, slots)
     inside = {id(iv) for iv in packed}
     heaped = [iv for iv in intervals if id(iv) not in inside]
-    chip = on_chip(heaped, active_rules().on_chip_bytes, len(ops), body=False)
+    chip = on_chip(heaped, active_rules().on_chip_bytes, STEP * len(ops), body=False,
+                   step=STEP)
     heaped = [iv for iv in heaped if all(iv is not c for c in chip)]
-    live, at = live_peak(heaped, len(ops))
-    peak_op = ops[at] if live else -1
-    temp = heap_bytes([(iv.start, iv.end, iv.size) for iv in heaped],
+    flat, positions = _flattened(heaped)
+    live, at = live_peak(flat, len(positions))
+    peak_op = ops[positions[at] // STEP] if live else -1
+    temp = heap_bytes([(iv.start, iv.end, iv.size) for iv in flat],
                       active_rules().heap_alignment)
     inside = {id(iv.buffer) for iv in (*packed, *chip) if iv.buffer is not None}
     kept = [b for b in walker.buffers if id(b) not in inside]
@@ -283,6 +291,18 @@ def _estimate(values: ModuleValues, top: int,
                           graph.op_name[peak_op] if peak_op >= 0 else None,
                           loc_text(graph.ops[peak_op]) if peak_op >= 0 else None, largest,
                           sum(a.bytes_per_device for a in aliases), aliases)
+
+
+def _flattened(intervals: list[Interval]) -> tuple[list[Interval], list[int]]:
+    """``intervals`` on one line of moments, a loop body's buffers in the loop's place
+    (``Interval.order``), and the block position of each moment."""
+    keys = sorted({key for iv in intervals for key in iv.order()})
+    rank = {key: k for k, key in enumerate(keys)}
+    flat = []
+    for iv in intervals:
+        first, last = iv.order()
+        flat.append(Interval(rank[first], rank[last], iv.size, None))
+    return flat, [key[0] for key in keys]
 
 
 def _copied_donations(walker: LivenessWalker, ops: list[int], args: list[int],

@@ -28,9 +28,10 @@ import numpy as np
 from shardc.compiler.explain.heap import gap
 
 
-def on_chip(intervals: Sequence, capacity: int, length: int, *, body: bool) -> list:
-    """The buffers of ``intervals`` (positions ``0 .. length - 1`` of a block; ``body``:
-    a loop body's) placed in ``capacity`` bytes of on-chip memory.
+def on_chip(intervals: Sequence, capacity: int, length: int, *, body: bool,
+            step: int = 1) -> list:
+    """The buffers of ``intervals`` (positions ``0 .. length - 1`` of a block, ``step``
+    per op; ``body``: a loop body's) placed in ``capacity`` bytes of on-chip memory.
 
     In a loop body any buffer may be (a scanned layer's activations live within an
     iteration); in the program's own block a collective's result (a gathered
@@ -47,7 +48,7 @@ def on_chip(intervals: Sequence, capacity: int, length: int, *, body: bool) -> l
         (iv.start, iv.end, 0, iv.on_chip) for iv in intervals if iv.on_chip]
     placed = []
     candidates = [iv for iv in intervals if iv.fits_output and 0 < iv.size <= capacity
-                  and (body or iv.moved or iv.end - iv.start <= 1)]
+                  and (body or iv.moved or iv.end - iv.start <= step)]
     for interval in sorted(candidates,
                            key=lambda iv: (not iv.moved, iv.end - iv.start, -iv.size)):
         near = [c for c in chunks if c[0] <= interval.end and c[1] >= interval.start]
@@ -59,10 +60,11 @@ def on_chip(intervals: Sequence, capacity: int, length: int, *, body: bool) -> l
     return placed
 
 
-def split_peak(intervals: Sequence, capacity: int, length: int) -> tuple[int, int]:
+def split_peak(intervals: Sequence, capacity: int, length: int,
+               step: int = 1) -> tuple[int, int]:
     """The most bytes of a loop body's ``intervals`` live at once outside on-chip
     memory, and the most on chip (its nested loops' own included)."""
-    placed = on_chip(intervals, capacity, length, body=True)
+    placed = on_chip(intervals, capacity, length, body=True, step=step)
     chip = {id(iv) for iv in placed}
     nested = [iv for iv in intervals if iv.on_chip]
     on = live_peak([*placed, *(type(iv)(iv.start, iv.end, iv.on_chip, None) for iv in nested)],

@@ -10,7 +10,9 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import shardc.compiler as sc
+from shardc.compiler.explain import memory
 from shardc.compiler.explain.heap import heap_bytes
+from shardc.compiler.explain.liveness import Interval
 
 
 def _mesh():
@@ -152,3 +154,46 @@ def test_bf16_dot_converts_its_gathered_operand_on_cpu():
     shardings = (NamedSharding(mesh, P("data", "model")), NamedSharding(mesh, P("model", "data")),
                  NamedSharding(mesh, P("data")))
     _assert_close(*_compare(step, args, shardings))
+
+
+def test_all_reduce_runs_between_its_op_and_the_next():
+    # Pooled attention, heads sharded over model, batch over data: the backward's
+    # model-axis all-reduce of the keys' gradient runs as an op of its own between
+    # the dot and the transposed copy that reads its result, and the combined
+    # data-axis all-reduce of the gradients after the last dot. Counting each
+    # all-reduce's result at the next op, beside that op's own result, put the
+    # temporaries at 1.75x XLA's.
+    def step(params, tokens, labels):
+        def loss(p):
+            keys = tokens @ p["keys"]
+            att = jax.nn.softmax(jnp.einsum("hd,bsd->bhs", p["queries"], keys), -1)
+            pooled = jnp.einsum("bhs,bsd->bhd", att, tokens)
+            logits = jnp.einsum("bhd,hdc->bc", pooled, p["out"])
+            picked = jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], 1)
+            return -jnp.mean(picked)
+        return jax.value_and_grad(loss)(params)
+
+    mesh = _mesh()
+    params = {"keys": jnp.full((64, 64), 0.01), "queries": jnp.full((4, 64), 0.01),
+              "out": jnp.full((4, 64, 8), 0.01)}
+    shardings = ({"keys": NamedSharding(mesh, P()), "queries": NamedSharding(mesh, P("model")),
+                  "out": NamedSharding(mesh, P("model"))},
+                 NamedSharding(mesh, P("data")), NamedSharding(mesh, P("data")))
+    args = (params, jnp.ones((8, 32, 64)), jnp.zeros((8,), jnp.int32))
+    _assert_close(*_compare(step, args, shardings))
+
+
+def test_a_loop_bodys_buffers_pack_in_the_loops_place():
+    # XLA's heap simulator runs over the program flattened, a loop's body in the
+    # loop's place: a body's buffers are each placed beside the block's buffers live
+    # across the loop, and the body's own gaps stay gaps (the llama-shaped bf16
+    # rematerialised step at 256 devices: 0.92x of XLA's net with the body's peak
+    # as one block, 0.99x flattened).
+    outer = Interval(0, 3, 64, None)  # live across the loop at position 2
+    first = Interval(2, 2, 128, None, within=((0, -1), (1, 1 << 62)))
+    second = Interval(2, 2, 64, None, within=((2, -1), (3, 1 << 62)))
+    flat, positions = memory._flattened([outer, first, second])
+    assert [(iv.start, iv.end) for iv in flat] == [(0, 5), (1, 2), (3, 4)]
+    assert positions == [0, 2, 2, 2, 2, 3]
+    # the body's two buffers share bytes: one after the other, beside the outer one
+    assert heap_bytes([(iv.start, iv.end, iv.size) for iv in flat], 64) == 192
