@@ -70,7 +70,8 @@ def test_another_module_is_read_anew(program):
 
 def test_argument_names_made_once_per_signature(program, monkeypatch):
     # jax's names of every argument leaf come from one call; asked once per leaf they
-    # made lowering quadratic in the leaves (a 7B step's 290).
+    # made lowering quadratic in the leaves (a 7B step's 290). They are made only where
+    # something names an argument (an error, the committed arguments' check).
     calls = []
     names = jax_private.argument_names
 
@@ -82,4 +83,4 @@ def test_argument_names_made_once_per_signature(program, monkeypatch):
     fun, (params, x) = program
     params = [params[0]] * 20
     sc.jit(fun).lower(params, x)
-    assert 1 <= len(calls) <= 2  # the arguments' signature, the committed arguments'
+    assert len(calls) <= 2
