@@ -123,3 +123,24 @@ def test_window_ops_gathering_one_value_the_same_way_gather_it_once():
         lambda x: (jnp.cumsum(x, axis=1), jax.lax.cummax(x, axis=1), jnp.cumsum(x, axis=0)),
         (ones(16, 64),), (P("data", "model"),), grid=mesh((2, 4)))
     assert predicted == compiled == {"all-gather": 3072}
+
+
+@pytest.mark.parametrize("grid, specs, out, expected", [
+    # experts on fsdp, tokens on data: the expert dimension moves to the free axis
+    # (model) as the groups take (data, fsdp), then is gathered in the groups
+    (((2, 2, 2), ("data", "fsdp", "model")), (P(("data", "fsdp")), P("fsdp", "data")),
+     P(("data", "fsdp")), {"collective-permute": 4096, "all-gather": 8192}),
+    (((4, 2), ("data", "model")), (P("data"), P("model", "data")), P("data"),
+     {"all-gather": 8192}),
+    (((2, 4), ("data", "model")), (P("data"), P("model", "data")), P("data"),
+     {"all-gather": 16384}),
+])
+def test_dot_with_batch_split_differently_moves_an_operand_to_the_result_groups(
+        grid, specs, out, expected):
+    """A MoE combine ``gsec,egcd->gsd`` whose operands split the batch ``g``
+    differently: ``PartitionDotGroupOnBatch`` groups the devices as the result splits
+    ``g`` and moves ``egcd`` there (``reshard_to_output_batch``) before the dot."""
+    predicted, compiled = predicted_and_compiled(
+        lambda d, y: jnp.einsum("gsec,egcd->gsd", d, y),
+        (ones(8, 16, 4, 4), ones(4, 8, 4, 64)), specs, out, mesh(*grid))
+    assert predicted == compiled == expected
