@@ -54,3 +54,14 @@ def test_axis_moving_while_the_tile_count_changes(grid, src, dst):
     all-to-alls, slices of the replicas and gathers (no full rematerialization)."""
     predicted, compiled = reshard((8, 8, 16), src, dst, grid)
     assert predicted == compiled
+
+
+@pytest.mark.parametrize("src, dst, expected", [
+    (P(None, "y"), P("y", "x"), {"all-to-all": 128}),
+    (P("y", "x"), P(None, "y"), {"all-to-all": 128, "all-gather": 128}),
+])
+def test_partially_replicated_and_tiled_on_the_same_devices(src, dst, expected):
+    """``ReshardPartialReplicateWithAllToAll``: ``[1, X] last_tile_dim_replicate`` and
+    ``[X, R]`` on the same device order are one all-to-all apart (2x4 mesh)."""
+    predicted, compiled = reshard((8, 16), src, dst, ((2, 4), ("x", "y")))
+    assert predicted == compiled == expected
