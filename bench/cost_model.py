@@ -375,15 +375,6 @@ def _padded(case: Case) -> bool:
                for n, s, d in zip(case.shape, case.src, case.dst))
 
 
-def _moves_with_tiling_change(case: Case) -> bool:
-    where_src = {a: i for i, d in enumerate(case.src) for a in d}
-    where_dst = {a: i for i, d in enumerate(case.dst) for a in d}
-    moves = any(where_src[a] != where_dst[a] for a in where_src.keys() & where_dst.keys())
-    tiles_src = _size(case.mesh, [a for d in case.src for a in d])
-    tiles_dst = _size(case.mesh, [a for d in case.dst for a in d])
-    return moves and tiles_src != tiles_dst
-
-
 RESHARD_MISS_CLASSES = {
     "padded": (
         _padded,
@@ -391,11 +382,6 @@ RESHARD_MISS_CLASSES = {
         "Slicing) and, for indivisible dims, picks other routes (replication instead of "
         "merge/split all-to-all, extra collective-permutes of the tail); the model only "
         "pads shard shapes."),
-    "axis-moves-with-tiling-change": (
-        _moves_with_tiling_change,
-        "an axis changes dimension while the number of tiles changes: XLA's "
-        "ReshardPartialReplicateWithAllToAll / TryComplexReshardHandling mix all-to-alls "
-        "with gathers; the model gathers (and permutes) instead."),
 }
 
 

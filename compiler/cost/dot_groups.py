@@ -32,8 +32,13 @@ a forward convolution on its batch-sharded activations (``data``), whose
 in-group all-gather of the channel-sharded input is not the one the weight
 gradient's convolution makes outside any group, which XLA therefore does again.
 
+A dot whose operands split their batch dimensions differently, with the result
+split on its batch dimensions alone, is grouped on the result's batch split
+(``PartitionDotGroupOnBatch``): the operand split otherwise is moved there first
+(``_batch_regrouped``).
+
 Not modelled (``regrouped_operand`` answers None, the plain reshard
-stands): dots with sharded batch factors, both operands matching the
+stands): other dots with sharded batch factors, both operands matching the
 result, a matching operand on other axes than the result, sub-axes,
 convolutions with a sharded spatial dimension or with groups, and
 the last resort of XLA's search (the operand's tiles laid out on the group
@@ -125,7 +130,7 @@ def regrouped_operand(rule: OpShardingRule, operands: Sequence[Tensor],
     if any(a.pre != 1 or a.size != a.total for fa in every for f in fa for a in fa[f]):
         return None  # sub-axes: not modelled
     if any(fa.get(f) for fa in every for f in batch):
-        return None  # XLA groups on batch dims first
+        return _batch_regrouped(rule, operands, results, batch, mesh_axes)
     matching = [side for side in (0, 1)
                 if prod(a.size for f in non_contracting[side] for a in out.get(f, ())) > 1
                 and all(axes[side].get(f, ()) == out.get(f, ()) for f in non_contracting[side])]
@@ -135,6 +140,139 @@ def regrouped_operand(rule: OpShardingRule, operands: Sequence[Tensor],
     group = {a.name for f in non_contracting[matching[0]] for a in out[f]}
     moved = _other_layout(operands[other].sharding, group, mesh_axes)
     return None if moved is None else (other, moved)
+
+
+def _batch_regrouped(rule: OpShardingRule, operands: Sequence[Tensor],
+                     results: Sequence[Tensor], batch: set[int],
+                     mesh_axes: Sequence[tuple[str, int]]) -> tuple[int, TensorSharding] | None:
+    """``PartitionDotGroupOnBatch`` when the operands split their batch dimensions
+    differently: XLA groups the devices as the result splits its batch dimensions and
+    moves each operand there (``reshard_to_output_batch``): its tile array, with the
+    batch counts the result's, is read again in its device order (dropping replicas,
+    else the non-contracting or the contracting split, when that asks for more tiles
+    than devices) and its groups aligned with the result's. When the groups hold other
+    devices than the result's (``AlignGroupsWith``), the batch dimensions take the
+    result's axes and the other dimensions the axes of the result's groups, in order:
+    a MoE dispatch ``gsec,egcd->gsd`` with ``egcd [{"fsdp"}, {"data"}]`` and the result
+    ``[{"data", "fsdp"}]`` on 2x2x2 moves ``egcd`` to ``[{"model"}, {"data", "fsdp"}]``
+    (a slice and a collective-permute), then gathers ``e`` inside the groups. XLA tries
+    this only after the groupings that move no operand's groups (``PartitionDot``'s
+    first pass): None when the result splits a non-batch dimension or both operands
+    split their contraction alike, when the batch splits agree (the plain reshard
+    stands), or when more than one operand moves."""
+    tensors = [*operands, results[0]]
+    mappings = [*rule.operand_mappings, rule.result_mappings[0]]
+    if any(len(dim) > 1 for mapping in mappings for dim in mapping):
+        return None
+    dim_of = [{dim[0]: d for d, dim in enumerate(mapping) if dim} for mapping in mappings]
+    axes = [dim_axes(t.sharding, len(t.shape)) for t in tensors]
+    if any(a.pre != 1 or a.size != a.total for dims in axes for dim in dims for a in dim):
+        return None  # sub-axes: not modelled
+    order = sorted(batch)
+
+    def count(k: int, d: int) -> int:
+        return prod(a.size for a in axes[k][d])
+
+    def counts(k: int, factors) -> list[int]:
+        return [count(k, dim_of[k][f]) for f in factors]
+
+    wanted = counts(2, order)
+    sides = [counts(0, order), counts(1, order)]
+    if sides[0] == sides[1] or prod(wanted) == 1 or prod(wanted) not in map(prod, sides):
+        return None
+    contracting = [set(dim_of[k]) - set(dim_of[2]) for k in (0, 1)]
+    if not contracting[0]:
+        return None  # an elementwise op: its operands follow the result
+    # XLA first tries each grouping without moving an operand's groups: on the
+    # result's non-contracting axes, or on contractions split alike on both sides.
+    splits = [prod(counts(k, contracting[k])) for k in (0, 1)]
+    if any(count(2, d) > 1 for f, d in dim_of[2].items() if f not in batch) or (
+            splits[0] == splits[1] > 1):
+        return None
+    moved = [_to_output_batch(k, tensors, axes, dim_of, batch, contracting, mesh_axes)
+             for k in (0, 1)]
+    if any(m is None for m in moved):
+        return None
+    changed = [k for k in (0, 1) if moved[k] != operands[k].sharding]
+    return (changed[0], moved[changed[0]]) if len(changed) == 1 else None
+
+
+def _to_output_batch(k: int, tensors: Sequence[Tensor], axes, dim_of, batch: set[int],
+                     contracting: list[set[int]], mesh_axes: Sequence[tuple[str, int]]
+                     ) -> TensorSharding | None:
+    """Operand ``k``'s sharding after ``reshard_to_output_batch`` (its own when it stays;
+    None where XLA's step gives up)."""
+    operand = tensors[k]
+    mine, theirs = axes[k], axes[2]
+    rank = len(mine)
+    if not any(mine):
+        return operand.sharding  # replicated: each group slices its part
+    sizes = dict(mesh_axes)
+    used = {a.name for dim in mine for a in dim}
+    spare = [full_axis(name, size) for name, size in mesh_axes if name not in used]
+    replicas = prod(a.size for a in spare)
+    have = [prod(a.size for a in dim) for dim in mine]
+    adjusted = list(have)
+    for f in batch:
+        adjusted[dim_of[k][f]] = prod(a.size for a in theirs[dim_of[2][f]])
+    own_contracting = [dim_of[k][f] for f in contracting[k]]
+    non_contracting = [d for f, d in dim_of[k].items() if f not in batch
+                       and f not in contracting[k]]
+    split = prod(have[d] for d in own_contracting)
+    other_split = prod(prod(a.size for a in axes[1 - k][dim_of[1 - k][f]])
+                       for f in contracting[1 - k])
+    devices = prod(sizes.values())
+    total = prod(adjusted) * replicas
+    if total > devices:
+        if total % devices:
+            return None
+        ratio = total // devices
+        if replicas > 1 and replicas % ratio == 0:
+            replicas //= ratio
+        elif ratio == prod(have[d] for d in non_contracting) and (
+                ratio != split or split == other_split):
+            for d in non_contracting:
+                adjusted[d] = 1
+        elif ratio == split:
+            for d in own_contracting:
+                adjusted[d] = 1
+        else:
+            return None
+    if prod(adjusted) * replicas < devices:
+        return None
+    # The tile array read again with the new counts, in its device order.
+    flat = [a for dim in mine for a in dim] + spare
+    dims = _cut(flat, adjusted + [replicas])
+    if dims is None:
+        return None
+    batch_dims = {dim_of[k][f]: dim_of[2][f] for f in batch}
+    if any(tuple(dims[d]) != tuple(theirs[o]) for d, o in batch_dims.items()):
+        # Other groups than the result's: each group's layout on the result's group.
+        out_used = {a.name for dim in theirs for a in dim}
+        inner = [a for o, dim in enumerate(theirs) if o not in batch_dims.values()
+                 for a in dim] + [full_axis(n, s) for n, s in mesh_axes if n not in out_used]
+        others = [d for d in range(rank) if d not in batch_dims]
+        placed = _cut(inner, [adjusted[d] for d in others] + [replicas])
+        if placed is None:
+            return None
+        dims = [list(theirs[batch_dims[d]]) if d in batch_dims else placed[others.index(d)]
+                for d in range(rank)]
+    return operand.sharding._replace(dims=tuple(
+        DimSharding(tuple(dims[d]), operand.sharding.dims[d].closed) for d in range(rank)))
+
+
+def _cut(flat: Sequence[AxisRef], counts: Sequence[int]) -> list[list[AxisRef]] | None:
+    """``flat`` (axes major to minor) dealt out to dimensions of ``counts`` in order;
+    None when a count splits an axis."""
+    out, rest = [], list(flat)
+    for count in counts:
+        taken: list[AxisRef] = []
+        while prod(a.size for a in taken) < count and rest:
+            taken.append(rest.pop(0))
+        if prod(a.size for a in taken) != count:
+            return None
+        out.append(taken)
+    return out
 
 
 def matching_operand(rule: OpShardingRule, operands: Sequence[Tensor],

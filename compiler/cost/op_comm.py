@@ -246,11 +246,17 @@ def required_sharding(rule: OpShardingRule, index: int, operand: Tensor,
         axes: list[AxisRef] = []
         for factor in dim_factors:
             if factor in need_replication:
-                continue
-            if factor in factor_axes:
-                axes.extend(factor_axes[factor])
+                found: Sequence[AxisRef] = ()
+            elif factor in factor_axes:
+                found = factor_axes[factor]
             else:
-                axes.extend(own.factors[factor][AXES])
+                found = own.factors[factor][AXES]
+            axes.extend(found)
+            if size_product(found) < rule.factor_sizes[factor]:
+                # A factor not split over all its extent ends what the dimension can
+                # hold: a minor factor's axes would split this one instead (heads of
+                # a fused qkv projection), so that part is gathered and sliced.
+                break
         dims.append(DimSharding(tuple(axes), True))
     return TensorSharding(operand.sharding.mesh, tuple(dims))
 

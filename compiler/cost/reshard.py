@@ -3,14 +3,16 @@
 ``reshard_collectives(shape, element_bytes, src, dst, mesh)`` turns both
 shardings into XLA tile assignments (shard count per dimension, replication
 count, device array on the mesh's iota device order) and follows
-``PartitionedHlo::ReshardNoCache`` (docs/cost-model.md): same tiling on other
-devices -> collective-permute; shard counts redistributed between dimensions
--> one all-to-all per (source, target) pair, or one for a merge/split of two
-dimensions, then a collective-permute if the device order still differs;
-``dst`` refines ``src`` -> free dynamic-slice (a collective-permute when the
-devices do not line up); ``dst`` partially replicated -> all-gathers of the
-dimensions it shards more coarsely (collective-permute first when the
-gathered groups are not ``dst``'s); otherwise replicate: one all-gather per
+``PartitionedHlo::ReshardNoCache`` step by step (``_Planner``, docs/cost-model.md):
+same tiling on other devices -> collective-permute; shard counts redistributed
+between dimensions -> all-to-alls (then a collective-permute if the device
+order still differs); a partially replicated source sliced to the target (a
+collective-permute when its replicas are not the target's devices); a
+partially replicated target gathered in groups (a collective-permute first
+when the groups are not the target's); ``TryComplexReshardHandling``'s merge /
+split of a dimension, replicated dimension and replicas-to-dimension routes,
+the reshard inside groups on equally split dimensions, each continued without
+full replication as XLA does; otherwise replicate: one all-gather per
 dimension, minor-most first, over padded shards that stay padded, or an
 all-reduce for a dimension no bigger than half its shard count. Bytes are
 per device, counted as ``shardc.runtime.collectives`` counts XLA's
@@ -136,14 +138,25 @@ class _Tiling:
     def tiles(self) -> int:
         return prod(self.counts)
 
+    @property
+    def partial(self) -> bool:
+        """XLA's ``ReplicateOnLastTileDim``: tiled, and each tile on several devices."""
+        return self.replication > 1 and self.tiles > 1
+
     def coords(self) -> np.ndarray:
-        """Each device's tile coordinates: row ``d`` is device ``d``'s (devices are
-        ``0 .. n-1``), one array operation whatever the device count."""
+        """Each device's tile coordinates, one row per device in increasing device id
+        (a device group's inner problem holds some of the mesh's devices), one array
+        operation whatever the device count."""
         flat = np.frombuffer(self.devices, dtype=np.int64)
-        place = np.empty(len(flat), dtype=np.int64)
-        place[flat] = np.arange(len(flat))
+        place = np.argsort(flat, kind="stable")
         index = np.unravel_index(place, self.counts + (self.replication,))[:-1]
         return np.stack(index, axis=-1) if index else np.zeros((len(flat), 0), np.int64)
+
+
+def _from_array(array: np.ndarray) -> _Tiling:
+    """The tiling of a device array whose last dimension holds the replicas."""
+    return _Tiling(tuple(int(n) for n in array.shape[:-1]), int(array.shape[-1]),
+                   _entries(array))
 
 
 @lru_cache(maxsize=4096)
@@ -279,70 +292,338 @@ def _nested(inner: _Tiling, outer: _Tiling) -> bool:
     return bool(np.array_equal(inner.coords() // ratio, outer.coords()))
 
 
-def _replicate(shape, element_bytes, counts, names) -> list[Collective]:
-    """XLA's ``Replicate``: each sharded dimension, minor-most first, is gathered
-    (padded shards); a dimension no bigger than half its shard count is
-    rebuilt with dynamic-update-slice into zeros plus an all-reduce."""
-    out = []
-    local = _local(shape, counts)
-    for d in reversed(range(len(shape))):
-        n = counts[d]
-        if n == 1:
-            continue
-        if shape[d] * 2 <= n:
-            local[d] = shape[d]
-            out.append(Collective(ALL_REDUCE, names[d], _bytes(local, element_bytes)))
-        else:
-            local[d] *= n  # padded shards stay padded until the final slice
-            out.append(Collective(ALL_GATHER, names[d], _bytes(local, element_bytes)))
-    return out
-
-
-def _merge_or_split(a: _Tiling, b: _Tiling) -> tuple[int, int, int] | None:
-    """XLA's merge/split patterns: two dimensions differ, the source dimension's
-    count shrinks by ``group`` and the target's grows by it (one all-to-all)."""
-    if a.replication != b.replication or a.tiles != b.tiles:
+def _compatible(partial: _Tiling, target: _Tiling) -> _Tiling | None:
+    """XLA's ``PartialReplicateReshardCompatibleSharding``: a sharding with
+    ``target``'s tile counts that ``partial`` reaches by slicing its replicas
+    (``target`` itself when its tiles nest in ``partial``'s); None when a
+    count of ``target`` is not a multiple of ``partial``'s."""
+    if not partial.partial:
         return None
-    diff = [i for i, (x, y) in enumerate(zip(a.counts, b.counts)) if x != y]
-    if len(diff) != 2:
+    expand = []
+    for have, want in zip(partial.counts, target.counts):
+        if want % have:
+            return None
+        expand.append(want // have)
+    if _nested(target, partial):
+        return target
+    rank = len(expand)
+    grown = [k for k in range(rank) if expand[k] > 1]
+    split = list(partial.counts) + [expand[k] for k in grown] + [target.replication]
+    order = []
+    for k in range(rank):
+        order.append(k)
+        if k in grown:
+            order.append(rank + grown.index(k))
+    order.append(len(split) - 1)
+    array = partial.array.reshape(split).transpose(order)
+    return _from_array(array.reshape(target.counts + (target.replication,)))
+
+
+class _Planner:
+    """XLA's ``PartitionedHlo::ReshardNoCache`` over tile assignments, for one tensor
+    element size on one mesh: each step returns ``(collectives, reached tiling)``,
+    or None where XLA's step does not apply (a route tried without full
+    rematerialization gives up)."""
+
+    def __init__(self, element_bytes: int, axes: tuple[tuple[str, int], ...]):
+        self.element_bytes = element_bytes
+        self.axes = axes
+        self.sizes = [size for _, size in axes] or [1]
+
+    # -- the mesh axes a collective runs over
+
+    def _coords(self, devices) -> np.ndarray:
+        return np.stack(np.unravel_index(np.asarray(devices, dtype=np.int64).ravel(),
+                                         self.sizes), axis=-1)
+
+    def _varying(self, devices) -> tuple[str, ...]:
+        """The mesh axes along which the devices of one group differ."""
+        coords = self._coords(devices)
+        return tuple(name for k, (name, _) in enumerate(self.axes)
+                     if (coords[:, k] != coords[0, k]).any())
+
+    def _along(self, t: _Tiling, dims: dict[int, int]) -> tuple[str, ...]:
+        """Axes of the group of devices at the origin, ``dims[d]`` apart along ``d``."""
+        index = tuple(slice(0, dims[d]) if d in dims else 0 for d in range(len(t.counts)))
+        return self._varying(t.array[index + (0,)])
+
+    def _bytes(self, shape, counts) -> int:
+        return _bytes(_local(shape, counts), self.element_bytes)
+
+    # -- collectives
+
+    def permute(self, shape, a: _Tiling, b: _Tiling) -> Collective:
+        """``ReshardWithCollectivePermute``: tile ``i`` of ``a`` moves to ``b``'s device."""
+        src, dst = self._coords(a.array), self._coords(b.array)
+        moved = (src != dst).any(axis=0)
+        names = tuple(name for k, (name, _) in enumerate(self.axes) if moved[k])
+        return Collective(COLLECTIVE_PERMUTE, names, self._bytes(shape, a.counts))
+
+    def with_all_to_all(self, shape, a: _Tiling, b: _Tiling, pairs, multiple=True):
+        """``ReshardWithAllToAll``: the (source, target) pairs XLA can move in one
+        all-to-all together (``TryMultipleSourceTargetDims``: evenly divided, no
+        dimension twice), else one pair at a time; a collective-permute if the
+        device order still differs from ``b``."""
+        if not pairs:
+            return ([] if a == b else [self.permute(shape, a, b)]), b
+        if multiple:
+            chosen, rest, seen = [], [], set()
+            for source, target in sorted(pairs, key=lambda p: p[1]):
+                if (source in seen or target in seen or shape[source] % a.counts[source]
+                        or shape[target] % b.counts[target]):
+                    rest.append((source, target))
+                else:
+                    chosen.append((source, target))
+                    seen |= {source, target}
+            if len(chosen) >= 2:
+                temp, groups = a, {}
+                for source, target in chosen:
+                    groups[target] = a.counts[source] // a.counts[target]
+                    temp = _swap(temp, source, target)
+                step = Collective(ALL_TO_ALL, self._along(temp, groups),
+                                  self._bytes(shape, a.counts))
+                out, reached = self.with_all_to_all(shape, temp, b, rest, multiple=False)
+                return [step] + out, reached
+        source, target = pairs[0]
+        group = a.counts[source] // a.counts[target]
+        temp = _swap(a, source, target)
+        local = _local(shape, a.counts)
+        local[target] = -(-shape[target] // temp.counts[target]) * group
+        step = Collective(ALL_TO_ALL, self._along(temp, {target: group}),
+                          _bytes(local, self.element_bytes))
+        out, reached = self.with_all_to_all(shape, temp, b, list(pairs[1:]))
+        return [step] + out, reached
+
+    def gather(self, shape, t: _Tiling, keep: Sequence[int]) -> list[Collective]:
+        """``ReplicatePartial`` from ``t``'s counts down to ``keep`` in groups of the
+        minor devices: one all-gather per dimension, minor-most first (padded shards
+        stay padded), or, for a dimension no bigger than half the devices it is
+        gathered over, a dynamic-update-slice into zeros plus an all-reduce."""
+        out = []
+        local = _local(shape, t.counts)
+        for d in reversed(range(len(shape))):
+            factor = t.counts[d] // keep[d]
+            if factor == 1:
+                continue
+            names = self._along(t, {d: factor})
+            whole = -(-shape[d] // keep[d])
+            if whole * 2 <= factor:
+                local[d] = whole
+                out.append(Collective(ALL_REDUCE, names, _bytes(local, self.element_bytes)))
+            else:
+                local[d] *= factor
+                out.append(Collective(ALL_GATHER, names, _bytes(local, self.element_bytes)))
+        return out
+
+    # -- XLA's routes, in ReshardNoCache's order
+
+    def plan(self, shape: tuple[int, ...], a: _Tiling, b: _Tiling, full: bool = True):
+        if a == b:
+            return [], b
+        if a.tiles == 1:
+            return [], b  # replicated: every device slices its tile
+        if b.tiles > 1 and a.counts == b.counts and a.replication == b.replication:
+            return [self.permute(shape, a, b)], b
+        pairs = _all_to_all_pairs(a, b)
+        if pairs:
+            return self.with_all_to_all(shape, a, b, pairs)
+        if b.tiles > 1 and a.partial:
+            found = self.from_partial_by_slicing(shape, a, b) or self.partial_all_to_all(
+                shape, a, b)
+            if found:
+                return found
+        if b.partial:
+            found = self.to_partial_by_gathering(shape, a, b) or self.partial_all_to_all(
+                shape, a, b)
+            if found:
+                return found
+        if b.tiles > 1:
+            found = self.complex(shape, a, b) or self.grouped_on_equal_dims(shape, a, b)
+            if found:
+                return found
+            if not full:
+                return None
+        return self.gather(shape, a, [1] * len(shape)), b
+
+    def from_partial_by_slicing(self, shape, a: _Tiling, b: _Tiling):
+        """``ReshardFromPartialReplicateWithDynamicSlice``: slice the replicas
+        (free), then a collective-permute if the devices are not ``b``'s."""
+        compatible = _compatible(a, b)
+        if compatible is None:
+            return None
+        return ([] if compatible == b else [self.permute(shape, compatible, b)]), b
+
+    def to_partial_by_gathering(self, shape, a: _Tiling, b: _Tiling):
+        """``ReshardToPartialReplicateWithAllGather``: a collective-permute onto the
+        devices that gather into ``b`` (if needed), then all-gathers in groups."""
+        compatible = _compatible(b, a)
+        if compatible is None:
+            return None
+        out = [] if compatible == a else [self.permute(shape, a, compatible)]
+        return out + self.gather(shape, compatible, b.counts), b
+
+    def partial_all_to_all(self, shape, a: _Tiling, b: _Tiling):
+        """``ReshardPartialReplicateWithAllToAll``: ``[1, X, .., R] last_tile_dim_replicate``
+        and ``[X, .., R]`` on the same devices, one all-to-all apart."""
+        partial, tiled = (a, b) if a.partial else (b, a)
+        if not partial.partial or tiled.replication > 1 or tiled.tiles == 1:
+            return None
+        rank = len(tiled.counts)
+        replicas = partial.replication
+        shifted = partial.counts + (replicas,)
+        if shifted[0] != 1:
+            return None
+        dim = -1
+        for i in reversed(range(rank)):
+            if tiled.counts[i] > 1 and dim == -1:
+                if tiled.counts[i] != replicas:
+                    return None
+                dim = i
+            if tiled.counts[i] != shifted[i + 1]:
+                return None
+        if dim == -1 or not np.array_equal(partial.array.ravel(), tiled.array.ravel()):
+            return None
+        counts = list(tiled.counts)
+        counts[dim] = 1
+        middle = _from_array(tiled.array.reshape(counts + [replicas]))
+        if partial is a:
+            pairs = _all_to_all_pairs(a, middle)
+            if not pairs:
+                return None
+            first, _ = self.with_all_to_all(shape, a, middle, pairs)
+            rest, reached = self.plan(shape, middle, b)
+            return first + rest, reached
+        first, reached = self.plan(shape, a, middle)
+        pairs = _all_to_all_pairs(reached, b)
+        if not pairs:
+            return None
+        rest, reached = self.with_all_to_all(shape, reached, b, pairs)
+        return first + rest, reached
+
+    def complex(self, shape, a: _Tiling, b: _Tiling):
+        """``TryComplexReshardHandling``: a merge or split of two dimensions (done on
+        the tensor with the dimension split in two), else replicating the one
+        dimension that makes up ``b``'s replication, else turning ``a``'s replicas
+        into a dimension ``b`` shards; each continued without full replication."""
+        match = self.merge_or_split(shape, a, b)
+        if match is not None:
+            i, before, after = match
+            split_shape = self.split_shape(shape, a, i, before)
+            found = self.plan(split_shape, before, after, full=False)
+            if found is None:
+                return None
+            out, reached = found
+            array = reached.array
+            merged = _from_array(array.reshape(
+                array.shape[:i] + (array.shape[i] * array.shape[i + 1],) + array.shape[i + 2:]))
+            if merged != b:
+                found = self.plan(shape, merged, b, full=False)
+                if found is None:
+                    return None
+                out = out + found[0]
+            return out, b
+        if b.partial:
+            for i, count in enumerate(a.counts):
+                if count == 1 or count * a.replication != b.replication:
+                    continue
+                middle = _replicate_dims(a, [i])
+                first, reached = self.plan(shape, a, middle)
+                found = self.plan(shape, reached, b, full=False)
+                return None if found is None else (first + found[0], b)
+            return None
+        if not a.partial:
+            return None
+        for i, (have, want) in enumerate(zip(a.counts, b.counts)):
+            if have != want and have == 1 and want % a.replication == 0:
+                array = np.swapaxes(a.array, i, len(a.counts))
+                first, reached = self.plan(shape, a, _from_array(array))
+                found = self.plan(shape, reached, b, full=False)
+                return None if found is None else (first + found[0], b)
         return None
-    for source, target in (diff, diff[::-1]):
-        x, y = a.counts[source], b.counts[source]
-        if y < x and x % y == 0 and b.counts[target] == a.counts[target] * (x // y):
-            return source, target, x // y
-    return None
+
+    @staticmethod
+    def merge_or_split(shape, a: _Tiling, b: _Tiling):
+        """XLA's ``PatternMatchMergeOrSplitSharding``: ``[X, Y] <-> [X*Y, 1]`` (a
+        dimension whose counts divide each other, padded evenly, paired with one
+        sharded on one side only), else ``[X*Y] -> [X]``; with the same replication.
+        Returns (the dimension split, ``a`` and ``b`` with it split in two)."""
+        if a.replication != b.replication:
+            return None
+        one_sided, nested = [], []
+        for i, (x, y) in enumerate(zip(a.counts, b.counts)):
+            low, high = min(x, y), max(x, y)
+            if x == y:
+                continue
+            if low == 1:
+                one_sided.append(i)
+            elif high % low == 0 and -(-shape[i] // low) * low % high == 0:
+                nested.append(i)
+        choice = None
+        for i in nested:
+            for j in one_sided:
+                if a.counts[i] * a.counts[j] == b.counts[i] * b.counts[j]:
+                    choice = choice or (i, min(a.counts[i], b.counts[i]))
+        for i in nested:
+            if choice is None and a.counts[i] > b.counts[i]:
+                choice = (i, b.counts[i])
+        if choice is None:
+            return None
+        i, size = choice
+
+        def split(t: _Tiling) -> _Tiling:
+            array = t.array
+            return _from_array(array.reshape(
+                array.shape[:i] + (size, t.counts[i] // size) + array.shape[i + 1:]))
+
+        return i, split(a), split(b)
+
+    @staticmethod
+    def split_shape(shape, a: _Tiling, i: int, before: _Tiling) -> tuple[int, ...]:
+        """``SplitReshapeHelper``'s base shape: dimension ``i`` in two, the minor part
+        the local shard times the devices ``before`` splits it over."""
+        minor = -(-shape[i] // a.counts[i]) * before.counts[i + 1]
+        return tuple(shape[:i]) + (shape[i] // minor, minor) + tuple(shape[i + 1:])
+
+    def grouped_on_equal_dims(self, shape, a: _Tiling, b: _Tiling):
+        """XLA groups the devices on the dimensions both shardings split the same way
+        (``GroupShardingOnDims``) and reshards inside each group its shard of those
+        dimensions; when ``b``'s groups are not ``a``'s (``AlignGroupsWith``), each
+        group reaches ``b``'s layout on its own devices and a collective-permute
+        follows."""
+        equal = [d for d, (x, y) in enumerate(zip(a.counts, b.counts)) if x != 1 and x == y]
+        if not equal:
+            return None
+        rank = len(a.counts)
+        ungrouped = np.empty_like(b.array)
+        aligned = True
+        for index in np.ndindex(*[a.counts[d] for d in equal]):
+            at = dict(zip(equal, index))
+            where = tuple(slice(at[d], at[d] + 1) if d in at else slice(None)
+                          for d in range(rank))
+            group_a, group_b = a.array[where], b.array[where]
+            aligned &= set(group_a.ravel().tolist()) == set(group_b.ravel().tolist())
+            ungrouped[where] = group_a.reshape(group_b.shape)
+        first = tuple(slice(0, 1) if d in equal else slice(None) for d in range(rank))
+        inner_a = _from_array(a.array[first])
+        inner_b = _from_array(b.array[first] if aligned else a.array[first].reshape(
+            b.array[first].shape))
+        inner_shape = tuple(-(-n // a.counts[d]) if d in equal else n
+                            for d, n in enumerate(shape))
+        out, _ = self.plan(inner_shape, inner_a, inner_b)
+        if not aligned and _from_array(ungrouped) != b:
+            out = out + [self.permute(shape, _from_array(ungrouped), b)]
+        return out, b
 
 
-def _coarsen(a: _Tiling, keep: Sequence[int]) -> _Tiling | None:
-    """``a`` with each dimension's count cut to ``keep`` (the major part kept,
-    the rest replicated), as after an all-gather over the minor part."""
-    array = a.array
-    split = []
-    for count, k in zip(a.counts, keep):
-        split += [k, count // k]
-    array = array.reshape(split + [a.replication])
-    rank = len(keep)
-    order = [2 * i for i in range(rank)] + [2 * i + 1 for i in range(rank)] + [2 * rank]
-    array = array.transpose(order).reshape(tuple(keep) + (-1,))
-    return _Tiling(tuple(keep), array.shape[-1], _entries(array))
-
-
-def _gather(shape, element_bytes, counts, keep, names) -> list[Collective]:
-    """All-gathers (or the all-reduce of tiny dimensions) from ``counts`` to ``keep``."""
-    out = []
-    counts = list(counts)
-    local = _local(shape, counts)
-    for d in reversed(range(len(shape))):
-        if counts[d] == keep[d]:
-            continue
-        if keep[d] == 1 and shape[d] * 2 <= counts[d]:
-            local[d] = shape[d]
-            out.append(Collective(ALL_REDUCE, names[d], _bytes(local, element_bytes)))
-        else:
-            local[d] *= counts[d] // keep[d]
-            out.append(Collective(ALL_GATHER, names[d], _bytes(local, element_bytes)))
-        counts[d] = keep[d]
-    return out
+def _replicate_dims(t: _Tiling, dims: Sequence[int]) -> _Tiling:
+    """XLA's ``PartiallyReplicateTiledShardingOnDims``: ``dims``' devices join the
+    replicas (as their major part)."""
+    rank = len(t.counts)
+    moved = [d for d in range(rank) if d in dims]
+    kept = [d for d in range(rank) if d not in dims]
+    array = t.array.transpose(kept + moved + [rank])
+    counts = [1 if d in dims else n for d, n in enumerate(t.counts)]
+    return _from_array(array.reshape(counts + [-1]))
 
 
 def reshard_collectives(
@@ -357,14 +638,10 @@ def reshard_collectives(
 ) -> list[Collective]:
     """The collectives that turn a ``src``-sharded tensor into a ``dst``-sharded one.
 
-    Follows ``PartitionedHlo::ReshardNoCache`` (cost-model.md): equal tilings
-    on other devices -> collective-permute; shard counts redistributed
-    between dimensions -> all-to-all per (source, target) pair, then a
-    collective-permute if the device order still differs; ``dst`` a
-    refinement of ``src`` -> free dynamic-slice (collective-permute when the
-    devices do not line up); ``src`` a refinement of ``dst`` -> all-gather
-    over the dropped tiles (collective-permute first when they do not line
-    up); otherwise replicate (all-gathers, minor-most dimension first) and
+    Follows ``PartitionedHlo::ReshardNoCache`` (cost-model.md, the module
+    docstring): permutes, all-to-alls, slices of partially replicated shards,
+    gathers into partially replicated ones, ``TryComplexReshardHandling``'s
+    routes and grouping on equally split dimensions, else replicate and
     slice. ``mesh`` (a ``MeshInfo`` or (axis, size) pairs, major to minor)
     fixes the device order; without it the axes the shardings name are used.
     On CPU, XLA runs bf16 collectives in f32 (``dtype="bf16"`` counts 4 bytes
@@ -402,59 +679,8 @@ def _reshard_uncached(shape: tuple[int, ...], element_bytes: int,
                       src: TensorSharding | None, dst: TensorSharding | None,
                       axes: tuple[tuple[str, int], ...]) -> list[Collective]:
     rank = len(shape)
-    before = dim_axes(src, rank)
     a, b = _tiling(src, rank, axes), _tiling(dst, rank, axes)
-    if a == b:
-        return []
-    names = [axis_names(d) for d in before]
-    moved_names = axis_names([ax for d in before for ax in d])
-    if a.counts == b.counts and a.replication == b.replication:
-        return [Collective(COLLECTIVE_PERMUTE, moved_names,
-                           _bytes(_local(shape, a.counts), element_bytes))]
-    pairs = _all_to_all_pairs(a, b)
-    if pairs:
-        out = []
-        current = a
-        for source, target in pairs:
-            group = current.counts[source] // current.counts[target]
-            local = _local(shape, current.counts)
-            after_counts = list(current.counts)
-            after_counts[target] *= group
-            local[target] = -(-shape[target] // after_counts[target]) * group
-            out.append(Collective(ALL_TO_ALL, names[source], _bytes(local, element_bytes)))
-            current = _swap(current, source, target)
-        if current != b:
-            out.append(Collective(COLLECTIVE_PERMUTE, moved_names,
-                                  _bytes(_local(shape, b.counts), element_bytes)))
-        return out
-    merge = _merge_or_split(a, b)
-    if merge is not None:
-        source, target, group = merge
-        local = _local(shape, a.counts)
-        local[target] = -(-shape[target] // b.counts[target]) * group
-        out = [Collective(ALL_TO_ALL, names[source], _bytes(local, element_bytes))]
-        if _swap(a, source, target, group) != b:
-            out.append(Collective(COLLECTIVE_PERMUTE, moved_names,
-                                  _bytes(_local(shape, b.counts), element_bytes)))
-        return out
-    if b.tiles > a.tiles and all(y % x == 0 for x, y in zip(a.counts, b.counts)):
-        if _nested(b, a):
-            return []  # every device slices its part of what it holds
-        return [Collective(COLLECTIVE_PERMUTE, moved_names,
-                           _bytes(_local(shape, b.counts), element_bytes))]
-    if b.replication > 1:
-        # Gather the dimensions ``dst`` shards more coarsely (or along other
-        # factors), then slice what ``dst`` shards more finely.
-        keep = [x if y % x == 0 else y if x % y == 0 else 1
-                for x, y in zip(a.counts, b.counts)]
-        if all(x % k == 0 for x, k in zip(a.counts, keep)) and prod(keep) < a.tiles:
-            out = []
-            if not _nested(b, _coarsen(a, keep)):
-                # the gathered groups are not the devices ``dst`` groups: permute first
-                out.append(Collective(COLLECTIVE_PERMUTE, moved_names,
-                                      _bytes(_local(shape, a.counts), element_bytes)))
-            return out + _gather(shape, element_bytes, a.counts, keep, names)
-    return _replicate(shape, element_bytes, a.counts, names)
+    return _Planner(element_bytes, axes).plan(shape, a, b)[0]
 
 
 def reshard_tensor(src: Tensor, dst: TensorSharding | None, mesh=None) -> list[Collective]:

@@ -43,8 +43,9 @@ func.func @implicit_all_to_all(%arg0: tensor<16x16xf32> {sdy.sharding = #sdy.sha
                                %arg1: tensor<16x16xf32> {sdy.sharding = #sdy.sharding<@m, [{}, {"x"}]>}) -> (tensor<16x16xf32> {sdy.sharding = #sdy.sharding<@m, [{"y"}, {}]>}) {
   // expected-warning@+1 {{implicit reshard: operand 1 (tensor<16x16xf32>) needs an all-to-all over "x", 256 bytes per device (sharded [{}, {"x"}], the op needs [{"x"}, {}])}}
   %0 = stablehlo.add %arg0, %arg1 {sdy.sharding = #sdy.sharding_per_value<[<@m, [{"x"}, {}]>]>} : tensor<16x16xf32>
-  // XLA first moves the shards to the devices of the new tiling, then gathers.
-  // expected-warning@+2 {{implicit reshard: result 0 (tensor<16x16xf32>) needs a collective-permute over "x", 256 bytes per device (returned [{"x"}, {}] as result 0, declared [{"y"}, {}])}}
+  // XLA first moves the shards to the devices of the new tiling (tiles change both
+  // their x and their y coordinate), then gathers.
+  // expected-warning@+2 {{implicit reshard: result 0 (tensor<16x16xf32>) needs a collective-permute over "x", "y", 256 bytes per device (returned [{"x"}, {}] as result 0, declared [{"y"}, {}])}}
   // expected-warning@+1 {{implicit reshard: result 0 (tensor<16x16xf32>) needs an all-gather over "x", 512 bytes per device (returned [{"x"}, {}] as result 0, declared [{"y"}, {}])}}
   return %0 : tensor<16x16xf32>
 }

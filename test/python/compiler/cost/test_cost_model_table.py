@@ -14,7 +14,7 @@ import pytest
 from bench import cost_model as cm
 
 # Misses per known class (update together with docs/cost-model.md).
-EXPECTED_RESHARD_MISSES = {"padded": 29, "axis-moves-with-tiling-change": 9}
+EXPECTED_RESHARD_MISSES = {"padded": 16}
 EXPECTED_OP_MISSES: dict[str, int] = {}  # dot-partially-replicated-contracting: 0 of 3 now
 
 R, X, Y, Z = (), ("x",), ("y",), ("z",)

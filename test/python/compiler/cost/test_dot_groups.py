@@ -75,8 +75,10 @@ def test_op_communication_permutes_before_the_gather():
                              [tensor(["model"], [], shape=(32, 32))], MESH)
     steps = [(c.operand, c.collective.kind, c.collective.axes, c.collective.bytes_per_device)
              for c in found]
+    # the permute's axes: those along which a tile's old and new devices differ
+    # ([{data}, {model}] -> [{data}, {fsdp}] keeps every tile's data coordinate)
     assert steps == [
-        (1, "collective-permute", ("data", "model"), 512),
+        (1, "collective-permute", ("fsdp", "model"), 512),
         (1, "all-gather", ("fsdp",), 1024),
         (None, "all-reduce", ("data",), 2048),
     ]

@@ -158,3 +158,42 @@ def test_a_weight_gradient_over_batch_and_sequence_axes_sums_each_on_its_own():
         lambda x, dy: jnp.einsum("bthd,btf->hdf", x, dy), (ones(8, 8, 4, 8), ones(8, 8, 32)),
         (P("data", "fsdp"), P("data", "fsdp", "tensor")), P(None, None, "tensor"), grid=grid)
     assert predicted == compiled == {"all-reduce": 4096}
+
+
+@pytest.mark.parametrize("grid, specs, out, expected", [
+    # experts on fsdp, tokens on data: the expert dimension moves to the free axis
+    # (model) as the groups take (data, fsdp), then is gathered in the groups
+    (((2, 2, 2), ("data", "fsdp", "model")), (P(("data", "fsdp")), P("fsdp", "data")),
+     P(("data", "fsdp")), {"collective-permute": 4096, "all-gather": 8192}),
+    (((4, 2), ("data", "model")), (P("data"), P("model", "data")), P("data"),
+     {"all-gather": 8192}),
+    (((2, 4), ("data", "model")), (P("data"), P("model", "data")), P("data"),
+     {"all-gather": 16384}),
+])
+def test_dot_with_batch_split_differently_moves_an_operand_to_the_result_groups(
+        grid, specs, out, expected):
+    """A MoE combine ``gsec,egcd->gsd`` whose operands split the batch ``g``
+    differently: ``PartitionDotGroupOnBatch`` groups the devices as the result splits
+    ``g`` and moves ``egcd`` there (``reshard_to_output_batch``) before the dot."""
+    predicted, compiled = predicted_and_compiled(
+        lambda d, y: jnp.einsum("gsec,egcd->gsd", d, y),
+        (ones(8, 16, 4, 4), ones(4, 8, 4, 64)), specs, out, mesh(*grid))
+    assert predicted == compiled == expected
+
+
+@pytest.mark.parametrize("grid, w_spec, out", [
+    (((2, 4), ("data", "model")), P(None, "model"), P("data", None, None, "model")),
+    (((4, 2), ("data", "model")), P(None, "model"), P("data", None, None, "model")),
+    (((2, 2, 2), ("data", "fsdp", "model")), P(None, ("fsdp", "model")),
+     P("data", None, None, ("fsdp", "model"))),
+])
+def test_reshape_splitting_a_dimension_before_its_sharded_factor_gathers_it(grid, w_spec, out):
+    """A fused qkv projection ``[b, s, 3*h*d]`` split as ``[b, s, 3, h, d]`` with the
+    heads sharded: the axes on ``3*h*d`` split its major factor 3, not the heads, so
+    the projection is gathered and each device slices its heads (the axes a
+    dimension holds fill its factors major to minor)."""
+    predicted, compiled = predicted_and_compiled(
+        lambda x, w: (x @ w).reshape(8, 32, 3, 8, 8), (ones(8, 32, 64), ones(64, 192)),
+        (P("data"), w_spec), out, mesh(*grid))
+    assert predicted == compiled
+    assert set(compiled) == {"all-gather"}
