@@ -98,6 +98,9 @@ class PlatformRules:
     dot_operands_moved_as: Mapping[str, tuple[str, int]] = field(default_factory=dict)
     # Whether an all-reduce followed by a slice of its result becomes a reduce-scatter.
     forms_reduce_scatter: bool = False
+    # The most devices such a reduce-scatter spans (0: any); over more, the all-reduce
+    # and the slice stay.
+    reduce_scatter_max_devices: int = 0
     # Whether an operand resharded for one op is reused by later ops that need it so
     # (XLA:CPU's partitioner keeps it; XLA:TPU gathers again, e.g. a weight in the
     # backward pass, rather than hold the gathered copy).
@@ -113,6 +116,10 @@ class PlatformRules:
     # Whether a dot in a loop body gathers its operand by a windowed loop of
     # collective-permutes instead of an all-gather.
     windows_loop_all_gathers: bool = False
+    # The most devices a windowed loop runs over (one trip per device; 0: any): a dot
+    # over more reduce-scatters or all-gathers its operand whole (XLA's
+    # ``max_windowed_einsum_iteration``, which libtpu sets per topology).
+    windowed_max_devices: int = 0
     # Whether the sum of two all-reduces over the same devices is one all-reduce.
     reassociates_all_reduces: bool = False
     # Independent all-reduces over the same devices are combined up to this many
@@ -206,9 +213,20 @@ class PlatformRules:
         reduce-scatter of ``operand_bytes`` over ``devices`` for a dot contracting
         ``contraction`` elements; None where the platform reduce-scatters it whole."""
         if not self.windowed_reduce_scatter_above or contraction <= self.windowed_reduce_scatter_above \
-                or devices < 2:
+                or not self.windows_over(devices):
             return None
         return windowed_bytes(devices, operand_bytes)
+
+    def scatters_over(self, devices: int) -> bool:
+        """Whether an all-reduce over ``devices`` devices whose result is sliced is a
+        reduce-scatter (``forms_reduce_scatter``, ``reduce_scatter_max_devices``)."""
+        return self.forms_reduce_scatter and (not self.reduce_scatter_max_devices
+                                              or devices <= self.reduce_scatter_max_devices)
+
+    def windows_over(self, devices: int) -> bool:
+        """Whether a windowed loop may run over ``devices`` devices."""
+        return devices >= 2 and (not self.windowed_max_devices
+                                 or devices <= self.windowed_max_devices)
 
     def dot_operand(self, tensor: Tensor) -> Tensor:
         """A dot's operand as the platform moves it (``dot_operands_moved_as``)."""
@@ -272,11 +290,19 @@ CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as
 # The windowed reduce-scatter's threshold: XLA:TPU v5e compiles (16x16 and 4x4
 # meshes) reduce-scatter a dot contracting 4096 elements and window one contracting 4224.
 # The all-gather CSE's threshold is libtpu's ``xla_tpu_spmd_threshold_for_allgather_cse``
-# (its compile environment's dump, ``tpu_comp_env.txt``, for v5e).
+# (its compile environment's dump, ``tpu_comp_env.txt``, for v5e). The windowed loops'
+# devices are XLA's default ``max_windowed_einsum_iteration``: on v5e 16x16 an FSDP x
+# TP weight gradient (x.T @ dy onto ("data", "model")) reduce-scattered over 16 or 32
+# devices of "data" is windowed, over 64 or 128 it is not, however long the
+# contraction. The reduce-scatters' devices: there a weight gradient's partial sums
+# over 128 devices are reduce-scattered (and over 128 of v5e 8x16), over all 256
+# all-reduced and sliced (pure FSDP).
 TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_reshards=False,
                     all_gather_cse_distance=100,
-                    forms_reduce_scatter=True, all_reduce_combine_bytes=256 << 20,
+                    forms_reduce_scatter=True, reduce_scatter_max_devices=128,
+                    all_reduce_combine_bytes=256 << 20,
                     windowed_reduce_scatter_above=4096, windows_loop_all_gathers=True,
+                    windowed_max_devices=32,
                     reassociates_all_reduces=True,
                     tile=(8, 128), vector_tile=1024, min_buffer_bytes=512,
                     duplicates_shared_producers=True,

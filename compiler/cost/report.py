@@ -947,6 +947,7 @@ def _window_loop_all_gathers(reader: ModuleValues, sites: list[tuple[int, CommEn
         devices = _axis_devices(reader, entry.axes)
         operand = _OPERAND.match(entry.tensor)
         if (entry.kind == ALL_GATHER and devices is not None and operand is not None
+                and active_rules().windows_over(devices)
                 and _windowed(graph, op, graph.op_operands[op][int(operand.group(1))])):
             entry = replace(entry, kind=COLLECTIVE_PERMUTE,
                             bytes_per_device=windowed_bytes(devices, entry.bytes_per_device),

@@ -11,7 +11,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import pytest
-from jax.sharding import AxisType, NamedSharding
+from jax.sharding import AbstractMesh, AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bench import plan_speed
@@ -150,6 +150,47 @@ def test_tpu_windows_a_long_contractions_reduce_scatter(mesh):
     assert "windowed loop" in windowed.reason
     # XLA:CPU keeps its all-reduce (of f32) whatever the contraction.
     assert _totals(long.comm_report(platform="cpu")) == {"all-reduce": (1, 256 * 256 * 4)}
+
+
+@pytest.mark.parametrize("data, windowed", [(16, True), (32, True), (64, False), (128, False)])
+def test_tpu_windows_a_loop_over_at_most_32_devices(data, windowed):
+    # XLA:TPU on v5e 16x16 (an FSDP x TP weight gradient, x.T @ dy reduce-scattered
+    # over "data" onto ("data", "model"), whatever the contraction's length): a
+    # windowed loop over 16 or 32 devices, a reduce-scatter over 64 or 128 (its
+    # windowed loops run at most ``max_windowed_einsum_iteration`` trips, 32). On an
+    # abstract mesh of the pod's 256 devices, as a pod job is planned.
+    mesh = AbstractMesh((data, 256 // data), ("data", "model"),
+                        axis_types=(AxisType.Auto,) * 2)
+    args = (jax.ShapeDtypeStruct((2048 * data, 256), BF16,
+                                 sharding=NamedSharding(mesh, P("data", None))),
+            jax.ShapeDtypeStruct((2048 * data, 8192), BF16,
+                                 sharding=NamedSharding(mesh, P("data", "model"))))
+    lowered = jit(lambda x, g: jnp.einsum("td,tf->df", x, g),
+                  out_shardings=NamedSharding(mesh, P("data", "model"))).trace(*args).lower(
+        lowering_platforms=("tpu",))
+    [entry] = lowered.comm_report(platform="tpu").entries
+    shard = 256 * 8192 // (256 // data) * 2 // data
+    if windowed:
+        assert (entry.kind, entry.bytes_per_device) == (
+            "collective-permute", (2 * data + 1) * shard)
+    else:
+        assert (entry.kind, entry.bytes_per_device) == ("reduce-scatter", shard * data)
+
+
+@pytest.mark.parametrize("data, kind", [(128, "reduce-scatter"), (256, "all-reduce")])
+def test_tpu_reduce_scatters_over_at_most_128_devices(data, kind):
+    # XLA:TPU on v5e 16x16: a weight gradient's partial sums over 128 devices are
+    # reduce-scattered (an all-reduce-scatter fusion), over all 256 (pure FSDP)
+    # all-reduced and sliced; the bytes are the whole gradient either way.
+    mesh = AbstractMesh((data, 256 // data), ("data", "model"),
+                        axis_types=(AxisType.Auto,) * 2)
+    args = [jax.ShapeDtypeStruct((16 * data, n), BF16,
+                                 sharding=NamedSharding(mesh, P("data", None)))
+            for n in (2048, 512)]
+    lowered = jit(lambda x, g: jnp.einsum("td,tf->df", x, g),
+                  out_shardings=NamedSharding(mesh, P("data", None))).trace(*args).lower(
+        lowering_platforms=("tpu",))
+    assert _totals(lowered.comm_report(platform="tpu")) == {kind: (1, 2048 * 512 * 2)}
 
 
 def test_tpu_gathers_a_scanned_layers_weight_by_a_windowed_loop(mesh):
