@@ -21,10 +21,13 @@ Run: ``python -m bench.platforms [--topology v5e:4x4] [--json out.json] [names..
 
 ``--llama 1b|7b --layers N [--variant unrolled|scan|remat]`` compares instead a
 Llama-shaped train step (``bench.plan_speed``'s, at Llama-3.2-1B's or Llama-2-7B's
-widths, N layers, bf16) on a ("data", "model") mesh of the topology's devices with
-16-way tensor parallelism (v5e:16x16 by default), and prints the seconds shardc's
-planning takes (lowering, ``comm_report``, ``memory_estimate``) next to XLA:TPU's
-compile. ``--cache DIR`` keeps each compile's figures and its optimized HLO under
+widths, N layers, bf16) on a ("data", "model") mesh of the topology's devices
+(v5e:16x16 by default), and prints the seconds shardc's planning takes (lowering,
+``comm_report``, ``memory_estimate``) next to XLA:TPU's compile. What a pod job
+changes: ``--model M`` devices for tensor parallelism (16 by default; "data", FSDP,
+has the rest; 1: pure FSDP), ``--per-shard B`` sequences of ``--seq S`` tokens per
+data shard (1 of 2048), ``--kv-heads K`` key and value heads (grouped-query
+attention; as many as the query heads by default). ``--cache DIR`` keeps each compile's figures and its optimized HLO under
 ``DIR/<program>_<topology>/`` and reads them back instead of compiling again.
 """
 
