@@ -101,6 +101,10 @@ class PlatformRules:
     # The most devices such a reduce-scatter spans (0: any); over more, the all-reduce
     # and the slice stay.
     reduce_scatter_max_devices: int = 0
+    # Over more devices than ``reduce_scatter_max_devices``, an all-gather of a shard
+    # of at most this many bytes is an all-reduce of the gathered buffer, each device's
+    # shard written into zeros (0: never): the same bytes, another kind.
+    all_gathers_as_all_reduce_below: int = 0
     # Whether an operand resharded for one op is reused by later ops that need it so
     # (XLA:CPU's partitioner keeps it; XLA:TPU gathers again, e.g. a weight in the
     # backward pass, rather than hold the gathered copy).
@@ -223,6 +227,13 @@ class PlatformRules:
         return self.forms_reduce_scatter and (not self.reduce_scatter_max_devices
                                               or devices <= self.reduce_scatter_max_devices)
 
+    def gathers_by_all_reduce(self, devices: int, gathered_bytes: int) -> bool:
+        """Whether an all-gather over ``devices`` devices of ``gathered_bytes`` (its
+        result) runs as an all-reduce (``all_gathers_as_all_reduce_below``)."""
+        return (bool(self.all_gathers_as_all_reduce_below) and bool(self.reduce_scatter_max_devices)
+                and devices > self.reduce_scatter_max_devices
+                and gathered_bytes <= self.all_gathers_as_all_reduce_below * devices)
+
     def windows_over(self, devices: int) -> bool:
         """Whether a windowed loop may run over ``devices`` devices."""
         return devices >= 2 and (not self.windowed_max_devices
@@ -296,10 +307,14 @@ CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as
 # devices of "data" is windowed, over 64 or 128 it is not, however long the
 # contraction. The reduce-scatters' devices: there a weight gradient's partial sums
 # over 128 devices are reduce-scattered (and over 128 of v5e 8x16), over all 256
-# all-reduced and sliced (pure FSDP).
+# all-reduced and sliced (pure FSDP); and over all 256 a weight's all-gather of a
+# 32 or 64 KiB shard (bf16[8, 2048] or [8, 4096]) is an all-reduce of
+# dynamic-update-slices into zeros, of a 96 or 128 KiB one an all-gather (over 128
+# devices, all-gathers from 8 KiB shards up).
 TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_reshards=False,
                     all_gather_cse_distance=100,
                     forms_reduce_scatter=True, reduce_scatter_max_devices=128,
+                    all_gathers_as_all_reduce_below=64 << 10,
                     all_reduce_combine_bytes=256 << 20,
                     windowed_reduce_scatter_above=4096, windows_loop_all_gathers=True,
                     windowed_max_devices=32,

@@ -930,6 +930,8 @@ def as_compiled(reader: ModuleValues, sites: list[tuple[int, CommEntry]]
     rules = active_rules()
     if rules.windows_loop_all_gathers:
         sites = _window_loop_all_gathers(reader, sites)
+    if rules.all_gathers_as_all_reduce_below:
+        sites = _all_gathers_as_all_reduces(reader, sites)
     if rules.reassociates_all_reduces:
         sites = _reassociate_all_reduces(reader, sites)
     if rules.all_reduce_combine_bytes:
@@ -953,6 +955,24 @@ def _window_loop_all_gathers(reader: ModuleValues, sites: list[tuple[int, CommEn
                             bytes_per_device=windowed_bytes(devices, entry.bytes_per_device),
                             reason=entry.reason + ", gathered in a loop body by a windowed "
                             "loop of collective-permutes")
+        out.append((op, entry))
+    return out
+
+
+def _all_gathers_as_all_reduces(reader: ModuleValues, sites: list[tuple[int, CommEntry]]
+                                ) -> list[tuple[int, CommEntry]]:
+    """The all-gathers the platform runs as all-reduces of the gathered buffer
+    (``PlatformRules.gathers_by_all_reduce``: small shards over very many devices),
+    then combined with the other all-reduces."""
+    rules = active_rules()
+    out = []
+    for op, entry in sites:
+        devices = _axis_devices(reader, entry.axes)
+        if (entry.kind == ALL_GATHER and devices is not None
+                and rules.gathers_by_all_reduce(devices, entry.bytes_per_device)):
+            entry = replace(entry, kind=ALL_REDUCE,
+                            reason=entry.reason + ", gathered by an all-reduce of its shard "
+                            "written into zeros")
         out.append((op, entry))
     return out
 

@@ -193,6 +193,29 @@ def test_tpu_reduce_scatters_over_at_most_128_devices(data, kind):
     assert _totals(lowered.comm_report(platform="tpu")) == {kind: (1, 2048 * 512 * 2)}
 
 
+@pytest.mark.parametrize("data, rows, columns, kind", [
+    (256, 2048, 2048, "all-reduce"), (256, 2048, 4096, "all-reduce"),
+    (256, 2048, 6144, "all-gather"), (256, 4096, 4096, "all-gather"),
+    (128, 1024, 512, "all-gather"), (128, 2048, 1024, "all-gather")])
+def test_tpu_gathers_a_small_shard_over_all_256_devices_by_an_all_reduce(
+        data, rows, columns, kind):
+    # XLA:TPU on v5e 16x16, x @ w with w's rows over "data": over all 256 devices a
+    # bf16[8, 2048] or [8, 4096] shard is gathered by an all-reduce of dynamic-update-
+    # slices into zeros, an [8, 6144] or [16, 4096] one by an all-gather; over 128
+    # devices an all-gather of an [8, 512] or [16, 1024] shard. The bytes are the
+    # gathered buffer's.
+    mesh = AbstractMesh((data, 256 // data), ("data", "model"),
+                        axis_types=(AxisType.Auto,) * 2)
+    args = (jax.ShapeDtypeStruct((16 * data, rows), BF16,
+                                 sharding=NamedSharding(mesh, P("data", None))),
+            jax.ShapeDtypeStruct((rows, columns), BF16,
+                                 sharding=NamedSharding(mesh, P("data", None))))
+    lowered = jit(lambda x, w: x @ w,
+                  out_shardings=NamedSharding(mesh, P("data", None))).trace(*args).lower(
+        lowering_platforms=("tpu",))
+    assert _totals(lowered.comm_report(platform="tpu")) == {kind: (1, rows * columns * 2)}
+
+
 def test_tpu_gathers_a_scanned_layers_weight_by_a_windowed_loop(mesh):
     # FSDP weights of scanned layers (XLA:TPU, Llama-shaped steps with lax.scan on
     # v5e 16x16: every gathered weight in the loop body is windowed, 2n + 1
