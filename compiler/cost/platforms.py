@@ -124,6 +124,9 @@ class PlatformRules:
     # over more reduce-scatters or all-gathers its operand whole (XLA's
     # ``max_windowed_einsum_iteration``, which libtpu sets per topology).
     windowed_max_devices: int = 0
+    # The most devices a loop body's windowed gather runs over where the dot contracts
+    # the gathered dimension (0: ``windowed_max_devices``); over more it all-gathers.
+    windowed_contracting_max_devices: int = 0
     # Whether the sum of two all-reduces over the same devices is one all-reduce.
     reassociates_all_reduces: bool = False
     # Independent all-reduces over the same devices are combined up to this many
@@ -234,10 +237,12 @@ class PlatformRules:
                 and devices > self.reduce_scatter_max_devices
                 and gathered_bytes <= self.all_gathers_as_all_reduce_below * devices)
 
-    def windows_over(self, devices: int) -> bool:
-        """Whether a windowed loop may run over ``devices`` devices."""
-        return devices >= 2 and (not self.windowed_max_devices
-                                 or devices <= self.windowed_max_devices)
+    def windows_over(self, devices: int, contracting: bool = False) -> bool:
+        """Whether a windowed loop may run over ``devices`` devices (``contracting``:
+        a gather of the dimension its dot contracts)."""
+        limit = (self.windowed_contracting_max_devices if contracting else 0) \
+            or self.windowed_max_devices
+        return devices >= 2 and (not limit or devices <= limit)
 
     def dot_operand(self, tensor: Tensor) -> Tensor:
         """A dot's operand as the platform moves it (``dot_operands_moved_as``)."""
@@ -305,7 +310,10 @@ CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as
 # devices are XLA's default ``max_windowed_einsum_iteration``: on v5e 16x16 an FSDP x
 # TP weight gradient (x.T @ dy onto ("data", "model")) reduce-scattered over 16 or 32
 # devices of "data" is windowed, over 64 or 128 it is not, however long the
-# contraction. The reduce-scatters' devices: there a weight gradient's partial sums
+# contraction; in a loop body (scanned layers, 7b at 32x8) it windows the backward's
+# gathers over 32 devices (the weight's gathered rows not contracted: dx = dy @ w.T)
+# and all-gathers the forward's (x @ w contracts them), over 16 it windows both.
+# The reduce-scatters' devices: there a weight gradient's partial sums
 # over 128 devices are reduce-scattered (and over 128 of v5e 8x16), over all 256
 # all-reduced and sliced (pure FSDP); and over all 256 a weight's all-gather of a
 # 32 or 64 KiB shard (bf16[8, 2048] or [8, 4096]) is an all-reduce of
@@ -317,7 +325,7 @@ TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_re
                     all_gathers_as_all_reduce_below=64 << 10,
                     all_reduce_combine_bytes=256 << 20,
                     windowed_reduce_scatter_above=4096, windows_loop_all_gathers=True,
-                    windowed_max_devices=32,
+                    windowed_max_devices=32, windowed_contracting_max_devices=16,
                     reassociates_all_reduces=True,
                     tile=(8, 128), vector_tile=1024, min_buffer_bytes=512,
                     duplicates_shared_producers=True,

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from math import prod
 
 from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
 
 from shardc.compiler.cost.custom_partitioning import (
     STABLEHLO_COLLECTIVES,
@@ -948,15 +949,33 @@ def _window_loop_all_gathers(reader: ModuleValues, sites: list[tuple[int, CommEn
     for op, entry in sites:
         devices = _axis_devices(reader, entry.axes)
         operand = _OPERAND.match(entry.tensor)
+        index = int(operand.group(1)) if operand is not None else -1
         if (entry.kind == ALL_GATHER and devices is not None and operand is not None
-                and active_rules().windows_over(devices)
-                and _windowed(graph, op, graph.op_operands[op][int(operand.group(1))])):
+                and _windowed(graph, op, graph.op_operands[op][index])
+                and active_rules().windows_over(devices, _gathers_contracted(
+                    reader, op, index, set(entry.axes)))):
             entry = replace(entry, kind=COLLECTIVE_PERMUTE,
                             bytes_per_device=windowed_bytes(devices, entry.bytes_per_device),
                             reason=entry.reason + ", gathered in a loop body by a windowed "
                             "loop of collective-permutes")
         out.append((op, entry))
     return out
+
+
+def _gathers_contracted(reader: ModuleValues, op: int, index: int, axes: set[str]) -> bool:
+    """Whether dot ``op`` contracts a dimension of its operand ``index`` that is
+    sharded over one of ``axes`` (the gather's)."""
+    try:
+        dims = stablehlo.DotDimensionNumbers(reader.graph.ops[op].attributes[
+            "dot_dimension_numbers"])
+    except (KeyError, ValueError, AttributeError):
+        return False
+    contracted = dims.lhs_contracting_dimensions if index == 0 \
+        else dims.rhs_contracting_dimensions
+    sharding = reader.sharding(reader.graph.op_operands[op][index])
+    return sharding is not None and any(
+        k in contracted and any(axis.name in axes for axis in dim.axes)
+        for k, dim in enumerate(sharding.dims))
 
 
 def _all_gathers_as_all_reduces(reader: ModuleValues, sites: list[tuple[int, CommEntry]]

@@ -216,6 +216,34 @@ def test_tpu_gathers_a_small_shard_over_all_256_devices_by_an_all_reduce(
     assert _totals(lowered.comm_report(platform="tpu")) == {kind: (1, rows * columns * 2)}
 
 
+@pytest.mark.parametrize("data", [16, 32])
+def test_tpu_windows_a_loop_gather_its_dot_contracts_over_at_most_16_devices(data):
+    # XLA:TPU, the 7b step's scanned layers on v5e 16x16 at "data" 32 x "model" 8: the
+    # backward's gathers (dx = dy @ w.T, w's gathered rows not contracted) are windowed
+    # loops, the forward's (x @ w contracts them) all-gathers; at "data" 16 both windowed.
+    mesh = AbstractMesh((data, 256 // data), ("data", "model"),
+                        axis_types=(AxisType.Auto,) * 2)
+
+    def step(ws, x):
+        def loss(ws):
+            h = jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), x, ws)[0]
+            return jnp.sum(h.astype(jnp.float32))
+        return jax.grad(loss)(ws)
+
+    args = (jax.ShapeDtypeStruct((3, 1024, 1024), BF16,
+                                 sharding=NamedSharding(mesh, P(None, "data", "model"))),
+            jax.ShapeDtypeStruct((16 * data, 1024), BF16,
+                                 sharding=NamedSharding(mesh, P("data", None))))
+    lowered = jit(step, out_shardings=NamedSharding(mesh, P(None, "data", "model"))).trace(
+        *args).lower(lowering_platforms=("tpu",))
+    gathers = [e for e in lowered.comm_report(platform="tpu").entries
+               if e.op == "stablehlo.dot_general" and e.axes == ("data",)
+               and e.kind in ("all-gather", "collective-permute") and "operand 1" in e.tensor]
+    kinds = sorted(e.kind for e in gathers)
+    assert kinds == (["collective-permute"] * 2 if data == 16
+                     else ["all-gather", "collective-permute"])
+
+
 def test_tpu_gathers_a_scanned_layers_weight_by_a_windowed_loop(mesh):
     # FSDP weights of scanned layers (XLA:TPU, Llama-shaped steps with lax.scan on
     # v5e 16x16: every gathered weight in the loop body is windowed, 2n + 1
