@@ -27,6 +27,12 @@ collectives but differs in a few measurable ways, each one field here:
   reduce-scatter; a dot in a loop body (a scanned layer) gathers its operand the
   same way (2n + 1 permutes of a 1/n chunk of the gathered operand), where
   unrolled it all-gathers it;
+* how many devices: XLA:TPU windows a loop over at most ``windowed_max_devices``
+  (a loop body's gather its dot contracts over at most
+  ``windowed_contracting_max_devices``), reduce-scatters over at most
+  ``reduce_scatter_max_devices`` (over more it all-reduces and slices), and over
+  more than that gathers a small shard (``all_gathers_as_all_reduce_below``) by an
+  all-reduce of the gathered buffer;
 * all-gather reuse: XLA:CPU's partitioner gathers a value once per target
   sharding and every later reader reuses it; XLA:TPU's gathers it for each
   reader and makes a later gather the first one only when the first's readers
@@ -122,7 +128,7 @@ class PlatformRules:
     windows_loop_all_gathers: bool = False
     # The most devices a windowed loop runs over (one trip per device; 0: any): a dot
     # over more reduce-scatters or all-gathers its operand whole (XLA's
-    # ``max_windowed_einsum_iteration``, which libtpu sets per topology).
+    # ``max_windowed_einsum_iteration``).
     windowed_max_devices: int = 0
     # The most devices a loop body's windowed gather runs over where the dot contracts
     # the gathered dimension (0: ``windowed_max_devices``); over more it all-gathers.
