@@ -28,8 +28,7 @@ collectives but differs in a few measurable ways, each one field here:
   same way (2n + 1 permutes of a 1/n chunk of the gathered operand), where
   unrolled it all-gathers it;
 * how many devices: XLA:TPU windows a loop over at most ``windowed_max_devices``
-  (a loop body's gather its dot contracts over at most
-  ``windowed_contracting_max_devices``), reduce-scatters over at most
+  (a loop body's gather its dot contracts over ``windowed_contracting_devices``), reduce-scatters over at most
   ``reduce_scatter_max_devices`` (over more it all-reduces and slices), and over
   more than that gathers a small shard (``all_gathers_as_all_reduce_below``) by an
   all-reduce of the gathered buffer;
@@ -130,9 +129,11 @@ class PlatformRules:
     # over more reduce-scatters or all-gathers its operand whole (XLA's
     # ``max_windowed_einsum_iteration``).
     windowed_max_devices: int = 0
-    # The most devices a loop body's windowed gather runs over where the dot contracts
-    # the gathered dimension (0: ``windowed_max_devices``); over more it all-gathers.
-    windowed_contracting_max_devices: int = 0
+    # The fewest and the most devices a loop body's windowed gather runs over where the
+    # dot contracts the gathered dimension (0: ``windowed_max_devices``); over fewer or
+    # more it all-gathers (XLA's check that the loop's permutes and the dot's compute
+    # take less time than the all-gather and the dot, priced for the device group).
+    windowed_contracting_devices: tuple[int, int] = (0, 0)
     # Whether the sum of two all-reduces over the same devices is one all-reduce.
     reassociates_all_reduces: bool = False
     # Independent all-reduces over the same devices are combined up to this many
@@ -246,9 +247,9 @@ class PlatformRules:
     def windows_over(self, devices: int, contracting: bool = False) -> bool:
         """Whether a windowed loop may run over ``devices`` devices (``contracting``:
         a gather of the dimension its dot contracts)."""
-        limit = (self.windowed_contracting_max_devices if contracting else 0) \
-            or self.windowed_max_devices
-        return devices >= 2 and (not limit or devices <= limit)
+        fewest, most = self.windowed_contracting_devices if contracting else (0, 0)
+        limit = most or self.windowed_max_devices
+        return devices >= max(fewest, 2) and (not limit or devices <= limit)
 
     def dot_operand(self, tensor: Tensor) -> Tensor:
         """A dot's operand as the platform moves it (``dot_operands_moved_as``)."""
@@ -316,9 +317,10 @@ CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as
 # devices are XLA's default ``max_windowed_einsum_iteration``: on v5e 16x16 an FSDP x
 # TP weight gradient (x.T @ dy onto ("data", "model")) reduce-scattered over 16 or 32
 # devices of "data" is windowed, over 64 or 128 it is not, however long the
-# contraction; in a loop body (scanned layers, 7b at 32x8) it windows the backward's
-# gathers over 32 devices (the weight's gathered rows not contracted: dx = dy @ w.T)
-# and all-gathers the forward's (x @ w contracts them), over 16 it windows both.
+# contraction; in a loop body (scanned layers, 7b at 32x8 and 8x32) it windows the
+# backward's gathers over 32 or 8 devices (the weight's gathered rows not contracted:
+# dx = dy @ w.T) and all-gathers the forward's (x @ w contracts them), over 16 (1b and
+# 7b at 16x16) it windows both.
 # The reduce-scatters' devices: there a weight gradient's partial sums
 # over 128 devices are reduce-scattered (and over 128 of v5e 8x16), over all 256
 # all-reduced and sliced (pure FSDP); and over all 256 a weight's all-gather of a
@@ -331,7 +333,7 @@ TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_re
                     all_gathers_as_all_reduce_below=64 << 10,
                     all_reduce_combine_bytes=256 << 20,
                     windowed_reduce_scatter_above=4096, windows_loop_all_gathers=True,
-                    windowed_max_devices=32, windowed_contracting_max_devices=16,
+                    windowed_max_devices=32, windowed_contracting_devices=(16, 16),
                     reassociates_all_reduces=True,
                     tile=(8, 128), vector_tile=1024, min_buffer_bytes=512,
                     duplicates_shared_producers=True,
