@@ -245,23 +245,29 @@ def test_tpu_windows_a_loop_gather_its_dot_contracts_over_16_devices(data):
                      else ["all-gather", "collective-permute"])
 
 
-def test_tpu_gathers_a_scanned_layers_weight_by_a_windowed_loop(mesh):
+def test_tpu_gathers_a_scanned_layers_weight_by_a_windowed_loop():
     # FSDP weights of scanned layers (XLA:TPU, Llama-shaped steps with lax.scan on
-    # v5e 16x16: every gathered weight in the loop body is windowed, 2n + 1
-    # collective-permutes of a 1/n chunk of it per trip; unrolled, all-gathers).
+    # v5e 16x16, "data" 16: every gathered weight in the loop body is windowed, 2n + 1
+    # collective-permutes of a 1/n chunk of it per trip; unrolled, all-gathers). On
+    # 4 devices of v5e 2x4 this program's loop all-gathers (the windowed loops'
+    # devices: ``test_tpu_windows_a_loop_gather_its_dot_contracts_over_16_devices``).
+    mesh = AbstractMesh((16, 16), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+
     def forward(ws, x):
         return jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), x, ws)[0]
-    lowered = jit(forward, in_shardings=(P(None, "data", "model"), P("data")),
-                  out_shardings=P("data"), mesh=mesh).lower(
-        jax.ShapeDtypeStruct((3, 128, 128), BF16), jax.ShapeDtypeStruct((32, 128), BF16))
-    gathered = 128 * 64 * 2  # one layer's weight gathered over "data" (4 devices)
+    args = (jax.ShapeDtypeStruct((3, 1024, 1024), BF16,
+                                 sharding=NamedSharding(mesh, P(None, "data", "model"))),
+            jax.ShapeDtypeStruct((256, 1024), BF16, sharding=NamedSharding(mesh, P("data"))))
+    lowered = jit(forward, out_shardings=NamedSharding(mesh, P("data"))).trace(*args).lower(
+        lowering_platforms=("tpu",))
+    gathered = 1024 * 64 * 2  # one layer's weight gathered over "data" (16 devices)
     cpu = [(e.kind, e.runs) for e in lowered.comm_report(platform="cpu").entries
            if e.op == "stablehlo.dot_general"]
     tpu = [(e.kind, e.bytes_per_device, e.runs)
            for e in lowered.comm_report(platform="tpu").entries
            if e.op == "stablehlo.dot_general"]
     assert ("all-gather", 3) in cpu
-    assert ("collective-permute", (2 * 4 + 1) * gathered // 4, 3) in tpu
+    assert ("collective-permute", (2 * 16 + 1) * gathered // 16, 3) in tpu
     assert all(kind != "all-gather" for kind, _, _ in tpu)
 
 
