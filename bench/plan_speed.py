@@ -59,8 +59,9 @@ def _layer_specs() -> dict:
             "w1": P("data", "model"), "w3": P("data", "model"), "w2": P("model", "data")}
 
 
-def _layer_shapes(d: int, ffn: int) -> dict:
-    return {"attn_norm": (d,), "wq": (d, d), "wk": (d, d), "wv": (d, d), "wo": (d, d),
+def _layer_shapes(d: int, ffn: int, kv: int) -> dict:
+    # ``kv``: the width of the keys and values (d, or fewer under grouped-query attention)
+    return {"attn_norm": (d,), "wq": (d, d), "wk": (d, kv), "wv": (d, kv), "wo": (d, d),
             "ffn_norm": (d,), "w1": (d, ffn), "w3": (d, ffn), "w2": (ffn, d)}
 
 
@@ -75,8 +76,12 @@ def _block(x, p, heads: int, mesh: AbstractMesh):
     batch, seq, d = x.shape
     h = _rms_norm(x, p["attn_norm"])
     q = (h @ p["wq"]).reshape(batch, seq, heads, d // heads)
-    k = (h @ p["wk"]).reshape(batch, seq, heads, d // heads)
-    v = (h @ p["wv"]).reshape(batch, seq, heads, d // heads)
+    # grouped-query attention: each key and value head serves heads // kv_heads queries
+    kv_heads = p["wk"].shape[-1] // (d // heads)
+    k = (h @ p["wk"]).reshape(batch, seq, kv_heads, d // heads)
+    v = (h @ p["wv"]).reshape(batch, seq, kv_heads, d // heads)
+    if kv_heads < heads:
+        k, v = (jnp.repeat(t, heads // kv_heads, axis=2) for t in (k, v))
     q, k, v = (jax.lax.with_sharding_constraint(
         t, NamedSharding(mesh, P("data", None, "model", None))) for t in (q, k, v))
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(d // heads).astype(x.dtype)
@@ -121,14 +126,16 @@ def make_step(variant: str, layers: int, heads: int, mesh: AbstractMesh):
 
 def abstract_args(variant: str, mesh: AbstractMesh, layers: int, *, d: int = D_MODEL,
                   ffn: int = FFN, vocab: int = VOCAB, seq: int = SEQ, batch: int | None = None,
-                  dtype=jnp.float32):
-    """``ShapeDtypeStruct`` arguments (params, tokens, targets) sharded on ``mesh``."""
+                  dtype=jnp.float32, kv: int | None = None):
+    """``ShapeDtypeStruct`` arguments (params, tokens, targets) sharded on ``mesh``;
+    ``kv``: the keys' and values' width (default ``d``; fewer for grouped-query
+    attention, a multiple of the head width)."""
     batch = batch if batch is not None else mesh.shape["data"]
 
     def spec(shape, p):
         return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, p))
 
-    shapes, specs = _layer_shapes(d, ffn), _layer_specs()
+    shapes, specs = _layer_shapes(d, ffn, kv if kv is not None else d), _layer_specs()
     if variant == "unrolled":
         blocks = [{k: spec(shapes[k], specs[k]) for k in shapes} for _ in range(layers)]
     else:

@@ -21,10 +21,13 @@ Run: ``python -m bench.platforms [--topology v5e:4x4] [--json out.json] [names..
 
 ``--llama 1b|7b --layers N [--variant unrolled|scan|remat]`` compares instead a
 Llama-shaped train step (``bench.plan_speed``'s, at Llama-3.2-1B's or Llama-2-7B's
-widths, N layers, bf16) on a ("data", "model") mesh of the topology's devices with
-16-way tensor parallelism (v5e:16x16 by default), and prints the seconds shardc's
-planning takes (lowering, ``comm_report``, ``memory_estimate``) next to XLA:TPU's
-compile. ``--cache DIR`` keeps each compile's figures and its optimized HLO under
+widths, N layers, bf16) on a ("data", "model") mesh of the topology's devices
+(v5e:16x16 by default), and prints the seconds shardc's planning takes (lowering,
+``comm_report``, ``memory_estimate``) next to XLA:TPU's compile. What a pod job
+changes: ``--model M`` devices for tensor parallelism (16 by default; "data", FSDP,
+has the rest; 1: pure FSDP), ``--per-shard B`` sequences of ``--seq S`` tokens per
+data shard (1 of 2048), ``--kv-heads K`` key and value heads (grouped-query
+attention; as many as the query heads by default). ``--cache DIR`` keeps each compile's figures and its optimized HLO under
 ``DIR/<program>_<topology>/`` and reads them back instead of compiling again.
 """
 
@@ -129,21 +132,31 @@ def programs() -> list[Program]:
     ]
 
 
-# Llama-3.2-1B's and Llama-2-7B's widths (multi-head attention for both).
+# Llama-3.2-1B's and Llama-2-7B's widths (multi-head attention unless ``kv_heads``
+# asks for grouped-query attention: Llama-3.2-1B has 8 key and value heads).
 LLAMA = {"1b": {"d": 2048, "heads": 32, "ffn": 8192, "vocab": 128256},
          "7b": {"d": 4096, "heads": 32, "ffn": 11008, "vocab": 32000}}
 
 
 def llama_program(size: str, layers: int, variant: str, mesh: Mesh, *,
-                  seq: int = 2048) -> Program:
+                  seq: int = 2048, per_shard: int = 1, kv_heads: int | None = None) -> Program:
     """``bench.plan_speed``'s train step at ``size``'s widths with ``layers`` layers
-    (``variant``: unrolled, scan, remat), bf16, one sequence per data shard, the
-    parameters donated; the arguments carry their shardings on ``mesh``."""
+    (``variant``: unrolled, scan, remat), bf16, ``per_shard`` sequences of ``seq``
+    tokens per data shard, the parameters donated; the arguments carry their
+    shardings on ``mesh`` (its split of "data" and "model" is the caller's);
+    ``kv_heads`` key and value heads (default: as many as the query heads)."""
     shape = dict(LLAMA[size])
     heads = shape.pop("heads")
-    args = plan_speed.abstract_args(variant, mesh, layers, seq=seq, dtype=BF16, **shape)
-    return Program(f"llama_{size}_{layers}l_{variant}",
-                   plan_speed.make_step(variant, layers, heads, mesh), args,
+    kv = shape["d"] // heads * kv_heads if kv_heads else None
+    args = plan_speed.abstract_args(variant, mesh, layers, seq=seq, dtype=BF16, kv=kv,
+                                    batch=per_shard * mesh.shape["data"], **shape)
+    # The name tells the cache's compiles apart (the mesh's split is in its folder's).
+    name = f"llama_{size}_{layers}l_{variant}"
+    if (seq, per_shard) != (2048, 1):
+        name += f"_{per_shard}x{seq}"
+    if kv_heads:
+        name += f"_kv{kv_heads}"
+    return Program(name, plan_speed.make_step(variant, layers, heads, mesh), args,
                    in_specs=None, donate_argnums=(0,))
 
 
@@ -203,6 +216,9 @@ _TRIPS = re.compile(r'known_trip_count":\{"n":"(\d+)"')
 _BOUND = re.compile(r"constant\((\d+)\)")
 _COLLECTIVE = re.compile(r"=\s*(\(.*?\)|\S+)\s+(" + "|".join(KINDS) + r")(?:-start)?\(([^)]*)\)")
 _CHANNEL = re.compile(r"channel_id=(\d+)")
+# The computations XLA:TPU's collective pipelining splits an asynchronous collective
+# into (its start and the steps it overlaps with compute), each holding a copy.
+_SPLIT_COPIES = ("%async_collective_fusion", "%fused_computation")
 
 
 def step_collectives(hlo_text: str) -> dict[str, tuple[int, int]]:
@@ -255,7 +271,11 @@ def step_collectives(hlo_text: str) -> dict[str, tuple[int, int]]:
             if kind == "all-reduce" and name.startswith("%all-reduce-scatter"):
                 kind = "reduce-scatter"  # XLA:TPU's reduce-scatter: an all-reduce and a slice
             channel = _CHANNEL.search(line)
-            key = (kind, channel.group(1) if channel else f"{name}:{line}")
+            # Only a split collective's copies share its channel id: other collectives
+            # may too (the combined reduce-scatters' fusions of one step all hold
+            # channel_id=1), each run by its own caller.
+            split = name.startswith(_SPLIT_COPIES)
+            key = (kind, channel.group(1) if channel and split else f"{name}:{line}")
             size = max(shape_bytes(match.group(1)), shape_bytes(match.group(3)))
             # A split collective's copies may sit in a loop its steps overlap with:
             # it runs as often as the least-run copy (its start).
@@ -403,6 +423,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=2, help="the Llama step's layers")
     parser.add_argument("--variant", choices=plan_speed.VARIANTS, nargs="*",
                         default=["unrolled"], help="the Llama step's layers as written")
+    parser.add_argument("--model", type=int, default=plan_speed.TP,
+                        help="the Llama step's devices on the tensor-parallel axis "
+                        "(\"data\", FSDP, has the rest; 1: pure FSDP)")
+    parser.add_argument("--seq", type=int, default=2048, help="the Llama step's sequence")
+    parser.add_argument("--per-shard", type=int, default=1,
+                        help="the Llama step's sequences per data shard")
+    parser.add_argument("--kv-heads", type=int,
+                        help="the Llama step's key and value heads (grouped-query attention)")
     parser.add_argument("--cache", help="keep (and reuse) each compile's figures and HLO here")
     parser.add_argument("--json", help="write the rows as JSON to this file")
     args = parser.parse_args(argv)
@@ -413,8 +441,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cache = pathlib.Path(args.cache) if args.cache else None
     if args.llama:
-        mesh = topology_mesh(args.topology or "v5e:16x16", model=plan_speed.TP)
-        selected = [llama_program(args.llama, args.layers, v, mesh) for v in args.variant]
+        mesh = topology_mesh(args.topology or "v5e:16x16", model=args.model)
+        selected = [llama_program(args.llama, args.layers, v, mesh, seq=args.seq,
+                                  per_shard=args.per_shard, kv_heads=args.kv_heads)
+                    for v in args.variant]
     else:
         mesh = topology_mesh(args.topology or "v5e:4x4")
         selected = [p for p in programs() if not args.names or p.name in args.names]

@@ -27,6 +27,11 @@ collectives but differs in a few measurable ways, each one field here:
   reduce-scatter; a dot in a loop body (a scanned layer) gathers its operand the
   same way (2n + 1 permutes of a 1/n chunk of the gathered operand), where
   unrolled it all-gathers it;
+* how many devices: XLA:TPU windows a loop over at most ``windowed_max_devices``
+  (a loop body's gather its dot contracts over ``windowed_contracting_devices``), reduce-scatters over at most
+  ``reduce_scatter_max_devices`` (over more it all-reduces and slices), and over
+  more than that gathers a small shard (``all_gathers_as_all_reduce_below``) by an
+  all-reduce of the gathered buffer;
 * all-gather reuse: XLA:CPU's partitioner gathers a value once per target
   sharding and every later reader reuses it; XLA:TPU's gathers it for each
   reader and makes a later gather the first one only when the first's readers
@@ -98,6 +103,13 @@ class PlatformRules:
     dot_operands_moved_as: Mapping[str, tuple[str, int]] = field(default_factory=dict)
     # Whether an all-reduce followed by a slice of its result becomes a reduce-scatter.
     forms_reduce_scatter: bool = False
+    # The most devices such a reduce-scatter spans (0: any); over more, the all-reduce
+    # and the slice stay.
+    reduce_scatter_max_devices: int = 0
+    # Over more devices than ``reduce_scatter_max_devices``, an all-gather of a shard
+    # of at most this many bytes is an all-reduce of the gathered buffer, each device's
+    # shard written into zeros (0: never): the same bytes, another kind.
+    all_gathers_as_all_reduce_below: int = 0
     # Whether an operand resharded for one op is reused by later ops that need it so
     # (XLA:CPU's partitioner keeps it; XLA:TPU gathers again, e.g. a weight in the
     # backward pass, rather than hold the gathered copy).
@@ -113,6 +125,15 @@ class PlatformRules:
     # Whether a dot in a loop body gathers its operand by a windowed loop of
     # collective-permutes instead of an all-gather.
     windows_loop_all_gathers: bool = False
+    # The most devices a windowed loop runs over (one trip per device; 0: any): a dot
+    # over more reduce-scatters or all-gathers its operand whole (XLA's
+    # ``max_windowed_einsum_iteration``).
+    windowed_max_devices: int = 0
+    # The fewest and the most devices a loop body's windowed gather runs over where the
+    # dot contracts the gathered dimension (0: ``windowed_max_devices``); over fewer or
+    # more it all-gathers (XLA's check that the loop's permutes and the dot's compute
+    # take less time than the all-gather and the dot, priced for the device group).
+    windowed_contracting_devices: tuple[int, int] = (0, 0)
     # Whether the sum of two all-reduces over the same devices is one all-reduce.
     reassociates_all_reduces: bool = False
     # Independent all-reduces over the same devices are combined up to this many
@@ -206,9 +227,29 @@ class PlatformRules:
         reduce-scatter of ``operand_bytes`` over ``devices`` for a dot contracting
         ``contraction`` elements; None where the platform reduce-scatters it whole."""
         if not self.windowed_reduce_scatter_above or contraction <= self.windowed_reduce_scatter_above \
-                or devices < 2:
+                or not self.windows_over(devices):
             return None
         return windowed_bytes(devices, operand_bytes)
+
+    def scatters_over(self, devices: int) -> bool:
+        """Whether an all-reduce over ``devices`` devices whose result is sliced is a
+        reduce-scatter (``forms_reduce_scatter``, ``reduce_scatter_max_devices``)."""
+        return self.forms_reduce_scatter and (not self.reduce_scatter_max_devices
+                                              or devices <= self.reduce_scatter_max_devices)
+
+    def gathers_by_all_reduce(self, devices: int, gathered_bytes: int) -> bool:
+        """Whether an all-gather over ``devices`` devices of ``gathered_bytes`` (its
+        result) runs as an all-reduce (``all_gathers_as_all_reduce_below``)."""
+        return (bool(self.all_gathers_as_all_reduce_below) and bool(self.reduce_scatter_max_devices)
+                and devices > self.reduce_scatter_max_devices
+                and gathered_bytes <= self.all_gathers_as_all_reduce_below * devices)
+
+    def windows_over(self, devices: int, contracting: bool = False) -> bool:
+        """Whether a windowed loop may run over ``devices`` devices (``contracting``:
+        a gather of the dimension its dot contracts)."""
+        fewest, most = self.windowed_contracting_devices if contracting else (0, 0)
+        limit = most or self.windowed_max_devices
+        return devices >= max(fewest, 2) and (not limit or devices <= limit)
 
     def dot_operand(self, tensor: Tensor) -> Tensor:
         """A dot's operand as the platform moves it (``dot_operands_moved_as``)."""
@@ -272,11 +313,27 @@ CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as
 # The windowed reduce-scatter's threshold: XLA:TPU v5e compiles (16x16 and 4x4
 # meshes) reduce-scatter a dot contracting 4096 elements and window one contracting 4224.
 # The all-gather CSE's threshold is libtpu's ``xla_tpu_spmd_threshold_for_allgather_cse``
-# (its compile environment's dump, ``tpu_comp_env.txt``, for v5e).
+# (its compile environment's dump, ``tpu_comp_env.txt``, for v5e). The windowed loops'
+# devices are XLA's default ``max_windowed_einsum_iteration``: on v5e 16x16 an FSDP x
+# TP weight gradient (x.T @ dy onto ("data", "model")) reduce-scattered over 16 or 32
+# devices of "data" is windowed, over 64 or 128 it is not, however long the
+# contraction; in a loop body (scanned layers, 7b at 32x8 and 8x32) it windows the
+# backward's gathers over 32 or 8 devices (the weight's gathered rows not contracted:
+# dx = dy @ w.T) and all-gathers the forward's (x @ w contracts them), over 16 (1b and
+# 7b at 16x16) it windows both.
+# The reduce-scatters' devices: there a weight gradient's partial sums
+# over 128 devices are reduce-scattered (and over 128 of v5e 8x16), over all 256
+# all-reduced and sliced (pure FSDP); and over all 256 a weight's all-gather of a
+# 32 or 64 KiB shard (bf16[8, 2048] or [8, 4096]) is an all-reduce of
+# dynamic-update-slices into zeros, of a 96 or 128 KiB one an all-gather (over 128
+# devices, all-gathers from 8 KiB shards up).
 TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_reshards=False,
                     all_gather_cse_distance=100,
-                    forms_reduce_scatter=True, all_reduce_combine_bytes=256 << 20,
+                    forms_reduce_scatter=True, reduce_scatter_max_devices=128,
+                    all_gathers_as_all_reduce_below=64 << 10,
+                    all_reduce_combine_bytes=256 << 20,
                     windowed_reduce_scatter_above=4096, windows_loop_all_gathers=True,
+                    windowed_max_devices=32, windowed_contracting_devices=(16, 16),
                     reassociates_all_reduces=True,
                     tile=(8, 128), vector_tile=1024, min_buffer_bytes=512,
                     duplicates_shared_producers=True,

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from math import prod
 
 from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import stablehlo
 
 from shardc.compiler.cost.custom_partitioning import (
     STABLEHLO_COLLECTIVES,
@@ -930,6 +931,8 @@ def as_compiled(reader: ModuleValues, sites: list[tuple[int, CommEntry]]
     rules = active_rules()
     if rules.windows_loop_all_gathers:
         sites = _window_loop_all_gathers(reader, sites)
+    if rules.all_gathers_as_all_reduce_below:
+        sites = _all_gathers_as_all_reduces(reader, sites)
     if rules.reassociates_all_reduces:
         sites = _reassociate_all_reduces(reader, sites)
     if rules.all_reduce_combine_bytes:
@@ -946,12 +949,49 @@ def _window_loop_all_gathers(reader: ModuleValues, sites: list[tuple[int, CommEn
     for op, entry in sites:
         devices = _axis_devices(reader, entry.axes)
         operand = _OPERAND.match(entry.tensor)
+        index = int(operand.group(1)) if operand is not None else -1
         if (entry.kind == ALL_GATHER and devices is not None and operand is not None
-                and _windowed(graph, op, graph.op_operands[op][int(operand.group(1))])):
+                and _windowed(graph, op, graph.op_operands[op][index])
+                and active_rules().windows_over(devices, _gathers_contracted(
+                    reader, op, index, set(entry.axes)))):
             entry = replace(entry, kind=COLLECTIVE_PERMUTE,
                             bytes_per_device=windowed_bytes(devices, entry.bytes_per_device),
                             reason=entry.reason + ", gathered in a loop body by a windowed "
                             "loop of collective-permutes")
+        out.append((op, entry))
+    return out
+
+
+def _gathers_contracted(reader: ModuleValues, op: int, index: int, axes: set[str]) -> bool:
+    """Whether dot ``op`` contracts a dimension of its operand ``index`` that is
+    sharded over one of ``axes`` (the gather's)."""
+    try:
+        dims = stablehlo.DotDimensionNumbers(reader.graph.ops[op].attributes[
+            "dot_dimension_numbers"])
+    except (KeyError, ValueError, AttributeError):
+        return False
+    contracted = dims.lhs_contracting_dimensions if index == 0 \
+        else dims.rhs_contracting_dimensions
+    sharding = reader.sharding(reader.graph.op_operands[op][index])
+    return sharding is not None and any(
+        k in contracted and any(axis.name in axes for axis in dim.axes)
+        for k, dim in enumerate(sharding.dims))
+
+
+def _all_gathers_as_all_reduces(reader: ModuleValues, sites: list[tuple[int, CommEntry]]
+                                ) -> list[tuple[int, CommEntry]]:
+    """The all-gathers the platform runs as all-reduces of the gathered buffer
+    (``PlatformRules.gathers_by_all_reduce``: small shards over very many devices),
+    then combined with the other all-reduces."""
+    rules = active_rules()
+    out = []
+    for op, entry in sites:
+        devices = _axis_devices(reader, entry.axes)
+        if (entry.kind == ALL_GATHER and devices is not None
+                and rules.gathers_by_all_reduce(devices, entry.bytes_per_device)):
+            entry = replace(entry, kind=ALL_REDUCE,
+                            reason=entry.reason + ", gathered by an all-reduce of its shard "
+                            "written into zeros")
         out.append((op, entry))
     return out
 

@@ -700,7 +700,7 @@ def all_reduce(result: Tensor, over: Sequence[AxisRef]) -> Collective:
     kept = [[axis for axis in dim if axis not in over] for dim in axes]
     rules = active_rules()
     sliced = any(len(k) != len(dim) for k, dim in zip(kept, axes))
-    kind = REDUCE_SCATTER if sliced and rules.forms_reduce_scatter else ALL_REDUCE
+    kind = REDUCE_SCATTER if sliced and rules.scatters_over(size_product(over)) else ALL_REDUCE
     return Collective(kind, axis_names(over), shard_bytes(
         result.shape, collective_element_bytes(result.element_bytes, result.dtype, rules),
         kept))

@@ -484,7 +484,7 @@ class OpNeeds:
         XLA:TPU's buffer assignment (``while.274``'s accumulators), never the
         ``[2048,8016]`` partial sums.
         """
-        scatters = active_rules().forms_reduce_scatter
+        scatters = active_rules().scatters_over(size_product(reduced))
         for value, result in zip(values, results):
             axes = dim_axes(result.sharding, len(result.shape))
             if not any(axis in reduced for dim in axes for axis in dim):

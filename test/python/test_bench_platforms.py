@@ -62,3 +62,27 @@ def test_a_known_trip_count_is_read_before_the_conditions_bound():
                         'body=%windowed_dot_general_body_rs, '
                         'backend_config={"known_trip_count":{"n":"3"}}')
     assert platforms.step_collectives(known)["collective-permute"][0] == 2 * 3 + 1
+
+
+def test_distinct_collectives_sharing_a_channel_id_count_each():
+    # XLA:TPU gives the combined reduce-scatters of a step's weight gradients one
+    # channel id (channel_id=1 in each of its all-reduce-scatter fusions, called by
+    # fusions of different gradients; v5e 16x16, 1b at "data" 64 x "model" 4): each
+    # runs, where a split collective's copies (``HLO``'s all-gather) run once.
+    scatter = """\
+%all-reduce-scatter.NAME (input: bf16[512,512]) -> bf16[128,512] {
+  %input = bf16[512,512]{1,0} parameter(0)
+  %all-reduce.NAME = bf16[512,512]{1,0} all-reduce(%input), channel_id=1, replica_groups={{0,4,8,12}}, to_apply=%add
+  ROOT %dynamic-slice.NAME = bf16[128,512]{1,0} dynamic-slice(%all-reduce.NAME, %i, %j), dynamic_slice_sizes={128,512}
+}
+"""
+    hlo = "HloModule m\n\n" + "".join(scatter.replace("NAME", str(k)) for k in (1, 2)) + """
+ENTRY %main (p: bf16[512,512], q: bf16[512,512]) -> (bf16[128,512], bf16[128,512]) {
+  %p = bf16[512,512]{1,0} parameter(0)
+  %q = bf16[512,512]{1,0} parameter(1)
+  %fusion.1 = bf16[128,512]{1,0} fusion(%p), kind=kCustom, calls=%all-reduce-scatter.1
+  %fusion.2 = bf16[128,512]{1,0} fusion(%q), kind=kCustom, calls=%all-reduce-scatter.2
+  ROOT %tuple = (bf16[128,512]{1,0}, bf16[128,512]{1,0}) tuple(%fusion.1, %fusion.2)
+}
+"""
+    assert platforms.step_collectives(hlo) == {"reduce-scatter": (2, 2 * 512 * 512 * 2)}

@@ -11,7 +11,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import pytest
-from jax.sharding import AxisType, NamedSharding
+from jax.sharding import AbstractMesh, AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bench import plan_speed
@@ -152,23 +152,122 @@ def test_tpu_windows_a_long_contractions_reduce_scatter(mesh):
     assert _totals(long.comm_report(platform="cpu")) == {"all-reduce": (1, 256 * 256 * 4)}
 
 
-def test_tpu_gathers_a_scanned_layers_weight_by_a_windowed_loop(mesh):
+@pytest.mark.parametrize("data, windowed", [(16, True), (32, True), (64, False), (128, False)])
+def test_tpu_windows_a_loop_over_at_most_32_devices(data, windowed):
+    # XLA:TPU on v5e 16x16 (an FSDP x TP weight gradient, x.T @ dy reduce-scattered
+    # over "data" onto ("data", "model"), whatever the contraction's length): a
+    # windowed loop over 16 or 32 devices, a reduce-scatter over 64 or 128 (its
+    # windowed loops run at most ``max_windowed_einsum_iteration`` trips, 32). On an
+    # abstract mesh of the pod's 256 devices, as a pod job is planned.
+    mesh = AbstractMesh((data, 256 // data), ("data", "model"),
+                        axis_types=(AxisType.Auto,) * 2)
+    args = (jax.ShapeDtypeStruct((2048 * data, 256), BF16,
+                                 sharding=NamedSharding(mesh, P("data", None))),
+            jax.ShapeDtypeStruct((2048 * data, 8192), BF16,
+                                 sharding=NamedSharding(mesh, P("data", "model"))))
+    lowered = jit(lambda x, g: jnp.einsum("td,tf->df", x, g),
+                  out_shardings=NamedSharding(mesh, P("data", "model"))).trace(*args).lower(
+        lowering_platforms=("tpu",))
+    [entry] = lowered.comm_report(platform="tpu").entries
+    shard = 256 * 8192 // (256 // data) * 2 // data
+    if windowed:
+        assert (entry.kind, entry.bytes_per_device) == (
+            "collective-permute", (2 * data + 1) * shard)
+    else:
+        assert (entry.kind, entry.bytes_per_device) == ("reduce-scatter", shard * data)
+
+
+@pytest.mark.parametrize("data, kind", [(128, "reduce-scatter"), (256, "all-reduce")])
+def test_tpu_reduce_scatters_over_at_most_128_devices(data, kind):
+    # XLA:TPU on v5e 16x16: a weight gradient's partial sums over 128 devices are
+    # reduce-scattered (an all-reduce-scatter fusion), over all 256 (pure FSDP)
+    # all-reduced and sliced; the bytes are the whole gradient either way.
+    mesh = AbstractMesh((data, 256 // data), ("data", "model"),
+                        axis_types=(AxisType.Auto,) * 2)
+    args = [jax.ShapeDtypeStruct((16 * data, n), BF16,
+                                 sharding=NamedSharding(mesh, P("data", None)))
+            for n in (2048, 512)]
+    lowered = jit(lambda x, g: jnp.einsum("td,tf->df", x, g),
+                  out_shardings=NamedSharding(mesh, P("data", None))).trace(*args).lower(
+        lowering_platforms=("tpu",))
+    assert _totals(lowered.comm_report(platform="tpu")) == {kind: (1, 2048 * 512 * 2)}
+
+
+@pytest.mark.parametrize("data, rows, columns, kind", [
+    (256, 2048, 2048, "all-reduce"), (256, 2048, 4096, "all-reduce"),
+    (256, 2048, 6144, "all-gather"), (256, 4096, 4096, "all-gather"),
+    (128, 1024, 512, "all-gather"), (128, 2048, 1024, "all-gather")])
+def test_tpu_gathers_a_small_shard_over_all_256_devices_by_an_all_reduce(
+        data, rows, columns, kind):
+    # XLA:TPU on v5e 16x16, x @ w with w's rows over "data": over all 256 devices a
+    # bf16[8, 2048] or [8, 4096] shard is gathered by an all-reduce of dynamic-update-
+    # slices into zeros, an [8, 6144] or [16, 4096] one by an all-gather; over 128
+    # devices an all-gather of an [8, 512] or [16, 1024] shard. The bytes are the
+    # gathered buffer's.
+    mesh = AbstractMesh((data, 256 // data), ("data", "model"),
+                        axis_types=(AxisType.Auto,) * 2)
+    args = (jax.ShapeDtypeStruct((16 * data, rows), BF16,
+                                 sharding=NamedSharding(mesh, P("data", None))),
+            jax.ShapeDtypeStruct((rows, columns), BF16,
+                                 sharding=NamedSharding(mesh, P("data", None))))
+    lowered = jit(lambda x, w: x @ w,
+                  out_shardings=NamedSharding(mesh, P("data", None))).trace(*args).lower(
+        lowering_platforms=("tpu",))
+    assert _totals(lowered.comm_report(platform="tpu")) == {kind: (1, rows * columns * 2)}
+
+
+@pytest.mark.parametrize("data", [8, 16, 32])
+def test_tpu_windows_a_loop_gather_its_dot_contracts_over_16_devices(data):
+    # XLA:TPU, the 7b step's scanned layers on v5e 16x16 at "data" 32 x "model" 8 and
+    # 8 x 32: the backward's gathers (dx = dy @ w.T, w's gathered rows not contracted)
+    # are windowed loops, the forward's (x @ w contracts them) all-gathers; at "data"
+    # 16 both windowed.
+    mesh = AbstractMesh((data, 256 // data), ("data", "model"),
+                        axis_types=(AxisType.Auto,) * 2)
+
+    def step(ws, x):
+        def loss(ws):
+            h = jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), x, ws)[0]
+            return jnp.sum(h.astype(jnp.float32))
+        return jax.grad(loss)(ws)
+
+    args = (jax.ShapeDtypeStruct((3, 1024, 1024), BF16,
+                                 sharding=NamedSharding(mesh, P(None, "data", "model"))),
+            jax.ShapeDtypeStruct((16 * data, 1024), BF16,
+                                 sharding=NamedSharding(mesh, P("data", None))))
+    lowered = jit(step, out_shardings=NamedSharding(mesh, P(None, "data", "model"))).trace(
+        *args).lower(lowering_platforms=("tpu",))
+    gathers = [e for e in lowered.comm_report(platform="tpu").entries
+               if e.op == "stablehlo.dot_general" and e.axes == ("data",)
+               and e.kind in ("all-gather", "collective-permute") and "operand 1" in e.tensor]
+    kinds = sorted(e.kind for e in gathers)
+    assert kinds == (["collective-permute"] * 2 if data == 16
+                     else ["all-gather", "collective-permute"])
+
+
+def test_tpu_gathers_a_scanned_layers_weight_by_a_windowed_loop():
     # FSDP weights of scanned layers (XLA:TPU, Llama-shaped steps with lax.scan on
-    # v5e 16x16: every gathered weight in the loop body is windowed, 2n + 1
-    # collective-permutes of a 1/n chunk of it per trip; unrolled, all-gathers).
+    # v5e 16x16, "data" 16: every gathered weight in the loop body is windowed, 2n + 1
+    # collective-permutes of a 1/n chunk of it per trip; unrolled, all-gathers). On
+    # 4 devices of v5e 2x4 this program's loop all-gathers (the windowed loops'
+    # devices: ``test_tpu_windows_a_loop_gather_its_dot_contracts_over_16_devices``).
+    mesh = AbstractMesh((16, 16), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+
     def forward(ws, x):
         return jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), x, ws)[0]
-    lowered = jit(forward, in_shardings=(P(None, "data", "model"), P("data")),
-                  out_shardings=P("data"), mesh=mesh).lower(
-        jax.ShapeDtypeStruct((3, 128, 128), BF16), jax.ShapeDtypeStruct((32, 128), BF16))
-    gathered = 128 * 64 * 2  # one layer's weight gathered over "data" (4 devices)
+    args = (jax.ShapeDtypeStruct((3, 1024, 1024), BF16,
+                                 sharding=NamedSharding(mesh, P(None, "data", "model"))),
+            jax.ShapeDtypeStruct((256, 1024), BF16, sharding=NamedSharding(mesh, P("data"))))
+    lowered = jit(forward, out_shardings=NamedSharding(mesh, P("data"))).trace(*args).lower(
+        lowering_platforms=("tpu",))
+    gathered = 1024 * 64 * 2  # one layer's weight gathered over "data" (16 devices)
     cpu = [(e.kind, e.runs) for e in lowered.comm_report(platform="cpu").entries
            if e.op == "stablehlo.dot_general"]
     tpu = [(e.kind, e.bytes_per_device, e.runs)
            for e in lowered.comm_report(platform="tpu").entries
            if e.op == "stablehlo.dot_general"]
     assert ("all-gather", 3) in cpu
-    assert ("collective-permute", (2 * 4 + 1) * gathered // 4, 3) in tpu
+    assert ("collective-permute", (2 * 16 + 1) * gathered // 16, 3) in tpu
     assert all(kind != "all-gather" for kind, _, _ in tpu)
 
 
