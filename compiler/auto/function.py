@@ -204,10 +204,15 @@ class AutoJitFunction:
         cut_args = [a if i in static else next(rest) for i, a in enumerate(abstract)]
         cut_kwargs = {**abstract_kwargs, **keywords}
         small = self._program(cut_args, cut_kwargs, positional, keywords, mesh, platform)
-        # Without the budget: the memory model's bytes of a cut step say little of the
-        # full one's (the embedding, the head and the loss stay whole). Its best few
-        # states are carried to the full step, whose confirmation judges the budget.
-        search = Search(small.evaluator, small.groups, axes, None)
+        # The budget scaled as the memory model puts one state (every argument left to
+        # propagation) on either step: the cut step keeps the embedding, the head and
+        # the loss whole, so no count of layers scales it. The full step's confirmation
+        # judges its best few states by the budget itself.
+        scaled = None
+        if budget is not None:
+            scaled = int(budget * small.evaluator.memory(small.evaluator({})[1])
+                         / max(full.evaluator.memory(full.evaluator({})[1]), 1))
+        search = Search(small.evaluator, small.groups, axes, scaled)
         found = search.run()
         states = []
         for cut_state in search.best_states(CARRIED):
@@ -218,6 +223,7 @@ class AutoJitFunction:
                 states.append(state)
         outcome = Search(full.evaluator, full.groups, axes, budget).confirm(states)
         outcome.evaluations += found.evaluations
+        outcome.seconds += found.seconds
         return outcome
 
     @staticmethod

@@ -273,11 +273,9 @@ class Search:
         return self._outcome(start, False)
 
     def best_states(self, count: int) -> list[dict[int, Spec]]:
-        """The ``count`` best complete states priced, best first (by the score, the
-        memory model asked for none: for a search without a budget)."""
+        """The ``count`` best complete states priced, best first (``ranked``)."""
         complete = [k for k in self._priced if len(k) == len(self.groups)]
-        return [dict(k) for k in sorted(complete, key=lambda k: self.score(self._priced[k]))
-                [:count]]
+        return [dict(k) for k in self.ranked(complete, count)[:count]]
 
     def _outcome(self, start: float, exhaustive: bool) -> Outcome:
         complete = [k for k in self._priced if len(k) == len(self.groups)]
