@@ -203,7 +203,12 @@ class AutoJitFunction:
         rest = iter(positional)
         cut_args = [a if i in static else next(rest) for i, a in enumerate(abstract)]
         cut_kwargs = {**abstract_kwargs, **keywords}
-        small = self._program(cut_args, cut_kwargs, positional, keywords, mesh, platform)
+        try:
+            small = self._program(cut_args, cut_kwargs, positional, keywords, mesh, platform)
+        except (IndexError, KeyError, TypeError, ValueError, AssertionError):
+            # The function reads the list's length (an index past the cut, a check of
+            # its length): it is searched whole.
+            return Search(full.evaluator, full.groups, axes, budget).run()
         # The budget scaled as the memory model puts one state (every argument left to
         # propagation) on either step: the cut step keeps the embedding, the head and
         # the loss whole, so no count of layers scales it. The full step's confirmation

@@ -70,3 +70,19 @@ def test_the_cut_search_is_no_slower_than_the_full_search_and_runs_as_jax_jit(me
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         assert a.sharding.is_equivalent_to(b.sharding, a.ndim)
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_a_function_that_reads_past_the_cut_is_searched_whole(mesh):
+    args = auto_bench.mlp_case(layers=MIN_LAYERS, d=16, hidden=32, batch=16).args
+
+    def step(params, x, y):  # the last layer by its index: past a cut list's end
+        w1, w2 = params[MIN_LAYERS - 1]
+        return auto_bench.mlp_step(params, x @ w1 @ w2, y)
+
+    lowered = jit(step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh).lower(*args)
+    placed = jax.device_put(args, tuple(lowered.in_shardings[0]))
+    got = lowered.compile()(*placed)
+    want = jax.jit(step, in_shardings=lowered.in_shardings[0],
+                   out_shardings=lowered.out_shardings)(*placed)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
