@@ -36,6 +36,7 @@ from math import ceil, log2, prod
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.cost.reshard import dim_axes, shard_shape
 from shardc.compiler.cost.trips import trip_count
 from shardc.compiler.propagation.values import ModuleValues
@@ -332,6 +333,9 @@ class _Counter:
         # part is the one it computes (the input may be split otherwise)
         fma = (feature // groups) * out[dims.output_feature_dimension] \
             * out[dims.output_batch_dimension] * positions
+        batch_groups = _int_attr(ir_op, "batch_group_count", 1)
+        if batch_groups > 1 and active_rules().expands_batch_group_convolutions:
+            fma *= batch_groups  # computed dense, every group against every other
         return float(_FMA * fma)
 
     def _applied(self, op: int) -> int:

@@ -187,3 +187,21 @@ def test_a_module_given_as_it_is_is_modelled_for_cpu():
     assert modelled.platform == "cpu" and modelled.flops == 16 * 32  # the multiply per device
     assert modelled.flops == lowered.compile().cost_analysis()["flops"]  # sin: transcendental
     assert modelled.comm == ()
+
+
+def test_a_depthwise_convolutions_kernel_gradient_counts_as_xla_cpu_computes_it():
+    # Its batch-grouped convolution runs dense on XLA:CPU (every group against every
+    # other, the diagonal blocks kept): 64 groups, 64x the grouped count.
+    numbers = ("NHWC", "HWIO", "NHWC")
+
+    def loss(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=numbers,
+                                            feature_group_count=64).sum()
+
+    x = jax.ShapeDtypeStruct((2, 8, 8, 64), jnp.float32)
+    w = jax.ShapeDtypeStruct((7, 7, 1, 64), jnp.float32)
+    lowered = jit(jax.grad(loss, 1)).trace(x, w).lower()
+    xla = lowered.compile().cost_analysis()["flops"]
+    cpu, tpu = lowered.step_time(platform="cpu"), lowered.step_time(platform="tpu")
+    assert cpu.flops_once == pytest.approx(xla, rel=0.05)
+    assert tpu.flops_once == pytest.approx(cpu.flops_once / 64, rel=0.05)
