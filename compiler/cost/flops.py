@@ -335,7 +335,11 @@ class _Counter:
             * out[dims.output_batch_dimension] * positions
         batch_groups = _int_attr(ir_op, "batch_group_count", 1)
         if batch_groups > 1 and active_rules().expands_batch_group_convolutions:
-            fma *= batch_groups  # computed dense, every group against every other
+            # Computed dense, every group against every other: the device's groups, those
+            # of its part of the output features (the partitioner splits them so).
+            feature_dim = dims.output_feature_dimension
+            whole = graph.value_shape[result][feature_dim]
+            fma *= max(batch_groups * out[feature_dim] // whole, 1)
         return float(_FMA * fma)
 
     def _applied(self, op: int) -> int:
