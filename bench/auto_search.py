@@ -154,7 +154,8 @@ def lm_linen_case(size="large") -> Case:
     }, mesh_context=True)
 
 
-CASES = {"mlp32": mlp_case, "llama": llama_case, "lm_linen": lm_linen_case}
+CASES = {"mlp32": mlp_case, "llama": llama_case, "llama32": lambda: llama_case(layers=32),
+         "lm_linen": lm_linen_case}
 
 
 def _named(config: Any, mesh) -> Any:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -29,6 +30,7 @@ from shardc.compiler.auto.activations import (
 )
 from shardc.compiler.auto.candidates import structure_groups
 from shardc.compiler.auto.evaluate import Evaluator
+from shardc.compiler.auto.layers import CARRIED, Cut, anchor_signature, cut_layers, vote
 from shardc.compiler.auto.marker import (
     AutoShardingError,
     broadcast,
@@ -37,7 +39,7 @@ from shardc.compiler.auto.marker import (
     without_auto,
 )
 from shardc.compiler.auto.report import AutoReport, auto_report, partition_spec
-from shardc.compiler.auto.search import Search, make_groups
+from shardc.compiler.auto.search import Group, Outcome, Search, make_groups
 from shardc.compiler.cost.platforms import hardware
 from shardc.compiler.function.caches import static_keys
 from shardc.compiler.lowered import Traced
@@ -138,10 +140,30 @@ class AutoJitFunction:
         abstract = [_abstract(a) if i not in static else a for i, a in enumerate(args)]
         abstract_kwargs = {k: (_abstract(v) if k in dynamic_kwargs else v)
                            for k, v in kwargs.items()}
+        budget = self.memory_budget if self.memory_budget is not None else _device_memory(mesh)
+        axes = [(name, size) for name, size in mesh.shape.items() if size > 1]
+        full = self._program(abstract, abstract_kwargs, dynamic, dynamic_kwargs, mesh, platform)
+        cut = None
+        if is_auto(self.in_shardings) and (is_auto(self.out_shardings)
+                                           or self.out_shardings is None):
+            cut = cut_layers(([abstract[i] for i in range(len(args)) if i not in static],
+                              {k: abstract_kwargs[k] for k in dynamic_kwargs}))
+        if cut is None:
+            outcome = Search(full.evaluator, full.groups, axes, budget).run()
+        else:
+            outcome = self._search_cut(cut, abstract, abstract_kwargs, static, full, mesh,
+                                       platform, axes, budget)
+        return self._chosen(outcome, full, mesh, dynamic), auto_report(outcome)
+
+    def _program(self, abstract: list, abstract_kwargs: dict, dynamic: Any, dynamic_kwargs: Any,
+                 mesh: Mesh | AbstractMesh, platform: str) -> _Program:
+        """The search's program for these arguments: lowered with an open mark on every
+        anchor, read by an ``Evaluator``, its AUTO arguments and marks in groups."""
         # The activations AUTO may constrain: the search's program marks each.
         marked = Constrained(self.fun, self._open.static_argnums, self._open.static_argnames,
                              lambda index, aval: None)
-        points = anchors(marked.jaxpr(*abstract, **abstract_kwargs)[0])
+        jaxpr = marked.jaxpr(*abstract, **abstract_kwargs)[0]
+        points = anchors(jaxpr)
         opened = self._open
         if points:
             marked.sharding_at = open_marks(mesh, set(points))
@@ -151,10 +173,8 @@ class AutoJitFunction:
         leaves = jax.tree.leaves((dynamic, dynamic_kwargs))
         given_in = broadcast(self.in_shardings, dynamic) + [None] * (
             len(leaves) - len(jax.tree.leaves(dynamic)))
-        out_avals = open_lowered.out_avals
-        given_out = broadcast(self.out_shardings, out_avals)
+        given_out = broadcast(self.out_shardings, open_lowered.out_avals)
 
-        budget = self.memory_budget if self.memory_budget is not None else _device_memory(mesh)
         evaluator = Evaluator(open_lowered.module, hardware(platform), mesh)
         first = len(evaluator.arguments) - len(leaves)  # tokens come first
         auto_leaves = [i for i, s in enumerate(given_in) if is_auto(s)]
@@ -170,8 +190,81 @@ class AutoJitFunction:
             groups += make_groups(
                 evaluator, marks, [f"activation of equation {i}" for i in points], axes,
                 structure_groups(reader, evaluator.marks), activation=True)
-        outcome = Search(evaluator, groups, axes, budget).run()
+        return _Program(marked, jaxpr, points, evaluator, groups, first, given_in, given_out,
+                        open_lowered.out_avals, leaves)
 
+    def _search_cut(self, cut: Cut, abstract: list, abstract_kwargs: dict, static: set[int],
+                    full: _Program, mesh: Mesh | AbstractMesh, platform: str,
+                    axes: list, budget: int | None) -> Outcome:
+        """Search the step with its long lists of layers cut (``layers``), carry its
+        best few states to every layer, and price those on the full step beside the
+        textbook configurations (``Search.confirm``: the budget is judged there)."""
+        positional, keywords = cut.tree
+        rest = iter(positional)
+        cut_args = [a if i in static else next(rest) for i, a in enumerate(abstract)]
+        cut_kwargs = {**abstract_kwargs, **keywords}
+        try:
+            small = self._program(cut_args, cut_kwargs, positional, keywords, mesh, platform)
+        except (IndexError, KeyError, TypeError, ValueError, AssertionError):
+            # The function reads the list's length (an index past the cut, a check of
+            # its length): it is searched whole.
+            return Search(full.evaluator, full.groups, axes, budget).run()
+        # The budget scaled as the memory model puts one state (every argument left to
+        # propagation) on either step: the cut step keeps the embedding, the head and
+        # the loss whole, so no count of layers scales it. The full step's confirmation
+        # judges its best few states by the budget itself.
+        scaled = None
+        if budget is not None:
+            scaled = int(budget * small.evaluator.memory(small.evaluator({})[1])
+                         / max(full.evaluator.memory(full.evaluator({})[1]), 1))
+        search = Search(small.evaluator, small.groups, axes, scaled)
+        found = search.run()
+        states = []
+        for cut_state in search.best_states(CARRIED):
+            state = self._carry(cut, small, cut_state, full)
+            if state is None:  # a group without a cut counterpart: search it all
+                return Search(full.evaluator, full.groups, axes, budget).run()
+            if state not in states:
+                states.append(state)
+        outcome = Search(full.evaluator, full.groups, axes, budget).confirm(states)
+        outcome.evaluations += found.evaluations
+        outcome.seconds += found.seconds
+        return outcome
+
+    @staticmethod
+    def _carry(cut: Cut, small: _Program, cut_state: dict, full: _Program) -> dict | None:
+        """The full step's state (a spec per group) that the cut step's ``cut_state``
+        stands for: each argument's spec its cut counterpart's, each activation group's
+        the one its anchors' like took; None where a group has no counterpart."""
+        spec_at = {p: cut_state[g] for g, group in enumerate(small.groups)
+                   for p in group.positions}
+        like: dict[tuple, list] = {}  # an anchor's signature -> the specs its like took
+        for k, index in enumerate(small.points):
+            position = len(small.evaluator.arguments) + k
+            if position in spec_at:
+                like.setdefault(anchor_signature(small.jaxpr.jaxpr.eqns[index]), []).append(
+                    spec_at[position])
+        state = {}
+        for g, group in enumerate(full.groups):
+            if group.activation:
+                specs = [s for p in group.positions for s in like.get(anchor_signature(
+                    full.jaxpr.jaxpr.eqns[full.points[p - len(full.evaluator.arguments)]]), [])]
+            else:
+                specs = [spec_at[small.first + cut.origin[p - full.first]]
+                         for p in group.positions
+                         if small.first + cut.origin[p - full.first] in spec_at]
+            spec = vote(specs)
+            if spec is None and not group.activation:
+                return None
+            if spec not in group.candidates:
+                group.candidates.append(spec)
+            state[g] = spec
+        return state
+
+    def _chosen(self, outcome: Outcome, program: _Program, mesh: Mesh | AbstractMesh,
+                dynamic: tuple) -> Any:
+        """The jit of the function with the outcome's shardings and constraints."""
+        points, evaluator = program.points, program.evaluator
         constraints = {}
         for group in outcome.groups:
             if group.activation and group.chosen is not None:
@@ -182,22 +275,39 @@ class AutoJitFunction:
         if constraints:
             function = Constrained(self.fun, self._open.static_argnums,
                                    self._open.static_argnames, chosen_constraints(constraints),
-                                   marked.traced)
+                                   program.marked.traced)
         chosen = {}
         for group in (g for g in outcome.groups if not g.activation):
             sharding = NamedSharding(mesh, partition_spec(group.chosen))
             for position in group.positions:
-                chosen[position - first] = sharding
-        in_leaves = [chosen.get(i, s) for i, s in enumerate(given_in)][:len(jax.tree.leaves(
-            dynamic))]
+                chosen[position - program.first] = sharding
+        in_leaves = [chosen.get(i, s) for i, s in enumerate(program.given_in)][
+            :len(jax.tree.leaves(dynamic))]
         in_tree = jax.tree.unflatten(jax.tree.structure(dynamic), in_leaves)
+        given_out = program.given_out
         result_first = len(outcome.results) - len(given_out)
         out_leaves = [
             (NamedSharding(mesh, partition_spec(outcome.results[result_first + k]))
              if outcome.results[result_first + k] is not None else None) if is_auto(s) else s
             for k, s in enumerate(given_out)]
-        out_tree = jax.tree.unflatten(jax.tree.structure(out_avals), out_leaves)
-        return self._make_jit(in_tree, out_tree, function), auto_report(outcome)
+        out_tree = jax.tree.unflatten(jax.tree.structure(program.out_avals), out_leaves)
+        return self._make_jit(in_tree, out_tree, function)
+
+
+@dataclass
+class _Program:
+    """The search's program for one signature (``AutoJitFunction._program``)."""
+
+    marked: Constrained
+    jaxpr: Any
+    points: list[int]  # the anchors' equation indices, in mark order
+    evaluator: Evaluator
+    groups: list[Group]
+    first: int  # the evaluator position of the first dynamic argument leaf
+    given_in: list
+    given_out: list
+    out_avals: Any
+    leaves: list
 
 
 def _abstract(tree: Any) -> Any:

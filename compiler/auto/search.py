@@ -255,6 +255,29 @@ class Search:
             for origin in self._seed():
                 self.state = dict(origin)
                 self._descend(len(self._priced) + self.descent_evaluations)
+        return self._outcome(start, exhaustive)
+
+    def confirm(self, states: list[dict[int, Spec]]) -> Outcome:
+        """The best of ``states`` (a spec per group) and the textbook configurations,
+        each priced as a whole state: where the choices come from a search of the
+        same step with its repeated layers cut (``layers``)."""
+        start = time.perf_counter()
+        for state in states:
+            self.price(state)
+        self.state = dict(states[0])
+        self._seed()
+        # Each group's alternatives for the report: its spec in each priced state.
+        for key in self.ranked([k for k in self._priced if len(k) == len(self.groups)]):
+            for g, spec in key:
+                self._tried[g].setdefault(spec, key)
+        return self._outcome(start, False)
+
+    def best_states(self, count: int) -> list[dict[int, Spec]]:
+        """The ``count`` best complete states priced, best first (``ranked``)."""
+        complete = [k for k in self._priced if len(k) == len(self.groups)]
+        return [dict(k) for k in self.ranked(complete, count)[:count]]
+
+    def _outcome(self, start: float, exhaustive: bool) -> Outcome:
         complete = [k for k in self._priced if len(k) == len(self.groups)]
         key = self.ranked(complete)[0]
         reader = self._readers.get(key)

@@ -36,6 +36,7 @@ from math import ceil, log2, prod
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.cost.reshard import dim_axes, shard_shape
 from shardc.compiler.cost.trips import trip_count
 from shardc.compiler.propagation.values import ModuleValues
@@ -332,6 +333,13 @@ class _Counter:
         # part is the one it computes (the input may be split otherwise)
         fma = (feature // groups) * out[dims.output_feature_dimension] \
             * out[dims.output_batch_dimension] * positions
+        batch_groups = _int_attr(ir_op, "batch_group_count", 1)
+        if batch_groups > 1 and active_rules().expands_batch_group_convolutions:
+            # Computed dense, every group against every other: the device's groups, those
+            # of its part of the output features (the partitioner splits them so).
+            feature_dim = dims.output_feature_dimension
+            whole = graph.value_shape[result][feature_dim]
+            fma *= max(batch_groups * out[feature_dim] // whole, 1)
         return float(_FMA * fma)
 
     def _applied(self, op: int) -> int:

@@ -205,6 +205,11 @@ class PlatformRules:
     # reduce-window over one s32 iota per dimension and a scatter (XLA:CPU's
     # ``SelectAndScatterExpander``), whose index buffers live while it runs.
     expands_select_and_scatter: bool = False
+    # Whether a convolution with a batch group count G > 1 (a grouped or depthwise
+    # convolution's kernel gradient) runs as one dense convolution over all G groups'
+    # features and its diagonal blocks are kept (XLA:CPU's ``ConvolutionGroupConverter``
+    # with ``convert_batch_groups_only``): G times the grouped one's operations.
+    expands_batch_group_convolutions: bool = False
     # Whether a cheap fusible value some ops cannot fuse (a convolution, a dot)
     # is kept for them only and computed again inside each op that can fuse it
     # (XLA:CPU's fusion duplicates a producer reading one large operand into every
@@ -307,7 +312,8 @@ CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as
                     offloaded_reduction_elements=4096, heap_alignment=64,
                     fusible=frozenset({"stablehlo.gather"}), tuple_pointer_bytes=8,
                     expands_select_and_scatter=True, duplicates_cheap_producers=True,
-                    concatenates_all_to_all=True, expands_optimization_barriers=True)
+                    concatenates_all_to_all=True, expands_optimization_barriers=True,
+                    expands_batch_group_convolutions=True)
 # The combine threshold is XLA:TPU's default all-reduce combiner size (the
 # step's gradients of the bench's programs combine into one op per device group).
 # The windowed reduce-scatter's threshold: XLA:TPU v5e compiles (16x16 and 4x4

@@ -187,3 +187,37 @@ def test_a_module_given_as_it_is_is_modelled_for_cpu():
     assert modelled.platform == "cpu" and modelled.flops == 16 * 32  # the multiply per device
     assert modelled.flops == lowered.compile().cost_analysis()["flops"]  # sin: transcendental
     assert modelled.comm == ()
+
+
+def test_a_depthwise_convolutions_kernel_gradient_counts_as_xla_cpu_computes_it():
+    # Its batch-grouped convolution runs dense on XLA:CPU (every group against every
+    # other, the diagonal blocks kept): 64 groups, 64x the grouped count.
+    numbers = ("NHWC", "HWIO", "NHWC")
+
+    def loss(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=numbers,
+                                            feature_group_count=64).sum()
+
+    x = jax.ShapeDtypeStruct((2, 8, 8, 64), jnp.float32)
+    w = jax.ShapeDtypeStruct((7, 7, 1, 64), jnp.float32)
+    lowered = jit(jax.grad(loss, 1)).trace(x, w).lower()
+    xla = lowered.compile().cost_analysis()["flops"]
+    cpu, tpu = lowered.step_time(platform="cpu"), lowered.step_time(platform="tpu")
+    assert cpu.flops_once == pytest.approx(xla, rel=0.05)
+    assert tpu.flops_once == pytest.approx(cpu.flops_once / 64, rel=0.05)
+
+
+def test_a_depthwise_kernel_gradient_split_by_channel_counts_the_devices_groups():
+    # Channels over `model` (4): each device computes its 16 groups dense, not 64.
+    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    numbers = ("NHWC", "HWIO", "NHWC")
+
+    def loss(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=numbers,
+                                            feature_group_count=64).sum()
+
+    x = _spec(mesh, (4, 8, 8, 64), P("data", None, None, "model"))
+    w = _spec(mesh, (7, 7, 1, 64), P(None, None, None, "model"))
+    lowered = jit(jax.grad(loss, 1)).trace(x, w).lower()
+    xla = lowered.compile().cost_analysis()["flops"]
+    assert lowered.step_time(platform="cpu").flops_once == pytest.approx(xla, rel=0.05)
