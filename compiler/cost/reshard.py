@@ -411,6 +411,37 @@ def _reshard_uncached(shape: tuple[int, ...], element_bytes: int,
     if a.counts == b.counts and a.replication == b.replication:
         return [Collective(COLLECTIVE_PERMUTE, moved_names,
                            _bytes(_local(shape, a.counts), element_bytes))]
+    moved = _all_to_all_collectives(shape, element_bytes, a, b, names, moved_names)
+    if moved is not None:
+        return moved
+    if b.tiles > a.tiles and all(y % x == 0 for x, y in zip(a.counts, b.counts)):
+        if _nested(b, a):
+            return []  # every device slices its part of what it holds
+        return [Collective(COLLECTIVE_PERMUTE, moved_names,
+                           _bytes(_local(shape, b.counts), element_bytes))]
+    moved = _from_partial_replication(shape, element_bytes, a, b, names, moved_names)
+    if moved is not None:
+        return moved
+    if b.replication > 1:
+        # Gather the dimensions ``dst`` shards more coarsely (or along other
+        # factors), then slice what ``dst`` shards more finely.
+        keep = [x if y % x == 0 else y if x % y == 0 else 1
+                for x, y in zip(a.counts, b.counts)]
+        if all(x % k == 0 for x, k in zip(a.counts, keep)) and prod(keep) < a.tiles:
+            out = []
+            if not _nested(b, _coarsen(a, keep)):
+                # the gathered groups are not the devices ``dst`` groups: permute first
+                out.append(Collective(COLLECTIVE_PERMUTE, moved_names,
+                                      _bytes(_local(shape, a.counts), element_bytes)))
+            return out + _gather(shape, element_bytes, a.counts, keep, names)
+    return _replicate(shape, element_bytes, a.counts, names)
+
+
+def _all_to_all_collectives(shape, element_bytes, a: _Tiling, b: _Tiling, names,
+                            moved_names) -> list[Collective] | None:
+    """``a`` to ``b`` (as many replicas) by all-to-alls: one per (source, target) pair
+    or one for a merge/split of two dimensions, then a collective-permute where the
+    devices still differ. None when neither pattern fits."""
     pairs = _all_to_all_pairs(a, b)
     if pairs:
         out = []
@@ -437,24 +468,51 @@ def _reshard_uncached(shape: tuple[int, ...], element_bytes: int,
             out.append(Collective(COLLECTIVE_PERMUTE, moved_names,
                                   _bytes(_local(shape, b.counts), element_bytes)))
         return out
-    if b.tiles > a.tiles and all(y % x == 0 for x, y in zip(a.counts, b.counts)):
-        if _nested(b, a):
-            return []  # every device slices its part of what it holds
-        return [Collective(COLLECTIVE_PERMUTE, moved_names,
-                           _bytes(_local(shape, b.counts), element_bytes))]
-    if b.replication > 1:
-        # Gather the dimensions ``dst`` shards more coarsely (or along other
-        # factors), then slice what ``dst`` shards more finely.
-        keep = [x if y % x == 0 else y if x % y == 0 else 1
-                for x, y in zip(a.counts, b.counts)]
-        if all(x % k == 0 for x, k in zip(a.counts, keep)) and prod(keep) < a.tiles:
-            out = []
-            if not _nested(b, _coarsen(a, keep)):
-                # the gathered groups are not the devices ``dst`` groups: permute first
-                out.append(Collective(COLLECTIVE_PERMUTE, moved_names,
-                                      _bytes(_local(shape, a.counts), element_bytes)))
-            return out + _gather(shape, element_bytes, a.counts, keep, names)
-    return _replicate(shape, element_bytes, a.counts, names)
+    return None
+
+
+def _sliced(tiling: _Tiling, dim: int) -> _Tiling:
+    """``tiling`` with its replication swapped into dimension ``dim`` (unsharded):
+    every device slices its part of what it holds."""
+    array = tiling.array
+    order = list(range(len(tiling.counts) + 1))
+    order[dim], order[-1] = order[-1], order[dim]
+    array = array.transpose(order)
+    return _Tiling(array.shape[:-1], 1, _entries(array))
+
+
+def _from_partial_replication(shape, element_bytes, a: _Tiling, b: _Tiling, names,
+                              moved_names) -> list[Collective] | None:
+    """A partially replicated ``a`` to a fully tiled ``b`` that does not refine it.
+
+    ``ReshardPartialReplicateWithAllToAll``: when ``b``'s counts are ``a``'s shifted
+    one dimension down (``a``'s first unsharded) with the replicas last, on the same
+    devices in order, one all-to-all of ``a``'s shard moves them and ``b`` is sliced.
+    Else ``TryComplexReshardHandling``: the replicas are swapped into the first
+    dimension ``a`` leaves unsharded and ``b`` shards into a multiple of them (a free
+    slice), then all-to-alls reach ``b``. None otherwise (XLA replicates).
+    """
+    if a.replication == 1 or b.replication != 1 or a.tiles * a.replication != b.tiles:
+        return None
+    rank = len(a.counts)
+    if (rank > 1 and a.counts[0] == 1 and b.counts == a.counts[1:] + (a.replication,)
+            and np.array_equal(a.array.reshape(b.counts), b.array[..., 0])):
+        middle_counts = b.counts[:-1] + (1,)
+        middle = _Tiling(middle_counts, a.replication, _entries(
+            b.array.reshape(middle_counts + (a.replication,))))
+        return _all_to_all_collectives(shape, element_bytes, a, middle, names, moved_names)
+    for dim in range(rank):
+        if b.counts[dim] != a.counts[dim] and a.counts[dim] == 1 and (
+                b.counts[dim] % a.replication == 0):
+            middle = _sliced(a, dim)
+            if middle == b:
+                return []
+            if middle.counts == b.counts:
+                return [Collective(COLLECTIVE_PERMUTE, moved_names,
+                                   _bytes(_local(shape, b.counts), element_bytes))]
+            return _all_to_all_collectives(shape, element_bytes, middle, b, names,
+                                           moved_names)
+    return None
 
 
 def reshard_tensor(src: Tensor, dst: TensorSharding | None, mesh=None) -> list[Collective]:
