@@ -32,9 +32,21 @@ a forward convolution on its batch-sharded activations (``data``), whose
 in-group all-gather of the channel-sharded input is not the one the weight
 gradient's convolution makes outside any group, which XLA therefore does again.
 
+A dot whose result is sharded on batch dimensions that one operand holds
+as the result does and the other not at all is grouped on the batch
+(``PartitionDotGroupOnBatch``): the other operand takes the result's batch
+tiles out of its replication (else out of its non-contracting, else its
+contracting tiles) and keeps its other dimensions' tile counts, laid on the
+devices of each group. A contraction it holds on the batch axes moves to
+idle axes and stays sharded there: an MoE combine ``gsec,egcd->gsd`` on a
+(data 8, model 8) mesh, the result and ``comb`` batch-sharded on ``data``,
+the experts' ``e`` on ``data``, is a collective-permute of the experts to
+``[{"model"}, {"data"}, ...]`` and an all-reduce over ``model``, not an
+all-to-all of the experts.
+
 Not modelled (``regrouped_operand`` answers None, the plain reshard
-stands): dots with sharded batch factors, both operands matching the
-result, a matching operand on other axes than the result, sub-axes,
+stands): a batch grouping competing with another (XLA orders them by
+cost), both operands matching the result, a matching operand on other axes than the result, sub-axes,
 convolutions with a sharded spatial dimension or with groups, and
 the last resort of XLA's search (the operand's tiles laid out on the group
 devices in order, when no layout above fits). Validated against compiled
@@ -45,12 +57,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from math import prod
+from typing import NamedTuple
 
 from shardc.compiler.cost.reshard import dim_axes, shard_bytes
 from shardc.compiler.propagation.projection import projected_axes
 from shardc.compiler.sharding.axes import AxisRef, full_axis
 from shardc.compiler.sharding.rule import OpShardingRule
 from shardc.compiler.sharding.tensor import DimSharding, Tensor, TensorSharding
+
+
+class Regrouped(NamedTuple):
+    """The operand XLA's dot handler moves before grouping the devices, and where to."""
+
+    operand: int
+    sharding: TensorSharding
+    # What the groups are made on: the other operand's "non-contracting" dimensions
+    # or the result's "batch" dimensions.
+    on: str
 
 
 def _factor_axes(tensor: Tensor, mapping, rule: OpShardingRule) -> dict[int, tuple] | None:
@@ -109,7 +132,7 @@ def _dot_axes(rule: OpShardingRule, operands: Sequence[Tensor], results: Sequenc
 
 def regrouped_operand(rule: OpShardingRule, operands: Sequence[Tensor],
                       results: Sequence[Tensor], mesh_axes: Sequence[tuple[str, int]],
-                      convolution: bool = False) -> tuple[int, TensorSharding] | None:
+                      convolution: bool = False) -> Regrouped | None:
     """The operand XLA's dot handler moves before grouping the dot, and where to.
 
     ``mesh_axes`` are the mesh's (name, size) pairs, major to minor
@@ -124,8 +147,8 @@ def regrouped_operand(rule: OpShardingRule, operands: Sequence[Tensor],
     every = [*axes, out]
     if any(a.pre != 1 or a.size != a.total for fa in every for f in fa for a in fa[f]):
         return None  # sub-axes: not modelled
-    if any(fa.get(f) for fa in every for f in batch):
-        return None  # XLA groups on batch dims first
+    if any(out.get(f) for f in batch):
+        return _batch_regrouped(rule, operands, batch, non_contracting, axes, out, mesh_axes)
     matching = [side for side in (0, 1)
                 if prod(a.size for f in non_contracting[side] for a in out.get(f, ())) > 1
                 and all(axes[side].get(f, ()) == out.get(f, ()) for f in non_contracting[side])]
@@ -134,7 +157,7 @@ def regrouped_operand(rule: OpShardingRule, operands: Sequence[Tensor],
     other = 1 - matching[0]
     group = {a.name for f in non_contracting[matching[0]] for a in out[f]}
     moved = _other_layout(operands[other].sharding, group, mesh_axes)
-    return None if moved is None else (other, moved)
+    return None if moved is None else Regrouped(other, moved, "non-contracting")
 
 
 def matching_operand(rule: OpShardingRule, operands: Sequence[Tensor],
@@ -157,7 +180,7 @@ def matching_operand(rule: OpShardingRule, operands: Sequence[Tensor],
     if read is None:
         return None
     batch, non_contracting, axes, out = read
-    if any(fa.get(f) for fa in (*axes, out) for f in batch):
+    if any(out.get(f) for f in batch):
         return None  # XLA groups on batch dims first
 
     def tiles(found: dict, factors) -> int:
@@ -221,3 +244,79 @@ def _group_dims_replicated(sharding: TensorSharding, group: set[str]) -> TensorS
     for j in matched:
         dims[j] = DimSharding((), True)
     return sharding._replace(dims=tuple(dims))
+
+
+def _batch_regrouped(rule: OpShardingRule, operands: Sequence[Tensor], batch: set[int],
+                     non_contracting: tuple[set[int], set[int]], axes, out,
+                     mesh_axes: Sequence[tuple[str, int]]) -> Regrouped | None:
+    """The operand XLA's batch grouping moves (``PartitionDotGroupOnBatchImpl``).
+
+    The result's batch dimensions are sharded and one operand's batch tiling is
+    the result's, the other's unsharded. That other operand takes the result's
+    tile counts on its batch dimensions and keeps its other dimensions' counts
+    (``reshard_to_output_batch``); where that makes more tiles than devices, the
+    extra come out of its replication first, else out of its non-contracting
+    dimensions (when as many, unless its contraction is as many and not the other
+    operand's), else out of its contracting ones (those become unsharded). The
+    groups are the result's: its batch dimensions on the result's batch axes, its
+    other dimensions, in order, then its replication, laid on each group's devices
+    (the other mesh axes, major to minor), so a contraction on the batch axes moves
+    to idle axes and stays sharded there. None when the operands' batch tilings
+    agree, when XLA may group on other dimensions instead (both operands' contraction
+    alike, or an operand's non-contracting tiling the result's: it picks by cost), or
+    the layout is not one of these.
+    """
+    def tiles(found: dict, factors) -> int:
+        return prod(a.size for f in factors for a in found.get(f, ()))
+
+    wanted = tiles(out, batch)
+    own = [tiles(axes[side], batch) for side in (0, 1)]
+    contracting = set(rule.reduction_factors) - batch
+    contracted = [tiles(axes[side], contracting) for side in (0, 1)]
+    if wanted == 1 or own[0] == own[1] or wanted not in own or contracted[0] == contracted[1] > 1:
+        return None
+    if any(tiles(axes[s], non_contracting[s]) == tiles(out, non_contracting[s]) > 1
+           for s in (0, 1)):
+        return None  # XLA may group on non-contracting dimensions instead, at its cost
+    side = 1 if own[0] == wanted else 0
+    mapping = rule.operand_mappings[side]
+    sharding = operands[side].sharding
+    if own[side] != 1 or any(len(dim) != 1 for dim in mapping):
+        return None  # a batch sharded on other axes, or a reshaped dimension: not modelled
+    factors = [dim[0] for dim in mapping]
+    counts = [tiles(axes[side], (f,)) for f in factors]
+    used = {a.name for dim in sharding.dims for a in dim.axes}
+    replication = prod(size for name, size in mesh_axes if name not in used)
+    if replication % wanted:
+        ratio = wanted
+        fold = non_contracting[side]
+        if not (ratio == tiles(axes[side], fold)
+                and (ratio != contracted[side] or contracted[side] == contracted[1 - side])):
+            fold = contracting
+            if ratio != contracted[side]:
+                return None
+        counts = [1 if f in fold else n for f, n in zip(factors, counts)]
+    taken = {a.name for f in batch for a in out.get(f, ())}
+    pieces = [(name, 1, size, size) for name, size in mesh_axes if name not in taken]
+    dims = []
+    for f, count in zip(factors, counts):
+        if f in batch:
+            dims.append(tuple(out.get(f, ())))
+            continue
+        found = []
+        while count > 1 and pieces:
+            name, pre, size, total = pieces.pop(0)
+            if size > count:
+                if size % count:
+                    return None
+                pieces.insert(0, (name, pre * count, size // count, total))
+                size = count
+            elif count % size:
+                return None
+            found.append(AxisRef(name, pre, size, total))
+            count //= size
+        if count > 1:
+            return None
+        dims.append(tuple(found))
+    moved = sharding._replace(dims=tuple(DimSharding(d, True) for d in dims))
+    return None if moved == sharding else Regrouped(side, moved, "batch")

@@ -342,7 +342,7 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     if regrouped is not None:
         # Inside the groups XLA partitions the dot on the moved operand: a contraction
         # it now holds sharded on free axes may stay sharded (partial sums).
-        moved = [replace(t, sharding=regrouped[1]) if i == regrouped[0] else t
+        moved = [replace(t, sharding=regrouped.sharding) if i == regrouped.operand else t
                  for i, t in enumerate(operands)]
         factor_axes, reduction = computation_axes(rule, moved, results, mesh)
     matching = (matching_operand(rule, operands, results, convolution)
@@ -358,10 +358,12 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
         # reuse and explicit reshards on it.
         target = tuple(d.axes for d in needed.dims)
         groups = matching[1] if matching is not None and matching[0] == index else ()
-        if regrouped is not None and regrouped[0] == index:
-            moved = regrouped[1]
-            reason = (f"sharded {dims_text(operand.sharding)}, the dot groups on the other "
-                      f"operand's non-contracting axes and first moves it to {dims_text(moved)}")
+        if regrouped is not None and regrouped.operand == index:
+            moved = regrouped.sharding
+            whose = ("the other operand's non-contracting" if regrouped.on == "non-contracting"
+                     else "the result's batch")
+            reason = (f"sharded {dims_text(operand.sharding)}, the dot groups on {whose} "
+                      f"axes and first moves it to {dims_text(moved)}")
             for collective in reshard_tensor(operand, moved, mesh):
                 out.append(OpCommunication(index, reason, collective, target, groups))
             operand = replace(operand, sharding=moved)
