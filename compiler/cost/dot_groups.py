@@ -144,9 +144,6 @@ def regrouped_operand(rule: OpShardingRule, operands: Sequence[Tensor],
     if read is None:
         return None
     batch, non_contracting, axes, out = read
-    every = [*axes, out]
-    if any(a.pre != 1 or a.size != a.total for fa in every for f in fa for a in fa[f]):
-        return None  # sub-axes: not modelled
     if any(out.get(f) for f in batch):
         return _batch_regrouped(rule, operands, batch, non_contracting, axes, out, mesh_axes)
     matching = [side for side in (0, 1)
@@ -155,6 +152,10 @@ def regrouped_operand(rule: OpShardingRule, operands: Sequence[Tensor],
     if len(matching) != 1:
         return None
     other = 1 - matching[0]
+    if any(a.pre != 1 or a.size != a.total
+           for a in (*(a for f in non_contracting[matching[0]] for a in out.get(f, ())),
+                     *(a for f in axes[other] for a in axes[other][f]))):
+        return None  # groups on sub-axes, or a moved operand on them: not modelled
     group = {a.name for f in non_contracting[matching[0]] for a in out[f]}
     moved = _other_layout(operands[other].sharding, group, mesh_axes)
     return None if moved is None else Regrouped(other, moved, "non-contracting")
@@ -278,6 +279,10 @@ def _batch_regrouped(rule: OpShardingRule, operands: Sequence[Tensor], batch: se
     if any(tiles(axes[s], non_contracting[s]) == tiles(out, non_contracting[s]) > 1
            for s in (0, 1)):
         return None  # XLA may group on non-contracting dimensions instead, at its cost
+    if any(a.pre != 1 or a.size != a.total
+           for a in (*(a for f in batch for a in out.get(f, ())),
+                     *(a for fa in axes for f in fa for a in fa[f]))):
+        return None  # groups on sub-axes, or operands on them: not modelled
     side = 1 if own[0] == wanted else 0
     mapping = rule.operand_mappings[side]
     sharding = operands[side].sharding

@@ -23,7 +23,7 @@ test/python/compiler/cost/test_cost_model_table.py (bench/cost_model.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import prod
 
@@ -547,9 +547,24 @@ def dot_partial_sums(result: Tensor, over: Sequence[AxisRef],
     sliced, or the reduce-scatter formed from that), then all-reduces that slice
     over the other reduced axes: an FSDP weight gradient summed over ``fsdp`` and
     ``data`` moves its whole buffer over ``fsdp`` and only its shard over ``data``.
-    Each collective comes with the axes it reduces over."""
+    A result sliced on several dimensions is all-reduced whole once per dimension,
+    over its reduced axes, minor-most dimension first (XLA:CPU; one reduce-scatter
+    where the platform forms them). Each collective comes with the axes it reduces
+    over."""
     axes = dim_axes(result.sharding, len(result.shape))
     sliced = tuple(axis for axis in over if any(axis in dim for dim in axes))
     rest = tuple(axis for axis in over if axis not in sliced)
-    steps = (sliced, rest) if sliced and rest else (tuple(over),)
-    return [(step, all_reduce(result, step)) for step in steps]
+    out = []
+    if sliced:
+        whole = all_reduce(result, sliced)
+        per_dim = [tuple(a for a in dim if a in sliced) for dim in reversed(axes)]
+        per_dim = [step for step in per_dim if step]
+        if whole.kind == ALL_REDUCE and len(per_dim) > 1:
+            # Sliced on several dimensions: one all-reduce of the whole buffer per
+            # dimension, minor-most first (as XLA:CPU compiles it).
+            out += [(step, replace(whole, axes=axis_names(step))) for step in per_dim]
+        else:
+            out.append((sliced, whole))
+    if rest:
+        out.append((rest, all_reduce(result, rest)))
+    return out

@@ -289,3 +289,61 @@ def test_batch_grouped_dots_match_xla(name):
                          for k, c in compiled.collectives().items() if c.count}
     assert predicted == expected
     np.testing.assert_allclose(compiled(*args), jax.jit(fun)(*args), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("out, reduces", [
+    (P("data", "model"), [("model",), ("data",)]),   # two dimensions: minor-most first
+    (P("model", "data"), [("data",), ("model",)]),
+    (P(("data", "model")), [("data", "model")]),     # one dimension: one all-reduce
+])
+def test_partial_sums_sliced_on_several_dimensions_are_reduced_per_dimension(out, reduces):
+    """``x @ w`` contracting over (data, model) on both sides: XLA all-reduces the whole
+    result once per dimension the result is sliced on, then slices it."""
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    ins = (NamedSharding(mesh, P(None, ("data", "model"))),
+           NamedSharding(mesh, P(("data", "model"))))
+    rand = np.random.default_rng(0)
+    args = [jax.device_put(rand.standard_normal(s).astype(np.float32), i)
+            for s, i in zip([(16, 256), (256, 32)], ins)]
+    lowered = jit(jnp.matmul, in_shardings=ins, out_shardings=NamedSharding(mesh, out)
+                  ).lower(*args)
+    report = lowered.comm_report()
+    assert [(e.kind, e.axes, e.bytes_per_device) for e in report.entries] == [
+        ("all-reduce", axes, 16 * 32 * 4) for axes in reduces]
+    compiled = lowered.compile().collectives()
+    assert {k: (c.bytes_per_device, c.count) for k, c in compiled.items() if c.count} == {
+        "all-reduce": (16 * 32 * 4 * len(reduces), len(reduces))}
+
+
+def test_grouped_query_attention_with_fewer_kv_heads_than_the_model_axis():
+    """GQA on (data 2, model 4) with 2 kv heads: ``x @ wk`` (``wk`` ``[{"data"}, {}]``)
+    has its heads on ``"model":(1)2``. XLA groups on ``x``'s batch (``data``), permutes
+    ``wk`` to ``[{"model"}, {}]``, gathers it whole over ``model`` and slices the heads;
+    the backward pass's dots reuse both (one reshard cache per grouping, and the whole
+    value ``Replicate`` cached)."""
+    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    batch, seq, dim, heads, kv_heads, head_dim = 4, 8, 64, 4, 2, 16
+
+    def loss(x, wq, wk, wv):
+        q = (x @ wq).reshape(batch, seq, kv_heads, heads // kv_heads, head_dim)
+        k = (x @ wk).reshape(batch, seq, kv_heads, head_dim)
+        v = (x @ wv).reshape(batch, seq, kv_heads, head_dim)
+        s = jnp.einsum("bqgrd,bkgd->bgrqk", q, k)
+        return jnp.mean(jnp.einsum("bgrqk,bkgd->bqgrd", jax.nn.softmax(s, -1), v) ** 2)
+
+    specs = (P("data"), P("data", "model"), P("data", None), P("data", None))
+    shapes = [(batch, seq, dim), (dim, heads * head_dim), (dim, kv_heads * head_dim),
+              (dim, kv_heads * head_dim)]
+    rand = np.random.default_rng(0)
+    args = [jax.device_put(rand.standard_normal(s).astype(np.float32), NamedSharding(mesh, p))
+            for s, p in zip(shapes, specs)]
+    fun = jax.grad(loss, argnums=(1, 2, 3))
+    lowered = jit(fun).lower(*args)
+    predicted = {k: (t.bytes_per_device, t.count)
+                 for k, t in lowered.comm_report().totals().items() if t.count}
+    compiled = lowered.compile()
+    assert {k: b for k, (b, _) in predicted.items()} == {
+        k: c.bytes_per_device for k, c in compiled.collectives().items() if c.count}
+    assert predicted["collective-permute"] == (4096, 2)
+    for ours, theirs in zip(compiled(*args), jax.jit(fun)(*args)):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-6)
