@@ -279,15 +279,17 @@ def _nested(inner: _Tiling, outer: _Tiling) -> bool:
     return bool(np.array_equal(inner.coords() // ratio, outer.coords()))
 
 
-def _replicate(shape, element_bytes, counts, names) -> list[Collective]:
+def _replicate(shape, element_bytes, counts, names,
+               kept: Sequence[bool] | None = None) -> list[Collective]:
     """XLA's ``Replicate``: each sharded dimension, minor-most first, is gathered
     (padded shards); a dimension no bigger than half its shard count is
-    rebuilt with dynamic-update-slice into zeros plus an all-reduce."""
+    rebuilt with dynamic-update-slice into zeros plus an all-reduce. ``kept``
+    dimensions stay sharded (the reshard is grouped on them)."""
     out = []
     local = _local(shape, counts)
     for d in reversed(range(len(shape))):
         n = counts[d]
-        if n == 1:
+        if n == 1 or (kept is not None and kept[d]):
             continue
         if shape[d] * 2 <= n:
             local[d] = shape[d]
@@ -298,9 +300,13 @@ def _replicate(shape, element_bytes, counts, names) -> list[Collective]:
     return out
 
 
-def _merge_or_split(a: _Tiling, b: _Tiling) -> tuple[int, int, int] | None:
-    """XLA's merge/split patterns: two dimensions differ, the source dimension's
-    count shrinks by ``group`` and the target's grows by it (one all-to-all)."""
+def _merge_or_split(a: _Tiling, b: _Tiling, shape: Sequence[int]) -> tuple[int, int, int] | None:
+    """XLA's merge/split patterns (``PatternMatchMergeOrSplitSharding``): two
+    dimensions differ, the source dimension's count shrinks by ``group`` and the
+    target's grows by it (one all-to-all). XLA splits the dimension that keeps
+    tiles in two first: merging all of the source's tiles into the target needs the
+    target's shard to split into them, and splitting tiles out of the source into an
+    unsharded target needs the source to divide evenly (else it replicates)."""
     if a.replication != b.replication or a.tiles != b.tiles:
         return None
     diff = [i for i, (x, y) in enumerate(zip(a.counts, b.counts)) if x != y]
@@ -309,6 +315,10 @@ def _merge_or_split(a: _Tiling, b: _Tiling) -> tuple[int, int, int] | None:
     for source, target in (diff, diff[::-1]):
         x, y = a.counts[source], b.counts[source]
         if y < x and x % y == 0 and b.counts[target] == a.counts[target] * (x // y):
+            if y == 1 and -(-shape[target] // a.counts[target]) % x:
+                return None
+            if a.counts[target] == 1 and shape[source] % x:
+                return None
             return source, target, x // y
     return None
 
@@ -434,7 +444,10 @@ def _reshard_uncached(shape: tuple[int, ...], element_bytes: int,
                 out.append(Collective(COLLECTIVE_PERMUTE, moved_names,
                                       _bytes(_local(shape, a.counts), element_bytes)))
             return out + _gather(shape, element_bytes, a.counts, keep, names)
-    return _replicate(shape, element_bytes, a.counts, names)
+    # Dimensions both tile alike are grouped on first; only the rest is replicated
+    # inside the groups (``ReshardNoCache``'s equal-dimension grouping).
+    kept = [x > 1 and x == y for x, y in zip(a.counts, b.counts)]
+    return _replicate(shape, element_bytes, a.counts, names, kept)
 
 
 def _all_to_all_collectives(shape, element_bytes, a: _Tiling, b: _Tiling, names,
@@ -458,7 +471,7 @@ def _all_to_all_collectives(shape, element_bytes, a: _Tiling, b: _Tiling, names,
             out.append(Collective(COLLECTIVE_PERMUTE, moved_names,
                                   _bytes(_local(shape, b.counts), element_bytes)))
         return out
-    merge = _merge_or_split(a, b)
+    merge = _merge_or_split(a, b, shape)
     if merge is not None:
         source, target, group = merge
         local = _local(shape, a.counts)
