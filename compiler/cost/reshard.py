@@ -25,7 +25,7 @@ test/python/compiler/cost/test_cost_model_table.py (bench/cost_model.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import prod
 
@@ -719,11 +719,24 @@ def dot_partial_sums(result: Tensor, reduced: Sequence[Sequence[AxisRef]],
     Those other axes it sums one contracting dimension at a time
     (``AllReduceAlongShardingDims`` per sharded dimension), each time the whole
     slice: a contraction over heads on one axis and head features on another is
-    two all-reduces. Each collective comes with the axes it reduces over."""
+    two all-reduces. A result sliced on several dimensions is all-reduced whole
+    once per dimension, over its reduced axes, minor-most dimension first
+    (XLA:CPU; one reduce-scatter where the platform forms them). Each collective
+    comes with the axes it reduces over."""
     axes = dim_axes(result.sharding, len(result.shape))
     over = [axis for dim in reduced for axis in dim]
     sliced = tuple(axis for axis in over if any(axis in dim for dim in axes))
     rest = [step for step in (tuple(a for a in dim if a not in sliced) for dim in reduced)
             if step]
-    steps = ([sliced] if sliced else []) + rest
-    return [(step, all_reduce(result, step)) for step in steps]
+    out = []
+    if sliced:
+        whole = all_reduce(result, sliced)
+        per_dim = [tuple(a for a in dim if a in sliced) for dim in reversed(axes)]
+        per_dim = [step for step in per_dim if step]
+        if whole.kind == ALL_REDUCE and len(per_dim) > 1:
+            # Sliced on several dimensions: one all-reduce of the whole buffer per
+            # dimension, minor-most first (as XLA:CPU compiles it).
+            out += [(step, replace(whole, axes=axis_names(step))) for step in per_dim]
+        else:
+            out.append((sliced, whole))
+    return out + [(step, all_reduce(result, step)) for step in rest]
