@@ -208,8 +208,9 @@ def _batch_regrouped(rule: OpShardingRule, operands: Sequence[Tensor],
     contracting = [set(dim_of[k]) - set(dim_of[2]) for k in (0, 1)]
     if not contracting[0]:
         return None  # an elementwise op: its operands follow the result
-    # XLA first tries each grouping without moving an operand's groups: on the
-    # result's non-contracting axes, or on contractions split alike on both sides.
+    # XLA first tries each grouping without moving an operand's groups: on an
+    # operand's non-contracting split that is the result's, or on contractions split
+    # alike on both sides.
     splits = [prod(counts(k, contracting[k])) for k in (0, 1)]
     own = [[f for f in dim_of[k] if f not in batch and f not in contracting[k]]
            for k in (0, 1)]

@@ -25,7 +25,7 @@ test/python/compiler/cost/test_cost_model_table.py (bench/cost_model.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from math import prod
 
@@ -50,6 +50,10 @@ class Collective:
     kind: str
     axes: tuple[str, ...]
     bytes_per_device: int
+    # Devices in each of its groups where they are fewer than its axes hold (a group
+    # over part of an axis, e.g. "model":(1)4 of a 16-way model axis); 0 otherwise.
+    # XLA's dry runs (the gather/scatter handler's) cost a collective by it.
+    group: int = field(default=0, compare=False)
 
 
 def dim_axes(sharding: TensorSharding | None, rank: int) -> list[tuple[AxisRef, ...]]:
@@ -380,8 +384,8 @@ class _Planner:
                 for source, target in chosen:
                     groups[target] = a.counts[source] // a.counts[target]
                     temp = _swap(temp, source, target)
-                step = Collective(ALL_TO_ALL, self._along(temp, groups),
-                                  self._bytes(shape, a.counts))
+                step = self._grouped(ALL_TO_ALL, self._along(temp, groups),
+                                     self._bytes(shape, a.counts), prod(groups.values()))
                 out, reached = self.with_all_to_all(shape, temp, b, rest, multiple=False)
                 return [step] + out, reached
         source, target = pairs[0]
@@ -389,8 +393,8 @@ class _Planner:
         temp = _swap(a, source, target)
         local = _local(shape, a.counts)
         local[target] = -(-shape[target] // temp.counts[target]) * group
-        step = Collective(ALL_TO_ALL, self._along(temp, {target: group}),
-                          _bytes(local, self.element_bytes))
+        step = self._grouped(ALL_TO_ALL, self._along(temp, {target: group}),
+                             _bytes(local, self.element_bytes), group)
         out, reached = self.with_all_to_all(shape, temp, b, list(pairs[1:]))
         return [step] + out, reached
 
@@ -409,11 +413,20 @@ class _Planner:
             whole = -(-shape[d] // keep[d])
             if whole * 2 <= factor:
                 local[d] = whole
-                out.append(Collective(ALL_REDUCE, names, _bytes(local, self.element_bytes)))
+                out.append(self._grouped(ALL_REDUCE, names,
+                                         _bytes(local, self.element_bytes), factor))
             else:
                 local[d] *= factor
-                out.append(Collective(ALL_GATHER, names, _bytes(local, self.element_bytes)))
+                out.append(self._grouped(ALL_GATHER, names,
+                                         _bytes(local, self.element_bytes), factor))
         return out
+
+    def _grouped(self, kind: str, names: tuple[str, ...], size: int, group: int
+                 ) -> Collective:
+        """A collective over groups of ``group`` devices spanning the mesh axes ``names``
+        (``Collective.group`` where those hold more devices)."""
+        spans = prod(dict(self.axes)[name] for name in names)
+        return Collective(kind, names, size, group if group < spans else 0)
 
     # -- XLA's routes, in ReshardNoCache's order
 
