@@ -32,14 +32,22 @@ a forward convolution on its batch-sharded activations (``data``), whose
 in-group all-gather of the channel-sharded input is not the one the weight
 gradient's convolution makes outside any group, which XLA therefore does again.
 
-A dot whose operands split their batch dimensions differently, with the result
-split on its batch dimensions alone, is grouped on the result's batch split
-(``PartitionDotGroupOnBatch``): the operand split otherwise is moved there first
-(``_batch_regrouped``).
+A dot whose result is split on batch dimensions is grouped on that split
+(``PartitionDotGroupOnBatch``) where no grouping that moves no operand's
+groups comes first: an operand that splits the batch otherwise (or not at
+all) is moved to the result's batch split first (``_batch_regrouped``),
+keeping its other dimensions' tile counts laid on the devices of each group.
+A contraction it holds on the batch axes moves to idle axes and stays
+sharded there: an MoE combine ``gsec,egcd->gsd`` on a (data 8, model 8)
+mesh, the result and ``comb`` batch-sharded on ``data``, the experts' ``e``
+on ``data``, is a collective-permute of the experts to ``[{"model"},
+{"data"}, ...]`` and an all-reduce over ``model``, not an all-to-all of the
+experts.
 
 Not modelled (``regrouped_operand`` answers None, the plain reshard
-stands): other dots with sharded batch factors, both operands matching the
-result, a matching operand on other axes than the result, sub-axes,
+stands): a batch grouping competing with another (XLA orders them by
+cost), both operands matching the result, a matching operand on other
+axes than the result, operands on sub-axes,
 convolutions with a sharded spatial dimension or with groups, and
 the last resort of XLA's search (the operand's tiles laid out on the group
 devices in order, when no layout above fits). Validated against compiled
@@ -50,12 +58,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from math import prod
+from typing import NamedTuple
 
 from shardc.compiler.cost.reshard import dim_axes, shard_bytes
 from shardc.compiler.propagation.projection import projected_axes
 from shardc.compiler.sharding.axes import AxisRef, full_axis
 from shardc.compiler.sharding.rule import OpShardingRule
 from shardc.compiler.sharding.tensor import DimSharding, Tensor, TensorSharding
+
+
+class Regrouped(NamedTuple):
+    """The operand XLA's dot handler moves before grouping the devices, and where to."""
+
+    operand: int
+    sharding: TensorSharding
+    # What the groups are made on: the other operand's "non-contracting" dimensions
+    # or the result's "batch" dimensions.
+    on: str
 
 
 def _factor_axes(tensor: Tensor, mapping, rule: OpShardingRule) -> dict[int, tuple] | None:
@@ -114,7 +133,7 @@ def _dot_axes(rule: OpShardingRule, operands: Sequence[Tensor], results: Sequenc
 
 def regrouped_operand(rule: OpShardingRule, operands: Sequence[Tensor],
                       results: Sequence[Tensor], mesh_axes: Sequence[tuple[str, int]],
-                      convolution: bool = False) -> tuple[int, TensorSharding] | None:
+                      convolution: bool = False) -> Regrouped | None:
     """The operand XLA's dot handler moves before grouping the dot, and where to.
 
     ``mesh_axes`` are the mesh's (name, size) pairs, major to minor
@@ -126,10 +145,7 @@ def regrouped_operand(rule: OpShardingRule, operands: Sequence[Tensor],
     if read is None:
         return None
     batch, non_contracting, axes, out = read
-    every = [*axes, out]
-    if any(a.pre != 1 or a.size != a.total for fa in every for f in fa for a in fa[f]):
-        return None  # sub-axes: not modelled
-    if any(fa.get(f) for fa in every for f in batch):
+    if any(out.get(f) for f in batch):
         return _batch_regrouped(rule, operands, results, batch, mesh_axes)
     matching = [side for side in (0, 1)
                 if prod(a.size for f in non_contracting[side] for a in out.get(f, ())) > 1
@@ -137,14 +153,18 @@ def regrouped_operand(rule: OpShardingRule, operands: Sequence[Tensor],
     if len(matching) != 1:
         return None
     other = 1 - matching[0]
+    if any(a.pre != 1 or a.size != a.total
+           for a in (*(a for f in non_contracting[matching[0]] for a in out.get(f, ())),
+                     *(a for f in axes[other] for a in axes[other][f]))):
+        return None  # groups on sub-axes, or a moved operand on them: not modelled
     group = {a.name for f in non_contracting[matching[0]] for a in out[f]}
     moved = _other_layout(operands[other].sharding, group, mesh_axes)
-    return None if moved is None else (other, moved)
+    return None if moved is None else Regrouped(other, moved, "non-contracting")
 
 
 def _batch_regrouped(rule: OpShardingRule, operands: Sequence[Tensor],
                      results: Sequence[Tensor], batch: set[int],
-                     mesh_axes: Sequence[tuple[str, int]]) -> tuple[int, TensorSharding] | None:
+                     mesh_axes: Sequence[tuple[str, int]]) -> Regrouped | None:
     """``PartitionDotGroupOnBatch`` when the operands split their batch dimensions
     differently: XLA groups the devices as the result splits its batch dimensions and
     moves each operand there (``reshard_to_output_batch``): its tile array, with the
@@ -157,9 +177,14 @@ def _batch_regrouped(rule: OpShardingRule, operands: Sequence[Tensor],
     ``[{"data", "fsdp"}]`` on 2x2x2 moves ``egcd`` to ``[{"model"}, {"data", "fsdp"}]``
     (a slice and a collective-permute), then gathers ``e`` inside the groups. XLA tries
     this only after the groupings that move no operand's groups (``PartitionDot``'s
-    first pass): None when the result splits a non-batch dimension or both operands
-    split their contraction alike, when the batch splits agree (the plain reshard
-    stands), or when more than one operand moves."""
+    first pass): None when an operand's non-contracting split is the result's or both
+    operands split their contraction alike (XLA picks among those by cost), when the
+    batch splits agree (the plain reshard stands), or when more than one operand
+    moves. Where the moved operand has more tiles than devices, the extra come out
+    of its replication first, else out of its non-contracting dimensions (when as
+    many, unless its contraction is as many and not the other operand's), else out
+    of its contracting ones; a contraction on the batch axes thus moves to idle axes
+    (their major part where it needs fewer devices) and stays sharded there."""
     tensors = [*operands, results[0]]
     mappings = [*rule.operand_mappings, rule.result_mappings[0]]
     if any(len(dim) > 1 for mapping in mappings for dim in mapping):
@@ -183,10 +208,13 @@ def _batch_regrouped(rule: OpShardingRule, operands: Sequence[Tensor],
     contracting = [set(dim_of[k]) - set(dim_of[2]) for k in (0, 1)]
     if not contracting[0]:
         return None  # an elementwise op: its operands follow the result
-    # XLA first tries each grouping without moving an operand's groups: on the
-    # result's non-contracting axes, or on contractions split alike on both sides.
+    # XLA first tries each grouping without moving an operand's groups: on an
+    # operand's non-contracting split that is the result's, or on contractions split
+    # alike on both sides.
     splits = [prod(counts(k, contracting[k])) for k in (0, 1)]
-    if any(count(2, d) > 1 for f, d in dim_of[2].items() if f not in batch) or (
+    own = [[f for f in dim_of[k] if f not in batch and f not in contracting[k]]
+           for k in (0, 1)]
+    if any(prod(counts(k, own[k])) == prod(counts(2, own[k])) > 1 for k in (0, 1)) or (
             splits[0] == splits[1] > 1):
         return None
     moved = [_to_output_batch(k, tensors, axes, dim_of, batch, contracting, mesh_axes)
@@ -194,7 +222,7 @@ def _batch_regrouped(rule: OpShardingRule, operands: Sequence[Tensor],
     if any(m is None for m in moved):
         return None
     changed = [k for k in (0, 1) if moved[k] != operands[k].sharding]
-    return (changed[0], moved[changed[0]]) if len(changed) == 1 else None
+    return Regrouped(changed[0], moved[changed[0]], "batch") if len(changed) == 1 else None
 
 
 def _to_output_batch(k: int, tensors: Sequence[Tensor], axes, dim_of, batch: set[int],
@@ -262,14 +290,24 @@ def _to_output_batch(k: int, tensors: Sequence[Tensor], axes, dim_of, batch: set
 
 
 def _cut(flat: Sequence[AxisRef], counts: Sequence[int]) -> list[list[AxisRef]] | None:
-    """``flat`` (axes major to minor) dealt out to dimensions of ``counts`` in order;
-    None when a count splits an axis."""
+    """``flat`` (axes major to minor) dealt out to dimensions of ``counts`` in order, an
+    axis split into its major and minor parts where a count takes part of it (XLA
+    reshapes the tile array); None when a count is not a product of the parts left."""
     out, rest = [], list(flat)
     for count in counts:
         taken: list[AxisRef] = []
-        while prod(a.size for a in taken) < count and rest:
-            taken.append(rest.pop(0))
-        if prod(a.size for a in taken) != count:
+        while count > 1 and rest:
+            a = rest.pop(0)
+            if a.size > count:
+                if a.size % count:
+                    return None
+                rest.insert(0, AxisRef(a.name, a.pre * count, a.size // count, a.total))
+                a = AxisRef(a.name, a.pre, count, a.total)
+            elif count % a.size:
+                return None
+            taken.append(a)
+            count //= a.size
+        if count != 1:
             return None
         out.append(taken)
     return out
@@ -295,7 +333,7 @@ def matching_operand(rule: OpShardingRule, operands: Sequence[Tensor],
     if read is None:
         return None
     batch, non_contracting, axes, out = read
-    if any(fa.get(f) for fa in (*axes, out) for f in batch):
+    if any(out.get(f) for f in batch):
         return None  # XLA groups on batch dims first
 
     def tiles(found: dict, factors) -> int:
@@ -359,3 +397,4 @@ def _group_dims_replicated(sharding: TensorSharding, group: set[str]) -> TensorS
     for j in matched:
         dims[j] = DimSharding((), True)
     return sharding._replace(dims=tuple(dims))
+

@@ -419,7 +419,7 @@ class _Partitioner:
 
 
 def _group_size(c: Collective, mesh: MeshInfo) -> int:
-    return prod(mesh.sizes.get(a, 1) for a in c.axes) or 1
+    return c.group or prod(mesh.sizes.get(a, 1) for a in c.axes) or 1
 
 
 def _memory(c: Collective, mesh: MeshInfo) -> int:

@@ -33,7 +33,7 @@ from shardc.compiler.cost.reshard import (
     reshard_tensor,
 )
 from shardc.compiler.propagation.projection import AXES, project
-from shardc.compiler.sharding.axes import AxisRef, size_product
+from shardc.compiler.sharding.axes import AxisRef, overlaps, size_product
 from shardc.compiler.sharding.rule import OpShardingRule
 from shardc.compiler.sharding.tensor import DimSharding, MeshInfo, Tensor, TensorSharding
 
@@ -74,6 +74,11 @@ class OpCommunication:
     # per-dimension axes the op computes it in (the memory estimate lays out the
     # buffers of that reshard from it); None otherwise.
     source: tuple | None = None
+    # What XLA's reshard cache keys this reshard by, where that is not ``target``:
+    # the layout a dot moves an operand to before grouping (``dot_groups``), the
+    # layout it was moved to and the target after that, and the whole value where
+    # XLA gathers it whole and slices it (``Replicate`` caches that value).
+    reuse: tuple | None = None
 
 
 def _result_factor_axes(rule: OpShardingRule, results: Sequence[Tensor]) -> dict[int, tuple]:
@@ -198,7 +203,10 @@ def _reduction_axes(rule: OpShardingRule, operands: Sequence[Tensor],
         for tensor, proj in zip(operands, projections):
             if proj is None or factor not in proj.factors:
                 continue
-            axes = tuple(a for a in proj.factors[factor][AXES] if a not in used)
+            # An axis the result uses only part of stays gathered: XLA cannot sum
+            # partial results over it and keep the result sliced on its sub-axis.
+            axes = tuple(a for a in proj.factors[factor][AXES] if a not in used
+                         and not any(overlaps(a, u) for u in used))
             if axes and tensor.global_bytes > best[0]:
                 best = (tensor.global_bytes, axes)
         if devices is not None and best[1] and not _contraction_partitions(
@@ -323,6 +331,21 @@ def _windowed(rule: OpShardingRule, over: Sequence[AxisRef], collective: Collect
             reason + ", reduce-scattered by a windowed loop of collective-permutes")
 
 
+def _gathered_whole(operand: Tensor, needed: TensorSharding, mesh,
+                    collectives: list[Collective] | None = None) -> tuple | None:
+    """The unsharded dimensions where XLA reaches ``needed`` by gathering ``operand``
+    whole and slicing it (its reshard then caches the whole value for later readers);
+    None otherwise."""
+    whole = needed._replace(dims=tuple(DimSharding((), True) for _ in needed.dims))
+    if collectives is None:
+        collectives = reshard_tensor(operand, needed, mesh)
+    if (not collectives or needed == whole
+            or any(c.kind != ALL_GATHER for c in collectives)
+            or collectives != reshard_tensor(operand, whole, mesh)):
+        return None
+    return tuple(d.axes for d in whole.dims)
+
+
 _memo: dict[tuple, tuple[OpCommunication, ...]] = {}
 _MEMO_LIMIT = 16384
 
@@ -348,7 +371,7 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     if regrouped is not None:
         # Inside the groups XLA partitions the dot on the moved operand: a contraction
         # it now holds sharded on free axes may stay sharded (partial sums).
-        moved = [replace(t, sharding=regrouped[1]) if i == regrouped[0] else t
+        moved = [replace(t, sharding=regrouped.sharding) if i == regrouped.operand else t
                  for i, t in enumerate(operands)]
         factor_axes, reduction = computation_axes(rule, moved, results, mesh)
     matching = (matching_operand(rule, operands, results, convolution)
@@ -364,17 +387,26 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
         # reuse and explicit reshards on it.
         target = tuple(d.axes for d in needed.dims)
         groups = matching[1] if matching is not None and matching[0] == index else ()
-        if regrouped is not None and regrouped[0] == index:
-            moved = regrouped[1]
-            reason = (f"sharded {dims_text(operand.sharding)}, the dot groups on the other "
-                      f"operand's non-contracting axes and first moves it to {dims_text(moved)}")
+        reuse = None
+        if regrouped is not None and regrouped.operand == index:
+            moved = regrouped.sharding
+            whose = ("the other operand's non-contracting" if regrouped.on == "non-contracting"
+                     else "the result's batch")
+            reason = (f"sharded {dims_text(operand.sharding)}, the dot groups on {whose} "
+                      f"axes and first moves it to {dims_text(moved)}")
+            moved_dims = tuple(d.axes for d in moved.dims)
             for collective in reshard_tensor(operand, moved, mesh):
-                out.append(OpCommunication(index, reason, collective, target, groups))
+                out.append(OpCommunication(index, reason, collective, target, groups,
+                                           reuse=moved_dims))
             operand = replace(operand, sharding=moved)
-        for collective in reshard_tensor(operand, needed, mesh):
+            reuse = (moved_dims, _gathered_whole(operand, needed, mesh) or target)
+        collectives = reshard_tensor(operand, needed, mesh)
+        if reuse is None and collectives:
+            reuse = _gathered_whole(operand, needed, mesh, collectives)
+        for collective in collectives:
             reason = (f"sharded {dims_text(operand.sharding)}, the op needs "
                       f"{dims_text(needed)}")
-            out.append(OpCommunication(index, reason, collective, target, groups))
+            out.append(OpCommunication(index, reason, collective, target, groups, reuse=reuse))
     if over:
         for result in results:
             if dot:

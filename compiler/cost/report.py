@@ -573,11 +573,12 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
     resharded = []
     for need in needs[0]:
         if need.target is not None:
-            reshard = _reshard_key(graph.op_operands[op][need.operand], need)
-            if reuses_reshard(reader, reader.resharded, reshard, op, need.collective.kind):
+            keys = _reshard_keys(graph.op_operands[op][need.operand], need)
+            if any(reuses_reshard(reader, reader.resharded, key, op, need.collective.kind)
+                   for key in keys):
                 continue  # XLA reuses the value it already resharded for an earlier op
                 # (inside the same device groups: each grouping has its own cache)
-            resharded.append(reshard)
+            resharded.extend(keys)
         kept.append(need)
     for reshard in resharded:  # for later ops only: two needs here both count
         note_reshard(reader, reader.resharded, reshard, op)
@@ -649,21 +650,26 @@ def _returned_reuses(reader: ModuleValues, op: int, value: int, dst: TensorShard
         reuses_reshard(reader, reader.resharded, key, op, c.kind) for c in found)
 
 
-def _reshard_key(value: int, need: OpCommunication) -> tuple:
+def _reshard_keys(value: int, need: OpCommunication) -> list[tuple]:
     """What XLA keys a reshard of ``value`` for ``need`` by: its target and the device
     groups it is made in (each grouping has its own reshard cache), except for an
     all-gather under the platform's all-gather CSE, which merges equal gathers
-    whichever cache made them."""
+    whichever cache made them; then the value it caches on the way
+    (``OpCommunication.reuse``), where there is one."""
+    groups = need.groups
     if (need.collective.kind == ALL_GATHER
             and active_rules().all_gather_cse_distance is not None):
-        return (value, need.target, ())
-    return (value, need.target, need.groups)
+        groups = ()
+    keys = [(value, need.target, groups)]
+    if need.reuse is not None:
+        keys.append((value, need.reuse, groups))
+    return keys
 
 
 def reuses_reshard(reader: ModuleValues, first: dict, reshard: tuple, op: int,
                    kind: str) -> bool:
     """Whether op ``op`` reuses the value an earlier op resharded as ``reshard`` (a
-    value, its target and its device groups: ``_reshard_key``; ``first``: ``note_reshard``'s record of the first ones)
+    value, its target and its device groups: ``_reshard_keys``; ``first``: ``note_reshard``'s record of the first ones)
     by a collective of ``kind``, on the platform predicted for:
     ``PlatformRules.reuses_reshards``, and for an all-gather under
     ``all_gather_cse_distance``, where the first gather's readers are close."""

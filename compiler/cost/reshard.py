@@ -25,7 +25,7 @@ test/python/compiler/cost/test_cost_model_table.py (bench/cost_model.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from math import prod
 
@@ -50,6 +50,10 @@ class Collective:
     kind: str
     axes: tuple[str, ...]
     bytes_per_device: int
+    # Devices in each of its groups where they are fewer than its axes hold (a group
+    # over part of an axis, e.g. "model":(1)4 of a 16-way model axis); 0 otherwise.
+    # XLA's dry runs (the gather/scatter handler's) cost a collective by it.
+    group: int = field(default=0, compare=False)
 
 
 def dim_axes(sharding: TensorSharding | None, rank: int) -> list[tuple[AxisRef, ...]]:
@@ -380,8 +384,8 @@ class _Planner:
                 for source, target in chosen:
                     groups[target] = a.counts[source] // a.counts[target]
                     temp = _swap(temp, source, target)
-                step = Collective(ALL_TO_ALL, self._along(temp, groups),
-                                  self._bytes(shape, a.counts))
+                step = self._grouped(ALL_TO_ALL, self._along(temp, groups),
+                                     self._bytes(shape, a.counts), prod(groups.values()))
                 out, reached = self.with_all_to_all(shape, temp, b, rest, multiple=False)
                 return [step] + out, reached
         source, target = pairs[0]
@@ -389,8 +393,8 @@ class _Planner:
         temp = _swap(a, source, target)
         local = _local(shape, a.counts)
         local[target] = -(-shape[target] // temp.counts[target]) * group
-        step = Collective(ALL_TO_ALL, self._along(temp, {target: group}),
-                          _bytes(local, self.element_bytes))
+        step = self._grouped(ALL_TO_ALL, self._along(temp, {target: group}),
+                             _bytes(local, self.element_bytes), group)
         out, reached = self.with_all_to_all(shape, temp, b, list(pairs[1:]))
         return [step] + out, reached
 
@@ -409,11 +413,20 @@ class _Planner:
             whole = -(-shape[d] // keep[d])
             if whole * 2 <= factor:
                 local[d] = whole
-                out.append(Collective(ALL_REDUCE, names, _bytes(local, self.element_bytes)))
+                out.append(self._grouped(ALL_REDUCE, names,
+                                         _bytes(local, self.element_bytes), factor))
             else:
                 local[d] *= factor
-                out.append(Collective(ALL_GATHER, names, _bytes(local, self.element_bytes)))
+                out.append(self._grouped(ALL_GATHER, names,
+                                         _bytes(local, self.element_bytes), factor))
         return out
+
+    def _grouped(self, kind: str, names: tuple[str, ...], size: int, group: int
+                 ) -> Collective:
+        """A collective over groups of ``group`` devices spanning the mesh axes ``names``
+        (``Collective.group`` where those hold more devices)."""
+        spans = prod(dict(self.axes)[name] for name in names)
+        return Collective(kind, names, size, group if group < spans else 0)
 
     # -- XLA's routes, in ReshardNoCache's order
 
@@ -719,11 +732,24 @@ def dot_partial_sums(result: Tensor, reduced: Sequence[Sequence[AxisRef]],
     Those other axes it sums one contracting dimension at a time
     (``AllReduceAlongShardingDims`` per sharded dimension), each time the whole
     slice: a contraction over heads on one axis and head features on another is
-    two all-reduces. Each collective comes with the axes it reduces over."""
+    two all-reduces. A result sliced on several dimensions is all-reduced whole
+    once per dimension, over its reduced axes, minor-most dimension first
+    (XLA:CPU; one reduce-scatter where the platform forms them). Each collective
+    comes with the axes it reduces over."""
     axes = dim_axes(result.sharding, len(result.shape))
     over = [axis for dim in reduced for axis in dim]
     sliced = tuple(axis for axis in over if any(axis in dim for dim in axes))
     rest = [step for step in (tuple(a for a in dim if a not in sliced) for dim in reduced)
             if step]
-    steps = ([sliced] if sliced else []) + rest
-    return [(step, all_reduce(result, step)) for step in steps]
+    out = []
+    if sliced:
+        whole = all_reduce(result, sliced)
+        per_dim = [tuple(a for a in dim if a in sliced) for dim in reversed(axes)]
+        per_dim = [step for step in per_dim if step]
+        if whole.kind == ALL_REDUCE and len(per_dim) > 1:
+            # Sliced on several dimensions: one all-reduce of the whole buffer per
+            # dimension, minor-most first (as XLA:CPU compiles it).
+            out += [(step, replace(whole, axes=axis_names(step))) for step in per_dim]
+        else:
+            out.append((sliced, whole))
+    return out + [(step, all_reduce(result, step)) for step in rest]

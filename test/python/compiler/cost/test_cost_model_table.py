@@ -12,6 +12,9 @@ fixes or breaks cases shows up here.
 import pytest
 
 from bench import cost_model as cm
+from shardc.compiler.cost.reshard import reshard_collectives
+from shardc.compiler.sharding.axes import full_axis, sub_axis
+from shardc.compiler.sharding.tensor import DimSharding, TensorSharding
 
 # Misses per known class (update together with docs/cost-model.md).
 EXPECTED_RESHARD_MISSES = {"padded": 16}
@@ -112,3 +115,42 @@ def test_indexed_ops_follow_xlas_gather_scatter_handler(indexed_rows):
     unexpected = [r for r in indexed_rows if not r.match and r.known_miss is None]
     assert not unexpected, [(r.case, r.predicted, r.xla) for r in unexpected]
     assert cm.summary(indexed_rows)["misses"] == EXPECTED_INDEXED_MISSES
+
+
+# Partially replicated to fully tiled, no refinement: one all-to-all of the source
+# shard then a slice (ReshardPartialReplicateWithAllToAll), or the replicas sliced
+# into a dimension first, then all-to-alls (TryComplexReshardHandling).
+PARTIAL_TO_TILED = [
+    ("4x2", (16, 16), (R, X), (X, Y)),
+    ("4x2", (16, 16, 16), (R, X, R), (X, R, Y)),
+    ("4x2", (16, 16, 16), (R, R, Y), (Y, X, R)),
+    ("2x4", (16, 16, 16), (X, R, R), (R, X, Y)),
+    ("2x2x2", (16, 16, 16), (R, X, R), (Z, R, ("x", "y"))),
+    ("4x2", (4, 8, 8, 32), (X, R, R, R), (R, ("x", "y"), R, R)),
+    ("2x2x2", (16, 16), (X, Y), (("x", "y", "z"), R)),  # XLA replicates
+]
+
+
+@pytest.mark.parametrize("case", PARTIAL_TO_TILED, ids=str)
+def test_partially_replicated_to_tiled_follows_xla(case):
+    mesh, shape, src, dst = case
+    rows = cm.reshard_table([cm.Case(mesh, shape, src, dst)])
+    assert rows[0].match, rows[0]
+
+
+def test_heads_split_across_the_model_axis_are_replicated_inside_the_data_groups():
+    """4 heads on a 16-way ``model`` axis split into ``"model":(1)4 x "model":(4)4``:
+    XLA's merge pattern needs the heads' shard (1 head) to split 4 ways and fails, so
+    it groups on the equally tiled batch (``data``) and replicates the rest there:
+    two all-gathers over the model sub-axes, not an all-to-all, and nothing over
+    ``data`` (``ReshardNoCache``'s equal-dimension grouping)."""
+    mesh = (("data", 4), ("model", 16))
+    data, model = full_axis("data", 4), full_axis("model", 16)
+    split = (sub_axis("model", 1, 4, 16), sub_axis("model", 4, 4, 16))
+    src = TensorSharding("mesh", tuple(DimSharding(a, True) for a in
+                                       ((data,), (), split[:1], split[1:])))
+    dst = TensorSharding("mesh", tuple(DimSharding(a, True) for a in
+                                       ((data,), (), (model,), ())))
+    found = reshard_collectives((8, 16, 4, 16), 4, src, dst, mesh)
+    assert [(c.kind, c.bytes_per_device) for c in found] == [
+        ("all-gather", 2 * 16 * 1 * 16 * 4), ("all-gather", 2 * 16 * 4 * 16 * 4)]

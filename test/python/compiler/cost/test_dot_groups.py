@@ -2,6 +2,7 @@
 (the layouts checked against compiled HLO in bench/comm_report.py's HANDWRITTEN cases)."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
@@ -37,7 +38,7 @@ def moved(lhs, rhs, out):
                               [tensor(*out, shape=(32, 32))], MESH)
     if found is None:
         return None
-    index, sharding = found
+    index, sharding, _ = found
     return index, [[a.name for a in d.axes] for d in sharding.dims]
 
 
@@ -198,3 +199,153 @@ def test_the_moved_operand_may_keep_its_contraction_sharded_inside_the_groups():
     ours, theirs = compiled(x), jax.jit(square)(x)
     np.testing.assert_allclose(ours, theirs, rtol=1e-5)
     assert ours.sharding.is_equivalent_to(theirs.sharding, ours.ndim)
+
+
+# gsec,egcd->gsd (an MoE combine): factors g=0, s=1, e=2, c=3, d=4; e and c contracted.
+COMBINE = OpShardingRule(
+    factor_sizes=(8, 32, 8, 8, 64),
+    operand_mappings=(((0,), (1,), (2,), (3,)), ((2,), (0,), (3,), (4,))),
+    result_mappings=(((0,), (1,), (4,)),),
+    reduction_factors=(2, 3),
+)
+
+
+def _combine_moved(mesh, comb, experts, out):
+    sizes = dict(mesh)
+
+    def sharded(shape, *dims):
+        return Tensor(shape, 4, TensorSharding("mesh", tuple(
+            DimSharding(tuple(full_axis(a, sizes[a]) for a in d), True) for d in dims)))
+
+    found = regrouped_operand(COMBINE, [sharded((8, 32, 8, 8), *comb),
+                                        sharded((8, 8, 8, 64), *experts)],
+                              [sharded((8, 32, 64), *out)], mesh)
+    if found is None:
+        return None
+    return found.operand, found.on, [[str(a) for a in d.axes] for d in found.sharding.dims]
+
+
+def test_batch_grouping_moves_a_contraction_on_the_batch_axes_to_idle_axes():
+    # The result's batch g on data (8 groups); the experts hold e on data and
+    # replicate model: g takes data, e moves to model (XLA's reshard_to_output_batch
+    # takes the batch tiles out of the replication).
+    mesh = (("data", 8), ("model", 8))
+    assert _combine_moved(mesh, [["data"], [], [], []], [["data"], [], [], []],
+                          [["data"], [], []]) == (
+        1, "batch", [['"model"'], ['"data"'], [], []])
+    # Fewer replicas than batch tiles (4x2): the contraction's tiles give way instead.
+    mesh = (("data", 4), ("model", 2))
+    assert _combine_moved(mesh, [["data"], [], [], []], [["data"], [], [], []],
+                          [["data"], [], []]) == (1, "batch", [[], ['"data"'], [], []])
+    # Replicas a multiple of the batch tiles but more (2x4): e takes model's major part.
+    mesh = (("data", 2), ("model", 4))
+    assert _combine_moved(mesh, [["data"], [], [], []], [["data"], [], [], []],
+                          [["data"], [], []]) == (
+        1, "batch", [['"model":(1)2'], ['"data"'], [], []])
+    # Both operands' batch tilings alike: nothing moves before the groups.
+    assert _combine_moved(mesh, [["data"], [], [], []], [[], ["data"], [], []],
+                          [["data"], [], []]) is None
+
+
+def _combine(comb, experts):
+    return jnp.einsum("gsec,egcd->gsd", comb, experts)
+
+
+def _batched_matmul(a, b):
+    return jnp.einsum("bij,bjk->bik", a, b)
+
+
+# Dots whose result is sharded on batch dimensions the other operand holds unsharded
+# (XLA's PartitionDotGroupOnBatch), with the collectives XLA compiles.
+BATCH_CASES = {
+    # 2x4: the experts' e moves from data to model's major half (a collective-permute);
+    # inside the groups the contraction is gathered (the combine's shard is the larger).
+    "combine, replicas a multiple of the batch tiles": (
+        (2, 4), _combine, [(4, 16, 4, 8), (4, 4, 8, 32)], (P("data"), P("data")),
+        P("data"), {"collective-permute": 4096, "all-gather": 8192}),
+    # 4x2: fewer replicas than batch tiles: the contraction's tiles give way (all-to-all).
+    "combine, fewer replicas than batch tiles": (
+        (4, 2), _combine, [(4, 16, 4, 8), (4, 4, 8, 32)], (P("data"), P("data")),
+        P("data"), {"all-to-all": 4096}),
+    # The rhs's non-contracting k gives way to the batch; its contraction stays on model.
+    "batched matmul": (
+        (4, 2), _batched_matmul, [(8, 16, 32), (8, 32, 16)],
+        (P("data"), P(None, "model", "data")), P("data"),
+        {"all-to-all": 2048, "all-reduce": 2048}),
+}
+
+
+@pytest.mark.parametrize("name", BATCH_CASES)
+def test_batch_grouped_dots_match_xla(name):
+    shape, fun, shapes, ins, out, expected = BATCH_CASES[name]
+    mesh = jax.make_mesh(shape, ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    ins = tuple(NamedSharding(mesh, spec) for spec in ins)
+    rand = np.random.default_rng(0)
+    args = [jax.device_put(rand.standard_normal(s).astype(np.float32), i)
+            for s, i in zip(shapes, ins)]
+    lowered = jit(fun, in_shardings=ins, out_shardings=NamedSharding(mesh, out)).lower(*args)
+    predicted = {k: t.bytes_per_device for k, t in lowered.comm_report().totals().items()
+                 if t.count}
+    compiled = lowered.compile()
+    assert predicted == {k: c.bytes_per_device
+                         for k, c in compiled.collectives().items() if c.count}
+    assert predicted == expected
+    np.testing.assert_allclose(compiled(*args), jax.jit(fun)(*args), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("out, reduces", [
+    (P("data", "model"), [("model",), ("data",)]),   # two dimensions: minor-most first
+    (P("model", "data"), [("data",), ("model",)]),
+    (P(("data", "model")), [("data", "model")]),     # one dimension: one all-reduce
+])
+def test_partial_sums_sliced_on_several_dimensions_are_reduced_per_dimension(out, reduces):
+    """``x @ w`` contracting over (data, model) on both sides: XLA all-reduces the whole
+    result once per dimension the result is sliced on, then slices it."""
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    ins = (NamedSharding(mesh, P(None, ("data", "model"))),
+           NamedSharding(mesh, P(("data", "model"))))
+    rand = np.random.default_rng(0)
+    args = [jax.device_put(rand.standard_normal(s).astype(np.float32), i)
+            for s, i in zip([(16, 256), (256, 32)], ins)]
+    lowered = jit(jnp.matmul, in_shardings=ins, out_shardings=NamedSharding(mesh, out)
+                  ).lower(*args)
+    report = lowered.comm_report()
+    assert [(e.kind, e.axes, e.bytes_per_device) for e in report.entries] == [
+        ("all-reduce", axes, 16 * 32 * 4) for axes in reduces]
+    compiled = lowered.compile().collectives()
+    assert {k: (c.bytes_per_device, c.count) for k, c in compiled.items() if c.count} == {
+        "all-reduce": (16 * 32 * 4 * len(reduces), len(reduces))}
+
+
+def test_grouped_query_attention_with_fewer_kv_heads_than_the_model_axis():
+    """GQA on (data 2, model 4) with 2 kv heads: ``x @ wk`` (``wk`` ``[{"data"}, {}]``)
+    has its heads on ``"model":(1)2``. XLA groups on ``x``'s batch (``data``), permutes
+    ``wk`` to ``[{"model"}, {}]``, gathers it whole over ``model`` and slices the heads;
+    the backward pass's dots reuse both (one reshard cache per grouping, and the whole
+    value ``Replicate`` cached)."""
+    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    batch, seq, dim, heads, kv_heads, head_dim = 4, 8, 64, 4, 2, 16
+
+    def loss(x, wq, wk, wv):
+        q = (x @ wq).reshape(batch, seq, kv_heads, heads // kv_heads, head_dim)
+        k = (x @ wk).reshape(batch, seq, kv_heads, head_dim)
+        v = (x @ wv).reshape(batch, seq, kv_heads, head_dim)
+        s = jnp.einsum("bqgrd,bkgd->bgrqk", q, k)
+        return jnp.mean(jnp.einsum("bgrqk,bkgd->bqgrd", jax.nn.softmax(s, -1), v) ** 2)
+
+    specs = (P("data"), P("data", "model"), P("data", None), P("data", None))
+    shapes = [(batch, seq, dim), (dim, heads * head_dim), (dim, kv_heads * head_dim),
+              (dim, kv_heads * head_dim)]
+    rand = np.random.default_rng(0)
+    args = [jax.device_put(rand.standard_normal(s).astype(np.float32), NamedSharding(mesh, p))
+            for s, p in zip(shapes, specs)]
+    fun = jax.grad(loss, argnums=(1, 2, 3))
+    lowered = jit(fun).lower(*args)
+    predicted = {k: (t.bytes_per_device, t.count)
+                 for k, t in lowered.comm_report().totals().items() if t.count}
+    compiled = lowered.compile()
+    assert {k: b for k, (b, _) in predicted.items()} == {
+        k: c.bytes_per_device for k, c in compiled.collectives().items() if c.count}
+    assert predicted["collective-permute"] == (4096, 2)
+    for ours, theirs in zip(compiled(*args), jax.jit(fun)(*args)):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-6)

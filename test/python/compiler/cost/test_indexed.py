@@ -97,6 +97,26 @@ def test_the_dry_run_inside_groups_sizes_the_per_group_output():
     assert sorted(found) == sorted(xla)
 
 
+def test_the_dry_run_counts_a_collective_over_part_of_an_axis_by_its_devices():
+    """bench.plan_speed's lookup at 64 devices (4 x 16): the tokens need the vocab's
+    ``"model":(1)4``. XLA's dry run costs gathering the tokens over those 4 devices
+    (then the output all-reduced over ``model``) against gathering the output, by the
+    devices in each group, and gathers the tokens; a collective over part of an axis
+    counts its own devices, not the whole axis's. XLA:CPU's collectives at 64 devices:"""
+    xla = [("collective-permute", 128), ("all-gather", 512), ("all-reduce", 8192),
+           ("all-to-all", 8192)]
+    mesh = jax.sharding.AbstractMesh((4, 16), ("data", "model"),
+                                     axis_types=(AxisType.Auto,) * 2)
+    table = jax.ShapeDtypeStruct((256, 64), jnp.float32,
+                                 sharding=NamedSharding(mesh, P("model", "data")))
+    tokens = jax.ShapeDtypeStruct((8, 16), jnp.int32, sharding=NamedSharding(mesh, P("data")))
+    lowered = jit(lambda t, i: t[i], out_shardings=NamedSharding(mesh, P("data"))).lower(
+        table, tokens)
+    found = {}
+    for e in lowered.comm_report(platform="cpu").entries:
+        found[e.kind] = found.get(e.kind, 0) + e.bytes_per_device
+    assert sorted(found.items()) == sorted(xla)
+
 
 @pytest.mark.parametrize("count", [1, 2])
 def test_a_result_computed_replicated_is_returned_without_gathering_it_again(count):

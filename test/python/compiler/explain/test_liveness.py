@@ -58,10 +58,14 @@ def test_estimate_unchanged_on_benchmark_programs(programs, name):
 # abstract mesh of (data=4, model=16): unrolled, scanned, and scanned with
 # jax.checkpoint, whose recomputed forward made the recursive walk never finish
 # for a 7B-shaped model.
+# comm_report gathers a contraction on an axis its result uses a sub-axis of (the
+# heads on "model":(1)4), as XLA does, where it kept partial sums: the unrolled and
+# remat estimates grow towards XLA's temporaries (145984 -> 150080, XLA 204328;
+# 100992 -> 103040, XLA 136664).
 TINY_BEFORE = {
-    "unrolled": (8704, 8628, 145984, 0),
+    "unrolled": (8704, 8628, 150080, 0),
     "scan": (8704, 8556, 215488, 0),
-    "remat": (8704, 8556, 100992, 0),
+    "remat": (8704, 8556, 103040, 0),
 }
 
 
