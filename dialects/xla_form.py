@@ -85,7 +85,7 @@ from shardc.dialects.while_loops import hoist_all_invariant_carries, terminator
 LOOP = "stablehlo.while"
 CASE = "stablehlo.case"
 # Data-flow ops whose per-value sharding XLA's folding can overwrite with one sharding.
-_DROPPED_SHARDINGS = ("stablehlo.optimization_barrier",)
+DROPPED_SHARDINGS = ("stablehlo.optimization_barrier",)
 # Custom calls XLA's conversion rewrites into other ops, refusing a sharding on them.
 _UNSHARDABLE_CALLS = ("ApproxTopK",)
 # Ops a pair of which XLA folds away when the second undoes the first.
@@ -116,7 +116,7 @@ def to_xla_form(module: ir.Operation) -> None:
     cases: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name in _DROPPED_SHARDINGS and SHARDING_ATTR in op.attributes:
+        if op.name in DROPPED_SHARDINGS and SHARDING_ATTR in op.attributes:
             if _ranks(op) > 1:
                 barriers.append(op)
             else:  # one sharding fits every result: XLA's data-flow edges re-derive it
@@ -187,7 +187,7 @@ def _not_for_xla(op: ir.Operation) -> str | None:
     if op.name == LOOP:
         return ("carries a per-value sharding, which XLA's loop simplification "
                 "leaves unshortened when it drops carries")
-    if op.name in _DROPPED_SHARDINGS or _is_unshardable_call(op):
+    if op.name in DROPPED_SHARDINGS or _is_unshardable_call(op):
         return "carries a sharding XLA's conversion refuses or misreads"
     return None
 
@@ -217,7 +217,7 @@ def _constrain_carries(loop: ir.Operation) -> None:
     cond, body = (region.blocks[0] for region in loop.regions)
     returned = terminator(body)
     for k, sharding in enumerate(shardings):
-        if not _decides_anything(sharding, loop.results[k].type, loop):
+        if not decides_anything(sharding, loop.results[k].type, loop):
             continue
         operand = loop.operands[k]
         if not _sharded_as(operand, sharding):
@@ -249,13 +249,13 @@ def _constrain_branch_results(case: ir.Operation) -> None:
     for returned in returns:
         for k, sharding in enumerate(shardings):
             value = returned.operands[k]
-            if sharding is not None and _decides_anything(sharding, value.type, case) \
+            if sharding is not None and decides_anything(sharding, value.type, case) \
                     and not _sharded_as(value, sharding):
                 returned.operands[k] = _constrained(value, sharding,
                                                     ir.InsertionPoint(returned), case.location)
     if len(case.results) > 1 and SHARDING_ATTR in case.attributes:
         for result, sharding in zip(case.results, shardings):
-            if _decides_anything(sharding, result.type, case):
+            if decides_anything(sharding, result.type, case):
                 _constrain_uses(result, sharding, ir.InsertionPoint.after(case), case.location)
 
 
@@ -268,11 +268,12 @@ def _replicated_like(sharding: ir.Attribute | None, type_: ir.Type) -> ir.Attrib
     return ir.Attribute.parse(f"#sdy.sharding<{mesh}, [{dims}]>")
 
 
-def _decides_anything(sharding: ir.Attribute, type_: ir.Type, op: ir.Operation) -> bool:
-    """Whether a carry of ``type_`` could be laid out otherwise than ``sharding`` says: not
-    for a token, nor for a scalar no axis is unreduced on (it is replicated anyway), nor
-    on a maximal mesh (a value placed on one device, e.g. a host callback's: no
-    constraint can say that of an array, and XLA keeps such a value where it is)."""
+def decides_anything(sharding: ir.Attribute, type_: ir.Type, op: ir.Operation) -> bool:
+    """Whether a value of ``type_`` (a carry, an op's result) could be laid out otherwise
+    than ``sharding`` says: not for a token, nor for a scalar no axis is unreduced on (it
+    is replicated anyway), nor on a maximal mesh (a value placed on one device, e.g. a
+    host callback's: no constraint can say that of an array, and XLA keeps such a value
+    where it is)."""
     if not isinstance(type_, ir.RankedTensorType) or _on_maximal_mesh(sharding, op):
         return False
     tensor = sdy.TensorShardingAttr(sharding)

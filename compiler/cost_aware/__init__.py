@@ -14,7 +14,7 @@ import io
 from jaxlib.mlir import ir
 
 from shardc.compiler.cost_aware.candidates import apply_pins, strip_tags, tag_ops
-from shardc.compiler.cost_aware.explicit import constrain_changed_results, insert_operand_reshards
+from shardc.compiler.cost_aware.explicit import constrain_decided_results, insert_operand_reshards
 from shardc.compiler.cost_aware.search import Resolution, resolve
 from shardc.compiler.diagnostics import verify_step
 from shardc.compiler.stages import export_pipeline, import_pipeline
@@ -56,8 +56,8 @@ def cost_aware_pipeline(module: ir.Operation, *, conservative: bool = False,
         del read
         resolution.reshards = insert_operand_reshards(operation, resolution.changed)
         verify_step(operation, "insert_operand_reshards")
-        constrain_changed_results(operation, resolution.changed)
-        verify_step(operation, "constrain_changed_results")
+        constrain_decided_results(operation)
+        verify_step(operation, "constrain_decided_results")
         strip_tags(operation)
         read, resolution.baseline_read = resolution.baseline_read, None
         if read is not None:
