@@ -11,14 +11,11 @@ all-reduce of a sharded reduction factor).
 XLA's own Shardy import keeps only function boundaries and constraints of the
 module it is given and propagates again from them: an op's ``sdy.sharding``
 does not reach it. Shardy's choices survive that because XLA re-derives them
-from the same seeds; the search's do not. Constraining only the ops whose
-shardings the search changed is not enough either: those constraints are other
-seeds than the search's pins, and Shardy's propagation is global (a conflict
-downstream is resolved from whatever reaches it first), so XLA re-derives some
-ops the search left as they were otherwise (a batch-only dot of a gradient
-following its weight instead of its activation, the all-to-alls around it
-gone and others added). So every op's results are constrained (closed) to the
-sharding the search decided: XLA then partitions exactly what was priced.
+from the same seeds; the search's do not, so each changed op's results are
+also constrained (closed) to the sharding the search decided. Those are other
+seeds than the search's pins, and Shardy's propagation is global, so XLA could
+still re-derive an op the search left as it was otherwise: the module is also
+marked (``xla_form.keep_op_shardings``) for XLA's copy to constrain every op.
 """
 
 from __future__ import annotations
@@ -36,7 +33,6 @@ from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.tensor import DimSharding, TensorSharding, format_sharding
 from shardc.dialects import sdy
 from shardc.dialects.sdy import SHARDING_ATTR
-from shardc.dialects.xla_form import CASE, DROPPED_SHARDINGS, LOOP, decides_anything
 
 
 def signature(reader: ModuleValues, op: int,
@@ -158,47 +154,12 @@ def _first_user_in_defining_block(graph, value: int, users: list[tuple[int, int]
     return min(firsts)  # graph indices are pre-order: the earliest in the block
 
 
-def constrain_decided_results(module: ir.Operation) -> int:
-    """Constrain every result of the tagged ops to its own sharding; return how many.
-
-    Left out: the ops XLA's form constrains or re-derives itself (loops, cases,
-    barriers: ``dialects.xla_form``), constants (XLA copies one per use, each in
-    its user's sharding: no collective), the ops of a manual computation's body
-    (partitioned by hand), and results no sharding could lay out otherwise
-    (tokens, replicated scalars, unused results, ones already read through a
-    constraint to the same sharding).
-    """
+def constrain_changed_results(module: ir.Operation, tags: set[int]) -> int:
+    """Constrain every result of the tagged ops to its own sharding; return how many."""
     count = 0
-    for _, op in tagged_ops(module):
-        if op.name in _DERIVED or SHARDING_ATTR not in op.attributes or _in_manual_body(op):
-            continue
-        shardings = sdy.TensorShardingPerValueAttr(op.attributes[SHARDING_ATTR]).shardings
-        after = ir.InsertionPoint.after(op)
-        for result, sharding in zip(op.results, shardings, strict=True):
-            if not decides_anything(sharding, result.type, op) or _read_as(result, sharding):
-                continue
-            constraint = sdy.ShardingConstraintOp(result, sharding, loc=op.location, ip=after)
-            result.replace_all_uses_except(constraint.result, constraint.operation)
-            count += 1
+    for tag, op in tagged_ops(module) if tags else ():
+        if tag in tags and SHARDING_ATTR in op.attributes:
+            shardings = sdy.TensorShardingPerValueAttr(op.attributes[SHARDING_ATTR]).shardings
+            sdy.constrain_results(op, shardings)
+            count += len(shardings)
     return count
-
-
-# Ops whose results' shardings XLA's form handles (or which take their users' own).
-_DERIVED = frozenset({"stablehlo.constant", "sdy.constant", LOOP, CASE, "stablehlo.if",
-                      *DROPPED_SHARDINGS})
-
-
-def _in_manual_body(op: ir.Operation) -> bool:
-    parent = op.parent
-    while parent is not None and parent.name != "func.func":
-        if parent.name == "sdy.manual_computation":
-            return True
-        parent = parent.parent
-    return False
-
-
-def _read_as(value: ir.Value, sharding: ir.Attribute) -> bool:
-    """Whether every use of ``value`` is a constraint to ``sharding`` (none: nothing reads
-    it, so nothing to lay out)."""
-    return all(use.owner.operation.name == "sdy.sharding_constraint"
-               and use.owner.attributes["sharding"] == sharding for use in value.uses)

@@ -87,8 +87,9 @@ FOUND = [
     _case((2, 4), (8, 8, 8), True, (P(None, "b"), P(None, None), P(None, None)), P(None, "a")),
     # Predicted savings that XLA partitioned otherwise (1216 bytes against Shardy's 960):
     # XLA's own Shardy import drops per-op shardings and re-propagated the residual add
-    # (fix: cost_aware.explicit then constrained each changed op's results, now every
-    # op's: constrain_decided_results; they now compile to 704 and 576 bytes).
+    # (fix: cost_aware.explicit.constrain_changed_results constrains each changed op's
+    # results, and XLA's copy every op's: xla_form.keep_op_shardings; they now compile
+    # to 704 and 576 bytes).
     _case((2, 4), (8, 8, 16), True, (P("a", None), P(None, "a"), P(None, None)), P(None, "a")),
     _case((2, 4), (8, 8, 8), True, (P("a", None), P(None, "a"), P(None, None)), P(None, "a")),
     # A predicted saving (10240 -> 9728 bytes) that XLA compiled to 4096 (fix:

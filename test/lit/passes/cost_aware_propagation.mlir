@@ -5,20 +5,20 @@
 // sharding of the bigger weight and gathers %arg2 for the second dot; the
 // cost-aware strategy computes the second dot contracting-sharded (partial
 // sums, one all-reduce) and makes the operand reshard explicit. XLA's own
-// import keeps only boundaries and constraints, so every op's result is also
-// constrained to what the search decided (XLA would re-derive any other).
+// import keeps only boundaries and constraints, so the changed dot's result is
+// also constrained to what the search decided, and the module is marked for
+// XLA's copy to constrain every op's (XLA would re-derive the others).
+// SDY-NOT: shardc.keep_op_shardings
+// CA: module attributes {shardc.keep_op_shardings}
 // SDY-LABEL: func @main
 // SDY: stablehlo.dot_general %arg0, %arg1{{.*}}<@mesh, [{}, {"x"}]>
 // SDY-NOT: sdy.reshard
 // SDY: stablehlo.dot_general %{{.*}}, %arg2{{.*}}<@mesh, [{"x"}, {}]>
 // SDY-NOT: sdy.sharding_constraint
 // CA-LABEL: func @main
-// CA: %[[H:.*]] = stablehlo.dot_general %arg0, %arg1{{.*}}<@mesh, [{}, {"x"}]>
-// CA: sdy.sharding_constraint %[[H]] <@mesh, [{}, {"x"}]>
-// CA: %[[M:.*]] = stablehlo.maximum
-// CA: %[[MC:.*]] = sdy.sharding_constraint %[[M]] <@mesh, [{}, {"x"}]>
+// CA: stablehlo.dot_general %arg0, %arg1{{.*}}<@mesh, [{}, {"x"}]>
 // CA: %[[R:.*]] = sdy.reshard %arg2 <@mesh, [{"x"}, {}]>
-// CA: %[[D:.*]] = stablehlo.dot_general %[[MC]], %[[R]]{{.*}}<@mesh, [{}, {}]>
+// CA: %[[D:.*]] = stablehlo.dot_general %{{.*}}, %[[R]]{{.*}}<@mesh, [{}, {}]>
 // CA: %[[C:.*]] = sdy.sharding_constraint %[[D]] <@mesh, [{}, {}]>
 // CA: return %[[C]]
 // CA-NOT: cost_aware_id

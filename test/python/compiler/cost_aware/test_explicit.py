@@ -118,7 +118,8 @@ def test_xla_compiles_every_sharding_the_search_decided(zoo, name):
     fsdp_train_step's all-reduces compiled to 65540 bytes where 66052 were priced,
     penzai_gpt_neox_grad's backward batch-only dot on a norm's scale followed the scale
     instead of its activation (all-gathers 54400 compiled, 72320 priced; all-to-alls
-    7168, 12288). Every op's results constrained, XLA compiles what was priced."""
+    7168, 12288). With every op's results constrained in XLA's copy
+    (``xla_form.keep_op_shardings``), XLA compiles what was priced."""
     program = importlib.import_module(f"bench.{zoo}").REGISTRY[name]("small")
     with e2e_measure.mesh_context(program):
         jitted, args, _ = e2e_measure.prepare(program, e2e_measure.COST_AWARE)
