@@ -65,6 +65,13 @@ mishandle:
   (a single-use value) and computes the producer in the target layout,
   gathering *its* operands instead.
 
+* a module marked by ``keep_op_shardings`` (the cost-aware route's, when its
+  search changed anything): XLA's Shardy import drops every op's
+  ``sdy.sharding`` and propagates again from the boundaries and constraints,
+  re-deriving whatever those seeds lead to, not the choices the search priced.
+  The copy follows every sharded op's results by closed constraints to its
+  shardings (``_constrain_op_results``), so XLA partitions them as written.
+
 ``check_xla_form`` then refuses, as an ``InternalError`` naming the op, a copy
 that still holds any of these or that the verifier rejects: XLA aborts the
 process on some malformed modules instead of returning an error.
@@ -85,9 +92,16 @@ from shardc.dialects.while_loops import hoist_all_invariant_carries, terminator
 LOOP = "stablehlo.while"
 CASE = "stablehlo.case"
 # Data-flow ops whose per-value sharding XLA's folding can overwrite with one sharding.
-_DROPPED_SHARDINGS = ("stablehlo.optimization_barrier",)
+DROPPED_SHARDINGS = ("stablehlo.optimization_barrier",)
 # Custom calls XLA's conversion rewrites into other ops, refusing a sharding on them.
 _UNSHARDABLE_CALLS = ("ApproxTopK",)
+# Ops whose results keep their op's sharding in XLA's form (``_constrain_op_results``):
+# constants take their users' shardings, the rest ``to_xla_form`` handles.
+_DERIVED = frozenset({"stablehlo.constant", LOOP, CASE, *DROPPED_SHARDINGS})
+# A module attribute: XLA partitions the op shardings as written (the cost-aware
+# route's choices), which its own Shardy import would drop and re-derive from the
+# boundaries and constraints (``keep_op_shardings``).
+KEEP_OP_SHARDINGS = "shardc.keep_op_shardings"
 # Ops a pair of which XLA folds away when the second undoes the first.
 _ROUND_TRIPS = ("stablehlo.reshape", "stablehlo.transpose")
 # How the verifier's messages start: "'stablehlo.while' op result shardings ...".
@@ -106,8 +120,17 @@ def module_for_xla(module: ir.Module) -> ir.Module:
     return copy
 
 
+def keep_op_shardings(module: ir.Operation) -> None:
+    """Mark ``module`` as one whose op shardings XLA must partition as written, not
+    re-derive (``to_xla_form`` constrains every op's results in XLA's copy)."""
+    module.attributes[KEEP_OP_SHARDINGS] = ir.UnitAttr.get(module.context)
+
+
 def to_xla_form(module: ir.Operation) -> None:
     """Rewrite ``module`` in place into the form XLA's compiler takes it in."""
+    keep = KEEP_OP_SHARDINGS in module.attributes
+    if keep:
+        del module.attributes[KEEP_OP_SHARDINGS]
     loops: list[ir.Operation] = []
     reshards: list[ir.Operation] = []
     round_trips: list[ir.Operation] = []
@@ -116,7 +139,7 @@ def to_xla_form(module: ir.Operation) -> None:
     cases: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name in _DROPPED_SHARDINGS and SHARDING_ATTR in op.attributes:
+        if op.name in DROPPED_SHARDINGS and SHARDING_ATTR in op.attributes:
             if _ranks(op) > 1:
                 barriers.append(op)
             else:  # one sharding fits every result: XLA's data-flow edges re-derive it
@@ -147,6 +170,45 @@ def to_xla_form(module: ir.Operation) -> None:
             _constrain_results(op)
         for barrier in barriers:  # after the loops' carries got their constraints
             _constrain_like_operands(barrier)
+        if keep:  # last: what the rewrites above left sharded on an op
+            _constrain_op_results(module)
+
+
+def _constrain_op_results(module: ir.Operation) -> None:
+    """Follow every result of an op carrying ``sdy.sharding`` by a closed constraint to it.
+
+    Left out: what the other rewrites handle (loops, cases), constants (XLA
+    copies one per use, each in its user's sharding: no collective), Shardy's
+    own ops, the ops of a manual computation's body (partitioned by hand), and
+    results no constraint could lay out otherwise (tokens, replicated scalars,
+    unused results, ones read only through a constraint to the same sharding).
+    """
+    found: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "sdy.manual_computation":
+            return ir.WalkResult.SKIP
+        if SHARDING_ATTR in op.attributes and op.name not in _DERIVED \
+                and not op.name.startswith("sdy."):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit, ir.WalkOrder.PRE_ORDER)
+    for op in found:
+        shardings = sdy.TensorShardingPerValueAttr(op.attributes[SHARDING_ATTR]).shardings
+        after = ir.InsertionPoint.after(op)
+        for result, sharding in zip(op.results, shardings, strict=True):
+            if decides_anything(sharding, result.type, op) and not _read_as(result, sharding):
+                constraint = sdy.ShardingConstraintOp(result, sharding, loc=op.location,
+                                                      ip=after)
+                result.replace_all_uses_except(constraint.result, constraint.operation)
+
+
+def _read_as(value: ir.Value, sharding: ir.Attribute) -> bool:
+    """Whether every use of ``value`` is a constraint to ``sharding`` (true of a value
+    nothing reads: nothing to lay out)."""
+    return all(use.owner.operation.name == "sdy.sharding_constraint"
+               and use.owner.attributes["sharding"] == sharding for use in value.uses)
 
 
 def check_xla_form(module: ir.Operation) -> None:
@@ -187,7 +249,7 @@ def _not_for_xla(op: ir.Operation) -> str | None:
     if op.name == LOOP:
         return ("carries a per-value sharding, which XLA's loop simplification "
                 "leaves unshortened when it drops carries")
-    if op.name in _DROPPED_SHARDINGS or _is_unshardable_call(op):
+    if op.name in DROPPED_SHARDINGS or _is_unshardable_call(op):
         return "carries a sharding XLA's conversion refuses or misreads"
     return None
 
@@ -217,7 +279,7 @@ def _constrain_carries(loop: ir.Operation) -> None:
     cond, body = (region.blocks[0] for region in loop.regions)
     returned = terminator(body)
     for k, sharding in enumerate(shardings):
-        if not _decides_anything(sharding, loop.results[k].type, loop):
+        if not decides_anything(sharding, loop.results[k].type, loop):
             continue
         operand = loop.operands[k]
         if not _sharded_as(operand, sharding):
@@ -249,13 +311,13 @@ def _constrain_branch_results(case: ir.Operation) -> None:
     for returned in returns:
         for k, sharding in enumerate(shardings):
             value = returned.operands[k]
-            if sharding is not None and _decides_anything(sharding, value.type, case) \
+            if sharding is not None and decides_anything(sharding, value.type, case) \
                     and not _sharded_as(value, sharding):
                 returned.operands[k] = _constrained(value, sharding,
                                                     ir.InsertionPoint(returned), case.location)
     if len(case.results) > 1 and SHARDING_ATTR in case.attributes:
         for result, sharding in zip(case.results, shardings):
-            if _decides_anything(sharding, result.type, case):
+            if decides_anything(sharding, result.type, case):
                 _constrain_uses(result, sharding, ir.InsertionPoint.after(case), case.location)
 
 
@@ -268,11 +330,12 @@ def _replicated_like(sharding: ir.Attribute | None, type_: ir.Type) -> ir.Attrib
     return ir.Attribute.parse(f"#sdy.sharding<{mesh}, [{dims}]>")
 
 
-def _decides_anything(sharding: ir.Attribute, type_: ir.Type, op: ir.Operation) -> bool:
-    """Whether a carry of ``type_`` could be laid out otherwise than ``sharding`` says: not
-    for a token, nor for a scalar no axis is unreduced on (it is replicated anyway), nor
-    on a maximal mesh (a value placed on one device, e.g. a host callback's: no
-    constraint can say that of an array, and XLA keeps such a value where it is)."""
+def decides_anything(sharding: ir.Attribute, type_: ir.Type, op: ir.Operation) -> bool:
+    """Whether a value of ``type_`` (a carry, an op's result) could be laid out otherwise
+    than ``sharding`` says: not for a token, nor for a scalar no axis is unreduced on (it
+    is replicated anyway), nor on a maximal mesh (a value placed on one device, e.g. a
+    host callback's: no constraint can say that of an array, and XLA keeps such a value
+    where it is)."""
     if not isinstance(type_, ir.RankedTensorType) or _on_maximal_mesh(sharding, op):
         return False
     tensor = sdy.TensorShardingAttr(sharding)

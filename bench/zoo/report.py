@@ -71,7 +71,6 @@ _PIPELINE_BODIES = (
     "and counts XLA:CPU's 64-byte tables of pointers of tuple-shaped values")
 PREDICTION_MISSES: dict[tuple[str, str], str] = {
     ("cnn_batchnorm", "shardc"): _BATCHNORM_SCHEDULE,
-    ("cnn_batchnorm", COST_AWARE): _BATCHNORM_SCHEDULE,
     ("pipeline_shard_map", "shardc"): _PIPELINE_BODIES,
     ("pipeline_shard_map", COST_AWARE): _PIPELINE_BODIES,
 }

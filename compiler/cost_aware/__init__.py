@@ -19,6 +19,7 @@ from shardc.compiler.cost_aware.search import Resolution, resolve
 from shardc.compiler.diagnostics import verify_step
 from shardc.compiler.stages import export_pipeline, import_pipeline
 from shardc.compiler.stages.export_steps import erase_dead_ops
+from shardc.dialects.xla_form import keep_op_shardings
 
 
 def _adopt_body(target: ir.Operation, source: ir.Operation) -> None:
@@ -58,6 +59,8 @@ def cost_aware_pipeline(module: ir.Operation, *, conservative: bool = False,
         verify_step(operation, "insert_operand_reshards")
         constrain_changed_results(operation, resolution.changed)
         verify_step(operation, "constrain_changed_results")
+        if resolution.changed:  # else XLA re-derives Shardy's choices from the same seeds
+            keep_op_shardings(operation)
         strip_tags(operation)
         read, resolution.baseline_read = resolution.baseline_read, None
         if read is not None:

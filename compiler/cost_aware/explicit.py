@@ -12,7 +12,10 @@ XLA's own Shardy import keeps only function boundaries and constraints of the
 module it is given and propagates again from them: an op's ``sdy.sharding``
 does not reach it. Shardy's choices survive that because XLA re-derives them
 from the same seeds; the search's do not, so each changed op's results are
-also constrained (closed) to the sharding the search decided.
+also constrained (closed) to the sharding the search decided. Those are other
+seeds than the search's pins, and Shardy's propagation is global, so XLA could
+still re-derive an op the search left as it was otherwise: the module is also
+marked (``xla_form.keep_op_shardings``) for XLA's copy to constrain every op.
 """
 
 from __future__ import annotations

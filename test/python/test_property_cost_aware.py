@@ -88,7 +88,8 @@ FOUND = [
     # Predicted savings that XLA partitioned otherwise (1216 bytes against Shardy's 960):
     # XLA's own Shardy import drops per-op shardings and re-propagated the residual add
     # (fix: cost_aware.explicit.constrain_changed_results constrains each changed op's
-    # results; they now compile to 704 and 576 bytes).
+    # results, and XLA's copy every op's: xla_form.keep_op_shardings; they now compile
+    # to 704 and 576 bytes).
     _case((2, 4), (8, 8, 16), True, (P("a", None), P(None, "a"), P(None, None)), P(None, "a")),
     _case((2, 4), (8, 8, 8), True, (P("a", None), P(None, "a"), P(None, None)), P(None, "a")),
     # A predicted saving (10240 -> 9728 bytes) that XLA compiled to 4096 (fix:

@@ -6,7 +6,10 @@
 // cost-aware strategy computes the second dot contracting-sharded (partial
 // sums, one all-reduce) and makes the operand reshard explicit. XLA's own
 // import keeps only boundaries and constraints, so the changed dot's result is
-// also constrained to what the search decided.
+// also constrained to what the search decided, and the module is marked for
+// XLA's copy to constrain every op's (XLA would re-derive the others).
+// SDY-NOT: shardc.keep_op_shardings
+// CA: module attributes {shardc.keep_op_shardings}
 // SDY-LABEL: func @main
 // SDY: stablehlo.dot_general %arg0, %arg1{{.*}}<@mesh, [{}, {"x"}]>
 // SDY-NOT: sdy.reshard
