@@ -339,8 +339,10 @@ class Lowered(Stage, jax.stages.Lowered):
 
         When ``propagation="cost-aware"`` changed Shardy's choices, those
         choices are compiled too and kept if XLA partitions them with fewer
-        collective bytes (the cost model and XLA can disagree); then
-        ``Compiled.kept_shardy`` says so and ``as_text`` shows what runs.
+        collective bytes or in less memory (the route promises neither more of
+        one nor of the other than Shardy's choices, and the cost model and XLA
+        can disagree on either); then ``Compiled.kept_shardy`` says so and
+        ``as_text`` shows what runs.
         """
         if device_assignment is None:
             device_assignment = self.requested_devices
@@ -356,7 +358,8 @@ class Lowered(Stage, jax.stages.Lowered):
             with self.module.context:
                 shardy = self._compile(ir.Module.parse(self._fallback), device_assignment,
                                        options)
-            if shardy.collective_bytes() < compiled.collective_bytes():
+            if (shardy.collective_bytes() < compiled.collective_bytes()
+                    or shardy.memory_bytes() < compiled.memory_bytes()):
                 shardy.kept_shardy = True
                 compiled = shardy
         return compiled

@@ -457,6 +457,13 @@ class Compiled(Stage, jax.stages.Compiled):
         """XLA's per-device memory statistics (argument, output, temp, alias bytes)."""
         return self._xla_executable.get_compiled_memory_stats()
 
+    def memory_bytes(self) -> int:
+        """Bytes per device XLA allocates for the program: arguments, outputs and
+        temporaries, less the aliased (donated) buffers."""
+        stats = self.memory_analysis()
+        return (stats.argument_size_in_bytes + stats.output_size_in_bytes
+                + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
+
     def cost_analysis(self) -> dict[str, float]:
         """XLA's cost estimate: flops, transcendentals, bytes accessed."""
         return dict(self._xla_executable.cost_analysis())
