@@ -92,12 +92,12 @@ from shardc.dialects.while_loops import hoist_all_invariant_carries, terminator
 LOOP = "stablehlo.while"
 CASE = "stablehlo.case"
 # Data-flow ops whose per-value sharding XLA's folding can overwrite with one sharding.
-DROPPED_SHARDINGS = ("stablehlo.optimization_barrier",)
+_DROPPED_SHARDINGS = ("stablehlo.optimization_barrier",)
 # Custom calls XLA's conversion rewrites into other ops, refusing a sharding on them.
 _UNSHARDABLE_CALLS = ("ApproxTopK",)
 # Ops whose results keep their op's sharding in XLA's form (``_constrain_op_results``):
 # constants take their users' shardings, the rest ``to_xla_form`` handles.
-_DERIVED = frozenset({"stablehlo.constant", LOOP, CASE, *DROPPED_SHARDINGS})
+_DERIVED = frozenset({"stablehlo.constant", LOOP, CASE, *_DROPPED_SHARDINGS})
 # A module attribute: XLA partitions the op shardings as written (the cost-aware
 # route's choices), which its own Shardy import would drop and re-derive from the
 # boundaries and constraints (``keep_op_shardings``).
@@ -139,7 +139,7 @@ def to_xla_form(module: ir.Operation) -> None:
     cases: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name in DROPPED_SHARDINGS and SHARDING_ATTR in op.attributes:
+        if op.name in _DROPPED_SHARDINGS and SHARDING_ATTR in op.attributes:
             if _ranks(op) > 1:
                 barriers.append(op)
             else:  # one sharding fits every result: XLA's data-flow edges re-derive it
@@ -249,7 +249,7 @@ def _not_for_xla(op: ir.Operation) -> str | None:
     if op.name == LOOP:
         return ("carries a per-value sharding, which XLA's loop simplification "
                 "leaves unshortened when it drops carries")
-    if op.name in DROPPED_SHARDINGS or _is_unshardable_call(op):
+    if op.name in _DROPPED_SHARDINGS or _is_unshardable_call(op):
         return "carries a sharding XLA's conversion refuses or misreads"
     return None
 

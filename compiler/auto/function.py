@@ -148,11 +148,10 @@ class AutoJitFunction:
                                            or self.out_shardings is None):
             cut = cut_layers(([abstract[i] for i in range(len(args)) if i not in static],
                               {k: abstract_kwargs[k] for k in dynamic_kwargs}))
-        if cut is None:
+        outcome = None if cut is None else self._search_cut(
+            cut, abstract, abstract_kwargs, static, full, mesh, platform, axes, budget)
+        if outcome is None:  # nothing to cut, or the cut cannot stand for the step
             outcome = Search(full.evaluator, full.groups, axes, budget).run()
-        else:
-            outcome = self._search_cut(cut, abstract, abstract_kwargs, static, full, mesh,
-                                       platform, axes, budget)
         return self._chosen(outcome, full, mesh, dynamic), auto_report(outcome)
 
     def _program(self, abstract: list, abstract_kwargs: dict, dynamic: Any, dynamic_kwargs: Any,
@@ -191,14 +190,15 @@ class AutoJitFunction:
                 evaluator, marks, [f"activation of equation {i}" for i in points], axes,
                 structure_groups(reader, evaluator.marks), activation=True)
         return _Program(marked, jaxpr, points, evaluator, groups, first, given_in, given_out,
-                        open_lowered.out_avals, leaves)
+                        open_lowered.out_avals)
 
     def _search_cut(self, cut: Cut, abstract: list, abstract_kwargs: dict, static: set[int],
                     full: _Program, mesh: Mesh | AbstractMesh, platform: str,
-                    axes: list, budget: int | None) -> Outcome:
+                    axes: list, budget: int | None) -> Outcome | None:
         """Search the step with its long lists of layers cut (``layers``), carry its
         best few states to every layer, and price those on the full step beside the
-        textbook configurations (``Search.confirm``: the budget is judged there)."""
+        textbook configurations (``Search.confirm``: the budget is judged there); None
+        where the cut step cannot stand for the full one."""
         positional, keywords = cut.tree
         rest = iter(positional)
         cut_args = [a if i in static else next(rest) for i, a in enumerate(abstract)]
@@ -208,7 +208,7 @@ class AutoJitFunction:
         except (IndexError, KeyError, TypeError, ValueError, AssertionError):
             # The function reads the list's length (an index past the cut, a check of
             # its length): it is searched whole.
-            return Search(full.evaluator, full.groups, axes, budget).run()
+            return None
         # The budget scaled as the memory model puts one state (every argument left to
         # propagation) on either step: the cut step keeps the embedding, the head and
         # the loss whole, so no count of layers scales it. The full step's confirmation
@@ -223,7 +223,7 @@ class AutoJitFunction:
         for cut_state in search.best_states(CARRIED):
             state = self._carry(cut, small, cut_state, full)
             if state is None:  # a group without a cut counterpart: search it all
-                return Search(full.evaluator, full.groups, axes, budget).run()
+                return None
             if state not in states:
                 states.append(state)
         outcome = Search(full.evaluator, full.groups, axes, budget).confirm(states)
@@ -307,7 +307,6 @@ class _Program:
     given_in: list
     given_out: list
     out_avals: Any
-    leaves: list
 
 
 def _abstract(tree: Any) -> Any:
