@@ -410,12 +410,16 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     if over:
         for result in results:
             if dot:
+                # XLA's partitioner windows a dot's reduce-scatter before the platform
+                # forms the reduce-scatters it keeps, for their shapes.
                 for step, collective in dot_partial_sums(
-                        result, [axes for axes in reduction.values() if axes]):
+                        result, [axes for axes in reduction.values() if axes], shaped=False):
                     reason = ("partial sums of a reduction sharded over "
                               + ", ".join(map(str, step)))
                     if collective.kind == REDUCE_SCATTER:
                         collective, reason = _windowed(rule, step, collective, reason)
+                    if collective.kind == REDUCE_SCATTER:
+                        collective = all_reduce(result, step)
                     out.append(OpCommunication(None, reason, collective))
                 continue
             collective = all_reduce(result, over)

@@ -106,6 +106,12 @@ class PlatformRules:
     # The most devices such a reduce-scatter spans (0: any); over more, the all-reduce
     # and the slice stay.
     reduce_scatter_max_devices: int = 0
+    # XLA:TPU forms the reduce-scatter (its all-reduce-scatter fusion) of a result
+    # shard only where the largest prime factor of its minor dimension (the last one it
+    # is not scattered on, as the fusion lays it out: scattered dimensions major), in
+    # tiles of ``tile[1]`` elements, times the devices is at most this (0: any); else
+    # the all-reduce and the slice stay.
+    reduce_scatter_tile_factor: int = 0
     # Over more devices than ``reduce_scatter_max_devices``, an all-gather of a shard
     # of at most this many bytes is an all-reduce of the gathered buffer, each device's
     # shard written into zeros (0: never): the same bytes, another kind.
@@ -236,11 +242,21 @@ class PlatformRules:
             return None
         return windowed_bytes(devices, operand_bytes)
 
-    def scatters_over(self, devices: int) -> bool:
+    def scatters_over(self, devices: int, shard: Sequence[int] | None = None,
+                      scattered: Sequence[int] = ()) -> bool:
         """Whether an all-reduce over ``devices`` devices whose result is sliced is a
-        reduce-scatter (``forms_reduce_scatter``, ``reduce_scatter_max_devices``)."""
-        return self.forms_reduce_scatter and (not self.reduce_scatter_max_devices
-                                              or devices <= self.reduce_scatter_max_devices)
+        reduce-scatter (``forms_reduce_scatter``, ``reduce_scatter_max_devices``); given
+        the result's ``shard`` (per-device shape) and the dimensions it is
+        ``scattered`` on, also whether the platform forms it for that shape
+        (``reduce_scatter_tile_factor``)."""
+        if not self.forms_reduce_scatter or (self.reduce_scatter_max_devices
+                                             and devices > self.reduce_scatter_max_devices):
+            return False
+        if shard is None or not self.reduce_scatter_tile_factor or self.tile is None:
+            return True
+        minor = next((n for k, n in reversed(list(enumerate(shard))) if k not in scattered), 1)
+        tiles = -(-minor // self.tile[1])
+        return largest_prime_factor(tiles) * devices <= self.reduce_scatter_tile_factor
 
     def gathers_by_all_reduce(self, devices: int, gathered_bytes: int) -> bool:
         """Whether an all-gather over ``devices`` devices of ``gathered_bytes`` (its
@@ -297,6 +313,16 @@ def windowed_bytes(devices: int, gathered_bytes: int) -> int:
     return (2 * devices + 1) * (gathered_bytes // devices)
 
 
+def largest_prime_factor(n: int) -> int:
+    """The largest prime factor of ``n`` (1 for 1)."""
+    largest, p = 1, 2
+    while p * p <= n:
+        while n % p == 0:
+            largest, n = p, n // p
+        p += 1
+    return max(largest, n) if n > 1 else largest
+
+
 def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
@@ -333,9 +359,22 @@ CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as
 # 32 or 64 KiB shard (bf16[8, 2048] or [8, 4096]) is an all-reduce of
 # dynamic-update-slices into zeros, of a 96 or 128 KiB one an all-gather (over 128
 # devices, all-gathers from 8 KiB shards up).
+# Which sliced all-reduces become reduce-scatters besides (a sum over "data" of n
+# devices into a result sharded on its rows over them, v5e 16x16): it depends on n and
+# on the columns of the result shard in 128-wide tiles, k, not on its element type,
+# and the largest prime factor of k times n at most 1664 separates nearly every
+# compile measured: over 64 devices every k up to 28 and 30 (and 240, 250, 126) forms,
+# 29, 31, 37, ..., 47, 58, 232, 248 and 251 (the 1b output projection's [32, 32064])
+# do not; over 128 (16 rows a device) k = 3 to 14, 16, 18, 21, 22 and 27 form, 17,
+# 19, 23, 29 and 43 (the 7b MLP's [32, 5504]) do not, nor 15, 25 and 125 at 16 rows
+# (125 forms at 32 rows: the 7b output projection's [32, 16000]); over 32, 47 and 63
+# form, 61 and 67 do not; over 16, 61 and 67 form, 127 does not (nor 97). A result
+# scattered on its columns is laid out columns-major, its rows the minor dimension
+# ([2048, 3712] sharded on 3712 over 64: formed; [3712, 2048] on 2048: not).
 TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_reshards=False,
                     all_gather_cse_distance=100,
                     forms_reduce_scatter=True, reduce_scatter_max_devices=128,
+                    reduce_scatter_tile_factor=1664,
                     all_gathers_as_all_reduce_below=64 << 10,
                     all_reduce_combine_bytes=256 << 20,
                     windowed_reduce_scatter_above=4096, windows_loop_all_gathers=True,

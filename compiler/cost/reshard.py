@@ -702,25 +702,29 @@ def reshard_tensor(src: Tensor, dst: TensorSharding | None, mesh=None) -> list[C
                                dtype=src.dtype)
 
 
-def all_reduce(result: Tensor, over: Sequence[AxisRef]) -> Collective:
+def all_reduce(result: Tensor, over: Sequence[AxisRef], *, shaped: bool = True) -> Collective:
     """The all-reduce of ``result``'s partial sums over ``over`` (buffer: the result
     shard without the axes reduced over, in the type XLA reduces it in).
 
     A result sharded over axes it is reduced over is all-reduced unsliced and
     then sliced: on a platform that forms reduce-scatters from that (XLA:TPU),
-    one reduce-scatter of the same buffer (its full operand)."""
+    one reduce-scatter of the same buffer (its full operand), where it forms one
+    over that many devices and (``shaped``) for the result shard's shape
+    (``PlatformRules.scatters_over``)."""
     axes = dim_axes(result.sharding, len(result.shape))
     kept = [[axis for axis in dim if axis not in over] for dim in axes]
     rules = active_rules()
-    sliced = any(len(k) != len(dim) for k, dim in zip(kept, axes))
-    kind = REDUCE_SCATTER if sliced and rules.scatters_over(size_product(over)) else ALL_REDUCE
+    scattered = [k for k, (keep, dim) in enumerate(zip(kept, axes)) if len(keep) != len(dim)]
+    shard = shard_shape(result.shape, axes) if shaped else None
+    kind = REDUCE_SCATTER if scattered and rules.scatters_over(
+        size_product(over), shard, scattered) else ALL_REDUCE
     return Collective(kind, axis_names(over), shard_bytes(
         result.shape, collective_element_bytes(result.element_bytes, result.dtype, rules),
         kept))
 
 
-def dot_partial_sums(result: Tensor, reduced: Sequence[Sequence[AxisRef]],
-                     ) -> list[tuple[tuple[AxisRef, ...], Collective]]:
+def dot_partial_sums(result: Tensor, reduced: Sequence[Sequence[AxisRef]], *,
+                     shaped: bool = True) -> list[tuple[tuple[AxisRef, ...], Collective]]:
     """The collectives that sum a dot's partial sums into ``result``'s sharding;
     ``reduced`` holds the axes of each contracting dimension it sums over.
 
@@ -735,7 +739,8 @@ def dot_partial_sums(result: Tensor, reduced: Sequence[Sequence[AxisRef]],
     two all-reduces. A result sliced on several dimensions is all-reduced whole
     once per dimension, over its reduced axes, minor-most dimension first
     (XLA:CPU; one reduce-scatter where the platform forms them). Each collective
-    comes with the axes it reduces over."""
+    comes with the axes it reduces over; ``shaped`` as ``all_reduce``'s (a caller
+    that windows the reduce-scatter first asks without it)."""
     axes = dim_axes(result.sharding, len(result.shape))
     over = [axis for dim in reduced for axis in dim]
     sliced = tuple(axis for axis in over if any(axis in dim for dim in axes))
@@ -743,7 +748,7 @@ def dot_partial_sums(result: Tensor, reduced: Sequence[Sequence[AxisRef]],
             if step]
     out = []
     if sliced:
-        whole = all_reduce(result, sliced)
+        whole = all_reduce(result, sliced, shaped=shaped)
         per_dim = [tuple(a for a in dim if a in sliced) for dim in reversed(axes)]
         per_dim = [step for step in per_dim if step]
         if whole.kind == ALL_REDUCE and len(per_dim) > 1:

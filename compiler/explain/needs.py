@@ -25,6 +25,8 @@ from shardc.compiler.cost.reshard import (
     ALL_GATHER,
     ALL_REDUCE,
     ALL_TO_ALL,
+    REDUCE_SCATTER,
+    all_reduce,
     dim_axes,
     reshard_collectives,
     shard_bytes,
@@ -484,13 +486,14 @@ class OpNeeds:
         XLA:TPU's buffer assignment (``while.274``'s accumulators), never the
         ``[2048,8016]`` partial sums.
         """
-        scatters = active_rules().scatters_over(size_product(reduced))
         for value, result in zip(values, results):
             axes = dim_axes(result.sharding, len(result.shape))
             if not any(axis in reduced for dim in axes for axis in dim):
                 continue
             kept = [[axis for axis in dim if axis not in reduced] for dim in axes]
             partial = shard_bytes(result.shape, result.element_bytes, kept)
+            over = sorted(reduced, key=str)
+            scatters = all_reduce(result, over, shaped=not windowed).kind == REDUCE_SCATTER
             if not scatters:
                 self.partial[value] = partial
                 continue

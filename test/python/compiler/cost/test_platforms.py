@@ -193,6 +193,33 @@ def test_tpu_reduce_scatters_over_at_most_128_devices(data, kind):
     assert _totals(lowered.comm_report(platform="tpu")) == {kind: (1, 2048 * 512 * 2)}
 
 
+@pytest.mark.parametrize("data, rows, columns, dim, kind", [
+    (64, 2048, 2944, 0, "reduce-scatter"), (64, 2048, 3712, 0, "all-reduce"),
+    (64, 2048, 32000, 0, "reduce-scatter"), (64, 2048, 32064, 0, "all-reduce"),
+    (64, 2048, 3000, 0, "reduce-scatter"), (64, 2048, 3660, 0, "all-reduce"),
+    (64, 2048, 3712, 1, "reduce-scatter"), (64, 3712, 2048, 1, "all-reduce"),
+    (128, 2048, 1664, 0, "reduce-scatter"), (128, 2048, 2176, 0, "all-reduce"),
+    (128, 4096, 5504, 0, "all-reduce"), (32, 1024, 8064, 0, "reduce-scatter"),
+    (32, 1024, 7808, 0, "all-reduce"), (16, 1024, 8576, 0, "reduce-scatter"),
+    (16, 1024, 16256, 0, "all-reduce")])
+def test_tpu_forms_a_reduce_scatter_by_its_shards_minor_tiles(data, rows, columns, dim, kind):
+    # XLA:TPU on v5e 16x16, a sum over "data" into a result sliced over it: the
+    # all-reduce-scatter fusion is formed where the largest prime factor of the
+    # shard's minor dimension in 128-wide tiles (the rows where the columns are
+    # scattered), times the devices, is at most 1664 (29 x 64 is not; 23 x 64 is;
+    # 13 x 128 is, 17 x 128 not), the all-reduce and the slice kept otherwise.
+    mesh = AbstractMesh((data, 256 // data), ("data", "model"),
+                        axis_types=(AxisType.Auto,) * 2)
+    out = P("data", None) if dim == 0 else P(None, "data")
+    arg = jax.ShapeDtypeStruct((data, rows, columns), BF16,
+                               sharding=NamedSharding(mesh, P("data", None, None)))
+    lowered = jit(lambda x: jnp.sum(x, axis=0),
+                  out_shardings=NamedSharding(mesh, out)).trace(arg).lower(
+        lowering_platforms=("tpu",))
+    # (jnp.sum accumulates bf16 in f32: the buffer reduced is f32)
+    assert _totals(lowered.comm_report(platform="tpu")) == {kind: (1, rows * columns * 4)}
+
+
 @pytest.mark.parametrize("data, rows, columns, kind", [
     (256, 2048, 2048, "all-reduce"), (256, 2048, 4096, "all-reduce"),
     (256, 2048, 6144, "all-gather"), (256, 4096, 4096, "all-gather"),
