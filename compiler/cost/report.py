@@ -672,9 +672,14 @@ def reuses_reshard(reader: ModuleValues, first: dict, reshard: tuple, op: int,
     value, its target and its device groups: ``_reshard_keys``; ``first``: ``note_reshard``'s record of the first ones)
     by a collective of ``kind``, on the platform predicted for:
     ``PlatformRules.reuses_reshards``, and for an all-gather under
-    ``all_gather_cse_distance``, where the first gather's readers are close."""
+    ``all_gather_cse_distance``, where the first gather's readers are close. A
+    collective-permute is reused everywhere (XLA's partitioner caches the reshard,
+    and XLA:TPU, which gathers again, keeps it: one permute of the tokens per step
+    serves the embedding lookup and its gradient's scatter on every split compiled)."""
     if reshard not in first:
         return False
+    if kind == COLLECTIVE_PERMUTE:
+        return True
     rules = active_rules()
     if kind == ALL_GATHER and rules.all_gather_cse_distance is not None:
         if rules.windows_loop_all_gathers and _windowed(reader.graph, op, reshard[0]):

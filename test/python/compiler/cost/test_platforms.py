@@ -220,6 +220,21 @@ def test_tpu_forms_a_reduce_scatter_by_its_shards_minor_tiles(data, rows, column
     assert _totals(lowered.comm_report(platform="tpu")) == {kind: (1, rows * columns * 4)}
 
 
+def test_tpu_permutes_the_tokens_once_for_the_lookup_and_its_gradient():
+    # Every Llama-shaped step compiled for v5e (16x16, 64x4, 128x2, 8x32, 8x8...) runs
+    # one collective-permute of the tokens (s32[1,2048,1]): the embedding lookup's
+    # gather and its gradient's scatter read the same permuted indices.
+    mesh = AbstractMesh((16, 16), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    args = plan_speed.abstract_args("unrolled", mesh, 1, d=2048, ffn=256, vocab=32000,
+                                    seq=2048, dtype=BF16)
+    lowered = jit(plan_speed.make_step("unrolled", 1, 32, mesh), donate_argnums=(0,)).trace(
+        *args).lower(lowering_platforms=("tpu",))
+    permutes = [e for e in lowered.comm_report(platform="tpu").entries
+                if e.kind == "collective-permute" and e.op in ("stablehlo.gather",
+                                                               "stablehlo.scatter")]
+    assert [(e.op, e.bytes_per_device) for e in permutes] == [("stablehlo.gather", 2048 * 4)]
+
+
 @pytest.mark.parametrize("data, rows, columns, kind", [
     (256, 2048, 2048, "all-reduce"), (256, 2048, 4096, "all-reduce"),
     (256, 2048, 6144, "all-gather"), (256, 4096, 4096, "all-gather"),
