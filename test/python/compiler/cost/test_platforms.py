@@ -483,6 +483,30 @@ def test_tpu_recomputes_attentions_probabilities_from_the_kept_scores():
     assert TPU.recomputes_fused_values and not CPU.recomputes_fused_values
 
 
+def test_tpu_holds_one_all_reduced_buffer_for_a_sum_of_dots_partial_sums(mesh):
+    # Three dots contracting over "model" summed (a layer's input gradient through Q,
+    # K and V): XLA:TPU adds the partial sums and all-reduces the sum once, so one
+    # all-reduced buffer besides the partial sums, where the three all-reduces
+    # combined (XLA:CPU) hold three results at once.
+    def f(x, w1, w2, w3):
+        q, k, v = x @ w1, x @ w2, x @ w3
+        return jnp.sum(jnp.tanh(q + k + v), axis=0)
+
+    weight = jax.ShapeDtypeStruct((1024, 1024), jnp.float32)
+    lowered = jit(f, in_shardings=(P(None, "model"),) + (P("model", None),) * 3,
+                  out_shardings=P(), mesh=mesh).lower(
+        jax.ShapeDtypeStruct((512, 1024), jnp.float32), weight, weight, weight)
+    assert _totals(lowered.comm_report(platform="tpu"))["all-reduce"][0] == 1
+    values = ModuleValues(lowered.module.operation, missing_as_replicated=True)
+    result = 512 * 1024 * 4
+    with predicting_for(dataclasses.replace(TPU, on_chip_bytes=0)):
+        summed = memory._estimate(values, 5, None).temp_bytes
+    with predicting_for(dataclasses.replace(TPU, on_chip_bytes=0,
+                                            reassociates_all_reduces=False)):
+        combined = memory._estimate(values, 5, None).temp_bytes
+    assert combined - summed == 2 * result
+
+
 def _deep_mlp(mesh, layers):
     def step(params, x):
         def loss(params):
