@@ -420,8 +420,9 @@ def _sorted_device_set(sharding: jax.sharding.Sharding) -> tuple:
 
 
 def flatten_with_paths(tree: Any, root: str) -> tuple[list[str], list[Any]]:
-    """Flatten a pytree to (path strings, leaves), paths like ``args[0]['w']``."""
-    pairs, _ = jax.tree_util.tree_flatten_with_path(tree)
+    """Flatten a pytree to (path strings, leaves), paths like ``args[0]['w']``, as jax's
+    tracing flattens a jitted function's arguments (a ``Ref``'s view is its ``Ref``)."""
+    pairs = jax_private.tracing_leaves_with_paths(tree)
     paths = [root + jax.tree_util.keystr(keys) for keys, _ in pairs]
     return paths, [leaf for _, leaf in pairs]
 
@@ -463,7 +464,7 @@ def argument_signature(
     names = functools.cache(names)
     paths, values = flatten_with_paths((tuple(args), kwargs), "")
     paths = [_argument_path(path) for path in paths]
-    num_positional = len(jax.tree.leaves(tuple(args)))
+    num_positional = len(jax_private.tracing_leaves(tuple(args)))
     given = broadcast_shardings(in_shardings, tuple(args), "in_shardings")
     given += [None] * (len(values) - num_positional)
 
