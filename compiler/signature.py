@@ -359,8 +359,11 @@ def sharding_of_value(value: Any) -> NamedSharding | None:
         return None
     # On one device in another memory than the device's, it is read as the
     # NamedSharding on that device in that memory (compiled for that memory).
+    # An array put with a ``Format`` is typed in the device's memory whatever memory its
+    # sharding is in: jax.jit compiles it for its sharding's (its buffers are there).
     if isinstance(value, jax.Array) and not isinstance(sharding, NamedSharding) and (
-            not isinstance(sharding, SingleDeviceSharding) or memory_space(value) is not None):
+            not isinstance(sharding, SingleDeviceSharding) or memory_space(value) is not None
+            or jax_private.space_of_memory_kind(sharding.memory_kind) != jax.memory.Space.Device):
         return named_form(sharding, value.ndim)
     return sharding if isinstance(sharding, NamedSharding) else None
 

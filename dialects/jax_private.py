@@ -870,6 +870,13 @@ def memory_kind_of_space(space: Any) -> str:
     return core.mem_space_to_kind(space)
 
 
+def space_of_memory_kind(kind: str | None) -> Any:
+    """The memory (``jax.memory.Space``) jax's types say for a sharding's memory kind."""
+    from jax._src import core
+
+    return core.mem_kind_to_space(kind)
+
+
 def typed_aval(aval: Any, sharding: Any, *, canonical: bool = True,
                memory_space: Any = None) -> Any:
     """``aval`` (a ``ShapeDtypeStruct``) as a ``ShapedArray`` whose type carries
