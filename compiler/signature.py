@@ -358,9 +358,10 @@ def sharding_of_value(value: Any) -> NamedSharding | None:
                 "Having uncommitted Array sharded on multiple devices is not supported.")
         return None
     # On one device in another memory than the device's, it is read as the
-    # NamedSharding on that device in that memory (compiled for that memory).
-    # An array put with a ``Format`` is typed in the device's memory whatever memory its
-    # sharding is in: jax.jit compiles it for its sharding's (its buffers are there).
+    # NamedSharding on that device in that memory (compiled for that memory). The
+    # sharding says which memory where the type does not: an array put with a
+    # ``Format`` is typed in the device's memory whatever memory its sharding is in,
+    # and jax.jit compiles it for its sharding's (its buffers are there).
     if isinstance(value, jax.Array) and not isinstance(sharding, NamedSharding) and (
             not isinstance(sharding, SingleDeviceSharding) or memory_space(value) is not None
             or jax_private.space_of_memory_kind(sharding.memory_kind) != jax.memory.Space.Device):
