@@ -45,6 +45,8 @@ import time included). Nothing of jax itself is patched: jax's own modules,
 ``jax._src.test_util`` and shardc (which traces with ``jax.jit`` internally) keep
 the real ``jax.jit``, so ``jnp`` functions and every other library-internal jit
 are untouched. (``python -m bench.jax_suite --self-check`` verifies exactly this.)
+The test helpers the jax wheel leaves out (``jax._src.hypothesis_test_util``,
+``jax._src.pallas.pallas_test_util``) become importable (``jax_suite_missing``).
 
 An adapter notes that the running test called it (the count is reset before each
 test's setup, so calls in ``setUp`` count) and forwards its positional and
@@ -78,6 +80,9 @@ import jax
 import jax._src.api
 import jax._src.pjit
 import jax.experimental
+import jax_suite_missing
+
+jax_suite_missing.install()
 
 if MODE == "shardc":
     import shardc.compiler

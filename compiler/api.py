@@ -225,14 +225,14 @@ class JitFunction(JitCalls, JitSurface):
             dynamic, _ = self._split_static(args)
             dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
             return binding.bind_high(SHARDC_JIT, traced,
-                                     jax.tree.leaves((tuple(dynamic), dynamic_kwargs)),
+                                     jax_private.tracing_leaves((tuple(dynamic), dynamic_kwargs)),
                                      *self._high_shardings(traced, dynamic, dynamic_kwargs))
         dynamic_args, dynamic_kwargs, mesh, arg_leaves = arguments
         results = signature.result_signature(traced.out_info, self.out_shardings, mesh,
                                              follow_types=False,
                                              api_name=self.options.api_name)
-        return binding.bind(SHARDC_JIT, traced, jax.tree.leaves((tuple(dynamic_args), dynamic_kwargs)),
-                            [leaf.sharding for leaf in arg_leaves],
+        values = jax_private.tracing_leaves((tuple(dynamic_args), dynamic_kwargs))
+        return binding.bind(SHARDC_JIT, traced, values, [leaf.sharding for leaf in arg_leaves],
                             [leaf.sharding for leaf in results], self.options.keep_unused,
                             self.options.compiler_options)
 

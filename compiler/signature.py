@@ -358,9 +358,13 @@ def sharding_of_value(value: Any) -> NamedSharding | None:
                 "Having uncommitted Array sharded on multiple devices is not supported.")
         return None
     # On one device in another memory than the device's, it is read as the
-    # NamedSharding on that device in that memory (compiled for that memory).
+    # NamedSharding on that device in that memory (compiled for that memory). The
+    # sharding says which memory where the type does not: an array put with a
+    # ``Format`` is typed in the device's memory whatever memory its sharding is in,
+    # and jax.jit compiles it for its sharding's (its buffers are there).
     if isinstance(value, jax.Array) and not isinstance(sharding, NamedSharding) and (
-            not isinstance(sharding, SingleDeviceSharding) or memory_space(value) is not None):
+            not isinstance(sharding, SingleDeviceSharding) or memory_space(value) is not None
+            or jax_private.space_of_memory_kind(sharding.memory_kind) != jax.memory.Space.Device):
         return named_form(sharding, value.ndim)
     return sharding if isinstance(sharding, NamedSharding) else None
 
@@ -420,8 +424,9 @@ def _sorted_device_set(sharding: jax.sharding.Sharding) -> tuple:
 
 
 def flatten_with_paths(tree: Any, root: str) -> tuple[list[str], list[Any]]:
-    """Flatten a pytree to (path strings, leaves), paths like ``args[0]['w']``."""
-    pairs, _ = jax.tree_util.tree_flatten_with_path(tree)
+    """Flatten a pytree to (path strings, leaves), paths like ``args[0]['w']``, as jax's
+    tracing flattens a jitted function's arguments (a ``Ref``'s view is its ``Ref``)."""
+    pairs = jax_private.tracing_leaves_with_paths(tree)
     paths = [root + jax.tree_util.keystr(keys) for keys, _ in pairs]
     return paths, [leaf for _, leaf in pairs]
 
@@ -463,7 +468,7 @@ def argument_signature(
     names = functools.cache(names)
     paths, values = flatten_with_paths((tuple(args), kwargs), "")
     paths = [_argument_path(path) for path in paths]
-    num_positional = len(jax.tree.leaves(tuple(args)))
+    num_positional = len(jax_private.tracing_leaves(tuple(args)))
     given = broadcast_shardings(in_shardings, tuple(args), "in_shardings")
     given += [None] * (len(values) - num_positional)
 

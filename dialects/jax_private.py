@@ -447,6 +447,24 @@ def has_high_types(traced: Any) -> bool:
                 and any(isinstance(aval, AbstractRef) for aval in jaxpr.in_avals)))
 
 
+def tracing_leaves(tree: Any) -> list:
+    """The leaves of ``tree`` as jax's tracing flattens a jitted function's arguments
+    (``tracing_leaves_with_paths``)."""
+    from jax._src import tree_util
+
+    return tree_util.tracing_registry.flatten(tree)[0]
+
+
+def tracing_leaves_with_paths(tree: Any) -> list[tuple[tuple, Any]]:
+    """(key path, leaf) of each leaf of ``tree`` as jax's tracing flattens a jitted
+    function's arguments: a view of a ``Ref`` (``ref.at[2:7]``, a ``TransformedRef``:
+    a leaf to the public registry, with no type of its own) is its ``Ref`` and its
+    indexers' array leaves; every other value as ``jax.tree_util`` flattens it."""
+    from jax._src import tree_util
+
+    return tree_util.tracing_registry.flatten_with_path(tree)[0]
+
+
 def is_high_value(value: Any) -> bool:
     """Whether ``value``'s type is one of jax's high-level types (a hijax ``Box``, a
     type registered with ``hijax.HiType``...)."""
@@ -850,6 +868,13 @@ def memory_kind_of_space(space: Any) -> str:
     from jax._src import core
 
     return core.mem_space_to_kind(space)
+
+
+def space_of_memory_kind(kind: str | None) -> Any:
+    """The memory (``jax.memory.Space``) jax's types say for a sharding's memory kind."""
+    from jax._src import core
+
+    return core.mem_kind_to_space(kind)
 
 
 def typed_aval(aval: Any, sharding: Any, *, canonical: bool = True,

@@ -15,7 +15,10 @@ the argument and result shardings (which become the ``Exported``'s
 devices from it. ``export_lowering`` builds that object from jax's lowering of
 the same program, with shardc's module, shardings, partition count and
 devices in place of jax's; the rest (avals, effects, the symbolic-shape state,
-platforms) is jax's, as traced.
+platforms) is jax's, as traced. The module exported is the one XLA compiles
+(``xla_form.module_for_xla``): whoever calls the ``Exported`` hands it to XLA,
+whose import has no mesh for ``sdy.reshard`` and re-derives every op sharding
+the cost-aware route decided unless a constraint pins it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from jax.sharding import AbstractMesh, Mesh
 from jaxlib.mlir import ir
 
 from shardc.dialects import jax_private
+from shardc.dialects.xla_form import module_for_xla
 from shardc.runtime.compiled import ValueInfo, device_assignment
 
 NUM_PARTITIONS_ATTR = "mhlo.num_partitions"
@@ -63,7 +67,7 @@ def export_lowering(
     with (``None`` where none was given or followed)."""
     return jax_private.lowering_with_module(
         jax_lowering,
-        module,
+        module_for_xla(module),
         # An argument placed by a sharding of another class than NamedSharding (a
         # result asked for by a SingleDeviceSharding) is lowered with it read as one;
         # jax's export reads the class it was given.

@@ -46,8 +46,9 @@ class HighLevelProgramError(NotImplementedError):
 
 
 def has_high_values(args: tuple, kwargs: dict) -> bool:
-    """Whether any argument leaf is a value of a high-level type."""
-    return any(map(jax_private.is_high_value, jax.tree.leaves((args, kwargs))))
+    """Whether any argument leaf, as jax's tracing flattens them, is a value of a
+    high-level type."""
+    return any(map(jax_private.is_high_value, jax_private.tracing_leaves((args, kwargs))))
 
 
 def argument_shardings(in_shardings: Any, args: Sequence[Any], kwargs: dict[str, Any],

@@ -223,3 +223,38 @@ def test_jit_tests_only_leaves_out_tests_that_never_name_jit(tmp_path, monkeypat
                                  files="a_test.py")
     assert {n: (r["outcome"], r["called_jit"]) for n, r in records.items()} == {
         "a_test.py::test_calls_jit": ("passed", True)}
+
+
+def test_test_helpers_the_wheel_leaves_out_are_importable(tmp_path):
+    """``state_test.py`` and five pallas files import helpers of JAX's source tree
+    (``jax._src.hypothesis_test_util``, ``jax._src.pallas.pallas_test_util``) the
+    wheel lacks: without them none of their tests can be collected."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "use.py"
+    script.write_text(
+        "import jax_suite_missing\n"
+        "jax_suite_missing.install()\n"
+        "from jax._src import hypothesis_test_util as htu\n"
+        "from jax._src.pallas import pallas_test_util as ptu\n"
+        "import hypothesis as hp\n"
+        "htu.setup_hypothesis(max_examples=7)\n"
+        "assert hp.settings.default.max_examples == 7 and hp.settings.default.derandomize\n"
+        "assert isinstance(htu.hypothesis_is_thread_safe(), bool)\n"
+        "class Interpreted(ptu.PallasTPUTest):\n"
+        "    INTERPRET = True\n"
+        "    def test_it(self):\n"
+        "        self.ran = True\n"
+        "class Compiled(ptu.PallasTest):\n"
+        "    def test_it(self):\n"
+        "        self.ran = True\n"
+        "import unittest\n"
+        "result = unittest.TestResult()\n"
+        "unittest.TestSuite([Interpreted('test_it'), Compiled('test_it')]).run(result)\n"
+        "assert not result.errors and not result.failures, result.errors\n"
+        "assert [case.id().split('.')[-2] for case, _ in result.skipped] == ['Compiled']\n")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT / "bench"))
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr

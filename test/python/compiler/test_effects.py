@@ -97,3 +97,26 @@ def test_a_ref_laid_out_otherwise_compiles_again(mesh):
         fun(ref)
         np.testing.assert_array_equal(ref[...], np.ones((8, 4)))
     assert [ref.sharding.spec for ref in refs] == [P("x"), P(None, "y")]
+
+
+@pytest.mark.parametrize("transform", [lambda f: f, jax.grad], ids=["call", "grad"])
+def test_view_of_a_ref_passed_to_an_inner_jit(transform):
+    """An inner jit called with a view of a ``Ref`` (``ref.at[2:7]``, jax's
+    ``TransformedRef``) takes, as jax's tracing flattens it, the ``Ref`` and writes
+    through the view; shardc flattened it as one leaf, which has no type
+    ("TransformedRefs cannot be abstractified")."""
+
+    def outer(j, x):
+        ref = jax.new_ref(jnp.zeros(10) + x)
+        view = ref.at[2:7]
+
+        def body(v):
+            v[...] += jnp.arange(5.0)
+
+        j(body)(view)
+        return ref[...].sum() * x
+
+    x = jnp.float32(1.5)
+    got = jit(transform(lambda x: outer(jit, x)))(x)
+    want = jax.jit(transform(lambda x: outer(jax.jit, x)))(x)
+    np.testing.assert_allclose(got, want, rtol=1e-6)

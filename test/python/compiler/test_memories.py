@@ -169,3 +169,29 @@ def test_host_array_over_an_explicit_mesh_results_in_its_memory_as_jax_jit():
     np.testing.assert_array_equal(ours, theirs)
     assert ours.sharding == theirs.sharding and ours.sharding.memory_kind == "pinned_host"
     assert jit(lambda v: v * 2).lower(x).as_text() == jax.jit(lambda v: v * 2).lower(x).as_text()
+
+
+@pytest.mark.parametrize("tiling", [None, ((1,),)])
+def test_argument_put_with_a_format_in_host_memory(tiling):
+    """``device_put(x, Format(layout, SingleDeviceSharding(d, "pinned_host")))`` types
+    the array in the device's memory while its buffers are in host memory; jax.jit
+    compiles the argument for its sharding's memory (shardc compiled it for the
+    device's, then refused the call: "Computation was compiled for input shardings
+    that disagree"), and its result in the type's."""
+    from jax.experimental.layout import Format, Layout
+    from jax.sharding import SingleDeviceSharding
+
+    device = jax.devices()[0]
+    host = SingleDeviceSharding(device, memory_kind="pinned_host")
+    x = jax.device_put(np.arange(1024, dtype=np.float32).reshape(16, 64),
+                       Format(Layout(major_to_minor=(0, 1), tiling=tiling), host))
+
+    def f(b):
+        return b + b
+
+    got, want = jit(f)(x), jax.jit(f)(x)
+    np.testing.assert_array_equal(got, want)
+    assert got.sharding.memory_kind == want.sharding.memory_kind
+    ours, theirs = (j(f).lower(x).compile().input_formats[0][0] for j in (jit, jax.jit))
+    assert ours.sharding.memory_kind == theirs.sharding.memory_kind == "pinned_host"
+    assert ours.layout == theirs.layout
