@@ -51,6 +51,7 @@ partitions exactly; ``Resolution.read`` is the winner already propagated.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from jaxlib.mlir import ir
@@ -99,9 +100,15 @@ class Resolution:
     # it from (its ``graph.module``), which the export takes its census from.
     read: PropagatedRead | None = None
     baseline_read: PropagatedRead | None = None  # propagated without pins (when pins)
-    # Shardy's choices exported, as bytecode (when pins): ``Lowered.compile`` compiles
-    # both and keeps whichever XLA partitions with fewer collective bytes.
-    fallback: bytes | None = None
+    # Exports Shardy's choices when first called (when pins): ``fallback``.
+    shardy_export: Callable[[], bytes] | None = field(default=None, repr=False)
+
+    @property
+    def fallback(self) -> bytes | None:
+        """Shardy's choices exported, as bytecode (when pins; exported when first asked):
+        ``Lowered.compile`` compiles both and keeps whichever XLA partitions with fewer
+        collective bytes or in less memory."""
+        return None if self.shardy_export is None else self.shardy_export()
 
     def format_text(self) -> str:
         lines = [f"cost-aware: {self.baseline_bytes} -> {self.final_bytes} bytes/device "
