@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.cost_aware.candidates import ConflictPoint, Pin, conflict_points, tag_of
+from shardc.compiler.cost_aware.candidates import ConflictPoint, Pin, conflict_points, op_tags
 from shardc.compiler.cost_aware.pricing import ModuleEvaluator, changed_tags
 from shardc.compiler.cost_aware.regions import LocalPrice, RegionEvaluator
 from shardc.compiler.diagnostics import source_loc_of
@@ -376,8 +376,8 @@ class _Search:
         """Every open alternative priced on its region, grouped by structure (program order);
         also every group of candidates, priced or not (``(point, pin, seeds)``, the most
         repeated first)."""
-        graph = self.reader.graph
-        index_of = {tag_of(self.reader, op): op for op in range(len(graph.ops))}
+        index_of = {tag: op for op, tag in enumerate(op_tags(self.reader.facts,
+                                                             self.reader.graph))}
         index_of.pop(None, None)
         self.regions.set_state(self.reader, self.pins)
         pinned = {p.op for p in self.pins}
