@@ -197,10 +197,15 @@ class _Search:
         self.decided: set[int] = set()
         self.regions: RegionEvaluator | None = None
         self.verifications_left = 0  # module verifications region rounds may still run
+        # (reader, its conflict points): those of the current state, once found.
+        self._points: tuple[ModuleValues | None, list[ConflictPoint]] = (None, [])
 
     # ------------------------------------------------------------- common
     def open_points(self) -> list[ConflictPoint]:
-        return [p for p in conflict_points(self.reader, per_point=self.per_point)
+        # The points of a state are asked for again by every round that keeps nothing.
+        if self._points[0] is not self.reader:
+            self._points = (self.reader, conflict_points(self.reader, per_point=self.per_point))
+        return [p for p in self._points[1]
                 if p.tag is not None and p.alternatives and p.tag not in self.decided]
 
     def better(self, cost: int, memory: int) -> bool:
