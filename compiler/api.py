@@ -39,7 +39,6 @@ from shardc.compiler.function.calling import JitCalls, LoweringRequest
 from shardc.compiler.function.surface import JitSurface, error_name, function_name
 from shardc.compiler.function.tracing import abstract_tree, traced_aval, tracing_mesh
 from shardc.compiler.lowered import AnyMesh, Lowered, Traced
-from shardc.compiler.pipelines import ConflictResolution
 from shardc.compiler.sharding import user_rules
 from shardc.compiler.signature import LeafSignature
 from shardc.compiler.stages import xla_import_rewrites
@@ -79,9 +78,6 @@ class _CachedLowering:
     # first asked: explain() re-propagates it to record exactly where each sharding
     # came from.
     unpropagated: annotated.Unpropagated | None = None
-    # propagation="cost-aware" that changed Shardy's choices: those choices,
-    # exported, which Lowered.compile() also compiles (the safety net).
-    fallback: bytes | None = None
     # jax's names of the argument leaves (the parameters', "x", "y['a']"), for errors.
     arg_names: tuple[str, ...] | None = None
     # The concrete meshes named inside the function (shard_map's, constraints'):
@@ -493,7 +489,7 @@ class JitFunction(JitCalls, JitSurface):
             module, symbols = annotated.annotated_copy(jax_module, *values, devices, program_effects)
             donation.warn_unusable_donations(jax_module, *values, program_effects.tokens,
                                              symbols.device_count())
-            unpropagated = fallback = resolution = None
+            unpropagated = resolution = None
             # Shardy propagates static shapes only: a module exported for symbolic
             # shapes keeps the given shardings, as jax's export does, and is
             # propagated once its caller's shapes are known.
@@ -501,21 +497,17 @@ class JitFunction(JitCalls, JitSurface):
                     and not jax_private.has_dimension_variables(jax_lowered)):
                 # Propagate what XLA's own Shardy would see: the module as XLA's
                 # import rewrites it (unpropagated, XLA makes the same rewrites).
-                # The walk that rewrites takes the census Shardy's import stage needs
-                # (the cost-aware search takes its own).
-                census = xla_import_rewrites(
-                    module.operation,
-                    census=ConflictResolution.parse(self.propagation) is ConflictResolution.SHARDY)
+                # The walk that rewrites takes the census Shardy's import stage needs.
+                census = xla_import_rewrites(module.operation, census=True)
                 unpropagated = annotated.Unpropagated(jax_module, *values, devices, program_effects)
                 resolution = annotated.propagate(module, unpropagated, self.propagation, census)
                 # Propagated in XLA's order; what reads the module next reads jax's.
                 restore_jax_order(module.operation)
-                fallback = resolution.fallback if resolution is not None else None
             entry = annotated.copy_module(module)
         debug_info = traced.jaxpr.jaxpr.debug_info
         return _CachedLowering(
             entry, out_tree, results, symbols.attrs, host_callbacks, keepalive,
-            unpropagated, fallback,
+            unpropagated,
             tuple(debug_info.safe_arg_names(len(arg_leaves))) if debug_info else None,
             body_meshes,
             cost_aware_resolution=resolution, effects=program_effects,
@@ -583,7 +575,6 @@ class JitFunction(JitCalls, JitSurface):
             host_callbacks=cached.host_callbacks,
             keepalive=cached.keepalive,
             unpropagated=cached.unpropagated,
-            fallback=cached.fallback,
             compiler_options=self.options.compiler_options,
             cost_aware_resolution=cached.cost_aware_resolution,
             effects=cached.effects,

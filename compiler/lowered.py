@@ -150,7 +150,6 @@ class Lowered(Stage, jax.stages.Lowered):
         host_callbacks: Sequence = (),
         keepalive: Sequence = (),
         unpropagated: UnpropagatedForms | None = None,
-        fallback: bytes | None = None,
         compiler_options: tuple = (),
         cost_aware_resolution: Resolution | None = None,
         effects: ProgramEffects = NO_EFFECTS,
@@ -161,7 +160,6 @@ class Lowered(Stage, jax.stages.Lowered):
         self._closed_refs = tuple(closed_refs)
         self._cost_aware_resolution = cost_aware_resolution
         self._compiler_options = tuple(compiler_options)
-        self._fallback = fallback
         self._static = static
         self._host_callbacks = tuple(host_callbacks)
         self._keepalive = tuple(keepalive)
@@ -354,9 +352,12 @@ class Lowered(Stage, jax.stages.Lowered):
         self._check_platforms(device_assignment)
         options = self._compiler_options + tuple((compiler_options or {}).items())
         compiled = self._compile(self.module, device_assignment, options)
-        if self._fallback is not None:
+        # Shardy's choices, exported now (the first compile) where the search changed them.
+        fallback = (self._cost_aware_resolution.fallback
+                    if self._cost_aware_resolution is not None else None)
+        if fallback is not None:
             with self.module.context:
-                shardy = self._compile(ir.Module.parse(self._fallback), device_assignment,
+                shardy = self._compile(ir.Module.parse(fallback), device_assignment,
                                        options)
             if (shardy.collective_bytes() < compiled.collective_bytes()
                     or shardy.memory_bytes() < compiled.memory_bytes()):

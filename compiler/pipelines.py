@@ -55,7 +55,7 @@ def propagation_pipeline(module: ir.Operation, *, conservative: bool = False,
                          import_census: ImportCensus | None = None) -> Resolution | None:
     """Import, user-priority propagation, export (``keep_constraints``
     as in ``export_pipeline``; ``import_census``, the module's, where a walk made
-    before took it: see ``import_pipeline``; the cost-aware search takes its own).
+    before took it: see ``import_pipeline``).
 
     ``resolution="cost-aware"`` resolves Shardy's conflicts by predicted
     collective bytes instead and returns the search's ``Resolution``;
@@ -64,7 +64,8 @@ def propagation_pipeline(module: ir.Operation, *, conservative: bool = False,
     if ConflictResolution.parse(resolution) is ConflictResolution.COST_AWARE:
         return cost_aware_pipeline(module, conservative=conservative,
                                    keep_sharding_rules=keep_sharding_rules,
-                                   keep_constraints=keep_constraints)
+                                   keep_constraints=keep_constraints,
+                                   import_census=import_census)
     shardy_pipeline(module, conservative=conservative, keep_sharding_rules=keep_sharding_rules,
                     keep_constraints=keep_constraints, import_census=import_census)
     return None

@@ -10,6 +10,7 @@ the alternatives, and ``docs/cost-aware.md``.
 from __future__ import annotations
 
 import io
+import threading
 
 from jaxlib.mlir import ir
 
@@ -17,7 +18,7 @@ from shardc.compiler.cost_aware.candidates import apply_pins, strip_tags, tag_op
 from shardc.compiler.cost_aware.explicit import constrain_changed_results, insert_operand_reshards
 from shardc.compiler.cost_aware.search import Resolution, resolve
 from shardc.compiler.diagnostics import verify_step
-from shardc.compiler.stages import export_pipeline, import_pipeline
+from shardc.compiler.stages import ImportCensus, export_pipeline, import_pipeline
 from shardc.compiler.stages.export_steps import erase_dead_ops
 from shardc.dialects.xla_form import keep_op_shardings
 
@@ -31,15 +32,51 @@ def _adopt_body(target: ir.Operation, source: ir.Operation) -> None:
         block.append(op.operation)
 
 
+class ShardyExport:
+    """Shardy's choices (the imported module propagated without pins, written back),
+    exported once, when first called: the bytecode ``Resolution.fallback`` gives.
+
+    XLA may partition the search's choices differently from the cost model, so
+    ``Lowered.compile`` compiles Shardy's choices too; a lowering that is never
+    compiled (``as_text``, ``cost_analysis``, ``jax.export``) never exports them.
+    """
+
+    def __init__(self, module: ir.Operation, **export_options):
+        self._module: ir.Operation | None = module
+        self._options = export_options
+        self._bytes: bytes | None = None
+        self._lock = threading.Lock()  # compiles may ask from several threads
+
+    @property
+    def exported(self) -> bool:
+        """Whether a call exported them already."""
+        return self._bytes is not None
+
+    def __call__(self) -> bytes:
+        with self._lock:
+            if self._bytes is None:
+                module, self._module = self._module, None
+                with module.context:
+                    export_pipeline(module, **self._options)
+                    strip_tags(module)
+                    verify_step(module, "export of Shardy's choices")
+                    buffer = io.BytesIO()
+                    module.write_bytecode(buffer)
+                self._bytes = buffer.getvalue()
+        return self._bytes
+
+
 def cost_aware_pipeline(module: ir.Operation, *, conservative: bool = False,
                         keep_sharding_rules: bool = False, max_evaluations: int = 32,
-                        keep_constraints: bool = False, **search_options) -> Resolution:
-    """Import, resolve conflicts by predicted bytes (``search.resolve`` takes
-    ``search_options``), keep the propagated winner, export; when the search changed
-    anything, ``Resolution.fallback`` holds Shardy's choices exported."""
+                        keep_constraints: bool = False, import_census: ImportCensus | None = None,
+                        **search_options) -> Resolution:
+    """Import (``import_census`` as in ``import_pipeline``), resolve conflicts by
+    predicted bytes (``search.resolve`` takes ``search_options``), keep the propagated
+    winner, export; when the search changed anything, ``Resolution.fallback`` gives
+    Shardy's choices exported (``ShardyExport``)."""
     operation = module.operation
     with operation.context:
-        import_pipeline(operation)
+        import_pipeline(operation, import_census)
         tag_ops(operation)
         verify_step(operation, "tag_ops")
         # Propagation erases the ops the program leaves dead: erased once here, every
@@ -54,8 +91,9 @@ def cost_aware_pipeline(module: ir.Operation, *, conservative: bool = False,
         verify_step(operation, "resolve")
         export_pipeline(operation, keep_sharding_rules=keep_sharding_rules,
                         keep_constraints=keep_constraints, read=read)
+        memo = None if conservative else read.graph.memo
         del read
-        resolution.reshards = insert_operand_reshards(operation, resolution.changed)
+        resolution.reshards = insert_operand_reshards(operation, resolution.changed, memo)
         verify_step(operation, "insert_operand_reshards")
         constrain_changed_results(operation, resolution.changed)
         verify_step(operation, "constrain_changed_results")
@@ -64,17 +102,12 @@ def cost_aware_pipeline(module: ir.Operation, *, conservative: bool = False,
         strip_tags(operation)
         read, resolution.baseline_read = resolution.baseline_read, None
         if read is not None:
-            # The safety net: XLA may partition the search's choices differently
-            # from the cost model (``Lowered.compile`` compares both compiled).
-            baseline = read.graph.module
-            export_pipeline(baseline, keep_sharding_rules=keep_sharding_rules,
-                            keep_constraints=keep_constraints, read=read)
+            # The safety net (``Lowered.compile`` compiles both): exported when compile()
+            # first asks for it, not as part of the lowering.
+            resolution.shardy_export = ShardyExport(
+                read.graph.module, keep_sharding_rules=keep_sharding_rules,
+                keep_constraints=keep_constraints)
             del read
-            strip_tags(baseline)
-            verify_step(baseline, "export of Shardy's choices")
-            buffer = io.BytesIO()
-            baseline.write_bytecode(buffer)
-            resolution.fallback = buffer.getvalue()
     return resolution
 
 

@@ -104,11 +104,12 @@ TAG = "shardc.cost_aware_id"
 def tag_ops(module: ir.Operation) -> None:
     """Number every op with results (attribute ``TAG``), to find it again in copies."""
     count = 0
+    i32 = ir.IntegerType.get_signless(32)
 
     def visit(op: ir.Operation) -> ir.WalkResult:
         nonlocal count
         if len(op.results) and op.name != "func.func":
-            op.attributes[TAG] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), count)
+            op.attributes[TAG] = ir.IntegerAttr.get(i32, count)
             count += 1
         return ir.WalkResult.ADVANCE
 
@@ -176,8 +177,13 @@ def pinned_clone(module: ir.Operation, ops: dict[int, list[ir.Operation]],
 
 def strip_tags(module: ir.Operation) -> None:
     """Remove the ``TAG`` attributes ``tag_ops`` added."""
-    for _, op in tagged_ops(module):
-        del op.attributes[TAG]
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        attributes = op.attributes
+        if TAG in attributes:
+            del attributes[TAG]
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
 
 
 def op_tags(facts: dict, graph) -> list[int | None]:

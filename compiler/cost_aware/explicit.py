@@ -29,6 +29,8 @@ from shardc.compiler.cost_aware.candidates import (
     tag_of,
     tagged_ops,
 )
+from shardc.compiler.propagation.graph import PropagationGraph, ReadMemo
+from shardc.compiler.propagation.ir_access import ShardingStore
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.tensor import DimSharding, TensorSharding, format_sharding
 from shardc.dialects import sdy
@@ -74,7 +76,8 @@ def signatures(reader: ModuleValues) -> dict[int, tuple]:
     return {tag: tuple([axes[value] for value in values]) for tag, values in ops}
 
 
-def insert_operand_reshards(module: ir.Operation, tags: set[int]) -> int:
+def insert_operand_reshards(module: ir.Operation, tags: set[int],
+                            memo: ReadMemo | None = None) -> int:
     """Reshard the operands of the tagged ops to what each op needs; return how many.
 
     One ``sdy.reshard`` per (value, target sharding), before the first op that
@@ -83,11 +86,13 @@ def insert_operand_reshards(module: ir.Operation, tags: set[int]) -> int:
     already resharded for an op), and an explicit reshard next to an implicit
     one of the same value would be compiled twice. So only the tagged ops and
     the other users of the values they need resharded are asked what they need.
+    ``memo``: the ``ReadMemo`` the search read its copies of ``module`` with (rules and
+    shardings it already read; not a conservative search's, whose rules differ).
     """
     if not tags:
         return 0
-    reader = ModuleValues(module, missing_as_replicated=True)
-    graph = reader.graph
+    graph = PropagationGraph(module, memo=memo)
+    reader = ModuleValues(module, missing_as_replicated=True, read=(graph, ShardingStore(graph)))
     tagged = {op: _operand_targets(reader, op) for op in range(len(graph.ops))
               if not graph.op_blocks[op] and tag_of(reader, op) in tags}
     wanted: dict[tuple, TensorSharding] = {}  # (value, target axes) -> sharding

@@ -469,7 +469,11 @@ class RegionEvaluator:
         self._cuts: dict[tuple, _Region] = {}
 
     def set_state(self, reader: ModuleValues, accepted: list[Pin]) -> None:
-        """Cut regions out of ``reader`` from now on, with ``accepted`` pinned."""
+        """Cut regions out of ``reader`` from now on, with ``accepted`` pinned. The regions
+        found in the state it already has (a round whose verification kept nothing) are
+        kept: they are those the same reader and pins give again."""
+        if reader is self._reader and list(accepted) == self._accepted:
+            return
         self._reader, self._accepted = reader, list(accepted)
         self._regions.clear()
         self._fingerprints.clear()

@@ -51,11 +51,12 @@ partitions exactly; ``Resolution.read`` is the winner already propagated.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.cost_aware.candidates import ConflictPoint, Pin, conflict_points, tag_of
+from shardc.compiler.cost_aware.candidates import ConflictPoint, Pin, conflict_points, op_tags
 from shardc.compiler.cost_aware.pricing import ModuleEvaluator, changed_tags
 from shardc.compiler.cost_aware.regions import LocalPrice, RegionEvaluator
 from shardc.compiler.diagnostics import source_loc_of
@@ -99,9 +100,15 @@ class Resolution:
     # it from (its ``graph.module``), which the export takes its census from.
     read: PropagatedRead | None = None
     baseline_read: PropagatedRead | None = None  # propagated without pins (when pins)
-    # Shardy's choices exported, as bytecode (when pins): ``Lowered.compile`` compiles
-    # both and keeps whichever XLA partitions with fewer collective bytes.
-    fallback: bytes | None = None
+    # Exports Shardy's choices when first called (when pins): ``fallback``.
+    shardy_export: Callable[[], bytes] | None = field(default=None, repr=False)
+
+    @property
+    def fallback(self) -> bytes | None:
+        """Shardy's choices exported, as bytecode (when pins; exported when first asked):
+        ``Lowered.compile`` compiles both and keeps whichever XLA partitions with fewer
+        collective bytes or in less memory."""
+        return None if self.shardy_export is None else self.shardy_export()
 
     def format_text(self) -> str:
         lines = [f"cost-aware: {self.baseline_bytes} -> {self.final_bytes} bytes/device "
@@ -190,10 +197,15 @@ class _Search:
         self.decided: set[int] = set()
         self.regions: RegionEvaluator | None = None
         self.verifications_left = 0  # module verifications region rounds may still run
+        # (reader, its conflict points): those of the current state, once found.
+        self._points: tuple[ModuleValues | None, list[ConflictPoint]] = (None, [])
 
     # ------------------------------------------------------------- common
     def open_points(self) -> list[ConflictPoint]:
-        return [p for p in conflict_points(self.reader, per_point=self.per_point)
+        # The points of a state are asked for again by every round that keeps nothing.
+        if self._points[0] is not self.reader:
+            self._points = (self.reader, conflict_points(self.reader, per_point=self.per_point))
+        return [p for p in self._points[1]
                 if p.tag is not None and p.alternatives and p.tag not in self.decided]
 
     def better(self, cost: int, memory: int) -> bool:
@@ -369,8 +381,8 @@ class _Search:
         """Every open alternative priced on its region, grouped by structure (program order);
         also every group of candidates, priced or not (``(point, pin, seeds)``, the most
         repeated first)."""
-        graph = self.reader.graph
-        index_of = {tag_of(self.reader, op): op for op in range(len(graph.ops))}
+        index_of = {tag: op for op, tag in enumerate(op_tags(self.reader.facts,
+                                                             self.reader.graph))}
         index_of.pop(None, None)
         self.regions.set_state(self.reader, self.pins)
         pinned = {p.op for p in self.pins}

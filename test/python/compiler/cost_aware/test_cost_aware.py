@@ -176,6 +176,23 @@ def test_search_choices_reach_xla_as_constraints():
     assert compiled.collective_bytes() <= resolution.final_bytes, resolution.format_text()
 
 
+def test_shardy_choices_exported_by_compile_not_lowering():
+    """The safety net's export of Shardy's choices is compile()'s work: a lowering that
+    is only read (as_text, the search's report) never exports them; the first compile
+    exports them, once."""
+    lowered, _ = _found_case(2, "cost-aware")
+    resolution = lowered.cost_aware_resolution
+    assert resolution.pins and resolution.shardy_export is not None
+    lowered.as_text()
+    resolution.format_text()
+    assert not resolution.shardy_export.exported
+    lowered.compile()
+    assert resolution.shardy_export.exported
+    exported = resolution.fallback
+    assert exported is resolution.fallback
+    assert exported.startswith(b"ML\xefR")  # MLIR bytecode
+
+
 @pytest.mark.parametrize("found", [4, 5])
 def test_compile_keeps_shardy_when_xla_partitions_the_choice_worse(found, monkeypatch):
     """The safety net: a predicted saving that XLA partitions into more bytes than
