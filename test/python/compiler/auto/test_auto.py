@@ -362,3 +362,30 @@ def test_auto_keeps_the_operations_the_textbook_configurations_need(mesh):
     assert chosen.flops <= 1.02 * min(data_parallel.flops, expert.flops)
     assert chosen.seconds <= expert.seconds
     _close(lowered.compile()(params, x, y), jax.jit(_uneven_step)(params, x, y))
+
+
+def _concat_features_step(params, batch):
+    """A step whose gradient splits a concatenation with an input: the split's slice of
+    the input's part is dead, so the search propagates copies of the module."""
+    def loss(params):
+        x, features = batch
+        hidden = jax.nn.relu(jnp.concatenate([x @ params["w1"], features], -1) @ params["w2"])
+        return jnp.mean((hidden @ params["w3"]) ** 2)
+    loss_value, grads = jax.value_and_grad(loss)(params)
+    return jax.tree.map(lambda w, g: w - 0.1 * g, params, grads), loss_value
+
+
+def test_memory_budget_on_a_module_propagated_as_copies(mesh):
+    keys = jax.random.split(jax.random.key(2), 5)
+    params = {"w1": 0.1 * jax.random.normal(keys[0], (64, 128)),
+              "w2": 0.1 * jax.random.normal(keys[1], (160, 128)),
+              "w3": 0.1 * jax.random.normal(keys[2], (128, 64))}
+    batch = (jax.random.normal(keys[3], (32, 64)), jax.random.normal(keys[4], (32, 32)))
+    evaluator = Evaluator(jit(_concat_features_step, mesh=mesh).trace(params, batch).lower(
+        propagate=False).module, hardware("cpu"), mesh)
+    assert not evaluator.read.usable  # the dead slice: every state is a propagated copy
+    jitted = jit(_concat_features_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh,
+                 memory_budget=200_000)
+    lowered = jitted.lower(params, batch)
+    assert lowered.auto_report().step.memory_peak <= 200_000
+    _close(lowered.compile()(params, batch), jax.jit(_concat_features_step)(params, batch))
