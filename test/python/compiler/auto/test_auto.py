@@ -389,3 +389,26 @@ def test_memory_budget_on_a_module_propagated_as_copies(mesh):
     lowered = jitted.lower(params, batch)
     assert lowered.auto_report().step.memory_peak <= 200_000
     _close(lowered.compile()(params, batch), jax.jit(_concat_features_step)(params, batch))
+
+
+def test_memory_counts_shards_where_an_empty_mesh_is_declared_first(mesh):
+    """jax may declare an empty mesh before the program's (a held-out two-tower model's
+    AUTO module did): the memory model counted every buffer whole there."""
+    args = _mlp()
+    module = jit(train_step, mesh=mesh).trace(*args).lower(propagate=False).module
+    text = str(module)
+    at = text.index("sdy.mesh @")
+    with module.context:
+        empty_first = ir.Module.parse(
+            text[:at] + 'sdy.mesh @empty_mesh = <[]>\n  ' + text[at:])
+    found = []
+    for program in (module, empty_first):
+        evaluator = Evaluator(program, hardware("cpu"), mesh)
+        sharded = {p: tensor_sharding(evaluator.mesh, (("data", "model"), ()), dict(mesh.shape))
+                   for p, value in enumerate(evaluator.arguments)
+                   if len(evaluator.read.graph.value_shape[value] or ()) == 2
+                   and evaluator.read.graph.value_shape[value][0] % 8 == 0}
+        assert sharded
+        found.append((evaluator.memory(evaluator(sharded)[1]), evaluator.memory(evaluator({})[1])))
+    assert found[0] == found[1]
+    assert found[0][0] < found[0][1]  # the sharded arguments are counted as shards

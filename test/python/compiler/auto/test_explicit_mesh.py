@@ -111,3 +111,16 @@ def test_a_reshard_onto_the_explicit_axes_names_why_auto_cannot_run_it():
     jitted = jit(typed, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh)
     with pytest.raises(AutoShardingError, match=r"Explicit axes \('data', 'model'\).*reshard"):
         jitted.lower(jnp.ones((64, 128)), jnp.ones((32, 64)))
+
+
+def test_auto_on_an_abstract_mesh_of_explicit_axes_plans_as_on_auto_axes():
+    case = auto_bench.mlp_case(layers=2, d=256, hidden=1024, batch=256)
+    args = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), case.args)
+    found = []
+    for kind in (AxisType.Explicit, AxisType.Auto):
+        mesh = jax.sharding.AbstractMesh((16, 16), ("data", "model"), axis_types=(kind,) * 2)
+        lowered = jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh).trace(
+            *args).lower(lowering_platforms=("tpu",))
+        assert all(s.mesh == mesh for s in jax.tree.leaves(lowered.in_shardings))
+        found.append((_specs(lowered.in_shardings), lowered.auto_report().step.seconds))
+    assert found[0] == found[1]
