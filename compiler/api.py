@@ -692,11 +692,11 @@ def jit(
     if auto.has_auto(in_shardings, out_shardings) or memory_budget is not None:
         return auto.AutoJitFunction(
             fun, in_shardings, out_shardings, mesh=mesh, memory_budget=memory_budget,
-            make_jit=lambda given_in, given_out, function=fun: jit(
+            make_jit=lambda given_in, given_out, function=fun, on=mesh: jit(
                 function, given_in, given_out, static_argnums=static_argnums,
                 static_argnames=static_argnames, donate_argnums=donate_argnums,
                 donate_argnames=donate_argnames, keep_unused=keep_unused, device=device,
-                backend=backend, inline=inline, compiler_options=compiler_options, mesh=mesh,
+                backend=backend, inline=inline, compiler_options=compiler_options, mesh=on,
                 propagate=propagate, strict=strict, propagation=propagation))
     options = jit_options.parse(
         fun, in_shardings, out_shardings, static_argnums=static_argnums,

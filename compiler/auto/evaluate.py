@@ -134,12 +134,15 @@ class Evaluator:
         temporaries, the layout's padding, and counts the aliased bytes once."""
         graph, store = reader.graph, reader.store
         main = next(f for f in store.funcs if graph.op_parent[f] == -1)
+        # The reader's own graph: a propagated copy (``_on_copy``) numbers its values anew.
+        arguments, ops = graph.op_blocks[main][0]
         donated = any(d is not None for d in donations(graph.ops[main]))
         total = sum(self._shard_bytes(reader, value, store.value[store.slot_of[value]])
-                    for value in self.arguments if store.slot_of[value] >= 0)
+                    for value in arguments if store.slot_of[value] >= 0)
         if not donated:
             total += sum(self._shard_bytes(reader, value, store.value[slot])
-                         for value, slot in zip(self.results, store.func_results[main]))
+                         for value, slot in zip(graph.op_operands[ops[-1]],
+                                                store.func_results[main]))
         return total
 
     def _shard_bytes(self, reader: ModuleValues, value: int, sharding) -> int:

@@ -30,6 +30,7 @@ from shardc.compiler.auto.activations import (
 )
 from shardc.compiler.auto.candidates import structure_groups
 from shardc.compiler.auto.evaluate import Evaluator
+from shardc.compiler.auto.explicit import explicit_axes, on_mesh, searched, typed_function
 from shardc.compiler.auto.layers import CARRIED, Cut, anchor_signature, cut_layers, vote
 from shardc.compiler.auto.marker import (
     AutoShardingError,
@@ -42,12 +43,13 @@ from shardc.compiler.auto.report import AutoReport, auto_report, partition_spec
 from shardc.compiler.auto.search import Group, Outcome, Search, make_groups
 from shardc.compiler.cost.platforms import hardware
 from shardc.compiler.function.caches import static_keys
+from shardc.compiler.function.tracing import tracing_mesh
 from shardc.compiler.lowered import Traced
 from shardc.compiler.signature import context_mesh
 
-# (in_shardings, out_shardings[, function]) -> the jit of the function (or of ``function``:
-# the same one with activation constraints) with those shardings and every other option
-# as given.
+# (in_shardings, out_shardings[, function][, on=mesh]) -> the jit of the function (or of
+# ``function``: the same one with activation constraints) with those shardings, on ``mesh``
+# (else the one given), every other option as given.
 MakeJit = Callable[..., Any]
 
 
@@ -142,32 +144,48 @@ class AutoJitFunction:
                            for k, v in kwargs.items()}
         budget = self.memory_budget if self.memory_budget is not None else _device_memory(mesh)
         axes = [(name, size) for name, size in mesh.shape.items() if size > 1]
-        full = self._program(abstract, abstract_kwargs, dynamic, dynamic_kwargs, mesh, platform)
+        on = searched(mesh)  # Explicit axes made Auto (``explicit``)
+        try:
+            full = self._program(abstract, abstract_kwargs, dynamic, dynamic_kwargs, on,
+                                 platform)
+        except ValueError as error:
+            if on is mesh:
+                raise
+            # jax's own error (a ``reshard`` onto those axes, an ``out_sharding``), with
+            # what AUTO did to the mesh to meet it.
+            raise AutoShardingError(
+                f"AUTO on a mesh of Explicit axes {explicit_axes(mesh)} runs the function "
+                "with them Auto (jax.sharding.auto_axes), where it cannot name them in "
+                "a type: give AUTO a mesh of Auto axes, or constrain with "
+                f"with_sharding_constraint instead. {error}") from error
         cut = None
         if is_auto(self.in_shardings) and (is_auto(self.out_shardings)
                                            or self.out_shardings is None):
             cut = cut_layers(([abstract[i] for i in range(len(args)) if i not in static],
                               {k: abstract_kwargs[k] for k in dynamic_kwargs}))
         outcome = None if cut is None else self._search_cut(
-            cut, abstract, abstract_kwargs, static, full, mesh, platform, axes, budget)
+            cut, abstract, abstract_kwargs, static, full, on, platform, axes, budget)
         if outcome is None:  # nothing to cut, or the cut cannot stand for the step
             outcome = Search(full.evaluator, full.groups, axes, budget).run()
         return self._chosen(outcome, full, mesh, dynamic), auto_report(outcome)
 
     def _program(self, abstract: list, abstract_kwargs: dict, dynamic: Any, dynamic_kwargs: Any,
                  mesh: Mesh | AbstractMesh, platform: str) -> _Program:
-        """The search's program for these arguments: lowered with an open mark on every
-        anchor, read by an ``Evaluator``, its AUTO arguments and marks in groups."""
-        # The activations AUTO may constrain: the search's program marks each.
+        """The search's program for these arguments on ``mesh`` (of Auto axes where it
+        searches): lowered with an open mark on every anchor, read by an ``Evaluator``,
+        its AUTO arguments and marks in groups."""
+        # The activations AUTO may constrain: the search's program marks each. Traced
+        # under the mesh the jit traces it under: one trace, the same equations.
         marked = Constrained(self.fun, self._open.static_argnums, self._open.static_argnames,
                              lambda index, aval: None)
-        jaxpr = marked.jaxpr(*abstract, **abstract_kwargs)[0]
+        with tracing_mesh(mesh):
+            jaxpr = marked.jaxpr(*abstract, **abstract_kwargs)[0]
         points = anchors(jaxpr)
-        opened = self._open
         if points:
             marked.sharding_at = open_marks(mesh, set(points))
-            opened = self._make_jit(without_auto(self.in_shardings),
-                                    without_auto(self.out_shardings), marked)
+        opened = self._make_jit(on_mesh(without_auto(self.in_shardings), mesh),
+                                on_mesh(without_auto(self.out_shardings), mesh),
+                                marked if points else self.fun, on=mesh)
         open_lowered = opened.trace(*abstract, **abstract_kwargs).lower(propagate=False)
         leaves = jax.tree.leaves((dynamic, dynamic_kwargs))
         given_in = broadcast(self.in_shardings, dynamic) + [None] * (
@@ -209,15 +227,21 @@ class AutoJitFunction:
             # The function reads the list's length (an index past the cut, a check of
             # its length): it is searched whole.
             return None
-        # The budget scaled as the memory model puts one state (every argument left to
-        # propagation) on either step: the cut step keeps the embedding, the head and
-        # the loss whole, so no count of layers scales it. The full step's confirmation
-        # judges its best few states by the budget itself.
-        scaled = None
+        # The cut step judges memory by its quick live-range peak (``Search.peak_scale``),
+        # the memory model's several propagations per state being most of a budgeted
+        # search: the peak is put in the model's bytes by their ratio on one state
+        # (every argument left to propagation) of the cut step, and the budget scaled
+        # as the peaks of that state on either step (the cut step keeps the embedding,
+        # the head and the loss whole, so no count of layers scales it). The full
+        # step's confirmation judges its best few states by the memory model and the
+        # budget itself.
+        scaled = scale = None
         if budget is not None:
-            scaled = int(budget * small.evaluator.memory(small.evaluator({})[1])
-                         / max(full.evaluator.memory(full.evaluator({})[1]), 1))
-        search = Search(small.evaluator, small.groups, axes, scaled)
+            small_open, reader = small.evaluator({})
+            full_open, _ = full.evaluator({})
+            scale = small.evaluator.memory(reader) / max(small_open.memory_peak, 1)
+            scaled = int(budget * small_open.memory_peak / max(full_open.memory_peak, 1))
+        search = Search(small.evaluator, small.groups, axes, scaled, peak_scale=scale)
         found = search.run()
         states = []
         for cut_state in search.best_states(CARRIED):
@@ -263,12 +287,15 @@ class AutoJitFunction:
 
     def _chosen(self, outcome: Outcome, program: _Program, mesh: Mesh | AbstractMesh,
                 dynamic: tuple) -> Any:
-        """The jit of the function with the outcome's shardings and constraints."""
+        """The jit of the function with the outcome's shardings and constraints; on a mesh
+        of Explicit axes, the function run with them Auto, its results typed with the
+        chosen shardings (``explicit``)."""
         points, evaluator = program.points, program.evaluator
         constraints = {}
         for group in outcome.groups:
             if group.activation and group.chosen is not None:
-                sharding = NamedSharding(mesh, partition_spec(group.chosen))
+                # the body's axes are Auto where the caller's are Explicit
+                sharding = NamedSharding(searched(mesh), partition_spec(group.chosen))
                 for position in group.positions:
                     constraints[points[position - len(evaluator.arguments)]] = sharding
         function = self.fun
@@ -286,11 +313,21 @@ class AutoJitFunction:
         in_tree = jax.tree.unflatten(jax.tree.structure(dynamic), in_leaves)
         given_out = program.given_out
         result_first = len(outcome.results) - len(given_out)
-        out_leaves = [
-            (NamedSharding(mesh, partition_spec(outcome.results[result_first + k]))
-             if outcome.results[result_first + k] is not None else None) if is_auto(s) else s
-            for k, s in enumerate(given_out)]
+        typed = bool(explicit_axes(mesh))
+
+        def result(k: int, given: Any) -> Any:
+            if not (is_auto(given) or (typed and given is None)):
+                return given
+            spec = outcome.results[result_first + k]
+            if spec is None:  # a sub-axis sharding: left to jit, or replicated as a type
+                return NamedSharding(mesh, jax.sharding.PartitionSpec()) if typed else None
+            return NamedSharding(mesh, partition_spec(spec))
+
+        out_leaves = [result(k, s) for k, s in enumerate(given_out)]
         out_tree = jax.tree.unflatten(jax.tree.structure(program.out_avals), out_leaves)
+        if typed:
+            function = typed_function(function, mesh, out_tree, self._open.static_argnums,
+                                      self._open.static_argnames)
         return self._make_jit(in_tree, out_tree, function)
 
 

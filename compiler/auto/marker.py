@@ -42,25 +42,25 @@ def is_auto(value: Any) -> bool:
     return value is AUTO
 
 
-def _is_leaf(value: Any) -> bool:
+def is_leaf(value: Any) -> bool:
     return value is None or value is AUTO or isinstance(value, (jax.sharding.Sharding,
                                                                 jax.sharding.PartitionSpec))
 
 
 def has_auto(*trees: Any) -> bool:
     """Whether any of these shardings trees has an AUTO leaf."""
-    return any(is_auto(leaf) for tree in trees for leaf in jax.tree.leaves(tree, is_leaf=_is_leaf))
+    return any(is_auto(leaf) for tree in trees for leaf in jax.tree.leaves(tree, is_leaf=is_leaf))
 
 
 def without_auto(tree: Any) -> Any:
     """The tree with its AUTO leaves as None (unspecified), for jit's own validation."""
-    return jax.tree.map(lambda leaf: None if is_auto(leaf) else leaf, tree, is_leaf=_is_leaf)
+    return jax.tree.map(lambda leaf: None if is_auto(leaf) else leaf, tree, is_leaf=is_leaf)
 
 
 def broadcast(prefix: Any, full: Any) -> list[Any]:
     """The leaf of ``prefix`` (a shardings tree) each leaf of ``full`` falls under."""
-    if _is_leaf(prefix):
+    if is_leaf(prefix):
         return [prefix] * len(jax.tree.leaves(full))
-    subtrees = jax.tree.structure(prefix, is_leaf=_is_leaf).flatten_up_to(full)
-    leaves = jax.tree.leaves(prefix, is_leaf=_is_leaf)
+    subtrees = jax.tree.structure(prefix, is_leaf=is_leaf).flatten_up_to(full)
+    leaves = jax.tree.leaves(prefix, is_leaf=is_leaf)
     return [leaf for leaf, sub in zip(leaves, subtrees) for _ in jax.tree.leaves(sub)]

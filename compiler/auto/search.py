@@ -70,6 +70,9 @@ from shardc.compiler.propagation.values import ModuleValues
 # 2%: the replicated scalars and norms any state keeps, with room left within 5% of
 # that for the model's own error against XLA's count of the state (a few % either way).
 FLOPS_SLACK = 0.02
+# States whose modelled seconds differ by less than this fraction are equally fast: the
+# same collectives and operations summed in another order differ in the last digits.
+SAME_SECONDS = 1e-6
 
 
 @dataclass
@@ -113,7 +116,7 @@ class Search:
     def __init__(self, evaluator: Evaluator, groups: list[Group], axes: list[tuple[str, int]],
                  budget: int | None, *, max_evaluations: int = 160,
                  exhaustive_limit: int = 64, descent_width: int = 3,
-                 descent_evaluations: int = 48):
+                 descent_evaluations: int = 48, peak_scale: float | None = None):
         self.evaluate = evaluator
         self.groups = groups
         self.sizes = dict(axes)
@@ -123,7 +126,14 @@ class Search:
         self.exhaustive_limit = exhaustive_limit
         self.descent_width = descent_width
         self.descent_evaluations = descent_evaluations
+        # Where set, a state's memory under the budget is its quick live-range peak times
+        # this, not the memory model's (``_estimate``): the search of a step with its
+        # layers cut (``layers``) only proposes the states the full step judges.
+        self.peak_scale = peak_scale
         self._priced: dict[tuple, StepTime] = {}
+        # seconds, quick peak, order priced: the order ``ranked`` judges states in, one
+        # order whatever the memory model has said of some of them since
+        self._quick: dict[tuple, tuple[float, int, int]] = {}
         # the fewest operations per device of a textbook configuration (``_seed``)
         self._least_flops = math.inf
         self._estimated: set[tuple] = set()
@@ -151,6 +161,7 @@ class Search:
         if key not in self._priced:
             found, reader = self.evaluate(self._assignment(key))
             self._priced[key] = found
+            self._quick[key] = (found.seconds, found.memory_peak, len(self._quick))
             if self.budget is not None:
                 self._floors[key] = self.evaluate.floor(reader)
             # The last few states' propagated values: what settles the groups left open.
@@ -171,6 +182,12 @@ class Search:
 
     def _estimate(self, key: tuple) -> StepTime:
         """The state's step with its memory by the memory model (under a budget)."""
+        if self.budget is not None and key not in self._estimated and (
+                self.peak_scale is not None):
+            step = self._priced[key]
+            self._priced[key] = replace(step, memory_peak=int(step.memory_peak * self.peak_scale),
+                                        estimated=True)
+            self._estimated.add(key)
         if self.budget is not None and key not in self._estimated:
             reader = self._readers.get(key)
             if reader is None:  # propagating again costs less than keeping every state
@@ -185,16 +202,16 @@ class Search:
         """``keys`` best first, the first ``count`` ranked by the full score.
 
         The memory model costs several propagations, so it runs only where it can
-        change the order: in order of seconds, until ``count`` states fit the
-        budget and the next one is slower (every later one is then slower and no
-        lighter in bytes over the budget than those). A state whose arguments and
+        change the order: in order of seconds (then quick peak), until ``count``
+        states fit the budget (every later one is then no faster and no lighter in
+        bytes over the budget than those). A state whose arguments and
         results alone exceed the budget (``Evaluator.floor``) is over it whatever the
         model says: it waits, judged only where fewer than ``count`` states fit (then
         bytes over the budget rank them)."""
         keys = list(dict.fromkeys(keys))
         if self.budget is None:
             return sorted(keys, key=lambda k: self.score(self._priced[k]))
-        order = sorted(keys, key=lambda k: (self._priced[k].seconds, self._priced[k].memory_peak))
+        order = sorted(keys, key=self._quick.__getitem__)
         judged: list[tuple] = []
         over: list[tuple] = []  # over the budget by their floor, not judged yet
         fitting: list[float] = []
@@ -203,7 +220,10 @@ class Search:
             return sorted(keys, key=lambda k: self.score(self._priced[k]))
 
         for i, key in enumerate(order):
-            if len(fitting) >= count and self._priced[key].seconds > fitting[count - 1]:
+            # An equally fast state is no lighter by the quick peak (the order's second
+            # key) either: the model is not asked to break the tie.
+            if len(fitting) >= count and self._priced[key].seconds >= fitting[count - 1] * (
+                    1 - SAME_SECONDS):
                 return best_first(judged) + over + order[i:]
             if key not in self._estimated and self._floors.get(key, 0) > self.budget:
                 over.append(key)
@@ -229,10 +249,13 @@ class Search:
         reader = self._readers.get(tuple(sorted(specs.items())))
         if reader is None:
             return None
-        store = reader.store
+        store, graph = reader.store, reader.graph
+        # the reader's own arguments: a propagated copy numbers its values anew
+        main = next(f for f in store.funcs if graph.op_parent[f] == -1)
+        arguments = graph.op_blocks[main][0][0]
         found = set()
         for position in group.positions:
-            slot = store.slot_of[self.evaluate.arguments[position]]
+            slot = store.slot_of[arguments[position]]
             sharding = store.value[slot] if slot >= 0 else None
             found.add(spec_of(sharding, len(group.shape)) if sharding is not None else None)
         (spec,) = found if len(found) == 1 else (None,)

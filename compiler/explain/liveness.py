@@ -153,7 +153,10 @@ class LivenessWalker:
         # ops merged into an earlier one: they write no buffer
         self.merged_ops: set[int] = getattr(graph, "merged_ops", set())
         self.merged: dict[int, int] = getattr(graph, "merged", {})
-        mesh = values.meshes.get(values.mesh) if values.mesh else None
+        # The mesh the program's tensors are split over: the one with the most devices.
+        # The first one declared may be an empty mesh (jax writes one for a replicated
+        # value), and read as the program's it counted every buffer whole.
+        mesh = max(values.meshes.values(), key=lambda m: prod(m.sizes.values()), default=None)
         self.sizes = dict(mesh.sizes) if mesh is not None else {}
         found = OpNeeds.collect(values)
         self.extra, self.needs, self.reduced = found.extra, found.needs, found.reduced

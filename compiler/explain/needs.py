@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from math import prod
 
 from jaxlib.mlir.dialects import stablehlo
+from jaxlib.mlir.ir import IntegerAttr
 
 from shardc.compiler.cost.fusion import CHLO_ELEMENTWISE, FREE, FUSIBLE
 from shardc.compiler.cost.indexed import indexed_communication
@@ -95,7 +96,38 @@ class OpNeeds:
             found._collect(values, op, memo)
         if active_rules().copies_operands_per_layout:
             found._copy_per_layout(values)
+        if active_rules().expands_batch_group_convolutions:
+            found._dense_batch_groups(values)
         return found
+
+    def _dense_batch_groups(self, values: ModuleValues) -> None:
+        """Record the dense output of each convolution with a batch group count G > 1
+        (a grouped or depthwise convolution's kernel gradient) where the platform runs it
+        dense over every group (``PlatformRules.expands_batch_group_convolutions``,
+        XLA:CPU's ``ConvolutionGroupConverter``): one convolution whose output holds
+        every group against every other, G times the device's part of the result's
+        features (as ``cost.flops`` counts its operations), and its diagonal blocks
+        selected into a second buffer of that size, which the reduction to the grouped
+        result reads (XLA:CPU hands that reduction to YNNPACK, so the select is not fused
+        into it: a depthwise 7x7 kernel gradient's ``f32[7,7,64,64]`` convolution and
+        ``broadcast_select_fusion`` live together). Both live while the op runs.
+        """
+        graph = values.graph
+        for op, name in enumerate(graph.op_name):
+            if name != "stablehlo.convolution":
+                continue
+            attr = graph.ops[op].attributes
+            groups = (IntegerAttr(attr["batch_group_count"]).value
+                      if "batch_group_count" in attr else 1)
+            tensor = values.tensor(graph.op_results[op][0])
+            if groups <= 1 or tensor is None:
+                continue
+            feature = stablehlo.ConvDimensionNumbers(
+                attr["dimension_numbers"]).output_feature_dimension
+            local = shard_shape(tensor.shape, dim_axes(tensor.sharding, len(tensor.shape)))
+            factor = max(groups * local[feature] // tensor.shape[feature], 1)
+            dense = prod(local) * tensor.element_bytes * factor
+            self.extra[op] = self.extra.get(op, 0) + 2 * dense
 
     def _copy_per_layout(self, values: ModuleValues) -> None:
         """Record the second-layout copy of each value dots read in two layouts

@@ -362,3 +362,53 @@ def test_auto_keeps_the_operations_the_textbook_configurations_need(mesh):
     assert chosen.flops <= 1.02 * min(data_parallel.flops, expert.flops)
     assert chosen.seconds <= expert.seconds
     _close(lowered.compile()(params, x, y), jax.jit(_uneven_step)(params, x, y))
+
+
+def _concat_features_step(params, batch):
+    """A step whose gradient splits a concatenation with an input: the split's slice of
+    the input's part is dead, so the search propagates copies of the module."""
+    def loss(params):
+        x, features = batch
+        hidden = jax.nn.relu(jnp.concatenate([x @ params["w1"], features], -1) @ params["w2"])
+        return jnp.mean((hidden @ params["w3"]) ** 2)
+    loss_value, grads = jax.value_and_grad(loss)(params)
+    return jax.tree.map(lambda w, g: w - 0.1 * g, params, grads), loss_value
+
+
+def test_memory_budget_on_a_module_propagated_as_copies(mesh):
+    keys = jax.random.split(jax.random.key(2), 5)
+    params = {"w1": 0.1 * jax.random.normal(keys[0], (64, 128)),
+              "w2": 0.1 * jax.random.normal(keys[1], (160, 128)),
+              "w3": 0.1 * jax.random.normal(keys[2], (128, 64))}
+    batch = (jax.random.normal(keys[3], (32, 64)), jax.random.normal(keys[4], (32, 32)))
+    evaluator = Evaluator(jit(_concat_features_step, mesh=mesh).trace(params, batch).lower(
+        propagate=False).module, hardware("cpu"), mesh)
+    assert not evaluator.read.usable  # the dead slice: every state is a propagated copy
+    jitted = jit(_concat_features_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh,
+                 memory_budget=200_000)
+    lowered = jitted.lower(params, batch)
+    assert lowered.auto_report().step.memory_peak <= 200_000
+    _close(lowered.compile()(params, batch), jax.jit(_concat_features_step)(params, batch))
+
+
+def test_memory_counts_shards_where_an_empty_mesh_is_declared_first(mesh):
+    """jax may declare an empty mesh before the program's (a held-out two-tower model's
+    AUTO module did): the memory model counted every buffer whole there."""
+    args = _mlp()
+    module = jit(train_step, mesh=mesh).trace(*args).lower(propagate=False).module
+    text = str(module)
+    at = text.index("sdy.mesh @")
+    with module.context:
+        empty_first = ir.Module.parse(
+            text[:at] + 'sdy.mesh @empty_mesh = <[]>\n  ' + text[at:])
+    found = []
+    for program in (module, empty_first):
+        evaluator = Evaluator(program, hardware("cpu"), mesh)
+        sharded = {p: tensor_sharding(evaluator.mesh, (("data", "model"), ()), dict(mesh.shape))
+                   for p, value in enumerate(evaluator.arguments)
+                   if len(evaluator.read.graph.value_shape[value] or ()) == 2
+                   and evaluator.read.graph.value_shape[value][0] % 8 == 0}
+        assert sharded
+        found.append((evaluator.memory(evaluator(sharded)[1]), evaluator.memory(evaluator({})[1])))
+    assert found[0] == found[1]
+    assert found[0][0] < found[0][1]  # the sharded arguments are counted as shards
