@@ -79,7 +79,7 @@ EXPLAINED: dict[str, str] = {
                                   "and the copies copy insertion makes of them for the loop's "
                                   "carry (copy.109/.110) apart; the model's side of the gap is "
                                   "not read off yet",
-    "lineax_cg_batched": "net 0.57x on a 4940-byte program: XLA's arrays end at byte 1796 of its "
+    "lineax_cg_batched": "net 0.56x on a 4940-byte program: XLA's arrays end at byte 1796 of its "
                          "temp (3592 B; the model's arrays' heap 1408 B); above them lie its "
                          "tables of pointers, 1856-3592 B, each in bytes of its own: the three CG "
                          "while loops' (72 B), the conditionals' operand and result tuples and "
@@ -100,18 +100,6 @@ EXPLAINED: dict[str, str] = {
                            "(at ynn_fusion.1 in the backward; the model's 536512 B), its heap "
                            "1.24x that peak: fragmentation the model's packing replay does not "
                            "reproduce (its heap is 1.02x its peak)",
-    "eqx_scan_train_loop": "net 1.11x (temp 5056 / 4024 B; 1.10x before loop bodies were "
-                           "packed flattened): the model's peak is the training loop's body; "
-                           "XLA packs the body's buffers of a few floats each (64-byte "
-                           "aligned) tighter around the loop's carries. Not the combined "
-                           "all-reduce: running each all-reduce between its op and the next "
-                           "(jaxtyping_mlp: 1.16x -> 1.00x) leaves it unchanged",
-    "eqx_unet_frozen": "net 1.11x (1.09x, temp 40384 B, before loop bodies were packed "
-                       "flattened: the dropout masks' threefry loops' buffers now pack "
-                       "beside the block's, heap 41152 B): the model's live peak alone, "
-                       "40384 B at the decoder's transposed convolution (its operand copies "
-                       "for XLA:CPU's kernel, 10240 B, and an 8 KiB reshard), is above XLA's "
-                       "whole heap (35464 B); not read off XLA's buffer assignment yet",
 }
 FIELDS = ("argument", "output", "temp", "alias", "net")
 
