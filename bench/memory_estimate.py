@@ -79,22 +79,27 @@ EXPLAINED: dict[str, str] = {
                                   "and the copies copy insertion makes of them for the loop's "
                                   "carry (copy.109/.110) apart; the model's side of the gap is "
                                   "not read off yet",
-    "lineax_cg_batched": "net 0.57x on a 4940-byte program: XLA's temp (3592 B) is small buffers "
-                         "rounded up to 64 bytes and the 72-byte tuple tables of the three CG "
-                         "while loops (while.253/.261/.269), each at its own offset; the model's "
-                         "side is not read off yet",
-    "eqx_scan_train_loop": "net 1.11x (temp 5056 / 4024 B; 1.10x before loop bodies were "
-                           "packed flattened): the model's peak is the training loop's body; "
-                           "XLA packs the body's buffers of a few floats each (64-byte "
-                           "aligned) tighter around the loop's carries. Not the combined "
-                           "all-reduce: running each all-reduce between its op and the next "
-                           "(jaxtyping_mlp: 1.16x -> 1.00x) leaves it unchanged",
-    "eqx_unet_frozen": "net 1.11x (1.09x, temp 40384 B, before loop bodies were packed "
-                       "flattened: the dropout masks' threefry loops' buffers now pack "
-                       "beside the block's, heap 41152 B): the model's live peak alone, "
-                       "40384 B at the decoder's transposed convolution (its operand copies "
-                       "for XLA:CPU's kernel, 10240 B, and an 8 KiB reshard), is above XLA's "
-                       "whole heap (35464 B); not read off XLA's buffer assignment yet",
+    "lineax_cg_batched": "net 0.56x on a 4940-byte program: XLA's arrays end at byte 1796 of its "
+                         "temp (3592 B; the model's arrays' heap 1408 B); above them lie its "
+                         "tables of pointers, 1856-3592 B, each in bytes of its own: the three CG "
+                         "while loops' (72 B), the conditionals' operand and result tuples and "
+                         "the error checks' callbacks' (27 slots); the model has no table for a "
+                         "conditional or a callback and packs its own among the arrays",
+    "diffrax_lotka_volterra": "net 0.68x (temp 6848 / 10240 B): XLA's arrays end at byte 6529 "
+                              "(the model's arrays' heap: 6528 B); its tables of pointers "
+                              "(conditionals' operands and results, callbacks, loops: 57 slots "
+                              "of 64 B, XLA splitting and cloning the conditionals to 25 from "
+                              "the program's 13) lie above them, 6592-10240; the model packs "
+                              "its few tables among the arrays",
+    "jax_custom_partitioning_fft": "temp 64 / 512 B: the partition callback's body, which XLA "
+                                   "inlines, gathers the signal (all-gather, c64[2,16]), copies "
+                                   "it row-major (copy.1) and writes the FFT (fft.0), 256 B "
+                                   "each; the estimate reads the op's own shardings, not the "
+                                   "body (comm_report asks the callback for its collectives)",
+    "linen_lm_clip_adamw": "net 0.85x (temp 545856 / 701096 B): XLA's live peak is 564240 B "
+                           "(at ynn_fusion.1 in the backward; the model's 536512 B), its heap "
+                           "1.24x that peak: fragmentation the model's packing replay does not "
+                           "reproduce (its heap is 1.02x its peak)",
 }
 FIELDS = ("argument", "output", "temp", "alias", "net")
 

@@ -406,13 +406,23 @@ class LivenessWalker:
         XLA's own rule (``InstructionFusion::ComputeGloballyUnfusible``, see
         ``duplication``) fuses some such values into every reader
         (cnn_batchnorm's ReLU gradient), but replacing the reduction rule by a
-        replay of it lost the zoo LMs' kept layer-norm inputs.
+        replay of it lost the zoo LMs' kept layer-norm inputs. Where the value is
+        cheap to duplicate (it reads one large operand: a relu of a convolution's
+        output, read by a layer norm's reductions and its elementwise ops), XLA
+        fuses it into every reader, a reduction too (its buffer assignment has the
+        convolution's output, no relu); a reduction XLA:CPU hands to YNNPACK reads
+        it from a buffer all the same (``offloaded_reduction``).
         """
         if self.rules.duplicates_shared_producers:
             return False
         graph = self.graph
         tops = {self.top_user(u, op) for u, _ in graph.uses[value]}
         if len(tops) < 2:
+            return False
+        if self.rules.duplicates_cheap_producers and graph.op_name[op] not in _FREE \
+                and value not in self.moved and not expensive(graph, op) \
+                and cheap_to_duplicate(self, op) \
+                and not any(self.offloaded_reduction(t) for t in tops):
             return False
         return graph.op_name[op] in _EXPENSIVE or any(
             graph.op_name[t] == "stablehlo.reduce" or self.offloaded_reduction(t)
