@@ -13,11 +13,24 @@ mishandle:
   carries with the wrong shardings. Which carries go depends on all of XLA's
   folding, so no count shardc writes on the loop can be trusted to match.
   The copy hoists the carries it sees are invariant, then drops the loop's
-  sharding and says each remaining carry's with closed constraints instead:
-  of the operand (unless already so sharded), of every use of the carry in
-  the condition and body, of a returned value sharded otherwise, and of the
-  uses of the result. They pin the carry to the sharding shardc decided
-  whichever carries XLA drops (a replicated scalar needs none).
+  sharding. XLA's Shardy import drops op shardings anyway and re-derives them
+  from the boundaries and constraints, the carries through the loop's data-flow
+  edges, as for jax's own module (which never shards a loop): constraints that
+  said the carries' shardings again would be extra seeds, and a seed changes
+  the order in which XLA's propagation reaches the ops around the loop (a
+  remat_scan'd MLP's LayerNorm after the loop took its batch dimension over two
+  axes, where jax.jit's kept one per dimension: other collectives and other
+  bits). An op reading a result of the loop loses its sharding too: XLA's
+  conversion folds it when it is an identity (``r + 0``) and would move its
+  one sharding onto the loop, every carry then sharded alike (a diffrax
+  solve's scalar carries: "Number of tile assignment dimensions ... is
+  different than the input rank"). Only where XLA must partition the op
+  shardings as written (``keep_op_shardings``) does the copy say each
+  remaining carry's sharding with closed constraints: of the operand (unless
+  already so sharded), of every use of the carry in the condition and body,
+  of a returned value sharded otherwise, and of the uses of the result. They
+  pin the carry to the sharding shardc decided whichever carries XLA drops (a
+  replicated scalar needs none).
 * a ``reshape`` of a ``reshape`` back to the first one's operand type, or a
   ``transpose`` of a ``transpose`` whose permutations cancel (``swapaxes``
   twice, as a QR's Householder factors are read back): XLA folds the pair
@@ -159,7 +172,12 @@ def to_xla_form(module: ir.Operation) -> None:
     with module.context:
         module.walk(visit, ir.WalkOrder.POST_ORDER)
         for loop in loops:  # post-order: inner loops first
-            _constrain_carries(hoist_all_invariant_carries(loop))
+            loop = hoist_all_invariant_carries(loop)
+            if keep:
+                _constrain_carries(loop)
+            elif SHARDING_ATTR in loop.attributes:
+                del loop.attributes[SHARDING_ATTR]
+                _unshard_result_users(loop)
         for case in cases:
             _constrain_branch_results(case)
         for outer in round_trips:
@@ -294,6 +312,20 @@ def _constrain_carries(loop: ir.Operation) -> None:
                             ir.InsertionPoint.at_block_begin(block), loop.location)
         _constrain_uses(loop.results[k], sharding, ir.InsertionPoint.after(loop),
                         loop.location)
+
+
+def _unshard_result_users(loop: ir.Operation) -> None:
+    """Drop the sharding of each one-result op reading a result of ``loop``: XLA's
+    conversion folds such an op when it is an identity (``r + 0``) and moves its one
+    sharding onto the loop, all of whose results it then shards alike ("Number of tile
+    assignment dimensions ... is different than the input rank" for a scalar carry).
+    XLA's Shardy import drops op shardings anyway; a case or a loop keeps its own."""
+    for result in loop.results:
+        for use in result.uses:
+            user = use.owner.operation
+            if (user.name not in (LOOP, CASE) and len(user.results) == 1
+                    and SHARDING_ATTR in user.attributes):
+                del user.attributes[SHARDING_ATTR]
 
 
 def _constrain_branch_results(case: ir.Operation) -> None:

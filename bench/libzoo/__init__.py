@@ -46,7 +46,14 @@ sharded by ``nn.with_logical_partitioning`` with dropout and ``clip_by_global_no
 fine-tuning (``nnx.LoRALinear``, ``wrt=nnx.LoRAParam``), an equinox ViT
 (``MultiheadAttention``, ``Dropout``) and an ``LSTMCell`` LM scanned, diffrax's Lotka-Volterra
 solved for a batch with ``jacfwd`` through ``ForwardMode``, penzai's GPT-NeoX builder
-differentiated by axis name and a PPO update in ``chex.dataclass`` state. Where the
+differentiated by axis name and a PPO update in ``chex.dataclass`` state; a flax linen MLP
+stacked by ``nn.remat_scan`` on a batch over two axes, an ``nn.vmap`` critic ensemble sharded
+over its ensemble axis, a linen encoder-decoder under
+padding / causal / cross-attention masks and a DDPM U-Net (``GroupNorm``, ``ConvTranspose``),
+NNX blocks with per-layer ``Dropout`` streams made by ``nnx.vmap`` and scanned under
+``nnx.split`` / ``nnx.merge`` in a plain ``jax.jit``, optimistix's ``Dogleg`` fits vmapped
+over a batch, penzai's Llama-like builder configured like Gemma 2 in a ``LayerStack``, and
+an equinox LM whose MLP is a ``jax.shard_map`` inside the module. Where the
 ``gemma`` extra is installed (it needs tensorflow), Gemma's library (a small ``gm.nn.Transformer``
 trained with optax). Each module holds one
 program, with the zoo's interface (``NAME``, ``SIZES``, ``make(size) ->
@@ -75,6 +82,7 @@ from bench.libzoo import (
     eqx_partition_jit,
     eqx_scan_layers,
     eqx_scan_train_loop,
+    eqx_shard_map_tp,
     eqx_unet_frozen,
     eqx_vit_dropout,
     flax_nnx_scan_explicit,
@@ -83,12 +91,17 @@ from bench.libzoo import (
     jax_host_callback_scan,
     jaxtyping_mlp,
     lineax_cg_batched,
+    linen_ddpm_unet,
     linen_lm_clip_adamw,
     linen_logical_attention,
+    linen_remat_scan,
     linen_scan_logical_dropout,
+    linen_seq2seq_masks,
+    linen_vmap_ensemble,
     nnx_jit_train,
     nnx_lora_finetune,
     nnx_resnet_batchnorm,
+    nnx_scan_dropout_split,
     nnx_scan_remat_optimizer,
     optax_adafactor_fsdp,
     optax_dpsgd,
@@ -96,9 +109,11 @@ from bench.libzoo import (
     optax_lookahead_inject,
     optax_multi_transform,
     optax_multisteps,
+    optimistix_dogleg_batched,
     optimistix_lm_fit,
     orbax_manager_reshard,
     orbax_restore_step,
+    penzai_gemma2_stack,
     penzai_gpt_neox_grad,
     penzai_kv_decode,
     penzai_named_lm,
@@ -146,6 +161,14 @@ _MODULES = (
     diffrax_lotka_volterra,
     penzai_gpt_neox_grad,
     chex_ppo_gae,
+    linen_remat_scan,
+    linen_vmap_ensemble,
+    linen_seq2seq_masks,
+    linen_ddpm_unet,
+    nnx_scan_dropout_split,
+    optimistix_dogleg_batched,
+    penzai_gemma2_stack,
+    eqx_shard_map_tp,
 )
 # Programs of a library too heavy for the ``libzoo`` extra (gemma brings kauldron and
 # tensorflow: the ``gemma`` extra), registered only where it is installed: program name

@@ -37,7 +37,9 @@ PROGRAMS = (
     "optax_adafactor_fsdp", "optax_lion_masked_ema", "eqx_mha_filter_grad", "lineax_cg_batched",
     "optimistix_lm_fit", "nnx_jit_train", "linen_lm_clip_adamw", "nnx_resnet_batchnorm",
     "nnx_lora_finetune", "eqx_vit_dropout", "eqx_lstm_lm", "diffrax_lotka_volterra",
-    "penzai_gpt_neox_grad", "chex_ppo_gae",
+    "penzai_gpt_neox_grad", "chex_ppo_gae", "linen_remat_scan", "linen_vmap_ensemble",
+    "linen_seq2seq_masks", "linen_ddpm_unet", "nnx_scan_dropout_split",
+    "optimistix_dogleg_batched", "penzai_gemma2_stack", "eqx_shard_map_tp",
 )  # fmt: skip
 # The library each program is written with (besides jax, optax and numpy).
 LIBRARIES = {
@@ -59,7 +61,10 @@ LIBRARIES = {
     "nnx_jit_train": "flax", "linen_lm_clip_adamw": "flax", "nnx_resnet_batchnorm": "flax",
     "nnx_lora_finetune": "flax", "eqx_vit_dropout": "equinox", "eqx_lstm_lm": "equinox",
     "diffrax_lotka_volterra": "diffrax", "penzai_gpt_neox_grad": "penzai",
-    "chex_ppo_gae": "chex",
+    "chex_ppo_gae": "chex", "linen_remat_scan": "flax", "linen_vmap_ensemble": "flax",
+    "linen_seq2seq_masks": "flax", "linen_ddpm_unet": "flax", "nnx_scan_dropout_split": "flax",
+    "optimistix_dogleg_batched": "optimistix", "penzai_gemma2_stack": "penzai",
+    "eqx_shard_map_tp": "equinox",
 }  # fmt: skip
 # A child process measuring one program at the small size takes well under this.
 ISOLATED_TIMEOUT_SECONDS = 600

@@ -3,25 +3,24 @@
 // XLA's conversion folds `%k + 0` to `%k` and then drops the carry from the
 // loop, keeping the loop's sharding as it was ("has 2 leaf nodes while this
 // sharding has 3", or an abort). The form shardc hands XLA keeps no per-carry
-// sharding on a loop: closed constraints around it say the same and survive
-// whatever carries XLA drops (a replicated scalar needs none). A carry the body
-// returns unchanged (%w) is read from above, and a free variable (%arg1) stays
-// free.
+// sharding on a loop: XLA's data-flow edges re-derive the carries, as they do
+// for jax's own module (constraints saying the same would reorder XLA's
+// propagation around the loop). A carry the body returns unchanged (%w) is
+// read from above, and a free variable (%arg1) stays free.
 sdy.mesh @mesh = <["x"=4, "y"=2]>
 
 // CHECK-LABEL: func @loop_with_foldable_and_pass_through_carries
-// CHECK:      %[[X:.*]] = sdy.sharding_constraint %arg0 <@mesh, [{"x"}, {"y"}]>
-// CHECK-NEXT: %[[X2:.*]] = sdy.sharding_constraint %[[X]] <@mesh, [{"x"}, {}]>
-// CHECK-NEXT: %[[L:.*]]:3 = stablehlo.while(%[[I:.*]] = %c, %[[A:.*]] = %[[X2]], %[[K:.*]] = %c) : tensor<i32>, tensor<16x8xf32>, tensor<i32>{{$}}
+// CHECK-NOT:  sdy.sharding_constraint
+// CHECK:      %[[L:.*]]:3 = stablehlo.while(%[[I:.*]] = %c, %[[A:.*]] = %arg0, %[[K:.*]] = %c) : tensor<i32>, tensor<16x8xf32>, tensor<i32>{{$}}
+// CHECK-NOT:  sdy.sharding_per_value
 // CHECK:      } do {
-// CHECK-NEXT:   %[[BA:.*]] = sdy.sharding_constraint %[[A]] <@mesh, [{"x"}, {}]>
 // CHECK:        %[[K1:.*]] = stablehlo.add %[[K]], %{{.*}}
-// CHECK:        %[[D:.*]] = stablehlo.dot %[[BA]], %arg1
+// CHECK:        %[[D:.*]] = stablehlo.dot %[[A]], %arg1
 // CHECK:        %[[Y:.*]] = stablehlo.add %[[D]], %arg2
 // CHECK:        stablehlo.return %{{.*}}, %[[Y]], %[[K1]] : tensor<i32>, tensor<16x8xf32>, tensor<i32>
 // CHECK:      }
-// CHECK-NEXT: %[[R:.*]] = sdy.sharding_constraint %[[L]]#1 <@mesh, [{"x"}, {}]>
-// CHECK-NEXT: return %[[R]], %arg2
+// CHECK-NOT:  sdy.sharding_constraint
+// CHECK:      return %[[L]]#1, %arg2
 func.func @loop_with_foldable_and_pass_through_carries(
     %arg0: tensor<16x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>},
     %arg1: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"y"}]>},
@@ -44,6 +43,86 @@ func.func @loop_with_foldable_and_pass_through_carries(
     stablehlo.return %i1, %y, %k1, %w : tensor<i32>, tensor<16x8xf32>, tensor<i32>, tensor<16x8xf32>
   }
   return %0#1, %0#3 : tensor<16x8xf32>, tensor<16x8xf32>
+}
+
+// -----
+
+// An op reading a loop's result loses its sharding: XLA's conversion folds it
+// when it is an identity (`r + 0`) and would move its one sharding onto the
+// loop, sharding every carry alike (a scalar's rank then fails its check).
+sdy.mesh @mesh = <["x"=4, "y"=2]>
+
+// CHECK-LABEL: func @loop_result_read_by_an_identity
+// CHECK:      %[[L:.*]]:2 = stablehlo.while
+// CHECK:      %[[R:.*]] = stablehlo.add %[[L]]#1, %{{.*}} : tensor<16x8xf32>
+// CHECK-NEXT: return %[[R]]
+func.func @loop_result_read_by_an_identity(
+    %arg0: tensor<16x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>})
+    -> tensor<16x8xf32> {
+  %c = stablehlo.constant dense<0> : tensor<i32>
+  %zeros = stablehlo.constant dense<0.0> : tensor<16x8xf32>
+  %0:2 = stablehlo.while(%i = %c, %a = %arg0) : tensor<i32>, tensor<16x8xf32>
+    attributes {sdy.sharding = #sdy.sharding_per_value<[<@mesh, []>, <@mesh, [{"x"}, {}]>]>}
+  cond {
+    %c4 = stablehlo.constant dense<4> : tensor<i32>
+    %p = stablehlo.compare LT, %i, %c4 : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %p : tensor<i1>
+  } do {
+    %c1 = stablehlo.constant dense<1> : tensor<i32>
+    %i1 = stablehlo.add %i, %c1 : tensor<i32>
+    %t = stablehlo.tanh %a {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {}]>]>} : tensor<16x8xf32>
+    stablehlo.return %i1, %t : tensor<i32>, tensor<16x8xf32>
+  }
+  %r = stablehlo.add %0#1, %zeros {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {}]>]>} : tensor<16x8xf32>
+  return %r : tensor<16x8xf32>
+}
+
+// -----
+
+// Where XLA must partition the op shardings as written (the cost-aware route's
+// choices, marked `shardc.keep_op_shardings`), closed constraints around the
+// loop say each carry's sharding instead, and survive whatever carries XLA
+// drops (a replicated scalar needs none).
+
+// CHECK-LABEL: func @kept_loop_with_foldable_and_pass_through_carries
+// CHECK:      %[[X:.*]] = sdy.sharding_constraint %arg0 <@mesh, [{"x"}, {"y"}]>
+// CHECK-NEXT: %[[X2:.*]] = sdy.sharding_constraint %[[X]] <@mesh, [{"x"}, {}]>
+// CHECK-NEXT: %[[L:.*]]:3 = stablehlo.while(%[[I:.*]] = %c, %[[A:.*]] = %[[X2]], %[[K:.*]] = %c) : tensor<i32>, tensor<16x8xf32>, tensor<i32>{{$}}
+// CHECK:      } do {
+// CHECK-NEXT:   %[[BA:.*]] = sdy.sharding_constraint %[[A]] <@mesh, [{"x"}, {}]>
+// CHECK:        %[[K1:.*]] = stablehlo.add %[[K]], %{{.*}}
+// CHECK:        %[[D:.*]] = stablehlo.dot %[[BA]], %arg1
+// CHECK:        %[[Y:.*]] = stablehlo.add %[[D]], %arg2
+// CHECK-NEXT:   %[[YC:.*]] = sdy.sharding_constraint %[[Y]] <@mesh, [{"x"}, {}]>
+// CHECK-NEXT:   stablehlo.return %{{.*}}, %[[YC]], %[[K1]] : tensor<i32>, tensor<16x8xf32>, tensor<i32>
+// CHECK:      }
+// CHECK-NEXT: %[[R:.*]] = sdy.sharding_constraint %[[L]]#1 <@mesh, [{"x"}, {}]>
+// CHECK-NEXT: return %[[R]], %arg2
+module attributes {shardc.keep_op_shardings} {
+sdy.mesh @mesh = <["x"=4, "y"=2]>
+func.func @kept_loop_with_foldable_and_pass_through_carries(
+    %arg0: tensor<16x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>},
+    %arg1: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"y"}]>},
+    %arg2: tensor<16x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>})
+    -> (tensor<16x8xf32>, tensor<16x8xf32>) {
+  %c = stablehlo.constant dense<0> : tensor<i32>
+  %0:4 = stablehlo.while(%i = %c, %a = %arg0, %k = %c, %w = %arg2) : tensor<i32>, tensor<16x8xf32>, tensor<i32>, tensor<16x8xf32>
+    attributes {sdy.sharding = #sdy.sharding_per_value<[<@mesh, []>, <@mesh, [{"x"}, {}]>, <@mesh, []>, <@mesh, [{"x"}, {}]>]>}
+  cond {
+    %c4 = stablehlo.constant dense<4> : tensor<i32>
+    %p = stablehlo.compare LT, %i, %c4 : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %p : tensor<i1>
+  } do {
+    %c1 = stablehlo.constant dense<1> : tensor<i32>
+    %z = stablehlo.constant dense<0> : tensor<i32>
+    %i1 = stablehlo.add %i, %c1 : tensor<i32>
+    %k1 = stablehlo.add %k, %z : tensor<i32>
+    %d = stablehlo.dot %a, %arg1 : (tensor<16x8xf32>, tensor<8x8xf32>) -> tensor<16x8xf32>
+    %y = stablehlo.add %d, %w : tensor<16x8xf32>
+    stablehlo.return %i1, %y, %k1, %w : tensor<i32>, tensor<16x8xf32>, tensor<i32>, tensor<16x8xf32>
+  }
+  return %0#1, %0#3 : tensor<16x8xf32>, tensor<16x8xf32>
+}
 }
 
 // -----
