@@ -158,8 +158,39 @@ def regrouped_operand(rule: OpShardingRule, operands: Sequence[Tensor],
                      *(a for f in axes[other] for a in axes[other][f]))):
         return None  # groups on sub-axes, or a moved operand on them: not modelled
     group = {a.name for f in non_contracting[matching[0]] for a in out[f]}
-    moved = _other_layout(operands[other].sharding, group, mesh_axes)
+    moved = _other_layout(operands[other].sharding, group, mesh_axes,
+                          _may_replicate(rule, other, group, batch, non_contracting[other],
+                                         axes, out, mesh_axes))
+    if moved is _UNGROUPED:
+        moved = _inferred_layout(rule, other, operands[other].sharding, batch,
+                                 non_contracting[other], axes[matching[0]], out)
     return None if moved is None else Regrouped(other, moved, "non-contracting")
+
+
+def _inferred_layout(rule: OpShardingRule, other: int, sharding: TensorSharding,
+                     batch: set[int], own: set[int], matching: dict[int, tuple],
+                     out: dict[int, tuple]) -> TensorSharding | None:
+    """Where XLA moves an operand it cannot group as it is: the sharding the dot's
+    result and the matching operand imply for it (``InferDotOperandSharding``): its
+    batch and non-contracting dimensions as the result holds them, its contracting
+    ones as the matching operand holds them where that agrees with the result's part
+    (else the result's part alone). Its tiles then lie on no group axis, and every
+    group holds each of them; an operand they imply nothing for is gathered whole
+    (``Replicate``). None where a dimension carries several factors (not modelled)."""
+    mapping = rule.operand_mappings[other]
+    if any(len(dim) > 1 for dim in mapping):
+        return None
+    from_out = {f: out.get(f, ()) for dim in mapping for f in dim if f in batch | own}
+    from_matching = {f: matching.get(f, ()) for dim in mapping for f in dim
+                     if f not in own}
+    used = {a.name for axes in from_out.values() for a in axes}
+    merged = dict(from_out)
+    if not any(a.name in used for axes in from_matching.values() for a in axes) and all(
+            not from_out.get(f) or not axes or from_out[f] == axes
+            for f, axes in from_matching.items()):
+        merged.update((f, axes) for f, axes in from_matching.items() if axes)
+    return sharding._replace(dims=tuple(
+        DimSharding(tuple(merged.get(dim[0], ())) if dim else (), True) for dim in mapping))
 
 
 def _batch_regrouped(rule: OpShardingRule, operands: Sequence[Tensor],
@@ -356,10 +387,33 @@ def matching_operand(rule: OpShardingRule, operands: Sequence[Tensor],
     return (side, tuple(sorted(group))) if group else None
 
 
+def _may_replicate(rule: OpShardingRule, other: int, group: set[str], batch: set[int],
+                   own: set[int], axes, out: dict[int, tuple],
+                   mesh_axes: Sequence[tuple[str, int]]) -> bool:
+    """Whether XLA may group the other operand on its contracting or its own
+    non-contracting dimensions by their tile counts alone (``may_replicate_other_
+    contracting_dims`` / ``may_replicate_other_non_contracting_dims``)."""
+    group_count = prod(size for name, size in mesh_axes if name in group)
+    contracting = {f for dim in rule.operand_mappings[other] for f in dim} - batch - own
+
+    def tiles(found: dict, factors) -> int:
+        return prod(a.size for f in factors for a in found.get(f, ()))
+
+    mine = axes[other]
+    return ((tiles(mine, contracting) == group_count and tiles(mine, own) == tiles(out, own))
+            or (group_count == tiles(mine, own)
+                and tiles(axes[1 - other], contracting) == tiles(mine, contracting)))
+
+
+# ``_other_layout``'s answer where XLA finds no grouping of the other operand as it is.
+_UNGROUPED = object()
+
+
 def _other_layout(sharding: TensorSharding, group: set[str],
-                  mesh_axes: Sequence[tuple[str, int]]) -> TensorSharding | None:
+                  mesh_axes: Sequence[tuple[str, int]], may_replicate: bool = True):
     """The first layout of XLA's search that fits (None: the operand stays, or no
-    modelled layout fits)."""
+    modelled layout fits; ``_UNGROUPED``: XLA's search finds none, ``may_replicate``
+    as ``_may_replicate`` answers)."""
     sizes = dict(mesh_axes)
     used = {a.name for dim in sharding.dims for a in dim.axes}
     replicated = tuple(full_axis(name, size) for name, size in mesh_axes if name not in used)
@@ -368,7 +422,9 @@ def _other_layout(sharding: TensorSharding, group: set[str],
     if not used or sharding.unreduced:
         return None
     if replication == 1 or replication % group_count:
-        return _group_dims_replicated(sharding, group)
+        found = _group_dims_replicated(sharding, group)
+        return _UNGROUPED if found is _UNGROUPED and not may_replicate else (
+            None if found is _UNGROUPED else found)
     if group <= {a.name for a in replicated}:
         return None  # every group already holds each tile
     for j in reversed(range(len(sharding.dims))):
@@ -381,16 +437,17 @@ def _other_layout(sharding: TensorSharding, group: set[str],
     return None
 
 
-def _group_dims_replicated(sharding: TensorSharding, group: set[str]) -> TensorSharding | None:
+def _group_dims_replicated(sharding: TensorSharding, group: set[str]):
     """An operand not partially replicated over a multiple of the groups: when some of
     its dimensions are sharded on the group axes alone, together on all of them, XLA
     groups it on those dimensions (``FindMatchingPartitionedDimsForGrouping``) and
     replicates them (``PartiallyReplicateTiledShardingOnDims``): an all-gather over
-    the group axes, before the groups are made. None where no dimensions match."""
+    the group axes, before the groups are made. ``_UNGROUPED`` where no dimensions
+    match, None where they sit on sub-axes (not modelled)."""
     matched = [j for j, dim in enumerate(sharding.dims)
                if dim.axes and {a.name for a in dim.axes} <= group]
     if not matched or {a.name for j in matched for a in sharding.dims[j].axes} != group:
-        return None
+        return _UNGROUPED
     if any(a.pre != 1 or a.size != a.total for j in matched for a in sharding.dims[j].axes):
         return None  # sub-axes: not modelled
     dims = list(sharding.dims)

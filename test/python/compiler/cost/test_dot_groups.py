@@ -60,9 +60,17 @@ def test_nothing_moves_when_the_groups_already_hold_every_tile():
     assert moved([["data"], ["model"]], [["data"], ["fsdp"]], [["model"], []]) is None
 
 
+def test_an_other_operand_no_grouping_fits_moves_where_the_result_implies():
+    # Fully tiled, on no group axis alone: XLA moves it where the result (its n) and
+    # the matching operand (the contraction k) imply, then groups it there.
+    assert moved([["data"], ["model"]], [["data"], ["fsdp", "model"]], [["model"], []]) == (
+        1, [["data"], []])
+    # Nothing implied (the matching operand's contraction unsharded): gathered whole.
+    assert moved([[], ["model"]], [["data"], ["fsdp", "model"]], [["model"], []]) == (
+        1, [[], []])
+
+
 def test_not_modelled_cases_keep_the_plain_reshard():
-    # Fully tiled other operand: XLA groups on its matching dimension instead.
-    assert moved([["data"], ["model"]], [["data"], ["fsdp", "model"]], [["model"], []]) is None
     # Both operands match the result.
     assert moved([["data"], ["model"]], [["data"], ["fsdp"]], [["model"], ["fsdp"]]) is None
     # The matching operand holds the result's axes in another order.
@@ -275,9 +283,25 @@ BATCH_CASES = {
 }
 
 
-@pytest.mark.parametrize("name", BATCH_CASES)
-def test_batch_grouped_dots_match_xla(name):
-    shape, fun, shapes, ins, out, expected = BATCH_CASES[name]
+# Dots grouped on one operand's non-contracting axes whose other operand XLA cannot
+# group as it is: it moves where the result and the matching operand imply.
+UNGROUPED_CASES = {
+    # An FSDP weight [(data, model), {}] under activations [data]: nothing implies a
+    # sharding for it (the contraction is unsharded in x), so it is gathered whole, not
+    # kept on model for partial sums.
+    "fsdp weight gathered whole": (
+        (4, 2), jnp.matmul, [(32, 64), (64, 256)], (P("data"), P(("data", "model"))),
+        P("data"), {"all-gather": 65536}),
+    # Fully tiled over (data, model) on its rows under a [data, model] lhs: the rows
+    # move to the lhs's contraction axis (data), then the partial sums are reduced.
+    "weight gradient, rows on both axes": (
+        (4, 2), _contract_major, [(32, 64), (32, 128)], (P("data", "model"),
+                                                          P(("model", "data"))),
+        P("model"), {"all-gather": 4096, "all-reduce": 16384, "collective-permute": 2048}),
+}
+
+
+def _compiles_as_predicted(shape, fun, shapes, ins, out, expected):
     mesh = jax.make_mesh(shape, ("data", "model"), axis_types=(AxisType.Auto,) * 2)
     ins = tuple(NamedSharding(mesh, spec) for spec in ins)
     rand = np.random.default_rng(0)
@@ -291,6 +315,16 @@ def test_batch_grouped_dots_match_xla(name):
                          for k, c in compiled.collectives().items() if c.count}
     assert predicted == expected
     np.testing.assert_allclose(compiled(*args), jax.jit(fun)(*args), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", BATCH_CASES)
+def test_batch_grouped_dots_match_xla(name):
+    _compiles_as_predicted(*BATCH_CASES[name])
+
+
+@pytest.mark.parametrize("name", UNGROUPED_CASES)
+def test_ungrouped_other_operands_match_xla(name):
+    _compiles_as_predicted(*UNGROUPED_CASES[name])
 
 
 @pytest.mark.parametrize("out, reduces", [
