@@ -383,3 +383,28 @@ def test_grouped_query_attention_with_fewer_kv_heads_than_the_model_axis():
     assert predicted["collective-permute"] == (4096, 2)
     for ours, theirs in zip(compiled(*args), jax.jit(fun)(*args)):
         np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-6)
+
+
+def test_a_contraction_split_into_unequal_tile_counts_is_gathered():
+    """An MoE weight gradient ``egcd,egcf->edf`` on 2x2x2: ``x`` splits the contracted
+    ``g`` over (data, fsdp), ``y`` over data alone; no grouping on ``g`` matches, so XLA
+    gathers both operands where the result implies (no partial sums of ``g``)."""
+    mesh = jax.make_mesh((2, 2, 2), ("data", "fsdp", "model"), axis_types=(AxisType.Auto,) * 3)
+    ins = (NamedSharding(mesh, P(None, ("data", "fsdp"))),
+           NamedSharding(mesh, P("fsdp", "data", None, "model")))
+    out = NamedSharding(mesh, P("fsdp", None, "model"))
+    rand = np.random.default_rng(0)
+    args = [jax.device_put(rand.standard_normal(s).astype(np.float32), i)
+            for s, i in zip([(4, 8, 4, 64), (4, 8, 4, 256)], ins)]
+
+    def fun(x, y):
+        return jnp.einsum("egcd,egcf->edf", x, y)
+
+    lowered = jit(fun, in_shardings=ins, out_shardings=out).lower(*args)
+    predicted = {k: t.bytes_per_device for k, t in lowered.comm_report().totals().items()
+                 if t.count}
+    compiled = lowered.compile()
+    assert predicted == {k: c.bytes_per_device
+                         for k, c in compiled.collectives().items() if c.count}
+    assert predicted == {"all-gather": 65536}
+    np.testing.assert_allclose(compiled(*args), jax.jit(fun)(*args), rtol=1e-4, atol=1e-4)
