@@ -300,7 +300,18 @@ UNGROUPED_CASES = {
         P("model"), {"all-gather": 4096, "all-reduce": 16384, "collective-permute": 2048}),
 }
 
-
+# Dots whose result splits a batch dimension one operand holds unsharded, while the
+# other operand's non-contracting split is the result's: XLA's first pass groups on
+# that split (it moves no operand's groups), not on the batch.
+NON_CONTRACTING_FIRST_CASES = {
+    # An MoE expert matmul: the tokens' capacity g on model moves to data (its swap
+    # with the replicated axis, a collective-permute), then the experts' e takes data
+    # (an all-to-all) inside the model groups.
+    "expert matmul, tokens split on the contraction's peer": (
+        (4, 2), lambda x, w: jnp.einsum("egcd,edf->egcf", x, w),
+        [(4, 8, 4, 64), (4, 64, 256)], (P(None, "model"), P("data", None, "model")),
+        P("data", None, None, "model"), {"collective-permute": 8192, "all-to-all": 8192}),
+}
 def _compiles_as_predicted(shape, fun, shapes, ins, out, expected):
     mesh = jax.make_mesh(shape, ("data", "model"), axis_types=(AxisType.Auto,) * 2)
     ins = tuple(NamedSharding(mesh, spec) for spec in ins)
@@ -325,6 +336,11 @@ def test_batch_grouped_dots_match_xla(name):
 @pytest.mark.parametrize("name", UNGROUPED_CASES)
 def test_ungrouped_other_operands_match_xla(name):
     _compiles_as_predicted(*UNGROUPED_CASES[name])
+
+
+@pytest.mark.parametrize("name", NON_CONTRACTING_FIRST_CASES)
+def test_non_contracting_grouping_before_a_batch_grouping_that_moves_matches_xla(name):
+    _compiles_as_predicted(*NON_CONTRACTING_FIRST_CASES[name])
 
 
 @pytest.mark.parametrize("out, reduces", [
@@ -407,4 +423,29 @@ def test_a_contraction_split_into_unequal_tile_counts_is_gathered():
     assert predicted == {k: c.bytes_per_device
                          for k, c in compiled.collectives().items() if c.count}
     assert predicted == {"all-gather": 65536}
+    np.testing.assert_allclose(compiled(*args), jax.jit(fun)(*args), rtol=1e-4, atol=1e-4)
+
+
+def test_both_operands_matching_the_result_group_twice():
+    """A vocab projection ``h @ e.T`` on 2x2x2, ``h`` ``[{"x"}, {}]`` and ``e.T``
+    ``[{"x"}, {"y"}]``, the result ``[{"x"}, {"y"}]``: XLA groups on ``e.T``'s ``y``
+    (the cheaper side), then inside on ``h``'s ``x``, moving ``e.T``'s contraction from
+    ``x`` to the idle ``z`` (a collective-permute) and reducing over ``z``."""
+    mesh = jax.make_mesh((2, 2, 2), ("x", "y", "z"), axis_types=(AxisType.Auto,) * 3)
+    ins = (NamedSharding(mesh, P("x")), NamedSharding(mesh, P("y", "x")))
+    out = NamedSharding(mesh, P("x", "y"))
+    rand = np.random.default_rng(0)
+    args = [jax.device_put(rand.standard_normal(s).astype(np.float32), i)
+            for s, i in zip([(32, 64), (512, 64)], ins)]
+
+    def fun(h, e):
+        return h @ e.T
+
+    lowered = jit(fun, in_shardings=ins, out_shardings=out).lower(*args)
+    predicted = {k: t.bytes_per_device for k, t in lowered.comm_report().totals().items()
+                 if t.count}
+    compiled = lowered.compile()
+    assert predicted == {k: c.bytes_per_device
+                         for k, c in compiled.collectives().items() if c.count}
+    assert predicted == {"collective-permute": 32768, "all-reduce": 16384}
     np.testing.assert_allclose(compiled(*args), jax.jit(fun)(*args), rtol=1e-4, atol=1e-4)
