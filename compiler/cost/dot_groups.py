@@ -21,7 +21,14 @@ operand not partially replicated over a multiple of the group count but
 sharded on the group axes alone (on some of its dimensions, together all of
 them) is grouped on those dimensions and all-gathered there
 (``FindMatchingPartitionedDimsForGrouping``): a CG step's ``a [{"data"},
-{"model"}] @ p [{"data"}]`` all-gathers ``p`` over ``data``.
+{"model"}] @ p [{"data"}]`` all-gathers ``p`` over ``data``. Where no layout
+fits, XLA moves the operand where the result and the matching operand imply
+(``InferDotOperandSharding``: its batch and non-contracting dimensions as the
+result holds them, its contraction as the matching operand does), which every
+group then holds whole, and gathers it whole where they imply nothing: an FSDP
+weight ``[{("data", "model")}, {}]`` under activations ``[{"data"}, {}]`` on
+4x2 is all-gathered over all eight devices, not kept on ``model`` for partial
+sums.
 
 A convolution is such a dot to XLA (``DotConvDimsMapping``): the input batch is
 the lhs's non-contracting dimension, the output feature the rhs's, the input
@@ -34,7 +41,12 @@ gradient's convolution makes outside any group, which XLA therefore does again.
 
 A dot whose result is split on batch dimensions is grouped on that split
 (``PartitionDotGroupOnBatch``) where no grouping that moves no operand's
-groups comes first: an operand that splits the batch otherwise (or not at
+groups comes first: XLA tries the batch, non-contracting and contracting
+groupings in that order, first moving no operand's groups
+(``require_matching_devices_to_group``), so where the operands split the batch
+differently a non-contracting split the result shares wins (an MoE expert
+matmul ``egcd,edf->egcf`` whose weight splits ``f`` as the result does). Else
+an operand that splits the batch otherwise (or not at
 all) is moved to the result's batch split first (``_batch_regrouped``),
 keeping its other dimensions' tile counts laid on the devices of each group.
 A contraction it holds on the batch axes moves to idle axes and stays
@@ -45,8 +57,8 @@ on ``data``, is a collective-permute of the experts to ``[{"model"},
 experts.
 
 Not modelled (``regrouped_operand`` answers None, the plain reshard
-stands): a batch grouping competing with another (XLA orders them by
-cost), both operands matching the result, a matching operand on other
+stands): a batch grouping competing with a contracting one, both operands
+matching the result, a matching operand on other
 axes than the result, operands on sub-axes,
 convolutions with a sharded spatial dimension or with groups, and
 the last resort of XLA's search (the operand's tiles laid out on the group
@@ -146,10 +158,17 @@ def regrouped_operand(rule: OpShardingRule, operands: Sequence[Tensor],
         return None
     batch, non_contracting, axes, out = read
     if any(out.get(f) for f in batch):
-        return _batch_regrouped(rule, operands, results, batch, mesh_axes)
+        found = _batch_regrouped(rule, operands, results, batch, mesh_axes)
+        if found is not None or _batch_tiles(axes[0], batch) == _batch_tiles(axes[1], batch):
+            return found
+        # The operands split the batch differently: grouping on it moves one of them,
+        # which XLA's first pass does not do (``require_matching_devices_to_group``);
+        # a grouping on a non-contracting split the result shares comes first.
     matching = [side for side in (0, 1)
                 if prod(a.size for f in non_contracting[side] for a in out.get(f, ())) > 1
                 and all(axes[side].get(f, ()) == out.get(f, ()) for f in non_contracting[side])]
+    if len(matching) == 2:
+        return _both_matching(operands, non_contracting, axes, out, mesh_axes)
     if len(matching) != 1:
         return None
     other = 1 - matching[0]
@@ -158,8 +177,39 @@ def regrouped_operand(rule: OpShardingRule, operands: Sequence[Tensor],
                      *(a for f in axes[other] for a in axes[other][f]))):
         return None  # groups on sub-axes, or a moved operand on them: not modelled
     group = {a.name for f in non_contracting[matching[0]] for a in out[f]}
-    moved = _other_layout(operands[other].sharding, group, mesh_axes)
+    moved = _other_layout(operands[other].sharding, group, mesh_axes,
+                          _may_replicate(rule, other, group, batch, non_contracting[other],
+                                         axes, out, mesh_axes))
+    if moved is _UNGROUPED:
+        moved = _inferred_layout(rule, other, operands[other].sharding, batch,
+                                 non_contracting[other], axes[matching[0]], out)
     return None if moved is None else Regrouped(other, moved, "non-contracting")
+
+
+def _inferred_layout(rule: OpShardingRule, other: int, sharding: TensorSharding,
+                     batch: set[int], own: set[int], matching: dict[int, tuple],
+                     out: dict[int, tuple]) -> TensorSharding | None:
+    """Where XLA moves an operand it cannot group as it is: the sharding the dot's
+    result and the matching operand imply for it (``InferDotOperandSharding``): its
+    batch and non-contracting dimensions as the result holds them, its contracting
+    ones as the matching operand holds them where that agrees with the result's part
+    (else the result's part alone). Its tiles then lie on no group axis, and every
+    group holds each of them; an operand they imply nothing for is gathered whole
+    (``Replicate``). None where a dimension carries several factors (not modelled)."""
+    mapping = rule.operand_mappings[other]
+    if any(len(dim) > 1 for dim in mapping):
+        return None
+    from_out = {f: out.get(f, ()) for dim in mapping for f in dim if f in batch | own}
+    from_matching = {f: matching.get(f, ()) for dim in mapping for f in dim
+                     if f not in own}
+    used = {a.name for axes in from_out.values() for a in axes}
+    merged = dict(from_out)
+    if not any(a.name in used for axes in from_matching.values() for a in axes) and all(
+            not from_out.get(f) or not axes or from_out[f] == axes
+            for f, axes in from_matching.items()):
+        merged.update((f, axes) for f, axes in from_matching.items() if axes)
+    return sharding._replace(dims=tuple(
+        DimSharding(tuple(merged.get(dim[0], ())) if dim else (), True) for dim in mapping))
 
 
 def _batch_regrouped(rule: OpShardingRule, operands: Sequence[Tensor],
@@ -356,10 +406,69 @@ def matching_operand(rule: OpShardingRule, operands: Sequence[Tensor],
     return (side, tuple(sorted(group))) if group else None
 
 
+def _both_matching(operands: Sequence[Tensor], non_contracting, axes,
+                   out: dict[int, tuple], mesh_axes: Sequence[tuple[str, int]]
+                   ) -> Regrouped | None:
+    """Both operands split their non-contracting dimensions as the result does. XLA
+    groups on the side whose tile count times the other's shard bytes is the smaller
+    (``LhsIsBestMatchForNonContractingPartitioning``); where the other operand's
+    replicated axes hold those groups already it stays, and inside the groups XLA
+    groups again on the other side's split, moving the first operand as the other
+    operand of that grouping (``_other_layout`` on the axes left inside): a vocab
+    projection ``h [{"x"}, {}] @ e.T [{"x"}, {"y"}]`` on 2x2x2 moves ``e.T`` to
+    ``[{"z"}, {"y"}]`` and reduces its partial sums over ``z``. None where the first
+    grouping moves the other operand or an operand sits on sub-axes (not modelled)."""
+    tiles = [prod(a.size for f in non_contracting[s] for a in out.get(f, ())) for s in (0, 1)]
+    shard = [shard_bytes(t.shape, t.element_bytes, dim_axes(t.sharding, len(t.shape)))
+             for t in operands]
+    first = 0 if tiles[0] * shard[1] < tiles[1] * shard[0] else 1
+    second = 1 - first
+    if any(a.pre != 1 or a.size != a.total for found in axes for f in found for a in found[f]):
+        return None
+    outer = {a.name for f in non_contracting[first] for a in out[f]}
+    inner = {a.name for f in non_contracting[second] for a in out[f]}
+    if outer & {a.name for found in axes[second].values() for a in found}:
+        return None
+    moved = _other_layout(operands[first].sharding, inner,
+                          [(name, size) for name, size in mesh_axes if name not in outer])
+    if not isinstance(moved, TensorSharding) or outer & {
+            a.name for d, dim in enumerate(moved.dims) for a in dim.axes
+            if dim != operands[first].sharding.dims[d]}:
+        return None
+    return Regrouped(first, moved, "non-contracting")
+
+
+def _batch_tiles(found: dict[int, tuple], batch: set[int]) -> list[int]:
+    return [prod(a.size for a in found.get(f, ())) for f in sorted(batch)]
+
+
+def _may_replicate(rule: OpShardingRule, other: int, group: set[str], batch: set[int],
+                   own: set[int], axes, out: dict[int, tuple],
+                   mesh_axes: Sequence[tuple[str, int]]) -> bool:
+    """Whether XLA may group the other operand on its contracting or its own
+    non-contracting dimensions by their tile counts alone (``may_replicate_other_
+    contracting_dims`` / ``may_replicate_other_non_contracting_dims``)."""
+    group_count = prod(size for name, size in mesh_axes if name in group)
+    contracting = {f for dim in rule.operand_mappings[other] for f in dim} - batch - own
+
+    def tiles(found: dict, factors) -> int:
+        return prod(a.size for f in factors for a in found.get(f, ()))
+
+    mine = axes[other]
+    return ((tiles(mine, contracting) == group_count and tiles(mine, own) == tiles(out, own))
+            or (group_count == tiles(mine, own)
+                and tiles(axes[1 - other], contracting) == tiles(mine, contracting)))
+
+
+# ``_other_layout``'s answer where XLA finds no grouping of the other operand as it is.
+_UNGROUPED = object()
+
+
 def _other_layout(sharding: TensorSharding, group: set[str],
-                  mesh_axes: Sequence[tuple[str, int]]) -> TensorSharding | None:
+                  mesh_axes: Sequence[tuple[str, int]], may_replicate: bool = True):
     """The first layout of XLA's search that fits (None: the operand stays, or no
-    modelled layout fits)."""
+    modelled layout fits; ``_UNGROUPED``: XLA's search finds none, ``may_replicate``
+    as ``_may_replicate`` answers)."""
     sizes = dict(mesh_axes)
     used = {a.name for dim in sharding.dims for a in dim.axes}
     replicated = tuple(full_axis(name, size) for name, size in mesh_axes if name not in used)
@@ -368,7 +477,9 @@ def _other_layout(sharding: TensorSharding, group: set[str],
     if not used or sharding.unreduced:
         return None
     if replication == 1 or replication % group_count:
-        return _group_dims_replicated(sharding, group)
+        found = _group_dims_replicated(sharding, group)
+        return _UNGROUPED if found is _UNGROUPED and not may_replicate else (
+            None if found is _UNGROUPED else found)
     if group <= {a.name for a in replicated}:
         return None  # every group already holds each tile
     for j in reversed(range(len(sharding.dims))):
@@ -381,16 +492,17 @@ def _other_layout(sharding: TensorSharding, group: set[str],
     return None
 
 
-def _group_dims_replicated(sharding: TensorSharding, group: set[str]) -> TensorSharding | None:
+def _group_dims_replicated(sharding: TensorSharding, group: set[str]):
     """An operand not partially replicated over a multiple of the groups: when some of
     its dimensions are sharded on the group axes alone, together on all of them, XLA
     groups it on those dimensions (``FindMatchingPartitionedDimsForGrouping``) and
     replicates them (``PartiallyReplicateTiledShardingOnDims``): an all-gather over
-    the group axes, before the groups are made. None where no dimensions match."""
+    the group axes, before the groups are made. ``_UNGROUPED`` where no dimensions
+    match, None where they sit on sub-axes (not modelled)."""
     matched = [j for j, dim in enumerate(sharding.dims)
                if dim.axes and {a.name for a in dim.axes} <= group]
     if not matched or {a.name for j in matched for a in sharding.dims[j].axes} != group:
-        return None
+        return _UNGROUPED
     if any(a.pre != 1 or a.size != a.total for j in matched for a in sharding.dims[j].axes):
         return None  # sub-axes: not modelled
     dims = list(sharding.dims)

@@ -115,6 +115,16 @@ def _contraction_partitions(rule: OpShardingRule, factor: int, projections, axes
     if all(proj is not None and factor in proj.factors and proj.factors[factor][AXES]
            and size_product(proj.factors[factor][AXES]) == count for proj in carriers):
         return True  # every operand tiled alike: a permute lines them up
+    held = [size_product(proj.factors[factor][AXES]) for proj in carriers
+            if proj is not None and factor in proj.factors and proj.factors[factor][AXES]]
+    if (len(held) == len(carriers) and len(set(held)) > 1
+            and not _grouping_moves_other(rule, projections, result_axes)):
+        # Both operands split it, into different tile counts, and no grouping moves
+        # one of them first: no grouping on it matches (``PartitionDotGroupOn
+        # Contracting`` needs equal counts), and XLA's last resort reshards each
+        # operand to what the result implies, the contraction whole
+        # (``ReshardLHSRHSToMatchOutputSharding``).
+        return False
     grouped: set[AxisRef] = set()
     for proj in projections:
         if proj is None:
@@ -125,6 +135,25 @@ def _contraction_partitions(rule: OpShardingRule, factor: int, projections, axes
     if size_product([*axes, *grouped]) < devices:
         return False
     return _partial_sums_pay(rule, factor, projections, grouped, result_axes)
+
+
+def _grouping_moves_other(rule: OpShardingRule, projections,
+                          result_axes: dict[int, tuple]) -> bool:
+    """Whether XLA groups a dot on one operand's non-contracting axes (they split it
+    as the result does) while the other operand holds some of those axes: it then
+    moves that operand (``dot_groups``), which may line up the contraction's tiles."""
+    factors = [{f for dim in m for f in dim} for m in rule.operand_mappings]
+    if len(factors) != 2 or any(p is None for p in projections):
+        return False
+    for side in (0, 1):
+        own = factors[side] - factors[1 - side]
+        held = projections[side].factors
+        group = [a for f in own if result_axes.get(f) and f in held
+                 and held[f][AXES] == result_axes[f] for a in result_axes[f]]
+        other = {a for record in projections[1 - side].factors.values() for a in record[AXES]}
+        if group and any(overlaps(a, b) for a in group for b in other):
+            return True
+    return False
 
 
 def _group_elements(rule: OpShardingRule, mapping, axes: Sequence[AxisRef],
@@ -185,8 +214,11 @@ def _reduction_axes(rule: OpShardingRule, operands: Sequence[Tensor],
     cover every device (``PartitionBaseCase``), and, where the other operand
     and the result are replicated inside those groups, only if the sharded
     operand has more elements there than the result (``_partial_sums_pay``).
-    Otherwise it replicates the operands along the factor (all-gathers) and
-    the factor stays unsharded.
+    Where both operands split it, into different tile counts, and no grouping
+    on a non-contracting split moves either first, it never does (its last
+    resort reshards the operands to what the result implies). Otherwise it
+    replicates the operands along the factor (all-gathers) and the factor
+    stays unsharded.
     """
     chosen: dict[int, tuple] = {}
     projections = [

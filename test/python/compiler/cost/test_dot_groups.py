@@ -60,9 +60,17 @@ def test_nothing_moves_when_the_groups_already_hold_every_tile():
     assert moved([["data"], ["model"]], [["data"], ["fsdp"]], [["model"], []]) is None
 
 
+def test_an_other_operand_no_grouping_fits_moves_where_the_result_implies():
+    # Fully tiled, on no group axis alone: XLA moves it where the result (its n) and
+    # the matching operand (the contraction k) imply, then groups it there.
+    assert moved([["data"], ["model"]], [["data"], ["fsdp", "model"]], [["model"], []]) == (
+        1, [["data"], []])
+    # Nothing implied (the matching operand's contraction unsharded): gathered whole.
+    assert moved([[], ["model"]], [["data"], ["fsdp", "model"]], [["model"], []]) == (
+        1, [[], []])
+
+
 def test_not_modelled_cases_keep_the_plain_reshard():
-    # Fully tiled other operand: XLA groups on its matching dimension instead.
-    assert moved([["data"], ["model"]], [["data"], ["fsdp", "model"]], [["model"], []]) is None
     # Both operands match the result.
     assert moved([["data"], ["model"]], [["data"], ["fsdp"]], [["model"], ["fsdp"]]) is None
     # The matching operand holds the result's axes in another order.
@@ -275,9 +283,36 @@ BATCH_CASES = {
 }
 
 
-@pytest.mark.parametrize("name", BATCH_CASES)
-def test_batch_grouped_dots_match_xla(name):
-    shape, fun, shapes, ins, out, expected = BATCH_CASES[name]
+# Dots grouped on one operand's non-contracting axes whose other operand XLA cannot
+# group as it is: it moves where the result and the matching operand imply.
+UNGROUPED_CASES = {
+    # An FSDP weight [(data, model), {}] under activations [data]: nothing implies a
+    # sharding for it (the contraction is unsharded in x), so it is gathered whole, not
+    # kept on model for partial sums.
+    "fsdp weight gathered whole": (
+        (4, 2), jnp.matmul, [(32, 64), (64, 256)], (P("data"), P(("data", "model"))),
+        P("data"), {"all-gather": 65536}),
+    # Fully tiled over (data, model) on its rows under a [data, model] lhs: the rows
+    # move to the lhs's contraction axis (data), then the partial sums are reduced.
+    "weight gradient, rows on both axes": (
+        (4, 2), _contract_major, [(32, 64), (32, 128)], (P("data", "model"),
+                                                          P(("model", "data"))),
+        P("model"), {"all-gather": 4096, "all-reduce": 16384, "collective-permute": 2048}),
+}
+
+# Dots whose result splits a batch dimension one operand holds unsharded, while the
+# other operand's non-contracting split is the result's: XLA's first pass groups on
+# that split (it moves no operand's groups), not on the batch.
+NON_CONTRACTING_FIRST_CASES = {
+    # An MoE expert matmul: the tokens' capacity g on model moves to data (its swap
+    # with the replicated axis, a collective-permute), then the experts' e takes data
+    # (an all-to-all) inside the model groups.
+    "expert matmul, tokens split on the contraction's peer": (
+        (4, 2), lambda x, w: jnp.einsum("egcd,edf->egcf", x, w),
+        [(4, 8, 4, 64), (4, 64, 256)], (P(None, "model"), P("data", None, "model")),
+        P("data", None, None, "model"), {"collective-permute": 8192, "all-to-all": 8192}),
+}
+def _compiles_as_predicted(shape, fun, shapes, ins, out, expected):
     mesh = jax.make_mesh(shape, ("data", "model"), axis_types=(AxisType.Auto,) * 2)
     ins = tuple(NamedSharding(mesh, spec) for spec in ins)
     rand = np.random.default_rng(0)
@@ -291,6 +326,21 @@ def test_batch_grouped_dots_match_xla(name):
                          for k, c in compiled.collectives().items() if c.count}
     assert predicted == expected
     np.testing.assert_allclose(compiled(*args), jax.jit(fun)(*args), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", BATCH_CASES)
+def test_batch_grouped_dots_match_xla(name):
+    _compiles_as_predicted(*BATCH_CASES[name])
+
+
+@pytest.mark.parametrize("name", UNGROUPED_CASES)
+def test_ungrouped_other_operands_match_xla(name):
+    _compiles_as_predicted(*UNGROUPED_CASES[name])
+
+
+@pytest.mark.parametrize("name", NON_CONTRACTING_FIRST_CASES)
+def test_non_contracting_grouping_before_a_batch_grouping_that_moves_matches_xla(name):
+    _compiles_as_predicted(*NON_CONTRACTING_FIRST_CASES[name])
 
 
 @pytest.mark.parametrize("out, reduces", [
@@ -349,3 +399,53 @@ def test_grouped_query_attention_with_fewer_kv_heads_than_the_model_axis():
     assert predicted["collective-permute"] == (4096, 2)
     for ours, theirs in zip(compiled(*args), jax.jit(fun)(*args)):
         np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-6)
+
+
+def test_a_contraction_split_into_unequal_tile_counts_is_gathered():
+    """An MoE weight gradient ``egcd,egcf->edf`` on 2x2x2: ``x`` splits the contracted
+    ``g`` over (data, fsdp), ``y`` over data alone; no grouping on ``g`` matches, so XLA
+    gathers both operands where the result implies (no partial sums of ``g``)."""
+    mesh = jax.make_mesh((2, 2, 2), ("data", "fsdp", "model"), axis_types=(AxisType.Auto,) * 3)
+    ins = (NamedSharding(mesh, P(None, ("data", "fsdp"))),
+           NamedSharding(mesh, P("fsdp", "data", None, "model")))
+    out = NamedSharding(mesh, P("fsdp", None, "model"))
+    rand = np.random.default_rng(0)
+    args = [jax.device_put(rand.standard_normal(s).astype(np.float32), i)
+            for s, i in zip([(4, 8, 4, 64), (4, 8, 4, 256)], ins)]
+
+    def fun(x, y):
+        return jnp.einsum("egcd,egcf->edf", x, y)
+
+    lowered = jit(fun, in_shardings=ins, out_shardings=out).lower(*args)
+    predicted = {k: t.bytes_per_device for k, t in lowered.comm_report().totals().items()
+                 if t.count}
+    compiled = lowered.compile()
+    assert predicted == {k: c.bytes_per_device
+                         for k, c in compiled.collectives().items() if c.count}
+    assert predicted == {"all-gather": 65536}
+    np.testing.assert_allclose(compiled(*args), jax.jit(fun)(*args), rtol=1e-4, atol=1e-4)
+
+
+def test_both_operands_matching_the_result_group_twice():
+    """A vocab projection ``h @ e.T`` on 2x2x2, ``h`` ``[{"x"}, {}]`` and ``e.T``
+    ``[{"x"}, {"y"}]``, the result ``[{"x"}, {"y"}]``: XLA groups on ``e.T``'s ``y``
+    (the cheaper side), then inside on ``h``'s ``x``, moving ``e.T``'s contraction from
+    ``x`` to the idle ``z`` (a collective-permute) and reducing over ``z``."""
+    mesh = jax.make_mesh((2, 2, 2), ("x", "y", "z"), axis_types=(AxisType.Auto,) * 3)
+    ins = (NamedSharding(mesh, P("x")), NamedSharding(mesh, P("y", "x")))
+    out = NamedSharding(mesh, P("x", "y"))
+    rand = np.random.default_rng(0)
+    args = [jax.device_put(rand.standard_normal(s).astype(np.float32), i)
+            for s, i in zip([(32, 64), (512, 64)], ins)]
+
+    def fun(h, e):
+        return h @ e.T
+
+    lowered = jit(fun, in_shardings=ins, out_shardings=out).lower(*args)
+    predicted = {k: t.bytes_per_device for k, t in lowered.comm_report().totals().items()
+                 if t.count}
+    compiled = lowered.compile()
+    assert predicted == {k: c.bytes_per_device
+                         for k, c in compiled.collectives().items() if c.count}
+    assert predicted == {"collective-permute": 32768, "all-reduce": 16384}
+    np.testing.assert_allclose(compiled(*args), jax.jit(fun)(*args), rtol=1e-4, atol=1e-4)
