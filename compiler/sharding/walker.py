@@ -22,8 +22,6 @@ from shardc.dialects.sdy import SHARDING_ATTR
 
 FUNC_OP = "func.func"
 FUNC_SHARDING_LISTS = ("arg_attrs", "res_attrs")
-# ``ShardingMapper``'s mark for an attribute not mapped yet.
-_UNSEEN = object()
 
 ShardingFn = Callable[[sdy.TensorShardingAttr], ir.Attribute]
 
@@ -211,9 +209,6 @@ class ShardingMapper:
         self._memo: dict[ir.Attribute, ir.Attribute] = {}
         # Whole attributes (a per-value list, say) are mapped once too.
         self._mapped: dict[ir.Attribute, ir.Attribute] = {}
-        # ``map_attrs``'s, by uniqued pointer: the mapped attribute, or None where it
-        # maps to itself (a binding object as a key costs a binding call to compare).
-        self._changed: dict[int, ir.Attribute | None] = {}
 
     def _once(self, sharding: sdy.TensorShardingAttr) -> ir.Attribute:
         result = self._memo.get(sharding)
@@ -239,15 +234,13 @@ class ShardingMapper:
 
     def map_attrs(self, found: Iterable[tuple[ir.Operation, ir.Attribute]], name: str) -> None:
         """``map_attr`` on each op and its attribute ``name`` (one call for many ops)."""
-        changed, once = self._changed, self._once
+        mapped, once = self._mapped, self._once
         for op, attr in found:
-            key = hash(attr)
-            new = changed.get(key, _UNSEEN)
-            if new is _UNSEEN:
+            new = mapped.get(attr)
+            if new is None:
                 # An attribute holding no sharding maps to itself.
-                new = map_sharding_attr(attr, once)
-                new = changed[key] = None if hash(new) == key else new
-            if new is not None:
+                new = mapped[attr] = map_sharding_attr(attr, once)
+            if new != attr:
                 op.attributes[name] = new
 
 

@@ -41,8 +41,7 @@ class _AttrKeys:
 
     Ops of one kind list the same few names: which of them count, and in what
     order, is worked out once per list of names. The attributes are read in one
-    call (half the cost of listing the names, then reading each), and keyed by
-    their uniqued pointers (comparing binding objects costs a binding call each).
+    call (half the cost of listing the names, then reading each).
     """
 
     def __init__(self) -> None:
@@ -60,7 +59,7 @@ class _AttrKeys:
             counted = self.counted[names] = tuple(sorted(
                 (k for k, name in enumerate(names) if not is_bookkeeping(name)),
                 key=names.__getitem__))
-        return tuple([(names[k], hash(items[k][1])) for k in counted])
+        return tuple([items[k] for k in counted])
 
 
 MERGED = frozenset({"sdy.constant", "stablehlo.constant", "stablehlo.broadcast_in_dim"})
@@ -82,14 +81,13 @@ def constant_or_scalar_merger(module: ir.Operation,
     # Types are uniqued and few: each is asked its rank once.
     scalar_types: dict[ir.Type, bool] = {}
     keys = _AttrKeys()
-    # Keys hold the block: copies of different functions never merge. Blocks, types
-    # and values are keyed by their uniqued pointers, as attributes are.
+    # Keys hold the block: copies of different functions never merge.
     constants: dict = {}
     broadcasts: dict = {}
     erased: list[ir.Operation] = []
     for op in copies:
         if op.name != "stablehlo.broadcast_in_dim":
-            key = (keys.of(op), hash(op.block))
+            key = (keys.of(op), op.block)
             cache = constants
         else:
             operand = op.operands[0]
@@ -98,7 +96,7 @@ def constant_or_scalar_merger(module: ir.Operation,
                 scalar_types[operand_type] = _rank(operand) == 0
             if not scalar_types[operand_type]:
                 continue
-            key = (keys.of(op), hash(op.block), hash(op.result.type), hash(operand))
+            key = (keys.of(op), op.block, op.result.type, operand)
             cache = broadcasts
         kept = cache.setdefault(key, op)
         if kept is not op:

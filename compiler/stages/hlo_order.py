@@ -149,13 +149,11 @@ def take_earlier_place(kept: ir.Operation, merged: ir.Operation) -> None:
     """``kept`` stands for ``merged`` from now on (the export merges equal constants):
     it takes the earlier of their places in jax's order, where the first of them
     in jax's order would have been kept."""
-    place = merged.attributes.get(ORDER_ATTR)
+    place = merged.attributes[ORDER_ATTR] if ORDER_ATTR in merged.attributes else None
     if place is None:
         return
-    own = kept.attributes.get(ORDER_ATTR)
-    # Copies of one op carry its place: the same uniqued attribute, nothing to compare.
-    if own is None or (hash(own) != hash(place)
-                       and ir.IntegerAttr(place).value < ir.IntegerAttr(own).value):
+    own = kept.attributes[ORDER_ATTR] if ORDER_ATTR in kept.attributes else None
+    if own is None or ir.IntegerAttr(place).value < ir.IntegerAttr(own).value:
         kept.attributes[ORDER_ATTR] = place
 
 
