@@ -69,10 +69,9 @@ class Evaluator:
         self.read = SharedRead(imported.clone(), memo=self.costs.reads)
         self._first: Driver | None = None
         graph = self.read.graph
-        funcs = self.read.store.funcs
-        main = next(f for f in funcs if graph.op_parent[f] == -1)
-        self.arguments: list[int] = list(graph.op_blocks[main][0][0])
-        self.results: list[int] = list(graph.op_operands[graph.op_blocks[main][0][1][-1]])
+        arguments, results = main_values(self.read)
+        self.arguments: list[int] = list(arguments)
+        self.results: list[int] = list(results)
         # The activations AUTO may constrain (``activations``): the open marks' results,
         # at positions after the arguments'.
         self.marks: list[int] = mark_values(graph)
@@ -133,16 +132,15 @@ class Evaluator:
         one is donated: a result may take its buffer). The memory model adds the
         temporaries, the layout's padding, and counts the aliased bytes once."""
         graph, store = reader.graph, reader.store
-        main = next(f for f in store.funcs if graph.op_parent[f] == -1)
-        # The reader's own graph: a propagated copy (``_on_copy``) numbers its values anew.
-        arguments, ops = graph.op_blocks[main][0]
+        main = main_function(reader)
+        # The reader's own values: a propagated copy (``_on_copy``) numbers them anew.
+        arguments, results = main_values(reader)
         donated = any(d is not None for d in donations(graph.ops[main]))
         total = sum(self._shard_bytes(reader, value, store.value[store.slot_of[value]])
                     for value in arguments if store.slot_of[value] >= 0)
         if not donated:
             total += sum(self._shard_bytes(reader, value, store.value[slot])
-                         for value, slot in zip(graph.op_operands[ops[-1]],
-                                                store.func_results[main]))
+                         for value, slot in zip(results, store.func_results[main]))
         return total
 
     def _shard_bytes(self, reader: ModuleValues, value: int, sharding) -> int:
@@ -217,6 +215,19 @@ class Evaluator:
                         format_per_value([sharding]))
             return ModuleValues.propagated(copy, plan=_PLAN, conservative=False,
                                            missing_as_replicated=True, costs=self.costs)
+
+
+def main_values(reader: ModuleValues) -> tuple[list[int], list[int]]:
+    """The value numbers of the main function's arguments and returned values in
+    ``reader`` (each read numbers them anew)."""
+    graph = reader.graph
+    arguments, ops = graph.op_blocks[main_function(reader)][0]
+    return arguments, graph.op_operands[ops[-1]]
+
+
+def main_function(reader: ModuleValues) -> int:
+    """The op number of ``reader``'s main function (the one no op holds)."""
+    return next(f for f in reader.store.funcs if reader.graph.op_parent[f] == -1)
 
 
 def _closed(sharding: TensorSharding) -> bool:

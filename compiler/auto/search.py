@@ -54,7 +54,7 @@ from shardc.compiler.auto.candidates import (
     weight_roles,
     window_dims,
 )
-from shardc.compiler.auto.evaluate import Evaluator
+from shardc.compiler.auto.evaluate import Evaluator, main_function, main_values
 from shardc.compiler.auto.objective import StepTime
 from shardc.compiler.propagation.values import ModuleValues
 
@@ -182,19 +182,16 @@ class Search:
 
     def _estimate(self, key: tuple) -> StepTime:
         """The state's step with its memory by the memory model (under a budget)."""
-        if self.budget is not None and key not in self._estimated and (
-                self.peak_scale is not None):
-            step = self._priced[key]
-            self._priced[key] = replace(step, memory_peak=int(step.memory_peak * self.peak_scale),
-                                        estimated=True)
-            self._estimated.add(key)
         if self.budget is not None and key not in self._estimated:
-            reader = self._readers.get(key)
-            if reader is None:  # propagating again costs less than keeping every state
-                _, reader = self.evaluate(self._assignment(key))
-            self._priced[key] = replace(self._priced[key],
-                                        memory_peak=self.evaluate.memory(reader),
-                                        estimated=True)
+            step = self._priced[key]
+            if self.peak_scale is not None:
+                memory = int(step.memory_peak * self.peak_scale)
+            else:
+                reader = self._readers.get(key)
+                if reader is None:  # propagating again costs less than keeping every state
+                    _, reader = self.evaluate(self._assignment(key))
+                memory = self.evaluate.memory(reader)
+            self._priced[key] = replace(step, memory_peak=memory, estimated=True)
             self._estimated.add(key)
         return self._priced[key]
 
@@ -249,10 +246,8 @@ class Search:
         reader = self._readers.get(tuple(sorted(specs.items())))
         if reader is None:
             return None
-        store, graph = reader.store, reader.graph
-        # the reader's own arguments: a propagated copy numbers its values anew
-        main = next(f for f in store.funcs if graph.op_parent[f] == -1)
-        arguments = graph.op_blocks[main][0][0]
+        store = reader.store
+        arguments = main_values(reader)[0]  # a propagated copy numbers its values anew
         found = set()
         for position in group.positions:
             slot = store.slot_of[arguments[position]]
@@ -477,9 +472,9 @@ def _product(lists: list[list[Spec]]) -> list[tuple[Spec, ...]]:
 
 def _result_specs(reader: ModuleValues) -> list[Spec | None]:
     """The main function's result shardings in ``reader``, as specs (None: a sub-axis)."""
-    store, graph = reader.store, reader.graph
-    main = next(f for f in store.funcs if graph.op_parent[f] == -1)
-    return [spec_of(store.value[slot], store.rank[slot]) for slot in store.func_results[main]]
+    store = reader.store
+    return [spec_of(store.value[slot], store.rank[slot])
+            for slot in store.func_results[main_function(reader)]]
 
 
 def make_groups(evaluator: Evaluator, positions: list[int], names: list[str],
