@@ -41,7 +41,13 @@ from shardc.compiler.sharding.tensor import DimSharding, MeshInfo, Tensor, Tenso
 # (all-gathers, minor-most dimension first), runs the op on every device and slices
 # the result to its sharding (checked on XLA:CPU against compiled HLO: top_k and fft
 # with batch-sharded, sort-dimension-sharded and both-sharded operands).
-XLA_REPLICATED_OPS = frozenset({"chlo.top_k", "stablehlo.fft"})
+# A convolution with feature groups whose kernel holds more than one input feature per
+# group on a device is one too: XLA's dot handler gives up on it before any grouping
+# (``PartitionDot``: "feature_group_count > 1 and kernel_input_feature_dim > 1 is
+# not supported"), a depthwise one (one input feature per group) is partitioned
+# (checked on XLA:CPU: a batch-sharded 4-group convolution gathers its input whole).
+UNPARTITIONED_CONVOLUTION = "stablehlo.convolution (feature groups)"
+XLA_REPLICATED_OPS = frozenset({"chlo.top_k", "stablehlo.fft", UNPARTITIONED_CONVOLUTION})
 # A reduce of several operands at once (an argmax's values and indices) has no
 # all-reduce: XLA's reduce handler keeps each local result's reduced dimensions (size
 # one, tiled as the operand was), all-gathers them over the axes reduced over and
@@ -391,8 +397,8 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
         factor_axes, reduction = dict.fromkeys(range(len(rule.factor_sizes)), ()), {}
     else:
         factor_axes, reduction = computation_axes(rule, operands, results, mesh)
+    in_results = {f for mapping in rule.result_mappings for dim in mapping for f in dim}
     if custom_call and rule.is_custom:
-        in_results = {f for mapping in rule.result_mappings for dim in mapping for f in dim}
         factor_axes.update((f, ()) for mapping in rule.operand_mappings for dim in mapping
                            for f in dim if f not in in_results
                            and f not in rule.reduction_factors)

@@ -50,7 +50,12 @@ from shardc.compiler.cost.halos import (
 from shardc.compiler.cost.heights import block_heights, block_of, gather_reused
 from shardc.compiler.cost.indexed import indexed_communication, indexed_computed
 from shardc.compiler.cost.moved_tiles import moved_tiles_needs, moves_tiles
-from shardc.compiler.cost.op_comm import OpCommunication, dims_text, op_communication
+from shardc.compiler.cost.op_comm import (
+    UNPARTITIONED_CONVOLUTION,
+    OpCommunication,
+    dims_text,
+    op_communication,
+)
 from shardc.compiler.cost.platforms import (
     active_rules,
     platform_rules,
@@ -75,6 +80,7 @@ from shardc.compiler.cost.windows import window_collectives, window_gather_targe
 from shardc.compiler.diagnostics import SourceLoc, source_loc_of
 from shardc.compiler.propagation.manual import MANUAL_OP, erase_manual_axes
 from shardc.compiler.propagation.values import ModuleValues, replicated
+from shardc.compiler.sharding.axes import size_product
 from shardc.compiler.sharding.rules import INDEXED_ROLES, indexed_roles_for
 from shardc.compiler.sharding.tensor import Tensor, TensorSharding
 
@@ -782,13 +788,22 @@ def _constant_key(reader: ModuleValues, op: int) -> tuple | None:
 _SELF_PARTITIONED_TARGETS = frozenset({"CustomSPMDPartitioning"})
 
 
-def _partitioned_as(name: str, ir_op: ir.Operation) -> str:
+def _partitioned_as(name: str, ir_op: ir.Operation, kernel: Tensor | None = None) -> str:
     """The op name ``op_communication`` partitions ``ir_op`` as: a custom call with a
-    partitioner of its own is not partitioned as the calls XLA has none for."""
+    partitioner of its own is not partitioned as the calls XLA has none for, a
+    convolution with feature groups whose ``kernel`` holds more than one input
+    feature per device is not partitioned at all (``UNPARTITIONED_CONVOLUTION``)."""
     if name == "stablehlo.custom_call":
         target = ir.StringAttr(ir_op.attributes["call_target_name"]).value
         if target in _SELF_PARTITIONED_TARGETS:
             return f"{name} @{target}"
+    if (name == CONVOLUTION and kernel is not None and kernel.sharding is not None
+            and ir.IntegerAttr(ir_op.attributes["feature_group_count"]).value > 1):
+        dim = stablehlo.ConvDimensionNumbers(
+            ir_op.attributes["dimension_numbers"]).kernel_input_feature_dimension
+        count = size_product(dim_axes(kernel.sharding, len(kernel.shape))[dim])
+        if -(-kernel.shape[dim] // count) > 1:
+            return UNPARTITIONED_CONVOLUTION
     return name
 
 
@@ -830,7 +845,8 @@ def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
         needs = indexed_communication(rule, roles, operands, results, mesh)
     if needs is None:
         needs = op_communication(rule, operands, results, mesh,
-                                 op_name=_partitioned_as(reader.graph.op_name[op], ir_op))
+                                 op_name=_partitioned_as(reader.graph.op_name[op], ir_op,
+                                                         operands[1] if len(operands) > 1 else None))
     if ir_op.name == CONVOLUTION:
         needs = split_conv_all_reduces(tuple(needs), conv_collectives(
             ir_op, operands[0], operands[1], results[0])[1])

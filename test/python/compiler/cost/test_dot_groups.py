@@ -449,3 +449,39 @@ def test_both_operands_matching_the_result_group_twice():
                          for k, c in compiled.collectives().items() if c.count}
     assert predicted == {"collective-permute": 32768, "all-reduce": 16384}
     np.testing.assert_allclose(compiled(*args), jax.jit(fun)(*args), rtol=1e-4, atol=1e-4)
+
+
+def _grouped_conv(groups):
+    def conv(x, w):
+        return lax.conv_general_dilated(x, w, (1, 1), "SAME", feature_group_count=groups,
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    return conv
+
+
+@pytest.mark.parametrize("groups, kernel_in, ins, gathered", [
+    # 4 groups of 8 input features: XLA's dot handler has no partitioning for it and
+    # gathers the input (and a sharded kernel) whole, batch and features alike: each
+    # all-gather counted by the bytes it leaves on a device.
+    (4, 8, (P("data"), P()), 8 * 16 * 16 * 32 * 4),
+    (4, 8, (P("data", None, None, "model"), P(None, None, None, "model")),
+     2 * 16 * 16 * 32 * 4 + 8 * 16 * 16 * 32 * 4 + 3 * 3 * 8 * 32 * 4),
+    # Depthwise (one input feature per group): partitioned, nothing gathered.
+    (32, 1, (P("data"), P()), 0),
+])
+def test_grouped_convolution_with_several_input_features_is_not_partitioned(
+        groups, kernel_in, ins, gathered):
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    rand = np.random.default_rng(0)
+    args = [jax.device_put(rand.standard_normal(s).astype(np.float32), NamedSharding(mesh, spec))
+            for s, spec in zip([(8, 16, 16, 32), (3, 3, kernel_in, 32)], ins)]
+    fun = _grouped_conv(groups)
+    lowered = jit(fun).lower(*args)
+    predicted = {k: t.bytes_per_device for k, t in lowered.comm_report().totals().items()
+                 if t.count}
+    compiled = lowered.compile()
+    assert predicted == {k: c.bytes_per_device
+                         for k, c in compiled.collectives().items() if c.count}
+    assert predicted.get("all-gather", 0) == gathered
+    ours, theirs = compiled(*args), jax.jit(fun)(*args)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+    assert ours.sharding.is_equivalent_to(theirs.sharding, ours.ndim)
