@@ -402,6 +402,12 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
         factor_axes.update((f, ()) for mapping in rule.operand_mappings for dim in mapping
                            for f in dim if f not in in_results
                            and f not in rule.reduction_factors)
+    # A dimension of size one that the op drops (a reshape's squeeze) holds its one
+    # element on one device of its axes: XLA replicates it first (an all-reduce of
+    # the zero-padded shards; checked on XLA:CPU: x[:, 0] of a dimension sharded on
+    # an axis or a sub-axis).
+    factor_axes.update((f, ()) for f, size in enumerate(rule.factor_sizes)
+                       if size == 1 and f not in in_results and f not in rule.reduction_factors)
     # A dot (or convolution) grouped on one operand's non-contracting axes first moves
     # the other operand onto devices where every group holds all of it (dot_groups).
     regrouped = (None if replicated or mesh is None

@@ -10,6 +10,7 @@ from comm_comparison import mesh, predicted_and_compiled
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from shardc.compiler import jit
 from shardc.compiler.cost.halos import WindowDim, windowed_halos
 
 NHWC = ("NHWC", "HWIO", "NHWC")
@@ -223,3 +224,22 @@ def test_pooling_window_over_a_sharded_image(window, strides, padding, cp):
         (np.ones((4, 32, 16, 8), np.float32),), (spec,), spec, grid)
     assert predicted == compiled
     assert compiled.get("collective-permute", 0) == cp
+
+
+@pytest.mark.parametrize("spec, fun, ar", [
+    # kv[:, 0] of a dimension sharded on model: the slice keeps its one row sharded,
+    # the squeeze replicates it (an all-reduce of the zero-padded shards).
+    (P("data", "model"), lambda x: x.reshape(16, 4, 16)[:, 0] * 2, 16 * 16 * 4 // 2),
+    # the sliced dimension on a sub-axis of model (k and v halves of a fused
+    # projection): the squeeze all-reduces over that sub-axis only.
+    (P("data", "model"), lambda x: x.reshape(16, 2, 2, 16)[:, 0] * 2, 16 * 2 * 16 * 4 // 2 // 2),
+])
+def test_squeezing_a_sliced_sharded_dimension_all_reduces_it(spec, fun, ar):
+    grid = mesh(*GRID_2x4)
+    predicted, compiled = predicted_and_compiled(fun, (matrix(16, 64),), (spec,), None, grid)
+    assert predicted == compiled
+    assert compiled.get("all-reduce", 0) == ar
+    x = jax.device_put(matrix(16, 64), NamedSharding(grid, spec))
+    ours, theirs = jit(fun)(x), jax.jit(fun)(x)
+    np.testing.assert_array_equal(ours, theirs)
+    assert ours.sharding.is_equivalent_to(theirs.sharding, ours.ndim)
