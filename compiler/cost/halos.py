@@ -176,13 +176,42 @@ def exchange_halo_compact(base: int, shard: int, count: int, left: Offsets,
         permutes.append(limit - start)
 
 
+def _trimmed(base: int, shard: int, count: int, windows: int, full: int, window: WindowDim
+             ) -> tuple[int, int, int] | None:
+    """The shards of a read with fewer windows than shards that exchange halos, as
+    ``ReshardAsWindowedInput`` trims them: ``(count, shard size, left padding)`` of the
+    shards left (those with useful input or output, the first ones, and the middle
+    ones without output skipped), each shard cut to its useful input where that is
+    smaller; None where one shard is left (it reads its own data)."""
+    padding_left = window.padding_low
+    useful = _ceil(base + window.padding_high, shard)
+    if useful < count:
+        count = max(useful, windows)
+        if count == 1:
+            return None
+        if window.padding_high < 0 and full - window.padding_low < shard:
+            shard = full - window.padding_low
+    middle = _div(-padding_left, shard) - windows
+    if middle > 0:
+        count -= middle
+        padding_left += middle * shard
+        if -padding_left > shard * (count - 1):
+            skip = -padding_left - shard * (count - 1)
+            shard -= skip
+            padding_left += skip * count
+            if full < shard:
+                padding_left += (shard - full) * (count - 1)
+                shard = full
+    return count, shard, padding_left
+
+
 def windowed_halos(base: int, count: int, window: WindowDim
                    ) -> tuple[list[int], int] | str | None:
     """The collective-permutes (elements along the dimension) that read a window over a
     dimension of ``base`` elements split in ``count`` shards, and the windowed shard's
     size after them (``ReshardAsWindowedInput`` then ``ExchangeHaloAndGetValidData``);
     ``BEYOND`` where a halo is beyond the neighbours; None where XLA partitions the
-    read otherwise (shards without output skipped, strides across dilations)."""
+    read otherwise (strides across dilations, shards without output beside dilations)."""
     shard = _ceil(base, count)
     dilated = 1 + (window.size - 1) * window.window_dilation
     full = (1 + (base - 1) * window.base_dilation + window.padding_high
@@ -191,11 +220,18 @@ def windowed_halos(base: int, count: int, window: WindowDim
         return None
     windows = _div(full - dilated, window.stride) + 1
     per_shard = _ceil(windows, count)
-    if windows < count:
-        return None  # XLA trims the shards without output first: not modelled
     dilation, stride = window.base_dilation, window.stride
     padding_left = _div(window.padding_low, dilation)
     low = window.padding_low - padding_left * dilation
+    exchanged = base
+    if windows < count:
+        if dilation != 1 or window.window_dilation != 1:
+            return None  # shards without output beside dilations: not modelled
+        trimmed = _trimmed(base, shard, count, windows, full, window)
+        if trimmed is None:
+            return [], shard
+        count, shard, padding_left = trimmed
+        exchanged = shard * count
     if stride != 1 and (stride * per_shard) % dilation:
         return None
     span = stride * (per_shard - 1) + dilated
@@ -219,7 +255,7 @@ def windowed_halos(base: int, count: int, window: WindowDim
                 and widest > 2 * windowed):
             if windowed * 2 >= count * shard:
                 return BEYOND
-            return exchange_halo_compact(base, shard, count, left, right), windowed
+            return exchange_halo_compact(exchanged, shard, count, left, right), windowed
     halos = exchange_halo(shard, count, left, right)
     return BEYOND if halos is None else (halos, windowed)
 

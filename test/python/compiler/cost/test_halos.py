@@ -47,6 +47,24 @@ def test_slice_of_a_sharded_dimension(grid, spec, fun, cp):
     assert compiled.get("collective-permute", 0) == cp
 
 
+@pytest.mark.parametrize("grid, spec, fun, cp", [
+    # fewer windows than shards: XLA drops the shards right of the useful input
+    # (ReshardAsWindowedInput): x[:, 17:18] exchanges between the first two only
+    (GRID_2x4, P("data", "model"), lambda x: x[:, 17:18], 64),
+    (GRID_8, P(None, "model"), lambda x: x[:, 40:41], 64),
+    # ... and the shards without output between the first and the useful input
+    (GRID_8, P(None, "model"), lambda x: x[:, 40:42], 128),
+    (GRID_8, P(None, "model"), lambda x: x[:, 9:30:8], 64),
+    (GRID_8, P(None, "model"), lambda x: x[:, 57:64], 448),
+    (GRID_8, P("model"), lambda x: x[13:15], 768),
+])
+def test_slice_with_fewer_windows_than_shards(grid, spec, fun, cp):
+    grid = mesh(*grid)
+    predicted, compiled = predicted_and_compiled(fun, (matrix(16, 64),), (spec,), None, grid)
+    assert predicted == compiled
+    assert compiled.get("collective-permute", 0) == cp
+
+
 @pytest.mark.parametrize("grid, padding, dtype, cp", [
     (GRID_2x4, (4, 4), np.float32, 128),   # a halo each side
     (GRID_2x4, (1, 7), np.float32, 160),   # the right halo only
@@ -205,8 +223,12 @@ def test_halo_sizes_follow_the_window():
     assert windowed_halos(32, 4, WindowDim(size=3, padding_low=1, padding_high=1)) == (
         [1, 1], 10)
     assert windowed_halos(64, 4, WindowDim(padding_low=-5, padding_high=-27)) == ([16, 3], 8)
-    # fewer windows than shards: XLA trims shards first, not modelled
-    assert windowed_halos(64, 8, WindowDim(padding_low=-2, padding_high=-58)) is None
+    # fewer windows than shards (x[2:6] over 8 shards of 8): XLA keeps the first four
+    # shards, each cut to the six useful elements; shard 0 sends one to each of 1-3
+    assert windowed_halos(64, 8, WindowDim(padding_low=-2, padding_high=-58)) == ([1, 1, 1], 1)
+    # ... beside a dilation: not modelled
+    assert windowed_halos(64, 8, WindowDim(padding_low=-2, padding_high=-58,
+                                           window_dilation=2)) is None
 
 
 @pytest.mark.parametrize("window, strides, padding, cp", [
