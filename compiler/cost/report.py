@@ -78,6 +78,7 @@ from shardc.compiler.cost.reshard import (
 from shardc.compiler.cost.trips import loops_around, runs_per_step, trip_count
 from shardc.compiler.cost.windows import window_collectives, window_gather_target
 from shardc.compiler.diagnostics import SourceLoc, source_loc_of
+from shardc.compiler.propagation.explicit_reshards import DOTS, plan_dot
 from shardc.compiler.propagation.manual import MANUAL_OP, erase_manual_axes
 from shardc.compiler.propagation.values import ModuleValues, replicated
 from shardc.compiler.sharding.axes import size_product
@@ -839,6 +840,7 @@ def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
     if reader.graph.op_name[op] == "stablehlo.reduce_window":
         window = (list(window_collectives(ir_op, operands[0])),)
     mesh = reader.mesh_of(*(t.sharding for t in results + operands))
+    results, moved = _explicit_result_reshard(reader, op, results)
     roles = indexed_roles_for(ir_op)
     needs = None
     if roles is not None:  # XLA's gather/scatter handler, not the factor model
@@ -850,8 +852,31 @@ def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
     if ir_op.name == CONVOLUTION:
         needs = split_conv_all_reduces(tuple(needs), conv_collectives(
             ir_op, operands[0], operands[1], results[0])[1])
-    needs = tuple(needs)
+    needs = tuple(needs) + moved
     return (broadcasts + needs + halo_needs(ir_op, operands, results, needs), *window)
+
+
+def _explicit_result_reshard(reader: ModuleValues, op: int, results: list[Tensor]
+                             ) -> tuple[list[Tensor], tuple[OpCommunication, ...]]:
+    """A dot whose result Shardy's explicit-reshards step computes as its operands
+    imply (``plan_dot``, run inside XLA before partitioning): the results the op
+    computes, and the reshard of its result to the propagated sharding after it."""
+    if reader.graph.op_name[op] not in DOTS:
+        return results, ()
+    for edit in plan_dot(reader, op):
+        if all(set(c.axes) <= set(w.axes) for c, w in zip(edit.computed.dims, edit.wanted.dims)):
+            # Only the partial sums' axes dropped: the op's own model already reduces
+            # first and slices the result after (a reduce-scatter where the platform
+            # forms one).
+            return results, ()
+        computed = replace(results[0], sharding=edit.computed)
+        reason = (f"computed {dims_text(edit.computed)} as its operands imply "
+                  f"(an explicit reshard), then resharded to {dims_text(edit.wanted)}")
+        source = tuple(d.axes for d in edit.computed.dims)
+        return [computed, *results[1:]], tuple(
+            OpCommunication(None, reason, collective, source=source)
+            for collective in _resharded(reader, computed, edit.wanted))
+    return results, ()
 
 
 def _rotation_needs(reader: ModuleValues, op: int, rotated: tuple) -> tuple[OpCommunication, ...]:

@@ -458,6 +458,26 @@ def _grouped_conv(groups):
     return conv
 
 
+def _predicted_as_compiled(fun, shapes, specs, out=None):
+    """``fun`` on random arguments placed with ``specs`` on 4x2 (results with ``out``):
+    the predicted bytes per kind, held equal to XLA's and the results to jax.jit's."""
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    rand = np.random.default_rng(0)
+    args = [jax.device_put(rand.standard_normal(s).astype(np.float32), NamedSharding(mesh, spec))
+            for s, spec in zip(shapes, specs)]
+    out = None if out is None else NamedSharding(mesh, out)
+    lowered = jit(fun, out_shardings=out).lower(*args)
+    predicted = {k: t.bytes_per_device for k, t in lowered.comm_report().totals().items()
+                 if t.count}
+    compiled = lowered.compile()
+    assert predicted == {k: c.bytes_per_device
+                         for k, c in compiled.collectives().items() if c.count}
+    ours, theirs = compiled(*args), jax.jit(fun, out_shardings=out)(*args)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+    assert ours.sharding.is_equivalent_to(theirs.sharding, ours.ndim)
+    return predicted
+
+
 @pytest.mark.parametrize("groups, kernel_in, ins, gathered", [
     # 4 groups of 8 input features: XLA's dot handler has no partitioning for it and
     # gathers the input (and a sharded kernel) whole, batch and features alike: each
@@ -470,18 +490,21 @@ def _grouped_conv(groups):
 ])
 def test_grouped_convolution_with_several_input_features_is_not_partitioned(
         groups, kernel_in, ins, gathered):
-    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
-    rand = np.random.default_rng(0)
-    args = [jax.device_put(rand.standard_normal(s).astype(np.float32), NamedSharding(mesh, spec))
-            for s, spec in zip([(8, 16, 16, 32), (3, 3, kernel_in, 32)], ins)]
-    fun = _grouped_conv(groups)
-    lowered = jit(fun).lower(*args)
-    predicted = {k: t.bytes_per_device for k, t in lowered.comm_report().totals().items()
-                 if t.count}
-    compiled = lowered.compile()
-    assert predicted == {k: c.bytes_per_device
-                         for k, c in compiled.collectives().items() if c.count}
+    predicted = _predicted_as_compiled(_grouped_conv(groups),
+                                       [(8, 16, 16, 32), (3, 3, kernel_in, 32)], ins)
     assert predicted.get("all-gather", 0) == gathered
-    ours, theirs = compiled(*args), jax.jit(fun)(*args)
-    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
-    assert ours.sharding.is_equivalent_to(theirs.sharding, ours.ndim)
+
+
+@pytest.mark.parametrize("shapes, specs, out, permuted", [
+    # A CG step's a @ p: the result wants data, which the contraction holds. Shardy's
+    # explicit-reshards step (run inside XLA) computes it on model as a implies and
+    # reshards the small result after: a permute of it, no gather of a.
+    (((64, 64), (64,)), (P("model", "data"), P("data")), P("data"), 64),
+    (((256, 64), (64, 32)), (P("model", "data"), P("data")), P("data"), 8192),
+    # The result larger than the operand implying otherwise: computed as declared.
+    (((64, 16), (16, 64)), (P("model", "data"), P("data")), P("data"), 0),
+])
+def test_a_dot_conflicting_with_its_result_is_computed_as_its_operands_imply(
+        shapes, specs, out, permuted):
+    predicted = _predicted_as_compiled(jnp.matmul, shapes, specs, out)
+    assert predicted.get("collective-permute", 0) == permuted
