@@ -32,7 +32,7 @@ from shardc.compiler.cost.reshard import (
     mesh_axes,
     reshard_tensor,
 )
-from shardc.compiler.propagation.projection import AXES, project
+from shardc.compiler.propagation.projection import AXES, project, projected_axes
 from shardc.compiler.sharding.axes import AxisRef, overlaps, size_product
 from shardc.compiler.sharding.rule import OpShardingRule
 from shardc.compiler.sharding.tensor import DimSharding, MeshInfo, Tensor, TensorSharding
@@ -393,6 +393,14 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
                       gathers_partials: bool = False, reduce: bool = False,
                       dot: bool = False, custom_call: bool = False,
                       convolution: bool = False) -> list[OpCommunication]:
+    declared = results
+    if reduce and not replicated and not gathers_partials:
+        # XLA's reduce handler reduces its operands as the first one is sharded and
+        # reshards the result it gets to the declared one afterwards (checked on
+        # XLA:CPU: a row sum of [{"model"}, {}] declared [{"data"}] permutes the sums).
+        # A variadic one's unused results (an argmax's values) are not moved: not
+        # modelled there.
+        results = _reduced_as_operand(rule, operands[0], results)
     if replicated:
         factor_axes, reduction = dict.fromkeys(range(len(rule.factor_sizes)), ()), {}
     else:
@@ -485,4 +493,34 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
             else:
                 reason = "partial sums of a reduction sharded over " + ", ".join(map(str, over))
             out.append(OpCommunication(None, reason, collective))
+    for computed, wanted in zip(results, declared):
+        if computed is wanted:
+            continue
+        reason = (f"reduced as its operand is sharded, {dims_text(computed.sharding)}, "
+                  f"then resharded to {dims_text(wanted.sharding)}")
+        source = tuple(d.axes for d in computed.sharding.dims)
+        out.extend(OpCommunication(None, reason, collective, source=source)
+                   for collective in reshard_tensor(computed, wanted.sharding, mesh))
+    return out
+
+
+def _reduced_as_operand(rule: OpShardingRule, operand: Tensor, results: Sequence[Tensor]
+                        ) -> list[Tensor]:
+    """``results`` sharded as a reduce of ``operand`` leaves them: its axes on the
+    dimensions kept (a result holding at least those axes stays the same object)."""
+    if operand.sharding is None or len(operand.sharding.dims) != len(rule.operand_mappings[0]):
+        return list(results)
+    axes = projected_axes(operand.sharding, rule.operand_mappings[0], rule.factor_sizes)
+    out = []
+    for result, mapping in zip(results, rule.result_mappings):
+        if result.sharding is None:
+            out.append(result)
+            continue
+        dims = tuple(DimSharding(tuple(a for f in dim for a in axes.get(f, ())), True)
+                     for dim in mapping)
+        # Only axes dropped (the declared result sliced further, over the reduced
+        # axes): the op model already reduces first and slices after (a
+        # reduce-scatter where the platform forms one).
+        kept = all(set(d.axes) <= set(w.axes) for d, w in zip(dims, result.sharding.dims))
+        out.append(result if kept else replace(result, sharding=result.sharding._replace(dims=dims)))
     return out

@@ -311,3 +311,27 @@ def test_weight_gradient_sums_its_sharded_axes_first(batch, out):
     predicted, compiled = predicted_and_compiled(
         lambda x, dy: x.T @ dy, (x, dy), (P(batch), P(batch, "model")), out=P(*out), grid=grid)
     assert predicted == compiled
+
+
+@pytest.mark.parametrize("spec, out, reducer, axis, permuted", [
+    # row sums of [model, -] declared [data]: XLA sums as the operand is sharded and
+    # permutes the (small) sums, it does not move the operand
+    (("model",), ("data",), "sum", 1, 64),
+    (("model",), ("data",), "max", 1, 64),
+    # the reduced dimension sharded too: partial sums all-reduced first, then moved
+    (("data", "model"), ("data",), "sum", 0, 64),
+])
+def test_reduce_computes_as_its_operand_and_reshards_the_result(spec, out, reducer, axis,
+                                                                 permuted):
+    import jax.numpy as jnp
+    import numpy as np
+    from comm_comparison import mesh, predicted_and_compiled
+    from jax.sharding import PartitionSpec as P
+
+    grid = mesh((4, 2), ("data", "model"))
+    x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    predicted, compiled = predicted_and_compiled(
+        lambda a: getattr(jnp.sin(a), reducer)(axis), (x,), (P(*spec),), out=P(*out),
+        grid=grid)
+    assert predicted == compiled
+    assert compiled["collective-permute"] == permuted
