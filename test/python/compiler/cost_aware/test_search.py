@@ -82,8 +82,9 @@ def test_decisions_unchanged_when_every_copy_is_repropagated(name, monkeypatch):
 def test_a_program_leaving_ops_dead_is_searched_on_one_read(monkeypatch):
     """``grad_loops_unrolled`` leaves ops dead, which propagation erases: the pipeline
     erases them before the search, so every module copy the search prices is
-    propagated on one shared read (only the baseline, written at once, is cloned),
-    deciding what it decided when each copy was cloned and read again."""
+    propagated on one shared read (only the baseline, written at once, and the
+    winner's pins, written once, are cloned), deciding what it decided when each copy
+    was cloned and read again."""
     cloned = []
     clone = pricing.PinnedCopies._pinned_clone
     monkeypatch.setattr(pricing.PinnedCopies, "_pinned_clone",
@@ -91,4 +92,4 @@ def test_a_program_leaving_ops_dead_is_searched_on_one_read(monkeypatch):
     lower = cost_aware_speed.zoo_lowering(PROGRAMS["grad_loops_unrolled"]("small"))
     resolution = lower("cost-aware").cost_aware_resolution
     assert cost_aware_speed.decisions_of(resolution) == DECISIONS["grad_loops_unrolled"]
-    assert resolution.evaluations > 1 and cloned == [[]]
+    assert resolution.evaluations > 1 and cloned == [[], list(resolution.pins)]
