@@ -59,7 +59,9 @@ collectives but differs in a few measurable ways, each one field here:
   reduction with its elementwise producers and recomputes an expensive one (exp)
   in each reader, so a softmax's exp and shifted logits are never buffers; it
   recomputes a fusible value in each reader when the buffers it is computed from
-  are read until then anyway (attention's probabilities, from the kept scores); it
+  are read until then anyway (attention's probabilities, from the kept scores), and a
+  dot's elementwise operand inside every dot reading it where their collectives span
+  many devices (the logits' gradient under FSDP over 64 devices or more); it
   fuses a take_along_axis gradient's scatter-add with the zeros it scatters into
   (XLA:CPU fuses a gather with its operand's producer and its readers);
   and its latency-hiding scheduler gathers a weight next to its use, where
@@ -193,6 +195,11 @@ class PlatformRules:
     # into its consumers (a dot's operand too), e.g. attention's probabilities,
     # recomputed for the backward from the kept scores.
     recomputes_fused_values: bool = False
+    # From how many devices a dot's collective (its other operand's gather, its partial
+    # sums' reduction) spans, a fusible value read only by such dots is computed inside
+    # each of them instead of written to a buffer (0: never; XLA:TPU's convolution
+    # fusion of a dot's elementwise operand, ``LivenessWalker.fused_into_dots``).
+    dot_operand_fusion_devices: int = 0
     # Whether a value dots read in two layouts (one contracting its last dimension,
     # another others: a layer's normalised input, read by the forward dot and the
     # weight gradient's) is copied into the second layout when computed, the copy
@@ -384,6 +391,7 @@ TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_re
                     duplicates_shared_producers=True,
                     fusible=frozenset({"stablehlo.scatter"}),
                     reshards_arguments_first=False, recomputes_fused_values=True,
+                    dot_operand_fusion_devices=64,
                     copies_operands_per_layout=True, on_chip_bytes=112 << 20)
 
 PLATFORMS: dict[str, PlatformRules] = {rules.name: rules for rules in (CPU, TPU)}

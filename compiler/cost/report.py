@@ -689,7 +689,8 @@ def reuses_reshard(reader: ModuleValues, first: dict, reshard: tuple, op: int,
         return True
     rules = active_rules()
     if kind == ALL_GATHER and rules.all_gather_cse_distance is not None:
-        if rules.windows_loop_all_gathers and _windowed(reader.graph, op, reshard[0]):
+        if rules.windows_loop_all_gathers and _windowed(
+                reader, op, reshard[0], _gathered_axes(reader, reshard[0], reshard[1])):
             return False  # its own windowed loop, made by the partitioner before any CSE
         return gather_reused(first, reshard, *_height(reader, op),
                              rules.all_gather_cse_distance)
@@ -1003,7 +1004,7 @@ def _window_loop_all_gathers(reader: ModuleValues, sites: list[tuple[int, CommEn
         operand = _OPERAND.match(entry.tensor)
         index = int(operand.group(1)) if operand is not None else -1
         if (entry.kind == ALL_GATHER and devices is not None and operand is not None
-                and _windowed(graph, op, graph.op_operands[op][index])
+                and _windowed(reader, op, graph.op_operands[op][index], set(entry.axes))
                 and active_rules().windows_over(devices, _gathers_contracted(
                     reader, op, index, set(entry.axes)))):
             entry = replace(entry, kind=COLLECTIVE_PERMUTE,
@@ -1048,15 +1049,40 @@ def _all_gathers_as_all_reduces(reader: ModuleValues, sites: list[tuple[int, Com
     return out
 
 
-def _windowed(graph, op: int, value: int) -> bool:
-    """Whether XLA:TPU gathers ``value`` for op ``op`` by a windowed loop
+def _windowed(reader: ModuleValues, op: int, value: int, axes: set[str]) -> bool:
+    """Whether XLA:TPU gathers ``value`` over ``axes`` for op ``op`` by a windowed loop
     (``PlatformRules.windows_loop_all_gathers``): ``op`` is a dot inside a loop body
-    and the only reader of ``value``. An operand other ops read too (a scanned
-    layer's weight read by the recomputed forward dot and the backward one under
-    ``jax.checkpoint``) is all-gathered, the gathered value shared."""
-    return (graph.op_name[op] == "stablehlo.dot_general"
-            and next(loops_around(graph, op), None) is not None
-            and all(user == op for user, _ in graph.uses[value]))
+    and the only reader of ``value``, or one of several dot readers that may window it
+    where another may not. An operand every reader may window (a scanned layer's
+    weight read by the recomputed forward dot and the backward one under
+    ``jax.checkpoint`` over 16 devices) is all-gathered, the gathered value shared;
+    over 32, where the forward's gather of the rows it contracts is not windowed
+    (``windowed_contracting_devices``), the backward's is: the two gathers XLA:TPU
+    runs for a checkpointed 1b or 7b layer's weights at 32x8."""
+    graph = reader.graph
+    if graph.op_name[op] != "stablehlo.dot_general" or next(loops_around(graph, op), None) is None:
+        return False
+    uses = graph.uses[value]
+    if all(user == op for user, _ in uses):
+        return True
+    devices = _axis_devices(reader, tuple(sorted(axes)))
+    if devices is None:
+        return False
+
+    def windows(user: int, index: int) -> bool:
+        return graph.op_name[user] == "stablehlo.dot_general" and active_rules().windows_over(
+            devices, _gathers_contracted(reader, user, index, axes))
+
+    mine = [windows(user, index) for user, index in uses if user == op]
+    return any(mine) and not all(windows(user, index) for user, index in uses)
+
+
+def _gathered_axes(reader: ModuleValues, value: int, target: tuple | None) -> set[str]:
+    """The mesh axes ``value``'s sharding has and a reshard to ``target`` drops."""
+    sharding = reader.sharding(value)
+    kept = {getattr(axis, "name", axis) for dim in target or () for axis in dim}
+    return {axis.name for dim in sharding.dims for axis in dim.axes} - kept \
+        if sharding is not None else set()
 
 
 _OPERAND = re.compile(r"operand (\d+)")

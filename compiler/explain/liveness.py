@@ -176,6 +176,7 @@ class LivenessWalker:
         self.aliased_outputs: set[int] = set()
         self.state = ir.AsmState(values.graph.module)
         self._duplicated: dict[int, bool] = {}  # ``duplicated``'s answers
+        self._in_dots: dict[int, bool] = {}  # ``fused_into_dots``'s answers
 
     def reassociated(self, reduced: dict[int, tuple]) -> dict[int, tuple]:
         """The ops whose results are all-reduced once XLA reassociates
@@ -367,6 +368,8 @@ class LivenessWalker:
         graph = self.graph
         if value in self.exchanged:
             return True  # an all-to-all writes it (``OpNeeds.exchanged``)
+        if self.fused_into_dots(value, op):
+            return False
         name = graph.op_name[op]
         if name in _FREE and value not in self.moved:
             return False
@@ -374,7 +377,7 @@ class LivenessWalker:
         if name == "stablehlo.transpose" and users == {"stablehlo.dot_general"}:
             return False  # XLA's transpose folding makes it the dot's dimension numbers
         if name in FUSIBLE and graph.uses[value] and all(
-                (value, u) in self.relaid for u, _ in graph.uses[value]):
+                self.reads_copy(value, u) for u, _ in graph.uses[value]):
             # read only through the transposed copies made for its readers, it is
             # computed inside them: a kernel's reverse for a convolution's input
             # gradient is fused into the copy (conv_net's transpose_copy_fusion.5)
@@ -383,6 +386,55 @@ class LivenessWalker:
         if (name in FUSIBLE or name in fusible) and users <= _FUSING_CONSUMERS | fusible:
             return self.shared(value, op) or self.outside_offloaded_reduction(value, op)
         return True
+
+    def reads_copy(self, value: int, user: int) -> bool:
+        """Whether dot ``user`` reads ``value`` from the copy made in its layout
+        (``OpNeeds.relaid``): not where the dot computes the value itself."""
+        return (value, user) in self.relaid and not self.fused_into_dots(
+            value, self.graph.value_def[value])
+
+    def fused_into_dots(self, value: int, op: int) -> bool:
+        """Whether fusible ``value``, read only by dots, is computed inside each of
+        them and never written (``PlatformRules.dot_operand_fusion_devices``).
+
+        XLA:TPU fuses a dot's elementwise operand into the dot's convolution fusion
+        where every dot reading it gathers its other operand, or reduces its partial
+        sums, over at least that many devices. Seen in its buffer assignments of the
+        Llama-shaped steps on v5e 16x16: with "data" of 64 to 256 the logits'
+        gradient ``softmax - one_hot`` is computed from the kept logits inside both
+        its dots (``fusion.8``, the output projection's gradient, and the input
+        gradient's ``async_collective_fusion.480``), and so are a layer's normalised
+        inputs and its MLP's ``silu(a) * b``, none of them a buffer; with "data" of 8
+        to 32 each is a buffer (``multiply_multiply_fusion`` per norm and layer).
+        """
+        devices = self.rules.dot_operand_fusion_devices
+        if not devices:
+            return False
+        known = self._in_dots.get(value)
+        if known is not None:
+            return known
+        graph = self.graph
+        found = bool(
+            op >= 0 and graph.op_name[op] in FUSIBLE and graph.op_name[op] not in _FREE
+            and value not in self.moved and op not in self.reduced
+            and len(graph.op_results[op]) == 1 and graph.uses[value]
+            and all(self.top_user(u, op) == u and graph.op_name[u] == "stablehlo.dot_general"
+                    and self._collective_devices(u) >= devices for u, _ in graph.uses[value]))
+        self._in_dots[value] = found
+        return found
+
+    def _collective_devices(self, dot: int) -> int:
+        """The most devices ``dot`` gathers an operand over or reduces its partial sums
+        over (1: none)."""
+        devices = 1
+        for axis in self.reduced.get(dot, ()):
+            name, _, sub = axis.partition(":")
+            devices *= int(sub.rsplit(")", 1)[1]) if sub else self.sizes.get(name.strip('"'), 1)
+        for need, size, _ in self.needs.get(dot, ()):
+            if need[1][0] not in ("transposed", "widened"):
+                # the gathered buffer over the shard's, both tiled (a padded shard's: 63.9)
+                devices = max(devices, round(size / max(self.bytes_of(need[0]), 1)))
+        return devices
 
     def outside_offloaded_reduction(self, value: int, op: int) -> bool:
         """Whether fusible ``value`` feeds a reduction XLA:CPU hands to YNNPACK whose
@@ -529,7 +581,7 @@ class LivenessWalker:
                 # buffer by the others only
                 recomputed = current not in returned and self.duplicated(current)
                 for user, index in graph.uses[current]:
-                    if (current, user) in self.relaid:
+                    if self.reads_copy(current, user):
                         continue  # the dot reads the value's copy in its layout
                     top = self.top_user(user, owner)
                     if recomputed and top == user and self.fusing(user):
@@ -869,6 +921,9 @@ class LivenessWalker:
         narrow_keys: dict[tuple, set[tuple]] = {}  # a span's key -> the needs' own keys
         for op, i in position.items():
             for need, size, copy in () if op in self.merged_ops else self.needs.get(op, ()):
+                if need[1][0] == "transposed" and not self.reads_copy(need[0], op) \
+                        and (need[0], op) in self.relaid:
+                    continue  # the dot computes the value itself
                 # one reshard per value as XLA sees it (through an expanded barrier: the
                 # backward's recomputation of a checkpointed layer reads the forward's
                 # gathered weight, the gathers merged by CSE)

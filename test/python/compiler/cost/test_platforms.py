@@ -7,6 +7,7 @@ against XLA:TPU itself when libtpu is installed; never in CI).
 """
 
 import dataclasses
+import inspect
 
 import jax
 import jax.numpy as jnp
@@ -587,3 +588,64 @@ def test_tpu_all_gathers_a_loop_bodys_weight_two_dots_read():
     totals = lowered.comm_report(platform="tpu").step_totals()
     assert abs(totals["collective-permute"].bytes_per_device / 145584128 - 1) < 0.01
     assert abs(totals["all-gather"].bytes_per_device / 47644672 - 1) < 0.01
+
+
+
+def test_tpu_windows_the_backward_gather_of_a_weight_the_recomputed_forward_all_gathers():
+    # The same checkpointed layers over "data" of 32 (v5e 16x16 at 32x8): the recomputed
+    # forward's x @ wq contracts the gathered rows, which XLA:TPU does not window over 32
+    # devices (``windowed_contracting_devices``), so it all-gathers wq there; the
+    # backward's dq @ wq.T does not contract them and windows its own gather (XLA:TPU's
+    # backward loop of the 1b step at 32x8: two gathers per weight, one of each kind).
+    mesh = AbstractMesh((32, 8), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    args = plan_speed.abstract_args("remat", mesh, 2, d=2048, ffn=8192, vocab=128256,
+                                    dtype=BF16)
+    lowered = jit(plan_speed.make_step("remat", 2, 32, mesh), donate_argnums=(0,)).trace(
+        *args).lower(lowering_platforms=("tpu",))
+    line = next(k for k, text in enumerate(inspect.getsource(plan_speed).splitlines(), 1)
+                if 'h @ p["wq"]' in text)  # q, its recomputation and its gradients
+    wq = [e for e in lowered.comm_report(platform="tpu").entries
+          if e.op == "stablehlo.dot_general" and e.tensor.startswith("operand 1")
+          and e.loc is not None and e.loc.line == line]
+    windowed = [e for e in wq if "gathered in a loop body" in e.reason]
+    # the forward scan's and the recomputed forward's all-gathers, the backward's loop
+    assert [e.kind for e in wq if e not in windowed] == ["all-gather", "all-gather"]
+    assert len(windowed) == 1 and windowed[0].kind == "collective-permute"
+
+
+def _vocab_head_grads(data):
+    # the output projection of an FSDP x TP train step and its cross-entropy: the
+    # logits' gradient (softmax - one_hot, an add) is read by two dots only, the
+    # weight's gradient (partial sums over "data") and the input's (w gathered over it)
+    mesh = AbstractMesh((data, 256 // data), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+
+    def loss(w, h, targets):
+        logp = jax.nn.log_softmax(h @ w, axis=-1)
+        return -jnp.mean(jnp.take_along_axis(logp, targets[:, None], axis=-1))
+
+    args = (jax.ShapeDtypeStruct((512, 16384), BF16, sharding=NamedSharding(mesh, P("data", "model"))),
+            jax.ShapeDtypeStruct((256 * data, 512), BF16, sharding=NamedSharding(mesh, P("data"))),
+            jax.ShapeDtypeStruct((256 * data,), jnp.int32, sharding=NamedSharding(mesh, P("data"))))
+    lowered = jit(jax.grad(loss, argnums=(0, 1))).trace(*args).lower(lowering_platforms=("tpu",))
+    logits = 256 * 16384 // (256 // data) * 2  # per device
+    return lowered, logits
+
+
+def _gradient_kept(estimate, logits):
+    return [b for b in estimate.largest if b.op == "stablehlo.add" and b.bytes_per_device == logits]
+
+
+@pytest.mark.parametrize("data, computed_in_dots", [(64, True), (128, True), (16, False), (32, False)])
+def test_tpu_computes_the_logits_gradient_inside_its_dots_over_64_devices(data, computed_in_dots):
+    # XLA:TPU on v5e 16x16 (Llama-shaped steps): where "data" spans 64 devices or more the
+    # logits' gradient is computed from the kept logits inside both dots reading it (the
+    # output projection's gradient, ``fusion.8``, and the input's), never a buffer; over
+    # 8 to 32 it is a buffer, as it is without the rule.
+    lowered, logits = _vocab_head_grads(data)
+    tpu = lowered.memory_estimate(platform="tpu")
+    assert bool(_gradient_kept(tpu, logits)) is not computed_in_dots
+    values = ModuleValues(lowered.module.operation, missing_as_replicated=True)
+    with predicting_for(dataclasses.replace(TPU, dot_operand_fusion_devices=0)):
+        kept = memory._estimate(values, 5, None)
+    assert _gradient_kept(kept, logits)
+    assert TPU.dot_operand_fusion_devices == 64 and not CPU.dot_operand_fusion_devices
