@@ -164,6 +164,9 @@ class LivenessWalker:
         self.scattered, self.relaid = found.scattered, found.relaid
         self.converted = found.converted
         self.exchanged = found.exchanged
+        for op, body in found.bodies.items():
+            # a custom_partitioning op's inlined body runs in its place
+            self.extra[op] = self.extra.get(op, 0) + self.body_bytes(body)
         if self.rules.reassociates_all_reduces:
             self.reduced = self.reassociated(self.reduced)
         self.block_args: dict[int, list[int]] = {}  # first op of a block -> its arguments
@@ -176,6 +179,21 @@ class LivenessWalker:
         self.aliased_outputs: set[int] = set()
         self.state = ir.AsmState(values.graph.module)
         self._duplicated: dict[int, bool] = {}  # ``duplicated``'s answers
+
+    def body_bytes(self, body: bytes) -> int:
+        """The peak of a ``custom_partitioning`` op's per-device body (MLIR bytecode)
+        but its arguments and results (the op's operands, as the body takes them, and
+        its results), walked as a program of its own."""
+        with self.values.graph.module.context:
+            module = ir.Module.parse(body)
+        values = ModuleValues(module.operation, missing_as_replicated=True)
+        funcs = values.funcs
+        main = funcs.get("main", next(iter(funcs.values()), -1))
+        if main < 0 or not values.graph.op_blocks[main]:
+            return 0
+        ops = values.graph.op_blocks[main][0][1]
+        walker = LivenessWalker(values)
+        return walker.peak(ops, walker.yielded(ops))[0]
 
     def reassociated(self, reduced: dict[int, tuple]) -> dict[int, tuple]:
         """The ops whose results are all-reduced once XLA reassociates
