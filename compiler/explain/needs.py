@@ -218,8 +218,7 @@ class OpNeeds:
             partitioned = custom_partitioned_body(graph.ops[op], operands, results, mesh,
                                                   self._partitions)
             if partitioned is not None:
-                body, taken, _ = partitioned
-                self._custom_partitioned(graph, op, operands, body, taken)
+                self._custom_partitioned(graph, op, operands, *partitioned)
                 return
         # Models repeat ops with equal shardings (layers): what the rule needs there
         # depends on nothing else but the platform.
