@@ -85,6 +85,19 @@ def custom_partitioned_results(ir_op: ir.Operation, operands: list[Tensor | None
     return [_sharding(spec, tensor, mesh) for tensor, spec in zip(results, answer[2])]
 
 
+def custom_partitioned_body(ir_op: ir.Operation, operands: list[Tensor | None],
+                            results: list[Tensor | None], mesh, memo: dict
+                            ) -> tuple[bytes, list[TensorSharding]] | None:
+    """The partition rule's per-device body (MLIR bytecode) and the shardings it
+    takes its operands in (XLA reshards the operands to them and inlines the
+    body); None where ``custom_partitioned_needs`` is."""
+    answer = _partitioned(ir_op, operands, results, memo)
+    if answer is None:
+        return None
+    body, operand_specs, _ = answer
+    return body, [_sharding(spec, t, mesh) for t, spec in zip(operands, operand_specs)]
+
+
 def _partitioned(ir_op: ir.Operation, operands: list[Tensor | None],
                  results: list[Tensor | None], memo: dict) -> tuple | None:
     """The partition callback's answer for these operands and results, asked once."""

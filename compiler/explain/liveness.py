@@ -41,6 +41,8 @@ _IN_PLACE = {"stablehlo.while": lambda k: k, "stablehlo.dynamic_update_slice": l
 _PER_ELEMENT_BODIES = frozenset("stablehlo." + n for n in (
     "reduce", "reduce_window", "sort", "scatter", "select_and_scatter", "all_reduce",
     "reduce_scatter", "map"))
+# ops whose results the enclosing block counts while their regions run
+_WRITING_OWN_RESULTS = _PER_ELEMENT_BODIES | {"stablehlo.while", "stablehlo.case"}
 _PASS_ON = frozenset({"sdy.data_flow_edge", "sdy.sharding_constraint", "sdy.reshard",
                       "sdy.propagation_barrier"})
 _BARRIER = "stablehlo.optimization_barrier"
@@ -164,6 +166,9 @@ class LivenessWalker:
         self.scattered, self.relaid = found.scattered, found.relaid
         self.converted = found.converted
         self.exchanged = found.exchanged
+        for op, body in found.bodies.items():
+            # a custom_partitioning op's inlined body runs in its place
+            self.extra[op] = self.extra.get(op, 0) + self.body_bytes(body)
         if self.rules.reassociates_all_reduces:
             self.reduced = self.reassociated(self.reduced)
         self.block_args: dict[int, list[int]] = {}  # first op of a block -> its arguments
@@ -177,6 +182,21 @@ class LivenessWalker:
         self.state = ir.AsmState(values.graph.module)
         self._duplicated: dict[int, bool] = {}  # ``duplicated``'s answers
         self._in_dots: dict[int, bool] = {}  # ``fused_into_dots``'s answers
+
+    def body_bytes(self, body: bytes) -> int:
+        """The peak of a ``custom_partitioning`` op's per-device body (MLIR bytecode)
+        but its arguments and results (the op's operands, as the body takes them, and
+        its results), walked as a program of its own."""
+        with self.values.graph.module.context:
+            module = ir.Module.parse(body)
+        values = ModuleValues(module.operation, missing_as_replicated=True)
+        funcs = values.funcs
+        main = funcs.get("main", next(iter(funcs.values()), -1))
+        if main < 0 or not values.graph.op_blocks[main]:
+            return 0
+        ops = values.graph.op_blocks[main][0][1]
+        walker = LivenessWalker(values)
+        return walker.peak(ops, walker.yielded(ops))[0]
 
     def reassociated(self, reduced: dict[int, tuple]) -> dict[int, tuple]:
         """The ops whose results are all-reduced once XLA reassociates
@@ -753,7 +773,13 @@ class LivenessWalker:
                         owned[arg] = entry[1]
                         handed += entry[1]
                         entry[2].end = at - 1  # the body frees it
-        inner = max(self.peak(nested, set(), owned=owned if k == 0 else None)[0]
+        # a case's branches write its results in the case's own buffers (XLA
+        # shares a conditional's result with every branch's root: dropout_cond's
+        # backward switch writes its weight gradient, conditional.2{0}, in an
+        # output's allocation), which the enclosing block counts
+        case = graph.op_name[op] == "stablehlo.case"
+        inner = max(self.peak(nested, self.yielded(nested) if case else set(),
+                              owned=owned if k == 0 else None)[0]
                     for k, (_, nested) in enumerate(blocks))
         return inner, handed, 0
 
@@ -849,6 +875,21 @@ class LivenessWalker:
                     return True
         return False
 
+    @staticmethod
+    def _take_over(frees: dict[int, list[tuple]], at: int, value: int, size: int,
+                   last: int, holder: int) -> bool:
+        """Keep the buffer holding ``value``, dying at ``at``, until ``last`` for
+        ``holder`` (``size`` bytes) written in it, where it is large enough."""
+        dying = [entry for entry in frees.get(at, [])
+                 if entry[0] == value or value in entry[2].holders]
+        if not dying or dying[0][1] < size:
+            return False
+        frees[at].remove(dying[0])
+        frees.setdefault(max(last, at), []).append(dying[0])
+        dying[0][2].end = max(last, at)
+        dying[0][2].holders.append(holder)
+        return True
+
     def passed_through(self, op: int, k: int) -> bool:
         """Whether ``op`` is a while loop whose body returns its carry ``k`` unchanged."""
         graph = self.graph
@@ -859,6 +900,25 @@ class LivenessWalker:
             return False
         returned = graph.op_operands[body[-1]]
         return k < len(returned) and returned[k] == args[k]
+
+    def passed_by_branch(self, op: int, k: int) -> tuple[int | None, bool]:
+        """A value defined outside case ``op`` (its root) that a branch returns as
+        the case's result ``k``, and whether every branch returns it; (None, False)
+        where no branch returns one."""
+        graph = self.graph
+        if graph.op_name[op] != "stablehlo.case":
+            return None, False
+        returned = [graph.op_operands[nested[-1]][k] for _, nested in graph.op_blocks[op]
+                    if nested]
+        for value in returned:
+            owner = graph.value_def[value]
+            # the op defining it, or for a block argument the op whose block it is
+            owner = graph.op_parent[owner] if owner >= 0 else graph.value_owner[value]
+            while owner >= 0 and owner != op:
+                owner = graph.op_parent[owner]
+            if owner < 0:
+                return self.root(value), all(v == value for v in returned)
+        return None, False
 
     def combined(self, ops: list[int]) -> dict[int, int]:
         """Results of all-reduces XLA combines: value -> position of the last member's
@@ -1032,6 +1092,20 @@ class LivenessWalker:
                     operand = self.root(graph.op_operands[op][0])
                     if graph.value_def[operand] < 0 or self._extend(frees, operand, last, value):
                         continue
+                kept, every = self.passed_by_branch(op, k)
+                if kept is not None:
+                    if every:
+                        # the conditional's result is that value's buffer (XLA's dataflow
+                        # resolves the branches' one value: dropout_cond's switch returns
+                        # its operand h, conditional.1{2}, which has no buffer of its own)
+                        self._extend(frees, kept, last, value)
+                        continue
+                    # one buffer holds a value some branch returns and the result it
+                    # is merged into, where the value dies at the case (equinox's error
+                    # checks: diffrax_dense_adjoints' conditional.11{2} at its operand's
+                    # offset, the failing branch writing its callback's values there)
+                    if self._take_over(frees, i, kept, size, last, value):
+                        continue
                 source = _IN_PLACE.get(graph.op_name[op], lambda k: None)(k)
                 if source is not None and source < len(graph.op_operands[op]):
                     operand = graph.op_operands[op][source]
@@ -1042,13 +1116,8 @@ class LivenessWalker:
                         # hoists it out of the loop; the init buffer lives on instead
                         self._extend(frees, operand, last, value)
                         continue
-                    dying = [entry for entry in frees.get(i, []) if entry[0] == operand]
-                    if dying and dying[0][1] >= size:
-                        # the result takes over its operand's buffer (XLA updates in place)
-                        frees[i].remove(dying[0])
-                        frees.setdefault(max(last, i), []).append(dying[0])
-                        dying[0][2].end = max(last, i)
-                        dying[0][2].holders.append(value)
+                    # the result takes over its operand's buffer (XLA updates in place)
+                    if self._take_over(frees, i, operand, size, last, value):
                         continue
                 if self.rules.recomputes_fused_values and self.recomputed(
                         value, op, last, position, returned, reads):
@@ -1064,10 +1133,11 @@ class LivenessWalker:
                 record.extend(body)
             transient = (0 if body is not None else inner) + sum(self.aligned(n) for n in (
                 self.extra.get(op, 0), copies.get(i, 0)) if n)
-            # a non-loop body (manual computation, case branch) writes the op's results:
-            # its own peak holds them while it runs; a reduction's, sort's or
-            # scatter's body computes one element at a time (its results are the op's)
-            inside = set() if looped or not inner or graph.op_name[op] in _PER_ELEMENT_BODIES \
+            # a manual computation's body writes the op's results: its own peak holds
+            # them while it runs; a reduction's, sort's or scatter's body computes one
+            # element at a time (its results are the op's), a case's branches write
+            # the case's results (``_inner_peak``)
+            inside = set() if graph.op_name[op] in _WRITING_OWN_RESULTS or not inner \
                 else set(graph.op_results[op])
             now = (live - handed + sum(s for v, s, _, _ in allocated if v not in inside)
                    + transient + (inner if body is not None else 0))

@@ -17,6 +17,7 @@ from math import prod
 from jaxlib.mlir.dialects import stablehlo
 from jaxlib.mlir.ir import IntegerAttr
 
+from shardc.compiler.cost.custom_partitioning import custom_partitioned_body, is_custom_partitioned
 from shardc.compiler.cost.fusion import CHLO_ELEMENTWISE, FREE, FUSIBLE
 from shardc.compiler.cost.indexed import indexed_communication
 from shardc.compiler.cost.op_comm import computation_axes, required_sharding
@@ -83,7 +84,10 @@ class OpNeeds:
     converted: set[tuple] = field(default_factory=set)
     # results an indexed op computes in one sharding and all-to-alls to the declared one
     exchanged: set[int] = field(default_factory=set)
+    # custom_partitioning op -> its partition rule's per-device body (MLIR bytecode)
+    bodies: dict[int, bytes] = field(default_factory=dict)
     _resharded: set[tuple] = field(default_factory=set)  # reshard keys seen so far
+    _partitions: dict[tuple, tuple] = field(default_factory=dict)  # the callbacks' answers
 
     @classmethod
     def collect(cls, values: ModuleValues) -> OpNeeds:
@@ -210,6 +214,12 @@ class OpNeeds:
         if all(r.sharding is None for r in results):
             return
         mesh = values.mesh_of(*(t.sharding for t in results + operands))
+        if is_custom_partitioned(graph.ops[op]) and mesh:
+            partitioned = custom_partitioned_body(graph.ops[op], operands, results, mesh,
+                                                  self._partitions)
+            if partitioned is not None:
+                self._custom_partitioned(graph, op, operands, *partitioned)
+                return
         # Models repeat ops with equal shardings (layers): what the rule needs there
         # depends on nothing else but the platform.
         key = (id(rule), tuple(operands), tuple(results), mesh.key if mesh else None,
@@ -282,6 +292,26 @@ class OpNeeds:
             windowed = name == "stablehlo.dot_general" and active_rules().windowed_reduce_scatter(
                 contraction, size_product(reduced), 0) is not None
             self._partial_sums(op, graph.op_results[op], results, reduced, windowed)
+
+    def _custom_partitioned(self, graph, op: int, operands, body: bytes,
+                            taken: list) -> None:
+        """A ``custom_partitioning`` op as XLA partitions it: each operand resharded
+        to the sharding its partition rule's body takes (a buffer the op reads), and
+        the body inlined (``bodies``, which the liveness walk walks). A result the
+        body computes in another sharding is one buffer: the op's, or the body's
+        with the op's slice of it fused into its readers (the docs' FFT gathers its
+        signals' last axis: XLA:CPU's all-gather, the FFT of the gathered signals,
+        and the multiply reading their slice)."""
+        for index, (tensor, target) in enumerate(zip(operands, taken)):
+            rank = len(tensor.shape)
+            after = dim_axes(target, rank)
+            if after == dim_axes(tensor.sharding, rank):
+                continue
+            key = (graph.op_operands[op][index], tuple(after))
+            self._resharded.add(key)
+            self.needs.setdefault(op, []).append(
+                (key, shard_bytes(tensor.shape, tensor.element_bytes, after), 0))
+        self.bodies[op] = body
 
     def _indexed(self, graph, op: int, rule, operands, results, mesh) -> list | None:
         """What a gather or scatter needs as XLA's gather/scatter handler partitions

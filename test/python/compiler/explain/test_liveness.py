@@ -20,7 +20,7 @@ BEFORE = {
     "embedding_scatter": (10368, 8464, 10432, 0),
     "moe_routing": (37888, 4096, 17856, 0),
     "scan_rnn": (7488, 528, 5696, 0),
-    "shard_map_pipeline": (14336, 2048, 5248, 0),
+    "shard_map_pipeline": (14336, 2048, 5184, 0),
     "abstract_mesh_constraint": (33792, 1024, 18432, 0),
     "conflict_mlp": (270336, 8192, 2162688, 0),
     "conflict_attention": (98304, 32768, 819200, 0),
@@ -30,7 +30,7 @@ BEFORE = {
     "grad_loops_unrolled": (12288, 14404, 22336, 0),
     "decode_kv_cache": (49164, 8744, 10752, 8192),
     "pipeline_shard_map": (5184, 3180, 12864, 0),
-    "dropout_cond": (2380, 2164, 5696, 0),
+    "dropout_cond": (2380, 2164, 4672, 0),
 }
 
 
