@@ -53,7 +53,15 @@ padding / causal / cross-attention masks and a DDPM U-Net (``GroupNorm``, ``Conv
 NNX blocks with per-layer ``Dropout`` streams made by ``nnx.vmap`` and scanned under
 ``nnx.split`` / ``nnx.merge`` in a plain ``jax.jit``, optimistix's ``Dogleg`` fits vmapped
 over a batch, penzai's Llama-like builder configured like Gemma 2 in a ``LayerStack``, and
-an equinox LM whose MLP is a ``jax.shard_map`` inside the module. Where the
+an equinox LM whose MLP is a ``jax.shard_map`` inside the module; an equinox LM with
+rotary ``MultiheadAttention`` and a vocabulary-sharded ``Embedding``, a deep-equilibrium
+layer differentiated through ``eqx.internal.while_loop(kind='checkpointed')``, diffrax's
+``ImplicitEuler`` with an ``optimistix.Newton`` / ``lineax.LU`` root finder fitted by its
+gradient, an NNX ``BatchNorm`` CNN trained and evaluated in one ``nnx.jit`` under the
+sharding guide's ``get_partition_spec`` constraint, linen's ``SelfAttention(decode=True)``
+cache decoding greedily in a ``fori_loop``, linear recurrent units over complex64 by
+``lax.associative_scan``, ``optax.contrib.prodigy`` on an FSDP MLP and linen's
+``nn.Bidirectional`` GRUs with an ``nn.scan`` cell taking an ``nn.broadcast`` input. Where the
 ``gemma`` extra is installed (it needs tensorflow), Gemma's library (a small ``gm.nn.Transformer``
 trained with optax). Each module holds one
 program, with the zoo's interface (``NAME``, ``SIZES``, ``make(size) ->
@@ -73,6 +81,7 @@ from bench.libzoo import (
     chex_dataclass_state,
     chex_ppo_gae,
     diffrax_dense_adjoints,
+    diffrax_implicit_lineax,
     diffrax_lotka_volterra,
     diffrax_neural_ode,
     eqx_batchnorm_state,
@@ -80,13 +89,16 @@ from bench.libzoo import (
     eqx_lstm_lm,
     eqx_mha_filter_grad,
     eqx_partition_jit,
+    eqx_rope_mha_lm,
     eqx_scan_layers,
     eqx_scan_train_loop,
     eqx_shard_map_tp,
     eqx_unet_frozen,
     eqx_vit_dropout,
+    eqx_while_fixed_point,
     flax_nnx_scan_explicit,
     flax_nnx_sharded,
+    jax_assoc_scan_lru,
     jax_custom_partitioning_fft,
     jax_host_callback_scan,
     jaxtyping_mlp,
@@ -96,8 +108,11 @@ from bench.libzoo import (
     linen_logical_attention,
     linen_remat_scan,
     linen_scan_logical_dropout,
+    linen_scan_rnn_broadcast,
+    linen_selfattn_decode,
     linen_seq2seq_masks,
     linen_vmap_ensemble,
+    nnx_bn_train_eval,
     nnx_jit_train,
     nnx_lora_finetune,
     nnx_resnet_batchnorm,
@@ -109,6 +124,7 @@ from bench.libzoo import (
     optax_lookahead_inject,
     optax_multi_transform,
     optax_multisteps,
+    optax_prodigy_fsdp,
     optimistix_dogleg_batched,
     optimistix_lm_fit,
     orbax_manager_reshard,
@@ -169,6 +185,14 @@ _MODULES = (
     optimistix_dogleg_batched,
     penzai_gemma2_stack,
     eqx_shard_map_tp,
+    eqx_rope_mha_lm,
+    eqx_while_fixed_point,
+    diffrax_implicit_lineax,
+    nnx_bn_train_eval,
+    linen_selfattn_decode,
+    jax_assoc_scan_lru,
+    optax_prodigy_fsdp,
+    linen_scan_rnn_broadcast,
 )
 # Programs of a library too heavy for the ``libzoo`` extra (gemma brings kauldron and
 # tensorflow: the ``gemma`` extra), registered only where it is installed: program name
@@ -182,7 +206,8 @@ REGISTRY: dict[str, Callable[[str], Program]] = {module.NAME: module.make for mo
 # Programs measured in a child process of their own (``report.measure_isolated``) by
 # ``python -m bench.zoo --zoo libzoo`` and the test: diffrax's solve is a while loop
 # whose partitioned module XLA has aborted the process on (a failed RET_CHECK).
-ISOLATED = ("diffrax_neural_ode", "diffrax_dense_adjoints", "diffrax_lotka_volterra")
+ISOLATED = ("diffrax_neural_ode", "diffrax_dense_adjoints", "diffrax_lotka_volterra",
+            "diffrax_implicit_lineax")
 
 
 def make_programs(size: str = "small", only: Iterable[str] | None = None) -> list[Program]:

@@ -35,9 +35,10 @@ def block_of(graph: Graph, op: int) -> tuple[int, int]:
     """``(owner, index)``: the block ``op`` is in, by the op owning it (-1: the module)
     and the block's index among that op's blocks."""
     owner = graph.op_parent[op]
-    if owner < 0:
+    blocks = graph.op_blocks[owner] if owner >= 0 else ()
+    if len(blocks) < 2:  # the module, a function: no search through its ops
         return owner, 0
-    for index, (_, ops) in enumerate(graph.op_blocks[owner]):
+    for index, (_, ops) in enumerate(blocks):
         if op in ops:
             return owner, index
     return owner, 0

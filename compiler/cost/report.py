@@ -682,8 +682,11 @@ def reuses_reshard(reader: ModuleValues, first: dict, reshard: tuple, op: int,
     ``all_gather_cse_distance``, where the first gather's readers are close. A
     collective-permute is reused everywhere (XLA's partitioner caches the reshard,
     and XLA:TPU, which gathers again, keeps it: one permute of the tokens per step
-    serves the embedding lookup and its gradient's scatter on every split compiled)."""
-    if reshard not in first:
+    serves the embedding lookup and its gradient's scatter on every split compiled).
+    Never from another block: XLA makes each branch and loop body a computation of
+    its own, where a value captured from outside is another instruction (the
+    computation's parameter), with a reshard cache of its own."""
+    if reshard not in first or first[reshard][0] != block_of(reader.graph, op):
         return False
     if kind == COLLECTIVE_PERMUTE:
         return True
@@ -701,7 +704,8 @@ def note_reshard(reader: ModuleValues, first: dict, reshard: tuple, op: int) -> 
     """Record op ``op``'s reshard in ``first`` where it is the first of ``reshard``."""
     if reshard not in first:
         first[reshard] = (_height(reader, op)
-                          if active_rules().all_gather_cse_distance is not None else None)
+                          if active_rules().all_gather_cse_distance is not None
+                          else (block_of(reader.graph, op), None))
 
 
 def _height(reader: ModuleValues, op: int) -> tuple[tuple[int, int], int]:

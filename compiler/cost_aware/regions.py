@@ -279,8 +279,13 @@ def cut_out(reader: ModuleValues, ops: list[int], imported: dict[int, ir.Attribu
 def _attribute_hashes(op: ir.Operation) -> tuple:
     # Attributes are uniqued in their context: equal hashes, equal attributes. shardc's
     # bookkeeping (the search's numbers, an op's place in jax's order) is none of them.
-    return tuple((name, hash(op.attributes[name])) for name in op.attributes
-                 if name != SHARDING_ATTR and not is_bookkeeping(name))
+    try:
+        return tuple((name, hash(op.attributes[name])) for name in op.attributes
+                     if name != SHARDING_ATTR and not is_bookkeeping(name))
+    except TypeError:
+        # The bindings cannot read a complex-valued dense constant; the op's printed
+        # form stands in (bookkeeping included: such regions share fewer evaluations).
+        return (str(op),)
 
 
 def _body_fingerprint(graph, op: int) -> tuple:

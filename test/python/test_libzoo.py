@@ -40,6 +40,8 @@ PROGRAMS = (
     "penzai_gpt_neox_grad", "chex_ppo_gae", "linen_remat_scan", "linen_vmap_ensemble",
     "linen_seq2seq_masks", "linen_ddpm_unet", "nnx_scan_dropout_split",
     "optimistix_dogleg_batched", "penzai_gemma2_stack", "eqx_shard_map_tp",
+    "eqx_rope_mha_lm", "eqx_while_fixed_point", "diffrax_implicit_lineax", "nnx_bn_train_eval",
+    "linen_selfattn_decode", "jax_assoc_scan_lru", "optax_prodigy_fsdp", "linen_scan_rnn_broadcast",
 )  # fmt: skip
 # The library each program is written with (besides jax, optax and numpy).
 LIBRARIES = {
@@ -64,7 +66,10 @@ LIBRARIES = {
     "chex_ppo_gae": "chex", "linen_remat_scan": "flax", "linen_vmap_ensemble": "flax",
     "linen_seq2seq_masks": "flax", "linen_ddpm_unet": "flax", "nnx_scan_dropout_split": "flax",
     "optimistix_dogleg_batched": "optimistix", "penzai_gemma2_stack": "penzai",
-    "eqx_shard_map_tp": "equinox",
+    "eqx_shard_map_tp": "equinox", "eqx_rope_mha_lm": "equinox",
+    "eqx_while_fixed_point": "equinox", "diffrax_implicit_lineax": "diffrax",
+    "nnx_bn_train_eval": "flax", "linen_selfattn_decode": "flax", "jax_assoc_scan_lru": "jax",
+    "optax_prodigy_fsdp": "optax", "linen_scan_rnn_broadcast": "flax",
 }  # fmt: skip
 # A child process measuring one program at the small size takes well under this.
 ISOLATED_TIMEOUT_SECONDS = 600

@@ -197,3 +197,27 @@ def test_reshape_splitting_a_dimension_before_its_sharded_factor_gathers_it(grid
         (P("data"), w_spec), out, mesh(*grid))
     assert predicted == compiled
     assert set(compiled) == {"all-gather"}
+
+
+@pytest.mark.parametrize("in_loop", [False, True])
+def test_a_branch_gathers_again_what_its_parent_gathered(in_loop):
+    """A value gathered outside a cond and again inside one of its branches: XLA makes
+    the branch a computation of its own, where the value is another instruction (the
+    branch's parameter) with its own reshard cache, so it gathers twice (as in a
+    checkpointed while loop's backward, which branches on the step)."""
+    def outer_products(g, z, acc, flag):
+        y = jnp.einsum("bi,bj->bij", g, z)
+        out = jax.lax.cond(flag, lambda: acc + jnp.einsum("bi,bj->bij", g * 2, z), lambda: acc)
+        return y + out
+
+    def fun(g, z, acc, flag):
+        if not in_loop:
+            return outer_products(g, z, acc, flag)
+        return jax.lax.fori_loop(0, 2, lambda i, a: outer_products(g, z, a, flag), acc)
+
+    spec = P("data", "model")
+    predicted, compiled = predicted_and_compiled(
+        fun, (ones(16, 32), ones(16, 32), ones(16, 32, 32), np.array(True)),
+        (spec, spec, P("data", "model", None), P()), P("data", "model", None))
+    assert predicted == compiled
+    assert compiled["all-gather"] == 2 * 512

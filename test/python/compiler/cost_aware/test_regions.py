@@ -321,3 +321,31 @@ def test_region_evaluator_is_freed_without_the_cyclic_collector():
     finally:
         if enabled:
             gc.enable()
+
+
+def test_structure_key_reads_complex_constants():
+    """The bindings cannot read a complex-valued dense constant by name (a TypeError):
+    the key still tells two such constants apart, and the region search runs past them."""
+    text = """
+    sdy.mesh @mesh = <["x"=2, "y"=4]>
+    func.func @main(%arg0: tensor<8x16xcomplex<f32>> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>},
+                    %arg1: tensor<16x16xcomplex<f32>> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"y"}]>})
+        -> (tensor<8x16xcomplex<f32>>, tensor<8x16xcomplex<f32>>) {
+      %a = stablehlo.constant dense<(0.5, 1.0)> : tensor<8x16xcomplex<f32>>
+      %b = stablehlo.constant dense<(2.0, 0.0)> : tensor<8x16xcomplex<f32>>
+      %0 = stablehlo.multiply %arg0, %a : tensor<8x16xcomplex<f32>>
+      %1 = stablehlo.multiply %arg0, %b : tensor<8x16xcomplex<f32>>
+      %2 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0]
+          : (tensor<8x16xcomplex<f32>>, tensor<16x16xcomplex<f32>>) -> tensor<8x16xcomplex<f32>>
+      return %2, %1 : tensor<8x16xcomplex<f32>>, tensor<8x16xcomplex<f32>>
+    }
+    """
+    module = ir.Module.parse(text, make_context())
+    with module.context:
+        tag_ops(module.operation)
+        reader = ModuleValues(module.operation, missing_as_replicated=True)
+    constants = [op for op, name in enumerate(reader.graph.op_name) if name == "stablehlo.constant"]
+    first, second = (structure_key(reader, [op], {}, {}) for op in constants)
+    assert first != second
+    regional = resolve_text(text, local_above=0)
+    assert regional.final_bytes == resolve_text(text, local_above=10**9).final_bytes
