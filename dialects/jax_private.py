@@ -1041,6 +1041,14 @@ def dispatch_cache(capacity: int = 4096) -> Any:
     return _jax.PjitFunctionCache(capacity=capacity)
 
 
+def configured_dispatch_cache() -> Any:
+    """The dispatch cache a user set for the jits made now (``jax_jit_cpp_cache_obj``,
+    e.g. a small one to bound what they keep), or None; as jax.jit, only outside a
+    trace: a jit made while tracing keeps to the default."""
+    cache = _config().jax_jit_cpp_cache_obj.value
+    return cache if cache is not None and trace_state_clean() else None
+
+
 def cpp_dispatch(name: str, fun: Any, call: Any, static_argnums: tuple,
                  static_argnames: tuple, key: Any, cache: Any) -> Any:
     """jax's C++ jit dispatch over shardc's executables.

@@ -53,13 +53,15 @@ class JitCalls:
         """Repeated calls go through jax's own C++ dispatch, as jax.jit's do; it comes
         back to ``_call`` for every signature it has not seen. As with jax.jit, jits
         of one function made with the same arguments (``made_with``) share what it
-        has seen."""
+        has seen, in the cache ``jax_jit_cpp_cache_obj`` sets when one is set."""
         key: Any = ("shardc", *made_with)
+        configured = jax_private.configured_dispatch_cache()
         try:
             hash(key)
-            cache = _DISPATCH_CACHE
+            cache = _DISPATCH_CACHE if configured is None else configured
         except TypeError:  # e.g. shardings given in a list: this jit's alone
-            key, cache = ("shardc", id(self)), jax_private.dispatch_cache(256)
+            key = ("shardc", id(self))
+            cache = jax_private.dispatch_cache(256) if configured is None else configured
         # The dispatch reaches back to this object weakly: a strong reference would
         # make a cycle, which keeps the function's closure (and its arrays) alive
         # after the last reference to the jitted function goes, until a collection.

@@ -13,10 +13,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax._src import config  # jax_jit_cpp_cache_obj: a user context of jax's, not public
+from jax._src import test_util as jtu
 from jax.sharding import PartitionSpec as P
 
 from shardc.compiler import jit
 from shardc.compiler.function.caches import LRU
+from shardc.dialects import jax_private
 
 JITS = pytest.mark.parametrize("jitted", [jax.jit, jit], ids=["jax", "shardc"])
 
@@ -200,6 +203,24 @@ def test_jits_of_one_function_share_their_executables(jitted):
     f = weakref.ref(f)
     gc.collect()
     assert f() is None
+
+
+@JITS
+def test_a_configured_dispatch_cache_holds_the_calls(jitted):
+    # jax_jit_cpp_cache_obj, set while a jit is made, is the cache its calls go to:
+    # here one of two signatures, so cycling through three misses every call.
+    with config.jax_jit_cpp_cache_obj(jax_private.dispatch_cache(2)):
+        f = jitted(lambda x: x * 2)
+    with jtu.count_pjit_cpp_cache_miss() as misses:
+        for _ in range(2):
+            for n in range(3):
+                np.testing.assert_array_equal(f(np.arange(n)), np.arange(n) * 2)
+    assert misses() == 6
+    assert f._cache_size() == 2
+    g = jitted(lambda x: x * 2)  # made outside: the default cache
+    for n in range(3):
+        g(np.arange(n))
+    assert g._cache_size() == 3
 
 
 def test_caches_are_bounded_least_recently_used_first():
