@@ -76,8 +76,20 @@ def region_of(reader: ModuleValues, seeds: list[int], limit: int, radius: int) -
     cut). Whole distances keep the region the same shape wherever the same
     structure repeats (every layer of a model gets the same region but within
     ``radius`` of the ends), which is what lets one evaluation serve all of
-    them. Program order.
+    them. Program order. The graph's alone: kept in ``reader.facts`` (the states
+    of one search ask again for the same seeds).
     """
+    regions = reader.facts.get("regions")
+    if regions is None:
+        regions = reader.facts["regions"] = {}
+    known = regions.get((*seeds, limit, radius))
+    if known is None:
+        known = regions[(*seeds, limit, radius)] = tuple(_region_of(reader, seeds, limit,
+                                                                    radius))
+    return list(known)
+
+
+def _region_of(reader: ModuleValues, seeds: list[int], limit: int, radius: int) -> list[int]:
     graph = reader.graph
     parent = graph.op_parent[seeds[0]]
     op_parent, value_def, uses = graph.op_parent, graph.value_def, graph.uses
