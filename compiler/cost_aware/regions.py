@@ -45,7 +45,15 @@ from dataclasses import dataclass, replace
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
-from shardc.compiler.cost_aware.candidates import TAG, Pin, apply_pins, closed, op_tags, tag_of
+from shardc.compiler.cost_aware.candidates import (
+    TAG,
+    Pin,
+    apply_pins,
+    closed,
+    op_tags,
+    ops_by_tag,
+    tag_of,
+)
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.cost_aware.pricing import (
     PinnedCopies,
@@ -241,14 +249,18 @@ def _boundary_attrs(values: list[tuple[int, TensorSharding | None, bool]],
     return ir.ArrayAttr.get(entries)
 
 
-def cut_out(reader: ModuleValues, ops: list[int], imported: dict[int, ir.Attribute | None],
+def cut_out(reader: ModuleValues, ops: list[int], sources: dict[int, list[ir.Operation]],
             open_cut: bool = False, crossing=None,
             made: dict[tuple, ir.Attribute] | None = None) -> tuple[ir.Module, frozenset[int]]:
     """The region ``ops`` of ``reader``'s module as a module (see the module docstring),
     and the positions of its results that are results of the real function.
 
-    ``imported`` maps an op number (``TAG``) to its ``sdy.sharding`` before
-    propagation (None: it had none). With ``open_cut`` only the real function's
+    ``sources`` maps an op number (``TAG``) to the op(s) of that number in the
+    module before propagation (``ops_by_tag`` of the imported module, the last
+    in walk order counting): each op is cloned from there, so it carries its
+    ``sdy.sharding`` as imported (or none), where ``reader``'s module carries
+    the propagated one; a copy differs from it only in shardings. With
+    ``open_cut`` only the real function's
     arguments and results keep their shardings at the cut; every other crossing
     value is left to propagation (the steady-state price). ``crossing``:
     ``_crossing(reader, ops)``, when the caller has it; ``made``: the boundary
@@ -279,16 +291,12 @@ def cut_out(reader: ModuleValues, ops: list[int], imported: dict[int, ir.Attribu
         mapped: dict[int, ir.Value] = dict(zip((v for v, _, _ in entering), entry.arguments))
         with ir.InsertionPoint(entry):
             for op in ops:
-                copy = graph.ops[op].clone()
+                copy = sources[tag_of(reader, op)][-1].clone()
+                operands = copy.operands
                 for k, value in enumerate(graph.op_operands[op]):
-                    copy.operands[k] = mapped[value]
+                    operands[k] = mapped[value]
                 for value, result in zip(graph.op_results[op], copy.results):
                     mapped[value] = result
-                start = imported.get(tag_of(reader, op))
-                if start is not None:
-                    copy.attributes[SHARDING_ATTR] = start
-                elif SHARDING_ATTR in copy.attributes:
-                    del copy.attributes[SHARDING_ATTR]
             func.ReturnOp([mapped[v] for v, _, _ in leaving])
     returns = frozenset(k for k, (_, _, returned) in enumerate(leaving) if returned)
     return module, returns
@@ -474,7 +482,10 @@ class RegionEvaluator:
     def __init__(self, imported: ir.Operation, *, limit: int, radius: int, conservative: bool,
                  costs: CostMemo | None = None,
                  tagged: dict[int, list[ir.Operation]] | None = None):
+        if tagged is None:
+            tagged = ops_by_tag(imported)
         self.imported = imported_shardings(imported, tagged)
+        self.sources = tagged  # what regions are cut out from (``cut_out``)
         self.limit = limit
         self.radius = radius
         self.conservative = conservative
@@ -567,7 +578,7 @@ class RegionEvaluator:
         """
         region = region.cut
         if region.module is None:
-            module, region.returns = cut_out(region.reader, region.ops, self.imported,
+            module, region.returns = cut_out(region.reader, region.ops, self.sources,
                                              crossing=region.crossing, made=self._made)
             apply_pins(module.operation, region.accepted)
             region.module = PinnedCopies(module, self.conservative, self.costs,
@@ -578,12 +589,12 @@ class RegionEvaluator:
             # ``cut`` is kept by the region's copies: it holds neither the region nor
             # this evaluator, or they would live in a cycle, freed only by the cyclic
             # collector (scanning all the search allocated) instead of when dropped.
-            reader, accepted, imported, made = (region.reader, region.accepted, self.imported,
-                                                self._made)
+            reader, accepted, sources, made = (region.reader, region.accepted, self.sources,
+                                               self._made)
             ops, crossing = region.ops, region.crossing
 
             def cut() -> ir.Module:
-                module, _ = cut_out(reader, ops, imported, open_cut=True, crossing=crossing,
+                module, _ = cut_out(reader, ops, sources, open_cut=True, crossing=crossing,
                                     made=made)
                 apply_pins(module.operation, accepted)
                 return module
