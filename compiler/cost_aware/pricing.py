@@ -254,6 +254,7 @@ class PinnedCopies:
         self._base: Propagation | None = None
         # Positions of the function's arguments and results read without a sharding.
         self._unsharded: tuple[frozenset[int], frozenset[int]] = (frozenset(), frozenset())
+        self._facts_of: ModuleValues | None = None  # ``share_facts``'s reader
 
     @property
     def module(self) -> ir.Operation:
@@ -300,6 +301,17 @@ class PinnedCopies:
         it (the search calls it when it keeps a candidate: the next ones add to its pins)."""
         self._base = None
 
+    def share_facts(self, reader: ModuleValues) -> None:
+        """Let the read start from the facts (``ModuleValues.facts``) of ``reader``, a
+        copy of the module propagated and read apart (the search's baseline, written
+        at once), instead of deriving them again.
+
+        A copy has the module's ops, values, rules and store slots; only shardings
+        differ, and facts hold what the cost model derives from the rest. They are
+        taken only where the read's graph and slots are indeed the copy's.
+        """
+        self._facts_of = reader
+
     def _shared_read(self) -> SharedRead:
         if self._read is None:
             # Read from a clone: the use-lists, which order the worklist, are then a
@@ -309,6 +321,9 @@ class PinnedCopies:
             module = self.module if self._in_clone_order else self.module.clone()
             self._read = SharedRead(module, conservative=self.conservative,
                                     memo=self.costs.reads)
+            source, self._facts_of = self._facts_of, None
+            if source is not None and _same_layout(source, self._read):
+                self._read.facts = source.facts
             for op, tag in enumerate(op_tags(self._read.facts, self._read.graph)):
                 if tag is not None:
                     self._indices.setdefault(tag, []).append(op)
@@ -332,6 +347,22 @@ class PinnedCopies:
                 read, starts, lambda: self._pinned_clone(pins), unsharded=self._unsharded,
                 plan="user-priority", missing_as_replicated=True, costs=self.costs,
                 base=self._base)
+
+
+def write_back(reader: ModuleValues) -> None:
+    """``reader.write_back()``, keeping its facts (``ModuleValues.facts``) where it then
+    reads the copy it stood for: the same ops, values and store slots (the store
+    moves to it), so what the cost model derived from the read holds for the copy."""
+    facts, names = reader.facts, reader.graph.op_name
+    reader.write_back()
+    if reader.facts is not facts and reader.graph.op_name == names:
+        reader.facts = facts
+
+
+def _same_layout(reader: ModuleValues, read: SharedRead) -> bool:
+    """Whether ``read`` numbers ops, values and store slots as ``reader`` does."""
+    return (reader.graph.op_name == read.graph.op_name
+            and reader.store.read_slot == read.store.read_slot)
 
 
 class ModuleEvaluator:
@@ -377,6 +408,7 @@ class ModuleEvaluator:
         if self.baseline is None:
             self.baseline = signatures(reader)
             attach_rules(self.imported, reader, self._copies.tagged)
+            self._copies.share_facts(reader)
         elif pins:
             total += returned_in_declared_layout(reader, changed_tags(self.baseline, reader))
         return total, peak, reader

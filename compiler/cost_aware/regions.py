@@ -39,12 +39,21 @@ keeping it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
-from shardc.compiler.cost_aware.candidates import TAG, Pin, apply_pins, closed, op_tags, tag_of
+from shardc.compiler.cost_aware.candidates import (
+    TAG,
+    Pin,
+    apply_pins,
+    closed,
+    op_tags,
+    ops_by_tag,
+    tag_of,
+)
 from shardc.compiler.cost_aware.explicit import signatures
 from shardc.compiler.cost_aware.pricing import (
     PinnedCopies,
@@ -75,8 +84,20 @@ def region_of(reader: ModuleValues, seeds: list[int], limit: int, radius: int) -
     cut). Whole distances keep the region the same shape wherever the same
     structure repeats (every layer of a model gets the same region but within
     ``radius`` of the ends), which is what lets one evaluation serve all of
-    them. Program order.
+    them. Program order. The graph's alone: kept in ``reader.facts`` (the states
+    of one search ask again for the same seeds).
     """
+    regions = reader.facts.get("regions")
+    if regions is None:
+        regions = reader.facts["regions"] = {}
+    known = regions.get((*seeds, limit, radius))
+    if known is None:
+        known = regions[(*seeds, limit, radius)] = tuple(_region_of(reader, seeds, limit,
+                                                                    radius))
+    return list(known)
+
+
+def _region_of(reader: ModuleValues, seeds: list[int], limit: int, radius: int) -> list[int]:
     graph = reader.graph
     parent = graph.op_parent[seeds[0]]
     op_parent, value_def, uses = graph.op_parent, graph.value_def, graph.uses
@@ -143,15 +164,20 @@ def _self_contained(graph, op: int) -> bool:
     return all(value in own for inner in nested for value in graph.op_operands[inner])
 
 
-def _crossing(reader: ModuleValues, ops: list[int]):
+def _crossing(reader: ModuleValues, ops: list[int],
+              sharding: Callable[[int], TensorSharding | None] | None = None):
     """Values entering the region (first use order) and leaving it, with their shardings.
 
     A value leaves once for its users outside the region, at the sharding the
     current state gives it, and once per ``func.return`` of a ``func.func``
     that returns it, at the function's declared result sharding: the reshard
-    to it is a cost the region must see (and a pin may save).
+    to it is a cost the region must see (and a pin may save). ``sharding``:
+    ``reader.sharding``, or a memo of it (overlapping regions of one state
+    cross at the same values).
     """
     graph, store = reader.graph, reader.store
+    if sharding is None:
+        sharding = reader.sharding
     members = set(ops)
     value_def, uses = graph.value_def, graph.uses
     entering: dict[int, None] = {}
@@ -159,19 +185,19 @@ def _crossing(reader: ModuleValues, ops: list[int]):
     for op in ops:
         for value in graph.op_operands[op]:
             if value_def[value] not in members:
-                entering.setdefault(value)
+                entering[value] = None
         for value in graph.op_results[op]:
-            outside = [(user, k) for user, k in uses[value] if user not in members]
+            outside = [use for use in uses[value] if use[0] not in members]
             if not outside:  # most values: used inside only
                 continue
             returned = [(user, k) for user, k in outside if _returns_from_func(graph, user)]
             if len(returned) < len(outside):
-                leaving.append((value, reader.sharding(value), False))
+                leaving.append((value, sharding(value), False))
             for user, k in returned:
                 declared = store.value[store.func_results[graph.op_parent[user]][k]]
                 leaving.append((value, declared if declared is not None
-                                else reader.sharding(value), True))
-    return [(v, reader.sharding(v), False) for v in entering], leaving
+                                else sharding(value), True))
+    return [(v, sharding(v), False) for v in entering], leaving
 
 
 def _function_argument(graph, value: int) -> bool:
@@ -223,14 +249,18 @@ def _boundary_attrs(values: list[tuple[int, TensorSharding | None, bool]],
     return ir.ArrayAttr.get(entries)
 
 
-def cut_out(reader: ModuleValues, ops: list[int], imported: dict[int, ir.Attribute | None],
+def cut_out(reader: ModuleValues, ops: list[int], sources: dict[int, list[ir.Operation]],
             open_cut: bool = False, crossing=None,
             made: dict[tuple, ir.Attribute] | None = None) -> tuple[ir.Module, frozenset[int]]:
     """The region ``ops`` of ``reader``'s module as a module (see the module docstring),
     and the positions of its results that are results of the real function.
 
-    ``imported`` maps an op number (``TAG``) to its ``sdy.sharding`` before
-    propagation (None: it had none). With ``open_cut`` only the real function's
+    ``sources`` maps an op number (``TAG``) to the op(s) of that number in the
+    module before propagation (``ops_by_tag`` of the imported module, the last
+    in walk order counting): each op is cloned from there, so it carries its
+    ``sdy.sharding`` as imported (or none), where ``reader``'s module carries
+    the propagated one; a copy differs from it only in shardings. With
+    ``open_cut`` only the real function's
     arguments and results keep their shardings at the cut; every other crossing
     value is left to propagation (the steady-state price). ``crossing``:
     ``_crossing(reader, ops)``, when the caller has it; ``made``: the boundary
@@ -261,16 +291,12 @@ def cut_out(reader: ModuleValues, ops: list[int], imported: dict[int, ir.Attribu
         mapped: dict[int, ir.Value] = dict(zip((v for v, _, _ in entering), entry.arguments))
         with ir.InsertionPoint(entry):
             for op in ops:
-                copy = graph.ops[op].clone()
+                copy = sources[tag_of(reader, op)][-1].clone()
+                operands = copy.operands
                 for k, value in enumerate(graph.op_operands[op]):
-                    copy.operands[k] = mapped[value]
+                    operands[k] = mapped[value]
                 for value, result in zip(graph.op_results[op], copy.results):
                     mapped[value] = result
-                start = imported.get(tag_of(reader, op))
-                if start is not None:
-                    copy.attributes[SHARDING_ATTR] = start
-                elif SHARDING_ATTR in copy.attributes:
-                    del copy.attributes[SHARDING_ATTR]
             func.ReturnOp([mapped[v] for v, _, _ in leaving])
     returns = frozenset(k for k, (_, _, returned) in enumerate(leaving) if returned)
     return module, returns
@@ -324,18 +350,24 @@ def op_fingerprint(reader: ModuleValues, op: int) -> tuple:
 def structure_key(reader: ModuleValues, ops: list[int],
                   imported: dict[int, ir.Attribute | None], accepted: dict[int, Pin],
                   fingerprints: dict[int, tuple] | None = None, crossing=None,
-                  numbered: dict[int, tuple] | None = None) -> tuple:
+                  numbered: dict[int, tuple] | None = None,
+                  interned: dict[tuple, int] | None = None) -> tuple:
     """What decides the prices of region ``ops``, read without cutting it out.
 
-    Per op: its ``op_fingerprint`` but the tag, operands (region position and
-    result index, or argument number), imported sharding and accepted pin;
-    then the crossing values with their shardings. Equal keys cut out to
-    equal modules, so one evaluation serves both. ``fingerprints`` memoises by
-    op its tag and what it brings but its operands, for the regions of one
-    ``reader``, ``imported`` and ``accepted`` (they overlap); ``crossing`` is
+    Per op: its ``op_fingerprint`` but the tag, imported sharding and accepted
+    pin (its *body*), then its operands (region position and result index, or
+    ``-1`` and argument number), flattened into one tuple of the ops in
+    program order; then the crossing values with their shardings. Equal keys
+    cut out to equal modules, so one evaluation serves both. ``fingerprints``
+    memoises by op its tag and body, for the regions of one ``reader``,
+    ``imported`` and ``accepted`` (they overlap); ``crossing`` is
     ``_crossing(reader, ops)``, when the caller has it. ``numbered`` memoises
     ``op_fingerprint`` by op number (``TAG``) for the states of one search, whose
     modules are copies of one module that differ only in their shardings.
+    ``interned`` numbers each distinct body: keys made with one such table hold
+    the body's number, which hashes and compares at once where the body would
+    be hashed whole every time (a tuple does not keep its hash); only keys
+    made with the same table compare.
     """
     graph = reader.graph
     if fingerprints is None:
@@ -343,13 +375,10 @@ def structure_key(reader: ModuleValues, ops: list[int],
     position = {op: i for i, op in enumerate(ops)}
     entering, leaving = crossing or _crossing(reader, ops)
     argument = {value: k for k, (value, _, _) in enumerate(entering)}
-    value_def, arg_index = graph.value_def, graph.value_arg_index
-    # A value defined outside the region is an argument: its number, as (-1, number).
-    source = {value: (-1, k) for value, k in argument.items()}
-    parts = []
+    value_def, arg_index, op_operands = graph.value_def, graph.value_arg_index, graph.op_operands
+    flat: list = []
+    append = flat.append
     for op in ops:
-        operands = tuple([source.get(v) or (position[value_def[v]], arg_index[v])
-                          for v in graph.op_operands[op]])
         known = fingerprints.get(op)
         if known is None:
             tag = tag_of(reader, op)
@@ -361,16 +390,27 @@ def structure_key(reader: ModuleValues, ops: list[int],
             name, _, results, attributes = found
             start = imported.get(tag)
             pin = accepted.get(tag)
-            known = fingerprints[op] = (tag, name, results, attributes,
-                                        None if start is None else hash(start),
-                                        pin and pin.key()[1:])
-        name, results, attributes, start, pin = known[1:]
-        parts.append((name, operands, results, attributes, start, pin))
+            body = (name, results, attributes, None if start is None else hash(start),
+                    pin and pin.key()[1:])
+            if interned is not None:
+                body = interned.setdefault(body, len(interned))
+            known = fingerprints[op] = (tag, body)
+        operands = op_operands[op]
+        append(known[1])
+        append(len(operands))
+        for value in operands:
+            k = argument.get(value)
+            if k is None:  # defined inside the region
+                append(position[value_def[value]])
+                append(arg_index[value])
+            else:
+                append(-1)
+                append(k)
     types = graph.value_type_key
     crossing = (tuple([(types[v], s) for v, s, _ in entering]),
                 tuple([(position[value_def[v]], arg_index[v], s, returned)
                        for v, s, returned in leaving]))
-    return tuple(parts), crossing
+    return tuple(flat), crossing
 
 
 def imported_shardings(module: ir.Operation, tagged: dict[int, list[ir.Operation]] | None = None
@@ -447,7 +487,10 @@ class RegionEvaluator:
     def __init__(self, imported: ir.Operation, *, limit: int, radius: int, conservative: bool,
                  costs: CostMemo | None = None,
                  tagged: dict[int, list[ir.Operation]] | None = None):
+        if tagged is None:
+            tagged = ops_by_tag(imported)
         self.imported = imported_shardings(imported, tagged)
+        self.sources = tagged  # what regions are cut out from (``cut_out``)
         self.limit = limit
         self.radius = radius
         self.conservative = conservative
@@ -465,6 +508,9 @@ class RegionEvaluator:
         self._reader: ModuleValues | None = None
         self._accepted: list[Pin] = []
         self._fingerprints: dict[int, tuple] = {}  # ``structure_key``'s memo, of ``_reader``
+        self._shardings: dict[int, TensorSharding | None] = {}  # ``_reader.sharding``'s memo
+        # ``structure_key``'s numbers of op bodies, for every state.
+        self._bodies: dict[tuple, int] = {}
         # ``op_fingerprint`` by op number, for every state (``structure_key``'s ``numbered``).
         self._numbered: dict[int, tuple] = {}
         self._made: dict[tuple, ir.Attribute] = {}  # ``cut_out``'s boundary attributes
@@ -482,15 +528,16 @@ class RegionEvaluator:
         self._reader, self._accepted = reader, list(accepted)
         self._regions.clear()
         self._fingerprints.clear()
+        self._shardings.clear()
 
     def _region(self, seeds: tuple[int, ...]) -> _Region:
         if seeds not in self._regions:
             reader = self._reader
             ops = region_of(reader, list(seeds), self.limit, self.radius)
             accepted = {pin.op: pin for pin in self._accepted}
-            crossing = _crossing(reader, ops)
+            crossing = _crossing(reader, ops, self._sharding)
             key = structure_key(reader, ops, self.imported, accepted, self._fingerprints,
-                                crossing, self._numbered)
+                                crossing, self._numbered, self._bodies)
             key = self._structures.setdefault(key, len(self._structures))
             region = _Region(key, ops, [self._fingerprints[op][0] for op in ops], crossing,
                              reader, self._accepted)
@@ -499,6 +546,14 @@ class RegionEvaluator:
                 region.first = first
             self._regions[seeds] = region
         return self._regions[seeds]
+
+    def _sharding(self, value: int) -> TensorSharding | None:
+        """``sharding(value)`` in the current state, read once."""
+        shardings = self._shardings
+        if value in shardings:
+            return shardings[value]
+        sharding = shardings[value] = self._reader.sharding(value)
+        return sharding
 
     def _key(self, region: _Region, pin: Pin | None, open_cut: bool = False) -> tuple:
         if pin is None:
@@ -528,7 +583,7 @@ class RegionEvaluator:
         """
         region = region.cut
         if region.module is None:
-            module, region.returns = cut_out(region.reader, region.ops, self.imported,
+            module, region.returns = cut_out(region.reader, region.ops, self.sources,
                                              crossing=region.crossing, made=self._made)
             apply_pins(module.operation, region.accepted)
             region.module = PinnedCopies(module, self.conservative, self.costs,
@@ -539,12 +594,12 @@ class RegionEvaluator:
             # ``cut`` is kept by the region's copies: it holds neither the region nor
             # this evaluator, or they would live in a cycle, freed only by the cyclic
             # collector (scanning all the search allocated) instead of when dropped.
-            reader, accepted, imported, made = (region.reader, region.accepted, self.imported,
-                                                self._made)
+            reader, accepted, sources, made = (region.reader, region.accepted, self.sources,
+                                               self._made)
             ops, crossing = region.ops, region.crossing
 
             def cut() -> ir.Module:
-                module, _ = cut_out(reader, ops, imported, open_cut=True, crossing=crossing,
+                module, _ = cut_out(reader, ops, sources, open_cut=True, crossing=crossing,
                                     made=made)
                 apply_pins(module.operation, accepted)
                 return module

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from jaxlib.mlir import ir
 
 from shardc.compiler.cost_aware.candidates import ConflictPoint, Pin, conflict_points, op_tags
-from shardc.compiler.cost_aware.pricing import ModuleEvaluator, changed_tags
+from shardc.compiler.cost_aware.pricing import ModuleEvaluator, changed_tags, write_back
 from shardc.compiler.cost_aware.regions import LocalPrice, RegionEvaluator
 from shardc.compiler.diagnostics import source_loc_of
 from shardc.compiler.propagation import cyclic_gc_paused
@@ -212,7 +212,7 @@ class _Search:
         return memory <= self.base_memory and cost + self.margin < self.best_bytes
 
     def accept(self, pins: list[Pin], cost: int, memory: int, reader: ModuleValues) -> None:
-        reader.write_back()  # the new state: regions are cut out of its module, or it is kept
+        write_back(reader)  # the new state: regions are cut out of its module, or it is kept
         self.pins.extend(pins)
         self.evaluate.rebase()  # later candidates add to these pins
         self.best_bytes, self.best_memory, self.reader = cost, memory, reader

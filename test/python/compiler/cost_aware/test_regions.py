@@ -18,8 +18,8 @@ from bench.models import REGISTRY, REGRESSIONS
 from bench.zoo import REGISTRY as ZOO
 from shardc.compiler import jit
 from shardc.compiler.cost_aware import cost_aware_pipeline
-from shardc.compiler.cost_aware.candidates import conflict_points, tag_ops
-from shardc.compiler.cost_aware.pricing import PinnedCopies, price
+from shardc.compiler.cost_aware.candidates import conflict_points, ops_by_tag, tag_ops
+from shardc.compiler.cost_aware.pricing import PinnedCopies, attach_rules, price
 from shardc.compiler.cost_aware.regions import (
     RegionEvaluator,
     cut_out,
@@ -79,7 +79,8 @@ def _propagated_deep_stack():
 
 
 def _propagated(name: str):
-    """Program ``name`` imported and numbered (a clone: ``imported``), then propagated
+    """Program ``name`` imported and numbered (a clone: ``imported``, given the rules
+    propagation attached, as the search gives its imported module), then propagated
     (the module itself, and its reader)."""
     module = ir.Module.parse(unpropagated(name), make_context())
     operation = module.operation
@@ -88,7 +89,9 @@ def _propagated(name: str):
         tag_ops(operation)
         imported = operation.clone()
         propagate(operation, plan="user-priority", keep_sharding_rules=True)
-    return module, imported, ModuleValues(operation, missing_as_replicated=True)
+        reader = ModuleValues(operation, missing_as_replicated=True)
+        attach_rules(imported, reader)
+    return module, imported, reader
 
 
 def test_interior_layers_have_equal_regions_and_ends_differ():
@@ -106,7 +109,7 @@ def test_cut_out_region_is_a_valid_module_with_closed_boundary():
     module, imported, reader = _propagated_deep_stack()
     point = next(p.op for p in conflict_points(reader))
     ops = region_of(reader, [point], 128, 4)
-    region, returns = cut_out(reader, ops, imported_shardings(imported))
+    region, returns = cut_out(reader, ops, ops_by_tag(imported))
     assert region.operation.verify()
     signature = next(line for line in str(region).splitlines() if "func.func" in line)
     assert signature.count("sdy.sharding<") > 2 and "?" not in signature  # closed boundary
@@ -121,12 +124,12 @@ def test_cut_out_regions_have_the_use_lists_of_their_clones(name):
     (``PinnedCopies(in_clone_order=True)``): its uses, in the order that decides
     propagation's worklist, must be those of the copies propagated from it."""
     module, imported, reader = _propagated(name)
-    starts = imported_shardings(imported)
+    sources = ops_by_tag(imported)
     shared = 0
     for point in conflict_points(reader):
         ops = region_of(reader, [point.op], 128, 4)
         for open_cut in (False, True):
-            region, _ = cut_out(reader, ops, starts, open_cut=open_cut)
+            region, _ = cut_out(reader, ops, sources, open_cut=open_cut)
             uses = PropagationGraph(region.operation).uses
             assert uses == PropagationGraph(region.operation.clone()).uses
             shared += any(len(users) > 1 for users in uses)
@@ -137,15 +140,15 @@ def test_cuts_sharing_their_boundary_attributes_are_the_cuts_made_alone():
     """The evaluator keeps the boundary attributes it made (``cut_out(made=...)``)
     for its later cuts: every region, closed and open, cuts out as without them."""
     module, imported, reader = _propagated_deep_stack()
-    starts = imported_shardings(imported)
+    sources = ops_by_tag(imported)
     made: dict = {}
     points = [p.op for p in conflict_points(reader)]
     assert len(points) > 2
     for point in points:
         ops = region_of(reader, [point], 128, 4)
         for open_cut in (True, False):
-            shared, shared_returns = cut_out(reader, ops, starts, open_cut=open_cut, made=made)
-            alone, returns = cut_out(reader, ops, starts, open_cut=open_cut)
+            shared, shared_returns = cut_out(reader, ops, sources, open_cut=open_cut, made=made)
+            alone, returns = cut_out(reader, ops, sources, open_cut=open_cut)
             assert str(shared) == str(alone) and shared_returns == returns
     assert len(made) > 2
 
@@ -156,8 +159,8 @@ def test_open_cut_leaves_only_the_functions_own_boundary_sharded():
     module, imported, reader = _propagated_deep_stack()
     point = next(p.op for p in conflict_points(reader))
     ops = region_of(reader, [point], 128, 4)
-    closed_region, _ = cut_out(reader, ops, imported_shardings(imported))
-    open_region, returns = cut_out(reader, ops, imported_shardings(imported), open_cut=True)
+    closed_region, _ = cut_out(reader, ops, ops_by_tag(imported))
+    open_region, returns = cut_out(reader, ops, ops_by_tag(imported), open_cut=True)
     assert open_region.operation.verify()
     main = open_region.body.operations[-1]
     args = list(ir.ArrayAttr(main.attributes["arg_attrs"]))
@@ -250,13 +253,13 @@ def test_open_cut_copies_propagated_on_the_closed_cuts_read_are_the_open_cuts_co
     without a sharding: its copies propagate on the closed cut's read (``opened``) to
     what the open cut's own copies propagate to."""
     module, imported, reader = _propagated_deep_stack()
-    starts = imported_shardings(imported)
+    sources = ops_by_tag(imported)
     points = conflict_points(reader)
     checked = 0
     for point in points[:3]:
         ops = region_of(reader, [point.op], 128, 4)
-        closed_region, _ = cut_out(reader, ops, starts)
-        open_region, _ = cut_out(reader, ops, starts, open_cut=True)
+        closed_region, _ = cut_out(reader, ops, sources)
+        open_region, _ = cut_out(reader, ops, sources, open_cut=True)
         costs = CostMemo(ReadMemo())
         closed = PinnedCopies(closed_region, False, costs)
         made = []

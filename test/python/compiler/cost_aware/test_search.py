@@ -19,6 +19,7 @@ from jaxlib.mlir import ir
 
 from bench import cost_aware_speed, e2e_measure, zoo
 from bench.models import REGISTRY, REGRESSIONS
+from shardc.compiler.cost import report
 from shardc.compiler.cost_aware import pricing
 from shardc.compiler.cost_aware.candidates import conflict_points, tag_ops
 from shardc.compiler.cost_aware.regions import imported_shardings, region_of, structure_key
@@ -93,3 +94,20 @@ def test_a_program_leaving_ops_dead_is_searched_on_one_read(monkeypatch):
     resolution = lower("cost-aware").cost_aware_resolution
     assert cost_aware_speed.decisions_of(resolution) == DECISIONS["grad_loops_unrolled"]
     assert resolution.evaluations > 1 and cloned == [[], list(resolution.pins)]
+
+
+def test_the_module_is_laid_out_for_pricing_once(monkeypatch):
+    """The baseline (propagated and written apart), the copies priced on the shared
+    read and the states the search keeps have one graph but for shardings: the cost
+    model's layout of the module (``ModuleValues.facts``) is derived once for all of
+    them, and they decide what they decided when each derived its own."""
+    sizes = []
+    layout = report._bytes_layout
+    monkeypatch.setattr(report, "_bytes_layout",
+                        lambda reader: sizes.append(len(reader.graph.ops)) or layout(reader))
+    lower = cost_aware_speed.zoo_lowering(PROGRAMS["cnn_batchnorm"]("small"))
+    resolution = lower("cost-aware").cost_aware_resolution
+    assert cost_aware_speed.decisions_of(resolution) == DECISIONS["cnn_batchnorm"]
+    assert resolution.evaluations > 2 and resolution.pins
+    module = max(sizes)
+    assert sizes.count(module) == 1, sizes
