@@ -73,6 +73,11 @@ FLOPS_SLACK = 0.02
 # States whose modelled seconds differ by less than this fraction are equally fast: the
 # same collectives and operations summed in another order differ in the last digits.
 SAME_SECONDS = 1e-6
+# How many states not judged yet the memory model judges in a ranking that only proposes
+# the states to price next (``Search.ranked``): the fastest few, where the choice between
+# fitting and not is made; a scaled quick peak judges the rest (it errs by up to 2x on a
+# state: it ranks, the model decides).
+PROPOSAL_JUDGED = 3
 
 
 @dataclass
@@ -136,6 +141,7 @@ class Search:
         self._quick: dict[tuple, tuple[float, int, int]] = {}
         # the fewest operations per device of a textbook configuration (``_seed``)
         self._least_flops = math.inf
+        self._proposal_scale: float | None = None  # ``proposal_scale``
         self._estimated: set[tuple] = set()
         self._floors: dict[tuple, int] = {}  # a lower bound of each state's memory
         self._readers: dict[tuple, ModuleValues] = {}
@@ -195,7 +201,25 @@ class Search:
             self._estimated.add(key)
         return self._priced[key]
 
-    def ranked(self, keys, count: int = 1) -> list[tuple]:
+    def _proposed(self, key: tuple) -> StepTime:
+        """The state's step with its memory as a proposal judges it: the memory model's
+        where it has run, else the quick live-range peak put in the model's bytes
+        (``proposal_scale``)."""
+        step = self._priced[key]
+        if key in self._estimated:
+            return step
+        return replace(step, memory_peak=int(step.memory_peak * self.proposal_scale))
+
+    @property
+    def proposal_scale(self) -> float:
+        """The memory model's bytes over the quick peak on one state (every argument
+        left to propagation), measured once."""
+        if self._proposal_scale is None:
+            step, reader = self.evaluate({})
+            self._proposal_scale = self.evaluate.memory(reader) / max(step.memory_peak, 1)
+        return self._proposal_scale
+
+    def ranked(self, keys, count: int = 1, *, proposing: bool = False) -> list[tuple]:
         """``keys`` best first, the first ``count`` ranked by the full score.
 
         The memory model costs several propagations, so it runs only where it can
@@ -204,7 +228,16 @@ class Search:
         bytes over the budget than those). A state whose arguments and
         results alone exceed the budget (``Evaluator.floor``) is over it whatever the
         model says: it waits, judged only where fewer than ``count`` states fit (then
-        bytes over the budget rank them)."""
+        bytes over the budget rank them).
+
+        ``proposing``: the ranking only proposes which states to price next (the
+        greedy pass's decisions over states with groups still open, the candidates a
+        descent sweep tries), so the model judges the ``PROPOSAL_JUDGED`` fastest
+        states it has not judged yet, and the later ones are judged by their scaled
+        quick peak (``_proposed``); whole-state rankings (the seeds, a descent's
+        moves, the outcome) judge by the model alone. Under a budget that binds,
+        every state faster than the first that fits had been judged by the model
+        there (0.1-0.2 CPU s each: most of a search without layers to cut)."""
         keys = list(dict.fromkeys(keys))
         if self.budget is None:
             return sorted(keys, key=lambda k: self.score(self._priced[k]))
@@ -212,9 +245,21 @@ class Search:
         judged: list[tuple] = []
         over: list[tuple] = []  # over the budget by their floor, not judged yet
         fitting: list[float] = []
+        steps: dict[tuple, StepTime] = {}
+        spare = PROPOSAL_JUDGED if proposing and self.peak_scale is None else math.inf
+
+        def judge(key: tuple) -> StepTime:
+            nonlocal spare
+            if key not in steps:
+                if key in self._estimated or spare > 0:
+                    spare -= key not in self._estimated
+                    steps[key] = self._estimate(key)
+                else:
+                    steps[key] = self._proposed(key)
+            return steps[key]
 
         def best_first(keys: list[tuple]) -> list[tuple]:
-            return sorted(keys, key=lambda k: self.score(self._priced[k]))
+            return sorted(keys, key=lambda k: self.score(judge(k)))
 
         for i, key in enumerate(order):
             # An equally fast state is no lighter by the quick peak (the order's second
@@ -225,19 +270,19 @@ class Search:
             if key not in self._estimated and self._floors.get(key, 0) > self.budget:
                 over.append(key)
                 continue
-            step = self._estimate(key)
+            step = judge(key)
             judged.append(key)
             if step.memory_peak <= self.budget and step.flops <= self.flops_limit:
                 fitting.append(step.seconds)
         if len(fitting) >= count:
             return best_first(judged) + over
         for key in over:
-            self._estimate(key)
+            judge(key)
         return best_first(judged + over)
 
-    def best_of(self, tried: dict[Spec, tuple]) -> Spec:
-        """The spec whose state ranks first."""
-        first = self.ranked(tried.values())[0]
+    def best_of(self, tried: dict[Spec, tuple], *, proposing: bool = False) -> Spec:
+        """The spec whose state ranks first (``ranked``)."""
+        first = self.ranked(tried.values(), proposing=proposing)[0]
         return next(spec for spec, key in tried.items() if key == first)
 
     def settled(self, specs: dict[int, Spec], group: Group) -> Spec | None:
@@ -364,7 +409,8 @@ class Search:
         for g in order:
             self._tried[g] = {spec: self.price({**unconstrained, g: spec})
                               for spec in self.groups[g].candidates}
-        opening = self.ranked([k for tried in self._tried for k in tried.values()])[0]
+        opening = self.ranked([k for tried in self._tried for k in tried.values()],
+                              proposing=True)[0]
         first = opening[0][0]
         order.remove(first)
         order.insert(0, first)
@@ -373,7 +419,7 @@ class Search:
                 continue
             tried = self._tried[g] = {spec: self.price({**decided, g: spec})
                                       for spec in self.groups[g].candidates}
-            decided[g] = self.best_of(tried)
+            decided[g] = self.best_of(tried, proposing=True)
             # Groups propagation settled around the decided ones take what it gave them
             # (closing them to it is the same state): optimizer moments follow their
             # parameters through the update. The descent revisits them.
@@ -447,7 +493,7 @@ class Search:
                 tried = {current: self.price(self.state)}
                 # The candidates the last pass over the group ranked best: the others
                 # were far behind in a state that differs from this one in a few groups.
-                ranked = self.ranked(self._tried[g].values())
+                ranked = self.ranked(self._tried[g].values(), proposing=True)
                 specs = [spec for k in ranked[:self.descent_width]
                          for spec in self._tried[g] if self._tried[g][spec] == k]
                 for spec in specs or group.candidates:

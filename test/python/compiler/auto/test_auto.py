@@ -13,6 +13,7 @@ from shardc.compiler import AUTO, jit, pjit
 from shardc.compiler.auto import AutoShardingError, modelled_step
 from shardc.compiler.auto.candidates import tensor_sharding
 from shardc.compiler.auto.evaluate import Evaluator
+from shardc.compiler.auto.search import Search
 from shardc.compiler.cost.platforms import hardware
 
 
@@ -176,6 +177,35 @@ def test_memory_budget_is_met_as_xla_compiles_the_choice(mesh):
     want = jax.jit(train_step, in_shardings=lowered.in_shardings[0],
                    out_shardings=lowered.out_shardings)(params, x, y)
     _close(tight(params, x, y), want)
+
+
+def test_proposals_under_a_budget_spare_the_memory_model_and_keep_the_choice(mesh, monkeypatch):
+    # The greedy pass's decisions and a descent sweep's candidates only propose states:
+    # they judge a state the memory model has not seen by its scaled quick peak, and
+    # the rankings of whole states (seeds, moves, the outcome) by the model. Judging
+    # every ranking by the model chooses the same state, asking it more often.
+    params, x, y = auto_bench.mlp_case(layers=3, d=128, hidden=512, batch=64).args
+    free = jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh).lower(
+        params, x, y)
+    budget = int(free.memory_estimate(platform="cpu").net_bytes * 0.9)
+    judged = []
+    model = Evaluator.memory
+    monkeypatch.setattr(Evaluator, "memory",
+                        lambda self, reader: judged.append(1) or model(self, reader))
+
+    def search():
+        judged.clear()
+        lowered = jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh,
+                      memory_budget=budget).lower(params, x, y)
+        assert not lowered.auto_report().exhaustive
+        return lowered.auto_report(), len(judged)
+
+    report, asked = search()
+    monkeypatch.setattr(Search, "_proposed", Search._estimate)
+    every, asked_every = search()
+    assert [c.chosen for c in report.choices] == [c.chosen for c in every.choices]
+    assert report.step == every.step and report.step.memory_peak <= budget
+    assert asked < asked_every, (asked, asked_every)
 
 
 def test_auto_needs_a_mesh():
