@@ -73,11 +73,6 @@ FLOPS_SLACK = 0.02
 # States whose modelled seconds differ by less than this fraction are equally fast: the
 # same collectives and operations summed in another order differ in the last digits.
 SAME_SECONDS = 1e-6
-# How many states not judged yet the memory model judges in a ranking that only proposes
-# the states to price next (``Search.ranked``): the fastest few, where the choice between
-# fitting and not is made; a scaled quick peak judges the rest (it errs by up to 2x on a
-# state: it ranks, the model decides).
-PROPOSAL_JUDGED = 3
 
 
 @dataclass
@@ -141,7 +136,8 @@ class Search:
         self._quick: dict[tuple, tuple[float, int, int]] = {}
         # the fewest operations per device of a textbook configuration (``_seed``)
         self._least_flops = math.inf
-        self._proposal_scale: float | None = None  # ``proposal_scale``
+        # the least ratio of the memory model's bytes to the quick peak on a state it judged
+        self._least_ratio: float | None = None
         self._estimated: set[tuple] = set()
         self._floors: dict[tuple, int] = {}  # a lower bound of each state's memory
         self._readers: dict[tuple, ModuleValues] = {}
@@ -197,27 +193,24 @@ class Search:
                 if reader is None:  # propagating again costs less than keeping every state
                     _, reader = self.evaluate(self._assignment(key))
                 memory = self.evaluate.memory(reader)
+                ratio = memory / max(step.memory_peak, 1)
+                if self._least_ratio is None or ratio < self._least_ratio:
+                    self._least_ratio = ratio
             self._priced[key] = replace(step, memory_peak=memory, estimated=True)
             self._estimated.add(key)
         return self._priced[key]
 
     def _proposed(self, key: tuple) -> StepTime:
         """The state's step with its memory as a proposal judges it: the memory model's
-        where it has run, else the quick live-range peak put in the model's bytes
-        (``proposal_scale``)."""
+        where it has run, else the quick live-range peak times the least ratio of the
+        model's bytes to it on any state the model judged (``_least_ratio``)."""
         step = self._priced[key]
         if key in self._estimated:
             return step
-        return replace(step, memory_peak=int(step.memory_peak * self.proposal_scale))
-
-    @property
-    def proposal_scale(self) -> float:
-        """The memory model's bytes over the quick peak on one state (every argument
-        left to propagation), measured once."""
-        if self._proposal_scale is None:
-            step, reader = self.evaluate({})
-            self._proposal_scale = self.evaluate.memory(reader) / max(step.memory_peak, 1)
-        return self._proposal_scale
+        if self._least_ratio is None:  # a first state: every argument left to propagation
+            open_step, reader = self.evaluate({})
+            self._least_ratio = self.evaluate.memory(reader) / max(open_step.memory_peak, 1)
+        return replace(step, memory_peak=int(step.memory_peak * self._least_ratio))
 
     def ranked(self, keys, count: int = 1, *, proposing: bool = False) -> list[tuple]:
         """``keys`` best first, the first ``count`` ranked by the full score.
@@ -232,12 +225,13 @@ class Search:
 
         ``proposing``: the ranking only proposes which states to price next (the
         greedy pass's decisions over states with groups still open, the candidates a
-        descent sweep tries), so the model judges the ``PROPOSAL_JUDGED`` fastest
-        states it has not judged yet, and the later ones are judged by their scaled
-        quick peak (``_proposed``); whole-state rankings (the seeds, a descent's
-        moves, the outcome) judge by the model alone. Under a budget that binds,
-        every state faster than the first that fits had been judged by the model
-        there (0.1-0.2 CPU s each: most of a search without layers to cut)."""
+        descent sweep tries), so a state over the budget by its quick peak times the
+        least ratio of the model's bytes to it seen so far (``_proposed``) is taken
+        as over by that much, unjudged; whole-state rankings (the seeds, a descent's
+        moves, the outcome) judge every state they reach by the model. Under a
+        budget that binds, every state faster than the first that fits had been
+        judged by the model in each proposal, and every state of a proposal where
+        none fits (0.1-0.2 CPU s each: most of a search without layers to cut)."""
         keys = list(dict.fromkeys(keys))
         if self.budget is None:
             return sorted(keys, key=lambda k: self.score(self._priced[k]))
@@ -246,16 +240,13 @@ class Search:
         over: list[tuple] = []  # over the budget by their floor, not judged yet
         fitting: list[float] = []
         steps: dict[tuple, StepTime] = {}
-        spare = PROPOSAL_JUDGED if proposing and self.peak_scale is None else math.inf
+        proposing = proposing and self.peak_scale is None
 
         def judge(key: tuple) -> StepTime:
-            nonlocal spare
             if key not in steps:
-                if key in self._estimated or spare > 0:
-                    spare -= key not in self._estimated
-                    steps[key] = self._estimate(key)
-                else:
-                    steps[key] = self._proposed(key)
+                proposed = self._proposed(key) if proposing else None
+                steps[key] = proposed if proposed is not None and (
+                    proposed.memory_peak > self.budget) else self._estimate(key)
             return steps[key]
 
         def best_first(keys: list[tuple]) -> list[tuple]:
