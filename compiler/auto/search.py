@@ -136,6 +136,8 @@ class Search:
         self._quick: dict[tuple, tuple[float, int, int]] = {}
         # the fewest operations per device of a textbook configuration (``_seed``)
         self._least_flops = math.inf
+        # the least ratio of the memory model's bytes to the quick peak on a state it judged
+        self._least_ratio: float | None = None
         self._estimated: set[tuple] = set()
         self._floors: dict[tuple, int] = {}  # a lower bound of each state's memory
         self._readers: dict[tuple, ModuleValues] = {}
@@ -191,11 +193,26 @@ class Search:
                 if reader is None:  # propagating again costs less than keeping every state
                     _, reader = self.evaluate(self._assignment(key))
                 memory = self.evaluate.memory(reader)
+                ratio = memory / max(step.memory_peak, 1)
+                if self._least_ratio is None or ratio < self._least_ratio:
+                    self._least_ratio = ratio
             self._priced[key] = replace(step, memory_peak=memory, estimated=True)
             self._estimated.add(key)
         return self._priced[key]
 
-    def ranked(self, keys, count: int = 1) -> list[tuple]:
+    def _proposed(self, key: tuple) -> StepTime:
+        """The state's step with its memory as a proposal judges it: the memory model's
+        where it has run, else the quick live-range peak times the least ratio of the
+        model's bytes to it on any state the model judged (``_least_ratio``)."""
+        step = self._priced[key]
+        if key in self._estimated:
+            return step
+        if self._least_ratio is None:  # a first state: every argument left to propagation
+            open_step, reader = self.evaluate({})
+            self._least_ratio = self.evaluate.memory(reader) / max(open_step.memory_peak, 1)
+        return replace(step, memory_peak=int(step.memory_peak * self._least_ratio))
+
+    def ranked(self, keys, count: int = 1, *, proposing: bool = False) -> list[tuple]:
         """``keys`` best first, the first ``count`` ranked by the full score.
 
         The memory model costs several propagations, so it runs only where it can
@@ -204,7 +221,17 @@ class Search:
         bytes over the budget than those). A state whose arguments and
         results alone exceed the budget (``Evaluator.floor``) is over it whatever the
         model says: it waits, judged only where fewer than ``count`` states fit (then
-        bytes over the budget rank them)."""
+        bytes over the budget rank them).
+
+        ``proposing``: the ranking only proposes which states to price next (the
+        greedy pass's decisions over states with groups still open, the candidates a
+        descent sweep tries), so a state over the budget by its quick peak times the
+        least ratio of the model's bytes to it seen so far (``_proposed``) is taken
+        as over by that much, unjudged; whole-state rankings (the seeds, a descent's
+        moves, the outcome) judge every state they reach by the model. Under a
+        budget that binds, every state faster than the first that fits had been
+        judged by the model in each proposal, and every state of a proposal where
+        none fits (0.1-0.2 CPU s each: most of a search without layers to cut)."""
         keys = list(dict.fromkeys(keys))
         if self.budget is None:
             return sorted(keys, key=lambda k: self.score(self._priced[k]))
@@ -212,9 +239,18 @@ class Search:
         judged: list[tuple] = []
         over: list[tuple] = []  # over the budget by their floor, not judged yet
         fitting: list[float] = []
+        steps: dict[tuple, StepTime] = {}
+        proposing = proposing and self.peak_scale is None
+
+        def judge(key: tuple) -> StepTime:
+            if key not in steps:
+                proposed = self._proposed(key) if proposing else None
+                steps[key] = proposed if proposed is not None and (
+                    proposed.memory_peak > self.budget) else self._estimate(key)
+            return steps[key]
 
         def best_first(keys: list[tuple]) -> list[tuple]:
-            return sorted(keys, key=lambda k: self.score(self._priced[k]))
+            return sorted(keys, key=lambda k: self.score(judge(k)))
 
         for i, key in enumerate(order):
             # An equally fast state is no lighter by the quick peak (the order's second
@@ -225,19 +261,19 @@ class Search:
             if key not in self._estimated and self._floors.get(key, 0) > self.budget:
                 over.append(key)
                 continue
-            step = self._estimate(key)
+            step = judge(key)
             judged.append(key)
             if step.memory_peak <= self.budget and step.flops <= self.flops_limit:
                 fitting.append(step.seconds)
         if len(fitting) >= count:
             return best_first(judged) + over
         for key in over:
-            self._estimate(key)
+            judge(key)
         return best_first(judged + over)
 
-    def best_of(self, tried: dict[Spec, tuple]) -> Spec:
-        """The spec whose state ranks first."""
-        first = self.ranked(tried.values())[0]
+    def best_of(self, tried: dict[Spec, tuple], *, proposing: bool = False) -> Spec:
+        """The spec whose state ranks first (``ranked``)."""
+        first = self.ranked(tried.values(), proposing=proposing)[0]
         return next(spec for spec, key in tried.items() if key == first)
 
     def settled(self, specs: dict[int, Spec], group: Group) -> Spec | None:
@@ -364,7 +400,8 @@ class Search:
         for g in order:
             self._tried[g] = {spec: self.price({**unconstrained, g: spec})
                               for spec in self.groups[g].candidates}
-        opening = self.ranked([k for tried in self._tried for k in tried.values()])[0]
+        opening = self.ranked([k for tried in self._tried for k in tried.values()],
+                              proposing=True)[0]
         first = opening[0][0]
         order.remove(first)
         order.insert(0, first)
@@ -373,7 +410,7 @@ class Search:
                 continue
             tried = self._tried[g] = {spec: self.price({**decided, g: spec})
                                       for spec in self.groups[g].candidates}
-            decided[g] = self.best_of(tried)
+            decided[g] = self.best_of(tried, proposing=True)
             # Groups propagation settled around the decided ones take what it gave them
             # (closing them to it is the same state): optimizer moments follow their
             # parameters through the update. The descent revisits them.
@@ -447,7 +484,7 @@ class Search:
                 tried = {current: self.price(self.state)}
                 # The candidates the last pass over the group ranked best: the others
                 # were far behind in a state that differs from this one in a few groups.
-                ranked = self.ranked(self._tried[g].values())
+                ranked = self.ranked(self._tried[g].values(), proposing=True)
                 specs = [spec for k in ranked[:self.descent_width]
                          for spec in self._tried[g] if self._tried[g][spec] == k]
                 for spec in specs or group.candidates:

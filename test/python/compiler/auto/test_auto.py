@@ -13,6 +13,8 @@ from shardc.compiler import AUTO, jit, pjit
 from shardc.compiler.auto import AutoShardingError, modelled_step
 from shardc.compiler.auto.candidates import tensor_sharding
 from shardc.compiler.auto.evaluate import Evaluator
+from shardc.compiler.auto.objective import StepTime
+from shardc.compiler.auto.search import Search
 from shardc.compiler.cost.platforms import hardware
 
 
@@ -176,6 +178,65 @@ def test_memory_budget_is_met_as_xla_compiles_the_choice(mesh):
     want = jax.jit(train_step, in_shardings=lowered.in_shardings[0],
                    out_shardings=lowered.out_shardings)(params, x, y)
     _close(tight(params, x, y), want)
+
+
+def test_proposals_under_a_budget_spare_the_memory_model_and_keep_the_choice(mesh, monkeypatch):
+    # The greedy pass's decisions and a descent sweep's candidates only propose states:
+    # a state over the budget by its scaled quick peak is taken as over there, unjudged,
+    # and the rankings of whole states (seeds, moves, the outcome) judge by the model.
+    # Judging every state of every ranking by the model chooses the same state, asking
+    # it more often.
+    params, x, y = auto_bench.mlp_case(layers=3, d=128, hidden=512, batch=64).args
+    free = jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh).lower(
+        params, x, y)
+    budget = int(free.memory_estimate(platform="cpu").net_bytes * 0.9)
+    judged = []
+    model = Evaluator.memory
+    monkeypatch.setattr(Evaluator, "memory",
+                        lambda self, reader: judged.append(1) or model(self, reader))
+
+    def search():
+        judged.clear()
+        lowered = jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh,
+                      memory_budget=budget).lower(params, x, y)
+        assert not lowered.auto_report().exhaustive
+        return lowered.auto_report(), len(judged)
+
+    report, asked = search()
+    monkeypatch.setattr(Search, "_proposed", Search._estimate)
+    every, asked_every = search()
+    assert [c.chosen for c in report.choices] == [c.chosen for c in every.choices]
+    assert report.step == every.step and report.step.memory_peak <= budget
+    assert asked < asked_every, (asked, asked_every)
+
+
+def test_a_proposal_asks_the_memory_model_only_where_the_scaled_peak_fits():
+    class Model:
+        """The memory model's bytes of each state (its reader here), counting asks."""
+
+        def __init__(self, model_bytes):
+            self.model_bytes, self.asked = model_bytes, []
+
+        def __call__(self, assignment):  # the state with every argument open
+            return StepTime(1.0, 0.0, 1.0, 0, 0, 100), "open"
+
+        def memory(self, reader):
+            self.asked.append(reader)
+            return self.model_bytes[reader]
+
+    # state: seconds, quick peak, the model's bytes; the open state's ratio is 2
+    states = {"a": (1.0, 90, 400), "b": (2.0, 40, 90), "c": (3.0, 30, 70)}
+    model = Model({"open": 200, **{k: v[2] for k, v in states.items()}})
+    search = Search(model, [], [], 100)
+    for key, (seconds, quick, _) in states.items():
+        search._priced[key] = StepTime(seconds, 0.0, 1.0, 0, 0, quick)
+        search._quick[key] = (seconds, quick, len(search._quick))
+        search._readers[key] = key
+    # "a" is over by its quick peak times 2: it waits, and "b" fits by the model.
+    assert search.ranked(states, proposing=True)[0] == "b"
+    assert model.asked == ["open", "b"]
+    # A ranking of whole states asks the model about every state faster than a fit.
+    assert search.ranked(states)[0] == "b" and model.asked == ["open", "b", "a"]
 
 
 def test_auto_needs_a_mesh():
