@@ -472,8 +472,8 @@ class JitFunction(JitCalls, JitSurface):
         body_meshes = tuple(mesh for _, mesh in named_inside)
         jax_lowered = export.lowered_with_exported_calls(
             jax_private.without_dead_code(
-                traced, effects.callback_placement(traced.jaxpr, arg_leaves),
-                signature.key_result_shardings(results), self.options.keep_unused),
+                traced, *effects.lowering_shardings(traced.jaxpr, arg_leaves, results),
+                self.options.keep_unused),
             arg_leaves, results,
         ).lower(lowering_platforms=platforms,
                 _private_parameters=jax_private.with_embedded_constants(lowering_parameters))

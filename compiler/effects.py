@@ -20,6 +20,7 @@ from typing import Any
 import jax
 from jax.sharding import Mesh, NamedSharding
 
+from shardc.compiler import signature
 from shardc.compiler.signature import LeafSignature
 from shardc.dialects import jax_private
 from shardc.dialects.errors import UnshardableEffectError
@@ -66,16 +67,35 @@ def program_values(effects: ProgramEffects, args: Sequence[LeafSignature],
     return values, outputs
 
 
-def callback_placement(closed_jaxpr: Any, arg_leaves: Sequence[LeafSignature]
-                       ) -> list | None:
-    """The argument shardings jax lowers a function with whose host callbacks name
-    their device (``pure_callback(..., sharding=)``): the arguments' concrete ones,
-    as jax.jit lowers with its ``in_shardings``, so the callback's device is found in
-    the program's device order; None (jax lowers without) otherwise."""
-    if not jax_private.callback_shardings_in(closed_jaxpr):
-        return None
+def lowering_shardings(closed_jaxpr: Any, arg_leaves: Sequence[LeafSignature],
+                       results: Sequence[LeafSignature]) -> tuple[list | None, list | None]:
+    """The argument and result shardings jax lowers a function with (per leaf, None:
+    unspecified; None: none at all), as if given to ``jax.jit``.
+
+    shardc writes the module's shardings itself, but jax's lowering reads them where
+    it needs the program's devices: host callbacks that name their device
+    (``pure_callback(..., sharding=)``) are found in the program's device order, and
+    ``custom_partitioning`` ops are lowered as calls to their partitioner only on
+    more than one device (inlined otherwise). Such a program is lowered with the
+    leaves' concrete shardings, as jax.jit lowers with its ``in_shardings`` and
+    ``out_shardings`` (unplaced arguments alone would give jax one default device).
+    Any program also gets its PRNG key results' given shardings
+    (``signature.key_result_shardings``).
+    """
+    keys = signature.key_result_shardings(results)
+    if not (jax_private.callback_shardings_in(closed_jaxpr)
+            or "custom_partitioning" in jax_private.primitive_names(closed_jaxpr)):
+        return None, keys
+    outs = _concrete_shardings(results)
+    if keys is not None:
+        outs = [key if key is not None else out
+                for key, out in zip(keys, outs or [None] * len(keys))]
+    return _concrete_shardings(arg_leaves), outs
+
+
+def _concrete_shardings(leaves: Sequence[LeafSignature]) -> list | None:
     shardings = [leaf.sharding if leaf.sharding is not None
-                 and isinstance(leaf.sharding.mesh, Mesh) else None for leaf in arg_leaves]
+                 and isinstance(leaf.sharding.mesh, Mesh) else None for leaf in leaves]
     return shardings if any(s is not None for s in shardings) else None
 
 

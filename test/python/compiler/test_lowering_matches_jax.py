@@ -77,3 +77,39 @@ def test_unpropagated_module_has_jax_jits_shardings(name):
         ours = jit(program.fun, program.in_shardings, program.out_shardings,
                    donate_argnums=program.donate_argnums).lower(*program.args, propagate=False)
     assert shardings_of(ours.as_text()) == shardings_of(theirs)
+
+
+def _row_shares(x):
+    return jax.numpy.cumsum(x, -1) / jax.numpy.sum(x, -1, keepdims=True)
+
+
+def _rows_of(sharding):
+    return jax.sharding.NamedSharding(sharding.mesh, jax.P(sharding.spec[0], None))
+
+
+@pytest.mark.parametrize("given", ["in_shardings", "out_shardings"])
+def test_custom_partitioning_of_unplaced_arguments_lowers_on_the_programs_devices(given):
+    # jax lowers a custom_partitioning op as a call to its partitioner only when the
+    # lowering knows more than one device; from arguments not yet placed, only the
+    # jit's shardings tell it. A lowering that lost them inlined the op's body, so
+    # the user's partition rule never ran.
+    from jax.experimental.custom_partitioning import custom_partitioning
+
+    shares = custom_partitioning(_row_shares)
+    shares.def_partition(
+        infer_sharding_from_operands=lambda mesh, args, result: _rows_of(args[0].sharding),
+        partition=lambda mesh, args, result: (
+            mesh, _row_shares, _rows_of(args[0].sharding), (_rows_of(args[0].sharding),)),
+        sharding_rule="b i -> b i")
+    mesh = jax.make_mesh((4, 2), ("data", "model"),
+                         axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    sharding = jax.sharding.NamedSharding(mesh, jax.P("data", "model"))
+    x = jax.numpy.arange(32 * 64, dtype=jax.numpy.float32).reshape(32, 64) / 100
+    outputs = []
+    for make in (jax.jit, jit):
+        lowered = make(shares, **{given: sharding}).lower(x)
+        assert "CustomSPMDPartitioning" in lowered.as_text()
+        outputs.append(lowered.compile()(x))
+    theirs, ours = outputs
+    assert ours.sharding == theirs.sharding == sharding
+    assert (jax.device_get(ours) == jax.device_get(theirs)).all()
