@@ -314,6 +314,14 @@ def dims_text(sharding: TensorSharding | None) -> str:
     return "[" + ", ".join("{" + ", ".join(map(str, d.axes)) + "}" for d in sharding.dims) + "]"
 
 
+def sliced_further(computed: Sequence[DimSharding], wanted: Sequence[DimSharding]) -> bool:
+    """Whether a result computed with ``computed``'s dimension shardings reaches
+    ``wanted`` by slicing alone (each dimension's axes among the wanted ones): the op
+    model already reduces its partial sums first and slices after (a reduce-scatter
+    where the platform forms one), with no reshard of its own."""
+    return all(set(c.axes) <= set(w.axes) for c, w in zip(computed, wanted))
+
+
 def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
                      results: Sequence[Tensor], mesh=None, *,
                      op_name: str | None = None) -> list[OpCommunication]:
@@ -518,9 +526,6 @@ def _reduced_as_operand(rule: OpShardingRule, operand: Tensor, results: Sequence
             continue
         dims = tuple(DimSharding(tuple(a for f in dim for a in axes.get(f, ())), True)
                      for dim in mapping)
-        # Only axes dropped (the declared result sliced further, over the reduced
-        # axes): the op model already reduces first and slices after (a
-        # reduce-scatter where the platform forms one).
-        kept = all(set(d.axes) <= set(w.axes) for d, w in zip(dims, result.sharding.dims))
-        out.append(result if kept else replace(result, sharding=result.sharding._replace(dims=dims)))
+        out.append(result if sliced_further(dims, result.sharding.dims)
+                   else replace(result, sharding=result.sharding._replace(dims=dims)))
     return out

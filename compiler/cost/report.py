@@ -55,6 +55,7 @@ from shardc.compiler.cost.op_comm import (
     OpCommunication,
     dims_text,
     op_communication,
+    sliced_further,
 )
 from shardc.compiler.cost.platforms import (
     active_rules,
@@ -869,10 +870,7 @@ def _explicit_result_reshard(reader: ModuleValues, op: int, results: list[Tensor
     if reader.graph.op_name[op] not in DOTS:
         return results, ()
     for edit in plan_dot(reader, op):
-        if all(set(c.axes) <= set(w.axes) for c, w in zip(edit.computed.dims, edit.wanted.dims)):
-            # Only the partial sums' axes dropped: the op's own model already reduces
-            # first and slices the result after (a reduce-scatter where the platform
-            # forms one).
+        if sliced_further(edit.computed.dims, edit.wanted.dims):
             return results, ()
         computed = replace(results[0], sharding=edit.computed)
         reason = (f"computed {dims_text(edit.computed)} as its operands imply "
