@@ -46,44 +46,51 @@ def order_as_hlo(module: ir.Operation) -> bool:
     post-order; returns whether some block moved (its ops then carry ``ORDER_ATTR``
     and the module ``REORDERED_ATTR``)."""
     moved = False
+    # The functions' ops in pre-order once ordered, as the ordering meets them: what
+    # renewing the uses goes through, with no walk of its own.
+    ordered: list[ir.Operation] = []
     for op in module.regions[0].blocks[0].operations:
         if op.operation.name == "func.func":
-            moved = _order_regions(op.operation) or moved
+            moved = _order_regions(op.operation, ordered) or moved
     if moved:
         module.attributes[REORDERED_ATTR] = ir.UnitAttr.get()
-        renew_uses(module)
+        renew_uses(ordered)
     return moved
 
 
-def renew_uses(module: ir.Operation) -> None:
+def renew_uses(ops: list[ir.Operation]) -> None:
     """Give every value the list of uses XLA's import gives it: MLIR puts each new use
     first, and the import creates the ops in order (an op before the ops of its
     regions), so a value's uses read last user first. Propagation queues a
-    value's users in that order when its sharding changes."""
-    def visit(op: ir.Operation) -> ir.WalkResult:
+    value's users in that order when its sharding changes. ``ops``: every op of
+    the functions, in pre-order."""
+    for op in ops:
         operands = op.operands
         for k, value in enumerate(list(operands)):
             operands[k] = value  # taken off its value's use list, then put first
-        return ir.WalkResult.ADVANCE
-
-    for op in module.regions[0].blocks[0].operations:
-        if op.operation.name == "func.func":
-            op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
 
 
-def _order_regions(op: ir.Operation) -> bool:
+def _order_regions(op: ir.Operation, ordered: list[ir.Operation]) -> bool:
+    """Order the single-block regions of ``op`` and those nested in them; add the ops
+    of every region to ``ordered``, in pre-order once ordered."""
     moved = False
     for region in op.regions:
         blocks = list(region.blocks)
         if len(blocks) == 1:
-            moved = _order_block(blocks[0]) or moved
+            moved = _order_block(blocks[0], ordered) or moved
+            continue
+        for block in blocks:
+            for inner in block.operations:
+                inner.operation.walk(lambda nested: ordered.append(nested)
+                                     or ir.WalkResult.ADVANCE, ir.WalkOrder.PRE_ORDER)
     return moved
 
 
-def _order_block(block: ir.Block) -> bool:
+def _order_block(block: ir.Block, ordered: list[ir.Operation]) -> bool:
     ops = [op.operation for op in block.operations]
     order = post_order(ops)
     moved = len(order) == len(ops) and order != list(range(len(ops)))
+    now = ops
     if moved:
         index_type = ir.IntegerType.get_signless(64)
         for k, op in enumerate(ops):
@@ -91,9 +98,12 @@ def _order_block(block: ir.Block) -> bool:
         last = ops[-1]
         for k in order[:-1]:
             ops[k].move_before(last)
-    for op in ops:
+        now = ([ops[k] for k in order] if order[-1] == len(ops) - 1
+               else [op.operation for op in block.operations])
+    for op in now:
+        ordered.append(op)
         if len(op.regions):
-            moved = _order_regions(op) or moved
+            moved = _order_regions(op, ordered) or moved
     return moved
 
 
@@ -171,20 +181,36 @@ def restore_jax_order(module: ir.Operation, *, keep_tags: bool = False) -> None:
             _restore_regions(op.operation, keep_tags)
 
 
-def _restore_regions(op: ir.Operation, keep_tags: bool) -> None:
+def _restore_regions(op: ir.Operation, keep_tags: bool, reads: list[int] | None = None) -> None:
+    """Restore every block of ``op``'s regions, nested ones first; with ``reads``, add to
+    it (by hash) each value an op nested in ``op`` reads, as a block around ``op``
+    restored needs to know. Each op's operands are read once, whatever its depth."""
     for region in op.regions:
         for block in region.blocks:
             ops = [inner.operation for inner in block.operations]
             tags = [_tag(inner) for inner in ops]
-            if any(tag is not None for tag in tags):
-                _restore_block(ops, tags, keep_tags)
-            for inner in ops:
+            tagged = any(tag is not None for tag in tags)
+            if not tagged and reads is None:
+                for inner in ops:
+                    if len(inner.regions):
+                        _restore_regions(inner, keep_tags)
+                continue
+            # What each op reads: its operands, and what the ops in its regions read.
+            op_reads = [list(map(hash, inner.operands)) for inner in ops]
+            for inner, read in zip(ops, op_reads):
                 if len(inner.regions):
-                    _restore_regions(inner, keep_tags)
+                    _restore_regions(inner, keep_tags, read)
+            if tagged:
+                _restore_block(ops, tags, op_reads, keep_tags)
+            if reads is not None:
+                for read in op_reads:
+                    reads.extend(read)
 
 
-def _restore_block(ops: list[ir.Operation], tags: list[int | None], keep_tags: bool) -> None:
-    """Order ``ops`` (a block's, as they stand, with their ``tags``) by their place in
+def _restore_block(ops: list[ir.Operation], tags: list[int | None], reads: list[list[int]],
+                   keep_tags: bool) -> None:
+    """Order ``ops`` (a block's, as they stand, with their ``tags`` and what each reads,
+    ``reads``, by hash, nested regions included) by their place in
     jax's order, each op the pipeline added just before its first user in the block
     (after the op before it, when it has none), operands always first; drop the
     tags unless ``keep_tags``."""
@@ -192,9 +218,9 @@ def _restore_block(ops: list[ir.Operation], tags: list[int | None], keep_tags: b
     producers = _producers(ops)
     # Who reads each op's results in this block (through nested regions too).
     users: list[list[int]] = [[] for _ in ops]
-    for k, op in enumerate(ops):
-        for value in _read_values(op):
-            producer = producers.get(hash(value))
+    for k, read in enumerate(reads):
+        for value in read:
+            producer = producers.get(value)
             if producer is not None and producer != k:
                 users[producer].append(k)
     # An op's place: its tag, or just after the op before it; never after its first
@@ -289,20 +315,3 @@ def jax_ordered(graph: Any) -> Any:
     carries its place, else ``graph`` itself."""
     tags = order_tags(graph.ops)
     return graph if tags is None else JaxOrderedGraph(graph, tags)
-
-
-def _read_values(op: ir.Operation) -> list[ir.Value]:
-    """The values ``op`` reads: its operands, and those its regions read from outside
-    (for ops with regions, every nested op's operands: the caller keeps those of
-    its own block)."""
-    values = list(op.operands)
-    if len(op.regions):
-        def visit(inner: ir.Operation) -> ir.WalkResult:
-            values.extend(inner.operands)
-            return ir.WalkResult.ADVANCE
-
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    inner.operation.walk(visit)
-    return values
