@@ -474,7 +474,7 @@ class JitFunction(JitCalls, JitSurface):
             jax_private.without_dead_code(
                 traced, *effects.lowering_shardings(traced.jaxpr, arg_leaves, results),
                 self.options.keep_unused),
-            arg_leaves, results,
+            arg_leaves, results, cut_from=traced.jaxpr,
         ).lower(lowering_platforms=platforms,
                 _private_parameters=jax_private.with_embedded_constants(lowering_parameters))
         jax_module = jax_private.refined_module(jax_lowered)

@@ -38,9 +38,11 @@ CALL_EXPORTED = "call_exported"
 
 
 def lowered_with_exported_calls(traced: Any, args: Sequence[ValueInfo],
-                                results: Sequence[ValueInfo]) -> Any:
+                                results: Sequence[ValueInfo], *, cut_from: Any = None) -> Any:
     """``traced`` (jax's) to lower with the program's mesh as its context mesh when it
-    calls an ``Exported``.
+    calls an ``Exported``; ``cut_from``: the closed jaxpr ``traced``'s was cut from
+    (its dead code removed), whose equations were read already: a primitive it does
+    not bind, ``traced`` does not either, and its equations need no reading.
 
     jax's lowering of such a call checks the device count the ``Exported`` was
     made for against the lowering's. jax lowers what shardc traced without the
@@ -48,6 +50,8 @@ def lowered_with_exported_calls(traced: Any, args: Sequence[ValueInfo],
     device; with the program's mesh as the context it counts the program's, as
     for ``jax.jit`` with those shardings.
     """
+    if cut_from is not None and CALL_EXPORTED not in jax_private.primitive_names(cut_from):
+        return traced
     if CALL_EXPORTED not in jax_private.primitive_names(traced.jaxpr):
         return traced
     mesh = next((leaf.sharding.mesh for leaf in (*args, *results)
