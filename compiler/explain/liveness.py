@@ -390,8 +390,13 @@ class LivenessWalker:
         graph = self.graph
         if value in self.exchanged:
             return True  # an all-to-all writes it (``OpNeeds.exchanged``)
-        if value in self.windowed and self.rules.writes_halo_windows:
-            return True  # the halo exchange's concatenated array (``OpNeeds.windowed``)
+        if value in self.windowed and self.rules.writes_halo_windows and (
+                self.reader_names(value, op) & ELEMENTWISE_OPS):
+            # the halo exchange's concatenated array (``OpNeeds.windowed``), which
+            # elementwise readers read their slices of (a split's ``silu(g) * u``);
+            # read by a reshape for dots, a fusion copies the slice out of it and the
+            # array dies there (a fused QKV projection's split: the slice's own buffer)
+            return True
         if self.fused_into_dots(value, op):
             return False
         name = graph.op_name[op]

@@ -53,7 +53,8 @@ not divide counting padded like XLA pads it:
   halos and the part of its own shard read: ``halos.exchanged_window_bytes``),
   each reader fusing its shard's dynamic-slice of it; XLA:CPU writes that
   concatenate as a kernel of its own (``PlatformRules.writes_halo_windows``), so
-  the slice's result is a buffer of the window's bytes;
+  where elementwise ops read the slice its result is a buffer of the window's
+  bytes;
 * duplicated producers (``duplication``): a cheap fusible value (one large
   operand) that a convolution or dot reads is kept for those only; the ops
   that can fuse it compute it again, reading its operands;
