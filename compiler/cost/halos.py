@@ -205,13 +205,35 @@ def _trimmed(base: int, shard: int, count: int, windows: int, full: int, window:
     return count, shard, padding_left
 
 
-def windowed_halos(base: int, count: int, window: WindowDim
-                   ) -> tuple[list[int], int] | str | None:
-    """The collective-permutes (elements along the dimension) that read a window over a
-    dimension of ``base`` elements split in ``count`` shards, and the windowed shard's
-    size after them (``ReshardAsWindowedInput`` then ``ExchangeHaloAndGetValidData``);
-    ``BEYOND`` where a halo is beyond the neighbours; None where XLA partitions the
-    read otherwise (strides across dilations, shards without output beside dilations)."""
+@dataclass(frozen=True)
+class _Reads:
+    """What each shard of a windowed dimension reads: ``left(i)`` / ``right(i)`` halo
+    elements beyond its own shard of ``shard`` (negative: that much of it unread),
+    ``windowed`` the most any shard reads, over ``count`` shards of the ``exchanged``
+    elements (fewer than the dimension's where XLA trims shards without output)."""
+
+    count: int
+    shard: int
+    exchanged: int
+    padding_left: int
+    left: Offsets
+    right: Offsets
+    windowed: int
+
+    def compact(self) -> bool:
+        """Whether XLA reads the window compactly (``ExchangeHaloCompact``): each shard
+        reads as much as its window from far beyond its neighbours."""
+        left, right, count = self.left, self.right, self.count
+        return (self.padding_left == left(0)
+                and self.shard + max(left(i) + right(i) for i in range(count)) == self.windowed
+                and max(max(left(i), right(i)) for i in range(count)) > 2 * self.windowed)
+
+
+def _window_reads(base: int, count: int, window: WindowDim) -> _Reads | int | None:
+    """``_Reads`` of a window over a dimension of ``base`` elements split in ``count``
+    shards; the shard size where no shard reads beyond its own; None where XLA
+    partitions the read otherwise (strides across dilations, shards without output
+    beside dilations)."""
     shard = _ceil(base, count)
     dilated = 1 + (window.size - 1) * window.window_dilation
     full = (1 + (base - 1) * window.base_dilation + window.padding_high
@@ -229,7 +251,7 @@ def windowed_halos(base: int, count: int, window: WindowDim
             return None  # shards without output beside dilations: not modelled
         trimmed = _trimmed(base, shard, count, windows, full, window)
         if trimmed is None:
-            return [], shard
+            return shard
         count, shard, padding_left = trimmed
         exchanged = shard * count
     if stride != 1 and (stride * per_shard) % dilation:
@@ -249,15 +271,46 @@ def windowed_halos(base: int, count: int, window: WindowDim
         return limit(i) - (shard * i + shard + padding_left)
 
     windowed = max(limit(i) - start(i) for i in range(count))
-    if padding_left == left(0):
-        widest = max(max(left(i), right(i)) for i in range(count))
-        if (shard + max(left(i) + right(i) for i in range(count)) == windowed
-                and widest > 2 * windowed):
-            if windowed * 2 >= count * shard:
-                return BEYOND
-            return exchange_halo_compact(exchanged, shard, count, left, right), windowed
+    return _Reads(count, shard, exchanged, padding_left, left, right, windowed)
+
+
+def windowed_halos(base: int, count: int, window: WindowDim
+                   ) -> tuple[list[int], int] | str | None:
+    """The collective-permutes (elements along the dimension) that read a window over a
+    dimension of ``base`` elements split in ``count`` shards, and the windowed shard's
+    size after them (``ReshardAsWindowedInput`` then ``ExchangeHaloAndGetValidData``);
+    ``BEYOND`` where a halo is beyond the neighbours; None where XLA partitions the
+    read otherwise (strides across dilations, shards without output beside dilations)."""
+    reads = _window_reads(base, count, window)
+    if reads is None or isinstance(reads, int):
+        return None if reads is None else ([], reads)
+    count, shard, left, right = reads.count, reads.shard, reads.left, reads.right
+    windowed = reads.windowed
+    if reads.compact():
+        if windowed * 2 >= count * shard:
+            return BEYOND
+        return exchange_halo_compact(reads.exchanged, shard, count, left, right), windowed
     halos = exchange_halo(shard, count, left, right)
     return BEYOND if halos is None else (halos, windowed)
+
+
+def exchanged_extent(base: int, count: int, window: WindowDim) -> int | None:
+    """The elements along the dimension of the array ``ExchangeHalo`` concatenates for
+    a window over a dimension of ``base`` elements in ``count`` shards: the left
+    halos, the part of the shard some shard reads, the right halos. The windowed
+    op's result is a dynamic-slice of it, at each shard's offset, that its readers
+    fuse. None where no halo is exchanged or XLA reads the window otherwise."""
+    found = windowed_halos(base, count, window)
+    if not isinstance(found, tuple) or not found[0]:
+        return None
+    reads = _window_reads(base, count, window)
+    if reads.compact():
+        return None  # ``exchange_halo_compact``'s pieces: not this layout
+    shard, count, left, right = reads.shard, reads.count, reads.left, reads.right
+    left_bound = -max(left(i) for i in range(count))
+    right_bound = shard + max(right(i) for i in range(count))
+    middle = max(0, min(shard, right_bound) - max(0, left_bound))
+    return sum(found[0]) + middle
 
 
 def _shard_sizes(tensor: Tensor, counts: list[int]) -> list[int]:
@@ -313,6 +366,43 @@ def window_halo_collectives(operand: Tensor, result: Tensor, windows: list[Windo
         halos, local[d] = found
         out.extend(_permutes(operand, local, d, halos, _names(dst[d])))
     return out
+
+
+def exchanged_window_bytes(operand: Tensor, result: Tensor, windows: list[WindowDim],
+                           src: list | None = None) -> int | None:
+    """Per-device bytes of the array the last halo exchange of reading ``windows`` of
+    ``operand`` into ``result``'s sharding concatenates (``exchanged_extent`` along its
+    dimension, the windowed shard along the dimensions exchanged before it, the
+    operand's shard elsewhere): what the windowed op's readers read, a slice of it
+    each. None where no dimension exchanges a halo (``window_halo_collectives``'
+    arguments)."""
+    rank = len(operand.shape)
+    if operand.sharding is None or result.sharding is None:
+        return None
+    dst = dim_axes(result.sharding, rank)
+    if src is None:
+        src = dim_axes(operand.sharding, rank)
+    counts = _counts(dst)
+    local = _shard_sizes(operand, counts)
+    found = None
+    for d, window in enumerate(windows):
+        if counts[d] <= 1 or not src[d] or window == WindowDim():
+            continue
+        halos = windowed_halos(operand.shape[d], counts[d], window)
+        if not isinstance(halos, tuple):
+            return None
+        extent = exchanged_extent(operand.shape[d], counts[d], window)
+        if extent is not None:
+            shape = list(local)
+            shape[d] = extent
+            found = shape
+        local[d] = halos[1]
+    if found is None:
+        return None
+    total = operand.element_bytes
+    for size in found:
+        total *= size
+    return total
 
 
 def _windowed_dims_replicated(operand: Tensor, src: list, windows: list[WindowDim]

@@ -190,6 +190,13 @@ class PlatformRules:
     # where the dimension it makes whole is not the major one (``OpNeeds.exchanged``);
     # XLA:TPU's all-to-all writes the result in place.
     concatenates_all_to_all: bool = False
+    # Whether the array a halo exchange concatenates (a slice of a dimension sharded in
+    # its operand and result: the neighbours' halos and the shard's own part) is a
+    # buffer its readers read their shard of, not fused into them (XLA:CPU emits a
+    # concatenate as a kernel of its own: ``concatenate.12`` of a PaLM-like MLP's
+    # ``jnp.split``, live from the forward's silu to the backward's; never validated
+    # against XLA:TPU's fusion).
+    writes_halo_windows: bool = False
     # Whether a fusible value computed from buffers that are read until its last
     # reader anyway is recomputed in each reader instead of kept: XLA:TPU fuses it
     # into its consumers (a dot's operand too), e.g. attention's probabilities,
@@ -346,7 +353,7 @@ CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as
                     fusible=frozenset({"stablehlo.gather"}), tuple_pointer_bytes=8,
                     expands_select_and_scatter=True, duplicates_cheap_producers=True,
                     concatenates_all_to_all=True, expands_optimization_barriers=True,
-                    expands_batch_group_convolutions=True)
+                    expands_batch_group_convolutions=True, writes_halo_windows=True)
 # The combine threshold is XLA:TPU's default all-reduce combiner size (the
 # step's gradients of the bench's programs combine into one op per device group).
 # The windowed reduce-scatter's threshold: XLA:TPU v5e compiles (16x16 and 4x4

@@ -46,6 +46,7 @@ _WRITING_OWN_RESULTS = _PER_ELEMENT_BODIES | {"stablehlo.while", "stablehlo.case
 _PASS_ON = frozenset({"sdy.data_flow_edge", "sdy.sharding_constraint", "sdy.reshard",
                       "sdy.propagation_barrier"})
 _BARRIER = "stablehlo.optimization_barrier"
+_COLLECTIVE = "collective"  # a reader standing for a reshard that moves data
 _CONSTRAINT = "sdy.sharding_constraint"
 # the ops whose all-reduced partial sums XLA's reassociation adds before reducing: dots,
 # and the sums it has reassociated already
@@ -166,6 +167,7 @@ class LivenessWalker:
         self.scattered, self.relaid = found.scattered, found.relaid
         self.converted = found.converted
         self.exchanged = found.exchanged
+        self.windowed = found.windowed
         for op, body in found.bodies.items():
             # a custom_partitioning op's inlined body runs in its place
             self.extra[op] = self.extra.get(op, 0) + self.body_bytes(body)
@@ -388,12 +390,19 @@ class LivenessWalker:
         graph = self.graph
         if value in self.exchanged:
             return True  # an all-to-all writes it (``OpNeeds.exchanged``)
+        if value in self.windowed and self.rules.writes_halo_windows and (
+                self.reader_names(value, op) & ELEMENTWISE_OPS):
+            # the halo exchange's concatenated array (``OpNeeds.windowed``), which
+            # elementwise readers read their slices of (a split's ``silu(g) * u``);
+            # read by a reshape for dots, a fusion copies the slice out of it and the
+            # array dies there (a fused QKV projection's split: the slice's own buffer)
+            return True
         if self.fused_into_dots(value, op):
             return False
         name = graph.op_name[op]
         if name in _FREE and value not in self.moved:
             return False
-        users = {graph.op_name[self.top_user(u, op)] for u, _ in graph.uses[value]}
+        users = self.reader_names(value, op)
         if name == "stablehlo.transpose" and users == {"stablehlo.dot_general"}:
             return False  # XLA's transpose folding makes it the dot's dimension numbers
         if name in FUSIBLE and graph.uses[value] and all(
@@ -406,6 +415,26 @@ class LivenessWalker:
         if (name in FUSIBLE or name in fusible) and users <= _FUSING_CONSUMERS | fusible:
             return self.shared(value, op) or self.outside_offloaded_reduction(value, op)
         return True
+
+    def reader_names(self, value: int, op: int) -> set[str]:
+        """The names of the ops of ``op``'s block reading ``value``, seen through the
+        ops that pass it on unmoved (a sharding constraint): a constrained ``silu(g) * u``
+        read by dots is a buffer as an unconstrained one is (PaLM-like MLPs'
+        ``multiply_bitcast_fusion``, live from the forward's dot to the backward's). A
+        pass-on that moves the value is a collective, which reads a buffer."""
+        graph = self.graph
+        found: set[str] = set()
+        stack = [value]
+        while stack:
+            for user, _ in graph.uses[stack.pop()]:
+                top = self.top_user(user, op)
+                if top != user or graph.op_name[user] not in _PASS_ON:
+                    found.add(graph.op_name[top])
+                elif any(r in self.moved for r in graph.op_results[user]):
+                    found.add(_COLLECTIVE)
+                else:
+                    stack.extend(graph.op_results[user])
+        return found
 
     def reads_copy(self, value: int, user: int) -> bool:
         """Whether dot ``user`` reads ``value`` from the copy made in its layout
@@ -1074,7 +1103,7 @@ class LivenessWalker:
             for k, value in enumerate(graph.op_results[op]):
                 if value in returned or not self.materialised(value, op):
                     continue
-                size = self.reduced_bytes(value)
+                size = self.windowed.get(value) or self.reduced_bytes(value)
                 if op in self.reduced and not self.one_output(value, op):
                     # the all-reduce's result, in the type it is reduced in; a widened
                     # one is an array of its own that XLA may place in an output's

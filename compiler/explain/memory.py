@@ -23,7 +23,9 @@ not divide counting padded like XLA pads it:
   rsqrt, ...) or feeds a reduction, directly or, when XLA:CPU hands the
   reduction to YNNPACK (an f32 sum/max/min of at least 4096 elements per
   device), through a chain of fused ops each read once (an RMS norm's
-  ``x * x``); a transpose read only by dots is
+  ``x * x``); a value's users are seen through the sharding constraints that
+  pass it on unmoved (a constrained ``silu(g) * u`` read by dots is a buffer);
+  a transpose read only by dots is
   folded into them; chlo's elementwise ops (``square``, ``erf``) fuse alike. A buffer is freed after the last op reading it, a fused reader
   reading it where its own readers run. Values returned from the function
   (and the ops producing them) live in the output buffers, not in
@@ -46,6 +48,13 @@ not divide counting padded like XLA pads it:
   convolution reads the copy, not the operand (a fusible operand read only so,
   a kernel's reverse, is computed in its copy), as an op reading a reshard an
   earlier op made reads that buffer;
+* halo windows: a slice of a dimension sharded in both its operand and its
+  result reads the array XLA's halo exchange concatenates (the neighbours'
+  halos and the part of its own shard read: ``halos.exchanged_window_bytes``),
+  each reader fusing its shard's dynamic-slice of it; XLA:CPU writes that
+  concatenate as a kernel of its own (``PlatformRules.writes_halo_windows``), so
+  where elementwise ops read the slice its result is a buffer of the window's
+  bytes;
 * duplicated producers (``duplication``): a cheap fusible value (one large
   operand) that a convolution or dot reads is kept for those only; the ops
   that can fuse it compute it again, reading its operands;

@@ -19,6 +19,7 @@ from jaxlib.mlir.ir import IntegerAttr
 
 from shardc.compiler.cost.custom_partitioning import custom_partitioned_body, is_custom_partitioned
 from shardc.compiler.cost.fusion import CHLO_ELEMENTWISE, FREE, FUSIBLE
+from shardc.compiler.cost.halos import exchanged_window_bytes, slice_windows
 from shardc.compiler.cost.indexed import indexed_communication
 from shardc.compiler.cost.op_comm import computation_axes, required_sharding
 from shardc.compiler.cost.platforms import active_rules
@@ -84,6 +85,9 @@ class OpNeeds:
     converted: set[tuple] = field(default_factory=set)
     # results an indexed op computes in one sharding and all-to-alls to the declared one
     exchanged: set[int] = field(default_factory=set)
+    # slice result -> bytes of the array its halo exchange concatenates, which its
+    # readers read (``halos.exchanged_window_bytes``)
+    windowed: dict[int, int] = field(default_factory=dict)
     # custom_partitioning op -> its partition rule's per-device body (MLIR bytecode)
     bodies: dict[int, bytes] = field(default_factory=dict)
     _resharded: set[tuple] = field(default_factory=set)  # reshard keys seen so far
@@ -213,6 +217,16 @@ class OpNeeds:
         rule, operands, results = ruled
         if all(r.sharding is None for r in results):
             return
+        if name == "stablehlo.slice" and operands[0].sharding is not None \
+                and results[0].sharding is not None:
+            # XLA's slice handler reads the operand at the result's sharding, through a
+            # halo exchange where a sliced dimension is sharded in both
+            rank = len(results[0].shape)
+            window = exchanged_window_bytes(
+                operands[0], results[0], slice_windows(graph.ops[op], operands[0].shape),
+                dim_axes(results[0].sharding, rank))
+            if window:
+                self.windowed[graph.op_results[op][0]] = window
         mesh = values.mesh_of(*(t.sharding for t in results + operands))
         if is_custom_partitioned(graph.ops[op]) and mesh:
             partitioned = custom_partitioned_body(graph.ops[op], operands, results, mesh,

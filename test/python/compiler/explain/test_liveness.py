@@ -61,9 +61,11 @@ def test_estimate_unchanged_on_benchmark_programs(programs, name):
 # comm_report gathers a contraction on an axis its result uses a sub-axis of (the
 # heads on "model":(1)4), as XLA does, where it kept partial sums: the unrolled and
 # remat estimates grow towards XLA's temporaries (145984 -> 150080, XLA 204328;
-# 100992 -> 103040, XLA 136664).
+# 100992 -> 103040, XLA 136664). A value read through a sharding constraint by dots
+# is a buffer as an unconstrained one is (the unrolled step's constrained
+# activations): 150080 -> 152128.
 TINY_BEFORE = {
-    "unrolled": (8704, 8628, 150080, 0),
+    "unrolled": (8704, 8628, 152128, 0),
     "scan": (8704, 8556, 215488, 0),
     "remat": (8704, 8556, 103040, 0),
 }

@@ -326,3 +326,53 @@ def test_rows_all_to_alled_to_the_batch_are_a_buffer_for_their_dots():
     stats = compiled.memory_analysis()
     assert "concatenate(" in compiled.as_text()
     assert abs(estimate.net_bytes / _net(stats) - 1) <= 0.10, (estimate.net_bytes, _net(stats))
+
+
+def _constrained_gated_mlp(mesh):
+    def loss(w1, w2, x):
+        h = x @ w1
+        gated = jax.nn.silu(h[..., :256]) * h[..., 256:]
+        gated = jax.lax.with_sharding_constraint(gated, NamedSharding(mesh, P("data", "model")))
+        return jnp.sum(jnp.tanh(gated @ w2))
+    return loss
+
+
+def test_constrained_value_read_by_dots_is_a_buffer():
+    # A sharding constraint passes its operand on: the gated activation, read through
+    # it by the forward's dot and the backward's weight-gradient dot, is a buffer
+    # (XLA's multiply fusion) from one to the other, as it is unconstrained; the
+    # model saw the constraint as a fusing reader and counted none (0.75x XLA's temp).
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    step = sc.jit(jax.grad(_constrained_gated_mlp(mesh), argnums=(0, 1)),
+                  in_shardings=(NamedSharding(mesh, P()), NamedSharding(mesh, P("model", None)),
+                                NamedSharding(mesh, P("data"))))
+    lowered = step.lower(jnp.ones((128, 512)), jnp.ones((256, 128)), jnp.ones((256, 128)))
+    estimate = lowered.memory_estimate()
+    stats = lowered.compile().memory_analysis()
+    assert abs(estimate.temp_bytes / stats.temp_size_in_bytes - 1) <= 0.05, (
+        estimate.temp_bytes, stats.temp_size_in_bytes)
+
+
+def _split_gated_mlp(w1, w2, x):
+    g, u = jnp.split(x @ w1, 2, -1)
+    return jnp.sum(jnp.tanh((jax.nn.silu(g) * u) @ w2))
+
+
+def test_halo_exchange_of_a_split_is_a_buffer_its_readers_slice():
+    # Splitting a dimension sharded over "model" in halves moves half of each shard to
+    # the neighbour: XLA's slice handler concatenates the neighbour's halo and its
+    # own part (f32[64,256] per device, twice the half's shard), and each reader
+    # fuses its dynamic-slice of it; XLA:CPU writes each concatenate as a kernel
+    # of its own, a buffer (the model fused the slices away: half XLA's temp).
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    step = sc.jit(_split_gated_mlp, in_shardings=(
+        NamedSharding(mesh, P(None, "model")), NamedSharding(mesh, P("model", None)),
+        NamedSharding(mesh, P("data"))))
+    lowered = step.lower(jnp.ones((128, 512)), jnp.ones((256, 128)), jnp.ones((256, 128)))
+    estimate = lowered.memory_estimate()
+    compiled = lowered.compile()
+    stats = compiled.memory_analysis()
+    text = compiled.as_text()
+    assert text.count("f32[64,256]{1,0} concatenate(") == 2 and "collective-permute" in text
+    assert abs(estimate.temp_bytes / stats.temp_size_in_bytes - 1) <= 0.05, (
+        estimate.temp_bytes, stats.temp_size_in_bytes)
