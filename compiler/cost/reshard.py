@@ -719,11 +719,10 @@ def all_reduce(result: Tensor, over: Sequence[AxisRef], *, shaped: bool = True) 
     kind = REDUCE_SCATTER if scattered and rules.scatters_over(
         size_product(over), shard, scattered) else ALL_REDUCE
     moved = collective_element_bytes(result.element_bytes, result.dtype, rules)
-    if kind == REDUCE_SCATTER and shaped:
-        padded = _padded_scatter(result, over, shard, scattered, rules)
-        if padded is not None:  # the all-reduce runs over every device's padded shard
-            rows, dim, rest = padded
-            return Collective(kind, axis_names(over), size_product(over) * rows * rest * moved)
+    padded = _padded_scatter(result, over, rules) if kind == REDUCE_SCATTER and shaped else None
+    if padded is not None:  # the all-reduce runs over every device's padded shard
+        _, rows, row_elements = padded
+        return Collective(kind, axis_names(over), size_product(over) * rows * row_elements * moved)
     return Collective(kind, axis_names(over), shard_bytes(result.shape, moved, kept))
 
 
@@ -734,28 +733,27 @@ def reduce_scatter_halo(result: Tensor, over: Sequence[AxisRef]) -> Collective |
     i S, so each device passes the last (n - 1)(S' - S) rows it computed to the next one
     (one permute of that many rows, the largest overhang); None where nothing moves."""
     rules = active_rules()
-    axes = dim_axes(result.sharding, len(result.shape))
-    scattered = [k for k, dim in enumerate(axes) if any(a in over for a in dim)]
-    shard = shard_shape(result.shape, axes)
-    if not scattered or not rules.scatters_over(size_product(over), shard, scattered):
+    if all_reduce(result, over).kind != REDUCE_SCATTER:
         return None
-    padded = _padded_scatter(result, over, shard, scattered, rules)
+    padded = _padded_scatter(result, over, rules)
     if padded is None:
         return None
-    rows, dim, rest = padded
+    declared, rows, row_elements = padded
     moved = collective_element_bytes(result.element_bytes, result.dtype, rules)
     return Collective(COLLECTIVE_PERMUTE, axis_names(over),
-                      (size_product(over) - 1) * (rows - shard[dim]) * rest * moved)
+                      (size_product(over) - 1) * (rows - declared) * row_elements * moved)
 
 
-def _padded_scatter(result: Tensor, over: Sequence[AxisRef], shard: Sequence[int],
-                    scattered: Sequence[int], rules: PlatformRules
+def _padded_scatter(result: Tensor, over: Sequence[AxisRef], rules: PlatformRules
                     ) -> tuple[int, int, int] | None:
-    """(rows per device, scattered dimension, elements per row) of a reduce-scatter
-    the platform pads, scattered on one dimension that its fusion's layout (scattered
-    dimensions major) makes the rows: every other dimension but the minor one of one
-    element per device. None where it pads nothing, or where the overhang would
-    reach past the next device (more than one shard: not measured)."""
+    """(declared rows per device, rows it computes, elements per row) of a reduce-scatter
+    of ``result`` over ``over`` that the platform pads, scattered on one dimension that
+    its fusion's layout (scattered dimensions major) makes the rows: every other
+    dimension but the minor one of one element per device. None where it pads nothing,
+    or where the overhang would reach past the next device (not measured)."""
+    axes = dim_axes(result.sharding, len(result.shape))
+    shard = shard_shape(result.shape, axes)
+    scattered = [k for k, dim in enumerate(axes) if any(a in over for a in dim)]
     if len(scattered) != 1 or len(shard) < 2:
         return None
     dim = scattered[0]
@@ -766,7 +764,7 @@ def _padded_scatter(result: Tensor, over: Sequence[AxisRef], shard: Sequence[int
     rows = rules.reduce_scatter_rows(shard[dim], devices, result.element_bytes)
     if rows == shard[dim] or (devices - 1) * (rows - shard[dim]) > shard[dim]:
         return None
-    return rows, dim, shard[others[-1]]
+    return shard[dim], rows, shard[others[-1]]
 
 
 def dot_partial_sums(result: Tensor, reduced: Sequence[Sequence[AxisRef]], *,
