@@ -51,7 +51,7 @@ from jax.sharding import PartitionSpec as P
 
 from bench import plan_speed
 from shardc.compiler import jit
-from shardc.runtime.collectives import shape_bytes
+from shardc.runtime.collectives import result_bytes, shape_bytes
 
 KINDS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
 REDUCTIONS = ("all-reduce", "reduce-scatter")
@@ -214,7 +214,7 @@ _CALLS = re.compile(r"\b(calls|to_apply|body|condition|branch_computations)="
 _WHILE = re.compile(r"condition=(%[\w.\-]+), body=(%[\w.\-]+)")
 _TRIPS = re.compile(r'known_trip_count":\{"n":"(\d+)"')
 _BOUND = re.compile(r"constant\((\d+)\)")
-_COLLECTIVE = re.compile(r"=\s*(\(.*?\)|\S+)\s+(" + "|".join(KINDS) + r")(?:-start)?\(([^)]*)\)")
+_COLLECTIVE = re.compile(r"=\s*(\(.*?\)|\S+)\s+(" + "|".join(KINDS) + r")(-start)?\(([^)]*)\)")
 _CHANNEL = re.compile(r"channel_id=(\d+)")
 # The computations XLA:TPU's collective pipelining splits an asynchronous collective
 # into (its start and the steps it overlaps with compute), each holding a copy.
@@ -276,7 +276,7 @@ def step_collectives(hlo_text: str) -> dict[str, tuple[int, int]]:
             # channel_id=1), each run by its own caller.
             split = name.startswith(_SPLIT_COPIES)
             key = (kind, channel.group(1) if channel and split else f"{name}:{line}")
-            size = max(shape_bytes(match.group(1)), shape_bytes(match.group(3)))
+            size = max(result_bytes(match.group(1), bool(match.group(3))), shape_bytes(match.group(4)))
             # A split collective's copies may sit in a loop its steps overlap with:
             # it runs as often as the least-run copy (its start).
             count = runs_of(name)

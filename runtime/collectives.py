@@ -34,7 +34,8 @@ _ELEMENT_BYTES = {
 
 # `%name = <result shape> <kind>[-start](<operands>), attributes`
 _INSTRUCTION = re.compile(
-    r"=\s*(?P<result>\(.*?\)|\S+)\s+(?P<kind>" + "|".join(KINDS) + r")(?:-start)?\((?P<operands>[^)]*)\)"
+    r"=\s*(?P<result>\(.*?\)|\S+)\s+(?P<kind>" + "|".join(KINDS) + r")(?P<start>-start)?"
+    r"\((?P<operands>[^)]*)\)"
 )
 # XLA:TPU forms a reduce-scatter as a fusion of an all-reduce and the dynamic-slice
 # of each device's part, calling a computation of this name: the all-reduce in it
@@ -102,6 +103,34 @@ def shape_bytes(text: str) -> int:
     return total
 
 
+def result_bytes(result: str, start: bool = False) -> int:
+    """Bytes of a collective's result shape ``result``. An asynchronous one's start
+    (``collective-permute-start``, ``all-gather-start``) defines a tuple of its operand,
+    its result and, for a permute, two u32 contexts: its result is the tuple's second
+    element, not the tuple's sum (which would count the operand and the result)."""
+    if start and result.startswith("("):
+        elements = _top_level(result[1:-1])
+        if len(elements) > 1:
+            return shape_bytes(elements[1])
+    return shape_bytes(result)
+
+
+def _top_level(text: str) -> list[str]:
+    """The comma-separated elements of ``text`` outside any brackets (a layout's
+    ``{1,0}``, a shape's ``[4,2]``, a nested tuple's parentheses)."""
+    elements, depth, start = [], 0, 0
+    for k, char in enumerate(text):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            elements.append(text[start:k].strip())
+            start = k + 1
+    elements.append(text[start:].strip())
+    return elements
+
+
 def find_collectives(hlo_text: str) -> list[Collective]:
     """Every collective instruction in an HLO module's text, in order, with its source."""
     frames = stack_frames(hlo_text)
@@ -121,7 +150,7 @@ def find_collectives(hlo_text: str) -> list[Collective]:
         kind = match.group("kind")
         if kind == "all-reduce" and computation.startswith(_REDUCE_SCATTER_FUSION):
             kind = "reduce-scatter"  # XLA:TPU's: an all-reduce and a slice, fused
-        result = shape_bytes(match.group("result"))
+        result = result_bytes(match.group("result"), bool(match.group("start")))
         operands = shape_bytes(match.group("operands")) or sum(
             shape_bytes(shapes.get(name, "")) for name in _OPERAND_NAME.findall(match.group("operands")))
         op_name, frame_id = _OP_NAME.search(line), _FRAME_ID.search(line)

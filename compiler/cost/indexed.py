@@ -38,12 +38,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from math import prod
 
-from shardc.compiler.cost.op_comm import OpCommunication, dims_text
+from shardc.compiler.cost.op_comm import HALO_REASON, OpCommunication, dims_text
 from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.cost.reshard import (
     Collective,
     all_reduce,
     collective_element_bytes,
+    reduce_scatter_halo,
     reshard_tensor,
 )
 from shardc.compiler.propagation.projection import projected_axes
@@ -128,6 +129,10 @@ class _Op:
 
     def all_reduce(self, role: str, fa: FactorAxes, over: tuple) -> Collective:
         return all_reduce(replace(self.tensors[role], sharding=self.sharding(role, fa)), over)
+
+    def reduce_scatter_halo(self, role: str, fa: FactorAxes, over: tuple) -> Collective | None:
+        return reduce_scatter_halo(
+            replace(self.tensors[role], sharding=self.sharding(role, fa)), over)
 
     def classes(self) -> _Classes:
         data, idx, slices = self.factors("data"), self.factors("indices"), self.factors("slices")
@@ -547,8 +552,11 @@ def _communications(op: _Op, steps) -> list[OpCommunication]:
             _, role, fa, over = step
             reason = ("partial sums of an indexed op sharded over "
                       + ", ".join(map(str, over)))
-            out.append(OpCommunication(None, reason, op.all_reduce(
-                role, _sliced_after(fa, over, steps[k + 1:k + 2]), over)))
+            sliced = _sliced_after(fa, over, steps[k + 1:k + 2])
+            out.append(OpCommunication(None, reason, op.all_reduce(role, sliced, over)))
+            halo = op.reduce_scatter_halo(role, sliced, over)
+            if halo is not None:
+                out.append(OpCommunication(None, HALO_REASON, halo))
             continue
         _, role, src, dst = step
         if src == dst:

@@ -30,6 +30,7 @@ from shardc.compiler.cost.reshard import (
     axis_names,
     dot_partial_sums,
     mesh_axes,
+    reduce_scatter_halo,
     reshard_tensor,
 )
 from shardc.compiler.propagation.projection import AXES, project, projected_axes
@@ -53,6 +54,9 @@ XLA_REPLICATED_OPS = frozenset({"chlo.top_k", "stablehlo.fft", UNPARTITIONED_CON
 # one, tiled as the operand was), all-gathers them over the axes reduced over and
 # reduces the gathered results again (checked on XLA:CPU: argmax over a sharded axis).
 VARIADIC_REDUCE = REDUCE = "stablehlo.reduce"
+# Why a padded reduce-scatter is followed by a collective-permute
+# (``reshard.reduce_scatter_halo``).
+HALO_REASON = "the rows of each device's shard its padded reduce-scatter left on the previous one"
 # A custom call XLA has no partitioner for (a LAPACK factorization...) runs on every
 # device along the factors its rule shares with its results (batch dims) and needs
 # every other factor of its operands whole: XLA all-gathers them (checked on XLA:CPU:
@@ -481,6 +485,7 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
                     if collective.kind == REDUCE_SCATTER:
                         collective = all_reduce(result, step)
                     out.append(OpCommunication(None, reason, collective))
+                    out += _halo(collective, result, step)
                 continue
             collective = all_reduce(result, over)
             if reduces_per_dim:
@@ -501,6 +506,7 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
             else:
                 reason = "partial sums of a reduction sharded over " + ", ".join(map(str, over))
             out.append(OpCommunication(None, reason, collective))
+            out += _halo(collective, result, over)
     for computed, wanted in zip(results, declared):
         if computed is wanted:
             continue
@@ -510,6 +516,16 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
         out.extend(OpCommunication(None, reason, collective, source=source)
                    for collective in reshard_tensor(computed, wanted.sharding, mesh))
     return out
+
+
+def _halo(collective: Collective, result: Tensor, over: Sequence[AxisRef]
+          ) -> list[OpCommunication]:
+    """The permute completing ``collective``, a reduce-scatter the platform pads
+    (``reshard.reduce_scatter_halo``); none for another collective."""
+    if collective.kind != REDUCE_SCATTER:
+        return []
+    halo = reduce_scatter_halo(result, over)
+    return [] if halo is None else [OpCommunication(None, HALO_REASON, halo)]
 
 
 def _reduced_as_operand(rule: OpShardingRule, operand: Tensor, results: Sequence[Tensor]

@@ -13,6 +13,12 @@ collectives but differs in a few measurable ways, each one field here:
   axes it was reduced over, e.g. an FSDP weight gradient) into one
   reduce-scatter, counted at its operand as XLA counts it, the all-reduce's
   bytes; XLA:CPU keeps the all-reduce and the dynamic-slice;
+* padded reduce-scatter: XLA:TPU's reduce-scatter of a shard scattered on its rows
+  runs its all-reduce in equal chunks of whole row tiles per device
+  (``reduce_scatter_chunk_tiles``), so a shard may be padded (Llama-3.2-1B's
+  embedding gradient over 4 devices: 32064 rows computed as 32112), counted padded,
+  and one collective-permute passes the rows each device computed past its own
+  shard's end to the next device;
 * all-reduce combining: XLA:TPU combines independent all-reduces into one op
   up to ``all_reduce_combine_bytes``, so the count falls and the bytes stay;
   XLA:CPU combines none of a step's gradients in the figures measured, so
@@ -114,6 +120,15 @@ class PlatformRules:
     # tiles of ``tile[1]`` elements, times the devices is at most this (0: any); else
     # the all-reduce and the slice stay.
     reduce_scatter_tile_factor: int = 0
+    # XLA:TPU's reduce-scatter (the all-reduce-scatter fusion) of a result scattered on
+    # its rows (the shard's second-minor dimension, in tiles of ``tile[0]`` rows of 32-bit
+    # words) runs its all-reduce in chunks of at most this many row tiles per device,
+    # by devices in the group (a larger group: the entry of the largest measured size
+    # it holds): each device's shard is a whole number of tiles per chunk, the chunks
+    # equal, so a shard is padded up to that (``reduce_scatter_rows``), and the rows
+    # each device then lacks of its declared shard come from its neighbour by one
+    # collective-permute (empty: never padded).
+    reduce_scatter_chunk_tiles: Mapping[int, int] = field(default_factory=dict)
     # Over more devices than ``reduce_scatter_max_devices``, an all-gather of a shard
     # of at most this many bytes is an all-reduce of the gathered buffer, each device's
     # shard written into zeros (0: never): the same bytes, another kind.
@@ -272,6 +287,20 @@ class PlatformRules:
         tiles = -(-minor // self.tile[1])
         return largest_prime_factor(tiles) * devices <= self.reduce_scatter_tile_factor
 
+    def reduce_scatter_rows(self, rows: int, devices: int, element_bytes: int) -> int:
+        """Rows per device XLA:TPU's reduce-scatter over ``devices`` computes for a shard
+        of ``rows`` rows of ``element_bytes`` elements (``reduce_scatter_chunk_tiles``):
+        ``rows`` where it needs no padding."""
+        chunk = self.reduce_scatter_chunk_tiles.get(
+            max((size for size in self.reduce_scatter_chunk_tiles if size <= devices),
+                default=0), 0)
+        if not chunk or self.tile is None:
+            return rows
+        tile_rows = self.tile[0] * max(4 // element_bytes, 1)
+        tiles = -(-rows // tile_rows)
+        chunks = -(-tiles // chunk)
+        return max(rows, _round_up(tiles, chunks) * tile_rows)
+
     def gathers_by_all_reduce(self, devices: int, gathered_bytes: int) -> bool:
         """Whether an all-gather over ``devices`` devices of ``gathered_bytes`` (its
         result) runs as an all-reduce (``all_gathers_as_all_reduce_below``)."""
@@ -385,10 +414,17 @@ CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as
 # form, 61 and 67 do not; over 16, 61 and 67 form, 127 does not (nor 97). A result
 # scattered on its columns is laid out columns-major, its rows the minor dimension
 # ([2048, 3712] sharded on 3712 over 64: formed; [3712, 2048] on 2048: not).
+# The reduce-scatter's chunks: a scatter-add's [n x rows, 32] partial sums scattered on
+# the rows over n devices of "model" (v5e 16x16, n = 2 to 32; the same for 16 to 256
+# columns): the shard each computes is k ceil(t / k) tiles of 16 bf16 rows, t its
+# tiles, k = ceil(t / chunk) with one chunk size per group size that fits every compile
+# (over 2 devices between 301 and 308 tiles, 4: 223 to 233, 8: 151 to 166, 16: 63 to
+# 71; over 32 as over 16 in the two measured).
 TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_reshards=False,
                     all_gather_cse_distance=100,
                     forms_reduce_scatter=True, reduce_scatter_max_devices=128,
                     reduce_scatter_tile_factor=1664,
+                    reduce_scatter_chunk_tiles={2: 304, 4: 228, 8: 158, 16: 64},
                     all_gathers_as_all_reduce_below=64 << 10,
                     all_reduce_combine_bytes=256 << 20,
                     windowed_reduce_scatter_above=4096, windows_loop_all_gathers=True,

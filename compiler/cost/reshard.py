@@ -718,9 +718,53 @@ def all_reduce(result: Tensor, over: Sequence[AxisRef], *, shaped: bool = True) 
     shard = shard_shape(result.shape, axes) if shaped else None
     kind = REDUCE_SCATTER if scattered and rules.scatters_over(
         size_product(over), shard, scattered) else ALL_REDUCE
-    return Collective(kind, axis_names(over), shard_bytes(
-        result.shape, collective_element_bytes(result.element_bytes, result.dtype, rules),
-        kept))
+    moved = collective_element_bytes(result.element_bytes, result.dtype, rules)
+    padded = _padded_scatter(result, over, rules) if kind == REDUCE_SCATTER and shaped else None
+    if padded is not None:  # the all-reduce runs over every device's padded shard
+        _, rows, row_elements = padded
+        return Collective(kind, axis_names(over), size_product(over) * rows * row_elements * moved)
+    return Collective(kind, axis_names(over), shard_bytes(result.shape, moved, kept))
+
+
+def reduce_scatter_halo(result: Tensor, over: Sequence[AxisRef]) -> Collective | None:
+    """The collective-permute that completes ``all_reduce``'s reduce-scatter where the
+    platform pads each device's shard (``PlatformRules.reduce_scatter_rows``): device i
+    computed rows [i S', (i + 1) S') of the padded buffer, its declared shard starts at
+    i S, so each device passes the last (n - 1)(S' - S) rows it computed to the next one
+    (one permute of that many rows, the largest overhang); None where nothing moves."""
+    rules = active_rules()
+    if all_reduce(result, over).kind != REDUCE_SCATTER:
+        return None
+    padded = _padded_scatter(result, over, rules)
+    if padded is None:
+        return None
+    declared, rows, row_elements = padded
+    moved = collective_element_bytes(result.element_bytes, result.dtype, rules)
+    return Collective(COLLECTIVE_PERMUTE, axis_names(over),
+                      (size_product(over) - 1) * (rows - declared) * row_elements * moved)
+
+
+def _padded_scatter(result: Tensor, over: Sequence[AxisRef], rules: PlatformRules
+                    ) -> tuple[int, int, int] | None:
+    """(declared rows per device, rows it computes, elements per row) of a reduce-scatter
+    of ``result`` over ``over`` that the platform pads, scattered on one dimension that
+    its fusion's layout (scattered dimensions major) makes the rows: every other
+    dimension but the minor one of one element per device. None where it pads nothing,
+    or where the overhang would reach past the next device (not measured)."""
+    axes = dim_axes(result.sharding, len(result.shape))
+    shard = shard_shape(result.shape, axes)
+    scattered = [k for k, dim in enumerate(axes) if any(a in over for a in dim)]
+    if len(scattered) != 1 or len(shard) < 2:
+        return None
+    dim = scattered[0]
+    others = [k for k in range(len(shard)) if k != dim]
+    if any(shard[k] != 1 for k in others[:-1]):
+        return None
+    devices = size_product(over)
+    rows = rules.reduce_scatter_rows(shard[dim], devices, result.element_bytes)
+    if rows == shard[dim] or (devices - 1) * (rows - shard[dim]) > shard[dim]:
+        return None
+    return shard[dim], rows, shard[others[-1]]
 
 
 def dot_partial_sums(result: Tensor, reduced: Sequence[Sequence[AxisRef]], *,

@@ -86,3 +86,19 @@ ENTRY %main (p: bf16[512,512], q: bf16[512,512]) -> (bf16[128,512], bf16[128,512
 }
 """
     assert platforms.step_collectives(hlo) == {"reduce-scatter": (2, 2 * 512 * 512 * 2)}
+
+
+def test_an_asynchronous_permute_counts_its_result_not_its_start_tuple():
+    # XLA:TPU's asynchronous permute (v5e 16x16, 1b at "data" 128 x "model" 2: the halo
+    # of the embedding gradient's padded reduce-scatter): its start defines (operand,
+    # result, u32 context, u32 context); the step moves the result's bytes.
+    hlo = """\
+HloModule m
+
+ENTRY %main (p: bf16[160,16]) -> bf16[160,16] {
+  %p = bf16[160,16]{1,0} parameter(0)
+  %collective-permute-start = (bf16[160,16]{1,0:T(8,128)(2,1)S(1)}, bf16[160,16]{1,0:T(8,128)(2,1)S(1)}, u32[]{:S(2)}, u32[]{:S(2)}) collective-permute-start(%p), channel_id=1, source_target_pairs={{0,1}}
+  ROOT %collective-permute-done = bf16[160,16]{1,0} collective-permute-done(%collective-permute-start)
+}
+"""
+    assert platforms.step_collectives(hlo) == {"collective-permute": (1, 160 * 16 * 2)}

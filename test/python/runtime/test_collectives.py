@@ -48,3 +48,26 @@ def test_psum_scatter_bytes_are_its_operand_under_jax_jit_and_shardc_as_predicte
         found = e2e_measure.collectives_of(compiled)["reduce-scatter"]
         assert (found.count, found.bytes_per_device) == (1, 4 * 4 * 4)
     assert e2e_measure.predict(lowered)["collectives"] == {"reduce-scatter": 4 * 4 * 4}
+
+
+# XLA:TPU's asynchronous permute (v5e 16x16, the halo of a padded reduce-scatter):
+# its start defines (operand, result, u32 context, u32 context).
+ASYNC = """HloModule m
+
+ENTRY %main (p: bf16[160,16]) -> bf16[160,16] {
+  %p = bf16[160,16]{1,0} parameter(0)
+  %collective-permute-start = (bf16[160,16]{1,0:T(8,128)(2,1)S(1)}, bf16[160,16]{1,0:T(8,128)(2,1)S(1)}, u32[]{:S(2)}, u32[]{:S(2)}) collective-permute-start(%p), channel_id=1, source_target_pairs={{0,1}}
+  ROOT %collective-permute-done = bf16[160,16]{1,0} collective-permute-done(%collective-permute-start)
+}
+"""
+
+
+def test_an_asynchronous_start_counts_its_result_not_its_tuple():
+    (permute,) = find_collectives(ASYNC)
+    assert (permute.kind, permute.bytes_per_device) == ("collective-permute", 160 * 16 * 2)
+    gather = find_collectives(ASYNC.replace(
+        "collective-permute-start(%p), channel_id=1, source_target_pairs={{0,1}}",
+        "all-gather-start(%p), channel_id=1, dimensions={0}").replace(
+        ", u32[]{:S(2)}, u32[]{:S(2)}) all-gather", ") all-gather").replace(
+        "bf16[160,16]{1,0:T(8,128)(2,1)S(1)}) all-gather", "bf16[320,16]{1,0}) all-gather"))
+    assert [(g.kind, g.bytes_per_device) for g in gather] == [("all-gather", 320 * 16 * 2)]

@@ -224,7 +224,9 @@ def test_tpu_forms_a_reduce_scatter_by_its_shards_minor_tiles(data, rows, column
 def test_tpu_permutes_the_tokens_once_for_the_lookup_and_its_gradient():
     # Every Llama-shaped step compiled for v5e (16x16, 64x4, 128x2, 8x32, 8x8...) runs
     # one collective-permute of the tokens (s32[1,2048,1]): the embedding lookup's
-    # gather and its gradient's scatter read the same permuted indices.
+    # gather and its gradient's scatter read the same permuted indices. (The scatter's
+    # other permute completes its padded reduce-scatter: 32000 rows over 16 devices are
+    # computed as 16 x 2016, 15 x 16 rows passed on, as 7b's bf16[240,256] at 16x16.)
     mesh = AbstractMesh((16, 16), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
     args = plan_speed.abstract_args("unrolled", mesh, 1, d=2048, ffn=256, vocab=32000,
                                     seq=2048, dtype=BF16)
@@ -233,7 +235,8 @@ def test_tpu_permutes_the_tokens_once_for_the_lookup_and_its_gradient():
     permutes = [e for e in lowered.comm_report(platform="tpu").entries
                 if e.kind == "collective-permute" and e.op in ("stablehlo.gather",
                                                                "stablehlo.scatter")]
-    assert [(e.op, e.bytes_per_device) for e in permutes] == [("stablehlo.gather", 2048 * 4)]
+    assert [(e.op, e.bytes_per_device) for e in permutes] == [
+        ("stablehlo.gather", 2048 * 4), ("stablehlo.scatter", 240 * 128 * 2)]
 
 
 @pytest.mark.parametrize("data, rows, columns, kind", [
@@ -649,3 +652,40 @@ def test_tpu_computes_the_logits_gradient_inside_its_dots_over_64_devices(data, 
         kept = memory._estimate(values, 5, None)
     assert _gradient_kept(kept, logits)
     assert TPU.dot_operand_fusion_devices == 64 and not CPU.dot_operand_fusion_devices
+
+
+@pytest.mark.parametrize("devices, rows, computed", [
+    (4, 32064, 32112), (4, 8000, 8016), (4, 8004, 8016), (4, 8032, 8064), (4, 8192, 8208),
+    (4, 11200, 11200), (4, 24000, 24080), (4, 4000, 4000), (2, 64128, 64288),
+    (2, 16000, 16000), (2, 9616, 9632), (2, 14400, 14400), (8, 16032, 16128),
+    (8, 4000, 4000), (8, 6400, 6432), (8, 4816, 4832), (8, 9600, 9600), (16, 2000, 2016),
+    (16, 2992, 3024), (16, 8016, 8064), (16, 4800, 4800), (32, 2000, 2016), (32, 960, 960)])
+def test_tpu_pads_a_reduce_scatters_shard_to_equal_chunks_of_whole_tiles(devices, rows, computed):
+    # XLA:TPU on v5e 16x16, the partial sums of a scatter-add into a [devices x rows,
+    # 32] table scattered on its rows over "model" (devices 2 to 32): its all-reduce
+    # runs in chunks of at most 304, 228, 158 or 64 tiles of 16 bf16 rows per device
+    # (2, 4, 8, 16 and more devices), each device's shard the same whole number of
+    # tiles per chunk: 8000 rows over 4 devices (500 tiles, 3 chunks) compute 8016.
+    assert TPU.reduce_scatter_rows(rows, devices, 2) == computed
+    assert CPU.reduce_scatter_rows(rows, devices, 2) == rows
+
+
+def test_tpu_permutes_the_rows_a_padded_reduce_scatter_left_on_the_previous_device():
+    # Llama-3.2-1B's embedding gradient on v5e 16x16 at "data" 64 x "model" 4: XLA:TPU
+    # reduce-scatters the [128256, 32] partial sums padded to 4 x 32112 rows and
+    # permutes the last 3 x 48 rows each device computed to the next (bf16[144,32]).
+    mesh = AbstractMesh((64, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+
+    def step(table, tokens):
+        return jax.grad(lambda t: jnp.sum(t[tokens].astype(jnp.float32) ** 2))(table)
+    lowered = jit(step, in_shardings=(P("model", "data"), P("data")),
+                  out_shardings=P("model", "data"), mesh=mesh).trace(
+        jax.ShapeDtypeStruct((128256, 2048), BF16),
+        jax.ShapeDtypeStruct((64, 2048), jnp.int32)).lower(lowering_platforms=("tpu",))
+    scattered = [(e.kind, e.axes, e.bytes_per_device)
+                 for e in lowered.comm_report(platform="tpu").entries
+                 if e.op == "stablehlo.scatter" and e.kind != "all-gather"]
+    assert scattered == [("reduce-scatter", ("model",), 4 * 32112 * 32 * 2),
+                         ("collective-permute", ("model",), 144 * 32 * 2)]
+    assert [e.kind for e in lowered.comm_report(platform="cpu").entries
+            if e.op == "stablehlo.scatter" and e.kind == "collective-permute"] == []
