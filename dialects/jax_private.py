@@ -651,10 +651,19 @@ def without_dead_code(traced: Any, in_shardings: list | None = None,
     Without ``keep_unused`` an argument the program does not read is not donated:
     jax prunes it (``pxla._dce_jaxpr``) with its donation, so the caller's array
     stays live.
+
+    A program whose equations include jax's high-level primitives between arrays
+    (``jax_scan3``'s scan, which carries through ``Ref``s) is taken in its low-level
+    form first, as jax's lowering takes it (``Traced.lojax``): such an equation
+    declares no effects, so only its low-level form shows what it writes.
     """
     from jax._src import core, sharding_impls, stages
     from jax._src.interpreters import partial_eval as pe
 
+    if traced._params["jaxpr"].jaxpr.is_high:
+        lo = traced.lojax
+        traced = stages.Traced(lo._meta_tys_flat, lo._params, lo._in_tree, lo.out_tree,
+                               lo._consts)
     closed = traced._params["jaxpr"]
     used = [True] * len(closed.jaxpr.outvars)
     jaxpr, _, _ = pe.dce_jaxpr_consts(closed.jaxpr, used, instantiate=True)

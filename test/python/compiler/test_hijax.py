@@ -111,3 +111,34 @@ def test_high_level_primitive_writing_a_ref(make_jit):
     ref = jax.new_ref(jnp.float32(3.0))
     make_jit(lambda r: _SquareInPlace(jax.typeof(r))(r))(ref)
     assert ref[...] == 9.0
+
+
+@pytest.mark.parametrize("make_jit", JITS, ids=["jax", "shardc"])
+def test_high_level_primitive_writing_a_ref_made_inside(make_jit):
+    # The equation writes a Ref the program made itself and reads after it; it
+    # declares no result: only its low-level form shows that it is not dead code.
+    def square(x):
+        ref = jax.new_ref(x)
+        _SquareInPlace(jax.typeof(ref))(ref)
+        return ref[...]
+
+    np.testing.assert_array_equal(make_jit(square)(jnp.arange(4.0)), jnp.arange(4.0) ** 2)
+
+
+@pytest.fixture
+def scan3():
+    """jax's scan that carries through Refs (``jax_scan3``): one high-level equation
+    writing them, with no result of its own when the scan has no outputs."""
+    previous = jax.config.jax_scan3
+    jax.config.update("jax_scan3", True)
+    yield
+    jax.config.update("jax_scan3", previous)
+
+
+@pytest.mark.parametrize("make_jit", JITS, ids=["jax", "shardc"])
+def test_scan_through_refs(make_jit, scan3):
+    x = jnp.arange(4.0)
+    loop = make_jit(lambda x: jax.lax.fori_loop(0, 3, lambda i, c: c + i * x, x))
+    np.testing.assert_array_equal(loop(x), x * 4)
+    carry = make_jit(lambda x: jax.lax.scan(lambda c, _: (c + 1.0, None), x, None, length=3)[0])
+    np.testing.assert_array_equal(carry(x), x + 3)
