@@ -128,6 +128,9 @@ class Interval:
     # a loop body's buffer, live while the loop at ``start`` runs: where in the body
     # (``order``'s keys of the body's own interval)
     within: tuple | None = None
+    # the buffer of a dying operand this one is written over, where both go to the
+    # heap (``LivenessWalker.elementwise_sources``)
+    over: Interval | None = None
 
     def order(self) -> tuple[tuple, tuple]:
         """Keys ordering the interval's first and last live moments in the program as
@@ -551,6 +554,54 @@ class LivenessWalker:
             return None
         return self.aligned(pointer * len(results)), at
 
+    def elementwise_sources(self, op: int, value: int, returned: set[int]) -> list[int]:
+        """The buffers whose place ``value``, the one result of elementwise ``op``,
+        may take where one dies at ``op``: those its kernel (``op`` with the
+        producers fused into it) reads element by element only, of its own
+        per-device shape and element type.
+
+        XLA's buffer assignment lets an elementwise op or a loop fusion write its
+        output over an operand it reads elementwise, of its shape, dying there
+        (``HloDataflowAnalysis::CanShareBuffer``: ``IsElementwiseOnOperand``, and
+        a fusion's ``AreTransitiveUsesElementwiseOrTuple``): a fused ``tanh(x) * 2
+        + 1`` over a dot's dying output is written in the dot's buffer.
+        """
+        graph = self.graph
+        parent = graph.op_parent[op]
+        if graph.op_name[op] not in ELEMENTWISE_OPS or graph.op_name[op] in _FREE \
+                or len(graph.op_results[op]) != 1 \
+                or (parent >= 0 and graph.op_name[parent] in _PER_ELEMENT_BODIES):
+            return []  # a reduction's body computes one element, not an array
+        if any(copied == value for copied, _ in self.relaid):
+            # the copy of it a dot or convolution reads is a fusion of its own that
+            # computes it again from the operands (conv_net's transpose_copy_fusion.1
+            # reads the select's operands after it), so they outlive it
+            return []
+        slot = self.slot(value).key
+        # an operand read through a resharded copy is not read in place
+        copied = {need[0] for need, _, _ in self.needs.get(op, ())}
+        read: dict[int, bool] = {}  # buffer -> whether every fused path is elementwise
+        stack = [(operand, True) for operand in graph.op_operands[op]]
+        seen: set[tuple[int, bool]] = set()
+        while stack:
+            operand, elementwise = stack.pop()
+            if (operand, elementwise) in seen:
+                continue
+            seen.add((operand, elementwise))
+            producer = graph.value_def[operand]
+            if producer >= 0 and graph.op_name[producer] in _CONSTANTS:
+                continue
+            if producer >= 0 and graph.op_parent[producer] == graph.op_parent[op] \
+                    and self._fused_away(producer, returned):
+                kind = graph.op_name[producer]
+                through = elementwise and (kind in ELEMENTWISE_OPS or kind in _PASS_ON)
+                stack.extend((v, through) for v in graph.op_operands[producer])
+                continue
+            buffer = self.root(operand)
+            read[buffer] = read.get(buffer, True) and elementwise and operand not in copied
+        return [buffer for buffer, elementwise in read.items()
+                if elementwise and self.slot(buffer).key == slot]
+
     def offloaded_reduction(self, op: int, within: frozenset = FUSIBLE) -> bool:
         """Whether ``op`` is, or fuses through a chain of fusible ops each read once
         into, a reduction XLA:CPU hands to YNNPACK: an f32 sum, max or min over at
@@ -826,12 +877,13 @@ class LivenessWalker:
         blocks = [nested for _, nested in self.graph.op_blocks[op] if nested]
         record: list[Interval] = []
         self.peak(blocks[-1], self.yielded(blocks[-1]), record)
-        flattened = []
+        flattened: dict[int, Interval] = {}  # the body's interval's id -> its copy
         for interval in record:
             first, last = interval.order()
-            flattened.append(Interval(at, at, interval.size, None, fits_output=False,
-                                      within=(first, last)))
-        return flattened
+            over = flattened.get(id(interval.over)) if interval.over is not None else None
+            flattened[id(interval)] = Interval(at, at, interval.size, None, fits_output=False,
+                                               within=(first, last), over=over)
+        return list(flattened.values())
 
     def body_peak(self, ops: list[int]) -> tuple[int, int]:
         """The peak of a loop body's buffers while the loop runs, and the on-chip
@@ -903,6 +955,12 @@ class LivenessWalker:
                         entry[2].end = last
                     return True
         return False
+
+    @staticmethod
+    def _dying(frees: dict[int, list[tuple]], at: int, value: int) -> Interval | None:
+        """The interval of the buffer holding ``value`` where it dies at ``at``."""
+        return next((entry[2] for entry in frees.get(at, [])
+                     if entry[0] == value or value in entry[2].holders), None)
 
     @staticmethod
     def _take_over(frees: dict[int, list[tuple]], at: int, value: int, size: int,
@@ -1100,6 +1158,7 @@ class LivenessWalker:
                         live -= size
                 continue  # its readers read the op it merged into
             allocated = [(None, size, last, moved) for size, last, moved in gathered.get(i, ())]
+            over: dict[int, Interval] = {}  # result -> the dying operand's buffer it takes
             for k, value in enumerate(graph.op_results[op]):
                 if value in returned or not self.materialised(value, op):
                     continue
@@ -1151,6 +1210,13 @@ class LivenessWalker:
                 if self.rules.recomputes_fused_values and self.recomputed(
                         value, op, last, position, returned, reads):
                     continue
+                dying = None if op in self.reduced or value in extend else next(
+                    filter(None, (self._dying(frees, i, source) for source in
+                                  self.elementwise_sources(op, value, returned))), None)
+                if dying is not None:
+                    # written over an operand dying here: XLA's heap simulator shares
+                    # the two buffers where neither went into an output's allocation
+                    over[value] = dying
                 allocated.append((value, self.aligned(size), last, False))
             table = self.tuple_table(op, i)
             if table:
@@ -1168,7 +1234,8 @@ class LivenessWalker:
             # the case's results (``_inner_peak``)
             inside = set() if graph.op_name[op] in _WRITING_OWN_RESULTS or not inner \
                 else set(graph.op_results[op])
-            now = (live - handed + sum(s for v, s, _, _ in allocated if v not in inside)
+            now = (live - handed + sum(s for v, s, _, _ in allocated
+                                       if v not in inside and v not in over)
                    + transient + (inner if body is not None else 0))
             if now > best:
                 best, best_op = now, op
@@ -1181,12 +1248,14 @@ class LivenessWalker:
                 if value is not None:
                     buffer = Allocation(value, op, size)
                     self.buffers.append(buffer)
-                start = i + 1 if value in inside else (0 if op in early else i)
+                start = i + 1 if value in inside or value in over else (
+                    0 if op in early else i)
                 # a combined all-reduce is one tuple-shaped op in XLA: its results
                 # stay in the heap (mlp_data_parallel's gradients, buffer assignment)
                 interval = Interval(start, max(last, start), size, buffer,
                                     fits_output=value not in extend or value in widened,
-                                    holders=[] if value is None else [value], moved=moved)
+                                    holders=[] if value is None else [value], moved=moved,
+                                    over=over.get(value))
                 if record is not None and last >= start:
                     record.append(interval)
                 frees.setdefault(max(last, i), []).append((value, size, interval))

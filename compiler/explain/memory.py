@@ -123,7 +123,7 @@ from __future__ import annotations
 
 import bisect
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from jaxlib.mlir import ir
 
@@ -286,7 +286,7 @@ def _estimate(values: ModuleValues, top: int,
     heaped = [iv for iv in intervals if id(iv) not in inside]
     chip = on_chip(heaped, active_rules().on_chip_bytes, STEP * len(ops), body=False,
                    step=STEP)
-    heaped = [iv for iv in heaped if all(iv is not c for c in chip)]
+    heaped = _shared([iv for iv in heaped if all(iv is not c for c in chip)])
     flat, positions = _flattened(heaped)
     live, at = live_peak(flat, len(positions))
     peak_op = ops[positions[at] // STEP] if live else -1
@@ -300,6 +300,29 @@ def _estimate(values: ModuleValues, top: int,
                           graph.op_name[peak_op] if peak_op >= 0 else None,
                           loc_text(graph.ops[peak_op]) if peak_op >= 0 else None, largest,
                           sum(a.bytes_per_device for a in aliases), aliases)
+
+
+def _shared(intervals: list[Interval]) -> list[Interval]:
+    """``intervals`` with each buffer written over a dying operand's
+    (``Interval.over``) merged into that buffer where both are in the heap: XLA's
+    heap simulator gives the two one offset (mlp_megatron's bias and gelu fusion
+    over the first dot's output)."""
+    heaped = {id(iv) for iv in intervals}
+    merged: dict[int, Interval] = {}  # an interval's id -> the one holding it
+    kept = []
+    for iv in sorted(intervals, key=lambda iv: iv.order()[0]):
+        holder = merged.get(id(iv.over)) if iv.over is not None and id(iv.over) in heaped \
+            else None
+        if holder is None or holder.size != iv.size:
+            holder = replace(iv)
+            kept.append(holder)
+        elif iv.within is not None:
+            # a loop body's: the body's moments ordered within the loop's
+            holder.within = (holder.within[0], max(holder.within[1], iv.within[1]))
+        else:
+            holder.end = max(holder.end, iv.end)
+        merged[id(iv)] = holder
+    return kept
 
 
 def _flattened(intervals: list[Interval]) -> tuple[list[Interval], list[int]]:

@@ -12,13 +12,13 @@ import shardc.compiler as sc
 # heap packing and what XLA:CPU materialises, see test_memory_effects.py); the
 # memoised walk must give the same.
 BEFORE = {
-    "mlp_data_parallel": (53248, 49188, 51264, 0),
-    "mlp_megatron": (68352, 2048, 8192, 0),
+    "mlp_data_parallel": (53248, 49188, 49280, 0),
+    "mlp_megatron": (68352, 2048, 4096, 0),
     "fsdp_train_step": (32960, 24828, 197632, 0),
-    "transformer": (108544, 8192, 24576, 0),
+    "transformer": (108544, 8192, 18432, 0),
     "conv_net": (18416, 6148, 279744, 0),
     "embedding_scatter": (10368, 8464, 10432, 0),
-    "moe_routing": (37888, 4096, 17856, 0),
+    "moe_routing": (37888, 4096, 13760, 0),
     "scan_rnn": (7488, 528, 5696, 0),
     "shard_map_pipeline": (14336, 2048, 5184, 0),
     "abstract_mesh_constraint": (33792, 1024, 18432, 0),
@@ -26,7 +26,7 @@ BEFORE = {
     "conflict_attention": (98304, 32768, 819200, 0),
     "conflict_attention_seq": (98304, 32768, 1081344, 0),
     "conflict_mlp_deep": (787456, 1024, 3219456, 0),
-    "grad_loops": (12288, 14404, 17600, 0),
+    "grad_loops": (12288, 14404, 17664, 0),
     "grad_loops_unrolled": (12288, 14404, 22336, 0),
     "decode_kv_cache": (49164, 8744, 10752, 8192),
     "pipeline_shard_map": (5184, 3180, 12864, 0),
@@ -63,10 +63,13 @@ def test_estimate_unchanged_on_benchmark_programs(programs, name):
 # remat estimates grow towards XLA's temporaries (145984 -> 150080, XLA 204328;
 # 100992 -> 103040, XLA 136664). A value read through a sharding constraint by dots
 # is a buffer as an unconstrained one is (the unrolled step's constrained
-# activations): 150080 -> 152128.
+# activations): 150080 -> 152128. An elementwise fusion written over its dying
+# operand moves the unrolled step away (152128 -> 148160, XLA 204328) and the
+# scanned one towards XLA (215488 -> 215744, XLA 277520): XLA shares those buffers
+# (the llama_unrolled_bf16@64 bench: 1.03 -> 1.01).
 TINY_BEFORE = {
-    "unrolled": (8704, 8628, 152128, 0),
-    "scan": (8704, 8556, 215488, 0),
+    "unrolled": (8704, 8628, 148160, 0),
+    "scan": (8704, 8556, 215744, 0),
     "remat": (8704, 8556, 103040, 0),
 }
 

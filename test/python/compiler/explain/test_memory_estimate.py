@@ -49,7 +49,7 @@ def test_total_within_ten_percent_or_explained(rows):
     assert all(name in table for name in rows)
 
 
-TRANSFORMER_TEMP = 24576
+TRANSFORMER_TEMP = 18432
 
 
 def test_estimate_report_names_peak_and_largest_buffers():
