@@ -24,7 +24,8 @@ mishandle:
   conversion folds it when it is an identity (``r + 0``) and would move its
   one sharding onto the loop, every carry then sharded alike (a diffrax
   solve's scalar carries: "Number of tile assignment dimensions ... is
-  different than the input rank"). Only where XLA must partition the op
+  different than the input rank"), and so does an op that could fold into
+  such a reader (a chain of identities). Only where XLA must partition the op
   shardings as written (``keep_op_shardings``) does the copy say each
   remaining carry's sharding with closed constraints: of the operand (unless
   already so sharded), of every use of the carry in the condition and body,
@@ -315,17 +316,27 @@ def _constrain_carries(loop: ir.Operation) -> None:
 
 
 def _unshard_result_users(loop: ir.Operation) -> None:
-    """Drop the sharding of each one-result op reading a result of ``loop``: XLA's
-    conversion folds such an op when it is an identity (``r + 0``) and moves its one
-    sharding onto the loop, all of whose results it then shards alike ("Number of tile
-    assignment dimensions ... is different than the input rank" for a scalar carry).
-    XLA's Shardy import drops op shardings anyway; a case or a loop keeps its own."""
-    for result in loop.results:
-        for use in result.uses:
+    """Drop the sharding of each one-result op that could fold into a result of
+    ``loop``: XLA's conversion folds such an op when it is an identity (``r + 0``)
+    and moves its one sharding onto the loop, all of whose results it then shards
+    alike ("Number of tile assignment dimensions ... is different than the input
+    rank" for a scalar carry). Folds chain (``(r + 0) + select(true, 0, s)``), so
+    the readers of a reader of the same type lose theirs too. XLA's Shardy import
+    drops op shardings anyway; a case, a loop and Shardy's own ops keep theirs."""
+    pending = list(loop.results)
+    seen: set[ir.Operation] = set()
+    while pending:
+        value = pending.pop()
+        for use in value.uses:
             user = use.owner.operation
-            if (user.name not in (LOOP, CASE) and len(user.results) == 1
-                    and SHARDING_ATTR in user.attributes):
+            if (user in seen or user.name in (LOOP, CASE) or user.name.startswith("sdy.")
+                    or len(user.results) != 1):
+                continue
+            seen.add(user)
+            if SHARDING_ATTR in user.attributes:
                 del user.attributes[SHARDING_ATTR]
+            if user.results[0].type == value.type:  # it could fold into ``value``
+                pending.append(user.results[0])
 
 
 def _constrain_branch_results(case: ir.Operation) -> None:

@@ -227,6 +227,25 @@ def test_cond_results_of_other_ranks_read_by_a_foldable_add():
         check_like_jax(f, x, w, jnp.float32(s))
 
 
+def test_loop_result_read_by_a_chain_of_identities():
+    """A loop result read by ``r + zeros`` and that by ``select(True, zeros, .) + s``: XLA's
+    conversion folds the whole chain into the loop's result and moved the last op's one
+    sharding onto the loop, every carry then sharded alike ("Number of tile assignment
+    dimensions ... is different than the input rank" for a scalar carry). Every op the
+    chain could fold through loses its sharding, not only the loop's direct readers.
+    (diffrax's ShARK solve on a VirtualBrownianTree, whose inner loop's state is read so.)"""
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+    x = put(mesh, rand(16, 8), P("x"))
+
+    def f(x):
+        k, r = jax.lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, jnp.tanh(c[1])),
+                                  (jnp.int32(0), x))
+        zeros = jnp.zeros_like(x)
+        s = jnp.where(jnp.bool_(True), zeros, x)
+        return k, (r + zeros) + s
+    check_like_jax(f, x)
+
+
 # ------------------------------------------------------------------ the form and its check
 def _lit_program(name):
     """The function ``name`` of the lit test's input, alone in a module."""
