@@ -192,15 +192,15 @@ func.func @case_with_free_variables(
 // jax.checkpoint's optimization_barrier: XLA's conversion folds `x - 0` into
 // the barrier's result and moves the subtraction's one sharding onto the
 // barrier, every result then sharded alike (a scalar among them fails). Where
-// the results differ in rank, the form drops the barrier's sharding and follows
-// each result whose operand is sharded by a constraint to that sharding.
+// the results differ in rank, the form drops the barrier's sharding and those
+// of the ops that could fold into a result, for XLA to re-derive: constraints
+// would be extra seeds of its propagation.
 sdy.mesh @mesh = <["x"=4, "y"=2]>
 
 // CHECK-LABEL: func @barrier_of_differently_sharded_values
 // CHECK:      %[[B:.*]]:2 = stablehlo.optimization_barrier %arg0, %arg1 : tensor<16x8xf32>, tensor<f32>{{$}}
-// CHECK-NEXT: %[[H:.*]] = sdy.sharding_constraint %[[B]]#0 <@mesh, [{"x"}, {"y"}]>
 // CHECK-NOT:  sdy.sharding_constraint
-// CHECK:      stablehlo.subtract %[[H]], %{{.*}}
+// CHECK:      stablehlo.subtract %[[B]]#0, %{{.*}} : tensor<16x8xf32>{{$}}
 // CHECK:      return {{.*}}, %[[B]]#1
 func.func @barrier_of_differently_sharded_values(
     %arg0: tensor<16x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>},
@@ -209,6 +209,29 @@ func.func @barrier_of_differently_sharded_values(
   %z = stablehlo.constant dense<0.000000e+00> : tensor<16x8xf32>
   %d = stablehlo.subtract %b#0, %z {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {"y"}]>]>} : tensor<16x8xf32>
   return %d, %b#1 : tensor<16x8xf32>, tensor<f32>
+}
+
+// -----
+
+// Where XLA must partition the op shardings as written, each result of such a
+// barrier whose operand is sharded is followed by a constraint to that sharding
+// instead, so a moved sharding lands on one value.
+
+// CHECK-LABEL: func @kept_barrier_of_differently_sharded_values
+// CHECK:      %[[B:.*]]:2 = stablehlo.optimization_barrier %arg0, %arg1 : tensor<16x8xf32>, tensor<f32>{{$}}
+// CHECK-NEXT: %[[H:.*]] = sdy.sharding_constraint %[[B]]#0 <@mesh, [{"x"}, {"y"}]>
+// CHECK:      stablehlo.subtract %[[H]], %{{.*}}
+// CHECK:      return {{.*}}, %[[B]]#1
+module attributes {shardc.keep_op_shardings} {
+sdy.mesh @mesh = <["x"=4, "y"=2]>
+func.func @kept_barrier_of_differently_sharded_values(
+    %arg0: tensor<16x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>},
+    %arg1: tensor<f32>) -> (tensor<16x8xf32>, tensor<f32>) {
+  %b:2 = stablehlo.optimization_barrier {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {"y"}]>, <@mesh, []>]>} %arg0, %arg1 : tensor<16x8xf32>, tensor<f32>
+  %z = stablehlo.constant dense<0.000000e+00> : tensor<16x8xf32>
+  %d = stablehlo.subtract %b#0, %z {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {"y"}]>]>} : tensor<16x8xf32>
+  return %d, %b#1 : tensor<16x8xf32>, tensor<f32>
+}
 }
 
 // -----
