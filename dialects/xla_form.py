@@ -24,7 +24,8 @@ mishandle:
   conversion folds it when it is an identity (``r + 0``) and would move its
   one sharding onto the loop, every carry then sharded alike (a diffrax
   solve's scalar carries: "Number of tile assignment dimensions ... is
-  different than the input rank"). Only where XLA must partition the op
+  different than the input rank"), and so does an op that could fold into
+  such a reader (a chain of identities). Only where XLA must partition the op
   shardings as written (``keep_op_shardings``) does the copy say each
   remaining carry's sharding with closed constraints: of the operand (unless
   already so sharded), of every use of the carry in the condition and body,
@@ -45,12 +46,16 @@ mishandle:
   result (``x - 0`` in ``softplus``) into the result and moves the folded op's
   one sharding onto the barrier, all its results then sharded alike ("Number
   of tile assignment dimensions ... is different than the input rank" for a
-  scalar among them). Where the results differ in rank, the copy drops the
-  barrier's sharding and follows each result by a constraint to its operand's
-  sharding (the barrier passes values through: no reshard where XLA would
-  make none), so a moved sharding lands on a constraint of one value;
-  elsewhere it only drops it, for XLA's data-flow edges to re-derive
-  (constraints there cost reshards XLA does not make). (A
+  scalar among them). The copy drops the barrier's sharding, for XLA's
+  data-flow edges to re-derive, and where the results differ in rank it
+  drops the shardings of the ops that could fold into a result as well (as
+  for a loop's). Constraints on the results would be extra seeds: they
+  reordered XLA's propagation through the recomputed backward pass (an
+  nnx.remat'd FSDP block gathered its weights where jax.jit gathers the
+  activations). Only where XLA must partition the op shardings as written
+  (``keep_op_shardings``) does it follow each result by a closed constraint
+  to its operand's sharding (the barrier passes values through: no reshard
+  where XLA would make none), so a moved sharding lands on one value. (A
   ``case`` keeps its sharding: without it XLA re-derives its branches'
   results apart and its verifier rejects branches that return differently
   sharded values, "Inconsistent conditional sharding".)
@@ -187,7 +192,11 @@ def to_xla_form(module: ir.Operation) -> None:
         for op in constrained:
             _constrain_results(op)
         for barrier in barriers:  # after the loops' carries got their constraints
-            _constrain_like_operands(barrier)
+            if keep:
+                _constrain_like_operands(barrier)
+            else:
+                del barrier.attributes[SHARDING_ATTR]
+                _unshard_result_users(barrier)
         if keep:  # last: what the rewrites above left sharded on an op
             _constrain_op_results(module)
 
@@ -314,18 +323,29 @@ def _constrain_carries(loop: ir.Operation) -> None:
                         loop.location)
 
 
-def _unshard_result_users(loop: ir.Operation) -> None:
-    """Drop the sharding of each one-result op reading a result of ``loop``: XLA's
-    conversion folds such an op when it is an identity (``r + 0``) and moves its one
-    sharding onto the loop, all of whose results it then shards alike ("Number of tile
-    assignment dimensions ... is different than the input rank" for a scalar carry).
-    XLA's Shardy import drops op shardings anyway; a case or a loop keeps its own."""
-    for result in loop.results:
-        for use in result.uses:
+def _unshard_result_users(op: ir.Operation) -> None:
+    """Drop the sharding of each one-result op that could fold into a result of
+    ``op`` (a loop, a barrier): XLA's conversion folds such an op when it is an
+    identity (``r + 0``) and moves its one sharding onto ``op``, all of whose
+    results it then shards alike ("Number of tile assignment dimensions ... is
+    different than the input rank" for a scalar carry). Folds chain
+    (``(r + 0) + select(true, 0, s)``), so the readers of a reader of the same
+    type lose theirs too. XLA's Shardy import drops op shardings anyway; a case, a
+    loop and Shardy's own ops keep theirs."""
+    pending = list(op.results)
+    seen: set[ir.Operation] = set()
+    while pending:
+        value = pending.pop()
+        for use in value.uses:
             user = use.owner.operation
-            if (user.name not in (LOOP, CASE) and len(user.results) == 1
-                    and SHARDING_ATTR in user.attributes):
+            if (user in seen or user.name in (LOOP, CASE) or user.name.startswith("sdy.")
+                    or len(user.results) != 1):
+                continue
+            seen.add(user)
+            if SHARDING_ATTR in user.attributes:
                 del user.attributes[SHARDING_ATTR]
+            if user.results[0].type == value.type:  # it could fold into ``value``
+                pending.append(user.results[0])
 
 
 def _constrain_branch_results(case: ir.Operation) -> None:

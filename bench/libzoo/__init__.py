@@ -61,7 +61,12 @@ gradient, an NNX ``BatchNorm`` CNN trained and evaluated in one ``nnx.jit`` unde
 sharding guide's ``get_partition_spec`` constraint, linen's ``SelfAttention(decode=True)``
 cache decoding greedily in a ``fori_loop``, linear recurrent units over complex64 by
 ``lax.associative_scan``, ``optax.contrib.prodigy`` on an FSDP MLP and linen's
-``nn.Bidirectional`` GRUs with an ``nn.scan`` cell taking an ``nn.broadcast`` input. Where the
+``nn.Bidirectional`` GRUs with an ``nn.scan`` cell taking an ``nn.broadcast`` input; diffrax's
+``ShARK`` on a space-time Levy-area ``VirtualBrownianTree``, NNX blocks under ``nnx.remat``
+trained through filters (``nnx.DiffState``, ``wrt=nnx.All(...)``), top-p / top-k sampling
+(``argsort``, ``cumsum``, ``top_k``) over typed key arrays, an FFT long convolution with a
+``custom_jvp`` gate and a linen ``nn.Sequential`` conv autoencoder (``GroupNorm``,
+``max_pool``, ``ConvTranspose``). Where the
 ``gemma`` extra is installed (it needs tensorflow), Gemma's library (a small ``gm.nn.Transformer``
 trained with optax). Each module holds one
 program, with the zoo's interface (``NAME``, ``SIZES``, ``make(size) ->
@@ -84,6 +89,7 @@ from bench.libzoo import (
     diffrax_implicit_lineax,
     diffrax_lotka_volterra,
     diffrax_neural_ode,
+    diffrax_shark_sde,
     eqx_batchnorm_state,
     eqx_filter_jit,
     eqx_lstm_lm,
@@ -100,9 +106,12 @@ from bench.libzoo import (
     flax_nnx_sharded,
     jax_assoc_scan_lru,
     jax_custom_partitioning_fft,
+    jax_fft_long_conv,
     jax_host_callback_scan,
+    jax_topp_sampling,
     jaxtyping_mlp,
     lineax_cg_batched,
+    linen_conv_gn_ae,
     linen_ddpm_unet,
     linen_lm_clip_adamw,
     linen_logical_attention,
@@ -118,6 +127,7 @@ from bench.libzoo import (
     nnx_resnet_batchnorm,
     nnx_scan_dropout_split,
     nnx_scan_remat_optimizer,
+    nnx_seq_remat_filters,
     optax_adafactor_fsdp,
     optax_dpsgd,
     optax_lion_masked_ema,
@@ -193,6 +203,11 @@ _MODULES = (
     jax_assoc_scan_lru,
     optax_prodigy_fsdp,
     linen_scan_rnn_broadcast,
+    diffrax_shark_sde,
+    nnx_seq_remat_filters,
+    jax_topp_sampling,
+    jax_fft_long_conv,
+    linen_conv_gn_ae,
 )
 # Programs of a library too heavy for the ``libzoo`` extra (gemma brings kauldron and
 # tensorflow: the ``gemma`` extra), registered only where it is installed: program name

@@ -846,7 +846,7 @@ def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
     if reader.graph.op_name[op] == "stablehlo.reduce_window":
         window = (list(window_collectives(ir_op, operands[0])),)
     mesh = reader.mesh_of(*(t.sharding for t in results + operands))
-    results, moved = _explicit_result_reshard(reader, op, results)
+    results, moved = explicit_result_reshard(reader, op, results)
     roles = indexed_roles_for(ir_op)
     needs = None
     if roles is not None:  # XLA's gather/scatter handler, not the factor model
@@ -862,7 +862,7 @@ def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
     return (broadcasts + needs + halo_needs(ir_op, operands, results, needs), *window)
 
 
-def _explicit_result_reshard(reader: ModuleValues, op: int, results: list[Tensor]
+def explicit_result_reshard(reader: ModuleValues, op: int, results: list[Tensor]
                              ) -> tuple[list[Tensor], tuple[OpCommunication, ...]]:
     """A dot whose result Shardy's explicit-reshards step computes as its operands
     imply (``plan_dot``, run inside XLA before partitioning): the results the op

@@ -23,7 +23,12 @@ from shardc.compiler.cost.halos import exchanged_window_bytes, slice_windows
 from shardc.compiler.cost.indexed import indexed_communication
 from shardc.compiler.cost.op_comm import computation_axes, required_sharding
 from shardc.compiler.cost.platforms import active_rules
-from shardc.compiler.cost.report import collectives_at, note_reshard, reuses_reshard
+from shardc.compiler.cost.report import (
+    collectives_at,
+    explicit_result_reshard,
+    note_reshard,
+    reuses_reshard,
+)
 from shardc.compiler.cost.reshard import (
     ALL_GATHER,
     ALL_REDUCE,
@@ -227,6 +232,18 @@ class OpNeeds:
                 dim_axes(results[0].sharding, rank))
             if window:
                 self.windowed[graph.op_results[op][0]] = window
+        # A dot Shardy's explicit reshards compute as its operands imply: its operands
+        # are read as they are, its result written in that sharding and resharded
+        # after (the comm report's model). Its operands' reshards to the propagated
+        # result's sharding would be a gathered operand XLA never makes (a fori_loop's
+        # matrix-vector product over a closed-over row-sharded matrix: 8192 B counted
+        # where XLA's temporaries are 344 B).
+        computed, moved = explicit_result_reshard(values, op, results)
+        if moved:
+            self.extra[op] = self.extra.get(op, 0) + shard_bytes(
+                computed[0].shape, computed[0].element_bytes,
+                dim_axes(computed[0].sharding, len(computed[0].shape)))
+            results = computed
         mesh = values.mesh_of(*(t.sharding for t in results + operands))
         if is_custom_partitioned(graph.ops[op]) and mesh:
             partitioned = custom_partitioned_body(graph.ops[op], operands, results, mesh,

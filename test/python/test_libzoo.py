@@ -42,6 +42,8 @@ PROGRAMS = (
     "optimistix_dogleg_batched", "penzai_gemma2_stack", "eqx_shard_map_tp",
     "eqx_rope_mha_lm", "eqx_while_fixed_point", "diffrax_implicit_lineax", "nnx_bn_train_eval",
     "linen_selfattn_decode", "jax_assoc_scan_lru", "optax_prodigy_fsdp", "linen_scan_rnn_broadcast",
+    "diffrax_shark_sde", "nnx_seq_remat_filters", "jax_topp_sampling", "jax_fft_long_conv",
+    "linen_conv_gn_ae",
 )  # fmt: skip
 # The library each program is written with (besides jax, optax and numpy).
 LIBRARIES = {
@@ -70,6 +72,8 @@ LIBRARIES = {
     "eqx_while_fixed_point": "equinox", "diffrax_implicit_lineax": "diffrax",
     "nnx_bn_train_eval": "flax", "linen_selfattn_decode": "flax", "jax_assoc_scan_lru": "jax",
     "optax_prodigy_fsdp": "optax", "linen_scan_rnn_broadcast": "flax",
+    "diffrax_shark_sde": "diffrax", "nnx_seq_remat_filters": "flax", "jax_topp_sampling": "jax",
+    "jax_fft_long_conv": "jax", "linen_conv_gn_ae": "flax",
 }  # fmt: skip
 # A child process measuring one program at the small size takes well under this.
 ISOLATED_TIMEOUT_SECONDS = 600

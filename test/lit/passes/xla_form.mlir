@@ -79,6 +79,44 @@ func.func @loop_result_read_by_an_identity(
 
 // -----
 
+// Folds chain: `(r + 0) + 0` folds into the loop's result too, so every reader
+// of a reader of the same type loses its sharding as well; a reader of another
+// type cannot fold into the result, and what reads it keeps its sharding.
+sdy.mesh @mesh = <["x"=4, "y"=2]>
+
+// CHECK-LABEL: func @loop_result_read_by_a_chain_of_identities
+// CHECK:      %[[L:.*]]:2 = stablehlo.while
+// CHECK:      %[[R:.*]] = stablehlo.add %[[L]]#1, %{{.*}} : tensor<16x8xf32>
+// CHECK-NEXT: %[[S:.*]] = stablehlo.add %[[R]], %{{.*}} : tensor<16x8xf32>
+// CHECK-NEXT: %[[M:.*]] = stablehlo.reduce(%[[S]] init: {{.*}} -> tensor<16xf32>{{$}}
+// CHECK-NEXT: stablehlo.negate %[[M]] {sdy.sharding
+func.func @loop_result_read_by_a_chain_of_identities(
+    %arg0: tensor<16x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>})
+    -> (tensor<16x8xf32>, tensor<16xf32>) {
+  %c = stablehlo.constant dense<0> : tensor<i32>
+  %f0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %zeros = stablehlo.constant dense<0.0> : tensor<16x8xf32>
+  %0:2 = stablehlo.while(%i = %c, %a = %arg0) : tensor<i32>, tensor<16x8xf32>
+    attributes {sdy.sharding = #sdy.sharding_per_value<[<@mesh, []>, <@mesh, [{"x"}, {}]>]>}
+  cond {
+    %c4 = stablehlo.constant dense<4> : tensor<i32>
+    %p = stablehlo.compare LT, %i, %c4 : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %p : tensor<i1>
+  } do {
+    %c1 = stablehlo.constant dense<1> : tensor<i32>
+    %i1 = stablehlo.add %i, %c1 : tensor<i32>
+    %t = stablehlo.tanh %a {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {}]>]>} : tensor<16x8xf32>
+    stablehlo.return %i1, %t : tensor<i32>, tensor<16x8xf32>
+  }
+  %r = stablehlo.add %0#1, %zeros {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {}]>]>} : tensor<16x8xf32>
+  %s = stablehlo.add %r, %zeros {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {}]>]>} : tensor<16x8xf32>
+  %m = stablehlo.reduce(%s init: %f0) applies stablehlo.add across dimensions = [1] {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}]>]>} : (tensor<16x8xf32>, tensor<f32>) -> tensor<16xf32>
+  %n = stablehlo.negate %m {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}]>]>} : tensor<16xf32>
+  return %s, %n : tensor<16x8xf32>, tensor<16xf32>
+}
+
+// -----
+
 // Where XLA must partition the op shardings as written (the cost-aware route's
 // choices, marked `shardc.keep_op_shardings`), closed constraints around the
 // loop say each carry's sharding instead, and survive whatever carries XLA
@@ -154,15 +192,15 @@ func.func @case_with_free_variables(
 // jax.checkpoint's optimization_barrier: XLA's conversion folds `x - 0` into
 // the barrier's result and moves the subtraction's one sharding onto the
 // barrier, every result then sharded alike (a scalar among them fails). Where
-// the results differ in rank, the form drops the barrier's sharding and follows
-// each result whose operand is sharded by a constraint to that sharding.
+// the results differ in rank, the form drops the barrier's sharding and those
+// of the ops that could fold into a result, for XLA to re-derive: constraints
+// would be extra seeds of its propagation.
 sdy.mesh @mesh = <["x"=4, "y"=2]>
 
 // CHECK-LABEL: func @barrier_of_differently_sharded_values
 // CHECK:      %[[B:.*]]:2 = stablehlo.optimization_barrier %arg0, %arg1 : tensor<16x8xf32>, tensor<f32>{{$}}
-// CHECK-NEXT: %[[H:.*]] = sdy.sharding_constraint %[[B]]#0 <@mesh, [{"x"}, {"y"}]>
 // CHECK-NOT:  sdy.sharding_constraint
-// CHECK:      stablehlo.subtract %[[H]], %{{.*}}
+// CHECK:      stablehlo.subtract %[[B]]#0, %{{.*}} : tensor<16x8xf32>{{$}}
 // CHECK:      return {{.*}}, %[[B]]#1
 func.func @barrier_of_differently_sharded_values(
     %arg0: tensor<16x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>},
@@ -171,6 +209,29 @@ func.func @barrier_of_differently_sharded_values(
   %z = stablehlo.constant dense<0.000000e+00> : tensor<16x8xf32>
   %d = stablehlo.subtract %b#0, %z {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {"y"}]>]>} : tensor<16x8xf32>
   return %d, %b#1 : tensor<16x8xf32>, tensor<f32>
+}
+
+// -----
+
+// Where XLA must partition the op shardings as written, each result of such a
+// barrier whose operand is sharded is followed by a constraint to that sharding
+// instead, so a moved sharding lands on one value.
+
+// CHECK-LABEL: func @kept_barrier_of_differently_sharded_values
+// CHECK:      %[[B:.*]]:2 = stablehlo.optimization_barrier %arg0, %arg1 : tensor<16x8xf32>, tensor<f32>{{$}}
+// CHECK-NEXT: %[[H:.*]] = sdy.sharding_constraint %[[B]]#0 <@mesh, [{"x"}, {"y"}]>
+// CHECK:      stablehlo.subtract %[[H]], %{{.*}}
+// CHECK:      return {{.*}}, %[[B]]#1
+module attributes {shardc.keep_op_shardings} {
+sdy.mesh @mesh = <["x"=4, "y"=2]>
+func.func @kept_barrier_of_differently_sharded_values(
+    %arg0: tensor<16x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>},
+    %arg1: tensor<f32>) -> (tensor<16x8xf32>, tensor<f32>) {
+  %b:2 = stablehlo.optimization_barrier {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {"y"}]>, <@mesh, []>]>} %arg0, %arg1 : tensor<16x8xf32>, tensor<f32>
+  %z = stablehlo.constant dense<0.000000e+00> : tensor<16x8xf32>
+  %d = stablehlo.subtract %b#0, %z {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {"y"}]>]>} : tensor<16x8xf32>
+  return %d, %b#1 : tensor<16x8xf32>, tensor<f32>
+}
 }
 
 // -----

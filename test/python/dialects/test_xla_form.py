@@ -227,6 +227,63 @@ def test_cond_results_of_other_ranks_read_by_a_foldable_add():
         check_like_jax(f, x, w, jnp.float32(s))
 
 
+def test_loop_result_read_by_a_chain_of_identities():
+    """A loop result read by ``r + zeros`` and that by ``select(True, zeros, .) + s``: XLA's
+    conversion folds the whole chain into the loop's result and moved the last op's one
+    sharding onto the loop, every carry then sharded alike ("Number of tile assignment
+    dimensions ... is different than the input rank" for a scalar carry). Every op the
+    chain could fold through loses its sharding, not only the loop's direct readers.
+    (diffrax's ShARK solve on a VirtualBrownianTree, whose inner loop's state is read so.)"""
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+    x = put(mesh, rand(16, 8), P("x"))
+
+    def f(x):
+        k, r = jax.lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, jnp.tanh(c[1])),
+                                  (jnp.int32(0), x))
+        zeros = jnp.zeros_like(x)
+        s = jnp.where(jnp.bool_(True), zeros, x)
+        return k, (r + zeros) + s
+    check_like_jax(f, x)
+
+
+def test_checkpointed_fsdp_blocks_compile_to_jax_jit_collectives():
+    """jax.checkpoint'd FSDP blocks (weights over both axes, a norm scale and biases
+    beside them) between a replicated layer and a head: the backward pass's
+    ``optimization_barrier`` holds values of several ranks. Constraints on its
+    results to their operands' shardings were extra seeds of XLA's propagation:
+    the recomputed blocks gathered their weights where jax.jit gathers the
+    activations (AG 53248 vs 44928, A2A 3072 vs 6144). The barrier's sharding and
+    those of the ops that could fold into its results are dropped instead."""
+    mesh = jax.make_mesh((4, 2), ("fsdp", "model"), axis_types=(AxisType.Auto,) * 2)
+    blocks = [(put(mesh, rand(32, 64, seed=3 * i) * 0.1, P("fsdp", "model")),
+               put(mesh, rand(64, 32, seed=3 * i + 1) * 0.1, P("model", "fsdp")),
+               put(mesh, np.ones(32, np.float32), P()), put(mesh, np.zeros(64, np.float32), P()),
+               put(mesh, np.zeros(32, np.float32), P())) for i in range(3)]
+    first, head = put(mesh, rand(32, 32, seed=9) * 0.1, P()), put(mesh, rand(32, 8, seed=10) * 0.1,
+                                                                 P("fsdp", None))
+    x, y = put(mesh, rand(16, 32, seed=11), P("fsdp")), put(mesh, rand(16, 8, seed=12), P("fsdp"))
+
+    def block(p, x):
+        w1, w2, scale, b1, b2 = p
+        h = x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6) * scale
+        return x + (jax.nn.relu(h @ w1 + b1) @ w2 + b2)
+
+    def loss(blocks, head, x, y):
+        x = x @ first
+        for p in blocks:
+            x = jax.checkpoint(block)(p, x)
+        return jnp.mean((x @ head - y) ** 2)
+
+    grads = jax.grad(loss, argnums=(0, 1))
+    check_like_jax(grads, blocks, head, x, y)
+
+    def by_kind(compiled):
+        found = collectives.summarize(collectives.find_collectives(compiled.as_text()))
+        return {kind: s.bytes_per_device for kind, s in found.items() if s.bytes_per_device}
+    assert by_kind(jit(grads).lower(blocks, head, x, y).compile()) == by_kind(
+        jax.jit(grads).lower(blocks, head, x, y).compile())
+
+
 # ------------------------------------------------------------------ the form and its check
 def _lit_program(name):
     """The function ``name`` of the lit test's input, alone in a module."""
