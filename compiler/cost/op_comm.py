@@ -32,6 +32,7 @@ from shardc.compiler.cost.reshard import (
     mesh_axes,
     reshard_tensor,
 )
+from shardc.compiler.propagation.graph import ELEMENTWISE
 from shardc.compiler.propagation.projection import AXES, project, projected_axes
 from shardc.compiler.sharding.axes import AxisRef, overlaps, size_product
 from shardc.compiler.sharding.rule import OpShardingRule
@@ -341,6 +342,7 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     gathers_partials = op_name == VARIADIC_REDUCE and len(results) > 1
     reduce = op_name == REDUCE
     dot = op_name == "stablehlo.dot_general"
+    elementwise = op_name in ELEMENTWISE and len(operands) > 1
     custom_call = op_name == UNPARTITIONED_CUSTOM_CALL
     convolution = op_name == CONVOLUTION
     rules = active_rules()
@@ -350,14 +352,15 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     # but the platform (its bytes per element in collectives).
     key = (rule, tuple(operands), tuple(results),
            mesh.key if isinstance(mesh, MeshInfo) else (tuple(mesh) if mesh else None),
-           replicated, gathers_partials, reduce, dot, custom_call, convolution, rules)
+           replicated, gathers_partials, reduce, dot, custom_call, convolution, elementwise,
+           rules)
     found = _memo.get(key)
     if found is None:
         if len(_memo) >= _MEMO_LIMIT:
             _memo.clear()
         found = _memo[key] = tuple(_op_communication(rule, operands, results, mesh,
                                                      replicated, gathers_partials, reduce, dot,
-                                                     custom_call, convolution))
+                                                     custom_call, convolution, elementwise))
     return list(found)
 
 
@@ -400,8 +403,10 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
                       results: Sequence[Tensor], mesh, replicated: bool,
                       gathers_partials: bool = False, reduce: bool = False,
                       dot: bool = False, custom_call: bool = False,
-                      convolution: bool = False) -> list[OpCommunication]:
+                      convolution: bool = False,
+                      elementwise: bool = False) -> list[OpCommunication]:
     declared = results
+    computed_as = "reduced as its operand is sharded"
     if reduce and not replicated and not gathers_partials:
         # XLA's reduce handler reduces its operands as the first one is sharded and
         # reshards the result it gets to the declared one afterwards (checked on
@@ -409,6 +414,13 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
         # A variadic one's unused results (an argmax's values) are not moved: not
         # modelled there.
         results = _reduced_as_operand(rule, operands[0], results)
+    if elementwise:
+        # XLA's elementwise handler computes an op whose operands all share one
+        # sharding in that sharding and reshards the result, one reshard where
+        # resharding the operands would take one each (checked on XLA:CPU: x * y of
+        # [{"x"}, {"y"}, {}] declared [{"x"}, {}, {}] all-gathers the product once).
+        results = _computed_as_operands(operands, results)
+        computed_as = "computed as its operands are all sharded"
     if replicated:
         factor_axes, reduction = dict.fromkeys(range(len(rule.factor_sizes)), ()), {}
     else:
@@ -504,7 +516,7 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     for computed, wanted in zip(results, declared):
         if computed is wanted:
             continue
-        reason = (f"reduced as its operand is sharded, {dims_text(computed.sharding)}, "
+        reason = (f"{computed_as}, {dims_text(computed.sharding)}, "
                   f"then resharded to {dims_text(wanted.sharding)}")
         source = tuple(d.axes for d in computed.sharding.dims)
         out.extend(OpCommunication(None, reason, collective, source=source)
@@ -529,3 +541,19 @@ def _reduced_as_operand(rule: OpShardingRule, operand: Tensor, results: Sequence
         out.append(result if sliced_further(dims, result.sharding.dims)
                    else replace(result, sharding=result.sharding._replace(dims=dims)))
     return out
+
+
+def _computed_as_operands(operands: Sequence[Tensor], results: Sequence[Tensor]
+                          ) -> list[Tensor]:
+    """``results`` sharded as the operands are where all of them share one sharding
+    (a result that reaches its declared sharding by slicing alone stays the same
+    object: resharding the operands to it moves nothing either)."""
+    first = operands[0].sharding
+    axes = None if first is None else [d.axes for d in first.dims]
+    if axes is None or any(o.sharding is None or [d.axes for d in o.sharding.dims] != axes
+                           for o in operands[1:]):
+        return list(results)
+    return [result if result.sharding is None or len(result.sharding.dims) != len(first.dims)
+            or sliced_further(first.dims, result.sharding.dims)
+            else replace(result, sharding=result.sharding._replace(dims=first.dims))
+            for result in results]

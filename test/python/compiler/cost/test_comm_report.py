@@ -335,3 +335,34 @@ def test_reduce_computes_as_its_operand_and_reshards_the_result(spec, out, reduc
         grid=grid)
     assert predicted == compiled
     assert compiled["collective-permute"] == permuted
+
+
+@pytest.mark.parametrize("op, specs, gathered", [
+    # operands sharded alike: XLA computes the op so and gathers the one result
+    ("mul", (("data", "model"), ("data", "model")), 2048),
+    ("compare", (("data", "model"), ("data", "model")), 512),  # a bool result: 1 B each
+    ("select", (("data", "model"),) * 3, 2048),
+    # operands sharded otherwise: each is resharded to the result (the sharded one gathered)
+    ("mul", (("data", "model"), ("data",)), 2048),
+])
+def test_elementwise_op_computes_as_operands_alike_and_reshards_the_result(op, specs,
+                                                                           gathered):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from comm_comparison import mesh, predicted_and_compiled
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    grid = mesh((4, 2), ("data", "model"))
+    bodies = {"mul": lambda a, b: a * b, "compare": lambda a, b: a < b,
+              "select": lambda a, b, c: jnp.where(a > 0, b, c)}
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((32, 64)).astype(np.float32) for _ in specs]
+
+    def fun(*xs):
+        return jax.lax.with_sharding_constraint(bodies[op](*xs), NamedSharding(grid, P("data")))
+
+    predicted, compiled = predicted_and_compiled(fun, args, [P(*s) for s in specs], grid=grid)
+    assert predicted == compiled
+    assert compiled["all-gather"] == gathered
