@@ -33,7 +33,8 @@ from shardc.compiler.cost.reshard import (
     reduce_scatter_halo,
     reshard_tensor,
 )
-from shardc.compiler.propagation.projection import AXES, project, projected_axes
+from shardc.compiler.propagation.graph import ELEMENTWISE
+from shardc.compiler.propagation.projection import AXES, OVERFLOW, project, projected_axes
 from shardc.compiler.sharding.axes import AxisRef, overlaps, size_product
 from shardc.compiler.sharding.rule import OpShardingRule
 from shardc.compiler.sharding.tensor import DimSharding, MeshInfo, Tensor, TensorSharding
@@ -66,6 +67,7 @@ HALO_REASON = "the rows of each device's shard its padded reduce-scatter left on
 UNPARTITIONED_CUSTOM_CALL = "stablehlo.custom_call"
 # XLA's dot handler partitions convolutions too, grouping them as dots (dot_groups).
 CONVOLUTION = "stablehlo.convolution"
+RESHAPE = "stablehlo.reshape"
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,12 @@ def _result_factor_axes(rule: OpShardingRule, results: Sequence[Tensor]) -> dict
         for factor, record in proj.factors.items():
             if not axes.get(factor):
                 axes[factor] = record[AXES]
+        # The factors after an overflow (axes that split no major factor evenly: a
+        # fused qkv dimension of 3 x heads x head_dim on a larger axis) hold none of
+        # them: the op computes those whole and slices the result.
+        for dim in mapping:
+            for factor in dim:
+                axes.setdefault(factor, ())
     return axes
 
 
@@ -345,6 +353,8 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     gathers_partials = op_name == VARIADIC_REDUCE and len(results) > 1
     reduce = op_name == REDUCE
     dot = op_name == "stablehlo.dot_general"
+    elementwise = op_name in ELEMENTWISE and len(operands) > 1
+    reshape = op_name == RESHAPE
     custom_call = op_name == UNPARTITIONED_CUSTOM_CALL
     convolution = op_name == CONVOLUTION
     rules = active_rules()
@@ -354,14 +364,16 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     # but the platform (its bytes per element in collectives).
     key = (rule, tuple(operands), tuple(results),
            mesh.key if isinstance(mesh, MeshInfo) else (tuple(mesh) if mesh else None),
-           replicated, gathers_partials, reduce, dot, custom_call, convolution, rules)
+           replicated, gathers_partials, reduce, dot, custom_call, convolution, elementwise,
+           reshape, rules)
     found = _memo.get(key)
     if found is None:
         if len(_memo) >= _MEMO_LIMIT:
             _memo.clear()
         found = _memo[key] = tuple(_op_communication(rule, operands, results, mesh,
                                                      replicated, gathers_partials, reduce, dot,
-                                                     custom_call, convolution))
+                                                     custom_call, convolution, elementwise,
+                                                     reshape))
     return list(found)
 
 
@@ -404,8 +416,11 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
                       results: Sequence[Tensor], mesh, replicated: bool,
                       gathers_partials: bool = False, reduce: bool = False,
                       dot: bool = False, custom_call: bool = False,
-                      convolution: bool = False) -> list[OpCommunication]:
+                      convolution: bool = False,
+                      elementwise: bool = False,
+                      reshape: bool = False) -> list[OpCommunication]:
     declared = results
+    computed_as = "reduced as its operand is sharded"
     if reduce and not replicated and not gathers_partials:
         # XLA's reduce handler reduces its operands as the first one is sharded and
         # reshards the result it gets to the declared one afterwards (checked on
@@ -413,6 +428,21 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
         # A variadic one's unused results (an argmax's values) are not moved: not
         # modelled there.
         results = _reduced_as_operand(rule, operands[0], results)
+    if elementwise:
+        # XLA's elementwise handler computes an op whose operands all share one
+        # sharding in that sharding and reshards the result, one reshard where
+        # resharding the operands would take one each (checked on XLA:CPU: x * y of
+        # [{"x"}, {"y"}, {}] declared [{"x"}, {}, {}] all-gathers the product once).
+        results = _computed_as_operands(operands, results)
+        computed_as = "computed as its operands are all sharded"
+    if reshape:
+        # XLA's reshape handler reshards the operand to what the declared result
+        # implies when that is a sharding of the operand; when it is not (4 heads on
+        # a 16-device axis: padded tiles) it reshapes the operand as it is sharded and
+        # reshards the result (checked on XLA:CPU: a [.., 64] on "model"=16 reshaped
+        # to 4 x 16 declared [{"model"}, {}] gathers the heads and slices them).
+        results = _reshaped_as_operand(rule, operands[0], results)
+        computed_as = "reshaped as its operand is sharded"
     if replicated:
         factor_axes, reduction = dict.fromkeys(range(len(rule.factor_sizes)), ()), {}
     else:
@@ -510,7 +540,7 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     for computed, wanted in zip(results, declared):
         if computed is wanted:
             continue
-        reason = (f"reduced as its operand is sharded, {dims_text(computed.sharding)}, "
+        reason = (f"{computed_as}, {dims_text(computed.sharding)}, "
                   f"then resharded to {dims_text(wanted.sharding)}")
         source = tuple(d.axes for d in computed.sharding.dims)
         out.extend(OpCommunication(None, reason, collective, source=source)
@@ -545,3 +575,56 @@ def _reduced_as_operand(rule: OpShardingRule, operand: Tensor, results: Sequence
         out.append(result if sliced_further(dims, result.sharding.dims)
                    else replace(result, sharding=result.sharding._replace(dims=dims)))
     return out
+
+
+def _computed_as_operands(operands: Sequence[Tensor], results: Sequence[Tensor]
+                          ) -> list[Tensor]:
+    """``results`` sharded as the operands are where all of them share one sharding
+    (a result that reaches its declared sharding by slicing alone stays the same
+    object: resharding the operands to it moves nothing either)."""
+    first = operands[0].sharding
+    axes = None if first is None else [d.axes for d in first.dims]
+    if axes is None or any(o.sharding is None or [d.axes for d in o.sharding.dims] != axes
+                           for o in operands[1:]):
+        return list(results)
+    return [result if result.sharding is None or len(result.sharding.dims) != len(first.dims)
+            or sliced_further(first.dims, result.sharding.dims)
+            else replace(result, sharding=result.sharding._replace(dims=first.dims))
+            for result in results]
+
+
+def _tiles_evenly(rule: OpShardingRule, proj, mapping) -> bool:
+    """Whether every factor of the tensor (``mapping``, projected to ``proj``) splits
+    into whole tiles: none lost to an overflow, each one's size a multiple of its
+    axes' size."""
+    factors = [f for dim in mapping for f in dim]
+    return all(f in proj.factors and not proj.factors[f][OVERFLOW]
+               and rule.factor_sizes[f] % size_product(proj.factors[f][AXES]) == 0
+               for f in factors)
+
+
+def _reshaped_as_operand(rule: OpShardingRule, operand: Tensor, results: Sequence[Tensor]
+                         ) -> list[Tensor]:
+    """A reshape's result sharded as its operand leaves it, where the declared result
+    sharding is no sharding of the operand (it does not tile the factors evenly) and
+    the operand's is one of the result (each result dimension's factors, major to
+    minor, sharded whole before a minor one is sharded at all); ``results`` otherwise."""
+    result = results[0]
+    if operand.sharding is None or result.sharding is None:
+        return list(results)
+    mapping = rule.result_mappings[0]
+    if _tiles_evenly(rule, project(result.sharding, mapping, rule.factor_sizes), mapping):
+        return list(results)
+    own = project(operand.sharding, rule.operand_mappings[0], rule.factor_sizes)
+    if not _tiles_evenly(rule, own, rule.operand_mappings[0]):
+        return list(results)
+    axes = {f: tuple(record[AXES]) for f, record in own.factors.items()}
+    dims = []
+    for dim in mapping:
+        split = False  # a more major factor of this dimension is split only partly
+        for factor in dim:
+            if axes.get(factor) and split:
+                return list(results)
+            split = split or size_product(axes.get(factor, ())) < rule.factor_sizes[factor]
+        dims.append(DimSharding(tuple(a for f in dim for a in axes.get(f, ())), True))
+    return [replace(result, sharding=result.sharding._replace(dims=tuple(dims)))]

@@ -335,3 +335,78 @@ def test_reduce_computes_as_its_operand_and_reshards_the_result(spec, out, reduc
         grid=grid)
     assert predicted == compiled
     assert compiled["collective-permute"] == permuted
+
+
+@pytest.mark.parametrize("op, specs, gathered", [
+    # operands sharded alike: XLA computes the op so and gathers the one result
+    ("mul", (("data", "model"), ("data", "model")), 2048),
+    ("compare", (("data", "model"), ("data", "model")), 512),  # a bool result: 1 B each
+    ("select", (("data", "model"),) * 3, 2048),
+    # operands sharded otherwise: each is resharded to the result (the sharded one gathered)
+    ("mul", (("data", "model"), ("data",)), 2048),
+])
+def test_elementwise_op_computes_as_operands_alike_and_reshards_the_result(op, specs,
+                                                                           gathered):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from comm_comparison import mesh, predicted_and_compiled
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    grid = mesh((4, 2), ("data", "model"))
+    bodies = {"mul": lambda a, b: a * b, "compare": lambda a, b: a < b,
+              "select": lambda a, b, c: jnp.where(a > 0, b, c)}
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((32, 64)).astype(np.float32) for _ in specs]
+
+    def fun(*xs):
+        return jax.lax.with_sharding_constraint(bodies[op](*xs), NamedSharding(grid, P("data")))
+
+    predicted, compiled = predicted_and_compiled(fun, args, [P(*s) for s in specs], grid=grid)
+    assert predicted == compiled
+    assert compiled["all-gather"] == gathered
+
+
+def _split_heads_padded(grid):
+    """[.., 64] on model=4 into 2 heads x 32, declared heads on all of model (padded)."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    def fun(x, w):
+        heads = (x @ w).reshape(8, 16, 2, 32)
+        return jax.numpy.sin(jax.lax.with_sharding_constraint(
+            heads, NamedSharding(grid, P("data", None, "model"))))
+    return fun, [(8, 16, 64), (64, 64)], [P("data"), P(None, "model")]
+
+
+def _merge_qkv_heads(grid):
+    """3 x 2 heads x 32 (the heads on model:(1)2, head_dim on model:(2)2) merged into
+    [.., 192] declared on model: model splits the major 3 unevenly (overflow)."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    def fun(x):
+        parts = jax.numpy.sin(x.reshape(2, 16, 3, 2, 32))
+        return jax.lax.with_sharding_constraint(parts.reshape(2, 16, 192),
+                                                NamedSharding(grid, P("data", None, "model")))
+    return fun, [(2, 16, 3, 64)], [P("data", None, None, "model")]
+
+
+@pytest.mark.parametrize("program", [_split_heads_padded, _merge_qkv_heads])
+def test_reshape_xla_cannot_shard_locally_gathers_and_slices(program):
+    """A reshape whose declared result no operand sharding produces: XLA reshapes the
+    operand as it is sharded (or whole) and reaches the result by gathering it, every
+    sharded dimension on its own (``HandleReshape``)."""
+    import numpy as np
+    from comm_comparison import mesh, predicted_and_compiled
+
+    grid = mesh((2, 4), ("data", "model"))
+    fun, shapes, specs = program(grid)
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
+    predicted, compiled = predicted_and_compiled(fun, args, specs, grid=grid)
+    assert predicted == compiled
+    assert compiled["all-gather"]
