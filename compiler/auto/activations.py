@@ -32,6 +32,7 @@ from jax.sharding import PartitionSpec as P
 from jaxlib.mlir import ir
 
 from shardc.compiler.propagation.graph import PropagationGraph
+from shardc.compiler.stages.hlo_order import in_jax_order, order_tags
 from shardc.dialects import jax_private, sdy
 
 # Equations whose results are the activations worth constraining. A convolution's are
@@ -163,10 +164,25 @@ def is_open_mark(op: ir.Operation) -> bool:
 
 
 def mark_values(graph: PropagationGraph) -> list[int]:
-    """The result values of the marks of ``graph``'s module, in program order."""
-    return [graph.op_results[op][0] for op, name in enumerate(graph.op_name)
-            if name == CONSTRAINT and is_open_mark(graph.ops[op])]
+    """The result values of the marks of ``graph``'s module, in the anchors' order
+    (``in_program_order``)."""
+    ops = [op for op, name in enumerate(graph.op_name)
+           if name == CONSTRAINT and is_open_mark(graph.ops[op])]
+    return [graph.op_results[ops[k]][0] for k in in_program_order([graph.ops[op] for op in ops])]
+
+
+def in_program_order(marks: Sequence[ir.Operation]) -> list[int]:
+    """The positions of ``marks`` (ops of the main function's body) in the order jax
+    wrote them: the order of the anchors they constrain. The import puts the body
+    in XLA's post-order before it propagates (``stages.hlo_order``), where a mark
+    can come before one jax wrote ahead of it (a layer's ``h @ kv`` before its
+    ``h @ q``), and a state's k-th mark must be the k-th anchor's constraint in the
+    program AUTO returns."""
+    tags = order_tags(marks)
+    if tags is None:  # the body was not reordered
+        return list(range(len(marks)))
+    return in_jax_order(range(len(marks)), tags)
 
 
 __all__ = ["ANCHOR_PRIMITIVES", "Constrained", "anchors", "chosen_constraints", "evaluate",
-           "is_open_mark", "mark_values", "open_marks"]
+           "in_program_order", "is_open_mark", "mark_values", "open_marks"]

@@ -20,7 +20,7 @@ from typing import Any
 
 from jaxlib.mlir import ir
 
-from shardc.compiler.auto.activations import is_open_mark, mark_values
+from shardc.compiler.auto.activations import in_program_order, is_open_mark, mark_values
 from shardc.compiler.auto.objective import StepTime, memory_bytes, step_time
 from shardc.compiler.cost.platforms import Hardware, hardware, predicting_for
 from shardc.compiler.cost_aware.candidates import tag_ops
@@ -235,7 +235,8 @@ def _closed(sharding: TensorSharding) -> bool:
 
 
 def _mark_ops(module: ir.Operation) -> list[ir.Operation]:
-    """The open marks of ``module`` (``activations``), in program order."""
+    """The open marks of ``module`` (``activations``), in jax's order
+    (``mark_values``')."""
     found = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
@@ -244,7 +245,7 @@ def _mark_ops(module: ir.Operation) -> list[ir.Operation]:
         return ir.WalkResult.ADVANCE
 
     module.walk(visit)
-    return found
+    return [found[k] for k in in_program_order(found)]
 
 
 def _declare_mesh(module: ir.Operation, mesh: Any) -> None:

@@ -24,6 +24,7 @@ from shardc.compiler.auto.candidates import (
     weight_roles,
 )
 from shardc.compiler.auto.evaluate import Evaluator
+from shardc.compiler.auto.report import partition_spec
 from shardc.compiler.auto.search import make_groups
 from shardc.compiler.cost.platforms import hardware
 
@@ -103,6 +104,50 @@ def test_a_closed_mark_prices_as_the_constraint_written_by_hand(mesh):
     # An open mark alone is the program as written.
     unmarked = jit(_mlp, mesh=mesh).trace(*args).lower(propagate=False).module
     assert evaluator({})[0].seconds == modelled_step(unmarked).seconds
+
+
+def _two_branches(wk, wu, wo, x):
+    # jax writes x @ wk first; XLA's post-order (the order the search's module is
+    # propagated in) reaches the sum's first operand, y's dots, before it.
+    k = x @ wk
+    y = jnp.tanh(x @ wu) @ wo
+    return jnp.sum(y * y) + jnp.sum(jnp.tanh(k))
+
+
+@pytest.mark.parametrize("read", ["shared", "copy"])
+def test_marks_closed_apart_price_as_the_constraints_written_at_their_anchors(mesh, read):
+    # A state's k-th mark is the k-th anchor's constraint in the program AUTO returns,
+    # though the search's module puts the marks in XLA's order: the state's step and
+    # memory are the returned program's. The marks had been taken in XLA's order,
+    # so each anchor took another's constraint (a PaLM-like step's MLP result closed
+    # to the residual stream's unsharded features: the program AUTO returned
+    # gathered its weight whole, 26% over the memory its search had judged).
+    rng = np.random.default_rng(0)
+    args = tuple(rng.normal(size=shape).astype(np.float32)
+                 for shape in ((32, 8), (32, 64), (64, 32), (16, 32)))
+    closed = jax.make_jaxpr(_two_branches)(*args)
+    points = anchors(closed)
+    marked = Constrained(_two_branches, (), (), open_marks(mesh, set(points)))
+    evaluator = Evaluator(jit(marked, mesh=mesh).trace(*args).lower(propagate=False).module,
+                          hardware("cpu"))
+    graph = evaluator.read.graph
+    shapes = [tuple(closed.jaxpr.eqns[i].outvars[0].aval.shape) for i in points]
+    assert len(set(shapes)) == 3
+    assert [graph.value_shape[m] for m in evaluator.marks] == shapes
+    assert sorted(evaluator.marks, key=graph.value_def.__getitem__) != evaluator.marks
+    if read == "copy":  # the path of a module the shared read cannot stand for
+        evaluator.read.usable = False
+    specs = [(("data", "model"), ()), (("data",), ("model",)), (("data",), ())]
+    state = {len(evaluator.arguments) + k: tensor_sharding(evaluator.mesh, spec, dict(mesh.shape))
+             for k, spec in enumerate(specs)}
+    searched, values = evaluator(state)
+    written = Constrained(_two_branches, (), (), chosen_constraints(
+        {i: NamedSharding(mesh, partition_spec(spec)) for i, spec in zip(points, specs)}))
+    lowered = jit(written, mesh=mesh).trace(*args).lower()
+    timed = lowered.step_time(platform="cpu")
+    assert searched.seconds == pytest.approx(timed.total_s, rel=1e-9)
+    assert searched.comm_bytes == timed.bytes
+    assert evaluator.memory(values) == lowered.memory_estimate(platform="cpu").net_bytes
 
 
 def test_activation_candidates_keep_the_batch_on_the_data_axes():
