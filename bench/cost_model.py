@@ -47,7 +47,11 @@ from shardc.compiler.sharding.tensor import (  # noqa: E402
     Tensor,  # noqa: E402
     TensorSharding,
 )
-from shardc.runtime.collectives import find_collectives, shape_bytes  # noqa: E402
+from shardc.runtime.collectives import (  # noqa: E402
+    find_collectives,
+    shape_bytes,
+    top_level_elements,
+)
 
 MESHES: dict[str, tuple[tuple[str, int], ...]] = {
     "8": (("x", 8),),
@@ -267,22 +271,6 @@ def parameters_reaching(hlo_text: str) -> dict[str, set[int]]:
     return reach
 
 
-def _split_top(text: str) -> list[str]:
-    """Split ``a, b(c, d), (e, f)`` at top-level commas."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    if text[start:].strip():
-        parts.append(text[start:].strip())
-    return parts
-
-
 _COLLECTIVE = re.compile(r"=\s*(\(.*?\)|\S+)\s+([a-z\-]+?)(?:-start)?\(([^)]*)\)")
 
 
@@ -303,8 +291,8 @@ def attribute(hlo_text: str, owner: Sequence[int]) -> dict[int, list[tuple[str, 
             found[next(iter(owners))].append((collective.kind, collective.bytes_per_device))
             continue
         match = _COLLECTIVE.search(collective.line)
-        results = _split_top(match.group(1).strip()[1:-1])
-        operands = _split_top(match.group(3))
+        results = top_level_elements(match.group(1).strip()[1:-1])
+        operands = top_level_elements(match.group(3))
         per_case: dict[int, int] = {}
         for result, operand in zip(results, operands):
             ref = _REFERENCE.search(operand).group(1)

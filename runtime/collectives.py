@@ -109,15 +109,16 @@ def result_bytes(result: str, start: bool = False) -> int:
     its result and, for a permute, two u32 contexts: its result is the tuple's second
     element, not the tuple's sum (which would count the operand and the result)."""
     if start and result.startswith("("):
-        elements = _top_level(result[1:-1])
+        elements = top_level_elements(result[1:-1])
         if len(elements) > 1:
             return shape_bytes(elements[1])
     return shape_bytes(result)
 
 
-def _top_level(text: str) -> list[str]:
+def top_level_elements(text: str) -> list[str]:
     """The comma-separated elements of ``text`` outside any brackets (a layout's
-    ``{1,0}``, a shape's ``[4,2]``, a nested tuple's parentheses)."""
+    ``{1,0}``, a shape's ``[4,2]``, a nested tuple's parentheses): ``a, b(c, d), (e, f)``
+    is three; none of an empty ``text``."""
     elements, depth, start = [], 0, 0
     for k, char in enumerate(text):
         if char in "([{":
@@ -127,7 +128,8 @@ def _top_level(text: str) -> list[str]:
         elif char == "," and depth == 0:
             elements.append(text[start:k].strip())
             start = k + 1
-    elements.append(text[start:].strip())
+    if text[start:].strip():
+        elements.append(text[start:].strip())
     return elements
 
 
