@@ -69,8 +69,14 @@ _BATCHNORM_SCHEDULE = (
 _PIPELINE_BODIES = (
     "memory 1.10x: the model over-counts the shard_map pipeline's loop bodies' temporaries, "
     "and counts XLA:CPU's 64-byte tables of pointers of tuple-shaped values")
+_PINNED_LOOP_BODIES = (
+    "collectives AG 1.75x, AR 0.89x, CP 0.58x: the cost-aware search's pins inside the "
+    "while loops' bodies (search_decisions.json) are predicted as computed in the pinned "
+    "shardings, but XLA compiles this program as the default route does (the dots "
+    "all-reduce over 'model' and permute the result back); not yet modelled")
 PREDICTION_MISSES: dict[tuple[str, str], str] = {
     ("cnn_batchnorm", "shardc"): _BATCHNORM_SCHEDULE,
+    ("grad_loops", COST_AWARE): _PINNED_LOOP_BODIES,
     ("pipeline_shard_map", "shardc"): _PIPELINE_BODIES,
     ("pipeline_shard_map", COST_AWARE): _PIPELINE_BODIES,
 }
