@@ -46,6 +46,12 @@ _WRITING_OWN_RESULTS = _PER_ELEMENT_BODIES | {"stablehlo.while", "stablehlo.case
 _PASS_ON = frozenset({"sdy.data_flow_edge", "sdy.sharding_constraint", "sdy.reshard",
                       "sdy.propagation_barrier"})
 _BARRIER = "stablehlo.optimization_barrier"
+# The readers a duplicated producer's buffer is kept for (``duplicated``): ops that
+# fuse no producer. A dot on XLA:CPU is a YNNPACK fusion of its own that reads such
+# a value whole (the zoo LMs keep it); a loop copies its initial value into its
+# carry (flax nnx's scanned carries' zero broadcasts, ``wrapped_broadcast.1`` copied
+# into both loops' carries while the optimizer's adds fuse a broadcast of their own).
+_KEPT_FOR = frozenset({"stablehlo.convolution", "stablehlo.while"})
 _COLLECTIVE = "collective"  # a reader standing for a reshard that moves data
 _CONSTRAINT = "sdy.sharding_constraint"
 # the ops whose all-reduced partial sums XLA's reassociation adds before reducing: dots,
@@ -425,18 +431,25 @@ class LivenessWalker:
         read by dots is a buffer as an unconstrained one is (PaLM-like MLPs'
         ``multiply_bitcast_fusion``, live from the forward's dot to the backward's). A
         pass-on that moves the value is a collective, which reads a buffer."""
+        names = self.graph.op_name
+        return {_COLLECTIVE if user == top and names[user] in _PASS_ON else names[top]
+                for user, top in self.readers(value, op)}
+
+    def readers(self, value: int, op: int) -> list[tuple[int, int]]:
+        """``(user, the op of op's block containing it)`` for each op reading ``value``
+        (made by ``op``), seen through the ops that pass it on unmoved; a pass-on
+        that moves it is a reader."""
         graph = self.graph
-        found: set[str] = set()
+        found: list[tuple[int, int]] = []
         stack = [value]
         while stack:
             for user, _ in graph.uses[stack.pop()]:
                 top = self.top_user(user, op)
-                if top != user or graph.op_name[user] not in _PASS_ON:
-                    found.add(graph.op_name[top])
-                elif any(r in self.moved for r in graph.op_results[user]):
-                    found.add(_COLLECTIVE)
-                else:
+                if top == user and graph.op_name[user] in _PASS_ON and not any(
+                        r in self.moved for r in graph.op_results[user]):
                     stack.extend(graph.op_results[user])
+                else:
+                    found.append((user, top))
         return found
 
     def reads_copy(self, value: int, user: int) -> bool:
@@ -684,7 +697,8 @@ class LivenessWalker:
                     if self.reads_copy(current, user):
                         continue  # the dot reads the value's copy in its layout
                     top = self.top_user(user, owner)
-                    if recomputed and top == user and self.fusing(user):
+                    if recomputed and top == user and self.fusing(user) \
+                            and graph.op_name[user] not in _PASS_ON:
                         continue
                     latest = max(latest, position.get(top, -1))
                     if top != user:
@@ -733,7 +747,7 @@ class LivenessWalker:
 
     def duplicated(self, value: int) -> bool:
         """Whether XLA both keeps fusible ``value`` in a buffer, for the readers that
-        cannot fuse it (a convolution, a dot, a collective), and computes it again
+        cannot fuse it (a convolution, a loop it starts), and computes it again
         inside each reader that can (``PlatformRules.duplicates_cheap_producers``).
 
         XLA's fusion duplicates a cheap producer into every consumer it may fuse
@@ -754,16 +768,18 @@ class LivenessWalker:
         graph = self.graph
         op = graph.value_def[value]
         found = False
-        if (op >= 0 and graph.op_name[op] in FUSIBLE and graph.op_name[op] not in _FREE
+        if op >= 0 and graph.op_name[op] in _PASS_ON and value not in self.moved:
+            # passed on unmoved, it is its operand's buffer (``readers``)
+            found = self.duplicated(graph.op_operands[op][0])
+        elif (op >= 0 and graph.op_name[op] in FUSIBLE and graph.op_name[op] not in _FREE
                 and value not in self.moved and op not in self.reduced
                 and len(graph.op_results[op]) == 1 and not expensive(graph, op)
                 and cheap_to_duplicate(self, op)):
-            tops = [(u, self.top_user(u, op)) for u, _ in graph.uses[value]]
-            fusing = [u for u, t in tops if u == t and self.fusing(u)]
-            # read from the buffer by convolutions only: a dot on XLA:CPU is a
-            # YNNPACK fusion of its own (the zoo LMs keep such values whole)
+            tops = self.readers(value, op)
+            fusing = [u for u, t in tops if u == t and self.fusing(u)
+                      and graph.op_name[u] not in _PASS_ON]
             kept_for = {graph.op_name[t] for u, t in tops if u not in fusing}
-            found = bool(fusing) and kept_for == {"stablehlo.convolution"}
+            found = bool(fusing) and bool(kept_for) and kept_for <= _KEPT_FOR
         self._duplicated[value] = found
         return found
 
@@ -1196,7 +1212,10 @@ class LivenessWalker:
                         continue
                 source = _IN_PLACE.get(graph.op_name[op], lambda k: None)(k)
                 if source is not None and source < len(graph.op_operands[op]):
-                    operand = graph.op_operands[op][source]
+                    # the buffer is its root's: a loop's initial value passed on by a
+                    # sharding constraint (flax nnx's scanned carries' zero broadcasts)
+                    # is updated in place as an unconstrained one is
+                    operand = self.root(graph.op_operands[op][source])
                     if operand in carries:
                         continue  # updated in the loop-carried buffer
                     if self.passed_through(op, k):
