@@ -30,6 +30,7 @@ from shardc.compiler.explain.merged import merged_graph
 from shardc.compiler.explain.needs import CONSTANTS as _CONSTANTS
 from shardc.compiler.explain.needs import OpNeeds
 from shardc.compiler.explain.on_chip import split_peak
+from shardc.compiler.explain.simplified import simplified_graph
 from shardc.compiler.propagation.graph import ELEMENTWISE
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.stages.hlo_order import jax_ordered
@@ -161,7 +162,7 @@ class LivenessWalker:
         graph = jax_ordered(values.graph)
         if self.rules.expands_optimization_barriers:
             graph = merged_graph(graph)  # jax.checkpoint's recomputation merged (CSE)
-        self.graph = graph
+        self.graph = simplified_graph(graph)  # outer products read as multiplies
         # ops merged into an earlier one: they write no buffer
         self.merged_ops: set[int] = getattr(graph, "merged_ops", set())
         self.merged: dict[int, int] = getattr(graph, "merged", {})

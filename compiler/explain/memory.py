@@ -56,8 +56,10 @@ not divide counting padded like XLA pads it:
   where elementwise ops read the slice its result is a buffer of the window's
   bytes;
 * duplicated producers (``duplication``): a cheap fusible value (one large
-  operand) that a convolution or dot reads is kept for those only; the ops
-  that can fuse it compute it again, reading its operands;
+  operand) that a convolution or a loop (its initial value) reads is kept for
+  those only; the ops that can fuse it compute it again, reading its operands;
+* outer products (``simplified``): a dot contracting no dimension is a multiply
+  of broadcasts to XLA, fused with its readers as any elementwise op;
 * a producer YNNPACK's reduction fusion cannot take (a dynamic-slice, a reverse,
   a select) feeding an offloaded f32 reduction is a buffer of its own loop fusion;
 * ``jax.checkpoint`` outside loops: on XLA:CPU, which removes optimization barriers

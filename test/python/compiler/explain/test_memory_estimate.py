@@ -401,3 +401,26 @@ def test_constrained_zeros_two_loops_start_from_is_one_buffer_their_carries_copy
     estimate = lowered.memory_estimate()
     stats = lowered.compile().memory_analysis()
     assert abs(estimate.net_bytes / _net(stats) - 1) <= 0.10, (estimate.net_bytes, _net(stats))
+
+
+def _outer_products_summed_in_a_loop(a, b, acc):
+    def body(i, carry):
+        return carry + jnp.einsum("bi,bj->bij", jnp.sin(a * i), b)
+    return jnp.sum(jax.lax.fori_loop(0, 4, body, acc) ** 2)
+
+
+def test_outer_product_is_a_multiply_fused_into_its_reader():
+    # XLA's algebraic simplifier rewrites a dot contracting nothing as a multiply of
+    # broadcasts: the loop body's add fuses it and writes the sum over its carry; read
+    # as a dot it was a buffer of the carry's size beside it (1.5x XLA's net).
+    mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    step = sc.jit(_outer_products_summed_in_a_loop,
+                  in_shardings=(NamedSharding(mesh, P("data")),
+                                NamedSharding(mesh, P("data", "model")),
+                                NamedSharding(mesh, P("data", None, "model"))))
+    lowered = step.lower(jnp.ones((64, 128)), jnp.ones((64, 128)), jnp.ones((64, 128, 128)))
+    estimate = lowered.memory_estimate()
+    stats = lowered.compile().memory_analysis()
+    assert "dot(" not in lowered.compile().as_text()
+    assert abs(estimate.temp_bytes / stats.temp_size_in_bytes - 1) <= 0.05, (
+        estimate.temp_bytes, stats.temp_size_in_bytes)
