@@ -70,7 +70,10 @@ EXPLAINED: dict[str, str] = {
                          "are live together at its peak: the gap, 1504768 B, is 23 gathered "
                          "64 KiB w_out; the model's liveness walk keeps program order, where "
                          "each gathered weight lives only within its layer",
-    "linen_scan_logical_dropout": "net 0.87x (0.74x, temp 36224 / 60936 B, before reductions "
+    "linen_scan_logical_dropout": "net 0.78x (temp 40384 / 60936 B; 0.87x while the model "
+                                  "counted the backward loop's zero initial values twice, "
+                                  "beside the carries XLA writes over them: "
+                                  "wrapped_broadcast.1-.4, live 46-307; 0.74x before reductions "
                                   "merged by structure and all-reduces combined across "
                                   "other axes): XLA:CPU runs each dropout "
                                   "mask's threefry2x32 as a rolled while loop (jax lowers it so "
