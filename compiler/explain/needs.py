@@ -254,7 +254,7 @@ class OpNeeds:
             partitioned = custom_partitioned_body(graph.ops[op], operands, results, mesh,
                                                   self._partitions)
             if partitioned is not None:
-                self._custom_partitioned(graph, op, operands, *partitioned)
+                self._custom_partitioned(graph, op, operands, mesh, *partitioned)
                 return
         # Models repeat ops with equal shardings (layers): what the rule needs there
         # depends on nothing else but the platform.
@@ -366,7 +366,7 @@ class OpNeeds:
             wanted.append((after, True, size, _copied(operand, before, after, found), True))
         return wanted
 
-    def _custom_partitioned(self, graph, op: int, operands, body: bytes,
+    def _custom_partitioned(self, graph, op: int, operands, mesh, body: bytes,
                             taken: list) -> None:
         """A ``custom_partitioning`` op as XLA partitions it: each operand resharded
         to the sharding its partition rule's body takes (a buffer the op reads), and
@@ -382,8 +382,11 @@ class OpNeeds:
                 continue
             key = (graph.op_operands[op][index], tuple(after))
             self._resharded.add(key)
+            found = reshard_collectives(tensor.shape, tensor.element_bytes, tensor.sharding,
+                                        target, mesh)
             self.needs.setdefault(op, []).append(
-                (key, shard_bytes(tensor.shape, tensor.element_bytes, after), 0))
+                (key, shard_bytes(tensor.shape, tensor.element_bytes, after),
+                 _copied(tensor, dim_axes(tensor.sharding, rank), after, found)))
         self.bodies[op] = body
 
     def _indexed(self, graph, op: int, rule, operands, results, mesh) -> list | None:
