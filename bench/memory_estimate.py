@@ -94,11 +94,6 @@ EXPLAINED: dict[str, str] = {
                               "of 64 B, XLA splitting and cloning the conditionals to 25 from "
                               "the program's 13) lie above them, 6592-10240; the model packs "
                               "its few tables among the arrays",
-    "jax_custom_partitioning_fft": "temp 64 / 512 B: the partition callback's body, which XLA "
-                                   "inlines, gathers the signal (all-gather, c64[2,16]), copies "
-                                   "it row-major (copy.1) and writes the FFT (fft.0), 256 B "
-                                   "each; the estimate reads the op's own shardings, not the "
-                                   "body (comm_report asks the callback for its collectives)",
     "linen_lm_clip_adamw": "net 0.85x (temp 545856 / 701096 B): XLA's live peak is 564240 B "
                            "(at ynn_fusion.1 in the backward; the model's 536512 B), its heap "
                            "1.24x that peak: fragmentation the model's packing replay does not "

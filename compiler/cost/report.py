@@ -795,7 +795,7 @@ def _constant_key(reader: ModuleValues, op: int) -> tuple | None:
 _SELF_PARTITIONED_TARGETS = frozenset({"CustomSPMDPartitioning"})
 
 
-def _partitioned_as(name: str, ir_op: ir.Operation, kernel: Tensor | None = None) -> str:
+def partitioned_as(name: str, ir_op: ir.Operation, kernel: Tensor | None = None) -> str:
     """The op name ``op_communication`` partitions ``ir_op`` as: a custom call with a
     partitioner of its own is not partitioned as the calls XLA has none for, a
     convolution with feature groups whose ``kernel`` holds more than one input
@@ -853,8 +853,8 @@ def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
         needs = indexed_communication(rule, roles, operands, results, mesh)
     if needs is None:
         needs = op_communication(rule, operands, results, mesh,
-                                 op_name=_partitioned_as(reader.graph.op_name[op], ir_op,
-                                                         operands[1] if len(operands) > 1 else None))
+                                 op_name=partitioned_as(reader.graph.op_name[op], ir_op,
+                                                        operands[1] if len(operands) > 1 else None))
     if ir_op.name == CONVOLUTION:
         needs = split_conv_all_reduces(tuple(needs), conv_collectives(
             ir_op, operands[0], operands[1], results[0])[1])

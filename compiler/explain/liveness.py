@@ -173,7 +173,7 @@ class LivenessWalker:
         self.sizes = dict(mesh.sizes) if mesh is not None else {}
         found = OpNeeds.collect(values)
         self.extra, self.needs, self.reduced = found.extra, found.needs, found.reduced
-        self.partial, self.moved = found.partial, found.moved
+        self.partial, self.whole, self.moved = found.partial, found.whole, found.moved
         self.scattered, self.relaid = found.scattered, found.relaid
         self.converted = found.converted
         self.exchanged = found.exchanged
@@ -351,8 +351,9 @@ class LivenessWalker:
 
     def reduced_bytes(self, value: int) -> int:
         """Bytes of the buffer an op writes ``value`` into: its partial sums when it
-        is all-reduced before a slice."""
-        return self.partial.get(value) or self.bytes_of(value)
+        is all-reduced before a slice, the whole value when XLA does not partition
+        its op (``OpNeeds.whole``)."""
+        return self.partial.get(value) or self.whole.get(value) or self.bytes_of(value)
 
     def all_reduced_bytes(self, value: int) -> int:
         """Bytes of an all-reduced ``value``'s buffers around its all-reduce: in the
@@ -1080,7 +1081,8 @@ class LivenessWalker:
         # XLA reshards a value once per target sharding and reuses it (CSE): the
         # buffer is live from the first consumer to the last one in this block.
         spans: dict[tuple, list[int]] = {}
-        copies: dict[int, int] = {}
+        # a span's key -> bytes its reshard writes before the buffer its readers read
+        copies: dict[tuple, int] = {}
         read_narrow: set[tuple] = set()  # reshards some op reads as they are, not wide
         narrow_keys: dict[tuple, set[tuple]] = {}  # a span's key -> the needs' own keys
         for op, i in position.items():
@@ -1097,7 +1099,7 @@ class LivenessWalker:
                     spans[key][1] = i
                 else:
                     spans[key] = [i, i, size]
-                    copies[i] = copies.get(i, 0) + copy
+                    copies[key] = copy
                 if graph.op_name[op] != "stablehlo.dot_general":
                     read_narrow.add(key)
         # XLA's scheduler runs a reshard of an argument first thing: it depends on
@@ -1109,6 +1111,7 @@ class LivenessWalker:
         # after its operand is computed.
         args = set(self.block_args.get(ops[0], ())) if ops else set()
         gathered: dict[int, list[tuple[int, int, bool]]] = {}
+        copying: dict[int, int] = {}  # position -> bytes of reshards being copied there
         for (value, target), (first, last, size) in spans.items():
             if self.root(value) in args and self.rules.reshards_arguments_first:
                 first = 0
@@ -1119,6 +1122,21 @@ class LivenessWalker:
                 last = first  # the dots read its wide copy, converted right after it
             gathered.setdefault(first, []).append(
                 (self.aligned(size), last, target[0] not in ("transposed", "widened")))
+            copy = copies[(value, target)]
+            if copy:
+                # A gather in a transposed layout is copied back (an all-to-all's
+                # pieces concatenated) before its first reader runs, and that reader
+                # reads the copy: both live together after the op before it, the
+                # gather dead once copied (the span's buffer stands for the copy from
+                # there). An rfft of a signal gathered whole: all-gather.3 and copy.5
+                # of c64[16,8,33] at one moment, the fft's result written where
+                # all-gather.3 was. The arguments' gathers run first, each copied
+                # back before the next.
+                if first == 0:
+                    copying[0] = max(copying.get(0, 0), self.aligned(copy))
+                else:
+                    copying[first - 1] = copying.get(first - 1, 0) + self.aligned(
+                        copy) + self.aligned(size)
         extend = self.combined(ops)
         # An all-reduce writes a buffer apart from its operand's, both live while it
         # runs; a combined one runs where the last of its members is, so all the
@@ -1246,8 +1264,8 @@ class LivenessWalker:
             body = self._flattened_body(op, i) if record is not None and looped else None
             if body is not None:
                 record.extend(body)
-            transient = (0 if body is not None else inner) + sum(self.aligned(n) for n in (
-                self.extra.get(op, 0), copies.get(i, 0)) if n)
+            transient = (0 if body is not None else inner) + copying.get(i, 0) + (
+                self.aligned(self.extra[op]) if self.extra.get(op) else 0)
             # a manual computation's body writes the op's results: its own peak holds
             # them while it runs; a reduction's, sort's or scatter's body computes one
             # element at a time (its results are the op's), a case's branches write
@@ -1282,7 +1300,9 @@ class LivenessWalker:
             for _, size, _ in frees.pop(i, []):
                 live -= size
             # the all-reduces run after the op: their buffers with what outlives it
-            after = reducing.get(i + 1, ())
+            # and the next op's gathers are copied back (``copying``)
+            after = [*reducing.get(i + 1, ()), *([(copying[i + 1], False)]
+                                                 if i + 1 in copying else ())]
             if live + sum(n for n, _ in after) > best:
                 best, best_op = live + sum(n for n, _ in after), op
             if record is not None:

@@ -39,7 +39,10 @@ not divide counting padded like XLA pads it:
   an argument's reshard (also through sharding constraints on it) is live
   from the block's start (XLA schedules it first); a gather along a
   dimension with a longer one before it adds a transposed copy of the
-  gathered buffer. Explicit reshards that move data are buffers too;
+  gathered buffer, and on XLA:CPU an all-to-all adds the pieces it
+  concatenates: both live with the reshard's buffer after the op before its
+  first consumer, the consumer reading the last one written. Explicit
+  reshards that move data are buffers too;
   implicit reshards of returned values and call operands are live while
   their op runs;
 * transposed copies XLA's CPU kernels make of batched-dot operands whose batch
@@ -75,6 +78,9 @@ not divide counting padded like XLA pads it:
   so its buffer is the result without those axes, live while it is read
   (XLA:TPU reduce-scatters them: the shard is the buffer, the partial sums
   live while the op runs, never whole in a windowed loop's);
+* ops XLA's partitioner does not partition (an fft, a top_k: ``op_comm.
+  XLA_REPLICATED_OPS``) gather each operand whole and write their result
+  whole, its readers reading their slice of it;
 * all-reduces over the same axes that do not depend on one another are
   combined, whatever all-reduces over other axes run between them: their
   results stay live until the last of them;

@@ -21,12 +21,13 @@ from shardc.compiler.cost.custom_partitioning import custom_partitioned_body, is
 from shardc.compiler.cost.fusion import CHLO_ELEMENTWISE, FREE, FUSIBLE
 from shardc.compiler.cost.halos import exchanged_window_bytes, slice_windows
 from shardc.compiler.cost.indexed import indexed_communication
-from shardc.compiler.cost.op_comm import computation_axes, required_sharding
+from shardc.compiler.cost.op_comm import XLA_REPLICATED_OPS, computation_axes, required_sharding
 from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.cost.report import (
     collectives_at,
     explicit_result_reshard,
     note_reshard,
+    partitioned_as,
     reuses_reshard,
 )
 from shardc.compiler.cost.reshard import (
@@ -45,6 +46,7 @@ from shardc.compiler.propagation.graph import ELEMENTWISE
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.sharding.axes import size_product
 from shardc.compiler.sharding.rules import indexed_roles_for
+from shardc.compiler.sharding.tensor import DimSharding
 
 RESHARDS = frozenset({"sdy.reshard", "sdy.sharding_constraint"})
 _DOTS = frozenset({"stablehlo.dot_general", "stablehlo.convolution"})
@@ -72,6 +74,9 @@ class OpNeeds:
     reduced: dict[int, tuple] = field(default_factory=dict)  # op -> all-reduced axes
     # result -> bytes of its partial sums when the all-reduce precedes a slice
     partial: dict[int, int] = field(default_factory=dict)
+    # result -> bytes of the whole value an op XLA does not partition writes, its
+    # readers reading their slice of it (``_replicated``)
+    whole: dict[int, int] = field(default_factory=dict)
     # (value, op) pairs where the op reads a copy of the value made before it (a
     # dot's second-layout or a convolution's transposed copy, an earlier reshard)
     relaid: set[tuple[int, int]] = field(default_factory=set)
@@ -249,7 +254,7 @@ class OpNeeds:
             partitioned = custom_partitioned_body(graph.ops[op], operands, results, mesh,
                                                   self._partitions)
             if partitioned is not None:
-                self._custom_partitioned(graph, op, operands, *partitioned)
+                self._custom_partitioned(graph, op, operands, mesh, *partitioned)
                 return
         # Models repeat ops with equal shardings (layers): what the rule needs there
         # depends on nothing else but the platform.
@@ -259,6 +264,9 @@ class OpNeeds:
         if known is None:
             known = memo[key] = (rule, *_rule_needs(rule, operands, results, mesh))
         _, reduced, wanted, contraction = known
+        if partitioned_as(name, graph.ops[op], operands[1] if len(operands) > 1 else None) \
+                in XLA_REPLICATED_OPS:
+            reduced, wanted = set(), self._replicated(graph, op, operands, results, mesh)
         if name in _INDEXED:
             wanted = self._indexed(graph, op, rule, operands, results, mesh) or wanted
         copied = relayout(graph.ops[op], name, operands, results)
@@ -324,7 +332,41 @@ class OpNeeds:
                 contraction, size_product(reduced), 0) is not None
             self._partial_sums(op, graph.op_results[op], results, reduced, windowed)
 
-    def _custom_partitioned(self, graph, op: int, operands, body: bytes,
+    def _replicated(self, graph, op: int, operands, results, mesh) -> list[tuple | None]:
+        """What an op XLA's SPMD partitioner has no partitioning for needs
+        (``op_comm.XLA_REPLICATED_OPS``): its ``DefaultAction`` gathers every operand
+        whole, runs the op on every device and slices the result, so each operand's
+        gather is a buffer (as ``_rule_needs`` gives it) and each sharded result is
+        written whole, its slice fused into each reader, and lives as long as they
+        read it (``whole``). Seen in XLA:CPU's buffer assignment of an rfft over the
+        sequence of a batch-sharded signal: ``all-gather.1 = f32[8,16,64]`` of the
+        whole batch, ``fft.24 = c64[8,16,33]`` and its readers' ``partition-id``
+        operands."""
+        for value, result in zip(graph.op_results[op], results):
+            if result.sharding is None:
+                continue
+            size = shard_bytes(result.shape, result.element_bytes, [()] * len(result.shape))
+            if size > shard_bytes(result.shape, result.element_bytes,
+                                  dim_axes(result.sharding, len(result.shape))):
+                self.whole[value] = size
+        wanted: list[tuple | None] = []
+        for operand in operands:
+            if operand.sharding is None:
+                wanted.append(None)
+                continue
+            rank = len(operand.shape)
+            before, after = dim_axes(operand.sharding, rank), [()] * rank
+            found = reshard_collectives(operand.shape, operand.element_bytes, operand.sharding,
+                                        operand.sharding._replace(dims=tuple(
+                                            DimSharding((), True) for _ in range(rank))), mesh)
+            if not found:
+                wanted.append(None)
+                continue
+            size = shard_bytes(operand.shape, operand.element_bytes, after)
+            wanted.append((after, True, size, _copied(operand, before, after, found), True))
+        return wanted
+
+    def _custom_partitioned(self, graph, op: int, operands, mesh, body: bytes,
                             taken: list) -> None:
         """A ``custom_partitioning`` op as XLA partitions it: each operand resharded
         to the sharding its partition rule's body takes (a buffer the op reads), and
@@ -340,8 +382,11 @@ class OpNeeds:
                 continue
             key = (graph.op_operands[op][index], tuple(after))
             self._resharded.add(key)
+            found = reshard_collectives(tensor.shape, tensor.element_bytes, tensor.sharding,
+                                        target, mesh)
             self.needs.setdefault(op, []).append(
-                (key, shard_bytes(tensor.shape, tensor.element_bytes, after), 0))
+                (key, shard_bytes(tensor.shape, tensor.element_bytes, after),
+                 _copied(tensor, dim_axes(tensor.sharding, rank), after, found)))
         self.bodies[op] = body
 
     def _indexed(self, graph, op: int, rule, operands, results, mesh) -> list | None:
@@ -674,7 +719,22 @@ def _rule_needs(rule, operands, results, mesh) -> tuple[set, list[tuple | None],
         found = reshard_collectives(operand.shape, operand.element_bytes,
                                     operand.sharding, needed, mesh)
         size = shard_bytes(operand.shape, operand.element_bytes, after)
-        copy = size if transposed_gather(operand.shape, before, after, found) else 0
         gathers = any(c.kind == ALL_GATHER for c in found)
-        wanted.append((after, bool(found), size, copy, gathers))
+        wanted.append((after, bool(found), size, _copied(operand, before, after, found), gathers))
     return reduced, wanted, prod(rule.factor_sizes[f] for f in rule.reduction_factors)
+
+
+def _copied(operand, before, after, found) -> int:
+    """Bytes of the array a reshard writes before the buffer its reader reads (0 if
+    none), live with that reshard's own until the last is written: a gather in a
+    transposed layout and its copy back (``layout.transposed_gather``), or the pieces
+    an all-to-all receives and concatenates on a platform that concatenates them
+    (``PlatformRules.concatenates_all_to_all``: a sequence-sharded attention's keys
+    moved to head sharding, ``all-to-all.3``'s eight f32[1,1,32,256] pieces
+    concatenated into ``concatenate_bitcast_fusion``, f32[8,32,256])."""
+    size = shard_bytes(operand.shape, operand.element_bytes, after)
+    if transposed_gather(operand.shape, before, after, found):
+        return size
+    if active_rules().concatenates_all_to_all and any(c.kind == ALL_TO_ALL for c in found):
+        return size
+    return 0

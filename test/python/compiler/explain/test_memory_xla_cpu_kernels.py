@@ -379,3 +379,31 @@ def test_dot_computed_as_its_operands_imply_reads_them_as_they_are():
     estimate = lowered.memory_estimate()
     stats = lowered.compile().memory_analysis()
     assert abs(_net(estimate, stats) - 1) <= 0.10, (estimate, stats)
+
+
+def _spectral_filter(x, w):
+    # an rfft over the sequence of a batch- and channel-sharded signal, filtered and
+    # transformed back
+    y = jnp.fft.irfft(jnp.fft.rfft(x, axis=1) * 2.0, n=x.shape[1], axis=1)
+    return jnp.tanh(y) @ w
+
+
+def test_fft_runs_whole_on_every_device_and_its_gather_is_copied_back_first():
+    # XLA's partitioner has no partitioning for an rfft or irfft: it gathers the
+    # signal whole, runs the transform on every device and slices the result in its
+    # readers (the fft's result is whole). The gather, in a transposed layout, is
+    # copied back before the transform runs and dies there: the transform's result
+    # takes its place. The estimate counted the transforms per shard (0.41x XLA's
+    # net bytes), then the gather, its copy and the result at once (1.41x).
+    lowered = _lower(_spectral_filter, (jnp.ones((16, 64, 8)), jnp.ones((8, 8))),
+                     (P("data", None, "model"), P()))
+    values = ModuleValues(lowered.module.operation, missing_as_replicated=True)
+    graph = values.graph
+    with predicting_for(CPU):
+        walker = LivenessWalker(values)
+    ffts = [op for op in range(len(graph.ops)) if graph.op_name[op] == "stablehlo.fft"]
+    # c64[16,8,33] and f32[16,8,64], whole
+    assert sorted(walker.whole[graph.op_results[op][0]] for op in ffts) == [32768, 33792]
+    estimate = lowered.memory_estimate()
+    stats = lowered.compile().memory_analysis()
+    assert abs(_net(estimate, stats) - 1) <= 0.05, (estimate.temp_bytes, stats.temp_size_in_bytes)
