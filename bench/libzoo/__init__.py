@@ -66,7 +66,13 @@ cache decoding greedily in a ``fori_loop``, linear recurrent units over complex6
 trained through filters (``nnx.DiffState``, ``wrt=nnx.All(...)``), top-p / top-k sampling
 (``argsort``, ``cumsum``, ``top_k``) over typed key arrays, an FFT long convolution with a
 ``custom_jvp`` gate and a linen ``nn.Sequential`` conv autoencoder (``GroupNorm``,
-``max_pool``, ``ConvTranspose``). Where the
+``max_pool``, ``ConvTranspose``); NNX blocks made by ``nnx.vmap`` over split RNG streams,
+scanned and branching by ``nnx.switch`` / ``nnx.cond``, a linen classifier whose ``nn.Dense``
+layers run an injected int8 ``dot_general`` (``preferred_element_type=int32``) with an
+``nn.Einsum`` head, an ensemble of equinox ``GRUCell`` classifiers trained by
+``eqx.filter_vmap(in_axes=eqx.if_array(0))`` under ``eqx.error_if`` and evaluated in
+``eqx.nn.inference_mode``, beam search by ``lax.top_k`` and a multi-operand ``lax.sort``, and
+a penzai MLP edited by ``pz.select`` (dropout and ``LayerNorm`` inserted). Where the
 ``gemma`` extra is installed (it needs tensorflow), Gemma's library (a small ``gm.nn.Transformer``
 trained with optax). Each module holds one
 program, with the zoo's interface (``NAME``, ``SIZES``, ``make(size) ->
@@ -92,6 +98,7 @@ from bench.libzoo import (
     diffrax_shark_sde,
     eqx_batchnorm_state,
     eqx_filter_jit,
+    eqx_gru_ensemble,
     eqx_lstm_lm,
     eqx_mha_filter_grad,
     eqx_partition_jit,
@@ -105,6 +112,7 @@ from bench.libzoo import (
     flax_nnx_scan_explicit,
     flax_nnx_sharded,
     jax_assoc_scan_lru,
+    jax_beam_search,
     jax_custom_partitioning_fft,
     jax_fft_long_conv,
     jax_host_callback_scan,
@@ -113,6 +121,7 @@ from bench.libzoo import (
     lineax_cg_batched,
     linen_conv_gn_ae,
     linen_ddpm_unet,
+    linen_int8_dot_general,
     linen_lm_clip_adamw,
     linen_logical_attention,
     linen_remat_scan,
@@ -127,6 +136,7 @@ from bench.libzoo import (
     nnx_resnet_batchnorm,
     nnx_scan_dropout_split,
     nnx_scan_remat_optimizer,
+    nnx_scan_rngs_switch,
     nnx_seq_remat_filters,
     optax_adafactor_fsdp,
     optax_dpsgd,
@@ -143,6 +153,7 @@ from bench.libzoo import (
     penzai_gpt_neox_grad,
     penzai_kv_decode,
     penzai_named_lm,
+    penzai_select_edits,
 )
 from bench.models import make_programs as _make_programs
 from bench.models.program import SIZES, Program
@@ -208,6 +219,11 @@ _MODULES = (
     jax_topp_sampling,
     jax_fft_long_conv,
     linen_conv_gn_ae,
+    nnx_scan_rngs_switch,
+    linen_int8_dot_general,
+    eqx_gru_ensemble,
+    jax_beam_search,
+    penzai_select_edits,
 )
 # Programs of a library too heavy for the ``libzoo`` extra (gemma brings kauldron and
 # tensorflow: the ``gemma`` extra), registered only where it is installed: program name

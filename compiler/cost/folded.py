@@ -23,7 +23,10 @@ from shardc.compiler.propagation.graph import PropagationGraph as Graph
 
 _BRANCHING = frozenset({"stablehlo.case", "stablehlo.if"})
 _CONSTANTS = frozenset({"stablehlo.constant", "sdy.constant"})
-_PASS_ON = frozenset({"sdy.sharding_constraint", "sdy.reshard"})
+# A module read before export still holds Shardy's data-flow edge after each case /
+# while result: it hands its input on unchanged (XLA never sees one).
+_EDGE = "sdy.data_flow_edge"
+_PASS_ON = frozenset({"sdy.sharding_constraint", "sdy.reshard", _EDGE})
 # How many ops one index may be folded through (a guard on the work, not a rule).
 _LIMIT = 512
 _COMPARE = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
@@ -54,17 +57,26 @@ def untaken(graph: Graph, op: int, memo: dict[int, int | None]) -> bool:
 
 def folded_value(graph: Graph, value: int, memo: dict[int, int | None]) -> int:
     """The value XLA holds for ``value``: through every folded ``case`` / ``if`` that
-    defines it, what its taken branch returns (``value`` itself otherwise)."""
-    op = graph.value_def[value]
+    defines it (seen through Shardy's data-flow edge on its result), what its taken
+    branch returns (``value`` itself otherwise)."""
+    source = _edge_input(graph, value)
+    op = graph.value_def[source]
     while op >= 0 and graph.op_name[op] in _BRANCHING:
         if op not in memo:
             memo[op] = taken_branch(graph, op)
         if memo[op] is None:
             break
         returned = graph.op_operands[graph.op_blocks[op][memo[op]][1][-1]]
-        value = returned[graph.op_results[op].index(value)]
-        op = graph.value_def[value]
+        value = returned[graph.op_results[op].index(source)]
+        source = _edge_input(graph, value)
+        op = graph.value_def[source]
     return value
+
+
+def _edge_input(graph: Graph, value: int) -> int:
+    """The input of the ``sdy.data_flow_edge`` defining ``value`` (``value`` otherwise)."""
+    op = graph.value_def[value]
+    return graph.op_operands[op][0] if op >= 0 and graph.op_name[op] == _EDGE else value
 
 
 def taken_branch(graph: Graph, op: int) -> int | None:

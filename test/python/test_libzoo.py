@@ -43,7 +43,8 @@ PROGRAMS = (
     "eqx_rope_mha_lm", "eqx_while_fixed_point", "diffrax_implicit_lineax", "nnx_bn_train_eval",
     "linen_selfattn_decode", "jax_assoc_scan_lru", "optax_prodigy_fsdp", "linen_scan_rnn_broadcast",
     "diffrax_shark_sde", "nnx_seq_remat_filters", "jax_topp_sampling", "jax_fft_long_conv",
-    "linen_conv_gn_ae",
+    "linen_conv_gn_ae", "nnx_scan_rngs_switch", "linen_int8_dot_general", "eqx_gru_ensemble",
+    "jax_beam_search", "penzai_select_edits",
 )  # fmt: skip
 # The library each program is written with (besides jax, optax and numpy).
 LIBRARIES = {
@@ -73,7 +74,9 @@ LIBRARIES = {
     "nnx_bn_train_eval": "flax", "linen_selfattn_decode": "flax", "jax_assoc_scan_lru": "jax",
     "optax_prodigy_fsdp": "optax", "linen_scan_rnn_broadcast": "flax",
     "diffrax_shark_sde": "diffrax", "nnx_seq_remat_filters": "flax", "jax_topp_sampling": "jax",
-    "jax_fft_long_conv": "jax", "linen_conv_gn_ae": "flax",
+    "jax_fft_long_conv": "jax", "linen_conv_gn_ae": "flax", "nnx_scan_rngs_switch": "flax",
+    "linen_int8_dot_general": "flax", "eqx_gru_ensemble": "equinox", "jax_beam_search": "jax",
+    "penzai_select_edits": "penzai",
 }  # fmt: skip
 # A child process measuring one program at the small size takes well under this.
 ISOLATED_TIMEOUT_SECONDS = 600

@@ -84,6 +84,28 @@ def test_branch_on_a_constant_index_is_folded_away():
     assert predicted == compiled
 
 
+def test_branch_on_an_index_read_from_a_folded_branch_is_folded_away():
+    """Two error checks in a row on values known when tracing, the second reading the
+    first's result (diffrax checks its ``SaveAt(ts=...)`` is increasing, then inside
+    ``[t0, t1]``): the second ``case``'s index reads the first's result through
+    Shardy's data-flow edge; XLA folds both, so neither host callback's result is
+    broadcast."""
+
+    def fail(ts):  # equinox's error branch: the host raises, its result a placeholder
+        return jax.pure_callback(lambda _: np.zeros(ts.shape, ts.dtype),
+                                 jax.ShapeDtypeStruct(ts.shape, ts.dtype), 0)
+
+    def checked(x):
+        ts = jnp.asarray(np.linspace(0.0, 1.0, 5, dtype=np.float32))
+        ts = jax.lax.cond(jnp.any(ts[1:] < ts[:-1]), fail, lambda t: t, ts)
+        ts = jax.lax.cond(jnp.any((ts < 0.0) | (ts > 1.0)), fail, lambda t: t, ts)
+        return x * ts[None, :]
+
+    predicted, compiled = predicted_and_compiled(checked, (ones(8, 5),), (P("data"),),
+                                                 P("data"))
+    assert predicted == compiled == {}
+
+
 @pytest.mark.parametrize("grid, spec", [
     (((2, 4), ("data", "model")), P("data", "model")),
     (((4, 2), ("data", "model")), P("data", "model")),
