@@ -416,6 +416,7 @@ class Lowered(Stage, jax.stages.Lowered):
             placed_on_request=self.placed_on_request,
             effects=self._effects,
             kept=kept,
+            name=jax_private.lowering_name(self.jax_lowering),
         )
         compiled.reference = getattr(self, "reference", None)  # for Compiled.verify
         compiled.args_info = self.args_info

@@ -79,12 +79,14 @@ def compile_executable(
     propagate_to_outputs: list[bool],
     host_callbacks: list,
     compiler_options: tuple[tuple[str, Any], ...] = (),
+    name: str | None = None,
 ) -> Any:
     """Compile a StableHLO+sdy module for ``devices`` (the logical device order).
 
     The module goes in as an ``ir.Module``: jaxlib accepts text and bytecode
     too, but only without host callbacks. ``compiler_options`` are XLA's
     debug options by name, as ``jax.jit(compiler_options=...)`` passes them.
+    ``name`` is the program's in jax's logs (``jit(f)``; None: the module's).
     """
     import numpy as np
     from jax._src import compiler, dispatch
@@ -112,7 +114,7 @@ def compile_executable(
     # counted among its backend compile events.
     with dispatch.log_elapsed_time(
             "Finished XLA compilation of {fun_name} in {elapsed_time:.9f} sec",
-            fun_name=_module_name(module), event=dispatch.BACKEND_COMPILE_EVENT):
+            fun_name=name or _module_name(module), event=dispatch.BACKEND_COMPILE_EVENT):
         if is_compile_only(client):
             return client.compile(module, executable_devices=device_list,
                                   compile_options=options, **extra)
@@ -976,6 +978,11 @@ def with_embedded_constants(parameters: Any) -> Any:
 def jit_lowering(jax_lowered: Any) -> Any:
     """The ``MeshComputation`` behind a ``jax.stages.Lowered`` of jit (its ``_lowering``)."""
     return jax_lowered._lowering
+
+
+def lowering_name(jax_lowering: Any) -> str | None:
+    """The program's name in jax's compile logs (``jit(f)``), from its ``MeshComputation``."""
+    return getattr(jax_lowering, "_name", None)
 
 
 def lowering_with_module(jax_lowering: Any, module: ir.Module, *, in_shardings: list,
