@@ -596,7 +596,30 @@ def clone_jit_primitive(name: str, impl: Any) -> Any:
     copy_registries(list(loaded.values()))
     _late_rules.append((copy_registries, set(loaded)))
     primitive.def_impl(impl)
+    _report_intermediate_shardings(primitive)
     return primitive
+
+
+def _report_intermediate_shardings(primitive: Any) -> None:
+    """jax's enclosing jit takes its devices from the shardings of the equations inside
+    it too (``dispatch.get_intermediate_shardings``), among them the argument and
+    result shardings of its jit primitive's equations, which it recognizes by
+    identity: the clone's equations are reported as jax's are, so that a jit with
+    shardings nested in ``jax.jit`` places the enclosing program on their devices."""
+    from jax._src import dispatch
+
+    reported = dispatch.get_intermediate_shardings  # (recurses through the module's name)
+
+    def get_intermediate_shardings(jaxpr: Any) -> Any:
+        out = reported(jaxpr)
+        for eqn in jaxpr.eqns:
+            if eqn.primitive is primitive:
+                source_info = dispatch.SourceInfo(eqn.source_info, eqn.primitive.name)
+                out.extend((s, source_info) for s in (*eqn.params["in_shardings"],
+                                                      *eqn.params["out_shardings"]))
+        return out
+
+    dispatch.get_intermediate_shardings = get_intermediate_shardings
 
 
 def copy_late_jit_rules() -> None:

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax._src import dispatch  # what jax.jit reads its devices from
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -114,6 +115,24 @@ def test_nested_in_a_shardc_jit_propagates_the_inner_shardings(pair, args, mesh)
     text = outer.lower(*args).as_text(propagated=True)
     # The inner jit's argument shardings reach the outer module and propagate.
     assert 'stablehlo.dot_general' in text and '<@mesh, [{"x"}, {"y"}]>' in text
+
+
+@pytest.mark.parametrize("given", ["in_shardings", "out_shardings"])
+def test_nested_in_jax_jit_places_the_program_on_the_inner_shardings_devices(mesh, given):
+    """jax.jit takes its devices from the shardings of the jits inside it too
+    (uncommitted arguments): a shardc jit's count as jax.jit's do."""
+    s = NamedSharding(mesh, P("x", "y"))
+    x = np.arange(16.0).reshape(8, 2)
+    outs = [jax.jit(lambda v, inner=jitted(lambda v: v * 2, **{given: s}): inner(v) + 1)(x)
+            for jitted in (jit, jax.jit)]
+    _assert_same(*outs)
+    assert outs[0].sharding == outs[1].sharding == s
+    ours, theirs = (
+        [str(sharding) for sharding, _ in dispatch.get_intermediate_shardings(
+            jax.jit(lambda v, inner=jitted(lambda v: v * 2, **{given: s}): inner(v))
+            .trace(x).jaxpr.jaxpr)]
+        for jitted in (jit, jax.jit))
+    assert ours == theirs and str(s) in ours
 
 
 def test_grad_under_an_outer_shardc_jit(pair, args):
