@@ -434,6 +434,23 @@ def jit_call_parts(traced: Any) -> tuple[dict, list]:
     return dict(traced._params), list(traced._consts)
 
 
+def has_kernel_refs(leaves: list) -> bool:
+    """Whether any of these values is a ``Ref`` in a Pallas memory space: a kernel's,
+    which exists only while a Pallas kernel is traced."""
+    for leaf in leaves:
+        space = getattr(_core().typeof(leaf), "memory_space", None)
+        if space is not None and type(space).__module__.startswith("jax._src.pallas"):
+            return True
+    return False
+
+
+def jax_jit_primitive() -> Any:
+    """jax's own jit primitive (``jit_p``)."""
+    from jax._src import pjit
+
+    return pjit.jit_p
+
+
 def has_high_types(traced: Any) -> bool:
     """Whether a ``jax.stages.Traced``'s arguments, results or closed-over values have
     jax's high-level types (hijax), or its high-level primitives take ``Ref``

@@ -272,3 +272,28 @@ def test_pallas_fuser_through_jit_imported_after_shardc():
     assert run.returncode == 0, run.stderr
     theirs, ours = run.stdout.splitlines()
     assert ours == theirs == "(None, 1, 128, 128) (0, 3, 2, 1)"
+
+
+def test_inside_a_pallas_kernel_on_refs_and_values_as_jax_jit():
+    """Pallas's interpreter walks into jax's jit equations (by the primitive's identity);
+    a shardc jit on a kernel's Refs binds jax's primitive there, as jax.jit does."""
+    # (Pallas imported here, as in the fuser's test: the other tests run without it.)
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    x = jnp.arange(8 * 128, dtype=jnp.float32).reshape(8, 128)
+
+    def run(jitted):
+        def on_values(x_ref, o_ref):
+            o_ref[...] = jitted(lambda v: jnp.sin(v) * 2)(x_ref[...])
+
+        def on_refs(x_ref, o_ref):
+            def body(xr, orf):
+                orf[...] = xr[...] + 1
+            jitted(body)(x_ref, o_ref)
+
+        return [pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                               interpret=pltpu.InterpretParams())(x)
+                for kernel in (on_values, on_refs)]
+
+    _assert_same(run(jit), run(jax.jit))
