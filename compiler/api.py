@@ -92,6 +92,11 @@ class _CachedLowering:
     # jax's lowering of the traced program (for Lowered._lowering, what jax.export reads).
     jax_lowering: Any = None
 
+    @functools.cached_property
+    def text(self) -> str:
+        """The module as printed, which a ``Lowered``'s own copy prints until changed."""
+        return str(self.module)
+
 
 class JitFunction(JitCalls, JitSurface):
     """The object ``jit`` returns: call it (``JitCalls``) or ``.lower(*args, **kwargs)``;
@@ -368,6 +373,8 @@ class JitFunction(JitCalls, JitSurface):
         lowered.arg_names = cached.arg_names
         lowered.jax_lowering = cached.jax_lowering
         lowered.reference = self._jax_jit  # the unsharded program, for Compiled.verify
+        lowered.executables = caches.SharedExecutables(
+            self._caches.executables, key, lowered.module, lambda: cached.text, trusted=called)
         if self.strict:
             check_strict(lowered.module, self.strict)
         return key, lowered

@@ -40,6 +40,7 @@ from shardc.dialects import jax_private
 from shardc.dialects.errors import InvalidArgumentError, PlatformMismatchError
 from shardc.dialects.xla_form import module_for_xla
 from shardc.runtime.compiled import Compiled, StaticArguments, compile_program, program_mesh
+from shardc.runtime.compiled import device_assignment as program_devices
 from shardc.runtime.effects import NO_EFFECTS, ProgramEffects
 from shardc.runtime.stage import Stage
 
@@ -200,6 +201,11 @@ class Lowered(Stage, jax.stages.Lowered):
     # too; without it, as jax.jit's, it leaves them out (``unused_arguments``).
     keep_unused: bool = True
 
+    # Where the jit that made this keeps the executables of its lowering, shared by
+    # its calls and every ``compile()`` of it (``function.caches.SharedExecutables``);
+    # None: each compile() compiles.
+    executables: Any = None
+
     # jax's lowering of the traced program shardc annotated (set by the jit that made
     # this): what ``_lowering`` is made from.
     jax_lowering: Any = None
@@ -351,6 +357,12 @@ class Lowered(Stage, jax.stages.Lowered):
                 f"device_assignment must be a tuple of jax devices, got {device_assignment!r}")
         self._check_platforms(device_assignment)
         options = self._compiler_options + tuple((compiler_options or {}).items())
+        if self.executables is not None:
+            devices = program_devices(self._meshes, device_assignment)
+            kept = self.executables.get(self.module, devices, options)
+            if kept is not None:
+                kept.reference = getattr(self, "reference", None)
+                return kept
         compiled = self._compile(self.module, device_assignment, options)
         # Shardy's choices, exported now (the first compile) where the search changed them.
         fallback = (self._cost_aware_resolution.fallback
@@ -363,6 +375,8 @@ class Lowered(Stage, jax.stages.Lowered):
                     or shardy.memory_bytes() < compiled.memory_bytes()):
                 shardy.kept_shardy = True
                 compiled = shardy
+        if self.executables is not None:
+            self.executables.put(self.module, devices, options, compiled)
         return compiled
 
     def _check_platforms(self, device_assignment: Sequence | None) -> None:
@@ -402,6 +416,7 @@ class Lowered(Stage, jax.stages.Lowered):
             placed_on_request=self.placed_on_request,
             effects=self._effects,
             kept=kept,
+            name=jax_private.lowering_name(self.jax_lowering),
         )
         compiled.reference = getattr(self, "reference", None)  # for Compiled.verify
         compiled.args_info = self.args_info

@@ -79,12 +79,14 @@ def compile_executable(
     propagate_to_outputs: list[bool],
     host_callbacks: list,
     compiler_options: tuple[tuple[str, Any], ...] = (),
+    name: str | None = None,
 ) -> Any:
     """Compile a StableHLO+sdy module for ``devices`` (the logical device order).
 
     The module goes in as an ``ir.Module``: jaxlib accepts text and bytecode
     too, but only without host callbacks. ``compiler_options`` are XLA's
     debug options by name, as ``jax.jit(compiler_options=...)`` passes them.
+    ``name`` is the program's in jax's logs (``jit(f)``; None: the module's).
     """
     import numpy as np
     from jax._src import compiler, dispatch
@@ -112,7 +114,7 @@ def compile_executable(
     # counted among its backend compile events.
     with dispatch.log_elapsed_time(
             "Finished XLA compilation of {fun_name} in {elapsed_time:.9f} sec",
-            fun_name=_module_name(module), event=dispatch.BACKEND_COMPILE_EVENT):
+            fun_name=name or _module_name(module), event=dispatch.BACKEND_COMPILE_EVENT):
         if is_compile_only(client):
             return client.compile(module, executable_devices=device_list,
                                   compile_options=options, **extra)
@@ -432,6 +434,23 @@ def jit_call_parts(traced: Any) -> tuple[dict, list]:
     return dict(traced._params), list(traced._consts)
 
 
+def has_kernel_refs(leaves: list) -> bool:
+    """Whether any of these values is a ``Ref`` in a Pallas memory space: a kernel's,
+    which exists only while a Pallas kernel is traced."""
+    for leaf in leaves:
+        space = getattr(_core().typeof(leaf), "memory_space", None)
+        if space is not None and type(space).__module__.startswith("jax._src.pallas"):
+            return True
+    return False
+
+
+def jax_jit_primitive() -> Any:
+    """jax's own jit primitive (``jit_p``)."""
+    from jax._src import pjit
+
+    return pjit.jit_p
+
+
 def has_high_types(traced: Any) -> bool:
     """Whether a ``jax.stages.Traced``'s arguments, results or closed-over values have
     jax's high-level types (hijax), or its high-level primitives take ``Ref``
@@ -594,7 +613,30 @@ def clone_jit_primitive(name: str, impl: Any) -> Any:
     copy_registries(list(loaded.values()))
     _late_rules.append((copy_registries, set(loaded)))
     primitive.def_impl(impl)
+    _report_intermediate_shardings(primitive)
     return primitive
+
+
+def _report_intermediate_shardings(primitive: Any) -> None:
+    """jax's enclosing jit takes its devices from the shardings of the equations inside
+    it too (``dispatch.get_intermediate_shardings``), among them the argument and
+    result shardings of its jit primitive's equations, which it recognizes by
+    identity: the clone's equations are reported as jax's are, so that a jit with
+    shardings nested in ``jax.jit`` places the enclosing program on their devices."""
+    from jax._src import dispatch
+
+    reported = dispatch.get_intermediate_shardings  # (recurses through the module's name)
+
+    def get_intermediate_shardings(jaxpr: Any) -> Any:
+        out = reported(jaxpr)
+        for eqn in jaxpr.eqns:
+            if eqn.primitive is primitive:
+                source_info = dispatch.SourceInfo(eqn.source_info, eqn.primitive.name)
+                out.extend((s, source_info) for s in (*eqn.params["in_shardings"],
+                                                      *eqn.params["out_shardings"]))
+        return out
+
+    dispatch.get_intermediate_shardings = get_intermediate_shardings
 
 
 def copy_late_jit_rules() -> None:
@@ -976,6 +1018,11 @@ def with_embedded_constants(parameters: Any) -> Any:
 def jit_lowering(jax_lowered: Any) -> Any:
     """The ``MeshComputation`` behind a ``jax.stages.Lowered`` of jit (its ``_lowering``)."""
     return jax_lowered._lowering
+
+
+def lowering_name(jax_lowering: Any) -> str | None:
+    """The program's name in jax's compile logs (``jit(f)``), from its ``MeshComputation``."""
+    return getattr(jax_lowering, "_name", None)
 
 
 def lowering_with_module(jax_lowering: Any, module: ir.Module, *, in_shardings: list,

@@ -518,12 +518,14 @@ def compile_program(
     placed_on_request: bool = False,
     effects: ProgramEffects = NO_EFFECTS,
     kept: Sequence[int] | None = None,
+    name: str | None = None,
 ) -> Compiled:
     """Compile an annotated module for the program's devices and return ``Compiled``
     (``placed_on_request``: a ``SingleDeviceSharding`` chose the device, so the
     results are committed to it; ``effects``: the program's tokens and Refs, with
     ``inputs`` / ``outputs`` its values after the tokens; ``kept``: the argument leaves
-    ``module`` takes, ``inputs`` being theirs, where it does not take every one)."""
+    ``module`` takes, ``inputs`` being theirs, where it does not take every one;
+    ``name``: the program's in jax's compile logs)."""
     order = device_assignment(meshes, devices)
     tokens = effects.tokens
     main = program_mesh(meshes)
@@ -536,6 +538,7 @@ def compile_program(
         propagate_to_outputs=[False] * tokens + [is_open(info.sharding) for info in outputs],
         host_callbacks=list(host_callbacks),
         compiler_options=compiler_options,
+        name=name,
     )
     if keepalive and hasattr(executable, "keep_alive"):  # a compile-only one never runs
         executable.keep_alive(list(keepalive))

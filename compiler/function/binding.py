@@ -83,6 +83,11 @@ def bind(primitive: Any, traced: Any, leaves: Sequence[Any],
     equation compiles with them.
     """
     jax_private.copy_late_jit_rules()
+    if jax_private.has_kernel_refs(leaves):
+        # Called inside a Pallas kernel: Pallas lowers (or interprets) the equation,
+        # which no one executes, and its interpreter walks into jax's own jit
+        # equations by the primitive's identity: jax's, as jax.jit binds it.
+        primitive = jax_private.jax_jit_primitive()
     params, consts = jax_private.jit_call_parts(traced)
     params["in_shardings"] = merged_shardings(params["in_shardings"], in_shardings, len(consts))
     params["out_shardings"] = merged_shardings(params["out_shardings"], out_shardings, 0)

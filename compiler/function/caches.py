@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import collections
 import weakref
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple
 
 from shardc.dialects import jax_private
@@ -75,6 +75,63 @@ class FunctionCaches:
         self.lowerings.clear()
         self.executables.clear()
         self.by_call.clear()
+
+
+class SharedExecutables:
+    """Where one lowering's executables are kept in its jit's caches: calls and
+    ``compile()`` of every ``Lowered`` of that lowering find one another's, as jax's
+    compilation cache (keyed on the module, the devices and the compiler options)
+    gives ``f(x)``, ``f.lower(x).compile()`` and ``f.trace(x).lower().compile()`` one
+    executable, whichever comes first.
+
+    A ``Lowered``'s module is its own and may be changed in place: one handed to
+    the user (``trusted=False``) finds the kept executables only while its module is
+    the one it was made with and prints as the lowering did (``lowered_text``).
+    The kept executables hold no unsharded reference (``Compiled.reference``: the
+    function, through its jax.jit, which would keep these caches alive); a
+    ``Lowered`` gets its own copy, with its own."""
+
+    def __init__(self, executables: LRU, key: Hashable, module: Any,
+                 lowered_text: Callable[[], str], *, trusted: bool) -> None:
+        self._executables = executables
+        self._key = key
+        self._module = module
+        self._lowered_text = lowered_text
+        self._trusted = trusted
+
+    def get(self, module: Any, devices: tuple, options: tuple) -> Any:
+        """The executable kept for ``module`` on ``devices`` (in order) compiled with
+        ``options``, if any (a copy: the caller sets its own attributes)."""
+        key = self._slot(module, devices, options)
+        found = self._executables.get(key) if key is not None else None
+        return _another(found) if found is not None else None
+
+    def put(self, module: Any, devices: tuple, options: tuple, compiled: Any) -> None:
+        key = self._slot(module, devices, options)
+        if key is not None:
+            kept = _another(compiled)
+            kept.reference = None
+            self._executables[key] = kept
+
+    def _slot(self, module: Any, devices: tuple, options: tuple) -> Hashable | None:
+        if module is not self._module:
+            return None
+        if not self._trusted and str(module) != self._lowered_text():
+            return None
+        key = (self._key, devices, options)
+        try:
+            hash(key)
+        except TypeError:  # an option's value that cannot be hashed: not kept
+            return None
+        return key
+
+
+def _another(compiled: Any) -> Any:
+    """Another object of the same executable, whose attributes are its own (a
+    ``Compiled`` pickles as its serialized executable: ``copy.copy`` would compile)."""
+    other = object.__new__(type(compiled))
+    other.__dict__.update(compiled.__dict__)
+    return other
 
 
 class StaticKey:

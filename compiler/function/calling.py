@@ -234,18 +234,16 @@ class JitCalls:
 
     def _compile_for(self, args: tuple, kwargs: dict, request: LoweringRequest | None = None,
                      traced: Any = None) -> Compiled:
-        key, lowered = self._lower_requested(
+        _, lowered = self._lower_requested(
             request or self._lowering_request(args, kwargs, called=True), traced)
         devices = device_assignment(lowered.meshes, self._requested_devices()
                                     or _devices_of_arguments(args, kwargs, lowered))
-        compiled = self._caches.executables.get((key, devices))
-        if compiled is None:
-            compiled = self._caches.executables[(key, devices)] = lowered.compile(
-                device_assignment=devices)
-            # Calls never verify: the executable, kept by the caches every jit of the
-            # function shares, holds no reference to the function (through its jax.jit)
-            # that would keep the function, and the caches, alive.
-            compiled.reference = None
+        # (Kept in the jit's caches, shared with its lowerings' compile().)
+        compiled = lowered.compile(device_assignment=devices)
+        # Calls never verify: the executable, kept by the caches every jit of the
+        # function shares, holds no reference to the function (through its jax.jit)
+        # that would keep the function, and the caches, alive.
+        compiled.reference = None
         return compiled
 
     def _donated(self, args: tuple, dynamic_kwargs: dict) -> tuple[bool, ...]:

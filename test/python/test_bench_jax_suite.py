@@ -14,10 +14,13 @@ import importlib.util
 import json
 import os
 import pathlib
+import shutil
+import subprocess
+import sys
 
 import pytest
 
-from bench import jax_suite, jax_suite_multiprocess
+from bench import jax_filecheck, jax_suite, jax_suite_multiprocess
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -258,3 +261,35 @@ def test_test_helpers_the_wheel_leaves_out_are_importable(tmp_path):
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+
+
+def test_filecheck_files_get_shardcs_jit_and_jax_keeps_its_own(tmp_path):
+    """``bench.jax_filecheck``: the file and its helper call shardc's jit (shardc mode),
+    jax's modules and shardc keep jax's; FileCheck checks what the file prints."""
+    (tmp_path / "jax_filecheck_helpers.py").write_text(
+        "import jax\n"
+        "def print_ir(x):\n"
+        "  def lower(f):\n"
+        "    print('helper', type(jax.jit(f)).__module__)\n"
+        "    print(jax.jit(f).lower(x).compiler_ir())\n"
+        "  return lower\n")
+    test = tmp_path / "tiny.filecheck.py"
+    test.write_text(
+        "# CHECK: module @jit_double\n"
+        "import jax\n"
+        "import jax.numpy as jnp\n"
+        "from jax.tests.filecheck.jax_filecheck_helpers import print_ir\n"
+        "def double(x):\n"
+        "  return x * 2\n"
+        "print('file', jax.jit.__module__, jnp.sin.__module__)\n"
+        "print_ir(jnp.ones(3))(double)\n")
+    printed = {}
+    for mode in jax_filecheck.MODES:
+        run = subprocess.run([sys.executable, "-m", "bench.jax_filecheck", "--run", mode,
+                              str(test)], capture_output=True, text=True, cwd=ROOT, check=True)
+        printed[mode] = run.stdout
+    assert "file shardc.compiler.api jax.numpy" in printed["shardc"]
+    assert "helper shardc.compiler.api" in printed["shardc"]
+    assert "helper jax" in printed["jax"] and "shardc" not in printed["jax"]
+    filecheck = shutil.which("filecheck")  # the PyPI FileCheck test/lit runs with
+    assert all(jax_filecheck.check(mode, test, filecheck) for mode in jax_filecheck.MODES)

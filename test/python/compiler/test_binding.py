@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax._src import dispatch  # what jax.jit reads its devices from
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -114,6 +115,24 @@ def test_nested_in_a_shardc_jit_propagates_the_inner_shardings(pair, args, mesh)
     text = outer.lower(*args).as_text(propagated=True)
     # The inner jit's argument shardings reach the outer module and propagate.
     assert 'stablehlo.dot_general' in text and '<@mesh, [{"x"}, {"y"}]>' in text
+
+
+@pytest.mark.parametrize("given", ["in_shardings", "out_shardings"])
+def test_nested_in_jax_jit_places_the_program_on_the_inner_shardings_devices(mesh, given):
+    """jax.jit takes its devices from the shardings of the jits inside it too
+    (uncommitted arguments): a shardc jit's count as jax.jit's do."""
+    s = NamedSharding(mesh, P("x", "y"))
+    x = np.arange(16.0).reshape(8, 2)
+    outs = [jax.jit(lambda v, inner=jitted(lambda v: v * 2, **{given: s}): inner(v) + 1)(x)
+            for jitted in (jit, jax.jit)]
+    _assert_same(*outs)
+    assert outs[0].sharding == outs[1].sharding == s
+    ours, theirs = (
+        [str(sharding) for sharding, _ in dispatch.get_intermediate_shardings(
+            jax.jit(lambda v, inner=jitted(lambda v: v * 2, **{given: s}): inner(v))
+            .trace(x).jaxpr.jaxpr)]
+        for jitted in (jit, jax.jit))
+    assert ours == theirs and str(s) in ours
 
 
 def test_grad_under_an_outer_shardc_jit(pair, args):
@@ -253,3 +272,28 @@ def test_pallas_fuser_through_jit_imported_after_shardc():
     assert run.returncode == 0, run.stderr
     theirs, ours = run.stdout.splitlines()
     assert ours == theirs == "(None, 1, 128, 128) (0, 3, 2, 1)"
+
+
+def test_inside_a_pallas_kernel_on_refs_and_values_as_jax_jit():
+    """Pallas's interpreter walks into jax's jit equations (by the primitive's identity);
+    a shardc jit on a kernel's Refs binds jax's primitive there, as jax.jit does."""
+    # (Pallas imported here, as in the fuser's test: the other tests run without it.)
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    x = jnp.arange(8 * 128, dtype=jnp.float32).reshape(8, 128)
+
+    def run(jitted):
+        def on_values(x_ref, o_ref):
+            o_ref[...] = jitted(lambda v: jnp.sin(v) * 2)(x_ref[...])
+
+        def on_refs(x_ref, o_ref):
+            def body(xr, orf):
+                orf[...] = xr[...] + 1
+            jitted(body)(x_ref, o_ref)
+
+        return [pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                               interpret=pltpu.InterpretParams())(x)
+                for kernel in (on_values, on_refs)]
+
+    _assert_same(run(jit), run(jax.jit))

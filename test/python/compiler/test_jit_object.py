@@ -409,9 +409,13 @@ def test_compilations_are_logged_as_jaxs(jitted, caplog):
     x = jnp.ones(3)
     with jax.log_compiles(), caplog.at_level("WARNING"):
         f(x)
+        jitted(lambda v: v + 1)(x)
+    # Named as jax names the program (``jit(double)``), not as its module (``jit_double``).
     finished = [r for r in caplog.records
-                if re.match("Finished XLA compilation of jit.double", r.getMessage())]
+                if r.getMessage().startswith("Finished XLA compilation of jit(double) in ")]
     assert len(finished) == 1 and finished[0].levelname == "WARNING"
+    assert any(r.getMessage().startswith("Finished XLA compilation of jit(<lambda>) in ")
+               for r in caplog.records)
 
 
 def test_eval_shape_shows_a_single_device_out_sharding_as_jax():
