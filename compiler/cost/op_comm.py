@@ -49,6 +49,14 @@ from shardc.compiler.sharding.tensor import DimSharding, MeshInfo, Tensor, Tenso
 # not supported"), a depthwise one (one input feature per group) is partitioned
 # (checked on XLA:CPU: a batch-sharded 4-group convolution gathers its input whole).
 UNPARTITIONED_CONVOLUTION = "stablehlo.convolution (feature groups)"
+# A convolution with batch groups (a depthwise kernel's gradient) whose kernel output
+# features are sharded over part of the devices and whose input's grouped dimension is
+# not: XLA's convolution handler aligns the groups only when one side is split over
+# every device (``PartitionConvolutionWithBatchGroupCount``), else it reshards the
+# kernel to the input's sharding (gathering its output features), computes partial
+# sums of the whole result, all-reduces them and slices the result (checked on XLA:CPU:
+# a [N, H, W, C] gradient on [{"x"}, {}, {}, {"y"}] against an input on [{"x"}]).
+GATHERED_BATCH_GROUPS = "stablehlo.convolution (batch groups gathered)"
 XLA_REPLICATED_OPS = frozenset({"chlo.top_k", "stablehlo.fft", UNPARTITIONED_CONVOLUTION})
 # A reduce of several operands at once (an argmax's values and indices) has no
 # all-reduce: XLA's reduce handler keeps each local result's reduced dimensions (size
@@ -356,7 +364,8 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     elementwise = op_name in ELEMENTWISE and len(operands) > 1
     reshape = op_name == RESHAPE
     custom_call = op_name == UNPARTITIONED_CUSTOM_CALL
-    convolution = op_name == CONVOLUTION
+    groups_gathered = op_name == GATHERED_BATCH_GROUPS
+    convolution = op_name in (CONVOLUTION, GATHERED_BATCH_GROUPS)
     rules = active_rules()
     if dot and rules.dot_operands_moved_as:
         operands = [rules.dot_operand(t) for t in operands]
@@ -365,7 +374,7 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     key = (rule, tuple(operands), tuple(results),
            mesh.key if isinstance(mesh, MeshInfo) else (tuple(mesh) if mesh else None),
            replicated, gathers_partials, reduce, dot, custom_call, convolution, elementwise,
-           reshape, rules)
+           reshape, groups_gathered, rules)
     found = _memo.get(key)
     if found is None:
         if len(_memo) >= _MEMO_LIMIT:
@@ -373,7 +382,7 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
         found = _memo[key] = tuple(_op_communication(rule, operands, results, mesh,
                                                      replicated, gathers_partials, reduce, dot,
                                                      custom_call, convolution, elementwise,
-                                                     reshape))
+                                                     reshape, groups_gathered))
     return list(found)
 
 
@@ -418,7 +427,8 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
                       dot: bool = False, custom_call: bool = False,
                       convolution: bool = False,
                       elementwise: bool = False,
-                      reshape: bool = False) -> list[OpCommunication]:
+                      reshape: bool = False,
+                      groups_gathered: bool = False) -> list[OpCommunication]:
     declared = results
     computed_as = "reduced as its operand is sharded"
     if reduce and not replicated and not gathers_partials:
@@ -443,6 +453,9 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
         # to 4 x 16 declared [{"model"}, {}] gathers the heads and slices them).
         results = _reshaped_as_operand(rule, operands[0], results)
         computed_as = "reshaped as its operand is sharded"
+    if groups_gathered:
+        results = _groups_whole(rule, results)
+        computed_as = "computed with its batch groups whole"
     if replicated:
         factor_axes, reduction = dict.fromkeys(range(len(rule.factor_sizes)), ()), {}
     else:
@@ -573,6 +586,24 @@ def _reduced_as_operand(rule: OpShardingRule, operand: Tensor, results: Sequence
         dims = tuple(DimSharding(tuple(a for f in dim for a in axes.get(f, ())), True)
                      for dim in mapping)
         out.append(result if sliced_further(dims, result.sharding.dims)
+                   else replace(result, sharding=result.sharding._replace(dims=dims)))
+    return out
+
+
+def _groups_whole(rule: OpShardingRule, results: Sequence[Tensor]) -> list[Tensor]:
+    """``results`` without the axes of the factors both operands share with them
+    outside the reduction (a convolution's batch groups)."""
+    lhs, rhs = ({f for dim in mapping for f in dim} for mapping in rule.operand_mappings[:2])
+    groups = (lhs & rhs) - set(rule.reduction_factors)
+    out = []
+    for result, mapping in zip(results, rule.result_mappings):
+        if result.sharding is None or len(result.sharding.dims) != len(mapping):
+            out.append(result)
+            continue
+        axes = projected_axes(result.sharding, mapping, rule.factor_sizes)
+        dims = tuple(DimSharding(tuple(a for f in dim if f not in groups for a in axes.get(f, ())),
+                                 True) for dim in mapping)
+        out.append(result if dims == result.sharding.dims
                    else replace(result, sharding=result.sharding._replace(dims=dims)))
     return out
 

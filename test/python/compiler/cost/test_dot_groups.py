@@ -495,6 +495,26 @@ def test_grouped_convolution_with_several_input_features_is_not_partitioned(
     assert predicted.get("all-gather", 0) == gathered
 
 
+def _depthwise_kernel_gradient(x, g):
+    """A depthwise 3x3 kernel's gradient: a convolution with 32 batch groups."""
+    kernel = jnp.zeros((3, 3, 1, x.shape[-1]))
+    return jax.vjp(lambda w: _grouped_conv(x.shape[-1])(x, w), kernel)[1](g)[0]
+
+
+@pytest.mark.parametrize("specs, gathered, reduced", [
+    # The gradient's channels on model only (part of the devices), the input's not:
+    # XLA gathers them and all-reduces the whole kernel, sliced afterwards.
+    ((P("data"), P("data", None, None, "model")), 2 * 16 * 16 * 32 * 4, 3 * 3 * 32 * 4),
+    # Both split alike: the groups stay split, half the kernel is all-reduced.
+    ((P("data", None, None, "model"), P("data", None, None, "model")), 0, 3 * 3 * 16 * 4),
+    ((P("data", None, None, "model"), P("data")), 0, 3 * 3 * 16 * 4),
+])
+def test_a_batch_grouped_convolution_split_on_part_of_the_devices(specs, gathered, reduced):
+    predicted = _predicted_as_compiled(_depthwise_kernel_gradient,
+                                       [(8, 16, 16, 32), (8, 16, 16, 32)], specs)
+    assert (predicted.get("all-gather", 0), predicted.get("all-reduce", 0)) == (gathered, reduced)
+
+
 @pytest.mark.parametrize("shapes, specs, out, permuted", [
     # A CG step's a @ p: the result wants data, which the contraction holds. Shardy's
     # explicit-reshards step (run inside XLA) computes it on model as a implies and
