@@ -131,7 +131,8 @@ def _devices(mesh) -> int | None:
 
 
 def _contraction_partitions(rule: OpShardingRule, factor: int, projections, axes: tuple,
-                            devices: int, result_axes: dict[int, tuple]) -> bool:
+                            devices: int, result_axes: dict[int, tuple],
+                            shapes: tuple[list, tuple] | None) -> bool:
     """Whether XLA partitions a dot's contraction ``factor`` over ``axes`` (see below)."""
     carriers = [proj for proj, m in zip(projections, rule.operand_mappings)
                 if any(factor in dim for dim in m)]
@@ -160,7 +161,7 @@ def _contraction_partitions(rule: OpShardingRule, factor: int, projections, axes
                 grouped.update(a for a in proj.factors[other][AXES] if a in want)
     if size_product([*axes, *grouped]) < devices:
         return False
-    return _partial_sums_pay(rule, factor, projections, grouped, result_axes)
+    return _partial_sums_pay(rule, factor, projections, grouped, result_axes, shapes)
 
 
 def _grouping_moves_other(rule: OpShardingRule, projections,
@@ -182,18 +183,25 @@ def _grouping_moves_other(rule: OpShardingRule, projections,
     return False
 
 
-def _group_elements(rule: OpShardingRule, mapping, axes: Sequence[AxisRef],
-                    grouped: set[AxisRef]) -> int:
-    """Elements of a tensor (``mapping``, its ``axes``) inside one device group."""
+def _group_elements(rule: OpShardingRule, mapping, shape: Sequence[int] | None,
+                    axes: Sequence[AxisRef], grouped: set[AxisRef]) -> int:
+    """Elements of a tensor (``mapping``, its ``axes``) inside one device group: of
+    its ``shape`` where known (a convolution's factors need not cover a dilated or
+    strided dimension), else of its factors."""
     count = 1
-    for dim in mapping:
-        for factor in dim:
-            count *= rule.factor_sizes[factor]
+    if shape is not None:
+        for size in shape:
+            count *= size
+    else:
+        for dim in mapping:
+            for factor in dim:
+                count *= rule.factor_sizes[factor]
     return count // size_product([a for a in axes if a in grouped])
 
 
 def _partial_sums_pay(rule: OpShardingRule, factor: int, projections,
-                      grouped: set[AxisRef], result_axes: dict[int, tuple]) -> bool:
+                      grouped: set[AxisRef], result_axes: dict[int, tuple],
+                      shapes: tuple[list, tuple] | None = None) -> bool:
     """Whether XLA keeps a dot's contraction sharded inside its device groups when
     one operand holds it sharded and the other operand and the result are
     replicated there (``PartitionBaseCase``, "we compare the cost of all-gather
@@ -202,28 +210,31 @@ def _partial_sums_pay(rule: OpShardingRule, factor: int, projections,
     held_by_result = [a for want in result_axes.values() for a in want]
     if any(a not in grouped for a in held_by_result):
         return True  # the result is sharded inside the groups: another case
+    operand_shapes, result_shape = shapes or ([None] * len(projections), None)
     sharded, replicated = [], []
-    for proj, mapping in zip(projections, rule.operand_mappings):
+    for proj, mapping, shape in zip(projections, rule.operand_mappings, operand_shapes):
         if not any(factor in dim for dim in mapping):
             continue
         if proj is None:
             return True  # unknown
         held = factor in proj.factors and proj.factors[factor][AXES]
-        (sharded if held else replicated).append((proj, mapping))
+        (sharded if held else replicated).append((proj, mapping, shape))
     if len(sharded) != 1 or len(replicated) != 1:
         return True
     if any(a not in grouped for record in replicated[0][0].factors.values()
            for a in record[AXES]):
         return True  # the other operand is sharded inside the groups: another case
-    proj, mapping = sharded[0]
+    proj, mapping, shape = sharded[0]
     held_by_operand = [a for record in proj.factors.values() for a in record[AXES]]
-    return (_group_elements(rule, mapping, held_by_operand, grouped)
-            > _group_elements(rule, rule.result_mappings[0], held_by_result, grouped))
+    return (_group_elements(rule, mapping, shape, held_by_operand, grouped)
+            > _group_elements(rule, rule.result_mappings[0], result_shape, held_by_result,
+                              grouped))
 
 
 def _reduction_axes(rule: OpShardingRule, operands: Sequence[Tensor],
                     used: set[AxisRef], devices: int | None = None,
-                    result_axes: dict[int, tuple] | None = None) -> dict[int, tuple]:
+                    result_axes: dict[int, tuple] | None = None,
+                    result_shape: tuple | None = None) -> dict[int, tuple]:
     """Per reduction factor, the axes the op computes partial sums over.
 
     When every operand carrying the factor is sharded the same way along it,
@@ -268,7 +279,8 @@ def _reduction_axes(rule: OpShardingRule, operands: Sequence[Tensor],
             if axes and tensor.global_bytes > best[0]:
                 best = (tensor.global_bytes, axes)
         if devices is not None and best[1] and not _contraction_partitions(
-                rule, factor, projections, best[1], devices, result_axes):
+                rule, factor, projections, best[1], devices, result_axes,
+                ([t.shape for t in operands], result_shape)):
             best = (best[0], ())
         chosen[factor] = best[1]
     return chosen
@@ -288,7 +300,8 @@ def computation_axes(rule: OpShardingRule, operands: Sequence[Tensor],
     """
     factor_axes = _result_factor_axes(rule, results)
     used = {axis for axes in factor_axes.values() for axis in axes}
-    reduction = _reduction_axes(rule, operands, used, _devices(mesh), factor_axes)
+    reduction = _reduction_axes(rule, operands, used, _devices(mesh), factor_axes,
+                                results[0].shape if results else None)
     reduced = {axis for axes in reduction.values() for axis in axes}
     if reduced & used:  # partial sums first, the result is sliced afterwards
         factor_axes = {f: tuple(a for a in axes if a not in reduced)
