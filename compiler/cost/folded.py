@@ -23,7 +23,8 @@ from shardc.compiler.propagation.graph import PropagationGraph as Graph
 
 _BRANCHING = frozenset({"stablehlo.case", "stablehlo.if"})
 _CONSTANTS = frozenset({"stablehlo.constant", "sdy.constant"})
-_PASS_ON = frozenset({"sdy.sharding_constraint", "sdy.reshard"})
+# Identities: a constraint, a reshard, the edge Shardy puts on a case's or loop's result.
+_PASS_ON = frozenset({"sdy.sharding_constraint", "sdy.reshard", "sdy.data_flow_edge"})
 # How many ops one index may be folded through (a guard on the work, not a rule).
 _LIMIT = 512
 _COMPARE = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,

@@ -84,6 +84,26 @@ def test_branch_on_a_constant_index_is_folded_away():
     assert predicted == compiled
 
 
+def test_a_check_on_the_result_of_a_folded_check_is_folded_too():
+    """Chained checks (diffrax checks its save times are increasing, then that they lie
+    in ``[t0, t1]``): the second index reads the first ``case``'s result, through the
+    edge Shardy puts on it. XLA folds both; no callback result is broadcast."""
+
+    def fail(v):
+        return jax.pure_callback(lambda a: np.asarray(a), jax.ShapeDtypeStruct(
+            v.shape, v.dtype), v)
+
+    def checked(x):
+        ts = jnp.asarray(np.linspace(0.0, 1.0, 5, dtype=np.float32)) * jnp.where(
+            jnp.float32(0.0) < 1.0, 1.0, -1.0)
+        ts = jax.lax.cond(jnp.any(ts[1:] < ts[:-1]), fail, lambda v: v, ts)
+        ts = jax.lax.cond(jnp.any((ts > 1.0) | (ts < 0.0)), fail, lambda v: v, ts)
+        return x * ts.sum()
+
+    predicted, compiled = predicted_and_compiled(checked, (ones(8, 4),), (P("data"),), P())
+    assert predicted == compiled
+
+
 @pytest.mark.parametrize("grid, spec", [
     (((2, 4), ("data", "model")), P("data", "model")),
     (((4, 2), ("data", "model")), P("data", "model")),
