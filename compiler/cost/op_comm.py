@@ -231,6 +231,17 @@ def _partial_sums_pay(rule: OpShardingRule, factor: int, projections,
                               grouped))
 
 
+def _group_bytes(tensor: Tensor, proj, factor: int, result_axes: dict[int, tuple] | None) -> int:
+    """``tensor``'s bytes inside one device group of a dot: XLA first groups on the
+    dimensions an operand splits as the result does, and inside the groups it reshards
+    the operand with fewer bytes there to line up the contraction (``PartitionBaseCase``
+    on the per-group shapes)."""
+    grouped = [a for other, record in proj.factors.items()
+               if other != factor and result_axes and other in result_axes
+               for a in record[AXES] if a in result_axes[other]]
+    return tensor.global_bytes // size_product(grouped)
+
+
 def _reduction_axes(rule: OpShardingRule, operands: Sequence[Tensor],
                     used: set[AxisRef], devices: int | None = None,
                     result_axes: dict[int, tuple] | None = None,
@@ -276,8 +287,9 @@ def _reduction_axes(rule: OpShardingRule, operands: Sequence[Tensor],
             # partial results over it and keep the result sliced on its sub-axis.
             axes = tuple(a for a in proj.factors[factor][AXES] if a not in used
                          and not any(overlaps(a, u) for u in used))
-            if axes and tensor.global_bytes > best[0]:
-                best = (tensor.global_bytes, axes)
+            weight = _group_bytes(tensor, proj, factor, result_axes)
+            if axes and weight > best[0]:
+                best = (weight, axes)
         if devices is not None and best[1] and not _contraction_partitions(
                 rule, factor, projections, best[1], devices, result_axes,
                 ([t.shape for t in operands], result_shape)):
