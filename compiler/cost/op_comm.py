@@ -49,6 +49,14 @@ from shardc.compiler.sharding.tensor import DimSharding, MeshInfo, Tensor, Tenso
 # not supported"), a depthwise one (one input feature per group) is partitioned
 # (checked on XLA:CPU: a batch-sharded 4-group convolution gathers its input whole).
 UNPARTITIONED_CONVOLUTION = "stablehlo.convolution (feature groups)"
+# A convolution with batch groups (a depthwise kernel's gradient) whose kernel output
+# features are sharded over part of the devices and whose input's grouped dimension is
+# not: XLA's convolution handler aligns the groups only when one side is split over
+# every device (``PartitionConvolutionWithBatchGroupCount``), else it reshards the
+# kernel to the input's sharding (gathering its output features), computes partial
+# sums of the whole result, all-reduces them and slices the result (checked on XLA:CPU:
+# a [N, H, W, C] gradient on [{"x"}, {}, {}, {"y"}] against an input on [{"x"}]).
+GATHERED_BATCH_GROUPS = "stablehlo.convolution (batch groups gathered)"
 XLA_REPLICATED_OPS = frozenset({"chlo.top_k", "stablehlo.fft", UNPARTITIONED_CONVOLUTION})
 # A reduce of several operands at once (an argmax's values and indices) has no
 # all-reduce: XLA's reduce handler keeps each local result's reduced dimensions (size
@@ -123,7 +131,8 @@ def _devices(mesh) -> int | None:
 
 
 def _contraction_partitions(rule: OpShardingRule, factor: int, projections, axes: tuple,
-                            devices: int, result_axes: dict[int, tuple]) -> bool:
+                            devices: int, result_axes: dict[int, tuple],
+                            shapes: tuple[list, tuple] | None) -> bool:
     """Whether XLA partitions a dot's contraction ``factor`` over ``axes`` (see below)."""
     carriers = [proj for proj, m in zip(projections, rule.operand_mappings)
                 if any(factor in dim for dim in m)]
@@ -152,7 +161,7 @@ def _contraction_partitions(rule: OpShardingRule, factor: int, projections, axes
                 grouped.update(a for a in proj.factors[other][AXES] if a in want)
     if size_product([*axes, *grouped]) < devices:
         return False
-    return _partial_sums_pay(rule, factor, projections, grouped, result_axes)
+    return _partial_sums_pay(rule, factor, projections, grouped, result_axes, shapes)
 
 
 def _grouping_moves_other(rule: OpShardingRule, projections,
@@ -174,18 +183,25 @@ def _grouping_moves_other(rule: OpShardingRule, projections,
     return False
 
 
-def _group_elements(rule: OpShardingRule, mapping, axes: Sequence[AxisRef],
-                    grouped: set[AxisRef]) -> int:
-    """Elements of a tensor (``mapping``, its ``axes``) inside one device group."""
+def _group_elements(rule: OpShardingRule, mapping, shape: Sequence[int] | None,
+                    axes: Sequence[AxisRef], grouped: set[AxisRef]) -> int:
+    """Elements of a tensor (``mapping``, its ``axes``) inside one device group: of
+    its ``shape`` where known (a convolution's factors need not cover a dilated or
+    strided dimension), else of its factors."""
     count = 1
-    for dim in mapping:
-        for factor in dim:
-            count *= rule.factor_sizes[factor]
+    if shape is not None:
+        for size in shape:
+            count *= size
+    else:
+        for dim in mapping:
+            for factor in dim:
+                count *= rule.factor_sizes[factor]
     return count // size_product([a for a in axes if a in grouped])
 
 
 def _partial_sums_pay(rule: OpShardingRule, factor: int, projections,
-                      grouped: set[AxisRef], result_axes: dict[int, tuple]) -> bool:
+                      grouped: set[AxisRef], result_axes: dict[int, tuple],
+                      shapes: tuple[list, tuple] | None = None) -> bool:
     """Whether XLA keeps a dot's contraction sharded inside its device groups when
     one operand holds it sharded and the other operand and the result are
     replicated there (``PartitionBaseCase``, "we compare the cost of all-gather
@@ -194,28 +210,42 @@ def _partial_sums_pay(rule: OpShardingRule, factor: int, projections,
     held_by_result = [a for want in result_axes.values() for a in want]
     if any(a not in grouped for a in held_by_result):
         return True  # the result is sharded inside the groups: another case
+    operand_shapes, result_shape = shapes or ([None] * len(projections), None)
     sharded, replicated = [], []
-    for proj, mapping in zip(projections, rule.operand_mappings):
+    for proj, mapping, shape in zip(projections, rule.operand_mappings, operand_shapes):
         if not any(factor in dim for dim in mapping):
             continue
         if proj is None:
             return True  # unknown
         held = factor in proj.factors and proj.factors[factor][AXES]
-        (sharded if held else replicated).append((proj, mapping))
+        (sharded if held else replicated).append((proj, mapping, shape))
     if len(sharded) != 1 or len(replicated) != 1:
         return True
     if any(a not in grouped for record in replicated[0][0].factors.values()
            for a in record[AXES]):
         return True  # the other operand is sharded inside the groups: another case
-    proj, mapping = sharded[0]
+    proj, mapping, shape = sharded[0]
     held_by_operand = [a for record in proj.factors.values() for a in record[AXES]]
-    return (_group_elements(rule, mapping, held_by_operand, grouped)
-            > _group_elements(rule, rule.result_mappings[0], held_by_result, grouped))
+    return (_group_elements(rule, mapping, shape, held_by_operand, grouped)
+            > _group_elements(rule, rule.result_mappings[0], result_shape, held_by_result,
+                              grouped))
+
+
+def _group_bytes(tensor: Tensor, proj, factor: int, result_axes: dict[int, tuple] | None) -> int:
+    """``tensor``'s bytes inside one device group of a dot: XLA first groups on the
+    dimensions an operand splits as the result does, and inside the groups it reshards
+    the operand with fewer bytes there to line up the contraction (``PartitionBaseCase``
+    on the per-group shapes)."""
+    grouped = [a for other, record in proj.factors.items()
+               if other != factor and result_axes and other in result_axes
+               for a in record[AXES] if a in result_axes[other]]
+    return tensor.global_bytes // size_product(grouped)
 
 
 def _reduction_axes(rule: OpShardingRule, operands: Sequence[Tensor],
                     used: set[AxisRef], devices: int | None = None,
-                    result_axes: dict[int, tuple] | None = None) -> dict[int, tuple]:
+                    result_axes: dict[int, tuple] | None = None,
+                    result_shape: tuple | None = None) -> dict[int, tuple]:
     """Per reduction factor, the axes the op computes partial sums over.
 
     When every operand carrying the factor is sharded the same way along it,
@@ -257,10 +287,12 @@ def _reduction_axes(rule: OpShardingRule, operands: Sequence[Tensor],
             # partial results over it and keep the result sliced on its sub-axis.
             axes = tuple(a for a in proj.factors[factor][AXES] if a not in used
                          and not any(overlaps(a, u) for u in used))
-            if axes and tensor.global_bytes > best[0]:
-                best = (tensor.global_bytes, axes)
+            weight = _group_bytes(tensor, proj, factor, result_axes)
+            if axes and weight > best[0]:
+                best = (weight, axes)
         if devices is not None and best[1] and not _contraction_partitions(
-                rule, factor, projections, best[1], devices, result_axes):
+                rule, factor, projections, best[1], devices, result_axes,
+                ([t.shape for t in operands], result_shape)):
             best = (best[0], ())
         chosen[factor] = best[1]
     return chosen
@@ -280,7 +312,8 @@ def computation_axes(rule: OpShardingRule, operands: Sequence[Tensor],
     """
     factor_axes = _result_factor_axes(rule, results)
     used = {axis for axes in factor_axes.values() for axis in axes}
-    reduction = _reduction_axes(rule, operands, used, _devices(mesh), factor_axes)
+    reduction = _reduction_axes(rule, operands, used, _devices(mesh), factor_axes,
+                                results[0].shape if results else None)
     reduced = {axis for axes in reduction.values() for axis in axes}
     if reduced & used:  # partial sums first, the result is sliced afterwards
         factor_axes = {f: tuple(a for a in axes if a not in reduced)
@@ -356,7 +389,8 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     elementwise = op_name in ELEMENTWISE and len(operands) > 1
     reshape = op_name == RESHAPE
     custom_call = op_name == UNPARTITIONED_CUSTOM_CALL
-    convolution = op_name == CONVOLUTION
+    groups_gathered = op_name == GATHERED_BATCH_GROUPS
+    convolution = op_name in (CONVOLUTION, GATHERED_BATCH_GROUPS)
     rules = active_rules()
     if dot and rules.dot_operands_moved_as:
         operands = [rules.dot_operand(t) for t in operands]
@@ -365,7 +399,7 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     key = (rule, tuple(operands), tuple(results),
            mesh.key if isinstance(mesh, MeshInfo) else (tuple(mesh) if mesh else None),
            replicated, gathers_partials, reduce, dot, custom_call, convolution, elementwise,
-           reshape, rules)
+           reshape, groups_gathered, rules)
     found = _memo.get(key)
     if found is None:
         if len(_memo) >= _MEMO_LIMIT:
@@ -373,7 +407,7 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
         found = _memo[key] = tuple(_op_communication(rule, operands, results, mesh,
                                                      replicated, gathers_partials, reduce, dot,
                                                      custom_call, convolution, elementwise,
-                                                     reshape))
+                                                     reshape, groups_gathered))
     return list(found)
 
 
@@ -418,7 +452,8 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
                       dot: bool = False, custom_call: bool = False,
                       convolution: bool = False,
                       elementwise: bool = False,
-                      reshape: bool = False) -> list[OpCommunication]:
+                      reshape: bool = False,
+                      groups_gathered: bool = False) -> list[OpCommunication]:
     declared = results
     computed_as = "reduced as its operand is sharded"
     if reduce and not replicated and not gathers_partials:
@@ -443,6 +478,9 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
         # to 4 x 16 declared [{"model"}, {}] gathers the heads and slices them).
         results = _reshaped_as_operand(rule, operands[0], results)
         computed_as = "reshaped as its operand is sharded"
+    if groups_gathered:
+        results = _groups_whole(rule, results)
+        computed_as = "computed with its batch groups whole"
     if replicated:
         factor_axes, reduction = dict.fromkeys(range(len(rule.factor_sizes)), ()), {}
     else:
@@ -573,6 +611,24 @@ def _reduced_as_operand(rule: OpShardingRule, operand: Tensor, results: Sequence
         dims = tuple(DimSharding(tuple(a for f in dim for a in axes.get(f, ())), True)
                      for dim in mapping)
         out.append(result if sliced_further(dims, result.sharding.dims)
+                   else replace(result, sharding=result.sharding._replace(dims=dims)))
+    return out
+
+
+def _groups_whole(rule: OpShardingRule, results: Sequence[Tensor]) -> list[Tensor]:
+    """``results`` without the axes of the factors both operands share with them
+    outside the reduction (a convolution's batch groups)."""
+    lhs, rhs = ({f for dim in mapping for f in dim} for mapping in rule.operand_mappings[:2])
+    groups = (lhs & rhs) - set(rule.reduction_factors)
+    out = []
+    for result, mapping in zip(results, rule.result_mappings):
+        if result.sharding is None or len(result.sharding.dims) != len(mapping):
+            out.append(result)
+            continue
+        axes = projected_axes(result.sharding, mapping, rule.factor_sizes)
+        dims = tuple(DimSharding(tuple(a for f in dim if f not in groups for a in axes.get(f, ())),
+                                 True) for dim in mapping)
+        out.append(result if dims == result.sharding.dims
                    else replace(result, sharding=result.sharding._replace(dims=dims)))
     return out
 

@@ -51,6 +51,7 @@ from shardc.compiler.cost.heights import block_heights, block_of, gather_reused
 from shardc.compiler.cost.indexed import indexed_communication, indexed_computed
 from shardc.compiler.cost.moved_tiles import moved_tiles_needs, moves_tiles
 from shardc.compiler.cost.op_comm import (
+    GATHERED_BATCH_GROUPS,
     UNPARTITIONED_CONVOLUTION,
     OpCommunication,
     dims_text,
@@ -84,7 +85,7 @@ from shardc.compiler.propagation.manual import MANUAL_OP, erase_manual_axes
 from shardc.compiler.propagation.values import ModuleValues, replicated
 from shardc.compiler.sharding.axes import size_product
 from shardc.compiler.sharding.rules import INDEXED_ROLES, indexed_roles_for
-from shardc.compiler.sharding.tensor import Tensor, TensorSharding
+from shardc.compiler.sharding.tensor import MeshInfo, Tensor, TensorSharding
 
 _EXPLICIT = {"sdy.reshard": "explicit reshard", "sdy.sharding_constraint": "sharding constraint"}
 _CONSTRAINT = "sdy.sharding_constraint"
@@ -795,22 +796,40 @@ def _constant_key(reader: ModuleValues, op: int) -> tuple | None:
 _SELF_PARTITIONED_TARGETS = frozenset({"CustomSPMDPartitioning"})
 
 
-def partitioned_as(name: str, ir_op: ir.Operation, kernel: Tensor | None = None) -> str:
+def partitioned_as(name: str, ir_op: ir.Operation, operands: list[Tensor],
+                   mesh: MeshInfo | None) -> str:
     """The op name ``op_communication`` partitions ``ir_op`` as: a custom call with a
     partitioner of its own is not partitioned as the calls XLA has none for, a
-    convolution with feature groups whose ``kernel`` holds more than one input
-    feature per device is not partitioned at all (``UNPARTITIONED_CONVOLUTION``)."""
+    convolution with feature groups whose kernel holds more than one input feature
+    per device is not partitioned at all (``UNPARTITIONED_CONVOLUTION``), one with
+    batch groups split over part of the devices on the kernel only computes them
+    whole (``GATHERED_BATCH_GROUPS``)."""
     if name == "stablehlo.custom_call":
         target = ir.StringAttr(ir_op.attributes["call_target_name"]).value
         if target in _SELF_PARTITIONED_TARGETS:
             return f"{name} @{target}"
-    if (name == CONVOLUTION and kernel is not None and kernel.sharding is not None
-            and ir.IntegerAttr(ir_op.attributes["feature_group_count"]).value > 1):
-        dim = stablehlo.ConvDimensionNumbers(
-            ir_op.attributes["dimension_numbers"]).kernel_input_feature_dimension
+    if name != CONVOLUTION or len(operands) != 2 or any(t.sharding is None for t in operands):
+        return name
+    lhs, kernel = operands
+    dims = stablehlo.ConvDimensionNumbers(ir_op.attributes["dimension_numbers"])
+    if ir.IntegerAttr(ir_op.attributes["feature_group_count"]).value > 1:
+        dim = dims.kernel_input_feature_dimension
         count = size_product(dim_axes(kernel.sharding, len(kernel.shape))[dim])
         if -(-kernel.shape[dim] // count) > 1:
             return UNPARTITIONED_CONVOLUTION
+    if ir.IntegerAttr(ir_op.attributes["batch_group_count"]).value > 1 and mesh is not None:
+        lhs_axes = dim_axes(lhs.sharding, len(lhs.shape))
+        kernel_axes = dim_axes(kernel.sharding, len(kernel.shape))
+        split = size_product(kernel_axes[dims.kernel_output_feature_dimension])
+        windows = [lhs_axes[d] for d in dims.input_spatial_dimensions] + [
+            kernel_axes[d] for d in dims.kernel_spatial_dimensions]
+        # The kernel is resharded to the input's sharding only where it is not the
+        # larger of the two, and without halos where no window is sharded (other
+        # cases are partitioned otherwise: not modelled).
+        if (not lhs_axes[dims.input_batch_dimension] and not any(windows)
+                and 1 < split < prod(mesh.sizes.values())
+                and prod(lhs.shape) >= prod(kernel.shape)):
+            return GATHERED_BATCH_GROUPS
     return name
 
 
@@ -854,7 +873,7 @@ def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
     if needs is None:
         needs = op_communication(rule, operands, results, mesh,
                                  op_name=partitioned_as(reader.graph.op_name[op], ir_op,
-                                                        operands[1] if len(operands) > 1 else None))
+                                                        operands, mesh))
     if ir_op.name == CONVOLUTION:
         needs = split_conv_all_reduces(tuple(needs), conv_collectives(
             ir_op, operands[0], operands[1], results[0])[1])

@@ -264,8 +264,7 @@ class OpNeeds:
         if known is None:
             known = memo[key] = (rule, *_rule_needs(rule, operands, results, mesh))
         _, reduced, wanted, contraction = known
-        if partitioned_as(name, graph.ops[op], operands[1] if len(operands) > 1 else None) \
-                in XLA_REPLICATED_OPS:
+        if partitioned_as(name, graph.ops[op], operands, mesh) in XLA_REPLICATED_OPS:
             reduced, wanted = set(), self._replicated(graph, op, operands, results, mesh)
         if name in _INDEXED:
             wanted = self._indexed(graph, op, rule, operands, results, mesh) or wanted

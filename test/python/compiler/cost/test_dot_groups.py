@@ -495,6 +495,49 @@ def test_grouped_convolution_with_several_input_features_is_not_partitioned(
     assert predicted.get("all-gather", 0) == gathered
 
 
+def _upsample(x, w):
+    return lax.conv_transpose(x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+def _downsample(x, w):
+    return lax.conv_general_dilated(x, w, (2, 2), "SAME",
+                                    dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+@pytest.mark.parametrize("fun, shape, expected", [
+    # Input features on model, a replicated kernel: XLA keeps partial sums only where
+    # the input has more elements than the result in a batch group. An upsampling
+    # convolution's result is larger (its dilated dimensions outgrow the rule's
+    # factors): the input's features are gathered.
+    (_upsample, (8, 8, 8, 16), {"all-gather": 2 * 8 * 8 * 16 * 4}),
+    (_downsample, (8, 16, 16, 16), {"all-reduce": 2 * 8 * 8 * 8 * 4}),
+])
+def test_a_contraction_against_a_replicated_kernel_weighs_the_whole_result(fun, shape, expected):
+    predicted = _predicted_as_compiled(fun, [shape, (3, 3, 16, 8)],
+                                       (P("data", None, None, "model"), P()))
+    assert predicted == expected
+
+
+def _depthwise_kernel_gradient(x, g):
+    """A depthwise 3x3 kernel's gradient: a convolution with 32 batch groups."""
+    kernel = jnp.zeros((3, 3, 1, x.shape[-1]))
+    return jax.vjp(lambda w: _grouped_conv(x.shape[-1])(x, w), kernel)[1](g)[0]
+
+
+@pytest.mark.parametrize("specs, gathered, reduced", [
+    # The gradient's channels on model only (part of the devices), the input's not:
+    # XLA gathers them and all-reduces the whole kernel, sliced afterwards.
+    ((P("data"), P("data", None, None, "model")), 2 * 16 * 16 * 32 * 4, 3 * 3 * 32 * 4),
+    # Both split alike: the groups stay split, half the kernel is all-reduced.
+    ((P("data", None, None, "model"), P("data", None, None, "model")), 0, 3 * 3 * 16 * 4),
+    ((P("data", None, None, "model"), P("data")), 0, 3 * 3 * 16 * 4),
+])
+def test_a_batch_grouped_convolution_split_on_part_of_the_devices(specs, gathered, reduced):
+    predicted = _predicted_as_compiled(_depthwise_kernel_gradient,
+                                       [(8, 16, 16, 32), (8, 16, 16, 32)], specs)
+    assert (predicted.get("all-gather", 0), predicted.get("all-reduce", 0)) == (gathered, reduced)
+
+
 @pytest.mark.parametrize("shapes, specs, out, permuted", [
     # A CG step's a @ p: the result wants data, which the contraction holds. Shardy's
     # explicit-reshards step (run inside XLA) computes it on model as a implies and

@@ -63,6 +63,23 @@ def test_operand_sharded_on_the_group_axes_is_gathered_inside_the_groups_after()
 
 
 
+@pytest.mark.parametrize("fun, out", [
+    (lambda x, dy: dy.T @ x, P("fsdp")),
+    (lambda x, dy: x.T @ dy, P(None, "fsdp")),
+])
+def test_inside_the_groups_the_operand_with_fewer_bytes_there_is_resharded(fun, out):
+    """A dense kernel's gradient, ``x [{data, fsdp}]`` against ``dy [{data}, {fsdp}]``
+    into ``[.., {fsdp}]``: XLA groups on ``dy``'s features (as the result), moves ``x``
+    to ``model`` (where every group holds all of it), then lines up the contraction by
+    permuting ``dy``, which holds fewer bytes in a group than ``x`` (though more
+    globally), not by moving ``x`` again."""
+    predicted, compiled = predicted_and_compiled(
+        fun, (ones(16, 24), ones(16, 32)), (P(("data", "fsdp")), P("data", "fsdp")), out,
+        grid=mesh((2, 2, 2), ("data", "fsdp", "model")))
+    assert predicted == compiled == {"all-gather": 768, "all-reduce": 1536,
+                                     "collective-permute": 896}
+
+
 def test_branch_on_a_constant_index_is_folded_away():
     """An error check on values known when tracing (equinox's ``error_if`` of
     diffrax's ``t1 < t0``): a ``case`` whose index folds to a constant. XLA keeps
