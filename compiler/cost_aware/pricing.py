@@ -24,7 +24,7 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.cost.fusion import FUSIBLE, fused_away
 from shardc.compiler.cost.op_comm import op_communication
-from shardc.compiler.cost.report import collective_bytes
+from shardc.compiler.cost.report import BytesByOp, collective_bytes
 from shardc.compiler.cost.reshard import dim_axes, reshard_tensor, shard_bytes
 from shardc.compiler.cost_aware.candidates import (
     Pin,
@@ -45,7 +45,8 @@ from shardc.dialects.sdy import SHARDING_RULE_ATTR
 
 
 def price(reader: ModuleValues) -> tuple[int, int]:
-    """Predicted collective bytes per device and memory peak of a propagated module."""
+    """Predicted collective bytes per device and memory peak of a propagated module
+    (priced again from ``reader.priced_from`` where set: ``cost.report.BytesByOp``)."""
     return collective_bytes(reader), memory_peak(reader)
 
 
@@ -387,6 +388,7 @@ class ModuleEvaluator:
         # finds the same at most ops.
         self.costs = CostMemo(ReadMemo())
         self._copies: PinnedCopies | None = None
+        self._baseline_bytes: BytesByOp | None = None  # the first call's bytes by op
 
     @property
     def tagged(self) -> dict[int, list[ir.Operation]]:
@@ -404,8 +406,11 @@ class ModuleEvaluator:
         if self._copies is None:
             self._copies = PinnedCopies(self.imported, self.conservative, self.costs)
         reader = self._copies.propagated(pins, write=not pins)
+        # A candidate is priced again only where its shardings differ from the baseline's.
+        reader.priced_from = self._baseline_bytes
         total, peak = price(reader)
         if self.baseline is None:
+            self._baseline_bytes = reader.bytes_by_op
             self.baseline = signatures(reader)
             attach_rules(self.imported, reader, self._copies.tagged)
             self._copies.share_facts(reader)

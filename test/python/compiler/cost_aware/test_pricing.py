@@ -7,8 +7,9 @@ from jaxlib.mlir import ir
 from search_programs import imported
 
 from shardc.compiler import jit
+from shardc.compiler.cost import report
 from shardc.compiler.cost.fusion import fused_away
-from shardc.compiler.cost.report import comm_report_of
+from shardc.compiler.cost.report import collective_bytes, comm_report_of
 from shardc.compiler.cost_aware.candidates import (
     Pin,
     apply_pins,
@@ -260,6 +261,43 @@ def test_copies_on_one_read_price_the_ops_their_attributes_decide_as_alone(name)
                              read=(shared.graph, shared.store))
         assert price(shared) == price(alone)  # each reader prices once: its reshard cache fills
     assert copies._read.facts["op needs"]
+
+
+@pytest.mark.parametrize("name", ["conflict_mlp", "conflict_attention_seq", "conv_net",
+                                  "embedding_scatter", "moe_routing"])
+def test_copies_priced_again_from_a_copys_bytes_by_op_price_as_alone(name, monkeypatch):
+    """A copy priced from another copy of the same read (``priced_from``: its bytes by
+    op, ``BytesByOp``) is priced again only where its shardings differ: at the bytes
+    it is priced at alone, and at the other copy's where it differs in nothing."""
+    evaluator = ModuleEvaluator(imported(name).operation, conservative=False)
+    *_, baseline = evaluator([])
+    pins = [pin for point in conflict_points(baseline) for pin in point.alternatives]
+    copies = PinnedCopies(evaluator.imported, False, evaluator.costs)
+    first = copies.propagated([], write=False)
+    total = collective_bytes(first)
+    kept = first.bytes_by_op
+    assert kept.holds_for(first) and kept.bytes == total
+    assert total == collective_bytes(ModuleValues(  # a reader prices once
+        first.graph.module, missing_as_replicated=True, read=(first.graph, first.store)))
+    priced_ops = []
+    priced = report._priced
+    monkeypatch.setattr(report, "_priced", lambda reader, ops, *rest: priced_ops.append(
+        ops) or priced(reader, ops, *rest))
+    same = copies.propagated([], write=False)
+    same.priced_from = kept
+    assert collective_bytes(same) == total
+    assert priced_ops[-1] == kept.others and len(kept.others) < len(first.graph.ops)
+    for chosen in [*([pin] for pin in pins[:6]), pins[:3]]:
+        shared = copies.propagated(chosen, write=False)
+        shared.priced_from = kept
+        assert kept.holds_for(shared)
+        alone = ModuleValues(shared.graph.module, missing_as_replicated=True,
+                             read=(shared.graph, shared.store))
+        assert collective_bytes(shared) == collective_bytes(alone)
+        assert shared.bytes_by_op is None  # priced again, not from scratch
+    other = ModuleValues(first.graph.module, missing_as_replicated=True,
+                         read=(first.graph, first.store), costs=evaluator.costs)
+    assert not kept.holds_for(other)  # another layout's facts: priced from scratch
 
 
 def test_conflict_points_found_with_a_cost_memo_are_those_found_without():
