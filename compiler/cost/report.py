@@ -240,11 +240,11 @@ def collective_bytes(reader: ModuleValues) -> int:
     ``op_key`` in ``CostMemo.bytes`` (filled where its needs reshard no
     operand, so its bytes do not depend on what earlier ops resharded):
     most ops of most copies, summed without a call per op; the bytes are then
-    kept by op in ``reader.bytes_by_op`` (``BytesByOp``). With
-    ``reader.priced_from``, another copy's of the same read, only the ops whose
-    shardings differ from that copy's are priced again (``BytesByOp.reprice``).
+    kept by op in ``reader.priced`` (``BytesByOp``). With ``reader.priced_from``,
+    what was kept of another copy of the same read, only the ops whose shardings
+    differ from that copy's are priced again (``BytesByOp.reprice``).
     """
-    since = reader.priced_from
+    since = reader.priced_from and reader.priced_from.get(BYTES)
     if since is not None and since.holds_for(reader):
         return since.reprice(reader)
     if reader.costs is None:
@@ -253,9 +253,12 @@ def collective_bytes(reader: ModuleValues) -> int:
     total = _priced(reader, None, kept)
     others = [op for op, entry in enumerate(_layout(reader))
               if entry is not None and op not in kept]
-    reader.bytes_by_op = BytesByOp(reader.facts, list(reader.store.sid), total, kept,
-                                   sum(kept.values()), others)
+    reader.priced[BYTES] = BytesByOp(reader.facts, list(reader.store.sid), total, kept,
+                                     sum(kept.values()), others)
     return total
+
+
+BYTES = "bytes"  # ``collective_bytes``'s part of ``ModuleValues.priced``
 
 
 @dataclass
@@ -1300,6 +1303,6 @@ def _notes(reader: ModuleValues, trips: dict[int, int | None]) -> tuple[str, ...
     return tuple(notes)
 
 
-__all__ = ["BytesByOp", "CommEntry", "CommReport", "CommTotal", "as_compiled", "collective_bytes",
+__all__ = ["BYTES", "BytesByOp", "CommEntry", "CommReport", "CommTotal", "as_compiled", "collective_bytes",
            "collective_bytes_at", "collectives_at",
            "comm_report", "comm_report_of", "note_reshard", "reuses_reshard"]

@@ -45,7 +45,6 @@ from dataclasses import dataclass, field, replace
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
-from shardc.compiler.cost.report import BytesByOp
 from shardc.compiler.cost_aware.candidates import (
     TAG,
     Pin,
@@ -467,8 +466,9 @@ class _Region:
     # structure and open cut (``RegionEvaluator._region``); its ops are numbered
     # ``cut.tags``. (Not itself: a region referring to itself would be a cycle.)
     first: _Region | None = None
-    # Its copies' bytes by op without a candidate, by ``open_cut`` (``cost.report.BytesByOp``).
-    priced: dict[bool, BytesByOp] = field(default_factory=dict)
+    # What was kept of its copies' price without a candidate (``ModuleValues.priced``), by
+    # ``open_cut``: the candidates are priced again only where they differ.
+    priced: dict[bool, dict] = field(default_factory=dict)
 
     @property
     def cut(self) -> _Region:
@@ -630,8 +630,8 @@ class RegionEvaluator:
             # A candidate is priced again only where it differs from the region without one.
             reader.priced_from = None if pin is None else cut.priced.get(open_cut)
             cost, peak = price(reader)
-            if pin is None and reader.bytes_by_op is not None:
-                cut.priced[open_cut] = reader.bytes_by_op
+            if pin is None:
+                cut.priced[open_cut] = reader.priced
             by_position = ()
             # The changed ops are asked for only where the region returns a value of the
             # real function (``returned_in_declared_layout``): regions of one structure

@@ -107,11 +107,12 @@ class ModuleValues:
         # once (its shardings never change under a reader).
         self._tensors: dict[int, Tensor | None] = {}
         self._ids: dict[int, int] = {}  # ``sharding_id`` of values the store holds no sharding for
-        # The cost model's bytes by op (``cost.report.BytesByOp``): this copy's, once
-        # priced from scratch with ``costs``; and another copy's of the same read, set by
-        # the caller, from which this one is priced again only where it differs.
-        self.bytes_by_op = None
-        self.priced_from = None
+        # What the cost model kept of this copy's price, by part (its bytes by op,
+        # ``cost.report.BytesByOp``; its live sizes, ``cost_aware.pricing.LiveSizes``),
+        # where priced from scratch with ``costs``; and another copy's of the same read,
+        # set by the caller, from which this one is priced again only where it differs.
+        self.priced: dict[str, object] = {}
+        self.priced_from: dict[str, object] | None = None
         self.costs = costs
         # What the cost model derives from the module by op and keeps, from its IR, its
         # graph and where its store keeps shardings (attached rules, the search's op
