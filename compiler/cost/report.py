@@ -25,9 +25,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields, replace
-from itertools import compress, count
 from math import prod
-from operator import ne
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
@@ -291,12 +289,11 @@ class BytesByOp:
     def reprice(self, reader: ModuleValues) -> int:
         """``collective_bytes(reader)``, pricing again only the ops whose slots' sharding
         ids differ from this copy's and the ops priced every time."""
-        sid = reader.store.sid
         users = _slot_users(reader)
         kept = self.kept
         total = self.kept_bytes
         again = set(self.others)
-        for slot in compress(count(), map(ne, sid, self.sid)):
+        for slot in reader.changed_slots(self.sid):
             for op in users.get(slot, ()):
                 if op not in again:
                     again.add(op)
@@ -328,12 +325,8 @@ def _read_from_store(reader: ModuleValues, part: tuple, sid: list[int]) -> bool:
     """Whether the key of ``part`` (``ModuleValues.key_of_part``) is read from the slots
     it names alone: a value without a sharding there is replicated alike in every copy,
     but for a loop body's argument, which reads the loop's result sharding."""
-    graph = reader.graph
-    for value, slot in zip(part[1], part[2]):
-        if not sid[slot] and graph.value_def[value] == -1 and \
-                graph.op_name[graph.value_owner[value]] == "stablehlo.while":
-            return False
-    return True
+    return not any(not sid[slot] and reader.reads_loop_result(value)
+                   for value, slot in zip(part[1], part[2]))
 
 
 def _priced(reader: ModuleValues, ops: list[int] | None,

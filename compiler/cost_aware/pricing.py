@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from itertools import accumulate, compress, count
-from operator import ne
+from itertools import accumulate
 
 from jaxlib.mlir import ir
 
@@ -118,9 +117,8 @@ class LiveSizes:
         """``memory_peak(reader)``, sizing again only what may differ (see the class)."""
         ranges = _live_ranges(reader)
         by_slot, loops = _ranges_by_slot(reader)
-        sid = reader.store.sid
         again = set(loops)
-        for slot in compress(count(), map(ne, sid, self.sid)):
+        for slot in reader.changed_slots(self.sid):
             again.update(by_slot.get(slot, ()))
         delta = None
         for k in again:
@@ -140,13 +138,12 @@ def _ranges_by_slot(reader: ModuleValues) -> tuple[dict[int, list[int]], list[in
     ``reader.facts``."""
     found = reader.facts.get("live ranges by slot")
     if found is None:
-        graph, read_slot = reader.graph, reader.store.read_slot
+        read_slot = reader.store.read_slot
         by_slot: dict[int, list[int]] = {}
         loops = []
         for k, (value, _, _) in enumerate(_live_ranges(reader)):
             by_slot.setdefault(read_slot[value], []).append(k)
-            if (graph.value_def[value] == -1
-                    and graph.op_name[graph.value_owner[value]] == "stablehlo.while"):
+            if reader.reads_loop_result(value):
                 loops.append(k)
         found = reader.facts["live ranges by slot"] = (by_slot, loops)
     return found
@@ -541,7 +538,7 @@ def changed_tags(baseline: dict[int, tuple], reader: ModuleValues,
         return {tag for tag, sig in signatures(reader).items() if baseline.get(tag) != sig}
     ops, by_slot, loops = _signature_slots(reader)
     again = set(loops)
-    for slot in compress(count(), map(ne, reader.store.sid, since[1])):
+    for slot in reader.changed_slots(since[1]):
         again.update(by_slot.get(slot, ()))
     axes = reader.axes
     changed = set()
@@ -559,15 +556,13 @@ def _signature_slots(reader: ModuleValues) -> tuple[list, dict[int, list[int]], 
     found = reader.facts.get("signature slots")
     if found is None:
         ops = signature_values(reader)[0]
-        graph, read_slot = reader.graph, reader.store.read_slot
+        read_slot = reader.store.read_slot
         by_slot: dict[int, list[int]] = {}
         loops = []
         for k, (_, values) in enumerate(ops):
             for value in values:
                 by_slot.setdefault(read_slot[value], []).append(k)
-            if any(graph.value_def[value] == -1
-                   and graph.op_name[graph.value_owner[value]] == "stablehlo.while"
-                   for value in values):
+            if any(map(reader.reads_loop_result, values)):
                 loops.append(k)
         found = reader.facts["signature slots"] = (ops, by_slot, loops)
     return found
