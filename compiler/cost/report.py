@@ -238,12 +238,104 @@ def collective_bytes(reader: ModuleValues) -> int:
     With ``reader.costs``, an op priced by its rule is looked up by its
     ``op_key`` in ``CostMemo.bytes`` (filled where its needs reshard no
     operand, so its bytes do not depend on what earlier ops resharded):
-    most ops of most copies, summed without a call per op.
+    most ops of most copies, summed without a call per op; the bytes are then
+    kept by op in ``reader.priced`` (``BytesByOp``). With ``reader.priced_from``,
+    what was kept of another copy of the same read, only the ops whose shardings
+    differ from that copy's are priced again (``BytesByOp.reprice``).
     """
-    costs = reader.costs
+    since = reader.priced_from and reader.priced_from.get(BYTES)
+    if since is not None and since.holds_for(reader):
+        return since.reprice(reader)
+    if reader.costs is None:
+        return _priced(reader, None)
+    kept: dict[int, int] = {}
+    total = _priced(reader, None, kept)
+    others = [op for op, entry in enumerate(_layout(reader))
+              if entry is not None and op not in kept]
+    reader.priced[BYTES] = BytesByOp(reader.facts, list(reader.store.sid), total, kept,
+                                     sum(kept.values()), others)
+    return total
+
+
+BYTES = "bytes"  # ``collective_bytes``'s part of ``ModuleValues.priced``
+
+
+@dataclass
+class BytesByOp:
+    """``collective_bytes`` of one propagated copy, kept by op, so that another copy of
+    the same read (the same graph, store slots and ``ModuleValues.facts``: a
+    cost-aware candidate, which differs in a few shardings) is priced again only
+    where its shardings differ.
+
+    ``kept`` holds the ops looked up in ``CostMemo.bytes`` by a key read from
+    the store alone: the same key gives the same bytes without a side effect
+    (they reshard no operand, so no later op reads what they resharded), so such
+    an op whose slots hold the same sharding ids is not priced again. Every
+    other op (a return, a loop's carries, an op whose needs reshard an operand,
+    which later ops may reuse) is priced again, in program order.
+    """
+
+    facts: dict  # the readers' ``ModuleValues.facts``: one graph and store layout
+    sid: list[int]  # the store's sharding ids (``ShardingStore.sid``) when priced
+    bytes: int  # ``collective_bytes`` of the copy
+    kept: dict[int, int]  # op -> its bytes (see above)
+    kept_bytes: int  # their sum
+    others: list[int]  # the ops priced again every time, in program order
+
+    def holds_for(self, reader: ModuleValues) -> bool:
+        """Whether ``reader`` reads a propagation of the same read (``reprice``)."""
+        return (reader.costs is not None and reader.facts is self.facts
+                and len(reader.store.sid) == len(self.sid))
+
+    def reprice(self, reader: ModuleValues) -> int:
+        """``collective_bytes(reader)``, pricing again only the ops whose slots' sharding
+        ids differ from this copy's and the ops priced every time."""
+        users = _slot_users(reader)
+        kept = self.kept
+        total = self.kept_bytes
+        again = set(self.others)
+        for slot in reader.changed_slots(self.sid):
+            for op in users.get(slot, ()):
+                if op not in again:
+                    again.add(op)
+                    total -= kept.get(op, 0)
+        return total + _priced(reader, sorted(again))
+
+
+def _layout(reader: ModuleValues) -> list:
     layout = reader.facts.get("bytes layout")  # the graph's alone: kept with its reader
     if layout is None:
         layout = reader.facts["bytes layout"] = _bytes_layout(reader)
+    return layout
+
+
+def _slot_users(reader: ModuleValues) -> dict[int, list[int]]:
+    """Store slot -> the ops ``collective_bytes`` looks up by a key that reads it: the
+    graph's alone, kept in ``reader.facts``."""
+    users = reader.facts.get("bytes slot users")
+    if users is None:
+        users = reader.facts["bytes slot users"] = {}
+        for op, entry in enumerate(_layout(reader)):
+            if isinstance(entry, tuple):
+                for slot in entry[2]:
+                    users.setdefault(slot, []).append(op)
+    return users
+
+
+def _read_from_store(reader: ModuleValues, part: tuple, sid: list[int]) -> bool:
+    """Whether the key of ``part`` (``ModuleValues.key_of_part``) is read from the slots
+    it names alone: a value without a sharding there is replicated alike in every copy,
+    but for a loop body's argument, which reads the loop's result sharding."""
+    return not any(not sid[slot] and reader.reads_loop_result(value)
+                   for value, slot in zip(part[1], part[2]))
+
+
+def _priced(reader: ModuleValues, ops: list[int] | None,
+            kept: dict[int, int] | None = None) -> int:
+    """The bytes of ``ops`` (program order; None: every op), as ``collective_bytes``
+    prices them; ``kept`` gets those looked up by a key read from the store alone."""
+    costs = reader.costs
+    layout = _layout(reader)
     total = 0
     if costs is None:
         for op, entry in enumerate(layout):
@@ -251,8 +343,9 @@ def collective_bytes(reader: ModuleValues) -> int:
                 total += (collective_bytes_at(reader, op) if entry is False or entry is _RETURN
                           else _rule_bytes(reader, op))
         return total
-    known, found, key_of_part = costs.bytes, costs.found, reader.key_of_part
-    for op, entry in enumerate(layout):
+    known, found, key_of_part, sid = costs.bytes, costs.found, reader.key_of_part, reader.store.sid
+    for op in range(len(layout)) if ops is None else ops:
+        entry = layout[op]
         if entry is None:
             continue
         if entry is False:
@@ -270,6 +363,8 @@ def collective_bytes(reader: ModuleValues) -> int:
             cost = _rule_bytes(reader, op)  # finds the needs of ``key``
             if all(need.target is None for need in found[key][0]):
                 known[key] = cost
+        if kept is not None and key in known and _read_from_store(reader, entry, sid):
+            kept[op] = cost
         total += cost
     return total
 
@@ -1220,6 +1315,6 @@ def _notes(reader: ModuleValues, trips: dict[int, int | None]) -> tuple[str, ...
     return tuple(notes)
 
 
-__all__ = ["CommEntry", "CommReport", "CommTotal", "as_compiled", "collective_bytes",
+__all__ = ["BYTES", "BytesByOp", "CommEntry", "CommReport", "CommTotal", "as_compiled", "collective_bytes",
            "collective_bytes_at", "collectives_at",
            "comm_report", "comm_report_of", "note_reshard", "reuses_reshard"]

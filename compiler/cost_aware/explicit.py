@@ -56,13 +56,10 @@ def signature(reader: ModuleValues, op: int,
     return tuple(out)
 
 
-def signatures(reader: ModuleValues) -> dict[int, tuple]:
-    """``signature`` of every tagged op, by tag.
-
-    Which values make up each signature is the graph's alone, kept in
-    ``reader.facts`` (shared by the readers of one read); each value's axes
-    are read once, in the order ``signature`` would first ask for them.
-    """
+def signature_values(reader: ModuleValues) -> tuple[list[tuple[int, tuple[int, ...]]], list[int]]:
+    """``(tag, values)`` of every tagged op (its operands, then its results) and the
+    values in the order ``signatures`` first reads them: the graph's alone, kept in
+    ``reader.facts``."""
     layout = reader.facts.get("signature values")
     if layout is None:
         graph = reader.graph
@@ -70,7 +67,17 @@ def signatures(reader: ModuleValues) -> dict[int, tuple]:
                for op, tag in enumerate(op_tags(reader.facts, graph)) if tag is not None]
         order = list(dict.fromkeys(value for _, values in ops for value in values))
         layout = reader.facts["signature values"] = (ops, order)
-    ops, order = layout
+    return layout
+
+
+def signatures(reader: ModuleValues) -> dict[int, tuple]:
+    """``signature`` of every tagged op, by tag.
+
+    Which values make up each signature is the graph's alone, kept in
+    ``reader.facts`` (shared by the readers of one read); each value's axes
+    are read once, in the order ``signature`` would first ask for them.
+    """
+    ops, order = signature_values(reader)
     axes_of = reader.axes
     axes = {value: axes_of(value) for value in order}
     return {tag: tuple([axes[value] for value in values]) for tag, values in ops}

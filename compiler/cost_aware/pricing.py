@@ -17,7 +17,7 @@ resharded for an earlier op, ``ModuleValues.resharded``) is still read per copy.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from itertools import accumulate
 
 from jaxlib.mlir import ir
@@ -34,7 +34,7 @@ from shardc.compiler.cost_aware.candidates import (
     pinned_clone,
     tag_of,
 )
-from shardc.compiler.cost_aware.explicit import signatures
+from shardc.compiler.cost_aware.explicit import signature_values, signatures
 from shardc.compiler.propagation import Propagation, SharedRead
 from shardc.compiler.propagation.graph import PropagationGraph, ReadMemo
 from shardc.compiler.propagation.values import CostMemo, ModuleValues
@@ -45,7 +45,9 @@ from shardc.dialects.sdy import SHARDING_RULE_ATTR
 
 
 def price(reader: ModuleValues) -> tuple[int, int]:
-    """Predicted collective bytes per device and memory peak of a propagated module."""
+    """Predicted collective bytes per device and memory peak of a propagated module
+    (priced again from ``reader.priced_from`` where set: ``cost.report.BytesByOp``,
+    ``LiveSizes``)."""
     return collective_bytes(reader), memory_peak(reader)
 
 
@@ -59,22 +61,92 @@ def memory_peak(reader: ModuleValues) -> int:
     FSDP axis replicates the small broadcast scale and bias vectors of every
     layer norm, which XLA never materialises; counted, they made the pin look
     0.2% heavier where XLA's memory fell by 30% (``lm_linen_unconstrained``).
+
+    With ``reader.costs`` the sizes are kept in ``reader.priced`` (``LiveSizes``);
+    with ``reader.priced_from``, what was kept of another copy of the same read,
+    only the values whose sharding may differ are sized again.
     """
-    graph = reader.graph
-    delta = [0] * (len(graph.ops) + 2)
-    sizes = reader.costs.sizes if reader.costs is not None else None
-    types = graph.value_type_key
-    for value, start, stop in _live_ranges(reader):
-        if sizes is None:
-            size = _size(reader.tensor(value))
-        else:
-            key = (types[value], reader.sharding_id(value))
-            size = sizes.get(key)
-            if size is None:
-                size = sizes[key] = _size(reader.tensor(value))
+    since = reader.priced_from and reader.priced_from.get(MEMORY)
+    if since is not None and since.holds_for(reader):
+        return since.peak_of(reader)
+    ranges = _live_ranges(reader)
+    sizes = [_live_size(reader, value) for value, _, _ in ranges]
+    delta = [0] * (len(reader.graph.ops) + 2)
+    for (_, start, stop), size in zip(ranges, sizes):
         delta[start] += size
         delta[stop] -= size
+    if reader.costs is not None:
+        reader.priced[MEMORY] = LiveSizes(reader.facts, list(reader.store.sid), sizes, delta)
     return max(0, *accumulate(delta))
+
+
+MEMORY = "memory"  # ``memory_peak``'s part of ``ModuleValues.priced``
+
+
+def _live_size(reader: ModuleValues, value: int) -> int:
+    """Per-device bytes of ``value`` (memoised in ``reader.costs.sizes`` by type and
+    sharding)."""
+    sizes = reader.costs.sizes if reader.costs is not None else None
+    if sizes is None:
+        return _size(reader.tensor(value))
+    key = (reader.graph.value_type_key[value], reader.sharding_id(value))
+    size = sizes.get(key)
+    if size is None:
+        size = sizes[key] = _size(reader.tensor(value))
+    return size
+
+
+@dataclass
+class LiveSizes:
+    """``memory_peak``'s sizes of one propagated copy, by live range, so that another
+    copy of the same read (a cost-aware candidate) sizes again only the values whose
+    sharding may differ: those whose store slot holds another sharding id, and every
+    loop body argument the store holds none for (it reads the loop's result)."""
+
+    facts: dict  # the readers' ``ModuleValues.facts``: one graph and store layout
+    sid: list[int]  # the store's sharding ids (``ShardingStore.sid``) when sized
+    sizes: list[int]  # per ``_live_ranges`` entry
+    delta: list[int]  # the sizes added at each range's start, taken at its stop
+
+    def holds_for(self, reader: ModuleValues) -> bool:
+        """Whether ``reader`` reads a propagation of the same read (``peak_of``)."""
+        return (reader.costs is not None and reader.facts is self.facts
+                and len(reader.store.sid) == len(self.sid))
+
+    def peak_of(self, reader: ModuleValues) -> int:
+        """``memory_peak(reader)``, sizing again only what may differ (see the class)."""
+        ranges = _live_ranges(reader)
+        by_slot, loops = _ranges_by_slot(reader)
+        again = set(loops)
+        for slot in reader.changed_slots(self.sid):
+            again.update(by_slot.get(slot, ()))
+        delta = None
+        for k in again:
+            value, start, stop = ranges[k]
+            size = _live_size(reader, value)
+            if size != self.sizes[k]:
+                if delta is None:
+                    delta = list(self.delta)
+                delta[start] += size - self.sizes[k]
+                delta[stop] -= size - self.sizes[k]
+        return max(0, *accumulate(self.delta if delta is None else delta))
+
+
+def _ranges_by_slot(reader: ModuleValues) -> tuple[dict[int, list[int]], list[int]]:
+    """Store slot -> the ``_live_ranges`` entries of the values read from it, and the
+    entries of loop body arguments (``LiveSizes``): the graph's alone, kept in
+    ``reader.facts``."""
+    found = reader.facts.get("live ranges by slot")
+    if found is None:
+        read_slot = reader.store.read_slot
+        by_slot: dict[int, list[int]] = {}
+        loops = []
+        for k, (value, _, _) in enumerate(_live_ranges(reader)):
+            by_slot.setdefault(read_slot[value], []).append(k)
+            if reader.reads_loop_result(value):
+                loops.append(k)
+        found = reader.facts["live ranges by slot"] = (by_slot, loops)
+    return found
 
 
 def _live_ranges(reader: ModuleValues) -> list[tuple[int, int, int]]:
@@ -387,6 +459,9 @@ class ModuleEvaluator:
         # finds the same at most ops.
         self.costs = CostMemo(ReadMemo())
         self._copies: PinnedCopies | None = None
+        self._baseline_priced: dict | None = None  # what was kept of the first call's price
+        # The first call's facts and store sharding ids, which ``baseline`` was read from.
+        self._baseline_slots: tuple[dict, list[int]] | None = None
 
     @property
     def tagged(self) -> dict[int, list[ir.Operation]]:
@@ -399,18 +474,27 @@ class ModuleEvaluator:
         if self._copies is not None:
             self._copies.rebase()
 
+    def changed(self, reader: ModuleValues) -> set[int]:
+        """``changed_tags(self.baseline, reader)``, reading again only the ops whose
+        shardings may differ from the baseline's."""
+        return changed_tags(self.baseline, reader, self._baseline_slots)
+
     def __call__(self, pins: list[Pin]) -> tuple[int, int, ModuleValues]:
         self.count += 1
         if self._copies is None:
             self._copies = PinnedCopies(self.imported, self.conservative, self.costs)
         reader = self._copies.propagated(pins, write=not pins)
+        # A candidate is priced again only where its shardings differ from the baseline's.
+        reader.priced_from = self._baseline_priced
         total, peak = price(reader)
         if self.baseline is None:
+            self._baseline_priced = reader.priced
             self.baseline = signatures(reader)
+            self._baseline_slots = (reader.facts, list(reader.store.sid))
             attach_rules(self.imported, reader, self._copies.tagged)
             self._copies.share_facts(reader)
         elif pins:
-            total += returned_in_declared_layout(reader, changed_tags(self.baseline, reader))
+            total += returned_in_declared_layout(reader, self.changed(reader))
         return total, peak, reader
 
 
@@ -439,6 +523,46 @@ def attach_rules(imported: ir.Operation, propagated: ModuleValues,
                 op.attributes[SHARDING_RULE_ATTR] = rule
 
 
-def changed_tags(baseline: dict[int, tuple], reader: ModuleValues) -> set[int]:
-    """Tags of the ops whose operand/result shardings differ from the baseline's."""
-    return {tag for tag, sig in signatures(reader).items() if baseline.get(tag) != sig}
+def changed_tags(baseline: dict[int, tuple], reader: ModuleValues,
+                 since: tuple[dict, list[int]] | None = None) -> set[int]:
+    """Tags of the ops whose operand/result shardings differ from the baseline's.
+
+    ``since``: the ``ModuleValues.facts`` and store sharding ids of the reader
+    ``baseline`` was read from. Where ``reader`` shares those facts (the same
+    graph and store layout), only the ops with a value whose store slot holds
+    another sharding id, or a loop body argument (it reads the loop's result
+    where the store holds none for it), are read again: the others read what
+    the baseline read.
+    """
+    if since is None or since[0] is not reader.facts or len(since[1]) != len(reader.store.sid):
+        return {tag for tag, sig in signatures(reader).items() if baseline.get(tag) != sig}
+    ops, by_slot, loops = _signature_slots(reader)
+    again = set(loops)
+    for slot in reader.changed_slots(since[1]):
+        again.update(by_slot.get(slot, ()))
+    axes = reader.axes
+    changed = set()
+    for k in again:
+        tag, values = ops[k]
+        if baseline.get(tag) != tuple([axes(value) for value in values]):
+            changed.add(tag)
+    return changed
+
+
+def _signature_slots(reader: ModuleValues) -> tuple[list, dict[int, list[int]], list[int]]:
+    """``signatures``' ops (``(tag, values)``), the store slot -> the ops with a value
+    read from it, and the ops with a loop body argument: the graph's alone, kept in
+    ``reader.facts``."""
+    found = reader.facts.get("signature slots")
+    if found is None:
+        ops = signature_values(reader)[0]
+        read_slot = reader.store.read_slot
+        by_slot: dict[int, list[int]] = {}
+        loops = []
+        for k, (_, values) in enumerate(ops):
+            for value in values:
+                by_slot.setdefault(read_slot[value], []).append(k)
+            if any(map(reader.reads_loop_result, values)):
+                loops.append(k)
+        found = reader.facts["signature slots"] = (ops, by_slot, loops)
+    return found

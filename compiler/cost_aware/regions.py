@@ -40,7 +40,7 @@ keeping it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
@@ -466,6 +466,9 @@ class _Region:
     # structure and open cut (``RegionEvaluator._region``); its ops are numbered
     # ``cut.tags``. (Not itself: a region referring to itself would be a cycle.)
     first: _Region | None = None
+    # What was kept of its copies' price without a candidate (``ModuleValues.priced``), by
+    # ``open_cut``: the candidates are priced again only where they differ.
+    priced: dict[bool, dict] = field(default_factory=dict)
 
     @property
     def cut(self) -> _Region:
@@ -624,7 +627,11 @@ class RegionEvaluator:
                 pins = [replace(pin, op=cut.tags[region.tags.index(pin.op)])]
             # Only priced and dropped: its shardings need not reach its IR.
             reader = copies.propagated(pins, write=False)
+            # A candidate is priced again only where it differs from the region without one.
+            reader.priced_from = None if pin is None else cut.priced.get(open_cut)
             cost, peak = price(reader)
+            if pin is None:
+                cut.priced[open_cut] = reader.priced
             by_position = ()
             # The changed ops are asked for only where the region returns a value of the
             # real function (``returned_in_declared_layout``): regions of one structure

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from jaxlib.mlir import ir
 
 from shardc.compiler.cost_aware.candidates import ConflictPoint, Pin, conflict_points, op_tags
-from shardc.compiler.cost_aware.pricing import ModuleEvaluator, changed_tags, write_back
+from shardc.compiler.cost_aware.pricing import ModuleEvaluator, write_back
 from shardc.compiler.cost_aware.regions import LocalPrice, RegionEvaluator
 from shardc.compiler.diagnostics import source_loc_of
 from shardc.compiler.propagation import cyclic_gc_paused
@@ -422,7 +422,7 @@ class _Search:
 
     def resolution(self, start: float) -> Resolution:
         # The evaluator kept the baseline's signatures (its first evaluation).
-        changed = changed_tags(self.evaluate.baseline, self.reader) if self.pins else set()
+        changed = self.evaluate.changed(self.reader) if self.pins else set()
         return Resolution(self.pins, self.baseline_bytes, self.best_bytes, self.base_memory,
                           self.best_memory, self.evaluate.count, time.perf_counter() - start,
                           self.decisions, changed,

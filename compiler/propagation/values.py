@@ -10,7 +10,9 @@ computations). Values are graph indices.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from itertools import compress, count
+from operator import ne
 
 from jaxlib.mlir import ir
 
@@ -107,6 +109,12 @@ class ModuleValues:
         # once (its shardings never change under a reader).
         self._tensors: dict[int, Tensor | None] = {}
         self._ids: dict[int, int] = {}  # ``sharding_id`` of values the store holds no sharding for
+        # What the cost model kept of this copy's price, by part (its bytes by op,
+        # ``cost.report.BytesByOp``; its live sizes, ``cost_aware.pricing.LiveSizes``),
+        # where priced from scratch with ``costs``; and another copy's of the same read,
+        # set by the caller, from which this one is priced again only where it differs.
+        self.priced: dict[str, object] = {}
+        self.priced_from: dict[str, object] | None = None
         self.costs = costs
         # What the cost model derives from the module by op and keeps, from its IR, its
         # graph and where its store keeps shardings (attached rules, the search's op
@@ -241,6 +249,18 @@ class ModuleValues:
             return replicated(self.mesh, self.graph.value_rank(value))
         return sharding
 
+    def reads_loop_result(self, value: int) -> bool:
+        """Whether ``value`` is an argument of a loop's body or condition, whose sharding
+        ``sharding`` reads from the loop's result where the store holds none for it."""
+        graph = self.graph
+        return (graph.value_def[value] == -1
+                and graph.op_name[graph.value_owner[value]] == "stablehlo.while")
+
+    def changed_slots(self, sid: list[int]) -> Iterator[int]:
+        """The store slots whose sharding id differs from ``sid``'s (the ids of another
+        store of the same layout: ``ShardingStore.sid``)."""
+        return compress(count(), map(ne, self.store.sid, sid))
+
     def tensor(self, value: int) -> Tensor | None:
         """The value as the cost model sees it; None for non-static or non-tensor values."""
         try:
@@ -346,8 +366,7 @@ class ModuleValues:
         sid = self._ids.get(value)
         if sid is None:
             graph = self.graph
-            if (self.costs is None or graph.value_def[value] == -1
-                    and graph.op_name[graph.value_owner[value]] == "stablehlo.while"):
+            if self.costs is None or self.reads_loop_result(value):
                 sid = store.intern(self.sharding(value))
             else:
                 # Neither the store nor a loop gives it one: ``sharding`` is replicated

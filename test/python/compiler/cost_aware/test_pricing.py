@@ -7,8 +7,9 @@ from jaxlib.mlir import ir
 from search_programs import imported
 
 from shardc.compiler import jit
+from shardc.compiler.cost import report
 from shardc.compiler.cost.fusion import fused_away
-from shardc.compiler.cost.report import comm_report_of
+from shardc.compiler.cost.report import BYTES, comm_report_of
 from shardc.compiler.cost_aware.candidates import (
     Pin,
     apply_pins,
@@ -19,8 +20,10 @@ from shardc.compiler.cost_aware.candidates import (
 )
 from shardc.compiler.cost_aware.explicit import signature, signatures
 from shardc.compiler.cost_aware.pricing import (
+    MEMORY,
     ModuleEvaluator,
     PinnedCopies,
+    changed_tags,
     memory_peak,
     price,
 )
@@ -260,6 +263,66 @@ def test_copies_on_one_read_price_the_ops_their_attributes_decide_as_alone(name)
                              read=(shared.graph, shared.store))
         assert price(shared) == price(alone)  # each reader prices once: its reshard cache fills
     assert copies._read.facts["op needs"]
+
+
+@pytest.mark.parametrize("name", ["conflict_mlp", "conflict_attention_seq", "conv_net",
+                                  "moe_routing", "scan_rnn"])
+def test_copies_priced_again_from_another_copys_price_price_as_alone(name, monkeypatch):
+    """A copy priced from what was kept of another copy of the same read's price
+    (``priced_from``: its bytes by op, ``BytesByOp``, and live sizes, ``LiveSizes``)
+    is priced again only where its shardings differ: at the price it has alone, and
+    at the other copy's where it differs in nothing."""
+    evaluator = ModuleEvaluator(imported(name).operation, conservative=False)
+    *_, baseline = evaluator([])
+    pins = [pin for point in conflict_points(baseline) for pin in point.alternatives]
+    copies = PinnedCopies(evaluator.imported, False, evaluator.costs)
+    first = copies.propagated([], write=False)
+    expected = price(first)
+    kept = first.priced
+    assert kept[BYTES].holds_for(first) and kept[MEMORY].holds_for(first)
+    assert expected == price(ModuleValues(  # a reader prices once
+        first.graph.module, missing_as_replicated=True, read=(first.graph, first.store)))
+    priced_ops = []
+    priced = report._priced
+    monkeypatch.setattr(report, "_priced", lambda reader, ops, *rest: priced_ops.append(
+        ops) or priced(reader, ops, *rest))
+    same = copies.propagated([], write=False)
+    same.priced_from = kept
+    assert price(same) == expected
+    assert priced_ops[-1] == kept[BYTES].others
+    assert len(kept[BYTES].others) < len(first.graph.ops)  # not every op again
+    assert pins
+    for chosen in [*([pin] for pin in pins[:6]), pins[:3]]:
+        shared = copies.propagated(chosen, write=False)
+        shared.priced_from = kept
+        assert kept[BYTES].holds_for(shared) and kept[MEMORY].holds_for(shared)
+        alone = ModuleValues(shared.graph.module, missing_as_replicated=True,
+                             read=(shared.graph, shared.store))
+        assert price(shared) == price(alone)
+        assert not shared.priced  # priced again, not from scratch
+    other = ModuleValues(first.graph.module, missing_as_replicated=True,
+                         read=(first.graph, first.store), costs=evaluator.costs)
+    # Another layout's facts: priced from scratch.
+    assert not kept[BYTES].holds_for(other) and not kept[MEMORY].holds_for(other)
+
+
+@pytest.mark.parametrize("name", ["conflict_mlp", "conv_net", "moe_routing", "scan_rnn"])
+def test_the_ops_a_candidate_changes_are_found_from_the_slots_it_changes(name):
+    """The evaluator reads again only the signatures of the ops with a value whose store
+    slot differs from the baseline's (``ModuleEvaluator.changed``): it finds the ops
+    comparing every signature finds."""
+    evaluator = ModuleEvaluator(imported(name).operation, conservative=False)
+    *_, baseline = evaluator([])
+    pins = [pin for point in conflict_points(baseline) for pin in point.alternatives]
+    assert pins
+    found = set()
+    for chosen in [*([pin] for pin in pins[:6]), pins[:3]]:
+        *_, reader = evaluator(chosen)
+        assert reader.facts is evaluator._baseline_slots[0]  # read again only in part
+        changed = evaluator.changed(reader)
+        assert changed == changed_tags(evaluator.baseline, reader)
+        found |= changed
+    assert found
 
 
 def test_conflict_points_found_with_a_cost_memo_are_those_found_without():

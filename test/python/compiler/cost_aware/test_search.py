@@ -96,6 +96,33 @@ def test_a_program_leaving_ops_dead_is_searched_on_one_read(monkeypatch):
     assert resolution.evaluations > 1 and cloned == [[], list(resolution.pins)]
 
 
+@pytest.mark.parametrize("name", ["lm_scan_layers", "cnn_batchnorm"])
+def test_every_candidate_priced_again_is_priced_as_alone(name, monkeypatch):
+    """The search prices a candidate again from the copy without it where their
+    shardings differ (``BytesByOp``, ``LiveSizes``): every such price is the one the
+    candidate has priced alone, loops' carries (``lm_scan_layers``) included, and the
+    search decides as before."""
+    again = []
+
+    def checked(method, whole):
+        def priced_again(self, reader):
+            found = method(self, reader)
+            alone = ModuleValues(reader.graph.module, missing_as_replicated=True,
+                                 read=(reader.graph, reader.store))
+            again.append((found, whole(alone)))
+            return found
+        return priced_again
+
+    monkeypatch.setattr(report.BytesByOp, "reprice",
+                        checked(report.BytesByOp.reprice, report.collective_bytes))
+    monkeypatch.setattr(pricing.LiveSizes, "peak_of",
+                        checked(pricing.LiveSizes.peak_of, pricing.memory_peak))
+    lower = cost_aware_speed.zoo_lowering(PROGRAMS[name]("small"))
+    resolution = lower("cost-aware").cost_aware_resolution
+    assert cost_aware_speed.decisions_of(resolution) == DECISIONS[name]
+    assert again and all(found == alone for found, alone in again)
+
+
 def test_the_module_is_laid_out_for_pricing_once(monkeypatch):
     """The baseline (propagated and written apart), the copies priced on the shared
     read and the states the search keeps have one graph but for shardings: the cost
