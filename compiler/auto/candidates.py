@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
@@ -218,41 +218,132 @@ CONFIGURATIONS = (("data parallel", False, False), ("FSDP", True, False),
                   ("tensor parallel", False, True), ("FSDP x tensor parallel", True, True))
 
 
-def weight_roles(reader: ModuleValues, value: int, width: int | None
-                 ) -> tuple[int | None, int | None]:
+def weight_roles(reader: ModuleValues, value: int, width: int | None,
+                 weights: frozenset[int] = frozenset()) -> tuple[int | None, int | None]:
     """``(embedding dimension, tensor-parallel dimension)`` of a weight (graph value
     ``value``) as its first dot (the forward one) uses it, or None each where it
     does not say: Megatron's alternation, which the lengths alone cannot tell
     apart when a weight is square.
 
-    A weight whose dot result is added to the residual stream (directly, or after
-    one more op: a mixture of experts' combine) projects back to it: its
-    contracted dimension holds the heads or hidden units (tensor parallel) and
-    its free one the embedding. Any other contracts the embedding, its free
-    dimension tensor parallel. A dimension the dot batches (the experts of a
-    mixture of experts) is the tensor-parallel one (expert parallelism)."""
+    A weight whose dot narrows what it reads (hidden units or heads to the width)
+    or keeps its length, and whose result is added to the residual stream
+    (directly, or after one more op: a mixture of experts' combine), projects back
+    to it: its contracted dimension holds the heads or hidden units (tensor
+    parallel) and its free one the embedding. Any other contracts the embedding,
+    its free dimension tensor parallel: a dot that widens (an LSTM's gates, an
+    MLP's first layer) reads the embedding whatever its result is added to (a bias,
+    the recurrent term). A dimension the dot batches (the experts of a mixture of
+    experts) is the tensor-parallel one (expert parallelism).
+
+    A dot whose other operand is an argument other than ``weights`` (graph values),
+    reshaped or transposed at most, embeds the input (a ViT's patches, an audio
+    model's features): its free dimension is the embedding, whatever its lengths
+    (raw features may be fewer or more than the width); features computed first (a
+    diffusion model's sinusoidal time embedding) feed an ordinary MLP. A table a gather reads at
+    indices the arguments give (a token embedding; not a relative position bias
+    read at constant indices) is tensor parallel over its indexed rows (MaxText's
+    vocab on ``model``).
+    """
     graph = reader.graph
     shape = graph.value_shape[value] or ()
     for op, position in sorted(_uses_through_marks(graph, value)):  # program order
-        if graph.op_name[op] == "stablehlo.convolution" and position == 1:
+        name = graph.op_name[op]
+        if name == "stablehlo.convolution" and position == 1:
             # A kernel: its input features are contracted (the FSDP dimension, as a
             # dot's embedding), its output features are the tensor-parallel one.
             dims = stablehlo.ConvDimensionNumbers(graph.ops[op].attributes["dimension_numbers"])
             return dims.kernel_input_feature_dimension, dims.kernel_output_feature_dimension
-        if graph.op_name[op] != "stablehlo.dot_general" or position > 1:
+        if name == "stablehlo.gather" and position == 0 and any(
+                graph.value_def[v] < 0 and graph.op_name[graph.value_owner[v]] == "func.func"
+                for v in _computed_from(graph, graph.op_operands[op][1])):
+            indexed = list(stablehlo.GatherDimensionNumbers(
+                graph.ops[op].attributes["dimension_numbers"]).start_index_map)
+            rest = [d for d in range(len(shape)) if d not in indexed]
+            return _embedding(shape, rest, width), (indexed[0] if indexed else None)
+        if name != "stablehlo.dot_general" or position > 1:
             continue
         dims = stablehlo.DotDimensionNumbers(graph.ops[op].attributes["dot_dimension_numbers"])
         side = "lhs" if position == 0 else "rhs"
         contracted = list(getattr(dims, f"{side}_contracting_dimensions"))
         batched = list(getattr(dims, f"{side}_batching_dimensions"))
         free = [d for d in range(len(shape)) if d not in contracted and d not in batched]
-        projects = _reaches_add(graph, graph.op_results[op][0], hops=2)
-        embed_side, tensor_side = (free, contracted) if projects else (contracted, free)
-        embed = next((d for d in embed_side if shape[d] == width), None)
+        kept, read = math.prod(shape[d] for d in free), math.prod(shape[d] for d in contracted)
+        # A dot onto the width from more (an MLP's second layer) projects back to the
+        # residual stream however many ops (dropout, a gate) stand before the add; one
+        # that reads the data alone (an input embedding) writes into it, as a
+        # projection does.
+        embeds_input = not batched and _raw_input(graph, graph.op_operands[op][1 - position],
+                                                  weights)
+        projects = embeds_input or kept <= read and (
+            _reaches_add(graph, graph.op_results[op][0], hops=2)
+            or kept < read and any(shape[d] == width for d in free))
+        tensor_side = contracted if projects else free
+        # A projection's free dimension of another length than the width may be no
+        # embedding (a contrastive head's output): the lengths decide then; an input
+        # embedding's is one.
+        if embeds_input:
+            embed = _embedding(shape, free, width)
+        elif projects:
+            embed = next((d for d in free if shape[d] == width), None)
+        else:
+            embed = _embedding(shape, contracted, width)
         tensor = batched[0] if batched else next(
             (d for d in tensor_side if d != embed), None)
         return embed, tensor
     return None, None
+
+
+def _embedding(shape: Sequence[int], side: Sequence[int], width: int | None) -> int | None:
+    """The dimension among ``side`` that holds the embedding: the one of the model's
+    width, else the side's only dimension (the op says which side it is where the
+    width, the commonest length, is another: an LSTM's gates match its vocabulary)."""
+    found = next((d for d in side if shape[d] == width), None)
+    return side[0] if found is None and len(side) == 1 else found
+
+
+def _raw_input(graph, value: int, weights: frozenset[int]) -> bool:
+    """Whether ``value`` is a function argument not among ``weights``, reshaped,
+    transposed or converted at most (the search's marks looked through)."""
+    while graph.value_def[value] >= 0:
+        op = graph.value_def[value]
+        if graph.op_name[op] not in _LAYOUT_OPS and not (
+                graph.op_name[op] == "sdy.sharding_constraint" and is_open_mark(graph.ops[op])):
+            return False
+        value = graph.op_operands[op][0]
+    owner = graph.value_owner[value]
+    return bool(weights) and value not in weights and owner >= 0 and (
+        graph.op_name[owner] == "func.func")
+
+
+_LAYOUT_OPS = frozenset({"stablehlo.reshape", "stablehlo.transpose", "stablehlo.convert"})
+
+
+def _computed_from(graph, value: int) -> Iterator[int]:
+    """``value`` and every value it is computed from, in its function or, through a
+    region's arguments, the ops around it (a loop's carried values also from its
+    body's last trip; a loop's or branch's results from its regions' returns)."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        yield current
+        op, owner = graph.value_def[current], graph.value_owner[current]
+        if op >= 0:
+            stack.extend(graph.op_operands[op])
+            for _, block in graph.op_blocks[op]:
+                if block:
+                    stack.extend(graph.op_operands[block[-1]])
+        elif owner >= 0 and graph.op_name[owner] == "stablehlo.while":
+            k = graph.value_arg_index[current]
+            stack.append(graph.op_operands[owner][k])
+            body = graph.op_blocks[owner][-1][1]
+            if body:
+                stack.append(graph.op_operands[body[-1]][k])
+        elif owner >= 0 and graph.op_name[owner] != "func.func":
+            stack.extend(graph.op_operands[owner])
 
 
 def window_dims(reader: ModuleValues, value: int) -> frozenset[int]:

@@ -437,13 +437,13 @@ class Search:
         windows = [window_dims(reader, self.evaluate.value_at(self.groups[g].positions[0]))
                    for g in weights]
         width = model_width(shapes, updated, windows)
-        roles = [weight_roles(reader, self.evaluate.value_at(self.groups[g].positions[0]), width)
-                 for g in weights]
+        weight_values = frozenset(self.evaluate.value_at(p) for g in weights
+                                  if self.groups[g].updated for p in self.groups[g].positions)
+        roles = [weight_roles(reader, self.evaluate.value_at(self.groups[g].positions[0]), width,
+                              weight_values) for g in weights]
         seeds = structured_seeds(shapes, updated, self.axes, roles, windows)
         residual = {g: is_residual(reader, self.evaluate.value_at(self.groups[g].positions[0]))
                     for g in activations}
-        weight_values = {self.evaluate.value_at(p) for g in weights if self.groups[g].updated
-                         for p in self.groups[g].positions}
         projections = {g for g in activations if projects_weight(
             reader, self.evaluate.value_at(self.groups[g].positions[0]), weight_values)}
         keys = []
