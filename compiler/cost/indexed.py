@@ -74,6 +74,7 @@ class _Plan:
 
     steps: list[tuple] = field(default_factory=list)
     op_fa: dict[str, FactorAxes] = field(default_factory=dict)  # where the op itself runs
+    adjusted: int = 0  # bytes of a trivially sliced scatter's indices less each offset
 
 
 class _Op:
@@ -337,6 +338,12 @@ class _Partitioner:
                                    outer=_union(outer, on) if not self.op.scatter else None)
         plan.steps += sub.steps
         plan.op_fa = sub.op_fa
+        plan.adjusted = sub.adjusted
+        if _name == "trivially-sliced" and self.op.scatter:
+            # Each device scatters into its own rows at the indices less its offset,
+            # a new array of the indices (``subtract_bitcast_fusion``, s32[1024,2] of
+            # all-gather.3's s32[8,128,2]): XLA:CPU fuses no producer into a scatter.
+            plan.adjusted = max(plan.adjusted, self.op.shard_bytes("indices", new["indices"]))
         if _name == "trivially-sliced" and not self.op.scatter:
             # The mask is computed where the indices are before the groups gather, and
             # resharded to the indices' part of the groups' output to select from it.
@@ -504,9 +511,19 @@ def indexed_computed(rule: OpShardingRule, roles: IndexedRoles, operands: Sequen
     return None if found is None else found[1]
 
 
+def adjusted_indices_bytes(rule: OpShardingRule, roles: IndexedRoles,
+                           operands: Sequence[Tensor], results: Sequence[Tensor], mesh) -> int:
+    """Bytes of the indices a scatter partitioned on its operand's trivially sliced dims
+    rewrites, each device's offset subtracted (XLA's
+    ``PartitionScatterTrivialSlicedOperandDimensions``), written apart from the indices
+    it reads; 0 where no level of the plan slices so, or that model does not apply."""
+    found = _planned(rule, roles, operands, results, mesh)
+    return 0 if found is None else found[2]
+
+
 def _planned(rule: OpShardingRule, roles: IndexedRoles, operands: Sequence[Tensor],
              results: Sequence[Tensor], mesh
-             ) -> tuple[tuple[OpCommunication, ...], TensorSharding] | None:
+             ) -> tuple[tuple[OpCommunication, ...], TensorSharding, int] | None:
     if not isinstance(mesh, MeshInfo) or mesh.maximal or mesh.empty or len(roles.data) != 1:
         return None
     if any(t.sharding is None for t in [*operands, *results]):
@@ -521,14 +538,14 @@ def _planned(rule: OpShardingRule, roles: IndexedRoles, operands: Sequence[Tenso
     return _memo[key]
 
 
-_memo: dict[tuple, tuple[tuple[OpCommunication, ...], TensorSharding] | None] = {}
+_memo: dict[tuple, tuple[tuple[OpCommunication, ...], TensorSharding, int] | None] = {}
 _MEMO_LIMIT = 4096
 
 
 def _indexed_communication(rule: OpShardingRule, roles: IndexedRoles,
                            operands: Sequence[Tensor], results: Sequence[Tensor],
                            mesh: MeshInfo
-                           ) -> tuple[tuple[OpCommunication, ...], TensorSharding] | None:
+                           ) -> tuple[tuple[OpCommunication, ...], TensorSharding, int] | None:
     op = _Op(rule, roles, operands, results, mesh)
     part = _Partitioner(op)
     fa = {role: op.axes(role) for role in ("data", "indices", "slices")}
@@ -542,7 +559,7 @@ def _indexed_communication(rule: OpShardingRule, roles: IndexedRoles,
     plan, computed = part.level(start, target, free, recursive=True)
     steps = [("reshard", role, fa[role], start[role]) for role in fa]
     steps += plan.steps + [("reshard", "result", computed, target)]
-    return tuple(_communications(op, steps)), op.sharding("result", computed)
+    return tuple(_communications(op, steps)), op.sharding("result", computed), plan.adjusted
 
 
 def _communications(op: _Op, steps) -> list[OpCommunication]:

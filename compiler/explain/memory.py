@@ -40,9 +40,10 @@ not divide counting padded like XLA pads it:
   from the block's start (XLA schedules it first); a gather along a
   dimension with a longer one before it adds a transposed copy of the
   gathered buffer, and on XLA:CPU an all-to-all adds the pieces it
-  concatenates: both live with the reshard's buffer after the op before its
-  first consumer, the consumer reading the last one written. Explicit
-  reshards that move data are buffers too;
+  concatenates, and a scatter sliced on its operand's indexed dims writes its
+  resharded indices less each device's offset: both live with the reshard's
+  buffer after the op before its first consumer, the consumer reading the
+  last one written. Explicit reshards that move data are buffers too;
   implicit reshards of returned values and call operands are live while
   their op runs;
 * transposed copies XLA's CPU kernels make of batched-dot operands whose batch

@@ -20,7 +20,7 @@ from jaxlib.mlir.ir import IntegerAttr
 from shardc.compiler.cost.custom_partitioning import custom_partitioned_body, is_custom_partitioned
 from shardc.compiler.cost.fusion import CHLO_ELEMENTWISE, FREE, FUSIBLE
 from shardc.compiler.cost.halos import exchanged_window_bytes, slice_windows
-from shardc.compiler.cost.indexed import indexed_communication
+from shardc.compiler.cost.indexed import adjusted_indices_bytes, indexed_communication
 from shardc.compiler.cost.op_comm import XLA_REPLICATED_OPS, computation_axes, required_sharding
 from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.cost.report import (
@@ -416,6 +416,14 @@ class OpNeeds:
                 wanted[index] and wanted[index][4])
             size = shard_bytes(operand.shape, operand.element_bytes, after)
             wanted[index] = (after, True, size, 0, gathers)
+        if roles.indices < len(wanted) and wanted[roles.indices] is not None:
+            # A scatter sliced on its operand's rows reads its indices less each
+            # device's offset, written from the resharded indices before it runs (a
+            # collective's result fuses into nothing), the resharded ones dead then:
+            # the reshard's copy.
+            after, moves, size, _, gathers = wanted[roles.indices]
+            wanted[roles.indices] = (after, moves, size, adjusted_indices_bytes(
+                rule, roles, operands, results, mesh), gathers)
         return wanted
 
     def _exchange(self, graph, op: int, results, needs) -> None:

@@ -14,6 +14,7 @@ from jaxlib.mlir import ir
 from shardc.compiler import jit
 from shardc.compiler.cost.indexed import (
     _indexed_communication,
+    adjusted_indices_bytes,
     indexed_communication,
     indexed_computed,
 )
@@ -42,9 +43,10 @@ def _gather():
 def test_memoised_answers_are_the_computed_ones():
     rule, roles, operands, results, mesh = _gather()
     first = indexed_communication(rule, roles, operands, results, mesh)
-    needs, computed = _indexed_communication(rule, roles, operands, results, mesh)
+    needs, computed, adjusted = _indexed_communication(rule, roles, operands, results, mesh)
     assert first and first == list(needs)
     assert indexed_computed(rule, roles, operands, results, mesh) == computed
+    assert adjusted_indices_bytes(rule, roles, operands, results, mesh) == adjusted == 0
     assert indexed_communication(rule, roles, operands, results, mesh) == first
     # Another sharding of the table is another question (the key holds the shardings).
     data = operands[0]
