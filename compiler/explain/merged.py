@@ -22,7 +22,7 @@ have run; the merged op itself writes nothing.
 
 from __future__ import annotations
 
-from shardc.compiler.propagation.graph import PropagationGraph
+from shardc.compiler.propagation.graph import GraphView, PropagationGraph
 
 _BARRIER = "stablehlo.optimization_barrier"
 _EDGE = "sdy.data_flow_edge"
@@ -43,32 +43,25 @@ _PER_ELEMENT = frozenset("stablehlo." + n for n in (
     "reduce", "reduce_window", "sort", "scatter", "select_and_scatter", "map"))
 
 
-class MergedGraph:
+def _merged_view(graph: PropagationGraph, merged: dict[int, int],
+                 merged_ops: set[int]) -> GraphView:
     """``graph`` read with the merged ops' results replaced by the ops they merged into:
-    operands and uses follow the merges, ``merged_ops`` are the ops that write nothing;
-    every other attribute is ``graph``'s own."""
-
-    def __init__(self, graph: PropagationGraph, merged: dict[int, int], merged_ops: set[int]) -> None:
-        self._graph = graph
-        self.merged_ops = merged_ops
-        self.merged = merged  # a merged op's result -> the result it merged into
-        self.op_operands = [[merged.get(v, v) for v in operands]
-                            for operands in graph.op_operands]
-        # a merged op reads nothing: its operands' buffers are not kept for it
-        uses = [[use for use in found if use[0] not in merged_ops] for found in graph.uses]
-        for duplicate, kept in merged.items():
-            uses[kept] = uses[kept] + uses[duplicate]
-            uses[duplicate] = []
-        self.uses = uses
-
-    def __getattr__(self, name: str):
-        return getattr(self._graph, name)
+    operands and uses follow the merges, ``merged_ops`` are the ops that write nothing,
+    ``merged`` maps a merged op's result to the result it merged into."""
+    # a merged op reads nothing: its operands' buffers are not kept for it
+    uses = [[use for use in found if use[0] not in merged_ops] for found in graph.uses]
+    for duplicate, kept in merged.items():
+        uses[kept] = uses[kept] + uses[duplicate]
+        uses[duplicate] = []
+    return GraphView(graph, merged_ops=merged_ops, merged=merged, uses=uses,
+                     op_operands=[[merged.get(v, v) for v in operands]
+                                  for operands in graph.op_operands])
 
 
 def merged_graph(graph: PropagationGraph):
-    """``graph`` as XLA's CSE leaves it once the barriers are expanded: a ``MergedGraph``
-    when some op merges, else ``graph`` itself (a module without barriers is never
-    walked through a proxy)."""
+    """``graph`` as XLA's CSE leaves it once the barriers are expanded: a merged view
+    (``GraphView``) when some op merges, else ``graph`` itself (a module without
+    barriers is never walked through a view)."""
     if _BARRIER not in graph.op_name:
         return graph
     merged: dict[int, int] = {}
@@ -88,7 +81,7 @@ def merged_graph(graph: PropagationGraph):
     # RMS norms (0.88x against 0.97x).
     if not merged_ops:
         return graph
-    return MergedGraph(graph, merged, merged_ops)
+    return _merged_view(graph, merged, merged_ops)
 
 
 def _merge_block(graph: PropagationGraph, block: list[int], merged: dict[int, int],

@@ -9,8 +9,8 @@ outer product is ``broadcast``/``multiply`` inside ``multiply_add_fusion``, writ
 over the gradient carry it is added to; read as a dot it was a buffer of its own
 beside the carry.
 
-``simplified_graph`` returns the graph with such dots named ``stablehlo.multiply``;
-every other attribute is the graph's own.
+``simplified_graph`` returns a view of the graph (``GraphView``) with such dots named
+``stablehlo.multiply``; every other attribute is the graph's own.
 """
 
 from __future__ import annotations
@@ -20,25 +20,15 @@ from typing import Any
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from shardc.compiler.propagation.graph import GraphView
+
 _DOT = "stablehlo.dot_general"
 _MULTIPLY = "stablehlo.multiply"
 
 
-class SimplifiedGraph:
-    """``graph`` read with its outer-product dots named as the multiplies XLA makes of
-    them."""
-
-    def __init__(self, graph: Any, op_name: list[str]) -> None:
-        self._graph = graph
-        self.op_name = op_name
-
-    def __getattr__(self, name: str):
-        return getattr(self._graph, name)
-
-
 def simplified_graph(graph: Any) -> Any:
-    """``graph`` as XLA's algebraic simplifier leaves its dots: a ``SimplifiedGraph``
-    where some dot contracts nothing, else ``graph`` itself."""
+    """``graph`` as XLA's algebraic simplifier leaves its dots: a ``GraphView``
+    renaming them where some dot contracts nothing, else ``graph`` itself."""
     outer = [op for op, name in enumerate(graph.op_name)
              if name == _DOT and not _contracted_dims(graph.ops[op])]
     if not outer:
@@ -46,7 +36,7 @@ def simplified_graph(graph: Any) -> Any:
     names = list(graph.op_name)
     for op in outer:
         names[op] = _MULTIPLY
-    return SimplifiedGraph(graph, names)
+    return GraphView(graph, op_name=names)
 
 
 def _contracted_dims(op: ir.Operation) -> list[int] | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from operator import attrgetter
+from typing import Any
 
 from jaxlib.mlir import ir
 
@@ -168,6 +169,25 @@ class ReadMemo:
         if self.steps is None:
             self.steps = step_memo.for_meshes(meshes)
         return self.steps
+
+
+class GraphView:
+    """A ``PropagationGraph`` read with some attributes replaced (``overrides``): every
+    other attribute is the graph's own. What a reader sees of a graph XLA's passes have
+    changed (ops in another order, merged, renamed) without copying the graph. A view
+    of a view reads the base graph with both views' replacements (the later one's
+    first), so views stacked by several readers cost one lookup, not one per view."""
+
+    def __init__(self, graph: Any, **overrides: Any) -> None:
+        if isinstance(graph, GraphView):
+            inherited = {k: v for k, v in vars(graph).items() if k != "_graph"}
+            overrides = {**inherited, **overrides}
+            graph = graph._graph
+        self._graph = graph
+        vars(self).update(overrides)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._graph, name)
 
 
 class PropagationGraph:

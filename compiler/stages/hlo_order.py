@@ -32,6 +32,7 @@ from typing import Any
 
 from jaxlib.mlir import ir
 
+from shardc.compiler.propagation.graph import GraphView
 from shardc.compiler.stages.capture_loop_invariants import free_variables
 
 ORDER_ATTR = "shardc.jax_order"
@@ -295,23 +296,14 @@ def in_jax_order(nested: Sequence[int], tags: Sequence[int | None]) -> list[int]
     return [i for _, _, i in keyed]
 
 
-class JaxOrderedGraph:
-    """A propagation graph of a module ``order_as_hlo`` reordered, read with every
-    block's ops in jax's order (``in_jax_order``): what reads liveness (XLA lays out
-    memory in the program's own order) without putting the module back. Every
-    attribute but ``op_blocks`` is the graph's own."""
-
-    def __init__(self, graph: Any, tags: Sequence[int | None]) -> None:
-        self._graph = graph
-        self.op_blocks = [[(args, in_jax_order(nested, tags)) for args, nested in blocks]
-                          for blocks in graph.op_blocks]
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._graph, name)
-
-
 def jax_ordered(graph: Any) -> Any:
-    """``graph`` with its blocks in jax's order: a ``JaxOrderedGraph`` where some op
-    carries its place, else ``graph`` itself."""
+    """``graph`` of a module ``order_as_hlo`` reordered, read with every block's ops in
+    jax's order (``in_jax_order``): what reads liveness (XLA lays out memory in the
+    program's own order) without putting the module back. A ``GraphView`` replacing
+    ``op_blocks`` where some op carries its place, else ``graph`` itself."""
     tags = order_tags(graph.ops)
-    return graph if tags is None else JaxOrderedGraph(graph, tags)
+    if tags is None:
+        return graph
+    return GraphView(graph, op_blocks=[
+        [(args, in_jax_order(nested, tags)) for args, nested in blocks]
+        for blocks in graph.op_blocks])
