@@ -83,27 +83,31 @@ def open_free_variables(loop: ir.Operation) -> None:
 def free_variables(loop: ir.Operation) -> list[ir.Value]:
     """The values defined outside ``loop`` that ops inside its regions use, in the order
     of their first use."""
-    found: dict[ir.Value, None] = {}
+    # One walk reads what the ops use and what they (and their blocks) define: a value
+    # is free where nothing inside defines it, which asks no op for its ancestors.
+    used: dict[ir.Value, None] = {}
+    defined: set[ir.Value] = set()
 
     def visit(op: ir.Operation) -> ir.WalkResult:
         for operand in op.operands:
-            if not _is_inside(_defining_point(operand), loop):
-                found.setdefault(operand)
+            used.setdefault(operand)
+        defined.update(op.results)
+        if len(op.regions):
+            _add_arguments(op, defined)
         return ir.WalkResult.ADVANCE
 
+    _add_arguments(loop, defined)
     for region in loop.regions:
         for block in region.blocks:
             for op in block.operations:
                 op.operation.walk(visit)
-    return list(found)
+    return [value for value in used if value not in defined]
 
 
-def _defining_point(value: ir.Value) -> ir.Operation | None:
-    """The op that defines ``value``, or the op whose region has its block."""
-    owner = value.owner
-    if isinstance(owner, ir.Block):
-        return owner.owner.operation
-    return owner.operation if hasattr(owner, "operation") else owner
+def _add_arguments(op: ir.Operation, defined: set[ir.Value]) -> None:
+    for region in op.regions:
+        for block in region.blocks:
+            defined.update(block.arguments)
 
 
 def _is_inside(op: ir.Operation | None, loop: ir.Operation) -> bool:
