@@ -271,8 +271,9 @@ def _restore_block(ops: list[ir.Operation], tags: list[int | None], reads: list[
 
 
 def _tag(op: ir.Operation) -> int | None:
-    attributes = op.attributes
-    return ir.IntegerAttr(attributes[ORDER_ATTR]).value if ORDER_ATTR in attributes else None
+    # One lookup, its attribute read as the IntegerAttr the bindings return.
+    tag = op.attributes.get(ORDER_ATTR)
+    return None if tag is None else tag.value
 
 
 def order_tags(ops: Sequence[ir.Operation]) -> list[int | None] | None:
