@@ -167,6 +167,7 @@ class Lowered(Stage, jax.stages.Lowered):
         self._unpropagated = unpropagated
         self._lowered_module: ir.Module | None = None
         self._program_reports: ProgramReports | None = None
+        self._reports_read: ir.Module | None = None  # the ``module`` they were made for
         self._in_tree = in_tree
         self._args = tuple(args)
         self._out_tree = out_tree
@@ -432,7 +433,8 @@ class Lowered(Stage, jax.stages.Lowered):
 
     def comm_report(self, *, platform: str | None = None) -> Any:
         """Predict XLA's collectives per op and source line (a ``CommReport``) as XLA
-        compiles them for ``platform`` ("cpu" or "tpu"; default the lowering's).
+        compiles them for ``platform`` ("cpu" or "tpu"; default the lowering's), of the
+        choices ``compile`` is predicted to run (``_kept_reports``).
 
         Made once per platform, from one propagated read of ``module`` that
         ``memory_estimate`` shares (``compiler.explain.reports``): a ``module`` changed in
@@ -477,7 +479,34 @@ class Lowered(Stage, jax.stages.Lowered):
                                                self.arg_names)
 
     def _reports(self) -> ProgramReports:
-        """Both predictions' one read of ``module`` (read anew when ``module`` is another)."""
-        if self._program_reports is None or self._program_reports.module is not self.module:
-            self._program_reports = ProgramReports(self.module)
+        """Both predictions' one read of the choices ``compile`` runs (read anew when
+        ``module`` is another)."""
+        if self._program_reports is None or self._reports_read is not self.module:
+            self._reports_read = self.module
+            self._program_reports = self._kept_reports()
         return self._program_reports
+
+    def _kept_reports(self) -> ProgramReports:
+        """The reports of ``module``, or, where the cost-aware search changed Shardy's
+        choices, of whichever of the two ``compile`` is predicted to keep: Shardy's
+        when they are predicted to compile to fewer collective bytes or in less memory
+        per device for the target platform (``compile``'s rule, on the predictions:
+        the search prices collectives alone, so Shardy's may take less memory)."""
+        searched = ProgramReports(self.module)
+        fallback = (self._cost_aware_resolution.fallback
+                    if self._cost_aware_resolution is not None else None)
+        if fallback is None:
+            return searched
+        with self.module.context:
+            shardy = ProgramReports(ir.Module.parse(fallback))
+        platform = self.target_platform
+
+        def predicted(reports: ProgramReports) -> tuple[int, int]:
+            totals = reports.comm_report(platform).totals().values()
+            return (sum(t.bytes_per_device for t in totals),
+                    reports.memory_estimate(platform, self.arg_names).net_bytes)
+
+        searched_bytes, searched_memory = predicted(searched)
+        shardy_bytes, shardy_memory = predicted(shardy)
+        keeps_shardy = shardy_bytes < searched_bytes or shardy_memory < searched_memory
+        return shardy if keeps_shardy else searched

@@ -29,12 +29,18 @@ the dimension is uneven (``HaloExchangeToPadOnLeft``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from shardc.compiler.cost.exchange import (
+    Offsets,
+    c_div,
+    ceil_of_ratio,
+    exchange_halo,
+    exchange_halo_compact,
+)
 from shardc.compiler.cost.op_comm import CONVOLUTION, OpCommunication
 from shardc.compiler.cost.reshard import (
     ALL_REDUCE,
@@ -47,7 +53,6 @@ from shardc.compiler.cost.reshard import (
 from shardc.compiler.sharding.axes import size_product
 from shardc.compiler.sharding.tensor import DimSharding, Tensor, TensorSharding
 
-Offsets = Callable[[int], int]
 # ``windowed_halos``' answer for a halo beyond the neighbours of a shard.
 BEYOND = "beyond the neighbours"
 
@@ -64,118 +69,6 @@ class WindowDim:
     window_dilation: int = 1
 
 
-def _div(a: int, b: int) -> int:
-    """C++ integer division (truncates toward zero), as XLA's offset calculations."""
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b > 0) else -q
-
-
-def _ceil(a: int, b: int) -> int:
-    """XLA's ``CeilOfRatio`` on C++ integers."""
-    return _div(a + b - 1, b)
-
-
-def exchange_halo(shard: int, count: int, left: Offsets, right: Offsets) -> list[int] | None:
-    """The element counts along the dimension of each collective-permute
-    ``ExchangeHalo`` makes for the left / right halo sizes of shard ``i`` (None: the
-    halo is beyond the neighbours, XLA partitions it otherwise)."""
-    max_left = max(left(i) for i in range(1, count))
-    max_right = max(right(i) for i in range(0, count - 1))
-    if (max_left + max_right + shard >= shard * count
-            and (max_left > shard or max_right > shard)):
-        return None
-    left_bound = -max(left(i) for i in range(count))
-    right_bound = shard + max(right(i) for i in range(count))
-    if left_bound >= right_bound:
-        return None
-    # The permute ``i`` moves data ``i + 1`` shards over: from as far as the last shard
-    # it has no source-target pair, and XLA makes zeros of it instead of a permute.
-    halos = []
-    i = _ceil(max_left, shard) - 1
-    while i >= 0 and (-i - 1) * shard < right_bound:
-        if i + 1 < count:
-            halos.append(min(max_left - shard * i, shard) - max(-i * shard - right_bound, 0))
-        i -= 1
-    skipped = _div(min(max(left_bound - shard, 0), max(max_right, 0)), shard)
-    for i in range(skipped, min(_ceil(max_right, shard), count - 1)):
-        halos.append(min(max_right - shard * i, shard) - max(left_bound - (i + 1) * shard, 0))
-    return [h for h in halos if h > 0]
-
-
-@dataclass
-class _Piece:
-    """A piece of one shard's windowed read (``ExchangeHaloCompact``'s ``Halo``)."""
-
-    reader: int  # the shard reading it
-    start: int  # its range inside the shard holding it
-    limit: int
-    offset: int  # where it lands in the reader's window
-    holder: int | None  # the shard holding it; None: padding
-
-
-def exchange_halo_compact(base: int, shard: int, count: int, left: Offsets,
-                          right: Offsets) -> list[int]:
-    """The collective-permutes (elements along the dimension) of ``ExchangeHaloCompact``:
-    each shard's window cut into pieces of one holder's shard (or padding), padding
-    pieces longer than a shard split while others still read data, and every permute
-    gathering one piece per holder, at most one per reader, over a range of the
-    holder's shard that grows only where pieces overlap or touch."""
-    pieces: list[list[_Piece]] = [[] for _ in range(count)]
-    for i in range(count):
-        begin = i * shard - left(i)
-        end = (i + 1) * shard + right(i)
-        at = begin
-        while at < end:
-            size = end - at
-            if at < 0 or at >= base:
-                if at < 0:
-                    size = min(size, -at)
-                pieces[i].append(_Piece(i, at % shard, at % shard + size, at - begin, None))
-            else:
-                size = min(shard - at % shard, size)
-                pieces[i].append(_Piece(i, at % shard, at % shard + size, at - begin,
-                                        at // shard))
-            at += size
-    sent: list[list[_Piece]] = [[] for _ in range(count)]  # by holder
-    cursor = [0] * count
-    while True:
-        current = [pieces[i][cursor[i]] for i in range(count) if cursor[i] < len(pieces[i])]
-        if not current:
-            break
-        all_padding = all(p.holder is None for p in current)
-        for i in range(count):
-            if cursor[i] >= len(pieces[i]):
-                continue
-            piece = pieces[i][cursor[i]]
-            if not all_padding and piece.holder is None and piece.limit > shard:
-                piece.start, piece.limit = 0, piece.limit - shard
-                continue
-            cursor[i] += 1
-            if piece.holder is not None and piece.holder != i:
-                sent[piece.holder].append(piece)
-    for holder in sent:
-        holder.sort(key=lambda p: p.offset)
-    permutes = []
-    cursor = [0] * count
-    while True:
-        readers: set[int] = set()
-        start, limit = shard, 0
-        for holder in range(count):
-            if cursor[holder] >= len(sent[holder]):
-                continue
-            piece = sent[holder][cursor[holder]]
-            if readers and (piece.reader in readers
-                            or (start > piece.limit and limit == shard and piece.start == 0)
-                            or (limit < piece.start and start == 0 and piece.limit == shard)):
-                continue
-            readers.add(piece.reader)
-            start, limit = min(start, piece.start), max(limit, piece.limit)
-            cursor[holder] += 1
-        if not readers:
-            return permutes
-        permutes.append(limit - start)
-
-
 def _trimmed(base: int, shard: int, count: int, windows: int, full: int, window: WindowDim
              ) -> tuple[int, int, int] | None:
     """The shards of a read with fewer windows than shards that exchange halos, as
@@ -184,14 +77,14 @@ def _trimmed(base: int, shard: int, count: int, windows: int, full: int, window:
     ones without output skipped), each shard cut to its useful input where that is
     smaller; None where one shard is left (it reads its own data)."""
     padding_left = window.padding_low
-    useful = _ceil(base + window.padding_high, shard)
+    useful = ceil_of_ratio(base + window.padding_high, shard)
     if useful < count:
         count = max(useful, windows)
         if count == 1:
             return None
         if window.padding_high < 0 and full - window.padding_low < shard:
             shard = full - window.padding_low
-    middle = _div(-padding_left, shard) - windows
+    middle = c_div(-padding_left, shard) - windows
     if middle > 0:
         count -= middle
         padding_left += middle * shard
@@ -234,16 +127,16 @@ def _window_reads(base: int, count: int, window: WindowDim) -> _Reads | int | No
     shards; the shard size where no shard reads beyond its own; None where XLA
     partitions the read otherwise (strides across dilations, shards without output
     beside dilations)."""
-    shard = _ceil(base, count)
+    shard = ceil_of_ratio(base, count)
     dilated = 1 + (window.size - 1) * window.window_dilation
     full = (1 + (base - 1) * window.base_dilation + window.padding_high
             + window.padding_low)
     if full < dilated:
         return None
-    windows = _div(full - dilated, window.stride) + 1
-    per_shard = _ceil(windows, count)
+    windows = c_div(full - dilated, window.stride) + 1
+    per_shard = ceil_of_ratio(windows, count)
     dilation, stride = window.base_dilation, window.stride
-    padding_left = _div(window.padding_low, dilation)
+    padding_left = c_div(window.padding_low, dilation)
     low = window.padding_low - padding_left * dilation
     exchanged = base
     if windows < count:
@@ -259,10 +152,10 @@ def _window_reads(base: int, count: int, window: WindowDim) -> _Reads | int | No
     span = stride * (per_shard - 1) + dilated
 
     def start(i: int) -> int:
-        return _div(stride * per_shard * i + dilation - 1 - low, dilation)
+        return c_div(stride * per_shard * i + dilation - 1 - low, dilation)
 
     def limit(i: int) -> int:
-        return _div(stride * per_shard * i + span + dilation - 1 - low, dilation)
+        return c_div(stride * per_shard * i + span + dilation - 1 - low, dilation)
 
     def left(i: int) -> int:
         return shard * i + padding_left - start(i)
@@ -314,7 +207,7 @@ def exchanged_extent(base: int, count: int, window: WindowDim) -> int | None:
 
 
 def _shard_sizes(tensor: Tensor, counts: list[int]) -> list[int]:
-    return [_ceil(size, count) for size, count in zip(tensor.shape, counts)]
+    return [ceil_of_ratio(size, count) for size, count in zip(tensor.shape, counts)]
 
 
 def _counts(axes_of) -> list[int]:
@@ -450,7 +343,7 @@ def reverse_collectives(op: ir.Operation, operand: Tensor, result: Tensor) -> li
     dims = [d for d in _ints(op, "dimensions") if counts[d] > 1]
     if not dims:
         return []
-    windows = [WindowDim(padding_low=_ceil(n, c) * c - n) if d in dims else WindowDim()
+    windows = [WindowDim(padding_low=ceil_of_ratio(n, c) * c - n) if d in dims else WindowDim()
                for d, (n, c) in enumerate(zip(result.shape, counts))]
     out = window_halo_collectives(operand, result, windows) or []
     local = _shard_sizes(result, counts)
@@ -501,7 +394,7 @@ def rotate_collectives(result: Tensor, dim: int, amount: int) -> list[Collective
         return []
     local = _shard_sizes(result, counts)
     full, shard = result.shape[dim], local[dim]
-    shards = _ceil(full, shard)
+    shards = ceil_of_ratio(full, shard)
     padding = shards * shard - full
     amount %= full
     if amount == 0:
@@ -510,7 +403,7 @@ def rotate_collectives(result: Tensor, dim: int, amount: int) -> list[Collective
     def pieces(rotate: int) -> list[int]:
         done, moved = 0, []
         while done < shard:
-            distance = _ceil(rotate - done, shard)
+            distance = ceil_of_ratio(rotate - done, shard)
             offset = distance * shard - rotate + done
             size = min(shard - offset, shard - done)
             done += size
@@ -574,7 +467,7 @@ def _kernel_sharded_halos(base: int, count: int, window: WindowDim, outputs: int
     first output to its last tap of the last one."""
     if window.base_dilation != 1:
         return None
-    shard, taps = _ceil(base, count), _ceil(window.size, count)
+    shard, taps = ceil_of_ratio(base, count), ceil_of_ratio(window.size, count)
     low, dilation, stride = window.padding_low, window.window_dilation, window.stride
 
     def left(i: int) -> int:

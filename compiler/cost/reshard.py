@@ -31,6 +31,7 @@ from math import prod
 
 import numpy as np
 
+from shardc.compiler.cost.exchange import exchange_halo_compact
 from shardc.compiler.cost.platforms import PlatformRules, active_rules
 from shardc.compiler.sharding.axes import AxisRef, size_product
 from shardc.compiler.sharding.tensor import Tensor, TensorSharding
@@ -464,7 +465,8 @@ class _Planner:
         compatible = _compatible(a, b)
         if compatible is None:
             return None
-        return ([] if compatible == b else [self.permute(shape, compatible, b)]), b
+        out = self.padding_spread(shape, a, compatible)
+        return out + ([] if compatible == b else [self.permute(shape, compatible, b)]), b
 
     def to_partial_by_gathering(self, shape, a: _Tiling, b: _Tiling):
         """``ReshardToPartialReplicateWithAllGather``: a collective-permute onto the
@@ -473,7 +475,64 @@ class _Planner:
         if compatible is None:
             return None
         out = [] if compatible == a else [self.permute(shape, a, compatible)]
+        out += self.padding_gathered(shape, compatible, b)
         return out + self.gather(shape, compatible, b.counts), b
+
+    def padding_spread(self, shape, a: _Tiling, b: _Tiling) -> list[Collective]:
+        """``PadFromPartialReplicateShape``: a dimension ``b`` cuts into more shards
+        whose padded extent is larger than ``a``'s (30 elements: 15 per shard of 2, 8
+        per shard of 4) moves each ``a`` shard's window right, ``i`` elements per
+        shard more, before the slicing: a compact halo exchange among ``a``'s shards."""
+        out = []
+        local = _local(shape, a.counts)
+        for d, (have, want) in enumerate(zip(a.counts, b.counts)):
+            if want <= have or have == 1:
+                continue
+            size = local[d]
+            per_shard = -(-shape[d] // want) * want // have
+            if size >= per_shard:
+                continue
+            grown = per_shard - size
+            halos = exchange_halo_compact(shape[d], size, have, lambda i, g=grown: -g * i,
+                                          lambda i, g=grown: g * (i + 1))
+            out += self.halos(local, a, d, halos)
+            local[d] = per_shard
+        return out
+
+    def padding_gathered(self, shape, a: _Tiling, b: _Tiling) -> list[Collective]:
+        """``TileToPartialReplicateHaloExchange``: a dimension gathered into fewer
+        shards, where the ``a`` shards of one ``b`` shard span more elements than it
+        holds (4 elements over 8 shards gathered into 4: the padding of ``a`` does not
+        line up with ``b``'s tiles), moves shard ``i``'s data left by the surplus of
+        the ``i // factor`` groups before it, before the gather: a compact halo
+        exchange among ``a``'s shards."""
+        out = []
+        local = _local(shape, a.counts)
+        for d, (have, want) in enumerate(zip(a.counts, b.counts)):
+            if want == have or want == 1:
+                continue
+            spanned = local[d] * have // want
+            surplus = spanned - -(-shape[d] // want)
+            if surplus <= 0:
+                continue
+            factor = have // want
+            halos = exchange_halo_compact(shape[d], local[d], have,
+                                          lambda i, s=surplus, f=factor: s * (i // f),
+                                          lambda i, s=surplus, f=factor: -s * (i // f))
+            out += self.halos(local, a, d, halos)
+        return out
+
+    def halos(self, local: Sequence[int], t: _Tiling, dim: int, halos: Sequence[int]
+              ) -> list[Collective]:
+        """A collective-permute per halo of ``halos`` (elements along ``dim``) of the
+        ``local`` shards of ``t``, among the devices along ``dim``."""
+        names = self._along(t, {dim: t.counts[dim]})
+        piece = list(local)
+        out = []
+        for halo in halos:
+            piece[dim] = halo
+            out.append(Collective(COLLECTIVE_PERMUTE, names, _bytes(piece, self.element_bytes)))
+        return out
 
     def partial_all_to_all(self, shape, a: _Tiling, b: _Tiling):
         """``ReshardPartialReplicateWithAllToAll``: ``[1, X, .., R] last_tile_dim_replicate``

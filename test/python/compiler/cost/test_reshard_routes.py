@@ -65,3 +65,27 @@ def test_partially_replicated_and_tiled_on_the_same_devices(src, dst, expected):
     ``[X, R]`` on the same device order are one all-to-all apart (2x4 mesh)."""
     predicted, compiled = reshard((8, 16), src, dst, ((2, 4), ("x", "y")))
     assert predicted == compiled == expected
+
+
+def _rotate_pairs(x):
+    """RoPE's rotation of interleaved pairs: strided slices, then stacked back."""
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return jnp.stack([x1 * 2 - x2, x1 + x2 * 3], -1).reshape(x.shape)
+
+
+@pytest.mark.parametrize("grid, features", [
+    (((8,), ("y",)), 8),
+    (((2, 4), ("x", "y")), 4),
+])
+def test_padding_that_does_not_line_up_is_moved_before_the_gather(grid, features):
+    """A head dimension split one element per device: each strided half holds its
+    elements on the first half of the shards, padding on the rest, and the stacked
+    pairs go to half as many shards (``[y] -> [y:(1)k]``). XLA first moves each
+    shard's element left past the padding of the groups before it
+    (``TileToPartialReplicateHaloExchange``: two collective-permutes on 8 shards),
+    which the prediction left out (256 of 768 bytes of permutes on 8)."""
+    predicted, compiled = predicted_and_compiled(
+        _rotate_pairs, (np.ones((4, 8, features), jnp.float32),), (P(None, None, "y"),),
+        grid=mesh(*grid))
+    assert predicted == compiled
+    assert "collective-permute" in compiled
