@@ -83,7 +83,8 @@ class OpNeeds:
     # results a reduce-scatter writes (a platform that forms them, XLA:TPU): the
     # shard is their buffer, the partial sums live only while their op runs
     scattered: set[int] = field(default_factory=set)
-    moved: set[int] = field(default_factory=set)  # explicit reshards that move data
+    # explicit reshards that write a buffer of their own: moving data or slicing
+    moved: set[int] = field(default_factory=set)
     # (while op, body argument) whose wide copy XLA hoists out of the loop
     hoisted: set[tuple[int, int]] = field(default_factory=set)
     # (value, target) -> its first gather's place (``cost.report.note_reshard``)
@@ -218,6 +219,13 @@ class OpNeeds:
                 if transposed_gather(src.shape, before, after, found):
                     self.extra[op] = self.extra.get(op, 0) + shard_bytes(
                         src.shape, src.element_bytes, after)
+            else:
+                # a reshard to a narrower sharding is each device's dynamic slice of
+                # its shard: fused into readers that fuse it, a buffer of its own for
+                # the others (a loop reading it: linen_selfattn_decode's weights,
+                # sliced over ``model`` before the decode loop, bitcast_dynamic-
+                # slice_fusion.* live while it runs)
+                self.moved.add(result)
             return
         if not graph.op_results[op] or name in FREE:
             return

@@ -436,3 +436,20 @@ def test_scatter_sliced_on_its_operand_rows_rewrites_its_gathered_indices():
     estimate = lowered.memory_estimate()
     stats = lowered.compile().memory_analysis()
     assert abs(_net(estimate, stats) - 1) <= 0.10, (estimate.temp_bytes, stats.temp_size_in_bytes)
+
+
+def _sliced_weight_in_a_loop(w, x):
+    w = jax.lax.with_sharding_constraint(w, NamedSharding(_mesh(), P("model", None)))
+    return lax.fori_loop(0, 3, lambda i, h: jnp.tanh(h @ w.T @ w), x)
+
+
+def test_constraint_slicing_a_weight_read_in_a_loop_is_a_buffer():
+    # The constraint narrows a replicated weight: each device's dynamic slice of it
+    # (bitcast_dynamic-slice_fusion, f32[128,128]), a buffer of its own live while
+    # the loop reads it. The estimate counted none (0.71x XLA's net bytes).
+    lowered = _lower(_sliced_weight_in_a_loop, (jnp.ones((256, 128)), jnp.ones((8, 128))),
+                     (P(), P()))
+    estimate = lowered.memory_estimate()
+    stats = lowered.compile().memory_analysis()
+    assert estimate.temp_bytes >= 128 * 128 * 4
+    assert abs(_net(estimate, stats) - 1) <= 0.10, (estimate.temp_bytes, stats.temp_size_in_bytes)
