@@ -78,6 +78,8 @@ ELEMENTWISE_OPS = ELEMENTWISE | CHLO_ELEMENTWISE
 # written yet (jaxtyping_mlp: all-reduce.2 between ynn_fusion.2 and the transposed
 # copy of its result, copy_bitcast_fusion.1, the three 4 KiB buffers never live at once).
 STEP = 2
+# The most all-reduces XLA:CPU's combiner puts in one (``kCombineCount``).
+_COMBINED_OPERANDS = 256
 
 
 # XLA:CPU offloads an f32 reduction with one of these bodies to YNNPACK from
@@ -1025,45 +1027,105 @@ class LivenessWalker:
                 return self.root(value), all(v == value for v in returned)
         return None, False
 
+    def post_order(self, ops: list[int], reads: dict[int, list[int]]) -> list[int]:
+        """``ops`` in XLA's post order of a computation
+        (``HloComputation::MakeInstructionPostOrder``): a depth-first walk from
+        each op nothing in the block reads (the return last), an op's operands
+        (``reads``: values it and its regions read) first to last, each op after
+        all it reads."""
+        graph = self.graph
+        index = set(ops)
+        read = {op: [graph.value_def[v] for v in reads[op] if graph.value_def[v] in index]
+                for op in ops}
+        unread = set(ops).difference(*read.values())
+        done: set[int] = set()
+        order: list[int] = []
+        for top in ops:
+            if top not in unread:
+                continue
+            stack, visiting = [top], set()
+            while stack:
+                op = stack[-1]
+                if op in visiting or op in done:
+                    stack.pop()
+                    if op not in done:
+                        done.add(op)
+                        order.append(op)
+                    continue
+                visiting.add(op)
+                stack.extend(reversed(read[op]))
+        return order
+
+    def listed(self, op: int, axis: str) -> tuple[str, bool]:
+        """The key XLA's combiner groups ``op``'s all-reduce over ``axis`` by: its
+        replica groups as listed. The partitioner lists a reduction's groups in
+        the mesh's order and a dot's partial sums' in the order of its tiles; the
+        two lists differ where two or more other axes split the devices, and
+        all-reduces so listed are never combined (grad_loops on data x fsdp x
+        model: the dots' all-reduce.14 over ``fsdp`` lists {{0,2},{4,6},{1,3},
+        {5,7}}, the loss's all-reduce.11 over ``fsdp`` the mesh's order, apart;
+        optax's prodigy on fsdp x model: a gradient's and a sum's combined)."""
+        name = axis.split('"')[1] if '"' in axis else axis  # '"fsdp"' or '"fsdp":(1)2'
+        others = sum(1 for other, size in self.sizes.items() if other != name and size > 1)
+        return axis, others > 1 and self.graph.op_name[op] == "stablehlo.dot_general"
+
     def combined(self, ops: list[int]) -> dict[int, int]:
         """Results of all-reduces XLA combines: value -> position of the last member's
         op (the combined all-reduce runs right after it).
 
-        XLA's all-reduce combiner merges all-reduces over the same axes that do
-        not depend on one another into one, run where the last of them is; all
-        their results are live together there. All-reduces over other axes in
-        between neither join nor break a group (a checkpointed layer's weight
-        gradients, reduced over ``data``, between its input gradients' reductions
-        over ``model``: all-reduce.15, a tuple of the eight weight gradients).
+        XLA:CPU's all-reduce combiner (``CombineInstructionsByKey``, no byte limit,
+        256 operands) walks the computation in post order (``post_order``): the
+        first all-reduce not yet combined opens a group, later ones over the same
+        axes join it until one depends on a member, which closes it; all-reduces
+        over other axes in between neither join nor break it (a checkpointed
+        layer's weight gradients, reduced over ``data``, between its input
+        gradients' reductions over ``model``: all-reduce.15, a tuple of the eight
+        weight gradients). The walk restarts until every all-reduce is placed.
+        All the members' results are live together where the last of them runs.
+        An optimizer that sums each gradient's products as soon as it is reduced
+        (optax's prodigy: a scalar all-reduce over the gradient's axes after each
+        one in post order) splits them into groups of one gradient each
+        (all-reduce.50, ``(f32[], f32[32,32])``).
         """
         graph = self.graph
+        if not any(op in self.reduced for op in ops):
+            return {}
+        reads = {op: self.operands_within(op) for op in ops}
+        order = self.post_order(ops, reads)
+        position = {op: STEP * i for i, op in enumerate(ops)}
+        # op -> the axes of its all-reduces not yet combined: a reduction over
+        # several axes is one all-reduce per axis (optax's prodigy: the sum of a
+        # gradient sharded over ``model`` and ``fsdp`` is all-reduce.49 over
+        # ``model`` then all-reduce.50 over ``fsdp``)
+        open_ = {op: [self.listed(op, axis) for axis in self.reduced[op]]
+                 for op in order if op in self.reduced}
         extend: dict[int, int] = {}
-        groups: dict[tuple, list[tuple[int, int]]] = {}
-        tainted: dict[tuple, set[int]] = {}  # per group: values depending on its members
-
-        def close(axes: tuple) -> None:
-            group = groups.pop(axes, [])
+        first = 0
+        while open_:
+            while order[first] not in open_:
+                first += 1
+            group: list[int] = []
+            key = open_[order[first]][0]
+            reaching: set[int] = set()  # values depending on the group's members
+            for op in order[first:]:
+                depends = any(v in reaching for v in reads[op])
+                if key in open_.get(op, ()):
+                    if depends:
+                        break
+                    group.append(op)
+                    open_[op].remove(key)
+                    if not open_[op]:
+                        del open_[op]
+                    if len(group) == _COMBINED_OPERANDS:
+                        break
+                    reaching.update(graph.op_results[op])
+                elif depends:
+                    reaching.update(graph.op_results[op])
             if len(group) > 1:
-                for _, member in group:
-                    for value in graph.op_results[member]:
-                        extend[value] = group[-1][0]
-
-        for i, op in enumerate(ops):
-            operands = self.operands_within(op)
-            hit = [axes for axes, found in tainted.items()
-                   if any(v in found for v in operands)]
-            axes = self.reduced.get(op)
-            if axes is not None and axes in hit:
-                close(axes)
-                tainted[axes] = set()
-                hit.remove(axes)
-            for other in hit:
-                tainted[other].update(graph.op_results[op])
-            if axes is not None:
-                groups.setdefault(axes, []).append((STEP * i, op))
-                tainted.setdefault(axes, set()).update(graph.op_results[op])
-        for axes in list(groups):
-            close(axes)
+                last = max(position[op] for op in group)
+                for op in group:
+                    for value in graph.op_results[op]:
+                        extend[value] = max(extend.get(value, last), last)
         return extend
 
     def peak(self, ops: list[int], returned: set[int],

@@ -26,8 +26,8 @@ BEFORE = {
     "conflict_attention": (98304, 32768, 819200, 0),
     "conflict_attention_seq": (98304, 32768, 1048576, 0),
     "conflict_mlp_deep": (787456, 1024, 3223552, 0),
-    "grad_loops": (12288, 14404, 17664, 0),
-    "grad_loops_unrolled": (12288, 14404, 21312, 0),
+    "grad_loops": (12288, 14404, 17600, 0),
+    "grad_loops_unrolled": (12288, 14404, 21248, 0),
     "decode_kv_cache": (49164, 8744, 10752, 8192),
     "pipeline_shard_map": (5184, 3180, 12864, 0),
     "dropout_cond": (2380, 2164, 4672, 0),
@@ -66,9 +66,11 @@ def test_estimate_unchanged_on_benchmark_programs(programs, name):
 # activations): 150080 -> 152128. An elementwise fusion written over its dying
 # operand moves the unrolled step away (152128 -> 148160, XLA 204328) and the
 # scanned one towards XLA (215488 -> 215744, XLA 277520): XLA shares those buffers
-# (the llama_unrolled_bf16@64 bench: 1.03 -> 1.01).
+# (the llama_unrolled_bf16@64 bench: 1.03 -> 1.01). All-reduces combined as XLA's
+# combiner walks the step (post order, one all-reduce per axis of a sum over
+# several) move the unrolled step towards XLA (148160 -> 150080).
 TINY_BEFORE = {
-    "unrolled": (8704, 8628, 148160, 0),
+    "unrolled": (8704, 8628, 150080, 0),
     "scan": (8704, 8556, 215744, 0),
     "remat": (8704, 8556, 103040, 0),
 }
