@@ -343,7 +343,7 @@ def _priced(reader: ModuleValues, ops: list[int] | None,
                 total += (collective_bytes_at(reader, op) if entry is False or entry is _RETURN
                           else _rule_bytes(reader, op))
         return total
-    known, found, key_of_part, sid = costs.bytes, costs.found, reader.key_of_part, reader.store.sid
+    known, key_of_part, sid = costs.bytes, reader.key_of_part, reader.store.sid
     for op in range(len(layout)) if ops is None else ops:
         entry = layout[op]
         if entry is None:
@@ -360,8 +360,8 @@ def _priced(reader: ModuleValues, ops: list[int] | None,
         key = key_of_part(entry)
         cost = known.get(key)
         if cost is None:
-            cost = _rule_bytes(reader, op)  # finds the needs of ``key``
-            if all(need.target is None for need in found[key][0]):
+            cost = _rule_bytes(reader, op)
+            if all(need.target is None for need in _op_needs(reader, op)[0]):  # memoised
                 known[key] = cost
         if kept is not None and key in known and _read_from_store(reader, entry, sid):
             kept[op] = cost
@@ -410,9 +410,11 @@ _RETURN = "return"  # ``_bytes_layout``'s entry for a ``func.return`` of a ``fun
 
 def _bytes_layout(reader: ModuleValues) -> list[tuple | bool | str | None]:
     """How ``collective_bytes`` prices each op: None, not at all (priced by its rule,
-    no result); False, by ``collective_bytes_at``; True, by ``_rule_bytes``; its
-    ``ModuleValues.op_key_part``, by its key (memoised ``_kept_needs``); ``_RETURN``,
-    by ``_return_bytes`` (with ``costs``)."""
+    no result); False, by ``collective_bytes_at``; True, by ``_rule_bytes`` (in program
+    order in every copy: ``_PRICED_IN_ORDER``, or without ``costs``); the part of its
+    key (``ModuleValues.op_key_part``, or ``_constant_part``, ``_own_part`` for an op
+    without one), by its key (memoised ``_kept_needs``); ``_RETURN``, by
+    ``_return_bytes`` (with ``costs``)."""
     graph = reader.graph
     layout: list[tuple | bool | str | None] = []
     folds = reader.facts.setdefault("folded branches", {})
@@ -426,12 +428,71 @@ def _bytes_layout(reader: ModuleValues) -> list[tuple | bool | str | None]:
             layout.append(False)
         elif not graph.op_results[op]:
             layout.append(None)
-        elif name in _UNMEMOISED or reader.costs is None:
+        elif reader.costs is None or name in _PRICED_IN_ORDER or _rotates(reader, op):
             layout.append(True)
         else:
-            part = reader.op_key_part(op)
-            layout.append(True if part[0] is None else part)
+            part = None if name in _UNMEMOISED else reader.op_key_part(op)
+            if part is None or part[0] is None:
+                part = (_constant_part(reader, op) if name in _CONSTANTS else None) or (
+                    _own_part(reader, op))
+            layout.append(part)
     return layout
+
+
+# Ops whose price reads or notes more than their own operands' and results' shardings,
+# priced in program order in every copy: a window's gathers and an indexed op's computed
+# results are noted for later ops (``ModuleValues.resharded``), a custom call's callback
+# may answer anything; so does a rotation (``_rotates``), which reads the value its
+# slices slice.
+_PRICED_IN_ORDER = frozenset({"stablehlo.reduce_window", "stablehlo.custom_call",
+                              *INDEXED_ROLES})
+
+
+def _rotates(reader: ModuleValues, op: int) -> bool:
+    """Whether op ``op`` is a concatenate XLA rewrites into a rotation (``halos.rotation``):
+    the module's alone, kept in ``reader.facts``."""
+    if reader.graph.op_name[op] != "stablehlo.concatenate":
+        return False
+    rotations = reader.facts.get("rotations")
+    if rotations is None:
+        rotations = reader.facts["rotations"] = {}
+    found = rotations.get(op)
+    if found is None:
+        found = rotations[op] = rotation(reader.graph.ops[op]) is not None
+    return found
+
+
+def _own_part(reader: ModuleValues, op: int) -> tuple:
+    """The part of a key (``ModuleValues.op_key_part``'s form) of an op without one
+    (no rule, or one its attributes decide more than: ``_UNMEMOISED``) whose needs its
+    own operands' and results' shardings decide, besides the module (``_read_needs``):
+    the op itself, in the readers of these facts (one graph), then its values and
+    their store slots."""
+    token = reader.facts.get("own keys")
+    if token is None:
+        token = reader.facts["own keys"] = object()  # these facts' own, kept by the keys
+    graph, ops = reader.graph, reader.costs.ops
+    values = (*graph.op_operands[op], *graph.op_results[op])
+    return (ops.setdefault((token, op), len(ops)), values,
+            tuple([reader.store.read_slot[v] for v in values]))
+
+
+def _constant_part(reader: ModuleValues, op: int) -> tuple | None:
+    """A constant's part of a key as ``ModuleValues.op_key_part`` makes them (``key_of_part``
+    completes it): its name and result type, then its result and store slot. A constant
+    carries no rule, so it has no ``op_key``; its needs are those of its result's type
+    and sharding alone (``_constant_key``), and reshard no operand, so its bytes are
+    looked up by that key, and a copy whose slot holds the same sharding prices it
+    alike (``BytesByOp``), instead of pricing every constant of every copy again."""
+    graph = reader.graph
+    if graph.op_operands[op] or len(graph.op_results[op]) != 1:
+        return None
+    value = graph.op_results[op][0]
+    ops = reader.costs.ops
+    # No rule: None where an op with one has its rule's hash, so the two never meet.
+    head = ops.setdefault((graph.op_name[op], None, (), (graph.value_type_key[value],)),
+                          len(ops))
+    return (head, (value,), (reader.store.read_slot[value],))
 
 
 def _rule_bytes(reader: ModuleValues, op: int) -> int:
@@ -725,20 +786,43 @@ def _computed_results(reader: ModuleValues, op: int) -> list[tuple[int, TensorSh
     if name not in INDEXED_ROLES and not (name == "stablehlo.custom_call"
                                           and is_custom_partitioned(ir_op)):
         return []
+    if name in INDEXED_ROLES and reader.costs is not None:
+        # As its needs (``_read_needs``): its own values' shardings decide, in the
+        # readers of one module, which ask for every copy.
+        memo = reader.facts.get("computed results")
+        if memo is None:
+            memo = reader.facts["computed results"] = {}
+        sharding_id = reader.sharding_id
+        key = (op, reader.mesh, active_rules(), *[sharding_id(v) for v in graph.op_operands[op]],
+               *[sharding_id(v) for v in graph.op_results[op]])
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = _indexed_computed(reader, op, ir_op)
+        return found
     ruled = reader.rule_tensors(op)
     if ruled is None:
         return []
     rule, operands, results = ruled
     mesh = reader.mesh_of(*(t.sharding for t in results + operands))
     if name in INDEXED_ROLES:
-        roles = indexed_roles_for(ir_op)
-        computed = (None if roles is None else
-                    indexed_computed(rule, roles, operands, results, mesh))
-        computed = None if computed is None else [computed]
-    else:
-        computed = mesh and custom_partitioned_results(
-            ir_op, operands, results, mesh, reader.facts.setdefault("custom partitions", {}))
+        return _indexed_computed(reader, op, ir_op)
+    computed = mesh and custom_partitioned_results(
+        ir_op, operands, results, mesh, reader.facts.setdefault("custom partitions", {}))
     return list(zip(graph.op_results[op], computed or []))
+
+
+def _indexed_computed(reader: ModuleValues, op: int, ir_op: ir.Operation
+                      ) -> list[tuple[int, TensorSharding]]:
+    """``_computed_results`` of a gather / scatter: its result, in the sharding XLA's
+    indexed-op handler computes it in (none where the handler does not say)."""
+    ruled = reader.rule_tensors(op)
+    roles = None if ruled is None else indexed_roles_for(ir_op)
+    if roles is None:
+        return []
+    rule, operands, results = ruled
+    mesh = reader.mesh_of(*(t.sharding for t in results + operands))
+    computed = indexed_computed(rule, roles, operands, results, mesh)
+    return [] if computed is None else [(reader.graph.op_results[op][0], computed)]
 
 
 def _returned_reuses(reader: ModuleValues, op: int, value: int, dst: TensorSharding,
@@ -831,21 +915,24 @@ def _op_needs(reader: ModuleValues, op: int) -> tuple:
     name = reader.graph.op_name[op]
     if name in _UNMEMOISED:
         # Ops whose attributes decide more than their rule does: memoised by op instead.
-        return _read_needs(reader, op) if name in _READ_MEMOISED else _needs(
+        memoised = name in _READ_MEMOISED or (name == "stablehlo.concatenate"
+                                              and not _rotates(reader, op))
+        return _read_needs(reader, op) if memoised else _needs(
             reader, op, reader.graph.ops[op])
     key = reader.op_key(op)
     if key is None and name in _CONSTANTS and reader.costs is not None:
         key = _constant_key(reader, op)
-    needs = reader.costs.found.get(key) if key is not None else None
+    if key is None:  # no rule (nor ``costs``): its own values decide, as an op's of
+        return _read_needs(reader, op)  # ``_READ_MEMOISED``
+    needs = reader.costs.found.get(key)
     if needs is None:
-        needs = _needs(reader, op, reader.graph.ops[op])
-        if key is not None:
-            reader.costs.found[key] = needs
+        needs = reader.costs.found[key] = _needs(reader, op, reader.graph.ops[op])
     return needs
 
 
 def _read_needs(reader: ModuleValues, op: int) -> tuple:
-    """``_needs`` of an op of ``_READ_MEMOISED``, memoised by op in ``reader.facts``:
+    """``_needs`` of an op of ``_READ_MEMOISED`` (or without an ``op_key``: no rule,
+    a constant read without ``costs``), memoised by op in ``reader.facts``:
     the readers sharing them read one module (the same op, attributes and producers),
     so the shardings of the op's operands and results (interned: ``sharding_id``)
     and the platform decide the answer. Unmemoised without ``reader.costs``."""
@@ -870,7 +957,8 @@ _UNMEMOISED = frozenset({"stablehlo.reduce_window", "stablehlo.custom_call", "st
                          *HALO_OPS, *INDEXED_ROLES})
 # Of those, the ops whose needs only their own operands and results decide, besides the
 # module: not a custom call (a custom_partitioning callback may answer anything) nor a
-# concatenate (a rotation reads the value its slices slice, ``_rotation_needs``).
+# concatenate (a rotation reads the value its slices slice, ``_rotation_needs``; one that
+# ``_rotates`` not is memoised as these are).
 _READ_MEMOISED = _UNMEMOISED - {"stablehlo.custom_call", "stablehlo.concatenate"}
 # Ops without operands whose needs only their result's type and sharding decide; they
 # carry no attached rule (no ``op_key``), and a program has thousands of them.
@@ -878,13 +966,11 @@ _CONSTANTS = frozenset({"stablehlo.constant", "sdy.constant"})
 
 
 def _constant_key(reader: ModuleValues, op: int) -> tuple | None:
-    """``_op_needs``'s key of a constant: its name, result type and sharding (interned:
-    the same in every reader of one ``CostMemo``, as ``op_key``'s)."""
-    graph = reader.graph
-    if graph.op_operands[op] or len(graph.op_results[op]) != 1:
-        return None
-    value = graph.op_results[op][0]
-    return (graph.op_name[op], graph.value_type_key[value], reader.sharding_id(value))
+    """``_op_needs``'s key of a constant: the key of its ``_constant_part`` (its name,
+    result type and sharding, interned: the same in every reader of one ``CostMemo``,
+    as ``op_key``'s)."""
+    part = _constant_part(reader, op)
+    return None if part is None else reader.key_of_part(part)
 
 
 # Custom calls XLA partitions with a partitioner of their own (custom_partitioning's).

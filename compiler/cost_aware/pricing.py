@@ -299,8 +299,9 @@ class PinnedCopies:
     for a copy, the copy is propagated, as it is where it is written at once.
     The module must not change once a copy is propagated on the read.
 
-    ``in_clone_order``: the module's use-lists are already a clone's (the read
-    is then taken from the module itself).
+    ``graph``: the module's graph, where its maker has it (``PropagationGraph.of_cut``,
+    of a module whose use-lists are already a clone's): the read is then taken from
+    the module itself, without walking it.
 
     ``opened`` gives the copies of a variant of the module whose only function
     leaves some arguments and results without a sharding: the same graph, so
@@ -309,14 +310,15 @@ class PinnedCopies:
     """
 
     def __init__(self, module: ir.Operation | ir.Module | None, conservative: bool,
-                 costs: CostMemo, in_clone_order: bool = False):
+                 costs: CostMemo, graph: PropagationGraph | None = None):
         self.owner = module  # kept alive: an ``ir.Module`` owns its operation
         self.conservative = conservative
         self.costs = costs
-        # Whether the module's use-lists are already those of a clone of it (a module
-        # built op by op in program order, operands in order: ``regions.cut_out``), so
-        # that its read needs no clone to read its copies' worklist order.
-        self._in_clone_order = in_clone_order
+        # The module's graph, where its maker has it (a module built op by op in program
+        # order, operands in order, ``regions.cut_out``: its use-lists are already those
+        # of a clone of it, so its read needs no clone to read its copies' worklist order).
+        self._graph = graph
+        self._in_clone_order = graph is not None
         self._make: Callable[[], ir.Operation | ir.Module] | None = None  # ``opened``'s
         self._ops: dict[int, list[ir.Operation]] | None = None  # ``tagged``, when first asked
         self._read: SharedRead | None = None
@@ -391,8 +393,9 @@ class PinnedCopies:
             # it only while ``pinned_clone`` clones it), so a module in clone order is read
             # itself.
             module = self.module if self._in_clone_order else self.module.clone()
+            graph, self._graph = self._graph, None
             self._read = SharedRead(module, conservative=self.conservative,
-                                    memo=self.costs.reads)
+                                    memo=self.costs.reads, graph=graph)
             source, self._facts_of = self._facts_of, None
             if source is not None and _same_layout(source, self._read):
                 self._read.facts = source.facts

@@ -60,7 +60,7 @@ from shardc.compiler.cost_aware.pricing import (
     price,
     returned_in_declared_layout,
 )
-from shardc.compiler.propagation.graph import ReadMemo
+from shardc.compiler.propagation.graph import PropagationGraph, ReadMemo
 from shardc.compiler.propagation.values import CostMemo, ModuleValues
 from shardc.compiler.sharding.rules import is_bookkeeping
 from shardc.compiler.sharding.tensor import TensorSharding, format_sharding
@@ -270,15 +270,39 @@ def cut_out(reader: ModuleValues, ops: list[int], sources: dict[int, list[ir.Ope
     return last: as a clone makes them, so the module's use-lists (which order
     propagation's worklist) are those of a clone of it.
     """
+    cut = _cut(reader, ops, sources, open_cut, crossing, made)
+    return cut.module, cut.returns
+
+
+@dataclass
+class _Cut:
+    """A region cut out (``cut_out``), with what its graph is taken from
+    (``PropagationGraph.of_cut``)."""
+
+    module: ir.Module
+    returns: frozenset[int]
+    parts: dict  # ``PropagationGraph.of_cut``'s arguments but the module and source
+
+    def graph(self, source: PropagationGraph, conservative: bool, memo: ReadMemo
+              ) -> PropagationGraph:
+        """The cut module's graph, read from ``source`` (the graph it is cut out of)."""
+        return PropagationGraph.of_cut(self.module.operation, source, **self.parts,
+                                       conservative=conservative, memo=memo)
+
+
+def _cut(reader: ModuleValues, ops: list[int], sources: dict[int, list[ir.Operation]],
+         open_cut: bool = False, crossing=None,
+         made: dict[tuple, ir.Attribute] | None = None) -> _Cut:
     graph = reader.graph
     entering, leaving = crossing or _crossing(reader, ops)
     body = graph.module.regions[0].blocks[0]
+    symbols = []
     with ir.Location.unknown(graph.module.context):
         module = ir.Module.create()
         with ir.InsertionPoint(module.body):
             for symbol in body.operations:
                 if symbol.operation.name == "sdy.mesh":
-                    symbol.operation.clone()
+                    symbols.append(symbol.operation.clone().operation)
             types = ([graph.values[v].type for v, _, _ in entering],
                      [graph.values[v].type for v, _, _ in leaving])
             function = func.FuncOp("main", types)
@@ -288,18 +312,27 @@ def cut_out(reader: ModuleValues, ops: list[int], sources: dict[int, list[ir.Ope
 
         function.operation.attributes["arg_attrs"] = _boundary_attrs(entering, fixed, made)
         function.operation.attributes["res_attrs"] = _boundary_attrs(leaving, fixed, made)
-        mapped: dict[int, ir.Value] = dict(zip((v for v, _, _ in entering), entry.arguments))
+        arguments = list(entry.arguments)
+        mapped: dict[int, ir.Value] = dict(zip((v for v, _, _ in entering), arguments))
+        copies, results = [], []
         with ir.InsertionPoint(entry):
             for op in ops:
                 copy = sources[tag_of(reader, op)][-1].clone()
                 operands = copy.operands
                 for k, value in enumerate(graph.op_operands[op]):
                     operands[k] = mapped[value]
-                for value, result in zip(graph.op_results[op], copy.results):
+                own = list(copy.results)
+                for value, result in zip(graph.op_results[op], own):
                     mapped[value] = result
-            func.ReturnOp([mapped[v] for v, _, _ in leaving])
+                copies.append(copy.operation)
+                results.append(own)
+            ret = func.ReturnOp([mapped[v] for v, _, _ in leaving])
     returns = frozenset(k for k, (_, _, returned) in enumerate(leaving) if returned)
-    return module, returns
+    parts = dict(symbols=symbols, function=function.operation,
+                 arguments=[v for v, _, _ in entering], argument_values=arguments, ops=ops,
+                 copies=copies, results=results, returned=[v for v, _, _ in leaving],
+                 ret=ret.operation)
+    return _Cut(module, returns, parts)
 
 
 def _attribute_hashes(op: ir.Operation) -> tuple:
@@ -586,11 +619,14 @@ class RegionEvaluator:
         """
         region = region.cut
         if region.module is None:
-            module, region.returns = cut_out(region.reader, region.ops, self.sources,
-                                             crossing=region.crossing, made=self._made)
-            apply_pins(module.operation, region.accepted)
-            region.module = PinnedCopies(module, self.conservative, self.costs,
-                                         in_clone_order=True)
+            cut = _cut(region.reader, region.ops, self.sources, crossing=region.crossing,
+                       made=self._made)
+            region.returns = cut.returns
+            apply_pins(cut.module.operation, region.accepted)
+            # Its graph is the region's part of the state's graph, but for the bindings.
+            region.module = PinnedCopies(cut.module, self.conservative, self.costs,
+                                         graph=cut.graph(region.reader.graph,
+                                                         self.conservative, self.costs.reads))
         if not open_cut:
             return region.module
         if region.open_module is None:

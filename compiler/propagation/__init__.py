@@ -188,8 +188,9 @@ class SharedRead:
     """
 
     def __init__(self, module: ir.Operation | ir.Module, *, conservative: bool = False,
-                 memo: ReadMemo | None = None):
-        graph = PropagationGraph(module.operation, conservative=conservative, memo=memo)
+                 memo: ReadMemo | None = None, graph: PropagationGraph | None = None):
+        if graph is None:  # else ``module``'s, as its maker knows it (``PropagationGraph.of_cut``)
+            graph = PropagationGraph(module.operation, conservative=conservative, memo=memo)
         _check_shapes(graph)
         self.graph = graph
         self.store = ShardingStore(graph)  # as read: copied, never propagated itself

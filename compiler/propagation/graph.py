@@ -220,6 +220,112 @@ class PropagationGraph:
         self._printed = self.memo.printed  # the registry's printed types and attributes
         self._build()
 
+    @classmethod
+    def of_cut(cls, module: ir.Operation, source: PropagationGraph, *,
+               symbols: list[ir.Operation], function: ir.Operation,
+               arguments: list[int], argument_values: list[ir.Value],
+               ops: list[int], copies: list[ir.Operation], results: list[list[ir.Value]],
+               returned: list[int], ret: ir.Operation, conservative: bool = False,
+               memo: ReadMemo | None = None) -> PropagationGraph:
+        """The graph of ``module`` as a walk reads it, taken from ``source``'s arrays: a
+        module of ``symbols`` (ops without operands, results or regions) and
+        ``function``, whose entry block's arguments ``argument_values`` stand for
+        ``source``'s values ``arguments``, whose body is ``copies`` (each a clone of
+        ``source``'s op of ``ops``, whose ``results`` they are, its operands those
+        arguments or results of earlier copies), then ``ret`` returning ``returned``.
+
+        A clone has its op's names, types, nested ops and rules, so only the binding
+        objects are new: what a walk of ``module`` would read again (and, for values
+        used twice or more, the use-list order, read as ``_build`` reads it).
+        """
+        graph = cls.__new__(cls)
+        graph.module, graph.conservative = module, conservative
+        graph._types, graph._rules = source._types, {}
+        graph.memo = memo if memo is not None else ReadMemo()
+        graph._rule_memo, graph._printed = graph.memo.rules, graph.memo.printed
+        head = len(symbols)
+        graph.ops = [*symbols, function]
+        graph.op_name = [op.name for op in symbols] + ["func.func"]
+        graph.op_parent = [-1] * (head + 1)
+        graph.op_operands = [[] for _ in range(head + 1)]
+        graph.op_results = [[] for _ in range(head + 1)]
+        graph.op_blocks = [[] for _ in range(head + 1)]
+        graph.op_terminator = [False] * (head + 1)
+        graph.values = list(argument_values)
+        origin = list(arguments)  # each value's in ``source``
+        graph.value_def = [-1] * len(arguments)
+        graph.value_owner = [head] * len(arguments)
+        graph.value_arg_index = list(range(len(arguments)))
+        value_of = {value: k for k, value in enumerate(arguments)}
+        body = []
+        for op, copy, own in zip(ops, copies, results):
+            subtree = source.subtree(op)
+            bindings = [copy]
+            if len(subtree) > 1:  # nested ops: the clone's, in the same pre-order
+                walked = []
+                copy.walk(lambda o: walked.append(o) or ir.WalkResult.ADVANCE,
+                          ir.WalkOrder.PRE_ORDER)
+                bindings = walked
+            index_of = {}
+            for p, ir_op in zip(subtree, bindings, strict=True):
+                i = index_of[p] = len(graph.ops)
+                graph.ops.append(ir_op)
+                graph.op_name.append(source.op_name[p])
+                graph.op_parent.append(head if p == op else index_of[source.op_parent[p]])
+                graph.op_terminator.append(source.op_terminator[p])
+                graph.op_operands.append([value_of[v] for v in source.op_operands[p]])
+                made = own if p == op else list(ir_op.results)
+                graph.op_results.append(list(range(len(graph.values),
+                                                   len(graph.values) + len(made))))
+                for k, (value, binding) in enumerate(zip(source.op_results[p], made,
+                                                         strict=True)):
+                    value_of[value] = len(graph.values)
+                    graph.values.append(binding)
+                    origin.append(value)
+                    graph.value_def.append(i)
+                    graph.value_owner.append(i)
+                    graph.value_arg_index.append(k)
+                blocks = [block for region in ir_op.regions for block in region.blocks] \
+                    if source.op_blocks[p] else []
+                for (args, _), block in zip(source.op_blocks[p], blocks, strict=True):
+                    for k, (value, binding) in enumerate(zip(args, block.arguments,
+                                                             strict=True)):
+                        value_of[value] = len(graph.values)
+                        graph.values.append(binding)
+                        origin.append(value)
+                        graph.value_def.append(-1)
+                        graph.value_owner.append(i)
+                        graph.value_arg_index.append(k)
+            graph.op_blocks.extend(
+                [([value_of[v] for v in args], [index_of[n] for n in nested])
+                 for args, nested in source.op_blocks[p]] for p in subtree)
+            body.append(index_of[op])
+        last = len(graph.ops)
+        graph.ops.append(ret)
+        graph.op_name.append("func.return")
+        graph.op_parent.append(head)
+        graph.op_terminator.append(True)
+        graph.op_operands.append([value_of[v] for v in returned])
+        graph.op_results.append([])
+        graph.op_blocks.append([])
+        graph.op_blocks[head] = [(list(range(len(arguments))), [*body, last])]
+        graph.erased = [False] * len(graph.ops)
+        graph.value_type_key = [source.value_type_key[v] for v in origin]
+        graph.value_shape = [source.value_shape[v] for v in origin]
+        dynamic = set(source.dynamic_values)
+        graph.dynamic_values = ([k for k, v in enumerate(origin) if v in dynamic]
+                                if dynamic else [])
+        graph._read_uses()
+        return graph
+
+    def subtree(self, op: int) -> list[int]:
+        """``op`` and the ops nested in it, in pre-order."""
+        found = [op]
+        for _, nested in self.op_blocks[op]:
+            for inner in nested:
+                found += self.subtree(inner)
+        return found
+
     # ------------------------------------------------------------------ build
     def _build(self) -> None:
         # Ops and values are keyed by their hash (the MLIR pointer): comparing
@@ -297,12 +403,14 @@ class PropagationGraph:
         if len(value_id) != len(values):
             raise AssertionError("value hashes are not unique")
         value_of = value_id.__getitem__
-        op_operands = self.op_operands = [list(map(value_of, map(hash, op.operands)))
-                                          for op in ops]
-        # Uses from the operand lists; MLIR's use-list order (which decides the
-        # worklist) only matters, and is only read, for values used twice or more.
-        uses: list[list[tuple[int, int]]] = [[] for _ in values]
-        for i, operands in enumerate(op_operands):
+        self.op_operands = [list(map(value_of, map(hash, op.operands))) for op in ops]
+        self._read_uses()
+
+    def _read_uses(self) -> None:
+        """Uses from the operand lists; MLIR's use-list order (which decides the
+        worklist) only matters, and is only read, for values used twice or more."""
+        uses: list[list[tuple[int, int]]] = [[] for _ in self.values]
+        for i, operands in enumerate(self.op_operands):
             for k, value in enumerate(operands):
                 uses[value].append((i, k))
         for vid, value_uses in enumerate(uses):

@@ -359,17 +359,46 @@ def test_a_pinned_clone_is_the_clone_with_the_pins_applied_and_the_module_unchan
 @pytest.mark.parametrize("name", ["conflict_mlp", "moe_routing"])
 def test_constants_are_priced_from_the_memo_as_without_it(name):
     """A constant carries no attached rule (no op key): its needs are memoised by its
-    result type and sharding, and a module is priced as a reader without the memo
-    prices it."""
+    name, result type and sharding (an op part of its own, with no rule), and a module
+    is priced as a reader without the memo prices it."""
     evaluator = ModuleEvaluator(imported(name).operation, conservative=False)
     *_, baseline = evaluator([])
     module = baseline.graph.module
-    assert any(n in ("sdy.constant", "stablehlo.constant") for n in baseline.graph.op_name)
-    memoised = [key for key in evaluator.costs.found if isinstance(key[0], str)]
-    assert memoised and all(key[0] in ("sdy.constant", "stablehlo.constant")
-                            for key in memoised)
+    names = ("sdy.constant", "stablehlo.constant")
+    assert any(n in names for n in baseline.graph.op_name)
+    constants = {number for part, number in evaluator.costs.ops.items()
+                 if part[0] in names and part[1] is None}
+    assert constants and any(key[0] in constants for key in evaluator.costs.found)
     # (A reader prices once: its reshard cache fills. Each of these is fresh.)
     expected = price(ModuleValues(module, missing_as_replicated=True))
     for _ in range(2):  # the second finds every constant's needs in the memo
         assert price(ModuleValues(module, missing_as_replicated=True,
                                   costs=evaluator.costs)) == expected
+
+
+@pytest.mark.parametrize("name", ["conv_net", "moe_routing", "scan_rnn"])
+def test_constants_and_ops_their_own_values_decide_are_kept_by_a_copys_price(name):
+    """A constant (no rule) and an op its attributes decide or without a rule (a
+    convolution, a slice, a data-flow edge) are looked up by a key of their own
+    values' shardings: where their needs reshard no operand, a copy's ``BytesByOp``
+    keeps them, so a candidate prices them again only where their slots change (at
+    the price it has alone: ``test_copies_priced_again_from_another_copys_price...``).
+    Gathers, scatters, windows, custom calls and rotations are priced again in every
+    copy (what they note for later ops, or read, is more than their values)."""
+    evaluator = ModuleEvaluator(imported(name).operation, conservative=False)
+    *_, baseline = evaluator([])
+    kept = baseline.priced[BYTES]
+    names = baseline.graph.op_name
+    in_order = {"stablehlo.gather", "stablehlo.scatter", "stablehlo.reduce_window",
+                "stablehlo.custom_call"}
+    layout = report._layout(baseline)
+    own = [op for op in (*kept.kept, *kept.others)
+           if isinstance(layout[op], tuple) and names[op] not in in_order
+           and not report._rotates(baseline, op)
+           and (baseline.op_key(op) is None or names[op] in report._UNMEMOISED)
+           and not any(need.target is not None for need in report._op_needs(baseline, op)[0])
+           and not any(baseline.reads_loop_result(value) for value in layout[op][1])]
+    assert own and any(names[op] in ("sdy.constant", "stablehlo.constant") for op in own)
+    assert all(op in kept.kept for op in own)
+    assert all(op in kept.others for op in (*kept.kept, *kept.others)
+               if names[op] in in_order or report._rotates(baseline, op))

@@ -22,6 +22,7 @@ from shardc.compiler.cost_aware.candidates import conflict_points, ops_by_tag, t
 from shardc.compiler.cost_aware.pricing import PinnedCopies, attach_rules, price
 from shardc.compiler.cost_aware.regions import (
     RegionEvaluator,
+    _cut,
     cut_out,
     imported_shardings,
     open_positions,
@@ -121,7 +122,7 @@ def test_cut_out_region_is_a_valid_module_with_closed_boundary():
 @pytest.mark.parametrize("name", ["conflict_mlp_deep", "transformer", "conflict_attention"])
 def test_cut_out_regions_have_the_use_lists_of_their_clones(name):
     """A region's read is taken from the cut-out module itself, not from a clone
-    (``PinnedCopies(in_clone_order=True)``): its uses, in the order that decides
+    (``PinnedCopies(graph=...)``): its uses, in the order that decides
     propagation's worklist, must be those of the copies propagated from it."""
     module, imported, reader = _propagated(name)
     sources = ops_by_tag(imported)
@@ -134,6 +135,35 @@ def test_cut_out_regions_have_the_use_lists_of_their_clones(name):
             assert uses == PropagationGraph(region.operation.clone()).uses
             shared += any(len(users) > 1 for users in uses)
     assert shared  # some value has several uses, whose order is what is compared
+
+
+@pytest.mark.parametrize("name", ["conflict_mlp_deep", "transformer", "moe_routing",
+                                  "scan_rnn"])
+def test_a_cut_regions_graph_is_the_graph_a_walk_of_its_module_reads(name):
+    """The evaluator reads a region from the graph it is cut out of
+    (``PropagationGraph.of_cut``), not by walking the cut-out module: every op and
+    value (nested bodies included), their numbering and uses in use-list order, are
+    those the walk reads."""
+    module, imported, reader = _propagated(name)
+    sources = ops_by_tag(imported)
+    fields = ("op_name", "op_parent", "op_operands", "op_results", "op_blocks",
+              "op_terminator", "erased", "value_def", "value_owner", "value_arg_index",
+              "value_shape", "value_type_key", "uses", "dynamic_values")
+    nested = shared = 0
+    for point in conflict_points(reader):
+        ops = region_of(reader, [point.op], 128, 4)
+        cut = _cut(reader, ops, sources)
+        read = cut.graph(reader.graph, False, ReadMemo())
+        walked = PropagationGraph(cut.module.operation)
+        for field in fields:
+            assert getattr(read, field) == getattr(walked, field), field
+        assert list(map(hash, read.ops)) == list(map(hash, walked.ops))
+        assert list(map(hash, read.values)) == list(map(hash, walked.values))
+        nested += any(read.op_blocks[op] for op in range(2, len(read.ops)))
+        shared += any(len(users) > 1 for users in read.uses)
+    assert shared  # some value has several uses, whose order is what is compared
+    if name == "transformer":
+        assert nested  # a region holds a reduction's body
 
 
 def test_cuts_sharing_their_boundary_attributes_are_the_cuts_made_alone():
