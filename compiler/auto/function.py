@@ -187,15 +187,10 @@ class AutoJitFunction:
         None where XLA cannot compile it here."""
         options = _MEMORY_ONLY_CODEGEN if platform == "cpu" else None
         try:
-            compiled = self._chosen(outcome, program, mesh, dynamic).lower(
-                *args, **kwargs).compile(compiler_options=options)
+            return self._chosen(outcome, program, mesh, dynamic).lower(
+                *args, **kwargs).compile(compiler_options=options).memory_bytes()
         except jax.errors.JaxRuntimeError:
             return None
-        stats = compiled.memory_analysis()
-        if stats is None:
-            return None
-        return (stats.argument_size_in_bytes + stats.output_size_in_bytes
-                + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
 
     def _program(self, abstract: list, abstract_kwargs: dict, dynamic: Any, dynamic_kwargs: Any,
                  mesh: Mesh | AbstractMesh, platform: str) -> _Program:
