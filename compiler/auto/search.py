@@ -38,8 +38,9 @@ the chosen one is compiled: over the budget, the model's bytes are held to the
 budget scaled by that state's own error (the model's bytes over XLA's) and the
 states priced are ranked again, the best not compiled yet compiled next (where
 none is within the model's bytes so held, the least over them: the model's error
-differs between states), up to ``COMPILED_TRIES`` programs; the first within the
-budget is kept, else the one least over it.
+differs between states): ``COMPILED_TRIES`` programs, more while compiling has
+taken less time than the search; the first within the budget is kept, else the
+one least over it.
 """
 
 from __future__ import annotations
@@ -85,8 +86,9 @@ FLOPS_SLACK = 0.02
 # States whose modelled seconds differ by less than this fraction are equally fast: the
 # same collectives and operations summed in another order differ in the last digits.
 SAME_SECONDS = 1e-6
-# Programs compiled at most to find a state within the budget as XLA compiles it (each
-# is a lowering and an XLA compilation: seconds on a large step).
+# Programs compiled to find a state within the budget as XLA compiles it (each is a
+# lowering and an XLA compilation: seconds on a large step): this many, then more only
+# while compiling has taken less time than the search (at most doubling its cost).
 COMPILED_TRIES = 3
 
 
@@ -358,7 +360,8 @@ class Search:
         budget = self.budget
         if budget is None:
             return outcome
-        start = time.perf_counter() - outcome.seconds
+        searched = time.perf_counter()
+        start = searched - outcome.seconds
         evaluations = outcome.evaluations  # a cut step's search's included (``confirm``)
         compiled: dict[tuple, int] = {}
         key = self._key(outcome)
@@ -370,7 +373,9 @@ class Search:
                     return outcome
                 break
             compiled[key] = memory
-            if memory <= budget or len(compiled) == min(COMPILED_TRIES, len(complete)):
+            if memory <= budget or len(compiled) == len(complete) or (
+                    len(compiled) >= COMPILED_TRIES
+                    and time.perf_counter() - searched > searched - start):
                 break
             # The next state not compiled yet, ranked as if the model were as short of
             # XLA on every state as on this one.
