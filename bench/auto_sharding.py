@@ -123,6 +123,11 @@ def measure(program: str, mesh_name: str, config: str, budget: int | None = None
             platform=PREDICTED_ON).net_bytes
         row["step_gpu"] = lowered.step_time(platform="gpu").as_dict()
     row["step"] = modelled.as_dict()
+    report = getattr(lowered, "auto", None)
+    if report is not None and getattr(report, "compiled_memory", None) is not None:
+        # the search's compiled check: XLA's bytes of its choice, the model's held budget
+        row["auto_compiled"] = {"memory": report.compiled_memory,
+                                "model_budget": report.model_budget}
     row["seconds"] = time.perf_counter() - start
     return row
 

@@ -47,6 +47,11 @@ from shardc.compiler.function.tracing import tracing_mesh
 from shardc.compiler.lowered import Traced
 from shardc.compiler.signature import context_mesh
 
+# XLA:CPU's memory analysis is its buffer assignment's, made before code generation: the
+# compile that reads it skips LLVM's optimisations (seconds on a large step).
+_MEMORY_ONLY_CODEGEN = {"xla_backend_optimization_level": 0,
+                        "xla_llvm_disable_expensive_passes": True}
+
 # (in_shardings, out_shardings[, function][, on=mesh]) -> the jit of the function (or of
 # ``function``: the same one with activation constraints) with those shardings, on ``mesh``
 # (else the one given), every other option as given.
@@ -163,11 +168,29 @@ class AutoJitFunction:
                                            or self.out_shardings is None):
             cut = cut_layers(([abstract[i] for i in range(len(args)) if i not in static],
                               {k: abstract_kwargs[k] for k in dynamic_kwargs}))
-        outcome = None if cut is None else self._search_cut(
+        found = None if cut is None else self._search_cut(
             cut, abstract, abstract_kwargs, static, full, on, platform, axes, budget)
-        if outcome is None:  # nothing to cut, or the cut cannot stand for the step
-            outcome = Search(full.evaluator, full.groups, axes, budget).run()
+        if found is None:  # nothing to cut, or the cut cannot stand for the step
+            search = Search(full.evaluator, full.groups, axes, budget)
+            found = search.run(), search
+        outcome, search = found
+        if budget is not None and isinstance(mesh, Mesh) and platform == _platform(mesh):
+            # The budget is the devices' memory as XLA compiles the program for them.
+            outcome = search.fit_compiled(outcome, lambda chosen: self._compiled_memory(
+                chosen, full, mesh, dynamic, abstract, abstract_kwargs, platform))
         return self._chosen(outcome, full, mesh, dynamic), auto_report(outcome)
+
+    def _compiled_memory(self, outcome: Outcome, program: _Program, mesh: Mesh, dynamic: tuple,
+                         args: list, kwargs: dict, platform: str) -> int | None:
+        """Per-device bytes of the outcome's program as XLA compiles it for the mesh's
+        devices (its memory analysis: arguments + outputs + temporaries - aliased);
+        None where XLA cannot compile it here."""
+        options = _MEMORY_ONLY_CODEGEN if platform == "cpu" else None
+        try:
+            return self._chosen(outcome, program, mesh, dynamic).lower(
+                *args, **kwargs).compile(compiler_options=options).memory_bytes()
+        except jax.errors.JaxRuntimeError:
+            return None
 
     def _program(self, abstract: list, abstract_kwargs: dict, dynamic: Any, dynamic_kwargs: Any,
                  mesh: Mesh | AbstractMesh, platform: str) -> _Program:
@@ -212,11 +235,11 @@ class AutoJitFunction:
 
     def _search_cut(self, cut: Cut, abstract: list, abstract_kwargs: dict, static: set[int],
                     full: _Program, mesh: Mesh | AbstractMesh, platform: str,
-                    axes: list, budget: int | None) -> Outcome | None:
+                    axes: list, budget: int | None) -> tuple[Outcome, Search] | None:
         """Search the step with its long lists of layers cut (``layers``), carry its
         best few states to every layer, and price those on the full step beside the
-        textbook configurations (``Search.confirm``: the budget is judged there); None
-        where the cut step cannot stand for the full one."""
+        textbook configurations (``Search.confirm``: the budget is judged there): its
+        outcome and that search; None where the cut step cannot stand for the full one."""
         positional, keywords = cut.tree
         rest = iter(positional)
         cut_args = [a if i in static else next(rest) for i, a in enumerate(abstract)]
@@ -250,10 +273,11 @@ class AutoJitFunction:
                 return None
             if state not in states:
                 states.append(state)
-        outcome = Search(full.evaluator, full.groups, axes, budget).confirm(states)
+        confirming = Search(full.evaluator, full.groups, axes, budget)
+        outcome = confirming.confirm(states)
         outcome.evaluations += found.evaluations
         outcome.seconds += found.seconds
-        return outcome
+        return outcome, confirming
 
     @staticmethod
     def _carry(cut: Cut, small: _Program, cut_state: dict, full: _Program) -> dict | None:

@@ -73,10 +73,18 @@ class AutoReport:
     exhaustive: bool
     budget: int | None
     flops_limit: float | None = None
+    # XLA's bytes per device of the chosen program, where the search compiled it, and the
+    # bytes the memory model's were held to where a state compiled over the budget
+    compiled_memory: int | None = None
+    model_budget: int | None = None
 
     def format_text(self) -> str:
         how = "exhaustive" if self.exhaustive else "greedy + coordinate descent"
         budget = "none" if self.budget is None else f"{self.budget} B"
+        if self.compiled_memory is not None:
+            budget += f" (compiled: {self.compiled_memory} B)"
+        if self.model_budget is not None:
+            budget += f", the model's bytes held to {self.model_budget} B"
         lines = [f"AUTO shardings: {self.step.format_text()}; {how}, {self.evaluations} "
                  f"states priced in {self.seconds:.2f}s; memory budget {budget}"]
         for c in self.choices:
@@ -84,12 +92,17 @@ class AutoReport:
                 f" (+{len(c.arguments) - 3} more)" if len(c.arguments) > 3 else "")
             chosen = "unconstrained" if c.chosen is None else c.chosen
             lines.append(f"  {names} {c.shape}: {chosen} of {c.candidates} candidates, "
-                         f"{c.why(self.budget, self.flops_limit)}")
+                         f"{c.why(self.judged_budget, self.flops_limit)}")
             lines.append(f"    chosen    {c.step.format_text()}")
             if c.runner_up is not None:
                 lines.append(f"    runner-up {c.runner_up} {c.runner_up_step.format_text()}")
         lines.append("  results: " + ", ".join(str(r) for r in self.results))
         return "\n".join(lines)
+
+    @property
+    def judged_budget(self) -> int | None:
+        """The bytes the memory model's were judged against."""
+        return self.budget if self.model_budget is None else self.model_budget
 
     def __str__(self) -> str:
         return self.format_text()
@@ -109,4 +122,5 @@ def auto_report(outcome: Outcome) -> AutoReport:
     return AutoReport(tuple(choices), tuple(partition_spec(r) if r is not None else None
                                             for r in outcome.results),
                       outcome.step, outcome.evaluations, outcome.seconds, outcome.exhaustive,
-                      outcome.budget, outcome.flops_limit)
+                      outcome.budget, outcome.flops_limit, outcome.compiled_memory,
+                      outcome.model_budget)

@@ -29,12 +29,25 @@ stay within ``FLOPS_SLACK`` of the fewest a textbook configuration needs
 Repeated states are priced once. The outcome keeps, per group, every
 candidate priced in the last pass over it: why the winner won and what the
 runner-up would have cost (``report``).
+
+**Compiled**: the memory model counts some states' heaps short of what XLA
+allocates (its schedule and packing of temporaries differ from the model's
+walk), so a state within the budget by the model may not be within it as XLA
+compiles it. Where the caller can compile a state (``Search.fit_compiled``),
+the chosen one is compiled: over the budget, the model's bytes are held to the
+budget scaled by that state's own error (the model's bytes over XLA's) and the
+states priced are ranked again, the best not compiled yet compiled next (where
+none is within the model's bytes so held, the least over them: the model's error
+differs between states): ``COMPILED_TRIES`` programs, more while compiling has
+taken less time than the search; the first within the budget is kept, else the
+one least over it.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from shardc.compiler.auto.candidates import (
@@ -73,6 +86,10 @@ FLOPS_SLACK = 0.02
 # States whose modelled seconds differ by less than this fraction are equally fast: the
 # same collectives and operations summed in another order differ in the last digits.
 SAME_SECONDS = 1e-6
+# Programs compiled to find a state within the budget as XLA compiles it (each is a
+# lowering and an XLA compilation: seconds on a large step): this many, then more only
+# while compiling has taken less time than the search (at most doubling its cost).
+COMPILED_TRIES = 3
 
 
 @dataclass
@@ -110,6 +127,10 @@ class Outcome:
     exhaustive: bool
     budget: int | None
     flops_limit: float | None = None
+    # The chosen state's bytes per device as XLA compiled it (``Search.fit_compiled``),
+    # and the bytes the model's were held to where a state compiled over ``budget``.
+    compiled_memory: int | None = None
+    model_budget: int | None = None
 
 
 class Search:
@@ -331,9 +352,53 @@ class Search:
         complete = [k for k in self._priced if len(k) == len(self.groups)]
         return [dict(k) for k in self.ranked(complete, count)[:count]]
 
-    def _outcome(self, start: float, exhaustive: bool) -> Outcome:
+    def fit_compiled(self, outcome: Outcome, compiled_memory: Callable[[Outcome], int | None]
+                     ) -> Outcome:
+        """``outcome``, or the best state priced whose program XLA compiles within the
+        budget (see the module doc): ``compiled_memory`` compiles an outcome's state
+        and returns its bytes per device (None: it cannot be compiled here)."""
+        budget = self.budget
+        if budget is None:
+            return outcome
+        searched = time.perf_counter()
+        start = searched - outcome.seconds
+        evaluations = outcome.evaluations  # a cut step's search's included (``confirm``)
+        compiled: dict[tuple, int] = {}
+        key = self._key(outcome)
         complete = [k for k in self._priced if len(k) == len(self.groups)]
-        key = self.ranked(complete)[0]
+        while True:
+            memory = compiled_memory(outcome)
+            if memory is None:  # XLA cannot compile it here: nor, likely, the others
+                if not compiled:
+                    return outcome
+                break
+            compiled[key] = memory
+            if memory <= budget or len(compiled) == len(complete) or (
+                    len(compiled) >= COMPILED_TRIES
+                    and time.perf_counter() - searched > searched - start):
+                break
+            # The next state not compiled yet, ranked as if the model were as short of
+            # XLA on every state as on this one.
+            self.budget = min(self.budget, int(budget * outcome.step.memory_peak / memory))
+            key = next(k for k in self.ranked(complete, len(compiled) + 1) if k not in compiled)
+            outcome = self._outcome(start, outcome.exhaustive, key)
+        best = min(compiled, key=lambda k: (max(0, compiled[k] - budget), list(compiled).index(k)))
+        if best != key:
+            outcome = self._outcome(start, outcome.exhaustive, best)
+        outcome.compiled_memory = compiled[best]
+        outcome.model_budget = self.budget if self.budget != budget else None
+        outcome.budget = budget
+        outcome.evaluations = evaluations
+        outcome.seconds = time.perf_counter() - start
+        return outcome
+
+    def _key(self, outcome: Outcome) -> tuple:
+        return tuple(sorted((g, group.chosen) for g, group in enumerate(outcome.groups)))
+
+    def _outcome(self, start: float, exhaustive: bool, key: tuple | None = None) -> Outcome:
+        complete = [k for k in self._priced if len(k) == len(self.groups)]
+        if key is None:
+            key = self.ranked(complete)[0]
         reader = self._readers.get(key)
         if reader is None:
             _, reader = self.evaluate(self._assignment(key))
