@@ -72,7 +72,11 @@ layers run an injected int8 ``dot_general`` (``preferred_element_type=int32``) w
 ``nn.Einsum`` head, an ensemble of equinox ``GRUCell`` classifiers trained by
 ``eqx.filter_vmap(in_axes=eqx.if_array(0))`` under ``eqx.error_if`` and evaluated in
 ``eqx.nn.inference_mode``, beam search by ``lax.top_k`` and a multi-operand ``lax.sort``, and
-a penzai MLP edited by ``pz.select`` (dropout and ``LayerNorm`` inserted). Where the
+a penzai MLP edited by ``pz.select`` (dropout and ``LayerNorm`` inserted); a haiku LM whose
+``hk.remat`` blocks are stacked by ``hk.experimental.layer_stack``, NumPyro's NUTS
+``sample_kernel`` scanned, BlackJAX's HMC under dual-averaging step-size adaptation, jraph's
+``GraphConvolution`` and ``GraphNetwork`` over an edge list split eight ways and an attention
+block written with einops (``rearrange``, ``einsum``, ``pack``). Where the
 ``gemma`` extra is installed (it needs tensorflow), Gemma's library (a small ``gm.nn.Transformer``
 trained with optax). Each module holds one
 program, with the zoo's interface (``NAME``, ``SIZES``, ``make(size) ->
@@ -89,6 +93,7 @@ import importlib.util
 from collections.abc import Callable, Iterable
 
 from bench.libzoo import (
+    blackjax_hmc_adaptation,
     chex_dataclass_state,
     chex_ppo_gae,
     diffrax_dense_adjoints,
@@ -96,6 +101,7 @@ from bench.libzoo import (
     diffrax_lotka_volterra,
     diffrax_neural_ode,
     diffrax_shark_sde,
+    einops_attention,
     eqx_batchnorm_state,
     eqx_filter_jit,
     eqx_gru_ensemble,
@@ -111,6 +117,7 @@ from bench.libzoo import (
     eqx_while_fixed_point,
     flax_nnx_scan_explicit,
     flax_nnx_sharded,
+    haiku_layer_stack,
     jax_assoc_scan_lru,
     jax_beam_search,
     jax_custom_partitioning_fft,
@@ -118,6 +125,7 @@ from bench.libzoo import (
     jax_host_callback_scan,
     jax_topp_sampling,
     jaxtyping_mlp,
+    jraph_graph_network,
     lineax_cg_batched,
     linen_conv_gn_ae,
     linen_ddpm_unet,
@@ -138,6 +146,7 @@ from bench.libzoo import (
     nnx_scan_remat_optimizer,
     nnx_scan_rngs_switch,
     nnx_seq_remat_filters,
+    numpyro_nuts_kernel,
     optax_adafactor_fsdp,
     optax_dpsgd,
     optax_lion_masked_ema,
@@ -224,6 +233,11 @@ _MODULES = (
     eqx_gru_ensemble,
     jax_beam_search,
     penzai_select_edits,
+    haiku_layer_stack,
+    numpyro_nuts_kernel,
+    blackjax_hmc_adaptation,
+    jraph_graph_network,
+    einops_attention,
 )
 # Programs of a library too heavy for the ``libzoo`` extra (gemma brings kauldron and
 # tensorflow: the ``gemma`` extra), registered only where it is installed: program name

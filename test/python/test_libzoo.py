@@ -3,7 +3,8 @@
 Each libzoo program is written the way another library's users write theirs
 (equinox's ``filter_jit`` and ``eqx.partition``, diffrax, orbax-checkpoint,
 penzai, optax's combinators, chex, jaxtyping, jax's shard_map / custom_vjp /
-pure_callback, flax NNX's sharding guides, lineax and optimistix, and Gemma's library where the ``gemma`` extra is installed), with the user's jit call routed
+pure_callback, flax NNX's sharding guides, lineax and optimistix, haiku, NumPyro, BlackJAX,
+jraph and einops, and Gemma's library where the ``gemma`` extra is installed), with the user's jit call routed
 to shardc's ``jit`` on the shardc routes (``bench/libzoo/equinox_jit.py`` /
 ``nnx_jit.py`` for equinox's and flax NNX's wrappers of ``jax.jit``). The rules are the zoo's
 (``test_zoo.py``'s tests, run here on the libzoo's rows): every program must
@@ -44,7 +45,8 @@ PROGRAMS = (
     "linen_selfattn_decode", "jax_assoc_scan_lru", "optax_prodigy_fsdp", "linen_scan_rnn_broadcast",
     "diffrax_shark_sde", "nnx_seq_remat_filters", "jax_topp_sampling", "jax_fft_long_conv",
     "linen_conv_gn_ae", "nnx_scan_rngs_switch", "linen_int8_dot_general", "eqx_gru_ensemble",
-    "jax_beam_search", "penzai_select_edits",
+    "jax_beam_search", "penzai_select_edits", "haiku_layer_stack", "numpyro_nuts_kernel",
+    "blackjax_hmc_adaptation", "jraph_graph_network", "einops_attention",
 )  # fmt: skip
 # The library each program is written with (besides jax, optax and numpy).
 LIBRARIES = {
@@ -76,7 +78,9 @@ LIBRARIES = {
     "diffrax_shark_sde": "diffrax", "nnx_seq_remat_filters": "flax", "jax_topp_sampling": "jax",
     "jax_fft_long_conv": "jax", "linen_conv_gn_ae": "flax", "nnx_scan_rngs_switch": "flax",
     "linen_int8_dot_general": "flax", "eqx_gru_ensemble": "equinox", "jax_beam_search": "jax",
-    "penzai_select_edits": "penzai",
+    "penzai_select_edits": "penzai", "haiku_layer_stack": "dm-haiku",
+    "numpyro_nuts_kernel": "numpyro", "blackjax_hmc_adaptation": "blackjax",
+    "jraph_graph_network": "jraph", "einops_attention": "einops",
 }  # fmt: skip
 # A child process measuring one program at the small size takes well under this.
 ISOLATED_TIMEOUT_SECONDS = 600
