@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from math import prod
 
 from shardc.compiler.cost.dot_groups import matching_operand, regrouped_operand
 from shardc.compiler.cost.platforms import active_rules
@@ -540,14 +541,18 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
                       f"{dims_text(needed)}")
             out.append(OpCommunication(index, reason, collective, target, groups, reuse=reuse))
     if over:
+        devices = prod(size for _, size in mesh_axes(mesh)) if mesh is not None else None
         for result in results:
             if dot:
                 # XLA's partitioner windows a dot's reduce-scatter before the platform
                 # forms the reduce-scatters it keeps, for their shapes.
                 for step, collective in dot_partial_sums(
-                        result, [axes for axes in reduction.values() if axes], shaped=False):
+                        result, [axes for axes in reduction.values() if axes], shaped=False,
+                        devices=devices):
                     reason = ("partial sums of a reduction sharded over "
                               + ", ".join(map(str, step)))
+                    if collective.kind == COLLECTIVE_PERMUTE:
+                        reason += ", summed on the result's replicas and moved to its devices"
                     if collective.kind == REDUCE_SCATTER:
                         collective, reason = _windowed(rule, step, collective, reason)
                     if collective.kind == REDUCE_SCATTER:

@@ -827,7 +827,8 @@ def _padded_scatter(result: Tensor, over: Sequence[AxisRef], rules: PlatformRule
 
 
 def dot_partial_sums(result: Tensor, reduced: Sequence[Sequence[AxisRef]], *,
-                     shaped: bool = True) -> list[tuple[tuple[AxisRef, ...], Collective]]:
+                     shaped: bool = True, devices: int | None = None
+                     ) -> list[tuple[tuple[AxisRef, ...], Collective]]:
     """The collectives that sum a dot's partial sums into ``result``'s sharding;
     ``reduced`` holds the axes of each contracting dimension it sums over.
 
@@ -843,12 +844,28 @@ def dot_partial_sums(result: Tensor, reduced: Sequence[Sequence[AxisRef]], *,
     once per dimension, over its reduced axes, minor-most dimension first
     (XLA:CPU; one reduce-scatter where the platform forms them). Each collective
     comes with the axes it reduces over; ``shaped`` as ``all_reduce``'s (a caller
-    that windows the reduce-scatter first asks without it)."""
+    that windows the reduce-scatter first asks without it).
+
+    A result sharded over every reduced axis and replicated over a multiple of
+    their devices (``devices``: the mesh's count) is computed otherwise
+    (``PartitionDotGroupOnContracting``: the output grouped on its replicated
+    devices): each group of the contraction computes its tiles on the replicas,
+    all-reduces that shard over the reduced axes, and a collective-permute moves
+    the tiles to the result's devices (an FSDP projection's activations sharded
+    by batch over the axis its weights are sharded by)."""
     axes = dim_axes(result.sharding, len(result.shape))
     over = [axis for dim in reduced for axis in dim]
     sliced = tuple(axis for axis in over if any(axis in dim for dim in axes))
     rest = [step for step in (tuple(a for a in dim if a not in sliced) for dim in reduced)
             if step]
+    tiles = size_product(tuple(axis for dim in axes for axis in dim))
+    if (sliced and not rest and devices and devices % tiles == 0
+            and (devices // tiles) % size_product(over) == 0):
+        moved = collective_element_bytes(result.element_bytes, result.dtype)
+        shard = shard_bytes(result.shape, moved, axes)
+        names = axis_names(over)
+        return [(tuple(over), Collective(ALL_REDUCE, names, shard)),
+                (tuple(over), Collective(COLLECTIVE_PERMUTE, names, shard))]
     out = []
     if sliced:
         whole = all_reduce(result, sliced, shaped=shaped)

@@ -551,3 +551,23 @@ def test_a_dot_conflicting_with_its_result_is_computed_as_its_operands_imply(
         shapes, specs, out, permuted):
     predicted = _predicted_as_compiled(jnp.matmul, shapes, specs, out)
     assert predicted.get("collective-permute", 0) == permuted
+
+
+@pytest.mark.parametrize("shape, names", [((2, 4), ("x", "y")), ((8,), ("x",))])
+def test_result_sharded_over_the_contraction_is_summed_on_its_replicas(shape, names):
+    """An FSDP projection: the activations' features and the weight's rows sharded over
+    ``x``, the result's batch over ``x`` too. Replicated over ``y`` (a multiple of the
+    contraction's devices: 4 of 2), XLA sums each batch tile on the replicas (an
+    all-reduce of the result shard) and permutes the tiles to the ``x`` devices; the
+    prediction all-reduced the unsliced result (32768 bytes, compiled 16384 + a
+    16384-byte permute). On ``x`` alone (no replicas) it all-reduces unsliced."""
+    mesh = jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(names))
+    x = jax.device_put(np.ones((8, 32, 128), np.float32), NamedSharding(mesh, P(None, None, "x")))
+    w = jax.device_put(np.ones((128, 32), np.float32), NamedSharding(mesh, P("x")))
+    lowered = jit(lambda x, w: x @ w, out_shardings=NamedSharding(mesh, P("x"))).lower(x, w)
+    predicted = {k: t.bytes_per_device for k, t in lowered.comm_report().totals().items()
+                 if t.count}
+    compiled = {k: c.bytes_per_device for k, c in lowered.compile().collectives().items()
+                if c.count}
+    assert predicted == compiled
+    assert ("collective-permute" in compiled) == (len(shape) == 2)
