@@ -1056,18 +1056,28 @@ class LivenessWalker:
                 stack.extend(reversed(read[op]))
         return order
 
-    def listed(self, op: int, axis: str) -> tuple[str, bool]:
-        """The key XLA's combiner groups ``op``'s all-reduce over ``axis`` by: its
-        replica groups as listed. The partitioner lists a reduction's groups in
-        the mesh's order and a dot's partial sums' in the order of its tiles; the
-        two lists differ where two or more other axes split the devices, and
-        all-reduces so listed are never combined (grad_loops on data x fsdp x
-        model: the dots' all-reduce.14 over ``fsdp`` lists {{0,2},{4,6},{1,3},
-        {5,7}}, the loss's all-reduce.11 over ``fsdp`` the mesh's order, apart;
-        optax's prodigy on fsdp x model: a gradient's and a sum's combined)."""
+    def listed(self, op: int, axis: str) -> tuple:
+        """The key XLA's combiner groups ``op``'s all-reduce over ``axis`` by
+        (``AllReduceKey``): the reduction (optax's adafactor: the gradients' sums
+        in all-reduce.20, the finiteness checks' ``and`` in all-reduce.21), the
+        element type and the replica groups as listed. The partitioner lists a
+        reduction's groups in the mesh's order and a dot's partial sums' in the
+        order of its tiles; the two lists differ where two or more other axes
+        split the devices, and all-reduces so listed are never combined
+        (grad_loops on data x fsdp x model: the dots' all-reduce.14 over ``fsdp``
+        lists {{0,2},{4,6},{1,3},{5,7}}, the loss's all-reduce.11 over ``fsdp``
+        the mesh's order, apart; optax's prodigy on fsdp x model: a gradient's
+        and a sum's combined)."""
+        graph = self.graph
         name = axis.split('"')[1] if '"' in axis else axis  # '"fsdp"' or '"fsdp":(1)2'
         others = sum(1 for other, size in self.sizes.items() if other != name and size > 1)
-        return axis, others > 1 and self.graph.op_name[op] == "stablehlo.dot_general"
+        dot = graph.op_name[op] == "stablehlo.dot_general"
+        body = [graph.op_name[inner] for _, nested in graph.op_blocks[op] for inner in nested]
+        reduction = body[0] if body and not dot else "stablehlo.add"
+        results = graph.op_results[op]
+        element = str(ir.ShapedType(graph.values[results[0]].type).element_type) \
+            if results and graph.value_shape[results[0]] is not None else ""
+        return axis, reduction, element, others > 1 and dot
 
     def combined(self, ops: list[int]) -> dict[int, int]:
         """Results of all-reduces XLA combines: value -> position of the last member's

@@ -160,6 +160,28 @@ def test_gradients_summed_as_reduced_are_all_reduced_one_by_one():
     _assert_close(*_compare(step, (params, jnp.ones((16, 64))), shardings))
 
 
+def test_all_reduces_of_other_reductions_neither_join_nor_break_a_group():
+    # FSDP gradients (over data) checked for finiteness before the update: each
+    # check's all-reduce (an ``and`` of pred) follows its gradient's in post order
+    # and depends on it, but XLA's combiner keys all-reduces by reduction and
+    # element type too, so the gradients' sums are combined all the same (the
+    # checks closing the gradients' group put the estimate at 0.67x XLA's).
+    def step(params, x):
+        def loss(p):
+            h = x
+            for w_in, w_out in p:
+                h = h + jax.nn.relu(h @ w_in) @ w_out
+            return jnp.mean(h ** 2)
+        grads = jax.grad(loss)(params)
+        finite = jnp.all(jnp.array([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)]))
+        return jax.tree.map(lambda w, g: jnp.where(finite, w - 0.1 * g, w), params, grads)
+
+    mesh = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Explicit,))
+    rows = NamedSharding(mesh, P("data"))
+    params = [(jnp.full((64, 128), 0.01), jnp.full((128, 64), 0.01)) for _ in range(2)]
+    _assert_close(*_compare(step, (params, jnp.ones((16, 64))), ([(rows, rows)] * 2, rows)))
+
+
 def test_bf16_dot_converts_its_gathered_operand_on_cpu():
     # FSDP: bf16 weights sharded over data are gathered for the dots, forward and
     # backward. XLA:CPU converts the gathered weight to f32 once (a copy of the
