@@ -1074,9 +1074,14 @@ class LivenessWalker:
         dot = graph.op_name[op] == "stablehlo.dot_general"
         body = [graph.op_name[inner] for _, nested in graph.op_blocks[op] for inner in nested]
         reduction = body[0] if body and not dot else "stablehlo.add"
+        element = None
         results = graph.op_results[op]
-        element = str(ir.ShapedType(graph.values[results[0]].type).element_type) \
-            if results and graph.value_shape[results[0]] is not None else ""
+        if results and graph.value_shape[results[0]] is not None:
+            # in the type the platform all-reduces it in (XLA:CPU's AllReducePromotion
+            # runs first: a bf16 gradient's sum is an f32 all-reduce)
+            dtype = str(ir.ShapedType(graph.values[results[0]].type).element_type)
+            element = (dtype.startswith(("f", "bf")), self.rules.element_bytes_in_collective(
+                self.values.tensor(results[0]).element_bytes, dtype))
         return axis, reduction, element, others > 1 and dot
 
     def combined(self, ops: list[int]) -> dict[int, int]:
