@@ -31,6 +31,7 @@ from shardc.compiler.explain.needs import CONSTANTS as _CONSTANTS
 from shardc.compiler.explain.needs import OpNeeds
 from shardc.compiler.explain.on_chip import split_peak
 from shardc.compiler.explain.simplified import simplified_graph
+from shardc.compiler.explain.tables import TupleTables
 from shardc.compiler.propagation.graph import ELEMENTWISE
 from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.stages.hlo_order import jax_ordered
@@ -191,6 +192,9 @@ class LivenessWalker:
                 if block_ops:
                     self.block_args[block_ops[0]] = block_args
         self.buffers: list[Allocation] = []
+        # the tables of pointers of tuple-shaped values (``tables``), by value
+        self.tables: dict[tuple, int] = {}
+        self.tuple_tables = TupleTables(self)
         # results of the main function written into donated arguments' buffers
         self.aliased_outputs: set[int] = set()
         self.state = ir.AsmState(values.graph.module)
@@ -548,28 +552,6 @@ class LivenessWalker:
         return graph.op_name[op] in _EXPENSIVE or any(
             graph.op_name[t] == "stablehlo.reduce" or self.offloaded_reduction(t)
             for t in tops)
-
-    def tuple_table(self, op: int, at: int) -> tuple[int, int] | None:
-        """The bytes and last live position of the table of pointers ``op`` (at
-        position ``at``) writes when it has several results, on a platform that
-        writes one (``PlatformRules.tuple_pointer_bytes``), else None.
-
-        XLA:CPU's ops with several results are tuple-shaped: a while loop's carries
-        (the body's parameter and root share the table), a custom call's results
-        (lineax's LU, QR, SVD and eigh: ``svd.66{}``, five pointers), a variadic
-        reduce or sort. The table, a buffer of the heap like any other, is taken as
-        live while the op runs (XLA reads its elements out right after, and a
-        loop's while it runs). In a program of small loops (lineax's solvers,
-        diffrax's steps) these 64-byte buffers are a good part of the heap.
-        """
-        graph = self.graph
-        results = graph.op_results[op]
-        pointer = self.rules.tuple_pointer_bytes
-        name = graph.op_name[op]
-        if not pointer or len(results) < 2 or not name.startswith("stablehlo.") \
-                or name in _FREE:
-            return None
-        return self.aligned(pointer * len(results)), at
 
     def elementwise_sources(self, op: int, value: int, returned: set[int]) -> list[int]:
         """The buffers whose place ``value``, the one result of elementwise ``op``,
@@ -997,15 +979,22 @@ class LivenessWalker:
         dying[0][2].holders.append(holder)
         return True
 
-    def passed_through(self, op: int, k: int) -> bool:
-        """Whether ``op`` is a while loop whose body returns its carry ``k`` unchanged."""
+    def loop_body(self, op: int, k: int) -> tuple[list[int], list[int]] | None:
+        """The arguments and ops of while loop ``op``'s body, where it has a carry
+        ``k`` (else None)."""
         graph = self.graph
         if graph.op_name[op] != "stablehlo.while" or len(graph.op_blocks[op]) < 2:
-            return False
+            return None
         args, body = graph.op_blocks[op][1]
-        if not body or k >= len(args):
+        return (args, body) if body and k < len(args) else None
+
+    def passed_through(self, op: int, k: int) -> bool:
+        """Whether ``op`` is a while loop whose body returns its carry ``k`` unchanged."""
+        loop = self.loop_body(op, k)
+        if loop is None:
             return False
-        returned = graph.op_operands[body[-1]]
+        args, body = loop
+        returned = self.graph.op_operands[body[-1]]
         return k < len(returned) and returned[k] == args[k]
 
     def passed_by_branch(self, op: int, k: int) -> tuple[int | None, bool]:
@@ -1245,13 +1234,12 @@ class LivenessWalker:
                             (self.aligned(wide), wide > self.reduced_bytes(value)))
         if self.rules.tuple_pointer_bytes:
             # a combined all-reduce is tuple-shaped: its table of pointers too
-            # (eqx_partition_jit's all-reduce.15{}, ten pointers, at its position)
+            # (eqx_partition_jit's all-reduce.15{}, ten pointers)
             members: dict[int, int] = {}
             for at in extend.values():
                 members[at] = members.get(at, 0) + 1
             for at, count in members.items():
-                reducing.setdefault(at + 1, []).append(
-                    (self.aligned(self.rules.tuple_pointer_bytes * count), False))
+                self.tables[("combined", ops[0], at)] = self.rules.tuple_pointer_bytes * count
         widened: set[int] = set()  # all-reduced results wider than their values
         early = self.unanchored(ops)
         owner = graph.op_name[graph.op_parent[ops[0]]] if ops else ""
@@ -1333,9 +1321,7 @@ class LivenessWalker:
                     # the two buffers where neither went into an output's allocation
                     over[value] = dying
                 allocated.append((value, self.aligned(size), last, False))
-            table = self.tuple_table(op, i)
-            if table:
-                allocated.append((None, *table, False))
+            self.tables.update(self.tuple_tables.of(op))
             looped = graph.op_name[op] == "stablehlo.while"
             inner, handed, chip = self._inner_peak(op, i, frees)
             body = self._flattened_body(op, i) if record is not None and looped else None

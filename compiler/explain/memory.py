@@ -72,8 +72,11 @@ not divide counting padded like XLA pads it:
   values then live until the backward reads them, and a value read through a
   barrier is the barrier's operand (one gathered or converted copy of a weight);
 * XLA:CPU's expansions: a select-and-scatter (a max pool's gradient) holds one
-  s32 iota per dimension and the reduce-window's results while it runs; an op
-  with several results holds a table of 8-byte pointers while it runs;
+  s32 iota per dimension and the reduce-window's results while it runs;
+* tables of pointers: XLA:CPU writes a tuple-shaped value (a loop's carries, a
+  case's result and its branches' operands, a host callback's or a sort's
+  results, a combined all-reduce's) as a table of 8-byte pointers, each in an
+  allocation of its own laid after the arrays' heap (``tables``);
 * partial sums: an op whose result is sharded over axes it also reduces
   over all-reduces its partial sums unsliced and slices them in each reader,
   so its buffer is the result without those axes, live while it is read
@@ -116,10 +119,11 @@ not divide counting padded like XLA pads it:
   operand, a buffer read only by the op after its writer;
 * the heap: temporaries are packed as XLA's buffer assigner packs them
   (``heap``: best fit, largest or longest-lived first, offsets aligned to
-  64 bytes on XLA:CPU), so ``temp`` is the heap's size, at least the live peak;
-  a loop body's buffers are packed one by one in the loop's place, as XLA's heap
-  simulator runs over the program flattened (``Interval.order``; a platform
-  keeping buffers on chip packs the body's peak as one block).
+  64 bytes on XLA:CPU), so ``temp`` is the heap's size (at least the live peak)
+  and the tables of pointers after it; a loop body's buffers are packed one by
+  one in the loop's place, as XLA's heap simulator runs over the program
+  flattened (``Interval.order``; a platform keeping buffers on chip packs the
+  body's peak as one block).
 
 Each rule was read off XLA's buffer assignment (``--xla_dump_to``).
 
@@ -132,6 +136,7 @@ from __future__ import annotations
 
 import bisect
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 
 from jaxlib.mlir import ir
@@ -299,8 +304,9 @@ def _estimate(values: ModuleValues, top: int,
     flat, positions = _flattened(heaped)
     live, at = live_peak(flat, len(positions))
     peak_op = ops[positions[at] // STEP] if live else -1
-    temp = heap_bytes([(iv.start, iv.end, iv.size) for iv in flat],
-                      active_rules().heap_alignment)
+    temp = _stacked(heap_bytes([(iv.start, iv.end, iv.size) for iv in flat],
+                               active_rules().heap_alignment),
+                    walker.tables.values(), active_rules().heap_alignment)
     inside = {id(iv.buffer) for iv in (*packed, *chip) if iv.buffer is not None}
     kept = [b for b in walker.buffers if id(b) not in inside]
     largest = tuple(map(walker.described,
@@ -309,6 +315,21 @@ def _estimate(values: ModuleValues, top: int,
                           graph.op_name[peak_op] if peak_op >= 0 else None,
                           loc_text(graph.ops[peak_op]) if peak_op >= 0 else None, largest,
                           sum(a.bytes_per_device for a in aliases), aliases)
+
+
+def _stacked(heap: int, tables: Iterable[int], alignment: int) -> int:
+    """The temporaries' allocation: the arrays' heap, then each table of pointers
+    of a tuple-shaped value in bytes of its own.
+
+    XLA's buffer assigner gives every tuple-shaped buffer an allocation of its
+    own, shared with nothing (``BufferAssigner::AssignSingleHloBuffer``), then
+    lays the temporary allocations end to end, each at an aligned offset
+    (``BufferAssignment::CombineTempAllocations``): diffrax_neural_ode's arrays
+    take 8064 bytes, its 43 tables, smallest first, the bytes up to 12880."""
+    top = heap
+    for size in sorted(n for n in tables if n):
+        top = -(-top // alignment) * alignment + size
+    return top
 
 
 def _shared(intervals: list[Interval]) -> list[Interval]:
