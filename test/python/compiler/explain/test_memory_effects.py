@@ -135,6 +135,13 @@ def test_all_reduce_writes_a_buffer_apart_from_its_operand():
     _assert_close(*_compare(step, args, shardings, donate=(0, 1)))
 
 
+def _residual_mlp_loss(params, x):
+    h = x
+    for w_in, w_out in params:
+        h = h + jax.nn.relu(h @ w_in) @ w_out
+    return jnp.mean(h ** 2)
+
+
 def test_gradients_summed_as_reduced_are_all_reduced_one_by_one():
     # FSDP weights (data x model) clipped by their global norm: XLA:CPU's combiner
     # walks the step in post order, where each gradient's sum of squares (over
@@ -143,12 +150,7 @@ def test_gradients_summed_as_reduced_are_all_reduced_one_by_one():
     # gradient each). Combining all four where the last is computed kept every
     # gradient's partial sums live through the backward: 1.42x XLA's bytes.
     def step(params, x):
-        def loss(p):
-            h = x
-            for w_in, w_out in p:
-                h = h + jax.nn.relu(h @ w_in) @ w_out
-            return jnp.mean(h ** 2)
-        grads = jax.grad(loss)(params)
+        grads = jax.grad(_residual_mlp_loss)(params, x)
         norm = jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree.leaves(grads)))
         scale = jnp.minimum(1.0, 1.0 / norm)
         return jax.tree.map(lambda w, g: w - 0.1 * scale * g, params, grads)
@@ -167,12 +169,7 @@ def test_all_reduces_of_other_reductions_neither_join_nor_break_a_group():
     # element type too, so the gradients' sums are combined all the same (the
     # checks closing the gradients' group put the estimate at 0.67x XLA's).
     def step(params, x):
-        def loss(p):
-            h = x
-            for w_in, w_out in p:
-                h = h + jax.nn.relu(h @ w_in) @ w_out
-            return jnp.mean(h ** 2)
-        grads = jax.grad(loss)(params)
+        grads = jax.grad(_residual_mlp_loss)(params, x)
         finite = jnp.all(jnp.array([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)]))
         return jax.tree.map(lambda w, g: jnp.where(finite, w - 0.1 * g, w), params, grads)
 
