@@ -477,7 +477,7 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
         # a 16-device axis: padded tiles) it reshapes the operand as it is sharded and
         # reshards the result (checked on XLA:CPU: a [.., 64] on "model"=16 reshaped
         # to 4 x 16 declared [{"model"}, {}] gathers the heads and slices them).
-        results = _reshaped_as_operand(rule, operands[0], results)
+        results = reshaped_as_operand(rule, operands[0], results)
         computed_as = "reshaped as its operand is sharded"
     if groups_gathered:
         results = _groups_whole(rule, results)
@@ -664,7 +664,7 @@ def _tiles_evenly(rule: OpShardingRule, proj, mapping) -> bool:
                for f in factors)
 
 
-def _reshaped_as_operand(rule: OpShardingRule, operand: Tensor, results: Sequence[Tensor]
+def reshaped_as_operand(rule: OpShardingRule, operand: Tensor, results: Sequence[Tensor]
                          ) -> list[Tensor]:
     """A reshape's result sharded as its operand leaves it, where the declared result
     sharding is no sharding of the operand (it does not tile the factors evenly) and

@@ -52,10 +52,12 @@ from shardc.compiler.cost.indexed import indexed_communication, indexed_computed
 from shardc.compiler.cost.moved_tiles import moved_tiles_needs, moves_tiles
 from shardc.compiler.cost.op_comm import (
     GATHERED_BATCH_GROUPS,
+    RESHAPE,
     UNPARTITIONED_CONVOLUTION,
     OpCommunication,
     dims_text,
     op_communication,
+    reshaped_as_operand,
     sliced_further,
 )
 from shardc.compiler.cost.platforms import (
@@ -738,7 +740,10 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
     resharded = []
     for need in needs[0]:
         if need.target is not None:
-            keys = _reshard_keys(graph.op_operands[op][need.operand], need)
+            value = graph.op_operands[op][need.operand]
+            if not need.groups and _reshaped_from(reader, op, value) == need.target:
+                continue  # the reshape's handler made it from that value: XLA reuses it
+            keys = _reshard_keys(value, need)
             if any(reuses_reshard(reader, reader.resharded, key, op, need.collective.kind)
                    for key in keys):
                 continue  # XLA reuses the value it already resharded for an earlier op
@@ -748,6 +753,28 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
     for reshard in resharded:  # for later ops only: two needs here both count
         note_reshard(reader, reader.resharded, reshard, op)
     return windows, kept
+
+
+def _reshaped_from(reader: ModuleValues, op: int, value: int) -> tuple | None:
+    """The sharding (axes per dimension) XLA's reshape handler computes ``value`` in,
+    where a reshape in op ``op``'s block makes it in another sharding than its own and
+    slices that (``op_comm.reshaped_as_operand``: a replicated scalar reshaped to a
+    dimension of one sharded over 8 devices); None otherwise. The reshard cache keeps
+    the computed value for the sliced one (``PartitionedHlo::Reshard`` caches the
+    reverse), so resharding the value back moves nothing."""
+    graph = reader.graph
+    owner = graph.value_def[value]
+    if (owner < 0 or graph.op_name[owner] != RESHAPE or not active_rules().reuses_reshards
+            or block_of(graph, owner) != block_of(graph, op)):
+        return None
+    ruled = reader.rule_tensors(owner)
+    if ruled is None:
+        return None
+    rule, operands, results = ruled
+    computed = reshaped_as_operand(rule, operands[0], results)[0].sharding
+    if computed is None or computed == results[0].sharding:
+        return None
+    return tuple(d.axes for d in computed.dims)
 
 
 def _kept_windows(reader: ModuleValues, op: int, collectives: list[Collective]) -> tuple:

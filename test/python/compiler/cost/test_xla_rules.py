@@ -260,3 +260,32 @@ def test_a_branch_gathers_again_what_its_parent_gathered(in_loop):
         (spec, spec, P("data", "model", None), P()), P("data", "model", None))
     assert predicted == compiled
     assert compiled["all-gather"] == 2 * 512
+
+
+def _ravel(a, b, c):
+    return jnp.concatenate([a.reshape(1), b.reshape(1), c])
+
+
+def _ravel_round_trip(a, b, theta):
+    flat = _ravel(a, b, theta) * jnp.arange(18.0)
+    x, y, z = flat[0].reshape(()), flat[1:2].reshape(()), flat[2:]
+    m = _ravel(x * 2.0, y + 1.0, z * 3.0)
+    return jnp.dot(m * 0.5, m)
+
+
+@pytest.mark.parametrize("fun, grid", [
+    (_ravel, ((8,), ("data",))),
+    (lambda a, b, c: jnp.dot(_ravel(a, b, c), _ravel(a, b, c)), ((8,), ("data",))),
+    # ravel_pytree's flat vector unravelled and ravelled again (an HMC step's momentum)
+    (_ravel_round_trip, ((8,), ("data",))),
+    (_ravel_round_trip, ((2, 4), ("data", "model"))),
+])
+def test_a_reshape_made_replicated_is_not_gathered_back(fun, grid):
+    """A replicated scalar reshaped to a dimension of one that propagation shards: XLA's
+    reshape handler reshapes it as its operand is sharded (whole) and slices the
+    result, and the reshard cache keeps the whole one for the sliced one, so the
+    concatenate that needs it whole all-reduces nothing."""
+    predicted, compiled = predicted_and_compiled(
+        fun, (np.float32(1), np.float32(2), np.arange(16, dtype=np.float32)),
+        (P(), P(), P("data")), None, mesh(*grid))
+    assert predicted == compiled
