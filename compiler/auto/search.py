@@ -40,7 +40,9 @@ states priced are ranked again, the best not compiled yet compiled next (where
 none is within the model's bytes so held, the least over them: the model's error
 differs between states): ``COMPILED_TRIES`` programs, more while compiling has
 taken less time than the search; the first within the budget is kept, else the
-one least over it.
+one least over it. The textbook configurations within the budget by the model
+are compiled instead of the next state where that one is no faster, and after the
+tries are spent: a budget one of them meets is met no slower than it.
 """
 
 from __future__ import annotations
@@ -163,6 +165,7 @@ class Search:
         self._floors: dict[tuple, int] = {}  # a lower bound of each state's memory
         self._readers: dict[tuple, ModuleValues] = {}
         self._tried: list[dict[Spec, tuple]] = [{} for _ in groups]  # spec -> state key
+        self._textbook: list[tuple] = []  # the textbook configurations' states (``_seed``)
 
     # -- pricing -------------------------------------------------------------
 
@@ -366,6 +369,8 @@ class Search:
         compiled: dict[tuple, int] = {}
         key = self._key(outcome)
         complete = [k for k in self._priced if len(k) == len(self.groups)]
+        textbook = None  # the textbook states within the budget by the model, best first
+        fallbacks: set[tuple] = set()  # compiled as such, judged by the budget itself
         while True:
             memory = compiled_memory(outcome)
             if memory is None:  # XLA cannot compile it here: nor, likely, the others
@@ -373,20 +378,34 @@ class Search:
                     return outcome
                 break
             compiled[key] = memory
-            if memory <= budget or len(compiled) == len(complete) or (
-                    len(compiled) >= COMPILED_TRIES
-                    and time.perf_counter() - searched > searched - start):
+            if memory <= budget or len(compiled) == len(complete):
+                break
+            if textbook is None:
+                textbook = [k for k in self.ranked(self._textbook, len(self._textbook))
+                            if self._estimate(k).memory_peak <= budget]
+            tried = len(compiled) >= COMPILED_TRIES and (
+                time.perf_counter() - searched > searched - start)
+            fallback = next((k for k in textbook if k not in compiled), None)
+            if tried and fallback is None:
                 break
             # The next state not compiled yet, ranked as if the model were as short of
-            # XLA on every state as on this one.
+            # XLA on every state as on this one; a textbook configuration within the
+            # budget by the model instead where that one is no faster, or where the
+            # tries are spent: its error is its own (not the states' held above), so
+            # a budget it meets is met no slower than it.
             self.budget = min(self.budget, int(budget * outcome.step.memory_peak / memory))
             key = next(k for k in self.ranked(complete, len(compiled) + 1) if k not in compiled)
+            if fallback is not None and (tried or self._priced[key].seconds >= (
+                    self._priced[fallback].seconds * (1 - SAME_SECONDS))):
+                key = fallback
+                fallbacks.add(key)
             outcome = self._outcome(start, outcome.exhaustive, key)
         best = min(compiled, key=lambda k: (max(0, compiled[k] - budget), list(compiled).index(k)))
         if best != key:
             outcome = self._outcome(start, outcome.exhaustive, best)
         outcome.compiled_memory = compiled[best]
-        outcome.model_budget = self.budget if self.budget != budget else None
+        outcome.model_budget = self.budget if (
+            self.budget != budget and best not in fallbacks) else None
         outcome.budget = budget
         outcome.evaluations = evaluations
         outcome.seconds = time.perf_counter() - start
@@ -531,6 +550,7 @@ class Search:
                 keys.append(self.price(dict(state)))
         if keys:
             self._least_flops = min(self._priced[k].flops for k in keys)
+        self._textbook = list(keys)
         keys.append(self.price(self.state))
         best = self.ranked(keys)[0]
         fastest = min(keys, key=lambda k: self._priced[k].seconds)

@@ -209,6 +209,54 @@ def test_the_budget_holds_where_the_memory_model_counts_the_choice_short(mesh):
     _close(tight(params, x, y), want)
 
 
+def test_a_budget_a_textbook_configuration_meets_is_met_no_slower_than_it(mesh, monkeypatch):
+    # A two-layer MLP train step under half of data parallel's XLA memory, where XLA
+    # compiles every state but the textbook configurations (data parallel, FSDP, tensor
+    # parallel, FSDP x TP) over the budget: the states the held model bytes rank next
+    # are all over, so the check falls back on the textbook configurations within the
+    # budget by the model (each compiled as it is). AUTO returns one within the budget,
+    # no slower by the model than the fastest textbook configuration XLA fits in it,
+    # computing what jax.jit computes with those shardings.
+    params, x, y = auto_bench.mlp_case(layers=2, d=256, hidden=512, batch=64).args
+    replicated = NamedSharding(mesh, P())
+    batch = NamedSharding(mesh, P(("data", "model")))
+    dp = jax.jit(train_step, in_shardings=(jax.tree.map(lambda _: replicated, params),
+                                           batch, batch)).lower(params, x, y).compile()
+    budget = _xla_memory(dp) // 2
+    fitting: list[float] = []  # the textbook configurations' steps XLA fits in the budget
+    compiled_over: list[float] = []
+    fit_compiled = Search.fit_compiled
+
+    def check(search, outcome, compiled_memory):
+        textbook = set(search._textbook)
+        for key in textbook:
+            state = search._outcome(0.0, False, key)
+            if compiled_memory(state) <= budget:
+                fitting.append(state.step.seconds)
+
+        def memory(chosen):
+            xla = compiled_memory(chosen)
+            if search._key(chosen) in textbook:
+                return xla
+            compiled_over.append(chosen.step.seconds)
+            return max(xla, budget + 1)
+
+        return fit_compiled(search, search._outcome(0.0, False), memory)
+
+    monkeypatch.setattr(Search, "fit_compiled", check)
+    tight = jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh,
+                memory_budget=budget)
+    lowered = tight.lower(params, x, y)
+    report = lowered.auto_report()
+    assert fitting and compiled_over, report.format_text()
+    assert report.compiled_memory == _xla_memory(lowered.compile()) <= budget, (
+        report.format_text())
+    assert report.step.seconds <= min(fitting), (report.step.seconds, fitting)
+    want = jax.jit(train_step, in_shardings=lowered.in_shardings[0],
+                   out_shardings=lowered.out_shardings)(params, x, y)
+    _close(tight(params, x, y), want)
+
+
 def test_an_abstract_mesh_budget_is_the_memory_models():
     # Nothing compiles for an AbstractMesh: the budget is judged by the model alone.
     params, x, y = _mlp()
