@@ -37,8 +37,9 @@ from shardc.compiler.propagation.values import ModuleValues
 from shardc.compiler.stages.hlo_order import jax_ordered
 
 # ops whose result k XLA writes into the buffer of one operand when that dies there
+# (its dataflow lets a sort write over the operand it alone reads)
 _IN_PLACE = {"stablehlo.while": lambda k: k, "stablehlo.dynamic_update_slice": lambda k: 0,
-             "stablehlo.scatter": lambda k: k}
+             "stablehlo.scatter": lambda k: k, "stablehlo.sort": lambda k: k}
 # ops whose regions compute one element (or pair) at a time, not the op's results
 _PER_ELEMENT_BODIES = frozenset("stablehlo." + n for n in (
     "reduce", "reduce_window", "sort", "scatter", "select_and_scatter", "all_reduce",
