@@ -60,17 +60,18 @@ EXPLAINED: dict[str, str] = {
                      "input gradient's, the model in program order before it, freeing the "
                      "copy first (the buffers are the model's: the relu dies at its gather, "
                      "copy_maximum_fusion 43-45, the BatchNorm'd relu is recomputed)",
-    "pipeline_shard_map": "net 1.10x (temp 1.18x, 1.17x before the model counted the 64-byte "
+    "pipeline_shard_map": "net 1.12x (temp 1.18x, 1.17x before the model counted the 64-byte "
                           "tables of pointers of tuple-shaped values): the model over-counts "
                           "the shard_map pipeline's loop bodies (not read off XLA's buffer "
-                          "assignment yet); the tables took the net from 1.097 to 1.104",
+                          "assignment yet); the tables took the net from 1.097 to 1.104, the all-reduce "
+                          "combiner's post order to 1.118",
     "conflict_mlp_deep": "temp 0.68x; XLA's scheduler hoists the weight all-gathers, which "
                          "depend only on arguments, ahead of the layers (the scheduled entry "
                          "computation starts with them), so gathered weights of many layers "
                          "are live together at its peak: the gap, 1504768 B, is 23 gathered "
                          "64 KiB w_out; the model's liveness walk keeps program order, where "
                          "each gathered weight lives only within its layer",
-    "linen_scan_logical_dropout": "net 0.78x (temp 40384 / 60936 B; 0.87x while the model "
+    "linen_scan_logical_dropout": "net 0.79x (temp 40384 / 60936 B; 0.87x while the model "
                                   "counted the backward loop's zero initial values twice, "
                                   "beside the carries XLA writes over them: "
                                   "wrapped_broadcast.1-.4, live 46-307; 0.74x before reductions "
@@ -82,18 +83,6 @@ EXPLAINED: dict[str, str] = {
                                   "and the copies copy insertion makes of them for the loop's "
                                   "carry (copy.109/.110) apart; the model's side of the gap is "
                                   "not read off yet",
-    "lineax_cg_batched": "net 0.56x on a 4940-byte program: XLA's arrays end at byte 1796 of its "
-                         "temp (3592 B; the model's arrays' heap 1408 B); above them lie its "
-                         "tables of pointers, 1856-3592 B, each in bytes of its own: the three CG "
-                         "while loops' (72 B), the conditionals' operand and result tuples and "
-                         "the error checks' callbacks' (27 slots); the model has no table for a "
-                         "conditional or a callback and packs its own among the arrays",
-    "diffrax_lotka_volterra": "net 0.68x (temp 6848 / 10240 B): XLA's arrays end at byte 6529 "
-                              "(the model's arrays' heap: 6528 B); its tables of pointers "
-                              "(conditionals' operands and results, callbacks, loops: 57 slots "
-                              "of 64 B, XLA splitting and cloning the conditionals to 25 from "
-                              "the program's 13) lie above them, 6592-10240; the model packs "
-                              "its few tables among the arrays",
     "linen_lm_clip_adamw": "net 0.85x (temp 545856 / 701096 B): XLA's live peak is 564240 B "
                            "(at ynn_fusion.1 in the backward; the model's 536512 B), its heap "
                            "1.24x that peak: fragmentation the model's packing replay does not "

@@ -67,7 +67,7 @@ _BATCHNORM_SCHEDULE = (
     "gradient's, so its peak holds the transposed copy the model frees earlier (the model "
     "keeps program order)")
 _PIPELINE_BODIES = (
-    "memory 1.10x: the model over-counts the shard_map pipeline's loop bodies' temporaries, "
+    "memory 1.12x: the model over-counts the shard_map pipeline's loop bodies' temporaries, "
     "and counts XLA:CPU's 64-byte tables of pointers of tuple-shaped values")
 PREDICTION_MISSES: dict[tuple[str, str], str] = {
     ("cnn_batchnorm", "shardc"): _BATCHNORM_SCHEDULE,
