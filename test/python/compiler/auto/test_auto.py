@@ -151,17 +151,23 @@ def _xla_memory(compiled) -> int:
             + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
 
 
-def test_memory_budget_is_met_as_xla_compiles_the_choice(mesh):
-    # A two-layer MLP train step with wide weights: under a budget of half of data
-    # parallel's memory as XLA compiles it (weights and their updates replicated),
-    # AUTO shards the weights and XLA's memory of the choice fits the budget,
-    # computing what jax.jit computes with those shardings.
+def _half_of_data_parallel(mesh):
+    """A two-layer MLP train step's arguments and half of data parallel's memory per
+    device as XLA compiles it (weights and their updates replicated)."""
     params, x, y = auto_bench.mlp_case(layers=2, d=256, hidden=512, batch=64).args
     replicated = NamedSharding(mesh, P())
     batch = NamedSharding(mesh, P(("data", "model")))
     dp = jax.jit(train_step, in_shardings=(jax.tree.map(lambda _: replicated, params),
                                            batch, batch)).lower(params, x, y).compile()
-    budget = _xla_memory(dp) // 2
+    return (params, x, y), _xla_memory(dp) // 2
+
+
+def test_memory_budget_is_met_as_xla_compiles_the_choice(mesh):
+    # A two-layer MLP train step with wide weights: under a budget of half of data
+    # parallel's memory as XLA compiles it (weights and their updates replicated),
+    # AUTO shards the weights and XLA's memory of the choice fits the budget,
+    # computing what jax.jit computes with those shardings.
+    (params, x, y), budget = _half_of_data_parallel(mesh)
     tight = jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh,
                 memory_budget=budget)
     lowered = tight.lower(params, x, y)
@@ -217,12 +223,7 @@ def test_a_budget_a_textbook_configuration_meets_is_met_no_slower_than_it(mesh, 
     # budget by the model (each compiled as it is). AUTO returns one within the budget,
     # no slower by the model than the fastest textbook configuration XLA fits in it,
     # computing what jax.jit computes with those shardings.
-    params, x, y = auto_bench.mlp_case(layers=2, d=256, hidden=512, batch=64).args
-    replicated = NamedSharding(mesh, P())
-    batch = NamedSharding(mesh, P(("data", "model")))
-    dp = jax.jit(train_step, in_shardings=(jax.tree.map(lambda _: replicated, params),
-                                           batch, batch)).lower(params, x, y).compile()
-    budget = _xla_memory(dp) // 2
+    (params, x, y), budget = _half_of_data_parallel(mesh)
     fitting: list[float] = []  # the textbook configurations' steps XLA fits in the budget
     compiled_over: list[float] = []
     fit_compiled = Search.fit_compiled
