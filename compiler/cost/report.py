@@ -455,9 +455,7 @@ def _rotates(reader: ModuleValues, op: int) -> bool:
     the module's alone, kept in ``reader.facts``."""
     if reader.graph.op_name[op] != "stablehlo.concatenate":
         return False
-    rotations = reader.facts.get("rotations")
-    if rotations is None:
-        rotations = reader.facts["rotations"] = {}
+    rotations = reader.facts.setdefault("rotations", {})
     found = rotations.get(op)
     if found is None:
         found = rotations[op] = rotation(reader.graph.ops[op]) is not None
@@ -813,26 +811,15 @@ def _computed_results(reader: ModuleValues, op: int) -> list[tuple[int, TensorSh
     if name not in INDEXED_ROLES and not (name == "stablehlo.custom_call"
                                           and is_custom_partitioned(ir_op)):
         return []
-    if name in INDEXED_ROLES and reader.costs is not None:
-        # As its needs (``_read_needs``): its own values' shardings decide, in the
-        # readers of one module, which ask for every copy.
-        memo = reader.facts.get("computed results")
-        if memo is None:
-            memo = reader.facts["computed results"] = {}
-        sharding_id = reader.sharding_id
-        key = (op, reader.mesh, active_rules(), *[sharding_id(v) for v in graph.op_operands[op]],
-               *[sharding_id(v) for v in graph.op_results[op]])
-        found = memo.get(key)
-        if found is None:
-            found = memo[key] = _indexed_computed(reader, op, ir_op)
-        return found
+    if name in INDEXED_ROLES:
+        # As its needs (``_read_needs``): its own values' shardings decide.
+        return _by_own_shardings(reader, op, "computed results",
+                                 lambda: _indexed_computed(reader, op, ir_op))
     ruled = reader.rule_tensors(op)
     if ruled is None:
         return []
     rule, operands, results = ruled
     mesh = reader.mesh_of(*(t.sharding for t in results + operands))
-    if name in INDEXED_ROLES:
-        return _indexed_computed(reader, op, ir_op)
     computed = mesh and custom_partitioned_results(
         ir_op, operands, results, mesh, reader.facts.setdefault("custom partitions", {}))
     return list(zip(graph.op_results[op], computed or []))
@@ -963,19 +950,26 @@ def _read_needs(reader: ModuleValues, op: int) -> tuple:
     the readers sharing them read one module (the same op, attributes and producers),
     so the shardings of the op's operands and results (interned: ``sharding_id``)
     and the platform decide the answer. Unmemoised without ``reader.costs``."""
+    return _by_own_shardings(reader, op, "op needs",
+                             lambda: _needs(reader, op, reader.graph.ops[op]))
+
+
+def _by_own_shardings(reader: ModuleValues, op: int, fact: str, compute):
+    """``compute()``, memoised in ``reader.facts[fact]`` by op, mesh, platform rules and
+    the shardings of the op's operands and results (interned: ``sharding_id``): the
+    readers sharing these facts read one module, which ask for every copy of it.
+    Unmemoised without ``reader.costs``."""
     if reader.costs is None:
-        return _needs(reader, op, reader.graph.ops[op])
-    memo = reader.facts.get("op needs")
-    if memo is None:
-        memo = reader.facts["op needs"] = {}
+        return compute()
+    memo = reader.facts.setdefault(fact, {})
     graph, sharding_id = reader.graph, reader.sharding_id
     key = (op, reader.mesh, active_rules(),
            *[sharding_id(v) for v in graph.op_operands[op]],
            *[sharding_id(v) for v in graph.op_results[op]])
-    needs = memo.get(key)
-    if needs is None:
-        needs = memo[key] = _needs(reader, op, graph.ops[op])
-    return needs
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = compute()
+    return found
 
 
 # (A custom call's key misses its target and backend config: a custom_partitioning
