@@ -536,6 +536,9 @@ class RegionEvaluator:
         self.costs = costs if costs is not None else CostMemo(ReadMemo())
         self.count = 0  # region propagations run (memo misses)
         self.steady_count = 0  # of which with the cut open (steady-state prices)
+        # Steady-state prices propagated or ruled out by a bound (``bounded``), each once.
+        self.steady_charged = 0
+        self._bounded: set[tuple] = set()  # the keys of those ruled out
         self._memo: dict[tuple, tuple[int, int, tuple]] = {}
         self._regions: dict[tuple[int, ...], _Region] = {}
         # structure_key -> its number: a key is a large tuple, and a tuple hashes all it
@@ -605,8 +608,9 @@ class RegionEvaluator:
         """Whether ``price_pin`` (``steady_price`` with ``open_cut``) would answer from
         the memo (no region propagation)."""
         region = self._region(seeds)
+        key = self._key(region, pin, open_cut)
         return (self._key(region, None, open_cut) in self._memo
-                and self._key(region, pin, open_cut) in self._memo)
+                and (key in self._memo or key in self._bounded))
 
     def _module(self, region: _Region, open_cut: bool) -> PinnedCopies:
         """The region cut out (with its cut open or closed) and the accepted pins in it,
@@ -656,6 +660,7 @@ class RegionEvaluator:
             base = None if pin is None else self._evaluate(region, None, open_cut)
             self.count += 1
             self.steady_count += open_cut
+            self.steady_charged += open_cut and key not in self._bounded
             copies = self._module(region, open_cut)
             cut = region.cut  # whose op numbers the copies carry
             pins = []
@@ -695,3 +700,21 @@ class RegionEvaluator:
         """``price_pin`` with the region's cut open: what the region costs without and
         with ``pin`` once the values crossing the cut have settled with it."""
         return self.price_pin(seeds, pin, open_cut=True)
+
+    def steady_gain_bound(self, seeds: tuple[int, ...], pin: Pin) -> int:
+        """An upper bound of ``steady_price(seeds, pin).gain``, from the region priced
+        without ``pin`` alone: a region's predicted bytes are a sum of collectives'
+        bytes, none negative, so a candidate saves at most what the region costs
+        without it."""
+        return self._evaluate(self._region(seeds), None, open_cut=True)[0]
+
+    def bounded(self, seeds: tuple[int, ...], pin: Pin) -> None:
+        """``pin``'s steady-state price is not needed (``steady_gain_bound``): charged to
+        ``steady_charged`` as if it were propagated, and ``is_cached`` from now on, so
+        that a budget of steady-state propagations considers the same candidates with
+        the bound as without it."""
+        region = self._region(seeds)
+        key = self._key(region, pin, open_cut=True)
+        if pin.op in region.tags and key not in self._memo and key not in self._bounded:
+            self._bounded.add(key)
+            self.steady_charged += 1

@@ -295,9 +295,8 @@ class _Search:
             viable = [c for c in classes
                       if c.price.gain > 0 and c.price.memory <= c.price.base_memory]
             if not viable:
-                start = self.regions.steady_count
-                accepted, logged = self._steady_state_step(groups, steady_left, rejected)
-                steady_left -= self.regions.steady_count - start
+                accepted, logged, spent = self._steady_state_step(groups, steady_left, rejected)
+                steady_left -= spent
                 if accepted:
                     continue
                 for group in classes:
@@ -332,7 +331,7 @@ class _Search:
                 self._decide_class(group, None, verified, [])
 
     def _steady_state_step(self, groups: list[list[tuple[ConflictPoint, Pin, tuple]]],
-                           budget: int, rejected: set[tuple]) -> tuple[bool, set[tuple]]:
+                           budget: int, rejected: set[tuple]) -> tuple[bool, set[tuple], int]:
         """When no class gains on its closed region: rank the classes by their steady-state
         gain (``RegionEvaluator.steady_price``, most repeated first while ``budget``
         region propagations last) and verify them on the module, best total gain first,
@@ -342,21 +341,39 @@ class _Search:
         residual stream moved off the FSDP axis) as a reshard at the cut, so no
         class looks viable there; its steady-state price does show the gain, and
         the module verification is the authority. Returns whether a class was
-        kept, and the first pins (``Pin.key``) of the classes it logged.
+        kept, the first pins (``Pin.key``) of the classes it logged and the budget
+        it spent.
+
+        Only the verifications left are run, so only that many classes of the ranking
+        matter: a class whose gain is bounded (``steady_gain_bound``) by no more than
+        the last of the best found so far, or by nothing, cannot enter it and its pin
+        is not propagated. It is charged to ``budget`` as if it were
+        (``RegionEvaluator.bounded``), so the bound changes what is propagated, never
+        which classes are considered.
         """
-        spent = self.regions.steady_count
+        start = self.regions.steady_charged
         ranked = []
+        best: list[int] = []  # the largest total gains ranked, at most verifications left
         for members in groups:
             point, pin, seeds = members[0]
             if pin.key() in rejected:
                 continue
-            if (self.regions.steady_count - spent >= budget
+            if (self.regions.steady_charged - start >= budget
                     and not self.regions.is_cached(seeds, pin, open_cut=True)):
+                continue
+            bound = self.regions.steady_gain_bound(seeds, pin) * len(members)
+            # A later class that ties the last of the best ranks after it (a stable sort).
+            if bound <= 0 or (best and len(best) == self.verifications_left
+                              and bound <= best[-1]):
+                self.regions.bounded(seeds, pin)
                 continue
             price = self.regions.steady_price(seeds, pin)
             if price.gain > 0 and price.memory <= price.base_memory:
                 ranked.append(_Class(price, [(p, q) for p, q, _ in members]))
+                best = sorted([*best, price.gain * len(members)],
+                              reverse=True)[:self.verifications_left]
         ranked.sort(key=lambda c: c.price.gain * len(c.members), reverse=True)
+        spent = self.regions.steady_charged - start
         logged: set[tuple] = set()
         for group in ranked:
             if self.verifications_left == 0:
@@ -371,10 +388,10 @@ class _Search:
                 self.accept(pins, cost, memory, candidate)
                 self._decide_class(group, group.members[0][1].why, verified, group.members,
                                    scope=scope)
-                return True, logged
+                return True, logged, spent
             rejected.update(pin.key() for _, pin in group.members)
             self._decide_class(group, None, verified, [], scope=scope)
-        return False, logged
+        return False, logged, spent
 
     def _region_classes(self, max_region_evaluations: int, rejected: set[tuple]
                         ) -> tuple[list[_Class], list[list[tuple[ConflictPoint, Pin, tuple]]]]:

@@ -20,7 +20,7 @@ from jaxlib.mlir import ir
 from bench import cost_aware_speed, e2e_measure, zoo
 from bench.models import REGISTRY, REGRESSIONS
 from shardc.compiler.cost import report
-from shardc.compiler.cost_aware import pricing
+from shardc.compiler.cost_aware import pricing, regions
 from shardc.compiler.cost_aware.candidates import conflict_points, tag_ops
 from shardc.compiler.cost_aware.regions import imported_shardings, region_of, structure_key
 from shardc.compiler.propagation import propagate
@@ -138,3 +138,37 @@ def test_the_module_is_laid_out_for_pricing_once(monkeypatch):
     assert resolution.evaluations > 2 and resolution.pins
     module = max(sizes)
     assert sizes.count(module) == 1, sizes
+
+
+def test_the_steady_state_bound_skips_only_candidates_that_cannot_be_verified(monkeypatch):
+    """``grad_loops_unrolled`` has regions that cost nothing with their cut open: no pin
+    there can gain, so the steady-state step skips those pins' propagations
+    (``RegionEvaluator.steady_gain_bound``). Each skipped pin, priced after all, gains
+    no more than its bound; with the bound disabled, the search decides, tries and
+    returns exactly the same, with more region propagations."""
+    lower = cost_aware_speed.zoo_lowering(PROGRAMS["grad_loops_unrolled"]("small"))
+    lowered = lower("cost-aware")
+    found = cost_aware_speed.decisions_of(lowered.cost_aware_resolution)
+    assert found == DECISIONS["grad_loops_unrolled"]
+
+    skipped = []
+    bound_of, bounded = regions.RegionEvaluator.steady_gain_bound, regions.RegionEvaluator.bounded
+
+    def priced_after_all(evaluator, seeds, pin):
+        skipped.append((bound_of(evaluator, seeds, pin),
+                        evaluator.steady_price(seeds, pin).gain))
+        bounded(evaluator, seeds, pin)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(regions.RegionEvaluator, "bounded", priced_after_all)
+        checked = cost_aware_speed.decisions_of(lower("cost-aware").cost_aware_resolution)
+    assert skipped and all(gain <= bound for bound, gain in skipped), skipped
+    assert any(bound <= 0 for bound, _ in skipped)
+    monkeypatch.setattr(regions.RegionEvaluator, "steady_gain_bound",
+                        lambda evaluator, seeds, pin: 2 ** 62)  # never bounds
+    unbounded = lower("cost-aware")
+    everything = cost_aware_speed.decisions_of(unbounded.cost_aware_resolution)
+    assert everything["evaluations"][1] > found["evaluations"][1]
+    for decisions in (checked, everything):
+        assert {**decisions, "evaluations": found["evaluations"]} == found
+    assert unbounded.as_text() == lowered.as_text()
