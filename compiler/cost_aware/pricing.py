@@ -394,9 +394,15 @@ class PinnedCopies:
             # itself.
             module = self.module if self._in_clone_order else self.module.clone()
             graph, self._graph = self._graph, None
+            source, self._facts_of = self._facts_of, None
+            if graph is None and source is not None:
+                # The copy ``source`` reads is a clone of the module too: its graph but for
+                # the bindings.
+                graph = PropagationGraph.of_clone(module.operation, source.graph,
+                                                  conservative=self.conservative,
+                                                  memo=self.costs.reads)
             self._read = SharedRead(module, conservative=self.conservative,
                                     memo=self.costs.reads, graph=graph)
-            source, self._facts_of = self._facts_of, None
             if source is not None and _same_layout(source, self._read):
                 self._read.facts = source.facts
             for op, tag in enumerate(op_tags(self._read.facts, self._read.graph)):

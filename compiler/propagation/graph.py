@@ -318,6 +318,54 @@ class PropagationGraph:
         graph._read_uses()
         return graph
 
+    @classmethod
+    def of_clone(cls, module: ir.Operation, source: PropagationGraph, *,
+                 conservative: bool = False, memo: ReadMemo | None = None) -> PropagationGraph:
+        """The graph of ``module`` as a walk reads it, taken from ``source``'s arrays:
+        ``module`` and the module ``source`` was read from are clones of one module (so
+        their use-lists, which order the worklist, are in the same order).
+
+        A clone has its module's ops in the same pre-order, with the same names,
+        results, blocks, types and rules, so only the binding objects are new: the
+        ops walked and their results and block arguments. Where ``module`` is not
+        laid out as ``source`` (other ops, or ``source`` erased some), it is read
+        as a walk reads it.
+        """
+        walked: list[ir.Operation] = []
+        append, advance = walked.append, ir.WalkResult.ADVANCE
+        module.walk(lambda op: append(op) or advance, ir.WalkOrder.PRE_ORDER)
+        ops = walked[1:]
+        if (len(ops) != len(source.ops) or any(source.erased)
+                or list(map(_NAME, ops)) != source.op_name):
+            return cls(module, conservative=conservative, memo=memo)
+        values: list[ir.Value | None] = [None] * len(source.values)
+        single = [i for i, own in enumerate(source.op_results) if len(own) == 1]
+        for i, binding in zip(single, map(_RESULT, [ops[i] for i in single])):
+            values[source.op_results[i][0]] = binding
+        for i, own in enumerate(source.op_results):
+            if len(own) > 1:
+                for value, binding in zip(own, ops[i].results, strict=True):
+                    values[value] = binding
+        for i, blocks in enumerate(source.op_blocks):
+            if blocks:
+                bound = [block for region in ops[i].regions for block in region.blocks]
+                for (args, _), block in zip(blocks, bound, strict=True):
+                    for value, binding in zip(args, block.arguments, strict=True):
+                        values[value] = binding
+        graph = cls.__new__(cls)
+        graph.module, graph.conservative, graph.ops, graph.values = module, conservative, ops, \
+            values
+        graph.memo = memo if memo is not None else ReadMemo()
+        graph._rule_memo, graph._printed = graph.memo.rules, graph.memo.printed
+        graph._types, graph._rules = source._types, {}
+        for name in ("op_name", "op_parent", "op_operands", "op_results", "op_blocks",
+                     "op_terminator", "value_def", "value_owner", "value_arg_index",
+                     "value_shape", "value_type_key", "dynamic_values"):
+            setattr(graph, name, getattr(source, name))  # read, never written
+        graph.erased = [False] * len(ops)
+        graph.uses = list(source.uses)  # ``drop_uses_of`` replaces a value's list
+        return graph
+
     def subtree(self, op: int) -> list[int]:
         """``op`` and the ops nested in it, in pre-order."""
         found = [op]

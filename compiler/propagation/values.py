@@ -201,8 +201,10 @@ class ModuleValues:
         if self._unwritten:
             self._unwritten = False
             if self._copy is not None:
-                graph = PropagationGraph(self._copy(), conservative=self.graph.conservative,
-                                         memo=self.graph.memo)
+                # A copy of the read's module: its graph but for the bindings.
+                graph = PropagationGraph.of_clone(self._copy(), self.graph,
+                                                  conservative=self.graph.conservative,
+                                                  memo=self.graph.memo)
                 self._copy = None
                 self.store.moved_to(graph)
                 self.graph = graph

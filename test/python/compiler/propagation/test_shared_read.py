@@ -124,3 +124,38 @@ func.func @main(%arg0: tensor<8xf32>) -> tensor<8xf32> {
     assert read.propagate("basic", {constraint: attribute}) is None
     assert read.propagate("basic", {negate: attribute}) is not None
     assert read.store.dirty == set() and read.runs == 1
+
+
+_GRAPH_FIELDS = ("op_name", "op_parent", "op_operands", "op_results", "op_blocks",
+                 "op_terminator", "erased", "value_def", "value_owner", "value_arg_index",
+                 "value_shape", "value_type_key", "uses", "dynamic_values")
+
+
+def _assert_walked(graph: PropagationGraph, module: ir.Operation) -> None:
+    walked = PropagationGraph(module)
+    for field in _GRAPH_FIELDS:
+        assert getattr(graph, field) == getattr(walked, field), field
+    assert list(map(hash, graph.ops)) == list(map(hash, walked.ops))
+    assert list(map(hash, graph.values)) == list(map(hash, walked.values))
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_clones_graph_taken_from_another_clones_is_the_graph_a_walk_reads():
+    """``PropagationGraph.of_clone`` (a copy the cost-aware search writes back, its shared
+    read of the module): taken from the graph of another clone of the same module, every
+    op and value (nested bodies included), their numbering and uses in use-list order,
+    are those a walk reads; a module laid out otherwise is walked."""
+    context = make_context()
+    taken = walked = 0
+    previous = None
+    for _, _, module, read in generated_reads(context):
+        clone = module.operation.clone()
+        graph = PropagationGraph.of_clone(clone, read.graph)
+        _assert_walked(graph, clone)
+        taken += graph.op_name is read.graph.op_name
+        if previous is not None and previous.op_name != read.graph.op_name:
+            other = PropagationGraph.of_clone(clone, previous)  # another program's graph
+            _assert_walked(other, clone)
+            walked += other.op_name is not previous.op_name
+        previous = read.graph
+    assert taken > 10 and walked > 10
