@@ -480,7 +480,7 @@ class _Partitioner:
         if borrow != 1:
             return {}
         out: FactorAxes = {}
-        spare = list(inner)
+        spare = sorted(inner, key=key)  # the in-group devices, major first
         for dim in dims:
             f, room = dim[0], tiles[dim[0]]
             while room > 1 and spare:
