@@ -217,6 +217,44 @@ def _union(*parts: FactorAxes) -> FactorAxes:
     return out
 
 
+def _primes(n: int) -> list[int]:
+    """The prime factors of ``n``, smallest first, with multiplicity."""
+    out, p = [], 2
+    while n > 1:
+        while n % p == 0:
+            out.append(p)
+            n //= p
+        p += 1
+    return out
+
+
+def _merged(indices: FactorAxes, updates: FactorAxes, factors, free: tuple) -> FactorAxes:
+    """The indices of a scatter's index pass-through method: their sharding merged
+    with the updates' on the pass-through dims, where compatible.
+
+    XLA first reshards the indices to that merge (``MergeShardingIfCompatible``
+    of the updates' sharding propagated to the indices): replicated indices take
+    the updates' batch axes by slicing, and the method then applies where only
+    the updates were sharded (checked on XLA:CPU: a codebook gradient scattered
+    from updates [{"x"}, {}, {"y"}] at replicated indices all-reduces over "x").
+    """
+    used = {a for v in indices.values() for a in v}
+    out = dict(indices)
+    for f in factors:
+        have = indices.get(f, ())
+        want = tuple(a for a in updates.get(f, ()) if _within(a, free))
+        if want[:len(have)] != have:
+            if have[:len(want)] == want:
+                continue
+            return indices  # incompatible: the merge fails
+        extra = want[len(have):]
+        if any(a in used for a in extra):
+            return indices
+        out[f] = want
+        used.update(extra)
+    return out
+
+
 def _merge_target(target: FactorAxes, computed: FactorAxes, group: tuple) -> FactorAxes:
     """The in-group output target: ``target`` without the group axes, if compatible.
 
@@ -238,7 +276,8 @@ class _Partitioner:
 
     # --- methods: (name, group axes, new factor axes per role, output axes, partial:
     # the axes of each all-reduce of the partial results) ---
-    def methods(self, fa: dict[str, FactorAxes], free: tuple) -> list[tuple]:
+    def methods(self, fa: dict[str, FactorAxes], free: tuple, target: FactorAxes
+                ) -> list[tuple]:
         cls, op = self.cls, self.op
         data, idx, sl = fa["data"], fa["indices"], fa["slices"]
         out = []
@@ -270,15 +309,28 @@ class _Partitioner:
         if group:
             new = dict(fa)
             new["indices"] = _regroup(idx, group, inner(group), idx_priority)
+            if not op.scatter and not _sharded(new["indices"]) and _sharded(
+                    self._grouped_target(target, group, inner(group))):
+                # Indices left replicated in the groups take the requested output's
+                # batch axes instead (``GatherIndexShardingFromOutput...``), sliced
+                # before the mask is computed (checked on XLA:CPU: replicated indices
+                # into a codebook [{"x"}, {"y"}], output [{"x"}, {}, {"y"}], are
+                # sliced over "y", masked and gathered back with their mask).
+                from_output = {f: target[f] for f in (*cls.parallel, *cls.index_passthrough)
+                               if target.get(f)}
+                new["indices"] = _regroup(from_output, group, inner(group), idx_priority)
             partial = () if op.scatter else _per_dim(op, "data", data, cls.trivial, group)
             if op.scatter:
                 new["slices"] = _regroup(sl, group, inner(group), idx_priority)
             out.append(("trivially-sliced", group, new, {}, partial))
+        if op.scatter:
+            idx = _merged(idx, sl, cls.index_passthrough, free)
         group = group_of(idx, cls.index_passthrough)
         if group:
             on = {f: tuple(a for a in idx.get(f, ()) if a in group)
                   for f in cls.index_passthrough}
             new = dict(fa)
+            new["indices"] = idx
             partial: tuple = ()
             reducing = all(f in op.rule.reduction_factors for f in cls.index_passthrough)
             # The operand is replicated across the groups keeping the tiles the
@@ -307,7 +359,7 @@ class _Partitioner:
         if forced is not None:
             candidates = [forced]
         elif recursive:
-            candidates = self.methods(fa, free)
+            candidates = self.methods(fa, free, target)
             if candidates:
                 costed = [(self.cost(c, fa, target, free, outer), k)
                           for k, c in enumerate(candidates)]
@@ -373,12 +425,81 @@ class _Partitioner:
         replicated but the indices keep tiles in the group, the output follows
         the indices (``GatherOutputShardingFromIndex``)."""
         cls = self.cls
-        grouped = _regroup(target, group, inner,
-                           [*cls.parallel, *cls.index_passthrough, *cls.operand_passthrough])
+        grouped = self._grouped_target(target, group, inner)
         if _sharded(grouped):
             return grouped
         return {f: indices.get(f, ()) for f in (*cls.parallel, *cls.index_passthrough)
                 if indices.get(f)}
+
+    def _grouped_target(self, target: FactorAxes, group: tuple, inner: tuple) -> FactorAxes:
+        """The output a trivially sliced gather is asked for inside its groups
+        (``GroupShardingOnReplicatedDim``)."""
+        cls = self.cls
+        borrowed = self._borrowed(target, group, inner)
+        if borrowed is not None:
+            return borrowed
+        return _regroup(target, group, inner,
+                        [*cls.parallel, *cls.index_passthrough, *cls.operand_passthrough])
+
+    def _borrowed(self, target: FactorAxes, group: tuple, inner: tuple) -> FactorAxes | None:
+        """A gather output replicated over fewer devices than there are groups, grouped
+        as XLA does when the groups are the minor devices; None where ``_regroup``
+        answers (enough replication already, or other groups).
+
+        ``GroupShardingOnReplicatedDim`` then borrows the missing replication from the
+        output's tile counts, dimension by dimension from the lowest priority (the
+        batch dims before the operand's pass-through dims,
+        ``GatherOutputDimsByPriority``), one prime factor at a time, and lays the tiles
+        left out on a fresh device order: the in-group devices, major first, tile the
+        dims in order (checked on XLA:CPU: an output [{"x"}, {"y"}] of rows sharded on
+        "y" of a 2x4 mesh is computed with its columns on "x" inside the "y" groups,
+        an all-to-all from the rows the indices pass through)."""
+        dims = self.op.mappings["slices"]
+        if any(len(dim) != 1 for dim in dims):
+            return None
+        order = list(self.op.mesh.sizes)
+        key = lambda a: (order.index(a.name), a.pre)  # noqa: E731
+        if not group or not inner or max(map(key, inner)) > min(map(key, group)):
+            return None
+        free = (*inner, *group)
+        tiles = {dim[0]: prod(a.size for a in target.get(dim[0], ()) if _within(a, free))
+                 for dim in dims}
+        replicas = prod(a.size for a in free) // prod(tiles.values())
+        groups = prod(a.size for a in group)
+        if replicas % groups == 0:
+            return None
+        if groups % replicas or prod(tiles.values()) * replicas % groups:
+            return {}
+        borrow = groups // replicas
+        passthrough = set(self.cls.operand_passthrough)
+        for f in sorted(tiles, key=lambda f: f in passthrough):
+            for prime in _primes(tiles[f]):
+                if borrow % prime == 0:
+                    tiles[f] //= prime
+                    borrow //= prime
+        if borrow != 1:
+            return {}
+        out: FactorAxes = {}
+        spare = sorted(inner, key=key)  # the in-group devices, major first
+        for dim in dims:
+            f, room = dim[0], tiles[dim[0]]
+            while room > 1 and spare:
+                axis = spare.pop(0)
+                if axis.size <= room:
+                    if room % axis.size:
+                        return None
+                    out[f] = out.get(f, ()) + (axis,)
+                    room //= axis.size
+                else:
+                    if axis.size % room:
+                        return None
+                    out[f] = out.get(f, ()) + (AxisRef(axis.name, axis.pre, room, axis.total),)
+                    spare.insert(0, AxisRef(axis.name, axis.pre * room, axis.size // room,
+                                            axis.total))
+                    room = 1
+            if room > 1:
+                return None
+        return out
 
     def cost(self, candidate, fa, target, free, outer: FactorAxes | None = None
              ) -> tuple[int, int]:

@@ -62,7 +62,9 @@ XLA_REPLICATED_OPS = frozenset({"chlo.top_k", "stablehlo.fft", UNPARTITIONED_CON
 # A reduce of several operands at once (an argmax's values and indices) has no
 # all-reduce: XLA's reduce handler keeps each local result's reduced dimensions (size
 # one, tiled as the operand was), all-gathers them over the axes reduced over and
-# reduces the gathered results again (checked on XLA:CPU: argmax over a sharded axis).
+# reduces the gathered results again (checked on XLA:CPU: argmax over a sharded axis),
+# after resharding every operand as the first one is sharded (checked on XLA:CPU: an
+# argmin over a dimension sharded in its distances, its iota indices sharded otherwise).
 VARIADIC_REDUCE = REDUCE = "stablehlo.reduce"
 # Why a padded reduce-scatter is followed by a collective-permute
 # (``reshard.reduce_scatter_halo``).
@@ -370,7 +372,8 @@ def sliced_further(computed: Sequence[DimSharding], wanted: Sequence[DimSharding
 
 def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
                      results: Sequence[Tensor], mesh=None, *,
-                     op_name: str | None = None) -> list[OpCommunication]:
+                     op_name: str | None = None, unused: frozenset[int] = frozenset()
+                     ) -> list[OpCommunication]:
     """The collectives XLA needs around one op (empty when results are unsharded).
 
     ``mesh`` (a ``MeshInfo`` or (axis, size) pairs, major to minor) gives the
@@ -379,7 +382,8 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     does (``_reduction_axes``). Without it every contraction keeps its
     sharding and the device order is guessed from the axes named. An op
     named in ``XLA_REPLICATED_OPS`` (``op_name``) gathers every operand whole
-    and slices its result for free.
+    and slices its result for free. The results numbered in ``unused`` have no
+    readers: XLA drops their reshards with them.
     """
     if all(r.sharding is None for r in results):
         return []
@@ -400,7 +404,7 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     key = (rule, tuple(operands), tuple(results),
            mesh.key if isinstance(mesh, MeshInfo) else (tuple(mesh) if mesh else None),
            replicated, gathers_partials, reduce, dot, custom_call, convolution, elementwise,
-           reshape, groups_gathered, rules)
+           reshape, groups_gathered, unused, rules)
     found = _memo.get(key)
     if found is None:
         if len(_memo) >= _MEMO_LIMIT:
@@ -408,7 +412,7 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
         found = _memo[key] = tuple(_op_communication(rule, operands, results, mesh,
                                                      replicated, gathers_partials, reduce, dot,
                                                      custom_call, convolution, elementwise,
-                                                     reshape, groups_gathered))
+                                                     reshape, groups_gathered, unused))
     return list(found)
 
 
@@ -454,16 +458,15 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
                       convolution: bool = False,
                       elementwise: bool = False,
                       reshape: bool = False,
-                      groups_gathered: bool = False) -> list[OpCommunication]:
+                      groups_gathered: bool = False,
+                      unused: frozenset[int] = frozenset()) -> list[OpCommunication]:
     declared = results
     computed_as = "reduced as its operand is sharded"
-    if reduce and not replicated and not gathers_partials:
+    if reduce and not replicated:
         # XLA's reduce handler reduces its operands as the first one is sharded and
         # reshards the result it gets to the declared one afterwards (checked on
         # XLA:CPU: a row sum of [{"model"}, {}] declared [{"data"}] permutes the sums).
-        # A variadic one's unused results (an argmax's values) are not moved: not
-        # modelled there.
-        results = _reduced_as_operand(rule, operands[0], results)
+        results = _reduced_as_operand(rule, operands[0], results, gathers_partials)
     if elementwise:
         # XLA's elementwise handler computes an op whose operands all share one
         # sharding in that sharding and reshards the result, one reshard where
@@ -485,7 +488,10 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     if replicated:
         factor_axes, reduction = dict.fromkeys(range(len(rule.factor_sizes)), ()), {}
     else:
-        factor_axes, reduction = computation_axes(rule, operands, results, mesh)
+        # A variadic reduce reshards its other inputs as the first one is sharded.
+        inputs = ([operands[0]] * len(results) + list(operands[len(results):])
+                  if gathers_partials else operands)
+        factor_axes, reduction = computation_axes(rule, inputs, results, mesh)
     in_results = {f for mapping in rule.result_mappings for dim in mapping for f in dim}
     if custom_call and rule.is_custom:
         factor_axes.update((f, ()) for mapping in rule.operand_mappings for dim in mapping
@@ -580,8 +586,8 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
                 reason = "partial sums of a reduction sharded over " + ", ".join(map(str, over))
             out.append(OpCommunication(None, reason, collective))
             out += _halo(collective, result, over)
-    for computed, wanted in zip(results, declared):
-        if computed is wanted:
+    for index, (computed, wanted) in enumerate(zip(results, declared)):
+        if computed is wanted or index in unused:
             continue
         reason = (f"{computed_as}, {dims_text(computed.sharding)}, "
                   f"then resharded to {dims_text(wanted.sharding)}")
@@ -601,10 +607,12 @@ def _halo(collective: Collective, result: Tensor, over: Sequence[AxisRef]
     return [] if halo is None else [OpCommunication(None, HALO_REASON, halo)]
 
 
-def _reduced_as_operand(rule: OpShardingRule, operand: Tensor, results: Sequence[Tensor]
-                        ) -> list[Tensor]:
+def _reduced_as_operand(rule: OpShardingRule, operand: Tensor, results: Sequence[Tensor],
+                        gathers_partials: bool = False) -> list[Tensor]:
     """``results`` sharded as a reduce of ``operand`` leaves them: its axes on the
-    dimensions kept (a result holding at least those axes stays the same object)."""
+    dimensions kept. A result holding at least those axes stays the same object (the
+    partial sums are reduced and sliced), unless the reduce ``gathers_partials``: its
+    partial results then stay where the operand is sharded."""
     if operand.sharding is None or len(operand.sharding.dims) != len(rule.operand_mappings[0]):
         return list(results)
     axes = projected_axes(operand.sharding, rule.operand_mappings[0], rule.factor_sizes)
@@ -615,8 +623,9 @@ def _reduced_as_operand(rule: OpShardingRule, operand: Tensor, results: Sequence
             continue
         dims = tuple(DimSharding(tuple(a for f in dim for a in axes.get(f, ())), True)
                      for dim in mapping)
-        out.append(result if sliced_further(dims, result.sharding.dims)
-                   else replace(result, sharding=result.sharding._replace(dims=dims)))
+        kept = dims == result.sharding.dims or (not gathers_partials
+                                                 and sliced_further(dims, result.sharding.dims))
+        out.append(result if kept else replace(result, sharding=result.sharding._replace(dims=dims)))
     return out
 
 

@@ -1073,9 +1073,11 @@ def _needs(reader: ModuleValues, op: int, ir_op: ir.Operation) -> tuple:
     if roles is not None:  # XLA's gather/scatter handler, not the factor model
         needs = indexed_communication(rule, roles, operands, results, mesh)
     if needs is None:
+        graph = reader.graph
+        unused = frozenset(i for i, value in enumerate(graph.op_results[op]) if not graph.uses[value])
         needs = op_communication(rule, operands, results, mesh,
-                                 op_name=partitioned_as(reader.graph.op_name[op], ir_op,
-                                                        operands, mesh))
+                                 op_name=partitioned_as(graph.op_name[op], ir_op, operands, mesh),
+                                 unused=unused)
     if ir_op.name == CONVOLUTION:
         needs = split_conv_all_reduces(tuple(needs), conv_collectives(
             ir_op, operands[0], operands[1], results[0])[1])

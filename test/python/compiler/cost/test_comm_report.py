@@ -410,3 +410,32 @@ def test_reshape_xla_cannot_shard_locally_gathers_and_slices(program):
     predicted, compiled = predicted_and_compiled(fun, args, specs, grid=grid)
     assert predicted == compiled
     assert compiled["all-gather"]
+
+
+def test_variadic_reduce_reshards_its_other_inputs_as_the_first_and_keeps_its_partials():
+    """An argmin over distances sharded on the reduced dimension, its result asked on
+    the batch: XLA reshards the iota indices as the distances are (an all-to-all), reduces
+    each device's part, all-gathers the partial values and indices over the reduced axis
+    and reduces them again; the result is then sliced to the batch for free."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from comm_comparison import mesh, predicted_and_compiled
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    grid = mesh((8,), ("x",))
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((16, 32)).astype(np.float32),
+            rng.standard_normal((512, 32)).astype(np.float32)]
+
+    def fun(h, codebook):
+        distances = jax.lax.with_sharding_constraint(h @ codebook.T,
+                                                     NamedSharding(grid, P(None, "x")))
+        return jnp.argmin(distances, -1)
+
+    predicted, compiled = predicted_and_compiled(fun, args, [P("x"), P("x")], out=P("x"),
+                                                 grid=grid)
+    assert predicted == compiled
+    # h gathered for the dot, then the partial values and indices (one per device)
+    assert compiled["all-gather"] == 16 * 32 * 4 + 2 * 16 * 8 * 4

@@ -263,3 +263,86 @@ def test_indices_keep_their_tiles_on_part_of_a_larger_in_group_axis():
                          for k, c in compiled.collectives().items() if c.count}
     assert predicted["collective-permute"] == 64 * 4
     np.testing.assert_allclose(compiled(*args), jax.jit(grad)(*args), rtol=1e-6)
+
+
+def _replicated_indices_case(shape):
+    """A 2-D mesh, updates / table sharded on it, indices sharded on "x" then
+    constrained replicated right before the op (as the cost-aware search leaves them)."""
+    mesh = jax.make_mesh(shape, ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+    rand = np.random.default_rng(0)
+    ids = jax.device_put(rand.integers(0, 512, (8, 16), np.int32), NamedSharding(mesh, P("x")))
+    replicated = NamedSharding(mesh, P())
+    return mesh, rand, ids, lambda i: jax.lax.with_sharding_constraint(i[..., None], replicated)
+
+
+def _predicted_is_compiled(fun, args, **shardings):
+    lowered = jit(fun, **shardings).lower(*args)
+    predicted = {k: t.bytes_per_device for k, t in lowered.comm_report().totals().items()
+                 if t.count}
+    compiled = lowered.compile()
+    assert predicted == {k: c.bytes_per_device
+                         for k, c in compiled.collectives().items() if c.count}
+    ours, theirs = compiled(*args), jax.jit(fun, **shardings)(*args)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-5)
+    assert ours.sharding.is_equivalent_to(theirs.sharding, ours.ndim)
+    return predicted
+
+
+@pytest.mark.parametrize("shape", [(2, 4), (4, 2)])
+def test_replicated_indices_of_a_scatter_take_the_updates_batch_axes(shape):
+    """A codebook gradient: updates ``[{"x"}, {}, {"y"}]`` scattered at replicated
+    indices into zeros ``[{}, {"y"}]``. XLA's index pass-through first merges the
+    updates' batch axes into the indices (a slice), so it applies: each ``x`` group
+    scatters its own updates into the table and all-reduces it over ``x``, instead of
+    gathering the updates."""
+    mesh, rand, ids, replicated = _replicated_indices_case(shape)
+    updates = jax.device_put(rand.standard_normal((8, 16, 32)).astype(np.float32),
+                             NamedSharding(mesh, P("x", None, "y")))
+    numbers = jax.lax.ScatterDimensionNumbers(
+        update_window_dims=(2,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,))
+
+    def scatter(u, i):
+        return jax.lax.scatter_add(jnp.zeros((512, 32), jnp.float32), replicated(i), u, numbers)
+
+    predicted = _predicted_is_compiled(scatter, (updates, ids),
+                                       out_shardings=NamedSharding(mesh, P(None, "y")))
+    assert predicted["all-reduce"] == 512 * 32 // mesh.shape["y"] * 4
+
+
+def test_replicated_indices_of_a_trivially_sliced_gather_take_the_output_batch_axes():
+    """A lookup in a codebook ``[{"x"}, {"y"}]`` at replicated indices, the output asked
+    ``[{"x"}, {}, {"y"}]`` on a 4x2 mesh: the indices, left replicated inside the ``x``
+    groups, take the output's batch axes (kept on ``y`` in the groups): sliced, masked,
+    and gathered back over ``y`` with their mask."""
+    mesh, rand, ids, replicated = _replicated_indices_case((4, 2))
+    table = jax.device_put(rand.standard_normal((512, 32)).astype(np.float32),
+                           NamedSharding(mesh, P("x", "y")))
+    numbers = jax.lax.GatherDimensionNumbers(offset_dims=(2,), collapsed_slice_dims=(0,),
+                                             start_index_map=(0,))
+
+    def lookup(t, i):
+        return jax.lax.gather(t, replicated(i), numbers, (1, 32))
+
+    predicted = _predicted_is_compiled(lookup, (table, ids),
+                                       out_shardings=NamedSharding(mesh, P("x", None, "y")))
+    # the sliced indices (int32) and their mask (bool), each gathered over "y"
+    assert predicted["all-gather"] - 512 == 8 * 16 * 4 + 8 * 16
+
+
+@pytest.mark.parametrize("shape", [(2, 4), (4, 2)])
+def test_a_trivially_sliced_gather_output_borrows_replication_from_its_batch_dims(shape):
+    """True-class weights of a sampled softmax: a table of rows on ``y``, labels on
+    ``x``, the output asked ``[{"x"}, {"y"}]``, replicated nowhere. Grouping it on the
+    ``y`` groups, XLA borrows the replication from the batch dim first, then from the
+    columns, and lays the tiles left on the in-group devices: the columns on ``x``. The
+    labels pass through on ``x`` and the result is moved onto the columns (an
+    all-to-all), the mask gathered whole, the partial sums all-reduced over ``y``, then
+    permuted to the requested tiles."""
+    mesh = jax.make_mesh(shape, ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+    rand = np.random.default_rng(0)
+    table = jax.device_put(rand.standard_normal((1024, 32)).astype(np.float32),
+                           NamedSharding(mesh, P("y")))
+    labels = jax.device_put(rand.integers(0, 1024, (16,), np.int32), NamedSharding(mesh, P("x")))
+    predicted = _predicted_is_compiled(lambda t, i: t[i], (table, labels),
+                                       out_shardings=NamedSharding(mesh, P("x", "y")))
+    assert predicted["all-to-all"] == 16 // mesh.shape["x"] * 32 * 4  # the labels' rows
