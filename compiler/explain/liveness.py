@@ -179,7 +179,7 @@ class LivenessWalker:
         self.extra, self.needs, self.reduced = found.extra, found.needs, found.reduced
         self.partial, self.whole, self.moved = found.partial, found.whole, found.moved
         self.scattered, self.relaid = found.scattered, found.relaid
-        self.converted = found.converted
+        self.converted, self.widened = found.converted, found.widened
         self.exchanged = found.exchanged
         self.windowed = found.windowed
         for op, body in found.bodies.items():
@@ -418,6 +418,13 @@ class LivenessWalker:
         if self.fused_into_dots(value, op):
             return False
         name = graph.op_name[op]
+        if name == "stablehlo.convert" and graph.uses[value] and all(
+                (value, u) in self.widened for u, _ in graph.uses[value]):
+            # a cast read only by dots through their wide copies is computed in the
+            # convert writing that copy (a bf16 policy's cast of an f32 weight:
+            # XLA:CPU's convert_convert_fusion, f32 to bf16 to f32, no bf16 weight;
+            # a bf16 activation a dot reads stays a buffer)
+            return False
         if name in _FREE and value not in self.moved:
             return False
         users = self.reader_names(value, op)

@@ -95,6 +95,8 @@ class OpNeeds:
     converted_last: dict[int, int] = field(default_factory=dict)
     # reshards (value, target) some dot reads only as a wide copy
     converted: set[tuple] = field(default_factory=set)
+    # (value, dot) where the dot reads the value's wide copy, the value not resharded
+    widened: set[tuple[int, int]] = field(default_factory=set)
     # results an indexed op computes in one sharding and all-to-alls to the declared one
     exchanged: set[int] = field(default_factory=set)
     # slice result -> bytes of the array its halo exchange concatenates, which its
@@ -521,6 +523,8 @@ class OpNeeds:
             self.needs.setdefault(op, []).append(((value, target), size, 0))
             if resharded is not None:
                 self.converted.add(resharded[0])
+            else:
+                self.widened.add((value, op))
             self._hoist_widened(values, value, element)
 
     def _widen_arithmetic(self, values: ModuleValues, op: int, operands) -> None:

@@ -200,6 +200,22 @@ def test_bf16_dot_converts_its_gathered_operand_on_cpu():
     _assert_close(*_compare(step, args, shardings))
 
 
+def test_weight_cast_for_bf16_dots_is_computed_in_their_wide_copy():
+    # A mixed-precision policy casts an f32 weight to bf16 for its dots; XLA:CPU
+    # computes those dots in f32 and fuses the cast into the convert writing the
+    # f32 copy they read (convert_convert_fusion): no bf16 weight. Counting it put
+    # the temporaries at 1.46x XLA's.
+    def f(w, x, y):
+        wb = w.astype(jnp.bfloat16)
+        return jnp.tanh(x @ wb) + jnp.tanh(y @ wb)
+
+    mesh = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Explicit,))
+    rows, whole = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+    args = (jnp.ones((256, 256)), jnp.ones((64, 256), jnp.bfloat16),
+            jnp.ones((64, 256), jnp.bfloat16))
+    _assert_close(*_compare(f, args, (whole, rows, rows)))
+
+
 def test_all_reduce_runs_between_its_op_and_the_next():
     # Pooled attention, heads sharded over model, batch over data: the backward's
     # model-axis all-reduce of the keys' gradient runs as an op of its own between
