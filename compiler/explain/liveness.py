@@ -430,16 +430,29 @@ class LivenessWalker:
         users = self.reader_names(value, op)
         if name == "stablehlo.transpose" and users == {"stablehlo.dot_general"}:
             return False  # XLA's transpose folding makes it the dot's dimension numbers
-        if name in FUSIBLE and graph.uses[value] and all(
-                self.reads_copy(value, u) for u, _ in graph.uses[value]):
+        copied = [self.reads_copy(value, u) for u, _ in graph.uses[value]]
+        if name in FUSIBLE and any(copied) and all(
+                c or self._fusing_reduction(u, op)
+                for c, (u, _) in zip(copied, graph.uses[value])):
             # read only through the transposed copies made for its readers, it is
             # computed inside them: a kernel's reverse for a convolution's input
-            # gradient is fused into the copy (conv_net's transpose_copy_fusion.5)
+            # gradient is fused into the copy (conv_net's transpose_copy_fusion.5);
+            # a reduction reading it too fuses it as well, every reader can
+            # (``InstructionFusion::ComputeGloballyUnfusible``): a conv layer's output
+            # gradient, read by its kernel's gradient and summed for its bias's
+            # (nnx_bn_train_eval's add_reduce_fusion and transpose_copy_fusion.1)
             return False
         fusible = self.rules.fusible
         if (name in FUSIBLE or name in fusible) and users <= _FUSING_CONSUMERS | fusible:
             return self.shared(value, op) or self.outside_offloaded_reduction(value, op)
         return True
+
+    def _fusing_reduction(self, user: int, op: int) -> bool:
+        """Whether ``user`` is a reduction of ``op``'s block in a loop fusion of its
+        own (not one XLA:CPU hands to YNNPACK), which fuses its operands' producers."""
+        return self.top_user(user, op) == user and \
+            self.graph.op_name[user] == "stablehlo.reduce" and \
+            not self.offloaded_reduction(user)
 
     def reader_names(self, value: int, op: int) -> set[str]:
         """The names of the ops of ``op``'s block reading ``value``, seen through the

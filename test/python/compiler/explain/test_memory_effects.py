@@ -216,6 +216,27 @@ def test_weight_cast_for_bf16_dots_is_computed_in_their_wide_copy():
     _assert_close(*_compare(f, args, (whole, rows, rows)))
 
 
+def test_conv_output_gradient_is_computed_in_its_readers():
+    # A conv layer with a bias: its output gradient (2 * (out - y), two large
+    # operands) is read by the kernel gradient's convolution, through the transposed
+    # copy XLA:CPU makes of it, and by the bias gradient's sum. Every reader can fuse
+    # it, so XLA computes it in both (transpose_copy_fusion, add_reduce_fusion): no
+    # buffer of its own (counting one put the estimate at 1.18x).
+    def step(k, b, x, y):
+        def loss(k, b):
+            out = jax.lax.conv_general_dilated(
+                x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")) + b
+            return jnp.sum((out - y) ** 2)
+        gk, gb = jax.grad(loss, argnums=(0, 1))(k, b)
+        return k - 0.1 * gk, b - 0.1 * gb
+
+    mesh = _mesh()
+    whole, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+    args = (jnp.ones((3, 3, 8, 8)), jnp.zeros((8,)), jnp.ones((16, 8, 8, 8)),
+            jnp.ones((16, 8, 8, 8)))
+    _assert_close(*_compare(step, args, (whole, whole, rows, rows)))
+
+
 def test_all_reduce_runs_between_its_op_and_the_next():
     # Pooled attention, heads sharded over model, batch over data: the backward's
     # model-axis all-reduce of the keys' gradient runs as an op of its own between
