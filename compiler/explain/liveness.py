@@ -179,7 +179,7 @@ class LivenessWalker:
         self.extra, self.needs, self.reduced = found.extra, found.needs, found.reduced
         self.partial, self.whole, self.moved = found.partial, found.whole, found.moved
         self.scattered, self.relaid = found.scattered, found.relaid
-        self.converted = found.converted
+        self.converted, self.widened = found.converted, found.widened
         self.exchanged = found.exchanged
         self.windowed = found.windowed
         for op, body in found.bodies.items():
@@ -418,21 +418,41 @@ class LivenessWalker:
         if self.fused_into_dots(value, op):
             return False
         name = graph.op_name[op]
+        if name == "stablehlo.convert" and graph.uses[value] and all(
+                (value, u) in self.widened for u, _ in graph.uses[value]):
+            # a cast read only by dots through their wide copies is computed in the
+            # convert writing that copy (a bf16 policy's cast of an f32 weight:
+            # XLA:CPU's convert_convert_fusion, f32 to bf16 to f32, no bf16 weight;
+            # a bf16 activation a dot reads stays a buffer)
+            return False
         if name in _FREE and value not in self.moved:
             return False
         users = self.reader_names(value, op)
         if name == "stablehlo.transpose" and users == {"stablehlo.dot_general"}:
             return False  # XLA's transpose folding makes it the dot's dimension numbers
-        if name in FUSIBLE and graph.uses[value] and all(
-                self.reads_copy(value, u) for u, _ in graph.uses[value]):
+        copied = [self.reads_copy(value, u) for u, _ in graph.uses[value]]
+        if name in FUSIBLE and any(copied) and all(
+                c or self._fusing_reduction(u, op)
+                for c, (u, _) in zip(copied, graph.uses[value])):
             # read only through the transposed copies made for its readers, it is
             # computed inside them: a kernel's reverse for a convolution's input
-            # gradient is fused into the copy (conv_net's transpose_copy_fusion.5)
+            # gradient is fused into the copy (conv_net's transpose_copy_fusion.5);
+            # a reduction reading it too fuses it as well, every reader can
+            # (``InstructionFusion::ComputeGloballyUnfusible``): a conv layer's output
+            # gradient, read by its kernel's gradient and summed for its bias's
+            # (nnx_bn_train_eval's add_reduce_fusion and transpose_copy_fusion.1)
             return False
         fusible = self.rules.fusible
         if (name in FUSIBLE or name in fusible) and users <= _FUSING_CONSUMERS | fusible:
             return self.shared(value, op) or self.outside_offloaded_reduction(value, op)
         return True
+
+    def _fusing_reduction(self, user: int, op: int) -> bool:
+        """Whether ``user`` is a reduction of ``op``'s block in a loop fusion of its
+        own (not one XLA:CPU hands to YNNPACK), which fuses its operands' producers."""
+        return self.top_user(user, op) == user and \
+            self.graph.op_name[user] == "stablehlo.reduce" and \
+            not self.offloaded_reduction(user)
 
     def reader_names(self, value: int, op: int) -> set[str]:
         """The names of the ops of ``op``'s block reading ``value``, seen through the

@@ -36,6 +36,7 @@ from shardc.compiler.cost.reshard import (
     ALL_TO_ALL,
     REDUCE_SCATTER,
     all_reduce,
+    axis_names,
     dim_axes,
     reshard_collectives,
     shard_bytes,
@@ -44,7 +45,7 @@ from shardc.compiler.cost.reshard import (
 from shardc.compiler.explain.layout import relayout, transposed_gather
 from shardc.compiler.propagation.graph import ELEMENTWISE
 from shardc.compiler.propagation.values import ModuleValues
-from shardc.compiler.sharding.axes import size_product
+from shardc.compiler.sharding.axes import AxisRef, size_product
 from shardc.compiler.sharding.rules import indexed_roles_for
 from shardc.compiler.sharding.tensor import DimSharding
 
@@ -94,6 +95,8 @@ class OpNeeds:
     converted_last: dict[int, int] = field(default_factory=dict)
     # reshards (value, target) some dot reads only as a wide copy
     converted: set[tuple] = field(default_factory=set)
+    # (value, dot) where the dot reads the value's wide copy, the value not resharded
+    widened: set[tuple[int, int]] = field(default_factory=set)
     # results an indexed op computes in one sharding and all-to-alls to the declared one
     exchanged: set[int] = field(default_factory=set)
     # slice result -> bytes of the array its halo exchange concatenates, which its
@@ -275,7 +278,10 @@ class OpNeeds:
         if partitioned_as(name, graph.ops[op], operands, mesh) in XLA_REPLICATED_OPS:
             reduced, wanted = set(), self._replicated(graph, op, operands, results, mesh)
         if name in _INDEXED:
-            wanted = self._indexed(graph, op, rule, operands, results, mesh) or wanted
+            planned = self._indexed(graph, op, rule, operands, results, mesh)
+            if planned is not None:
+                wanted, summed = planned
+                reduced = _axes_named(summed, mesh)
         copied = relayout(graph.ops[op], name, operands, results)
         if copied.pop(-1, 0):  # a result in a non-canonical layout: transposed copy
             self.extra[op] = self.extra.get(op, 0) + sum(
@@ -396,17 +402,25 @@ class OpNeeds:
                  _copied(tensor, dim_axes(tensor.sharding, rank), after, found)))
         self.bodies[op] = body
 
-    def _indexed(self, graph, op: int, rule, operands, results, mesh) -> list | None:
+    def _indexed(self, graph, op: int, rule, operands, results, mesh
+                 ) -> tuple[list, set[str]] | None:
         """What a gather or scatter needs as XLA's gather/scatter handler partitions
         it (``cost.indexed``, as ``comm_report`` prices it), not the factor model:
-        per operand None or its reshard (as ``_rule_needs`` gives it), and the
-        results it all-to-alls (``_exchange``); None where the handler has no plan.
+        per operand None or its reshard (as ``_rule_needs`` gives it), the names of
+        the axes its partial results are all-reduced over, and the results it all-to-alls
+        (``_exchange``); None where the handler has no plan.
 
         The handler often looks rows up where the table lies and moves the rows,
         not the table: a lookup in a table sharded over rows and columns gathers
         no table at all on 8 devices (a select of the local rows, an all-reduce of
         f32[4,64,64] and an all-to-all), where the factor model gathered the
-        table's rows (a buffer of 256 KiB and its transposed copy)."""
+        table's rows (a buffer of 256 KiB and its transposed copy).
+
+        Where the plan gathers a table sharded on its looked-up rows and passes the
+        indices' sharding on, nothing is summed, though the factor model reads the
+        rows' axes as reduced: jraph's node features gathered per edge are
+        ``bitcast_gather_fusion = f32[24,1,16]`` of ``all-gather.4`` on 8 devices,
+        no all-reduced f32[192,16] of partial lookups."""
         roles = indexed_roles_for(graph.ops[op])
         needs = None if roles is None else indexed_communication(
             rule, roles, operands, results, mesh)
@@ -432,7 +446,9 @@ class OpNeeds:
             after, moves, size, _, gathers = wanted[roles.indices]
             wanted[roles.indices] = (after, moves, size, adjusted_indices_bytes(
                 rule, roles, operands, results, mesh), gathers)
-        return wanted
+        summed = {name for need in needs if need.operand is None
+                  and need.collective.kind == ALL_REDUCE for name in need.collective.axes}
+        return wanted, summed
 
     def _exchange(self, graph, op: int, results, needs) -> None:
         """Record the results XLA's gather/scatter handler computes in another
@@ -507,6 +523,8 @@ class OpNeeds:
             self.needs.setdefault(op, []).append(((value, target), size, 0))
             if resharded is not None:
                 self.converted.add(resharded[0])
+            else:
+                self.widened.add((value, op))
             self._hoist_widened(values, value, element)
 
     def _widen_arithmetic(self, values: ModuleValues, op: int, operands) -> None:
@@ -696,6 +714,19 @@ def _expanded_select_and_scatter(operands) -> int:
     iotas = rank * elements[0] * _INDEX_BYTES
     windowed = elements[1] * (operand.element_bytes + rank * _INDEX_BYTES)
     return iotas + windowed
+
+
+def _axes_named(names: set[str], mesh) -> set[AxisRef]:
+    """The axes a collective lists as ``names``: whole mesh axes or sub-axes of them."""
+    found = set()
+    for name, total in mesh.sizes.items() if names else ():
+        divisors = [d for d in range(1, total + 1) if total % d == 0]
+        for pre in divisors:
+            for size in divisors:
+                axis = AxisRef(name, pre, size, total)
+                if size > 1 and total % (pre * size) == 0 and axis_names((axis,))[0] in names:
+                    found.add(axis)
+    return found
 
 
 def _contracted(op, index: int) -> set[int] | None:

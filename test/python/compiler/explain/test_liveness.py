@@ -79,11 +79,14 @@ def test_estimate_unchanged_on_benchmark_programs(programs, name):
 # combiner walks the step (post order, one all-reduce per axis of a sum over
 # several) move the unrolled step towards XLA (148160 -> 150080). The loops' and
 # combined all-reduces' tables laid after the arrays' heap: all three towards XLA
-# (+500 to +950 bytes).
+# (+500 to +950 bytes). The embedding gradient's scatter-add all-reduced over the
+# axes XLA's scatter handler sums over (a sub-axis of "model"), not the factor
+# model's "data": -8, -320 and -320 bytes (that scatter alone at 64 devices,
+# 4096 rows: 1.13x -> 1.01x XLA's temporaries).
 TINY_BEFORE = {
-    "unrolled": (8704, 8628, 150576, 0),
-    "scan": (8704, 8556, 216752, 0),
-    "remat": (8704, 8556, 103656, 0),
+    "unrolled": (8704, 8628, 150568, 0),
+    "scan": (8704, 8556, 216432, 0),
+    "remat": (8704, 8556, 103336, 0),
 }
 
 

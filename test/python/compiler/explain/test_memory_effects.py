@@ -200,6 +200,43 @@ def test_bf16_dot_converts_its_gathered_operand_on_cpu():
     _assert_close(*_compare(step, args, shardings))
 
 
+def test_weight_cast_for_bf16_dots_is_computed_in_their_wide_copy():
+    # A mixed-precision policy casts an f32 weight to bf16 for its dots; XLA:CPU
+    # computes those dots in f32 and fuses the cast into the convert writing the
+    # f32 copy they read (convert_convert_fusion): no bf16 weight. Counting it put
+    # the temporaries at 1.46x XLA's.
+    def f(w, x, y):
+        wb = w.astype(jnp.bfloat16)
+        return jnp.tanh(x @ wb) + jnp.tanh(y @ wb)
+
+    mesh = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Explicit,))
+    rows, whole = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+    args = (jnp.ones((256, 256)), jnp.ones((64, 256), jnp.bfloat16),
+            jnp.ones((64, 256), jnp.bfloat16))
+    _assert_close(*_compare(f, args, (whole, rows, rows)))
+
+
+def test_conv_output_gradient_is_computed_in_its_readers():
+    # A conv layer with a bias: its output gradient (2 * (out - y), two large
+    # operands) is read by the kernel gradient's convolution, through the transposed
+    # copy XLA:CPU makes of it, and by the bias gradient's sum. Every reader can fuse
+    # it, so XLA computes it in both (transpose_copy_fusion, add_reduce_fusion): no
+    # buffer of its own (counting one put the estimate at 1.18x).
+    def step(k, b, x, y):
+        def loss(k, b):
+            out = jax.lax.conv_general_dilated(
+                x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")) + b
+            return jnp.sum((out - y) ** 2)
+        gk, gb = jax.grad(loss, argnums=(0, 1))(k, b)
+        return k - 0.1 * gk, b - 0.1 * gb
+
+    mesh = _mesh()
+    whole, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+    args = (jnp.ones((3, 3, 8, 8)), jnp.zeros((8,)), jnp.ones((16, 8, 8, 8)),
+            jnp.ones((16, 8, 8, 8)))
+    _assert_close(*_compare(step, args, (whole, whole, rows, rows)))
+
+
 def test_all_reduce_runs_between_its_op_and_the_next():
     # Pooled attention, heads sharded over model, batch over data: the backward's
     # model-axis all-reduce of the keys' gradient runs as an op of its own between
