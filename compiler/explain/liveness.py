@@ -1421,9 +1421,15 @@ class LivenessWalker:
                 start = i + 1 if value in inside or value in over else (
                     0 if op in early else i)
                 # a combined all-reduce is one tuple-shaped op in XLA: its results
-                # stay in the heap (mlp_data_parallel's gradients, buffer assignment)
+                # stay in the heap (mlp_data_parallel's gradients, buffer assignment);
+                # a branch's result is the conditional's, so the value a branch
+                # reduces into its result stands for the partial sums, a buffer as
+                # any other (dropout_cond: dot.5, all-reduce.11's operand, in an
+                # output's allocation, all-reduce.11{0} in the conditional's result)
+                fits = value not in extend or value in widened or (
+                    owner == "stablehlo.case" and self.one_output(value, op))
                 interval = Interval(start, max(last, start), size, buffer,
-                                    fits_output=value not in extend or value in widened,
+                                    fits_output=fits,
                                     holders=[] if value is None else [value], moved=moved,
                                     over=over.get(value))
                 if record is not None and last >= start:
