@@ -14,6 +14,7 @@ rules and the buffer assignments they were read from.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from math import prod
 
@@ -887,25 +888,34 @@ class LivenessWalker:
         return inner, handed, 0
 
     def _flattened_body(self, op: int, at: int) -> list[Interval] | None:
-        """The buffers of loop ``op``'s body, each live while the loop (at ``at``) runs,
-        placed in the body's own order (``Interval.order``), on a platform that keeps
-        no buffer on chip (else None: the body's peak is one block).
+        """The buffers of loop or case ``op``'s regions, each live while the op (at
+        ``at``) runs, placed in the regions' own order (``Interval.order``), on a
+        platform that keeps no buffer on chip (else None: the peak is one block).
 
-        XLA's heap simulator runs over the program flattened, a loop's body in the
-        loop's place, so the body's buffers fill gaps between the block's, and leave
-        gaps of their own: the llama-shaped rematerialised step's backward body peaks
-        at 858424 live bytes in a 1066360-byte heap (HloLiveRange)."""
+        XLA's heap simulator runs over the program flattened, a loop's body or a
+        conditional's branches, one after the other, in the op's place, so their
+        buffers fill gaps between the block's, and leave gaps of their own: the
+        llama-shaped rematerialised step's backward body peaks at 858424 live bytes
+        in a 1066360-byte heap (HloLiveRange). A branch's buffer is one value as
+        any other, which the buffer assigner may place in an output's allocation:
+        dropout_cond's backward switch computes its weight gradients' partial sums
+        (dot.3, dot.5, dot.7) in the allocation of an output written after it."""
         if self.rules.on_chip_bytes:
             return None
-        blocks = [nested for _, nested in self.graph.op_blocks[op] if nested]
-        record: list[Interval] = []
-        self.peak(blocks[-1], self.yielded(blocks[-1]), record)
-        flattened: dict[int, Interval] = {}  # the body's interval's id -> its copy
-        for interval in record:
-            first, last = interval.order()
-            over = flattened.get(id(interval.over)) if interval.over is not None else None
-            flattened[id(interval)] = Interval(at, at, interval.size, None, fits_output=False,
-                                               within=(first, last), over=over)
+        graph = self.graph
+        blocks = [nested for _, nested in graph.op_blocks[op] if nested]
+        case = graph.op_name[op] == "stablehlo.case"
+        flattened: dict[int, Interval] = {}  # a region's interval's id -> its copy
+        for k, block in enumerate(blocks if case else blocks[-1:]):
+            record: list[Interval] = []
+            self.peak(block, self.yielded(block), record)
+            for interval in record:
+                first, last = interval.order()
+                over = flattened.get(id(interval.over)) if interval.over is not None \
+                    else None
+                flattened[id(interval)] = Interval(
+                    at, at, interval.size, None, fits_output=case and interval.fits_output,
+                    within=((k, *first), (k, *last)), over=over)
         return list(flattened.values())
 
     def body_peak(self, ops: list[int]) -> tuple[int, int]:
@@ -1066,6 +1076,54 @@ class LivenessWalker:
                 stack.extend(reversed(read[op]))
         return order
 
+    def breadth_first(self, ops: list[int]) -> tuple[list[int], dict[int, int]]:
+        """A block's ops in the order XLA:CPU runs them, and for each all-reduced op
+        the position in that order of the op its all-reduce runs after.
+
+        XLA:CPU schedules a computation breadth first (``BFSMemoryScheduler``, its
+        concurrency-optimised scheduler): the ops reading nothing the computation
+        computes are queued first, in the order listed, and an op joins the queue
+        once the last op it reads has run; an all-reduce is an op of its own,
+        queued when the op whose partial sums it adds runs, behind the ops ready by
+        then. In a cond's gradient branch both transposed dots read only the
+        branch's parameter: the weight gradient's partial sum (dot.5) is reduced
+        (all-reduce.8) after the input gradient's dot (ynn_fusion.4), live across
+        it, and the transpose of its result runs last."""
+        graph = self.graph
+        body, end = ops[:-1], ops[-1:]  # the return stays last
+        inside = set(body)
+        readers: dict[object, list[object]] = {}
+        waiting: dict[object, int] = {}
+        queue: deque = deque()
+        for op in body:
+            # constants are no reads: XLA fuses them into their readers; a reduced
+            # op's value is read once its all-reduce has run
+            read = {graph.value_def[v] for v in self.operands_within(op)
+                    if graph.value_def[v] in inside
+                    and graph.op_name[graph.value_def[v]] not in _CONSTANTS}
+            read = {("all-reduce", r) if r in self.reduced else r for r in read}
+            waiting[op] = len(read)
+            for r in read:
+                readers.setdefault(r, []).append(op)
+            if op in self.reduced:
+                waiting[("all-reduce", op)] = 1
+                readers.setdefault(op, []).append(("all-reduce", op))
+            if not read:
+                queue.append(op)
+        order: list[int] = []
+        after: dict[int, int] = {}
+        while queue:
+            node = queue.popleft()
+            if isinstance(node, tuple):
+                after[node[1]] = len(order) - 1
+            else:
+                order.append(node)
+            for reader in readers.get(node, ()):
+                waiting[reader] -= 1
+                if not waiting[reader]:
+                    queue.append(reader)
+        return order + end, after
+
     def listed(self, op: int, axis: str) -> tuple:
         """The key XLA's combiner groups ``op``'s all-reduce over ``axis`` by
         (``AllReduceKey``): the reduction (optax's adafactor: the gradients' sums
@@ -1164,6 +1222,10 @@ class LivenessWalker:
         their last reader.
         """
         graph = self.graph
+        owner = graph.op_name[graph.op_parent[ops[0]]] if ops else ""
+        reduced_after = {op: k for k, op in enumerate(ops) if op in self.reduced}
+        if owner == "stablehlo.case":
+            ops, reduced_after = self.breadth_first(ops)
         position = {op: STEP * i for i, op in enumerate(ops)}
         # XLA reshards a value once per target sharding and reuses it (CSE): the
         # buffer is live from the first consumer to the last one in this block.
@@ -1247,8 +1309,9 @@ class LivenessWalker:
                     # allocations, all-reduce.15{0..7} in the heap, then wrapped_copy.*)
                     if value not in self.scattered and (
                             value in returned or not self.one_output(value, op)):
-                        # it runs after the op, once the op's operands are freed
-                        at = extend.get(value, i) + 1
+                        # it runs after the op, once the op's operands are freed,
+                        # and after the ops ready by then (``reduced_after``)
+                        at = extend.get(value, STEP * reduced_after[op]) + 1
                         # a widened all-reduce's operand is a separate array (its convert)
                         wide = self.all_reduced_bytes(value)
                         reducing.setdefault(at, []).append(
@@ -1262,8 +1325,11 @@ class LivenessWalker:
             for at, count in members.items():
                 self.tables[("combined", ops[0], at)] = self.rules.tuple_pointer_bytes * count
         widened: set[int] = set()  # all-reduced results wider than their values
-        early = self.unanchored(ops)
-        owner = graph.op_name[graph.op_parent[ops[0]]] if ops else ""
+        # a branch's ops read the values around the case through its one parameter:
+        # none is hoisted to the branch's start as the entry's argument readers are
+        # (a cond's gradient: its transposed dots, both reading forward values, live
+        # from the branch's start were 1.42x XLA's net, 1.14x walked in order)
+        early = self.unanchored(ops) if owner != "stablehlo.case" else set()
         carries = args if owner == "stablehlo.while" else set()
         frees: dict[int, list[tuple]] = {}
         live, best, best_op = 0, 0, -1
@@ -1295,6 +1361,8 @@ class LivenessWalker:
                 last = self.last_read(value, op, position, returned, i, reads)
                 if value in extend:
                     last = max(last, extend[value] + 1)  # an operand of the combined op
+                elif STEP * reduced_after.get(op, -1) > i:
+                    last = max(last, STEP * reduced_after[op] + 1)  # its all-reduce's
                 if graph.op_name[op] == "stablehlo.reshape":
                     # a reshape of a row-major array is a bitcast in XLA: it shares its
                     # operand's buffer (an argument's, or a live temporary's)
@@ -1343,9 +1411,9 @@ class LivenessWalker:
                     over[value] = dying
                 allocated.append((value, self.aligned(size), last, False))
             self.tables.update(self.tuple_tables.of(op))
-            looped = graph.op_name[op] == "stablehlo.while"
+            flattened = graph.op_name[op] in ("stablehlo.while", "stablehlo.case")
             inner, handed, chip = self._inner_peak(op, i, frees)
-            body = self._flattened_body(op, i) if record is not None and looped else None
+            body = self._flattened_body(op, i) if record is not None and flattened else None
             if body is not None:
                 record.extend(body)
             transient = (0 if body is not None else inner) + copying.get(i, 0) + (
@@ -1373,9 +1441,15 @@ class LivenessWalker:
                 start = i + 1 if value in inside or value in over else (
                     0 if op in early else i)
                 # a combined all-reduce is one tuple-shaped op in XLA: its results
-                # stay in the heap (mlp_data_parallel's gradients, buffer assignment)
+                # stay in the heap (mlp_data_parallel's gradients, buffer assignment);
+                # a branch's result is the conditional's, so the value a branch
+                # reduces into its result stands for the partial sums, a buffer as
+                # any other (dropout_cond: dot.5, all-reduce.11's operand, in an
+                # output's allocation, all-reduce.11{0} in the conditional's result)
+                fits = value not in extend or value in widened or (
+                    owner == "stablehlo.case" and self.one_output(value, op))
                 interval = Interval(start, max(last, start), size, buffer,
-                                    fits_output=value not in extend or value in widened,
+                                    fits_output=fits,
                                     holders=[] if value is None else [value], moved=moved,
                                     over=over.get(value))
                 if record is not None and last >= start:

@@ -284,18 +284,22 @@ def _estimate(values: ModuleValues, top: int,
     slots = []
     donor = {alias.result: args[alias.argument] for alias in aliases}
     reads: dict[int, int] = {}
+    # an output an op reading only arguments computes is written first thing: XLA's
+    # scheduler runs such ops before the rest (``LivenessWalker.unanchored``)
+    early = walker.unanchored(ops)
     for k, value in producers.items():
         owner = graph.value_def[value]
         if owner < 0:
             continue
+        writer = walker.top_user(owner, ops[0])
         opens = -1  # an output's allocation is free from the start
         if k in donor:
             # a donated argument's, once its last reader has run
             opens = walker.last_read(donor[k], ops[0], position, returned, 0, reads)
         slots.append((outputs[k].bytes_per_device, opens,
-                      position.get(walker.top_user(owner, ops[0]), 0),
+                      0 if writer in early else position.get(writer, 0),
                       walker.read_in_place(value)))
-    packed = _place_in_outputs(intervals, slots)
+    packed = _place_in_outputs(intervals, _flattened(intervals)[0], slots)
     inside = {id(iv) for iv in packed}
     heaped = [iv for iv in intervals if id(iv) not in inside]
     chip = on_chip(heaped, active_rules().on_chip_bytes, STEP * len(ops), body=False,
@@ -430,7 +434,7 @@ def _kernels_reading(walker: LivenessWalker, value: int, first: int,
     return found
 
 
-def _place_in_outputs(intervals: list[Interval],
+def _place_in_outputs(intervals: list[Interval], flat: list[Interval],
                        slots: list[tuple[int, int, int, set[int]]]) -> list[Interval]:
     """The temporaries XLA places in output buffers before the outputs are written.
 
@@ -446,6 +450,11 @@ def _place_in_outputs(intervals: list[Interval],
     vit_bf16 step: its gradient outputs' allocations hold most of the
     forward and backward activations; and of optax_multisteps: the donated
     optimizer state's allocations hold the second micro-step's activations.
+    Two temporaries share a slot where they do not overlap on the program's
+    line of moments (``flat``: ``_flattened``): the buffers of a conditional's
+    branches, run one after the other, do not (dropout_cond's backward switch:
+    each branch's weight gradient, dot.3, dot.5 and dot.7, in one output's
+    allocation).
     """
     order = sorted(range(len(slots)), key=lambda s: slots[s][0])
     sizes = [slots[s][0] for s in order]
@@ -454,7 +463,8 @@ def _place_in_outputs(intervals: list[Interval],
     starts: dict[int, list[int]] = {s: [] for s in order}
     ends: dict[int, list[int]] = {s: [] for s in order}
     packed = []
-    for interval in sorted(intervals, key=lambda iv: -iv.size):
+    for k in sorted(range(len(intervals)), key=lambda k: -intervals[k].size):
+        interval, first, last = intervals[k], flat[k].start, flat[k].end
         # (The slots too small for it come first in ``order``.)
         for s in order[bisect.bisect_left(sizes, interval.size):]:
             _, opens, written, in_place = slots[s]
@@ -464,11 +474,11 @@ def _place_in_outputs(intervals: list[Interval],
                     interval.end == written and not in_place.isdisjoint(interval.holders))):
                 continue
             # The last temporary starting by the interval's end overlaps it if any does.
-            at = bisect.bisect_right(starts[s], interval.end)
-            if at and ends[s][at - 1] >= interval.start:
+            at = bisect.bisect_right(starts[s], last)
+            if at and ends[s][at - 1] >= first:
                 continue
-            starts[s].insert(at, interval.start)
-            ends[s].insert(at, interval.end)
+            starts[s].insert(at, first)
+            ends[s].insert(at, last)
             packed.append(interval)
             break
     return packed
