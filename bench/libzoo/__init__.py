@@ -76,7 +76,11 @@ a penzai MLP edited by ``pz.select`` (dropout and ``LayerNorm`` inserted); a hai
 ``hk.remat`` blocks are stacked by ``hk.experimental.layer_stack``, NumPyro's NUTS
 ``sample_kernel`` scanned, BlackJAX's HMC under dual-averaging step-size adaptation, jraph's
 ``GraphConvolution`` and ``GraphNetwork`` over an edge list split eight ways and an attention
-block written with einops (``rearrange``, ``einsum``, ``pack``). Where the
+block written with einops (``rearrange``, ``einsum``, ``pack``); mctx's ``muzero_policy``
+search over an MLP ``recurrent_fn`` distilled into the policy net, jaxopt's ``LBFGS`` with an
+implicit-differentiation hypergradient and vmapped ``ProjectedGradient`` box QPs, tinygp's
+``GaussianProcess`` log-likelihood gradients vmapped over datasets, a flashbax replay buffer
+donated through a DQN step and pgx's Connect Four self-play by vmapped ``init`` / ``step``. Where the
 ``gemma`` extra is installed (it needs tensorflow), Gemma's library (a small ``gm.nn.Transformer``
 trained with optax). Each module holds one
 program, with the zoo's interface (``NAME``, ``SIZES``, ``make(size) ->
@@ -115,6 +119,7 @@ from bench.libzoo import (
     eqx_unet_frozen,
     eqx_vit_dropout,
     eqx_while_fixed_point,
+    flashbax_replay_dqn,
     flax_nnx_scan_explicit,
     flax_nnx_sharded,
     haiku_layer_stack,
@@ -124,6 +129,7 @@ from bench.libzoo import (
     jax_fft_long_conv,
     jax_host_callback_scan,
     jax_topp_sampling,
+    jaxopt_lbfgs_logreg,
     jaxtyping_mlp,
     jraph_graph_network,
     lineax_cg_batched,
@@ -138,6 +144,7 @@ from bench.libzoo import (
     linen_selfattn_decode,
     linen_seq2seq_masks,
     linen_vmap_ensemble,
+    mctx_muzero_policy,
     nnx_bn_train_eval,
     nnx_jit_train,
     nnx_lora_finetune,
@@ -163,6 +170,8 @@ from bench.libzoo import (
     penzai_kv_decode,
     penzai_named_lm,
     penzai_select_edits,
+    pgx_connect4_selfplay,
+    tinygp_gp_grad,
 )
 from bench.models import make_programs as _make_programs
 from bench.models.program import SIZES, Program
@@ -238,6 +247,11 @@ _MODULES = (
     blackjax_hmc_adaptation,
     jraph_graph_network,
     einops_attention,
+    mctx_muzero_policy,
+    jaxopt_lbfgs_logreg,
+    tinygp_gp_grad,
+    flashbax_replay_dqn,
+    pgx_connect4_selfplay,
 )
 # Programs of a library too heavy for the ``libzoo`` extra (gemma brings kauldron and
 # tensorflow: the ``gemma`` extra), registered only where it is installed: program name
