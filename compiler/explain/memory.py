@@ -157,6 +157,7 @@ from shardc.compiler.explain.simplified import forwarded
 from shardc.compiler.propagation.values import ModuleValues
 
 _POINTER_BYTES = 8
+_BARRIER = "stablehlo.optimization_barrier"
 
 
 @dataclass(frozen=True)
@@ -387,16 +388,20 @@ def _copied_donations(walker: LivenessWalker, ops: list[int], args: list[int],
     all-reduce that sums the earlier weights' gradients with its own: no
     copy). An output XLA's simplifier makes the argument itself (a frozen
     parameter's ``table + 0``) writes nothing over it. The copy lives from
-    the start to the argument's last reader. Seen in optax_lookahead_inject:
+    the start to the last kernel reading it, the writer aside (it updates the
+    argument in place: nnx_seq_remat_filters' copy.54, live from the
+    parameters to the backward's last dot reading it, 67-93 of 348). Seen
+    in optax_lookahead_inject:
     the slow parameters' update reads the fast parameters, donated and
     updated before it
     (``copy.86 = copy(param.5)`` and its kind, live until the slow update);
     penzai_named_lm's backward dots read weights whose updates come later:
     no copy.
     """
+    if not aliases:
+        return []
     graph = walker.graph
     copies = []
-    reads: dict[int, int] = {}
     kernels: dict[int, set[int]] = {}
     # a combined all-reduce runs once every member has: whatever reads one
     # member's sum depends on all of them
@@ -412,7 +417,9 @@ def _copied_donations(walker: LivenessWalker, ops: list[int], args: list[int],
         readers = _kernels_reading(walker, args[alias.argument], ops[0], position, returned)
         if _reached(walker, writer, ops[0], position, readers, kernels, together):
             continue
-        last = walker.last_read(args[alias.argument], ops[0], position, returned, 0, reads)
+        # made first thing; the writer updates the argument in place, the others
+        # read the copy
+        last = max(position[r] for r in readers if r != writer)
         copies.append(Interval(0, last, walker.aligned(alias.bytes_per_device), None))
     return copies
 
@@ -463,12 +470,14 @@ def _kernels_reading(walker: LivenessWalker, value: int, first: int,
         if current in seen:
             continue
         seen.add(current)
-        for user, _ in graph.uses[current]:
+        for user, index in graph.uses[current]:
             top = walker.top_user(user, first)
             if top not in position:
                 continue
             if top == user and _fused(walker, user, returned):
-                stack.extend(graph.op_results[user])
+                results = graph.op_results[user]
+                # an optimization barrier passes each operand on as its own result
+                stack.extend([results[index]] if graph.op_name[user] == _BARRIER else results)
             else:
                 found.add(top)
     return found
