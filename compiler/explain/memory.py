@@ -153,9 +153,11 @@ from shardc.compiler.explain.liveness import (
     loc_text,
 )
 from shardc.compiler.explain.on_chip import live_peak, on_chip
+from shardc.compiler.explain.simplified import forwarded
 from shardc.compiler.propagation.values import ModuleValues
 
 _POINTER_BYTES = 8
+_BARRIER = "stablehlo.optimization_barrier"
 
 
 @dataclass(frozen=True)
@@ -378,30 +380,79 @@ def _copied_donations(walker: LivenessWalker, ops: list[int], args: list[int],
     written.
 
     An output aliased with a donated argument is written into the argument's
-    buffer, so XLA's copy insertion copies the argument first unless every
-    kernel reading it (an op fused into its readers reads it where they run)
-    runs before the one writing that output, in the order of the schedule
-    (program order here). The copy lives from the start to the argument's
-    last reader. Seen in optax_lookahead_inject: the slow parameters' update
-    reads the fast parameters, donated and updated before it
+    buffer, so XLA's copy insertion copies the argument first unless the
+    kernel writing that output depends on every other kernel reading it (an
+    op fused into its readers reads it where they run): copy insertion orders
+    kernels by their dependencies, not as listed (jmp's loss-scale skip: the
+    parameters' fusions compute the momentum again from the donated one, and
+    the momentum's own update does not wait for them: ``copy.25 =
+    copy(param.9)``). A combined all-reduce is one op: whatever reads one of
+    its sums depends on every member (a data-parallel step's last weight:
+    its input gradient's dot reads it, and its update waits for the
+    all-reduce that sums the earlier weights' gradients with its own: no
+    copy). An output XLA's simplifier makes the argument itself (a frozen
+    parameter's ``table + 0``) writes nothing over it. The copy lives from
+    the start to the last kernel reading it, the writer aside (it updates the
+    argument in place: nnx_seq_remat_filters' copy.54, live from the
+    parameters to the backward's last dot reading it, 67-93 of 348). Seen
+    in optax_lookahead_inject:
+    the slow parameters' update reads the fast parameters, donated and
+    updated before it
     (``copy.86 = copy(param.5)`` and its kind, live until the slow update);
     penzai_named_lm's backward dots read weights whose updates come later:
     no copy.
     """
+    if not aliases:
+        return []
     graph = walker.graph
     copies = []
-    reads: dict[int, int] = {}
+    kernels: dict[int, set[int]] = {}
+    # a combined all-reduce runs once every member has: whatever reads one
+    # member's sum depends on all of them
+    groups: dict[int, set[int]] = {}
+    for value, at in walker.combined(ops).items():
+        groups.setdefault(at, set()).add(graph.value_def[value])
+    together = {member: group for group in groups.values() for member in group}
     for alias in aliases:
         writer = graph.value_def[producers[alias.result]]
-        if writer < 0:
-            continue
+        if writer < 0 or forwarded(graph, producers[alias.result]) == args[alias.argument]:
+            continue  # the output is the argument, nothing written over it
         writer = walker.top_user(writer, ops[0])
         readers = _kernels_reading(walker, args[alias.argument], ops[0], position, returned)
-        if all(position[r] <= position[writer] for r in readers):
+        if _reached(walker, writer, ops[0], position, readers, kernels, together):
             continue
-        last = walker.last_read(args[alias.argument], ops[0], position, returned, 0, reads)
+        # made first thing; the writer updates the argument in place, the others
+        # read the copy
+        last = max(position[r] for r in readers if r != writer)
         copies.append(Interval(0, last, walker.aligned(alias.bytes_per_device), None))
     return copies
+
+
+def _reached(walker: LivenessWalker, op: int, first: int, position: dict[int, int],
+             readers: set[int], producers: dict[int, set[int]],
+             together: dict[int, set[int]]) -> bool:
+    """Whether ``op`` depends on every op of ``readers`` (all of its block),
+    directly or through others: XLA's copy insertion orders ops by their
+    dependencies (``DependencyHloOrdering``), not by where they are listed.
+    ``producers`` keeps each op's producers in the block between calls."""
+    graph = walker.graph
+    missing = set(readers) - {op}
+    if any(position[r] > position[op] for r in missing):
+        return False
+    stack, seen = [op], {op}
+    while stack and missing:
+        current = stack.pop()
+        if current not in producers:
+            owners = (graph.value_def[v] for v in walker.operands_within(current))
+            producers[current] = set().union(*(
+                together.get(top, {top}) for top in
+                (walker.top_user(o, first) for o in owners if o >= 0)))
+        for owner in producers[current]:
+            if owner in position and owner not in seen:
+                seen.add(owner)
+                missing.discard(owner)
+                stack.append(owner)
+    return not missing
 
 
 def _fused(walker: LivenessWalker, op: int, returned: set[int]) -> bool:
@@ -423,12 +474,14 @@ def _kernels_reading(walker: LivenessWalker, value: int, first: int,
         if current in seen:
             continue
         seen.add(current)
-        for user, _ in graph.uses[current]:
+        for user, index in graph.uses[current]:
             top = walker.top_user(user, first)
             if top not in position:
                 continue
             if top == user and _fused(walker, user, returned):
-                stack.extend(graph.op_results[user])
+                results = graph.op_results[user]
+                # an optimization barrier passes each operand on as its own result
+                stack.extend([results[index]] if graph.op_name[user] == _BARRIER else results)
             else:
                 found.add(top)
     return found

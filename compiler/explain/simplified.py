@@ -11,6 +11,11 @@ beside the carry.
 
 ``simplified_graph`` returns a view of the graph (``GraphView``) with such dots named
 ``stablehlo.multiply``; every other attribute is the graph's own.
+
+An add of zeros, a subtract of zeros, a multiply or a divide by ones is its operand
+(``HandleAdd``'s ``A + 0 => A`` and its kind): ``forwarded`` names it. A frozen
+parameter's update (``optax.set_to_zero``: ``table + 0``) leaves the donated
+argument as the output, nothing written over it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,14 @@ from jaxlib.mlir.dialects import stablehlo
 from shardc.compiler.propagation.graph import GraphView
 
 _DOT = "stablehlo.dot_general"
+# op -> (the splat that leaves the operand unchanged, the operands it may stand at)
+_NEUTRAL = {"stablehlo.add": (0.0, (0, 1)), "stablehlo.subtract": (0.0, (1,)),
+            "stablehlo.multiply": (1.0, (0, 1)), "stablehlo.divide": (1.0, (1,))}
+_CONSTANTS = frozenset({"stablehlo.constant", "sdy.constant"})
+_PASSED = frozenset({"stablehlo.broadcast_in_dim", "stablehlo.convert", "stablehlo.reshape"})
+_FOLDED = {"stablehlo.add": lambda a, b: a + b, "stablehlo.subtract": lambda a, b: a - b,
+           "stablehlo.multiply": lambda a, b: a * b, "stablehlo.divide": lambda a, b: a / b,
+           "stablehlo.negate": lambda a: -a}
 _MULTIPLY = "stablehlo.multiply"
 
 
@@ -46,3 +59,47 @@ def _contracted_dims(op: ir.Operation) -> list[int] | None:
     except (KeyError, ValueError, AttributeError):
         return None
     return list(dims.lhs_contracting_dimensions)
+
+
+def forwarded(graph: Any, value: int) -> int:
+    """The value XLA's algebraic simplifier leaves in place of ``value``: the other
+    operand of an add or subtract of zeros or a multiply or divide by ones, through
+    any number of them; else ``value`` itself."""
+    while True:
+        op = graph.value_def[value]
+        neutral = _NEUTRAL.get(graph.op_name[op]) if op >= 0 else None
+        if neutral is None:
+            return value
+        operands = graph.op_operands[op]
+        kept = [operands[1 - k] for k in neutral[1] if _splat_value(graph, operands[k]) == neutral[0]]
+        if not kept:
+            return value
+        value = kept[0]
+
+
+def _splat_value(graph: Any, value: int) -> float | None:
+    """The number in every element of ``value`` where it is one XLA's constant folding
+    computes (a constant, broadcast, converted, combined with others: ``0.1 * zeros``),
+    else None."""
+    op = graph.value_def[value]
+    if op < 0:
+        return None
+    name = graph.op_name[op]
+    if name in _CONSTANTS:
+        try:
+            dense = ir.DenseElementsAttr(graph.ops[op].attributes["value"])
+            splat = dense.get_splat_value() if dense.is_splat else None
+        except (KeyError, ValueError, TypeError):
+            return None
+        return splat.value if isinstance(splat, (ir.FloatAttr, ir.IntegerAttr)) else None
+    if name in _PASSED:
+        return _splat_value(graph, graph.op_operands[op][0])
+    if name not in _FOLDED:
+        return None
+    numbers = [_splat_value(graph, operand) for operand in graph.op_operands[op]]
+    if None in numbers:
+        return None
+    try:
+        return _FOLDED[name](*numbers)
+    except ZeroDivisionError:
+        return None
