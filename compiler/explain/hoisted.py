@@ -25,15 +25,15 @@ loop may leave the outer one too.
 
 ``hoisted_graph`` returns a view of the graph (``GraphView``) with each hoisted op
 listed in the enclosing block right before its loop, reading the loop's initial
-values where it read unchanged carries, and equal hoisted ops merged (XLA's CSE:
-``merged``).
+values where it read unchanged carries, and an equal hoisted op's readers reading
+the first (XLA's CSE, ``merged``: the others are gone).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from shardc.compiler.explain.merged import merge_block, merged_view
+from shardc.compiler.explain.merged import merge_block, removed_view
 from shardc.compiler.propagation.graph import GraphView
 
 _WHILE = "stablehlo.while"
@@ -74,10 +74,9 @@ def hoisted_graph(graph: Any) -> Any:
     for op in sorted(motion.hoisted):
         landed.setdefault(motion.parent[op], []).append(op)
     merged: dict[int, int] = {}
-    merged_ops: set[int] = set()
     for ops in landed.values():
-        merge_block(view, ops, merged, merged_ops)
-    return merged_view(view, merged, merged_ops) if merged_ops else view
+        merge_block(view, ops, merged, set())
+    return removed_view(view, merged) if merged else view
 
 
 class _Motion:

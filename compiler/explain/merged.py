@@ -65,6 +65,30 @@ def merged_view(graph: PropagationGraph, merged: dict[int, int],
                                   for operands in graph.op_operands])
 
 
+def removed_view(graph: PropagationGraph, replaced: dict[int, int]) -> GraphView:
+    """``graph`` read without the ops defining ``replaced``'s values (value -> the value
+    its readers read instead): a pass of XLA's that deletes an op, not one that
+    merges ops the walk still lists (``merged_view``)."""
+    for value, kept in replaced.items():
+        while kept in replaced:  # a value replaced by one replaced too
+            kept = replaced[kept]
+        replaced[value] = kept
+    gone = {graph.value_def[value] for value in replaced}
+    uses = list(graph.uses)
+    for op in gone:
+        for value in set(graph.op_operands[op]):
+            uses[value] = [use for use in uses[value] if use[0] != op]
+    for value, kept in replaced.items():
+        uses[kept] = uses[kept] + uses[value]
+        uses[value] = []
+    blocks = [[(args, [op for op in ops if op not in gone]) for args, ops in op_blocks]
+              if any(op in gone for _, ops in op_blocks for op in ops) else op_blocks
+              for op_blocks in graph.op_blocks]
+    return GraphView(graph, op_blocks=blocks, uses=uses,
+                     op_operands=[[replaced.get(v, v) for v in operands]
+                                  for operands in graph.op_operands])
+
+
 def merged_graph(graph: PropagationGraph):
     """``graph`` as XLA's CSE leaves it once the barriers are expanded: a merged view
     (``GraphView``) when some op merges, else ``graph`` itself (a module without
