@@ -167,7 +167,8 @@ class LivenessWalker:
         graph = jax_ordered(values.graph)
         if self.rules.expands_optimization_barriers:
             graph = merged_graph(graph)  # jax.checkpoint's recomputation merged (CSE)
-        # outer products read as multiplies, loop-invariant ops before their loops
+        # outer products read as multiplies, selects of one value merged into it,
+        # loop-invariant ops before their loops
         self.graph = hoisted_graph(simplified_graph(graph))
         # ops merged into an earlier value: they write no buffer
         self.merged_ops: set[int] = getattr(self.graph, "merged_ops", set())
