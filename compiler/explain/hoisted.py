@@ -31,6 +31,7 @@ the first (XLA's CSE, ``merged``: the others are gone).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from shardc.compiler.explain.merged import merge_block, removed_view
@@ -54,10 +55,14 @@ _STAYING = frozenset("stablehlo." + n for n in (
 _DISABLED = "_xla_disable_loop_instr_hoisting"
 
 
-def hoisted_graph(graph: Any) -> Any:
+def hoisted_graph(graph: Any, reduced: Collection[int] = ()) -> Any:
     """``graph`` as XLA's loop-invariant code motion leaves its while loops: a view
     (``GraphView``) with the hoisted ops moved before their loops, else ``graph``
-    itself where nothing moves."""
+    itself where nothing moves. ``reduced``: the ops whose results the partitioned
+    program all-reduces, each all-reduce with a channel of its own, which CSE never
+    merges: equal hoisted dots' partial sums are all-reduced apart (ott's Sinkhorn
+    solves: ``ynn_fusion.16`` twice in the combined all-reduce, two results), so
+    neither they nor their readers merge."""
     loops = [op for op, name in enumerate(graph.op_name) if name == _WHILE]
     if not loops:
         return graph
@@ -75,7 +80,7 @@ def hoisted_graph(graph: Any) -> Any:
         landed.setdefault(motion.parent[op], []).append(op)
     merged: dict[int, int] = {}
     for ops in landed.values():
-        merge_block(view, ops, merged, set())
+        merge_block(view, [op for op in ops if op not in reduced], merged, set())
     return removed_view(view, merged) if merged else view
 
 

@@ -167,9 +167,10 @@ class LivenessWalker:
         graph = jax_ordered(values.graph)
         if self.rules.expands_optimization_barriers:
             graph = merged_graph(graph)  # jax.checkpoint's recomputation merged (CSE)
+        found = OpNeeds.collect(values)
         # outer products read as multiplies, selects of one value merged into it,
         # loop-invariant ops before their loops
-        self.graph = hoisted_graph(simplified_graph(graph))
+        self.graph = hoisted_graph(simplified_graph(graph), found.reduced)
         # ops merged into an earlier value: they write no buffer
         self.merged_ops: set[int] = getattr(self.graph, "merged_ops", set())
         self.merged: dict[int, int] = getattr(self.graph, "merged", {})
@@ -178,7 +179,6 @@ class LivenessWalker:
         # value), and read as the program's it counted every buffer whole.
         mesh = max(values.meshes.values(), key=lambda m: prod(m.sizes.values()), default=None)
         self.sizes = dict(mesh.sizes) if mesh is not None else {}
-        found = OpNeeds.collect(values)
         self.extra, self.needs, self.reduced = found.extra, found.needs, found.reduced
         self.partial, self.whole, self.moved = found.partial, found.whole, found.moved
         self.scattered, self.relaid = found.scattered, found.relaid

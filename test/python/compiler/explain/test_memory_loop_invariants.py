@@ -12,11 +12,11 @@ from shardc.compiler.explain.hoisted import hoisted_graph
 from shardc.compiler.propagation.values import ModuleValues
 
 
-def _solve(a, b, steps=5):
+def _solve(a, b, steps=5, scale=0.5):
     # a Sinkhorn-like loop reading a kernel computed from loop-invariant inputs
     def body(i, u):
         k = jnp.exp(-(a @ b.T))
-        return jnp.log(k @ (k.T @ jnp.exp(u))) * 0.5
+        return jnp.log(k @ (k.T @ jnp.exp(u))) * scale
     return jax.lax.fori_loop(0, steps, body, jnp.zeros(a.shape[0]))
 
 
@@ -101,6 +101,19 @@ def _selected_solve(a, b):
         k = jnp.exp(-(a @ picked.T))
         return jnp.log(k @ (k.T @ jnp.exp(u))) * 0.5
     return jax.lax.fori_loop(0, 5, body, jnp.zeros(a.shape[0]))
+
+
+def test_equal_hoisted_dots_all_reduced_apart_are_two_buffers():
+    # Both loops hoist the same dot of the same values; its partial sums are
+    # all-reduced by two all-reduces with channels of their own, which XLA's CSE never
+    # merges: two kernels, not one (merged, 0.51x XLA's net bytes).
+    def same_kernel(x, y):
+        a, b = x * 2, y * 2
+        return _solve(a, b).sum() + _solve(a, b, scale=0.25).sum()
+
+    lowered = _lower(same_kernel, (jnp.ones((128, 16)), jnp.ones((96, 16))))
+    ratio, temps = _net_ratio(lowered)
+    assert abs(ratio - 1) <= 0.05, temps
 
 
 def test_a_select_of_one_value_is_that_value():
