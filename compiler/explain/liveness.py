@@ -27,6 +27,7 @@ from shardc.compiler.diagnostics import source_loc_of
 from shardc.compiler.explain.aliasing import Slot
 from shardc.compiler.explain.duplication import cheap_to_duplicate, expensive
 from shardc.compiler.explain.grid import shard_shape
+from shardc.compiler.explain.hoisted import hoisted_graph
 from shardc.compiler.explain.merged import merged_graph
 from shardc.compiler.explain.needs import CONSTANTS as _CONSTANTS
 from shardc.compiler.explain.needs import OpNeeds
@@ -167,16 +168,18 @@ class LivenessWalker:
         graph = jax_ordered(values.graph)
         if self.rules.expands_optimization_barriers:
             graph = merged_graph(graph)  # jax.checkpoint's recomputation merged (CSE)
-        self.graph = simplified_graph(graph)  # outer products read as multiplies
-        # ops merged into an earlier one: they write no buffer
-        self.merged_ops: set[int] = getattr(graph, "merged_ops", set())
-        self.merged: dict[int, int] = getattr(graph, "merged", {})
+        found = OpNeeds.collect(values)
+        # outer products read as multiplies, selects of one value merged into it,
+        # loop-invariant ops before their loops
+        self.graph = hoisted_graph(simplified_graph(graph), found.reduced)
+        # ops merged into an earlier value: they write no buffer
+        self.merged_ops: set[int] = getattr(self.graph, "merged_ops", set())
+        self.merged: dict[int, int] = getattr(self.graph, "merged", {})
         # The mesh the program's tensors are split over: the one with the most devices.
         # The first one declared may be an empty mesh (jax writes one for a replicated
         # value), and read as the program's it counted every buffer whole.
         mesh = max(values.meshes.values(), key=lambda m: prod(m.sizes.values()), default=None)
         self.sizes = dict(mesh.sizes) if mesh is not None else {}
-        found = OpNeeds.collect(values)
         self.extra, self.needs, self.reduced = found.extra, found.needs, found.reduced
         self.partial, self.whole, self.moved = found.partial, found.whole, found.moved
         self.scattered, self.relaid = found.scattered, found.relaid
@@ -190,7 +193,7 @@ class LivenessWalker:
             self.reduced = self.reassociated(self.reduced)
         self.block_args: dict[int, list[int]] = {}  # first op of a block -> its arguments
         for op in range(len(graph.ops)):
-            for block_args, block_ops in graph.op_blocks[op]:
+            for block_args, block_ops in self.graph.op_blocks[op]:
                 if block_ops:
                     self.block_args[block_ops[0]] = block_args
         self.buffers: list[Allocation] = []

@@ -14,7 +14,9 @@ not divide counting padded like XLA pads it:
   use inside a nested region counts at the op owning the region; a body's own
   peak is added while its op runs: a loop body's returned values live in the
   carries, and a manual computation's body, which XLA inlines, holds its
-  results and frees an operand after its last reader inside). Values XLA
+  results and frees an operand after its last reader inside; a loop body's
+  ops computed from loop-invariant values only run before the loop, their
+  buffers live through it: ``hoisted``, XLA's loop-invariant code motion). Values XLA
   never materialises are skipped: constants, and values of *fusible* ops
   (elementwise, broadcasts, reshapes, converts, iota, slices, selects) whose
   users are all fusible ops, reductions or dynamic-update-slices, since XLA

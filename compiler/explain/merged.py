@@ -43,11 +43,18 @@ _PER_ELEMENT = frozenset("stablehlo." + n for n in (
     "reduce", "reduce_window", "sort", "scatter", "select_and_scatter", "map"))
 
 
-def _merged_view(graph: PropagationGraph, merged: dict[int, int],
-                 merged_ops: set[int]) -> GraphView:
-    """``graph`` read with the merged ops' results replaced by the ops they merged into:
-    operands and uses follow the merges, ``merged_ops`` are the ops that write nothing,
-    ``merged`` maps a merged op's result to the result it merged into."""
+def merged_view(graph: PropagationGraph, merged: dict[int, int],
+                merged_ops: set[int]) -> GraphView:
+    """``graph`` read with the merged ops' results replaced by the values they merged
+    into: operands and uses follow the merges, ``merged_ops`` are the ops that write
+    nothing, ``merged`` maps a merged op's result to the value it merged into. A graph
+    already merged (a view of one) keeps its merges too."""
+    merged = {**getattr(graph, "merged", {}), **merged}
+    merged_ops = getattr(graph, "merged_ops", set()) | merged_ops
+    for duplicate, kept in merged.items():
+        while kept in merged:  # a value merged into one merged later
+            kept = merged[kept]
+        merged[duplicate] = kept
     # a merged op reads nothing: its operands' buffers are not kept for it
     uses = [[use for use in found if use[0] not in merged_ops] for found in graph.uses]
     for duplicate, kept in merged.items():
@@ -55,6 +62,30 @@ def _merged_view(graph: PropagationGraph, merged: dict[int, int],
         uses[duplicate] = []
     return GraphView(graph, merged_ops=merged_ops, merged=merged, uses=uses,
                      op_operands=[[merged.get(v, v) for v in operands]
+                                  for operands in graph.op_operands])
+
+
+def removed_view(graph: PropagationGraph, replaced: dict[int, int]) -> GraphView:
+    """``graph`` read without the ops defining ``replaced``'s values (value -> the value
+    its readers read instead): a pass of XLA's that deletes an op, not one that
+    merges ops the walk still lists (``merged_view``)."""
+    for value, kept in replaced.items():
+        while kept in replaced:  # a value replaced by one replaced too
+            kept = replaced[kept]
+        replaced[value] = kept
+    gone = {graph.value_def[value] for value in replaced}
+    uses = list(graph.uses)
+    for op in gone:
+        for value in set(graph.op_operands[op]):
+            uses[value] = [use for use in uses[value] if use[0] != op]
+    for value, kept in replaced.items():
+        uses[kept] = uses[kept] + uses[value]
+        uses[value] = []
+    blocks = [[(args, [op for op in ops if op not in gone]) for args, ops in op_blocks]
+              if any(op in gone for _, ops in op_blocks for op in ops) else op_blocks
+              for op_blocks in graph.op_blocks]
+    return GraphView(graph, op_blocks=blocks, uses=uses,
+                     op_operands=[[replaced.get(v, v) for v in operands]
                                   for operands in graph.op_operands])
 
 
@@ -71,7 +102,7 @@ def merged_graph(graph: PropagationGraph):
         for _, block in graph.op_blocks[op]:
             if block and block[0] not in seen_blocks:
                 seen_blocks.add(block[0])
-                _merge_block(graph, block, merged, merged_ops)
+                merge_block(graph, block, merged, merged_ops)
     # Every merged op stays merged, a cheap elementwise one too: XLA's fusion then
     # treats the one op as it treats any value read by the forward and the backward
     # (``LivenessWalker.materialised``). Unmerging the cheap ones left the backward's
@@ -81,13 +112,13 @@ def merged_graph(graph: PropagationGraph):
     # RMS norms (0.88x against 0.97x).
     if not merged_ops:
         return graph
-    return _merged_view(graph, merged, merged_ops)
+    return merged_view(graph, merged, merged_ops)
 
 
-def _merge_block(graph: PropagationGraph, block: list[int], merged: dict[int, int],
+def merge_block(graph: PropagationGraph, block: list[int], merged: dict[int, int],
                  merged_ops: set[int]) -> None:
-    """Record in ``merged`` (value -> value it merges into) the ops of ``block`` that
-    repeat an earlier op of the block."""
+    """Record in ``merged`` (value -> value it merges into) the ops of ``block`` (ops
+    of one block, in order) that repeat an earlier op of them."""
     first: dict[tuple, int] = {}
     for op in block:
         name = graph.op_name[op]

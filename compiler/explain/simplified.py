@@ -9,8 +9,15 @@ outer product is ``broadcast``/``multiply`` inside ``multiply_add_fusion``, writ
 over the gradient carry it is added to; read as a dot it was a buffer of its own
 beside the carry.
 
+A ``select`` whose two cases are one value is that value (``HandleSelect``): a vmapped
+``lax.cond`` whose branches pass an operand on unchanged selects it from itself. Its
+readers read the value, and a loop body's dot reading it reads a loop-invariant
+value, which XLA then hoists out of the loop (``hoisted``): ott's batched Sinkhorn
+solves, each cost matrix computed once before the loop.
+
 ``simplified_graph`` returns a view of the graph (``GraphView``) with such dots named
-``stablehlo.multiply``; every other attribute is the graph's own.
+``stablehlo.multiply`` and such selects gone, their readers reading their value
+(``removed_view``); every other attribute is the graph's own.
 
 An add of zeros, a subtract of zeros, a multiply or a divide by ones is its operand
 (``HandleAdd``'s ``A + 0 => A`` and its kind): ``forwarded`` names it. A frozen
@@ -25,6 +32,7 @@ from typing import Any
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from shardc.compiler.explain.merged import removed_view
 from shardc.compiler.propagation.graph import GraphView
 
 _DOT = "stablehlo.dot_general"
@@ -37,19 +45,26 @@ _FOLDED = {"stablehlo.add": lambda a, b: a + b, "stablehlo.subtract": lambda a, 
            "stablehlo.multiply": lambda a, b: a * b, "stablehlo.divide": lambda a, b: a / b,
            "stablehlo.negate": lambda a: -a}
 _MULTIPLY = "stablehlo.multiply"
+_SELECT = "stablehlo.select"
 
 
 def simplified_graph(graph: Any) -> Any:
-    """``graph`` as XLA's algebraic simplifier leaves its dots: a ``GraphView``
-    renaming them where some dot contracts nothing, else ``graph`` itself."""
+    """``graph`` as XLA's algebraic simplifier leaves its dots and selects: a
+    ``GraphView`` renaming the dots where some dot contracts nothing and merging the
+    selects of one value, else ``graph`` itself."""
     outer = [op for op, name in enumerate(graph.op_name)
              if name == _DOT and not _contracted_dims(graph.ops[op])]
-    if not outer:
+    if outer:
+        names = list(graph.op_name)
+        for op in outer:
+            names[op] = _MULTIPLY
+        graph = GraphView(graph, op_name=names)
+    same = [op for op, name in enumerate(graph.op_name)
+            if name == _SELECT and len(set(graph.op_operands[op][1:])) == 1]
+    if not same:
         return graph
-    names = list(graph.op_name)
-    for op in outer:
-        names[op] = _MULTIPLY
-    return GraphView(graph, op_name=names)
+    return removed_view(graph, {graph.op_results[op][0]: graph.op_operands[op][1]
+                                for op in same})
 
 
 def _contracted_dims(op: ir.Operation) -> list[int] | None:

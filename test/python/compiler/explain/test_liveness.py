@@ -85,11 +85,13 @@ def test_estimate_unchanged_on_benchmark_programs(programs, name):
 # (+500 to +950 bytes). The embedding gradient's scatter-add all-reduced over the
 # axes XLA's scatter handler sums over (a sub-axis of "model"), not the factor
 # model's "data": -8, -320 and -320 bytes (that scatter alone at 64 devices,
-# 4096 rows: 1.13x -> 1.01x XLA's temporaries).
+# 4096 rows: 1.13x -> 1.01x XLA's temporaries). The causal mask XLA hoists out of
+# the rematerialised step's backward loop (loop-invariant code motion) moves it
+# towards XLA (+136 bytes, XLA 136664).
 TINY_BEFORE = {
     "unrolled": (8704, 8628, 150568, 0),
     "scan": (8704, 8556, 216432, 0),
-    "remat": (8704, 8556, 103336, 0),
+    "remat": (8704, 8556, 103472, 0),
 }
 
 

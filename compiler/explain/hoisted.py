@@ -1,0 +1,232 @@
+"""What XLA's loop-invariant code motion moves out of while loops, as the liveness walk reads it.
+
+XLA:CPU's simplification pipeline runs ``WhileLoopInvariantCodeMotion``: an op of a
+loop body whose operands are all loop-invariant (a carry the body returns
+unchanged, a constant, a value defined outside the loop, or an op already found
+invariant) is computed once before the loop and handed to the body as one more
+carry (``WhileUtil::MakeInstructionsLiveIn``), so its buffer is live from before the
+loop to its end, not only while one iteration reads it. Seen in ott's Sinkhorn
+solves: each loop's cost matrices, dots of the loop-invariant point clouds, are
+computed before the loops (their partial sums' all-reduces combined into one at the
+top of the program) and carried through them; computed inside each body they were
+transient.
+
+What it leaves in the body (``NotWorthHoistingIndividually`` with its CPU
+defaults): ops that only move or replicate their operand (broadcasts, iotas,
+reshapes, slices, transposes, reverses, sharding annotations) are hoisted only with
+an invariant reader that is hoisted; constants stay, and so do ops computing from
+constants alone (XLA folds them into constants or broadcasts of constants); ops with side effects stay, and so do ops running nested
+computations of their own (loops, conditionals, manual computations). A loop none
+of whose carries is returned unchanged (and whose body reads nothing from outside
+the loop, which HLO carries too) is left whole, as XLA gives up on it, and so
+is a loop marked ``_xla_disable_loop_instr_hoisting``. Loops are visited innermost
+first (XLA walks the computations in post order), so an op hoisted out of an inner
+loop may leave the outer one too.
+
+``hoisted_graph`` returns a view of the graph (``GraphView``) with each hoisted op
+listed in the enclosing block right before its loop, reading the loop's initial
+values where it read unchanged carries, and an equal hoisted op's readers reading
+the first (XLA's CSE, ``merged``: the others are gone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from shardc.compiler.explain.merged import merge_block, removed_view
+from shardc.compiler.propagation.graph import GraphView
+
+_WHILE = "stablehlo.while"
+_CONSTANTS = frozenset({"stablehlo.constant", "sdy.constant"})
+# ops XLA hoists only along with a hoisted reader (``NotWorthHoistingIndividually``:
+# bitcasts, broadcasts, iotas, reverses, slices, transposes, tuples, reshapes; a
+# sharding annotation)
+_ONLY_WITH_READER = frozenset("stablehlo." + n for n in (
+    "broadcast_in_dim", "iota", "reverse", "slice", "transpose", "reshape",
+    "get_tuple_element", "tuple")) | frozenset(
+    {"sdy.sharding_constraint", "sdy.reshard", "sdy.data_flow_edge", "sdy.propagation_barrier"})
+# ops XLA never hoists: side effects, and ops whose own computations this model does
+# not look into (loops, conditionals, calls, manual computations)
+_STAYING = frozenset("stablehlo." + n for n in (
+    "rng", "send", "recv", "infeed", "outfeed", "after_all", "create_token", "while",
+    "case", "if", "custom_call", "optimization_barrier", "return")) | frozenset(
+    {"func.call", "func.return", "sdy.manual_computation", "sdy.return"})
+_DISABLED = "_xla_disable_loop_instr_hoisting"
+
+
+def hoisted_graph(graph: Any, reduced: Collection[int] = ()) -> Any:
+    """``graph`` as XLA's loop-invariant code motion leaves its while loops: a view
+    (``GraphView``) with the hoisted ops moved before their loops, else ``graph``
+    itself where nothing moves. ``reduced``: the ops whose results the partitioned
+    program all-reduces, each all-reduce with a channel of its own, which CSE never
+    merges: equal hoisted dots' partial sums are all-reduced apart (ott's Sinkhorn
+    solves: ``ynn_fusion.16`` twice in the combined all-reduce, two results), so
+    neither they nor their readers merge."""
+    loops = [op for op, name in enumerate(graph.op_name) if name == _WHILE]
+    if not loops:
+        return graph
+    motion = _Motion(graph)
+    for loop in sorted(loops, key=motion.depth, reverse=True):
+        motion.hoist_from(loop)
+    if not motion.moved:
+        return graph
+    view = GraphView(graph, op_blocks=motion.blocks, op_parent=motion.parent,
+                     op_operands=motion.operands, uses=motion.uses)
+    # XLA's CSE then merges the equal ops hoisted into one block (an identity
+    # matrix built in several places of a body: one buffer carried, not one each)
+    landed: dict[int, list[int]] = {}
+    for op in sorted(motion.hoisted):
+        landed.setdefault(motion.parent[op], []).append(op)
+    merged: dict[int, int] = {}
+    for ops in landed.values():
+        merge_block(view, [op for op in ops if op not in reduced], merged, set())
+    return removed_view(view, merged) if merged else view
+
+
+class _Motion:
+    """The blocks, parents, operands and uses of a graph as hoisting changes them
+    (each list copied where it changes)."""
+
+    def __init__(self, graph: Any) -> None:
+        self.graph = graph
+        self.blocks = list(graph.op_blocks)
+        self.parent = list(graph.op_parent)
+        self.operands = list(graph.op_operands)
+        self.uses = list(graph.uses)
+        self.hoisted: set[int] = set()  # every op moved out of a loop
+        self.moved = False
+
+    def depth(self, op: int) -> int:
+        found = 0
+        while self.parent[op] >= 0:
+            op, found = self.parent[op], found + 1
+        return found
+
+    def within(self, op: int, loop: int) -> bool:
+        """Whether ``op`` is ``loop`` or nested in it."""
+        while op >= 0 and op != loop:
+            op = self.parent[op]
+        return op == loop
+
+    def hoist_from(self, loop: int) -> None:
+        """Move the ops of ``loop``'s body XLA hoists before ``loop``."""
+        graph = self.graph
+        if len(self.blocks[loop]) < 2 or _disabled(graph.ops[loop]):
+            return
+        args, body = self.blocks[loop][1]
+        if not body:
+            return
+        returned = self.operands[body[-1]]
+        # a carry the body returns unchanged enters as the loop's initial value
+        entering = {arg: self.operands[loop][k] for k, arg in enumerate(args)
+                    if k < len(returned) and returned[k] == arg
+                    and graph.value_shape[arg] is not None}
+        if not entering and not self._reads_outside(loop):
+            # XLA gives up on a loop with no invariant carry (a value the body reads
+            # from outside the loop is one once exported to HLO)
+            return
+        invariant: set[int] = set(entering)  # values computed the same in every iteration
+        constant: set[int] = set()  # values XLA folds into constants
+        waiting: set[int] = set()  # invariant ops hoisted only with a hoisted reader
+        hoisted: list[int] = []
+        inside = set(body)
+
+        def take(op: int) -> None:
+            # XLA copies the invariant operands it left in the body along (a
+            # broadcast, a constant) with the op it hoists
+            for value in self.operands[op]:
+                owner = graph.value_def[value]
+                if owner in waiting or (value in constant and owner in inside):
+                    waiting.discard(owner)
+                    inside.discard(owner)
+                    take(owner)
+            inside.discard(op)
+            hoisted.append(op)
+
+        for op in body:
+            name = graph.op_name[op]
+            if name in _STAYING or not graph.op_results[op]:
+                continue
+            if graph.op_blocks[op] and self._reads_outside(op):
+                continue  # a nested computation reading more than its operands
+            reads = self.operands[op]
+            if not all(v in invariant or not self.within(_definer(graph, v), loop)
+                       for v in reads):
+                continue
+            results = graph.op_results[op]
+            if name in _CONSTANTS or (reads and all(v in constant for v in reads)):
+                # XLA folds ops of constants into constants, and an elementwise op of
+                # a broadcast scalar into a broadcast of the op of the scalar, folded
+                # (``square(broadcast(0.0))``: a broadcast, hoisted only with a reader)
+                constant.update(results)
+                invariant.update(results)
+                continue
+            invariant.update(results)
+            if name in _ONLY_WITH_READER:
+                waiting.add(op)
+                continue
+            take(op)
+        if not hoisted:
+            return
+        self.moved = True
+        self.hoisted.update(hoisted)
+        order = {op: i for i, op in enumerate(body)}
+        hoisted.sort(key=order.__getitem__)
+        moving = set(hoisted)
+        self.blocks[loop] = [*self.blocks[loop][:1],
+                             (args, [op for op in body if op not in moving]),
+                             *self.blocks[loop][2:]]
+        outer = self.parent[loop]
+        self.blocks[outer] = [(block_args, _before(ops, loop, hoisted))
+                              for block_args, ops in self.blocks[outer]]
+        for op in hoisted:
+            self.parent[op] = outer
+            if any(v in entering for v in self.operands[op]):
+                self._read_initial(op, entering)
+
+    def _reads_outside(self, op: int) -> bool:
+        """Whether an op nested in ``op``'s regions reads a value defined outside ``op``."""
+        graph = self.graph
+        for _, nested in self.blocks[op]:
+            for inner in nested:
+                if any(not self.within(_definer(graph, v), op) for v in self.operands[inner]):
+                    return True
+                if self.blocks[inner] and self._reads_outside(inner):
+                    return True
+        return False
+
+    def _read_initial(self, op: int, entering: dict[int, int]) -> None:
+        """Make hoisted ``op`` read each unchanged carry's initial value instead."""
+        operands = list(self.operands[op])
+        for k, value in enumerate(operands):
+            initial = entering.get(value)
+            if initial is None:
+                continue
+            operands[k] = initial
+            self.uses[value] = [use for use in self.uses[value] if use != (op, k)]
+            self.uses[initial] = [*self.uses[initial], (op, k)]
+        self.operands[op] = operands
+
+
+def _definer(graph: Any, value: int) -> int:
+    """The op defining ``value``, or for a block argument the op whose block it is."""
+    owner = graph.value_def[value]
+    return owner if owner >= 0 else graph.value_owner[value]
+
+
+def _before(ops: list[int], loop: int, hoisted: list[int]) -> list[int]:
+    """``ops`` with ``hoisted`` listed right before ``loop`` (where ``loop`` is one)."""
+    if loop not in ops:
+        return ops
+    at = ops.index(loop)
+    return [*ops[:at], *hoisted, *ops[at:]]
+
+
+def _disabled(operation: Any) -> bool:
+    """Whether the loop's frontend attributes turn hoisting off."""
+    try:
+        attributes = operation.attributes["mhlo.frontend_attributes"]
+    except (KeyError, AttributeError):
+        return False
+    return _DISABLED in str(attributes)
