@@ -45,7 +45,7 @@ one least over it. The textbook configurations within the budget by the model
 are compiled instead of the next state where that one is no faster, and after the
 tries are spent: a budget one of them meets is met no slower than it. A choice the
 model puts under the budget by more than its error (``MODEL_ERROR``) is not
-compiled, nor a state priced as one compiled was.
+compiled.
 """
 
 from __future__ import annotations
@@ -380,15 +380,6 @@ class Search:
         complete = [k for k in self._priced if len(k) == len(self.groups)]
         textbook = None  # the textbook states within the budget by the model, best first
         fallbacks: set[tuple] = set()  # compiled as such, judged by the budget itself
-
-        def new(key: tuple) -> bool:
-            """Not compiled, nor priced as one compiled was (the same seconds and model
-            bytes: states that differ in constraints propagation meets anyway, one
-            program to XLA within a few %)."""
-            step = self._priced[key]
-            return key not in compiled and not any(
-                abs(step.seconds - self._priced[k].seconds) <= step.seconds * SAME_SECONDS
-                and step.memory_peak == self._priced[k].memory_peak for k in compiled)
         while True:
             memory = compiled_memory(outcome)
             if memory is None:  # XLA cannot compile it here: nor, likely, the others
@@ -403,7 +394,7 @@ class Search:
                             if self._estimate(k).memory_peak <= budget]
             tried = len(compiled) >= COMPILED_TRIES and (
                 time.perf_counter() - searched > searched - start)
-            fallback = next((k for k in textbook if new(k)), None)
+            fallback = next((k for k in textbook if k not in compiled), None)
             if tried and fallback is None:
                 break
             # The next state not compiled yet, ranked as if the model were as short of
@@ -412,7 +403,8 @@ class Search:
             # tries are spent: its error is its own (not the states' held above), so
             # a budget it meets is met no slower than it.
             self.budget = min(self.budget, int(budget * outcome.step.memory_peak / memory))
-            key = next((k for k in self.ranked(complete, len(compiled) + 1) if new(k)), None)
+            key = next((k for k in self.ranked(complete, len(compiled) + 1)
+                        if k not in compiled), None)
             if fallback is not None and (key is None or tried or self._priced[key].seconds >= (
                     self._priced[fallback].seconds * (1 - SAME_SECONDS))):
                 key = fallback
