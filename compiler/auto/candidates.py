@@ -233,7 +233,9 @@ def weight_roles(reader: ModuleValues, value: int, width: int | None,
     its free dimension tensor parallel: a dot that widens (an LSTM's gates, an
     MLP's first layer) reads the embedding whatever its result is added to (a bias,
     the recurrent term). A dimension the dot batches (the experts of a mixture of
-    experts) is the tensor-parallel one (expert parallelism).
+    experts) is the tensor-parallel one (expert parallelism). A dot that contracts
+    the embedding into few elements (``_narrow``: a router, a low-rank factor) has
+    none worth splitting: ``UNSPLIT``.
 
     A dot whose other operand is an argument other than ``weights`` (graph values),
     reshaped or transposed at most, embeds the input (a ViT's patches, an audio
@@ -289,8 +291,65 @@ def weight_roles(reader: ModuleValues, value: int, width: int | None,
             embed = _embedding(shape, contracted, width)
         tensor = batched[0] if batched else next(
             (d for d in tensor_side if d != embed), None)
+        if not projects and tensor is not None and not batched and _narrow(
+                graph, op, kept, width, weights):
+            tensor = UNSPLIT
         return embed, tensor
     return None, None
+
+
+# ``weight_roles``' tensor-parallel dimension of a weight no dimension of which is worth
+# splitting over the model axis (a low-rank factor, a router).
+UNSPLIT = -1
+# A dot's output this many times narrower than the width is small (a router's experts, a
+# gate, one shared K/V head): its weight is read by every device whole (MaxText's
+# ``(embed, None)``).
+SMALL_OUTPUT = 8
+
+
+def _narrow(graph, dot: int, length: int, width: int | None, weights: frozenset[int]) -> bool:
+    """Whether a dot that contracts the embedding writes ``length`` elements per row (its
+    weight's free dimensions together) not worth splitting over the model axis: far
+    fewer than the width
+    (``SMALL_OUTPUT``), or narrower at all and contracted again by another weight's dot
+    (a low-rank factor: the rank is a bottleneck between two weights, whose split costs
+    a reduction of the wide result for a few operations saved).
+
+    Split, such a dimension shards the dot's result over the model axis: the
+    second factor's dot then sums partial results over it, or the small result is
+    gathered whole, each as many bytes as the wide activations, to save work on the
+    narrow ones alone."""
+    if width is None or length >= width:
+        return False
+    if length * SMALL_OUTPUT <= width:
+        return True
+    return any(graph.op_name[op] == "stablehlo.dot_general" and position < 2
+               and _unlaid(graph, graph.op_operands[op][1 - position]) in weights
+               for op, position in _uses_through_layout(graph, graph.op_results[dot][0]))
+
+
+def _unlaid(graph, value: int) -> int:
+    """``value`` before the reshapes, transposes, conversions and open marks it went
+    through."""
+    while graph.value_def[value] >= 0:
+        op = graph.value_def[value]
+        if graph.op_name[op] not in _LAYOUT_OPS and not (
+                graph.op_name[op] == "sdy.sharding_constraint" and is_open_mark(graph.ops[op])):
+            break
+        value = graph.op_operands[op][0]
+    return value
+
+
+def _uses_through_layout(graph, value: int) -> list[tuple[int, int]]:
+    """The uses of ``value``, those of an open mark or a layout op (``_LAYOUT_OPS``)
+    replaced by its result's uses."""
+    found = []
+    for op, position in _uses_through_marks(graph, value):
+        if graph.op_name[op] in _LAYOUT_OPS:
+            found.extend(_uses_through_layout(graph, graph.op_results[op][0]))
+        else:
+            found.append((op, position))
+    return found
 
 
 def _embedding(shape: Sequence[int], side: Sequence[int], width: int | None) -> int | None:
@@ -304,12 +363,9 @@ def _embedding(shape: Sequence[int], side: Sequence[int], width: int | None) -> 
 def _raw_input(graph, value: int, weights: frozenset[int]) -> bool:
     """Whether ``value`` is a function argument not among ``weights``, reshaped,
     transposed or converted at most (the search's marks looked through)."""
-    while graph.value_def[value] >= 0:
-        op = graph.value_def[value]
-        if graph.op_name[op] not in _LAYOUT_OPS and not (
-                graph.op_name[op] == "sdy.sharding_constraint" and is_open_mark(graph.ops[op])):
-            return False
-        value = graph.op_operands[op][0]
+    value = _unlaid(graph, value)
+    if graph.value_def[value] >= 0:
+        return False
     owner = graph.value_owner[value]
     return bool(weights) and value not in weights and owner >= 0 and (
         graph.op_name[owner] == "func.func")
@@ -427,6 +483,8 @@ def structured_seeds(shapes: Sequence[Sequence[int]], updated: Sequence[bool],
                     spec[embed] = data
                 other = tensor_role if tensor_role is not None and tensor_role != embed else next(
                     (d for d in range(len(shape) - 1, -1, -1) if d != embed), None)
+                if tensor_role == UNSPLIT:
+                    other = None
                 if tensor and other is not None and divides(shape[other], (model,)):
                     spec[other] = (model,)
             specs.append(tuple(spec))

@@ -237,7 +237,8 @@ class AutoJitFunction:
                     full: _Program, mesh: Mesh | AbstractMesh, platform: str,
                     axes: list, budget: int | None) -> tuple[Outcome, Search] | None:
         """Search the step with its long lists of layers cut (``layers``), carry its
-        best few states to every layer, and price those on the full step beside the
+        best few states and its refined textbook state (``Search.refined``) to every
+        layer, and price those on the full step beside the
         textbook configurations (``Search.confirm``: the budget is judged there): its
         outcome and that search; None where the cut step cannot stand for the full one."""
         positional, keywords = cut.tree
@@ -267,7 +268,8 @@ class AutoJitFunction:
         search = Search(small.evaluator, small.groups, axes, scaled, peak_scale=scale)
         found = search.run()
         states = []
-        for cut_state in search.best_states(CARRIED):
+        refined = [search.refined] if search.refined is not None else []
+        for cut_state in search.best_states(CARRIED) + refined:
             state = self._carry(cut, small, cut_state, full)
             if state is None:  # a group without a cut counterpart: search it all
                 return None

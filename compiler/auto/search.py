@@ -20,7 +20,8 @@ stay within ``FLOPS_SLACK`` of the fewest a textbook configuration needs
   and groups propagation settled to one sharding around them taking it
   unpriced. The textbook configurations (``candidates.structured_seeds``: data
   parallel, FSDP, tensor parallel, FSDP x tensor parallel) are priced as whole
-  states. Sweeps then revisit every group with the others closed, moving it to
+  states, the best of them refined (``Search._refine``: per weight, one axis
+  taken off where the step gets faster within the budget). Sweeps then revisit every group with the others closed, moving it to
   a better one of the ``descent_width`` candidates its last pass ranked best,
   until a sweep moves none or ``descent_evaluations`` more states (at least
   ``max_evaluations`` in all) have been priced: from the best of the greedy and
@@ -42,7 +43,9 @@ differs between states): ``COMPILED_TRIES`` programs, more while compiling has
 taken less time than the search; the first within the budget is kept, else the
 one least over it. The textbook configurations within the budget by the model
 are compiled instead of the next state where that one is no faster, and after the
-tries are spent: a budget one of them meets is met no slower than it.
+tries are spent: a budget one of them meets is met no slower than it. A choice the
+model puts under the budget by more than its error (``MODEL_ERROR``) is not
+compiled.
 """
 
 from __future__ import annotations
@@ -92,6 +95,11 @@ SAME_SECONDS = 1e-6
 # lowering and an XLA compilation: seconds on a large step): this many, then more only
 # while compiling has taken less time than the search (at most doubling its cost).
 COMPILED_TRIES = 3
+# The most XLA's bytes per device have exceeded the memory model's on a state AUTO chose
+# (1.42x: a Mamba-like scan's temporaries, 2x4; 1.2-1.3x on recurrent and convolutional
+# steps), with room: a state the model puts this far within the budget is not compiled
+# (a compile is seconds on a large step, most of a budgeted search of a deep one).
+MODEL_ERROR = 0.5
 
 
 @dataclass
@@ -166,6 +174,7 @@ class Search:
         self._readers: dict[tuple, ModuleValues] = {}
         self._tried: list[dict[Spec, tuple]] = [{} for _ in groups]  # spec -> state key
         self._textbook: list[tuple] = []  # the textbook configurations' states (``_seed``)
+        self.refined: dict[int, Spec] | None = None  # the best of them refined (``_seed``)
 
     # -- pricing -------------------------------------------------------------
 
@@ -343,7 +352,7 @@ class Search:
         for state in states:
             self.price(state)
         self.state = dict(states[0])
-        self._seed()
+        self._seed(refine=False)  # the cut step's refined state is among ``states``
         # Each group's alternatives for the report: its spec in each priced state.
         for key in self.ranked([k for k in self._priced if len(k) == len(self.groups)]):
             for g, spec in key:
@@ -361,7 +370,7 @@ class Search:
         budget (see the module doc): ``compiled_memory`` compiles an outcome's state
         and returns its bytes per device (None: it cannot be compiled here)."""
         budget = self.budget
-        if budget is None:
+        if budget is None or outcome.step.memory_peak * (1 + MODEL_ERROR) <= budget:
             return outcome
         searched = time.perf_counter()
         start = searched - outcome.seconds
@@ -394,11 +403,14 @@ class Search:
             # tries are spent: its error is its own (not the states' held above), so
             # a budget it meets is met no slower than it.
             self.budget = min(self.budget, int(budget * outcome.step.memory_peak / memory))
-            key = next(k for k in self.ranked(complete, len(compiled) + 1) if k not in compiled)
-            if fallback is not None and (tried or self._priced[key].seconds >= (
+            key = next((k for k in self.ranked(complete, len(compiled) + 1)
+                        if k not in compiled), None)
+            if fallback is not None and (key is None or tried or self._priced[key].seconds >= (
                     self._priced[fallback].seconds * (1 - SAME_SECONDS))):
                 key = fallback
                 fallbacks.add(key)
+            elif key is None:
+                break
             outcome = self._outcome(start, outcome.exhaustive, key)
         best = min(compiled, key=lambda k: (max(0, compiled[k] - budget), list(compiled).index(k)))
         if best != key:
@@ -508,9 +520,10 @@ class Search:
         self.state = decided
         self.price(decided)
 
-    def _seed(self) -> list[tuple]:
+    def _seed(self, refine: bool = True) -> list[tuple]:
         """Price the textbook configurations (``candidates.structured_seeds``) as whole
-        states: where the descent starts, beside the greedy state. It starts from
+        states, and the best of them refined (``_refine``; ``refined``): where the
+        descent starts, beside the greedy state. It starts from
         the best of them, and from the fastest when that one exceeds the budget (a
         few moves may bring it under)."""
         weights = [g for g, group in enumerate(self.groups) if not group.activation]
@@ -550,12 +563,45 @@ class Search:
                 keys.append(self.price(dict(state)))
         if keys:
             self._least_flops = min(self._priced[k].flops for k in keys)
-        self._textbook = list(keys)
+            if refine:
+                self.refined = dict(self._refine(self.ranked(keys)[0]))
+                keys.append(self.price(self.refined))
+        self._textbook = list(dict.fromkeys(keys))
         keys.append(self.price(self.state))
         best = self.ranked(keys)[0]
         fastest = min(keys, key=lambda k: self._priced[k].seconds)
         return [best] if self._priced[fastest].seconds >= self._priced[best].seconds else [
             best, fastest]
+
+    def _refine(self, key: tuple) -> tuple:
+        """The textbook state ``key`` with the weights' axes a model prices as a loss taken
+        off: per weight group, its spec with one of its mesh axes removed, the move kept
+        where the state's modelled step is faster and it stays within the budget (the
+        score, ``score``, ranks it first); sweeps until none is kept.
+
+        The textbook configurations split every weight by its roles alone, where a
+        split may cost more than it saves (a low-rank factor or a router the roles
+        did not tell, a small table): each such weight is one move from them, a move
+        the descent from the best state, often another, never makes."""
+        state = dict(key)
+        moved = True
+        while moved:
+            moved = False
+            for g, group in enumerate(self.groups):
+                spec = state[g]
+                if not group.updated or spec is None:
+                    continue
+                for used in dict.fromkeys(a for dim in spec for a in dim):
+                    fewer = tuple(tuple(a for a in dim if a != used) for dim in spec)
+                    if fewer not in group.candidates:
+                        group.candidates.append(fewer)
+                    move = self.price({**state, g: fewer})
+                    if self._priced[move].seconds < self._priced[key].seconds * (
+                            1 - SAME_SECONDS) and self.score(self._estimate(move)) < self.score(
+                            self._estimate(key)):
+                        state[g], key, moved = fewer, move, True
+                        break
+        return key
 
     def _descend(self, limit: int) -> None:
         """Sweeps of single-group moves from ``self.state`` until none improves it or

@@ -119,6 +119,41 @@ def test_features_computed_from_the_data_feed_an_ordinary_mlp(mesh):
     assert seeds["w1"][1] == (("data",), ("model",))
 
 
+def _latent_moe(params, x):
+    """Attention's K/V through a low-rank latent (width -> width/2 -> width), and a
+    router's few experts weighting the experts' MLPs."""
+    x = jnp.tanh(x @ params["embed"])
+    latent = x @ params["down"]
+    k, v = latent @ params["up_k"], latent @ params["up_v"]
+    q = x @ params["q"]
+    attended = jax.nn.softmax(jnp.einsum("bsd,btd->bst", q, k), -1) @ v
+    h = x + attended @ params["o"]
+    gates = jax.nn.softmax(h @ params["router"], -1)  # (b, s, experts)
+    hidden = jax.nn.relu(jnp.einsum("bsd,edf->bsef", h, params["w_in"])) * gates[..., None]
+    return jnp.mean((h + jnp.einsum("bsef,efd->bsd", hidden, params["w_out"])) ** 2)
+
+
+def test_a_low_rank_factor_and_a_router_are_not_split_over_the_model_axis(mesh):
+    # The latent's rank (width/2) is narrower than the width and contracted again by
+    # the up projection; the router writes 4 experts (width/16): neither is worth
+    # splitting over the model axis (MaxText's (embed, None)), though each contracts
+    # the embedding as q does. The experts' own weights keep expert parallelism.
+    rng = np.random.default_rng(3)
+    width, experts = 4 * D, 4
+    shapes = {"embed": (D, width), "down": (width, width // 2),
+              "up_k": (width // 2, width), "up_v": (width // 2, width),
+              "q": (width, width), "o": (width, width), "router": (width, experts),
+              "w_in": (experts, width, H), "w_out": (experts, H, width)}
+    params = {name: (rng.normal(size=shape) / 8).astype(np.float32)
+              for name, shape in shapes.items()}
+    seeds = _seeds(mesh, _latent_moe, (params, rng.normal(size=(BATCH, SEQ, D)).astype(np.float32)))
+    assert seeds["down"][1] == (("data",), ())
+    assert seeds["router"][1] == (("data",), ())
+    assert seeds["q"][1] == (("data",), ("model",))
+    assert seeds["up_k"][1][1] == seeds["up_v"][1][1] == ("model",)
+    assert seeds["w_in"][1] == (("model",), ("data",), ())
+
+
 def test_auto_on_an_lstm_runs_as_jax_jit_given_its_shardings(mesh):
     args = _lstm_args()
     step = jax.value_and_grad(_lstm)
