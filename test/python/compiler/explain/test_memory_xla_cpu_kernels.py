@@ -390,6 +390,14 @@ def _guarded(w1, w2, x, branch):
     return jnp.mean(out[0] ** 2) + jnp.mean(out[1])
 
 
+def _guarded_lowered():
+    """The guarded switch's gradient on a 4x2 mesh: its lowering, values and graph."""
+    args = (jnp.ones((32, 64)) * 0.1, jnp.ones((64, 32)) * 0.1, jnp.ones((64, 32)), jnp.int32(1))
+    lowered = _lower(jax.value_and_grad(_guarded, argnums=(0, 1)), args,
+                     (P(None, "model"), P("model", None), P("data"), P()))
+    values = ModuleValues(lowered.module.operation, missing_as_replicated=True)
+    return lowered, values, values.graph
+
 def test_case_results_are_its_branches_roots_and_passed_values():
     # XLA's conditional shares its result with every branch's root: a branch's own
     # values are written there (the backward switch's weight gradient lands in its
@@ -397,11 +405,7 @@ def test_case_results_are_its_branches_roots_and_passed_values():
     # ``h``), and a value one branch returns, dying at the conditional, holds the
     # result (the guard's ``h``). The estimate held each result apart from the
     # branches' peaks and from the values: 1.19x XLA's temporaries.
-    args = (jnp.ones((32, 64)) * 0.1, jnp.ones((64, 32)) * 0.1, jnp.ones((64, 32)), jnp.int32(1))
-    lowered = _lower(jax.value_and_grad(_guarded, argnums=(0, 1)), args,
-                     (P(None, "model"), P("model", None), P("data"), P()))
-    values = ModuleValues(lowered.module.operation, missing_as_replicated=True)
-    graph = values.graph
+    lowered, values, graph = _guarded_lowered()
     with predicting_for(CPU):
         walker = LivenessWalker(values)
         cases = [op for op in range(len(graph.ops)) if graph.op_name[op] == "stablehlo.case"]
@@ -423,11 +427,7 @@ def test_a_branch_runs_breadth_first_its_all_reduce_behind_the_ready_ops():
     # listed order, with the all-reduce right after its dot, the branches' peaks
     # fell 2048 bytes short of XLA's (temp 0.89x once the branches are placed one by
     # one in the heap).
-    args = (jnp.ones((32, 64)) * 0.1, jnp.ones((64, 32)) * 0.1, jnp.ones((64, 32)), jnp.int32(1))
-    lowered = _lower(jax.value_and_grad(_guarded, argnums=(0, 1)), args,
-                     (P(None, "model"), P("model", None), P("data"), P()))
-    values = ModuleValues(lowered.module.operation, missing_as_replicated=True)
-    graph = values.graph
+    lowered, values, graph = _guarded_lowered()
     with predicting_for(CPU):
         walker = LivenessWalker(values)
         branches = [block for op in range(len(graph.ops))
