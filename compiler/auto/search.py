@@ -379,6 +379,7 @@ class Search:
         key = self._key(outcome)
         complete = [k for k in self._priced if len(k) == len(self.groups)]
         textbook = None  # the textbook states within the budget by the model, best first
+        beyond: list[tuple] = []  # and those the model may count long, fastest first
         fallbacks: set[tuple] = set()  # compiled as such, judged by the budget itself
         while True:
             memory = compiled_memory(outcome)
@@ -392,9 +393,17 @@ class Search:
             if textbook is None:
                 textbook = [k for k in self.ranked(self._textbook, len(self._textbook))
                             if self._estimate(k).memory_peak <= budget]
+                # The model counts some states long too (XLA reuses a buffer its walk
+                # keeps): those over the budget by the model by less than its error
+                # join them once the tries are spent, fastest first, before the check
+                # gives up on the budget.
+                beyond = sorted(textbook + [k for k in self._textbook if budget < (
+                    self._estimate(k).memory_peak) <= budget * (1 + MODEL_ERROR)],
+                    key=lambda k: self._priced[k].seconds)
             tried = len(compiled) >= COMPILED_TRIES and (
                 time.perf_counter() - searched > searched - start)
-            fallback = next((k for k in textbook if k not in compiled), None)
+            fallback = next((k for k in (beyond if tried else textbook)
+                             if k not in compiled), None)
             if tried and fallback is None:
                 break
             # The next state not compiled yet, ranked as if the model were as short of

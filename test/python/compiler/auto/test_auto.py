@@ -1,6 +1,8 @@
 """AUTO shardings: the search's choices are ordinary shardings jax.jit agrees with."""
 
 import math
+import time
+import types
 
 import jax
 import jax.numpy as jnp
@@ -259,6 +261,49 @@ def test_a_budget_a_textbook_configuration_meets_is_met_no_slower_than_it(mesh, 
     assert report.compiled_memory == _xla_memory(lowered.compile()) <= budget, (
         report.format_text())
     assert report.step.seconds <= min(fitting), (report.step.seconds, fitting)
+    want = jax.jit(train_step, in_shardings=lowered.in_shardings[0],
+                   out_shardings=lowered.out_shardings)(params, x, y)
+    _close(tight(params, x, y), want)
+
+
+def test_a_textbook_state_the_model_counts_over_the_budget_is_compiled_before_giving_up(
+        mesh, monkeypatch):
+    # A two-layer MLP train step under half of data parallel's XLA memory, where XLA
+    # compiles every state over the budget but one textbook configuration the memory
+    # model puts over it (the model counts it long: XLA reuses a buffer its walk
+    # keeps). Once the tries are spent on the states ranked, the check compiles the
+    # textbook configurations within the model's error of the budget before giving
+    # up: AUTO returns that one, within the budget, computing what jax.jit computes.
+    (params, x, y), budget = _half_of_data_parallel(mesh)
+    fitting: list[tuple] = []
+    returned: list[tuple] = []
+    fit_compiled = Search.fit_compiled
+
+    def check(search, outcome, compiled_memory):
+        over = [k for k in search._textbook if search._estimate(k).memory_peak > budget]
+        fitting.append(min(over, key=lambda k: search._estimate(k).memory_peak))
+
+        def memory(chosen):
+            xla = compiled_memory(chosen)
+            hours[0] += 1  # each compile stands for one of a large step: the tries run out
+            return min(xla, budget) if search._key(chosen) == fitting[0] else max(
+                xla, budget + 1)
+
+        result = fit_compiled(search, search._outcome(0.0, False), memory)
+        returned.append(search._key(result))
+        return result
+
+    hours = [0]
+    monkeypatch.setattr(Search, "fit_compiled", check)
+    monkeypatch.setattr(search_module, "time", types.SimpleNamespace(
+        perf_counter=lambda: time.perf_counter() + 3600 * hours[0]))
+    monkeypatch.setattr(search_module, "MODEL_ERROR", math.inf)
+    tight = jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh,
+                memory_budget=budget)
+    lowered = tight.lower(params, x, y)
+    report = lowered.auto_report()
+    assert returned == fitting and report.compiled_memory <= budget, report.format_text()
+    assert report.step.memory_peak > budget, report.format_text()
     want = jax.jit(train_step, in_shardings=lowered.in_shardings[0],
                    out_shardings=lowered.out_shardings)(params, x, y)
     _close(tight(params, x, y), want)
