@@ -309,6 +309,43 @@ def test_a_textbook_state_the_model_counts_over_the_budget_is_compiled_before_gi
     _close(tight(params, x, y), want)
 
 
+def test_a_descent_under_the_bytes_held_finds_a_state_within_the_budget(mesh, monkeypatch):
+    # A two-layer MLP train step under half of data parallel's XLA memory, where XLA
+    # compiles every state priced when the check starts (textbook ones included) over
+    # the budget, the others at the model's bytes scaled by the same error: no state
+    # priced is within the model's bytes held to that error, so the check descends
+    # under them and compiles a lighter state, which fits. AUTO returns it, computing
+    # what jax.jit computes with those shardings.
+    (params, x, y), budget = _half_of_data_parallel(mesh)
+    priced: list[set] = []
+    fit_compiled = Search.fit_compiled
+
+    def check(search, outcome, compiled_memory):
+        priced.append({k for k in search._priced if len(k) == len(search.groups)})
+        scale = 1.01 * budget / min(search._estimate(k).memory_peak for k in priced[0])
+
+        def memory(chosen):
+            hours[0] += 1  # each compile stands for one of a large step: the tries run out
+            model = int(chosen.step.memory_peak * scale)
+            return max(model, budget + 1) if search._key(chosen) in priced[0] else model
+
+        return fit_compiled(search, search._outcome(0.0, False), memory)
+
+    hours = [0]
+    monkeypatch.setattr(Search, "fit_compiled", check)
+    monkeypatch.setattr(search_module, "time", types.SimpleNamespace(
+        perf_counter=lambda: time.perf_counter() + 3600 * hours[0]))
+    monkeypatch.setattr(search_module, "MODEL_ERROR", math.inf)
+    tight = jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh,
+                memory_budget=budget)
+    lowered = tight.lower(params, x, y)
+    report = lowered.auto_report()
+    assert report.compiled_memory <= budget, report.format_text()
+    want = jax.jit(train_step, in_shardings=lowered.in_shardings[0],
+                   out_shardings=lowered.out_shardings)(params, x, y)
+    _close(tight(params, x, y), want)
+
+
 def test_a_choice_far_within_the_budget_is_not_compiled(mesh, monkeypatch):
     # The model puts the choice under the budget by more than its error against XLA
     # (search.MODEL_ERROR): compiling it could not move it over, so no compile runs.
