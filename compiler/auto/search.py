@@ -38,11 +38,12 @@ compiles it. Where the caller can compile a state (``Search.fit_compiled``),
 the chosen one is compiled: over the budget, the model's bytes are held to the
 budget scaled by that state's own error (the model's bytes over XLA's) and the
 states priced are ranked again, the best not compiled yet compiled next (where
-none is within the model's bytes so held, a descent under them from the least over
-prices lighter ones, those it finds within them compiled even past the tries; else
-the least over: the model's error differs between states): ``COMPILED_TRIES``
-programs, more while compiling has taken less time than the search; the first
-within the budget is kept, else the one least over it. The textbook configurations
+none is within the model's bytes so held, the least over them: the model's error
+differs between states): ``COMPILED_TRIES`` programs, more while compiling has
+taken less time than the search; the first within the budget is kept, else the
+one least over it. Where nothing is left to compile and no state priced is within
+the model's bytes held, a descent under them from the least over prices lighter
+states, and the best it finds is compiled (``COMPILED_TRIES`` descents at most). The textbook configurations
 within the budget by the model are compiled instead of the next state where that
 one is no faster, and after the tries are spent with those over it by less than
 the model's error (it counts some states long): a budget one of them meets is met
@@ -383,7 +384,7 @@ class Search:
         textbook = None  # the textbook states within the budget by the model, best first
         beyond: list[tuple] = []  # and those the model may count long, fastest first
         fallbacks: set[tuple] = set()  # compiled as such, judged by the budget itself
-        descents = 0  # from the least over the model's bytes held (below)
+        descents = 0  # under the model's bytes held, once nothing is left to compile
         while True:
             memory = compiled_memory(outcome)
             if memory is None:  # XLA cannot compile it here: nor, likely, the others
@@ -413,21 +414,24 @@ class Search:
             # tries are spent: its error is its own (not the states' held above), so
             # a budget it meets is met no slower than it.
             self.budget = min(self.budget, int(budget * outcome.step.memory_peak / memory))
-            least = self.ranked(complete)[0]
-            if descents < COMPILED_TRIES and self._estimate(least).memory_peak > self.budget:
-                # No state priced is within the model's bytes so held (the search
-                # stopped at the first within the budget itself): a descent from the
-                # least over them, under the bytes held, prices lighter ones.
+            descended = False
+            least = self.ranked(complete)[0] if tried and fallback is None else None
+            if descents < COMPILED_TRIES and least is not None and (
+                    self._estimate(least).memory_peak > self.budget):
+                # Nothing left to compile, and no state priced within the model's
+                # bytes so held (the search stopped at the first within the budget
+                # itself): a descent from the least over them, under the bytes held,
+                # prices lighter ones; the best it finds is compiled past the tries
+                # where it is lighter than where the descent started.
                 descents += 1
+                descended = True
                 self.state = dict(least)
                 self._descend(len(self._priced) + self.descent_evaluations)
                 complete = [k for k in self._priced if len(k) == len(self.groups)]
             key = next((k for k in self.ranked(complete, len(compiled) + 1)
                         if k not in compiled), None)
-            # Past the tries, a state a descent found within the bytes held is still
-            # compiled: the errors measured say it may fit, where nothing else does.
-            if tried and fallback is None and not (
-                    descents and key is not None and self._estimate(key).memory_peak <= self.budget):
+            if tried and fallback is None and not (descended and key is not None and (
+                    self._estimate(key).memory_peak < self._estimate(least).memory_peak)):
                 break
             if fallback is not None and (key is None or tried or self._priced[key].seconds >= (
                     self._priced[fallback].seconds * (1 - SAME_SECONDS))):

@@ -313,9 +313,10 @@ def test_a_descent_under_the_bytes_held_finds_a_state_within_the_budget(mesh, mo
     # A two-layer MLP train step under half of data parallel's XLA memory, where XLA
     # compiles every state priced when the check starts (textbook ones included) over
     # the budget, the others at the model's bytes scaled by the same error: no state
-    # priced is within the model's bytes held to that error, so the check descends
-    # under them and compiles a lighter state, which fits. AUTO returns it, computing
-    # what jax.jit computes with those shardings.
+    # priced is within the model's bytes held to that error, so once the tries and
+    # the textbook configurations are spent, the check descends under them and
+    # compiles a lighter state, which fits. AUTO returns it, computing what jax.jit
+    # computes with those shardings.
     (params, x, y), budget = _half_of_data_parallel(mesh)
     priced: list[set] = []
     fit_compiled = Search.fit_compiled
