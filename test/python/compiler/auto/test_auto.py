@@ -266,6 +266,19 @@ def test_a_budget_a_textbook_configuration_meets_is_met_no_slower_than_it(mesh, 
     _close(tight(params, x, y), want)
 
 
+def _lowered_with_compiles_of_an_hour(monkeypatch, mesh, check, hours, args, budget):
+    """AUTO under ``budget`` with ``check`` standing for the compiled check, each
+    compile counted as an hour of the clock (``hours``) so the tries run out, and the
+    model's error unbounded: the jitted step and its lowering."""
+    monkeypatch.setattr(Search, "fit_compiled", check)
+    monkeypatch.setattr(search_module, "time", types.SimpleNamespace(
+        perf_counter=lambda: time.perf_counter() + 3600 * hours[0]))
+    monkeypatch.setattr(search_module, "MODEL_ERROR", math.inf)
+    tight = jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh,
+                memory_budget=budget)
+    return tight, tight.lower(*args)
+
+
 def test_a_textbook_state_the_model_counts_over_the_budget_is_compiled_before_giving_up(
         mesh, monkeypatch):
     # A two-layer MLP train step under half of data parallel's XLA memory, where XLA
@@ -294,13 +307,8 @@ def test_a_textbook_state_the_model_counts_over_the_budget_is_compiled_before_gi
         return result
 
     hours = [0]
-    monkeypatch.setattr(Search, "fit_compiled", check)
-    monkeypatch.setattr(search_module, "time", types.SimpleNamespace(
-        perf_counter=lambda: time.perf_counter() + 3600 * hours[0]))
-    monkeypatch.setattr(search_module, "MODEL_ERROR", math.inf)
-    tight = jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh,
-                memory_budget=budget)
-    lowered = tight.lower(params, x, y)
+    tight, lowered = _lowered_with_compiles_of_an_hour(monkeypatch, mesh, check, hours,
+                                                       (params, x, y), budget)
     report = lowered.auto_report()
     assert returned == fitting and report.compiled_memory <= budget, report.format_text()
     assert report.step.memory_peak > budget, report.format_text()
@@ -333,13 +341,8 @@ def test_a_descent_under_the_bytes_held_finds_a_state_within_the_budget(mesh, mo
         return fit_compiled(search, search._outcome(0.0, False), memory)
 
     hours = [0]
-    monkeypatch.setattr(Search, "fit_compiled", check)
-    monkeypatch.setattr(search_module, "time", types.SimpleNamespace(
-        perf_counter=lambda: time.perf_counter() + 3600 * hours[0]))
-    monkeypatch.setattr(search_module, "MODEL_ERROR", math.inf)
-    tight = jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh,
-                memory_budget=budget)
-    lowered = tight.lower(params, x, y)
+    tight, lowered = _lowered_with_compiles_of_an_hour(monkeypatch, mesh, check, hours,
+                                                       (params, x, y), budget)
     report = lowered.auto_report()
     assert report.compiled_memory <= budget, report.format_text()
     want = jax.jit(train_step, in_shardings=lowered.in_shardings[0],
