@@ -228,6 +228,21 @@ def test_jit_tests_only_leaves_out_tests_that_never_name_jit(tmp_path, monkeypat
         "a_test.py::test_calls_jit": ("passed", True)}
 
 
+@pytest.mark.skipif(importlib.util.find_spec("pytest_timeout") is None,
+                    reason="pytest-timeout missing")
+def test_devices_sets_the_cpu_devices_both_passes_run_on(tmp_path, monkeypatch):
+    """JAX's Pallas interpret-mode tests skip unless there is one device."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "a_test.py").write_text(
+        "import jax\n"
+        "def test_one_device():\n    assert jax.jit(lambda x: x)(1) == jax.device_count()\n")
+    monkeypatch.setattr(jax_suite, "DEVICES", 1)
+    for mode in ("record", "shardc"):
+        records = jax_suite.run_unit(mode, ["a_test.py"], tmp_path, 60, tag=mode,
+                                     files="a_test.py")
+        assert records["a_test.py::test_one_device"]["outcome"] == "passed"
+
+
 def test_test_helpers_the_wheel_leaves_out_are_importable(tmp_path):
     """``state_test.py`` and five pallas files import helpers of JAX's source tree
     (``jax._src.hypothesis_test_util``, ``jax._src.pallas.pallas_test_util``) the
