@@ -119,11 +119,14 @@ class IndivisibleShardingError(IndivisibleDimensionError, jax_private.indivisibl
 
 
 def as_jax_error(error: ShardcError, spec: PartitionSpec, mesh: AnyMesh, shape: tuple,
-                 path: str) -> ShardcError:
+                 path: str, jax_name: Callable[[], str] | None = None) -> ShardcError:
     """``error`` for a sharding at ``path`` (``args...`` / ``result...``), in words jax.jit
-    uses first (and of its class, where jax's is not a ``ValueError``), shardc's after."""
+    uses first (and of its class, where jax's is not a ``ValueError``), shardc's after.
+    ``jax_name()`` is jax's name of the value there (an argument's is its parameter's
+    name, ``x['w']``), asked for only by an error; ``path`` where not given."""
     what = "pjit outputs" if path.startswith("result") else "pjit arguments"
-    theirs = jax_private.jax_sharding_error(spec, mesh, shape, what, path)
+    name = jax_name() if jax_name is not None else path
+    theirs = jax_private.jax_sharding_error(spec, mesh, shape, what, name)
     if theirs is None:
         return path_prefix(path)(error)
     cls = type(error)
@@ -170,12 +173,14 @@ def device_mesh(explicit: AnyMesh | None) -> Mesh | None:
 def to_named_sharding(
     entry: Any, mesh: AnyMesh | None, path: str, ndim: int,
     option: str = "in_shardings", api_name: str = "jit",
+    jax_name: Callable[[], str] | None = None,
 ) -> NamedSharding | None:
     """Turn one user-given sharding leaf into a ``NamedSharding`` (or ``None``).
 
     A ``PartitionSpec`` is validated before jax sees it, so a bad spec gets
     shardc's error (with the path) rather than jax's. ``option`` (``in_shardings``
-    / ``out_shardings``) and ``api_name`` (``jit`` / ``pjit``) word jax's error.
+    / ``out_shardings``) and ``api_name`` (``jit`` / ``pjit``) word jax's error,
+    ``jax_name`` as ``as_jax_error``'s.
     """
     if entry is None or isinstance(entry, NamedSharding):
         return entry
@@ -194,7 +199,7 @@ def to_named_sharding(
         try:
             sdy.validate_spec(entry, mesh, ndim)
         except ShardcError as error:
-            raise as_jax_error(error, entry, mesh, (1,) * ndim, path) from None
+            raise as_jax_error(error, entry, mesh, (1,) * ndim, path, jax_name) from None
         return NamedSharding(mesh, entry)
     raise InvalidArgumentError(
         f"{path}: expected a NamedSharding, a PartitionSpec or None as a sharding, "
@@ -288,14 +293,16 @@ def check_no_keyword_arguments(in_shardings_given: bool, kwargs: dict[str, Any])
             "entry each)")
 
 
-def check_sharding(sharding: NamedSharding, aval: jax.ShapeDtypeStruct, path: str) -> None:
-    """Validate rank, axes and divisibility of ``sharding`` for ``aval``."""
+def check_sharding(sharding: NamedSharding, aval: jax.ShapeDtypeStruct, path: str,
+                   jax_name: Callable[[], str] | None = None) -> None:
+    """Validate rank, axes and divisibility of ``sharding`` for ``aval`` (``jax_name`` as
+    ``as_jax_error``'s)."""
     try:
         sdy.validate_spec(sharding.spec, sharding.mesh, len(aval.shape))
         sdy.validate_divisible(sharding.spec, sharding.mesh, aval.shape)
     except ShardcError as error:
         raise as_jax_error(error, sharding.spec, sharding.mesh, tuple(aval.shape),
-                           path) from None
+                           path, jax_name) from None
 
 
 # ----------------------------------------------------------------------------
@@ -480,10 +487,12 @@ def argument_signature(
     # state has its shape): each pair that passed is not checked again.
     checked: set[tuple] = set()
     for index, (path, value, entry) in enumerate(zip(paths, values, given)):
-        aval = abstract_value(value, functools.partial(_name, names, index, path), fun)
+        jax_name = functools.partial(_name, names, index, path)
+        aval = abstract_value(value, jax_name, fun)
         if moved_to is not None:
             check_committed_sharding(path, value, moved_to)
-        sharding = to_named_sharding(entry, mesh, path, len(aval.shape), api_name=api_name)
+        sharding = to_named_sharding(entry, mesh, path, len(aval.shape), api_name=api_name,
+                                     jax_name=jax_name)
         traced_as = None if placed_by_jit else type_sharding(value)
         given_here = sharding is not None
         followed.append(None if given_here or placed_by_jit else value)
@@ -493,7 +502,7 @@ def argument_signature(
             if sharding is not None and not isinstance(value.sharding, NamedSharding):
                 placed_as = value.sharding
         if sharding is not None and (sharding, aval.shape) not in checked:
-            check_sharding(sharding, aval, path)
+            check_sharding(sharding, aval, path, jax_name)
             checked.add((sharding, aval.shape))
         if given_here:
             check_committed_sharding(path, value, sharding)

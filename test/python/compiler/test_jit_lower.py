@@ -229,6 +229,30 @@ def test_sharding_errors_name_the_argument(spec, shape, error, words):
         assert word in str(info.value)
 
 
+@pytest.mark.parametrize("place", ["b['k']", "a", "rest[0]", "a as a PartitionSpec"])
+def test_a_sharding_of_too_high_a_rank_is_named_by_the_parameter_as_jax_names_it(place):
+    """jax.jit names an argument by its parameter's name (``b['k']``, ``rest[0]``), not
+    by its place (``args[1]['k']``), in "One of pjit arguments with pytree key path"."""
+    mesh = mesh_4x2()
+    bad = NamedSharding(mesh, P("x", None))
+    args = (jnp.ones(8), {"k": jnp.ones(8)}, jnp.ones(8))
+    in_shardings = {"b['k']": (None, {"k": bad}, None), "a": (bad, None, None),
+                    "rest[0]": (None, None, bad),
+                    "a as a PartitionSpec": (P("x", None), None, None)}[place]
+
+    def f(a, b, *rest):
+        return a
+
+    with jax.set_mesh(mesh):
+        with pytest.raises(ValueError) as from_jax:
+            jax.jit(f, in_shardings=in_shardings).lower(*args)
+        with pytest.raises(RankMismatchError) as from_shardc:
+            jit(f, in_shardings=in_shardings).lower(*args)
+    theirs = str(from_jax.value)
+    assert f"with pytree key path {place.split()[0]} is" in theirs
+    assert str(from_shardc.value).startswith(theirs + " (args[")
+
+
 def test_duplicate_axis_is_refused_when_jit_is_called():
     # As jax.jit does, with its error: the spec alone is invalid, whatever the call.
     from jax._src.named_sharding import DuplicateSpecError
