@@ -235,6 +235,7 @@ class Lowered(Stage, jax.stages.Lowered):
     def compiler_ir(self, dialect: str | None = None, *, propagated: bool = False) -> Any:
         """The module, as ``jax.stages.Lowered.compiler_ir``: ``"stablehlo"`` (the
         default) is an ``ir.Module``, the module as lowered with the shardings given
+        and without the arguments the program never reads unless ``keep_unused``
         (as jax.jit's; this object's own copy), or with ``propagated=True`` this
         object's ``module``, after shardc's propagation. ``"hlo"`` is the
         ``XlaComputation`` of the propagated module as ``.compile()`` hands it to XLA

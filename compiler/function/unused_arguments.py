@@ -5,7 +5,8 @@ jax prunes them from its executable (``pxla._dce_jaxpr``): a call neither places
 nor passes them, so host data given for them is never transferred, and the
 compiled program reports no sharding or layout for them (``None``). shardc's
 lowering keeps every argument (its module, explanations and reports are per
-argument); only the copy XLA compiles drops those ``@main`` never reads.
+argument); only the copy XLA compiles drops those ``@main`` never reads, and the
+module as lowered that ``Lowered.as_text()`` shows, as jax.jit's lowering does.
 
 Programs with effects keep every argument (tokens and ``Ref``s are threaded by
 position), and so do programs with dynamic shapes (their dimension sizes are
