@@ -199,6 +199,29 @@ def test_lowered_text_takes_no_unused_argument(keep_unused):
                                       theirs.compile()(*args, **kwargs))
 
 
+def test_a_program_with_unordered_effects_takes_no_unused_argument(capfd):
+    """``jax.debug.print`` threads no token: jax.jit prunes the arguments such a program
+    never reads, as any other's (its lowered text, its compiled shardings), and the
+    calls (the first, then jax's C++ dispatch) still print."""
+    mesh = jax.make_mesh((4, 2), ("x", "y"))
+    x = jax.device_put(jnp.arange(8.0), jax.sharding.NamedSharding(mesh, P("x")))
+
+    def f(x, unused):
+        jax.debug.print("sum {}", x.sum())
+        return x * 2
+
+    ours, theirs = jit(f).lower(x, x), jax.jit(f).lower(x, x)
+    assert _main_signature(ours) == _main_signature(theirs)
+    ours, theirs = ours.compile(), theirs.compile()
+    assert ours.input_shardings == theirs.input_shardings
+    for _ in range(2):
+        want = theirs(x, x)
+        np.testing.assert_array_equal(ours(x, x), want)
+        np.testing.assert_array_equal(jit(f)(x, x), want)
+    jax.effects_barrier()
+    assert capfd.readouterr().out.count("sum 28.0") == 6  # two rounds of three calls
+
+
 def test_an_unused_argument_of_another_type_is_refused_as_by_jax_jit():
     """The program leaves the argument out, but a call still checks its type against
     the one it was lowered for: jax's TypeError, naming it."""
