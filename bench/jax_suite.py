@@ -140,8 +140,15 @@ WIDE_FILES = (
     "pallas/pallas_lowering_determinism_test.py", "pallas/tpu_pallas_async_test.py",
     "pallas/tpu_pallas_state_test.py", "pallas/tpu_pallas_random_test.py",
     "pallas/tpu_fusible_matmul_test.py", "pallas/tpu_pallas_distributed_test.py",
-    # First run in the seventeenth session, as held-out stand-ins (--jit-tests-only; the
-    # pallas files in interpret mode on CPU).
+    # First run in the seventeenth session, as held-out stand-ins (--jit-tests-only
+    # where large).
+    "debug_info_test.py", "random_lax_test.py", "xla_transform_test.py", "typing_test.py",
+    "sparse_bcoo_bcsr_test.py", "scaled_dot_test.py", "scaled_matmul_stablehlo_test.py",
+    "fused_attention_stablehlo_test.py", "experimental_rnn_test.py", "roofline_test.py",
+    "random_impl_test.py", "lax_numpy_vectorize_test.py", "lax_numpy_operators_test.py",
+    "export_harnesses_multi_platform_test.py",
+    # Also first run in the seventeenth session (--jit-tests-only; the pallas files in
+    # interpret mode on one CPU device, --devices 1).
     "lax_numpy_test.py", "ragged_collective_test.py", "pallas/tpu_pallas_interpret_test.py",
     "pallas/tpu_pallas_pipeline_test.py", "pallas/tpu_pallas_mpmd_test.py",
     "pallas/tpu_pallas_memory_space_test.py", "pallas/tpu_pallas_call_print_test.py",

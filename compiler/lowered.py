@@ -235,17 +235,26 @@ class Lowered(Stage, jax.stages.Lowered):
     def compiler_ir(self, dialect: str | None = None, *, propagated: bool = False) -> Any:
         """The module, as ``jax.stages.Lowered.compiler_ir``: ``"stablehlo"`` (the
         default) is an ``ir.Module``, the module as lowered with the shardings given
+        and without the arguments the program never reads unless ``keep_unused``
         (as jax.jit's; this object's own copy), or with ``propagated=True`` this
         object's ``module``, after shardc's propagation. ``"hlo"`` is the
         ``XlaComputation`` of the propagated module as ``.compile()`` hands it to XLA
         (XLA's conversion can abort the process on the module as it is)."""
         if _dialect(dialect) == "hlo":
             return jax_private.xla_computation(module_for_xla(self.module))
-        if propagated or self._unpropagated is None:
-            # Without propagation, ``module`` is the module as lowered.
+        if propagated:
             return self.module
         if self._lowered_module is None:
-            self._lowered_module = self._unpropagated.annotated()
+            # Without propagation, ``module`` is the module as lowered. jax.jit's
+            # lowering takes no argument its program never reads (unless
+            # ``keep_unused``): that module is what its text shows. Those the
+            # compiled program leaves out, where the module as lowered (whose calls
+            # are not inlined) reads none of them either.
+            lowered = self.module if self._unpropagated is None else self._unpropagated.annotated()
+            dropped = set(self._unused_arguments(self.module)).intersection(
+                self._unused_arguments(lowered))
+            self._lowered_module = (unused_arguments.without(lowered, tuple(dropped))
+                                    if dropped else lowered)
         return self._lowered_module
 
     def cost_analysis(self) -> Any:
@@ -391,13 +400,21 @@ class Lowered(Stage, jax.stages.Lowered):
                 "of devices to `.compile(device_assignment=)`: the program was lowered for "
                 f"platforms {self.platforms} on abstract meshes, which name no devices")
 
+    def _unused_arguments(self, module: ir.Module) -> tuple[int, ...]:
+        """The argument leaves ``module`` never reads, which jax.jit's program leaves
+        out unless ``keep_unused``. Read from the propagated ``module``, whose calls
+        are inlined: an argument only passed on to a nested jit that ignores it is
+        unread, as jax's DCE of the jaxpr finds it."""
+        if self.keep_unused:
+            return ()
+        return unused_arguments.unused(module, self._effects, len(self._args))
+
     def _compile(self, module: ir.Module, device_assignment: Sequence | None,
                  compiler_options: tuple) -> Compiled:
         inputs, outputs = program_values(self._effects, self._args, self._results,
                                          self._closed_refs)
         kept = None
-        dropped = () if self.keep_unused else unused_arguments.unused(
-            module, self._effects, len(self._args))
+        dropped = self._unused_arguments(module)
         if dropped:
             module = unused_arguments.without(module, dropped)
             kept = tuple(i for i in range(len(inputs)) if i not in set(dropped))

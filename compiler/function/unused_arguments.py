@@ -5,14 +5,19 @@ jax prunes them from its executable (``pxla._dce_jaxpr``): a call neither places
 nor passes them, so host data given for them is never transferred, and the
 compiled program reports no sharding or layout for them (``None``). shardc's
 lowering keeps every argument (its module, explanations and reports are per
-argument); only the copy XLA compiles drops those ``@main`` never reads.
+argument); only the copy XLA compiles drops those ``@main`` never reads, and the
+module as lowered that ``Lowered.as_text()`` shows, as jax.jit's lowering does.
 
-Programs with effects keep every argument (tokens and ``Ref``s are threaded by
-position), and so do programs with dynamic shapes (their dimension sizes are
-read from the arguments), as in jax.
+Programs with ordered effects or ``Ref``s keep every argument here (their tokens
+and buffers are threaded by position), and so do programs with dynamic shapes
+(their dimension sizes are read from the arguments), as in jax. Unordered effects
+(``jax.debug.print``, an unordered host callback) thread nothing by position:
+jax prunes those programs' arguments as any other's.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from jaxlib.mlir import ir
 
@@ -25,8 +30,9 @@ ARG_ATTRS = "arg_attrs"
 
 def unused(module: ir.Module, effects: ProgramEffects, num_args: int) -> tuple[int, ...]:
     """The positions among the call's ``num_args`` argument leaves of those ``@main``
-    never reads (none for a program with effects or dynamic shapes)."""
-    if effects != NO_EFFECTS:
+    never reads (none for a program with ordered effects, ``Ref``s or dynamic
+    shapes)."""
+    if dataclasses.replace(effects, unordered=False) != NO_EFFECTS:
         return ()
     arguments = main_function(module).regions[0].blocks[0].arguments
     if len(arguments) != num_args or not all(_static(a.type) for a in arguments):

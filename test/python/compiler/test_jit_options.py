@@ -172,6 +172,56 @@ def test_compiled_takes_no_unused_argument():
 
 
 
+def _main_signature(lowered):
+    text = lowered.as_text(debug_info=True)
+    return next(line for line in text.splitlines() if "func.func public @main" in line)
+
+
+@pytest.mark.parametrize("keep_unused", [False, True])
+def test_lowered_text_takes_no_unused_argument(keep_unused):
+    """The lowered module jax.jit shows (``as_text``, ``compiler_ir``) takes only the
+    arguments the program reads, named by their pytree paths, unless ``keep_unused``;
+    also one only passed on to a nested jit that ignores it."""
+    def f(x, y, *args, **kwargs):
+        return y["hi"] + args[1] + sum(kwargs.values())
+
+    def g(x, y):
+        return x + jit(lambda u, v: v + 1)(y, x)
+
+    for fun, args, kwargs in ((f, ({"ho": 1.0}, {"hi": 2.0}, 3.0, 4.0), {"z": 5.0, "w": 6.0}),
+                              (g, (np.ones(8, np.float32), np.ones(8, np.float32)), {})):
+        ours = jit(fun, keep_unused=keep_unused).trace(*args, **kwargs).lower()
+        theirs = jax.jit(fun, keep_unused=keep_unused).trace(*args, **kwargs).lower()
+        assert _main_signature(ours) == _main_signature(theirs)
+        assert str(ours.compiler_ir().body.operations[0].type) == \
+            str(theirs.compiler_ir().body.operations[0].type)
+        np.testing.assert_array_equal(ours.compile()(*args, **kwargs),
+                                      theirs.compile()(*args, **kwargs))
+
+
+def test_a_program_with_unordered_effects_takes_no_unused_argument(capfd):
+    """``jax.debug.print`` threads no token: jax.jit prunes the arguments such a program
+    never reads, as any other's (its lowered text, its compiled shardings), and the
+    calls (the first, then jax's C++ dispatch) still print."""
+    mesh = jax.make_mesh((4, 2), ("x", "y"))
+    x = jax.device_put(jnp.arange(8.0), jax.sharding.NamedSharding(mesh, P("x")))
+
+    def f(x, unused):
+        jax.debug.print("sum {}", x.sum())
+        return x * 2
+
+    ours, theirs = jit(f).lower(x, x), jax.jit(f).lower(x, x)
+    assert _main_signature(ours) == _main_signature(theirs)
+    ours, theirs = ours.compile(), theirs.compile()
+    assert ours.input_shardings == theirs.input_shardings
+    for _ in range(2):
+        want = theirs(x, x)
+        np.testing.assert_array_equal(ours(x, x), want)
+        np.testing.assert_array_equal(jit(f)(x, x), want)
+    jax.effects_barrier()
+    assert capfd.readouterr().out.count("sum 28.0") == 6  # two rounds of three calls
+
+
 def test_an_unused_argument_of_another_type_is_refused_as_by_jax_jit():
     """The program leaves the argument out, but a call still checks its type against
     the one it was lowered for: jax's TypeError, naming it."""
