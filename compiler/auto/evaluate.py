@@ -49,7 +49,7 @@ class Evaluator:
         self.work: dict = {}  # ``step_time``'s memo
         # Assignments that propagate to the same shardings are the same state (an open
         # activation constraint propagation fills as it would unconstrained, say): its
-        # step and memory are read once, by ``_signature``.
+        # step and memory are read once, by ``signature``.
         self._steps: dict[tuple, StepTime] = {}
         self._memories: dict[tuple, int] = {}
         with module.context:
@@ -105,7 +105,7 @@ class Evaluator:
         reader = self._on_read(assignment) if self.read.usable else None
         if reader is None:
             reader = self._on_copy(assignment)
-        signature = self._signature(reader)
+        signature = self.signature(reader)
         found = self._steps.get(signature) if signature is not None else None
         if found is None:
             # Collectives as XLA forms them for the device's platform (reduce-scatters on TPU).
@@ -118,7 +118,7 @@ class Evaluator:
     def memory(self, reader: ModuleValues) -> int:
         """Per-device bytes of a state as ``Lowered.memory_estimate`` models them:
         arguments + outputs + the heap of temporaries - aliased."""
-        signature = self._signature(reader)
+        signature = self.signature(reader)
         found = self._memories.get(signature) if signature is not None else None
         if found is None:
             found = memory_bytes(reader, self.speeds)
@@ -149,7 +149,7 @@ class Evaluator:
             return 0
         return math.prod(shard_shape(shape, sharding)) * self.element_bytes(value)
 
-    def _signature(self, reader: ModuleValues) -> tuple | None:
+    def signature(self, reader: ModuleValues) -> tuple | None:
         """What a state propagated on the shared read is: every value's interned sharding
         (the read's stores share one table) and the ops propagation erased; None for a
         propagated copy (a graph of its own)."""

@@ -41,7 +41,12 @@ states priced are ranked again, the best not compiled yet compiled next (where
 none is within the model's bytes so held, the least over them: the model's error
 differs between states): ``COMPILED_TRIES`` programs, more while compiling has
 taken less time than the search; the first within the budget is kept, else the
-one least over it. Where nothing is left to compile and no state priced is within
+one least over it. States that propagate to the same axes everywhere are one program,
+compiled once (``Search._program``). Where nothing is left to compile, a descent from
+the compiled state XLA puts least over the budget, under the model's bytes held to
+that state's own error, prices its lighter neighbours, and the one it ends in is
+compiled (``COMPILED_TRIES`` such origins at most): the model's error differs between
+states more than between a state and its neighbours. Then, where no state priced is within
 the model's bytes held, a descent under them from the least over prices lighter
 states, and the best it finds is compiled (``COMPILED_TRIES`` descents at most). The textbook configurations
 within the budget by the model are compiled instead of the next state where that
@@ -385,12 +390,20 @@ class Search:
         beyond: list[tuple] = []  # and those the model may count long, fastest first
         fallbacks: set[tuple] = set()  # compiled as such, judged by the budget itself
         descents = 0  # under the model's bytes held, once nothing is left to compile
+        origins: set[tuple] = set()  # the compiled states descended from, each its error
+        # Keys that propagate to the same shardings are one program (``_program``):
+        # each compiled once, its twins taking its bytes.
+        programs: dict[tuple, int] = {}
         while True:
-            memory = compiled_memory(outcome)
-            if memory is None:  # XLA cannot compile it here: nor, likely, the others
-                if not compiled:
-                    return outcome
-                break
+            program = self._program(key)
+            memory = programs.get(program)
+            if memory is None:
+                memory = compiled_memory(outcome)
+                if memory is None:  # XLA cannot compile it here: nor, likely, the others
+                    if not compiled:
+                        return outcome
+                    break
+                programs[program] = memory
             compiled[key] = memory
             if memory <= budget or len(compiled) == len(complete):
                 break
@@ -404,7 +417,7 @@ class Search:
                 beyond = sorted(textbook + [k for k in self._textbook if budget < (
                     self._estimate(k).memory_peak) <= budget * (1 + MODEL_ERROR)],
                     key=lambda k: self._priced[k].seconds)
-            tried = len(compiled) >= COMPILED_TRIES and (
+            tried = len(programs) >= COMPILED_TRIES and (
                 time.perf_counter() - searched > searched - start)
             fallback = next((k for k in (beyond if tried else textbook)
                              if k not in compiled), None)
@@ -414,6 +427,23 @@ class Search:
             # tries are spent: its error is its own (not the states' held above), so
             # a budget it meets is met no slower than it.
             self.budget = min(self.budget, int(budget * outcome.step.memory_peak / memory))
+            if tried and fallback is None and len(origins) < COMPILED_TRIES:
+                # Nothing left to compile: a descent from the compiled state XLA puts
+                # least over the budget (of those not descended from yet), under the
+                # model's bytes held to that state's own error (its neighbours share
+                # its buffers, so its error more than the others'); the state it ends
+                # in is compiled where lighter by the model.
+                origin = min((k for k in compiled if k not in origins),
+                             key=compiled.__getitem__, default=None)
+                if origin is not None:
+                    origins.add(origin)
+                    found = self._descent_from(origin, int(
+                        budget * self._estimate(origin).memory_peak / compiled[origin]))
+                    complete = [k for k in self._priced if len(k) == len(self.groups)]
+                    if found is not None and found not in compiled:
+                        key = found
+                        outcome = self._outcome(start, outcome.exhaustive, key)
+                        continue
             descended = False
             least = self.ranked(complete)[0] if tried and fallback is None else None
             if descents < COMPILED_TRIES and least is not None and (
@@ -451,8 +481,37 @@ class Search:
         outcome.seconds = time.perf_counter() - start
         return outcome
 
+    def _descent_from(self, origin: tuple, held: int) -> tuple | None:
+        """The state a descent from ``origin`` under ``held`` model bytes ends in, where
+        not ``origin`` and lighter than it by the model; else None."""
+        budget, self.budget = self.budget, held
+        self.state = dict(origin)
+        try:
+            self._descend(len(self._priced) + self.descent_evaluations)
+        finally:
+            self.budget = budget
+        key = tuple(sorted(self.state.items()))
+        if key == origin or self._estimate(key).memory_peak >= (
+                self._estimate(origin).memory_peak):
+            return None
+        return key
+
     def _key(self, outcome: Outcome) -> tuple:
         return tuple(sorted((g, group.chosen) for g, group in enumerate(outcome.groups)))
+
+    def _program(self, key: tuple) -> tuple:
+        """What the program of the complete state ``key`` is: every value's propagated
+        axes and the ops propagation erased, the same for a twin whose activation
+        constraint is closed where the other's is left open to the axes propagation
+        fills (the program returned carries the propagated shardings); the key itself
+        where the state propagated on a copy of its own (a graph numbered anew)."""
+        reader = self._readers.get(key)
+        if reader is None:
+            _, reader = self.evaluate(self._assignment(key))
+        if self.evaluate.signature(reader) is None:
+            return key
+        return (tuple(reader.axes(v) for v in range(len(reader.graph.values))),
+                tuple(reader.store.erase_log))
 
     def _outcome(self, start: float, exhaustive: bool, key: tuple | None = None) -> Outcome:
         complete = [k for k in self._priced if len(k) == len(self.groups)]

@@ -350,6 +350,92 @@ def test_a_descent_under_the_bytes_held_finds_a_state_within_the_budget(mesh, mo
     _close(tight(params, x, y), want)
 
 
+def test_a_descent_from_the_state_least_over_holds_the_model_to_its_own_error(
+        mesh, monkeypatch):
+    # A two-layer MLP train step under half of data parallel's XLA memory, where XLA
+    # compiles the search's choice 1 B over the budget and every other state priced
+    # when the check starts 2 B over it, and the states lighter than the choice by the
+    # model (its neighbours the search had not priced) within it. Once the tries are
+    # spent, the check descends from the choice (least over) under the model's bytes
+    # held to the choice's own error, and compiles the lighter state it ends in: AUTO
+    # returns it, within the budget, computing what jax.jit computes.
+    (params, x, y), budget = _half_of_data_parallel(mesh)
+    origins: list[tuple] = []
+    fit_compiled = Search.fit_compiled
+    descent_from = Search._descent_from
+
+    def descend(search, origin, held):
+        origins.append((origin, held))
+        return descent_from(search, origin, held)
+
+    def check(search, outcome, compiled_memory):
+        priced = {k for k in search._priced if len(k) == len(search.groups)}
+        choice = search._key(outcome)
+        model = search._estimate(choice).memory_peak
+
+        def memory(chosen):
+            hours[0] += 1  # each compile stands for one of a large step: the tries run out
+            key = search._key(chosen)
+            if key == choice:
+                return budget + 1
+            return budget + 2 if key in priced or chosen.step.memory_peak >= model else budget
+
+        result = fit_compiled(search, outcome, memory)
+        assert origins[0] == (choice, int(budget * model / (budget + 1)))
+        return result
+
+    monkeypatch.setattr(Search, "_descent_from", descend)
+    hours = [0]
+    tight, lowered = _lowered_with_compiles_of_an_hour(monkeypatch, mesh, check, hours,
+                                                       (params, x, y), budget)
+    report = lowered.auto_report()
+    assert report.compiled_memory == budget, report.format_text()
+    want = jax.jit(train_step, in_shardings=lowered.in_shardings[0],
+                   out_shardings=lowered.out_shardings)(params, x, y)
+    _close(tight(params, x, y), want)
+
+
+def test_states_that_propagate_alike_are_compiled_once(mesh, monkeypatch):
+    # A two-layer MLP train step under half of data parallel's XLA memory, where every
+    # state compiles over the budget and the clock stands still (the tries never run
+    # out): the check goes through every complete state priced. States whose activation
+    # constraints propagation fills as it would unconstrained propagate to the same
+    # shardings, one program: each such program is compiled once, its twins taking its
+    # bytes. AUTO returns the first compiled, computing what jax.jit computes.
+    (params, x, y), budget = _half_of_data_parallel(mesh)
+    programs: list[tuple] = []  # the program of each compile
+    compiled: list[int] = []  # XLA's bytes of two twins
+    states: list[dict] = []  # program -> keys, over the complete states priced
+    fit_compiled = Search.fit_compiled
+
+    def check(search, outcome, compiled_memory):
+        by_program: dict[tuple, list] = {}
+        for key in (k for k in search._priced if len(k) == len(search.groups)):
+            by_program.setdefault(search._program(key), []).append(key)
+        states.append(by_program)
+        twins = next(keys for keys in by_program.values() if len(keys) > 1)
+        compiled.extend(compiled_memory(search._outcome(0.0, False, k)) for k in twins[:2])
+
+        def memory(chosen):
+            programs.append(search._program(search._key(chosen)))
+            return budget + 1
+
+        return fit_compiled(search, search._outcome(0.0, False), memory)
+
+    monkeypatch.setattr(Search, "fit_compiled", check)
+    monkeypatch.setattr(search_module, "time", types.SimpleNamespace(perf_counter=lambda: 0.0))
+    monkeypatch.setattr(search_module, "MODEL_ERROR", math.inf)
+    tight = jit(train_step, in_shardings=AUTO, out_shardings=AUTO, mesh=mesh,
+                memory_budget=budget)
+    lowered = tight.lower(params, x, y)
+    (by_program,) = states
+    assert compiled[0] == compiled[1]  # twins were priced, and XLA compiles them alike
+    assert sorted(programs) == sorted(by_program), (len(programs), len(by_program))
+    want = jax.jit(train_step, in_shardings=lowered.in_shardings[0],
+                   out_shardings=lowered.out_shardings)(params, x, y)
+    _close(tight(params, x, y), want)
+
+
 def test_a_choice_far_within_the_budget_is_not_compiled(mesh, monkeypatch):
     # The model puts the choice under the budget by more than its error against XLA
     # (search.MODEL_ERROR): compiling it could not move it over, so no compile runs.
