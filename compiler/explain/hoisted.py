@@ -61,6 +61,7 @@ _STAYING = frozenset("stablehlo." + n for n in (
 _NESTING = frozenset({"stablehlo.while", "stablehlo.case", "stablehlo.if"})
 _TERMINATORS = frozenset({"stablehlo.return", "sdy.return"})
 _DISABLED = "_xla_disable_loop_instr_hoisting"
+_EDGE = "sdy.data_flow_edge"
 
 
 def hoisted_graph(graph: Any, reduced: Collection[int] = ()) -> Any:
@@ -176,6 +177,14 @@ class _Motion:
                 invariant.update(results)
                 continue
             invariant.update(results)
+            owner = graph.value_def[reads[0]] if reads else -1
+            if name == _EDGE and owner >= 0 and self.parent[owner] == loop \
+                    and owner not in inside:
+                # Shardy's edge on a hoisted loop's result is no op of XLA's: it
+                # leaves with the loop, else the loop's unread results would be
+                # carried through the body to it
+                take(op)
+                continue
             if name in _ONLY_WITH_READER:
                 waiting.add(op)
                 continue
