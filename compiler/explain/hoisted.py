@@ -15,18 +15,22 @@ What it leaves in the body (``NotWorthHoistingIndividually`` with its CPU
 defaults): ops that only move or replicate their operand (broadcasts, iotas,
 reshapes, slices, transposes, reverses, sharding annotations) are hoisted only with
 an invariant reader that is hoisted; constants stay, and so do ops computing from
-constants alone (XLA folds them into constants or broadcasts of constants); ops with side effects stay, and so do ops running nested
-computations of their own (loops, conditionals, manual computations). A loop none
-of whose carries is returned unchanged (and whose body reads nothing from outside
-the loop, which HLO carries too) is left whole, as XLA gives up on it, and so
-is a loop marked ``_xla_disable_loop_instr_hoisting``. Loops are visited innermost
-first (XLA walks the computations in post order), so an op hoisted out of an inner
-loop may leave the outer one too.
+constants alone (XLA folds them into constants or broadcasts of constants); ops
+with side effects stay, and so do calls and manual computations. A loop or
+conditional is hoisted whole when its operands and every value its computations
+read from outside are invariant and nothing in it has side effects (diffrax's
+Brownian path: the counter-hashing loops of a key fixed for the solve leave the
+solver's loops). A loop none of whose carries is returned unchanged (and whose body
+reads nothing from outside the loop, which HLO carries too) is left whole, as XLA
+gives up on it, and so is a loop marked ``_xla_disable_loop_instr_hoisting``. Loops
+are visited innermost first (XLA walks the computations in post order), so an op
+hoisted out of an inner loop may leave the outer one too.
 
 ``hoisted_graph`` returns a view of the graph (``GraphView``) with each hoisted op
 listed in the enclosing block right before its loop, reading the loop's initial
 values where it read unchanged carries, and an equal hoisted op's readers reading
-the first (XLA's CSE, ``merged``: the others are gone).
+the first (XLA's CSE, ``merged``: the others are gone; equal loops too, their
+computations compared by structure, unless they hold a partial sum all-reduced).
 """
 
 from __future__ import annotations
@@ -46,13 +50,18 @@ _ONLY_WITH_READER = frozenset("stablehlo." + n for n in (
     "broadcast_in_dim", "iota", "reverse", "slice", "transpose", "reshape",
     "get_tuple_element", "tuple")) | frozenset(
     {"sdy.sharding_constraint", "sdy.reshard", "sdy.data_flow_edge", "sdy.propagation_barrier"})
-# ops XLA never hoists: side effects, and ops whose own computations this model does
-# not look into (loops, conditionals, calls, manual computations)
+# ops XLA never hoists, nor a loop or conditional holding one: side effects, and ops
+# this model does not look into (calls, manual computations)
 _STAYING = frozenset("stablehlo." + n for n in (
-    "rng", "send", "recv", "infeed", "outfeed", "after_all", "create_token", "while",
-    "case", "if", "custom_call", "optimization_barrier", "return")) | frozenset(
+    "rng", "send", "recv", "infeed", "outfeed", "after_all", "create_token",
+    "custom_call", "optimization_barrier", "return")) | frozenset(
     {"func.call", "func.return", "sdy.manual_computation", "sdy.return"})
+# ops with computations of their own, hoisted whole when everything they read is
+# invariant (a Brownian path's counter-hashing loop inside an SDE solver's step)
+_NESTING = frozenset({"stablehlo.while", "stablehlo.case", "stablehlo.if"})
+_TERMINATORS = frozenset({"stablehlo.return", "sdy.return"})
 _DISABLED = "_xla_disable_loop_instr_hoisting"
+_EDGE = "sdy.data_flow_edge"
 
 
 def hoisted_graph(graph: Any, reduced: Collection[int] = ()) -> Any:
@@ -80,7 +89,11 @@ def hoisted_graph(graph: Any, reduced: Collection[int] = ()) -> Any:
         landed.setdefault(motion.parent[op], []).append(op)
     merged: dict[int, int] = {}
     for ops in landed.values():
-        merge_block(view, [op for op in ops if op not in reduced], merged, set())
+        # a loop computing a partial sum all-reduces it with a channel of its own
+        # too: equal loops of one (a sharded contraction in their bodies) stay apart
+        apart = [op for op in ops if op in reduced
+                 or any(inner in reduced for inner in motion.nested(op))]
+        merge_block(view, [op for op in ops if op not in apart], merged, set(), _NESTING)
     return removed_view(view, merged) if merged else view
 
 
@@ -135,7 +148,7 @@ class _Motion:
         def take(op: int) -> None:
             # XLA copies the invariant operands it left in the body along (a
             # broadcast, a constant) with the op it hoists
-            for value in self.operands[op]:
+            for value in self._reads(op):
                 owner = graph.value_def[value]
                 if owner in waiting or (value in constant and owner in inside):
                     waiting.discard(owner)
@@ -148,14 +161,15 @@ class _Motion:
             name = graph.op_name[op]
             if name in _STAYING or not graph.op_results[op]:
                 continue
-            if graph.op_blocks[op] and self._reads_outside(op):
-                continue  # a nested computation reading more than its operands
-            reads = self.operands[op]
+            if graph.op_blocks[op] and (name not in _NESTING or not self._pure(op)):
+                continue
+            reads = self._reads(op)
             if not all(v in invariant or not self.within(_definer(graph, v), loop)
                        for v in reads):
                 continue
             results = graph.op_results[op]
-            if name in _CONSTANTS or (reads and all(v in constant for v in reads)):
+            if name in _CONSTANTS or (name not in _NESTING and reads
+                                      and all(v in constant for v in reads)):
                 # XLA folds ops of constants into constants, and an elementwise op of
                 # a broadcast scalar into a broadcast of the op of the scalar, folded
                 # (``square(broadcast(0.0))``: a broadcast, hoisted only with a reader)
@@ -163,6 +177,14 @@ class _Motion:
                 invariant.update(results)
                 continue
             invariant.update(results)
+            owner = graph.value_def[reads[0]] if reads else -1
+            if name == _EDGE and owner >= 0 and self.parent[owner] == loop \
+                    and owner not in inside:
+                # Shardy's edge on a hoisted loop's result is no op of XLA's: it
+                # leaves with the loop, else the loop's unread results would be
+                # carried through the body to it
+                take(op)
+                continue
             if name in _ONLY_WITH_READER:
                 waiting.add(op)
                 continue
@@ -182,8 +204,32 @@ class _Motion:
                               for block_args, ops in self.blocks[outer]]
         for op in hoisted:
             self.parent[op] = outer
-            if any(v in entering for v in self.operands[op]):
-                self._read_initial(op, entering)
+            for reader in [op, *self.nested(op)]:
+                if any(v in entering for v in self.operands[reader]):
+                    self._read_initial(reader, entering)
+
+    def nested(self, op: int) -> list[int]:
+        """The ops nested in ``op``'s regions, at any depth."""
+        found: list[int] = []
+        for _, ops in self.blocks[op]:
+            for inner in ops:
+                found.append(inner)
+                found.extend(self.nested(inner))
+        return found
+
+    def _reads(self, op: int) -> list[int]:
+        """``op``'s operands and the values its regions read from outside it (HLO
+        hands those to a loop or conditional as operands too)."""
+        graph = self.graph
+        captured = [v for inner in self.nested(op) for v in self.operands[inner]
+                    if not self.within(_definer(graph, v), op)]
+        return [*self.operands[op], *dict.fromkeys(captured)]
+
+    def _pure(self, op: int) -> bool:
+        """Whether no op nested in ``op`` is one XLA never hoists (a side effect)."""
+        names = self.graph.op_name
+        return not any(names[inner] in _STAYING and names[inner] not in _TERMINATORS
+                       for inner in self.nested(op))
 
     def _reads_outside(self, op: int) -> bool:
         """Whether an op nested in ``op``'s regions reads a value defined outside ``op``."""

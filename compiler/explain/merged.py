@@ -116,14 +116,18 @@ def merged_graph(graph: PropagationGraph):
 
 
 def merge_block(graph: PropagationGraph, block: list[int], merged: dict[int, int],
-                 merged_ops: set[int]) -> None:
+                 merged_ops: set[int], nesting: frozenset[str] = frozenset()) -> None:
     """Record in ``merged`` (value -> value it merges into) the ops of ``block`` (ops
-    of one block, in order) that repeat an earlier op of them."""
+    of one block, in order) that repeat an earlier op of them. ``nesting``: the ops
+    with whole computations of their own (loops, conditionals) that may merge too,
+    their computations compared by structure as XLA's CSE compares them."""
     first: dict[tuple, int] = {}
     for op in block:
         name = graph.op_name[op]
         if name in _NEVER or not graph.op_results[op] or (
-                graph.op_blocks[op] and name not in _PER_ELEMENT):
+                graph.op_blocks[op] and name not in _PER_ELEMENT and name not in nesting):
+            continue
+        if name in nesting and _holds_unmerged(graph, op):
             continue
         key = (name, tuple(_through(graph, v, merged) for v in graph.op_operands[op]),
                tuple(str(graph.values[r].type) for r in graph.op_results[op]),
@@ -134,6 +138,18 @@ def merge_block(graph: PropagationGraph, block: list[int], merged: dict[int, int
         merged_ops.add(op)
         for duplicate, value in zip(graph.op_results[op], graph.op_results[kept]):
             merged[duplicate] = value
+
+
+def _holds_unmerged(graph: PropagationGraph, op: int) -> bool:
+    """Whether an op nested in ``op`` is one CSE never merges (a collective with its
+    own channel makes two equal loops holding it differ)."""
+    for _, ops in graph.op_blocks[op]:
+        for inner in ops:
+            if graph.op_name[inner] in _NEVER and graph.op_name[inner] != "stablehlo.return":
+                return True
+            if graph.op_blocks[inner] and _holds_unmerged(graph, inner):
+                return True
+    return False
 
 
 def _through(graph: PropagationGraph, value: int, merged: dict[int, int]) -> int:
