@@ -27,6 +27,7 @@ from shardc.compiler.cost.op_comm import op_communication
 from shardc.compiler.cost.report import collective_bytes
 from shardc.compiler.cost.reshard import dim_axes, reshard_tensor, shard_bytes
 from shardc.compiler.cost_aware.candidates import (
+    TAG,
     Pin,
     closed,
     op_tags,
@@ -299,9 +300,12 @@ class PinnedCopies:
     for a copy, the copy is propagated, as it is where it is written at once.
     The module must not change once a copy is propagated on the read.
 
-    ``graph``: the module's graph, where its maker has it (``PropagationGraph.of_cut``,
-    of a module whose use-lists are already a clone's): the read is then taken from
-    the module itself, without walking it.
+    ``graph``: the module's graph, where its maker has it without the module
+    (``regions.region_graph``: the graph of a module whose use-lists are already a
+    clone's, and whose ops carry ``pins``): the read is taken from it, starting from
+    ``pins`` as if its ops carried them, and ``make`` makes the module only if a copy
+    must be made, or where a pin cannot be read that way (then the module is read);
+    ``tags``: its ops' numbers (``op_tags``), where the maker has them.
 
     ``opened`` gives the copies of a variant of the module whose only function
     leaves some arguments and results without a sharding: the same graph, so
@@ -310,16 +314,19 @@ class PinnedCopies:
     """
 
     def __init__(self, module: ir.Operation | ir.Module | None, conservative: bool,
-                 costs: CostMemo, graph: PropagationGraph | None = None):
+                 costs: CostMemo, graph: PropagationGraph | None = None, *,
+                 tags: list[int | None] | None = None, pins: list[Pin] = (),
+                 make: Callable[[], ir.Operation | ir.Module] | None = None):
         self.owner = module  # kept alive: an ``ir.Module`` owns its operation
         self.conservative = conservative
         self.costs = costs
-        # The module's graph, where its maker has it (a module built op by op in program
-        # order, operands in order, ``regions.cut_out``: its use-lists are already those
-        # of a clone of it, so its read needs no clone to read its copies' worklist order).
         self._graph = graph
-        self._in_clone_order = graph is not None
-        self._make: Callable[[], ir.Operation | ir.Module] | None = None  # ``opened``'s
+        self._tags = tags  # ``graph``'s ``op_tags``
+        self._pins = list(pins)  # the pins ``make``'s module carries, read as starts
+        # Makes the module (``regions.cut_out``, ``opened``): built op by op in program
+        # order, operands in order, so its use-lists are already those of a clone of it
+        # and its read needs no clone to read its copies' worklist order.
+        self._make = make
         self._ops: dict[int, list[ir.Operation]] | None = None  # ``tagged``, when first asked
         self._read: SharedRead | None = None
         self._indices: dict[int, list[int]] = {}  # the read's graph ops by tag
@@ -342,8 +349,7 @@ class PinnedCopies:
         (positions) carrying no sharding, a module ``make`` makes (only when a copy of it
         must be made)."""
         self._shared_read()
-        opened = PinnedCopies(None, self.conservative, self.costs)
-        opened._make = make
+        opened = PinnedCopies(None, self.conservative, self.costs, make=make)
         opened._read, opened._indices = self._read, self._indices
         opened._unsharded = (arguments, results)
         return opened
@@ -388,27 +394,54 @@ class PinnedCopies:
 
     def _shared_read(self) -> SharedRead:
         if self._read is None:
+            graph, self._graph = self._graph, None
+            if graph is not None:
+                self._read = self._read_of(graph, tags=self._tags)
+                if not self._started(self._pins):
+                    self._read, self._indices = None, {}  # the module is read below
+        if self._read is None:
             # Read from a clone: the use-lists, which order the worklist, are then a
             # copy's. The module is never written while its read lives (a pin is set on
             # it only while ``pinned_clone`` clones it), so a module in clone order is read
             # itself.
-            module = self.module if self._in_clone_order else self.module.clone()
-            graph, self._graph = self._graph, None
+            module = self.module if self._make is not None else self.module.clone()
             source, self._facts_of = self._facts_of, None
-            if graph is None and source is not None:
+            graph = None
+            if source is not None:
                 # The copy ``source`` reads is a clone of the module too: its graph but for
                 # the bindings.
                 graph = PropagationGraph.of_clone(module.operation, source.graph,
                                                   conservative=self.conservative,
                                                   memo=self.costs.reads)
-            self._read = SharedRead(module, conservative=self.conservative,
-                                    memo=self.costs.reads, graph=graph)
+            self._read = self._read_of(graph, module)
             if source is not None and _same_layout(source, self._read):
                 self._read.facts = source.facts
-            for op, tag in enumerate(op_tags(self._read.facts, self._read.graph)):
-                if tag is not None:
-                    self._indices.setdefault(tag, []).append(op)
         return self._read
+
+    def _read_of(self, graph: PropagationGraph | None, module: ir.Operation | None = None,
+                 tags: list[int | None] | None = None) -> SharedRead:
+        read = SharedRead(module if graph is None else graph.module,
+                          conservative=self.conservative, memo=self.costs.reads, graph=graph)
+        if tags is not None:
+            read.facts[TAG] = tags  # as ``op_tags`` would read them
+        for op, tag in enumerate(op_tags(read.facts, read.graph)):
+            if tag is not None:
+                self._indices.setdefault(tag, []).append(op)
+        return read
+
+    def _started(self, pins: list[Pin]) -> bool:
+        """Whether the read's store starts from ``pins`` as a read of a module whose ops
+        carry them would (``ShardingStore.start``)."""
+        store = self._read.store
+        with self._read.graph.module.context:
+            for tag, pin in {pin.op: pin for pin in pins}.items():  # as ``apply_pins``
+                attribute = None
+                for op in self._indices.get(tag, ()):
+                    if attribute is None:
+                        attribute = ir.Attribute.parse(format_per_value([pin.sharding]))
+                    if not store.start(op, attribute):
+                        return False
+        return True
 
     def _propagated_on_read(self, pins: list[Pin]) -> ModuleValues | None:
         read = self._shared_read()

@@ -8,7 +8,10 @@ conflict op (and the pinned op) by def-use steps within one block, cut out
 (``cut_out``) into a module whose function arguments and results are the
 values crossing the cut, closed to the shardings the current state gives
 them. Inside, every op starts from its imported sharding (what propagation
-starts from) plus the accepted pins in the region. The region is propagated
+starts from) plus the accepted pins in the region. That module is read
+without being made (``region_graph``: the region's part of the state's
+graph, its ops read through the imported ones a cut would clone) and made
+only where a copy of it must be. The region is propagated
 with user priorities with and without the candidate and priced by the same
 cost model; the difference is the candidate's local gain. A change that
 would travel past the cut is priced as a reshard at the cut, so a local gain
@@ -270,69 +273,79 @@ def cut_out(reader: ModuleValues, ops: list[int], sources: dict[int, list[ir.Ope
     return last: as a clone makes them, so the module's use-lists (which order
     propagation's worklist) are those of a clone of it.
     """
-    cut = _cut(reader, ops, sources, open_cut, crossing, made)
-    return cut.module, cut.returns
-
-
-@dataclass
-class _Cut:
-    """A region cut out (``cut_out``), with what its graph is taken from
-    (``PropagationGraph.of_cut``)."""
-
-    module: ir.Module
-    returns: frozenset[int]
-    parts: dict  # ``PropagationGraph.of_cut``'s arguments but the module and source
-
-    def graph(self, source: PropagationGraph, conservative: bool, memo: ReadMemo
-              ) -> PropagationGraph:
-        """The cut module's graph, read from ``source`` (the graph it is cut out of)."""
-        return PropagationGraph.of_cut(self.module.operation, source, **self.parts,
-                                       conservative=conservative, memo=memo)
-
-
-def _cut(reader: ModuleValues, ops: list[int], sources: dict[int, list[ir.Operation]],
-         open_cut: bool = False, crossing=None,
-         made: dict[tuple, ir.Attribute] | None = None) -> _Cut:
     graph = reader.graph
     entering, leaving = crossing or _crossing(reader, ops)
     body = graph.module.regions[0].blocks[0]
-    symbols = []
     with ir.Location.unknown(graph.module.context):
         module = ir.Module.create()
         with ir.InsertionPoint(module.body):
             for symbol in body.operations:
                 if symbol.operation.name == "sdy.mesh":
-                    symbols.append(symbol.operation.clone().operation)
-            types = ([graph.values[v].type for v, _, _ in entering],
-                     [graph.values[v].type for v, _, _ in leaving])
-            function = func.FuncOp("main", types)
+                    symbol.operation.clone()
+            function = func.FuncOp("main", _boundary_types(graph, entering, leaving))
             entry = function.add_entry_block()
+
         def fixed(value: int, returned: bool) -> bool:
             return not open_cut or returned or _function_argument(graph, value)
 
         function.operation.attributes["arg_attrs"] = _boundary_attrs(entering, fixed, made)
         function.operation.attributes["res_attrs"] = _boundary_attrs(leaving, fixed, made)
-        arguments = list(entry.arguments)
-        mapped: dict[int, ir.Value] = dict(zip((v for v, _, _ in entering), arguments))
-        copies, results = [], []
+        mapped: dict[int, ir.Value] = dict(zip((v for v, _, _ in entering), entry.arguments))
         with ir.InsertionPoint(entry):
             for op in ops:
                 copy = sources[tag_of(reader, op)][-1].clone()
                 operands = copy.operands
                 for k, value in enumerate(graph.op_operands[op]):
                     operands[k] = mapped[value]
-                own = list(copy.results)
-                for value, result in zip(graph.op_results[op], own):
+                for value, result in zip(graph.op_results[op], copy.results):
                     mapped[value] = result
-                copies.append(copy.operation)
-                results.append(own)
-            ret = func.ReturnOp([mapped[v] for v, _, _ in leaving])
-    returns = frozenset(k for k, (_, _, returned) in enumerate(leaving) if returned)
-    parts = dict(symbols=symbols, function=function.operation,
-                 arguments=[v for v, _, _ in entering], argument_values=arguments, ops=ops,
-                 copies=copies, results=results, returned=[v for v, _, _ in leaving],
-                 ret=ret.operation)
-    return _Cut(module, returns, parts)
+            func.ReturnOp([mapped[v] for v, _, _ in leaving])
+    return module, _returned_positions(leaving)
+
+
+def region_graph(reader: ModuleValues, ops: list[int], sources: dict[int, list[ir.Operation]],
+                 crossing=None, made: dict[tuple, ir.Attribute] | None = None, *,
+                 conservative: bool = False, memo: ReadMemo | None = None
+                 ) -> tuple[PropagationGraph, list[int | None], frozenset[int]]:
+    """The graph of the module ``cut_out`` (closed) would make of region ``ops``, its
+    ops' numbers (``op_tags``) and the positions of its results that are results of
+    the real function, without making that module: the region's part of ``reader``'s
+    graph (``PropagationGraph.of_region``), each op read through the op of ``sources``
+    a cut would clone, the function and its return made apart, without a body
+    (arguments as ``cut_out``'s)."""
+    graph = reader.graph
+    entering, leaving = crossing or _crossing(reader, ops)
+    symbols = reader.facts.get("symbols")
+    if symbols is None:
+        symbols = reader.facts["symbols"] = [
+            op for op, name in enumerate(graph.op_name)
+            if name == "sdy.mesh" and graph.op_parent[op] == -1]
+    with ir.Location.unknown(graph.module.context):
+        function = func.FuncOp("main", _boundary_types(graph, entering, leaving))
+        with ir.InsertionPoint(function.add_entry_block()):
+            ret = func.ReturnOp([])
+        function.operation.attributes["arg_attrs"] = _boundary_attrs(entering, made=made)
+        function.operation.attributes["res_attrs"] = _boundary_attrs(leaving, made=made)
+    numbers = op_tags(reader.facts, graph)
+    tags = [None] * (len(symbols) + 1)  # the symbols and the function carry none
+    for op in ops:
+        tags += [numbers[p] for p in graph.subtree(op)] if graph.op_blocks[op] else [numbers[op]]
+    tags.append(None)  # the return
+    region = PropagationGraph.of_region(
+        graph, symbols=symbols, function=function.operation, ret=ret.operation,
+        arguments=[v for v, _, _ in entering], ops=ops,
+        bindings=[sources[numbers[op]][-1] for op in ops],
+        returned=[v for v, _, _ in leaving], conservative=conservative, memo=memo)
+    return region, tags, _returned_positions(leaving)
+
+
+def _boundary_types(graph, entering: list, leaving: list) -> tuple[list, list]:
+    return ([graph.values[v].type for v, _, _ in entering],
+            [graph.values[v].type for v, _, _ in leaving])
+
+
+def _returned_positions(leaving: list) -> frozenset[int]:
+    return frozenset(k for k, (_, _, returned) in enumerate(leaving) if returned)
 
 
 def _attribute_hashes(op: ir.Operation) -> tuple:
@@ -623,33 +636,40 @@ class RegionEvaluator:
         """
         region = region.cut
         if region.module is None:
-            cut = _cut(region.reader, region.ops, self.sources, crossing=region.crossing,
-                       made=self._made)
-            region.returns = cut.returns
-            apply_pins(cut.module.operation, region.accepted)
-            # Its graph is the region's part of the state's graph, but for the bindings.
-            region.module = PinnedCopies(cut.module, self.conservative, self.costs,
-                                         graph=cut.graph(region.reader.graph,
-                                                         self.conservative, self.costs.reads))
+            # Its graph is the region's part of the state's graph: the module is cut out
+            # only if a copy of it must be made.
+            graph, tags, region.returns = region_graph(
+                region.reader, region.ops, self.sources, region.crossing, self._made,
+                conservative=self.conservative, memo=self.costs.reads)
+            region.module = PinnedCopies(None, self.conservative, self.costs, graph=graph,
+                                         tags=tags, pins=region.accepted,
+                                         make=self._cutter(region, open_cut=False))
         if not open_cut:
             return region.module
         if region.open_module is None:
-            # ``cut`` is kept by the region's copies: it holds neither the region nor
-            # this evaluator, or they would live in a cycle, freed only by the cyclic
-            # collector (scanning all the search allocated) instead of when dropped.
-            reader, accepted, sources, made = (region.reader, region.accepted, self.sources,
-                                               self._made)
-            ops, crossing = region.ops, region.crossing
-
-            def cut() -> ir.Module:
-                module, _ = cut_out(reader, ops, sources, open_cut=True, crossing=crossing,
-                                    made=made)
-                apply_pins(module.operation, accepted)
-                return module
-
-            region.open_module = region.module.opened(*open_positions(reader, ops, crossing),
-                                                      cut)
+            region.open_module = region.module.opened(
+                *open_positions(region.reader, region.ops, region.crossing),
+                self._cutter(region, open_cut=True))
         return region.open_module
+
+    def _cutter(self, region: _Region, open_cut: bool) -> Callable[[], ir.Module]:
+        """What cuts ``region`` out (``cut_out``) with its accepted pins, when called.
+
+        It is kept by the region's copies: it holds neither the region nor this
+        evaluator, or they would live in a cycle, freed only by the cyclic collector
+        (scanning all the search allocated) instead of when dropped.
+        """
+        reader, ops, crossing, accepted = region.reader, region.ops, region.crossing, \
+            region.accepted
+        sources, made = self.sources, self._made
+
+        def cut() -> ir.Module:
+            module, _ = cut_out(reader, ops, sources, open_cut=open_cut, crossing=crossing,
+                                made=made)
+            apply_pins(module.operation, accepted)
+            return module
+
+        return cut
 
     def _evaluate(self, region: _Region, pin: Pin | None,
                   open_cut: bool = False) -> tuple[int, int, tuple]:

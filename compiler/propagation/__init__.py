@@ -189,7 +189,7 @@ class SharedRead:
 
     def __init__(self, module: ir.Operation | ir.Module, *, conservative: bool = False,
                  memo: ReadMemo | None = None, graph: PropagationGraph | None = None):
-        if graph is None:  # else ``module``'s, as its maker knows it (``PropagationGraph.of_cut``)
+        if graph is None:  # else ``module``'s, as its maker knows it (``regions.region_graph``)
             graph = PropagationGraph(module.operation, conservative=conservative, memo=memo)
         _check_shapes(graph)
         self.graph = graph

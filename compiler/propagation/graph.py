@@ -221,82 +221,100 @@ class PropagationGraph:
         self._build()
 
     @classmethod
-    def of_cut(cls, module: ir.Operation, source: PropagationGraph, *,
-               symbols: list[ir.Operation], function: ir.Operation,
-               arguments: list[int], argument_values: list[ir.Value],
-               ops: list[int], copies: list[ir.Operation], results: list[list[ir.Value]],
-               returned: list[int], ret: ir.Operation, conservative: bool = False,
-               memo: ReadMemo | None = None) -> PropagationGraph:
-        """The graph of ``module`` as a walk reads it, taken from ``source``'s arrays: a
-        module of ``symbols`` (ops without operands, results or regions) and
-        ``function``, whose entry block's arguments ``argument_values`` stand for
-        ``source``'s values ``arguments``, whose body is ``copies`` (each a clone of
-        ``source``'s op of ``ops``, whose ``results`` they are, its operands those
-        arguments or results of earlier copies), then ``ret`` returning ``returned``.
+    def of_region(cls, source: PropagationGraph, *, symbols: list[int],
+                  function: ir.Operation, ret: ir.Operation, arguments: list[int],
+                  ops: list[int], bindings: list[ir.Operation], returned: list[int],
+                  conservative: bool = False, memo: ReadMemo | None = None
+                  ) -> PropagationGraph:
+        """The graph a walk would read of a module cut out of ``source``'s, taken from
+        ``source``'s arrays without making that module: ``source``'s top-level ops
+        ``symbols`` (ops without operands, results or regions), then ``function``,
+        whose entry block's arguments stand for ``source``'s values ``arguments`` and
+        whose body is ``source``'s ops ``ops``, their operands those arguments or
+        results of earlier ones, then ``ret`` returning ``returned``.
 
-        A clone has its op's names, types, nested ops and rules, so only the binding
-        objects are new: what a walk of ``module`` would read again (and, for values
-        used twice or more, the use-list order, read as ``_build`` reads it).
+        Each op of ``ops`` is read through ``bindings`` (an op it would be a clone of:
+        the same name, attributes and nested ops), its nested ops through a walk of
+        that op; ``function`` and ``ret`` only through their attributes. Values are
+        ``source``'s bindings: only their types are read, which the cut keeps. The
+        uses are in the use-list order of that module made op by op in program
+        order, each op's operands set in order, the return last
+        (``regions.cut_out``), and of any clone of it: MLIR puts each new use first,
+        so a value's uses are in the reverse of that order.
         """
         graph = cls.__new__(cls)
-        graph.module, graph.conservative = module, conservative
+        graph.module, graph.conservative = source.module, conservative
         graph._types, graph._rules = source._types, {}
         graph.memo = memo if memo is not None else ReadMemo()
         graph._rule_memo, graph._printed = graph.memo.rules, graph.memo.printed
         head = len(symbols)
-        graph.ops = [*symbols, function]
-        graph.op_name = [op.name for op in symbols] + ["func.func"]
+        graph.ops = [*(source.ops[op] for op in symbols), function]
+        graph.op_name = [source.op_name[op] for op in symbols] + ["func.func"]
         graph.op_parent = [-1] * (head + 1)
         graph.op_operands = [[] for _ in range(head + 1)]
         graph.op_results = [[] for _ in range(head + 1)]
         graph.op_blocks = [[] for _ in range(head + 1)]
         graph.op_terminator = [False] * (head + 1)
-        graph.values = list(argument_values)
         origin = list(arguments)  # each value's in ``source``
         graph.value_def = [-1] * len(arguments)
         graph.value_owner = [head] * len(arguments)
         graph.value_arg_index = list(range(len(arguments)))
         value_of = {value: k for k, value in enumerate(arguments)}
         body = []
-        for op, copy, own in zip(ops, copies, results):
+        src_name, src_operands, src_results = source.op_name, source.op_operands, \
+            source.op_results
+        op_ops, op_name, op_parent = graph.ops, graph.op_name, graph.op_parent
+        op_operands, op_results, op_blocks = graph.op_operands, graph.op_results, \
+            graph.op_blocks
+        op_terminator, value_def, value_owner = graph.op_terminator, graph.value_def, \
+            graph.value_owner
+        for op, binding in zip(ops, bindings, strict=True):
+            if not source.op_blocks[op]:  # most ops: no nested ops (appended inline)
+                i = len(op_ops)
+                op_ops.append(binding)
+                op_name.append(src_name[op])
+                op_parent.append(head)
+                op_terminator.append(source.op_terminator[op])
+                op_operands.append([value_of[v] for v in src_operands[op]])
+                own, first = src_results[op], len(origin)
+                op_results.append(list(range(first, first + len(own))))
+                for k, value in enumerate(own):
+                    value_of[value] = first + k
+                origin.extend(own)
+                value_def.extend([i] * len(own))
+                value_owner.extend([i] * len(own))
+                graph.value_arg_index.extend(range(len(own)))
+                op_blocks.append([])
+                body.append(i)
+                continue
             subtree = source.subtree(op)
-            bindings = [copy]
-            if len(subtree) > 1:  # nested ops: the clone's, in the same pre-order
-                walked = []
-                copy.walk(lambda o: walked.append(o) or ir.WalkResult.ADVANCE,
-                          ir.WalkOrder.PRE_ORDER)
-                bindings = walked
+            walked = []  # the binding's nested ops, in the same pre-order
+            binding.walk(lambda o: walked.append(o) or ir.WalkResult.ADVANCE,
+                         ir.WalkOrder.PRE_ORDER)
             index_of = {}
-            for p, ir_op in zip(subtree, bindings, strict=True):
-                i = index_of[p] = len(graph.ops)
-                graph.ops.append(ir_op)
-                graph.op_name.append(source.op_name[p])
-                graph.op_parent.append(head if p == op else index_of[source.op_parent[p]])
-                graph.op_terminator.append(source.op_terminator[p])
-                graph.op_operands.append([value_of[v] for v in source.op_operands[p]])
-                made = own if p == op else list(ir_op.results)
-                graph.op_results.append(list(range(len(graph.values),
-                                                   len(graph.values) + len(made))))
-                for k, (value, binding) in enumerate(zip(source.op_results[p], made,
-                                                         strict=True)):
-                    value_of[value] = len(graph.values)
-                    graph.values.append(binding)
+            for p, ir_op in zip(subtree, walked, strict=True):
+                i = index_of[p] = len(op_ops)
+                op_ops.append(ir_op)
+                op_name.append(src_name[p])
+                op_parent.append(head if p == op else index_of[source.op_parent[p]])
+                op_terminator.append(source.op_terminator[p])
+                op_operands.append([value_of[v] for v in src_operands[p]])
+                own = src_results[p]
+                op_results.append(list(range(len(origin), len(origin) + len(own))))
+                for k, value in enumerate(own):
+                    value_of[value] = len(origin)
                     origin.append(value)
-                    graph.value_def.append(i)
-                    graph.value_owner.append(i)
+                    value_def.append(i)
+                    value_owner.append(i)
                     graph.value_arg_index.append(k)
-                blocks = [block for region in ir_op.regions for block in region.blocks] \
-                    if source.op_blocks[p] else []
-                for (args, _), block in zip(source.op_blocks[p], blocks, strict=True):
-                    for k, (value, binding) in enumerate(zip(args, block.arguments,
-                                                             strict=True)):
-                        value_of[value] = len(graph.values)
-                        graph.values.append(binding)
+                for args, _ in source.op_blocks[p]:
+                    for k, value in enumerate(args):
+                        value_of[value] = len(origin)
                         origin.append(value)
-                        graph.value_def.append(-1)
-                        graph.value_owner.append(i)
+                        value_def.append(-1)
+                        value_owner.append(i)
                         graph.value_arg_index.append(k)
-            graph.op_blocks.extend(
+            op_blocks.extend(
                 [([value_of[v] for v in args], [index_of[n] for n in nested])
                  for args, nested in source.op_blocks[p]] for p in subtree)
             body.append(index_of[op])
@@ -310,12 +328,19 @@ class PropagationGraph:
         graph.op_blocks.append([])
         graph.op_blocks[head] = [(list(range(len(arguments))), [*body, last])]
         graph.erased = [False] * len(graph.ops)
+        graph.values = [source.values[v] for v in origin]
         graph.value_type_key = [source.value_type_key[v] for v in origin]
         graph.value_shape = [source.value_shape[v] for v in origin]
         dynamic = set(source.dynamic_values)
         graph.dynamic_values = ([k for k, v in enumerate(origin) if v in dynamic]
                                 if dynamic else [])
-        graph._read_uses()
+        uses: list[list[tuple[int, int]]] = [[] for _ in origin]
+        for i, operands in enumerate(graph.op_operands):
+            for k, value in enumerate(operands):
+                uses[value].append((i, k))
+        for value_uses in uses:
+            value_uses.reverse()
+        graph.uses = uses
         return graph
 
     @classmethod

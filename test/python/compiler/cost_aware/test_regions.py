@@ -18,19 +18,27 @@ from bench.models import REGISTRY, REGRESSIONS
 from bench.zoo import REGISTRY as ZOO
 from shardc.compiler import jit
 from shardc.compiler.cost_aware import cost_aware_pipeline
-from shardc.compiler.cost_aware.candidates import conflict_points, ops_by_tag, tag_ops
+from shardc.compiler.cost_aware.candidates import (
+    apply_pins,
+    conflict_points,
+    op_tags,
+    ops_by_tag,
+    tag_of,
+    tag_ops,
+)
 from shardc.compiler.cost_aware.pricing import PinnedCopies, attach_rules, price
 from shardc.compiler.cost_aware.regions import (
     RegionEvaluator,
-    _cut,
     cut_out,
     imported_shardings,
     open_positions,
+    region_graph,
     region_of,
     structure_key,
 )
 from shardc.compiler.propagation import propagate
 from shardc.compiler.propagation.graph import PropagationGraph, ReadMemo
+from shardc.compiler.propagation.ir_access import ShardingStore
 from shardc.compiler.propagation.values import CostMemo, ModuleValues
 from shardc.compiler.stages import import_pipeline
 from shardc.compiler.stages.capture_loop_invariants import capture_loop_invariants
@@ -139,31 +147,53 @@ def test_cut_out_regions_have_the_use_lists_of_their_clones(name):
 
 @pytest.mark.parametrize("name", ["conflict_mlp_deep", "transformer", "moe_routing",
                                   "scan_rnn"])
-def test_a_cut_regions_graph_is_the_graph_a_walk_of_its_module_reads(name):
-    """The evaluator reads a region from the graph it is cut out of
-    (``PropagationGraph.of_cut``), not by walking the cut-out module: every op and
-    value (nested bodies included), their numbering and uses in use-list order, are
-    those the walk reads."""
+def test_a_regions_graph_and_store_are_what_a_walk_of_its_cut_out_module_reads(name):
+    """The evaluator reads a region without cutting it out (``region_graph``): every op
+    and value (nested bodies included), their numbering and uses in use-list order, the
+    ops' attributes and numbers and the values' types are those a walk of the module
+    ``cut_out`` makes reads, and its store, started from the accepted pins
+    (``PinnedCopies``), is the store read from that module with the pins applied."""
     module, imported, reader = _propagated(name)
     sources = ops_by_tag(imported)
     fields = ("op_name", "op_parent", "op_operands", "op_results", "op_blocks",
               "op_terminator", "erased", "value_def", "value_owner", "value_arg_index",
               "value_shape", "value_type_key", "uses", "dynamic_values")
-    nested = shared = 0
-    for point in conflict_points(reader):
+    points = conflict_points(reader)
+    pins = [pin for point in points for pin in point.alternatives[:1]]
+    nested = shared = pinned = 0
+    for point in points:
         ops = region_of(reader, [point.op], 128, 4)
-        cut = _cut(reader, ops, sources)
-        read = cut.graph(reader.graph, False, ReadMemo())
-        walked = PropagationGraph(cut.module.operation)
+        graph, tags, returns = region_graph(reader, ops, sources)
+        cut, cut_returns = cut_out(reader, ops, sources)
+        walked = PropagationGraph(cut.operation)
         for field in fields:
-            assert getattr(read, field) == getattr(walked, field), field
-        assert list(map(hash, read.ops)) == list(map(hash, walked.ops))
-        assert list(map(hash, read.values)) == list(map(hash, walked.values))
-        nested += any(read.op_blocks[op] for op in range(2, len(read.ops)))
-        shared += any(len(users) > 1 for users in read.uses)
+            assert getattr(graph, field) == getattr(walked, field), field
+        assert returns == cut_returns
+        assert tags == op_tags({}, walked)
+        for op, ir_op in enumerate(walked.ops[:-1]):  # the return's operands are its own
+            assert _attributes(graph.ops[op]) == _attributes(ir_op)
+        assert [hash(v.type) for v in graph.values] == [hash(v.type) for v in walked.values]
+        nested += any(graph.op_blocks[op] for op in range(2, len(graph.ops)))
+        shared += any(len(users) > 1 for users in graph.uses)
+        accepted = [pin for pin in pins if pin.op in {tag_of(reader, op) for op in ops}]
+        copies = PinnedCopies(None, False, CostMemo(ReadMemo()), graph=graph, tags=tags,
+                              pins=accepted, make=lambda: None)
+        store = copies._shared_read().store
+        with cut.context:
+            apply_pins(cut.operation, accepted)
+        read = ShardingStore(PropagationGraph(cut.operation))
+        assert (store.value, store.sid, store.where) == (read.value, read.sid, read.where)
+        assert ({op: hash(a) for op, a in store.sharding_attrs.items()}
+                == {op: hash(a) for op, a in read.sharding_attrs.items()})
+        pinned += len(accepted)
     assert shared  # some value has several uses, whose order is what is compared
+    assert pinned  # some region starts from pins
     if name == "transformer":
         assert nested  # a region holds a reduction's body
+
+
+def _attributes(op: ir.Operation) -> dict[str, int]:
+    return {name: hash(op.attributes[name]) for name in op.attributes}
 
 
 def test_cuts_sharing_their_boundary_attributes_are_the_cuts_made_alone():
