@@ -80,7 +80,10 @@ block written with einops (``rearrange``, ``einsum``, ``pack``); mctx's ``muzero
 search over an MLP ``recurrent_fn`` distilled into the policy net, jaxopt's ``LBFGS`` with an
 implicit-differentiation hypergradient and vmapped ``ProjectedGradient`` box QPs, tinygp's
 ``GaussianProcess`` log-likelihood gradients vmapped over datasets, a flashbax replay buffer
-donated through a DQN step and pgx's Connect Four self-play by vmapped ``init`` / ``step``. Where the
+donated through a DQN step and pgx's Connect Four self-play by vmapped ``init`` / ``step``; sympy
+expressions' constants fitted by a ``lax.scan`` of adam steps through sympy2jax's
+``SymbolicModule`` and jaxlie's ``SE3`` pose graphs descended on the manifold
+(``manifold.grad`` / ``rplus``). Where the
 ``gemma`` extra is installed (it needs tensorflow), Gemma's library (a small ``gm.nn.Transformer``
 trained with optax). Each module holds one
 program, with the zoo's interface (``NAME``, ``SIZES``, ``make(size) ->
@@ -129,6 +132,7 @@ from bench.libzoo import (
     jax_fft_long_conv,
     jax_host_callback_scan,
     jax_topp_sampling,
+    jaxlie_pose_graph,
     jaxopt_lbfgs_logreg,
     jaxtyping_mlp,
     jraph_graph_network,
@@ -171,6 +175,7 @@ from bench.libzoo import (
     penzai_named_lm,
     penzai_select_edits,
     pgx_connect4_selfplay,
+    sympy2jax_fit,
     tinygp_gp_grad,
 )
 from bench.models import make_programs as _make_programs
@@ -252,6 +257,8 @@ _MODULES = (
     tinygp_gp_grad,
     flashbax_replay_dqn,
     pgx_connect4_selfplay,
+    sympy2jax_fit,
+    jaxlie_pose_graph,
 )
 # Programs of a library too heavy for the ``libzoo`` extra (gemma brings kauldron and
 # tensorflow: the ``gemma`` extra), registered only where it is installed: program name
