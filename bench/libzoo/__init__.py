@@ -83,7 +83,9 @@ implicit-differentiation hypergradient and vmapped ``ProjectedGradient`` box QPs
 donated through a DQN step and pgx's Connect Four self-play by vmapped ``init`` / ``step``; sympy
 expressions' constants fitted by a ``lax.scan`` of adam steps through sympy2jax's
 ``SymbolicModule`` and jaxlie's ``SE3`` pose graphs descended on the manifold
-(``manifold.grad`` / ``rplus``). Where the
+(``manifold.grad`` / ``rplus``); an e3nn-jax equivariant message-passing layer
+(``spherical_harmonics``, ``tensor_product``, ``scatter_sum``) whose forces are its energy's
+gradient. Where the
 ``gemma`` extra is installed (it needs tensorflow), Gemma's library (a small ``gm.nn.Transformer``
 trained with optax). Each module holds one
 program, with the zoo's interface (``NAME``, ``SIZES``, ``make(size) ->
@@ -108,6 +110,7 @@ from bench.libzoo import (
     diffrax_lotka_volterra,
     diffrax_neural_ode,
     diffrax_shark_sde,
+    e3nn_equivariant_mp,
     einops_attention,
     eqx_batchnorm_state,
     eqx_filter_jit,
@@ -259,6 +262,7 @@ _MODULES = (
     pgx_connect4_selfplay,
     sympy2jax_fit,
     jaxlie_pose_graph,
+    e3nn_equivariant_mp,
 )
 # Programs of a library too heavy for the ``libzoo`` extra (gemma brings kauldron and
 # tensorflow: the ``gemma`` extra), registered only where it is installed: program name
