@@ -80,7 +80,12 @@ block written with einops (``rearrange``, ``einsum``, ``pack``); mctx's ``muzero
 search over an MLP ``recurrent_fn`` distilled into the policy net, jaxopt's ``LBFGS`` with an
 implicit-differentiation hypergradient and vmapped ``ProjectedGradient`` box QPs, tinygp's
 ``GaussianProcess`` log-likelihood gradients vmapped over datasets, a flashbax replay buffer
-donated through a DQN step and pgx's Connect Four self-play by vmapped ``init`` / ``step``. Where the
+donated through a DQN step and pgx's Connect Four self-play by vmapped ``init`` / ``step``; sympy
+expressions' constants fitted by a ``lax.scan`` of adam steps through sympy2jax's
+``SymbolicModule`` and jaxlie's ``SE3`` pose graphs descended on the manifold
+(``manifold.grad`` / ``rplus``); an e3nn-jax equivariant message-passing layer
+(``spherical_harmonics``, ``tensor_product``, ``scatter_sum``) whose forces are its energy's
+gradient. Where the
 ``gemma`` extra is installed (it needs tensorflow), Gemma's library (a small ``gm.nn.Transformer``
 trained with optax). Each module holds one
 program, with the zoo's interface (``NAME``, ``SIZES``, ``make(size) ->
@@ -105,6 +110,7 @@ from bench.libzoo import (
     diffrax_lotka_volterra,
     diffrax_neural_ode,
     diffrax_shark_sde,
+    e3nn_equivariant_mp,
     einops_attention,
     eqx_batchnorm_state,
     eqx_filter_jit,
@@ -129,6 +135,7 @@ from bench.libzoo import (
     jax_fft_long_conv,
     jax_host_callback_scan,
     jax_topp_sampling,
+    jaxlie_pose_graph,
     jaxopt_lbfgs_logreg,
     jaxtyping_mlp,
     jraph_graph_network,
@@ -171,6 +178,7 @@ from bench.libzoo import (
     penzai_named_lm,
     penzai_select_edits,
     pgx_connect4_selfplay,
+    sympy2jax_fit,
     tinygp_gp_grad,
 )
 from bench.models import make_programs as _make_programs
@@ -252,6 +260,9 @@ _MODULES = (
     tinygp_gp_grad,
     flashbax_replay_dqn,
     pgx_connect4_selfplay,
+    sympy2jax_fit,
+    jaxlie_pose_graph,
+    e3nn_equivariant_mp,
 )
 # Programs of a library too heavy for the ``libzoo`` extra (gemma brings kauldron and
 # tensorflow: the ``gemma`` extra), registered only where it is installed: program name

@@ -4,7 +4,7 @@ Each libzoo program is written the way another library's users write theirs
 (equinox's ``filter_jit`` and ``eqx.partition``, diffrax, orbax-checkpoint,
 penzai, optax's combinators, chex, jaxtyping, jax's shard_map / custom_vjp /
 pure_callback, flax NNX's sharding guides, lineax and optimistix, haiku, NumPyro, BlackJAX,
-jraph, einops, mctx, jaxopt, tinygp, flashbax and pgx, and Gemma's library where the ``gemma`` extra is installed), with the user's jit call routed
+jraph, einops, mctx, jaxopt, tinygp, flashbax, pgx, sympy2jax, jaxlie and e3nn-jax, and Gemma's library where the ``gemma`` extra is installed), with the user's jit call routed
 to shardc's ``jit`` on the shardc routes (``bench/libzoo/equinox_jit.py`` /
 ``nnx_jit.py`` for equinox's and flax NNX's wrappers of ``jax.jit``). The rules are the zoo's
 (``test_zoo.py``'s tests, run here on the libzoo's rows): every program must
@@ -48,7 +48,8 @@ PROGRAMS = (
     "jax_beam_search", "penzai_select_edits", "haiku_layer_stack", "numpyro_nuts_kernel",
     "blackjax_hmc_adaptation", "jraph_graph_network", "einops_attention",
     "mctx_muzero_policy", "jaxopt_lbfgs_logreg", "tinygp_gp_grad", "flashbax_replay_dqn",
-    "pgx_connect4_selfplay",
+    "pgx_connect4_selfplay", "sympy2jax_fit", "jaxlie_pose_graph",
+    "e3nn_equivariant_mp",
 )  # fmt: skip
 # The library each program is written with (besides jax, optax and numpy).
 LIBRARIES = {
@@ -85,6 +86,7 @@ LIBRARIES = {
     "jraph_graph_network": "jraph", "einops_attention": "einops",
     "mctx_muzero_policy": "mctx", "jaxopt_lbfgs_logreg": "jaxopt", "tinygp_gp_grad": "tinygp",
     "flashbax_replay_dqn": "flashbax", "pgx_connect4_selfplay": "pgx",
+    "sympy2jax_fit": "sympy2jax", "jaxlie_pose_graph": "jaxlie", "e3nn_equivariant_mp": "e3nn-jax",
 }  # fmt: skip
 # A child process measuring one program at the small size takes well under this.
 ISOLATED_TIMEOUT_SECONDS = 600
