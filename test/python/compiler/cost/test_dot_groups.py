@@ -163,6 +163,16 @@ REUSE_CASES = {
         (P("data", None, None, "model"), P("data", None, None, "model"),
          P(None, None, "data", "model")),
         (P("data", None, None, "model"), P(None, None, "data", "model")), 2 * 16384 + 4608),
+    # x . x^T (one value on both sides, as a vmapped pairwise cost makes it): XLA's
+    # partitioner copies the right-hand side, whose gather over data is the copy's own,
+    # and x . y^T gathers x itself: twice.
+    "a value dotted with itself and with another": (
+        lambda x, y: (_contract_minor(x, x), _contract_minor(x, y)), [(32, 8), (24, 8)],
+        (P("data", "model"), P("data", "model")), (P("data"), P(None, "data")), 2 * 512),
+    # Its left-hand side is the value itself: gathered once for both dots.
+    "a value dotted with itself, its left-hand side gathered": (
+        lambda x, y: (_contract_minor(x, x), _contract_minor(x, y)), [(32, 8), (24, 8)],
+        (P("data", "model"), P("data", "model")), (P(None, "data"), P(None, "data")), 512),
 }
 
 
