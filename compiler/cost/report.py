@@ -92,6 +92,7 @@ from shardc.compiler.sharding.tensor import MeshInfo, Tensor, TensorSharding
 _EXPLICIT = {"sdy.reshard": "explicit reshard", "sdy.sharding_constraint": "sharding constraint"}
 _CONSTRAINT = "sdy.sharding_constraint"
 MANUAL_RETURN = "sdy.return"
+_SELECT = "stablehlo.select"
 # Ops ``_found_at`` never prices by their rule.
 _NOT_BY_RULE = frozenset({"stablehlo.while", MANUAL_OP, "func.call", *STABLEHLO_COLLECTIVES})
 
@@ -737,11 +738,11 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
     kept = []
     resharded = []
     for need in needs[0]:
-        if need.target is not None:
+        if need.target is not None and not _copied_operand(reader, op, need.operand):
             value = graph.op_operands[op][need.operand]
             if not need.groups and _reshaped_from(reader, op, value) == need.target:
                 continue  # the reshape's handler made it from that value: XLA reuses it
-            keys = _reshard_keys(value, need)
+            keys = _reshard_keys(_imported_value(reader, value), need)
             if any(reuses_reshard(reader, reader.resharded, key, op, need.collective.kind)
                    for key in keys):
                 continue  # XLA reuses the value it already resharded for an earlier op
@@ -751,6 +752,34 @@ def _kept_needs(reader: ModuleValues, op: int) -> tuple[tuple, list]:
     for reshard in resharded:  # for later ops only: two needs here both count
         note_reshard(reader, reader.resharded, reshard, op)
     return windows, kept
+
+
+def _copied_operand(reader: ModuleValues, op: int, operand: int | None) -> bool:
+    """Whether XLA reshards operand ``operand`` of op ``op`` as an instruction of its
+    own: the partitioner copies a dot's right-hand side that is its left-hand side
+    too (``x . x^T``), so that copy's reshard neither reuses an earlier reshard of
+    the value nor is reused by a later one (each instruction has its own reshard
+    cache); the left-hand side keeps the value's."""
+    operands = reader.graph.op_operands[op]
+    return (operand == 1 and reader.graph.op_name[op] in DOTS and len(operands) > 1
+            and _imported_value(reader, operands[0]) == _imported_value(reader, operands[1]))
+
+
+def _imported_value(reader: ModuleValues, value: int) -> int:
+    """The value XLA partitions for ``value``: importing the module folds a
+    ``select(p, a, a)`` to ``a`` (StableHLO's folder; XLA's module before its
+    optimizations holds no such select), so its readers reshard ``a`` itself and
+    share ``a``'s reshard cache. Only where the select keeps ``a``'s sharding: one
+    sharded otherwise would have XLA reshard ``a`` from its own, another question."""
+    graph = reader.graph
+    while True:
+        owner = graph.value_def[value]
+        if owner < 0 or graph.op_name[owner] != _SELECT:
+            return value
+        _, on_true, on_false = graph.op_operands[owner]
+        if on_true != on_false or reader.sharding(on_true) != reader.sharding(value):
+            return value
+        value = on_true
 
 
 def _reshaped_from(reader: ModuleValues, op: int, value: int) -> tuple | None:

@@ -119,6 +119,10 @@ def _contract_minor(a, b):
     return lax.dot_general(a, b, (((1,), (1,)), ((), ())))
 
 
+def _dotted_twice(a, b):
+    return _contract_minor(a, b), 2 * _contract_minor(a, b)
+
+
 def _contract_major(a, b):
     """``a.T @ b`` as one dot_general (a weight gradient)."""
     return lax.dot_general(a, b, (((0,), (0,)), ((), ())))
@@ -163,6 +167,22 @@ REUSE_CASES = {
         (P("data", None, None, "model"), P("data", None, None, "model"),
          P(None, None, "data", "model")),
         (P("data", None, None, "model"), P(None, None, "data", "model")), 2 * 16384 + 4608),
+    # x . x^T (one value on both sides, as a vmapped pairwise cost makes it): XLA's
+    # partitioner copies the right-hand side, whose gather over data is the copy's own,
+    # and x . y^T gathers x itself: twice.
+    "a value dotted with itself and with another": (
+        lambda x, y: (_contract_minor(x, x), _contract_minor(x, y)), [(32, 8), (24, 8)],
+        (P("data", "model"), P("data", "model")), (P("data"), P(None, "data")), 2 * 512),
+    # Its left-hand side is the value itself: gathered once for both dots.
+    "a value dotted with itself, its left-hand side gathered": (
+        lambda x, y: (_contract_minor(x, x), _contract_minor(x, y)), [(32, 8), (24, 8)],
+        (P("data", "model"), P("data", "model")), (P(None, "data"), P(None, "data")), 512),
+    # Two selects of x whose branches are both x (a masked cost matrix's pattern): XLA's
+    # import folds each to x, so both dots are x . x^T and gather their copies: twice.
+    "a value through two selects of itself, dotted twice": (
+        lambda x, y: _dotted_twice(lax.select(x > 1, x, x), lax.select(x > 2, x, x)),
+        [(32, 8), (24, 8)], (P("data", "model"), P("data", "model")),
+        (P("data"), P("data")), 2 * 512),
 }
 
 
