@@ -908,18 +908,22 @@ class LivenessWalker:
         graph = self.graph
         blocks = [nested for _, nested in graph.op_blocks[op] if nested]
         case = graph.op_name[op] == "stablehlo.case"
-        flattened: dict[int, Interval] = {}  # a region's interval's id -> its copy
+        flattened: list[Interval] = []
         for k, block in enumerate(blocks if case else blocks[-1:]):
             record: list[Interval] = []
             self.peak(block, self.yielded(block), record)
+            # a region's interval's id -> its copy: ids of this region's intervals
+            # only, all alive in ``record`` (a previous region's are freed by now, and
+            # their ids may be this region's)
+            copies: dict[int, Interval] = {}
             for interval in record:
                 first, last = interval.order()
-                over = flattened.get(id(interval.over)) if interval.over is not None \
-                    else None
-                flattened[id(interval)] = Interval(
+                over = copies.get(id(interval.over)) if interval.over is not None else None
+                copies[id(interval)] = Interval(
                     at, at, interval.size, None, fits_output=case and interval.fits_output,
                     within=((k, *first), (k, *last)), over=over)
-        return list(flattened.values())
+            flattened.extend(copies.values())
+        return flattened
 
     def body_peak(self, ops: list[int]) -> tuple[int, int]:
         """The peak of a loop body's buffers while the loop runs, and the on-chip

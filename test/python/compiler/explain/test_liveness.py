@@ -126,3 +126,39 @@ def test_fused_chain_is_walked_once(n):
     # The dot's buffer, live to the end of the chain, is read elementwise by the
     # output's writer, which XLA writes over it (in the output's allocation).
     assert estimate.temp_bytes == stats.temp_size_in_bytes == 0
+
+
+def test_every_branch_counts_where_a_branchs_intervals_take_freed_ids(programs, monkeypatch):
+    """A case's branches are walked one after another, each branch's intervals
+    copied and then freed: CPython may give the next branch's intervals the freed
+    ones' memory, so their ids. Here each branch's intervals take the objects of
+    the branch walked before, as that reuse does; dropout_cond's estimate (a
+    switch in the backward) stays the one without reuse."""
+    import sys
+
+    from bench import memory_estimate
+    from shardc.compiler.explain import liveness
+
+    expected = _figures(memory_estimate.lower(programs["dropout_cond"]).memory_estimate())
+    peak = liveness.LivenessWalker.peak
+    freed: list = []
+
+    def reusing_peak(self, ops, returned, record=None, **kwargs):
+        result = peak(self, ops, returned, record, **kwargs)
+        if record is None or sys._getframe(1).f_code.co_name != "_flattened_body":
+            return result
+        taken = {id(new): old for new, old in zip(record, freed)}
+        for k, new in enumerate(record[:len(freed)]):
+            old = taken[id(new)]
+            vars(old).clear()
+            vars(old).update(vars(new))
+            record[k] = old
+        for interval in record:
+            if interval.over is not None and id(interval.over) in taken:
+                interval.over = taken[id(interval.over)]
+        freed[:] = record
+        return result
+
+    monkeypatch.setattr(liveness.LivenessWalker, "peak", reusing_peak)
+    reused = _figures(memory_estimate.lower(programs["dropout_cond"]).memory_estimate())
+    assert reused == expected == BEFORE["dropout_cond"]
