@@ -39,6 +39,14 @@ def _lower(fun, args):
     return sc.jit(fun, in_shardings=(s,) * len(args)).lower(*args)
 
 
+def _lower_rows_split(fun):
+    # x's rows split over "data", y replicated: no partial sums, nothing all-reduced
+    mesh = jax.make_mesh((2, 4), ("data", "model"),
+                         axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    shardings = (NamedSharding(mesh, P("data", None)), NamedSharding(mesh, P()))
+    return sc.jit(fun, in_shardings=shardings).lower(jnp.ones((256, 64)), jnp.ones((64, 64)))
+
+
 def _net_ratio(lowered):
     """The estimate's net bytes / XLA's, and both temporaries."""
     estimate = lowered.memory_estimate()
@@ -209,11 +217,7 @@ def test_invariant_inner_loops_are_hoisted_apart_when_all_reduced():
 def test_equal_hoisted_loops_merge():
     # Without a collective in them the two hoisted inner loops are equal and XLA's CSE
     # keeps one (two while loops in its program: the outer and one inner).
-    mesh = jax.make_mesh((2, 4), ("data", "model"),
-                         axis_types=(jax.sharding.AxisType.Auto,) * 2)
-    shardings = (NamedSharding(mesh, P("data", None)), NamedSharding(mesh, P()))
-    lowered = sc.jit(_two_inner_loops, in_shardings=shardings).lower(
-        jnp.ones((256, 64)), jnp.ones((64, 64)))
+    lowered = _lower_rows_split(_two_inner_loops)
     hoisted, outer, inner = _inner_loop_parents(lowered)
     listed = {op for _, ops in hoisted.op_blocks[hoisted.op_parent[outer]] for op in ops}
     assert len(listed.intersection(inner)) == 1
@@ -248,11 +252,7 @@ def test_hoisted_loops_unread_results_die_before_the_loop():
     # results leave the body with it (no op of XLA's); left in the body they read
     # the result there and it was carried through the outer loop (1.18x XLA's net
     # bytes, the outer body's peak holding it).
-    mesh = jax.make_mesh((2, 4), ("data", "model"),
-                         axis_types=(jax.sharding.AxisType.Auto,) * 2)
-    shardings = (NamedSharding(mesh, P("data", None)), NamedSharding(mesh, P()))
-    lowered = sc.jit(_unread_inner_result, in_shardings=shardings).lower(
-        jnp.ones((256, 64)), jnp.ones((64, 64)))
+    lowered = _lower_rows_split(_unread_inner_result)
     hoisted, outer, inner = _inner_loop_parents(lowered)
     (loop,) = inner
     readers = {use for r in hoisted.op_results[loop] for use, _ in hoisted.uses[r]}
