@@ -155,6 +155,7 @@ from shardc.compiler.explain.liveness import (
     loc_text,
 )
 from shardc.compiler.explain.on_chip import live_peak, on_chip
+from shardc.compiler.explain.simplified import forwarded
 from shardc.compiler.propagation.values import ModuleValues
 
 _POINTER_BYTES = 8
@@ -416,10 +417,8 @@ def _copied_donations(walker: LivenessWalker, ops: list[int], args: list[int],
     together = {member: group for group in groups.values() for member in group}
     for alias in aliases:
         writer = graph.value_def[producers[alias.result]]
-        if writer < 0:
-            # the output is the argument (its update adds zeros: ``simplified``),
-            # nothing written over it
-            continue
+        if writer < 0 or forwarded(graph, producers[alias.result]) == args[alias.argument]:
+            continue  # the output is the argument, nothing written over it
         writer = walker.top_user(writer, ops[0])
         readers = _kernels_reading(walker, args[alias.argument], ops[0], position, returned)
         if _reached(walker, writer, ops[0], position, readers, kernels, together):

@@ -24,16 +24,15 @@ loop: jaxopt's LBFGS, whose first update scans its zero s/y histories (its
 ``while.511`` carries only the step and the direction; XLA's temp 13400 bytes, the
 model's 23424 with a 960-byte history per scan).
 
-An add of zeros, a subtract of zeros, a multiply or a divide by ones is its operand
-(``HandleAdd``'s ``A + 0 => A`` and its kind) for every reader: a frozen parameter's
-update (``optax.set_to_zero``: ``table + 0``) leaves the donated argument as the
-output, nothing written over it; a sort reading a dot's product by ones reads the
-dot's buffer, no product beside it.
-
 ``simplified_graph`` returns a view of the graph (``GraphView``) with such dots named
-``stablehlo.multiply``, such selects and neutral ops gone, their readers reading the
-value they leave (``removed_view``), and such broadcasts read by no loop body
-(``sunk``; one no other op reads gone); every other attribute is the graph's own.
+``stablehlo.multiply``, such selects gone, their readers reading their value
+(``removed_view``), and such broadcasts read by no loop body (``sunk``; one no other
+op reads gone); every other attribute is the graph's own.
+
+An add of zeros, a subtract of zeros, a multiply or a divide by ones is its operand
+(``HandleAdd``'s ``A + 0 => A`` and its kind): ``forwarded`` names it. A frozen
+parameter's update (``optax.set_to_zero``: ``table + 0``) leaves the donated
+argument as the output, nothing written over it.
 """
 
 from __future__ import annotations
@@ -62,9 +61,9 @@ _WHILE = "stablehlo.while"
 
 
 def simplified_graph(graph: Any) -> Any:
-    """``graph`` as XLA's simplifiers leave its dots, selects, neutral ops and the
-    broadcasts of constants loops read: a ``GraphView`` where one changes something,
-    else ``graph`` itself."""
+    """``graph`` as XLA's algebraic simplifier leaves its dots and selects: a
+    ``GraphView`` renaming the dots where some dot contracts nothing and merging the
+    selects of one value, else ``graph`` itself."""
     outer = [op for op, name in enumerate(graph.op_name)
              if name == _DOT and not _contracted_dims(graph.ops[op])]
     if outer:
@@ -73,15 +72,12 @@ def simplified_graph(graph: Any) -> Any:
             names[op] = _MULTIPLY
         graph = GraphView(graph, op_name=names)
     graph = sunk(graph)
-    # each removed op's result -> the value its readers read instead
-    kept = {}
-    for op, name in enumerate(graph.op_name):
-        operand = _neutral_operand(graph, op) if name in _NEUTRAL else \
-            graph.op_operands[op][1] if name == _SELECT and \
-            len(set(graph.op_operands[op][1:])) == 1 else None
-        if operand is not None:
-            kept[graph.op_results[op][0]] = operand
-    return removed_view(graph, kept) if kept else graph
+    same = [op for op, name in enumerate(graph.op_name)
+            if name == _SELECT and len(set(graph.op_operands[op][1:])) == 1]
+    if not same:
+        return graph
+    return removed_view(graph, {graph.op_results[op][0]: graph.op_operands[op][1]
+                                for op in same})
 
 
 def sunk(graph: Any) -> Any:
@@ -153,13 +149,20 @@ def _contracted_dims(op: ir.Operation) -> list[int] | None:
     return list(dims.lhs_contracting_dimensions)
 
 
-def _neutral_operand(graph: Any, op: int) -> int | None:
-    """The operand ``op`` leaves unchanged where it adds or subtracts zeros or
-    multiplies or divides by ones, else None."""
-    splat, positions = _NEUTRAL[graph.op_name[op]]
-    operands = graph.op_operands[op]
-    return next((operands[1 - k] for k in positions
-                 if _splat_value(graph, operands[k]) == splat), None)
+def forwarded(graph: Any, value: int) -> int:
+    """The value XLA's algebraic simplifier leaves in place of ``value``: the other
+    operand of an add or subtract of zeros or a multiply or divide by ones, through
+    any number of them; else ``value`` itself."""
+    while True:
+        op = graph.value_def[value]
+        neutral = _NEUTRAL.get(graph.op_name[op]) if op >= 0 else None
+        if neutral is None:
+            return value
+        operands = graph.op_operands[op]
+        kept = [operands[1 - k] for k in neutral[1] if _splat_value(graph, operands[k]) == neutral[0]]
+        if not kept:
+            return value
+        value = kept[0]
 
 
 def _splat_value(graph: Any, value: int) -> float | None:
