@@ -191,13 +191,24 @@ def measure_isolated(zoo: str, name: str, options: list[str] = (),
             if path.exists():
                 (row,) = json.loads(path.read_text())["rows"]
                 return row
-            if child.returncode < 0:
-                error = f"process aborted by {signal.Signals(-child.returncode).name}"
-            else:
-                error = f"process exited with status {child.returncode}"
+            error = exit_text(child.returncode)
     output = child.stderr or child.stdout or ""
     if isinstance(output, bytes):  # what a timed-out child printed comes as bytes
         output = output.decode(errors="replace")
+    return died(name, error, output)
+
+
+def exit_text(status: int) -> str:
+    """``process aborted by SIGABRT`` (a signal) or ``process exited with status 1``."""
+    if status < 0:
+        return f"process aborted by {signal.Signals(-status).name}"
+    return f"process exited with status {status}"
+
+
+def died(name: str, error: str, output: str) -> dict[str, Any]:
+    """The row of program ``name`` whose process ended with ``error`` (``exit_text``)
+    while measuring it, after printing ``output``: the error says why, from the last
+    line that does, and the traceback holds the last lines."""
     output = output.rstrip().splitlines()
     causes = (line[found.start():] for line in reversed(output)
               if (found := CRASH_CAUSE.search(line)))  # fmt: skip

@@ -12,7 +12,8 @@ compile and run on shardc's default and cost-aware routes, return jax.jit's
 results (bit for bit where jax.jit is bitwise deterministic), jax.jit's output
 shardings, and no more collective bytes per device. Programs in
 ``bench.libzoo.ISOLATED`` are measured in a child process (one that can abort
-the process fails its tests instead of ending the session). A program of
+the process fails its tests instead of ending the session). The rows are
+measured in a worker process while the other tests run (``zoo_rows``). A program of
 ``bench.libzoo.OPTIONAL`` is skipped, saying so, only where its library is not
 installed.
 """
@@ -23,6 +24,7 @@ import sys
 
 import pytest
 import test_zoo as zoo_rules
+import zoo_rows
 
 from bench.libzoo import ISOLATED, OPTIONAL, REGISTRY
 from bench.zoo import report
@@ -92,14 +94,20 @@ LIBRARIES = {
 ISOLATED_TIMEOUT_SECONDS = 600
 
 
-@functools.cache
-def measure_program(name: str) -> dict:
-    """One program measured on jax.jit and both shardc routes, once per session, in this
-    process or (``ISOLATED``) in a child (never raises: the tests fail on the row)."""
+def measure(name: str) -> dict:
+    """One program measured on jax.jit and both shardc routes, in this process or
+    (``ISOLATED``) in a child (never raises: the tests fail on the row)."""
     if name in ISOLATED:
         return report.measure_isolated("libzoo", name, ["--no-call-timing"],
                                        timeout=ISOLATED_TIMEOUT_SECONDS)  # fmt: skip
     return report.measure(REGISTRY[name]("small"))
+
+
+@functools.cache
+def measure_program(name: str) -> dict:
+    """``measure(name)``, once per session: by the worker measuring the rows beside the
+    other tests where it has (``zoo_rows``), else here."""
+    return zoo_rows.take(__file__, name, measure)
 
 
 @pytest.fixture(scope="module", params=[*PROGRAMS, *OPTIONAL])

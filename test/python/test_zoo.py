@@ -14,13 +14,15 @@ route compiles a partition of its own, its results cannot be jax.jit's bits
 ``REPARTITIONED_TOLERANCE``. A failure here is a shardc bug to fix, never a
 program to change or a threshold to loosen. jax.jit itself must run every
 program (it is measured even where shardc fails). Each program is compiled once
-per route (``measure_program``, cached for the session); a failing route fails
-its tests with its error.
+per route (``measure_program``, cached for the session; measured in a worker
+process while the other tests run, ``zoo_rows``); a failing route fails its tests
+with its error.
 """
 
 import functools
 
 import pytest
+import zoo_rows
 
 from bench.zoo import REGISTRY, report
 
@@ -39,11 +41,17 @@ PROGRAMS = (
 )  # fmt: skip
 
 
+def measure(name: str) -> dict:
+    """One program measured on jax.jit and both shardc routes (never raises: a failure
+    is in the row, and the tests below fail on it)."""
+    return report.measure(REGISTRY[name]("small"))
+
+
 @functools.cache
 def measure_program(name: str) -> dict:
-    """One program measured on jax.jit and both shardc routes, once per session (never
-    raises: a failure is in the row, and the tests below fail on it)."""
-    return report.measure(REGISTRY[name]("small"))
+    """``measure(name)``, once per session: by the worker measuring the rows beside the
+    other tests where it has (``zoo_rows``), else here."""
+    return zoo_rows.take(__file__, name, measure)
 
 
 @pytest.fixture(scope="module", params=list(REGISTRY))
