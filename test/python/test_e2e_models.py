@@ -9,6 +9,7 @@ threshold to loosen. Timing is left to ``bench/e2e.py``.
 """
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -16,16 +17,38 @@ import pytest
 
 from bench import e2e_measure, e2e_table
 from bench.models import REGISTRY
+from bench.models.program import Program
 
 RELATIVE_TOLERANCE = 1e-5
 REQUIRED_PROGRAMS = 10
 
 
+@functools.cache
+def program_of(name: str) -> Program:
+    return REGISTRY[name]("small")
+
+
+@functools.cache
+def built(name: str, route: str) -> e2e_measure.Build:
+    """Each program lowered and compiled once by each route, for every test below
+    (no warm-up lowering first: no test reads the times)."""
+    program = program_of(name)
+    with e2e_measure.mesh_context(program):
+        return e2e_measure.build(program, route)
+
+
 @pytest.fixture(scope="module", params=list(REGISTRY))
 def comparison(request) -> e2e_measure.Comparison:
-    """Each program compiled once by each route (module scope: shared by the tests)."""
-    program = REGISTRY[request.param]("small")
-    return e2e_measure.compare(program, repeats=1, time_calls=False, strict=True)
+    """jax.jit's and shardc's builds of each program, run and compared."""
+    program = program_of(request.param)
+    builds = {route: built(request.param, route) for route in e2e_measure.ROUTES}
+    row = e2e_measure.Comparison(program.name, program.description,
+                                 donated=bool(program.donate_argnums))  # fmt: skip
+    with e2e_measure.mesh_context(program):
+        e2e_measure.record(row, program, builds,
+                           {route: b.lower_seconds for route, b in builds.items()},
+                           {route: b.compile_seconds for route, b in builds.items()})  # fmt: skip
+    return row
 
 
 def test_numerics_match_jax_jit(comparison):
@@ -55,7 +78,7 @@ def prediction(request) -> tuple[str, str, dict, dict]:
     """Each program lowered and compiled by each shardc route: what shardc predicted
     and the collective bytes per kind XLA compiled."""
     name, route = request.param
-    build = e2e_measure.build(REGISTRY[name]("small"), route)
+    build = built(name, route)
     compiled = {kind: s.bytes_per_device
                 for kind, s in e2e_measure.collectives_of(build.compiled).items() if s.count}
     return name, route, e2e_measure.predict(build.lowered), compiled
