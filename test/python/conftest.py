@@ -14,8 +14,9 @@ import zoo_rows  # noqa: E402 - after the environment its worker inherits
 
 
 def pytest_collection_finish(session):
-    """Start measuring the zoos' rows that the collected tests read, beside them."""
-    if session.config.option.collectonly:
+    """Start measuring the zoos' rows that the collected tests read, beside them
+    (``SHARDC_ZOO_WORKER=0``: in the pytest process, one after another)."""
+    if session.config.option.collectonly or os.environ.get("SHARDC_ZOO_WORKER") == "0":
         return
     rows = dict.fromkeys(key for item in session.items if (key := zoo_row(item)))
     if len(rows) > 1:
