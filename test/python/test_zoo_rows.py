@@ -1,6 +1,7 @@
 """The worker measuring the zoos' rows beside the other tests (``zoo_rows``)."""
 
 import os
+import time
 
 import pytest
 import zoo_rows
@@ -9,8 +10,11 @@ import zoo_rows
 # process or raises.
 FAKE_ZOO = """\
 import os
+import time
 
 def measure(name):
+    if name == "sleeps":
+        time.sleep(3600)
     if name == "aborts":
         print("F0000 Check failed: the fake program aborts", flush=True)
         os.abort()
@@ -60,3 +64,12 @@ def test_rows_not_started_are_measured_by_the_caller(fake_zoo):
     # The worker started the first row before the caller came; then it took the last.
     assert by_worker[0] == 0 and len(by_worker) < len(names)
     assert by_worker[1:] == list(range(len(names) - len(by_worker) + 1, len(names)))
+
+
+def test_stop_ends_the_worker_in_the_middle_of_a_row(fake_zoo):
+    prefetch = zoo_rows.Prefetch([(fake_zoo, "sleeps")])
+    time.sleep(1)
+    start = time.monotonic()
+    prefetch.stop()
+    assert time.monotonic() - start < 60
+    assert not prefetch._thread.is_alive()

@@ -131,12 +131,16 @@ class Prefetch:
                     self._running.add(key)
                 row = None
                 try:
-                    if self._worker is None:
-                        self._worker = Worker(pathlib.Path(self._folder.name),
-                                              self._executable, self._env)
-                    row = self._worker.measure(key)
-                    if self._worker.process.poll() is not None:  # died on this row
-                        self._worker.stop()
+                    with self._condition:  # a worker started after stop() would outlive it
+                        if self._stopped:
+                            return
+                        if self._worker is None:
+                            self._worker = Worker(pathlib.Path(self._folder.name),
+                                                  self._executable, self._env)
+                        worker = self._worker
+                    row = worker.measure(key)
+                    if worker.process.poll() is not None:  # died on this row
+                        worker.stop()
                         self._worker = None
                 finally:
                     with self._condition:
