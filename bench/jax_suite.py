@@ -18,7 +18,9 @@ outside pytest configuration applies) and run twice with pytest
 (``--timeout S``, default 120, from pytest-timeout) on 8 CPU devices
 (``JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=8``;
 ``--devices N`` for another count: JAX's Pallas interpret-mode files skip every
-test unless there is one):
+test unless there is one; ``--compile-and-check`` routes the jit of
+``jax._src.test_util``'s ``_CompileAndCheck`` too, the only jit of JAX's numerics
+files: ``fft``, ``lax_numpy_reducers``, ``scipy_signal``...):
 
 1. *unmodified*: ``jax.jit`` / ``pjit`` as referenced by the test files are
    wrapped so the run records whether each test called them, and forward to the
@@ -159,10 +161,19 @@ WIDE_FILES = (
     "pallas/gpu_pallas_interpret_test.py", "pallas/pallas_vmap_test.py", "pallas/ops_test.py",
     "linalg_test.py", "svd_test.py", "eigh_test.py", "qdwh_test.py",
     "lax_scipy_special_functions_test.py", "image_test.py", "scipy_stats_test.py",
+    # First run in the eighteenth session: files that call jit directly, and those
+    # whose only jit is ``_CompileAndCheck`` (``--compile-and-check``).
+    "generated_fun_test.py", "clear_backends_test.py", "fft_test.py",
+    "lax_numpy_einsum_test.py", "lax_numpy_reducers_test.py", "lax_numpy_setops_test.py",
+    "lax_numpy_ufuncs_test.py", "polynomial_test.py", "scipy_fft_test.py",
+    "scipy_interpolate_test.py", "scipy_signal_test.py", "scipy_spatial_test.py",
 )
 SETS = {"peer": FILES, "wide": WIDE_FILES}
 # --jit-tests-only: both passes leave out the tests whose source never names jit.
 JIT_TESTS_ONLY = False
+# --compile-and-check: jax's test utilities' ``_CompileAndCheck`` jits through the
+# adapters too (JAX's numerics files call jit only there).
+COMPILE_AND_CHECK = False
 # --devices: the CPU devices both passes run on (some files' tests need exactly one).
 DEVICES = 8
 MARKERS = {"peer": (README_START, README_END),
@@ -189,6 +200,8 @@ def _env(mode: str, out: pathlib.Path, skip: pathlib.Path | None, files: str) ->
     )
     if JIT_TESTS_ONLY:
         env["JAX_SUITE_JIT_TESTS_ONLY"] = "1"
+    if COMPILE_AND_CHECK:
+        env["JAX_SUITE_COMPILE_AND_CHECK"] = "1"
     if skip is not None:
         env["JAX_SUITE_SKIP"] = str(skip)
     else:
@@ -729,6 +742,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jit-tests-only", action="store_true",
                     help="leave out (both passes) tests whose source never names jit or "
                          "pjit: for files too slow to run whole")
+    ap.add_argument("--compile-and-check", action="store_true",
+                    help="also route the jit of jax's test utilities' _CompileAndCheck "
+                         "(both passes): the numerics files call jit only there")
     ap.add_argument("--devices", type=int, default=8,
                     help="CPU devices both passes run on (the Pallas interpret-mode "
                          "files skip every test unless there is one)")
@@ -740,8 +756,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="also write the table between the README's markers for the set")
     args = ap.parse_args(argv)
 
-    global JIT_TESTS_ONLY, DEVICES
+    global JIT_TESTS_ONLY, COMPILE_AND_CHECK, DEVICES
     JIT_TESTS_ONLY = args.jit_tests_only
+    COMPILE_AND_CHECK = args.compile_and_check
     DEVICES = args.devices
     if args.self_check:
         return self_check(args.timeout)
@@ -768,6 +785,7 @@ def main(argv: list[str] | None = None) -> int:
         "reused_baseline": args.reuse_baseline,
         "baseline_only": args.baseline_only,
         "jit_tests_only": args.jit_tests_only,
+        "compile_and_check": args.compile_and_check,
         "devices": args.devices,
         "git": _git_describe(),
     }

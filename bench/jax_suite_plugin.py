@@ -21,6 +21,13 @@ of JAX's own test files; configured by environment variables:
 ``JAX_SUITE_JIT_TESTS_ONLY``
     When set, deselect the tests whose own function source never names ``jit``
     or ``pjit`` (a slow file's tests that cannot count, left out before they run).
+``JAX_SUITE_COMPILE_AND_CHECK``
+    When set, ``jax._src.test_util``'s ``JaxTestCase._CompileAndCheck`` jits through
+    the ``jit`` adapter too (its module's ``api`` is the proxy of ``jax._src.api``):
+    JAX's numerics files (``fft``, ``lax_numpy_reducers``, ``scipy_signal``...) call
+    jit only there, each test comparing the jitted function with the same function
+    run op by op. With ``JAX_SUITE_JIT_TESTS_ONLY`` a test whose source names
+    ``_CompileAndCheck`` is kept too.
 
 How calls *made from the test files* (and only those) are routed
 ----------------------------------------------------------------
@@ -42,9 +49,10 @@ adapter, ``jax.numpy``, ``jax.Array``, ``jax.lax``... are the real objects) and
 real ``_pjit_lower``. The adapters are therefore in place before the test
 module's body runs (decorators and ``parameterized`` arguments evaluated at
 import time included). Nothing of jax itself is patched: jax's own modules,
-``jax._src.test_util`` and shardc (which traces with ``jax.jit`` internally) keep
-the real ``jax.jit``, so ``jnp`` functions and every other library-internal jit
-are untouched. (``python -m bench.jax_suite --self-check`` verifies exactly this.)
+``jax._src.test_util`` (unless ``JAX_SUITE_COMPILE_AND_CHECK``) and shardc (which
+traces with ``jax.jit`` internally) keep the real ``jax.jit``, so ``jnp`` functions
+and every other library-internal jit are untouched. (``python -m bench.jax_suite
+--self-check`` verifies exactly this.)
 The test helpers the jax wheel leaves out (``jax._src.hypothesis_test_util``,
 ``jax._src.pallas.pallas_test_util``) become importable (``jax_suite_missing``).
 
@@ -75,10 +83,12 @@ FILES = frozenset(
     f for f in os.environ.get(
         "JAX_SUITE_FILES", "pjit_test.py,array_test.py,shard_map_test.py").split(",") if f)
 OUT = os.environ.get("JAX_SUITE_OUT")
+COMPILE_AND_CHECK = bool(os.environ.get("JAX_SUITE_COMPILE_AND_CHECK"))
 
 import jax
 import jax._src.api
 import jax._src.pjit
+import jax._src.test_util
 import jax.experimental
 import jax_suite_missing
 
@@ -195,6 +205,8 @@ def _import(name, globals=None, locals=None, fromlist=(), level=0):
 
 
 builtins.__import__ = _import
+if COMPILE_AND_CHECK:
+    jax._src.test_util.api = _proxy(jax._src.api)
 
 
 # ----------------------------------------------------------------------------------
@@ -221,8 +233,10 @@ def _first_line(text: str) -> str:
     return ""
 
 
-# A test function whose own source calls jit or pjit (``--jit-tests-only``).
-_CALLS_JIT = re.compile(r"\b(jit|pjit)\b")
+# A test function whose own source calls jit or pjit (``--jit-tests-only``), or
+# ``_CompileAndCheck`` where that jits through the adapter.
+_CALLS_JIT = re.compile(r"\b(jit|pjit|_CompileAndCheck)\b" if COMPILE_AND_CHECK
+                        else r"\b(jit|pjit)\b")
 
 
 def _source_calls_jit(item) -> bool:

@@ -21,8 +21,10 @@ from collections.abc import Callable, Sequence
 from jaxlib.mlir import ir
 
 from shardc.compiler.diagnostics import internal_message
+from shardc.compiler.sharding.walker import mesh_name_of
 from shardc.compiler.signature import LeafSignature, shard_shape
 from shardc.compiler.stages.lift_inlined_meshes import (
+    EMPTY_MESH_NAME,
     STABLEHLO_MESH_ATTR,
     SymbolNamer,
     new_mesh_name,
@@ -348,6 +350,68 @@ def _shards_match(arg: LeafSignature, out: LeafSignature) -> bool:
 # ----------------------------------------------------------------------------
 # The whole annotation step
 # ----------------------------------------------------------------------------
+
+
+def unsharded_scalars(module: ir.Module) -> tuple[int, ...]:
+    """The scalar arguments of ``@main`` without a sharding, in a program over several
+    devices: those jax.jit's lowering gives the replicated sharding (``pxla``: an
+    unspecified sharding of a rank-0 argument becomes ``GSPMDSharding.get_replicated``,
+    written on the empty mesh)."""
+    partitions = module.operation.attributes.get("mhlo.num_partitions")
+    if partitions is None or ir.IntegerAttr(partitions).value <= 1:
+        return ()
+    func = main_function(module)
+    inputs = _inputs(func)
+    return tuple(i for i, (type_, entries) in enumerate(zip(inputs, _attr_dicts(
+                     func, "args", len(inputs))))
+                 if isinstance(type_, ir.RankedTensorType) and type_.rank == 0
+                 and sdy.SHARDING_ATTR not in entries)
+
+
+def replicate_scalars(module: ir.Module, scalars: Sequence[int]) -> None:
+    """Give the arguments at ``scalars`` (``unsharded_scalars``) jax.jit's replicated
+    sharding on the empty mesh, declaring ``@empty_mesh`` where jax's lowering
+    declares it. For the module as lowered (jax.jit's text) only: a value of no
+    dimension is replicated either way, so propagation is not given it."""
+    func = main_function(module)
+    dicts = _attr_dicts(func, "args", len(_inputs(func)))
+    replicated = ir.Attribute.parse(
+        f"#sdy.sharding<@{_empty_mesh_symbol(module, func, scalars[0])}, []>")
+    for i in scalars:
+        dicts[i][sdy.SHARDING_ATTR] = replicated
+    _set_attr_dicts(func, "args", dicts)
+
+
+def _inputs(func: ir.Operation) -> list[ir.Type]:
+    return ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).inputs
+
+
+def _empty_mesh_symbol(module: ir.Module, func: ir.Operation, argument: int) -> str:
+    """The module's symbol of the empty mesh, declared (if it is not) before the first
+    mesh symbol whose first use, in ``@main``'s arguments then results, comes after
+    ``argument``'s."""
+    meshes = _body_meshes(module)
+    for op in meshes:
+        mesh = sdy.MeshAttr(op.operation.attributes["mesh"])
+        if not mesh.axes and not list(mesh.device_ids):
+            return _symbol_name(op)
+    first_use: dict[str, int] = {}
+    entries = [*_attr_dicts(func, "args", 0), *_attr_dicts(func, "results", 0)]
+    for position, entry in enumerate(entries):
+        if sdy.SHARDING_ATTR in entry:
+            used = mesh_name_of(sdy.TensorShardingAttr(entry[sdy.SHARDING_ATTR]))
+            first_use.setdefault(used, position)
+    attr = ir.Attribute.parse("#sdy.mesh<[]>")
+    name = SymbolNamer.of_module(module.operation).unique(EMPTY_MESH_NAME)
+    later = next((op for op in meshes
+                  if first_use.get(_symbol_name(op), len(entries)) > argument), None)
+    op = sdy.MeshOp(name, attr, ip=ir.InsertionPoint.at_block_begin(module.body)).operation
+    op.attributes[STABLEHLO_MESH_ATTR] = stablehlo_mesh_attr(sdy.MeshAttr(attr))
+    if later is not None:
+        op.move_before(later.operation)
+    elif meshes:
+        op.move_after(meshes[-1].operation)
+    return name
 
 
 def _global_constant_arguments(func: ir.Operation) -> int:

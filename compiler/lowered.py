@@ -24,7 +24,7 @@ import jax
 from jax.sharding import AbstractMesh, Mesh
 from jaxlib.mlir import ir
 
-from shardc.compiler import layouts
+from shardc.compiler import annotation, layouts
 from shardc.compiler.checks.program import check_lowered
 from shardc.compiler.cost import step_time
 from shardc.compiler.cost_aware import Resolution
@@ -34,6 +34,7 @@ from shardc.compiler.explain.reports import ProgramReports
 from shardc.compiler.export import export_lowering
 from shardc.compiler.function import options as jit_options
 from shardc.compiler.function import unused_arguments
+from shardc.compiler.function.annotated import copy_module
 from shardc.compiler.signature import LeafSignature
 from shardc.compiler.stages.shardy_pipeline import propagated_copy
 from shardc.dialects import jax_private
@@ -253,8 +254,16 @@ class Lowered(Stage, jax.stages.Lowered):
             lowered = self.module if self._unpropagated is None else self._unpropagated.annotated()
             dropped = set(self._unused_arguments(self.module)).intersection(
                 self._unused_arguments(lowered))
-            self._lowered_module = (unused_arguments.without(lowered, tuple(dropped))
-                                    if dropped else lowered)
+            if dropped:
+                lowered = unused_arguments.without(lowered, tuple(dropped))
+            # jax.jit's lowering pins its scalar arguments replicated.
+            scalars = annotation.unsharded_scalars(lowered)
+            if scalars:
+                if lowered is self.module:
+                    lowered = copy_module(lowered)
+                with lowered.context, ir.Location.unknown():
+                    annotation.replicate_scalars(lowered, scalars)
+            self._lowered_module = lowered
         return self._lowered_module
 
     def cost_analysis(self) -> Any:

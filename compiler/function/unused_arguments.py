@@ -13,6 +13,11 @@ and buffers are threaded by position), and so do programs with dynamic shapes
 (their dimension sizes are read from the arguments), as in jax. Unordered effects
 (``jax.debug.print``, an unordered host callback) thread nothing by position:
 jax prunes those programs' arguments as any other's.
+
+An argument read only by sharding constraints nothing reads is unread too: jax's
+lowering constrains every argument of an extended dtype (a typed PRNG key's data,
+its trailing dimensions replicated: ``mlir.replicate_trailing_dims``), read or
+not, where jax.jit's pruning, on the jaxpr, came before and left the key out.
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.annotation import main_function
 from shardc.compiler.function.annotated import copy_module
+from shardc.compiler.sharding.walker import mesh_name_of, used_mesh_names
+from shardc.compiler.stages.dead_constraints import CONSTRAINT, erase_dead_constraints
+from shardc.compiler.stages.lift_inlined_meshes import MESH_OP
+from shardc.dialects import sdy
 from shardc.runtime.effects import NO_EFFECTS, ProgramEffects
 
 ARG_ATTRS = "arg_attrs"
@@ -42,7 +51,8 @@ def unused(module: ir.Module, effects: ProgramEffects, num_args: int) -> tuple[i
 
 def without(module: ir.Module, dropped: tuple[int, ...]) -> ir.Module:
     """A copy of ``module`` whose ``@main`` takes none of the arguments at ``dropped``
-    (which it never reads), their attributes dropped with them."""
+    (which it never reads), their attributes and the dead constraints on them
+    dropped with them."""
     copy = copy_module(module)
     with module.context:
         main = main_function(copy)
@@ -54,8 +64,19 @@ def without(module: ir.Module, dropped: tuple[int, ...]) -> ir.Module:
         if ARG_ATTRS in main.attributes:
             attrs = ir.ArrayAttr(main.attributes[ARG_ATTRS])
             main.attributes[ARG_ATTRS] = ir.ArrayAttr.get([attrs[i] for i in kept])
+        constraints = [op for i in dropped for op in _readers(block.arguments[i])]
+        named = {mesh_name_of(sdy.TensorShardingAttr(op.attributes["sharding"]))
+                 for op in constraints}
+        erase_dead_constraints(constraints)
         for i in sorted(dropped, reverse=True):
             block.erase_argument(i)
+        # A mesh symbol only those constraints named goes with them, as it is absent
+        # from jax.jit's lowering, which never had them.
+        unused = named - used_mesh_names(copy.operation)
+        for op in list(copy.body.operations):
+            if (op.operation.name == MESH_OP
+                    and ir.StringAttr(op.operation.attributes["sym_name"]).value in unused):
+                op.operation.erase()
     return copy
 
 
@@ -64,4 +85,17 @@ def _static(type_: ir.Type) -> bool:
 
 
 def _unread(argument: ir.Value) -> bool:
-    return next(iter(argument.uses), None) is None
+    """Whether nothing reads ``argument`` but sharding constraints nothing reads."""
+    return all(op.name == CONSTRAINT for op in _readers(argument))
+
+
+def _readers(value: ir.Value) -> list[ir.Operation]:
+    """The ops reading ``value`` and, through each constraint among them, the ops
+    reading the constraint's result."""
+    found: list[ir.Operation] = []
+    for use in value.uses:
+        op = use.owner.operation
+        found.append(op)
+        if op.name == CONSTRAINT:
+            found.extend(_readers(op.result))
+    return found

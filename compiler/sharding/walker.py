@@ -250,3 +250,17 @@ def mesh_name_of(sharding: sdy.TensorShardingAttr) -> str | None:
     if isinstance(mesh_or_ref, ir.FlatSymbolRefAttr):
         return mesh_or_ref.value
     return None
+
+
+def used_mesh_names(module: ir.Operation) -> set[str]:
+    """The mesh symbols some sharding of ``module`` refers to."""
+    used: set[str] = set()
+
+    def note(sharding: sdy.TensorShardingAttr) -> ir.Attribute:
+        name = mesh_name_of(sharding)
+        if name is not None:
+            used.add(name)
+        return sharding
+
+    map_shardings(module, note)
+    return used

@@ -230,6 +230,38 @@ def test_jit_tests_only_leaves_out_tests_that_never_name_jit(tmp_path, monkeypat
 
 @pytest.mark.skipif(importlib.util.find_spec("pytest_timeout") is None,
                     reason="pytest-timeout missing")
+def test_compile_and_check_routes_the_jit_of_jax_test_utilities(tmp_path, monkeypatch):
+    """JAX's numerics files jit only in ``jtu.JaxTestCase._CompileAndCheck``: with
+    ``--compile-and-check`` that jit is the adapter's (the test counts, and its jit is
+    shardc's in the shardc pass), and ``--jit-tests-only`` keeps the test."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "a_test.py").write_text(
+        "import os\n"
+        "import jax.numpy as jnp\n"
+        "import numpy as np\n"
+        "from jax._src import test_util as jtu\n"
+        "class T(jtu.JaxTestCase):\n"
+        "    def test_sin(self):\n"
+        "        self._CompileAndCheck(jnp.sin, lambda: [np.ones(3, np.float32)])\n"
+        "    def test_whose_jit(self):\n"
+        "        shardc = os.environ['JAX_SUITE_MODE'] == 'shardc'\n"
+        "        assert type(jtu.api.jit(jnp.sin)).__module__ == (\n"
+        "            'shardc.compiler.api' if shardc else 'jaxlib._jax')\n")
+    records = jax_suite.run_unit("record", ["a_test.py::T::test_sin"], tmp_path, 120,
+                                 tag="plain", files="a_test.py")
+    assert records["a_test.py::T::test_sin"]["called_jit"] is False
+    monkeypatch.setattr(jax_suite, "COMPILE_AND_CHECK", True)
+    monkeypatch.setattr(jax_suite, "JIT_TESTS_ONLY", True)
+    for mode in ("record", "shardc"):
+        records = jax_suite.run_unit(mode, ["a_test.py"], tmp_path, 120, tag=mode,
+                                     files="a_test.py")
+        assert {n: (r["outcome"], r["called_jit"]) for n, r in records.items()} == {
+            "a_test.py::T::test_sin": ("passed", True),
+            "a_test.py::T::test_whose_jit": ("passed", True)}, mode
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pytest_timeout") is None,
+                    reason="pytest-timeout missing")
 def test_devices_sets_the_cpu_devices_both_passes_run_on(tmp_path, monkeypatch):
     """JAX's Pallas interpret-mode tests skip unless there is one device."""
     (tmp_path / "pytest.ini").write_text("[pytest]\n")

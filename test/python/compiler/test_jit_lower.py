@@ -86,10 +86,12 @@ def test_arrays_on_an_8_mesh():
 def test_numpy_scalars_and_uncommitted_arrays_are_unspecified():
     mesh = mesh_8()
     s = NamedSharding(mesh, P("d"))
-    text = jit(lambda a, b, c, d: a * b + c + d, in_shardings=(s, None, None, None)).lower(
-        jnp.ones(8), np.ones(8, np.float32), 2.0, jnp.ones(8)
-    ).as_text()
-    assert arg_shardings(text) == ['#sdy.sharding<@mesh, [{"d"}]>', None, None, None]
+    args = (jnp.ones(8), np.ones(8, np.float32), 2.0, jnp.ones(8))
+    texts = [jitted(lambda a, b, c, d: a * b + c + d, in_shardings=(s, None, None, None))
+             .lower(*args).as_text() for jitted in (jit, jax.jit)]
+    # Over several devices jax's lowering pins an unspecified scalar replicated.
+    assert arg_shardings(texts[0]) == arg_shardings(texts[1]) == [
+        '#sdy.sharding<@mesh, [{"d"}]>', None, "#sdy.sharding<@empty_mesh, []>", None]
 
 
 def test_shape_dtype_structs_with_and_without_sharding():
@@ -467,7 +469,8 @@ def test_static_arguments_and_keyword_arguments():
     j = jit(f, static_argnums=1, static_argnames="mode", mesh=mesh)
     x = jax.device_put(jnp.ones(8), NamedSharding(mesh, P("d")))
     text = j.lower(x, 3, scale=2.0, mode="mul").as_text()
-    assert arg_shardings(text) == ['#sdy.sharding<@mesh, [{"d"}]>', None]
+    assert arg_shardings(text) == ['#sdy.sharding<@mesh, [{"d"}]>',
+                                   "#sdy.sharding<@empty_mesh, []>"]
     j.lower(x, 3, scale=5.0, mode="mul")
     assert len(calls) == 1
     j.lower(x, 4, scale=5.0, mode="mul")

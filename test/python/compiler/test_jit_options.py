@@ -199,6 +199,35 @@ def test_lowered_text_takes_no_unused_argument(keep_unused):
                                       theirs.compile()(*args, **kwargs))
 
 
+@pytest.mark.parametrize("keep_unused", [False, True])
+def test_an_unused_typed_key_is_left_out_as_jax_leaves_it_out(keep_unused):
+    """jax's lowering constrains a typed PRNG key argument's data (its trailing
+    dimensions replicated) whether the program reads the key or not; jax.jit prunes
+    an unused key before lowering, so neither its lowered text nor its compiled
+    program takes it (unless ``keep_unused``): shardc's, on one device, the same."""
+    def unused(key, x):
+        return x + 1
+
+    def used(key, x):
+        return x + jax.random.normal(key, x.shape)
+
+    def nested(keys, x):
+        return jit(lambda k, v: v * 2)(keys, x)
+
+    x = np.ones(4, np.float32)
+    for fun, key in ((unused, jax.random.key(0)), (used, jax.random.key(1)),
+                     (nested, jax.random.split(jax.random.key(2), 3)),
+                     (unused, jax.random.PRNGKey(3))):
+        ours = jit(fun, keep_unused=keep_unused).lower(key, x)
+        theirs = jax.jit(fun, keep_unused=keep_unused).lower(key, x)
+        assert _main_signature(ours) == _main_signature(theirs), fun.__name__
+        ours, theirs = ours.compile(), theirs.compile()
+        assert ours.input_shardings == theirs.input_shardings, fun.__name__
+        np.testing.assert_array_equal(ours(key, x), theirs(key, x))
+        np.testing.assert_array_equal(jit(fun, keep_unused=keep_unused)(key, x),
+                                      theirs(key, x))
+
+
 def test_a_program_with_unordered_effects_takes_no_unused_argument(capfd):
     """``jax.debug.print`` threads no token: jax.jit prunes the arguments such a program
     never reads, as any other's (its lowered text, its compiled shardings), and the

@@ -103,6 +103,30 @@ def mixed_axis_types():
     return (lambda x: x * 2), (arr,), mesh
 
 
+def scalar_arguments():
+    """Scalars given without a sharding beside a sharded array: jax pins each it keeps
+    replicated on the empty mesh (declared after the mesh the array names first)."""
+    mesh = _mesh((8,), ("x",))
+    x = jax.device_put(jnp.arange(16.0), NamedSharding(mesh, P("x")))
+
+    def f(x, a, b, unused, c):
+        return x * a + b, c + 1
+
+    return f, (x, 2.0, jnp.float32(3), 4.0, np.int32(5)), None
+
+
+def scalar_argument_given_out_sharding():
+    """A scalar argument before the only mesh, a result's: its empty mesh comes first."""
+    mesh = _mesh((8,), ("x",))
+    return jit_with(lambda a: a + 1, out_shardings=NamedSharding(mesh, P())), (2.0,), None
+
+
+def unused_typed_key():
+    """A typed PRNG key the program never reads, on one device: jax's lowering
+    constrains a key's data whether read or not, and jax.jit prunes the key before."""
+    return (lambda key, x: x + 1), (jax.random.key(0), np.ones(4, np.float32)), None
+
+
 class jit_with:
     """A function with the options both jits are given."""
 
@@ -112,7 +136,8 @@ class jit_with:
 
 PROGRAMS = {f.__name__: f for f in (unconstrained_dims, shard_map_partial_auto, prng_keys,
                                     prng_keys_given_out_sharding, explicit_unreduced,
-                                    mixed_axis_types)}
+                                    mixed_axis_types, scalar_arguments,
+                                    scalar_argument_given_out_sharding, unused_typed_key)}
 ZOO_PROGRAMS = ("lm_linen_unconstrained", "pipeline_shard_map", "dropout_cond", "moe")
 
 
