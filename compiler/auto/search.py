@@ -151,6 +151,19 @@ class Outcome:
     model_budget: int | None = None
 
 
+@dataclass
+class _Compiles:
+    """What ``Search.fit_compiled`` compiled: XLA's bytes per device of each state and
+    of each program (states that propagate alike are one: ``Search._program``), and
+    the descents it made once nothing was left to compile."""
+
+    memory_of: Callable[[Outcome], int | None]
+    states: dict[tuple, int] = field(default_factory=dict)
+    programs: dict[tuple, int] = field(default_factory=dict)
+    origins: set[tuple] = field(default_factory=set)  # descended from, each its own error
+    descents: int = 0  # from the state least over the model's bytes held
+
+
 class Search:
     def __init__(self, evaluator: Evaluator, groups: list[Group], axes: list[tuple[str, int]],
                  budget: int | None, *, max_evaluations: int = 160,
@@ -362,14 +375,14 @@ class Search:
         self.state = dict(states[0])
         self._seed(refine=False)  # the cut step's refined state is among ``states``
         # Each group's alternatives for the report: its spec in each priced state.
-        for key in self.ranked([k for k in self._priced if len(k) == len(self.groups)]):
+        for key in self.ranked(self._complete()):
             for g, spec in key:
                 self._tried[g].setdefault(spec, key)
         return self._outcome(start, False)
 
     def best_states(self, count: int) -> list[dict[int, Spec]]:
         """The ``count`` best complete states priced, best first (``ranked``)."""
-        complete = [k for k in self._priced if len(k) == len(self.groups)]
+        complete = self._complete()
         return [dict(k) for k in self.ranked(complete, count)[:count]]
 
     def fit_compiled(self, outcome: Outcome, compiled_memory: Callable[[Outcome], int | None]
@@ -383,41 +396,24 @@ class Search:
         searched = time.perf_counter()
         start = searched - outcome.seconds
         evaluations = outcome.evaluations  # a cut step's search's included (``confirm``)
-        compiled: dict[tuple, int] = {}
+        compiles = _Compiles(compiled_memory)
+        compiled = compiles.states
         key = self._key(outcome)
-        complete = [k for k in self._priced if len(k) == len(self.groups)]
+        complete = self._complete()
         textbook = None  # the textbook states within the budget by the model, best first
         beyond: list[tuple] = []  # and those the model may count long, fastest first
         fallbacks: set[tuple] = set()  # compiled as such, judged by the budget itself
-        descents = 0  # under the model's bytes held, once nothing is left to compile
-        origins: set[tuple] = set()  # the compiled states descended from, each its error
-        # Keys that propagate to the same shardings are one program (``_program``):
-        # each compiled once, its twins taking its bytes.
-        programs: dict[tuple, int] = {}
         while True:
-            program = self._program(key)
-            memory = programs.get(program)
-            if memory is None:
-                memory = compiled_memory(outcome)
-                if memory is None:  # XLA cannot compile it here: nor, likely, the others
-                    if not compiled:
-                        return outcome
-                    break
-                programs[program] = memory
-            compiled[key] = memory
+            memory = self._compile(key, outcome, compiles)
+            if memory is None:  # XLA cannot compile it here: nor, likely, the others
+                if not compiled:
+                    return outcome
+                break
             if memory <= budget or len(compiled) == len(complete):
                 break
             if textbook is None:
-                textbook = [k for k in self.ranked(self._textbook, len(self._textbook))
-                            if self._estimate(k).memory_peak <= budget]
-                # The model counts some states long too (XLA reuses a buffer its walk
-                # keeps): those over the budget by the model by less than its error
-                # join them once the tries are spent, fastest first, before the check
-                # gives up on the budget.
-                beyond = sorted(textbook + [k for k in self._textbook if budget < (
-                    self._estimate(k).memory_peak) <= budget * (1 + MODEL_ERROR)],
-                    key=lambda k: self._priced[k].seconds)
-            tried = len(programs) >= COMPILED_TRIES and (
+                textbook, beyond = self._fallbacks(budget)
+            tried = len(compiles.programs) >= COMPILED_TRIES and (
                 time.perf_counter() - searched > searched - start)
             fallback = next((k for k in (beyond if tried else textbook)
                              if k not in compiled), None)
@@ -427,37 +423,20 @@ class Search:
             # tries are spent: its error is its own (not the states' held above), so
             # a budget it meets is met no slower than it.
             self.budget = min(self.budget, int(budget * outcome.step.memory_peak / memory))
-            if tried and fallback is None and len(origins) < COMPILED_TRIES:
-                # Nothing left to compile: a descent from the compiled state XLA puts
-                # least over the budget (of those not descended from yet), under the
-                # model's bytes held to that state's own error (its neighbours share
-                # its buffers, so its error more than the others'); the state it ends
-                # in is compiled where lighter by the model.
-                origin = min((k for k in compiled if k not in origins),
-                             key=compiled.__getitem__, default=None)
-                if origin is not None:
-                    origins.add(origin)
-                    found = self._descent_from(origin, int(
-                        budget * self._estimate(origin).memory_peak / compiled[origin]))
-                    complete = [k for k in self._priced if len(k) == len(self.groups)]
-                    if found is not None and found not in compiled:
-                        key = found
-                        outcome = self._outcome(start, outcome.exhaustive, key)
-                        continue
-            descended = False
+            if tried and fallback is None and len(compiles.origins) < COMPILED_TRIES:
+                found = self._descend_from_compiled(compiles, budget)
+                complete = self._complete()
+                if found is not None:
+                    key = found
+                    outcome = self._outcome(start, outcome.exhaustive, key)
+                    continue
             least = self.ranked(complete)[0] if tried and fallback is None else None
-            if descents < COMPILED_TRIES and least is not None and (
-                    self._estimate(least).memory_peak > self.budget):
-                # Nothing left to compile, and no state priced within the model's
-                # bytes so held (the search stopped at the first within the budget
-                # itself): a descent from the least over them, under the bytes held,
-                # prices lighter ones; the best it finds is compiled past the tries
-                # where it is lighter than where the descent started.
-                descents += 1
-                descended = True
-                self.state = dict(least)
-                self._descend(len(self._priced) + self.descent_evaluations)
-                complete = [k for k in self._priced if len(k) == len(self.groups)]
+            descended = compiles.descents < COMPILED_TRIES and least is not None and (
+                self._estimate(least).memory_peak > self.budget)
+            if descended:
+                compiles.descents += 1
+                self._descend_from_least(least)
+                complete = self._complete()
             key = next((k for k in self.ranked(complete, len(compiled) + 1)
                         if k not in compiled), None)
             if tried and fallback is None and not (descended and key is not None and (
@@ -480,6 +459,60 @@ class Search:
         outcome.evaluations = evaluations
         outcome.seconds = time.perf_counter() - start
         return outcome
+
+    def _complete(self) -> list[tuple]:
+        """The keys of the states priced with every group closed, in the order priced."""
+        return [k for k in self._priced if len(k) == len(self.groups)]
+
+    def _compile(self, key: tuple, outcome: Outcome, compiles: _Compiles) -> int | None:
+        """XLA's bytes per device of state ``key`` (``outcome``), compiled once per
+        program (``_program``: its twins take its bytes); None where it cannot be."""
+        program = self._program(key)
+        memory = compiles.programs.get(program)
+        if memory is None:
+            memory = compiles.memory_of(outcome)
+            if memory is None:
+                return None
+            compiles.programs[program] = memory
+        compiles.states[key] = memory
+        return memory
+
+    def _fallbacks(self, budget: int) -> tuple[list[tuple], list[tuple]]:
+        """The compiled check's fallbacks: the textbook states within ``budget`` by the
+        model, best first; and with them, fastest first, those over it by less than the
+        model's error (it counts some states long: XLA reuses a buffer its walk keeps),
+        compiled once the tries are spent, before the check gives up on the budget."""
+        textbook = [k for k in self.ranked(self._textbook, len(self._textbook))
+                    if self._estimate(k).memory_peak <= budget]
+        beyond = sorted(textbook + [k for k in self._textbook if budget < (
+            self._estimate(k).memory_peak) <= budget * (1 + MODEL_ERROR)],
+            key=lambda k: self._priced[k].seconds)
+        return textbook, beyond
+
+    def _descend_from_compiled(self, compiles: _Compiles, budget: int) -> tuple | None:
+        """Nothing left to compile: a descent from the compiled state XLA puts least over
+        the budget (of those not descended from yet), under the model's bytes held to
+        that state's own error (its neighbours share its buffers, so its error more than
+        the others'). The state it ends in, to compile, where lighter by the model and
+        not compiled yet; else None."""
+        compiled = compiles.states
+        origin = min((k for k in compiled if k not in compiles.origins),
+                     key=compiled.__getitem__, default=None)
+        if origin is None:
+            return None
+        compiles.origins.add(origin)
+        found = self._descent_from(origin, int(
+            budget * self._estimate(origin).memory_peak / compiled[origin]))
+        return found if found is not None and found not in compiled else None
+
+    def _descend_from_least(self, least: tuple) -> None:
+        """Nothing left to compile, and no state priced within the model's bytes held
+        (the search stopped at the first within the budget itself): a descent from
+        ``least``, the state least over them, under the bytes held, prices lighter
+        states; the best it finds is compiled past the tries where it is lighter than
+        ``least``."""
+        self.state = dict(least)
+        self._descend(len(self._priced) + self.descent_evaluations)
 
     def _descent_from(self, origin: tuple, held: int) -> tuple | None:
         """The state a descent from ``origin`` under ``held`` model bytes ends in, where
@@ -514,7 +547,7 @@ class Search:
                 tuple(reader.store.erase_log))
 
     def _outcome(self, start: float, exhaustive: bool, key: tuple | None = None) -> Outcome:
-        complete = [k for k in self._priced if len(k) == len(self.groups)]
+        complete = self._complete()
         if key is None:
             key = self.ranked(complete)[0]
         reader = self._readers.get(key)
