@@ -53,7 +53,11 @@ within the budget by the model are compiled instead of the next state where that
 one is no faster, and after the tries are spent with those over it by less than
 the model's error (it counts some states long): a budget one of them meets is met
 no slower than it. A choice the model puts under the budget by more than its error
-(``MODEL_ERROR``) is not compiled.
+(``MODEL_ERROR``) is not compiled. Last, the textbook states that rank before the
+state kept but for their memory, within the model's error of the budget, are
+compiled in turn and the first XLA fits is kept (``_textbook_ahead``): the state
+returned is no slower than any textbook state XLA fits in the budget (an expert's
+FSDP x tensor parallel among them), whatever the model's bytes say of it.
 """
 
 from __future__ import annotations
@@ -151,6 +155,19 @@ class Outcome:
     model_budget: int | None = None
 
 
+@dataclass
+class _Compiles:
+    """What ``Search.fit_compiled`` compiled: XLA's bytes per device of each state and
+    of each program (states that propagate alike are one: ``Search._program``), and
+    the descents it made once nothing was left to compile."""
+
+    memory_of: Callable[[Outcome], int | None]
+    states: dict[tuple, int] = field(default_factory=dict)
+    programs: dict[tuple, int] = field(default_factory=dict)
+    origins: set[tuple] = field(default_factory=set)  # descended from, each its own error
+    descents: int = 0  # from the state least over the model's bytes held
+
+
 class Search:
     def __init__(self, evaluator: Evaluator, groups: list[Group], axes: list[tuple[str, int]],
                  budget: int | None, *, max_evaluations: int = 160,
@@ -182,6 +199,8 @@ class Search:
         self._readers: dict[tuple, ModuleValues] = {}
         self._tried: list[dict[Spec, tuple]] = [{} for _ in groups]  # spec -> state key
         self._textbook: list[tuple] = []  # the textbook configurations' states (``_seed``)
+        # FSDP x tensor parallel, its activations constrained: MaxText's state (``_seed``)
+        self._expert_like: tuple | None = None
         self.refined: dict[int, Spec] | None = None  # the best of them refined (``_seed``)
 
     # -- pricing -------------------------------------------------------------
@@ -362,62 +381,58 @@ class Search:
         self.state = dict(states[0])
         self._seed(refine=False)  # the cut step's refined state is among ``states``
         # Each group's alternatives for the report: its spec in each priced state.
-        for key in self.ranked([k for k in self._priced if len(k) == len(self.groups)]):
+        for key in self.ranked(self._complete()):
             for g, spec in key:
                 self._tried[g].setdefault(spec, key)
         return self._outcome(start, False)
 
     def best_states(self, count: int) -> list[dict[int, Spec]]:
         """The ``count`` best complete states priced, best first (``ranked``)."""
-        complete = [k for k in self._priced if len(k) == len(self.groups)]
+        complete = self._complete()
         return [dict(k) for k in self.ranked(complete, count)[:count]]
 
     def fit_compiled(self, outcome: Outcome, compiled_memory: Callable[[Outcome], int | None]
                      ) -> Outcome:
         """``outcome``, or the best state priced whose program XLA compiles within the
         budget (see the module doc): ``compiled_memory`` compiles an outcome's state
-        and returns its bytes per device (None: it cannot be compiled here)."""
+        and returns its bytes per device (None: it cannot be compiled here). Last, the
+        textbook states that rank before the one kept but for their memory are
+        compiled (``_textbook_ahead``): the state returned is no slower than any of
+        them XLA fits in the budget, MaxText's FSDP x tensor parallel among them."""
         budget = self.budget
-        if budget is None or outcome.step.memory_peak * (1 + MODEL_ERROR) <= budget:
+        if budget is None:
             return outcome
         searched = time.perf_counter()
         start = searched - outcome.seconds
         evaluations = outcome.evaluations  # a cut step's search's included (``confirm``)
-        compiled: dict[tuple, int] = {}
+        compiles = _Compiles(compiled_memory)
+        compiled = compiles.states
         key = self._key(outcome)
-        complete = [k for k in self._priced if len(k) == len(self.groups)]
+        if outcome.step.memory_peak * (1 + MODEL_ERROR) <= budget:
+            # Within the budget by more than the model's error: not compiled itself.
+            ahead = self._textbook_ahead(key, True, compiled, budget)
+            if not ahead:
+                return outcome
+            found = self._first_fitting(ahead, compiles, budget, start, outcome.exhaustive)
+            outcome = self._outcome(start, outcome.exhaustive, key if found is None else found)
+            outcome.compiled_memory = None if found is None else compiled[found]
+            outcome.evaluations = evaluations
+            return outcome
+        complete = self._complete()
         textbook = None  # the textbook states within the budget by the model, best first
         beyond: list[tuple] = []  # and those the model may count long, fastest first
         fallbacks: set[tuple] = set()  # compiled as such, judged by the budget itself
-        descents = 0  # under the model's bytes held, once nothing is left to compile
-        origins: set[tuple] = set()  # the compiled states descended from, each its error
-        # Keys that propagate to the same shardings are one program (``_program``):
-        # each compiled once, its twins taking its bytes.
-        programs: dict[tuple, int] = {}
         while True:
-            program = self._program(key)
-            memory = programs.get(program)
-            if memory is None:
-                memory = compiled_memory(outcome)
-                if memory is None:  # XLA cannot compile it here: nor, likely, the others
-                    if not compiled:
-                        return outcome
-                    break
-                programs[program] = memory
-            compiled[key] = memory
+            memory = self._compile(key, outcome, compiles)
+            if memory is None:  # XLA cannot compile it here: nor, likely, the others
+                if not compiled:
+                    return outcome
+                break
             if memory <= budget or len(compiled) == len(complete):
                 break
             if textbook is None:
-                textbook = [k for k in self.ranked(self._textbook, len(self._textbook))
-                            if self._estimate(k).memory_peak <= budget]
-                # The model counts some states long too (XLA reuses a buffer its walk
-                # keeps): those over the budget by the model by less than its error
-                # join them once the tries are spent, fastest first, before the check
-                # gives up on the budget.
-                beyond = sorted(textbook + [k for k in self._textbook if budget < (
-                    self._estimate(k).memory_peak) <= budget * (1 + MODEL_ERROR)],
-                    key=lambda k: self._priced[k].seconds)
-            tried = len(programs) >= COMPILED_TRIES and (
+                textbook, beyond = self._fallbacks(budget)
+            tried = len(compiles.programs) >= COMPILED_TRIES and (
                 time.perf_counter() - searched > searched - start)
             fallback = next((k for k in (beyond if tried else textbook)
                              if k not in compiled), None)
@@ -427,37 +442,20 @@ class Search:
             # tries are spent: its error is its own (not the states' held above), so
             # a budget it meets is met no slower than it.
             self.budget = min(self.budget, int(budget * outcome.step.memory_peak / memory))
-            if tried and fallback is None and len(origins) < COMPILED_TRIES:
-                # Nothing left to compile: a descent from the compiled state XLA puts
-                # least over the budget (of those not descended from yet), under the
-                # model's bytes held to that state's own error (its neighbours share
-                # its buffers, so its error more than the others'); the state it ends
-                # in is compiled where lighter by the model.
-                origin = min((k for k in compiled if k not in origins),
-                             key=compiled.__getitem__, default=None)
-                if origin is not None:
-                    origins.add(origin)
-                    found = self._descent_from(origin, int(
-                        budget * self._estimate(origin).memory_peak / compiled[origin]))
-                    complete = [k for k in self._priced if len(k) == len(self.groups)]
-                    if found is not None and found not in compiled:
-                        key = found
-                        outcome = self._outcome(start, outcome.exhaustive, key)
-                        continue
-            descended = False
+            if tried and fallback is None and len(compiles.origins) < COMPILED_TRIES:
+                found = self._descend_from_compiled(compiles, budget)
+                complete = self._complete()
+                if found is not None:
+                    key = found
+                    outcome = self._outcome(start, outcome.exhaustive, key)
+                    continue
             least = self.ranked(complete)[0] if tried and fallback is None else None
-            if descents < COMPILED_TRIES and least is not None and (
-                    self._estimate(least).memory_peak > self.budget):
-                # Nothing left to compile, and no state priced within the model's
-                # bytes so held (the search stopped at the first within the budget
-                # itself): a descent from the least over them, under the bytes held,
-                # prices lighter ones; the best it finds is compiled past the tries
-                # where it is lighter than where the descent started.
-                descents += 1
-                descended = True
-                self.state = dict(least)
-                self._descend(len(self._priced) + self.descent_evaluations)
-                complete = [k for k in self._priced if len(k) == len(self.groups)]
+            descended = compiles.descents < COMPILED_TRIES and least is not None and (
+                self._estimate(least).memory_peak > self.budget)
+            if descended:
+                compiles.descents += 1
+                self._descend_from_least(least)
+                complete = self._complete()
             key = next((k for k in self.ranked(complete, len(compiled) + 1)
                         if k not in compiled), None)
             if tried and fallback is None and not (descended and key is not None and (
@@ -471,7 +469,12 @@ class Search:
                 break
             outcome = self._outcome(start, outcome.exhaustive, key)
         best = min(compiled, key=lambda k: (max(0, compiled[k] - budget), list(compiled).index(k)))
-        if best != key:
+        ahead = self._textbook_ahead(best, compiled[best] <= budget, compiled, budget)
+        found = self._first_fitting(ahead, compiles, budget, start, outcome.exhaustive)
+        if found is not None:
+            best = found
+            fallbacks.add(best)
+        if best != key or ahead:
             outcome = self._outcome(start, outcome.exhaustive, best)
         outcome.compiled_memory = compiled[best]
         outcome.model_budget = self.budget if (
@@ -480,6 +483,95 @@ class Search:
         outcome.evaluations = evaluations
         outcome.seconds = time.perf_counter() - start
         return outcome
+
+    def _complete(self) -> list[tuple]:
+        """The keys of the states priced with every group closed, in the order priced."""
+        return [k for k in self._priced if len(k) == len(self.groups)]
+
+    def _compile(self, key: tuple, outcome: Outcome, compiles: _Compiles) -> int | None:
+        """XLA's bytes per device of state ``key`` (``outcome``), compiled once per
+        program (``_program``: its twins take its bytes); None where it cannot be."""
+        program = self._program(key)
+        memory = compiles.programs.get(program)
+        if memory is None:
+            memory = compiles.memory_of(outcome)
+            if memory is None:
+                return None
+            compiles.programs[program] = memory
+        compiles.states[key] = memory
+        return memory
+
+    def _fallbacks(self, budget: int) -> tuple[list[tuple], list[tuple]]:
+        """The compiled check's fallbacks: the textbook states within ``budget`` by the
+        model, best first; and with them, fastest first, those over it by less than the
+        model's error (it counts some states long: XLA reuses a buffer its walk keeps),
+        compiled once the tries are spent, before the check gives up on the budget."""
+        textbook = [k for k in self.ranked(self._textbook, len(self._textbook))
+                    if self._estimate(k).memory_peak <= budget]
+        beyond = sorted(textbook + [k for k in self._textbook if budget < (
+            self._estimate(k).memory_peak) <= budget * (1 + MODEL_ERROR)],
+            key=lambda k: self._priced[k].seconds)
+        return textbook, beyond
+
+    def _descend_from_compiled(self, compiles: _Compiles, budget: int) -> tuple | None:
+        """Nothing left to compile: a descent from the compiled state XLA puts least over
+        the budget (of those not descended from yet), under the model's bytes held to
+        that state's own error (its neighbours share its buffers, so its error more than
+        the others'). The state it ends in, to compile, where lighter by the model and
+        not compiled yet; else None."""
+        compiled = compiles.states
+        origin = min((k for k in compiled if k not in compiles.origins),
+                     key=compiled.__getitem__, default=None)
+        if origin is None:
+            return None
+        compiles.origins.add(origin)
+        found = self._descent_from(origin, int(
+            budget * self._estimate(origin).memory_peak / compiled[origin]))
+        return found if found is not None and found not in compiled else None
+
+    def _descend_from_least(self, least: tuple) -> None:
+        """Nothing left to compile, and no state priced within the model's bytes held
+        (the search stopped at the first within the budget itself): a descent from
+        ``least``, the state least over them, under the bytes held, prices lighter
+        states; the best it finds is compiled past the tries where it is lighter than
+        ``least``."""
+        self.state = dict(least)
+        self._descend(len(self._priced) + self.descent_evaluations)
+
+    def _textbook_ahead(self, kept: tuple, fits: bool, compiled: dict[tuple, int],
+                        budget: int) -> list[tuple]:
+        """The textbook states (``_seed``) not ``compiled`` yet, within the model's error
+        of ``budget``, that rank before ``kept`` but for their memory (fewer operations
+        over ``flops_limit``, then faster; MaxText's FSDP x tensor parallel state by its
+        step alone: its operations are the expert's), best first; all of them where
+        ``kept`` does not ``fits`` the budget as compiled.
+
+        The model counts some states long (XLA reusing a buffer its walk keeps): a
+        budget set to an expert's memory as XLA compiles it, MaxText's state, has the
+        model put that state over it, and the check had kept a slower state (1.02x
+        the expert's step on a DiT with adaLN modulation, 4x2)."""
+        def rank(k: tuple) -> tuple[bool, float]:
+            step = self._priced[k]
+            return step.flops > self.flops_limit, step.seconds
+
+        def before(k: tuple) -> bool:
+            faster = self._priced[k].seconds < self._priced[kept].seconds * (1 - SAME_SECONDS)
+            if k == self._expert_like:
+                return faster
+            return rank(k)[0] < rank(kept)[0] or (rank(k)[0] == rank(kept)[0] and faster)
+
+        ahead = [k for k in self._textbook if k not in compiled and (not fits or before(k))]
+        return sorted((k for k in ahead if self._estimate(k).memory_peak <= (
+            budget * (1 + MODEL_ERROR))), key=rank)
+
+    def _first_fitting(self, keys: list[tuple], compiles: _Compiles, budget: int,
+                       start: float, exhaustive: bool) -> tuple | None:
+        """The first of ``keys`` XLA compiles within ``budget``, compiled in turn; None."""
+        for key in keys:
+            memory = self._compile(key, self._outcome(start, exhaustive, key), compiles)
+            if memory is not None and memory <= budget:
+                return key
+        return None
 
     def _descent_from(self, origin: tuple, held: int) -> tuple | None:
         """The state a descent from ``origin`` under ``held`` model bytes ends in, where
@@ -514,7 +606,7 @@ class Search:
                 tuple(reader.store.erase_log))
 
     def _outcome(self, start: float, exhaustive: bool, key: tuple | None = None) -> Outcome:
-        complete = [k for k in self._priced if len(k) == len(self.groups)]
+        complete = self._complete()
         if key is None:
             key = self.ranked(complete)[0]
         reader = self._readers.get(key)
@@ -631,7 +723,7 @@ class Search:
         projections = {g for g in activations if projects_weight(
             reader, self.evaluate.value_at(self.groups[g].positions[0]), weight_values)}
         keys = []
-        for (_name, specs), (_, _fsdp, tensor) in zip(seeds, CONFIGURATIONS):
+        for (_name, specs), (_, fsdp, tensor) in zip(seeds, CONFIGURATIONS):
             state = {}
             for g, spec in zip(weights, specs):
                 if spec not in self.groups[g].candidates:  # several data axes beside model
@@ -648,6 +740,8 @@ class Search:
                         group.candidates.append(spec)
                     state[g] = spec
                 keys.append(self.price(dict(state)))
+            if fsdp and tensor:
+                self._expert_like = keys[-1]
         if keys:
             self._least_flops = min(self._priced[k].flops for k in keys)
             if refine:
