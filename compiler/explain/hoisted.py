@@ -15,7 +15,8 @@ What it leaves in the body (``NotWorthHoistingIndividually`` with its CPU
 defaults): ops that only move or replicate their operand (broadcasts, iotas,
 reshapes, slices, transposes, reverses, sharding annotations) are hoisted only with
 an invariant reader that is hoisted; constants stay, and so do ops computing from
-constants alone (XLA folds them into constants or broadcasts of constants); ops
+constants alone, the body's or ones read from outside (XLA sinks constant carries
+into the body, then folds such ops into constants or broadcasts of constants); ops
 with side effects stay, and so do calls and manual computations. A loop or
 conditional is hoisted whole when its operands and every value its computations
 read from outside are invariant and nothing in it has side effects (diffrax's
@@ -31,12 +32,22 @@ listed in the enclosing block right before its loop, reading the loop's initial
 values where it read unchanged carries, and an equal hoisted op's readers reading
 the first (XLA's CSE, ``merged``: the others are gone; equal loops too, their
 computations compared by structure, unless they hold a partial sum all-reduced).
+
+XLA also hoists what its own passes add to a body: a gather or scatter with batching
+dimensions (jax's ``vmap`` of an indexing op) reads its indices concatenated with one
+iota per batching dimension (``BatchedGatherScatterNormalizer``, after the
+partitioner), and a concatenate is worth hoisting on its own. Where the indices are
+loop-invariant (a vmapped lookup of a constant table: pgx's win lines) that
+concatenate leaves the loop and is carried through it while the gather stays:
+``invariant_indices`` finds them, and the loops they leave.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
 from typing import Any
+
+from jaxlib.mlir.dialects import stablehlo
 
 from shardc.compiler.explain.merged import merge_block, removed_view
 from shardc.compiler.propagation.graph import GraphView
@@ -60,7 +71,12 @@ _STAYING = frozenset("stablehlo." + n for n in (
 # invariant (a Brownian path's counter-hashing loop inside an SDE solver's step)
 _NESTING = frozenset({"stablehlo.while", "stablehlo.case", "stablehlo.if"})
 _TERMINATORS = frozenset({"stablehlo.return", "sdy.return"})
+# indexed ops -> (their dimension numbers' attribute, the batching dims' field)
+_BATCHED = {"stablehlo.gather": ("dimension_numbers", "start_indices_batching_dims"),
+            "stablehlo.scatter": ("scatter_dimension_numbers",
+                                  "scatter_indices_batching_dims")}
 _DISABLED = "_xla_disable_loop_instr_hoisting"
+_INVARIANT_DEPTH = 200  # how many ops deep an index's invariance is traced
 _EDGE = "sdy.data_flow_edge"
 
 
@@ -97,6 +113,94 @@ def hoisted_graph(graph: Any, reduced: Collection[int] = ()) -> Any:
     return removed_view(view, merged) if merged else view
 
 
+def invariant_indices(graph: Any) -> dict[int, int]:
+    """The batched gathers and scatters of ``graph`` (as ``hoisted_graph`` leaves it)
+    whose concatenated indices XLA hoists, each with the outermost loop it hoists them
+    out of: an op left in a loop body whose indices are invariant there (constants,
+    values from outside, carries returned unchanged, and ops of those), lifted through
+    each enclosing loop whose body holds that loop and to which they stay invariant
+    (XLA visits the inner loop first, then finds the concatenate invariant in the outer
+    body)."""
+    found: dict[int, int] = {}
+    motion = None
+    for op, name in enumerate(graph.op_name):
+        if name not in _BATCHED or not batching_dims(graph, op):
+            continue
+        motion = motion or _Motion(graph)
+        value = graph.op_operands[op][indices_operand(graph, op)]
+        held, loop = op, graph.op_parent[op]
+        while loop >= 0 and graph.op_name[loop] == _WHILE and len(graph.op_blocks[loop]) > 1 \
+                and held in graph.op_blocks[loop][1][1] and not _disabled(graph.ops[loop]) \
+                and motion.looked_into(loop) \
+                and _invariant(graph, value, loop, {}):
+            found[op] = loop
+            held, loop = loop, graph.op_parent[loop]  # the concatenate is before ``loop`` now
+    return found
+
+
+def batching_dims(graph: Any, op: int) -> list[int]:
+    """The indices' batching dimensions of gather or scatter ``op``."""
+    return list(getattr(_numbers(graph, op), _BATCHED[graph.op_name[op]][1]))
+
+
+def index_vector_dim(graph: Any, op: int) -> int:
+    """The indices' dimension of gather or scatter ``op`` that holds each index."""
+    return _numbers(graph, op).index_vector_dim
+
+
+def _numbers(graph: Any, op: int) -> Any:
+    """Gather or scatter ``op``'s dimension numbers."""
+    attribute = _BATCHED[graph.op_name[op]][0]
+    kind = (stablehlo.GatherDimensionNumbers if attribute == "dimension_numbers"
+            else stablehlo.ScatterDimensionNumbers)
+    return kind(graph.ops[op].attributes[attribute])
+
+
+def indices_operand(graph: Any, op: int) -> int:
+    """The operand number of gather or scatter ``op``'s indices (a scatter's come after
+    its inputs, one per result)."""
+    return 1 if graph.op_name[op] == "stablehlo.gather" else len(graph.op_results[op])
+
+
+def _invariant(graph: Any, value: int, loop: int, memo: dict[int, bool],
+               depth: int = 0) -> bool:
+    """Whether ``value`` is the same in every iteration of ``loop``: defined outside
+    it, a carry of its body (or of a loop nested in it, through its initial value)
+    returned unchanged, or a result of an op without side effects or computations of
+    its own all of whose operands are (``_INVARIANT_DEPTH`` ops deep at most)."""
+    if value in memo:
+        return memo[value]
+    if depth > _INVARIANT_DEPTH:
+        return False
+    memo[value] = False  # a value reached again through a loop's carries is no proof
+    owner = _definer(graph, value)
+    inside = owner
+    while inside >= 0 and inside != loop:
+        inside = graph.op_parent[inside]
+    if inside != loop:
+        memo[value] = True
+        return True
+    if graph.value_def[value] < 0:
+        # a block argument: a while body's carry returned unchanged is its initial value
+        if graph.op_name[owner] != _WHILE or len(graph.op_blocks[owner]) < 2:
+            return False
+        args, body = graph.op_blocks[owner][1]
+        if value not in args or not body:
+            return False
+        k = args.index(value)
+        returned = graph.op_operands[body[-1]]
+        if k >= len(returned) or returned[k] != value:
+            return False
+        memo[value] = owner == loop or _invariant(graph, graph.op_operands[owner][k], loop,
+                                                  memo, depth + 1)
+        return memo[value]
+    if graph.op_name[owner] in _STAYING or graph.op_blocks[owner]:
+        return False
+    memo[value] = all(_invariant(graph, v, loop, memo, depth + 1)
+                      for v in graph.op_operands[owner])
+    return memo[value]
+
+
 class _Motion:
     """The blocks, parents, operands and uses of a graph as hoisting changes them
     (each list copied where it changes)."""
@@ -130,14 +234,8 @@ class _Motion:
         args, body = self.blocks[loop][1]
         if not body:
             return
-        returned = self.operands[body[-1]]
-        # a carry the body returns unchanged enters as the loop's initial value
-        entering = {arg: self.operands[loop][k] for k, arg in enumerate(args)
-                    if k < len(returned) and returned[k] == arg
-                    and graph.value_shape[arg] is not None}
-        if not entering and not self._reads_outside(loop):
-            # XLA gives up on a loop with no invariant carry (a value the body reads
-            # from outside the loop is one once exported to HLO)
+        entering = self.entering(loop)
+        if not self.looked_into(loop):
             return
         invariant: set[int] = set(entering)  # values computed the same in every iteration
         constant: set[int] = set()  # values XLA folds into constants
@@ -168,11 +266,14 @@ class _Motion:
                        for v in reads):
                 continue
             results = graph.op_results[op]
-            if name in _CONSTANTS or (name not in _NESTING and reads
-                                      and all(v in constant for v in reads)):
+            if name in _CONSTANTS or (name not in _NESTING and reads and all(
+                    v in constant or graph.op_name[_definer(graph, v)] in _CONSTANTS
+                    for v in reads)):
                 # XLA folds ops of constants into constants, and an elementwise op of
                 # a broadcast scalar into a broadcast of the op of the scalar, folded
-                # (``square(broadcast(0.0))``: a broadcast, hoisted only with a reader)
+                # (``square(broadcast(0.0))``: a broadcast, hoisted only with a reader);
+                # a constant read from outside is one of the body's (XLA sinks constant
+                # carries into the body: ``WhileLoopConstantSinking``)
                 constant.update(results)
                 invariant.update(results)
                 continue
@@ -208,6 +309,21 @@ class _Motion:
                 if any(v in entering for v in self.operands[reader]):
                     self._read_initial(reader, entering)
 
+    def entering(self, loop: int) -> dict[int, int]:
+        """The carries ``loop``'s body returns unchanged, each with the loop's initial
+        value it enters as."""
+        args, body = self.blocks[loop][1]
+        returned = self.operands[body[-1]] if body else []
+        return {arg: self.operands[loop][k] for k, arg in enumerate(args)
+                if k < len(returned) and returned[k] == arg
+                and self.graph.value_shape[arg] is not None}
+
+    def looked_into(self, loop: int) -> bool:
+        """Whether XLA looks for invariant ops in ``loop``'s body: it gives up on a loop
+        with no invariant carry (a value the body reads from outside the loop is one
+        once exported to HLO)."""
+        return bool(self.entering(loop)) or self._reads_outside(loop)
+
     def nested(self, op: int) -> list[int]:
         """The ops nested in ``op``'s regions, at any depth."""
         found: list[int] = []
@@ -232,11 +348,15 @@ class _Motion:
                        for inner in self.nested(op))
 
     def _reads_outside(self, op: int) -> bool:
-        """Whether an op nested in ``op``'s regions reads a value defined outside ``op``."""
+        """Whether an op nested in ``op``'s regions reads a value defined outside ``op``,
+        constants aside (XLA sinks those into the body before it looks for invariant
+        carries: ``WhileLoopConstantSinking``)."""
         graph = self.graph
         for _, nested in self.blocks[op]:
             for inner in nested:
-                if any(not self.within(_definer(graph, v), op) for v in self.operands[inner]):
+                if any(not self.within(_definer(graph, v), op)
+                       and graph.op_name[_definer(graph, v)] not in _CONSTANTS
+                       for v in self.operands[inner]):
                     return True
                 if self.blocks[inner] and self._reads_outside(inner):
                     return True

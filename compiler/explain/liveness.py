@@ -27,7 +27,13 @@ from shardc.compiler.diagnostics import source_loc_of
 from shardc.compiler.explain.aliasing import Slot
 from shardc.compiler.explain.duplication import cheap_to_duplicate, expensive
 from shardc.compiler.explain.grid import shard_shape
-from shardc.compiler.explain.hoisted import hoisted_graph
+from shardc.compiler.explain.hoisted import (
+    batching_dims,
+    hoisted_graph,
+    index_vector_dim,
+    indices_operand,
+    invariant_indices,
+)
 from shardc.compiler.explain.merged import merged_graph
 from shardc.compiler.explain.needs import CONSTANTS as _CONSTANTS
 from shardc.compiler.explain.needs import OpNeeds
@@ -189,6 +195,11 @@ class LivenessWalker:
         for op, body in found.bodies.items():
             # a custom_partitioning op's inlined body runs in its place
             self.extra[op] = self.extra.get(op, 0) + self.body_bytes(body)
+        # a batched gather's loop-invariant indices, concatenated with their iotas
+        # before the loop and carried through it (``hoisted``)
+        self.hoisted_indices = invariant_indices(self.graph)
+        for op, loop in self.hoisted_indices.items():
+            self.extra[loop] = self.extra.get(loop, 0) + self.concatenated_bytes(op)
         if self.rules.reassociates_all_reduces:
             self.reduced = self.reassociated(self.reduced)
         self.block_args: dict[int, list[int]] = {}  # first op of a block -> its arguments
@@ -262,6 +273,27 @@ class LivenessWalker:
 
     def bytes_of(self, value: int) -> int:
         return self.slot(value).bytes_per_device
+
+    def concatenated_bytes(self, op: int) -> int:
+        """Per-device bytes of batched gather or scatter ``op``'s indices as XLA's
+        normalizer writes them: each index vector led by one iota per batching
+        dimension, in an integer type wide enough for that dimension's size."""
+        graph = self.graph
+        value = graph.op_operands[op][indices_operand(graph, op)]
+        shape = graph.value_shape[value]
+        if shape is None:
+            return 0
+        tensor = self.values.tensor(value)
+        shard = list(shard_shape(shape, tensor.sharding) if self.sizes else shape)
+        batched = batching_dims(graph, op)
+        element = tensor.element_bytes
+        if any(shard[d] >= 1 << (8 * element - 1) for d in batched):
+            element = 4 if all(shard[d] < 1 << 31 for d in batched) else 8
+        vector = index_vector_dim(graph, op)
+        if vector == len(shard):
+            shard.append(1)
+        shard[vector] += len(batched)
+        return self.rules.buffer_bytes(shard, element)
 
     def slot(self, value: int, sharding=None) -> Slot:
         """Per-device bytes and type of ``value`` (at ``sharding`` if given, else its own)."""

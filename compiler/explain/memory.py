@@ -16,7 +16,9 @@ not divide counting padded like XLA pads it:
   carries, and a manual computation's body, which XLA inlines, holds its
   results and frees an operand after its last reader inside; a loop body's
   ops computed from loop-invariant values only run before the loop, their
-  buffers live through it: ``hoisted``, XLA's loop-invariant code motion). Values XLA
+  buffers live through it: ``hoisted``, XLA's loop-invariant code motion, which also
+  carries a batched gather's or scatter's loop-invariant indices concatenated with
+  their batch iotas). Values XLA
   never materialises are skipped: constants, and values of *fusible* ops
   (elementwise, broadcasts, reshapes, converts, iota, slices, selects) whose
   users are all fusible ops, reductions or dynamic-update-slices, since XLA

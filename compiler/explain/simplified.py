@@ -10,7 +10,10 @@ over the gradient carry it is added to; read as a dot it was a buffer of its own
 beside the carry.
 
 A ``select`` whose two cases are one value is that value (``HandleSelect``): a vmapped
-``lax.cond`` whose branches pass an operand on unchanged selects it from itself. Its
+``lax.cond`` whose branches pass an operand on unchanged selects it from itself, and
+cases XLA's CSE makes one value are one too (equal constants, then equal ops of equal
+operands: a vmapped ``lax.cond`` whose branches each read the same table, a constant
+of its own in each). Its
 readers read the value, and a loop body's dot reading it reads a loop-invariant
 value, which XLA then hoists out of the loop (``hoisted``): ott's batched Sinkhorn
 solves, each cost matrix computed once before the loop.
@@ -58,6 +61,11 @@ _MULTIPLY = "stablehlo.multiply"
 _SELECT = "stablehlo.select"
 _BROADCAST = "stablehlo.broadcast_in_dim"
 _WHILE = "stablehlo.while"
+# ops CSE never merges: each draws, reads or calls anew
+_UNMERGED = frozenset("stablehlo." + n for n in (
+    "rng", "rng_bit_generator", "custom_call", "infeed", "recv", "send", "outfeed",
+    "after_all", "create_token", "optimization_barrier")) | frozenset({"func.call"})
+_EQUAL_DEPTH = 64  # how deep two cases' ops are compared
 
 
 def simplified_graph(graph: Any) -> Any:
@@ -72,12 +80,48 @@ def simplified_graph(graph: Any) -> Any:
             names[op] = _MULTIPLY
         graph = GraphView(graph, op_name=names)
     graph = sunk(graph)
+    memo: dict[tuple[int, int], bool] = {}
     same = [op for op, name in enumerate(graph.op_name)
-            if name == _SELECT and len(set(graph.op_operands[op][1:])) == 1]
+            if name == _SELECT and _equal(graph, *graph.op_operands[op][1:], memo, 0)]
     if not same:
         return graph
     return removed_view(graph, {graph.op_results[op][0]: graph.op_operands[op][1]
                                 for op in same})
+
+
+def _equal(graph: Any, a: int, b: int, memo: dict[tuple[int, int], bool],
+           depth: int) -> bool:
+    """Whether XLA's CSE makes values ``a`` and ``b`` one: the same value, equal
+    constants, or the same result of ops of one name, type and attributes, without
+    computations or side effects, reading equal operands (``depth`` ops deep at most
+    ``_EQUAL_DEPTH``)."""
+    if a == b:
+        return True
+    key = (a, b) if a < b else (b, a)
+    if key in memo:
+        return memo[key]
+    memo[key] = False
+    first, second = graph.value_def[a], graph.value_def[b]
+    if first < 0 or second < 0 or depth > _EQUAL_DEPTH:
+        return False
+    name = graph.op_name[first]
+    if name != graph.op_name[second] or name in _UNMERGED or graph.op_blocks[first] \
+            or graph.op_blocks[second]:
+        return False
+    if graph.op_results[first].index(a) != graph.op_results[second].index(b) \
+            or graph.values[a].type != graph.values[b].type:
+        return False
+    attributes = [_attributes(graph.ops[op]) for op in (first, second)]
+    operands = graph.op_operands[first], graph.op_operands[second]
+    memo[key] = attributes[0] == attributes[1] and len(operands[0]) == len(operands[1]) \
+        and all(_equal(graph, x, y, memo, depth + 1) for x, y in zip(*operands))
+    return memo[key]
+
+
+def _attributes(op: ir.Operation) -> dict[str, ir.Attribute]:
+    """``op``'s attributes by name (MLIR uniques them: equal ones compare equal)."""
+    attributes = op.attributes
+    return {name: attributes[name] for name in attributes}
 
 
 def sunk(graph: Any) -> Any:

@@ -166,6 +166,12 @@ class TupleTables:
         # them as carries too (the exporter's implicit operands)
         read = self.captured([o for _, nested in blocks for o in nested])
         kept += sum(1 for v in read if graph.value_def[v] >= 0 or graph.value_owner[v] != op)
+        # a batched gather's indices concatenated before the loop (``hoisted``)
+        for indexed, target in self.walker.hoisted_indices.items():
+            inside = graph.op_parent[indexed]
+            while inside != op and inside != target and inside >= 0:
+                inside = graph.op_parent[inside]
+            kept += inside == op
         return max(kept, 1)
 
     def induction_variable(self, op: int, k: int) -> bool:
