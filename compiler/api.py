@@ -454,7 +454,8 @@ class JitFunction(JitCalls, JitSurface):
         they are."""
         given = jax.tree.leaves(self.out_shardings, is_leaf=signature.is_sharding_leaf)
         signature.check_program_meshes(
-            arg_leaves, [(f"out_shardings leaf {i}", s) for i, s in enumerate(given)])
+            arg_leaves, [(f"out_shardings leaf {i}", s) for i, s in enumerate(given)],
+            self.options.single_device)
         avals = iter(traced_aval(leaf) for leaf in arg_leaves)
         trace_args, trace_kwargs = self._abstract_call_args(args, kwargs, avals)
         return jax_private.jit_trace_inputs(self._jax_jit, trace_args, trace_kwargs)

@@ -654,12 +654,15 @@ def check_result_devices(args: Sequence[LeafSignature], results: Sequence[LeafSi
             raise incompatible_devices(first, (f"the sharding of {leaf.path}", devices))
 
 
-def check_program_meshes(args: Sequence[LeafSignature], results: Sequence[tuple[str, Any]]
-                         ) -> None:
+def check_program_meshes(args: Sequence[LeafSignature], results: Sequence[tuple[str, Any]],
+                         requested: Any = None) -> None:
     """One program, one device set, checked before tracing as jax.jit checks it.
 
     ``args`` are the arguments' signatures, ``results`` ``(path, sharding)`` for
-    the result shardings given to ``jit``. Concrete meshes over other devices
+    the result shardings given to ``jit``, ``requested`` the device that
+    ``SingleDeviceSharding`` leaves of jit's shardings ask for (they leave no
+    sharding on their argument, yet name the program's devices as the others do).
+    Concrete meshes over other devices
     get jax's "incompatible devices" error; an abstract mesh whose size is not
     the concrete meshes' device count, jax's "AbstractMesh size" error; abstract
     meshes of different sizes, shardc's (jax would fail later without naming them).
@@ -671,6 +674,8 @@ def check_program_meshes(args: Sequence[LeafSignature], results: Sequence[tuple[
     entries = [(what, mesh) for what, mesh in entries if mesh.axis_names]
     concrete = [(what, sorted_devices(mesh))
                 for what, mesh in entries if isinstance(mesh, Mesh)]
+    if requested is not None and concrete:
+        concrete.insert(0, ("a SingleDeviceSharding given to jit", (requested,)))
     for other in concrete[1:]:
         if other[1] != concrete[0][1]:
             raise incompatible_devices(concrete[0], other)

@@ -388,6 +388,33 @@ def test_single_device_sharding_leaves():
         jit(f, (s, SingleDeviceSharding(jax.devices()[1])))
 
 
+def test_single_device_sharding_next_to_a_mesh_sharding_is_jax_error():
+    # A SingleDeviceSharding in in_shardings names the program's one device: next to a
+    # sharding over eight devices jax.jit raises its "incompatible devices" error before
+    # compiling, on a call and on .lower() alike, and so does shardc, naming both.
+    from jax.sharding import NamedSharding, SingleDeviceSharding
+
+    mesh = jax.make_mesh((8,), ("d",))
+    x = jax.device_put(jnp.arange(16.0), NamedSharding(mesh, P("d")))
+    k = jnp.float32(2.0)  # uncommitted: its in_shardings entry alone places it
+    in_shardings = (x.sharding, SingleDeviceSharding(jax.devices()[0]))
+    f = lambda a, b: a * b  # noqa: E731
+    for stage in (lambda j: j(x, k), lambda j: j.lower(x, k)):
+        with pytest.raises(ValueError, match="incompatible devices") as theirs:
+            stage(jax.jit(f, in_shardings=in_shardings))
+        with pytest.raises(ValueError, match="incompatible devices") as ours:
+            stage(jit(f, in_shardings=in_shardings))
+        assert type(theirs.value) is ValueError
+        assert "SingleDeviceSharding" in str(ours.value) and "args[0]" in str(ours.value)
+        assert "device_assignment passed to `.compile`" not in str(ours.value)
+    # The same one device on both sides is one program.
+    one = NamedSharding(jax.make_mesh((1,), ("d",), devices=jax.devices()[:1]), P())
+    y = jnp.arange(4.0)
+    both = (one, SingleDeviceSharding(jax.devices()[0]))
+    np.testing.assert_array_equal(jit(f, in_shardings=both)(y, k),
+                                  jax.jit(f, in_shardings=both)(y, k))
+
+
 def test_one_device_mesh_results_keep_the_arguments_named_sharding():
     from jax.sharding import Mesh, NamedSharding
 
