@@ -138,6 +138,8 @@ def _apply(name: str, ir_op: ir.Operation, operands: list, graph: Graph, op: int
         return np.reshape(operands[0], shape)
     if name in _ELEMENTWISE:
         return _ELEMENTWISE[name](*operands)
+    if name == "stablehlo.clamp":  # clamp(min, operand, max): lax.switch's index
+        return np.clip(operands[1], operands[0], operands[2])
     if name == "stablehlo.not":
         return np.logical_not(operands[0])
     if name == "stablehlo.compare":

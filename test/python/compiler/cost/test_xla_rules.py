@@ -123,6 +123,22 @@ def test_branch_on_an_index_read_from_a_folded_branch_is_folded_away():
     assert predicted == compiled == {}
 
 
+def test_switch_on_a_constant_index_is_folded_away():
+    """``lax.switch`` clamps its index into range (``stablehlo.clamp``): on a constant
+    index the clamp folds too, and only the taken branch is kept, the host callback
+    of the other never broadcast."""
+
+    def fail(x):
+        return jax.pure_callback(lambda v: np.asarray(v), jax.ShapeDtypeStruct(
+            x.shape, x.dtype), x)
+
+    def switched(x):
+        return jax.lax.switch(1, [fail, lambda x: x * 2.0], x)
+
+    predicted, compiled = predicted_and_compiled(switched, (ones(8, 4),), (P("data"),), P())
+    assert predicted == compiled
+
+
 @pytest.mark.parametrize("grid, spec", [
     (((2, 4), ("data", "model")), P("data", "model")),
     (((4, 2), ("data", "model")), P("data", "model")),
