@@ -9,9 +9,12 @@ simplifier) before partitioning, so the other branches' collectives never
 exist (checked on XLA:CPU: diffrax's ``Kvaerno3`` solve with its
 ``t0``/``t1`` checks). ``untaken`` says which ops lie in such a branch.
 
-The index is folded with numpy over a few elementwise and shape ops
-(``_FOLDERS``); any other op, or a value read from an argument, leaves it
-unknown and every branch counts, as before.
+The index is folded with numpy over a few elementwise and shape ops; any
+other op, or a value read from an argument, leaves it unknown and every branch
+counts. As XLA's algebraic simplifier does, a ``select`` whose predicate folds
+is the operand it picks, and an ``and`` / ``or`` with an all-false / all-true
+operand is that operand, whatever the other one holds (jaxopt's line searches
+guard a branch on such a flag).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ _ELEMENTWISE = {"stablehlo.add": np.add, "stablehlo.subtract": np.subtract,
                 "stablehlo.multiply": np.multiply, "stablehlo.minimum": np.minimum,
                 "stablehlo.maximum": np.maximum, "stablehlo.and": np.logical_and,
                 "stablehlo.or": np.logical_or}
+# Boolean ops one operand decides: the value that decides it.
+_ABSORBING = {"stablehlo.and": False, "stablehlo.or": True}
 _REDUCERS = {"stablehlo.or": np.logical_or, "stablehlo.and": np.logical_and,
              "stablehlo.add": np.add, "stablehlo.maximum": np.maximum,
              "stablehlo.minimum": np.minimum}
@@ -113,13 +118,43 @@ def _fold(graph: Graph, value: int, spent: list[int]) -> np.ndarray | None:
             return None
         returned = graph.op_operands[graph.op_blocks[op][taken][1][-1]]
         return _fold(graph, returned[graph.op_results[op].index(value)], spent)
-    operands = []
-    for v in graph.op_operands[op]:
-        folded = _fold(graph, v, spent)
-        if folded is None:
-            return None
-        operands.append(folded)
+    if name == "stablehlo.select":
+        return _fold_select(graph, op, spent)
+    operands = [_fold(graph, v, spent) for v in graph.op_operands[op]]
+    if name in _ABSORBING:
+        return _absorbed(name, ir_op, operands)
+    if any(folded is None for folded in operands):
+        return None
     return _apply(name, ir_op, operands, graph, op)
+
+
+def _fold_select(graph: Graph, op: int, spent: list[int]) -> np.ndarray | None:
+    """A ``select`` whose predicate folds to one value is the operand it picks, as XLA's
+    algebraic simplifier replaces it, whether or not the other operand folds."""
+    predicate, on_true, on_false = graph.op_operands[op]
+    chosen = _fold(graph, predicate, spent)
+    if chosen is None:
+        return None
+    if np.all(chosen) or not np.any(chosen):
+        picked = _fold(graph, on_true if np.all(chosen) else on_false, spent)
+        return None if picked is None else np.asarray(picked)
+    operands = [_fold(graph, v, spent) for v in (on_true, on_false)]
+    return None if any(v is None for v in operands) else np.where(chosen, *operands)
+
+
+def _absorbed(name: str, ir_op: ir.Operation, operands: list) -> np.ndarray | None:
+    """``and`` / ``or`` of booleans with one operand all false / all true: that value
+    whatever the other is (XLA's algebraic simplifier: ``A && false => false``,
+    ``A || true => true``); both folded: the elementwise result."""
+    absorbing = _ABSORBING[name]
+    shape = tuple(ir.RankedTensorType(ir_op.results[0].type).shape)
+    for folded in operands:
+        if folded is not None and np.asarray(folded).dtype == np.bool_ \
+                and np.all(np.asarray(folded) == absorbing):
+            return np.full(shape, absorbing)
+    if any(folded is None for folded in operands):
+        return None
+    return _ELEMENTWISE[name](*operands)
 
 
 def _constant(ir_op: ir.Operation) -> np.ndarray | None:
@@ -146,8 +181,6 @@ def _apply(name: str, ir_op: ir.Operation, operands: list, graph: Graph, op: int
         direction = str(ir_op.attributes["comparison_direction"]).split()[-1].strip(">")
         compare = _COMPARE.get(direction)
         return None if compare is None else compare(*operands)
-    if name == "stablehlo.select":
-        return np.where(*operands)
     if name == "stablehlo.slice":
         starts, limits, strides = (list(ir.DenseI64ArrayAttr(ir_op.attributes[k]))
                                    for k in ("start_indices", "limit_indices", "strides"))

@@ -152,10 +152,31 @@ class _Op:
 
 
 def _drop(fa: FactorAxes, axes) -> FactorAxes:
-    """``fa`` without ``axes`` (and without the sub-axes of those that are whole)."""
+    """``fa`` without ``axes`` (and without the sub-axes of those that are whole); an
+    axis of ``fa`` holding one of ``axes`` as a sub-axis keeps its other parts."""
     whole = {a.name for a in axes if a.size == a.total}
     return {f: tuple(a for a in v if a not in axes and a.name not in whole)
-            for f, v in fa.items()}
+            for f, v in _split(fa, axes).items()}
+
+
+def _split(fa: FactorAxes, axes) -> FactorAxes:
+    """``fa`` with each axis that strictly holds one of ``axes`` as a sub-axis cut
+    around it, major part first: a whole ``"model"`` (4) against ``"model":(1)2``
+    is ``"model":(1)2, "model":(2)2``, so that the group's part can be told apart."""
+    out: FactorAxes = {}
+    for f, v in fa.items():
+        parts: list[AxisRef] = []
+        for a in v:
+            inside = next((g for g in axes if g.name == a.name and g != a
+                           and a.pre <= g.pre and g.next <= a.next), None)
+            if inside is None:
+                parts.append(a)
+                continue
+            cuts = [AxisRef(a.name, a.pre, inside.pre // a.pre, a.total), inside,
+                    AxisRef(a.name, inside.next, a.next // inside.next, a.total)]
+            parts.extend(c for c in cuts if c.size > 1)
+        out[f] = tuple(parts)
+    return out
 
 
 def _within(axis: AxisRef, axes) -> bool:
@@ -189,6 +210,7 @@ def _regroup(fa: FactorAxes, group: tuple, inner: tuple, priority: Sequence[int]
     replicated over as many devices as there are groups; the tiles it keeps
     are laid out on the in-group devices.
     """
+    fa = _split(fa, group)
     out = _drop(fa, group)
     used = {a for v in out.values() for a in v}
     spare = [a for a in inner if a not in used]

@@ -178,6 +178,36 @@ def test_a_summed_scatter_keeps_the_in_group_tiles_of_its_operand():
     assert compiled["all-reduce"] == groups // 4 * seq * d * 4
 
 
+def test_a_summed_scatter_replicates_its_operand_over_part_of_an_axis():
+    """An embedding gradient on a data=2 x model=4 mesh, the table's rows on ``model``
+    and its columns on ``data``, the ids' batch on ``data``. Past the columns'
+    operand pass-through, the ids hold ``"model":(1)2`` and index pass-through
+    replicates the table across those two groups: of its rows' whole ``model`` only
+    the minor ``"model":(2)2`` stays (``GroupShardingOnReplicatedDim``). The partial
+    sums are all-reduced as [16, 8] (not [8, 8]), then sliced to the rows' whole
+    ``model`` in the other device order: a collective-permute of [8, 8]."""
+    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    table = NamedSharding(mesh, P("model", "data"))
+    rand = np.random.default_rng(0)
+    args = (jax.device_put(rand.standard_normal((32, 16)).astype(np.float32), table),
+            jax.device_put(rand.integers(0, 32, (8, 16), np.int32),
+                           NamedSharding(mesh, P("data"))))
+    grad = jax.grad(lambda t, i: jnp.sum(jnp.take(t, i, axis=0) ** 2))
+
+    lowered = jit(grad, out_shardings=table).lower(*args)
+    report = lowered.comm_report()
+    predicted = {k: t.bytes_per_device for k, t in report.totals().items() if t.count}
+    compiled = lowered.compile()
+    assert predicted == {k: c.bytes_per_device
+                         for k, c in compiled.collectives().items() if c.count}
+    scatter = [(e.kind, e.bytes_per_device) for e in report.entries
+               if e.op == "stablehlo.scatter"]
+    assert scatter == [("all-reduce", 16 * 8 * 4), ("collective-permute", 8 * 8 * 4)]
+    ours, theirs = compiled(*args), jax.jit(grad, out_shardings=table)(*args)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-6)
+    assert ours.sharding.is_equivalent_to(theirs.sharding, ours.ndim)
+
+
 @pytest.mark.parametrize("table, ids", [
     (P(("x", "y"), "z"), P("x")),
     (P(("x", "y"), "z"), P(("x", "y"))),

@@ -139,6 +139,41 @@ def test_switch_on_a_constant_index_is_folded_away():
     assert predicted == compiled
 
 
+@pytest.mark.parametrize("guard", [
+    lambda t: jnp.logical_and(t > 0.0, False),
+    lambda t: jnp.logical_not(jnp.logical_or(t > 0.0, True)),
+    lambda t: jnp.where(False, t > 0.0, False),
+    lambda t: jnp.where(jnp.logical_and(t > 1.0, False), t > 0.0,
+                        jnp.logical_and(t > 2.0, False)),
+])
+def test_branch_on_a_flag_one_operand_decides_is_folded_away(guard):
+    """A ``cond`` guarded by a flag that reads an argument but is decided by a constant
+    (jaxopt's line searches: a ``done`` flag and-ed with a constant ``False``, a
+    ``where`` on a constant): XLA's algebraic simplifier folds ``A && false``,
+    ``A || true`` and a ``select`` on a constant predicate, so the branch not taken
+    (here summing the sharded rows: an all-reduce) is never compiled."""
+
+    def guarded(x, t):
+        return jax.lax.cond(guard(t), lambda x: x * jnp.sum(x), lambda x: x * 2.0, x)
+
+    predicted, compiled = predicted_and_compiled(guarded, (ones(8, 4), np.float32(1.0)),
+                                                 (P("data"), P()), P("data"))
+    assert predicted == compiled == {}
+
+
+def test_branch_on_a_flag_the_argument_decides_is_kept():
+    """The same guard with no constant deciding it: both branches compile, and the
+    sum's all-reduce with them."""
+
+    def guarded(x, t):
+        return jax.lax.cond(jnp.logical_and(t > 0.0, True), lambda x: x * jnp.sum(x),
+                            lambda x: x * 2.0, x)
+
+    predicted, compiled = predicted_and_compiled(guarded, (ones(8, 4), np.float32(1.0)),
+                                                 (P("data"), P()), P("data"))
+    assert predicted == compiled == {"all-reduce": 4}
+
+
 @pytest.mark.parametrize("grid, spec", [
     (((2, 4), ("data", "model")), P("data", "model")),
     (((4, 2), ("data", "model")), P("data", "model")),

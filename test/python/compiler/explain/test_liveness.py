@@ -86,11 +86,14 @@ def test_estimate_unchanged_on_benchmark_programs(programs, name):
 # model's "data": -8, -320 and -320 bytes (that scatter alone at 64 devices,
 # 4096 rows: 1.13x -> 1.01x XLA's temporaries). The causal mask XLA hoists out of
 # the rematerialised step's backward loop (loop-invariant code motion) moves it
-# towards XLA (+136 bytes, XLA 136664).
+# towards XLA (+136 bytes, XLA 136664). That scatter's table replicated across index
+# groups of a sub-axis keeps only the rest of its whole axis, as XLA's
+# GroupShardingOnReplicatedDim does, so its partial sums are a larger shard: all
+# three towards XLA (+384, +384, +128 bytes).
 TINY_BEFORE = {
-    "unrolled": (8704, 8628, 150568, 0),
-    "scan": (8704, 8556, 216432, 0),
-    "remat": (8704, 8556, 103472, 0),
+    "unrolled": (8704, 8628, 150952, 0),
+    "scan": (8704, 8556, 216816, 0),
+    "remat": (8704, 8556, 103600, 0),
 }
 
 
