@@ -426,16 +426,36 @@ def window_dims(reader: ModuleValues, value: int) -> frozenset[int]:
     return frozenset(found)
 
 
-def _reaches_add(graph, value: int, hops: int) -> bool:
+def _reaches_add(graph, value: int, hops: int, origin: int | None = None) -> bool:
     """Whether ``value`` is an operand of an ``add`` within ``hops`` ops (the search's
-    marks are not counted)."""
-    for op, _ in _uses_through_marks(graph, value):
-        if graph.op_name[op] == "stablehlo.add":
+    marks are not counted) whose other operand is not computed from it: an add of a
+    value to a function of itself is elementwise arithmetic, not a residual stream
+    (tanh-approximated GELU, ``jax.nn.gelu``'s default, adds ``0.044715 x**3`` to its
+    ``x``, which had made every GELU MLP's hidden units a residual add)."""
+    origin = value if origin is None else origin
+    for op, position in _uses_through_marks(graph, value):
+        if graph.op_name[op] == "stablehlo.add" and not any(
+                _computed_within(graph, other, origin, ELEMENTWISE_HOPS)
+                for p, other in enumerate(graph.op_operands[op]) if p != position):
             return True
         if hops > 1 and graph.op_results[op] and _reaches_add(
-                graph, graph.op_results[op][0], hops - 1):
+                graph, graph.op_results[op][0], hops - 1, origin):
             return True
     return False
+
+
+# How many ops back an add's other operand is searched for the value it adds to:
+# GELU's polynomial (``x * x * x`` times a constant) is three.
+ELEMENTWISE_HOPS = 4
+
+
+def _computed_within(graph, value: int, source: int, hops: int) -> bool:
+    """Whether ``value`` is ``source`` or computed from it within ``hops`` ops."""
+    if value == source:
+        return True
+    op = graph.value_def[value]
+    return hops > 0 and op >= 0 and any(
+        _computed_within(graph, operand, source, hops - 1) for operand in graph.op_operands[op])
 
 
 def structured_seeds(shapes: Sequence[Sequence[int]], updated: Sequence[bool],

@@ -232,6 +232,37 @@ def test_square_weights_alternate_as_megatron_writes_them(mesh):
     assert sorted(roles.values()) == [(0, 1), (0, 1), (1, 0)]
 
 
+def _gelu_block(w1, w2, x):
+    return jnp.sum((x + jax.nn.gelu(x @ w1) @ w2) ** 2)
+
+
+def test_a_gelus_own_add_is_no_residual_stream(mesh):
+    # Tanh-approximated GELU (jax.nn.gelu's default) adds 0.044715 x**3 to its x: a GELU
+    # MLP's hidden units are not added to the residual stream (their textbook constraint
+    # leaves them to tensor parallelism, as MaxText's does), its output is. Read as a
+    # residual add, the hidden units had been constrained unsharded, gathered whole.
+    w1, w2, x = _args()
+    step = jax.grad(_gelu_block, argnums=(0, 1))
+    marked = Constrained(step, (), (), lambda index, aval: None)
+    points = anchors(marked.jaxpr(w1, w2, x)[0])
+    marked.sharding_at = open_marks(mesh, set(points))
+    lowered = jit(marked, mesh=mesh).trace(w1, w2, x).lower(propagate=False)
+    evaluator = Evaluator(lowered.module, hardware("cpu"), mesh)
+    reader = evaluator.reader()
+    weights = {evaluator.value_at(0), evaluator.value_at(1)}
+    marks = [evaluator.value_at(len(evaluator.arguments) + k)
+             for k in range(len(evaluator.marks))]
+
+    def residual(shape, forward):
+        return [is_residual(reader, v) for v in marks
+                if tuple(reader.graph.value_shape[v]) == shape and (
+                    not forward or projects_weight(reader, v, weights))]
+
+    hidden = residual((16, 64), forward=True)  # x @ w1, into the GELU
+    assert hidden and not any(hidden)
+    assert any(residual((16, 32), forward=False))  # gelu(x @ w1) @ w2, added to x
+
+
 def test_auto_searches_activations_and_runs_as_jax_jit_given_its_constraints(mesh):
     # Every AUTO choice, activations included, is an ordinary program: jax.jit of the
     # function with the chosen constraints written in computes the same numbers and
