@@ -48,6 +48,9 @@ from shardc.compiler.stages.hlo_order import jax_ordered
 # (its dataflow lets a sort write over the operand it alone reads)
 _IN_PLACE = {"stablehlo.while": lambda k: k, "stablehlo.dynamic_update_slice": lambda k: 0,
              "stablehlo.scatter": lambda k: k, "stablehlo.sort": lambda k: k}
+# ops XLA's constant folding folds with constant operands, beside elementwise ones
+_FOLDED_SHAPES = frozenset({"stablehlo.reshape", "stablehlo.convert",
+                            "stablehlo.broadcast_in_dim"})
 # ops whose regions compute one element (or pair) at a time, not the op's results
 _PER_ELEMENT_BODIES = frozenset("stablehlo." + n for n in (
     "reduce", "reduce_window", "sort", "scatter", "select_and_scatter", "all_reduce",
@@ -211,6 +214,12 @@ class LivenessWalker:
         # the tables of pointers of tuple-shaped values (``tables``), by value
         self.tables: dict[tuple, int] = {}
         self.tuple_tables = TupleTables(self)
+        # a batched scatter's indices left in place: XLA's normalizer concatenates them
+        # with their batch iotas into an array of their own, which no scatter fuses
+        for op, name in enumerate(self.graph.op_name):
+            if name == "stablehlo.scatter" and op not in self.hoisted_indices \
+                    and op not in self.merged_ops and batching_dims(self.graph, op):
+                self.extra[op] = self.extra.get(op, 0) + self.joined_bytes(op)
         # results of the main function written into donated arguments' buffers
         self.aliased_outputs: set[int] = set()
         self.state = ir.AsmState(values.graph.module)
@@ -294,6 +303,102 @@ class LivenessWalker:
             shard.append(1)
         shard[vector] += len(batched)
         return self.rules.buffer_bytes(shard, element)
+
+    def joined_bytes(self, op: int) -> int:
+        """Per-device bytes batched scatter ``op`` reads beyond what the walk holds:
+        its indices concatenated with their batch iotas (``concatenated_bytes``), a
+        kernel of its own on XLA:CPU (a scatter fuses no producer: mctx's
+        ``iota_concatenate_fusion``, s32[2,3], per search step). Indices XLA folds to a
+        constant join into a constant; indices an op computes for batched scatters
+        alone die in the concatenate (computed in it where the op is fusible: the
+        joined array is all the walk adds beyond them; a sort's permutation read by
+        embedding_heads' scatter-add, u32[256,3]). Split indices are each device's
+        slice (the partitioner's, at its partition-id): never a constant."""
+        graph = self.graph
+        value = graph.op_operands[op][indices_operand(graph, op)]
+        constant = self.folds(value, {})
+        if constant and self.unsplit(value) and self._folded_at_top(value, {}):
+            return 0
+        joined = self.concatenated_bytes(op)
+        source = self.root(value)
+        owner = graph.value_def[source]
+        while owner >= 0 and graph.op_name[owner] == "stablehlo.reshape" and \
+                len(graph.uses[source]) == 1:
+            source = self.root(graph.op_operands[owner][0])
+            owner = graph.value_def[source]
+        # (constant indices left whole are a broadcast of a folded constant, XLA's
+        # simplifier sinking the broadcast: a buffer of its own beside the joined
+        # ones, a table broadcast to the batch in XLA:CPU's temporaries)
+        if not constant and owner >= 0 and all(
+                self._batched_scatter_reads(user, source) for user, _ in graph.uses[source]):
+            # the heap holds each at its alignment
+            return max(self.aligned(joined) - self.aligned(self.bytes_of(source)), 0)
+        return joined
+
+    def _batched_scatter_reads(self, user: int, value: int) -> bool:
+        """Whether ``user`` reads ``value`` only as a batched scatter's indices, or
+        reshapes it for those alone."""
+        graph = self.graph
+        name = graph.op_name[user]
+        if name == "stablehlo.reshape":
+            result = graph.op_results[user][0]
+            return all(self._batched_scatter_reads(u, result) for u, _ in graph.uses[result])
+        return name == "stablehlo.scatter" and bool(batching_dims(graph, user)) and \
+            graph.op_operands[user][indices_operand(graph, user)] == value and \
+            graph.op_operands[user].count(value) == 1
+
+    def folds(self, value: int, memo: dict[int, bool], depth: int = 0) -> bool:
+        """Whether XLA's constant folding makes ``value`` a constant: a constant (a
+        loop's carry as ``TupleTables.constant`` finds it), an iota whole on each
+        device, or a broadcast, reshape, convert or elementwise op of constants
+        (``_folded_at_top``: which XLA writes as one). A split iota counts from its
+        device's offset (the partitioner's partition-id): no constant."""
+        value = self.root(value)
+        if value in memo:
+            return memo[value]
+        memo[value] = False
+        graph = self.graph
+        owner = graph.value_def[value]
+        if owner < 0:
+            memo[value] = self.tuple_tables.constant(value)  # a loop's constant carry
+        elif depth < 16:
+            name = graph.op_name[owner]
+            memo[value] = name in _CONSTANTS - {"stablehlo.iota"} or (
+                name == "stablehlo.iota" and self.unsplit(value)) or (
+                (name in ELEMENTWISE_OPS or name in _FOLDED_SHAPES) and
+                bool(graph.op_operands[owner]) and
+                all(self.folds(v, memo, depth + 1) for v in graph.op_operands[owner]))
+        return memo[value]
+
+    def _folded_at_top(self, value: int, memo: dict[int, bool], depth: int = 0) -> bool:
+        """Whether XLA's constant folding writes constant ``value`` as a constant: it
+        folds an op reading constants, evaluating the broadcasts and iotas it reads,
+        but no broadcast or iota itself (it would grow the constant), nor a bitcast of
+        one, nor an elementwise op of broadcasts (its simplifier sinks the broadcast
+        below the op first)."""
+        graph = self.graph
+        value = self.root(value)
+        owner = graph.value_def[value]
+        if owner < 0 or depth > 16:
+            return True
+        if value in memo:  # a chain reading one value twice is walked once
+            return memo[value]
+        name = graph.op_name[owner]
+        operands = graph.op_operands[owner]
+        found = True
+        if name in ("stablehlo.broadcast_in_dim", "stablehlo.reshape") and \
+                prod(graph.value_shape[operands[0]] or (0,)) == prod(graph.value_shape[value] or (0,)):
+            found = self._folded_at_top(operands[0], memo, depth + 1)  # a bitcast
+        elif name in ("stablehlo.broadcast_in_dim", "stablehlo.iota"):
+            found = False
+        elif name in ELEMENTWISE_OPS and operands:
+            found = any(self._folded_at_top(v, memo, depth + 1) for v in operands)
+        memo[value] = found
+        return found
+
+    def unsplit(self, value: int) -> bool:
+        """Whether each device holds all of ``value``."""
+        return list(self.slot(value).key[0]) == list(self.graph.value_shape[value])
 
     def slot(self, value: int, sharding=None) -> Slot:
         """Per-device bytes and type of ``value`` (at ``sharding`` if given, else its own)."""

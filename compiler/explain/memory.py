@@ -18,7 +18,8 @@ not divide counting padded like XLA pads it:
   ops computed from loop-invariant values only run before the loop, their
   buffers live through it: ``hoisted``, XLA's loop-invariant code motion, which also
   carries a batched gather's or scatter's loop-invariant indices concatenated with
-  their batch iotas). Values XLA
+  their batch iotas; a batched scatter's other indices are joined with those
+  iotas in an array of their own while it runs, no constant where split). Values XLA
   never materialises are skipped: constants, and values of *fusible* ops
   (elementwise, broadcasts, reshapes, converts, iota, slices, selects) whose
   users are all fusible ops, reductions or dynamic-update-slices, since XLA
