@@ -28,9 +28,8 @@ from jaxlib.mlir import ir
 
 from shardc.compiler.annotation import main_function
 from shardc.compiler.function.annotated import copy_module
-from shardc.compiler.sharding.walker import mesh_name_of, used_mesh_names
+from shardc.compiler.sharding.walker import erase_unused_meshes, mesh_name_of
 from shardc.compiler.stages.dead_constraints import CONSTRAINT, erase_dead_constraints
-from shardc.compiler.stages.lift_inlined_meshes import MESH_OP
 from shardc.dialects import sdy
 from shardc.runtime.effects import NO_EFFECTS, ProgramEffects
 
@@ -72,11 +71,7 @@ def without(module: ir.Module, dropped: tuple[int, ...]) -> ir.Module:
             block.erase_argument(i)
         # A mesh symbol only those constraints named goes with them, as it is absent
         # from jax.jit's lowering, which never had them.
-        unused = named - used_mesh_names(copy.operation)
-        for op in list(copy.body.operations):
-            if (op.operation.name == MESH_OP
-                    and ir.StringAttr(op.operation.attributes["sym_name"]).value in unused):
-                op.operation.erase()
+        erase_unused_meshes(copy.operation, among=named)
     return copy
 
 

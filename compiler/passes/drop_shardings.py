@@ -13,9 +13,9 @@ from shardc.compiler.sharding.walker import (
     FUNC_OP,
     FUNC_SHARDING_LISTS,
     SHARDING_ATTR,
+    erase_unused_meshes,
     ops_in_preorder,
     sharding_attr_names,
-    used_mesh_names,
 )
 
 # Ops that only restate a value's sharding: the value passes through unchanged.
@@ -74,12 +74,7 @@ def drop_shardings(module: ir.Operation, *, keep_meshes: bool = False, strict: b
             _drop_op_shardings(op, strict=strict)
     if keep_meshes:
         return
-    used_meshes = used_mesh_names(module)
-    for op in list(module.regions[0].blocks[0].operations):
-        if op.operation.name == MESH_OP:
-            name = ir.StringAttr(op.operation.attributes["sym_name"]).value
-            if name not in used_meshes:
-                op.operation.erase()
+    erase_unused_meshes(module)
 
 
 @dataclass(frozen=True)

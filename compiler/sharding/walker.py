@@ -264,3 +264,15 @@ def used_mesh_names(module: ir.Operation) -> set[str]:
 
     map_shardings(module, note)
     return used
+
+
+def erase_unused_meshes(module: ir.Operation, among: Container[str] | None = None) -> None:
+    """Erase the mesh symbols of ``module`` (those named in ``among``, when given) that
+    no sharding refers to any more."""
+    used = used_mesh_names(module)
+    for op in list(module.regions[0].blocks[0].operations):
+        if op.operation.name != "sdy.mesh":
+            continue
+        name = ir.StringAttr(op.operation.attributes["sym_name"]).value
+        if name not in used and (among is None or name in among):
+            op.operation.erase()
