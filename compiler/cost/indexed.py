@@ -231,6 +231,66 @@ def _regroup(fa: FactorAxes, group: tuple, inner: tuple, priority: Sequence[int]
     return out
 
 
+def _borrowed(fa: FactorAxes, dims, group: tuple, inner: tuple, lowest: Sequence[int],
+              order: Sequence[str]) -> FactorAxes | None:
+    """``fa`` replicated across the ``group`` axes where it is replicated over fewer
+    devices than there are groups and the groups are the minor devices; None where
+    ``_regroup`` answers (enough replication already, or other groups).
+
+    ``GroupShardingOnReplicatedDim`` then borrows the missing replication from the
+    tile counts, dimension by dimension from the lowest priority (``lowest``, lowest
+    first), one prime factor at a time, and lays the tiles left out on a fresh device
+    order: the in-group devices, major first, tile the dims in order (where it
+    cannot borrow enough, ``fa`` is replicated across the in-group devices).
+    """
+    if any(len(dim) != 1 for dim in dims):
+        return None
+    key = lambda a: (order.index(a.name), a.pre)  # noqa: E731
+    if not group or not inner or max(map(key, inner)) > min(map(key, group)):
+        return None
+    free = (*inner, *group)
+    tiles = {dim[0]: prod(a.size for a in fa.get(dim[0], ()) if _within(a, free))
+             for dim in dims}
+    replicas = prod(a.size for a in free) // prod(tiles.values())
+    groups = prod(a.size for a in group)
+    if replicas % groups == 0:
+        return None
+    # The axes of enclosing groups stay where they are.
+    outer = {f: kept for f, v in fa.items()
+             if (kept := tuple(a for a in v if not _within(a, free)))}
+    if groups % replicas or prod(tiles.values()) * replicas % groups:
+        return outer
+    borrow = groups // replicas
+    for f in sorted(tiles, key=lambda f: lowest.index(f) if f in lowest else len(lowest)):
+        for prime in _primes(tiles[f]):
+            if borrow % prime == 0:
+                tiles[f] //= prime
+                borrow //= prime
+    if borrow != 1:
+        return outer
+    out = dict(outer)
+    spare = sorted(inner, key=key)  # the in-group devices, major first
+    for dim in dims:
+        f, room = dim[0], tiles[dim[0]]
+        while room > 1 and spare:
+            axis = spare.pop(0)
+            if axis.size <= room:
+                if room % axis.size:
+                    return None
+                out[f] = out.get(f, ()) + (axis,)
+                room //= axis.size
+            else:
+                if axis.size % room:
+                    return None
+                out[f] = out.get(f, ()) + (AxisRef(axis.name, axis.pre, room, axis.total),)
+                spare.insert(0, AxisRef(axis.name, axis.pre * room, axis.size // room,
+                                        axis.total))
+                room = 1
+        if room > 1:
+            return None
+    return out
+
+
 def _union(*parts: FactorAxes) -> FactorAxes:
     out: FactorAxes = {}
     for part in parts:
@@ -323,14 +383,14 @@ class _Partitioner:
             on = {f: tuple(a for a in data.get(f, ()) if a in group)
                   for f in cls.operand_passthrough}
             new = dict(fa)
-            new["indices"] = _regroup(idx, group, inner(group), idx_priority)
+            new["indices"] = self._regrouped_indices(idx, group, inner(group))
             if op.scatter:
                 new["slices"] = _union(_drop(sl, group), on)
             out.append(("operand-passthrough", group, new, on, ()))
         group = group_of(data, cls.trivial)
         if group:
             new = dict(fa)
-            new["indices"] = _regroup(idx, group, inner(group), idx_priority)
+            new["indices"] = self._regrouped_indices(idx, group, inner(group))
             if not op.scatter and not _sharded(new["indices"]) and _sharded(
                     self._grouped_target(target, group, inner(group))):
                 # Indices left replicated in the groups take the requested output's
@@ -340,7 +400,7 @@ class _Partitioner:
                 # sliced over "y", masked and gathered back with their mask).
                 from_output = {f: target[f] for f in (*cls.parallel, *cls.index_passthrough)
                                if target.get(f)}
-                new["indices"] = _regroup(from_output, group, inner(group), idx_priority)
+                new["indices"] = self._regrouped_indices(from_output, group, inner(group))
             partial = () if op.scatter else _per_dim(op, "data", data, cls.trivial, group)
             if op.scatter:
                 new["slices"] = _regroup(sl, group, inner(group), idx_priority)
@@ -464,64 +524,33 @@ class _Partitioner:
                         [*cls.parallel, *cls.index_passthrough, *cls.operand_passthrough])
 
     def _borrowed(self, target: FactorAxes, group: tuple, inner: tuple) -> FactorAxes | None:
-        """A gather output replicated over fewer devices than there are groups, grouped
-        as XLA does when the groups are the minor devices; None where ``_regroup``
-        answers (enough replication already, or other groups).
-
-        ``GroupShardingOnReplicatedDim`` then borrows the missing replication from the
-        output's tile counts, dimension by dimension from the lowest priority (the
-        batch dims before the operand's pass-through dims,
-        ``GatherOutputDimsByPriority``), one prime factor at a time, and lays the tiles
-        left out on a fresh device order: the in-group devices, major first, tile the
-        dims in order (checked on XLA:CPU: an output [{"x"}, {"y"}] of rows sharded on
-        "y" of a 2x4 mesh is computed with its columns on "x" inside the "y" groups,
-        an all-to-all from the rows the indices pass through)."""
-        dims = self.op.mappings["slices"]
-        if any(len(dim) != 1 for dim in dims):
-            return None
-        order = list(self.op.mesh.sizes)
-        key = lambda a: (order.index(a.name), a.pre)  # noqa: E731
-        if not group or not inner or max(map(key, inner)) > min(map(key, group)):
-            return None
-        free = (*inner, *group)
-        tiles = {dim[0]: prod(a.size for a in target.get(dim[0], ()) if _within(a, free))
-                 for dim in dims}
-        replicas = prod(a.size for a in free) // prod(tiles.values())
-        groups = prod(a.size for a in group)
-        if replicas % groups == 0:
-            return None
-        if groups % replicas or prod(tiles.values()) * replicas % groups:
-            return {}
-        borrow = groups // replicas
+        """The gather output asked for inside the groups where it is replicated over
+        fewer devices than there are groups (``_borrowed``): the batch dims lend
+        their tiles before the operand's pass-through dims
+        (``GatherOutputDimsByPriority``; checked on XLA:CPU: an output
+        [{"x"}, {"y"}] of rows sharded on "y" of a 2x4 mesh is computed with its
+        columns on "x" inside the "y" groups, an all-to-all from the rows the
+        indices pass through)."""
         passthrough = set(self.cls.operand_passthrough)
-        for f in sorted(tiles, key=lambda f: f in passthrough):
-            for prime in _primes(tiles[f]):
-                if borrow % prime == 0:
-                    tiles[f] //= prime
-                    borrow //= prime
-        if borrow != 1:
-            return {}
-        out: FactorAxes = {}
-        spare = sorted(inner, key=key)  # the in-group devices, major first
-        for dim in dims:
-            f, room = dim[0], tiles[dim[0]]
-            while room > 1 and spare:
-                axis = spare.pop(0)
-                if axis.size <= room:
-                    if room % axis.size:
-                        return None
-                    out[f] = out.get(f, ()) + (axis,)
-                    room //= axis.size
-                else:
-                    if axis.size % room:
-                        return None
-                    out[f] = out.get(f, ()) + (AxisRef(axis.name, axis.pre, room, axis.total),)
-                    spare.insert(0, AxisRef(axis.name, axis.pre * room, axis.size // room,
-                                            axis.total))
-                    room = 1
-            if room > 1:
-                return None
-        return out
+        dims = self.op.mappings["slices"]
+        lowest = sorted((f for dim in dims for f in dim), key=lambda f: f in passthrough)
+        return _borrowed(target, dims, group, inner, lowest,
+                         list(self.op.mesh.sizes))
+
+    def _regrouped_indices(self, idx: FactorAxes, group: tuple, inner: tuple) -> FactorAxes:
+        """The indices replicated across the groups (``GroupShardingOnReplicatedDim``
+        with ``GatherIndexDimsByPriority``): the index pass-through dims lend their
+        tiles first, in order, then the explicit batch dims (checked on XLA:CPU:
+        ids [{"data"}, {"model"}] of a 2x4 mesh, grouped on "model" by a table's
+        columns, are looked up as [{}, {"data"}]: an all-to-all, then the
+        in-group order's collective-permute)."""
+        cls = self.cls
+        borrowed = _borrowed(idx, self.op.mappings["indices"], group, inner,
+                             [*cls.index_passthrough, *cls.parallel],
+                             list(self.op.mesh.sizes))
+        if borrowed is not None:
+            return borrowed
+        return _regroup(idx, group, inner, [*cls.parallel, *cls.index_passthrough])
 
     def cost(self, candidate, fa, target, free, outer: FactorAxes | None = None
              ) -> tuple[int, int]:

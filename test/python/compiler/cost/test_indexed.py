@@ -376,3 +376,24 @@ def test_a_trivially_sliced_gather_output_borrows_replication_from_its_batch_dim
     predicted = _predicted_is_compiled(lambda t, i: t[i], (table, labels),
                                        out_shardings=NamedSharding(mesh, P("x", "y")))
     assert predicted["all-to-all"] == 16 // mesh.shape["x"] * 32 * 4  # the labels' rows
+
+
+@pytest.mark.parametrize("table", [P(None, "y"), P("x", "y")])
+@pytest.mark.parametrize("program", ["lookup", "gradient"])
+def test_indices_lend_their_tiles_to_the_groups_pass_through_dims_first(table, program):
+    """An embedding lookup (and its gradient) from a table with columns on ``y`` of a
+    2x4 mesh, ids ``[{"x"}, {"y"}]``: operand pass-through groups on ``y`` (4 groups)
+    and the ids, replicated nowhere, lend the 4 tiles the groups need from their
+    pass-through dims in order (``GatherIndexDimsByPriority``): both of dim 0's, 2 of
+    dim 1's. The 2 tiles left go to dim 1, laid on the in-group ``x``: an all-to-all
+    from ``[{"x"}, {"y"}]``, then a permute into the in-group order."""
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+    rand = np.random.default_rng(0)
+    args = (jax.device_put(rand.standard_normal((512, 64)).astype(np.float32),
+                           NamedSharding(mesh, table)),
+            jax.device_put(rand.integers(0, 512, (8, 16), np.int32),
+                           NamedSharding(mesh, P("x", "y"))))
+    funs = {"lookup": lambda t, i: jnp.take(t, i, axis=0),
+            "gradient": lambda t, i: jax.grad(lambda t: jnp.sum(jnp.take(t, i, axis=0) ** 2))(t)}
+    predicted = _predicted_is_compiled(funs[program], args)
+    assert predicted["collective-permute"] == 8 * 16 // 8 * 4  # the ids' in-group tile
