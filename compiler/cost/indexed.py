@@ -185,16 +185,24 @@ def _within(axis: AxisRef, axes) -> bool:
 
 
 def _without(free: tuple, group: tuple) -> tuple:
-    """The axes of ``free`` outside ``group``: an axis whose major part the group
-    holds (a sub-axis ``_regroup`` kept) leaves its minor part."""
+    """The axes of ``free`` outside ``group``: an axis some of whose parts the group
+    holds (sub-axes ``_regroup`` or ``_borrowed`` kept) leaves the parts around them."""
     out = []
     for axis in free:
         if axis in group:
             continue
-        part = next((g for g in group if g.name == axis.name and g.pre == axis.pre
-                     and g.size < axis.size), None)
-        out.append(axis if part is None else
-                   AxisRef(axis.name, axis.pre * part.size, axis.size // part.size, axis.total))
+        parts = sorted((g for g in group if g.name == axis.name and g.size < axis.size
+                        and axis.pre <= g.pre and g.next <= axis.next), key=lambda g: g.pre)
+        if not parts:
+            out.append(axis)
+            continue
+        start = axis.pre
+        for part in parts:
+            if part.pre > start:
+                out.append(AxisRef(axis.name, start, part.pre // start, axis.total))
+            start = part.next
+        if start < axis.next:
+            out.append(AxisRef(axis.name, start, axis.next // start, axis.total))
     return tuple(out)
 
 
@@ -365,7 +373,9 @@ class _Partitioner:
         out = []
 
         def group_of(source: FactorAxes, factors) -> tuple:
-            return tuple(a for f in factors for a in source.get(f, ()) if _within(a, free))
+            # An axis of size 1 shards nothing: XLA's tile assignment has no dim for it.
+            return tuple(a for f in factors for a in source.get(f, ())
+                         if _within(a, free) and a.size > 1)
 
         idx_priority = [*cls.parallel, *cls.index_passthrough]
         data_priority = [*cls.parallel, *cls.operand_passthrough, *cls.trivial]

@@ -397,3 +397,34 @@ def test_indices_lend_their_tiles_to_the_groups_pass_through_dims_first(table, p
             "gradient": lambda t, i: jax.grad(lambda t: jnp.sum(jnp.take(t, i, axis=0) ** 2))(t)}
     predicted = _predicted_is_compiled(funs[program], args)
     assert predicted["collective-permute"] == 8 * 16 // 8 * 4  # the ids' in-group tile
+
+
+def test_indices_on_both_halves_of_an_axis_are_summed_once_per_half():
+    """The gradient of that lookup on a 4x2 mesh: the ids keep 2 tiles on each dim,
+    laid on the two halves of the in-group ``x`` (4). The index pass-through inside
+    the ``y`` groups sums the table once per sharded index dim, over one half of ``x``
+    each, and nothing is left for a level below (two all-reduces, not three)."""
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+    rand = np.random.default_rng(0)
+    args = (jax.device_put(rand.standard_normal((512, 64)).astype(np.float32),
+                           NamedSharding(mesh, P(None, "y"))),
+            jax.device_put(rand.integers(0, 512, (8, 16), np.int32),
+                           NamedSharding(mesh, P("x", "y"))))
+    predicted = _predicted_is_compiled(
+        lambda t, i: jax.grad(lambda t: jnp.sum(jnp.take(t, i, axis=0) ** 2))(t), args)
+    assert predicted["all-reduce"] == 2 * 512 * 64 // 2 * 4
+
+
+def test_an_axis_of_size_one_groups_nothing():
+    """An embedding gradient on an 8x1 mesh, the table's rows on the size-1 ``y``: XLA's
+    tile assignment has no dim for ``y``, so no method groups on it and the
+    scatter's partial sums need no all-reduce over it."""
+    mesh = jax.make_mesh((8, 1), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+    rand = np.random.default_rng(0)
+    args = (jax.device_put(rand.standard_normal((512, 64)).astype(np.float32),
+                           NamedSharding(mesh, P("y", "x"))),
+            jax.device_put(rand.integers(0, 512, (8, 16), np.int32),
+                           NamedSharding(mesh, P("x"))))
+    predicted = _predicted_is_compiled(
+        lambda t, i: jax.grad(lambda t: jnp.sum(jnp.take(t, i, axis=0) ** 2))(t), args)
+    assert "all-reduce" not in predicted
