@@ -29,12 +29,23 @@ has the rest; 1: pure FSDP), ``--per-shard B`` sequences of ``--seq S`` tokens p
 data shard (1 of 2048), ``--kv-heads K`` key and value heads (grouped-query
 attention; as many as the query heads by default). ``--cache DIR`` keeps each compile's figures and its optimized HLO under
 ``DIR/<program>_<topology>/`` and reads them back instead of compiling again.
+
+``--zoo libzoo|zoo [names...]`` compares instead the programs of ``bench/libzoo``
+(other libraries' programs) or ``bench/zoo`` at their small size on the devices of
+``--topology`` (v5e:2x4 by default, 8 chips as their meshes have): each is built on
+this host's devices as its users build it, lowered for TPU
+(``trace(...).lower(lowering_platforms=("tpu",))``, through its library's own jit
+where it has one) and compiled for the topology's devices, device ``i`` of its mesh
+for the chip of id ``i`` (the partitioning does not depend on which chip is which).
+A program that does not lower or compile for TPU (a host callback, a complex FFT
+under custom partitioning) is listed with the reason; the summary counts it.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import pathlib
 import re
@@ -49,15 +60,25 @@ import numpy as np
 from jax.sharding import AxisType, Mesh
 from jax.sharding import PartitionSpec as P
 
-from bench import plan_speed
+from bench import e2e_measure, plan_speed
 from shardc.compiler import jit
-from shardc.runtime.collectives import result_bytes, shape_bytes
+from shardc.compiler.effects import program_values
+from shardc.compiler.function import unused_arguments
+from shardc.dialects import jax_private
+from shardc.dialects.xla_form import module_for_xla
+from shardc.runtime.collectives import find_collectives, result_bytes, shape_bytes, summarize
+from shardc.runtime.compiled import device_assignment
+from shardc.runtime.result_shardings import is_open
 
 KINDS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
 REDUCTIONS = ("all-reduce", "reduce-scatter")
 MEMORY = ("argument", "output", "temp", "net")
 PLANNING = ("lowering", "comm_report", "memory_estimate")
 BF16 = jnp.bfloat16
+# How close a prediction must be to XLA:TPU's figure: every collective kind's bytes per
+# step, and net memory.
+COMM_TOLERANCE = e2e_measure.COMM_TOLERANCE
+MEMORY_TOLERANCE = 0.10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -298,11 +319,13 @@ def _memory(estimate) -> dict[str, int]:
             "temp": estimate.temp_bytes, "net": estimate.net_bytes}
 
 
-def xla_figures(lowered, cache: pathlib.Path | None = None) -> dict:
+def xla_figures(lowered, cache: pathlib.Path | None = None,
+                compile_with: Callable[[dict], object] | None = None) -> dict:
     """XLA:TPU's compiled figures of ``lowered``: collectives per kind (count, bytes),
     memory per field, the seconds the compile took. With ``cache`` (a folder) the
     figures, the optimized HLO and the buffer assignment's reports are kept there,
-    and read back instead of compiling when present."""
+    and read back instead of compiling when present. ``compile_with(options)``
+    compiles it (default: ``lowered.compile``)."""
     figures_file = cache / "xla.json" if cache is not None else None
     if figures_file is not None and figures_file.exists():
         figures = json.loads(figures_file.read_text())
@@ -310,7 +333,9 @@ def xla_figures(lowered, cache: pathlib.Path | None = None) -> dict:
         return figures
     with tempfile.TemporaryDirectory() as dump:
         start = time.perf_counter()
-        compiled = lowered.compile(compiler_options={"xla_dump_to": dump})
+        options = {"xla_dump_to": dump}
+        compiled = (compile_with(options) if compile_with is not None
+                    else lowered.compile(compiler_options=options))
         seconds = time.perf_counter() - start
         spaces = memory_spaces(dump)
         if cache is not None:
@@ -356,6 +381,143 @@ def compare(program: Program, mesh: Mesh, cache: pathlib.Path | None = None) -> 
     return Row(program.name, _totals(lowered.comm_report(platform="cpu").step_totals()), tpu,
                {k: tuple(v) for k, v in xla["step"].items()}, memory, xla["memory"],
                {k: tuple(v) for k, v in xla["collectives"].items()}, seconds)
+
+
+def topology_devices(topology: str) -> list:
+    """The devices of a TPU topology (no TPU needed), in id order."""
+    from jax.experimental import topologies
+
+    devices = topologies.get_topology_desc(
+        platform="tpu", topology_name=topology, chip_config_name="default",
+        chips_per_host_bounds=(2, 2, 1), num_slices=1).devices
+    return sorted(devices, key=lambda d: d.id)
+
+
+class _Executable:
+    """XLA's executable as ``xla_figures`` reads a compiled program."""
+
+    def __init__(self, executable) -> None:
+        self._executable = executable
+
+    def memory_analysis(self):
+        return self._executable.get_compiled_memory_stats()
+
+    def as_text(self) -> str:
+        return self._executable.hlo_modules()[0].to_string()
+
+    def collectives(self) -> dict:
+        return summarize(find_collectives(self.as_text()))
+
+
+def _lower_for_tpu(program) -> object:
+    """shardc's lowering of a zoo program for TPU, through its library's jit where it
+    has one (``Program.jit``), on its own mesh's (this host's) devices."""
+
+    class ForTpu:  # shardc's jit whose lower() lowers for TPU, for a library to wrap
+        def __init__(self, jitted) -> None:
+            self._jitted = jitted
+
+        def __getattr__(self, name):
+            return getattr(self._jitted, name)
+
+        def __call__(self, *args, **kwargs):
+            return self._jitted(*args, **kwargs)
+
+        def lower(self, *args, **kwargs):
+            return self._jitted.trace(*args, **kwargs).lower(lowering_platforms=("tpu",))
+
+    if program.jit is not None:
+        wrapped = program.jit(lambda *a, **k: ForTpu(jit(*a, **k)), e2e_measure.fresh(program.fun))
+        return e2e_measure.stage(wrapped.lower(*program.args))
+    jitted, args, _ = e2e_measure.prepare(program, "shardc")
+    return jitted.trace(*args).lower(lowering_platforms=("tpu",))
+
+
+def _compile_on(lowered, devices: dict) -> Callable[[dict], _Executable]:
+    """Compile ``lowered``'s module (as ``Lowered.compile`` hands it to XLA) for the
+    topology's devices (``devices``: by id), its mesh's device ``i`` the chip of id ``i``."""
+    def compile_with(options: dict) -> _Executable:
+        inputs, outputs = program_values(lowered._effects, lowered._args, lowered._results,
+                                         lowered._closed_refs)
+        module = lowered.module
+        dropped = lowered._unused_arguments(module)
+        if dropped:
+            module = unused_arguments.without(module, dropped)
+            inputs = [info for i, info in enumerate(inputs) if i not in set(dropped)]
+        order = tuple(devices[d.id] for d in device_assignment(
+            lowered._meshes, lowered.requested_devices))
+        tokens = lowered._effects.tokens
+        return _Executable(jax_private.compile_executable(
+            module_for_xla(module), order,
+            propagate_to_parameters=[False] * tokens + [is_open(i.sharding) for i in inputs],
+            propagate_to_outputs=[False] * tokens + [is_open(o.sharding) for o in outputs],
+            host_callbacks=list(lowered._host_callbacks),
+            compiler_options=tuple(options.items())))
+    return compile_with
+
+
+def compare_zoo(program, devices: dict, cache: pathlib.Path | None = None) -> Row:
+    """Predict a zoo program for CPU and TPU from its TPU lowering, compile it for the
+    topology's ``devices`` (by id), and compare."""
+    with e2e_measure.mesh_context(program):
+        start = time.perf_counter()
+        lowered = _lower_for_tpu(program)
+        seconds = {"lowering": time.perf_counter() - start}
+        start = time.perf_counter()
+        tpu = _totals(lowered.comm_report(platform="tpu").step_totals())
+        seconds["comm_report"] = time.perf_counter() - start
+        start = time.perf_counter()
+        memory = _memory(lowered.memory_estimate(platform="tpu"))
+        seconds["memory_estimate"] = time.perf_counter() - start
+        cpu = _totals(lowered.comm_report(platform="cpu").step_totals())
+        xla = xla_figures(lowered, cache / f"{program.name}_{len(devices)}dev"
+                          if cache is not None else None, _compile_on(lowered, devices))
+    seconds["compile"] = xla["compile_s"]
+    return Row(program.name, cpu, tpu, {k: tuple(v) for k, v in xla["step"].items()}, memory,
+               xla["memory"], {k: tuple(v) for k, v in xla["collectives"].items()}, seconds)
+
+
+def zoo_rows(which: str, names: list[str], topology: str,
+             cache: pathlib.Path | None = None) -> tuple[list[Row], dict[str, str]]:
+    """``compare_zoo`` of each program of ``bench/libzoo`` or ``bench/zoo`` named (all
+    but the optional ones when none is), one at a time; and why each program that
+    did not lower or compile for TPU did not."""
+    zoo = importlib.import_module(f"bench.{which}")
+    names = names or [n for n in zoo.REGISTRY if n not in getattr(zoo, "OPTIONAL", {})]
+    devices = {d.id: d for d in topology_devices(topology)}
+    rows, skipped = [], {}
+    for name in names:
+        try:
+            [program] = zoo.make_programs("small", [name])
+            rows.append(compare_zoo(program, devices, cache))
+        except Exception as error:  # noqa: BLE001 - a program XLA:TPU does not take
+            skipped[name] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+        sys.stderr.write(f"{name}: {skipped.get(name, 'compared')}\n")
+    return rows, skipped
+
+
+def summary(rows: list[Row], skipped: dict[str, str]) -> str:
+    """One line per row (bytes per step predicted / XLA:TPU per kind, net memory) and
+    how many rows have every kind within 5% and net memory within 10%."""
+    lines = [f"{'program':<28} " + " ".join(f"{k:>24}" for k in KINDS) + f" {'net memory':>12}"]
+    comm_ok = memory_ok = 0
+    for row in rows:
+        cells, within = [], True
+        for kind in KINDS:
+            mine, theirs = row.tpu.get(kind, (0, 0))[1], row.xla.get(kind, (0, 0))[1]
+            within &= abs(mine - theirs) <= COMM_TOLERANCE * theirs
+            cells.append("-" if not (mine or theirs) else f"{mine}/{theirs}")
+        ratio = row.ratio("net")
+        comm_ok += within
+        memory_ok += ratio is not None and abs(ratio - 1) <= MEMORY_TOLERANCE
+        lines.append(f"{row.name:<28} " + " ".join(f"{c:>24}" for c in cells)
+                     + f" {_ratio(row.memory['net'], row.xla_memory['net']):>12}")
+    for name, why in skipped.items():
+        lines.append(f"{name:<28} not compiled for TPU: {why}")
+    total = len(rows) + len(skipped)
+    lines.append(f"every kind within 5%: {comm_ok} of {total}; net memory within 10%: "
+                 f"{memory_ok} of {total}; not compiled for TPU: {len(skipped)}")
+    return "\n".join(lines) + "\n"
 
 
 def _topology_name(mesh: Mesh) -> str:
@@ -431,6 +593,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the Llama step's sequences per data shard")
     parser.add_argument("--kv-heads", type=int,
                         help="the Llama step's key and value heads (grouped-query attention)")
+    parser.add_argument("--zoo", choices=("libzoo", "zoo"),
+                        help="compare the programs of bench/libzoo or bench/zoo instead")
     parser.add_argument("--cache", help="keep (and reuse) each compile's figures and HLO here")
     parser.add_argument("--json", help="write the rows as JSON to this file")
     args = parser.parse_args(argv)
@@ -440,6 +604,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("bench.platforms needs libtpu: pip install -e '.[tpu]'\n")
         return 2
     cache = pathlib.Path(args.cache) if args.cache else None
+    if args.zoo:
+        rows, skipped = zoo_rows(args.zoo, args.names, args.topology or "v5e:2x4", cache)
+        sys.stdout.write(format_table(rows) + summary(rows, skipped))
+        if args.json:
+            pathlib.Path(args.json).write_text(to_json(rows))
+        return 0
     if args.llama:
         mesh = topology_mesh(args.topology or "v5e:16x16", model=args.model)
         selected = [llama_program(args.llama, args.layers, v, mesh, seq=args.seq,

@@ -120,6 +120,13 @@ class PlatformRules:
     # tiles of ``tile[1]`` elements, times the devices is at most this (0: any); else
     # the all-reduce and the slice stay.
     reduce_scatter_tile_factor: int = 0
+    # XLA:TPU forms that fusion only for a shard of at least this many (``tile``) tiles
+    # that is scattered on one of its two minor dimensions (0: any shard): rank 2, the
+    # scattered dimension as the tiles' rows (a whole tile of rows at least) and the
+    # other as their columns; rank 3 or more, on the second-minor dimension so, on the
+    # minor one only in whole columns of tiles. Never a vector, nor a shard scattered on
+    # a major dimension; other shards' all-reduce and slice stay.
+    reduce_scatter_min_tiles: int = 0
     # XLA:TPU's reduce-scatter (the all-reduce-scatter fusion) of a result scattered on
     # its rows (the shard's second-minor dimension, in tiles of ``tile[0]`` rows of 32-bit
     # words) runs its all-reduce in chunks of at most this many row tiles per device,
@@ -277,15 +284,33 @@ class PlatformRules:
         reduce-scatter (``forms_reduce_scatter``, ``reduce_scatter_max_devices``); given
         the result's ``shard`` (per-device shape) and the dimensions it is
         ``scattered`` on, also whether the platform forms it for that shape
-        (``reduce_scatter_tile_factor``)."""
+        (``reduce_scatter_min_tiles``, ``reduce_scatter_tile_factor``)."""
         if not self.forms_reduce_scatter or (self.reduce_scatter_max_devices
                                              and devices > self.reduce_scatter_max_devices):
             return False
-        if shard is None or not self.reduce_scatter_tile_factor or self.tile is None:
+        if shard is None:
+            return True
+        if not self._scatters_shard(shard, scattered):
+            return False
+        if not self.reduce_scatter_tile_factor or self.tile is None:
             return True
         minor = next((n for k, n in reversed(list(enumerate(shard))) if k not in scattered), 1)
         tiles = -(-minor // self.tile[1])
         return largest_prime_factor(tiles) * devices <= self.reduce_scatter_tile_factor
+
+    def _scatters_shard(self, shard: Sequence[int], scattered: Sequence[int]) -> bool:
+        """Whether the platform's reduce-scatter takes a shard of this shape scattered on
+        these dimensions (``reduce_scatter_min_tiles``)."""
+        if not self.reduce_scatter_min_tiles or self.tile is None or len(scattered) != 1:
+            return True
+        [dim], rank = scattered, len(shard)
+        if rank < 2 or dim < rank - 2:
+            return False
+        if dim == rank - 1 and rank > 2:
+            return shard[dim] % self.tile[1] == 0
+        rows, cols = shard[dim], shard[rank - 1 if dim == rank - 2 else rank - 2]
+        tiles = -(-rows // self.tile[0]) * -(-cols // self.tile[1])
+        return rows >= self.tile[0] and tiles >= self.reduce_scatter_min_tiles
 
     def reduce_scatter_rows(self, rows: int, devices: int, element_bytes: int) -> int:
         """Rows per device XLA:TPU's reduce-scatter over ``devices`` computes for a shard
@@ -414,6 +439,13 @@ CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as
 # form, 61 and 67 do not; over 16, 61 and 67 form, 127 does not (nor 97). A result
 # scattered on its columns is laid out columns-major, its rows the minor dimension
 # ([2048, 3712] sharded on 3712 over 64: formed; [3712, 2048] on 2048: not).
+# The shards it forms one for: a sum over n = 2, 4 or 8 devices of v5e 2x4 into a result
+# scattered on its rows or its columns, f32 or bf16: [8, 256], [12, 128] (padded to 16
+# rows), [16, 128] and [128, 16] form, [4, c] for c up to 8192, [8, 128] and [128, 8]
+# do not (the libzoo's FSDP steps: adafactor's [4, 128] weight-gradient shards over 8
+# devices are all-reduced and sliced); of rank 3, [2, 16, 16] and [2, 8, 256] scattered
+# on the middle dimension and [2, 32, 128] on the last form, [2, 16, 16] and [4, 32, 32]
+# on the last and [16, 2, 16] on the first do not; vectors of 16 to 8192 elements never.
 # The reduce-scatter's chunks: a scatter-add's [n x rows, 32] partial sums scattered on
 # the rows over n devices of "model" (v5e 16x16, n = 2 to 32; the same for 16 to 256
 # columns): the shard each computes is k ceil(t / k) tiles of 16 bf16 rows, t its
@@ -423,7 +455,7 @@ CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as
 TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_reshards=False,
                     all_gather_cse_distance=100,
                     forms_reduce_scatter=True, reduce_scatter_max_devices=128,
-                    reduce_scatter_tile_factor=1664,
+                    reduce_scatter_tile_factor=1664, reduce_scatter_min_tiles=2,
                     reduce_scatter_chunk_tiles={2: 304, 4: 228, 8: 158, 16: 64},
                     all_gathers_as_all_reduce_below=64 << 10,
                     all_reduce_combine_bytes=256 << 20,

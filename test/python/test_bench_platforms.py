@@ -102,3 +102,18 @@ ENTRY %main (p: bf16[160,16]) -> bf16[160,16] {
 }
 """
     assert platforms.step_collectives(hlo) == {"collective-permute": (1, 160 * 16 * 2)}
+
+
+def test_the_zoo_summary_counts_rows_within_tolerance_and_programs_not_compiled():
+    # Every kind within 5% of XLA:TPU's bytes and net memory within 10% of its HBM;
+    # a program that did not compile for TPU counts in neither, and is named.
+    memory = {"argument": 10, "output": 10, "temp": 80, "net": 100}
+    close = platforms.Row("close", {}, {"all-reduce": (1, 1040)}, {"all-reduce": (1, 1000)},
+                          memory, dict(memory, net=95, vmem=0))
+    far = platforms.Row("far", {}, {"reduce-scatter": (1, 1000)}, {"all-reduce": (1, 1000)},
+                        memory, dict(memory, net=300, vmem=0))
+    text = platforms.summary([close, far], {"callback": "ValueError: host callback"})
+    assert "1040/1000" in text and "1000/0" in text
+    assert "callback" in text and "not compiled for TPU: ValueError: host callback" in text
+    assert text.splitlines()[-1] == ("every kind within 5%: 1 of 3; net memory within 10%: "
+                                     "1 of 3; not compiled for TPU: 1")

@@ -8,6 +8,7 @@ against XLA:TPU itself when libtpu is installed; never in CI).
 
 import dataclasses
 import inspect
+import math
 
 import jax
 import jax.numpy as jnp
@@ -159,10 +160,11 @@ def test_tpu_windows_a_loop_over_at_most_32_devices(data, windowed):
     # over "data" onto ("data", "model"), whatever the contraction's length): a
     # windowed loop over 16 or 32 devices, a reduce-scatter over 64 or 128 (its
     # windowed loops run at most ``max_windowed_einsum_iteration`` trips, 32). On an
-    # abstract mesh of the pod's 256 devices, as a pod job is planned.
+    # abstract mesh of the pod's 256 devices, as a pod job is planned; Llama-3.2-1B's
+    # width, so the shards (16 to 128 rows) are ones XLA:TPU reduce-scatters.
     mesh = AbstractMesh((data, 256 // data), ("data", "model"),
                         axis_types=(AxisType.Auto,) * 2)
-    args = (jax.ShapeDtypeStruct((2048 * data, 256), BF16,
+    args = (jax.ShapeDtypeStruct((2048 * data, 2048), BF16,
                                  sharding=NamedSharding(mesh, P("data", None))),
             jax.ShapeDtypeStruct((2048 * data, 8192), BF16,
                                  sharding=NamedSharding(mesh, P("data", "model"))))
@@ -170,7 +172,7 @@ def test_tpu_windows_a_loop_over_at_most_32_devices(data, windowed):
                   out_shardings=NamedSharding(mesh, P("data", "model"))).trace(*args).lower(
         lowering_platforms=("tpu",))
     [entry] = lowered.comm_report(platform="tpu").entries
-    shard = 256 * 8192 // (256 // data) * 2 // data
+    shard = 2048 * 8192 // (256 // data) * 2 // data
     if windowed:
         assert (entry.kind, entry.bytes_per_device) == (
             "collective-permute", (2 * data + 1) * shard)
@@ -219,6 +221,37 @@ def test_tpu_forms_a_reduce_scatter_by_its_shards_minor_tiles(data, rows, column
         lowering_platforms=("tpu",))
     # (jnp.sum accumulates bf16 in f32: the buffer reduced is f32)
     assert _totals(lowered.comm_report(platform="tpu")) == {kind: (1, rows * columns * 4)}
+
+
+@pytest.mark.parametrize("data, shard, dim, dtype, kind", [
+    (8, (4, 128), 0, jnp.float32, "all-reduce"), (8, (4, 8192), 0, BF16, "all-reduce"),
+    (8, (128, 8), 1, jnp.float32, "all-reduce"), (8, (8, 128), 0, BF16, "all-reduce"),
+    (8, (8, 256), 0, jnp.float32, "reduce-scatter"), (8, (16, 128), 0, BF16, "reduce-scatter"),
+    (8, (128, 16), 1, BF16, "reduce-scatter"), (2, (4, 128), 0, jnp.float32, "all-reduce"),
+    (4, (32, 128), 1, jnp.float32, "reduce-scatter"), (2, (1024,), 0, jnp.float32, "all-reduce"),
+    (2, (2, 16, 16), 1, jnp.float32, "reduce-scatter"),
+    (2, (2, 16, 16), 2, jnp.float32, "all-reduce"),
+    (2, (2, 32, 128), 2, jnp.float32, "reduce-scatter"),
+    (2, (4, 32, 32), 2, jnp.float32, "all-reduce"),
+    (2, (16, 2, 16), 0, jnp.float32, "all-reduce")])
+def test_tpu_reduce_scatters_a_shard_of_two_tiles_scattered_on_a_minor_dimension(
+        data, shard, dim, dtype, kind):
+    # XLA:TPU on v5e 2x4, a sum over "data" (2, 4 or 8 devices) into a result sliced
+    # over it: the all-reduce-scatter fusion is formed where the shard, scattered on
+    # one of its two minor dimensions, holds two (8, 128) tiles with a whole tile of
+    # rows along the scattered one (of rank 3, on the minor one only in whole
+    # 128-wide columns), f32 or bf16; elsewhere (a vector, a major dimension, a shard
+    # of 4 or 8 rows) the all-reduce of the unsliced result stays.
+    mesh = AbstractMesh((data, 8 // data), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    shape = tuple(n * data if k == dim else n for k, n in enumerate(shard))
+    spec = tuple("data" if k == dim else None for k in range(len(shape)))
+    arg = jax.ShapeDtypeStruct((data, *shape), dtype,
+                               sharding=NamedSharding(mesh, P("data")))
+    lowered = jit(lambda x: jnp.sum(x, axis=0, dtype=x.dtype),
+                  out_shardings=NamedSharding(mesh, P(*spec))).trace(arg).lower(
+        lowering_platforms=("tpu",))
+    assert _totals(lowered.comm_report(platform="tpu")) == {
+        kind: (1, math.prod(shape) * jnp.dtype(dtype).itemsize)}
 
 
 def test_tpu_permutes_the_tokens_once_for_the_lookup_and_its_gradient():
