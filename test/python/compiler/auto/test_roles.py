@@ -8,7 +8,12 @@ import pytest
 from jax.sharding import AxisType
 
 from shardc.compiler import AUTO, jit
-from shardc.compiler.auto.candidates import model_width, structured_seeds, weight_roles
+from shardc.compiler.auto.candidates import (
+    UNSPLIT,
+    model_width,
+    structured_seeds,
+    weight_roles,
+)
 from shardc.compiler.auto.evaluate import Evaluator
 from shardc.compiler.cost.platforms import hardware
 
@@ -99,6 +104,15 @@ def test_an_input_embedding_writes_the_width_though_it_widens(mesh):
     assert seeds["patch"] == ((1, 0), (("model",), ("data",)))
     assert seeds["fc"][1] == (("data",), ("model",))
     assert seeds["out"][1] == (("model",), ("data",))
+
+
+def test_a_table_added_to_the_activations_is_not_split_over_the_model_axis(mesh):
+    # The position table lies along the activations it is added to (patches, width):
+    # neither dimension is heads or hidden units. Split over the model axis by its
+    # lengths, it had split every activation's patches there (a ViT on 4x2: MaxText's
+    # state priced 1.17x the expert's, who writes it (None, embed)).
+    seeds = _seeds(mesh, _patches, _patch_args())
+    assert seeds["position"] == ((1, UNSPLIT), ((), ("data",)))
 
 
 def _time_mlp(params, t):
