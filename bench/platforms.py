@@ -368,19 +368,33 @@ def compare(program: Program, mesh: Mesh, cache: pathlib.Path | None = None) -> 
     start = time.perf_counter()
     lowered = jit(program.fun, in_shardings=program.in_specs, out_shardings=program.out_specs,
                   donate_argnums=program.donate_argnums, mesh=mesh).lower(*program.args)
-    seconds = {"lowering": time.perf_counter() - start}
+    lowering = time.perf_counter() - start
+    predicted = _predicted(lowered, lowering)
+    xla = xla_figures(lowered, cache / f"{program.name}_{_topology_name(mesh)}"
+                      if cache is not None else None)
+    return _row(program.name, predicted, xla)
+
+
+def _predicted(lowered, lowering_seconds: float) -> tuple[dict, dict, dict, dict]:
+    """CPU and TPU collectives per step, the TPU memory estimate, and the seconds of
+    planning (``lowering_seconds``, then each report timed here)."""
+    seconds = {"lowering": lowering_seconds}
     start = time.perf_counter()
     tpu = _totals(lowered.comm_report(platform="tpu").step_totals())
     seconds["comm_report"] = time.perf_counter() - start
     start = time.perf_counter()
     memory = _memory(lowered.memory_estimate(platform="tpu"))
     seconds["memory_estimate"] = time.perf_counter() - start
-    xla = xla_figures(lowered, cache / f"{program.name}_{_topology_name(mesh)}"
-                      if cache is not None else None)
-    seconds["compile"] = xla["compile_s"]
-    return Row(program.name, _totals(lowered.comm_report(platform="cpu").step_totals()), tpu,
-               {k: tuple(v) for k, v in xla["step"].items()}, memory, xla["memory"],
-               {k: tuple(v) for k, v in xla["collectives"].items()}, seconds)
+    cpu = _totals(lowered.comm_report(platform="cpu").step_totals())
+    return cpu, tpu, memory, seconds
+
+
+def _row(name: str, predicted: tuple[dict, dict, dict, dict], xla: dict) -> Row:
+    """A row of ``_predicted``'s figures against XLA:TPU's (``xla_figures``)."""
+    cpu, tpu, memory, seconds = predicted
+    seconds = {**seconds, "compile": xla["compile_s"]}
+    return Row(name, cpu, tpu, {k: tuple(v) for k, v in xla["step"].items()}, memory,
+               xla["memory"], {k: tuple(v) for k, v in xla["collectives"].items()}, seconds)
 
 
 def topology_devices(topology: str) -> list:
@@ -462,19 +476,10 @@ def compare_zoo(program, devices: dict, cache: pathlib.Path | None = None) -> Ro
     with e2e_measure.mesh_context(program):
         start = time.perf_counter()
         lowered = _lower_for_tpu(program)
-        seconds = {"lowering": time.perf_counter() - start}
-        start = time.perf_counter()
-        tpu = _totals(lowered.comm_report(platform="tpu").step_totals())
-        seconds["comm_report"] = time.perf_counter() - start
-        start = time.perf_counter()
-        memory = _memory(lowered.memory_estimate(platform="tpu"))
-        seconds["memory_estimate"] = time.perf_counter() - start
-        cpu = _totals(lowered.comm_report(platform="cpu").step_totals())
+        predicted = _predicted(lowered, time.perf_counter() - start)
         xla = xla_figures(lowered, cache / f"{program.name}_{len(devices)}dev"
                           if cache is not None else None, _compile_on(lowered, devices))
-    seconds["compile"] = xla["compile_s"]
-    return Row(program.name, cpu, tpu, {k: tuple(v) for k, v in xla["step"].items()}, memory,
-               xla["memory"], {k: tuple(v) for k, v in xla["collectives"].items()}, seconds)
+    return _row(program.name, predicted, xla)
 
 
 def zoo_rows(which: str, names: list[str], topology: str,
