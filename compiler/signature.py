@@ -729,7 +729,9 @@ def check_body_devices(args: Sequence[LeafSignature], results: Sequence[LeafSign
     ``committed``: the committed arguments that follow their data
     (``committed_arguments``), whose device set must be the body meshes' too."""
     if not body:
-        return  # nothing to compare: the program's devices are not read (a device array's)
+        # No mesh inside the function: nothing to compare, so the arguments' device
+        # arrays are never flattened.
+        return
     first = ("explicit output sharding", requested) if requested else next(
         ((f"the sharding of {leaf.path}", tuple(leaf.sharding.mesh.devices.flat))
          for leaf in (*args, *results) if leaf.sharding is not None

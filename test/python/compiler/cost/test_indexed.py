@@ -268,6 +268,19 @@ def test_index_passthrough_sums_each_sharded_index_dimension_on_its_own(ids, all
     np.testing.assert_allclose(compiled(*args), jax.jit(scatter)(*args), rtol=1e-6, atol=1e-5)
 
 
+def _table_and_ids(mesh, table, ids, ids_shape=(8, 16)):
+    """A [512, 64] f32 table and int32 ids into its rows, placed with the specs given."""
+    rand = np.random.default_rng(0)
+    return (jax.device_put(rand.standard_normal((512, 64)).astype(np.float32),
+                           NamedSharding(mesh, table)),
+            jax.device_put(rand.integers(0, 512, ids_shape, np.int32),
+                           NamedSharding(mesh, ids)))
+
+
+def _embedding_gradient(t, i):
+    return jax.grad(lambda t: jnp.sum(jnp.take(t, i, axis=0) ** 2))(t)
+
+
 def test_indices_keep_their_tiles_on_part_of_a_larger_in_group_axis():
     """An embedding gradient on a 2x4 mesh, the table ``[{"model"}, {"data"}]`` and the
     ids ``[{"data"}]``: operand pass-through groups on ``data`` (2 groups) and the ids,
@@ -276,11 +289,7 @@ def test_indices_keep_their_tiles_on_part_of_a_larger_in_group_axis():
     collective-permute), where the scatter then passes them through and sums the table
     over that half (an all-reduce of the in-group table)."""
     mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
-    rand = np.random.default_rng(0)
-    args = (jax.device_put(rand.standard_normal((512, 64)).astype(np.float32),
-                           NamedSharding(mesh, P("model", "data"))),
-            jax.device_put(rand.integers(0, 512, (2, 64), np.int32),
-                           NamedSharding(mesh, P("data"))))
+    args = _table_and_ids(mesh, P("model", "data"), P("data"), ids_shape=(2, 64))
 
     def grad(t, i):
         return jax.grad(lambda t: jnp.sum(t[i] ** 2))(t)
@@ -388,14 +397,8 @@ def test_indices_lend_their_tiles_to_the_groups_pass_through_dims_first(table, p
     dim 1's. The 2 tiles left go to dim 1, laid on the in-group ``x``: an all-to-all
     from ``[{"x"}, {"y"}]``, then a permute into the in-group order."""
     mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
-    rand = np.random.default_rng(0)
-    args = (jax.device_put(rand.standard_normal((512, 64)).astype(np.float32),
-                           NamedSharding(mesh, table)),
-            jax.device_put(rand.integers(0, 512, (8, 16), np.int32),
-                           NamedSharding(mesh, P("x", "y"))))
-    funs = {"lookup": lambda t, i: jnp.take(t, i, axis=0),
-            "gradient": lambda t, i: jax.grad(lambda t: jnp.sum(jnp.take(t, i, axis=0) ** 2))(t)}
-    predicted = _predicted_is_compiled(funs[program], args)
+    funs = {"lookup": lambda t, i: jnp.take(t, i, axis=0), "gradient": _embedding_gradient}
+    predicted = _predicted_is_compiled(funs[program], _table_and_ids(mesh, table, P("x", "y")))
     assert predicted["collective-permute"] == 8 * 16 // 8 * 4  # the ids' in-group tile
 
 
@@ -405,13 +408,8 @@ def test_indices_on_both_halves_of_an_axis_are_summed_once_per_half():
     the ``y`` groups sums the table once per sharded index dim, over one half of ``x``
     each, and nothing is left for a level below (two all-reduces, not three)."""
     mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
-    rand = np.random.default_rng(0)
-    args = (jax.device_put(rand.standard_normal((512, 64)).astype(np.float32),
-                           NamedSharding(mesh, P(None, "y"))),
-            jax.device_put(rand.integers(0, 512, (8, 16), np.int32),
-                           NamedSharding(mesh, P("x", "y"))))
-    predicted = _predicted_is_compiled(
-        lambda t, i: jax.grad(lambda t: jnp.sum(jnp.take(t, i, axis=0) ** 2))(t), args)
+    predicted = _predicted_is_compiled(_embedding_gradient,
+                                       _table_and_ids(mesh, P(None, "y"), P("x", "y")))
     assert predicted["all-reduce"] == 2 * 512 * 64 // 2 * 4
 
 
@@ -420,11 +418,6 @@ def test_an_axis_of_size_one_groups_nothing():
     tile assignment has no dim for ``y``, so no method groups on it and the
     scatter's partial sums need no all-reduce over it."""
     mesh = jax.make_mesh((8, 1), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
-    rand = np.random.default_rng(0)
-    args = (jax.device_put(rand.standard_normal((512, 64)).astype(np.float32),
-                           NamedSharding(mesh, P("y", "x"))),
-            jax.device_put(rand.integers(0, 512, (8, 16), np.int32),
-                           NamedSharding(mesh, P("x"))))
-    predicted = _predicted_is_compiled(
-        lambda t, i: jax.grad(lambda t: jnp.sum(jnp.take(t, i, axis=0) ** 2))(t), args)
+    predicted = _predicted_is_compiled(_embedding_gradient,
+                                       _table_and_ids(mesh, P("y", "x"), P("x")))
     assert "all-reduce" not in predicted
