@@ -28,7 +28,7 @@ from jaxlib.mlir import ir
 _EXPENSIVE = frozenset("stablehlo." + n for n in (
     "exponential", "exponential_minus_one", "log", "log_plus_one", "logistic", "power",
     "rsqrt", "sqrt", "cbrt", "tanh", "atan2", "reduce", "acos", "acosh", "asin", "asinh",
-    "atanh", "cosh", "erf")) | frozenset({"chlo.erf", "chlo.erf_inv", "chlo.acos",
+    "atanh", "cosh", "erf", "gather")) | frozenset({"chlo.erf", "chlo.erf_inv", "chlo.acos",
                                            "chlo.acosh", "chlo.asin", "chlo.asinh",
                                            "chlo.atanh", "chlo.cosh", "chlo.lgamma",
                                            "chlo.digamma"})

@@ -60,6 +60,7 @@ _WRITING_OWN_RESULTS = _PER_ELEMENT_BODIES | {"stablehlo.while", "stablehlo.case
 _PASS_ON = frozenset({"sdy.data_flow_edge", "sdy.sharding_constraint", "sdy.reshard",
                       "sdy.propagation_barrier"})
 _BARRIER = "stablehlo.optimization_barrier"
+_BROADCAST = "stablehlo.broadcast_in_dim"
 # The readers a duplicated producer's buffer is kept for (``duplicated``): ops that
 # fuse no producer. A dot on XLA:CPU is a YNNPACK fusion of its own that reads such
 # a value whole (the zoo LMs keep it); a loop copies its initial value into its
@@ -71,9 +72,13 @@ _CONSTRAINT = "sdy.sharding_constraint"
 # the ops whose all-reduced partial sums XLA's reassociation adds before reducing: dots,
 # and the sums it has reassociated already
 _SUMMED = frozenset({"stablehlo.dot_general", "stablehlo.add"})
+# fusible ops XLA never duplicates into several readers: a gather (fusible on XLA:CPU)
+# is expensive to its ``InstructionFusion::IsExpensive``, so one read by several
+# kernels is a buffer (e3nn's message gradient, a gather of a broadcast read by four
+# fusions: broadcast_gather_fusion)
 _EXPENSIVE = frozenset("stablehlo." + n for n in (
     "exponential", "exponential_minus_one", "log", "log_plus_one", "logistic", "power",
-    "rsqrt", "sqrt", "cbrt", "sine", "cosine", "tan", "tanh", "atan2")) | frozenset(
+    "rsqrt", "sqrt", "cbrt", "sine", "cosine", "tan", "tanh", "atan2", "gather")) | frozenset(
     {"chlo.erf", "chlo.erf_inv", "chlo.tan", "chlo.lgamma", "chlo.digamma"})
 # A returned value fuses into its output buffer (counted as an output, not a temporary).
 # XLA:CPU fuses elementwise producers into a dynamic-update-slice too (pipeline_shard_map:
@@ -1088,18 +1093,26 @@ class LivenessWalker:
         A loop's initial value is the exception: XLA merges equal broadcasts
         and copies the one a loop starts from into its carry right before the
         loop (grad_loops: its zero broadcasts run first, the copies next to
-        each while).
+        each while). A value XLA's constant folding makes a constant anchors
+        nothing, and a broadcast such an op reads is fused into it even where it is
+        a buffer for others (XLA's ``IsAlwaysDuplicable``): e3nn's readout gradient,
+        a gather of a parameter over a broadcast of a square root of a constant, runs first
+        (broadcast_gather_fusion at position 25 of 119) beside the broadcast's
+        own buffer (wrapped_broadcast).
         """
         graph = self.graph
         inside = set(ops)
         found: set[int] = set()
+        folded: dict[int, bool] = {}
         for op in ops:
             if graph.op_name[op] in _CONSTANTS or graph.op_blocks[op]:
                 continue
             if all(graph.value_def[v] not in inside
                    or graph.op_name[graph.value_def[v]] in _CONSTANTS
+                   or self.folds(v, folded)
                    or (graph.value_def[v] in found
-                       and not self.materialised(v, graph.value_def[v]))
+                       and (not self.materialised(v, graph.value_def[v])
+                            or graph.op_name[graph.value_def[v]] == _BROADCAST))
                    for v in graph.op_operands[op]) and not any(
                     graph.op_name[self.top_user(u, op)] == "stablehlo.while"
                     for r in graph.op_results[op] for u, _ in graph.uses[r]):

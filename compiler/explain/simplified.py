@@ -1,13 +1,18 @@
 """What XLA's algebraic simplifier rewrites before fusion, as the liveness walk reads it.
 
-A ``dot_general`` that contracts no dimension (an outer product, batched or not) is
+A ``dot_general`` that contracts no dimension (an outer product, batched or not), or
+only dimensions of size 1, which ``RemoveDegenerateDimensionFromDot`` reshapes away, is
 no dot once XLA has simplified the module: ``AlgebraicSimplifier::HandleDot``
 rewrites it as ``multiply(broadcast(x), broadcast(y))`` (``enable_dot_to_multiply_rewrite``),
 which fuses with its readers like any elementwise op. Seen in
 eqx_while_fixed_point's buffer assignment: a checkpointed loop's weight-gradient
 outer product is ``broadcast``/``multiply`` inside ``multiply_add_fusion``, written
 over the gradient carry it is added to; read as a dot it was a buffer of its own
-beside the carry.
+beside the carry. e3nn's tensor products contract unit dimensions (a ``1x1x1`` path
+weight against ``8x30x8x1x1`` features): multiplies to XLA, fused with their readers,
+and a dot of a parameter with a broadcast of ones is the parameter times one, read
+from the parameter (the readout's gradient gathered from a fusion of the parameter
+alone, which XLA's scheduler runs first).
 
 A ``select`` whose two cases are one value is that value (``HandleSelect``): a vmapped
 ``lax.cond`` whose branches pass an operand on unchanged selects it from itself, and
@@ -73,7 +78,7 @@ def simplified_graph(graph: Any) -> Any:
     ``GraphView`` renaming the dots where some dot contracts nothing and merging the
     selects of one value, else ``graph`` itself."""
     outer = [op for op, name in enumerate(graph.op_name)
-             if name == _DOT and not _contracted_dims(graph.ops[op])]
+             if name == _DOT and _contracts_nothing(graph, op)]
     if outer:
         names = list(graph.op_name)
         for op in outer:
@@ -182,6 +187,16 @@ def _in_loop_of(graph: Any, user: int, op: int) -> bool:
         if graph.op_name[user] == _WHILE:
             return True
     return False
+
+
+def _contracts_nothing(graph: Any, op: int) -> bool:
+    """Whether dot ``op`` contracts no dimension once XLA has dropped its unit ones
+    (``RemoveDegenerateDimensionFromDot`` reshapes them away first)."""
+    dims = _contracted_dims(graph.ops[op])
+    if dims is None:
+        return True
+    shape = graph.value_shape[graph.op_operands[op][0]]
+    return shape is not None and all(shape[d] == 1 for d in dims)
 
 
 def _contracted_dims(op: ir.Operation) -> list[int] | None:

@@ -619,3 +619,43 @@ def test_a_batched_scatters_broadcast_table_is_a_buffer_beside_its_joined_indice
         stats = lowered.compile().memory_analysis()
         assert abs(estimate.temp_bytes / stats.temp_size_in_bytes - 1) <= 0.01, (
             spec, estimate.temp_bytes, stats.temp_size_in_bytes)
+
+
+def _gathered_slices(table, idx, w):
+    rows = table[idx]  # (512, 256): two fusions read a slice of it each
+    return (rows[:, :8] * 2.0) @ w + (rows[:, 8:16] + 1.0) @ w
+
+
+def test_a_gather_read_by_several_kernels_is_a_buffer():
+    # a gather is expensive to XLA's fusion (``IsExpensive``): never duplicated into
+    # its readers, XLA:CPU writes it once (bitcast_gather_fusion, 512 KiB) and each
+    # slice's fusion reads it; fused into both readers, the estimate had none (0.48x)
+    args = (jnp.ones((100, 256)), jnp.arange(512) % 100, jnp.ones((8, 64)))
+    estimate = sc.jit(_gathered_slices).lower(*args).memory_estimate()
+    stats = jax.jit(_gathered_slices).lower(*args).compile().memory_analysis()
+    assert abs(_net(estimate, stats) - 1) <= 0.05, (estimate.temp_bytes,
+                                                    stats.temp_size_in_bytes)
+
+
+def _scaled_gather(p, idx, a):
+    # the gather reads a parameter and a constant's square root (folded) only; the
+    # root is read by several ops (the estimate's buffer of an expensive value)
+    root = jnp.sqrt(jnp.float32(72.0))
+    rows = (p / root)[idx]
+    h = jnp.tanh(a @ a.T / root) @ a
+    return (h * rows.sum()).sum(0), jnp.exp(h) * root
+
+
+def test_an_op_reading_arguments_and_folded_constants_runs_first():
+    # XLA's constant folding makes the square root a constant, so the gather reads
+    # arguments only and XLA's scheduler runs it first (e3nn's readout gradient,
+    # broadcast_gather_fusion at position 25 of 119)
+    args = (jnp.ones((100, 64)), jnp.arange(512) % 100, jnp.ones((128, 128)))
+    lowered = sc.jit(_scaled_gather).lower(*args)
+    walker = LivenessWalker(ModuleValues(lowered.module.operation, missing_as_replicated=True))
+    graph = walker.graph
+    func = next(op for op, name in enumerate(graph.op_name) if name == "func.func")
+    ops = graph.op_blocks[func][0][1]
+    gathers = [op for op in ops if graph.op_name[op] == "stablehlo.gather"]
+    assert len(gathers) == 1
+    assert gathers[0] in walker.unanchored(ops)
