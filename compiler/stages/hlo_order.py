@@ -26,7 +26,6 @@ between go where their users or the op before them are.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 from typing import Any
 
@@ -244,21 +243,11 @@ def _restore_block(ops: list[ir.Operation], tags: list[int | None], reads: list[
                 place[k] = first[k] - 0.25
     keys = [(place[k], first[k], k) for k in range(n)]
     keys[n - 1] = (float("inf"), 0.0, n - 1)  # the terminator stays last
-    waiting = [0] * n
-    for readers in users:
-        for reader in set(readers):
-            waiting[reader] += 1
-    ready = [keys[k] for k in range(n) if not waiting[k]]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        *_, k = heapq.heappop(ready)
-        order.append(k)
-        for reader in set(users[k]):
-            waiting[reader] -= 1
-            if not waiting[reader]:
-                heapq.heappush(ready, keys[reader])
-    if len(order) == n and order != list(range(n)):
+    # Every op's place is below its users' (the block is in a valid order, so its
+    # users follow it and have their places when it takes its own, below the
+    # first): the order of the keys puts operands first by itself.
+    order = sorted(range(n), key=keys.__getitem__)
+    if order != list(range(n)):
         last = ops[-1]
         for k in order[:-1]:
             ops[k].move_before(last)

@@ -109,3 +109,34 @@ def test_restoring_keeps_what_the_import_added_before_its_users():
         names = [name for name in _names(main) if name != "sdy.data_flow_edge"]
         assert names == JAX_MAIN
         assert REORDERED_ATTR in module.operation.attributes
+
+
+# A block as the export leaves it: the constant kept for two copies carries a
+# later copy's place (7), after its first user's (2); an op the pipeline added
+# (the untagged negate) reads the add.
+TAGGED_RESTORE = """
+func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %n = stablehlo.negate %x {shardc.jax_order = 4 : i64} : tensor<4xf32>
+  %c = sdy.constant {shardc.jax_order = 7 : i64} dense<1.0> : tensor<4xf32>
+  %a = stablehlo.add %n, %c {shardc.jax_order = 2 : i64} : tensor<4xf32>
+  %g = stablehlo.negate %a : tensor<4xf32>
+  %m = stablehlo.multiply %g, %c {shardc.jax_order = 5 : i64} : tensor<4xf32>
+  "func.return"(%m) {shardc.jax_order = 9 : i64} : (tensor<4xf32>) -> ()
+}
+"""
+
+
+def test_restoring_puts_operands_before_users_whatever_their_places():
+    # The negate (4) and the constant (7) go just before the add (2) that reads them,
+    # the added negate just before its user, each copy of a tie in its users' order.
+    module = ir.Module.parse(TAGGED_RESTORE, make_context())
+    module.operation.attributes[REORDERED_ATTR] = ir.UnitAttr.get(module.context)
+    with module.context:
+        restore_jax_order(module.operation)
+        module.operation.verify()
+        ops = list(module.body.operations[0].regions[0].blocks[0].operations)
+        assert [op.operation.name for op in ops] == [
+            "stablehlo.negate", "sdy.constant", "stablehlo.add", "stablehlo.negate",
+            "stablehlo.multiply", "func.return"]
+        assert ops[0].operands[0] == module.body.operations[0].regions[0].blocks[0].arguments[0]
+        assert ORDER_ATTR not in str(module)
