@@ -665,6 +665,14 @@ def jaxpr_function(closed_jaxpr: Any) -> Any:
     return lambda *args: tuple(evaluate(*args))
 
 
+def source_position(eqn: Any) -> str:
+    """The user's file, line and column an equation was traced from; jax gives the
+    equations a transpose writes the position of the equation they transpose."""
+    from jax._src import source_info_util
+
+    return source_info_util.summarize(eqn.source_info)
+
+
 def equation_context(eqn: Any) -> Any:
     """The context jax's own ``eval_jaxpr`` binds an equation in: its source location
     and name stack (what the lowering writes as the op's location) and its ``ctx``."""

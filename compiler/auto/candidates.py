@@ -191,6 +191,16 @@ def projects_weight(reader: ModuleValues, mark: int, weights: set[int]) -> bool:
 _CONTRACTIONS = frozenset({"stablehlo.dot_general", "stablehlo.convolution"})
 
 
+def starts_stream(reader: ModuleValues, mark: int) -> bool:
+    """Whether the activation ``mark`` (a mark's result) is a sum: the anchors that are
+    no dot or convolution are the sums that start a residual stream
+    (``activations.stream_starts``), which a textbook configuration constrains as
+    it does a projection added to the stream."""
+    graph = reader.graph
+    op = graph.value_def[graph.op_operands[graph.value_def[mark]][0]]
+    return op >= 0 and graph.op_name[op] == "stablehlo.add"
+
+
 def is_residual(reader: ModuleValues, value: int) -> bool:
     """Whether an activation is added to the residual stream as it is (a mixture of
     experts' output, combined first, keeps its experts on the model axis)."""

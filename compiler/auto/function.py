@@ -26,7 +26,9 @@ from shardc.compiler.auto.activations import (
     Constrained,
     anchors,
     chosen_constraints,
+    cotangents,
     open_marks,
+    with_cotangents,
 )
 from shardc.compiler.auto.candidates import structure_groups
 from shardc.compiler.auto.evaluate import Evaluator
@@ -203,7 +205,11 @@ class AutoJitFunction:
                              lambda index, aval: None)
         with tracing_mesh(mesh):
             jaxpr = marked.jaxpr(*abstract, **abstract_kwargs)[0]
-        points = anchors(jaxpr)
+        # Each anchor's cotangent is marked too, in its anchor's group: one choice
+        # constrains both, as with_sharding_constraint does.
+        found = anchors(jaxpr)
+        owner = cotangents(jaxpr, found)
+        points = sorted({*found, *owner})
         if points:
             marked.sharding_at = open_marks(mesh, set(points))
         opened = self._make_jit(on_mesh(without_auto(self.in_shardings), mesh),
@@ -229,7 +235,8 @@ class AutoJitFunction:
             marks = [len(evaluator.arguments) + k for k in range(len(points))]
             groups += make_groups(
                 evaluator, marks, [f"activation of equation {i}" for i in points], axes,
-                structure_groups(reader, evaluator.marks), activation=True)
+                with_cotangents(structure_groups(reader, evaluator.marks), points, owner),
+                activation=True)
         return _Program(marked, jaxpr, points, evaluator, groups, first, given_in, given_out,
                         open_lowered.out_avals)
 

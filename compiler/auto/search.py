@@ -79,6 +79,7 @@ from shardc.compiler.auto.candidates import (
     model_width,
     projects_weight,
     spec_of,
+    starts_stream,
     structured_seeds,
     tensor_sharding,
     weight_roles,
@@ -721,7 +722,8 @@ class Search:
         residual = {g: is_residual(reader, self.evaluate.value_at(self.groups[g].positions[0]))
                     for g in activations}
         projections = {g for g in activations if projects_weight(
-            reader, self.evaluate.value_at(self.groups[g].positions[0]), weight_values)}
+            reader, self.evaluate.value_at(self.groups[g].positions[0]), weight_values)
+            or starts_stream(reader, self.evaluate.value_at(self.groups[g].positions[0]))}
         keys = []
         for (_name, specs), (_, fsdp, tensor) in zip(seeds, CONFIGURATIONS):
             state = {}
