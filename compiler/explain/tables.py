@@ -33,6 +33,9 @@ class TupleTables:
         self.walker = walker
         self.graph = walker.graph
         self._found: dict[int, list[tuple[tuple, int]]] = {}
+        # ``constant`` walks a DAG: a value read twice (``y + y``) is judged once,
+        # else a chain of such ops costs two to the power of its length
+        self._constants: dict[tuple[int, frozenset], bool] = {}
 
     def of(self, op: int) -> list[tuple[tuple, int]]:
         """The tables of pointers ``op`` writes, each keyed by the tuple-shaped value
@@ -95,10 +98,16 @@ class TupleTables:
         diffrax_neural_ode's fifteen cases, the five whose index is one (equinox's
         checkpointed loops, diffrax's ``_integrate.py:259``) are none of the nine
         conditionals in XLA's buffer assignment."""
-        graph = self.graph
         value = self.walker.root(value)
         if value in seen:
             return True
+        key = (value, seen)
+        if key not in self._constants:
+            self._constants[key] = self._constant(value, seen)
+        return self._constants[key]
+
+    def _constant(self, value: int, seen: frozenset) -> bool:
+        graph = self.graph
         owner = graph.value_def[value]
         if owner >= 0:
             name = graph.op_name[owner]

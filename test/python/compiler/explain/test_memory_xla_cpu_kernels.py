@@ -659,3 +659,30 @@ def test_an_op_reading_arguments_and_folded_constants_runs_first():
     gathers = [op for op in ops if graph.op_name[op] == "stablehlo.gather"]
     assert len(gathers) == 1
     assert gathers[0] in walker.unanchored(ops)
+
+
+def _switch_on_doubled_carry(x):
+    def body(i, carry):
+        c, y = carry
+        k = c
+        for _ in range(64):  # each sum reads the one before twice
+            k = k + k
+        return c, lax.switch(k % 2, [lambda v: v * 2.0, lambda v: v + 1.0], y)
+
+    return lax.fori_loop(0, 3, body, (jnp.int32(1), x))[1]
+
+
+def test_a_case_index_summed_from_a_constant_carry_is_judged_once_per_value():
+    # XLA folds the index (a sum of sums of the loop's constant carry) and inlines
+    # the branch it selects: no tables for the case. The fold was judged by walking
+    # every path through the sums (2**64 walks here; diffrax's ShARK solver never
+    # finished its estimate).
+    lowered = _lower(_switch_on_doubled_carry, (jnp.ones((16, 8)),), (P("data"),))
+    values = ModuleValues(lowered.module.operation, missing_as_replicated=True)
+    graph = values.graph
+    case = next(op for op in range(len(graph.ops)) if graph.op_name[op] == "stablehlo.case")
+    with predicting_for(CPU):
+        assert LivenessWalker(values).tuple_tables.of(case) == []
+    estimate = lowered.memory_estimate()
+    stats = lowered.compile().memory_analysis()
+    assert abs(_net(estimate, stats) - 1) <= 0.10, (estimate.temp_bytes, stats.temp_size_in_bytes)
