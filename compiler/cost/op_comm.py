@@ -145,6 +145,17 @@ def _contraction_partitions(rule: OpShardingRule, factor: int, projections, axes
     if all(proj is not None and factor in proj.factors and proj.factors[factor][AXES]
            and size_product(proj.factors[factor][AXES]) == count for proj in carriers):
         return True  # every operand tiled alike: a permute lines them up
+    covering = None if any(result_axes.values()) else _covering_operand(
+        rule, projections, devices)
+    if covering is not None:
+        # An operand's contraction alone splits it over every device and the result is
+        # replicated: XLA reshards the other operand to match it and sums the partial
+        # products (``PartitionBaseCase`` tries the left operand, then the right, before
+        # any grouping or last resort), so the contraction is partitioned as that
+        # operand holds it. (A sharded result is not modelled so: XLA sums and slices
+        # it where the model gathers.)
+        record = covering.factors.get(factor)
+        return record is not None and tuple(record[AXES]) == tuple(axes)
     held = [size_product(proj.factors[factor][AXES]) for proj in carriers
             if proj is not None and factor in proj.factors and proj.factors[factor][AXES]]
     if (len(held) == len(carriers) and len(set(held)) > 1
@@ -165,6 +176,20 @@ def _contraction_partitions(rule: OpShardingRule, factor: int, projections, axes
     if size_product([*axes, *grouped]) < devices:
         return False
     return _partial_sums_pay(rule, factor, projections, grouped, result_axes, shapes)
+
+
+def _covering_operand(rule: OpShardingRule, projections, devices: int):
+    """The first of a dot's two operands (left, then right) whose contraction factors
+    alone are split over every device, as XLA's dot handler looks for one; None."""
+    if len(rule.operand_mappings) != 2 or any(p is None for p in projections):
+        return None
+    contracted = set(rule.reduction_factors)
+    for proj in projections:
+        axes = [a for f, record in proj.factors.items() if f in contracted
+                for a in record[AXES]]
+        if axes and size_product(axes) == devices:
+            return proj
+    return None
 
 
 def _grouping_moves_other(rule: OpShardingRule, projections,
@@ -265,6 +290,10 @@ def _reduction_axes(rule: OpShardingRule, operands: Sequence[Tensor],
     cover every device (``PartitionBaseCase``), and, where the other operand
     and the result are replicated inside those groups, only if the sharded
     operand has more elements there than the result (``_partial_sums_pay``).
+    Where an operand's contraction factors alone are split over every device
+    (the left operand's first) and the result is replicated, the other is
+    resharded to match it and the contraction stays partitioned as that operand
+    holds it (``PartitionBaseCase``).
     Where both operands split it, into different tile counts, and no grouping
     on a non-contracting split moves either first, it never does (its last
     resort reshards the operands to what the result implies). Otherwise it
