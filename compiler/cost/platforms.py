@@ -77,7 +77,11 @@ collectives but differs in a few measurable ways, each one field here:
   whole), copies a value that dots read in two layouts into the second one when
   it is computed (``copies_operands_per_layout``: a layer's normalised input for
   its weight gradient), and keeps short-lived buffers in on-chip VMEM rather
-  than HBM (``on_chip_bytes``, ``explain.on_chip``).
+  than HBM (``on_chip_bytes``, ``explain.on_chip``); a small program's every
+  array, where they all fit, its HBM temporaries then the tuple-shaped values of
+  that staging and the scalars of reductions' per-element computations
+  (``stages_in_vmem``, ``explain.staging``), each tuple a 512-byte table at an
+  offset of its own, 16 KiB apart (``heap_alignment``).
 
 ``platform_rules(name)`` returns a platform's rules and refuses a platform
 the predictions were not validated for (a ``ValueError`` naming those that
@@ -239,10 +243,17 @@ class PlatformRules:
     # to 112 MiB of a v5e core's 128 MiB of VMEM.
     on_chip_bytes: int = 0
     # Bytes per element of the table of pointers an op with several results writes
-    # (0: none): XLA:CPU gives each tuple-shaped value (a while loop's carries, a
-    # custom call's or a combined all-reduce's results) a buffer of one 8-byte
-    # pointer per element, live while any element is read.
+    # (0: none): XLA:CPU and XLA:TPU give each tuple-shaped value (a while loop's
+    # carries, a custom call's or a combined all-reduce's results) a buffer of one
+    # 8-byte pointer per element (``table_bytes``: laid out as any buffer), live while
+    # any element is read.
     tuple_pointer_bytes: int = 0
+    # Whether the backend stages a small program's arrays through on-chip memory
+    # (``explain.staging``): XLA:TPU holds every array in VMEM where they all fit, and
+    # what stays in HBM is the tuple-shaped values of that staging (each argument's
+    # prefetch, each multi-output fusion) and the scalars of each reduction's
+    # per-element computation.
+    stages_in_vmem: bool = False
     # Whether a select-and-scatter (a max pool's gradient) is expanded into a
     # reduce-window over one s32 iota per dimension and a scatter (XLA:CPU's
     # ``SelectAndScatterExpander``), whose index buffers live while it runs.
@@ -263,6 +274,13 @@ class PlatformRules:
     # an unrolled layer merges into the forward's ops and the forward's values live
     # on into the backward (``explain.merged``).
     expands_optimization_barriers: bool = False
+
+    def table_bytes(self, count: int) -> int:
+        """Bytes of the table of pointers of a tuple of ``count`` elements, laid out as
+        the platform lays out a buffer (0 where it writes none)."""
+        if not self.tuple_pointer_bytes or not count:
+            return 0
+        return self.buffer_bytes((count,), self.tuple_pointer_bytes)
 
     def element_bytes_in_collective(self, element_bytes: int, dtype: str | None) -> int:
         """Bytes one element of ``dtype`` takes inside a collective."""
@@ -467,7 +485,8 @@ TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_re
                     fusible=frozenset({"stablehlo.scatter"}),
                     reshards_arguments_first=False, recomputes_fused_values=True,
                     dot_operand_fusion_devices=64,
-                    copies_operands_per_layout=True, on_chip_bytes=112 << 20)
+                    copies_operands_per_layout=True, on_chip_bytes=112 << 20,
+                    heap_alignment=16 << 10, tuple_pointer_bytes=8, stages_in_vmem=True)
 
 PLATFORMS: dict[str, PlatformRules] = {rules.name: rules for rules in (CPU, TPU)}
 # XLA:GPU as the step-time model assumes it partitions (never validated against its

@@ -1480,7 +1480,7 @@ class LivenessWalker:
             for at in extend.values():
                 members[at] = members.get(at, 0) + 1
             for at, count in members.items():
-                self.tables[("combined", ops[0], at)] = self.rules.tuple_pointer_bytes * count
+                self.tables[("combined", ops[0], at)] = self.rules.table_bytes(count)
         widened: set[int] = set()  # all-reduced results wider than their values
         # a branch's ops read the values around the case through its one parameter:
         # none is hoisted to the branch's start as the entry's argument readers are

@@ -81,7 +81,12 @@ not divide counting padded like XLA pads it:
 * tables of pointers: XLA:CPU writes a tuple-shaped value (a loop's carries, a
   case's result and its branches' operands, a host callback's or a sort's
   results, a combined all-reduce's) as a table of 8-byte pointers, each in an
-  allocation of its own laid after the arrays' heap (``tables``);
+  allocation of its own laid after the arrays' heap (``tables``); XLA:TPU too,
+  each table one 512-byte buffer 16 KiB from the next;
+* staging (XLA:TPU, ``staging``): where every array of the program fits in on-chip
+  memory, none is in HBM; the HBM temporaries are the tables of each argument's
+  prefetch and each multi-output fusion, and the scalars of each reduction's
+  per-element computation;
 * partial sums: an op whose result is sharded over axes it also reduces
   over all-reduces its partial sums unsliced and slices them in each reader,
   so its buffer is the result without those axes, live while it is read
@@ -159,6 +164,7 @@ from shardc.compiler.explain.liveness import (
 )
 from shardc.compiler.explain.on_chip import live_peak, on_chip
 from shardc.compiler.explain.simplified import forwarded
+from shardc.compiler.explain.staging import per_element_bytes, staged_tables
 from shardc.compiler.propagation.values import ModuleValues
 
 _POINTER_BYTES = 8
@@ -309,8 +315,11 @@ def _estimate(values: ModuleValues, top: int,
     packed = _place_in_outputs(intervals, _flattened(intervals)[0], slots)
     inside = {id(iv) for iv in packed}
     heaped = [iv for iv in intervals if id(iv) not in inside]
-    chip = on_chip(heaped, active_rules().on_chip_bytes, STEP * len(ops), body=False,
-                   step=STEP)
+    rules = active_rules()
+    if rules.stages_in_vmem:
+        walker.tables.update(staged_tables(walker, args, ops))
+    chip = heaped if rules.stages_in_vmem and _all_fit(heaped, rules.on_chip_bytes) \
+        else on_chip(heaped, rules.on_chip_bytes, STEP * len(ops), body=False, step=STEP)
     heaped = _shared([iv for iv in heaped if all(iv is not c for c in chip)])
     flat, positions = _flattened(heaped)
     live, at = live_peak(flat, len(positions))
@@ -318,6 +327,8 @@ def _estimate(values: ModuleValues, top: int,
     temp = _stacked(heap_bytes([(iv.start, iv.end, iv.size) for iv in flat],
                                active_rules().heap_alignment),
                     walker.tables.values(), active_rules().heap_alignment)
+    if rules.stages_in_vmem:
+        temp += per_element_bytes(walker, ops)
     inside = {id(iv.buffer) for iv in (*packed, *chip) if iv.buffer is not None}
     kept = [b for b in walker.buffers if id(b) not in inside]
     largest = tuple(map(walker.described,
@@ -326,6 +337,14 @@ def _estimate(values: ModuleValues, top: int,
                           graph.op_name[peak_op] if peak_op >= 0 else None,
                           loc_text(graph.ops[peak_op]) if peak_op >= 0 else None, largest,
                           sum(a.bytes_per_device for a in aliases), aliases)
+
+
+def _all_fit(intervals: list[Interval], capacity: int) -> bool:
+    """Whether all of ``intervals`` fit in ``capacity`` bytes of on-chip memory at once,
+    the on-chip bytes of loop bodies among them too: XLA:TPU's memory-space assignment
+    then holds every array there (``staging``)."""
+    flat, moments = _flattened([replace(iv, size=iv.size + iv.on_chip) for iv in intervals])
+    return live_peak(flat, len(moments))[0] <= capacity
 
 
 def _stacked(heap: int, tables: Iterable[int], alignment: int) -> int:

@@ -1,4 +1,4 @@
-"""The tables of pointers XLA:CPU writes for tuple-shaped values.
+"""The tables of pointers XLA:CPU (and XLA:TPU) writes for tuple-shaped values.
 
 XLA:CPU holds a value of several results (a while loop's carries, a
 conditional's result and each branch's operands, a host callback's results, a
@@ -64,30 +64,30 @@ class TupleTables:
     def _tables(self, op: int) -> list[tuple[tuple, int]]:
         graph = self.graph
         results = graph.op_results[op]
-        pointer = self.walker.rules.tuple_pointer_bytes
+        table = self.walker.rules.table_bytes
         name = graph.op_name[op]
-        if not pointer or not name.startswith("stablehlo.") or name in _FREE:
+        if not self.walker.rules.tuple_pointer_bytes or not name.startswith("stablehlo.") or name in _FREE:
             return []
         if name == "stablehlo.custom_call" and graph.custom_call_target(op) in HOST_CALLBACKS:
-            tables = [(("result", op), pointer * len(results))]
+            tables = [(("result", op), table(len(results)))]
             if self.on_one_device(op) and graph.op_operands[op]:
                 # XLA's partitioner runs it in a conditional on the device's id, which
                 # takes its operands as a tuple (diffrax_neural_ode's eight callbacks:
                 # ``conditional(%wrapped_compare, %tuple.64, %tuple.197)``)
-                tables.append((("operands", op), pointer * len(graph.op_operands[op])))
+                tables.append((("operands", op), table(len(graph.op_operands[op]))))
             return tables
         if name == "stablehlo.while":
-            return [(("result", op), pointer * self.kept_carries(op))] if len(results) > 1 \
+            return [(("result", op), table(self.kept_carries(op)))] if len(results) > 1 \
                 else []
         if name != "stablehlo.case":
-            return [(("result", op), pointer * len(results))] if len(results) > 1 else []
+            return [(("result", op), table(len(results)))] if len(results) > 1 else []
         if self.constant(graph.op_operands[op][0]):
             return []  # XLA inlines the branch it selects
-        tables = {("result", op): pointer * self.kept_results(op)}
+        tables = {("result", op): table(self.kept_results(op))}
         for _, nested in graph.op_blocks[op]:
             read = self.captured(nested)
             if read and not self._one_tuple(read):
-                tables[("operands", graph.op_parent[op], frozenset(read))] = pointer * len(read)
+                tables[("operands", graph.op_parent[op], frozenset(read))] = table(len(read))
         return list(tables.items())
 
     def constant(self, value: int, seen: frozenset = frozenset()) -> bool:

@@ -53,6 +53,9 @@ def test_tpu_reduce_scatter_writes_the_shard(mesh, batch, windowed):
     assert cpu.partial[result] == partial and result not in cpu.scattered
     with predicting_for(TPU):
         tpu = OpNeeds.collect(values)
+        staged = memory._estimate(values, 5, None)
+    # where not all arrays fit on chip, HBM holds what the partial sums need
+    with predicting_for(dataclasses.replace(TPU, stages_in_vmem=False)):
         estimate = memory._estimate(values, 5, None)
     # XLA:TPU writes the [128, 1024] shard: the partial sums live only while the dot
     # runs, and not at all where a windowed loop computes the shard chunk by chunk
@@ -61,6 +64,11 @@ def test_tpu_reduce_scatter_writes_the_shard(mesh, batch, windowed):
     assert (batch > TPU.windowed_reduce_scatter_above) == windowed
     assert tpu.extra.get(dot, 0) == (0 if windowed else partial)
     assert estimate.temp_bytes == (0 if windowed else partial)
+    # so small a program XLA:TPU stages whole through VMEM (the 2 MiB partial sums
+    # there, 3 MiB of VMEM at batch 1024): its HBM temporaries are the same 2048 bytes
+    # at both batches, a prefetch's table and the reduce-scatter's three scalars; the
+    # estimate prefetches both arguments (one table more, 16 KiB apart)
+    assert staged.temp_bytes == 16384 + 512 + 3 * 512
 
 
 def _normed_input(mesh):
