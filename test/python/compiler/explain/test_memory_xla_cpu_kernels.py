@@ -659,3 +659,92 @@ def test_an_op_reading_arguments_and_folded_constants_runs_first():
     gathers = [op for op in ops if graph.op_name[op] == "stablehlo.gather"]
     assert len(gathers) == 1
     assert gathers[0] in walker.unanchored(ops)
+
+
+def _linear_recurrence(a, b):
+    # h_t = a_t h_{t-1} + b_t over axis 1, as an LRU computes it in parallel
+    def combine(first, second):
+        return first[0] * second[0], second[0] * first[1] + second[1]
+
+    return lax.associative_scan(combine, (a, b), axis=1)[1]
+
+
+def test_a_scans_interleaving_pads_read_by_two_kernels_are_buffers():
+    # associative_scan interleaves each level's odd and even results with two pads
+    # added together; XLA duplicates the add into the next level's two kernels (its
+    # odd and even slices), then fuses a pad into neither: its code is emitted in a
+    # block of its own (``OpInvalidatesCache``), fused only where one kernel reads it.
+    # XLA:CPU's buffer assignment holds both pads of every level, 2 to 32 steps of
+    # 2x16 f32 per device (concatenate_pad_fusion.3 ... add_pad_fusion); fused into
+    # their readers the estimate had none of them
+    args = (jnp.ones((8, 64, 16)), jnp.ones((8, 64, 16)))
+    lowered = _lower(_linear_recurrence, args, (P("data"), P("data")))
+    with predicting_for(CPU):
+        walker = LivenessWalker(ModuleValues(lowered.module.operation,
+                                             missing_as_replicated=True))
+        graph = walker.graph
+        func = next(op for op, name in enumerate(graph.op_name) if name == "func.func")
+        ops = graph.op_blocks[func][0][1]
+        pads = [walker.bytes_of(graph.op_results[op][0]) for op in ops
+                if graph.op_name[op] == "stablehlo.pad"
+                and walker.materialised(graph.op_results[op][0], op)]
+    # per level two pads of 2 x steps x 16 f32: steps 2, 4, 8, 16, 32
+    assert sorted(pads) == sorted(2 * [2 * s * 16 * 4 for s in (2, 4, 8, 16, 32)])
+
+
+def _pairwise_tree(x):
+    # each level multiplies the last one's even elements' sines by its odd ones
+    while x.shape[1] > 1:
+        x = jnp.sin(x[:, 0::2]) * x[:, 1::2]
+    return x
+
+
+def test_a_kernel_emits_a_fused_value_at_most_fifteen_times():
+    # each level reads the last one at two new indices (its even and odd slices):
+    # fused through all seven levels, the input would be emitted 128 times in one
+    # kernel. XLA:CPU fuses a producer only while its kernel emits it at most 15
+    # times (``FusionNodeIndexingEvaluation::kAllowedCodeDuplication``): the last
+    # four levels' kernel would emit the third level's result 16 times, so that is a
+    # buffer, f32[2,16,64] per device (slice_multiply_fusion.1, XLA's one
+    # temporary), and the first three levels (8 copies of the input) its kernel;
+    # fused throughout, the estimate had no temporaries
+    lowered = _lower(_pairwise_tree, (jnp.ones((8, 128, 64)),), (P("data"),))
+    estimate = lowered.memory_estimate()
+    stats = lowered.compile().memory_analysis()
+    assert stats.temp_size_in_bytes == 2 * 16 * 64 * 4
+    assert estimate.temp_bytes == stats.temp_size_in_bytes
+
+
+def _concatenated_halves(x, y):
+    c = jnp.concatenate([jnp.sin(x), jnp.cos(y)], axis=0)
+    return jnp.exp(c[:64]), jnp.tanh(c[64:]) * 2
+
+
+def _concatenated_windows(x, y):
+    c = jnp.concatenate([jnp.sin(x), jnp.cos(y)], axis=0)
+    return jnp.exp(c[32:96]), jnp.tanh(c[16:80]) * 2
+
+
+def test_a_concatenate_two_kernels_read_across_its_operands_is_a_buffer():
+    # each window reads both operands: XLA fuses the concatenate into neither
+    # kernel (its code is emitted in blocks of its own) and writes it,
+    # cosine_concatenate_fusion f32[128,128], XLA's one temporary; fused, the
+    # estimate had none
+    args = (jnp.ones((64, 128)), jnp.ones((64, 128)))
+    estimate = sc.jit(_concatenated_windows).lower(*args).memory_estimate()
+    stats = jax.jit(_concatenated_windows).lower(*args).compile().memory_analysis()
+    assert stats.temp_size_in_bytes == 128 * 128 * 4
+    assert estimate.temp_bytes == stats.temp_size_in_bytes
+
+
+def test_a_concatenate_sliced_back_into_its_operands_is_no_buffer():
+    # each slice lies within one operand: XLA's simplifier slices that operand and
+    # the concatenate is gone (no temporaries); counted as read by two kernels it
+    # was a buffer of 64 KiB (grad_loops_unrolled: three concatenates at its
+    # unrolled fori_loop, each read by two slices of one operand, took the net to
+    # 1.12x XLA's)
+    args = (jnp.ones((64, 128)), jnp.ones((64, 128)))
+    estimate = sc.jit(_concatenated_halves).lower(*args).memory_estimate()
+    stats = jax.jit(_concatenated_halves).lower(*args).compile().memory_analysis()
+    assert stats.temp_size_in_bytes == 0
+    assert estimate.temp_bytes == 0
