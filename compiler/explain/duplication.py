@@ -22,12 +22,10 @@ a pad, a broadcast, a reshape, a concatenate) computes a new one per index it is
 computed at. XLA:CPU fuses a producer into a kernel only while that emits it at
 most ``PlatformRules.fused_code_copies`` times (a broadcast always), so in a
 tree of slices each level doubling the indices (a pairwise product's even and
-odd elements) the levels past the limit are buffers: ``CodeCopies``. A pad's or
-a concatenate's code is emitted in blocks of its own (``OpInvalidatesCache``):
-fused only into one kernel, where one op reads it at one index, so every level
-of an ``associative_scan``'s interleaving pads, read by the next level's odd and
-even slices, is a buffer. A slice of a concatenate within one of its operands
-reads that operand (XLA's simplifier), not the concatenate.
+odd elements) the levels past the limit are buffers: ``CodeCopies``. A pad's code is emitted in blocks of its own
+(``OpInvalidatesCache``): fused only into one kernel, where one op reads it at
+one index, so every level of an ``associative_scan``'s interleaving pads, read
+by the next level's odd and even slices, is a buffer.
 """
 
 from __future__ import annotations
@@ -103,10 +101,12 @@ _TERMINATORS = frozenset({"func.return", "stablehlo.return", "sdy.return"})
 _BROADCAST = "stablehlo.broadcast_in_dim"
 _TRANSPOSE = "stablehlo.transpose"
 # fusible ops whose code a kernel emits in blocks of their own, so it cannot reuse
-# one copy for another reader (``OpInvalidatesCache``)
-_CONCATENATE = "stablehlo.concatenate"
-_SLICE = "stablehlo.slice"
-_ONE_COPY = frozenset({"stablehlo.pad", _CONCATENATE})
+# one copy for another reader (``OpInvalidatesCache``). A concatenate is one too,
+# but XLA:CPU often fuses small ones read by several kernels into each all the
+# same, which the model does not tell apart from those it writes (einops_attention's
+# class-token concatenate): eqx_rope_mha_lm's and penzai_gemma2_stack's counted as
+# buffers took their nets from 1.096x to 1.104x and from 1.017x to 1.246x XLA's
+_ONE_COPY = frozenset({"stablehlo.pad"})
 
 
 class CodeCopies:
@@ -131,33 +131,10 @@ class CodeCopies:
         kernels = self.indexing(value)
         if self.graph.op_name[owner] in _ONE_COPY:
             # fused only into one kernel, where one op reads it at one index
-            readers = [user for user, _ in self.walker.readers(value, owner)]
-            kept = [user for user in readers if not self._sliced_apart(owner, user)]
-            if len(kept) < len(readers):
-                # the slices read one operand each (XLA's simplifier slices it instead)
-                return len(kept) > 1
-            if len(kernels) > 1 or len(readers) > 1:
+            if len(kernels) > 1 or len(self.walker.readers(value, owner)) > 1:
                 return True
             limit = 1
         return any(sum(users.values()) > limit for users in kernels.values())
-
-    def _sliced_apart(self, concatenate: int, user: int) -> bool:
-        """Whether ``user`` is a slice of ``concatenate`` within one of its operands,
-        which XLA's simplifier slices instead: the concatenate is not read there."""
-        graph = self.graph
-        if graph.op_name[concatenate] != _CONCATENATE or graph.op_name[user] != _SLICE:
-            return False
-        dim = ir.IntegerAttr(graph.ops[concatenate].attributes["dimension"]).value
-        attributes = graph.ops[user].attributes
-        start = ir.DenseI64ArrayAttr(attributes["start_indices"])[dim]
-        limit = ir.DenseI64ArrayAttr(attributes["limit_indices"])[dim]
-        offset = 0
-        for operand in graph.op_operands[concatenate]:
-            size = graph.value_shape[operand][dim]
-            if offset <= start and limit <= offset + size:
-                return True
-            offset += size
-        return False
 
     def indexing(self, value: int) -> dict[int, dict[int, int]]:
         """``value``'s kernels, each with the ops computing the indices the value is

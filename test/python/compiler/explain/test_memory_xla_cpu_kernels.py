@@ -714,37 +714,3 @@ def test_a_kernel_emits_a_fused_value_at_most_fifteen_times():
     assert stats.temp_size_in_bytes == 2 * 16 * 64 * 4
     assert estimate.temp_bytes == stats.temp_size_in_bytes
 
-
-def _concatenated_halves(x, y):
-    c = jnp.concatenate([jnp.sin(x), jnp.cos(y)], axis=0)
-    return jnp.exp(c[:64]), jnp.tanh(c[64:]) * 2
-
-
-def _concatenated_windows(x, y):
-    c = jnp.concatenate([jnp.sin(x), jnp.cos(y)], axis=0)
-    return jnp.exp(c[32:96]), jnp.tanh(c[16:80]) * 2
-
-
-def test_a_concatenate_two_kernels_read_across_its_operands_is_a_buffer():
-    # each window reads both operands: XLA fuses the concatenate into neither
-    # kernel (its code is emitted in blocks of its own) and writes it,
-    # cosine_concatenate_fusion f32[128,128], XLA's one temporary; fused, the
-    # estimate had none
-    args = (jnp.ones((64, 128)), jnp.ones((64, 128)))
-    estimate = sc.jit(_concatenated_windows).lower(*args).memory_estimate()
-    stats = jax.jit(_concatenated_windows).lower(*args).compile().memory_analysis()
-    assert stats.temp_size_in_bytes == 128 * 128 * 4
-    assert estimate.temp_bytes == stats.temp_size_in_bytes
-
-
-def test_a_concatenate_sliced_back_into_its_operands_is_no_buffer():
-    # each slice lies within one operand: XLA's simplifier slices that operand and
-    # the concatenate is gone (no temporaries); counted as read by two kernels it
-    # was a buffer of 64 KiB (grad_loops_unrolled: three concatenates at its
-    # unrolled fori_loop, each read by two slices of one operand, took the net to
-    # 1.12x XLA's)
-    args = (jnp.ones((64, 128)), jnp.ones((64, 128)))
-    estimate = sc.jit(_concatenated_halves).lower(*args).memory_estimate()
-    stats = jax.jit(_concatenated_halves).lower(*args).compile().memory_analysis()
-    assert stats.temp_size_in_bytes == 0
-    assert estimate.temp_bytes == 0
