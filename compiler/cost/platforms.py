@@ -269,6 +269,12 @@ class PlatformRules:
     # fusing consumer: a ReLU's output lives until the next convolution, its
     # gradient recomputes it from the convolution output before it).
     duplicates_cheap_producers: bool = False
+    # The most copies of a producer's code one fused kernel may emit (0: no limit):
+    # a fusible value its kernel reads through more distinct index computations
+    # (slices, pads, broadcasts, reshapes of it, each level of a tree of them
+    # multiplying) is a buffer of its own. XLA:CPU's fusion stops there
+    # (``FusionNodeIndexingEvaluation::kAllowedCodeDuplication``, 15).
+    fused_code_copies: int = 0
     # Whether the compiler removes optimization barriers before its CSE (XLA:CPU's
     # ``OptimizationBarrierExpander``), so that ``jax.checkpoint``'s recomputation of
     # an unrolled layer merges into the forward's ops and the forward's values live
@@ -424,6 +430,7 @@ CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as
                     offloaded_reduction_elements=4096, heap_alignment=64,
                     fusible=frozenset({"stablehlo.gather"}), tuple_pointer_bytes=8,
                     expands_select_and_scatter=True, duplicates_cheap_producers=True,
+                    fused_code_copies=15,
                     concatenates_all_to_all=True, expands_optimization_barriers=True,
                     expands_batch_group_convolutions=True, writes_halo_windows=True)
 # The combine threshold is XLA:TPU's default all-reduce combiner size (the

@@ -14,6 +14,18 @@ even when a convolution or a dot reads it too (it is then also a buffer, for
 those): a ReLU of a batch norm of a convolution, read by the next convolution
 and by the backward's ReLU gradient, which computes it again from the kept
 convolution output (``liveness.LivenessWalker.duplicated``).
+
+A producer fused into a kernel is emitted once per distinct index its readers
+there compute it at (``FusionNodeIndexingEvaluation``): a reader of its shape
+(an elementwise op, a transpose) hands on its own indices, any other (a slice,
+a pad, a broadcast, a reshape, a concatenate) computes a new one per index it is
+computed at. XLA:CPU fuses a producer into a kernel only while that emits it at
+most ``PlatformRules.fused_code_copies`` times (a broadcast always), so in a
+tree of slices each level doubling the indices (a pairwise product's even and
+odd elements) the levels past the limit are buffers: ``CodeCopies``. A pad's code is emitted in blocks of its own
+(``OpInvalidatesCache``): fused only into one kernel, where one op reads it at
+one index, so every level of an ``associative_scan``'s interleaving pads, read
+by the next level's odd and even slices, is a buffer.
 """
 
 from __future__ import annotations
@@ -21,6 +33,8 @@ from __future__ import annotations
 from math import prod
 
 from jaxlib.mlir import ir
+
+from shardc.compiler.cost.fusion import FUSIBLE
 
 # Ops XLA's ``InstructionFusion::IsExpensive`` calls expensive among those the
 # model fuses (float division and remainder included; sine, cosine and tan of
@@ -80,3 +94,109 @@ def expensive(graph, op: int) -> bool:
         element = ir.ShapedType(graph.values[graph.op_results[op][0]].type).element_type
         return not isinstance(element, ir.IntegerType)
     return False
+
+
+# ops that end a block: a value they return is written by its kernel, the kernel's root
+_TERMINATORS = frozenset({"func.return", "stablehlo.return", "sdy.return"})
+_BROADCAST = "stablehlo.broadcast_in_dim"
+_TRANSPOSE = "stablehlo.transpose"
+# fusible ops whose code a kernel emits in blocks of their own, so it cannot reuse
+# one copy for another reader (``OpInvalidatesCache``). A concatenate is one too,
+# but XLA:CPU often fuses small ones read by several kernels into each all the
+# same, which the model does not tell apart from those it writes (einops_attention's
+# class-token concatenate): eqx_rope_mha_lm's and penzai_gemma2_stack's counted as
+# buffers took their nets from 1.096x to 1.104x and from 1.017x to 1.246x XLA's
+_ONE_COPY = frozenset({"stablehlo.pad"})
+
+
+class CodeCopies:
+    """How many times the kernels fusing a value emit its code, per kernel, for one
+    liveness walk (``LivenessWalker``: its graph, platform rules, ``readers`` and
+    ``materialised``), each value's counted once."""
+
+    def __init__(self, walker) -> None:
+        self.walker = walker
+        self.graph = walker.graph
+        # value -> kernel (its root op) -> the ops computing indices the value is
+        # computed at there, each with how many indices it computes
+        self._indexing: dict[int, dict[int, dict[int, int]]] = {}
+
+    def too_many(self, value: int) -> bool:
+        """Whether a kernel fusing ``value`` would emit its code more often than the
+        platform allows (``PlatformRules.fused_code_copies``): XLA writes it then."""
+        limit = self.walker.rules.fused_code_copies
+        owner = self.graph.value_def[value]
+        if not limit or owner < 0 or self.graph.op_name[owner] == _BROADCAST:
+            return False
+        kernels = self.indexing(value)
+        if self.graph.op_name[owner] in _ONE_COPY:
+            # fused only into one kernel, where one op reads it at one index
+            if len(kernels) > 1 or len(self.walker.readers(value, owner)) > 1:
+                return True
+            limit = 1
+        return any(sum(users.values()) > limit for users in kernels.values())
+
+    def indexing(self, value: int) -> dict[int, dict[int, int]]:
+        """``value``'s kernels, each with the ops computing the indices the value is
+        computed at there (an op reading it with a shape of its own) and how many
+        each computes; the readers' own values come first (their kernels are known
+        once XLA has fused what reads them), walked without recursion."""
+        stack = [(value, False)]
+        while stack:
+            current, expanded = stack.pop()
+            if current in self._indexing:
+                continue
+            if expanded:
+                self._indexing[current] = self._evaluate(current)
+                continue
+            stack.append((current, True))
+            stack.extend((result, False) for result in self._fused_results(current)
+                         if result not in self._indexing)
+        return self._indexing[value]
+
+    def _fused_results(self, value: int) -> list[int]:
+        """The results of the fusible ops reading ``value`` in its block."""
+        graph = self.graph
+        found = []
+        for user, top in self.walker.readers(value, graph.value_def[value]):
+            if user == top and self._fusing(user):
+                found.append(graph.op_results[user][0])
+        return found
+
+    def _fusing(self, op: int) -> bool:
+        name = self.graph.op_name[op]
+        return len(self.graph.op_results[op]) == 1 and (
+            name in FUSIBLE or name in self.walker.rules.fusible)
+
+    def _root(self, result: int, op: int) -> bool:
+        """Whether ``op``'s ``result`` is written by the kernel it roots: returned, or
+        a buffer."""
+        return any(self.graph.op_name[top] in _TERMINATORS
+                   for _, top in self.walker.readers(result, op)) \
+            or self.walker.materialised(result, op)
+
+    def _evaluate(self, value: int) -> dict[int, dict[int, int]]:
+        graph = self.graph
+        found: dict[int, dict[int, int]] = {}
+        for user, top in self.walker.readers(value, graph.value_def[value]):
+            if user != top or not self._fusing(user):
+                found.setdefault(top, {})[top] = 1  # a kernel of its own reads it
+                continue
+            result = graph.op_results[user][0]
+            same = graph.op_name[user] == _TRANSPOSE \
+                or graph.value_shape[result] == graph.value_shape[value]
+            if self._root(result, user):
+                # the kernel's root is computed at one index: the value at that one
+                # where the root hands it on, at one of the root's own where not
+                found.setdefault(user, {})[~user if same else user] = 1
+                continue
+            kernels = self._indexing.get(result, {})
+            if same:
+                # the reader hands on the indices it is computed at
+                for kernel, users in kernels.items():
+                    found.setdefault(kernel, {}).update(users)
+            else:
+                # one new index per index the reader is computed at
+                for kernel, users in kernels.items():
+                    found.setdefault(kernel, {})[user] = sum(users.values())
+        return found

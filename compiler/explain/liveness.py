@@ -25,7 +25,7 @@ from shardc.compiler.cost.fusion import FREE as _FREE
 from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.diagnostics import source_loc_of
 from shardc.compiler.explain.aliasing import Slot
-from shardc.compiler.explain.duplication import cheap_to_duplicate, expensive
+from shardc.compiler.explain.duplication import CodeCopies, cheap_to_duplicate, expensive
 from shardc.compiler.explain.grid import shard_shape
 from shardc.compiler.explain.hoisted import (
     batching_dims,
@@ -230,6 +230,8 @@ class LivenessWalker:
         self.state = ir.AsmState(values.graph.module)
         self._duplicated: dict[int, bool] = {}  # ``duplicated``'s answers
         self._in_dots: dict[int, bool] = {}  # ``fused_into_dots``'s answers
+        # how often the kernels fusing a value would emit its code (``duplication``)
+        self.code_copies = CodeCopies(self)
 
     def body_bytes(self, body: bytes) -> int:
         """The peak of a ``custom_partitioning`` op's per-device body (MLIR bytecode)
@@ -590,7 +592,8 @@ class LivenessWalker:
             return False
         fusible = self.rules.fusible
         if (name in FUSIBLE or name in fusible) and users <= _FUSING_CONSUMERS | fusible:
-            return self.shared(value, op) or self.outside_offloaded_reduction(value, op)
+            return self.shared(value, op) or self.outside_offloaded_reduction(value, op) \
+                or self.code_copies.too_many(value)
         return True
 
     def _fusing_reduction(self, user: int, op: int) -> bool:

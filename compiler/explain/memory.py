@@ -67,6 +67,12 @@ not divide counting padded like XLA pads it:
 * duplicated producers (``duplication``): a cheap fusible value (one large
   operand) that a convolution or a loop (its initial value) reads is kept for
   those only; the ops that can fuse it compute it again, reading its operands;
+* fused code copies (``duplication.CodeCopies``): a fusible value its kernel would
+  emit more than 15 times (read through that many distinct index computations:
+  slices, pads, broadcasts of it, each level of a tree of them multiplying) is a
+  buffer, and so is a pad read by more than one kernel or more than once in one
+  (XLA:CPU emits its code in blocks of its own): an ``associative_scan``'s
+  interleaving pads, every level's;
 * outer products (``simplified``): a dot contracting no dimension is a multiply
   of broadcasts to XLA, fused with its readers as any elementwise op;
 * a producer YNNPACK's reduction fusion cannot take (a dynamic-slice, a reverse,

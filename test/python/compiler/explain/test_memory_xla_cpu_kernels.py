@@ -689,3 +689,58 @@ def test_a_case_index_summed_from_a_constant_carry_is_judged_once_per_value():
     estimate = lowered.memory_estimate()
     stats = lowered.compile().memory_analysis()
     assert abs(_net(estimate, stats) - 1) <= 0.10, (estimate.temp_bytes, stats.temp_size_in_bytes)
+
+
+def _linear_recurrence(a, b):
+    # h_t = a_t h_{t-1} + b_t over axis 1, as an LRU computes it in parallel
+    def combine(first, second):
+        return first[0] * second[0], second[0] * first[1] + second[1]
+
+    return lax.associative_scan(combine, (a, b), axis=1)[1]
+
+
+def test_a_scans_interleaving_pads_read_by_two_kernels_are_buffers():
+    # associative_scan interleaves each level's odd and even results with two pads
+    # added together; XLA duplicates the add into the next level's two kernels (its
+    # odd and even slices), then fuses a pad into neither: its code is emitted in a
+    # block of its own (``OpInvalidatesCache``), fused only where one kernel reads it.
+    # XLA:CPU's buffer assignment holds both pads of every level, 2 to 32 steps of
+    # 2x16 f32 per device (concatenate_pad_fusion.3 ... add_pad_fusion); fused into
+    # their readers the estimate had none of them
+    args = (jnp.ones((8, 64, 16)), jnp.ones((8, 64, 16)))
+    lowered = _lower(_linear_recurrence, args, (P("data"), P("data")))
+    with predicting_for(CPU):
+        walker = LivenessWalker(ModuleValues(lowered.module.operation,
+                                             missing_as_replicated=True))
+        graph = walker.graph
+        func = next(op for op, name in enumerate(graph.op_name) if name == "func.func")
+        ops = graph.op_blocks[func][0][1]
+        pads = [walker.bytes_of(graph.op_results[op][0]) for op in ops
+                if graph.op_name[op] == "stablehlo.pad"
+                and walker.materialised(graph.op_results[op][0], op)]
+    # per level two pads of 2 x steps x 16 f32: steps 2, 4, 8, 16, 32
+    assert sorted(pads) == sorted(2 * [2 * s * 16 * 4 for s in (2, 4, 8, 16, 32)])
+
+
+def _pairwise_tree(x):
+    # each level multiplies the last one's even elements' sines by its odd ones
+    while x.shape[1] > 1:
+        x = jnp.sin(x[:, 0::2]) * x[:, 1::2]
+    return x
+
+
+def test_a_kernel_emits_a_fused_value_at_most_fifteen_times():
+    # each level reads the last one at two new indices (its even and odd slices):
+    # fused through all seven levels, the input would be emitted 128 times in one
+    # kernel. XLA:CPU fuses a producer only while its kernel emits it at most 15
+    # times (``FusionNodeIndexingEvaluation::kAllowedCodeDuplication``): the last
+    # four levels' kernel would emit the third level's result 16 times, so that is a
+    # buffer, f32[2,16,64] per device (slice_multiply_fusion.1, XLA's one
+    # temporary), and the first three levels (8 copies of the input) its kernel;
+    # fused throughout, the estimate had no temporaries
+    lowered = _lower(_pairwise_tree, (jnp.ones((8, 128, 64)),), (P("data"),))
+    estimate = lowered.memory_estimate()
+    stats = lowered.compile().memory_analysis()
+    assert stats.temp_size_in_bytes == 2 * 16 * 64 * 4
+    assert estimate.temp_bytes == stats.temp_size_in_bytes
+
