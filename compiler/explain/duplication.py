@@ -22,8 +22,8 @@ a pad, a broadcast, a reshape, a concatenate) computes a new one per index it is
 computed at. XLA:CPU fuses a producer into a kernel only while that emits it at
 most ``PlatformRules.fused_code_copies`` times (a broadcast always), so in a
 tree of slices each level doubling the indices (a pairwise product's even and
-odd elements) the levels past the limit are buffers: ``CodeCopies``. A pad's code is emitted in blocks of its own
-(``OpInvalidatesCache``): fused only into one kernel, where one op reads it at
+odd elements) the levels past the limit are buffers: ``CodeCopies``. A pad's
+code is emitted in blocks of its own (``OpInvalidatesCache``): fused only into one kernel, where one op reads it at
 one index, so every level of an ``associative_scan``'s interleaving pads, read
 by the next level's odd and even slices, is a buffer.
 """

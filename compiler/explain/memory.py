@@ -322,8 +322,7 @@ def _estimate(values: ModuleValues, top: int,
     inside = {id(iv) for iv in packed}
     heaped = [iv for iv in intervals if id(iv) not in inside]
     rules = active_rules()
-    if rules.stages_in_vmem:
-        walker.tables.update(staged_tables(walker, args, ops))
+    walker.tables.update(staged_tables(walker, args, ops))
     chip = heaped if rules.stages_in_vmem and _all_fit(heaped, rules.on_chip_bytes) \
         else on_chip(heaped, rules.on_chip_bytes, STEP * len(ops), body=False, step=STEP)
     heaped = _shared([iv for iv in heaped if all(iv is not c for c in chip)])
@@ -331,10 +330,9 @@ def _estimate(values: ModuleValues, top: int,
     live, at = live_peak(flat, len(positions))
     peak_op = ops[positions[at] // STEP] if live else -1
     temp = _stacked(heap_bytes([(iv.start, iv.end, iv.size) for iv in flat],
-                               active_rules().heap_alignment),
-                    walker.tables.values(), active_rules().heap_alignment)
-    if rules.stages_in_vmem:
-        temp += per_element_bytes(walker, ops)
+                               rules.heap_alignment),
+                    walker.tables.values(), rules.heap_alignment)
+    temp += per_element_bytes(walker, ops)
     inside = {id(iv.buffer) for iv in (*packed, *chip) if iv.buffer is not None}
     kept = [b for b in walker.buffers if id(b) not in inside]
     largest = tuple(map(walker.described,

@@ -66,7 +66,7 @@ class TupleTables:
         results = graph.op_results[op]
         table = self.walker.rules.table_bytes
         name = graph.op_name[op]
-        if not self.walker.rules.tuple_pointer_bytes or not name.startswith("stablehlo.") or name in _FREE:
+        if not table(1) or not name.startswith("stablehlo.") or name in _FREE:
             return []
         if name == "stablehlo.custom_call" and graph.custom_call_target(op) in HOST_CALLBACKS:
             tables = [(("result", op), table(len(results)))]

@@ -16,7 +16,7 @@ from shardc.compiler.explain.liveness import LivenessWalker
 from shardc.compiler.explain.staging import per_element_bytes, staged_tables
 from shardc.compiler.propagation.values import ModuleValues
 
-UNSTAGED = dataclasses.replace(TPU, stages_in_vmem=False)
+HBM_ONLY = dataclasses.replace(TPU, stages_in_vmem=False)
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +102,7 @@ def test_tpu_estimate_of_a_staged_program_is_its_tables_and_scalars(mesh):
                      ((), jnp.float32))
     with predicting_for(TPU):
         staged = memory._estimate(values, 5, None)
-    with predicting_for(UNSTAGED):
+    with predicting_for(HBM_ONLY):
         unstaged = memory._estimate(values, 5, None)
     assert unstaged.temp_bytes > 0
     # every array on chip; three tables 16 KiB apart (two prefetches, one fusion),
@@ -116,7 +116,7 @@ def test_tpu_keeps_arrays_in_hbm_where_they_do_not_fit(mesh):
                      ((), jnp.float32))
     with predicting_for(dataclasses.replace(TPU, on_chip_bytes=512)):
         small = memory._estimate(values, 5, None)
-    with predicting_for(dataclasses.replace(UNSTAGED, on_chip_bytes=512)):
+    with predicting_for(dataclasses.replace(HBM_ONLY, on_chip_bytes=512)):
         unstaged = memory._estimate(values, 5, None)
     # the tables and scalars come on top of the arrays the unstaged walk keeps
     assert small.temp_bytes > unstaged.temp_bytes
