@@ -59,6 +59,15 @@ UNPARTITIONED_CONVOLUTION = "stablehlo.convolution (feature groups)"
 # a [N, H, W, C] gradient on [{"x"}, {}, {}, {"y"}] against an input on [{"x"}]).
 GATHERED_BATCH_GROUPS = "stablehlo.convolution (batch groups gathered)"
 XLA_REPLICATED_OPS = frozenset({"chlo.top_k", "stablehlo.fft", UNPARTITIONED_CONVOLUTION})
+
+
+def xla_replicates(op_name: str | None) -> bool:
+    """Whether XLA replicates op ``op_name`` on the platform predicted for: one of
+    ``XLA_REPLICATED_OPS`` the platform does not partition by its sharding rule
+    (``PlatformRules.partitioned_ops``)."""
+    return op_name in XLA_REPLICATED_OPS and op_name not in active_rules().partitioned_ops
+
+
 # A reduce of several operands at once (an argmax's values and indices) has no
 # all-reduce: XLA's reduce handler keeps each local result's reduced dimensions (size
 # one, tiled as the operand was), all-gathers them over the axes reduced over and
@@ -416,7 +425,7 @@ def op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
     """
     if all(r.sharding is None for r in results):
         return []
-    replicated = op_name in XLA_REPLICATED_OPS
+    replicated = xla_replicates(op_name)
     gathers_partials = op_name == VARIADIC_REDUCE and len(results) > 1
     reduce = op_name == REDUCE
     dot = op_name == "stablehlo.dot_general"

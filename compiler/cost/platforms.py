@@ -48,6 +48,15 @@ collectives but differs in a few measurable ways, each one field here:
 * all-reduce reassociation: the sum of two all-reduced partial sums over the
   same devices (the gradient of an activation read by several dots, e.g.
   Q, K and V) is one all-reduce of the summed partial sums;
+* all-reduce code motion: an all-reduce a loop body only adds into a carry (a
+  scanned layer's weight gradient) runs once after the loop
+  (``hoists_accumulated_all_reduces``);
+* vectors: XLA:TPU gathers a vector by an all-reduce of its shard written into
+  zeros (``all_gathers_vectors_as_all_reduce``), and an f32 value that only dots
+  read, through reshapes, transposes and slices, is gathered in bf16
+  (``dot_operands_moved_as``);
+* top_k: XLA:TPU partitions it along its batch dimensions (``partitioned_ops``),
+  XLA:CPU gathers its operand whole;
 * dots in a wider type: XLA:CPU computes a bf16 dot in f32 (YNNPACK's
   ``ynn_fusion``), its operands converted into f32 buffers and its result
   written in f32 before the next fusion rounds it; XLA:TPU's MXU takes bf16
@@ -144,6 +153,12 @@ class PlatformRules:
     # of at most this many bytes is an all-reduce of the gathered buffer, each device's
     # shard written into zeros (0: never): the same bytes, another kind.
     all_gathers_as_all_reduce_below: int = 0
+    # Whether an all-gather of a vector (rank 0 or 1) whose shard is less than one
+    # ``tile[1]``-element tile is such an all-reduce over any number of devices: XLA:TPU
+    # gathers an array along the dimension it lays out major-most, which a vector's
+    # one dimension is only in tiles of 128 elements (every vector gather of the libzoo
+    # compiles, shards of 8 to 64 elements; larger shards were not compiled).
+    all_gathers_vectors_as_all_reduce: bool = False
     # Whether an operand resharded for one op is reused by later ops that need it so
     # (XLA:CPU's partitioner keeps it; XLA:TPU gathers again, e.g. a weight in the
     # backward pass, rather than hold the gathered copy).
@@ -168,6 +183,10 @@ class PlatformRules:
     # more it all-gathers (XLA's check that the loop's permutes and the dot's compute
     # take less time than the all-gather and the dot, priced for the device group).
     windowed_contracting_devices: tuple[int, int] = (0, 0)
+    # Whether an all-reduce in a loop body whose result is only added into a carry (a
+    # scanned layer's weight gradient summed over the steps) runs once after the loop,
+    # of the summed partial sums (XLA's ``WhileLoopAllReduceCodeMotion``).
+    hoists_accumulated_all_reduces: bool = False
     # Whether the sum of two all-reduces over the same devices is one all-reduce.
     reassociates_all_reduces: bool = False
     # Independent all-reduces over the same devices are combined up to this many
@@ -193,6 +212,11 @@ class PlatformRules:
     offloaded_reduction_elements: int = 0
     # The alignment of each temporary's offset in the heap XLA packs them into.
     heap_alignment: int = 1
+    # Ops of ``op_comm.XLA_REPLICATED_OPS`` the platform partitions by their sharding
+    # rule (the batch dimensions kept sharded): XLA:TPU runs ``chlo.top_k`` as its TopK
+    # custom call, which its SPMD partitioner partitions; XLA:CPU sorts, every operand
+    # gathered.
+    partitioned_ops: frozenset[str] = frozenset()
     # Whether a fusible value read by several fusing ops (a reduction among them, or
     # an expensive one such as exp) is fused into each of them rather than kept as a
     # buffer: XLA:TPU fuses a reduction with its elementwise producers and recomputes
@@ -350,9 +374,15 @@ class PlatformRules:
         chunks = -(-tiles // chunk)
         return max(rows, _round_up(tiles, chunks) * tile_rows)
 
-    def gathers_by_all_reduce(self, devices: int, gathered_bytes: int) -> bool:
+    def gathers_by_all_reduce(self, devices: int, gathered_bytes: int, rank: int = 2,
+                              element_bytes: int = 4) -> bool:
         """Whether an all-gather over ``devices`` devices of ``gathered_bytes`` (its
-        result) runs as an all-reduce (``all_gathers_as_all_reduce_below``)."""
+        result, of ``rank`` dimensions of ``element_bytes`` elements) runs as an
+        all-reduce (``all_gathers_as_all_reduce_below``,
+        ``all_gathers_vectors_as_all_reduce``)."""
+        if (self.all_gathers_vectors_as_all_reduce and rank <= 1 and self.tile is not None
+                and gathered_bytes // max(element_bytes, 1) < devices * self.tile[1]):
+            return True
         return (bool(self.all_gathers_as_all_reduce_below) and bool(self.reduce_scatter_max_devices)
                 and devices > self.reduce_scatter_max_devices
                 and gathered_bytes <= self.all_gathers_as_all_reduce_below * devices)
@@ -483,13 +513,15 @@ TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_re
                     reduce_scatter_tile_factor=1664, reduce_scatter_min_tiles=2,
                     reduce_scatter_chunk_tiles={2: 304, 4: 228, 8: 158, 16: 64},
                     all_gathers_as_all_reduce_below=64 << 10,
+                    all_gathers_vectors_as_all_reduce=True,
                     all_reduce_combine_bytes=256 << 20,
                     windowed_reduce_scatter_above=4096, windows_loop_all_gathers=True,
                     windowed_max_devices=32, windowed_contracting_devices=(16, 16),
-                    reassociates_all_reduces=True,
+                    reassociates_all_reduces=True, hoists_accumulated_all_reduces=True,
                     tile=(8, 128), vector_tile=1024, min_buffer_bytes=512,
                     duplicates_shared_producers=True,
                     fusible=frozenset({"stablehlo.scatter"}),
+                    partitioned_ops=frozenset({"chlo.top_k"}),
                     reshards_arguments_first=False, recomputes_fused_values=True,
                     dot_operand_fusion_devices=64,
                     copies_operands_per_layout=True, on_chip_bytes=112 << 20,

@@ -54,6 +54,7 @@ from shardc.compiler.cost.op_comm import (
     GATHERED_BATCH_GROUPS,
     RESHAPE,
     UNPARTITIONED_CONVOLUTION,
+    VARIADIC_REDUCE,
     OpCommunication,
     dims_text,
     op_communication,
@@ -1236,15 +1237,66 @@ def as_compiled(reader: ModuleValues, sites: list[tuple[int, CommEntry]]
     reassociated and combined, as its rules say (what ``comm_report_of`` reports
     and what every step-time model of a program times)."""
     rules = active_rules()
+    if rules.dot_operands_moved_as:
+        sites = _gather_dot_operands_narrow(reader, sites)
     if rules.windows_loop_all_gathers:
         sites = _window_loop_all_gathers(reader, sites)
-    if rules.all_gathers_as_all_reduce_below:
+    if rules.all_gathers_as_all_reduce_below or rules.all_gathers_vectors_as_all_reduce:
         sites = _all_gathers_as_all_reduces(reader, sites)
+    if rules.hoists_accumulated_all_reduces:
+        sites = _hoist_accumulated_all_reduces(reader, sites)
     if rules.reassociates_all_reduces:
         sites = _reassociate_all_reduces(reader, sites)
     if rules.all_reduce_combine_bytes:
         sites = _combine_all_reduces(reader, sites, rules.all_reduce_combine_bytes)
     return sites
+
+
+def _gather_dot_operands_narrow(reader: ModuleValues, sites: list[tuple[int, CommEntry]]
+                                ) -> list[tuple[int, CommEntry]]:
+    """An all-gather at a layout op (a reshape, a transpose, a slice) whose results only
+    dots read, through more such ops, moved as the platform moves a dot's operands
+    (``PlatformRules.dot_operands_moved_as``): XLA:TPU converts the dots' f32 operands
+    to bf16 and moves the convert above the layout ops and the gather."""
+    rules = active_rules()
+    graph = reader.graph
+    out = []
+    for op, entry in sites:
+        operand = _OPERAND.match(entry.tensor)
+        if (entry.kind == ALL_GATHER and operand is not None
+                and graph.op_name[op] in _LAYOUT_OPS and _only_dots_read(graph, op)):
+            tensor = reader.tensor(graph.op_operands[op][int(operand.group(1))])
+            moved = rules.dot_operands_moved_as.get(tensor.dtype) if tensor else None
+            if moved is not None and moved[1] < tensor.element_bytes:
+                entry = replace(entry, bytes_per_device=entry.bytes_per_device * moved[1]
+                                // tensor.element_bytes,
+                                reason=entry.reason + f", gathered in {moved[0]} for the dots "
+                                "reading it")
+        out.append((op, entry))
+    return out
+
+
+# Ops that only lay their operand out anew, which XLA moves a dot operand's convert above.
+_LAYOUT_OPS = frozenset({RESHAPE, "stablehlo.transpose", "stablehlo.slice"})
+
+
+def _only_dots_read(graph, op: int) -> bool:
+    """Whether every reader of ``op``'s results is a dot, directly or through layout ops
+    (``_LAYOUT_OPS``), and some reader is."""
+    seen, stack, dots = {op}, [op], 0
+    while stack:
+        for value in graph.op_results[stack.pop()]:
+            for user, _ in graph.uses[value]:
+                name = graph.op_name[user] if user >= 0 else None
+                if name == "stablehlo.dot_general":
+                    dots += 1
+                elif name in _LAYOUT_OPS:
+                    if user not in seen:
+                        seen.add(user)
+                        stack.append(user)
+                else:
+                    return False
+    return dots > 0
 
 
 def _window_loop_all_gathers(reader: ModuleValues, sites: list[tuple[int, CommEntry]]
@@ -1288,19 +1340,34 @@ def _gathers_contracted(reader: ModuleValues, op: int, index: int, axes: set[str
 def _all_gathers_as_all_reduces(reader: ModuleValues, sites: list[tuple[int, CommEntry]]
                                 ) -> list[tuple[int, CommEntry]]:
     """The all-gathers the platform runs as all-reduces of the gathered buffer
-    (``PlatformRules.gathers_by_all_reduce``: small shards over very many devices),
-    then combined with the other all-reduces."""
+    (``PlatformRules.gathers_by_all_reduce``: small shards over very many devices,
+    vectors), then combined with the other all-reduces."""
     rules = active_rules()
     out = []
     for op, entry in sites:
         devices = _axis_devices(reader, entry.axes)
-        if (entry.kind == ALL_GATHER and devices is not None
-                and rules.gathers_by_all_reduce(devices, entry.bytes_per_device)):
+        gathered = _gathered(reader, op, entry) if entry.kind == ALL_GATHER else None
+        if (entry.kind == ALL_GATHER and devices is not None and gathered is not None
+                and rules.gathers_by_all_reduce(devices, entry.bytes_per_device,
+                                                len(gathered.shape), gathered.element_bytes)):
             entry = replace(entry, kind=ALL_REDUCE,
                             reason=entry.reason + ", gathered by an all-reduce of its shard "
                             "written into zeros")
         out.append((op, entry))
     return out
+
+
+def _gathered(reader: ModuleValues, op: int, entry: CommEntry) -> Tensor | None:
+    """The value ``entry`` reshards at op ``op``: its operand (a returned value: the
+    return's), else its result (a reduce's partial results keep the reduced
+    dimensions: its first operand, ``op_comm.VARIADIC_REDUCE``)."""
+    graph = reader.graph
+    operand = _OPERAND.match(entry.tensor) or (
+        _RETURNED.match(entry.tensor) if graph.op_name[op] == "func.return" else None)
+    values = ([graph.op_operands[op][int(operand.group(1))]] if operand is not None
+              else graph.op_operands[op][:1] if graph.op_name[op] == VARIADIC_REDUCE
+              else graph.op_results[op][:1])
+    return reader.tensor(values[0]) if values else None
 
 
 def _windowed(reader: ModuleValues, op: int, value: int, axes: set[str]) -> bool:
@@ -1340,6 +1407,7 @@ def _gathered_axes(reader: ModuleValues, value: int, target: tuple | None) -> se
 
 
 _OPERAND = re.compile(r"operand (\d+)")
+_RETURNED = re.compile(r"result (\d+)")  # a returned value: the return's operand
 
 
 def _axis_devices(reader: ModuleValues, axes: tuple[str, ...]) -> int | None:
@@ -1348,6 +1416,56 @@ def _axis_devices(reader: ModuleValues, axes: tuple[str, ...]) -> int | None:
         if axes and all(a in mesh.sizes for a in axes):
             return prod(mesh.sizes[a] for a in axes)
     return None
+
+
+def _hoist_accumulated_all_reduces(reader: ModuleValues, sites: list[tuple[int, CommEntry]]
+                                   ) -> list[tuple[int, CommEntry]]:
+    """An all-reduce in a loop body whose result is only added into a carry that the body
+    reads for nothing else (a scanned layer's weight gradient, summed over the steps)
+    runs once after the loop, of the summed partial sums (XLA's
+    ``WhileLoopAllReduceCodeMotion``): its runs are the loop's."""
+    graph = reader.graph
+    out = []
+    for op, entry in sites:
+        loop = next(loops_around(graph, op), None)
+        if (entry.kind == ALL_REDUCE and entry.implicit and entry.runs and loop is not None
+                and _accumulated(graph, op, loop)):
+            trips = trip_count(graph, loop)
+            if trips:
+                entry = replace(entry, runs=entry.runs // trips,
+                                reason=entry.reason + ", summed over the loop's trips and "
+                                "all-reduced once after it")
+        out.append((op, entry))
+    return out
+
+
+_ACCUMULATED_THROUGH = _LAYOUT_OPS - {"stablehlo.slice"} | {_CONSTRAINT}
+
+
+def _accumulated(graph, op: int, loop: int) -> bool:
+    """Whether ``op``'s one result is read only by an add into a carry of ``loop`` (the
+    body's argument k, read by nothing else) that the body returns as carry k, through
+    layout ops (XLA folds a dot's transposed result into the dot) and sharding
+    constraints."""
+    body_args, body_ops = graph.op_blocks[loop][1]
+    if len(graph.op_results[op]) != 1 or op not in body_ops:
+        return False
+    value = graph.op_results[op][0]
+    uses = graph.uses[value]
+    while (len(uses) == 1 and graph.op_name[uses[0][0]] in _ACCUMULATED_THROUGH
+           and len(graph.op_results[uses[0][0]]) == 1):
+        value = graph.op_results[uses[0][0]][0]
+        uses = graph.uses[value]
+    if len(uses) != 1 or graph.op_name[uses[0][0]] != "stablehlo.add":
+        return False
+    add = uses[0][0]
+    others = [v for v in graph.op_operands[add] if v != value]
+    if len(others) != 1 or others[0] not in body_args:
+        return False
+    k = body_args.index(others[0])
+    returned = graph.uses[graph.op_results[add][0]]
+    return (len(graph.uses[others[0]]) == 1
+            and returned == [(body_ops[-1], k)])
 
 
 def _reassociate_all_reduces(reader: ModuleValues,

@@ -98,8 +98,8 @@ not divide counting padded like XLA pads it:
   so its buffer is the result without those axes, live while it is read
   (XLA:TPU reduce-scatters them: the shard is the buffer, the partial sums
   live while the op runs, never whole in a windowed loop's);
-* ops XLA's partitioner does not partition (an fft, a top_k: ``op_comm.
-  XLA_REPLICATED_OPS``) gather each operand whole and write their result
+* ops XLA's partitioner does not partition (an fft, a top_k on XLA:CPU:
+  ``op_comm.xla_replicates``) gather each operand whole and write their result
   whole, its readers reading their slice of it;
 * all-reduces over the same axes that do not depend on one another are
   combined, whatever all-reduces over other axes run between them: their

@@ -21,7 +21,7 @@ from shardc.compiler.cost.custom_partitioning import custom_partitioned_body, is
 from shardc.compiler.cost.fusion import CHLO_ELEMENTWISE, FREE, FUSIBLE
 from shardc.compiler.cost.halos import exchanged_window_bytes, slice_windows
 from shardc.compiler.cost.indexed import adjusted_indices_bytes, indexed_communication
-from shardc.compiler.cost.op_comm import XLA_REPLICATED_OPS, computation_axes, required_sharding
+from shardc.compiler.cost.op_comm import computation_axes, required_sharding, xla_replicates
 from shardc.compiler.cost.platforms import active_rules
 from shardc.compiler.cost.report import (
     collectives_at,
@@ -275,7 +275,7 @@ class OpNeeds:
         if known is None:
             known = memo[key] = (rule, *_rule_needs(rule, operands, results, mesh))
         _, reduced, wanted, contraction = known
-        if partitioned_as(name, graph.ops[op], operands, mesh) in XLA_REPLICATED_OPS:
+        if xla_replicates(partitioned_as(name, graph.ops[op], operands, mesh)):
             reduced, wanted = set(), self._replicated(graph, op, operands, results, mesh)
         if name in _INDEXED:
             planned = self._indexed(graph, op, rule, operands, results, mesh)
@@ -347,7 +347,7 @@ class OpNeeds:
 
     def _replicated(self, graph, op: int, operands, results, mesh) -> list[tuple | None]:
         """What an op XLA's SPMD partitioner has no partitioning for needs
-        (``op_comm.XLA_REPLICATED_OPS``): its ``DefaultAction`` gathers every operand
+        (``op_comm.xla_replicates``): its ``DefaultAction`` gathers every operand
         whole, runs the op on every device and slices the result, so each operand's
         gather is a buffer (as ``_rule_needs`` gives it) and each sharded result is
         written whole, its slice fused into each reader, and lives as long as they

@@ -735,3 +735,112 @@ def test_tpu_permutes_the_rows_a_padded_reduce_scatter_left_on_the_previous_devi
                          ("collective-permute", ("model",), 144 * 32 * 2)]
     assert [e.kind for e in lowered.comm_report(platform="cpu").entries
             if e.op == "stablehlo.scatter" and e.kind == "collective-permute"] == []
+
+
+def _small_mesh():
+    return AbstractMesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+
+
+def test_tpu_gathers_a_vector_by_an_all_reduce_of_its_shard_in_zeros():
+    # XLA:TPU on v5e 2x4 gathers no vector by an all-gather: in the 69 libzoo programs
+    # compiled for it every vector gather is an all-reduce of dynamic-update-slices
+    # into zeros, combined with the step's other all-reduces (eqx_filter_jit: optax's
+    # moment updates of f32[32] biases, shards of 8 over "model" of 4, 28 vectors in
+    # one all-reduce of 4096 bytes; linen_lm_clip_adamw: f32[256] over "data" of 4).
+    # The bytes are the gathered buffer's, as the all-gather's.
+    mesh = _small_mesh()
+    vector = jax.ShapeDtypeStruct((32,), jnp.float32,
+                                  sharding=NamedSharding(mesh, P("model")))
+    lowered = jit(lambda a, b: (a * 2.0, b + 1.0),
+                  out_shardings=(NamedSharding(mesh, P()),) * 2).trace(
+        vector, vector).lower(lowering_platforms=("tpu",))
+    assert _totals(lowered.comm_report(platform="cpu")) == {"all-gather": (2, 2 * 128)}
+    assert _totals(lowered.comm_report(platform="tpu")) == {"all-reduce": (1, 2 * 128)}
+
+
+def test_tpu_gathers_a_variadic_reduces_kept_dimensions_by_an_all_gather():
+    # A reduce's partial results keep the reduced dimension (size one), so an argmax's
+    # over a vector sharded over "model" is no vector: XLA:TPU all-gathers them
+    # (penzai_kv_decode on v5e 2x4: f32[2,1,2] and s32[2,1,2], 96 bytes in all).
+    mesh = _small_mesh()
+    x = jax.ShapeDtypeStruct((8, 16), jnp.float32,
+                             sharding=NamedSharding(mesh, P("data", "model")))
+    lowered = jit(lambda x: jnp.argmax(x, axis=-1),
+                  out_shardings=NamedSharding(mesh, P("data"))).trace(x).lower(
+        lowering_platforms=("tpu",))
+    kinds = {e.kind for e in lowered.comm_report(platform="tpu").entries
+             if e.op == "stablehlo.reduce"}
+    assert kinds == {"all-gather"}
+
+
+def test_tpu_gathers_an_f32_value_only_dots_read_in_bf16():
+    # XLA:TPU converts a DEFAULT-precision dot's f32 operands to bf16 and moves the
+    # convert above the layout ops between the value and the dots and above their
+    # gather: einops_attention on v5e 2x4 splits its fused QKV projection into heads
+    # by a reshape, gathering f32[8, 16, 96] (shard [4, 16, 24]) over "model" for the
+    # attention einsums as bf16[4, 16, 96], 12288 bytes (f32: 24576). A value another
+    # op reads is gathered in f32 (jax_beam_search: a reshape top_k reads).
+    mesh = _small_mesh()
+    x = jax.ShapeDtypeStruct((8, 16, 96), jnp.float32,
+                             sharding=NamedSharding(mesh, P("data", None, "model")))
+
+    def attention(x):
+        q, k, v = jnp.moveaxis(x.reshape(8, 16, 3, 4, 8), 2, 0)
+        scores = jnp.einsum("bihd,bjhd->bhij", q, k)
+        return jnp.einsum("bhij,bjhd->bihd", scores, v)
+
+    def gathered(platform, fun):
+        lowered = jit(fun, out_shardings=NamedSharding(mesh, P("data"))).trace(x).lower(
+            lowering_platforms=("tpu",))
+        return [e.bytes_per_device for e in lowered.comm_report(platform=platform).entries
+                if e.kind == "all-gather" and e.op == "stablehlo.reshape"]
+
+    assert gathered("tpu", attention) == [12288]
+    assert gathered("cpu", attention) == [24576]
+    assert gathered("tpu", lambda x: jax.lax.top_k(x.reshape(8, 16, 3, 32), 4)[0]) == [24576]
+
+
+def test_tpu_all_reduces_a_loops_summed_weight_gradient_once_after_it():
+    # XLA:TPU moves an all-reduce whose result a loop body only adds into a carry out
+    # of the loop (``WhileLoopAllReduceCodeMotion``): eqx_lstm_lm on v5e 2x4 sums the
+    # LSTM cell's weight gradients over the 8 steps of its backward scan and
+    # all-reduces them over "data" once after the loop (one combined all-reduce of
+    # 15616 bytes; 8 per step predicted before: AR 6.76x XLA:TPU's). XLA:CPU
+    # all-reduces them in every trip.
+    mesh = _small_mesh()
+    xs = jax.ShapeDtypeStruct((8, 16, 32), jnp.float32,
+                              sharding=NamedSharding(mesh, P(None, "data")))
+    w = jax.ShapeDtypeStruct((32, 32), jnp.float32, sharding=NamedSharding(mesh, P()))
+
+    def grad(w, xs):
+        def loss(w):
+            return jax.lax.scan(lambda h, x: (jnp.tanh(x @ w + h), None),
+                                jnp.zeros((16, 32)), xs)[0].sum()
+        return jax.grad(loss)(w)
+
+    lowered = jit(grad, out_shardings=NamedSharding(mesh, P())).trace(w, xs).lower(
+        lowering_platforms=("tpu",))
+
+    def weight_gradient(platform):
+        return [(e.bytes_per_device, e.runs)
+                for e in lowered.comm_report(platform=platform).entries
+                if e.kind == "all-reduce" and e.op == "stablehlo.dot_general"]
+
+    assert weight_gradient("cpu") == [(32 * 32 * 4, 8)]
+    assert weight_gradient("tpu") == [(32 * 32 * 4, 1)]
+
+
+def test_tpu_partitions_top_k_along_its_batch_dimensions():
+    # XLA:TPU runs ``lax.top_k`` as its TopK custom call, which its SPMD partitioner
+    # partitions along the batch dimensions: jax_beam_search on v5e 2x4 takes the top
+    # beams of [8, 256] scores sharded over "data" with no collective (its 6 steps'
+    # only all-gathers are the 4096-byte reshapes before it); XLA:CPU sorts, gathering
+    # the scores whole (8192 bytes a step).
+    mesh = _small_mesh()
+    scores = jax.ShapeDtypeStruct((8, 256), jnp.float32,
+                                  sharding=NamedSharding(mesh, P("data")))
+    lowered = jit(lambda s: tuple(jax.lax.top_k(s, 4)),
+                  out_shardings=(NamedSharding(mesh, P("data")),) * 2).trace(scores).lower(
+        lowering_platforms=("tpu",))
+    assert _totals(lowered.comm_report(platform="cpu")) == {"all-gather": (1, 8192)}
+    assert _totals(lowered.comm_report(platform="tpu")) == {}
