@@ -159,7 +159,8 @@ class Evaluator:
 
     def _on_read(self, assignment: Mapping[int, TensorSharding]) -> ModuleValues | None:
         read = self.read
-        store = read.store.fresh_copy()
+        store = read.store.fresh_copy(
+            None if self._first is None else self._first.store.readers)
         graph = read.graph
         for position, sharding in assignment.items():
             value = self.value_at(position)

@@ -37,7 +37,13 @@ from dataclasses import dataclass, field, replace
 
 from shardc.compiler.cost.flops import module_flops
 from shardc.compiler.cost.platforms import PLATFORMS, Hardware
-from shardc.compiler.cost.report import CommEntry, as_compiled, collectives_at
+from shardc.compiler.cost.report import (
+    CommEntry,
+    as_compiled,
+    collectives_at,
+    entries_key,
+    explicit_entries,
+)
 from shardc.compiler.cost.step_time import axis_sizes, step_time_from
 from shardc.compiler.cost.trips import runs_per_step
 from shardc.compiler.cost_aware.pricing import memory_peak
@@ -86,10 +92,8 @@ def step_time(reader: ModuleValues, device: Hardware, memo: dict | None = None) 
     # The flops and the peak read the shardings only; the collectives below note the
     # operands they reshard on the reader, so they come last.
     peak = memory_peak(reader)
-    graph = reader.graph
     # Every op's key, read once for both (most ops are looked up by it).
-    keys = [reader.op_key(op) if graph.op_results[op] else None
-            for op in range(len(graph.ops))] if memo is not None else None
+    keys = reader.op_keys() if memo is not None else None
     flops = module_flops(reader, memo.setdefault("flops", {}) if memo is not None else None,
                          keys)
     collectives = memo.setdefault("collectives", {}) if memo is not None else None
@@ -125,7 +129,8 @@ def _collectives(reader: ModuleValues, memo: dict | None, keys: list[tuple | Non
 
     ``memo`` keeps an op's collectives by its ``op_key`` (rule, types, interned
     shardings) where the cost model found them without resharding an operand for it
-    (so without asking which values earlier ops resharded): most ops of most states.
+    (so without asking which values earlier ops resharded): most ops of most states;
+    a constant's and an explicit reshard's (an activation's mark) by ``entries_key``.
     """
     graph = reader.graph
     trips: dict[int, int | None] = {}
@@ -134,6 +139,8 @@ def _collectives(reader: ModuleValues, memo: dict | None, keys: list[tuple | Non
         key = None
         if found is not None and graph.op_results[op] and graph.op_name[op] not in _UNKEYED:
             key = keys[op]
+            if key is None:
+                key = entries_key(reader, op)
             known = memo.get(key) if key is not None else None
             if known is not None:
                 if known:
@@ -148,7 +155,8 @@ def _collectives(reader: ModuleValues, memo: dict | None, keys: list[tuple | Non
                         for entry in entries)
         if key is not None:
             needs = found.get(key)
-            if needs is not None and all(need.target is None for need in needs[0]):
+            if explicit_entries(graph, op) or (
+                    needs is not None and all(need.target is None for need in needs[0])):
                 memo[key] = entries
 
 

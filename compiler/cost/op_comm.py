@@ -154,17 +154,6 @@ def _contraction_partitions(rule: OpShardingRule, factor: int, projections, axes
     if all(proj is not None and factor in proj.factors and proj.factors[factor][AXES]
            and size_product(proj.factors[factor][AXES]) == count for proj in carriers):
         return True  # every operand tiled alike: a permute lines them up
-    covering = None if any(result_axes.values()) else _covering_operand(
-        rule, projections, devices)
-    if covering is not None:
-        # An operand's contraction alone splits it over every device and the result is
-        # replicated: XLA reshards the other operand to match it and sums the partial
-        # products (``PartitionBaseCase`` tries the left operand, then the right, before
-        # any grouping or last resort), so the contraction is partitioned as that
-        # operand holds it. (A sharded result is not modelled so: XLA sums and slices
-        # it where the model gathers.)
-        record = covering.factors.get(factor)
-        return record is not None and tuple(record[AXES]) == tuple(axes)
     held = [size_product(proj.factors[factor][AXES]) for proj in carriers
             if proj is not None and factor in proj.factors and proj.factors[factor][AXES]]
     if (len(held) == len(carriers) and len(set(held)) > 1
@@ -187,18 +176,82 @@ def _contraction_partitions(rule: OpShardingRule, factor: int, projections, axes
     return _partial_sums_pay(rule, factor, projections, grouped, result_axes, shapes)
 
 
-def _covering_operand(rule: OpShardingRule, projections, devices: int):
-    """The first of a dot's two operands (left, then right) whose contraction factors
-    alone are split over every device, as XLA's dot handler looks for one; None."""
-    if len(rule.operand_mappings) != 2 or any(p is None for p in projections):
+def _covering_operand(rule: OpShardingRule, operands: Sequence[Tensor], projections,
+                      devices: int | None, result_axes: dict[int, tuple] | None):
+    """The projection of the dot operand XLA partitions the contraction as, where one's
+    contraction factors alone split it over every device; None where none does, or
+    where the result takes another of the dot handler's cases (``_summed_and_sliced``).
+
+    XLA's dot handler (``PartitionBaseCase``, before any grouping or last resort)
+    reshards the other operand to that one's tiles and sums the partial products, one
+    all-reduce per sharded contracting dimension of it (``AllReduceAlongShardingDims``).
+    Where both operands' contractions cover the devices, the one with fewer bytes is
+    resharded, the left one where they have as many (checked on XLA:CPU: ``x^T dy``
+    of [{"data"}, {"model"}, {}] and [{"data", "model"}, {}, {}] all-to-alls the
+    smaller and all-reduces once or twice as the larger is split)."""
+    if (devices is None or len(rule.operand_mappings) != 2
+            or any(p is None for p in projections)
+            or not _summed_and_sliced(rule, result_axes or {}, devices, projections)):
         return None
     contracted = set(rule.reduction_factors)
-    for proj in projections:
+    covering = []
+    for tensor, proj in zip(operands, projections):
         axes = [a for f, record in proj.factors.items() if f in contracted
                 for a in record[AXES]]
         if axes and size_product(axes) == devices:
-            return proj
-    return None
+            covering.append((tensor.global_bytes, proj))
+    if len(covering) == 2:
+        return covering[0][1] if covering[0][0] > covering[1][0] else covering[1][1]
+    if not covering:
+        return None
+    # The other operand splits each contraction factor as the covering one or not at
+    # all; one it splits otherwise ([{"data"}] against [{"data", "model"}]) takes the
+    # last resort instead (both gathered, checked on XLA:CPU).
+    own = covering[0][1].factors
+    other = next(p for p in projections if p is not covering[0][1]).factors
+    for factor in contracted:
+        axes = other[factor][AXES] if factor in other else ()
+        if axes and (factor not in own or tuple(own[factor][AXES]) != tuple(axes)):
+            return None
+    return covering[0][1]
+
+
+def _covered(rule: OpShardingRule, operands: Sequence[Tensor], results: Sequence[Tensor],
+             mesh) -> bool:
+    """Whether a dot operand's contraction covers the devices (``_covering_operand``)."""
+    if len(operands) != 2 or any(t.sharding is None for t in operands):
+        return False
+    projections = [project(t.sharding, m, rule.factor_sizes)
+                   for t, m in zip(operands, rule.operand_mappings)]
+    return _covering_operand(rule, operands, projections, _devices(mesh),
+                             _result_factor_axes(rule, results)) is not None
+
+
+def _summed_and_sliced(rule: OpShardingRule, result_axes: dict[int, tuple],
+                       devices: int, projections) -> bool:
+    """Whether XLA's dot handler reaches the covering operand's case for a result
+    sharded ``result_axes``: replicated, or split on non-contracting dimensions
+    whose axes on one operand's side alone do not cover every device (it sums the
+    partial products and slices them: an all-reduce of the whole result over the axes
+    the result is split on, then of the slice over the others, ``dot_partial_sums``).
+    A result one side's dimensions tile over every device is partitioned on that
+    side first (its contraction gathered), and so is one split on a dimension an
+    operand splits too (XLA groups on that operand's split first: an FSDP weight
+    ``[{"data", "model"}, {}]`` under activations and a result ``[{"data"}, {}]`` is
+    gathered whole); a sharded batch dimension is another case, not modelled so."""
+    sides = [{f for dim in m for f in dim} for m in rule.operand_mappings]
+    for factor, axes in result_axes.items():
+        if axes and factor in sides[0] and factor in sides[1]:
+            return False
+    for side in (0, 1):
+        own = sides[side] - sides[1 - side]
+        held = [a for f in own for a in result_axes.get(f, ())]
+        if held and size_product(held) == devices:
+            return False
+        split = projections[side].factors
+        if any(result_axes.get(f) and f in split and split[f][AXES] for f in own):
+            return False
+    return True
 
 
 def _grouping_moves_other(rule: OpShardingRule, projections,
@@ -300,9 +353,10 @@ def _reduction_axes(rule: OpShardingRule, operands: Sequence[Tensor],
     and the result are replicated inside those groups, only if the sharded
     operand has more elements there than the result (``_partial_sums_pay``).
     Where an operand's contraction factors alone are split over every device
-    (the left operand's first) and the result is replicated, the other is
-    resharded to match it and the contraction stays partitioned as that operand
-    holds it (``PartitionBaseCase``).
+    (``_covering_operand``: the larger where both are) and the result is
+    replicated or split on few enough of the non-contracting dimensions
+    (``_summed_and_sliced``), the other is resharded to match it and every
+    contraction is partitioned as that operand holds it (``PartitionBaseCase``).
     Where both operands split it, into different tile counts, and no grouping
     on a non-contracting split moves either first, it never does (its last
     resort reshards the operands to what the result implies). Otherwise it
@@ -314,7 +368,14 @@ def _reduction_axes(rule: OpShardingRule, operands: Sequence[Tensor],
         project(t.sharding, m, rule.factor_sizes) if t.sharding is not None else None
         for t, m in zip(operands, rule.operand_mappings)
     ]
+    covering = _covering_operand(rule, operands, projections, devices, result_axes)
     for factor in rule.reduction_factors:
+        if covering is not None:
+            # Partitioned as the covering operand holds it, its other axes included:
+            # XLA sums over them and slices the result afterwards.
+            record = covering.factors.get(factor)
+            chosen[factor] = tuple(record[AXES]) if record is not None else ()
+            continue
         seen = [proj.factors[factor][AXES] for proj in projections
                 if proj is not None and factor in proj.factors]
         if seen and seen[0] and all(axes == seen[0] for axes in seen):
@@ -543,7 +604,8 @@ def _op_communication(rule: OpShardingRule, operands: Sequence[Tensor],
                        if size == 1 and f not in in_results and f not in rule.reduction_factors)
     # A dot (or convolution) grouped on one operand's non-contracting axes first moves
     # the other operand onto devices where every group holds all of it (dot_groups).
-    regrouped = (None if replicated or mesh is None
+    # (Not where an operand covers the devices: that case comes first.)
+    regrouped = (None if replicated or mesh is None or _covered(rule, operands, results, mesh)
                  else regrouped_operand(rule, operands, results, mesh_axes(mesh), convolution))
     if regrouped is not None:
         # Inside the groups XLA partitions the dot on the moved operand: a contraction

@@ -227,6 +227,33 @@ def collectives_at(reader: ModuleValues, op: int, runs: int | None = 1
                             implicit, at.location, runs=runs)
 
 
+def entries_key(reader: ModuleValues, op: int) -> tuple | None:
+    """A key of op ``op``, one without an ``op_key``, under which ``collectives_at``
+    answers alike at every op and in every copy of these ``reader.costs``: a
+    constant's (``_constant_key``, the needs ``_op_needs`` keeps under it) and an
+    explicit reshard's (its name, its operand's type and both shardings, interned:
+    such a reshard reads nothing else and notes nothing for later ops,
+    ``explicit_entries``); None for any other op."""
+    graph = reader.graph
+    name = graph.op_name[op]
+    if reader.costs is None:
+        return None
+    if name in _CONSTANTS:
+        return _constant_key(reader, op)
+    if explicit_entries(graph, op):
+        value, result = graph.op_operands[op][0], graph.op_results[op][0]
+        return (name, graph.value_type_key[value], reader.sharding_id(value),
+                reader.sharding_id(result))
+    return None
+
+
+def explicit_entries(graph, op: int) -> bool:
+    """Whether op ``op`` is an explicit reshard of its operand (a constraint, a
+    ``sdy.reshard``): priced by the reshard of its operand to its result's sharding
+    alone, never by its rule."""
+    return graph.op_name[op] in _EXPLICIT and bool(graph.op_operands[op])
+
+
 def collective_bytes_at(reader: ModuleValues, op: int) -> int:
     """The bytes per device of ``collectives_at(reader, op)``, without describing them."""
     if _by_rule(reader.graph, op):  # most ops: summed without generating their finds
@@ -1572,5 +1599,5 @@ def _notes(reader: ModuleValues, trips: dict[int, int | None]) -> tuple[str, ...
 
 
 __all__ = ["BYTES", "BytesByOp", "CommEntry", "CommReport", "CommTotal", "as_compiled", "collective_bytes",
-           "collective_bytes_at", "collectives_at",
+           "collective_bytes_at", "collectives_at", "entries_key", "explicit_entries",
            "comm_report", "comm_report_of", "note_reshard", "reuses_reshard"]

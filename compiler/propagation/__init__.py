@@ -243,7 +243,8 @@ class SharedRead:
         if not self.usable:
             raise ValueError("this module's propagations can change its graph: "
                              "propagate copies of it")
-        store = self.store.fresh_copy()
+        store = self.store.fresh_copy(
+            None if self._first is None else self._first.store.readers)
         for op, attribute in starts.items():
             if not store.start(op, attribute):
                 return None

@@ -138,15 +138,19 @@ class ShardingStore:
         self.read_slot = [slot if slot >= 0 else self.none_slot for slot in self.slot_of]
 
     # ------------------------------------------------------------------ copies
-    def fresh_copy(self) -> ShardingStore:
+    def fresh_copy(self, readers: list[list[int]] | None = None) -> ShardingStore:
         """This store as read, before any propagation step, for another run on its graph
         (``propagation.SharedRead``): the shardings and what steps write are copied,
-        where each value's sharding lives is shared (steps never change it)."""
+        where each value's sharding lives is shared (steps never change it).
+
+        ``readers``: the slot readers of a complete earlier run's store, for a run whose
+        driver reuses that run's (``Driver(after=...)`` shares them): not built empty
+        only to be replaced (a list per slot, most of a small run's copying)."""
         fresh = copy.copy(self)
         fresh.value = list(self.value)
         fresh.sid = list(self.sid)
         fresh.dirty = set()
-        fresh.readers = [[] for _ in self.readers]
+        fresh.readers = [[] for _ in self.readers] if readers is None else readers
         fresh.settled = [-1] * len(self.settled)
         fresh.erase_log = []
         fresh.log = None

@@ -320,6 +320,31 @@ class ModuleValues:
         part = self.op_key_part(op)
         return None if part[0] is None else self.key_of_part(part)
 
+    def op_keys(self) -> list[tuple | None]:
+        """``op_key`` of every op with results (None for the others), as one pass: a
+        pricing asks for every op's, and three calls per op were most of its cost on a
+        small module."""
+        if self.costs is None:
+            return [None] * len(self.graph.ops)
+        parts = self.facts.get("op key parts")
+        if parts is None:
+            results = self.graph.op_results
+            parts = self.facts["op key parts"] = [
+                self.op_key_part(op) if results[op] else None for op in range(len(results))]
+        sid, sharding_id = self.store.sid, self.sharding_id
+        keys: list[tuple | None] = []
+        append = keys.append
+        for part in parts:
+            if part is None or part[0] is None:
+                append(None)
+                continue
+            head, values, slots = part
+            ids = [sid[slot] for slot in slots]
+            if 0 in ids:  # not in the store: ``sharding_id`` knows
+                ids = [found or sharding_id(value) for found, value in zip(ids, values)]
+            append((head, *ids))
+        return keys
+
     def key_of_part(self, part: tuple[int, tuple[int, ...], tuple[int, ...]]) -> tuple:
         """``op_key`` of the op whose ``op_key_part`` is ``part`` (one with a key)."""
         head, values, slots = part
