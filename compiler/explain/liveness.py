@@ -575,6 +575,9 @@ class LivenessWalker:
             return False
         if name in _FREE and value not in self.moved:
             return False
+        if name == "stablehlo.broadcast_in_dim" and graph.uses[value] and all(
+                self.padded(top) for _, top in self.readers(value, op)):
+            return False  # the zeros a pad writes around its update (``padded``)
         users = self.reader_names(value, op)
         if name == "stablehlo.transpose" and users == {"stablehlo.dot_general"}:
             return False  # XLA's transpose folding makes it the dot's dimension numbers
@@ -595,6 +598,33 @@ class LivenessWalker:
             return self.shared(value, op) or self.outside_offloaded_reduction(value, op) \
                 or self.code_copies.too_many(value)
         return True
+
+    def padded(self, op: int) -> bool:
+        """Whether ``op`` writes an update at constant indices over a broadcast of a
+        constant number: XLA's simplifier makes it a pad of the update (an
+        overwriting scatter becomes a dynamic-update-slice, one into a broadcast
+        scalar at constant indices a pad), a buffer written where the op runs, not
+        the zeros made first thing and updated in place: jaxopt's L-BFGS histories,
+        ``zeros.at[0].set(s)``, are ``bitcast_pad_fusion``s live from their solve's
+        loop on, each solve's apart."""
+        graph = self.graph
+        name = graph.op_name[op]
+        operands = graph.op_operands[op]
+        if name == "stablehlo.dynamic_update_slice":
+            indices = operands[2:]
+        elif name == "stablehlo.scatter" and len(graph.op_results[op]) == 1 \
+                and not batching_dims(graph, op):
+            args, body = graph.op_blocks[op][0] if graph.op_blocks[op] else ([], [])
+            if not body or len(args) != 2 or graph.op_operands[body[-1]] != [args[1]]:
+                return False  # it combines the update with the zeros
+            indices = [operands[indices_operand(graph, op)]]
+        else:
+            return False
+        base = self.root(operands[0])
+        owner = graph.value_def[base]
+        memo: dict[int, bool] = {}
+        return owner >= 0 and graph.op_name[owner] == "stablehlo.broadcast_in_dim" \
+            and self.folds(base, memo) and all(self.folds(v, memo) for v in indices)
 
     def _fusing_reduction(self, user: int, op: int) -> bool:
         """Whether ``user`` is a reduction of ``op``'s block in a loop fusion of its

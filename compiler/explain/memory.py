@@ -74,7 +74,11 @@ not divide counting padded like XLA pads it:
   (XLA:CPU emits its code in blocks of its own): an ``associative_scan``'s
   interleaving pads, every level's;
 * outer products (``simplified``): a dot contracting no dimension is a multiply
-  of broadcasts to XLA, fused with its readers as any elementwise op;
+  of broadcasts to XLA, fused with its readers as any elementwise op; a reduce
+  reducing no element (over no dimension or unit ones) is a reshape;
+* pads: an update written at constant indices into a broadcast of a constant
+  number is a pad of the update to XLA, written where the update runs (no zeros
+  made first thing: ``LivenessWalker.padded``);
 * a producer YNNPACK's reduction fusion cannot take (a dynamic-slice, a reverse,
   a select) feeding an offloaded f32 reduction is a buffer of its own loop fusion;
 * ``jax.checkpoint`` outside loops: on XLA:CPU, which removes optimization barriers

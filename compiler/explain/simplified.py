@@ -32,8 +32,16 @@ loop: jaxopt's LBFGS, whose first update scans its zero s/y histories (its
 ``while.511`` carries only the step and the direction; XLA's temp 13400 bytes, the
 model's 23424 with a 960-byte history per scan).
 
+A reduce that reduces no element (over no dimension, or over dimensions of size 1
+only: jax's ``jnp.sum`` of a 0-d value, vmapped) is a reshape of its operand
+(``HandleReduce``: the init value is the reduction's identity), fused with its readers:
+tinygp's kernels sum each pair's squared distance over no axis, and XLA's
+``negate_exponential_fusion`` reads the points themselves; read as a reduce, each
+distance matrix was a buffer live until the gradient read it.
+
 ``simplified_graph`` returns a view of the graph (``GraphView``) with such dots named
-``stablehlo.multiply``, such selects gone, their readers reading their value
+``stablehlo.multiply``, such reduces ``stablehlo.reshape`` of their operand alone,
+such selects gone, their readers reading their value
 (``removed_view``), and such broadcasts read by no loop body (``sunk``; one no other
 op reads gone); every other attribute is the graph's own.
 
@@ -45,6 +53,7 @@ argument as the output, nothing written over it.
 
 from __future__ import annotations
 
+from math import prod
 from typing import Any
 
 from jaxlib.mlir import ir
@@ -63,6 +72,8 @@ _FOLDED = {"stablehlo.add": lambda a, b: a + b, "stablehlo.subtract": lambda a, 
            "stablehlo.multiply": lambda a, b: a * b, "stablehlo.divide": lambda a, b: a / b,
            "stablehlo.negate": lambda a: -a}
 _MULTIPLY = "stablehlo.multiply"
+_REDUCE = "stablehlo.reduce"
+_RESHAPE = "stablehlo.reshape"
 _SELECT = "stablehlo.select"
 _BROADCAST = "stablehlo.broadcast_in_dim"
 _WHILE = "stablehlo.while"
@@ -84,6 +95,7 @@ def simplified_graph(graph: Any) -> Any:
         for op in outer:
             names[op] = _MULTIPLY
         graph = GraphView(graph, op_name=names)
+    graph = _reshaped_reduces(graph)
     graph = sunk(graph)
     memo: dict[tuple[int, int], bool] = {}
     same = [op for op, name in enumerate(graph.op_name)
@@ -92,6 +104,34 @@ def simplified_graph(graph: Any) -> Any:
         return graph
     return removed_view(graph, {graph.op_results[op][0]: graph.op_operands[op][1]
                                 for op in same})
+
+
+def _reshaped_reduces(graph: Any) -> Any:
+    """``graph`` with each reduce of one operand that reduces no element named
+    ``stablehlo.reshape``, reading its operand alone, its computation gone (a view);
+    else ``graph`` itself."""
+    kept = [op for op, name in enumerate(graph.op_name)
+            if name == _REDUCE and len(graph.op_results[op]) == 1
+            and _elements(graph, graph.op_results[op][0]) is not None
+            and _elements(graph, graph.op_operands[op][0])
+            == _elements(graph, graph.op_results[op][0])]
+    if not kept:
+        return graph
+    names, operands = list(graph.op_name), list(graph.op_operands)
+    blocks, uses = list(graph.op_blocks), list(graph.uses)
+    for op in kept:
+        names[op], blocks[op] = _RESHAPE, []
+        operands[op] = graph.op_operands[op][:1]
+        for init in set(graph.op_operands[op][1:]):
+            uses[init] = [use for use in uses[init] if use[0] != op]
+    return GraphView(graph, op_name=names, op_operands=operands, op_blocks=blocks,
+                     uses=uses)
+
+
+def _elements(graph: Any, value: int) -> int | None:
+    """How many elements ``value`` has (None when its shape is unknown)."""
+    shape = graph.value_shape[value]
+    return None if shape is None else prod(shape)
 
 
 def _equal(graph: Any, a: int, b: int, memo: dict[tuple[int, int], bool],
@@ -144,7 +184,7 @@ def sunk(graph: Any) -> Any:
         value = graph.op_results[op][0]
         inside = [use for use in graph.uses[value] if _in_loop_of(graph, use[0], op)
                   or _carried_unchanged(graph, *use)]
-        if not inside or _splat_value(graph, value) is None:
+        if not inside or splat_value(graph, value) is None:
             continue
         uses = list(graph.uses) if uses is None else uses
         operands = list(graph.op_operands) if operands is None else operands
@@ -218,13 +258,13 @@ def forwarded(graph: Any, value: int) -> int:
         if neutral is None:
             return value
         operands = graph.op_operands[op]
-        kept = [operands[1 - k] for k in neutral[1] if _splat_value(graph, operands[k]) == neutral[0]]
+        kept = [operands[1 - k] for k in neutral[1] if splat_value(graph, operands[k]) == neutral[0]]
         if not kept:
             return value
         value = kept[0]
 
 
-def _splat_value(graph: Any, value: int) -> float | None:
+def splat_value(graph: Any, value: int) -> float | None:
     """The number in every element of ``value`` where it is one XLA's constant folding
     computes (a constant, broadcast, converted, combined with others: ``0.1 * zeros``),
     else None."""
@@ -240,10 +280,10 @@ def _splat_value(graph: Any, value: int) -> float | None:
             return None
         return splat.value if isinstance(splat, (ir.FloatAttr, ir.IntegerAttr)) else None
     if name in _PASSED:
-        return _splat_value(graph, graph.op_operands[op][0])
+        return splat_value(graph, graph.op_operands[op][0])
     if name not in _FOLDED:
         return None
-    numbers = [_splat_value(graph, operand) for operand in graph.op_operands[op]]
+    numbers = [splat_value(graph, operand) for operand in graph.op_operands[op]]
     if None in numbers:
         return None
     try:

@@ -18,6 +18,7 @@ from jaxlib.mlir import ir
 from shardc.compiler.cost.fusion import CHLO_ELEMENTWISE
 from shardc.compiler.cost.fusion import FREE as _FREE
 from shardc.compiler.explain.needs import CONSTANTS as _CONSTANTS
+from shardc.compiler.explain.simplified import splat_value
 from shardc.compiler.propagation.graph import ELEMENTWISE
 
 # custom-call targets of jax's host callbacks, whose results XLA:CPU writes as a tuple
@@ -92,9 +93,10 @@ class TupleTables:
 
     def constant(self, value: int, seen: frozenset = frozenset()) -> bool:
         """Whether XLA folds ``value`` to a constant: a constant, an elementwise op
-        of constants, or a loop carry that starts as one and that the body returns
+        of constants, a loop carry that starts as one and that the body returns
         unchanged or as a constant (``WhileLoopConstantSinking`` puts it in the
-        body). XLA's conditional simplifier inlines a case with such an index: of
+        body), or a case's result every branch returns as one constant number, its
+        index a constant (the case inlined). XLA's conditional simplifier inlines a case with such an index: of
         diffrax_neural_ode's fifteen cases, the five whose index is one (equinox's
         checkpointed loops, diffrax's ``_integrate.py:259``) are none of the nine
         conditionals in XLA's buffer assignment."""
@@ -113,6 +115,18 @@ class TupleTables:
             name = graph.op_name[owner]
             if name in _CONSTANTS:
                 return True
+            if name == "stablehlo.case":
+                # XLA inlines the branch a constant index selects: the result is
+                # then what that branch returns (tinygp's ``diagonal``, a case on a
+                # case of constant index, is no conditional in XLA's module). Every
+                # branch must return the one number: a loop's flag a case sets to
+                # True or False changes from one step to the next (numpyro's
+                # tree-building loops keep their conditionals)
+                k = graph.op_results[owner].index(value)
+                numbers = {splat_value(graph, graph.op_operands[nested[-1]][k])
+                           if nested else None for _, nested in graph.op_blocks[owner]}
+                return len(numbers) == 1 and None not in numbers \
+                    and self.constant(graph.op_operands[owner][0], seen)
             return (name in _ELEMENTWISE or name == "stablehlo.convert") \
                 and bool(graph.op_operands[owner]) \
                 and all(self.constant(v, seen) for v in graph.op_operands[owner])

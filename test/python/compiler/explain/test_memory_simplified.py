@@ -8,6 +8,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import shardc.compiler as sc
+from shardc.compiler.cost.platforms import CPU, predicting_for
+from shardc.compiler.explain.liveness import LivenessWalker
 from shardc.compiler.explain.simplified import simplified_graph, sunk
 from shardc.compiler.propagation.values import ModuleValues
 
@@ -132,3 +134,61 @@ def test_a_dot_contracting_unit_dimensions_is_a_multiply():
                          missing_as_replicated=True).graph
     assert "stablehlo.dot_general" in graph.op_name
     assert "stablehlo.dot_general" not in simplified_graph(graph).op_name
+
+
+def _pairwise_kernel(x, y):
+    # a kernel of scalar points: each pair's distances summed over no axis
+    def k(a, b):
+        squared, absolute = jnp.sum(jnp.square(a - b)), jnp.sum(jnp.abs(a - b))
+        return jnp.exp(-0.5 * squared) + (1 + absolute) * jnp.exp(-absolute)
+    gram = jax.vmap(lambda a: jax.vmap(lambda b: k(a, b))(y))(x)
+    return jnp.linalg.cholesky(gram + jnp.eye(x.shape[0]))
+
+
+def test_a_reduce_of_no_element_is_a_reshape():
+    # jax sums a 0-d value with a reduce over no dimension; XLA's simplifier makes it a
+    # reshape of its operand (``HandleReduce``), fused into the kernel's exp: read as a
+    # reduce, each 16 KiB distance matrix was a buffer (1.49x XLA's net bytes)
+    args = (jnp.linspace(0, 1, 64), jnp.linspace(0, 2, 64))
+    ratio, temps = _net(_pairwise_kernel, *args)
+    assert abs(ratio - 1) <= 0.05, temps
+    graph = ModuleValues(sc.jit(_pairwise_kernel).lower(*args).module.operation,
+                         missing_as_replicated=True).graph
+    view = simplified_graph(graph)
+    reduces = [op for op, name in enumerate(graph.op_name) if name == "stablehlo.reduce"]
+    assert len(reduces) == 2
+    assert all(view.op_name[op] == "stablehlo.reshape" and len(view.op_operands[op]) == 1
+               and view.op_blocks[op] == [] for op in reduces)
+
+
+def _two_histories(x, w):
+    # an L-BFGS-like pair of solves, each history its first update written into zeros
+    def solve(r):
+        history = jnp.zeros((16, 64, 32)).at[0].set(jnp.tanh(r @ w))
+
+        def body(i, carry):
+            h, r = carry
+            r = jnp.tanh(r @ w) + jnp.sum(h, axis=0)
+            return h.at[i % 16].set(r), r
+        return jax.lax.fori_loop(1, 6, body, (history, r))
+    h1, r1 = solve(x)
+    h2, r2 = solve(r1 + jnp.sum(h1, axis=0))
+    return jnp.sum(h2, axis=0) + r2
+
+
+def test_an_update_written_into_zeros_is_a_pad_where_it_runs():
+    # XLA's simplifier makes ``zeros.at[0].set(u)`` a pad of ``u`` (a fusion written
+    # where the scatter runs): each 128 KiB history lives from its solve on, the two
+    # apart; read as zeros made first thing and updated in place, both were live
+    # from the start (1.87x XLA's net bytes)
+    args = (jnp.ones((64, 32)), jnp.ones((32, 32)) * 0.01)
+    ratio, temps = _net(_two_histories, *args)
+    assert abs(ratio - 1) <= 0.10, temps
+    values = ModuleValues(sc.jit(_two_histories).lower(*args).module.operation,
+                          missing_as_replicated=True)
+    with predicting_for(CPU):
+        walker = LivenessWalker(values)
+    graph = walker.graph
+    scatters = [op for op, name in enumerate(graph.op_name) if name == "stablehlo.scatter"]
+    # the two writes into zeros are pads; the loop bodies' writes into the carry are not
+    assert sum(map(walker.padded, scatters)) == 2 < len(scatters)

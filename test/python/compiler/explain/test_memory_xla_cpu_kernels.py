@@ -691,6 +691,29 @@ def test_a_case_index_summed_from_a_constant_carry_is_judged_once_per_value():
     assert abs(_net(estimate, stats) - 1) <= 0.10, (estimate.temp_bytes, stats.temp_size_in_bytes)
 
 
+def _switch_on_folded_switch(x, w):
+    # the second switch's index is the first's result, each branch a constant
+    k = lax.switch(1, [lambda: jnp.int32(0), lambda: jnp.int32(0)])
+    return lax.switch(k, [lambda: (x @ w, x @ w.T), lambda: (x @ w.T, x @ w)])
+
+
+def test_a_case_indexed_by_a_case_of_constants_is_inlined():
+    # XLA's conditional simplifier inlines the first case (its index a constant), its
+    # result is then a constant, and the second case is inlined too: XLA's module
+    # holds no conditional, so no tables of its results or operands (tinygp's
+    # ``jnp.diagonal``: a case on a case of index one, none in XLA's buffer assignment)
+    args = (jnp.ones((16, 16)), jnp.ones((16, 16)))
+    lowered = _lower(_switch_on_folded_switch, args, (P(), P()))
+    assert "conditional" not in jax.jit(_switch_on_folded_switch).lower(*args).compile().as_text()
+    values = ModuleValues(lowered.module.operation, missing_as_replicated=True)
+    graph = values.graph
+    cases = [op for op in range(len(graph.ops)) if graph.op_name[op] == "stablehlo.case"]
+    assert len(cases) == 2
+    with predicting_for(CPU):
+        walker = LivenessWalker(values)
+        assert all(walker.tuple_tables.of(case) == [] for case in cases)
+
+
 def _linear_recurrence(a, b):
     # h_t = a_t h_{t-1} + b_t over axis 1, as an LRU computes it in parallel
     def combine(first, second):
