@@ -54,7 +54,8 @@ collectives but differs in a few measurable ways, each one field here:
 * vectors: XLA:TPU gathers a vector by an all-reduce of its shard written into
   zeros (``all_gathers_vectors_as_all_reduce``), and an f32 value that only dots
   read, through reshapes, transposes and slices, is gathered in bf16
-  (``dot_operands_moved_as``);
+  (``dot_operands_moved_as``), and a dot's partial sums that only dots read are
+  all-reduced in bf16 (``all_reduces_dot_operands_narrow``);
 * top_k: XLA:TPU partitions it along its batch dimensions (``partitioned_ops``),
   XLA:CPU gathers its operand whole;
 * dots in a wider type: XLA:CPU computes a bf16 dot in f32 (YNNPACK's
@@ -122,6 +123,10 @@ class PlatformRules:
     # XLA:TPU runs a DEFAULT-precision f32 dot on bf16 operands and converts them
     # before gathering them (a dot asking for HIGHEST precision would not).
     dot_operands_moved_as: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    # Whether a dot's partial sums that only dots read are all-reduced as those dots'
+    # operands move (``dot_operands_moved_as``): XLA:TPU moves the operands' convert
+    # above the all-reduce and sums in the narrower type.
+    all_reduces_dot_operands_narrow: bool = False
     # Whether an all-reduce followed by a slice of its result becomes a reduce-scatter.
     forms_reduce_scatter: bool = False
     # The most devices such a reduce-scatter spans (0: any); over more, the all-reduce
@@ -508,6 +513,7 @@ CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as
 # (over 2 devices between 301 and 308 tiles, 4: 223 to 233, 8: 151 to 166, 16: 63 to
 # 71; over 32 as over 16 in the two measured).
 TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_reshards=False,
+                    all_reduces_dot_operands_narrow=True,
                     all_gather_cse_distance=100,
                     forms_reduce_scatter=True, reduce_scatter_max_devices=128,
                     reduce_scatter_tile_factor=1664, reduce_scatter_min_tiles=2,

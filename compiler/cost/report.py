@@ -1265,7 +1265,7 @@ def as_compiled(reader: ModuleValues, sites: list[tuple[int, CommEntry]]
     and what every step-time model of a program times)."""
     rules = active_rules()
     if rules.dot_operands_moved_as:
-        sites = _gather_dot_operands_narrow(reader, sites)
+        sites = _move_dot_operands_narrow(reader, sites)
     if rules.windows_loop_all_gathers:
         sites = _window_loop_all_gathers(reader, sites)
     if rules.all_gathers_as_all_reduce_below or rules.all_gathers_vectors_as_all_reduce:
@@ -1279,26 +1279,35 @@ def as_compiled(reader: ModuleValues, sites: list[tuple[int, CommEntry]]
     return sites
 
 
-def _gather_dot_operands_narrow(reader: ModuleValues, sites: list[tuple[int, CommEntry]]
-                                ) -> list[tuple[int, CommEntry]]:
-    """An all-gather at a layout op (a reshape, a transpose, a slice) whose results only
-    dots read, through more such ops, moved as the platform moves a dot's operands
+def _move_dot_operands_narrow(reader: ModuleValues, sites: list[tuple[int, CommEntry]]
+                              ) -> list[tuple[int, CommEntry]]:
+    """Collectives of values only dots read, moved as the platform moves a dot's operands
     (``PlatformRules.dot_operands_moved_as``): XLA:TPU converts the dots' f32 operands
-    to bf16 and moves the convert above the layout ops and the gather."""
+    to bf16 and moves the convert above the layout ops (a reshape, a transpose, a
+    slice) between, above an all-gather at such an op and, where the platform says so
+    (``all_reduces_dot_operands_narrow``), above the all-reduce of a dot's partial
+    sums."""
     rules = active_rules()
     graph = reader.graph
     out = []
     for op, entry in sites:
         operand = _OPERAND.match(entry.tensor)
+        value = None
         if (entry.kind == ALL_GATHER and operand is not None
-                and graph.op_name[op] in _LAYOUT_OPS and _only_dots_read(graph, op)):
-            tensor = reader.tensor(graph.op_operands[op][int(operand.group(1))])
-            moved = rules.dot_operands_moved_as.get(tensor.dtype) if tensor else None
-            if moved is not None and moved[1] < tensor.element_bytes:
-                entry = replace(entry, bytes_per_device=entry.bytes_per_device * moved[1]
-                                // tensor.element_bytes,
-                                reason=entry.reason + f", gathered in {moved[0]} for the dots "
-                                "reading it")
+                and graph.op_name[op] in _LAYOUT_OPS):
+            value, moved_how = graph.op_operands[op][int(operand.group(1))], "gathered"
+        elif (entry.kind == ALL_REDUCE and entry.implicit
+              and rules.all_reduces_dot_operands_narrow
+              and graph.op_name[op] == "stablehlo.dot_general"):
+            value, moved_how = graph.op_results[op][0], "all-reduced"
+        only_dots = value is not None and _only_dots_read(graph, op)
+        tensor = reader.tensor(value) if only_dots else None
+        moved = rules.dot_operands_moved_as.get(tensor.dtype) if tensor else None
+        if moved is not None and moved[1] < tensor.element_bytes:
+            entry = replace(entry, bytes_per_device=entry.bytes_per_device * moved[1]
+                            // tensor.element_bytes,
+                            reason=entry.reason + f", {moved_how} in {moved[0]} for the dots "
+                            "reading it")
         out.append((op, entry))
     return out
 

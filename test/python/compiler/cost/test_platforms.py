@@ -800,6 +800,30 @@ def test_tpu_gathers_an_f32_value_only_dots_read_in_bf16():
     assert gathered("tpu", lambda x: jax.lax.top_k(x.reshape(8, 16, 3, 32), 4)[0]) == [24576]
 
 
+def test_tpu_all_reduces_a_dots_partial_sums_only_dots_read_in_bf16():
+    # XLA:TPU moves the bf16 convert of a DEFAULT-precision dot's f32 operand above the
+    # all-reduce of the partial sums it reads too: jaxtyping_mlp on v5e 2x4 all-reduces
+    # the gradient of ``tokens @ keys`` over "model", which only the keys' gradient dot
+    # reads, as bf16[4, 8, 32], 2048 bytes (f32: 4096). Partial sums another op reads
+    # (a tanh) are all-reduced in f32.
+    mesh = _small_mesh()
+    x = jax.ShapeDtypeStruct((16, 32), jnp.float32,
+                             sharding=NamedSharding(mesh, P(None, "model")))
+    w = jax.ShapeDtypeStruct((32, 32), jnp.float32, sharding=NamedSharding(mesh, P("model")))
+    v = jax.ShapeDtypeStruct((32, 8), jnp.float32, sharding=NamedSharding(mesh, P()))
+
+    def reduced(platform, after):
+        lowered = jit(lambda x, w, v: after(x @ w) @ v,
+                      out_shardings=NamedSharding(mesh, P())).trace(x, w, v).lower(
+            lowering_platforms=("tpu",))
+        return [e.bytes_per_device for e in lowered.comm_report(platform=platform).entries
+                if e.kind == "all-reduce"]
+
+    assert reduced("tpu", lambda h: h) == [16 * 32 * 2]
+    assert reduced("cpu", lambda h: h) == [16 * 32 * 4]
+    assert reduced("tpu", jnp.tanh) == [16 * 32 * 4]
+
+
 def test_tpu_all_reduces_a_loops_summed_weight_gradient_once_after_it():
     # XLA:TPU moves an all-reduce whose result a loop body only adds into a carry out
     # of the loop (``WhileLoopAllReduceCodeMotion``): eqx_lstm_lm on v5e 2x4 sums the
