@@ -44,7 +44,9 @@ not divide counting padded like XLA pads it:
   an argument's reshard (also through sharding constraints on it) is live
   from the block's start (XLA schedules it first); a gather along a
   dimension with a longer one before it adds a transposed copy of the
-  gathered buffer, and on XLA:CPU an all-to-all adds the pieces it
+  gathered buffer (none where a transpose, or a reshape sliced again or read
+  by transposes, reads it: XLA writes the gather in that reader's layout),
+  and on XLA:CPU an all-to-all adds the pieces it
   concatenates, and a scatter sliced on its operand's indexed dims writes its
   resharded indices less each device's offset: both live with the reshard's
   buffer after the op before its first consumer, the consumer reading the

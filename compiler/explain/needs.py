@@ -50,6 +50,8 @@ from shardc.compiler.sharding.rules import indexed_roles_for
 from shardc.compiler.sharding.tensor import DimSharding
 
 RESHARDS = frozenset({"sdy.reshard", "sdy.sharding_constraint"})
+_TRANSPOSE = "stablehlo.transpose"
+_RESHAPE = "stablehlo.reshape"
 _DOTS = frozenset({"stablehlo.dot_general", "stablehlo.convolution"})
 # ops that move their operand's elements unchanged
 _MOVES = RESHARDS | frozenset({"stablehlo.reshape", "stablehlo.transpose",
@@ -307,6 +309,8 @@ class OpNeeds:
             after, moves, size, copy, gathers = want
             if not moves and name in FUSIBLE:
                 continue  # a local slice fuses into an elementwise consumer
+            if copy and _relaid_by_reader(graph, op, results, size):
+                copy = 0  # the gather is written in its reader's layout: no copy back
             if index in copied:
                 copy, copied[index] = max(copy, size), 0
             key = (value, tuple(after))
@@ -768,6 +772,32 @@ def _rule_needs(rule, operands, results, mesh) -> tuple[set, list[tuple | None],
         gathers = any(c.kind == ALL_GATHER for c in found)
         wanted.append((after, bool(found), size, _copied(operand, before, after, found), gathers))
     return reduced, wanted, prod(rule.factor_sizes[f] for f in rule.reduction_factors)
+
+
+def _relaid_by_reader(graph, op: int, results, gathered: int) -> bool:
+    """Whether op ``op`` reads a gather in XLA:CPU's transposed layout as it is.
+
+    XLA's layout assignment gives an all-gather's result the layout its reader
+    wants: a transpose (or a reshape read only by transposes) becomes a bitcast
+    of it or a fusion reading it, and a reshape whose result is sharded again
+    is a fusion of the reshape and each device's slice reading the gathered
+    buffer; neither copies the gather back. An einops head split of a
+    feature-sharded projection, ``rearrange("b n (three h d) -> three b h n d")``,
+    all-gathers into f32[4,16,96]{1,0,2}, read as is by the slices after it;
+    its gradient all-gathers f32[4,16,3,4,8]{4,1,0,2,3}, read by
+    dynamic-slice_bitcast_fusion's f32[64,24].
+    """
+    name = graph.op_name[op]
+    if name == _TRANSPOSE:
+        return True
+    if name != _RESHAPE:
+        return False
+    if results and results[0].sharding is not None and shard_bytes(
+            results[0].shape, results[0].element_bytes,
+            dim_axes(results[0].sharding, len(results[0].shape))) < gathered:
+        return True
+    users = [user for result in graph.op_results[op] for user, _ in graph.uses[result]]
+    return bool(users) and all(graph.op_name[user] == _TRANSPOSE for user in users)
 
 
 def _copied(operand, before, after, found) -> int:
