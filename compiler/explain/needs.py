@@ -54,8 +54,7 @@ _TRANSPOSE = "stablehlo.transpose"
 _RESHAPE = "stablehlo.reshape"
 _DOTS = frozenset({"stablehlo.dot_general", "stablehlo.convolution"})
 # ops that move their operand's elements unchanged
-_MOVES = RESHARDS | frozenset({"stablehlo.reshape", "stablehlo.transpose",
-                               "stablehlo.broadcast_in_dim", "sdy.data_flow_edge"})
+_MOVES = RESHARDS | frozenset({_RESHAPE, _TRANSPOSE, "stablehlo.broadcast_in_dim", "sdy.data_flow_edge"})
 _INDEX_BYTES = 4  # the s32 indices XLA's expansions compute
 CONSTANTS = frozenset({"sdy.constant", "stablehlo.constant", "stablehlo.iota"})
 _INDEXED = frozenset({"stablehlo.gather", "stablehlo.scatter"})

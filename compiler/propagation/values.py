@@ -331,19 +331,8 @@ class ModuleValues:
             results = self.graph.op_results
             parts = self.facts["op key parts"] = [
                 self.op_key_part(op) if results[op] else None for op in range(len(results))]
-        sid, sharding_id = self.store.sid, self.sharding_id
-        keys: list[tuple | None] = []
-        append = keys.append
-        for part in parts:
-            if part is None or part[0] is None:
-                append(None)
-                continue
-            head, values, slots = part
-            ids = [sid[slot] for slot in slots]
-            if 0 in ids:  # not in the store: ``sharding_id`` knows
-                ids = [found or sharding_id(value) for found, value in zip(ids, values)]
-            append((head, *ids))
-        return keys
+        return [None if part is None or part[0] is None else self.key_of_part(part)
+                for part in parts]
 
     def key_of_part(self, part: tuple[int, tuple[int, ...], tuple[int, ...]]) -> tuple:
         """``op_key`` of the op whose ``op_key_part`` is ``part`` (one with a key)."""
