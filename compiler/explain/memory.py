@@ -77,7 +77,8 @@ not divide counting padded like XLA pads it:
   interleaving pads, every level's;
 * outer products (``simplified``): a dot contracting no dimension is a multiply
   of broadcasts to XLA, fused with its readers as any elementwise op; a reduce
-  reducing no element (over no dimension or unit ones) is a reshape;
+  reducing no element (over no dimension or unit ones) is a reshape; a case on a
+  constant index is the branch it selects (the others hold nothing);
 * pads: an update written at constant indices into a broadcast of a constant
   number is a pad of the update to XLA, written where the update runs (no zeros
   made first thing: ``LivenessWalker.padded``);

@@ -39,11 +39,19 @@ tinygp's kernels sum each pair's squared distance over no axis, and XLA's
 ``negate_exponential_fusion`` reads the points themselves; read as a reduce, each
 distance matrix was a buffer live until the gradient read it.
 
+A case whose index XLA's constant folding makes a number (a constant, or a clamp of
+constants: ``lax.switch``'s index) is the branch that number selects: XLA's conditional
+simplifier inlines it (``TryRemoveConditional``), and nothing of the other branches is
+in the module. jaxopt's L-BFGS has four cases on a constant index, two in loop bodies: the
+walk held both branches (their peaks and their combined all-reduces' tables), XLA's
+module one; equinox's checkpointed loops in diffrax likewise.
+
 ``simplified_graph`` returns a view of the graph (``GraphView``) with such dots named
 ``stablehlo.multiply``, such reduces ``stablehlo.reshape`` of their operand alone,
-such selects gone, their readers reading their value
-(``removed_view``), and such broadcasts read by no loop body (``sunk``; one no other
-op reads gone); every other attribute is the graph's own.
+such selects gone, their readers reading their value (``removed_view``), such cases
+left with their selected branch (``_selected_branches``), and such broadcasts read by no
+loop body (``sunk``; one no other op reads gone); every other attribute is the graph's
+own.
 
 An add of zeros, a subtract of zeros, a multiply or a divide by ones is its operand
 (``HandleAdd``'s ``A + 0 => A`` and its kind): ``forwarded`` names it. A frozen
@@ -70,13 +78,15 @@ _CONSTANTS = frozenset({"stablehlo.constant", "sdy.constant"})
 _PASSED = frozenset({"stablehlo.broadcast_in_dim", "stablehlo.convert", "stablehlo.reshape"})
 _FOLDED = {"stablehlo.add": lambda a, b: a + b, "stablehlo.subtract": lambda a, b: a - b,
            "stablehlo.multiply": lambda a, b: a * b, "stablehlo.divide": lambda a, b: a / b,
-           "stablehlo.negate": lambda a: -a}
+           "stablehlo.negate": lambda a: -a,
+           "stablehlo.clamp": lambda low, a, high: min(max(a, low), high)}
 _MULTIPLY = "stablehlo.multiply"
 _REDUCE = "stablehlo.reduce"
 _RESHAPE = "stablehlo.reshape"
 _SELECT = "stablehlo.select"
 _BROADCAST = "stablehlo.broadcast_in_dim"
 _WHILE = "stablehlo.while"
+_CASE = "stablehlo.case"
 # ops CSE never merges: each draws, reads or calls anew
 _UNMERGED = frozenset("stablehlo." + n for n in (
     "rng", "rng_bit_generator", "custom_call", "infeed", "recv", "send", "outfeed",
@@ -96,6 +106,7 @@ def simplified_graph(graph: Any) -> Any:
             names[op] = _MULTIPLY
         graph = GraphView(graph, op_name=names)
     graph = _reshaped_reduces(graph)
+    graph = _selected_branches(graph)
     graph = sunk(graph)
     memo: dict[tuple[int, int], bool] = {}
     same = [op for op, name in enumerate(graph.op_name)
@@ -167,6 +178,45 @@ def _attributes(op: ir.Operation) -> dict[str, ir.Attribute]:
     """``op``'s attributes by name (MLIR uniques them: equal ones compare equal)."""
     attributes = op.attributes
     return {name: attributes[name] for name in attributes}
+
+
+def _selected_branches(graph: Any) -> Any:
+    """``graph`` with each case whose index is a constant number left with the branch
+    that number selects (the last one where it is out of range, as ``stablehlo.case``
+    reads it), the other branches' ops and the reads they make gone (a view); else
+    ``graph`` itself. XLA's conditional simplifier inlines such a conditional
+    (``TryRemoveConditional``): jaxopt's zoom line search starts from a case on a
+    constant, of whose two branches only one is in XLA's module."""
+    kept: dict[int, int] = {}
+    for op, name in enumerate(graph.op_name):
+        if name != _CASE or len(graph.op_blocks[op]) < 2:
+            continue
+        number = splat_value(graph, graph.op_operands[op][0])
+        if number is None:
+            continue
+        branches = len(graph.op_blocks[op])
+        kept[op] = int(number) if 0 <= number < branches else branches - 1
+    if not kept:
+        return graph
+    blocks = list(graph.op_blocks)
+    gone: set[int] = set()
+    for op, k in kept.items():
+        for j, (_, nested) in enumerate(graph.op_blocks[op]):
+            if j != k:
+                gone.update(_nested_ops(graph, nested))
+        blocks[op] = [graph.op_blocks[op][k]]
+    uses = [[use for use in found if use[0] not in gone] for found in graph.uses]
+    return GraphView(graph, op_blocks=blocks, uses=uses)
+
+
+def _nested_ops(graph: Any, ops: list[int]) -> list[int]:
+    """``ops`` and every op nested in their regions."""
+    found, stack = [], list(ops)
+    while stack:
+        op = stack.pop()
+        found.append(op)
+        stack.extend(inner for _, nested in graph.op_blocks[op] for inner in nested)
+    return found
 
 
 def sunk(graph: Any) -> Any:
@@ -264,10 +314,20 @@ def forwarded(graph: Any, value: int) -> int:
         value = kept[0]
 
 
-def splat_value(graph: Any, value: int) -> float | None:
+def splat_value(graph: Any, value: int,
+                memo: dict[int, float | None] | None = None) -> float | None:
     """The number in every element of ``value`` where it is one XLA's constant folding
     computes (a constant, broadcast, converted, combined with others: ``0.1 * zeros``),
-    else None."""
+    else None. Each value is judged once (``memo``): a chain of sums each reading the
+    one before twice is one walk, not two to the power of its length."""
+    memo = {} if memo is None else memo
+    if value not in memo:
+        memo[value] = None  # a value being judged folds to nothing it reads
+        memo[value] = _splat(graph, value, memo)
+    return memo[value]
+
+
+def _splat(graph: Any, value: int, memo: dict[int, float | None]) -> float | None:
     op = graph.value_def[value]
     if op < 0:
         return None
@@ -280,12 +340,14 @@ def splat_value(graph: Any, value: int) -> float | None:
             return None
         return splat.value if isinstance(splat, (ir.FloatAttr, ir.IntegerAttr)) else None
     if name in _PASSED:
-        return splat_value(graph, graph.op_operands[op][0])
+        return splat_value(graph, graph.op_operands[op][0], memo)
     if name not in _FOLDED:
         return None
-    numbers = [splat_value(graph, operand) for operand in graph.op_operands[op]]
-    if None in numbers:
-        return None
+    numbers = []
+    for operand in graph.op_operands[op]:
+        numbers.append(splat_value(graph, operand, memo))
+        if numbers[-1] is None:
+            return None
     try:
         return _FOLDED[name](*numbers)
     except ZeroDivisionError:

@@ -192,3 +192,32 @@ def test_an_update_written_into_zeros_is_a_pad_where_it_runs():
     scatters = [op for op, name in enumerate(graph.op_name) if name == "stablehlo.scatter"]
     # the two writes into zeros are pads; the loop bodies' writes into the carry are not
     assert sum(map(walker.padded, scatters)) == 2 < len(scatters)
+
+
+def _cond_on_a_constant(x, w):
+    # a case on a constant: its cheap branch runs; the other holds two activations
+    def scaled(x, w):
+        return x * 2.0
+
+    def layers(x, w):
+        h = jnp.tanh(x @ w)
+        return jnp.tanh(h @ w) @ w + h
+    return jax.lax.cond(True, scaled, layers, x, w)
+
+
+def test_a_case_on_a_constant_is_the_branch_it_selects():
+    # XLA's conditional simplifier inlines the selected branch: nothing of the other
+    # is in its module (temp 0 bytes); the estimate walked both branches and held the
+    # unselected one's activations (2.2x XLA's net bytes)
+    args = (jnp.ones((256, 128)), jnp.ones((128, 128)))
+    ratio, temps = _net(_cond_on_a_constant, *args)
+    assert abs(ratio - 1) <= 0.05, temps
+    graph = ModuleValues(sc.jit(_cond_on_a_constant).lower(*args).module.operation,
+                         missing_as_replicated=True).graph
+    view = simplified_graph(graph)
+    case = graph.op_name.index("stablehlo.case")
+    assert len(graph.op_blocks[case]) == 2 and len(view.op_blocks[case]) == 1
+    # the branch lax.cond runs for True is the second one (index 1)
+    assert view.op_blocks[case][0] == graph.op_blocks[case][1]
+    branch = view.op_blocks[case][0][1]
+    assert any(graph.op_name[op] == "stablehlo.multiply" for op in branch)
