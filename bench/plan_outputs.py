@@ -7,8 +7,10 @@ Llama-2-7B-shaped steps of ``bench.plan_speed`` (unrolled with 4 layers at 256
 devices and 32 at 16,384; scanned and rematerialised with 32 at both), asks
 each for both predictions on cpu and tpu (and again, in the other order), and
 writes them as JSON; ``compare`` says which programs answer differently in two
-dumps (source paths under either repository root read alike, and so do lines
-of ``bench/plan_speed.py``, whose model the tool lowers).
+dumps (source paths under either repository root read alike, so do those of
+installed packages under any environment's ``site-packages``, a worktree's
+environment may be another checkout's, and so do lines of ``bench/plan_speed.py``,
+whose model the tool lowers).
 
     python -m bench.plan_outputs dump BEFORE.json     # with the old version
     python -m bench.plan_outputs dump AFTER.json      # with the new one
@@ -88,6 +90,7 @@ def dump(only: list[str] | None = None) -> dict:
 
 
 def _normalised(text: str, root: str) -> str:
+    text = re.sub(r'[^\s"\'(]*/site-packages/', "SITE/", text)
     text = text.replace(root.rstrip("/") + "/", "ROOT/")
     return re.sub(r'plan_speed\.py(\\?"?):\d+(:\d+)?', r"plan_speed.py\1:L", text)
 
