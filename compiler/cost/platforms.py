@@ -47,7 +47,8 @@ collectives but differs in a few measurable ways, each one field here:
   gathers the others again;
 * all-reduce reassociation: the sum of two all-reduced partial sums over the
   same devices (the gradient of an activation read by several dots, e.g.
-  Q, K and V) is one all-reduce of the summed partial sums;
+  Q, K and V) is one all-reduce of the summed partial sums (one reduce-scatter
+  where each was reduce-scattered);
 * all-reduce code motion: an all-reduce a loop body only adds into a carry (a
   scanned layer's weight gradient) runs once after the loop
   (``hoists_accumulated_all_reduces``);
@@ -141,9 +142,11 @@ class PlatformRules:
     # XLA:TPU forms that fusion only for a shard of at least this many (``tile``) tiles
     # that is scattered on one of its two minor dimensions (0: any shard): rank 2, the
     # scattered dimension as the tiles' rows (a whole tile of rows at least) and the
-    # other as their columns; rank 3 or more, on the second-minor dimension so, on the
-    # minor one only in whole columns of tiles. Never a vector, nor a shard scattered on
-    # a major dimension; other shards' all-reduce and slice stay.
+    # other as their columns; rank 3 or more, those two laid out as the shard pads
+    # least, the scattered one as the tiles' rows in whole tiles (the tiles counted
+    # over the major dimensions too), as the minor one only in whole columns of tiles.
+    # Never a vector, nor a shard scattered on a major dimension; other shards'
+    # all-reduce and slice stay.
     reduce_scatter_min_tiles: int = 0
     # XLA:TPU's reduce-scatter (the all-reduce-scatter fusion) of a result scattered on
     # its rows (the shard's second-minor dimension, in tiles of ``tile[0]`` rows of 32-bit
@@ -359,11 +362,21 @@ class PlatformRules:
         [dim], rank = scattered, len(shard)
         if rank < 2 or dim < rank - 2:
             return False
-        if dim == rank - 1 and rank > 2:
+        if rank == 2:
+            rows, cols = shard[dim], shard[1 - dim]
+            tiles = -(-rows // self.tile[0]) * -(-cols // self.tile[1])
+            return rows >= self.tile[0] and tiles >= self.reduce_scatter_min_tiles
+        # Of rank 3 or more, the shard's two minor dimensions are tiled as XLA:TPU lays
+        # the shard out: the one that pads less as the tiles' rows (the second-minor on
+        # a tie), so a dot's [2, 17, 16] partial sums scattered on 16 are laid out
+        # {1,2,0}, 16 rows of 17 columns.
+        minor = rank - 2 if self._tiled(shard, rank - 1, rank - 2) \
+            < self._tiled(shard, rank - 2, rank - 1) else rank - 1
+        if dim == minor:
             return shard[dim] % self.tile[1] == 0
-        rows, cols = shard[dim], shard[rank - 1 if dim == rank - 2 else rank - 2]
-        tiles = -(-rows // self.tile[0]) * -(-cols // self.tile[1])
-        return rows >= self.tile[0] and tiles >= self.reduce_scatter_min_tiles
+        rows, cols = shard[dim], shard[minor]
+        tiles = prod(shard[:-2]) * (rows // self.tile[0]) * -(-cols // self.tile[1])
+        return rows % self.tile[0] == 0 and tiles >= self.reduce_scatter_min_tiles
 
     def reduce_scatter_rows(self, rows: int, devices: int, element_bytes: int) -> int:
         """Rows per device XLA:TPU's reduce-scatter over ``devices`` computes for a shard
@@ -506,6 +519,13 @@ CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as
 # devices are all-reduced and sliced); of rank 3, [2, 16, 16] and [2, 8, 256] scattered
 # on the middle dimension and [2, 32, 128] on the last form, [2, 16, 16] and [4, 32, 32]
 # on the last and [16, 2, 16] on the first do not; vectors of 16 to 8192 elements never.
+# Of rank 3, the layout decides: a dot's [b, s, f] partial sums (b = 1, 2, 4, 8; s = 8,
+# 16, 17, 32; f = 4 to 32 a device over 4 or 8 devices) scattered on f are laid out f
+# as rows where that pads less ({1,2,0}: s = 16 and f = 8, s = 17 and f = 16) and form
+# from two tiles of whole rows ([2, 16, 8] forms, [1, 16, 8] and [2, 16, 4] do not);
+# scattered on s (b = 1, 2, 4; s = 4 to 32, f = 4 to 256 over 4), s as rows where that
+# pads no more than f would, in whole tiles ([2, 8, 8] and [1, 16, 16] form, [2, 16, 8],
+# [2, 17, 32] and [4, 17, 256] do not); 217 of those 218 compiles so (not [1, 17, 256]).
 # The reduce-scatter's chunks: a scatter-add's [n x rows, 32] partial sums scattered on
 # the rows over n devices of "model" (v5e 16x16, n = 2 to 32; the same for 16 to 256
 # columns): the shard each computes is k ceil(t / k) tiles of 16 bf16 rows, t its

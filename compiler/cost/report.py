@@ -72,6 +72,7 @@ from shardc.compiler.cost.reshard import (
     ALL_REDUCE,
     COLLECTIVE_PERMUTE,
     KINDS,
+    REDUCE_SCATTER,
     Collective,
     collective_element_bytes,
     dim_axes,
@@ -1509,13 +1510,15 @@ def _reassociate_all_reduces(reader: ModuleValues,
     """Drop the all-reduces XLA's reassociation folds: ``add(all-reduce(a),
     all-reduce(b))`` over the same axes and bytes is ``all-reduce(add(a, b))``, so
     of a sum of dots' all-reduced partial sums (an activation's gradient through
-    several projections) one all-reduce is left, the first dot's. A sharding
-    constraint between a dot and the add that keeps its operand's sharding moves
-    nothing (XLA's partitioner emits no op for it), so the sum is read through it."""
+    several projections) one all-reduce is left, the first dot's. The same holds of
+    reduce-scatters, which XLA forms after it from the all-reduce of the sum and its
+    slice. A sharding constraint between a dot and the add that keeps its operand's
+    sharding moves nothing (XLA's partitioner emits no op for it), so the sum is read
+    through it."""
     graph = reader.graph
     reduced: dict[int, tuple[int, CommEntry]] = {}  # op -> (site index, its all-reduce)
     for index, (op, entry) in enumerate(sites):
-        if (entry.kind == ALL_REDUCE and entry.implicit
+        if (entry.kind in (ALL_REDUCE, REDUCE_SCATTER) and entry.implicit
                 and graph.op_name[op] == "stablehlo.dot_general"):
             reduced[op] = (index, entry)
     moving = {op for op, _ in sites}
@@ -1528,7 +1531,8 @@ def _reassociate_all_reduces(reader: ModuleValues,
         if None in found or found[0][0] == found[1][0]:
             continue
         (first, kept), (second, other) = sorted(found, key=lambda f: f[0])
-        if (kept.axes, kept.bytes_per_device) != (other.axes, other.bytes_per_device):
+        if (kept.kind, kept.axes, kept.bytes_per_device) \
+                != (other.kind, other.axes, other.bytes_per_device):
             continue
         dropped.add(second)
         reduced[op] = (first, kept)  # the sum is all-reduced: it may be summed again

@@ -259,6 +259,56 @@ def test_tpu_reduce_scatters_a_shard_of_two_tiles_scattered_on_a_minor_dimension
         kind: (1, math.prod(shape) * jnp.dtype(dtype).itemsize)}
 
 
+@pytest.mark.parametrize("devices, shard, dim, kind", [
+    (4, (2, 16, 8), 2, "reduce-scatter"), (8, (4, 17, 16), 2, "reduce-scatter"),
+    (4, (1, 17, 16), 2, "reduce-scatter"), (4, (1, 16, 8), 2, "all-reduce"),
+    (4, (2, 16, 4), 2, "all-reduce"), (4, (2, 16, 16), 2, "all-reduce"),
+    (8, (2, 17, 32), 2, "all-reduce"), (4, (2, 8, 8), 1, "reduce-scatter"),
+    (4, (1, 16, 16), 1, "reduce-scatter"), (4, (2, 16, 8), 1, "all-reduce"),
+    (4, (2, 17, 32), 1, "all-reduce"), (4, (2, 4, 256), 1, "all-reduce")])
+def test_tpu_reduce_scatters_a_rank_3_shard_as_it_lays_its_minor_dimensions_out(
+        devices, shard, dim, kind):
+    # XLA:TPU on v5e 2x4, a dot's [b, s, f] partial sums over "model" (4 or 8 devices)
+    # scattered on f or s: the shard's two minor dimensions are laid out the way that
+    # pads less (a [2, 16, 8] shard {1,2,0}: 8 rows of 16 columns, s then minor), and
+    # the all-reduce-scatter fusion is formed where the scattered one is then the rows,
+    # in whole tiles, two tiles in all (b counted), or the minor one in whole columns;
+    # each case here as XLA:TPU compiled it (its [b, s, f] all-reduce-scatter fusion, or
+    # the all-reduce of the unsliced partial sums).
+    mesh = AbstractMesh((8 // devices, devices), ("data", "model"),
+                        axis_types=(AxisType.Auto,) * 2)
+    b, s, f = shard
+    x = jax.ShapeDtypeStruct((b, s * devices if dim == 1 else s, 64 * devices), jnp.float32,
+                             sharding=NamedSharding(mesh, P(None, None, "model")))
+    w = jax.ShapeDtypeStruct((64 * devices, f * devices if dim == 2 else f), jnp.float32,
+                             sharding=NamedSharding(mesh, P("model", None)))
+    out = P(None, None, "model") if dim == 2 else P(None, "model", None)
+    lowered = jit(lambda x, w: jnp.einsum("bsk,kf->bsf", x, w),
+                  out_shardings=NamedSharding(mesh, out)).trace(x, w).lower(
+        lowering_platforms=("tpu",))
+    assert _totals(lowered.comm_report(platform="tpu")) == {
+        kind: (1, b * s * f * devices * 4)}
+
+
+def test_tpu_reassociates_summed_reduce_scatters_of_dots():
+    # XLA:TPU on v5e 2x4: the sum of three dots' partial sums over "model" (4 devices),
+    # each [2, 16, 32] scattered into [2, 16, 8] shards, is one all-reduce-scatter
+    # fusion of f32[2, 16, 32] (4096 bytes), the sum reassociated before the
+    # reduce-scatter is formed (an attention input's gradient through Q, K and V).
+    mesh = AbstractMesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    x = jax.ShapeDtypeStruct((2, 16, 256), jnp.float32,
+                             sharding=NamedSharding(mesh, P(None, None, "model")))
+    w = jax.ShapeDtypeStruct((256, 32), jnp.float32, sharding=NamedSharding(mesh, P("model")))
+
+    def summed(x, a, b, c):
+        q, k, v = (jnp.einsum("bsk,kf->bsf", x, m) for m in (a, b, c))
+        return q + k + v
+    lowered = jit(summed, out_shardings=NamedSharding(mesh, P(None, None, "model"))).trace(
+        x, w, w, w).lower(lowering_platforms=("tpu",))
+    assert _totals(lowered.comm_report(platform="tpu")) == {"reduce-scatter": (1, 4096)}
+    assert _totals(lowered.comm_report(platform="cpu")) == {"all-reduce": (3, 3 * 4096)}
+
+
 def test_tpu_permutes_the_tokens_once_for_the_lookup_and_its_gradient():
     # Every Llama-shaped step compiled for v5e (16x16, 64x4, 128x2, 8x32, 8x8...) runs
     # one collective-permute of the tokens (s32[1,2048,1]): the embedding lookup's
