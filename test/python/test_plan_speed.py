@@ -2,6 +2,7 @@
 
 import json
 import math
+import pathlib
 
 import jax
 import pytest
@@ -66,3 +67,24 @@ def test_plan_outputs_compares_dumps(tmp_path):
     changed["mlp_megatron"]["tpu"]["memory"]["temp_bytes"] += 1
     assert plan_outputs.compare(first, changed) == ["mlp_megatron"]
     assert plan_outputs.compare(first, {}) == ["mlp_megatron"]
+
+
+def test_plan_outputs_reads_installed_packages_alike_under_any_environment(tmp_path):
+    """A worktree whose environment is another checkout's (so its packages sit under that
+    checkout's root, not its own) dumps the same answers: paths of installed packages read
+    alike under any ``site-packages``, sources under either dump's own root alike."""
+    from bench import plan_outputs
+
+    def dumped(root: str, site: str) -> pathlib.Path:
+        where = (f'loc("{site}/flax/linen/linear.py":287:8) then '
+                 f'loc("{root}/bench/zoo/lm_linen.py":40:3)')
+        path = tmp_path / f"{len(list(tmp_path.iterdir()))}.json"
+        path.write_text(json.dumps({"root": root, "results": {"lm": {"text": where}}}))
+        return path
+
+    main_dump = dumped("/work/main", "/work/main/.venv/lib/python3.11/site-packages")
+    worktree_dump = dumped("/work/wt/x", "/work/main/.venv/lib/python3.11/site-packages")
+    other_site = dumped("/work/wt/x", "/opt/env/lib/python3.11/site-packages")
+    assert plan_outputs.load(str(main_dump)) == plan_outputs.load(str(worktree_dump))
+    assert plan_outputs.load(str(main_dump)) == plan_outputs.load(str(other_site))
+    assert "SITE/flax/linen/linear.py" in plan_outputs.load(str(main_dump))["lm"]["text"]
