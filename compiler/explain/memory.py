@@ -78,7 +78,8 @@ not divide counting padded like XLA pads it:
 * outer products (``simplified``): a dot contracting no dimension is a multiply
   of broadcasts to XLA, fused with its readers as any elementwise op; a reduce
   reducing no element (over no dimension or unit ones) is a reshape; a case on a
-  constant index is the branch it selects (the others hold nothing);
+  constant index is the branch it selects (the others hold nothing), and so is one
+  whose index folds once a selected branch's result is read through;
 * pads: an update written at constant indices into a broadcast of a constant
   number is a pad of the update to XLA, written where the update runs (no zeros
   made first thing: ``LivenessWalker.padded``);

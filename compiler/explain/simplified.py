@@ -44,7 +44,9 @@ constants: ``lax.switch``'s index) is the branch that number selects: XLA's cond
 simplifier inlines it (``TryRemoveConditional``), and nothing of the other branches is
 in the module. jaxopt's L-BFGS has four cases on a constant index, two in loop bodies: the
 walk held both branches (their peaks and their combined all-reduces' tables), XLA's
-module one; equinox's checkpointed loops in diffrax likewise.
+module one; equinox's checkpointed loops in diffrax likewise. What the inlined branch
+returns folds on: the zoom's next case reads its index from an ``and`` of a false
+comparison the first case returns, and XLA inlines that case too.
 
 ``simplified_graph`` returns a view of the graph (``GraphView``) with such dots named
 ``stablehlo.multiply``, such reduces ``stablehlo.reshape`` of their operand alone,
@@ -75,11 +77,21 @@ _DOT = "stablehlo.dot_general"
 _NEUTRAL = {"stablehlo.add": (0.0, (0, 1)), "stablehlo.subtract": (0.0, (1,)),
             "stablehlo.multiply": (1.0, (0, 1)), "stablehlo.divide": (1.0, (1,))}
 _CONSTANTS = frozenset({"stablehlo.constant", "sdy.constant"})
-_PASSED = frozenset({"stablehlo.broadcast_in_dim", "stablehlo.convert", "stablehlo.reshape"})
+_PASSED = frozenset({"stablehlo.broadcast_in_dim", "stablehlo.convert", "stablehlo.reshape",
+                     "sdy.data_flow_edge"})
 _FOLDED = {"stablehlo.add": lambda a, b: a + b, "stablehlo.subtract": lambda a, b: a - b,
            "stablehlo.multiply": lambda a, b: a * b, "stablehlo.divide": lambda a, b: a / b,
            "stablehlo.negate": lambda a: -a,
-           "stablehlo.clamp": lambda low, a, high: min(max(a, low), high)}
+           "stablehlo.clamp": lambda low, a, high: min(max(a, low), high),
+           "stablehlo.and": lambda a, b: a & b, "stablehlo.or": lambda a, b: a | b}
+_COMPARED = {"EQ": lambda a, b: a == b, "NE": lambda a, b: a != b, "LT": lambda a, b: a < b,
+             "LE": lambda a, b: a <= b, "GT": lambda a, b: a > b, "GE": lambda a, b: a >= b}
+_COMPARE = "stablehlo.compare"
+_NOT = "stablehlo.not"
+# op -> (the number that, as either operand, is its result whatever the other operand
+# is; whether only on predicates): ``HandleAnd``'s ``A && False => False or A & 0 => 0``,
+# ``HandleOr``'s ``A || True => True``
+_ABSORBING = {"stablehlo.and": (0, False), "stablehlo.or": (1, True)}
 _MULTIPLY = "stablehlo.multiply"
 _REDUCE = "stablehlo.reduce"
 _RESHAPE = "stablehlo.reshape"
@@ -186,18 +198,27 @@ def _selected_branches(graph: Any) -> Any:
     reads it), the other branches' ops and the reads they make gone (a view); else
     ``graph`` itself. XLA's conditional simplifier inlines such a conditional
     (``TryRemoveConditional``): jaxopt's zoom line search starts from a case on a
-    constant, of whose two branches only one is in XLA's module."""
-    kept: dict[int, int] = {}
-    for op, name in enumerate(graph.op_name):
-        if name != _CASE or len(graph.op_blocks[op]) < 2:
-            continue
-        number = splat_value(graph, graph.op_operands[op][0])
-        if number is None:
-            continue
-        branches = len(graph.op_blocks[op])
-        kept[op] = int(number) if 0 <= number < branches else branches - 1
-    if not kept:
-        return graph
+    constant, of whose two branches only one is in XLA's module. The inlined branch's
+    results fold on (``_inlined``): the zoom's next case reads its index from the first
+    case's ``and`` of a false comparison, and is inlined too."""
+    while True:
+        kept: dict[int, int] = {}
+        for op, name in enumerate(graph.op_name):
+            if name != _CASE or len(graph.op_blocks[op]) < 2:
+                continue
+            number = splat_value(graph, graph.op_operands[op][0])
+            if number is None:
+                continue
+            branches = len(graph.op_blocks[op])
+            kept[op] = int(number) if 0 <= number < branches else branches - 1
+        if not kept:
+            return graph
+        # an index read from an inlined branch may fold now (``_inlined``)
+        graph = _with_branches(graph, kept)
+
+
+def _with_branches(graph: Any, kept: dict[int, int]) -> Any:
+    """``graph`` with each case of ``kept`` left with the branch it names (a view)."""
     blocks = list(graph.op_blocks)
     gone: set[int] = set()
     for op, k in kept.items():
@@ -314,6 +335,21 @@ def forwarded(graph: Any, value: int) -> int:
         value = kept[0]
 
 
+def _inlined(graph: Any, value: int) -> int:
+    """The value inside a case of one branch that the case's result ``value`` is once
+    XLA inlines the case (``TryRemoveConditional``: a conditional of one branch, or
+    one whose index folds, which ``_selected_branches`` leaves one), through any
+    number of them; else ``value`` itself."""
+    while True:
+        op = graph.value_def[value]
+        if op < 0 or graph.op_name[op] != _CASE or len(graph.op_blocks[op]) != 1:
+            return value
+        branch = graph.op_blocks[op][0][1]
+        if not branch:
+            return value
+        value = graph.op_operands[branch[-1]][graph.op_results[op].index(value)]
+
+
 def splat_value(graph: Any, value: int,
                 memo: dict[int, float | None] | None = None) -> float | None:
     """The number in every element of ``value`` where it is one XLA's constant folding
@@ -332,23 +368,54 @@ def _splat(graph: Any, value: int, memo: dict[int, float | None]) -> float | Non
     if op < 0:
         return None
     name = graph.op_name[op]
+    if name == _CASE:
+        inner = _inlined(graph, value)
+        return None if inner == value else splat_value(graph, inner, memo)
     if name in _CONSTANTS:
         try:
             dense = ir.DenseElementsAttr(graph.ops[op].attributes["value"])
             splat = dense.get_splat_value() if dense.is_splat else None
         except (KeyError, ValueError, TypeError):
             return None
-        return splat.value if isinstance(splat, (ir.FloatAttr, ir.IntegerAttr)) else None
+        return splat.value if isinstance(splat, (ir.FloatAttr, ir.IntegerAttr, ir.BoolAttr)) \
+            else None
     if name in _PASSED:
         return splat_value(graph, graph.op_operands[op][0], memo)
-    if name not in _FOLDED:
+    if name not in _FOLDED and name not in (_COMPARE, _NOT):
         return None
-    numbers = []
-    for operand in graph.op_operands[op]:
-        numbers.append(splat_value(graph, operand, memo))
-        if numbers[-1] is None:
-            return None
+    numbers = [splat_value(graph, operand, memo) for operand in graph.op_operands[op]]
+    absorbing, predicates = _ABSORBING.get(name, (None, False))
+    if absorbing is not None and absorbing in numbers and (
+            not predicates or _predicate(graph, value)):
+        return absorbing
+    if None in numbers:
+        return None
+    if name == _NOT:
+        # an integer's bitwise not depends on its width and signedness: left unread
+        return not numbers[0] if _predicate(graph, value) else None
+    if name == _COMPARE:
+        return _compared(graph.ops[op], *numbers)
     try:
         return _FOLDED[name](*numbers)
     except ZeroDivisionError:
         return None
+
+
+def _predicate(graph: Any, value: int) -> bool:
+    """Whether ``value``'s elements are predicates (``i1``)."""
+    element = ir.ShapedType(graph.values[value].type).element_type
+    return ir.IntegerType.isinstance(element) and ir.IntegerType(element).width == 1
+
+
+def _compared(op: ir.Operation, a: float, b: float) -> bool | None:
+    """What compare ``op`` makes of numbers ``a`` and ``b`` (None for an unsigned
+    comparison of negative numbers or an unread direction)."""
+    try:
+        direction = stablehlo.ComparisonDirectionAttr(
+            op.attributes["comparison_direction"]).value
+        kind = str(op.attributes["compare_type"]) if "compare_type" in op.attributes else ""
+    except (KeyError, ValueError):
+        return None
+    if "UNSIGNED" in kind and min(a, b) < 0:
+        return None
+    return _COMPARED[direction](a, b) if direction in _COMPARED else None

@@ -10,7 +10,7 @@ from jax.sharding import PartitionSpec as P
 import shardc.compiler as sc
 from shardc.compiler.cost.platforms import CPU, predicting_for
 from shardc.compiler.explain.liveness import LivenessWalker
-from shardc.compiler.explain.simplified import simplified_graph, sunk
+from shardc.compiler.explain.simplified import simplified_graph, splat_value, sunk
 from shardc.compiler.propagation.values import ModuleValues
 
 
@@ -221,3 +221,36 @@ def test_a_case_on_a_constant_is_the_branch_it_selects():
     assert view.op_blocks[case][0] == graph.op_blocks[case][1]
     branch = view.op_blocks[case][0][1]
     assert any(graph.op_name[op] == "stablehlo.multiply" for op in branch)
+
+
+def _cond_on_an_inlined_flag(x, w):
+    # the first case is on a constant; the flag its selected branch returns is an
+    # ``and`` of a false constant, which XLA folds once it has inlined that branch
+    def checked(x):
+        return jnp.logical_and(False, x.sum() > 0)
+
+    def layers(x, w):
+        h = jnp.tanh(x @ w)
+        return jnp.tanh(h @ w) @ w + h
+    flag = jax.lax.cond(True, checked, lambda x: x.sum() > 0, x)
+    return jax.lax.cond(flag, layers, lambda x, w: x * 3.0, x, w)
+
+
+def test_a_case_on_a_flag_an_inlined_branch_folds_is_the_branch_it_selects():
+    # XLA folds the second case's index after inlining the first case and inlines the
+    # second too (temp 0 bytes); the estimate walked both of its branches and held
+    # the unselected one's activations
+    args = (jnp.ones((256, 128)), jnp.ones((128, 128)))
+    ratio, temps = _net(_cond_on_an_inlined_flag, *args)
+    assert abs(ratio - 1) <= 0.05, temps
+    graph = ModuleValues(sc.jit(_cond_on_an_inlined_flag).lower(*args).module.operation,
+                         missing_as_replicated=True).graph
+    view = simplified_graph(graph)
+    cases = [op for op, name in enumerate(graph.op_name) if name == "stablehlo.case"]
+    assert len(cases) == 2 and all(len(graph.op_blocks[op]) == 2 for op in cases)
+    # each is left with its selected branch: True's (index 1), then False's (index 0)
+    assert [view.op_blocks[op][0] for op in cases] == \
+        [graph.op_blocks[cases[0]][1], graph.op_blocks[cases[1]][0]]
+    index = view.op_operands[cases[1]][0]
+    assert splat_value(view, index) == 0 and splat_value(graph, index) is None
+
