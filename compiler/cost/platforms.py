@@ -34,6 +34,7 @@ collectives but differs in a few measurable ways, each one field here:
   same way (2n + 1 permutes of a 1/n chunk of the gathered operand), where
   unrolled it all-gathers it;
 * how many devices: XLA:TPU windows a loop over at most ``windowed_max_devices``
+  and more than twice ``windowed_permute_multiplier``
   (a loop body's gather its dot contracts over ``windowed_contracting_devices``), reduce-scatters over at most
   ``reduce_scatter_max_devices`` (over more it all-reduces and slices), and over
   more than that gathers a small shard (``all_gathers_as_all_reduce_below``) by an
@@ -191,6 +192,13 @@ class PlatformRules:
     # more it all-gathers (XLA's check that the loop's permutes and the dot's compute
     # take less time than the all-gather and the dot, priced for the device group).
     windowed_contracting_devices: tuple[int, int] = (0, 0)
+    # How much slower a windowed loop's collective-permutes move a collective's bytes
+    # than the all-gather or reduce-scatter they replace (XLA's
+    # ``GetCommunicationMultiplier``, m). XLA's partitioner keeps the collective whole
+    # where max(compute, m * comm) plus the loop's extra permute, 2 * m * comm / n over
+    # n devices, is no faster than compute + comm: always over at most 2 * m devices,
+    # however long the dot's compute (0: no such bound).
+    windowed_permute_multiplier: float = 0.0
     # Whether an all-reduce in a loop body whose result is only added into a carry (a
     # scanned layer's weight gradient summed over the steps) runs once after the loop,
     # of the summed partial sums (XLA's ``WhileLoopAllReduceCodeMotion``).
@@ -410,7 +418,8 @@ class PlatformRules:
         a gather of the dimension its dot contracts)."""
         fewest, most = self.windowed_contracting_devices if contracting else (0, 0)
         limit = most or self.windowed_max_devices
-        return devices >= max(fewest, 2) and (not limit or devices <= limit)
+        return (devices >= max(fewest, 2) and devices > 2 * self.windowed_permute_multiplier
+                and (not limit or devices <= limit))
 
     def dot_operand(self, tensor: Tensor) -> Tensor:
         """A dot's operand as the platform moves it (``dot_operands_moved_as``)."""
@@ -494,6 +503,17 @@ CPU = PlatformRules("cpu", collective_element_bytes={"bf16": 4}, dot_computed_as
 # backward's gathers over 32 or 8 devices (the weight's gathered rows not contracted:
 # dx = dy @ w.T) and all-gathers the forward's (x @ w contracts them), over 16 (1b and
 # 7b at 16x16) it windows both.
+# The permutes' multiplier is XLA's default, 1, the least it is (libtpu's
+# windowed-einsum size threshold is -1 MiB, so only that time check decides): on v5e
+# 2x4 a dot over the 2 devices of an axis all-gathers its operand in a loop body and
+# reduce-scatters its partial sums however long its compute against the collective (a
+# scanned [8, 512, 16384] by [8, 512, 256] weight gradient; a 262144-long contraction
+# into [256, 512]), while over a line of 4 chips (a 65536-long contraction's
+# reduce-scatter) and all 8 (a scanned [4, 512, 32768] by [4, 512, 128] one's gather)
+# it windows them. Over a 2x2 block of chips it windowed neither, so XLA:TPU's
+# multiplier depends on the chips a group spans (not modelled: over 4 devices the
+# loops stay windowed). Not modelled either: XLA windows a collective too small to
+# time (its time check needs over 1e-5 ms), as a [4, 16] shard's gather over 2 devices.
 # The reduce-scatters' devices: there a weight gradient's partial sums
 # over 128 devices are reduce-scattered (and over 128 of v5e 8x16), over all 256
 # all-reduced and sliced (pure FSDP); and over all 256 a weight's all-gather of a
@@ -543,6 +563,7 @@ TPU = PlatformRules("tpu", dot_operands_moved_as={"f32": ("bf16", 2)}, reuses_re
                     all_reduce_combine_bytes=256 << 20,
                     windowed_reduce_scatter_above=4096, windows_loop_all_gathers=True,
                     windowed_max_devices=32, windowed_contracting_devices=(16, 16),
+                    windowed_permute_multiplier=1,
                     reassociates_all_reduces=True, hoists_accumulated_all_reduces=True,
                     tile=(8, 128), vector_tile=1024, min_buffer_bytes=512,
                     duplicates_shared_producers=True,

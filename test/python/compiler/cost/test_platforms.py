@@ -185,6 +185,48 @@ def test_tpu_windows_a_loop_over_at_most_32_devices(data, windowed):
         assert (entry.kind, entry.bytes_per_device) == ("reduce-scatter", shard * data)
 
 
+@pytest.mark.parametrize("data, kind", [(2, "reduce-scatter"), (4, "collective-permute")])
+def test_tpu_windows_no_reduce_scatter_over_2_devices(data, kind):
+    # XLA:TPU on v5e 2x4: a 262144-long contraction's partial sums over the 2 devices
+    # of "data" are reduce-scattered whole (over 2 the loop's extra permute costs as much
+    # as the overlap saves, whatever the dot's compute), a 65536-long one's over 4 are
+    # a windowed loop.
+    mesh = AbstractMesh((data, 8 // data), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    tokens = 131072 * data
+    args = (jax.ShapeDtypeStruct((tokens, 256), BF16, sharding=NamedSharding(mesh, P("data"))),
+            jax.ShapeDtypeStruct((tokens, 512), BF16,
+                                 sharding=NamedSharding(mesh, P("data", "model"))))
+    lowered = jit(lambda x, g: jnp.einsum("td,tf->df", x, g),
+                  out_shardings=NamedSharding(mesh, P("data", "model"))).trace(*args).lower(
+        lowering_platforms=("tpu",))
+    [entry] = lowered.comm_report(platform="tpu").entries
+    assert (entry.kind, entry.axes) == (kind, ("data",))
+
+
+@pytest.mark.parametrize("model, kind", [(2, "all-gather"), (8, "collective-permute")])
+def test_tpu_windows_no_loop_gather_over_2_devices(model, kind):
+    # XLA:TPU on v5e 2x4: a scanned weight gradient (x.T @ dy per step, both sharded on
+    # their features over "model", the gradient onto x's) gathers dy over the 2 devices
+    # of "model" by an all-gather in the loop body, however long the dot's compute
+    # against the gather; over 8 by a windowed loop.
+    mesh = AbstractMesh((8 // model, model), ("data", "model"),
+                        axis_types=(AxisType.Auto,) * 2)
+
+    def grads(x, dy):
+        def body(total, step):
+            return total + jnp.einsum("bsi,bso->io", *step), None
+        return jax.lax.scan(body, jnp.zeros((x.shape[-1], dy.shape[-1]), x.dtype), (x, dy))[0]
+
+    spec = NamedSharding(mesh, P(None, "data", None, "model"))
+    args = (jax.ShapeDtypeStruct((3, 8, 512, 16384), BF16, sharding=spec),
+            jax.ShapeDtypeStruct((3, 8, 512, 256), BF16, sharding=spec))
+    lowered = jit(grads, out_shardings=NamedSharding(mesh, P("model"))).trace(*args).lower(
+        lowering_platforms=("tpu",))
+    [gather] = [e for e in lowered.comm_report(platform="tpu").entries
+                if e.axes == ("model",) and "operand 1" in e.tensor]
+    assert gather.kind == kind
+
+
 @pytest.mark.parametrize("data, kind", [(128, "reduce-scatter"), (256, "all-reduce")])
 def test_tpu_reduce_scatters_over_at_most_128_devices(data, kind):
     # XLA:TPU on v5e 16x16: a weight gradient's partial sums over 128 devices are
