@@ -194,15 +194,22 @@ def test_an_update_written_into_zeros_is_a_pad_where_it_runs():
     assert sum(map(walker.padded, scatters)) == 2 < len(scatters)
 
 
-def _cond_on_a_constant(x, w):
-    # a case on a constant: its cheap branch runs; the other holds two activations
-    def scaled(x, w):
-        return x * 2.0
+def _layers(x, w):
+    # the branch a case must not hold: two activations live across its dots
+    h = jnp.tanh(x @ w)
+    return jnp.tanh(h @ w) @ w + h
 
-    def layers(x, w):
-        h = jnp.tanh(x @ w)
-        return jnp.tanh(h @ w) @ w + h
-    return jax.lax.cond(True, scaled, layers, x, w)
+
+def _graph_and_view(fun, *args):
+    """``fun``'s lowered graph and its simplified view."""
+    graph = ModuleValues(sc.jit(fun).lower(*args).module.operation,
+                         missing_as_replicated=True).graph
+    return graph, simplified_graph(graph)
+
+
+def _cond_on_a_constant(x, w):
+    # a case on a constant: its cheap branch runs
+    return jax.lax.cond(True, lambda x, w: x * 2.0, _layers, x, w)
 
 
 def test_a_case_on_a_constant_is_the_branch_it_selects():
@@ -212,9 +219,7 @@ def test_a_case_on_a_constant_is_the_branch_it_selects():
     args = (jnp.ones((256, 128)), jnp.ones((128, 128)))
     ratio, temps = _net(_cond_on_a_constant, *args)
     assert abs(ratio - 1) <= 0.05, temps
-    graph = ModuleValues(sc.jit(_cond_on_a_constant).lower(*args).module.operation,
-                         missing_as_replicated=True).graph
-    view = simplified_graph(graph)
+    graph, view = _graph_and_view(_cond_on_a_constant, *args)
     case = graph.op_name.index("stablehlo.case")
     assert len(graph.op_blocks[case]) == 2 and len(view.op_blocks[case]) == 1
     # the branch lax.cond runs for True is the second one (index 1)
@@ -229,11 +234,8 @@ def _cond_on_an_inlined_flag(x, w):
     def checked(x):
         return jnp.logical_and(False, x.sum() > 0)
 
-    def layers(x, w):
-        h = jnp.tanh(x @ w)
-        return jnp.tanh(h @ w) @ w + h
     flag = jax.lax.cond(True, checked, lambda x: x.sum() > 0, x)
-    return jax.lax.cond(flag, layers, lambda x, w: x * 3.0, x, w)
+    return jax.lax.cond(flag, _layers, lambda x, w: x * 3.0, x, w)
 
 
 def test_a_case_on_a_flag_an_inlined_branch_folds_is_the_branch_it_selects():
@@ -243,9 +245,7 @@ def test_a_case_on_a_flag_an_inlined_branch_folds_is_the_branch_it_selects():
     args = (jnp.ones((256, 128)), jnp.ones((128, 128)))
     ratio, temps = _net(_cond_on_an_inlined_flag, *args)
     assert abs(ratio - 1) <= 0.05, temps
-    graph = ModuleValues(sc.jit(_cond_on_an_inlined_flag).lower(*args).module.operation,
-                         missing_as_replicated=True).graph
-    view = simplified_graph(graph)
+    graph, view = _graph_and_view(_cond_on_an_inlined_flag, *args)
     cases = [op for op, name in enumerate(graph.op_name) if name == "stablehlo.case"]
     assert len(cases) == 2 and all(len(graph.op_blocks[op]) == 2 for op in cases)
     # each is left with its selected branch: True's (index 1), then False's (index 0)
