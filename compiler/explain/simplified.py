@@ -224,19 +224,20 @@ def _with_branches(graph: Any, kept: dict[int, int]) -> Any:
     for op, k in kept.items():
         for j, (_, nested) in enumerate(graph.op_blocks[op]):
             if j != k:
-                gone.update(_nested_ops(graph, nested))
+                gone.update(all_ops(graph, nested))
         blocks[op] = [graph.op_blocks[op][k]]
     uses = [[use for use in found if use[0] not in gone] for found in graph.uses]
     return GraphView(graph, op_blocks=blocks, uses=uses)
 
 
-def _nested_ops(graph: Any, ops: list[int]) -> list[int]:
-    """``ops`` and every op nested in their regions."""
-    found, stack = [], list(ops)
+def all_ops(graph: Any, ops: list[int]) -> list[int]:
+    """``ops`` and every op in their regions, nested ones too, in program order."""
+    found, stack = [], list(reversed(ops))
     while stack:
         op = stack.pop()
         found.append(op)
-        stack.extend(inner for _, nested in graph.op_blocks[op] for inner in nested)
+        for _, nested in graph.op_blocks[op]:
+            stack.extend(reversed(nested))
     return found
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 from math import prod
 
 from shardc.compiler.cost.fusion import FUSIBLE
+from shardc.compiler.explain.simplified import all_ops
 
 # Ops whose region XLA runs once per element, in thread-local scalars.
 PER_ELEMENT = frozenset("stablehlo." + n for n in (
@@ -54,7 +55,7 @@ def staged_tables(walker, args: list[int], ops: list[int]) -> dict[tuple, int]:
         if shape and prod(shape) > 0 and graph.uses[arg]:
             tables[("prefetch", arg)] = rules.table_bytes(3)
     kept = {buffer.value for buffer in walker.buffers}
-    for op in _all_ops(graph, ops):
+    for op in all_ops(graph, ops):
         if graph.op_name[op] != "stablehlo.reduce" or op in walker.merged_ops:
             continue
         inputs = graph.op_operands[op][:len(graph.op_results[op])]
@@ -131,7 +132,7 @@ def per_element_bytes(walker, ops: list[int]) -> int:
     if not rules.stages_in_vmem:
         return 0
     scalars = 0
-    for op in _all_ops(graph, ops):
+    for op in all_ops(graph, ops):
         if graph.op_name[op] not in PER_ELEMENT or op in walker.merged_ops:
             continue
         for region_args, region_ops in graph.op_blocks[op]:
@@ -144,13 +145,3 @@ def per_element_bytes(walker, ops: list[int]) -> int:
     scalars += 3 * len(partitioned)
     return scalars * rules.buffer_bytes((), 4)
 
-
-def _all_ops(graph, ops: list[int]) -> list[int]:
-    """``ops`` and every op in their regions, nested ones too."""
-    found, stack = [], list(reversed(ops))
-    while stack:
-        op = stack.pop()
-        found.append(op)
-        for _, nested in graph.op_blocks[op]:
-            stack.extend(reversed(nested))
-    return found
